@@ -1,0 +1,138 @@
+package domain
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+)
+
+// Range is an inclusive min..max; a single value has Min == Max. Zero means
+// "not constrained".
+type Range struct {
+	Min int `json:"min,omitempty"`
+	Max int `json:"max,omitempty"`
+}
+
+// Volume is the root disk, written in the seed as "gp3:30gb:125mbps:3000iops".
+type Volume struct {
+	Type           string `json:"type,omitempty"`
+	SizeGB         int    `json:"size_gb,omitempty"`
+	ThroughputMBps int    `json:"throughput_mbps,omitempty"`
+	IOPS           int    `json:"iops,omitempty"`
+}
+
+// RunnerSpec is one entry of the configuration's `runners:` map: what machine
+// to launch for a job or a pool.
+type RunnerSpec struct {
+	Name   string   `json:"name"`
+	Image  string   `json:"image"`
+	CPU    Range    `json:"cpu"`
+	RAM    Range    `json:"ram"` // GiB
+	Family []string `json:"family,omitempty"`
+	Volume Volume   `json:"volume"`
+	// Spot is "" for on-demand, or the spot allocation strategy.
+	Spot string `json:"spot,omitempty"`
+}
+
+// Weekdays in the order the configuration names them.
+var dayNames = map[string]time.Weekday{
+	"sunday": time.Sunday, "monday": time.Monday, "tuesday": time.Tuesday,
+	"wednesday": time.Wednesday, "thursday": time.Thursday, "friday": time.Friday,
+	"saturday": time.Saturday,
+}
+
+// ParseWeekday maps a lower-case English day name to its weekday.
+func ParseWeekday(name string) (time.Weekday, bool) {
+	d, ok := dayNames[name]
+	return d, ok
+}
+
+// Window is a local time-of-day interval [Start, End) in minutes after
+// midnight. End may be 1440 ("24:00"). When Start > End the window wraps
+// midnight and belongs to the day it starts on.
+type Window struct {
+	Start int
+	End   int
+}
+
+// Wraps reports whether the window crosses midnight.
+func (w Window) Wraps() bool { return w.Start > w.End }
+
+// Match restricts a schedule entry to some days and/or a time window. Empty
+// Days means every day; a nil Window means the whole day.
+type Match struct {
+	Days   []time.Weekday
+	Window *Window
+}
+
+// ScheduleEntry is one element of a pool's `schedule:` list. An entry
+// without Match is the pool's default.
+type ScheduleEntry struct {
+	Name    string
+	Match   *Match
+	Hot     int
+	Stopped int
+}
+
+// Target is how many instances of each kind a pool should hold.
+type Target struct {
+	Hot     int `json:"hot"`
+	Stopped int `json:"stopped"`
+}
+
+// Pool is one entry of the configuration's `pools:` map.
+type Pool struct {
+	Name        string
+	Environment string
+	Runner      string
+	Timezone    string         // IANA name; "" means UTC
+	Location    *time.Location // resolved Timezone
+	Schedule    []ScheduleEntry
+
+	// bullpen's own settings.
+	HotIdleLifetime    time.Duration // a hot instance idle this long is replaced
+	Reuse              bool          // return instances to the resource pool after a job
+	MaxJobsPerInstance int           // 0 = unlimited (only with Reuse)
+	MaxAge             time.Duration // 0 = unlimited (only with Reuse)
+}
+
+// Default pool settings.
+const (
+	DefaultHotIdleLifetime = 10 * time.Minute
+)
+
+// SpecHash fingerprints everything that shapes a pool's instances: the runner
+// spec, the image it resolved to, and the pool settings that reach the
+// machine. Schedules and timezones only change counts, so they are left out:
+// editing a schedule must not roll a pool.
+func SpecHash(r RunnerSpec, imageID string, p Pool) string {
+	doc := struct {
+		Runner          RunnerSpec `json:"runner"`
+		ImageID         string     `json:"image_id"`
+		Pool            string     `json:"pool"`
+		Environment     string     `json:"environment"`
+		HotIdleLifetime string     `json:"hot_idle_lifetime"`
+		Reuse           bool       `json:"reuse"`
+		MaxJobs         int        `json:"max_jobs"`
+		MaxAge          string     `json:"max_age"`
+	}{r, imageID, p.Name, p.Environment, p.HotIdleLifetime.String(), p.Reuse, p.MaxJobsPerInstance, p.MaxAge.String()}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		panic("spec hash: " + err.Error()) // plain structs always marshal
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:6])
+}
+
+// PoolStatus is what the converger last observed and decided for a pool,
+// persisted so that status pages and other replicas can read it.
+type PoolStatus struct {
+	Name      string         `json:"name"`
+	Schedule  string         `json:"schedule"`
+	Target    Target         `json:"target"`
+	SpecHash  string         `json:"spec_hash"`
+	Counts    map[string]int `json:"counts"` // by "role/state", e.g. "hot/ready"
+	LastCycle time.Time      `json:"last_cycle"`
+	LastError string         `json:"last_error,omitempty"`
+}

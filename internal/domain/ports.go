@@ -1,0 +1,198 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Clock is injected everywhere time matters, so the same loops run live, in
+// tests and in the simulator at many times real speed.
+type Clock interface {
+	Now() time.Time
+	// After delivers the time once d has elapsed on this clock.
+	After(d time.Duration) <-chan time.Time
+	// AfterFunc calls f in its own goroutine once d has elapsed.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc call.
+type Timer interface {
+	// Stop prevents the call if it has not happened; it reports whether it did.
+	Stop() bool
+}
+
+// InstanceFilter selects instances; zero fields do not constrain.
+type InstanceFilter struct {
+	Pool    string
+	Runner  string
+	Job     string
+	CloudID string
+	States  []State
+}
+
+// TransitionRequest is one conditional update of a batch.
+type TransitionRequest struct {
+	ID    string
+	Guard Guard
+	Apply func(*Instance)
+}
+
+// TransitionResult is the outcome of one TransitionRequest: the instance as
+// written, or why it was not.
+type TransitionResult struct {
+	Instance Instance
+	Err      error
+}
+
+// Lease is a named, time-limited right to act, so that a loop runs on one
+// replica at a time.
+type Lease struct {
+	Name    string
+	Holder  string
+	Expires time.Time
+}
+
+// Store persists instances, pool status and leases. Every implementation runs
+// the contract suite in internal/store/storetest.
+type Store interface {
+	// CreateInstances inserts rows all-or-nothing; ErrExists if an id is taken.
+	CreateInstances(ctx context.Context, insts []Instance) error
+	// GetInstance returns ErrNotFound for an unknown id.
+	GetInstance(ctx context.Context, id string) (Instance, error)
+	// ListInstances returns matching rows ordered by CreatedAt, then ID.
+	ListInstances(ctx context.Context, f InstanceFilter) ([]Instance, error)
+	// Transition is the only way an instance changes: if the row matches g,
+	// fn edits a copy, the state machine is checked (see ApplyTransition)
+	// and the row is written with Version+1, atomically. It returns
+	// ErrNotFound, a *ConflictError (errors.Is ErrConflict) or a
+	// *TransitionError.
+	Transition(ctx context.Context, id string, g Guard, fn func(*Instance)) (Instance, error)
+	// TransitionBatch applies independent transitions, each with the
+	// semantics of Transition, as efficiently as the backend allows. The
+	// error is for the batch as a whole (a closed store); per-request
+	// outcomes are in the results, in request order.
+	TransitionBatch(ctx context.Context, reqs []TransitionRequest) ([]TransitionResult, error)
+	// DeleteInstances removes terminated rows; other states are refused.
+	DeleteInstances(ctx context.Context, ids []string) error
+
+	PutPoolStatus(ctx context.Context, s PoolStatus) error
+	ListPoolStatus(ctx context.Context) ([]PoolStatus, error)
+
+	// AcquireLease takes or renews name for holder until now+ttl; it reports
+	// false (and the current lease) when another holder has it unexpired.
+	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (Lease, bool, error)
+	// ReleaseLease gives the lease up if holder has it.
+	ReleaseLease(ctx context.Context, name, holder string) error
+
+	Close() error
+}
+
+// CloudState is the provider's view of a machine, named as EC2 names them.
+type CloudState string
+
+const (
+	CloudPending      CloudState = "pending"
+	CloudRunning      CloudState = "running"
+	CloudStopping     CloudState = "stopping"
+	CloudStopped      CloudState = "stopped"
+	CloudShuttingDown CloudState = "shutting-down"
+	CloudTerminated   CloudState = "terminated"
+)
+
+// CloudInstance is one machine as the provider describes it.
+type CloudInstance struct {
+	ID           string
+	State        CloudState
+	Tags         map[string]string
+	InstanceType string
+	UsageClass   string
+	LaunchedAt   time.Time
+}
+
+// LaunchSpec asks the cloud for Count machines of one shape. The provider
+// tags every machine with Tags; ClientToken makes a retried call idempotent.
+type LaunchSpec struct {
+	Runner      RunnerSpec
+	ImageID     string
+	Count       int
+	Tags        map[string]string
+	ClientToken string
+	UserData    string
+}
+
+// CloudFilter selects machines; zero fields do not constrain. Terminated
+// machines are included only when asked for by ID.
+type CloudFilter struct {
+	IDs  []string
+	Tags map[string]string
+}
+
+// Cloud is the compute provider. Batch calls take at most MaxBatch ids; the
+// caller splits larger sets.
+type Cloud interface {
+	// Create launches machines like an instant fleet. On partial fulfilment
+	// it returns the machines it did create together with an error that
+	// wraps ErrInsufficientCapacity; the caller decides their fate.
+	Create(ctx context.Context, spec LaunchSpec) ([]CloudInstance, error)
+	Start(ctx context.Context, ids []string) error
+	Stop(ctx context.Context, ids []string) error
+	Terminate(ctx context.Context, ids []string) error
+	Tag(ctx context.Context, ids []string, tags map[string]string) error
+	List(ctx context.Context, f CloudFilter) ([]CloudInstance, error)
+	// ResolveImage turns an image name from the configuration into the
+	// provider's image id (an AMI id on EC2).
+	ResolveImage(ctx context.Context, name string) (string, error)
+}
+
+// MaxBatch is the most ids bullpen sends in one start, stop, terminate or
+// tag call (seed 000: terminations in groups of 50).
+const MaxBatch = 50
+
+// Cloud errors, wrapped by *CloudError.
+var (
+	ErrInsufficientCapacity = errors.New("insufficient capacity")
+	ErrThrottled            = errors.New("request throttled")
+	ErrUnknownInstance      = errors.New("unknown instance")
+	ErrUnknownImage         = errors.New("unknown image")
+	ErrInvalidRequest       = errors.New("invalid request")
+)
+
+// CloudError says which call failed and why; Code is the provider's code.
+type CloudError struct {
+	Op   string // EC2 operation name, e.g. "StartInstances"
+	Code string
+	Err  error
+}
+
+func (e *CloudError) Error() string {
+	if e.Code != "" {
+		return fmt.Sprintf("%s: %s: %v", e.Op, e.Code, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", e.Op, e.Err)
+}
+
+func (e *CloudError) Unwrap() error { return e.Err }
+
+// Tag keys bullpen puts on every machine it launches.
+const (
+	TagController = "bullpen:controller" // this controller's id
+	TagPool       = "bullpen:pool"
+	TagRole       = "bullpen:role"
+	TagRunner     = "bullpen:runner"
+	TagLaunch     = "bullpen:launch" // the LaunchID of the rows written before the call
+	TagSpecHash   = "bullpen:spec-hash"
+	TagStatus     = "bullpen:status" // "detached" once picked for a job
+)
+
+// Chunk splits ids into slices of at most n.
+func Chunk[T any](items []T, n int) [][]T {
+	var out [][]T
+	for len(items) > 0 {
+		k := min(n, len(items))
+		out = append(out, items[:k:k])
+		items = items[k:]
+	}
+	return out
+}
