@@ -65,6 +65,7 @@ type Virtual struct {
 	now     time.Time
 	timers  timerHeap
 	seq     uint64
+	running int // AfterFunc callbacks fired and not yet returned
 }
 
 var _ domain.Clock = (*Virtual)(nil)
@@ -89,7 +90,31 @@ func (v *Virtual) After(d time.Duration) <-chan time.Time {
 }
 
 func (v *Virtual) AfterFunc(d time.Duration, f func()) domain.Timer {
-	return v.schedule(d, func(time.Time) { go f() })
+	return v.schedule(d, func(time.Time) {
+		v.running++ // under v.mu: fire is called with it held
+		go func() {
+			defer v.callbackDone()
+			f()
+		}()
+	})
+}
+
+func (v *Virtual) callbackDone() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.running--
+	v.changed.Broadcast()
+}
+
+// Settle waits until every AfterFunc callback that has fired has returned,
+// including callbacks those callbacks fired: the way a simulation knows the
+// effects of the time it just let pass are complete.
+func (v *Virtual) Settle() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for v.running > 0 {
+		v.changed.Wait()
+	}
 }
 
 func (v *Virtual) schedule(d time.Duration, fire func(time.Time)) *virtualTimer {

@@ -82,3 +82,17 @@ func TestScaledRunsFaster(t *testing.T) {
 		t.Fatalf("scaled clock at %v after a six-minute timer", s.Now())
 	}
 }
+
+func TestVirtualSettleWaitsForCallbacksAndTheirChildren(t *testing.T) {
+	v := NewVirtual(epoch)
+	var done atomic.Int32
+	v.AfterFunc(time.Second, func() {
+		v.AfterFunc(0, func() { done.Add(1) })
+		done.Add(1)
+	})
+	v.Advance(time.Second)
+	v.Settle()
+	if done.Load() != 2 {
+		t.Fatalf("settled with %d of 2 callbacks done", done.Load())
+	}
+}

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -135,4 +136,24 @@ type PoolStatus struct {
 	Counts    map[string]int `json:"counts"` // by "role/state", e.g. "hot/ready"
 	LastCycle time.Time      `json:"last_cycle"`
 	LastError string         `json:"last_error,omitempty"`
+}
+
+// For returns the count for role; zero for roles pools do not keep.
+func (t Target) For(r Role) int {
+	switch r {
+	case RoleHot:
+		return t.Hot
+	case RoleStopped:
+		return t.Stopped
+	}
+	return 0
+}
+
+// NewID returns a random identifier with the given prefix, e.g. "bp-3f9a…".
+func NewID(prefix string) string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("crypto/rand: " + err.Error()) // never fails on supported platforms
+	}
+	return prefix + "-" + hex.EncodeToString(b[:])
 }

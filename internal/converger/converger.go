@@ -1,0 +1,320 @@
+// Package converger runs seed 000's pool convergence loop: every interval it
+// matches each pool's schedule, computes a rebalance plan from a snapshot of
+// the store and the cloud, and applies it.
+package converger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/rebalance"
+	"github.com/bullpen-ci/bullpen/internal/schedule"
+)
+
+// PoolSpec is a pool with its runner, as the configuration gives them.
+type PoolSpec struct {
+	Pool   domain.Pool
+	Runner domain.RunnerSpec
+}
+
+// Targeter says what a pool should hold at an instant and which schedule
+// entry says so. The default is the pool's schedule; the autoscaler wraps it.
+type Targeter func(p domain.Pool, at time.Time) (entry string, t domain.Target)
+
+// ScheduleTarget is the Targeter of seed 000: the pool's schedule alone.
+func ScheduleTarget(p domain.Pool, at time.Time) (string, domain.Target) {
+	r := schedule.Resolve(p, at)
+	return r.Entry, r.Target
+}
+
+// Options tune the loop; zero values take the documented defaults.
+type Options struct {
+	Interval      time.Duration    // between cycles; default 30 s (seed 000)
+	ControllerID  string           // tags every machine; required
+	Deadlines     domain.Deadlines // per-state allowances; default domain.DefaultDeadlines()
+	DanglingAfter time.Duration    // default 10 min (seed 000)
+	GoneGrace     time.Duration    // default rebalance.DefaultGoneGrace
+	CreateBatch   int              // most machines per create call; default 100
+	Parallelism   int              // pools converged at once; default 8
+	// LeaseTTL > 0 makes each cycle take the "converger" lease first, so
+	// only one replica converges at a time. Default 3 × Interval; < 0 off.
+	LeaseTTL time.Duration
+	Holder   string // lease holder name; default ControllerID
+	Targeter Targeter
+}
+
+func (o *Options) defaults() {
+	if o.Interval <= 0 {
+		o.Interval = 30 * time.Second
+	}
+	if o.Deadlines == (domain.Deadlines{}) {
+		o.Deadlines = domain.DefaultDeadlines()
+	}
+	if o.DanglingAfter <= 0 {
+		o.DanglingAfter = rebalance.DefaultDanglingAfter
+	}
+	if o.GoneGrace <= 0 {
+		o.GoneGrace = rebalance.DefaultGoneGrace
+	}
+	if o.CreateBatch <= 0 {
+		o.CreateBatch = 100
+	}
+	if o.Parallelism <= 0 {
+		o.Parallelism = 8
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = 3 * o.Interval
+	}
+	if o.Holder == "" {
+		o.Holder = o.ControllerID
+	}
+	if o.Targeter == nil {
+		o.Targeter = ScheduleTarget
+	}
+}
+
+// Converger keeps pools at their targets.
+type Converger struct {
+	store   domain.Store
+	cloud   domain.Cloud
+	clock   domain.Clock
+	log     *slog.Logger
+	pools   func() []PoolSpec
+	opts    Options
+	metrics *metrics
+}
+
+// New returns a converger over the pools that pools returns at each cycle
+// (so a configuration reload takes effect on the next cycle).
+func New(store domain.Store, cloud domain.Cloud, clk domain.Clock, pools func() []PoolSpec,
+	log *slog.Logger, reg prometheus.Registerer, opts Options) (*Converger, error) {
+	if opts.ControllerID == "" {
+		return nil, errors.New("converger: a controller id is required to tag machines")
+	}
+	opts.defaults()
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Converger{store: store, cloud: cloud, clock: clk, log: log, pools: pools, opts: opts, metrics: m}, nil
+}
+
+// PoolReport is what one cycle saw and did for one pool.
+type PoolReport struct {
+	Pool     string
+	Schedule string
+	Target   domain.Target
+	SpecHash string
+	Counts   rebalance.Counts // before the plan was applied
+	Plan     rebalance.Plan
+	Err      error
+}
+
+// Report is the outcome of one cycle, pools in name order.
+type Report struct {
+	At      time.Time
+	Skipped bool // another replica holds the lease
+	Pools   []PoolReport
+}
+
+// Run converges every interval until ctx ends; reports (if non-nil) receives
+// each cycle's report and must be drained.
+func (c *Converger) Run(ctx context.Context, reports chan<- Report) error {
+	for {
+		r, err := c.Cycle(ctx)
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("converger cycle failed", "err", err)
+		}
+		if reports != nil && err == nil {
+			select {
+			case reports <- r:
+			case <-ctx.Done():
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.clock.After(c.opts.Interval):
+		}
+	}
+}
+
+// Cycle runs one convergence pass over every pool.
+func (c *Converger) Cycle(ctx context.Context) (Report, error) {
+	now := c.clock.Now()
+	rep := Report{At: now}
+	if c.opts.LeaseTTL > 0 {
+		lease, ok, err := c.store.AcquireLease(ctx, "converger", c.opts.Holder, c.opts.LeaseTTL)
+		if err != nil {
+			return rep, fmt.Errorf("acquire converger lease: %w", err)
+		}
+		if !ok {
+			c.log.Debug("converger lease held elsewhere", "holder", lease.Holder, "until", lease.Expires)
+			rep.Skipped = true
+			return rep, nil
+		}
+	}
+	started := time.Now()
+	defer func() { c.metrics.cycleSeconds.Observe(time.Since(started).Seconds()) }()
+	c.metrics.cycles.Inc()
+
+	specs := c.pools()
+	rows, err := c.store.ListInstances(ctx, domain.InstanceFilter{States: liveStates})
+	if err != nil {
+		return rep, fmt.Errorf("list instances: %w", err)
+	}
+	byPool := map[string][]domain.Instance{}
+	for _, in := range rows {
+		if in.Pool != "" {
+			byPool[in.Pool] = append(byPool[in.Pool], in)
+		}
+	}
+	view, err := c.cloudView(ctx)
+	if err != nil {
+		c.log.Warn("cloud listing failed; converging without it", "err", err)
+	}
+	images := newImageCache(c.cloud)
+
+	rep.Pools = make([]PoolReport, len(specs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, c.opts.Parallelism)
+	for i, ps := range specs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			rep.Pools[i] = c.convergePool(ctx, now, ps, byPool[ps.Pool.Name], view, images)
+		}()
+	}
+	wg.Wait()
+	sort.Slice(rep.Pools, func(a, b int) bool { return rep.Pools[a].Pool < rep.Pools[b].Pool })
+	return rep, nil
+}
+
+// liveStates are all but terminated.
+var liveStates = func() []domain.State {
+	var s []domain.State
+	for _, st := range domain.States {
+		if st != domain.StateTerminated {
+			s = append(s, st)
+		}
+	}
+	return s
+}()
+
+func (c *Converger) cloudView(ctx context.Context) (map[string]domain.CloudInstance, error) {
+	machines, err := c.cloud.List(ctx, domain.CloudFilter{Tags: map[string]string{domain.TagController: c.opts.ControllerID}})
+	if err != nil {
+		c.metrics.cloudErrors.WithLabelValues("DescribeInstances").Inc()
+		return nil, err
+	}
+	view := make(map[string]domain.CloudInstance, len(machines))
+	for _, m := range machines {
+		view[m.ID] = m
+	}
+	return view, nil
+}
+
+func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec, rows []domain.Instance,
+	view map[string]domain.CloudInstance, images *imageCache) PoolReport {
+	p := ps.Pool
+	entry, target := c.opts.Targeter(p, now)
+	r := PoolReport{Pool: p.Name, Schedule: entry, Target: target, Counts: rebalance.Count(rows)}
+	imageID, err := images.resolve(ctx, ps.Runner.Image)
+	if err != nil {
+		r.Err = fmt.Errorf("pool %s: resolve image %q: %w", p.Name, ps.Runner.Image, err)
+		c.log.Error("pool cannot converge: image does not resolve", "pool", p.Name, "image", ps.Runner.Image, "err", err)
+		c.recordStatus(ctx, r, now)
+		return r
+	}
+	r.SpecHash = domain.SpecHash(ps.Runner, imageID, p)
+	r.Plan = rebalance.Compute(rebalance.Snapshot{
+		Pool: p.Name, Now: now, Target: target, SpecHash: r.SpecHash,
+		HotIdleLifetime: p.HotIdleLifetime, DanglingAfter: c.opts.DanglingAfter, GoneGrace: c.opts.GoneGrace,
+		Instances: rows, Cloud: view,
+	})
+	c.metrics.target.WithLabelValues(p.Name, string(domain.RoleHot)).Set(float64(target.Hot))
+	c.metrics.target.WithLabelValues(p.Name, string(domain.RoleStopped)).Set(float64(target.Stopped))
+	if !r.Plan.Empty() {
+		c.log.Info("pool plan", "pool", p.Name, "schedule", entry, "hot", target.Hot, "stopped", target.Stopped,
+			"plan", Describe(r.Plan))
+		a := applier{c: c, now: now, spec: ps, imageID: imageID, hash: r.SpecHash}
+		r.Err = a.apply(ctx, r.Plan)
+	}
+	if r.Err != nil {
+		c.log.Warn("pool converged with errors", "pool", p.Name, "err", r.Err)
+	}
+	c.recordStatus(ctx, r, now)
+	return r
+}
+
+func (c *Converger) recordStatus(ctx context.Context, r PoolReport, now time.Time) {
+	st := domain.PoolStatus{
+		Name: r.Pool, Schedule: r.Schedule, Target: r.Target, SpecHash: r.SpecHash, LastCycle: now,
+		Counts: map[string]int{
+			"ready_hot": r.Counts.ReadyHot, "stopped": r.Counts.Stopped, "warming": r.Counts.Warming,
+			"detached": r.Counts.Detached, "other": r.Counts.Other,
+		},
+	}
+	if r.Err != nil {
+		st.LastError = r.Err.Error()
+	}
+	if err := c.store.PutPoolStatus(ctx, st); err != nil && ctx.Err() == nil {
+		c.log.Warn("record pool status", "pool", r.Pool, "err", err)
+	}
+}
+
+// Describe renders a plan for a log line: "terminate/outdated×3 create/hot×2".
+func Describe(p rebalance.Plan) string {
+	var s string
+	for i, st := range p.Steps {
+		if i > 0 {
+			s += " "
+		}
+		n := st.Count
+		if st.Action != rebalance.Create {
+			n = len(st.Instances)
+		}
+		label := string(st.Reason)
+		if st.Action == rebalance.Create {
+			label = string(st.Role)
+		}
+		s += fmt.Sprintf("%s/%s×%d", st.Action, label, n)
+	}
+	return s
+}
+
+// imageCache resolves each image name once per cycle.
+type imageCache struct {
+	cloud domain.Cloud
+	mu    sync.Mutex
+	ids   map[string]imageResult
+}
+
+type imageResult struct {
+	id  string
+	err error
+}
+
+func newImageCache(cloud domain.Cloud) *imageCache {
+	return &imageCache{cloud: cloud, ids: map[string]imageResult{}}
+}
+
+func (ic *imageCache) resolve(ctx context.Context, name string) (string, error) {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	if r, ok := ic.ids[name]; ok {
+		return r.id, r.err
+	}
+	id, err := ic.cloud.ResolveImage(ctx, name)
+	ic.ids[name] = imageResult{id, err}
+	return id, err
+}

@@ -1,0 +1,49 @@
+package converger
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	cycles       prometheus.Counter
+	cycleSeconds prometheus.Histogram
+	target       *prometheus.GaugeVec
+	actions      *prometheus.CounterVec
+	cloudErrors  *prometheus.CounterVec
+	conflicts    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		cycles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bullpen_converger_cycles_total", Help: "Pool convergence cycles run.",
+		}),
+		cycleSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "bullpen_converger_cycle_seconds", Help: "Duration of one convergence cycle over every pool.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		target: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bullpen_pool_target_instances", Help: "Instances each pool should hold, by role.",
+		}, []string{"pool", "role"}),
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_pool_actions_total", Help: "Instances acted on by the converger, by action and reason.",
+		}, []string{"pool", "action", "reason"}),
+		cloudErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_converger_cloud_errors_total", Help: "Failed cloud calls made by the converger, by operation.",
+		}, []string{"op"}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bullpen_converger_conflicts_total", Help: "Planned changes skipped because the instance changed meanwhile (claimed for a job, say).",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.cycles, m.cycleSeconds, m.target, m.actions, m.cloudErrors, m.conflicts} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("converger metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,268 @@
+// Package rebalance decides, as a pure function of a snapshot, what the pool
+// converger must do to bring one pool to its target. The order of the plan is
+// seed 000's rebalance algorithm: terminate error instances, terminate
+// dangling ones, terminate outdated ones (before creating, to free quota),
+// stop warmed stopped-pool members, create what is missing, and last
+// terminate the excess. Instances bound to a job are never touched.
+package rebalance
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Action is what a step does.
+type Action string
+
+const (
+	Terminate Action = "terminate"
+	Stop      Action = "stop"
+	Create    Action = "create"
+	// Forget closes rows whose machine is already gone: no cloud call.
+	Forget Action = "forget"
+	// Settle records what the cloud finished: a stop that completed.
+	Settle Action = "settle"
+)
+
+// Reason says why a step exists; it labels logs and metrics.
+type Reason string
+
+const (
+	ReasonGone         Reason = "gone"          // the cloud no longer has the machine
+	ReasonStopped      Reason = "stopped"       // the cloud finished stopping it
+	ReasonRetry        Reason = "retry"         // an earlier terminate did not finish
+	ReasonError        Reason = "error"         // the instance reported an error
+	ReasonDeadline     Reason = "deadline"      // stuck past its state's deadline
+	ReasonDangling     Reason = "dangling"      // running too long without a job
+	ReasonIdleLifetime Reason = "idle-lifetime" // a hot instance idle past its lifetime
+	ReasonOutdated     Reason = "outdated"      // spec hash differs from the pool's
+	ReasonWarm         Reason = "warm"          // a stopped-pool member finished warm-up
+	ReasonRestop       Reason = "restop"        // a stop that the cloud did not carry out
+	ReasonMissing      Reason = "missing"       // below target
+	ReasonExcess       Reason = "excess"        // above target
+)
+
+// Step is one action of a plan. Terminate, Stop, Forget and Settle steps name the
+// instances (as read, so the applier can guard on their version); Create
+// steps give a role and a count.
+type Step struct {
+	Action    Action
+	Reason    Reason
+	Role      domain.Role
+	Count     int
+	Instances []domain.Instance
+}
+
+// Plan is the ordered list of steps for one pool.
+type Plan struct {
+	Pool  string
+	Steps []Step
+}
+
+// Empty reports whether the plan does nothing.
+func (p Plan) Empty() bool { return len(p.Steps) == 0 }
+
+// Snapshot is everything the plan depends on.
+type Snapshot struct {
+	Pool            string
+	Now             time.Time
+	Target          domain.Target
+	SpecHash        string
+	HotIdleLifetime time.Duration
+	DanglingAfter   time.Duration
+	// GoneGrace protects young rows from being closed because an
+	// eventually consistent cloud listing does not show them yet.
+	GoneGrace time.Duration
+	// Instances are the pool's rows in any state.
+	Instances []domain.Instance
+	// Cloud is the provider's view by cloud id, when known. A nil map
+	// means the view is unavailable this cycle: rows are not reconciled
+	// with the cloud, but the rest of the plan still runs.
+	Cloud map[string]domain.CloudInstance
+}
+
+// Defaults for the snapshot's durations.
+const (
+	// DefaultDanglingAfter is seed 000's limit for a machine running
+	// without a job.
+	DefaultDanglingAfter = 10 * time.Minute
+	DefaultGoneGrace     = 2 * time.Minute
+)
+
+// Compute returns the plan for one pool.
+func Compute(s Snapshot) Plan {
+	if s.DanglingAfter <= 0 {
+		s.DanglingAfter = DefaultDanglingAfter
+	}
+	if s.GoneGrace <= 0 {
+		s.GoneGrace = DefaultGoneGrace
+	}
+	if s.HotIdleLifetime <= 0 {
+		s.HotIdleLifetime = domain.DefaultHotIdleLifetime
+	}
+	p := Plan{Pool: s.Pool}
+	add := func(a Action, r Reason, insts []domain.Instance) {
+		if len(insts) > 0 {
+			p.Steps = append(p.Steps, Step{Action: a, Reason: r, Instances: insts})
+		}
+	}
+
+	c := categorize(s)
+	add(Settle, ReasonStopped, c.settled)
+	add(Forget, ReasonGone, c.gone)
+	add(Terminate, ReasonRetry, c.retry)
+	add(Terminate, ReasonError, c.errored)
+	add(Terminate, ReasonDeadline, c.expired)
+	add(Terminate, ReasonDangling, c.dangling)
+	add(Terminate, ReasonIdleLifetime, c.idle)
+	add(Terminate, ReasonOutdated, c.outdated)
+	excess := map[domain.Role][]domain.Instance{}
+	for _, role := range []domain.Role{domain.RoleHot, domain.RoleStopped} {
+		if n := len(c.members[role]) - s.Target.For(role); n > 0 {
+			excess[role] = excessVictims(c.members[role], n)
+		}
+	}
+	// A member about to go as excess is not worth parking first.
+	victim := map[string]bool{}
+	for _, v := range excess[domain.RoleStopped] {
+		victim[v.ID] = true
+	}
+	notVictim := func(in domain.Instance) bool { return victim[in.ID] }
+	add(Stop, ReasonRestop, slices.DeleteFunc(c.restop, notVictim))
+	add(Stop, ReasonWarm, slices.DeleteFunc(c.warm, notVictim))
+
+	for _, role := range []domain.Role{domain.RoleHot, domain.RoleStopped} {
+		if n := s.Target.For(role) - len(c.members[role]); n > 0 {
+			p.Steps = append(p.Steps, Step{Action: Create, Reason: ReasonMissing, Role: role, Count: n})
+		}
+	}
+	add(Terminate, ReasonExcess, excess[domain.RoleHot])
+	add(Terminate, ReasonExcess, excess[domain.RoleStopped])
+	return p
+}
+
+// categories sorts a pool's rows into the seed's groups. An instance lands in
+// the first group that claims it.
+type categories struct {
+	gone, retry, errored, expired, dangling, idle, outdated []domain.Instance
+	settled, restop, warm                                   []domain.Instance
+	members                                                 map[domain.Role][]domain.Instance
+}
+
+func categorize(s Snapshot) categories {
+	c := categories{members: map[domain.Role][]domain.Instance{}}
+	for _, in := range s.Instances {
+		if in.State == domain.StateTerminated || in.Detached() {
+			continue
+		}
+		machine, known := s.Cloud[in.CloudID]
+		switch {
+		case gone(in, machine, known, s):
+			c.gone = append(c.gone, in)
+		case in.State == domain.StateTerminating:
+			c.retry = append(c.retry, in)
+		case in.State == domain.StateError:
+			c.errored = append(c.errored, in)
+		case in.State == domain.StateReady && in.Role == domain.RoleHot && !s.Now.Before(in.StateSince.Add(s.HotIdleLifetime)):
+			c.idle = append(c.idle, in)
+		case dangling(in, s):
+			c.dangling = append(c.dangling, in)
+		case in.State != domain.StateReady && in.Expired(s.Now):
+			c.expired = append(c.expired, in)
+		case in.SpecHash != s.SpecHash:
+			c.outdated = append(c.outdated, in)
+		default:
+			c.members[in.Role] = append(c.members[in.Role], in)
+			if in.Role != domain.RoleStopped {
+				continue
+			}
+			if in.State == domain.StateReady {
+				c.warm = append(c.warm, in)
+			} else if in.State == domain.StateStopping && known && machine.State == domain.CloudRunning {
+				c.restop = append(c.restop, in)
+			} else if in.State == domain.StateStopping && known && machine.State == domain.CloudStopped {
+				c.settled = append(c.settled, in)
+			}
+		}
+	}
+	return c
+}
+
+// gone: the cloud listing no longer shows the machine, or shows it on its way
+// out, and the row is old enough for the listing to be trusted.
+func gone(in domain.Instance, m domain.CloudInstance, known bool, s Snapshot) bool {
+	if s.Cloud == nil || in.CloudID == "" {
+		return false
+	}
+	if known {
+		return m.State == domain.CloudTerminated || m.State == domain.CloudShuttingDown
+	}
+	return !s.Now.Before(in.CreatedAt.Add(s.GoneGrace))
+}
+
+// dangling: a machine that has been running for DanglingAfter without a job
+// and is not a hot member within its idle lifetime — a warm-up that never
+// finished, or a stopped-pool member that was never parked.
+func dangling(in domain.Instance, s Snapshot) bool {
+	running := in.State == domain.StateBooting || (in.State == domain.StateReady && in.Role != domain.RoleHot)
+	return running && !in.RunningSince.IsZero() && !s.Now.Before(in.RunningSince.Add(s.DanglingAfter))
+}
+
+// progress ranks how far an instance is from being useful; the excess is
+// taken from the least useful first.
+func progress(s domain.State) int {
+	switch s {
+	case domain.StatePending:
+		return 0
+	case domain.StateBooting:
+		return 1
+	case domain.StateReady, domain.StateStopping:
+		return 2
+	}
+	return 3 // stopped
+}
+
+func excessVictims(members []domain.Instance, n int) []domain.Instance {
+	sorted := slices.Clone(members)
+	slices.SortStableFunc(sorted, func(a, b domain.Instance) int {
+		return cmp.Or(
+			cmp.Compare(progress(a.State), progress(b.State)),
+			a.CreatedAt.Compare(b.CreatedAt),
+			cmp.Compare(a.ID, b.ID),
+		)
+	})
+	return sorted[:n]
+}
+
+// Counts summarises a pool's rows by role and state, for status and display.
+type Counts struct {
+	ReadyHot int `json:"ready_hot"`
+	Stopped  int `json:"stopped"`
+	Warming  int `json:"warming"`  // pending or booting, or warmed and waiting to stop
+	Detached int `json:"detached"` // bound to a job
+	Other    int `json:"other"`    // stopping, error, terminating
+}
+
+// Count tallies instances of one pool.
+func Count(insts []domain.Instance) Counts {
+	var c Counts
+	for _, in := range insts {
+		switch {
+		case in.State == domain.StateTerminated:
+		case in.Detached():
+			c.Detached++
+		case in.State == domain.StateReady && in.Role == domain.RoleHot:
+			c.ReadyHot++
+		case in.State == domain.StateStopped:
+			c.Stopped++
+		case in.State == domain.StatePending, in.State == domain.StateBooting, in.State == domain.StateReady:
+			c.Warming++
+		default:
+			c.Other++
+		}
+	}
+	return c
+}

@@ -1,0 +1,252 @@
+package rebalance
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+var now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+const spec = "spec-v2"
+
+// inst builds a healthy pool member; opts adjust it.
+func inst(id string, role domain.Role, state domain.State, opts ...func(*domain.Instance)) domain.Instance {
+	in := domain.Instance{
+		ID: id, CloudID: "i-" + id, Pool: "p", Role: role, State: state, SpecHash: spec,
+		CreatedAt: now.Add(-5 * time.Minute), StateSince: now.Add(-time.Minute),
+		Deadline: now.Add(time.Hour),
+	}
+	if state == domain.StateBooting || state == domain.StateReady {
+		in.RunningSince = now.Add(-2 * time.Minute)
+	}
+	for _, o := range opts {
+		o(&in)
+	}
+	return in
+}
+
+func since(d time.Duration) func(*domain.Instance) {
+	return func(i *domain.Instance) { i.StateSince = now.Add(-d) }
+}
+func runningFor(d time.Duration) func(*domain.Instance) {
+	return func(i *domain.Instance) { i.RunningSince = now.Add(-d) }
+}
+func created(d time.Duration) func(*domain.Instance) {
+	return func(i *domain.Instance) { i.CreatedAt = now.Add(-d) }
+}
+func hash(h string) func(*domain.Instance) { return func(i *domain.Instance) { i.SpecHash = h } }
+func job(j string) func(*domain.Instance)  { return func(i *domain.Instance) { i.Job = j } }
+func started() func(*domain.Instance)      { return func(i *domain.Instance) { i.JobStarted = true } }
+func expired() func(*domain.Instance)      { return func(i *domain.Instance) { i.Deadline = now } }
+func noCloudID() func(*domain.Instance)    { return func(i *domain.Instance) { i.CloudID = "" } }
+
+// render writes a plan compactly: "terminate/error[a b] create/hot×2".
+func render(p Plan) string {
+	var parts []string
+	for _, s := range p.Steps {
+		if s.Action == Create {
+			parts = append(parts, fmt.Sprintf("create/%s×%d", s.Role, s.Count))
+			continue
+		}
+		var ids []string
+		for _, in := range s.Instances {
+			ids = append(ids, in.ID)
+		}
+		parts = append(parts, fmt.Sprintf("%s/%s[%s]", s.Action, s.Reason, strings.Join(ids, " ")))
+	}
+	return strings.Join(parts, " ")
+}
+
+// cloudOf describes every instance as running, except those listed as gone.
+func cloudOf(insts []domain.Instance, states map[string]domain.CloudState) map[string]domain.CloudInstance {
+	m := map[string]domain.CloudInstance{}
+	for _, in := range insts {
+		if in.CloudID == "" {
+			continue
+		}
+		st, ok := states[in.ID]
+		if !ok {
+			st = domain.CloudRunning
+			if in.State == domain.StateStopped {
+				st = domain.CloudStopped
+			}
+		}
+		if st == "" { // missing from the listing
+			continue
+		}
+		m[in.CloudID] = domain.CloudInstance{ID: in.CloudID, State: st}
+	}
+	return m
+}
+
+func TestCompute(t *testing.T) {
+	H, S := domain.RoleHot, domain.RoleStopped
+	cases := []struct {
+		name   string
+		target domain.Target
+		insts  []domain.Instance
+		cloud  map[string]domain.CloudState // by instance id; "" = absent from listing
+		noView bool                         // the cloud listing failed this cycle
+		want   string
+	}{
+		{name: "empty pool creates hot and stopped in one batch each", target: domain.Target{Hot: 1, Stopped: 2},
+			want: "create/hot×1 create/stopped×2"},
+		{name: "pool at target does nothing", target: domain.Target{Hot: 1, Stopped: 2},
+			insts: []domain.Instance{inst("h1", H, domain.StateReady), inst("s1", S, domain.StateStopped), inst("s2", S, domain.StateStopped)},
+			want:  ""},
+		{name: "warming instances count toward the target", target: domain.Target{Hot: 1, Stopped: 2},
+			insts: []domain.Instance{inst("h1", H, domain.StatePending, noCloudID()), inst("s1", S, domain.StateBooting), inst("s2", S, domain.StateStopping)},
+			cloud: map[string]domain.CloudState{"s2": domain.CloudStopping},
+			want:  ""},
+		{name: "error instance is terminated and replaced", target: domain.Target{Hot: 1},
+			insts: []domain.Instance{inst("h1", H, domain.StateError)},
+			want:  "terminate/error[h1] create/hot×1"},
+		{name: "booting past its deadline counts as an error", target: domain.Target{Stopped: 1},
+			insts: []domain.Instance{inst("s1", S, domain.StatePending, noCloudID(), expired())},
+			want:  "terminate/deadline[s1] create/stopped×1"},
+		{name: "stopped member past its deadline is refreshed", target: domain.Target{Stopped: 1},
+			insts: []domain.Instance{inst("s1", S, domain.StateStopped, expired())},
+			want:  "terminate/deadline[s1] create/stopped×1"},
+		{name: "warm-up running 10 minutes without a job is dangling", target: domain.Target{Stopped: 1},
+			insts: []domain.Instance{inst("s1", S, domain.StateBooting, runningFor(10*time.Minute))},
+			want:  "terminate/dangling[s1] create/stopped×1"},
+		{name: "warm-up just under 10 minutes is left alone", target: domain.Target{Stopped: 1},
+			insts: []domain.Instance{inst("s1", S, domain.StateBooting, runningFor(10*time.Minute-time.Second))},
+			want:  ""},
+		{name: "warmed stopped member never parked is dangling", target: domain.Target{Stopped: 1},
+			insts: []domain.Instance{inst("s1", S, domain.StateReady, runningFor(11*time.Minute))},
+			want:  "terminate/dangling[s1] create/stopped×1"},
+		{name: "hot idle past its lifetime is replaced", target: domain.Target{Hot: 1},
+			insts: []domain.Instance{inst("h1", H, domain.StateReady, since(10*time.Minute), runningFor(12*time.Minute))},
+			want:  "terminate/idle-lifetime[h1] create/hot×1"},
+		{name: "hot idle within its lifetime stays", target: domain.Target{Hot: 1},
+			insts: []domain.Instance{inst("h1", H, domain.StateReady, since(9*time.Minute), runningFor(30*time.Minute))},
+			want:  ""},
+		{name: "outdated instances go before new ones come", target: domain.Target{Hot: 1, Stopped: 1},
+			insts: []domain.Instance{inst("h1", H, domain.StateReady, hash("spec-v1")), inst("s1", S, domain.StateStopped, hash("spec-v1"))},
+			want:  "terminate/outdated[h1 s1] create/hot×1 create/stopped×1"},
+		{name: "claimed instance is never touched nor counted", target: domain.Target{Hot: 1},
+			insts: []domain.Instance{inst("h1", H, domain.StateClaimed, hash("spec-v1"), job("j1"), expired())},
+			want:  "create/hot×1"},
+		{name: "instance whose job started is never touched", target: domain.Target{},
+			insts: []domain.Instance{inst("s1", S, domain.StateReady, started(), runningFor(time.Hour), hash("old"))},
+			want:  ""},
+		{name: "running and releasing instances are never touched", target: domain.Target{},
+			insts: []domain.Instance{inst("a", H, domain.StateRunning, job("j")), inst("b", H, domain.StateReleasing, expired())},
+			want:  ""},
+		{name: "warmed stopped member is stopped", target: domain.Target{Stopped: 2},
+			insts: []domain.Instance{inst("s1", S, domain.StateReady), inst("s2", S, domain.StateStopped)},
+			want:  "stop/warm[s1]"},
+		{name: "a stop the cloud did not carry out is sent again", target: domain.Target{Stopped: 1},
+			insts: []domain.Instance{inst("s1", S, domain.StateStopping)},
+			cloud: map[string]domain.CloudState{"s1": domain.CloudRunning},
+			want:  "stop/restop[s1]"},
+		{name: "a stop in progress is left alone", target: domain.Target{Stopped: 1},
+			insts: []domain.Instance{inst("s1", S, domain.StateStopping)},
+			cloud: map[string]domain.CloudState{"s1": domain.CloudStopping},
+			want:  ""},
+		{name: "a finished stop is settled", target: domain.Target{Stopped: 1},
+			insts: []domain.Instance{inst("s1", S, domain.StateStopping)},
+			cloud: map[string]domain.CloudState{"s1": domain.CloudStopped},
+			want:  "settle/stopped[s1]"},
+		{name: "excess hot goes least useful first, then oldest", target: domain.Target{Hot: 1},
+			insts: []domain.Instance{
+				inst("new", H, domain.StateReady, created(time.Minute)),
+				inst("old", H, domain.StateReady, created(9*time.Minute)),
+				inst("boot", H, domain.StateBooting),
+			},
+			want: "terminate/excess[boot old]"},
+		{name: "excess stopped keeps the parked ones", target: domain.Target{Stopped: 1},
+			insts: []domain.Instance{inst("s1", S, domain.StateStopped, created(time.Hour)), inst("s2", S, domain.StateBooting)},
+			want:  "terminate/excess[s2]"},
+		{name: "schedule drop to zero terminates every member", target: domain.Target{},
+			insts: []domain.Instance{inst("h1", H, domain.StateReady), inst("s1", S, domain.StateStopped)},
+			want:  "terminate/excess[h1] terminate/excess[s1]"},
+		{name: "warm member that is also excess is terminated, not stopped", target: domain.Target{Stopped: 2},
+			insts: []domain.Instance{inst("s1", S, domain.StateStopped), inst("s2", S, domain.StateReady), inst("s3", S, domain.StateReady, created(time.Hour))},
+			want:  "stop/warm[s2] terminate/excess[s3]"},
+		{name: "machine gone from the cloud is forgotten and replaced", target: domain.Target{Hot: 1},
+			insts: []domain.Instance{inst("h1", H, domain.StateReady)},
+			cloud: map[string]domain.CloudState{"h1": ""},
+			want:  "forget/gone[h1] create/hot×1"},
+		{name: "machine shutting down is forgotten", target: domain.Target{Stopped: 1},
+			insts: []domain.Instance{inst("s1", S, domain.StateStopped)},
+			cloud: map[string]domain.CloudState{"s1": domain.CloudShuttingDown},
+			want:  "forget/gone[s1] create/stopped×1"},
+		{name: "young row missing from the listing is trusted", target: domain.Target{Hot: 1},
+			insts: []domain.Instance{inst("h1", H, domain.StateBooting, created(time.Minute))},
+			cloud: map[string]domain.CloudState{"h1": ""},
+			want:  ""},
+		{name: "without a cloud view nothing is forgotten", target: domain.Target{Hot: 1},
+			insts:  []domain.Instance{inst("h1", H, domain.StateReady)},
+			noView: true,
+			want:   ""},
+		{name: "unfinished terminate is retried", target: domain.Target{},
+			insts: []domain.Instance{inst("h1", H, domain.StateTerminating)},
+			want:  "terminate/retry[h1]"},
+		{name: "terminated rows are history", target: domain.Target{Hot: 1},
+			insts: []domain.Instance{inst("h1", H, domain.StateTerminated)},
+			want:  "create/hot×1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := Snapshot{Pool: "p", Now: now, Target: c.target, SpecHash: spec, Instances: c.insts}
+			if !c.noView {
+				s.Cloud = cloudOf(c.insts, c.cloud)
+			}
+			if got := render(Compute(s)); got != c.want {
+				t.Errorf("plan\n got: %s\nwant: %s", got, c.want)
+			}
+		})
+	}
+}
+
+func TestComputeFollowsTheSeedsOrder(t *testing.T) {
+	H, S := domain.RoleHot, domain.RoleStopped
+	insts := []domain.Instance{
+		inst("gone", H, domain.StateReady),
+		inst("retry", H, domain.StateTerminating),
+		inst("err", S, domain.StateError),
+		inst("late", S, domain.StateStopping, expired()),
+		inst("dang", S, domain.StateBooting, runningFor(time.Hour)),
+		inst("idle", H, domain.StateReady, since(time.Hour)),
+		inst("old", S, domain.StateStopped, hash("spec-v1")),
+		inst("warm", S, domain.StateReady),
+		inst("hot", H, domain.StateReady),
+		inst("busy", H, domain.StateRunning, job("j")),
+	}
+	s := Snapshot{Pool: "p", Now: now, Target: domain.Target{Hot: 3, Stopped: 2}, SpecHash: spec, Instances: insts,
+		Cloud: cloudOf(insts, map[string]domain.CloudState{"gone": ""})}
+	want := "forget/gone[gone] terminate/retry[retry] terminate/error[err] terminate/deadline[late] " +
+		"terminate/dangling[dang] terminate/idle-lifetime[idle] terminate/outdated[old] stop/warm[warm] " +
+		"create/hot×2 create/stopped×1"
+	if got := render(Compute(s)); got != want {
+		t.Errorf("plan\n got: %s\nwant: %s", got, want)
+	}
+	// Terminations that free quota all come before the first create.
+	p := Compute(s)
+	firstCreate := slices.IndexFunc(p.Steps, func(s Step) bool { return s.Action == Create })
+	for i, st := range p.Steps[firstCreate:] {
+		if st.Action == Terminate && st.Reason != ReasonExcess {
+			t.Errorf("step %d terminates for %s after creating", firstCreate+i, st.Reason)
+		}
+	}
+}
+
+func TestCount(t *testing.T) {
+	H, S := domain.RoleHot, domain.RoleStopped
+	got := Count([]domain.Instance{
+		inst("a", H, domain.StateReady), inst("b", H, domain.StateBooting), inst("c", S, domain.StateStopped),
+		inst("d", S, domain.StateReady), inst("e", H, domain.StateClaimed, job("j")), inst("f", S, domain.StateError),
+		inst("g", S, domain.StateTerminated),
+	})
+	want := Counts{ReadyHot: 1, Stopped: 1, Warming: 2, Detached: 1, Other: 1}
+	if got != want {
+		t.Fatalf("Count = %+v, want %+v", got, want)
+	}
+}
