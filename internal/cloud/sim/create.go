@@ -1,0 +1,237 @@
+package sim
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Create launches spec.Count machines like an EC2 instant fleet. Each starts
+// pending, runs after Latency.Boot and sends its warm signal Latency.WarmUp
+// later. When Capacity leaves room for fewer machines, it launches those
+// that fit and returns them with an error wrapping
+// domain.ErrInsufficientCapacity.
+//
+// A call repeating a non-empty ClientToken that launched machines returns
+// those machines (as they are now) and the original error, launching
+// nothing; the same token with a different request is refused
+// (IdempotentParameterMismatch). A token whose call launched nothing is not
+// remembered, so a retry may succeed once capacity frees up.
+func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.CloudInstance, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now, err := c.call(ctx, OpCreateFleet, spec.Count)
+	if err != nil {
+		return nil, err
+	}
+	itype, usage := InstanceType(spec.Runner), UsageClass(spec.Runner)
+	fp := fingerprint(spec, itype, usage)
+	if spec.ClientToken != "" {
+		if rec, ok := c.tokens[spec.ClientToken]; ok {
+			if rec.fingerprint != fp {
+				return nil, apiError(OpCreateFleet, CodeIdempotentMismatch, domain.ErrInvalidRequest,
+					"client token %q was used with a different request", spec.ClientToken)
+			}
+			return c.views(rec.ids, now), rec.err
+		}
+	}
+	if err := c.validateLaunch(spec); err != nil {
+		return nil, err
+	}
+	n := spec.Count
+	if c.capacity > 0 {
+		n = min(n, max(0, c.capacity-c.live(now)))
+	}
+	out := make([]domain.CloudInstance, 0, n)
+	ids := make([]string, 0, n)
+	for range n {
+		m := c.launch(spec, itype, usage, now)
+		out = append(out, m.view(now))
+		ids = append(ids, m.inst.ID)
+	}
+	if n < spec.Count {
+		err = apiError(OpCreateFleet, CodeInsufficient, domain.ErrInsufficientCapacity,
+			"launched %d of %d %s machines", n, spec.Count, itype)
+	}
+	if spec.ClientToken != "" && n > 0 {
+		c.tokens[spec.ClientToken] = tokenRecord{fingerprint: fp, ids: ids, err: err}
+	}
+	if n == 0 {
+		return nil, err
+	}
+	return out, err
+}
+
+func (c *Cloud) validateLaunch(spec domain.LaunchSpec) error {
+	if spec.Count < 1 || spec.Count > c.opts.MaxPerCall {
+		return apiError(OpCreateFleet, CodeInvalidParameter, domain.ErrInvalidRequest,
+			"count %d, want 1 to %d", spec.Count, c.opts.MaxPerCall)
+	}
+	// Without Options.Images every id is accepted, so that tests need not
+	// resolve an image first.
+	if spec.ImageID == "" {
+		return apiError(OpCreateFleet, CodeAMIMalformed, domain.ErrUnknownImage, "no image id given")
+	}
+	if c.images != nil && !c.imageIDs[spec.ImageID] {
+		return apiError(OpCreateFleet, CodeAMINotFound, domain.ErrUnknownImage,
+			"image %s does not exist", spec.ImageID)
+	}
+	return nil
+}
+
+// launch adds one pending machine and starts its agent. Called under c.mu.
+func (c *Cloud) launch(spec domain.LaunchSpec, itype, usage string, now time.Time) *machine {
+	c.seq++
+	m := &machine{
+		seq: c.seq,
+		inst: domain.CloudInstance{
+			ID:           c.newID(),
+			Tags:         maps.Clone(spec.Tags),
+			InstanceType: itype,
+			UsageClass:   usage,
+			LaunchedAt:   now,
+		},
+		neverWarm: c.opts.NeverWarmEvery > 0 && c.seq%c.opts.NeverWarmEvery == 0,
+	}
+	if m.inst.Tags == nil {
+		m.inst.Tags = map[string]string{}
+	}
+	m.begin(now, domain.CloudPending, domain.CloudRunning, c.opts.Latency.Boot)
+	c.machines[m.inst.ID] = m
+	c.startRun(m, now, now.Add(c.opts.Latency.Boot))
+	return m
+}
+
+// newID derives an EC2-shaped id from the seed and the machine's sequence
+// number, so that runs are reproducible.
+func (c *Cloud) newID() string {
+	var buf [24]byte
+	binary.BigEndian.PutUint64(buf[0:], c.opts.Seed)
+	binary.BigEndian.PutUint64(buf[8:], uint64(c.seq))
+	for salt := uint64(0); ; salt++ {
+		binary.BigEndian.PutUint64(buf[16:], salt)
+		sum := sha256.Sum256(buf[:])
+		id := "i-" + hex.EncodeToString(sum[:])[:17]
+		if _, taken := c.machines[id]; !taken {
+			return id
+		}
+	}
+}
+
+// views describes the machines with ids that still exist. Called under c.mu.
+func (c *Cloud) views(ids []string, now time.Time) []domain.CloudInstance {
+	out := make([]domain.CloudInstance, 0, len(ids))
+	for _, id := range ids {
+		if m, ok := c.machines[id]; ok {
+			out = append(out, m.view(now))
+		}
+	}
+	return out
+}
+
+// fingerprint identifies a Create request for ClientToken checks.
+func fingerprint(spec domain.LaunchSpec, itype, usage string) string {
+	b, err := json.Marshal(struct {
+		Count    int
+		Image    string
+		Type     string
+		Usage    string
+		Tags     map[string]string
+		UserData string
+	}{spec.Count, spec.ImageID, itype, usage, spec.Tags, spec.UserData})
+	if err != nil {
+		panic("fingerprint: " + err.Error()) // plain structs always marshal
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// ResolveImage returns the id of the image called name: from Options.Images
+// when set, otherwise "ami-" and a hash of the name and its generation (see
+// PublishImage). An empty or unconfigured name is domain.ErrUnknownImage.
+func (c *Cloud) ResolveImage(ctx context.Context, name string) (string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, err := c.call(ctx, OpDescribeImages, 1); err != nil {
+		return "", err
+	}
+	if name == "" {
+		return "", apiError(OpDescribeImages, CodeAMINotFound, domain.ErrUnknownImage, "no image name given")
+	}
+	if c.images == nil {
+		return imageID(name, c.imageGen[name]), nil
+	}
+	id, ok := c.images[name]
+	if !ok {
+		return "", apiError(OpDescribeImages, CodeAMINotFound, domain.ErrUnknownImage,
+			"no image called %q", name)
+	}
+	return id, nil
+}
+
+// PublishImage simulates the release of a new version of the image called
+// name: from now on it resolves to a new id, which it returns. With
+// Options.Images set, the name is added if it was missing. Not an API call.
+func (c *Cloud) PublishImage(name string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.imageGen[name]++
+	id := imageID(name, c.imageGen[name])
+	if c.images != nil {
+		c.images[name] = id
+		c.imageIDs[id] = true
+	}
+	return id
+}
+
+func imageID(name string, generation int) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d", name, generation))
+	return "ami-" + hex.EncodeToString(sum[:])[:17]
+}
+
+// InstanceType is the type the sim launches for r: the first entry of
+// r.Family (default "m7a") without trailing wildcards ("*", "+"), sized by
+// the vCPUs asked for (CPU.Min, else CPU.Max, else 2): up to 2 is "large",
+// up to 4 "xlarge", more the smallest "<k>xlarge" (k a power of two) with
+// 4k vCPUs that suffice: 8 → 2xlarge, 16 → 4xlarge, 48 → 16xlarge. A family
+// entry that already names a size ("c7a.2xlarge") is used as it is.
+func InstanceType(r domain.RunnerSpec) string {
+	family := "m7a"
+	if len(r.Family) > 0 && strings.TrimRight(r.Family[0], "*+") != "" {
+		family = strings.TrimRight(r.Family[0], "*+")
+	}
+	if strings.Contains(family, ".") {
+		return family
+	}
+	cpu := r.CPU.Min
+	if cpu <= 0 {
+		cpu = r.CPU.Max
+	}
+	switch {
+	case cpu <= 2:
+		return family + ".large"
+	case cpu <= 4:
+		return family + ".xlarge"
+	}
+	k := 2
+	for 4*k < cpu {
+		k *= 2
+	}
+	return fmt.Sprintf("%s.%dxlarge", family, k)
+}
+
+// UsageClass is "spot" when r asks for spot capacity, else "on-demand".
+func UsageClass(r domain.RunnerSpec) string {
+	if r.Spot != "" {
+		return "spot"
+	}
+	return "on-demand"
+}

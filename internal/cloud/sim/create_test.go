@@ -1,0 +1,157 @@
+package sim_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+func TestInstanceType(t *testing.T) {
+	tests := []struct {
+		family []string
+		cpu    domain.Range
+		want   string
+	}{
+		{nil, domain.Range{}, "m7a.large"},
+		{[]string{"t3"}, domain.Range{Min: 1}, "t3.large"},
+		{[]string{"c7a", "m7a"}, domain.Range{Min: 2, Max: 2}, "c7a.large"},
+		{[]string{"m7i*"}, domain.Range{Min: 4}, "m7i.xlarge"},
+		{[]string{"c7+"}, domain.Range{Max: 8}, "c7.2xlarge"},
+		{[]string{"c7a"}, domain.Range{Min: 16, Max: 32}, "c7a.4xlarge"},
+		{[]string{"c7a"}, domain.Range{Min: 48}, "c7a.16xlarge"},
+		{[]string{"c7a.metal-48xl"}, domain.Range{Min: 2}, "c7a.metal-48xl"},
+		{[]string{"*"}, domain.Range{Min: 5}, "m7a.2xlarge"},
+	}
+	for _, tt := range tests {
+		if got := sim.InstanceType(domain.RunnerSpec{Family: tt.family, CPU: tt.cpu}); got != tt.want {
+			t.Errorf("InstanceType(%v, %+v) = %q, want %q", tt.family, tt.cpu, got, tt.want)
+		}
+	}
+}
+
+func TestCreateDescribesMachines(t *testing.T) {
+	c, _ := newSim(t, sim.Options{})
+	tags := map[string]string{domain.TagPool: "p"}
+	runner := domain.RunnerSpec{Family: []string{"c7a"}, CPU: domain.Range{Min: 4}, Spot: "price-capacity-optimized"}
+	ms, err := c.Create(t.Context(), domain.LaunchSpec{Runner: runner, ImageID: "ami-1", Count: 2, Tags: tags})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags[domain.TagPool] = "changed after the call"
+	for _, m := range ms {
+		if m.InstanceType != "c7a.xlarge" || m.UsageClass != "spot" || m.Tags[domain.TagPool] != "p" ||
+			!m.LaunchedAt.Equal(epoch) || m.State != domain.CloudRunning || !strings.HasPrefix(m.ID, "i-") {
+			t.Errorf("machine %+v", m)
+		}
+	}
+	ms[0].Tags["x"] = "y"
+	if m, _ := c.Get(ms[0].ID); m.Tags["x"] != "" {
+		t.Fatal("a returned machine shares its tags with the sim")
+	}
+}
+
+func TestInstanceIDsFollowTheSeed(t *testing.T) {
+	a, _ := newSim(t, sim.Options{Seed: 1})
+	b, _ := newSim(t, sim.Options{Seed: 1})
+	other, _ := newSim(t, sim.Options{Seed: 2})
+	ida, idb, ido := create(t, a, 3, nil), create(t, b, 3, nil), create(t, other, 3, nil)
+	for i := range ida {
+		if ida[i] != idb[i] || ida[i] == ido[i] || len(ida[i]) != len("i-")+17 {
+			t.Fatalf("ids %v, %v, %v", ida, idb, ido)
+		}
+	}
+}
+
+func TestClientToken(t *testing.T) {
+	c, _ := newSim(t, sim.Options{Capacity: 3})
+	ctx := t.Context()
+	spec := domain.LaunchSpec{ImageID: "ami-1", Count: 2, ClientToken: "launch-1", Tags: map[string]string{"a": "b"}}
+	first, err := c.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.Create(ctx, spec)
+	if err != nil || len(again) != 2 || again[0].ID != first[0].ID || again[1].ID != first[1].ID {
+		t.Fatalf("repeat returned %v, %v; want %v", again, err, first)
+	}
+
+	changed := spec
+	changed.Count = 1
+	_, err = c.Create(ctx, changed)
+	wantCode(t, err, domain.ErrInvalidRequest, sim.CodeIdempotentMismatch)
+
+	// A partial fulfilment replays with its error; one that launched
+	// nothing is not remembered.
+	partial := domain.LaunchSpec{ImageID: "ami-1", Count: 2, ClientToken: "launch-2"}
+	got1, err1 := c.Create(ctx, partial)
+	got2, err2 := c.Create(ctx, partial)
+	if len(got1) != 1 || len(got2) != 1 || got1[0].ID != got2[0].ID ||
+		!errors.Is(err1, domain.ErrInsufficientCapacity) || !errors.Is(err2, domain.ErrInsufficientCapacity) {
+		t.Fatalf("partial replay: %v %v / %v %v", got1, err1, got2, err2)
+	}
+	none := domain.LaunchSpec{ImageID: "ami-1", Count: 1, ClientToken: "launch-3"}
+	if _, err := c.Create(ctx, none); !errors.Is(err, domain.ErrInsufficientCapacity) {
+		t.Fatalf("full cloud: %v", err)
+	}
+	if err := c.Terminate(ctx, []string{first[0].ID}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Create(ctx, none); err != nil || len(got) != 1 {
+		t.Fatalf("retry after capacity freed: %v, %v", got, err)
+	}
+	if n := len(c.Instances()); n != 4 {
+		t.Fatalf("%d machines, want 4", n)
+	}
+}
+
+func TestResolveAndPublishImagesByName(t *testing.T) {
+	c, _ := newSim(t, sim.Options{})
+	ctx := t.Context()
+	resolve := func(name string) string {
+		t.Helper()
+		id, err := c.ResolveImage(ctx, name)
+		if err != nil {
+			t.Fatalf("ResolveImage(%q): %v", name, err)
+		}
+		return id
+	}
+	ubuntu, other := resolve("ubuntu-24.04"), resolve("ubuntu-22.04")
+	if !strings.HasPrefix(ubuntu, "ami-") || ubuntu == other || resolve("ubuntu-24.04") != ubuntu {
+		t.Fatalf("ids %q, %q", ubuntu, other)
+	}
+	released := c.PublishImage("ubuntu-24.04")
+	if released == ubuntu || resolve("ubuntu-24.04") != released || resolve("ubuntu-22.04") != other {
+		t.Fatalf("after publish: %q", released)
+	}
+	_, err := c.ResolveImage(ctx, "")
+	wantCode(t, err, domain.ErrUnknownImage, sim.CodeAMINotFound)
+	_, err = c.Create(ctx, domain.LaunchSpec{Count: 1})
+	wantCode(t, err, domain.ErrUnknownImage, sim.CodeAMIMalformed)
+}
+
+func TestResolveConfiguredImages(t *testing.T) {
+	images := map[string]string{"runner": "ami-0aaaaaaaaaaaaaaaa"}
+	c, _ := newSim(t, sim.Options{Images: images})
+	ctx := t.Context()
+	images["runner"] = "ami-changed-by-caller"
+	if id, err := c.ResolveImage(ctx, "runner"); err != nil || id != "ami-0aaaaaaaaaaaaaaaa" {
+		t.Fatalf("ResolveImage = %q, %v", id, err)
+	}
+	_, err := c.ResolveImage(ctx, "missing")
+	wantCode(t, err, domain.ErrUnknownImage, sim.CodeAMINotFound)
+	_, err = c.Create(ctx, domain.LaunchSpec{ImageID: "ami-elsewhere", Count: 1})
+	wantCode(t, err, domain.ErrUnknownImage, sim.CodeAMINotFound)
+
+	released := c.PublishImage("runner")
+	if id, _ := c.ResolveImage(ctx, "runner"); id != released {
+		t.Fatalf("after publish: %q, want %q", id, released)
+	}
+	for _, image := range []string{"ami-0aaaaaaaaaaaaaaaa", released} {
+		if _, err := c.Create(ctx, domain.LaunchSpec{ImageID: image, Count: 1}); err != nil {
+			t.Fatalf("Create with %s: %v", image, err)
+		}
+	}
+}

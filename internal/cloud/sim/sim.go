@@ -1,0 +1,286 @@
+// Package sim is an in-memory cloud that behaves like EC2 closely enough to
+// develop, test and demonstrate bullpen without an account: machines move
+// through EC2's states with configurable latencies on an injected clock, a
+// simulated agent on each machine reports when warm-up is done, and faults
+// (throttling, failures, capacity limits, machines that never warm) can be
+// injected deterministically. Every API call is counted by its EC2 operation
+// name so tests can assert how bullpen batches its calls.
+//
+// State changes are computed lazily from timestamps: a machine created at t
+// with a Boot latency of b reads as pending before t+b and running from t+b
+// on, exactly, whenever it is looked at. Only the agent's signals need
+// timers, so the only timers the sim holds on the clock are pending signals.
+package sim
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// EC2 operation names, used as keys of Calls, MaxIDsPerCall, FailNext and
+// Throttle.
+const (
+	OpCreateFleet        = "CreateFleet"
+	OpStartInstances     = "StartInstances"
+	OpStopInstances      = "StopInstances"
+	OpTerminateInstances = "TerminateInstances"
+	OpCreateTags         = "CreateTags"
+	OpDescribeInstances  = "DescribeInstances"
+	OpDescribeImages     = "DescribeImages"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultMaxPerCall          = 1000 // EC2's limit on ids per call
+	DefaultSignalRetry         = time.Second
+	DefaultTerminatedRetention = time.Hour // EC2 describes terminated machines for about an hour
+)
+
+// Latency is how long each state change takes. Zero means the change is
+// complete when the call returns.
+type Latency struct {
+	Boot      time.Duration // pending → running after Create
+	Start     time.Duration // pending → running after Start
+	Stop      time.Duration // stopping → stopped
+	Terminate time.Duration // shutting-down → terminated
+	WarmUp    time.Duration // running → warm signal sent, after every boot and start
+}
+
+// Options configure a Cloud. The zero value is a usable, instant, unlimited
+// cloud without signals.
+type Options struct {
+	Latency Latency
+	// MaxPerCall is the most ids (or machines, for Create) one call may
+	// carry; larger calls are refused. Zero means DefaultMaxPerCall.
+	MaxPerCall int
+	// Capacity caps live (not terminated) machines; zero means unlimited.
+	Capacity int
+	// Images maps image names to ids; Create then refuses ids it never
+	// held. When nil, every non-empty name resolves to an id derived from
+	// the name and its generation, and Create takes any non-empty id.
+	Images map[string]string
+	// Signals receives the simulated agents' signals; nil sends none.
+	Signals domain.SignalSink
+	// SignalRetry is how long an agent waits after the sink refuses a
+	// signal. Zero means DefaultSignalRetry.
+	SignalRetry time.Duration
+	// NeverWarmEvery makes every Nth created machine (the Nth, 2Nth, …)
+	// never send its warm signal. Zero disables.
+	NeverWarmEvery int
+	// TerminatedRetention is how long terminated machines stay listable by
+	// id. Zero means DefaultTerminatedRetention.
+	TerminatedRetention time.Duration
+	// Seed varies the generated instance ids, so that two sims in one
+	// process do not hand out the same ids.
+	Seed uint64
+}
+
+// Cloud is the simulated provider. It is safe for concurrent use.
+type Cloud struct {
+	clk  domain.Clock
+	opts Options
+
+	mu        sync.Mutex
+	machines  map[string]*machine
+	seq       int // machines ever created; orders listings
+	capacity  int
+	images    map[string]string // nil: derive ids from names
+	imageGen  map[string]int    // releases per image name (PublishImage)
+	imageIDs  map[string]bool   // every id images ever held, so rolled-over images still launch
+	tokens    map[string]tokenRecord
+	calls     map[string]int
+	maxIDs    map[string]int
+	failures  map[string]*failure
+	throttles map[string]*bucket
+	closed    bool
+}
+
+var _ domain.Cloud = (*Cloud)(nil)
+
+// machine is one simulated instance. next/nextAt hold the state change in
+// flight, applied by settle once the clock reaches nextAt.
+type machine struct {
+	inst         domain.CloudInstance
+	seq          int
+	next         domain.CloudState
+	nextAt       time.Time
+	terminatedAt time.Time
+	neverWarm    bool
+	run          *run // the current or last stint of running
+}
+
+// tokenRecord remembers a Create call for its ClientToken.
+type tokenRecord struct {
+	fingerprint string
+	ids         []string
+	err         error
+}
+
+// New returns an empty cloud driven by clk.
+func New(clk domain.Clock, opts Options) *Cloud {
+	if opts.MaxPerCall <= 0 {
+		opts.MaxPerCall = DefaultMaxPerCall
+	}
+	if opts.SignalRetry <= 0 {
+		opts.SignalRetry = DefaultSignalRetry
+	}
+	if opts.TerminatedRetention <= 0 {
+		opts.TerminatedRetention = DefaultTerminatedRetention
+	}
+	c := &Cloud{
+		clk:       clk,
+		opts:      opts,
+		machines:  map[string]*machine{},
+		capacity:  opts.Capacity,
+		imageGen:  map[string]int{},
+		imageIDs:  map[string]bool{},
+		tokens:    map[string]tokenRecord{},
+		calls:     map[string]int{},
+		maxIDs:    map[string]int{},
+		failures:  map[string]*failure{},
+		throttles: map[string]*bucket{},
+	}
+	if opts.Images != nil {
+		c.images = make(map[string]string, len(opts.Images))
+		for name, id := range opts.Images {
+			c.images[name] = id
+			c.imageIDs[id] = true
+		}
+	}
+	return c
+}
+
+// Close stops every simulated agent; machines keep their states. Calls
+// after Close still work, but no further signals are sent.
+func (c *Cloud) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, m := range c.machines {
+		m.run.stopTimer()
+	}
+}
+
+// Calls returns how many times each operation was called, failed calls
+// included.
+func (c *Cloud) Calls() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return copyCounts(c.calls)
+}
+
+// MaxIDsPerCall returns, per operation, the most ids one call carried (the
+// machine count for CreateFleet), refused calls included.
+func (c *Cloud) MaxIDsPerCall() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return copyCounts(c.maxIDs)
+}
+
+// ResetCalls clears Calls and MaxIDsPerCall.
+func (c *Cloud) ResetCalls() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = map[string]int{}
+	c.maxIDs = map[string]int{}
+}
+
+// Instances returns every machine the cloud still describes, terminated ones
+// included, in creation order. It is not an API call and is not counted.
+func (c *Cloud) Instances() []domain.CloudInstance {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clk.Now()
+	c.purge(now)
+	out := make([]domain.CloudInstance, 0, len(c.machines))
+	for _, m := range c.sorted() {
+		out = append(out, m.view(now))
+	}
+	return out
+}
+
+// Get returns one machine as the cloud currently describes it.
+func (c *Cloud) Get(id string) (domain.CloudInstance, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.clk.Now()
+	c.purge(now)
+	m, ok := c.machines[id]
+	if !ok {
+		return domain.CloudInstance{}, false
+	}
+	return m.view(now), true
+}
+
+// sorted returns the machines in creation order.
+func (c *Cloud) sorted() []*machine {
+	ms := make([]*machine, 0, len(c.machines))
+	for _, m := range c.machines {
+		ms = append(ms, m)
+	}
+	slices.SortFunc(ms, func(a, b *machine) int { return a.seq - b.seq })
+	return ms
+}
+
+// purge forgets machines terminated longer than the retention ago.
+func (c *Cloud) purge(now time.Time) {
+	for id, m := range c.machines {
+		m.settle(now)
+		if m.inst.State == domain.CloudTerminated &&
+			!now.Before(m.terminatedAt.Add(c.opts.TerminatedRetention)) {
+			delete(c.machines, id)
+		}
+	}
+}
+
+// live counts machines that hold capacity: everything not yet terminated.
+func (c *Cloud) live(now time.Time) int {
+	n := 0
+	for _, m := range c.machines {
+		m.settle(now)
+		if m.inst.State != domain.CloudTerminated {
+			n++
+		}
+	}
+	return n
+}
+
+// settle applies the state change in flight if its time has come.
+func (m *machine) settle(now time.Time) {
+	if m.next == "" || now.Before(m.nextAt) {
+		return
+	}
+	m.inst.State = m.next
+	if m.next == domain.CloudTerminated {
+		m.terminatedAt = m.nextAt
+	}
+	m.next = ""
+}
+
+// begin moves m to state now and to next after d (at once when d is zero).
+func (m *machine) begin(now time.Time, state, next domain.CloudState, d time.Duration) {
+	m.inst.State, m.next, m.nextAt = state, next, now.Add(d)
+	m.settle(now)
+}
+
+// view returns a copy of the machine as described at now.
+func (m *machine) view(now time.Time) domain.CloudInstance {
+	m.settle(now)
+	v := m.inst
+	v.Tags = make(map[string]string, len(m.inst.Tags))
+	for k, val := range m.inst.Tags {
+		v.Tags[k] = val
+	}
+	return v
+}
+
+func copyCounts(in map[string]int) map[string]int {
+	out := make(map[string]int, len(in))
+	for k, v := range in {
+		out[k] = v
+	}
+	return out
+}
