@@ -1,0 +1,261 @@
+package config
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+func (p *parser) pools(n *yaml.Node) []domain.Pool {
+	var out []domain.Pool
+	p.entries("pools", "pools", n, func(k, v *yaml.Node) {
+		path := join("pools", k.Value)
+		p.checkName(path, "pool", k)
+		out = append(out, p.pool(path, k, v))
+	})
+	return out
+}
+
+func (p *parser) pool(path string, at, n *yaml.Node) domain.Pool {
+	pool := domain.Pool{Name: at.Value, Location: time.UTC, HotIdleLifetime: domain.DefaultHotIdleLifetime}
+	var maxJobsAt, maxAgeAt *yaml.Node
+	p.fields(path, "pool", at, n, []field{
+		{key: "environment", parse: func(path string, v *yaml.Node) { pool.Environment, _ = p.str(path, v) }},
+		{key: "runner", required: true, parse: func(path string, v *yaml.Node) { pool.Runner = p.runnerRef(path, v) }},
+		{key: "timezone", parse: func(path string, v *yaml.Node) { pool.Timezone, pool.Location = p.timezone(path, v) }},
+		{key: "schedule", parse: func(path string, v *yaml.Node) { pool.Schedule = p.schedule(path, v) }},
+		{key: "hot-idle-lifetime", parse: func(path string, v *yaml.Node) {
+			d, ok := p.duration(path, v)
+			if ok && d <= 0 {
+				p.errorf(deref(v), path, "hot-idle-lifetime must be > 0, got %s", d)
+				return
+			}
+			if ok {
+				pool.HotIdleLifetime = d
+			}
+		}},
+		{key: "reuse", parse: func(path string, v *yaml.Node) { pool.Reuse, _ = p.boolean(path, v) }},
+		{key: "max-jobs-per-instance", parse: func(path string, v *yaml.Node) {
+			maxJobsAt = v
+			pool.MaxJobsPerInstance = p.count(path, "max-jobs-per-instance", v)
+		}},
+		{key: "max-age", parse: func(path string, v *yaml.Node) {
+			maxAgeAt = v
+			d, ok := p.duration(path, v)
+			if ok && d < 0 {
+				p.errorf(deref(v), path, "max-age must be >= 0, got %s", d)
+				return
+			}
+			pool.MaxAge = d
+		}},
+	})
+	// Without reuse an instance serves one job and is gone, so these limits
+	// would silently do nothing: say so rather than let the user rely on them.
+	if !pool.Reuse && pool.MaxJobsPerInstance > 0 {
+		p.errorf(deref(maxJobsAt), join(path, "max-jobs-per-instance"), "max-jobs-per-instance only applies with reuse: true")
+	}
+	if !pool.Reuse && pool.MaxAge > 0 {
+		p.errorf(deref(maxAgeAt), join(path, "max-age"), "max-age only applies with reuse: true")
+	}
+	return pool
+}
+
+func (p *parser) runnerRef(path string, n *yaml.Node) string {
+	name, ok := p.str(path, n)
+	if ok && !slices.Contains(p.runnerNames, name) {
+		known := "no runners are defined"
+		if len(p.runnerNames) > 0 {
+			known = "known: " + strings.Join(p.runnerNames, ", ")
+		}
+		p.errorf(deref(n), path, "unknown runner %q (%s)", name, known)
+	}
+	return name
+}
+
+// timezone resolves an IANA zone name. "Local" is refused: it would make
+// the schedule depend on the host the control plane runs on.
+func (p *parser) timezone(path string, n *yaml.Node) (string, *time.Location) {
+	name, ok := p.str(path, n)
+	if !ok {
+		return "", time.UTC
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil || name == "Local" {
+		p.errorf(deref(n), path, "bad timezone %q: unknown IANA time zone", name)
+		return name, time.UTC
+	}
+	return name, loc
+}
+
+// schedule reads the entries in order and checks what spans entries: unique
+// names and at most one default (an entry without match).
+func (p *parser) schedule(path string, n *yaml.Node) []domain.ScheduleEntry {
+	n = deref(n)
+	if isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, path, "expected a list of schedule entries, got %s", describe(n))
+		return nil
+	}
+	var out []domain.ScheduleEntry
+	names := make(map[string]int) // name → line of its first use
+	firstDefault := -1
+	for i, item := range n.Content {
+		ipath := index(path, i)
+		e, nameAt, hasMatch := p.scheduleEntry(ipath, item)
+		if e.Name != "" {
+			if line, dup := names[e.Name]; dup {
+				p.errorf(nameAt, join(ipath, "name"), "duplicate schedule name %q (first at line %d)", e.Name, line)
+			} else {
+				names[e.Name] = nameAt.Line
+			}
+		}
+		if !hasMatch {
+			if firstDefault >= 0 {
+				p.errorf(deref(item), ipath, "more than one schedule entry without match (%q and %q): the default is ambiguous; give all but one a match",
+					out[firstDefault].Name, e.Name)
+			} else {
+				firstDefault = len(out)
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func (p *parser) scheduleEntry(path string, n *yaml.Node) (e domain.ScheduleEntry, nameAt *yaml.Node, hasMatch bool) {
+	p.fields(path, "schedule entry", n, n, []field{
+		{key: "name", required: true, parse: func(path string, v *yaml.Node) {
+			nameAt = deref(v)
+			e.Name, _ = p.str(path, v)
+		}},
+		{key: "match", parse: func(path string, v *yaml.Node) {
+			hasMatch = true
+			e.Match = p.match(path, v)
+		}},
+		{key: "hot", parse: func(path string, v *yaml.Node) { e.Hot = p.count(path, "hot", v) }},
+		{key: "stopped", parse: func(path string, v *yaml.Node) { e.Stopped = p.count(path, "stopped", v) }},
+	})
+	return e, nameAt, hasMatch
+}
+
+const emptyMatch = "match has neither day nor time (give at least one, or omit match to make this the default entry)"
+
+func (p *parser) match(path string, n *yaml.Node) *domain.Match {
+	m := &domain.Match{}
+	n = deref(n)
+	if isNull(n) {
+		p.errorf(n, path, emptyMatch)
+		return m
+	}
+	var seen bool
+	p.fields(path, "match", n, n, []field{
+		{key: "day", parse: func(path string, v *yaml.Node) { seen = true; m.Days = p.days(path, v) }},
+		{key: "time", parse: func(path string, v *yaml.Node) { seen = true; m.Window = p.window(path, v) }},
+	})
+	if n.Kind == yaml.MappingNode && !seen {
+		p.errorf(n, path, emptyMatch)
+	}
+	return m
+}
+
+// days reads a list of day names (or a single one); case is ignored and
+// repeats are dropped.
+func (p *parser) days(path string, n *yaml.Node) []time.Weekday {
+	n = deref(n)
+	items := []*yaml.Node{n}
+	isList := n != nil && n.Kind == yaml.SequenceNode
+	if isList {
+		if len(n.Content) == 0 {
+			p.errorf(n, path, "day list is empty (omit day to match every day)")
+			return nil
+		}
+		items = n.Content
+	}
+	var out []time.Weekday
+	for i, item := range items {
+		ipath := path
+		if isList {
+			ipath = index(path, i)
+		}
+		s, ok := p.str(ipath, item)
+		if !ok {
+			continue
+		}
+		d, ok := domain.ParseWeekday(strings.ToLower(s))
+		if !ok {
+			p.errorf(deref(item), ipath, "bad day name %q (expected monday..sunday)", s)
+			continue
+		}
+		if !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// window reads ["HH:MM", "HH:MM"]: start and end, local to the pool's
+// timezone. An end before the start wraps past midnight.
+func (p *parser) window(path string, n *yaml.Node) *domain.Window {
+	n = deref(n)
+	if n == nil || n.Kind != yaml.SequenceNode || len(n.Content) != 2 {
+		got := describe(n)
+		if n != nil && n.Kind == yaml.SequenceNode {
+			got = "a list of " + strconv.Itoa(len(n.Content))
+		}
+		p.errorf(n, path, `expected a list of two times [start, end] such as ["22:00", "06:00"], got %s`, got)
+		return nil
+	}
+	var ends [2]int
+	ok := true
+	for i, item := range n.Content {
+		ipath := index(path, i)
+		s, isStr := p.str(ipath, item)
+		if !isStr {
+			ok = false
+			continue
+		}
+		minutes, valid := parseClock(s)
+		switch {
+		case !valid:
+			p.errorf(deref(item), ipath, "bad time %q (expected HH:MM, 00:00..24:00)", s)
+			ok = false
+		case i == 0 && minutes == 24*60:
+			p.errorf(deref(item), ipath, "bad time %q (24:00 is only allowed as the end)", s)
+			ok = false
+		}
+		ends[i] = minutes
+	}
+	if !ok {
+		return nil
+	}
+	if ends[0] == ends[1] {
+		p.errorf(n, path, "empty window; omit time to match the whole day")
+		return nil
+	}
+	return &domain.Window{Start: ends[0], End: ends[1]}
+}
+
+// parseClock reads H:MM or HH:MM into minutes after midnight; 24:00 is 1440.
+func parseClock(s string) (int, bool) {
+	hh, mm, ok := strings.Cut(s, ":")
+	if !ok || len(hh) < 1 || len(hh) > 2 || len(mm) != 2 || !allDigits(hh) || !allDigits(mm) {
+		return 0, false
+	}
+	h, _ := strconv.Atoi(hh)
+	m, _ := strconv.Atoi(mm)
+	if h > 24 || m > 59 || (h == 24 && m != 0) {
+		return 0, false
+	}
+	return h*60 + m, true
+}
+
+func allDigits(s string) bool {
+	return strings.TrimLeft(s, "0123456789") == ""
+}

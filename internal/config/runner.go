@@ -1,0 +1,220 @@
+package config
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Image is one entry of the optional top-level `images:` map (RunsOn custom
+// images): either a fixed AMI id, or an AMI name pattern and its owner.
+type Image struct {
+	AMI      string // e.g. ami-0123456789abcdef0
+	Name     string // AMI name, may hold wildcards: ubuntu24-custom-*
+	Owner    string // AWS account that owns the AMI
+	Platform string // linux or windows
+	Arch     string // x64 or arm64
+}
+
+// Spot allocation strategies, as EC2 fleets name them.
+var spotStrategies = []string{"price-capacity-optimized", "lowest-price", "capacity-optimized"}
+
+// volumeTypes are the EBS volume types.
+var volumeTypes = []string{"gp2", "gp3", "io1", "io2", "st1", "sc1", "standard"}
+
+func (p *parser) runners(n *yaml.Node) map[string]domain.RunnerSpec {
+	out := make(map[string]domain.RunnerSpec)
+	p.entries("runners", "runners", n, func(k, v *yaml.Node) {
+		path := join("runners", k.Value)
+		p.checkName(path, "runner", k)
+		p.runnerNames = append(p.runnerNames, k.Value)
+		out[k.Value] = p.runner(path, k, v)
+	})
+	return out
+}
+
+func (p *parser) runner(path string, at, n *yaml.Node) domain.RunnerSpec {
+	r := domain.RunnerSpec{Name: at.Value}
+	p.fields(path, "runner", at, n, []field{
+		{key: "image", required: true, parse: func(path string, v *yaml.Node) { r.Image, _ = p.str(path, v) }},
+		{key: "cpu", parse: func(path string, v *yaml.Node) { r.CPU = p.sizeRange(path, "cpu", v) }},
+		{key: "ram", parse: func(path string, v *yaml.Node) { r.RAM = p.sizeRange(path, "ram", v) }},
+		{key: "family", parse: func(path string, v *yaml.Node) { r.Family = p.family(path, v) }},
+		{key: "volume", parse: func(path string, v *yaml.Node) { r.Volume = p.volume(path, v) }},
+		{key: "spot", parse: func(path string, v *yaml.Node) { r.Spot = p.spot(path, v) }},
+	})
+	return r
+}
+
+// sizeRange reads `cpu: 2` (exactly 2) or `cpu: [2, 8]` (anything from the
+// smallest to the largest value listed).
+func (p *parser) sizeRange(path, key string, n *yaml.Node) domain.Range {
+	n = deref(n)
+	positive := func(path string, v *yaml.Node) (int, bool) {
+		x, ok := p.integer(path, v)
+		if ok && x <= 0 {
+			p.errorf(deref(v), path, "%s must be > 0, got %d", key, x)
+			return 0, false
+		}
+		return x, ok
+	}
+	if n == nil || n.Kind != yaml.SequenceNode {
+		if isNull(n) || n.Kind != yaml.ScalarNode {
+			p.errorf(n, path, "expected an integer or a list of integers, got %s", describe(n))
+			return domain.Range{}
+		}
+		x, _ := positive(path, n)
+		return domain.Range{Min: x, Max: x}
+	}
+	if len(n.Content) == 0 {
+		p.errorf(n, path, "%s list is empty (omit %s to allow any)", key, key)
+		return domain.Range{}
+	}
+	var r domain.Range
+	for i, item := range n.Content {
+		x, ok := positive(index(path, i), item)
+		if !ok {
+			continue
+		}
+		if r.Min == 0 || x < r.Min {
+			r.Min = x
+		}
+		r.Max = max(r.Max, x)
+	}
+	return r
+}
+
+func (p *parser) family(path string, n *yaml.Node) []string {
+	n = deref(n)
+	if n == nil || n.Kind != yaml.SequenceNode {
+		if s, ok := p.str(path, n); ok {
+			return []string{s}
+		}
+		return nil
+	}
+	if len(n.Content) == 0 {
+		p.errorf(n, path, "family list is empty (omit family to allow any)")
+		return nil
+	}
+	var out []string
+	for i, item := range n.Content {
+		if s, ok := p.str(index(path, i), item); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+const volumeForm = "TYPE:SIZEgb[:THROUGHPUTmbps][:IOPSiops], e.g. gp3:30gb:125mbps:3000iops"
+
+// volume reads TYPE:SIZEgb:THROUGHPUTmbps:IOPSiops. Type and size are
+// required; the optional parts are told apart by their suffix.
+func (p *parser) volume(path string, n *yaml.Node) domain.Volume {
+	s, ok := p.str(path, n)
+	if !ok {
+		return domain.Volume{}
+	}
+	n = deref(n)
+	parts := strings.Split(strings.ToLower(s), ":")
+	if len(parts) < 2 || len(parts) > 4 {
+		p.errorf(n, path, "bad volume %q (expected %s)", s, volumeForm)
+		return domain.Volume{}
+	}
+	var v domain.Volume
+	if slices.Contains(volumeTypes, parts[0]) {
+		v.Type = parts[0]
+	} else {
+		p.errorf(n, path, "bad volume type %q in %q (expected one of %s)", parts[0], s, strings.Join(volumeTypes, ", "))
+	}
+	if size, ok := suffixed(parts[1], "gb"); ok {
+		v.SizeGB = size
+	} else {
+		p.errorf(n, path, "bad volume size %q in %q (expected a positive size such as 30gb)", parts[1], s)
+	}
+	for _, part := range parts[2:] {
+		if x, ok := suffixed(part, "mbps"); ok && v.ThroughputMBps == 0 {
+			v.ThroughputMBps = x
+		} else if x, ok := suffixed(part, "iops"); ok && v.IOPS == 0 {
+			v.IOPS = x
+		} else {
+			p.errorf(n, path, "bad volume part %q in %q (expected one throughput such as 125mbps and one IOPS such as 3000iops)", part, s)
+		}
+	}
+	return v
+}
+
+// suffixed parses a positive decimal number followed by suffix: "30gb".
+func suffixed(s, suffix string) (int, bool) {
+	digits, ok := strings.CutSuffix(s, suffix)
+	if !ok || digits == "" || strings.TrimLeft(digits, "0123456789") != "" {
+		return 0, false
+	}
+	x, err := strconv.Atoi(digits)
+	return x, err == nil && x > 0
+}
+
+// spot reads `spot: false` (on-demand), `spot: true` (the default
+// price-capacity-optimized strategy) or a strategy name; "pco" is short for
+// price-capacity-optimized.
+func (p *parser) spot(path string, n *yaml.Node) string {
+	n = deref(n)
+	if n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool" {
+		if on, ok := p.boolean(path, n); ok && on {
+			return spotStrategies[0]
+		}
+		return ""
+	}
+	if n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+		s := strings.ToLower(n.Value)
+		if s == "pco" {
+			return spotStrategies[0]
+		}
+		if slices.Contains(spotStrategies, s) {
+			return s
+		}
+	}
+	p.errorf(n, path, "bad spot value %s (expected true, false, price-capacity-optimized, pco, lowest-price or capacity-optimized)", describe(n))
+	return ""
+}
+
+func (p *parser) images(n *yaml.Node) map[string]Image {
+	out := make(map[string]Image)
+	p.entries("images", "images", n, func(k, v *yaml.Node) {
+		out[k.Value] = p.image(join("images", k.Value), k, v)
+	})
+	return out
+}
+
+func (p *parser) image(path string, at, n *yaml.Node) Image {
+	var img Image
+	oneOf := func(dst *string, allowed ...string) func(string, *yaml.Node) {
+		return func(path string, v *yaml.Node) {
+			s, ok := p.str(path, v)
+			if ok && len(allowed) > 0 && !slices.Contains(allowed, s) {
+				p.errorf(deref(v), path, "bad value %q (expected %s)", s, strings.Join(allowed, " or "))
+				return
+			}
+			*dst = s
+		}
+	}
+	p.fields(path, "image", at, n, []field{
+		{key: "ami", parse: oneOf(&img.AMI)},
+		{key: "name", parse: oneOf(&img.Name)},
+		{key: "owner", parse: oneOf(&img.Owner)},
+		{key: "platform", parse: oneOf(&img.Platform, "linux", "windows")},
+		{key: "arch", parse: oneOf(&img.Arch, "x64", "arm64")},
+	})
+	if n := deref(n); n != nil && n.Kind == yaml.MappingNode {
+		switch {
+		case img.AMI == "" && img.Name == "":
+			p.errorf(at, path, "image needs ami (an AMI id) or name (an AMI name pattern)")
+		case img.AMI != "" && img.Name != "":
+			p.errorf(at, path, "image has both ami and name (give one)")
+		}
+	}
+	return img
+}

@@ -1,0 +1,162 @@
+package config
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+func TestRunnerForms(t *testing.T) {
+	cases := []struct {
+		name string
+		keys string // added to runner "r", indented by 4
+		want domain.RunnerSpec
+	}{
+		{"image only", "", domain.RunnerSpec{}},
+		{"cpu scalar is an exact size", "cpu: 2", domain.RunnerSpec{CPU: domain.Range{Min: 2, Max: 2}}},
+		{"cpu list spans min to max", "cpu: [8, 2, 4]", domain.RunnerSpec{CPU: domain.Range{Min: 2, Max: 8}}},
+		{"cpu list of one", "cpu: [4]", domain.RunnerSpec{CPU: domain.Range{Min: 4, Max: 4}}},
+		{"ram scalar", "ram: 16", domain.RunnerSpec{RAM: domain.Range{Min: 16, Max: 16}}},
+		{"ram block list", "ram:\n      - 4\n      - 32", domain.RunnerSpec{RAM: domain.Range{Min: 4, Max: 32}}},
+		{"family scalar", "family: m7a", domain.RunnerSpec{Family: []string{"m7a"}}},
+		{"family list", "family: [c7a+, m7*]", domain.RunnerSpec{Family: []string{"c7a+", "m7*"}}},
+		{"volume full", "volume: gp3:30gb:125mbps:3000iops",
+			domain.RunnerSpec{Volume: domain.Volume{Type: "gp3", SizeGB: 30, ThroughputMBps: 125, IOPS: 3000}}},
+		{"volume type and size", "volume: io2:100gb", domain.RunnerSpec{Volume: domain.Volume{Type: "io2", SizeGB: 100}}},
+		{"volume with throughput only", "volume: gp3:40gb:250mbps",
+			domain.RunnerSpec{Volume: domain.Volume{Type: "gp3", SizeGB: 40, ThroughputMBps: 250}}},
+		{"volume with iops only", "volume: gp3:40gb:4000iops",
+			domain.RunnerSpec{Volume: domain.Volume{Type: "gp3", SizeGB: 40, IOPS: 4000}}},
+		{"volume upper case", "volume: GP3:30GB:125MBPS:3000IOPS",
+			domain.RunnerSpec{Volume: domain.Volume{Type: "gp3", SizeGB: 30, ThroughputMBps: 125, IOPS: 3000}}},
+		{"spot false is on-demand", "spot: false", domain.RunnerSpec{}},
+		{"spot true is price-capacity-optimized", "spot: true", domain.RunnerSpec{Spot: "price-capacity-optimized"}},
+		{"spot pco is normalised", "spot: pco", domain.RunnerSpec{Spot: "price-capacity-optimized"}},
+		{"spot strategy", "spot: price-capacity-optimized", domain.RunnerSpec{Spot: "price-capacity-optimized"}},
+		{"spot lowest-price", "spot: lowest-price", domain.RunnerSpec{Spot: "lowest-price"}},
+		{"spot capacity-optimized", "spot: capacity-optimized", domain.RunnerSpec{Spot: "capacity-optimized"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			src := runnerBase
+			if c.keys != "" {
+				src += "    " + c.keys + "\n"
+			}
+			cfg := mustParse(t, src)
+			got, ok := cfg.Runner("r")
+			if !ok {
+				t.Fatal("runner r missing")
+			}
+			want := c.want
+			want.Name, want.Image = "r", "ubuntu"
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("got  %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestRunnerProblems(t *testing.T) {
+	const spotExpected = "(expected true, false, price-capacity-optimized, pco, lowest-price or capacity-optimized)"
+	cases := []struct {
+		name string
+		keys string // added to runner "r" on line 4, column 5
+		want []string
+	}{
+		{"cpu zero", "cpu: 0", []string{"4:10: runners.r.cpu: cpu must be > 0, got 0"}},
+		{"cpu negative in list", "cpu: [2, -4]", []string{"4:14: runners.r.cpu[1]: cpu must be > 0, got -4"}},
+		{"cpu not a number", "cpu: two", []string{`4:10: runners.r.cpu: expected an integer, got "two"`}},
+		{"cpu float", "cpu: 1.5", []string{"4:10: runners.r.cpu: expected an integer, got 1.5"}},
+		{"cpu mapping", "cpu: {min: 2}", []string{"4:10: runners.r.cpu: expected an integer or a list of integers, got a mapping"}},
+		{"cpu empty list", "cpu: []", []string{"4:10: runners.r.cpu: cpu list is empty (omit cpu to allow any)"}},
+		{"ram null", "ram:", []string{"4:9: runners.r.ram: expected an integer or a list of integers, got nothing"}},
+		{"ram string in list", "ram: [4, lots]", []string{`4:14: runners.r.ram[1]: expected an integer, got "lots"`}},
+		{"family empty list", "family: []", []string{"4:13: runners.r.family: family list is empty (omit family to allow any)"}},
+		{"family number in list ok, bool not", "family: [t3, true]", []string{"4:18: runners.r.family[1]: expected a non-empty string, got true"}},
+		{"volume without size", "volume: gp3", []string{`4:13: runners.r.volume: bad volume "gp3" (expected TYPE:SIZEgb[:THROUGHPUTmbps][:IOPSiops], e.g. gp3:30gb:125mbps:3000iops)`}},
+		{"volume too many parts", "volume: gp3:30gb:125mbps:3000iops:x", []string{`4:13: runners.r.volume: bad volume "gp3:30gb:125mbps:3000iops:x" (expected TYPE:SIZEgb[:THROUGHPUTmbps][:IOPSiops], e.g. gp3:30gb:125mbps:3000iops)`}},
+		{"volume bad type", "volume: gp4:30gb", []string{`4:13: runners.r.volume: bad volume type "gp4" in "gp4:30gb" (expected one of gp2, gp3, io1, io2, st1, sc1, standard)`}},
+		{"volume size without unit", "volume: gp3:30", []string{`4:13: runners.r.volume: bad volume size "30" in "gp3:30" (expected a positive size such as 30gb)`}},
+		{"volume size zero", "volume: gp3:0gb", []string{`4:13: runners.r.volume: bad volume size "0gb" in "gp3:0gb" (expected a positive size such as 30gb)`}},
+		{"volume bad throughput", "volume: gp3:30gb:fastmbps", []string{`4:13: runners.r.volume: bad volume part "fastmbps" in "gp3:30gb:fastmbps" (expected one throughput such as 125mbps and one IOPS such as 3000iops)`}},
+		{"volume iops twice", "volume: gp3:30gb:3000iops:4000iops", []string{`4:13: runners.r.volume: bad volume part "4000iops" in "gp3:30gb:3000iops:4000iops" (expected one throughput such as 125mbps and one IOPS such as 3000iops)`}},
+		{"volume several bad parts", "volume: gp9:big", []string{
+			`4:13: runners.r.volume: bad volume type "gp9" in "gp9:big" (expected one of gp2, gp3, io1, io2, st1, sc1, standard)`,
+			`4:13: runners.r.volume: bad volume size "big" in "gp9:big" (expected a positive size such as 30gb)`,
+		}},
+		{"volume not a string", "volume: [gp3]", []string{"4:13: runners.r.volume: expected a non-empty string, got a list"}},
+		{"spot unknown strategy", "spot: cheapest", []string{`4:11: runners.r.spot: bad spot value "cheapest" ` + spotExpected}},
+		{"spot number", "spot: 1", []string{`4:11: runners.r.spot: bad spot value 1 ` + spotExpected}},
+		{"unknown key", "disk: 30", []string{`4:5: runners.r: unknown key "disk" in runner (known: image, cpu, ram, family, volume, spot)`}},
+		{"duplicate key", "image: debian", []string{`4:5: runners.r: duplicate key "image" in runner (first at line 3)`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			src := runnerBase + "    " + c.keys + "\n"
+			sameLines(t, src, problems(t, src), c.want)
+		})
+	}
+}
+
+func TestRunnerSectionProblems(t *testing.T) {
+	cases := []struct {
+		name, src string
+		want      []string
+	}{
+		{"missing image", "runners:\n  r:\n    cpu: 2\n",
+			[]string{`2:3: runners.r: missing required key "image" in runner`}},
+		{"empty image", "runners:\n  r:\n    image: \"\"\n",
+			[]string{`3:12: runners.r.image: expected a non-empty string, got ""`}},
+		{"runner is not a mapping", "runners:\n  r: ubuntu\n",
+			[]string{`2:6: runners.r: expected a mapping for the runner, got "ubuntu"`}},
+		{"runners is a list", "runners:\n  - r\n",
+			[]string{`2:3: runners: expected a mapping of runners, got a list`}},
+		{"duplicate runner", "runners:\n  r:\n    image: a\n  r:\n    image: b\n",
+			[]string{`4:3: runners: duplicate key "r" in runners (first at line 2)`}},
+		{"runner name unusable in a label", "runners:\n  a/b:\n    image: a\n",
+			[]string{`2:3: runners.a/b: bad runner name "a/b" (names may not be empty or contain spaces, "/", "=" or ",")`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			sameLines(t, c.src, problems(t, c.src), c.want)
+		})
+	}
+}
+
+func TestImages(t *testing.T) {
+	src := `images:
+  custom:
+    platform: linux
+    arch: arm64
+    name: "my-ubuntu-*"
+    owner: "123456789012"
+  pinned:
+    ami: ami-0123456789abcdef0
+`
+	cfg := mustParse(t, src)
+	want := map[string]Image{
+		"custom": {Name: "my-ubuntu-*", Owner: "123456789012", Platform: "linux", Arch: "arm64"},
+		"pinned": {AMI: "ami-0123456789abcdef0"},
+	}
+	if !reflect.DeepEqual(cfg.Images, want) {
+		t.Errorf("got %+v", cfg.Images)
+	}
+
+	bad := `images:
+  neither:
+    arch: x86
+  both:
+    ami: ami-1
+    name: x
+    platform: macos
+    size: 3
+`
+	sameLines(t, bad, problems(t, bad), []string{
+		`2:3: images.neither: image needs ami (an AMI id) or name (an AMI name pattern)`,
+		`3:11: images.neither.arch: bad value "x86" (expected x64 or arm64)`,
+		`4:3: images.both: image has both ami and name (give one)`,
+		`7:15: images.both.platform: bad value "macos" (expected linux or windows)`,
+		`8:5: images.both: unknown key "size" in image (known: ami, name, owner, platform, arch)`,
+	})
+}
