@@ -1,0 +1,69 @@
+// Command bullpen keeps self-hosted GitHub Actions runners warm and hands
+// every queued job a runner in seconds. One binary: the control plane, the
+// on-instance agent, and the operator's tools.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+	_ "time/tzdata" // schedules resolve IANA zones even where the system has none
+)
+
+// command is one subcommand: it parses its own flags from args and returns
+// the process exit code.
+type command struct {
+	summary string
+	run     func(ctx context.Context, env *env, args []string) int
+}
+
+// env is the process's outside world, injected so commands are testable.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+var commands = map[string]command{}
+
+func register(name, summary string, run func(ctx context.Context, env *env, args []string) int) {
+	commands[name] = command{summary: summary, run: run}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(e.stdout)
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(e.stderr, "bullpen: unknown command %q\n\n", args[0])
+		usage(e.stderr)
+		return 2
+	}
+	return cmd.run(ctx, e, args[1:])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: bullpen COMMAND [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'bullpen COMMAND -h' for a command's flags.")
+}

@@ -1,0 +1,415 @@
+package converger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/signals"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+)
+
+var start = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+
+var latency = sim.Latency{Boot: 15 * time.Second, WarmUp: 30 * time.Second, Stop: 10 * time.Second, Start: 10 * time.Second, Terminate: 5 * time.Second}
+
+// world is a converger over the SQLite store and the simulated cloud on a
+// virtual clock, with one pool whose target and runner a test can change.
+type world struct {
+	t     testing.TB
+	clk   *clock.Virtual
+	store domain.Store
+	cloud *sim.Cloud
+	conv  *Converger
+	reg   *prometheus.Registry
+
+	mu   sync.Mutex
+	spec PoolSpec
+}
+
+func newWorld(t testing.TB, target domain.Target, simOpts sim.Options, opts Options) *world {
+	t.Helper()
+	w := &world{t: t, clk: clock.NewVirtual(start), reg: prometheus.NewRegistry()}
+	st, err := sqlite.Open(context.Background(), t.TempDir()+"/bullpen.db", w.clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.store = st
+	t.Cleanup(func() { st.Close() })
+	w.spec = PoolSpec{
+		Pool: domain.Pool{Name: "p", Runner: "small", HotIdleLifetime: 10 * time.Minute,
+			Schedule: []domain.ScheduleEntry{{Name: "default", Hot: target.Hot, Stopped: target.Stopped}}},
+		Runner: domain.RunnerSpec{Name: "small", Image: "ubuntu24", CPU: domain.Range{Min: 2, Max: 2}, RAM: domain.Range{Min: 4, Max: 4}},
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	simOpts.Signals = &signals.Handler{Store: st, Clock: w.clk, Deadlines: domain.DefaultDeadlines(), Log: log}
+	w.cloud = sim.New(w.clk, simOpts)
+	t.Cleanup(w.cloud.Close)
+	opts.ControllerID = "test"
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = -1
+	}
+	w.conv, err = New(st, w.cloud, w.clk, w.pools, log, w.reg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func (w *world) pools() []PoolSpec {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return []PoolSpec{w.spec}
+}
+
+func (w *world) edit(fn func(*PoolSpec)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fn(&w.spec)
+}
+
+func (w *world) setTarget(t domain.Target) {
+	w.edit(func(ps *PoolSpec) { ps.Pool.Schedule[0].Hot, ps.Pool.Schedule[0].Stopped = t.Hot, t.Stopped })
+}
+
+// cycle runs one convergence pass and returns the pool's report.
+func (w *world) cycle() PoolReport {
+	w.t.Helper()
+	rep, err := w.conv.Cycle(context.Background())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if len(rep.Pools) != 1 {
+		w.t.Fatalf("report has %d pools", len(rep.Pools))
+	}
+	return rep.Pools[0]
+}
+
+// pass lets d of virtual time go by, with every signal it triggers applied.
+func (w *world) pass(d time.Duration) {
+	end := w.clk.Now().Add(d)
+	for {
+		next, ok := w.clk.Next()
+		if !ok || next.After(end) {
+			break
+		}
+		w.clk.AdvanceTo(next)
+		w.clk.Settle()
+	}
+	w.clk.AdvanceTo(end)
+	w.clk.Settle()
+}
+
+// converge runs cycles 30 s apart until the pool is at target with nothing
+// left to do, failing after n cycles.
+func (w *world) converge(n int) PoolReport {
+	w.t.Helper()
+	var r PoolReport
+	for range n {
+		r = w.cycle()
+		c := r.Counts
+		if r.Plan.Empty() && c.ReadyHot == r.Target.Hot && c.Stopped == r.Target.Stopped && c.Warming == 0 && c.Other == 0 {
+			return r
+		}
+		w.pass(30 * time.Second)
+	}
+	w.t.Fatalf("pool not at target after %d cycles: %+v, last plan %s", n, r.Counts, Describe(r.Plan))
+	return r
+}
+
+func (w *world) rows(states ...domain.State) []domain.Instance {
+	w.t.Helper()
+	rows, err := w.store.ListInstances(context.Background(), domain.InstanceFilter{Pool: "p", States: states})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return rows
+}
+
+func TestConvergerFillsThenParksAPool(t *testing.T) {
+	w := newWorld(t, domain.Target{Hot: 1, Stopped: 2}, sim.Options{Latency: latency}, Options{})
+	r := w.cycle()
+	if got := Describe(r.Plan); got != "create/hot×1 create/stopped×2" {
+		t.Fatalf("first plan %q", got)
+	}
+	if n := len(w.rows(domain.StateBooting)); n != 3 {
+		t.Fatalf("%d booting after the first cycle", n)
+	}
+	w.pass(30 * time.Second) // boot 15 s, warm-up due at 45 s
+	if r := w.cycle(); !r.Plan.Empty() || r.Counts.Warming != 3 {
+		t.Fatalf("at 30 s: plan %s, counts %+v", Describe(r.Plan), r.Counts)
+	}
+	w.pass(30 * time.Second)
+	if got := Describe(w.cycle().Plan); got != "stop/warm×2" {
+		t.Fatalf("at 60 s plan %q", got)
+	}
+	w.pass(30 * time.Second)
+	if got := Describe(w.cycle().Plan); got != "settle/stopped×2" {
+		t.Fatalf("at 90 s plan %q", got)
+	}
+	final := w.converge(2)
+	if final.Counts.ReadyHot != 1 || final.Counts.Stopped != 2 {
+		t.Fatalf("final counts %+v", final.Counts)
+	}
+	calls := w.cloud.Calls()
+	if calls[sim.OpCreateFleet] != 2 || calls[sim.OpStopInstances] != 1 {
+		t.Fatalf("calls %v", calls)
+	}
+	if got := testutil.ToFloat64(w.conv.metrics.actions.WithLabelValues("p", "create", "missing")); got != 3 {
+		t.Fatalf("create actions counted %v", got)
+	}
+}
+
+func TestRollTerminatesOutdatedBeforeCreatingInBatchesOf50(t *testing.T) {
+	w := newWorld(t, domain.Target{Stopped: 120}, sim.Options{}, Options{})
+	w.converge(5)
+	old := w.rows(domain.StateStopped)
+	w.cloud.ResetCalls()
+	w.edit(func(ps *PoolSpec) { ps.Runner.CPU = domain.Range{Min: 4, Max: 4} })
+
+	r := w.cycle()
+	if got := Describe(r.Plan); got != "terminate/outdated×120 create/stopped×120" {
+		t.Fatalf("roll plan %q", got)
+	}
+	calls, most := w.cloud.Calls(), w.cloud.MaxIDsPerCall()
+	if calls[sim.OpTerminateInstances] != 3 || most[sim.OpTerminateInstances] > domain.MaxBatch {
+		t.Fatalf("terminations: %d calls, at most %d ids", calls[sim.OpTerminateInstances], most[sim.OpTerminateInstances])
+	}
+	if calls[sim.OpCreateFleet] != 2 { // CreateBatch 100: 100 + 20
+		t.Fatalf("CreateFleet calls %d", calls[sim.OpCreateFleet])
+	}
+	for _, in := range old {
+		got, err := w.store.GetInstance(context.Background(), in.ID)
+		if err != nil || got.State != domain.StateTerminated || got.Reason != "outdated" {
+			t.Fatalf("old instance %s: %+v %v", in.ID, got, err)
+		}
+		if m, _ := w.cloud.Get(in.CloudID); m.State != domain.CloudShuttingDown && m.State != domain.CloudTerminated {
+			t.Fatalf("old machine %s is %s", in.CloudID, m.State)
+		}
+	}
+	w.converge(5)
+}
+
+// raceStore claims an instance for a job just before the converger's first
+// batch of changes lands: the job must win.
+type raceStore struct {
+	domain.Store
+	once   sync.Once
+	victim string
+	err    error
+}
+
+func (s *raceStore) TransitionBatch(ctx context.Context, reqs []domain.TransitionRequest) ([]domain.TransitionResult, error) {
+	s.once.Do(func() {
+		_, s.err = s.Store.Transition(ctx, s.victim, domain.Guard{State: domain.StateReady}, func(i *domain.Instance) {
+			i.State, i.Job = domain.StateClaimed, "job-1"
+		})
+	})
+	return s.Store.TransitionBatch(ctx, reqs)
+}
+
+func TestInstanceClaimedMidCycleIsNeverTerminated(t *testing.T) {
+	w := newWorld(t, domain.Target{Hot: 2}, sim.Options{}, Options{})
+	w.converge(5)
+	hot := w.rows(domain.StateReady)
+	rs := &raceStore{Store: w.store, victim: hot[0].ID}
+	w.conv.store = rs
+	w.setTarget(domain.Target{}) // both are now excess
+	r := w.cycle()
+	if rs.err != nil {
+		t.Fatal(rs.err)
+	}
+	if got := Describe(r.Plan); got != "terminate/excess×2" {
+		t.Fatalf("plan %q", got)
+	}
+	claimed, _ := w.store.GetInstance(context.Background(), hot[0].ID)
+	if claimed.State != domain.StateClaimed || claimed.Job != "job-1" {
+		t.Fatalf("claimed instance became %+v", claimed)
+	}
+	if m, _ := w.cloud.Get(claimed.CloudID); m.State != domain.CloudRunning {
+		t.Fatalf("claimed instance's machine is %s", m.State)
+	}
+	other, _ := w.store.GetInstance(context.Background(), hot[1].ID)
+	if other.State != domain.StateTerminated {
+		t.Fatalf("unclaimed excess instance is %s", other.State)
+	}
+	if got := testutil.ToFloat64(w.conv.metrics.conflicts); got != 1 {
+		t.Fatalf("conflicts counted %v", got)
+	}
+}
+
+func TestFailedTerminateIsRetriedNextCycle(t *testing.T) {
+	w := newWorld(t, domain.Target{Hot: 1}, sim.Options{}, Options{})
+	w.converge(5)
+	w.setTarget(domain.Target{})
+	w.cloud.FailNext(sim.OpTerminateInstances, 1, errors.New("service unavailable"))
+	r := w.cycle()
+	if r.Err == nil {
+		t.Fatal("a failed terminate call must be reported")
+	}
+	if n := len(w.rows(domain.StateTerminating)); n != 1 {
+		t.Fatalf("%d rows terminating after the failed call", n)
+	}
+	if got := Describe(w.cycle().Plan); got != "terminate/retry×1" {
+		t.Fatalf("retry plan %q", got)
+	}
+	if n := len(w.rows(domain.StateTerminated)); n != 1 {
+		t.Fatalf("%d rows terminated after the retry", n)
+	}
+}
+
+func TestPartialFulfilmentLeavesNoStrayRows(t *testing.T) {
+	w := newWorld(t, domain.Target{Hot: 3}, sim.Options{Capacity: 2}, Options{})
+	r := w.cycle()
+	if !errors.Is(r.Err, domain.ErrInsufficientCapacity) {
+		t.Fatalf("err = %v", r.Err)
+	}
+	if n := len(w.rows(domain.StateBooting, domain.StateReady)); n != 2 {
+		t.Fatalf("%d instances up, want the 2 that fit", n)
+	}
+	if n := len(w.rows(domain.StatePending, domain.StateTerminating)); n != 0 {
+		t.Fatalf("%d rows left pending or terminating", n)
+	}
+	st, err := w.store.ListPoolStatus(context.Background())
+	if err != nil || len(st) != 1 || st[0].LastError == "" {
+		t.Fatalf("pool status %+v %v", st, err)
+	}
+	w.cloud.SetCapacity(0)
+	w.pass(time.Minute)
+	w.converge(3)
+}
+
+func TestInstanceThatNeverWarmsIsReplacedAsDangling(t *testing.T) {
+	w := newWorld(t, domain.Target{Stopped: 1}, sim.Options{Latency: latency, NeverWarmEvery: 1}, Options{})
+	w.cycle()
+	stuck := w.rows(domain.StateBooting)[0]
+	var r PoolReport
+	for range 25 {
+		w.pass(30 * time.Second)
+		if r = w.cycle(); !r.Plan.Empty() {
+			break
+		}
+	}
+	if got := Describe(r.Plan); got != "terminate/dangling×1 create/stopped×1" {
+		t.Fatalf("plan %q", got)
+	}
+	if el := w.clk.Now().Sub(start); el != 10*time.Minute {
+		t.Fatalf("replaced after %s, want 10m", el)
+	}
+	got, _ := w.store.GetInstance(context.Background(), stuck.ID)
+	if got.State != domain.StateTerminated || got.Reason != "dangling" {
+		t.Fatalf("stuck instance %+v", got)
+	}
+}
+
+func TestImageThatDoesNotResolveStopsOnlyThatPool(t *testing.T) {
+	w := newWorld(t, domain.Target{Hot: 1}, sim.Options{Images: map[string]string{"other": "ami-1"}}, Options{})
+	r := w.cycle()
+	if !errors.Is(r.Err, domain.ErrUnknownImage) || !r.Plan.Empty() {
+		t.Fatalf("err %v plan %s", r.Err, Describe(r.Plan))
+	}
+	if n := len(w.rows()); n != 0 {
+		t.Fatalf("%d rows created without an image", n)
+	}
+}
+
+func TestHotInstanceIsReplacedAfterItsIdleLifetime(t *testing.T) {
+	w := newWorld(t, domain.Target{Hot: 1}, sim.Options{Latency: latency}, Options{})
+	first := w.converge(5)
+	_ = first
+	orig := w.rows(domain.StateReady)[0]
+	var r PoolReport
+	for range 30 {
+		w.pass(30 * time.Second)
+		if r = w.cycle(); !r.Plan.Empty() {
+			break
+		}
+	}
+	if got := Describe(r.Plan); got != "terminate/idle-lifetime×1 create/hot×1" {
+		t.Fatalf("plan %q", got)
+	}
+	if idle := w.clk.Now().Sub(orig.StateSince); idle < 10*time.Minute || idle >= 10*time.Minute+30*time.Second {
+		t.Fatalf("replaced after %s idle", idle)
+	}
+}
+
+func TestLeaseHeldByAnotherReplicaSkipsTheCycle(t *testing.T) {
+	w := newWorld(t, domain.Target{Hot: 1}, sim.Options{}, Options{LeaseTTL: time.Minute})
+	if _, ok, err := w.store.AcquireLease(context.Background(), "converger", "replica-2", time.Minute); err != nil || !ok {
+		t.Fatalf("lease: %v %v", ok, err)
+	}
+	rep, err := w.conv.Cycle(context.Background())
+	if err != nil || !rep.Skipped || len(rep.Pools) != 0 {
+		t.Fatalf("report %+v err %v", rep, err)
+	}
+	w.clk.Advance(time.Minute)
+	if rep, _ := w.conv.Cycle(context.Background()); rep.Skipped {
+		t.Fatal("lease expired but the cycle was still skipped")
+	}
+}
+
+func TestRunStopsWhenContextEnds(t *testing.T) {
+	w := newWorld(t, domain.Target{}, sim.Options{}, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	reports := make(chan Report)
+	done := make(chan error)
+	go func() { done <- w.conv.Run(ctx, reports) }()
+	<-reports
+	w.clk.BlockUntil(1) // parked until the next interval
+	w.clk.Advance(30 * time.Second)
+	<-reports
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkCycle measures one converger cycle over 200 pools holding 10,000
+// instances at their targets: the steady-state cost of convergence.
+func BenchmarkCycle(b *testing.B) {
+	const pools, per = 200, 50
+	w := newWorld(b, domain.Target{}, sim.Options{}, Options{Parallelism: 8})
+	var specs []PoolSpec
+	for i := range pools {
+		ps := w.spec
+		ps.Pool.Name = fmt.Sprintf("pool-%03d", i)
+		ps.Pool.Schedule = []domain.ScheduleEntry{{Name: "default", Hot: per / 5, Stopped: per - per/5}}
+		specs = append(specs, ps)
+	}
+	w.conv.pools = func() []PoolSpec { return specs }
+	ctx := context.Background()
+	for range 4 { // create, warm, stop, settle
+		if _, err := w.conv.Cycle(ctx); err != nil {
+			b.Fatal(err)
+		}
+		w.pass(30 * time.Second)
+	}
+	rows, _ := w.store.ListInstances(ctx, domain.InstanceFilter{States: []domain.State{domain.StateReady, domain.StateStopped}})
+	if len(rows) != pools*per {
+		b.Fatalf("setup reached %d instances, want %d", len(rows), pools*per)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		rep, err := w.conv.Cycle(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range rep.Pools {
+			if !p.Plan.Empty() {
+				b.Fatalf("pool %s not at steady state: %s", p.Pool, Describe(p.Plan))
+			}
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/examples"
+	"github.com/bullpen-ci/bullpen/internal/config"
+)
+
+func exampleConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("examples/runs-on.yml", examples.RunsOn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// A Monday morning in Paris: small-x64's default entry (hot 1, stopped 2).
+var monday = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+
+func TestDemoReachesEveryTargetAndRollsOnANewImage(t *testing.T) {
+	var lines bytes.Buffer
+	res, err := Run(context.Background(), Options{
+		Config: exampleConfig(t), Duration: 10 * time.Minute, Start: monday, RollAt: 5 * time.Minute,
+		Latency: DefaultLatency, StorePath: t.TempDir() + "/demo.db", Lines: &lines,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.AllAtGoal {
+		t.Fatalf("not every pool at target: %+v\n%s", res.Pools, lines.String())
+	}
+	for _, p := range res.Pools {
+		if !p.Rolled {
+			t.Errorf("pool %s still has instances of the old spec", p.Name)
+		}
+	}
+	small := res.Pools[len(res.Pools)-1]
+	if small.Name != "small-x64" || small.Schedule != "default" || small.ReadyHot != 1 || small.Stopped != 2 {
+		t.Fatalf("small-x64 = %+v", small)
+	}
+	out := lines.String()
+	// The roll takes old instances out before new ones come in, in one cycle.
+	if !strings.Contains(out, "terminate 3 (outdated), create 1 hot, create 2 stopped") {
+		t.Errorf("no roll of small-x64 in the output:\n%s", out)
+	}
+	if res.Virtual != "10m0s" || res.Cycles != 20 {
+		t.Errorf("ran %s in %d cycles", res.Virtual, res.Cycles)
+	}
+	if got := res.CloudCalls["TerminateInstances"]; got != 3 {
+		t.Errorf("TerminateInstances calls = %d, want one per rolled pool", got)
+	}
+}
+
+func TestDemoFollowsTheScheduleAtNight(t *testing.T) {
+	// 23:00 in Paris on a Tuesday: nights applies to small-x64 (hot 0, stopped 2).
+	res, err := Run(context.Background(), Options{
+		Config: exampleConfig(t), Duration: 5 * time.Minute, Start: time.Date(2026, 11, 24, 22, 0, 0, 0, time.UTC),
+		Latency: DefaultLatency, StorePath: t.TempDir() + "/demo.db",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range res.Pools {
+		if p.Name == "small-x64" && (p.Schedule != "nights" || p.Target.Hot != 0 || p.Stopped != 2 || !p.AtTarget) {
+			t.Fatalf("small-x64 at night = %+v", p)
+		}
+	}
+}
+
+func TestDemoStopsCleanlyWhenInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, err := Run(ctx, Options{
+		Config: exampleConfig(t), Duration: time.Hour, Start: monday, Latency: DefaultLatency,
+		StorePath: t.TempDir() + "/demo.db",
+	})
+	if err != nil {
+		t.Fatalf("interrupted run failed: %v", err)
+	}
+	if res.Cycles > 1 {
+		t.Fatalf("ran %d cycles after cancellation", res.Cycles)
+	}
+}

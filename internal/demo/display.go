@@ -1,0 +1,94 @@
+package demo
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/converger"
+	"github.com/bullpen-ci/bullpen/internal/rebalance"
+)
+
+// Header introduces the per-cycle table.
+func Header(w io.Writer, o Options) {
+	if w == nil {
+		return
+	}
+	pace := "as fast as the simulation settles"
+	if o.Speed > 0 {
+		pace = fmt.Sprintf("%g× real time", o.Speed)
+	}
+	fmt.Fprintf(w, "bullpen demo: %d pools on the simulated cloud, %s, for %s of virtual time\n",
+		len(o.Config.Pools), pace, o.Duration)
+	fmt.Fprintf(w, "virtual start %s; one line per pool every %s cycle\n\n",
+		o.Start.Format(time.RFC3339), o.Interval)
+	fmt.Fprintf(w, "  %-7s %-14s %-10s %-9s %-9s %-8s %s\n", "time", "pool", "schedule", "hot", "stopped", "warming", "this cycle")
+}
+
+// printCycle writes one line per pool: elapsed virtual time, schedule entry,
+// ready hot and parked stopped instances against their targets, instances
+// still warming, and what the cycle did.
+func printCycle(w io.Writer, start time.Time, r converger.Report) {
+	if w == nil {
+		return
+	}
+	el := r.At.Sub(start).Round(time.Second)
+	stamp := fmt.Sprintf("+%02d:%02d", int(el.Minutes()), int(el.Seconds())%60)
+	for i, p := range r.Pools {
+		if i == 1 {
+			stamp = "" // the time heads its cycle's block
+		}
+		mark := " "
+		if p.Counts.ReadyHot == p.Target.Hot && p.Counts.Stopped == p.Target.Stopped && p.Counts.Warming == 0 && p.Plan.Empty() {
+			mark = "✓"
+		}
+		sched := p.Schedule
+		if sched == "" {
+			sched = "(none)"
+		}
+		what := describe(p.Plan)
+		if p.Err != nil {
+			what += "  ! " + p.Err.Error()
+		}
+		fmt.Fprintf(w, "%s %-7s %-14s %-10s %-9s %-9s %-8d %s\n", mark, stamp, p.Pool, sched,
+			fmt.Sprintf("%d/%d", p.Counts.ReadyHot, p.Target.Hot),
+			fmt.Sprintf("%d/%d", p.Counts.Stopped, p.Target.Stopped),
+			p.Counts.Warming, what)
+	}
+}
+
+// describe says what a plan does in words an operator reads at a glance.
+func describe(p rebalance.Plan) string {
+	if p.Empty() {
+		return "-"
+	}
+	var parts []string
+	for _, st := range p.Steps {
+		switch st.Action {
+		case rebalance.Create:
+			parts = append(parts, fmt.Sprintf("create %d %s", st.Count, st.Role))
+		case rebalance.Stop:
+			parts = append(parts, fmt.Sprintf("stop %d (%s)", len(st.Instances), st.Reason))
+		case rebalance.Settle:
+			parts = append(parts, fmt.Sprintf("%d parked", len(st.Instances)))
+		default:
+			parts = append(parts, fmt.Sprintf("%s %d (%s)", st.Action, len(st.Instances), st.Reason))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Summary closes a human-readable run.
+func Summary(w io.Writer, r Result) {
+	fmt.Fprintf(w, "\nafter %s of virtual time (%d cycles):\n", r.Virtual, r.Cycles)
+	for _, p := range r.Pools {
+		state := "at target"
+		if !p.AtTarget {
+			state = "not at target yet"
+		}
+		fmt.Fprintf(w, "  %-14s %-10s hot %d/%d  stopped %d/%d  warming %d  in jobs %d  — %s\n", p.Name, p.Schedule,
+			p.ReadyHot, p.Target.Hot, p.Stopped, p.Target.Stopped, p.Warming, p.Detached, state)
+	}
+	fmt.Fprintf(w, "cloud API calls: %v\n", r.CloudCalls)
+}
