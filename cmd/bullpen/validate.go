@@ -32,6 +32,9 @@ func cmdValidate(_ context.Context, e *env, args []string) int {
 	if !ok {
 		return 1
 	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintf(e.stderr, "warning: %s\n", w)
+	}
 	for _, p := range cfg.Pools {
 		fmt.Fprintln(e.stdout, config.Summary(p))
 	}

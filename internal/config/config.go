@@ -25,6 +25,9 @@ type Config struct {
 	Runners map[string]domain.RunnerSpec
 	Images  map[string]Image
 	Pools   []domain.Pool // in file order
+	// Warnings are things the file does that bullpen ignores (RunsOn-only
+	// settings), as positioned messages.
+	Warnings Errors
 }
 
 // Pool returns the pool called name.
@@ -79,6 +82,8 @@ func Parse(filename string, data []byte) (*Config, error) {
 		p.errs.sort()
 		return nil, p.errs
 	}
+	p.warnings.sort()
+	cfg.Warnings = p.warnings
 	return cfg, nil
 }
 

@@ -12,6 +12,7 @@ import (
 type parser struct {
 	file        string
 	errs        Errors
+	warnings    Errors
 	runnerNames []string // in file order, for "unknown runner" messages
 }
 
@@ -27,12 +28,25 @@ func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {
 	p.errs = append(p.errs, Error{File: p.file, Line: line, Col: col, Msg: msg})
 }
 
+// warnf records something worth telling the operator that does not make the
+// file invalid.
+func (p *parser) warnf(n *yaml.Node, path, format string, args ...any) {
+	saved := p.errs
+	p.errs = nil
+	p.errorf(n, path, format, args...)
+	p.warnings = append(p.warnings, p.errs...)
+	p.errs = saved
+}
+
 // field is one known key of a mapping. parse receives the key's path and its
 // value node, which may be null: each parser decides what null means.
 type field struct {
 	key      string
 	required bool
 	parse    func(path string, v *yaml.Node)
+	// ignored marks a key another tool's files carry that bullpen accepts
+	// but does not use: a warning, not an error, so existing files load.
+	ignored bool
 }
 
 // fields checks that n is a mapping of known keys, hands each value to its
@@ -53,6 +67,10 @@ func (p *parser) fields(path, what string, at, n *yaml.Node, fs []field) {
 			continue
 		}
 		present[fs[i].key] = true
+		if fs[i].ignored {
+			p.warnf(kv.key, path, "%q is a RunsOn setting bullpen does not use; ignored", kv.key.Value)
+			continue
+		}
 		if fs[i].parse != nil {
 			fs[i].parse(join(path, fs[i].key), kv.value)
 		}

@@ -39,16 +39,26 @@ func (p *parser) runners(n *yaml.Node) map[string]domain.RunnerSpec {
 
 func (p *parser) runner(path string, at, n *yaml.Node) domain.RunnerSpec {
 	r := domain.RunnerSpec{Name: at.Value}
-	p.fields(path, "runner", at, n, []field{
+	p.fields(path, "runner", at, n, append([]field{
 		{key: "image", required: true, parse: func(path string, v *yaml.Node) { r.Image, _ = p.str(path, v) }},
 		{key: "cpu", parse: func(path string, v *yaml.Node) { r.CPU = p.sizeRange(path, "cpu", v) }},
 		{key: "ram", parse: func(path string, v *yaml.Node) { r.RAM = p.sizeRange(path, "ram", v) }},
 		{key: "family", parse: func(path string, v *yaml.Node) { r.Family = p.family(path, v) }},
 		{key: "volume", parse: func(path string, v *yaml.Node) { r.Volume = p.volume(path, v) }},
 		{key: "spot", parse: func(path string, v *yaml.Node) { r.Spot = p.spot(path, v) }},
-	})
+	}, runsOnOnlyRunnerKeys...))
 	return r
 }
+
+// runsOnOnlyRunnerKeys are runner settings of RunsOn that bullpen does not
+// act on; files that use them still load, with a warning for each.
+var runsOnOnlyRunnerKeys = func() []field {
+	var fs []field
+	for _, k := range []string{"ami", "disk", "hdd", "ssh", "private", "retry", "extras", "tags", "preinstall", "gpu"} {
+		fs = append(fs, field{key: k, ignored: true})
+	}
+	return fs
+}()
 
 // sizeRange reads `cpu: 2` (exactly 2) or `cpu: [2, 8]` (anything from the
 // smallest to the largest value listed).

@@ -88,7 +88,7 @@ func TestRunnerProblems(t *testing.T) {
 		{"volume not a string", "volume: [gp3]", []string{"4:13: runners.r.volume: expected a non-empty string, got a list"}},
 		{"spot unknown strategy", "spot: cheapest", []string{`4:11: runners.r.spot: bad spot value "cheapest" ` + spotExpected}},
 		{"spot number", "spot: 1", []string{`4:11: runners.r.spot: bad spot value 1 ` + spotExpected}},
-		{"unknown key", "disk: 30", []string{`4:5: runners.r: unknown key "disk" in runner (known: image, cpu, ram, family, volume, spot)`}},
+		{"unknown key", "colour: red", []string{`4:5: runners.r: unknown key "colour" in runner (known: image, cpu, ram, family, volume, spot)`}},
 		{"duplicate key", "image: debian", []string{`4:5: runners.r: duplicate key "image" in runner (first at line 3)`}},
 	}
 	for _, c := range cases {
@@ -159,4 +159,22 @@ func TestImages(t *testing.T) {
 		`7:15: images.both.platform: bad value "macos" (expected linux or windows)`,
 		`8:5: images.both: unknown key "size" in image (known: ami, name, owner, platform, arch)`,
 	})
+}
+
+func TestRunsOnOnlyRunnerKeysLoadWithAWarning(t *testing.T) {
+	cfg, err := Parse("runs-on.yml", []byte(`runners:
+  small:
+    image: ubuntu24-full-x64
+    ssh: false
+    extras: s3-cache
+pools: {}
+`))
+	if err != nil {
+		t.Fatalf("a RunsOn file with RunsOn-only keys must load: %v", err)
+	}
+	want := "runs-on.yml:4:5: runners.small: \"ssh\" is a RunsOn setting bullpen does not use; ignored\n" +
+		"runs-on.yml:5:5: runners.small: \"extras\" is a RunsOn setting bullpen does not use; ignored"
+	if got := cfg.Warnings.Error(); got != want {
+		t.Fatalf("warnings\n got: %s\nwant: %s", got, want)
+	}
 }

@@ -131,9 +131,11 @@ func indexOf(fs []field, key string) int {
 }
 
 func knownKeys(fs []field) string {
-	keys := make([]string, len(fs))
-	for i, f := range fs {
-		keys[i] = f.key
+	var keys []string
+	for _, f := range fs {
+		if !f.ignored {
+			keys = append(keys, f.key)
+		}
 	}
 	return strings.Join(keys, ", ")
 }

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// runCmd runs the binary's entry point in-process.
+func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	code = run(context.Background(), e, args)
+	return code, out.String(), errb.String()
+}
+
+func TestValidate(t *testing.T) {
+	code, out, errs := runCmd(t, "validate", "../../examples/runs-on.yml")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"small-x64: runner small-x64, env dev, tz Europe/Paris", "medium-x64:", "dependabot:", "ok (2 runners, 3 pools)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, errs = runCmd(t, "validate", "../../examples/invalid.yml")
+	if code != 1 || out != "" {
+		t.Fatalf("invalid file: exit %d, stdout %q", code, out)
+	}
+	if !strings.Contains(errs, "../../examples/invalid.yml:") || strings.Count(errs, "\n") < 5 {
+		t.Fatalf("errors not listed with positions:\n%s", errs)
+	}
+	if code, _, _ := runCmd(t, "validate"); code != 2 {
+		t.Fatalf("no file: exit %d", code)
+	}
+	if code, _, errs := runCmd(t, "validate", "nope.yml"); code != 1 || !strings.Contains(errs, "nope.yml") {
+		t.Fatalf("missing file: exit %d %s", code, errs)
+	}
+}
+
+func TestSchedule(t *testing.T) {
+	cases := []struct {
+		at   string
+		want string
+	}{
+		{"2026-11-23T10:00:00+01:00", `{"pool":"small-x64","schedule":"default","hot":1,"stopped":2}`},
+		{"2026-11-23T23:30:00+01:00", `{"pool":"small-x64","schedule":"nights","hot":0,"stopped":2}`},
+		{"2026-11-28T12:00:00+01:00", `{"pool":"small-x64","schedule":"weekends","hot":0,"stopped":1}`},
+		// 05:30 Paris on Saturday is still Friday night's window, but weekends comes later.
+		{"2026-11-28T05:30:00+01:00", `{"pool":"small-x64","schedule":"weekends","hot":0,"stopped":1}`},
+	}
+	for _, c := range cases {
+		code, out, errs := runCmd(t, "schedule", "../../examples/runs-on.yml", "--pool", "small-x64", "--at", c.at)
+		if code != 0 || strings.TrimSpace(out) != c.want {
+			t.Errorf("at %s: exit %d, got %s%s", c.at, code, out, errs)
+		}
+	}
+	// A pool whose schedule has no default and no match: empty entry, zeros.
+	code, out, _ := runCmd(t, "schedule", "testdata/nodefault.yml", "--pool", "office", "--at", "2026-11-22T12:00:00Z")
+	var got map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got["schedule"] != "" || got["hot"] != 0.0 {
+		t.Errorf("no match: exit %d, %s", code, out)
+	}
+	if code, _, errs := runCmd(t, "schedule", "../../examples/runs-on.yml", "--pool", "nope"); code != 1 || !strings.Contains(errs, `unknown pool "nope"`) {
+		t.Errorf("unknown pool: exit %d, %s", code, errs)
+	}
+	if code, _, errs := runCmd(t, "schedule", "../../examples/runs-on.yml", "--pool", "small-x64", "--at", "tomorrow"); code != 1 || !strings.Contains(errs, "bad --at") {
+		t.Errorf("bad time: exit %d, %s", code, errs)
+	}
+}
+
+func TestUnknownCommandAndHelp(t *testing.T) {
+	if code, _, errs := runCmd(t, "frobnicate"); code != 2 || !strings.Contains(errs, `unknown command "frobnicate"`) {
+		t.Fatalf("exit %d %s", code, errs)
+	}
+	if code, out, _ := runCmd(t); code != 0 || !strings.Contains(out, "demo") {
+		t.Fatalf("help: exit %d %s", code, out)
+	}
+}
+
+func TestDemoJSON(t *testing.T) {
+	code, out, errs := runCmd(t, "demo", "--speed", "0", "--duration", "10m", "--roll-at", "5m", "--json", "--start", "2026-11-23T10:00:00Z")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var res struct {
+		Pools []struct {
+			Name     string
+			Target   struct{ Hot, Stopped int }
+			ReadyHot int  `json:"ready_hot"`
+			Stopped  int  `json:"stopped"`
+			AtTarget bool `json:"at_target"`
+			Rolled   bool `json:"rolled"`
+		}
+		AllAtTarget bool `json:"all_at_target"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, out)
+	}
+	if !res.AllAtTarget || len(res.Pools) != 3 {
+		t.Fatalf("result %+v", res)
+	}
+	for _, p := range res.Pools {
+		if !p.Rolled || p.ReadyHot != p.Target.Hot || p.Stopped != p.Target.Stopped {
+			t.Errorf("pool %+v", p)
+		}
+	}
+	if !strings.Contains(errs, "small-x64") {
+		t.Errorf("cycle lines missing from stderr")
+	}
+}
