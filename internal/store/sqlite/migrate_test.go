@@ -1,0 +1,178 @@
+package sqlite
+
+import (
+	"errors"
+	"io/fs"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
+)
+
+// migrationFiles returns the embedded migrations plus a trivial one for each
+// of names, which tests number from 9001 to come after any real one.
+func migrationFiles(names ...string) fstest.MapFS {
+	fsys := trivialMigrations(names...)
+	real, err := fs.ReadDir(migrationsFS(), ".")
+	if err != nil {
+		panic(err)
+	}
+	for _, e := range real {
+		data, err := fs.ReadFile(migrationsFS(), e.Name())
+		if err != nil {
+			panic(err)
+		}
+		fsys[e.Name()] = &fstest.MapFile{Data: data}
+	}
+	return fsys
+}
+
+// trivialMigrations returns one CREATE TABLE migration per name.
+func trivialMigrations(names ...string) fstest.MapFS {
+	fsys := fstest.MapFS{}
+	for _, n := range names {
+		table := "t" + strings.TrimSuffix(n, ".sql")
+		fsys[n] = &fstest.MapFile{Data: []byte("CREATE TABLE " + table + " (x INTEGER); CREATE INDEX " + table + "_x ON " + table + " (x);")}
+	}
+	return fsys
+}
+
+// applied lists the versions recorded in schema_migrations, in order.
+func applied(t *testing.T, s *Store) []int {
+	t.Helper()
+	rows, err := s.readers.QueryContext(t.Context(), `SELECT version FROM schema_migrations ORDER BY version`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func TestEmbeddedMigrationsIdempotentOnReopen(t *testing.T) {
+	path, clk := tempPath(t), clock.NewVirtual(epoch)
+	known, err := loadMigrations(migrationsFS())
+	if err != nil || len(known) == 0 {
+		t.Fatalf("embedded migrations: %v, %v", known, err)
+	}
+	for range 3 {
+		s, err := Open(t.Context(), path, clk)
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		if got := applied(t, s); len(got) != len(known) {
+			t.Fatalf("applied %v, want %d migrations", got, len(known))
+		}
+		s.Close()
+	}
+}
+
+func TestReopenAppliesOnlyNewMigrations(t *testing.T) {
+	path, clk := tempPath(t), clock.NewVirtual(epoch)
+	s, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	// Were 9001 run again, CREATE TABLE would fail on the existing table.
+	s, err = open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9002_b.sql", "9003_c.sql"))
+	if err != nil {
+		t.Fatalf("reopen with new migrations: %v", err)
+	}
+	defer s.Close()
+	got := applied(t, s)
+	if n := len(got); n < 3 || got[n-3] != 9001 || got[n-1] != 9003 {
+		t.Fatalf("applied %v, want the real migrations then 9001..9003", got)
+	}
+}
+
+func TestNewerSchemaRefused(t *testing.T) {
+	path, clk := tempPath(t), clock.NewVirtual(epoch)
+	s, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9002_b.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, err = open(t.Context(), path, clk, migrationFiles("9001_a.sql"))
+	if !errors.Is(err, ErrNewerSchema) {
+		t.Fatalf("got %v, want ErrNewerSchema", err)
+	}
+	for _, want := range []string{"9002_b", "9001", "upgrade bullpen"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	// The real binary refuses it too.
+	if _, err := Open(t.Context(), path, clk); !errors.Is(err, ErrNewerSchema) {
+		t.Fatalf("embedded migrations: got %v, want ErrNewerSchema", err)
+	}
+}
+
+func TestMigrationAddedBelowAppliedOneRefused(t *testing.T) {
+	path, clk := tempPath(t), clock.NewVirtual(epoch)
+	s, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9003_c.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, err = open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9002_b.sql", "9003_c.sql"))
+	if err == nil || !strings.Contains(err.Error(), "9002_b is pending") {
+		t.Fatalf("got %v, want a refusal naming 9002_b", err)
+	}
+}
+
+func TestFailingMigrationLeavesNoTrace(t *testing.T) {
+	path, clk := tempPath(t), clock.NewVirtual(epoch)
+	fsys := migrationFiles("9001_a.sql")
+	fsys["9002_bad.sql"] = &fstest.MapFile{Data: []byte("CREATE TABLE half (x INTEGER); NOT SQL;")}
+	if _, err := open(t.Context(), path, clk, fsys); err == nil || !strings.Contains(err.Error(), "9002_bad") {
+		t.Fatalf("got %v, want an error naming 9002_bad", err)
+	}
+	// 9001 stays applied; the broken 9002 left neither its table nor a record.
+	s, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9002_half.sql"))
+	if err != nil {
+		t.Fatalf("reopen with a fixed 9002: %v", err)
+	}
+	defer s.Close()
+	if got := applied(t, s); got[len(got)-1] != 9002 {
+		t.Fatalf("applied %v, want 9002 last", got)
+	}
+	var n int
+	if err := s.readers.QueryRowContext(t.Context(), `SELECT count(*) FROM sqlite_schema WHERE name = 'half'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("table from the failed migration: count %d, %v", n, err)
+	}
+}
+
+func TestMigrationNamesChecked(t *testing.T) {
+	cases := []struct {
+		name  string
+		files []string
+		want  string
+	}{
+		{"no number", []string{"init.sql"}, "name must look like"},
+		{"short number", []string{"01_init.sql"}, "name must look like"},
+		{"capitals", []string{"0001_Init.sql"}, "name must look like"},
+		{"version zero", []string{"0000_init.sql"}, "start at 0001"},
+		{"shared version", []string{"0001_a.sql", "0001_b.sql"}, "share version 0001"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := loadMigrations(trivialMigrations(c.files...))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+	got, err := loadMigrations(trivialMigrations("0010_j.sql", "0002_b.sql", "0001_a.sql"))
+	if err != nil || len(got) != 3 || got[0].Version != 1 || got[1].Version != 2 || got[2].Version != 10 {
+		t.Fatalf("order: %+v, %v", got, err)
+	}
+}

@@ -1,0 +1,162 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+func concurrencyContracts() []contract {
+	return []contract{
+		{"ConcurrentClaimsHaveOneWinner", testConcurrentClaims},
+		{"ConcurrentBatchesNeverClaimTwice", testConcurrentBatches},
+		{"ConcurrentLeaseAcquiresHaveOneWinner", testConcurrentLeases},
+	}
+}
+
+// race runs fn(0..n-1) in n goroutines released together, and waits.
+func race(n int, fn func(k int)) {
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Go(func() {
+			<-gate
+			fn(k)
+		})
+	}
+	close(gate)
+	wg.Wait()
+}
+
+// The seeds' claim workers: many workflows race the same idle instance with
+// the condition state == idle && runId == "". Exactly one may win.
+func testConcurrentClaims(t *testing.T, e *env) {
+	const racers = 64
+	e.create(instance("contested", domain.StateReady))
+	errs := make([]error, racers)
+	race(racers, func(k int) {
+		_, errs[k] = e.s.Transition(e.ctx, "contested", readyUnbound, claim(fmt.Sprintf("job-%02d", k)))
+	})
+
+	winner := -1
+	for k, err := range errs {
+		var ce *domain.ConflictError
+		switch {
+		case err == nil && winner >= 0:
+			t.Fatalf("racers %d and %d both claimed the instance", winner, k)
+		case err == nil:
+			winner = k
+		case !errors.Is(err, domain.ErrConflict) || !errors.As(err, &ce):
+			t.Fatalf("racer %d: got %v, want a *ConflictError", k, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no racer claimed the instance")
+	}
+	got := e.get("contested")
+	if want := fmt.Sprintf("job-%02d", winner); got.State != domain.StateClaimed || got.Job != want || got.Version != 2 {
+		t.Fatalf("final row: state %s job %q version %d; want claimed by %s at version 2", got.State, got.Job, got.Version, want)
+	}
+}
+
+// Workers claim overlapping windows of a shared set in batches, half of them
+// walking their window backwards so that a backend locking rows in request
+// order meets the opposite order too. Every instance ends claimed once.
+func testConcurrentBatches(t *testing.T, e *env) {
+	const (
+		instances = 48
+		workers   = 16
+		window    = 12
+		stride    = 3
+	)
+	var insts []domain.Instance
+	for k := range instances {
+		insts = append(insts, instance(fmt.Sprintf("i%02d", k), domain.StateReady))
+	}
+	e.create(insts...)
+
+	type batch struct {
+		reqs    []domain.TransitionRequest
+		results []domain.TransitionResult
+		err     error
+	}
+	batches := make([]batch, workers)
+	for w := range workers {
+		for k := range window {
+			id := fmt.Sprintf("i%02d", (w*stride+k)%instances)
+			batches[w].reqs = append(batches[w].reqs, domain.TransitionRequest{ID: id, Guard: readyUnbound, Apply: claim(fmt.Sprintf("job-w%02d", w))})
+		}
+		if w%2 == 1 {
+			slices.Reverse(batches[w].reqs)
+		}
+	}
+	race(workers, func(w int) {
+		batches[w].results, batches[w].err = e.s.TransitionBatch(e.ctx, batches[w].reqs)
+	})
+
+	claimedBy := map[string]string{}
+	for w, b := range batches {
+		if b.err != nil {
+			t.Fatalf("worker %d: batch failed: %v", w, b.err)
+		}
+		if len(b.results) != len(b.reqs) {
+			t.Fatalf("worker %d: %d results for %d requests", w, len(b.results), len(b.reqs))
+		}
+		for k, r := range b.results {
+			id := b.reqs[k].ID
+			switch {
+			case r.Err == nil && claimedBy[id] != "":
+				t.Fatalf("%s claimed twice: by %s and worker %d", id, claimedBy[id], w)
+			case r.Err == nil:
+				claimedBy[id] = fmt.Sprintf("job-w%02d", w)
+			case !errors.Is(r.Err, domain.ErrConflict):
+				t.Fatalf("worker %d, %s: got %v, want success or ErrConflict", w, id, r.Err)
+			}
+		}
+	}
+	for _, inst := range e.list(domain.InstanceFilter{}) {
+		if inst.State != domain.StateClaimed || inst.Job != claimedBy[inst.ID] || inst.Version != 2 {
+			t.Errorf("%s: state %s job %q version %d; want claimed by %q at version 2",
+				inst.ID, inst.State, inst.Job, inst.Version, claimedBy[inst.ID])
+		}
+	}
+}
+
+func testConcurrentLeases(t *testing.T, e *env) {
+	const racers = 16
+	type outcome struct {
+		lease domain.Lease
+		ok    bool
+		err   error
+	}
+	out := make([]outcome, racers)
+	race(racers, func(k int) {
+		l, ok, err := e.s.AcquireLease(e.ctx, "converger", fmt.Sprintf("replica-%02d", k), time.Minute)
+		out[k] = outcome{l, ok, err}
+	})
+	winner := ""
+	for k, o := range out {
+		if o.err != nil {
+			t.Fatalf("racer %d: %v", k, o.err)
+		}
+		if o.ok {
+			if winner != "" {
+				t.Fatalf("%s and %s both hold the lease", winner, o.lease.Holder)
+			}
+			winner = o.lease.Holder
+		}
+	}
+	if winner == "" {
+		t.Fatal("nobody acquired the lease")
+	}
+	for k, o := range out {
+		if o.lease.Holder != winner {
+			t.Errorf("racer %d was told the holder is %q, want %q", k, o.lease.Holder, winner)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+// Package storetest is the contract every domain.Store backend must meet.
+// Each backend's tests call Run with a function that opens a fresh, empty
+// store, so the embedded SQLite store and the real ones (DynamoDB,
+// PostgreSQL) cannot drift apart.
+//
+// The suite assumes nothing about how a backend stores data. It does assume
+// that times survive to the microsecond (PostgreSQL's precision) and come
+// back in UTC; the virtual clock it hands to open starts and moves on whole
+// microseconds.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Opener opens a new, empty store whose timestamps come from clk. The suite
+// closes it when the subtest ends (Close must be idempotent); open may
+// register its own cleanup for anything else, such as a table to drop.
+type Opener func(t *testing.T, clk *clock.Virtual) domain.Store
+
+// start is where every subtest's clock begins: not on a whole second, so a
+// backend that drops sub-second precision fails.
+var start = time.Date(2025, 5, 31, 12, 0, 0, 123456000, time.UTC)
+
+type contract struct {
+	name string
+	run  func(t *testing.T, e *env)
+}
+
+// Run runs the whole contract suite against the stores open returns.
+func Run(t *testing.T, open Opener) {
+	var all []contract
+	all = append(all, instanceContracts()...)
+	all = append(all, transitionContracts()...)
+	all = append(all, batchContracts()...)
+	all = append(all, leaseContracts()...)
+	all = append(all, concurrencyContracts()...)
+	for _, c := range all {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clock.NewVirtual(start)
+			s := open(t, clk)
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("close: %v", err)
+				}
+			})
+			c.run(t, &env{t: t, s: s, clk: clk, ctx: t.Context()})
+		})
+	}
+}
+
+// env is one subtest's store, clock and context, with helpers that fail the
+// test on unexpected errors.
+type env struct {
+	t   *testing.T
+	s   domain.Store
+	clk *clock.Virtual
+	ctx context.Context
+}
+
+func (e *env) create(insts ...domain.Instance) {
+	e.t.Helper()
+	if err := e.s.CreateInstances(e.ctx, insts); err != nil {
+		e.t.Fatalf("create instances: %v", err)
+	}
+}
+
+func (e *env) get(id string) domain.Instance {
+	e.t.Helper()
+	inst, err := e.s.GetInstance(e.ctx, id)
+	if err != nil {
+		e.t.Fatalf("get %s: %v", id, err)
+	}
+	return inst
+}
+
+func (e *env) list(f domain.InstanceFilter) []domain.Instance {
+	e.t.Helper()
+	got, err := e.s.ListInstances(e.ctx, f)
+	if err != nil {
+		e.t.Fatalf("list %+v: %v", f, err)
+	}
+	return got
+}
+
+// move applies a transition that must succeed.
+func (e *env) move(id string, g domain.Guard, fn func(*domain.Instance)) domain.Instance {
+	e.t.Helper()
+	inst, err := e.s.Transition(e.ctx, id, g, fn)
+	if err != nil {
+		e.t.Fatalf("transition %s: %v", id, err)
+	}
+	return inst
+}
+
+// unchanged fails unless the stored row still equals before.
+func (e *env) unchanged(before domain.Instance) {
+	e.t.Helper()
+	sameInstance(e.t, "row after refused change", e.get(before.ID), before)
+}
+
+// instance returns a row in state with every field set, so that a backend
+// that forgets a column fails the round trip. Deadline and RunningSince are
+// in a zone other than UTC to check that they come back in UTC.
+func instance(id string, state domain.State) domain.Instance {
+	zone := time.FixedZone("UTC+2", 2*60*60)
+	return domain.Instance{
+		ID: id, CloudID: "i-" + id, Pool: "linux", Role: domain.RoleHot,
+		Runner: "small", SpecHash: "abc123def456", LaunchID: "launch-" + id,
+		State: state, JobStarted: false,
+		Deadline:     start.Add(10*time.Minute + 250*time.Microsecond).In(zone),
+		RunningSince: start.Add(-3*time.Second - 17*time.Microsecond).In(zone),
+		JobsServed:   2, Reason: "because",
+		InstanceType: "c6i.large", UsageClass: "spot", CPU: 2, MemoryMiB: 4096,
+	}
+}
+
+// claim is the seeds' idle→claimed mutation: bind the instance to job.
+func claim(job string) func(*domain.Instance) {
+	return func(i *domain.Instance) { i.State, i.Job = domain.StateClaimed, job }
+}
+
+func to(s domain.State) func(*domain.Instance) {
+	return func(i *domain.Instance) { i.State = s }
+}
+
+var readyUnbound = domain.Guard{State: domain.StateReady}
+
+// created is what a store holds after CreateInstances at now: the caller's
+// fields plus the store's bookkeeping.
+func created(in domain.Instance, now time.Time) domain.Instance {
+	in.Version = 1
+	in.CreatedAt, in.UpdatedAt, in.StateSince = now, now, now
+	return in
+}
+
+// sameInstance fails unless got equals want field by field, times compared
+// as instants. Times in got must be in UTC (or zero).
+func sameInstance(t *testing.T, what string, got, want domain.Instance) {
+	t.Helper()
+	if diff := instanceDiff(got, want); diff != "" {
+		t.Fatalf("%s %s differs (got / want):\n%s", what, want.ID, diff)
+	}
+}
+
+func instanceDiff(got, want domain.Instance) string {
+	var b strings.Builder
+	gv, wv := reflect.ValueOf(got), reflect.ValueOf(want)
+	for k := range gv.NumField() {
+		name := gv.Type().Field(k).Name
+		g, w := gv.Field(k).Interface(), wv.Field(k).Interface()
+		if gt, ok := g.(time.Time); ok {
+			wt := w.(time.Time)
+			if !gt.Equal(wt) {
+				fmt.Fprintf(&b, "  %s: %v / %v\n", name, gt, wt)
+			} else if !gt.IsZero() && gt.Location() != time.UTC {
+				fmt.Fprintf(&b, "  %s: %v is not in UTC\n", name, gt)
+			}
+			continue
+		}
+		if !reflect.DeepEqual(g, w) {
+			fmt.Fprintf(&b, "  %s: %#v / %#v\n", name, g, w)
+		}
+	}
+	return b.String()
+}
+
+// ids lists the ids of insts in order.
+func ids(insts []domain.Instance) []string {
+	out := make([]string, len(insts))
+	for k, i := range insts {
+		out[k] = i.ID
+	}
+	return out
+}
