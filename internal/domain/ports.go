@@ -58,6 +58,8 @@ type Lease struct {
 // the contract suite in internal/store/storetest.
 type Store interface {
 	// CreateInstances inserts rows all-or-nothing; ErrExists if an id is taken.
+	// The store stamps Version 1 and CreatedAt, UpdatedAt and StateSince from
+	// its clock, whatever the caller set.
 	CreateInstances(ctx context.Context, insts []Instance) error
 	// GetInstance returns ErrNotFound for an unknown id.
 	GetInstance(ctx context.Context, id string) (Instance, error)
@@ -74,14 +76,16 @@ type Store interface {
 	// error is for the batch as a whole (a closed store); per-request
 	// outcomes are in the results, in request order.
 	TransitionBatch(ctx context.Context, reqs []TransitionRequest) ([]TransitionResult, error)
-	// DeleteInstances removes terminated rows; other states are refused.
+	// DeleteInstances removes terminated rows, ignoring unknown ids; if any row
+	// is in another state nothing is deleted and the error names them.
 	DeleteInstances(ctx context.Context, ids []string) error
 
 	PutPoolStatus(ctx context.Context, s PoolStatus) error
 	ListPoolStatus(ctx context.Context) ([]PoolStatus, error)
 
 	// AcquireLease takes or renews name for holder until now+ttl; it reports
-	// false (and the current lease) when another holder has it unexpired.
+	// false (and the current lease) when another holder has it unexpired. A
+	// lease is expired from its Expires instant on.
 	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (Lease, bool, error)
 	// ReleaseLease gives the lease up if holder has it.
 	ReleaseLease(ctx context.Context, name, holder string) error
