@@ -3,6 +3,7 @@ package demo
 import (
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"time"
 
@@ -90,5 +91,13 @@ func Summary(w io.Writer, r Result) {
 		fmt.Fprintf(w, "  %-14s %-10s hot %d/%d  stopped %d/%d  warming %d  in jobs %d  — %s\n", p.Name, p.Schedule,
 			p.ReadyHot, p.Target.Hot, p.Stopped, p.Target.Stopped, p.Warming, p.Detached, state)
 	}
-	fmt.Fprintf(w, "cloud API calls: %v\n", r.CloudCalls)
+	ops := make([]string, 0, len(r.CloudCalls))
+	for op := range r.CloudCalls {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	for i, op := range ops {
+		ops[i] = fmt.Sprintf("%s %d", op, r.CloudCalls[op])
+	}
+	fmt.Fprintf(w, "cloud API calls: %s\n", strings.Join(ops, ", "))
 }
