@@ -52,8 +52,10 @@ var States = []State{
 // A state may always be rewritten in place (same state, other fields), except
 // the terminal one.
 var transitions = map[State][]State{
-	StatePending:     {StateBooting, StateError, StateTerminating},
-	StateBooting:     {StateReady, StateError, StateTerminating},
+	StatePending: {StateBooting, StateError, StateTerminating},
+	// A cold-start instance is created bound to its job and registers for
+	// it straight from booting.
+	StateBooting:     {StateReady, StateRunning, StateError, StateTerminating},
 	StateReady:       {StateStopping, StateClaimed, StateError, StateTerminating},
 	StateStopping:    {StateStopped, StateError, StateTerminating},
 	StateStopped:     {StateClaimed, StateError, StateTerminating},
@@ -120,7 +122,8 @@ type Instance struct {
 	StateSince   time.Time
 	RunningSince time.Time // last create or start; zero while stopped
 	JobsServed   int
-	Reason       string // why it errored or is being terminated
+	Reason       string    // why it errored or is being terminated
+	Heartbeat    time.Time // the agent's last heartbeat (Store.RecordHeartbeat)
 
 	// Attributes used by the resource-pool filters.
 	InstanceType string

@@ -42,7 +42,7 @@ func TestTransitionTable(t *testing.T) {
 	}
 	for _, e := range [][2]State{
 		{StateTerminated, StateReady}, {StateRunning, StateReady}, {StateRunning, StateClaimed},
-		{StateError, StateReady}, {StatePending, StateReady}, {StateBooting, StateClaimed},
+		{StateError, StateReady}, {StatePending, StateReady}, {StateBooting, StateClaimed}, {StateStopped, StateRunning},
 	} {
 		if CanTransition(e[0], e[1]) {
 			t.Errorf("%s -> %s must be refused", e[0], e[1])

@@ -54,7 +54,7 @@ type Lease struct {
 	Expires time.Time
 }
 
-// Store persists instances, pool status and leases. Every implementation runs
+// Store persists instances, jobs, pool status and leases. Every implementation runs
 // the contract suite in internal/store/storetest.
 type Store interface {
 	// CreateInstances inserts rows all-or-nothing; ErrExists if an id is taken.
@@ -79,6 +79,25 @@ type Store interface {
 	// DeleteInstances removes terminated rows, ignoring unknown ids; if any row
 	// is in another state nothing is deleted and the error names them.
 	DeleteInstances(ctx context.Context, ids []string) error
+
+	// RecordHeartbeat notes that the instance's agent was alive at at. It
+	// is not a transition: no guard, no version change.
+	RecordHeartbeat(ctx context.Context, id string, at time.Time) error
+
+	// CreateJobs inserts jobs whose id is new and leaves existing ones
+	// untouched: created[i] reports which. The store stamps Version 1,
+	// CreatedAt and UpdatedAt.
+	CreateJobs(ctx context.Context, jobs []Job) (created []bool, err error)
+	// GetJob returns ErrNotFound for an unknown id.
+	GetJob(ctx context.Context, id int64) (Job, error)
+	ListJobs(ctx context.Context, f JobFilter) ([]Job, error)
+	// TransitionJob changes a job the way Transition changes an instance,
+	// deciding with ApplyJobTransition.
+	TransitionJob(ctx context.Context, id int64, g JobGuard, fn func(*Job)) (Job, error)
+	TransitionJobs(ctx context.Context, reqs []JobTransitionRequest) ([]JobTransitionResult, error)
+	// DeleteJobs removes final jobs (completed, rejected) last changed
+	// before the instant, and reports how many.
+	DeleteJobs(ctx context.Context, before time.Time) (int, error)
 
 	PutPoolStatus(ctx context.Context, s PoolStatus) error
 	ListPoolStatus(ctx context.Context) ([]PoolStatus, error)

@@ -1,0 +1,101 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Scope is where runners register: an organisation (Repo empty) or one
+// repository.
+type Scope struct {
+	Owner string
+	Repo  string
+}
+
+// String renders the scope as GitHub paths do: "org" or "owner/repo".
+func (s Scope) String() string {
+	if s.Repo == "" {
+		return s.Owner
+	}
+	return s.Owner + "/" + s.Repo
+}
+
+// RunnerRegistration is a just-in-time runner registered for one job.
+type RunnerRegistration struct {
+	RunnerID  int64
+	Name      string
+	JITConfig string // a credential: never log it
+}
+
+// GitHubRunner is a self-hosted runner as GitHub lists it.
+type GitHubRunner struct {
+	ID     int64
+	Name   string
+	Online bool
+	Busy   bool
+	Labels []string
+}
+
+// GitHubJob is a workflow job as GitHub reports it.
+type GitHubJob struct {
+	ID         int64
+	RunID      int64
+	RunAttempt int
+	Repo       string // owner/name
+	Name       string
+	Workflow   string
+	Status     string // queued, waiting, in_progress, completed
+	Conclusion string
+	Labels     []string
+	RunnerName string
+	CreatedAt  time.Time
+}
+
+// GitHub is the GitHub API as bullpen uses it. Every implementation runs the
+// contract suite in internal/github/githubtest.
+type GitHub interface {
+	// RegisterRunner creates a just-in-time runner with these labels.
+	RegisterRunner(ctx context.Context, s Scope, name string, labels []string) (RunnerRegistration, error)
+	ListRunners(ctx context.Context, s Scope) ([]GitHubRunner, error)
+	// DeleteRunner removes a runner; ErrRunnerBusy when it is running a job
+	// (GitHub answers 422), ErrNotFound when it is already gone.
+	DeleteRunner(ctx context.Context, s Scope, id int64) error
+	// QueuedJobs lists the jobs waiting for a runner in the scope, so a
+	// missed webhook never leaves a job waiting.
+	QueuedJobs(ctx context.Context, s Scope) ([]GitHubJob, error)
+	GetJob(ctx context.Context, repo string, id int64) (GitHubJob, error)
+	CancelRun(ctx context.Context, repo string, runID int64) error
+}
+
+// GitHub errors.
+var (
+	ErrRunnerBusy  = errors.New("runner is busy")
+	ErrRateLimited = errors.New("rate limited")
+)
+
+// Assignment is what an instance's agent needs to serve its job.
+type Assignment struct {
+	JobID      int64
+	RunnerName string
+	Labels     []string
+	JITConfig  string // a credential: never log it
+}
+
+// AgentAPI is the control plane as an instance's agent sees it: the HTTP
+// agent API serves it to real agents, and simulated agents call it directly.
+// Instances are named by their cloud id.
+type AgentAPI interface {
+	SignalSink
+	// Heartbeat says the agent is alive.
+	Heartbeat(ctx context.Context, cloudID string) error
+	// Assignment returns the job the instance should register a runner
+	// for, and false while there is none.
+	Assignment(ctx context.Context, cloudID string) (Assignment, bool, error)
+}
+
+// AssignmentNotifier is told when an instance has a new assignment, so
+// agents waiting for one (long polls, simulated agents) wake at once.
+type AssignmentNotifier interface {
+	Assigned(cloudID string)
+}

@@ -1,0 +1,206 @@
+package domain
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// JobStatus is where a GitHub workflow job is, as bullpen sees it.
+type JobStatus string
+
+const (
+	JobQueued    JobStatus = "queued"    // waiting for a runner
+	JobAssigned  JobStatus = "assigned"  // an instance is bound to it and has its runner registration
+	JobRunning   JobStatus = "running"   // GitHub reports it in progress
+	JobCompleted JobStatus = "completed" // finished, or cancelled
+	JobRejected  JobStatus = "rejected"  // bullpen will not serve it (Reason says why)
+)
+
+// JobStatuses lists every status in lifecycle order.
+var JobStatuses = []JobStatus{JobQueued, JobAssigned, JobRunning, JobCompleted, JobRejected}
+
+var jobTransitions = map[JobStatus][]JobStatus{
+	// A queued job can finish without a runner (cancelled) or be refused.
+	JobQueued: {JobAssigned, JobRunning, JobCompleted, JobRejected},
+	// An assigned job whose instance failed goes back to the queue.
+	JobAssigned:  {JobQueued, JobRunning, JobCompleted},
+	JobRunning:   {JobCompleted},
+	JobCompleted: {},
+	JobRejected:  {},
+}
+
+// Valid reports whether s is a known status.
+func (s JobStatus) Valid() bool {
+	_, ok := jobTransitions[s]
+	return ok
+}
+
+// Final reports whether nothing can follow s.
+func (s JobStatus) Final() bool { return s == JobCompleted || s == JobRejected }
+
+// CanJobTransition reports whether from → to is allowed. A status may be
+// rewritten in place (other fields) unless it is final.
+func CanJobTransition(from, to JobStatus) bool {
+	next, ok := jobTransitions[from]
+	if !ok || !to.Valid() {
+		return false
+	}
+	if from == to {
+		return !from.Final()
+	}
+	return slices.Contains(next, to)
+}
+
+// Route is the queue a job was sent to.
+type Route string
+
+const (
+	RoutePool   Route = "pool"   // the pool queue: served by a pool's warm instances
+	RouteLaunch Route = "launch" // the launch queue: reuse from the resource pool, else create
+)
+
+// Via says how a job got its instance, for latency figures.
+type Via string
+
+const (
+	ViaPool  Via = "pool"  // a warm pool member
+	ViaReuse Via = "reuse" // an idle instance from the resource pool
+	ViaCold  Via = "cold"  // a new instance
+)
+
+// Job is a GitHub workflow job bullpen has accepted (or rejected).
+type Job struct {
+	ID         int64 // GitHub's workflow job id
+	RunID      int64
+	RunAttempt int
+	Repo       string // owner/name
+	Name       string
+	Workflow   string
+	Labels     []string
+
+	Status JobStatus
+	Route  Route
+	Via    Via
+	Pool   string     // the pool= label, when it names a pool
+	Runner string     // runner class: the pool's runner, the runner= label, or an ad-hoc spec's key
+	Spec   RunnerSpec // the machine the job needs
+
+	InstanceID string // bullpen instance bound to it
+	RunnerName string
+	RunnerID   int64
+	// RunnerConfig is the just-in-time runner configuration for the
+	// assigned instance: a credential. It is never logged nor returned by
+	// an API other than the agent's own assignment call.
+	RunnerConfig string `json:"-"`
+	Reason       string
+	Conclusion   string
+	Attempts     int // times it was sent to be served
+	Version      int64
+
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	QueuedAt    time.Time // when GitHub queued it
+	AssignedAt  time.Time
+	StartedAt   time.Time
+	CompletedAt time.Time
+}
+
+// Key is the job's id as instances carry it (Instance.Job).
+func (j Job) Key() string { return JobKey(j.ID) }
+
+// JobKey formats a job id as instances carry it.
+func JobKey(id int64) string { return strconv.FormatInt(id, 10) }
+
+// ParseJobKey is JobKey's inverse.
+func ParseJobKey(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, fmt.Errorf("bad job key %q", s)
+	}
+	return id, nil
+}
+
+// JobGuard is the condition of a job change: the job must have Status and,
+// when Version is non-zero, be at Version.
+type JobGuard struct {
+	Status  JobStatus
+	Version int64
+}
+
+// JobGuardOf returns the guard that matches j exactly as read.
+func JobGuardOf(j Job) JobGuard { return JobGuard{Status: j.Status, Version: j.Version} }
+
+// Matches reports whether j satisfies g.
+func (g JobGuard) Matches(j Job) bool {
+	return j.Status == g.Status && (g.Version == 0 || j.Version == g.Version)
+}
+
+// JobConflictError says a job guard did not match; it wraps ErrConflict.
+type JobConflictError struct {
+	ID     int64
+	Want   JobGuard
+	Actual JobGuard
+}
+
+func (e *JobConflictError) Error() string {
+	return fmt.Sprintf("job %d: expected status=%s version=%d, found status=%s version=%d",
+		e.ID, e.Want.Status, e.Want.Version, e.Actual.Status, e.Actual.Version)
+}
+
+func (e *JobConflictError) Unwrap() error { return ErrConflict }
+
+// JobTransitionError reports a status change the job lifecycle forbids.
+type JobTransitionError struct {
+	ID       int64
+	From, To JobStatus
+}
+
+func (e *JobTransitionError) Error() string {
+	return fmt.Sprintf("job %d: illegal transition %s -> %s", e.ID, e.From, e.To)
+}
+
+// ApplyJobTransition is ApplyTransition for jobs: stores call it inside their
+// atomic section.
+func ApplyJobTransition(cur Job, g JobGuard, now time.Time, fn func(*Job)) (Job, error) {
+	if !g.Matches(cur) {
+		return Job{}, &JobConflictError{ID: cur.ID, Want: g, Actual: JobGuardOf(cur)}
+	}
+	next := cur
+	next.Labels = slices.Clone(cur.Labels)
+	fn(&next)
+	if !CanJobTransition(cur.Status, next.Status) {
+		return Job{}, &JobTransitionError{ID: cur.ID, From: cur.Status, To: next.Status}
+	}
+	next.ID, next.CreatedAt = cur.ID, cur.CreatedAt
+	next.Version = cur.Version + 1
+	next.UpdatedAt = now
+	return next, nil
+}
+
+// JobFilter selects jobs; zero fields do not constrain.
+type JobFilter struct {
+	Statuses []JobStatus
+	Pool     string
+	Instance string
+	// UpdatedBefore keeps jobs last changed before this instant.
+	UpdatedBefore time.Time
+	// Limit caps the result (0 = no cap); the newest jobs come first
+	// when Newest is set, else the oldest.
+	Limit  int
+	Newest bool
+}
+
+// JobTransitionRequest is one conditional job update of a batch.
+type JobTransitionRequest struct {
+	ID    int64
+	Guard JobGuard
+	Apply func(*Job)
+}
+
+// JobTransitionResult is the outcome of one JobTransitionRequest.
+type JobTransitionResult struct {
+	Job Job
+	Err error
+}
