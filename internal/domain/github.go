@@ -82,6 +82,25 @@ type Assignment struct {
 	JITConfig  string // a credential: never log it
 }
 
+// InstructionKind is what the control plane tells an agent to do next.
+type InstructionKind string
+
+const (
+	// InstructionWait: nothing to do yet; ask again (or wait for a notice).
+	InstructionWait InstructionKind = "wait"
+	// InstructionRun: register a runner with the assignment and run the job.
+	InstructionRun InstructionKind = "run"
+	// InstructionRelease: the job is over and the instance will be reused:
+	// deregister the runner, clean up, then signal deregistered.
+	InstructionRelease InstructionKind = "release"
+)
+
+// Instruction is the control plane's answer to an agent's "what next?".
+type Instruction struct {
+	Kind       InstructionKind
+	Assignment Assignment // with InstructionRun
+}
+
 // AgentAPI is the control plane as an instance's agent sees it: the HTTP
 // agent API serves it to real agents, and simulated agents call it directly.
 // Instances are named by their cloud id.
@@ -89,13 +108,12 @@ type AgentAPI interface {
 	SignalSink
 	// Heartbeat says the agent is alive.
 	Heartbeat(ctx context.Context, cloudID string) error
-	// Assignment returns the job the instance should register a runner
-	// for, and false while there is none.
-	Assignment(ctx context.Context, cloudID string) (Assignment, bool, error)
+	// Next says what the agent should do now.
+	Next(ctx context.Context, cloudID string) (Instruction, error)
 }
 
-// AssignmentNotifier is told when an instance has a new assignment, so
-// agents waiting for one (long polls, simulated agents) wake at once.
+// AssignmentNotifier is told when an instance has a new instruction (a job
+// to run, a release), so agents waiting for one wake at once.
 type AssignmentNotifier interface {
 	Assigned(cloudID string)
 }
