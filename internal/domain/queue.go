@@ -69,3 +69,28 @@ type Queue interface {
 
 // ErrStaleReceipt: the receipt no longer identifies a received message.
 var ErrStaleReceipt = errors.New("stale receipt")
+
+// ResourcePoolEntry is the message that stands for one idle reusable
+// instance in its class's resource-pool queue (seed 004's format, plus the
+// cloud id; InstanceID is bullpen's id, the key for store look-ups).
+type ResourcePoolEntry struct {
+	InstanceID    string    `json:"instanceId"`
+	CloudID       string    `json:"cloudId"`
+	UsageClass    string    `json:"usageClass"`
+	InstanceType  string    `json:"instanceType"`
+	CPU           int       `json:"cpu"`
+	Mem           int       `json:"mem"` // MiB
+	ResourceClass string    `json:"resourceClass"`
+	Threshold     time.Time `json:"threshold"` // the entry expires then
+}
+
+// ResourceClassFor is the coarse size label of a machine with cpu vCPUs.
+func ResourceClassFor(cpu int) string {
+	switch {
+	case cpu <= 2:
+		return "small"
+	case cpu <= 8:
+		return "medium"
+	}
+	return "large"
+}

@@ -1,0 +1,404 @@
+// Package agents is the control plane's side of every handshake with an
+// instance's agent: it turns signals (warm, registered, job-started,
+// job-finished, deregistered, failed) and heartbeats into guarded state
+// changes, tells agents what to do next, and releases instances when their
+// job ends (seed 003).
+package agents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
+)
+
+// Policy is what happens to an instance after its job.
+type Policy struct {
+	Reuse   bool          // back to the resource pool, else terminated
+	MaxJobs int           // retire after this many jobs (0: no limit)
+	MaxAge  time.Duration // retire this long after launch (0: no limit)
+	// IdleLifetime is how long a released instance may wait for its next
+	// job; zero uses Deadlines.Ready.
+	IdleLifetime time.Duration
+}
+
+// Options configure a Service.
+type Options struct {
+	Deadlines domain.Deadlines
+	// Policy returns an instance's after-job policy (from its pool); nil
+	// means terminate after one job.
+	Policy func(in domain.Instance) Policy
+}
+
+// Service implements domain.AgentAPI and the release of instances.
+type Service struct {
+	store    domain.Store
+	queue    domain.Queue
+	clock    domain.Clock
+	log      *slog.Logger
+	opts     Options
+	metrics  *metrics
+	notifier domain.AssignmentNotifier
+	hub      *Hub
+	mu       sync.RWMutex
+}
+
+var _ domain.AgentAPI = (*Service)(nil)
+
+// New returns a service; reg may be nil.
+func New(store domain.Store, queue domain.Queue, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer, opts Options) (*Service, error) {
+	if opts.Deadlines == (domain.Deadlines{}) {
+		opts.Deadlines = domain.DefaultDeadlines()
+	}
+	if opts.Policy == nil {
+		opts.Policy = func(domain.Instance) Policy { return Policy{} }
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{store: store, queue: queue, clock: clk, log: log, opts: opts, metrics: m, hub: NewHub()}, nil
+}
+
+// SetNotifier sets who is told when an agent has something new to do.
+func (s *Service) SetNotifier(n domain.AssignmentNotifier) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.notifier = n
+}
+
+// Notify tells the instance's agent to ask for its next instruction.
+func (s *Service) Notify(cloudID string) {
+	s.mu.RLock()
+	n := s.notifier
+	s.mu.RUnlock()
+	if n != nil && cloudID != "" {
+		n.Assigned(cloudID)
+	}
+}
+
+// Registrations publishes, per instance id, each registered signal.
+func (s *Service) Registrations() *Hub { return s.hub }
+
+// Errors of the agent API. ErrUnknownInstance is transient (the row may be
+// a moment away from recording its cloud id); a *RejectedError is final.
+var ErrUnknownInstance = errors.New("no instance with that cloud id")
+
+// RejectedError is a signal that does not fit the instance's state: it
+// changes nothing and must not be retried.
+type RejectedError struct {
+	Kind   domain.SignalKind
+	Reason string
+}
+
+func (e *RejectedError) Error() string { return fmt.Sprintf("%s signal rejected: %s", e.Kind, e.Reason) }
+
+func reject(k domain.SignalKind, format string, args ...any) error {
+	return &RejectedError{Kind: k, Reason: fmt.Sprintf(format, args...)}
+}
+
+func (s *Service) lookup(ctx context.Context, cloudID string) (domain.Instance, error) {
+	if cloudID == "" {
+		return domain.Instance{}, errors.New("empty cloud id")
+	}
+	rows, err := s.store.ListInstances(ctx, domain.InstanceFilter{CloudID: cloudID})
+	if err != nil {
+		return domain.Instance{}, fmt.Errorf("look up %s: %w", cloudID, err)
+	}
+	if len(rows) == 0 {
+		return domain.Instance{}, fmt.Errorf("%s: %w", cloudID, ErrUnknownInstance)
+	}
+	return rows[len(rows)-1], nil
+}
+
+// Heartbeat records that the instance's agent is alive.
+func (s *Service) Heartbeat(ctx context.Context, cloudID string) error {
+	in, err := s.lookup(ctx, cloudID)
+	if err != nil {
+		return err
+	}
+	s.metrics.heartbeats.Inc()
+	return s.store.RecordHeartbeat(ctx, in.ID, s.clock.Now())
+}
+
+// Next tells the agent what to do: run its assigned job, release after a
+// job, or wait.
+func (s *Service) Next(ctx context.Context, cloudID string) (domain.Instruction, error) {
+	in, err := s.lookup(ctx, cloudID)
+	if err != nil {
+		return domain.Instruction{}, err
+	}
+	switch {
+	case in.State == domain.StateReleasing:
+		return domain.Instruction{Kind: domain.InstructionRelease}, nil
+	case in.Job != "" && (in.State == domain.StateClaimed || in.State == domain.StateBooting):
+		id, err := domain.ParseJobKey(in.Job)
+		if err != nil {
+			return domain.Instruction{}, err
+		}
+		job, err := s.store.GetJob(ctx, id)
+		if err != nil {
+			return domain.Instruction{}, fmt.Errorf("job of %s: %w", in.ID, err)
+		}
+		if job.RunnerConfig == "" || job.InstanceID != in.ID || job.Status != domain.JobAssigned {
+			return domain.Instruction{Kind: domain.InstructionWait}, nil
+		}
+		return domain.Instruction{Kind: domain.InstructionRun, Assignment: domain.Assignment{
+			JobID: job.ID, RunnerName: job.RunnerName, Labels: job.Labels, JITConfig: job.RunnerConfig,
+		}}, nil
+	}
+	return domain.Instruction{Kind: domain.InstructionWait}, nil
+}
+
+// Signal applies one signal from an instance's agent.
+func (s *Service) Signal(ctx context.Context, sig domain.Signal) error {
+	in, err := s.lookup(ctx, sig.CloudID)
+	if err != nil {
+		return err
+	}
+	s.metrics.signals.WithLabelValues(string(sig.Kind)).Inc()
+	switch sig.Kind {
+	case domain.SignalWarm:
+		return s.warm(ctx, in)
+	case domain.SignalHeartbeat:
+		return s.store.RecordHeartbeat(ctx, in.ID, s.clock.Now())
+	case domain.SignalRegistered:
+		return s.registered(ctx, in, sig)
+	case domain.SignalJobStarted:
+		return s.jobStarted(ctx, in, sig)
+	case domain.SignalJobFinished:
+		if in.Job == "" || sig.Job != in.Job {
+			return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
+		}
+		id, _ := domain.ParseJobKey(sig.Job)
+		return s.Finish(ctx, id, sig.Reason)
+	case domain.SignalDeregistered:
+		return s.deregistered(ctx, in)
+	case domain.SignalFailed:
+		return s.failed(ctx, in, sig)
+	}
+	return reject(sig.Kind, "unknown signal")
+}
+
+// warm: boot and warm-up finished. A pool member becomes ready (for a job,
+// or to be parked); an instance already bound to a job stays as it is.
+func (s *Service) warm(ctx context.Context, in domain.Instance) error {
+	if in.State != domain.StateBooting || in.Job != "" {
+		return nil
+	}
+	now := s.clock.Now()
+	p := s.opts.Policy(in)
+	deadline := s.opts.Deadlines.Until(domain.StateReady, now)
+	if in.Role == domain.RoleHot && p.IdleLifetime > 0 {
+		deadline = now.Add(p.IdleLifetime)
+	}
+	_, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
+		i.State, i.Deadline = domain.StateReady, deadline
+	})
+	if errors.Is(err, domain.ErrConflict) {
+		return nil // it moved on meanwhile; nothing to do
+	}
+	return err
+}
+
+func (s *Service) registered(ctx context.Context, in domain.Instance, sig domain.Signal) error {
+	if in.Job == "" || sig.Job != in.Job {
+		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
+	}
+	switch in.State {
+	case domain.StateRunning:
+		return nil // a repeat
+	case domain.StateClaimed, domain.StateBooting:
+	default:
+		return reject(sig.Kind, "instance is %s", in.State)
+	}
+	_, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
+		i.State, i.Deadline = domain.StateRunning, s.opts.Deadlines.Until(domain.StateRunning, s.clock.Now())
+	})
+	if err != nil {
+		return fmt.Errorf("registered %s: %w", in.ID, err)
+	}
+	s.hub.Publish(in.ID)
+	return nil
+}
+
+func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain.Signal) error {
+	if in.Job == "" || sig.Job != in.Job {
+		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
+	}
+	if !in.JobStarted {
+		if _, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) { i.JobStarted = true }); err != nil {
+			return fmt.Errorf("job-started %s: %w", in.ID, err)
+		}
+	}
+	id, _ := domain.ParseJobKey(sig.Job)
+	return jobs.MarkRunning(ctx, s.store, id, s.clock.Now(), "")
+}
+
+// deregistered completes a release: the instance goes back to the resource
+// pool of its class, unless the release timed out (then it is never pooled).
+func (s *Service) deregistered(ctx context.Context, in domain.Instance) error {
+	if in.State != domain.StateReleasing {
+		return reject(domain.SignalDeregistered, "instance is %s, not releasing", in.State)
+	}
+	now := s.clock.Now()
+	if in.Expired(now) {
+		s.metrics.releases.WithLabelValues("timed_out").Inc()
+		return reject(domain.SignalDeregistered, "release timed out at %s", in.Deadline.Format(time.RFC3339))
+	}
+	p := s.opts.Policy(in)
+	idle := p.IdleLifetime
+	if idle <= 0 {
+		idle = s.opts.Deadlines.Ready
+	}
+	deadline := now.Add(idle)
+	entry := domain.ResourcePoolEntry{
+		InstanceID: in.ID, CloudID: in.CloudID, UsageClass: in.UsageClass, InstanceType: in.InstanceType,
+		CPU: in.CPU, Mem: in.MemoryMiB, ResourceClass: domain.ResourceClassFor(in.CPU), Threshold: deadline,
+	}
+	// The entry goes first: if the transition then fails, the entry points
+	// at an instance that is not ready, and a claim on it simply loses.
+	if err := jobs.OfferToResourcePool(ctx, s.queue, in.Runner, entry); err != nil {
+		return err
+	}
+	_, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
+		i.State, i.Deadline = domain.StateReady, deadline
+	})
+	if err != nil {
+		return fmt.Errorf("deregistered %s: %w", in.ID, err)
+	}
+	s.metrics.releases.WithLabelValues("pooled").Inc()
+	s.log.Info("instance back in the resource pool", "instance", in.ID, "runner", in.Runner, "jobs_served", in.JobsServed)
+	return nil
+}
+
+// failed: the agent gave up. The instance goes to error (the converger or
+// the reaper terminates it); a job it had not started goes back to its queue.
+func (s *Service) failed(ctx context.Context, in domain.Instance, sig domain.Signal) error {
+	if in.State == domain.StateTerminating || in.State == domain.StateTerminated || in.State == domain.StateError {
+		return nil
+	}
+	reason := sig.Reason
+	if reason == "" {
+		reason = "agent reported a failure"
+	}
+	_, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
+		i.State, i.Reason = domain.StateError, reason
+		i.Deadline = s.opts.Deadlines.Until(domain.StateError, s.clock.Now())
+	})
+	if err != nil {
+		return fmt.Errorf("failed %s: %w", in.ID, err)
+	}
+	s.log.Warn("instance failed", "instance", in.ID, "state", in.State, "reason", reason)
+	if in.Job != "" && !in.JobStarted {
+		id, _ := domain.ParseJobKey(in.Job)
+		return jobs.Requeue(ctx, s.store, s.queue, id, in.ID, "instance failed: "+reason)
+	}
+	return nil
+}
+
+// Finish records a job's end (from the completed webhook or the agent) and
+// releases its instance: back toward the resource pool when the instance's
+// policy allows another job, else terminated. Repeats are harmless.
+func (s *Service) Finish(ctx context.Context, jobID int64, conclusion string) error {
+	now := s.clock.Now()
+	job, err := jobs.MarkCompleted(ctx, s.store, jobID, now, conclusion)
+	if err != nil || job.InstanceID == "" {
+		return err
+	}
+	in, err := s.store.GetInstance(ctx, job.InstanceID)
+	if errors.Is(err, domain.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("release for job %d: %w", jobID, err)
+	}
+	if in.Job != job.Key() {
+		return nil // already released
+	}
+	return s.release(ctx, in, now)
+}
+
+func (s *Service) release(ctx context.Context, in domain.Instance, now time.Time) error {
+	p := s.opts.Policy(in)
+	served := in.JobsServed + 1
+	why := ""
+	switch {
+	case !p.Reuse:
+		why = "job done"
+	case in.State != domain.StateRunning:
+		why = "job ended before its runner registered"
+	case p.MaxJobs > 0 && served >= p.MaxJobs:
+		why = fmt.Sprintf("served %d jobs (max-jobs-per-instance)", served)
+	case p.MaxAge > 0 && now.Sub(in.CreatedAt) >= p.MaxAge:
+		why = "older than max-age"
+	}
+	_, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
+		i.Job, i.JobStarted, i.JobsServed = "", false, served
+		if why == "" {
+			// Clearing the job is the trigger of seed 003's handshake.
+			i.State = domain.StateReleasing
+			i.Deadline = s.opts.Deadlines.Until(domain.StateReleasing, now)
+			return
+		}
+		i.State, i.Reason = domain.StateTerminating, why
+		i.Deadline = s.opts.Deadlines.Until(domain.StateTerminating, now)
+	})
+	if errors.Is(err, domain.ErrConflict) {
+		return nil // someone else released it
+	}
+	if err != nil {
+		return fmt.Errorf("release %s: %w", in.ID, err)
+	}
+	if why == "" {
+		s.metrics.releases.WithLabelValues("releasing").Inc()
+		s.Notify(in.CloudID)
+	} else {
+		s.metrics.releases.WithLabelValues("terminated").Inc()
+		s.log.Info("instance retired after its job", "instance", in.ID, "reason", why)
+	}
+	return nil
+}
+
+// Hub lets a goroutine wait for an instance's registration.
+type Hub struct {
+	mu      sync.Mutex
+	waiters map[string][]chan struct{}
+}
+
+// NewHub returns an empty hub.
+func NewHub() *Hub { return &Hub{waiters: map[string][]chan struct{}{}} }
+
+// Wait returns a channel closed at the next Publish for id.
+func (h *Hub) Wait(id string) <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch := make(chan struct{})
+	h.waiters[id] = append(h.waiters[id], ch)
+	return ch
+}
+
+// Publish wakes every waiter of id.
+func (h *Hub) Publish(id string) {
+	h.mu.Lock()
+	ws := h.waiters[id]
+	delete(h.waiters, id)
+	h.mu.Unlock()
+	for _, ch := range ws {
+		close(ch)
+	}
+}
+
+// Forget drops the waiters of id (a caller that gave up).
+func (h *Hub) Forget(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.waiters, id)
+}

@@ -1,0 +1,36 @@
+package agents
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	signals    *prometheus.CounterVec
+	heartbeats prometheus.Counter
+	releases   *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		signals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_agent_signals_total", Help: "Signals received from instance agents, by kind.",
+		}, []string{"kind"}),
+		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bullpen_agent_heartbeats_total", Help: "Heartbeats received from instance agents.",
+		}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_releases_total", Help: "Instances after their job, by outcome (releasing, pooled, terminated, timed_out).",
+		}, []string{"outcome"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.signals, m.heartbeats, m.releases} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("agent metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,312 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/webhook"
+)
+
+// ReasonWaiting marks a job GitHub holds for an approval (action waiting):
+// recorded, not yet sent to be served.
+const ReasonWaiting = "waiting for approval"
+
+// DeadLetterQueue keeps inbox messages that failed too often, so nothing
+// accepted is ever silently dropped.
+const DeadLetterQueue = "inbox-dead"
+
+// Finisher releases a job's instance when the job ends (agents.Service).
+type Finisher interface {
+	Finish(ctx context.Context, jobID int64, conclusion string) error
+}
+
+// Options tune the intake; zero values take the defaults.
+type Options struct {
+	BatchMax    int           // default 200
+	Visibility  time.Duration // default 30 s
+	Wait        time.Duration // default 1 s
+	MaxReceives int           // then dead-lettered; default 10
+	// CancelRejected cancels the workflow run of a rejected job.
+	CancelRejected bool
+}
+
+// Deps are the intake's collaborators.
+type Deps struct {
+	Store    domain.Store
+	Queue    domain.Queue
+	Clock    domain.Clock
+	Log      *slog.Logger
+	Routing  func() Routing
+	Finisher Finisher
+	GitHub   domain.GitHub // for CancelRejected; may be nil
+}
+
+// Intake consumes the inbox.
+type Intake struct {
+	Deps
+	opts    Options
+	metrics *metrics
+}
+
+// New returns an intake; reg may be nil.
+func New(d Deps, reg prometheus.Registerer, o Options) (*Intake, error) {
+	if o.BatchMax <= 0 {
+		o.BatchMax = 200
+	}
+	if o.Visibility <= 0 {
+		o.Visibility = 30 * time.Second
+	}
+	if o.Wait <= 0 {
+		o.Wait = time.Second
+	}
+	if o.MaxReceives <= 0 {
+		o.MaxReceives = 10
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Intake{Deps: d, opts: o, metrics: m}, nil
+}
+
+// Run consumes the inbox until ctx ends, finishing the batch in hand.
+func (in *Intake) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		if _, err := in.Step(ctx); err != nil && ctx.Err() == nil {
+			in.Log.Warn("intake step failed", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-in.Clock.After(time.Second):
+			}
+		}
+	}
+	return nil
+}
+
+// event is one decoded delivery of a batch.
+type event struct {
+	msg      domain.Message
+	delivery webhook.Delivery
+	ev       webhook.WorkflowJobEvent
+}
+
+// Step processes one batch: new jobs first (one store write for all of
+// them, one send per queue), then starts and ends in delivery order.
+func (in *Intake) Step(ctx context.Context) (int, error) {
+	msgs, err := in.Queue.Receive(ctx, domain.QueueInbox, in.opts.BatchMax, in.opts.Visibility, in.opts.Wait)
+	if err != nil || len(msgs) == 0 {
+		return 0, err
+	}
+	ctx = context.WithoutCancel(ctx)
+	var events []event
+	var done []string
+	for _, m := range msgs {
+		d, err := webhook.DecodeDelivery(m.Body)
+		var ev webhook.WorkflowJobEvent
+		if err == nil {
+			ev, err = webhook.ParseWorkflowJob(d.Payload)
+		}
+		if err != nil {
+			if errors.Is(err, webhook.ErrUnhandledAction) {
+				done = append(done, m.Receipt)
+				continue
+			}
+			// The handler refused what does not parse, so this is a bug or
+			// a corrupted message: keep it, in the dead-letter queue.
+			in.Log.Error("inbox message does not parse; dead-lettered", "message", m.ID, "err", err)
+			done = append(done, in.deadLetter(ctx, m)...)
+			continue
+		}
+		events = append(events, event{msg: m, delivery: d, ev: ev})
+	}
+	handled, err := in.admit(ctx, events)
+	done = append(done, handled...)
+	for _, e := range events {
+		if e.ev.Action == webhook.ActionQueued || e.ev.Action == webhook.ActionWaiting {
+			continue
+		}
+		if herr := in.progress(ctx, e); herr != nil {
+			err = errors.Join(err, herr)
+			if e.msg.Receives >= in.opts.MaxReceives {
+				in.Log.Error("inbox message keeps failing; dead-lettered", "delivery", e.delivery.ID, "err", herr)
+				done = append(done, in.deadLetter(ctx, e.msg)...)
+			}
+			continue
+		}
+		done = append(done, e.msg.Receipt)
+	}
+	if derr := in.Queue.Delete(ctx, domain.QueueInbox, done); derr != nil {
+		err = errors.Join(err, fmt.Errorf("delete processed deliveries: %w", derr))
+	}
+	return len(msgs), err
+}
+
+// deadLetter moves a message aside; it returns the receipt to delete when
+// the move worked (else the message stays in the inbox).
+func (in *Intake) deadLetter(ctx context.Context, m domain.Message) []string {
+	if err := in.Queue.Send(ctx, DeadLetterQueue, []domain.SendRequest{{Body: m.Body}}); err != nil {
+		in.Log.Error("dead-letter an inbox message", "message", m.ID, "err", err)
+		return nil
+	}
+	in.metrics.deadLettered.Inc()
+	return []string{m.Receipt}
+}
+
+// admit records the batch's queued and waiting jobs and sends the queued ones
+// to their queues. Redeliveries find their job already recorded; a job
+// still waiting for a runner is sent again, harmlessly (the send is
+// deduplicated, and the job's one guarded assignment decides).
+func (in *Intake) admit(ctx context.Context, events []event) ([]string, error) {
+	routing := in.Routing()
+	var batch []domain.Job
+	var receipts []string
+	for _, e := range events {
+		if e.ev.Action != webhook.ActionQueued && e.ev.Action != webhook.ActionWaiting {
+			continue
+		}
+		receipts = append(receipts, e.msg.Receipt)
+		d := Decide(e.ev.Job.Labels, routing)
+		if !d.Ours {
+			in.metrics.events.WithLabelValues(e.ev.Action, "not_ours").Inc()
+			continue
+		}
+		j := newJob(e, d, in.Clock.Now())
+		batch = append(batch, j)
+	}
+	if len(batch) == 0 {
+		return receipts, nil
+	}
+	created, err := in.Store.CreateJobs(ctx, batch)
+	if err != nil {
+		return nil, fmt.Errorf("record %d jobs: %w", len(batch), err)
+	}
+	sends := map[string][]domain.SendRequest{}
+	for i, j := range batch {
+		if !created[i] {
+			cur, err := in.Store.GetJob(ctx, j.ID)
+			if err != nil {
+				return nil, fmt.Errorf("read job %d: %w", j.ID, err)
+			}
+			if j.Reason != ReasonWaiting && cur.Reason == ReasonWaiting && cur.Status == domain.JobQueued {
+				cur, err = in.Store.TransitionJob(ctx, cur.ID, domain.JobGuardOf(cur), func(x *domain.Job) { x.Reason = "" })
+				if err != nil {
+					return nil, fmt.Errorf("release job %d from waiting: %w", j.ID, err)
+				}
+			}
+			j = cur
+			in.metrics.events.WithLabelValues("queued", "duplicate").Inc()
+		}
+		switch {
+		case j.Status == domain.JobRejected:
+			if created[i] {
+				in.reject(ctx, j)
+			}
+		case j.Status == domain.JobQueued && j.InstanceID == "" && j.Reason != ReasonWaiting:
+			q := jobs.QueueFor(j.Route)
+			sends[q] = append(sends[q], jobs.SendRequest(j, 0))
+			if created[i] {
+				in.metrics.events.WithLabelValues("queued", string(j.Route)).Inc()
+			}
+		case created[i]:
+			in.metrics.events.WithLabelValues("waiting", "recorded").Inc()
+		}
+	}
+	for q, reqs := range sends {
+		if err := in.Queue.Send(ctx, q, reqs); err != nil {
+			return nil, fmt.Errorf("send %d jobs to the %s queue: %w", len(reqs), q, err)
+		}
+	}
+	return receipts, nil
+}
+
+func newJob(e event, d Decision, now time.Time) domain.Job {
+	w := e.ev.Job
+	j := domain.Job{
+		ID: w.ID, RunID: w.RunID, RunAttempt: w.RunAttempt, Repo: e.ev.Repo, Name: w.Name, Workflow: w.WorkflowName,
+		Labels: w.Labels, Status: domain.JobQueued, Route: d.Route, Pool: d.Pool, Runner: d.Runner, Spec: d.Spec,
+		QueuedAt: w.CreatedAt,
+	}
+	if j.QueuedAt.IsZero() {
+		j.QueuedAt = e.delivery.ReceivedAt
+	}
+	if j.QueuedAt.IsZero() {
+		j.QueuedAt = now
+	}
+	if d.Reject != "" {
+		j.Status, j.Reason = domain.JobRejected, d.Reject
+	} else if e.ev.Action == webhook.ActionWaiting {
+		j.Reason = ReasonWaiting
+	}
+	return j
+}
+
+// reject tells the operator (log, metric) and, when configured, cancels the
+// workflow run so that it does not wait forever.
+func (in *Intake) reject(ctx context.Context, j domain.Job) {
+	in.metrics.events.WithLabelValues("queued", "rejected").Inc()
+	in.Log.Warn("job rejected", "job", j.ID, "repo", j.Repo, "run", j.RunID, "reason", j.Reason)
+	if !in.opts.CancelRejected || in.GitHub == nil {
+		return
+	}
+	if err := in.GitHub.CancelRun(ctx, j.Repo, j.RunID); err != nil {
+		in.Log.Warn("cancel the run of a rejected job", "job", j.ID, "run", j.RunID, "err", err)
+	}
+}
+
+// progress applies in_progress and completed events.
+func (in *Intake) progress(ctx context.Context, e event) error {
+	w := e.ev.Job
+	switch e.ev.Action {
+	case webhook.ActionInProgress:
+		at := w.StartedAt
+		if at.IsZero() {
+			at = in.Clock.Now()
+		}
+		if err := jobs.MarkRunning(ctx, in.Store, w.ID, at, w.RunnerName); err != nil {
+			return fmt.Errorf("job %d started: %w", w.ID, err)
+		}
+		in.metrics.events.WithLabelValues(e.ev.Action, "recorded").Inc()
+		return in.protect(ctx, w.ID)
+	case webhook.ActionCompleted:
+		in.metrics.events.WithLabelValues(e.ev.Action, "recorded").Inc()
+		if err := in.Finisher.Finish(ctx, w.ID, w.Conclusion); err != nil {
+			return fmt.Errorf("job %d completed: %w", w.ID, err)
+		}
+	}
+	return nil
+}
+
+// protect marks the job's instance as running a job: no loop may touch it.
+func (in *Intake) protect(ctx context.Context, jobID int64) error {
+	j, err := in.Store.GetJob(ctx, jobID)
+	if errors.Is(err, domain.ErrNotFound) || (err == nil && j.InstanceID == "") {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for range 8 {
+		inst, err := in.Store.GetInstance(ctx, j.InstanceID)
+		if errors.Is(err, domain.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if inst.Job != j.Key() || inst.JobStarted {
+			return nil
+		}
+		_, err = in.Store.Transition(ctx, inst.ID, domain.GuardOf(inst), func(x *domain.Instance) { x.JobStarted = true })
+		if !errors.Is(err, domain.ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("instance %s of job %d keeps changing", j.InstanceID, jobID)
+}

@@ -1,0 +1,73 @@
+package intake
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+func routing() Routing {
+	small := domain.RunnerSpec{Name: "small-x64", Image: "ubuntu24-full-x64", CPU: domain.Range{Min: 2, Max: 2}, Family: []string{"t3"}}
+	big := domain.RunnerSpec{Name: "big", Image: "ubuntu24-full-x64", CPU: domain.Range{Min: 16, Max: 16}}
+	return Routing{
+		Environment: "dev",
+		Pools: map[string]domain.Pool{
+			"small-x64":  {Name: "small-x64", Runner: "small-x64"},
+			"dependabot": {Name: "dependabot", Runner: "small-x64"},
+			"broken":     {Name: "broken", Runner: "gone"},
+		},
+		Runners: map[string]domain.RunnerSpec{"small-x64": small, "big": big},
+	}
+}
+
+func TestDecide(t *testing.T) {
+	cases := []struct {
+		name   string
+		labels []string
+		want   string // route/pool/runner, "not ours", or "reject: <substring>"
+	}{
+		{"pool with run pin", []string{"runs-on=123/pool=small-x64"}, "pool/small-x64/small-x64"},
+		{"pool without run pin", []string{"runs-on/pool=small-x64"}, "pool/small-x64/small-x64"},
+		{"pool ignores machine keys", []string{"runs-on=1,pool=small-x64,cpu=64"}, "pool/small-x64/small-x64"},
+		{"dependabot expands to its pool", []string{"self-hosted", "dependabot"}, "pool/dependabot/small-x64"},
+		{"runner label", []string{"runs-on=9/runner=big"}, "launch//big"},
+		{"ad-hoc spec", []string{"runs-on=9/cpu=4/ram=16"}, "launch//adhoc-"},
+		{"bare runs-on is the default runner", []string{"runs-on"}, "launch//default"},
+		{"not ours without runs-on", []string{"self-hosted", "linux"}, "not ours"},
+		{"github-hosted", []string{"ubuntu-latest"}, "not ours"},
+		{"another environment's job", []string{"runs-on/pool=small-x64", "env=prod"}, "not ours"},
+		{"our environment named", []string{"runs-on/pool=small-x64/env=dev"}, "pool/small-x64/small-x64"},
+		{"unknown pool is rejected", []string{"runs-on=5/pool=large"}, `reject: pool "large" is not configured for environment "dev"`},
+		{"unknown runner is rejected", []string{"runs-on=5/runner=huge"}, `reject: runner "huge" is not configured`},
+		{"pool with a missing runner is rejected", []string{"runs-on/pool=broken"}, `reject: pool "broken" names runner "gone"`},
+		{"malformed label is rejected", []string{"runs-on=1/cpu=four"}, "reject: cpu"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := Decide(c.labels, routing())
+			got := "not ours"
+			switch {
+			case !d.Ours:
+			case d.Reject != "":
+				got = "reject: " + d.Reject
+			default:
+				got = string(d.Route) + "/" + d.Pool + "/" + d.Runner
+			}
+			if !strings.HasPrefix(got, c.want) && !(strings.HasPrefix(c.want, "reject: ") && strings.Contains(got, strings.TrimPrefix(c.want, "reject: "))) {
+				t.Fatalf("Decide(%q) = %s, want %s", c.labels, got, c.want)
+			}
+		})
+	}
+}
+
+func TestDecideAdhocSpecAppliesOverrides(t *testing.T) {
+	d := Decide([]string{"runs-on=9/runner=big/cpu=32/spot=pco"}, routing())
+	if d.Spec.CPU.Min != 32 || d.Spec.Spot != "price-capacity-optimized" || d.Spec.Image != "ubuntu24-full-x64" || d.Runner == "big" {
+		t.Fatalf("spec %+v class %s", d.Spec, d.Runner)
+	}
+	again := Decide([]string{"runs-on=10,runner=big,spot=pco,cpu=32"}, routing())
+	if again.Runner != d.Runner {
+		t.Fatalf("the same machine in other words got class %s, then %s", d.Runner, again.Runner)
+	}
+}

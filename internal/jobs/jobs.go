@@ -1,0 +1,157 @@
+// Package jobs holds the small operations on jobs that several loops share:
+// the queue messages that carry them, and the guarded status changes that
+// must be retried when another writer got there first.
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Message is the body of a pool- or launch-queue message.
+type Message struct {
+	JobID int64 `json:"job"`
+}
+
+// Encode renders a queue message for job id.
+func Encode(id int64) []byte {
+	b, _ := json.Marshal(Message{JobID: id})
+	return b
+}
+
+// Decode parses a queue message.
+func Decode(body []byte) (int64, error) {
+	var m Message
+	if err := json.Unmarshal(body, &m); err != nil {
+		return 0, fmt.Errorf("job message: %w", err)
+	}
+	if m.JobID <= 0 {
+		return 0, fmt.Errorf("job message: no job id in %q", body)
+	}
+	return m.JobID, nil
+}
+
+// QueueFor names the queue a job's route sends it to.
+func QueueFor(r domain.Route) string {
+	if r == domain.RoutePool {
+		return domain.QueuePool
+	}
+	return domain.QueueLaunch
+}
+
+// SendRequest is the message that sends job j to its route's queue. The
+// dedup id includes the attempt, so a retried send of the same attempt is
+// dropped but a requeue is not.
+func SendRequest(j domain.Job, delay time.Duration) domain.SendRequest {
+	return domain.SendRequest{Body: Encode(j.ID), Delay: delay, DedupID: fmt.Sprintf("job-%d-%d", j.ID, j.Attempts)}
+}
+
+// retries bounds read-modify-write loops that lose to concurrent writers.
+const retries = 8
+
+// update reads job id, lets decide pick the change (or none), and writes it
+// guarded by the version read, retrying when another writer won.
+func update(ctx context.Context, st domain.Store, id int64, decide func(j domain.Job) (func(*domain.Job), bool)) (domain.Job, error) {
+	for range retries {
+		j, err := st.GetJob(ctx, id)
+		if err != nil {
+			return domain.Job{}, err
+		}
+		fn, ok := decide(j)
+		if !ok {
+			return j, nil
+		}
+		next, err := st.TransitionJob(ctx, id, domain.JobGuardOf(j), fn)
+		if errors.Is(err, domain.ErrConflict) {
+			continue
+		}
+		return next, err
+	}
+	return domain.Job{}, fmt.Errorf("job %d: still changing after %d attempts", id, retries)
+}
+
+// MarkRunning records that GitHub (or the agent) reports the job started.
+// A job already running or final is left alone; an unknown job is not an
+// error (it is not ours, or was never seen queued).
+func MarkRunning(ctx context.Context, st domain.Store, id int64, at time.Time, runnerName string) error {
+	_, err := update(ctx, st, id, func(j domain.Job) (func(*domain.Job), bool) {
+		if j.Status != domain.JobQueued && j.Status != domain.JobAssigned {
+			return nil, false
+		}
+		return func(x *domain.Job) {
+			x.Status, x.StartedAt = domain.JobRunning, at
+			if runnerName != "" {
+				x.RunnerName = runnerName
+			}
+		}, true
+	})
+	if errors.Is(err, domain.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// MarkCompleted records the job's end and returns it. Repeats return the
+// job unchanged; an unknown job returns the zero Job and no error.
+func MarkCompleted(ctx context.Context, st domain.Store, id int64, at time.Time, conclusion string) (domain.Job, error) {
+	j, err := update(ctx, st, id, func(j domain.Job) (func(*domain.Job), bool) {
+		if j.Status.Final() {
+			return nil, false
+		}
+		return func(x *domain.Job) {
+			x.Status, x.CompletedAt, x.Conclusion = domain.JobCompleted, at, conclusion
+			x.RunnerConfig = "" // spent; do not keep a credential longer than needed
+		}, true
+	})
+	if errors.Is(err, domain.ErrNotFound) {
+		return domain.Job{}, nil
+	}
+	return j, err
+}
+
+// RequeueDelay is how long a requeued job waits before it is tried again.
+const RequeueDelay = 2 * time.Second
+
+// Requeue sends a job that was assigned to instanceID back to its queue,
+// unbound, because that instance cannot serve it. It does nothing if the
+// job has moved on (started, finished, or bound elsewhere).
+func Requeue(ctx context.Context, st domain.Store, q domain.Queue, id int64, instanceID, reason string) error {
+	j, err := update(ctx, st, id, func(j domain.Job) (func(*domain.Job), bool) {
+		if j.Status != domain.JobAssigned || j.InstanceID != instanceID {
+			return nil, false
+		}
+		return func(x *domain.Job) {
+			x.Status, x.Reason = domain.JobQueued, reason
+			x.InstanceID, x.RunnerName, x.RunnerID, x.RunnerConfig = "", "", 0, ""
+			x.AssignedAt, x.Via = time.Time{}, ""
+			x.Attempts++
+		}, true
+	})
+	if err != nil {
+		return fmt.Errorf("requeue job %d: %w", id, err)
+	}
+	if j.Status != domain.JobQueued || j.InstanceID != "" {
+		return nil
+	}
+	if err := q.Send(ctx, QueueFor(j.Route), []domain.SendRequest{SendRequest(j, RequeueDelay)}); err != nil {
+		return fmt.Errorf("requeue job %d: %w", id, err)
+	}
+	return nil
+}
+
+// OfferToResourcePool puts one idle instance's entry in its class's queue.
+func OfferToResourcePool(ctx context.Context, q domain.Queue, class string, e domain.ResourcePoolEntry) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	if err := q.Send(ctx, domain.ResourcePoolQueue(class), []domain.SendRequest{{Body: b}}); err != nil {
+		return fmt.Errorf("offer %s to the %s resource pool: %w", e.InstanceID, class, err)
+	}
+	return nil
+}

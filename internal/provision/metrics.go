@@ -1,0 +1,44 @@
+package provision
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	jobs      *prometheus.CounterVec
+	exhausted *prometheus.CounterVec
+	claims    *prometheus.CounterVec
+	postClaim *prometheus.CounterVec
+	fleets    *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_provision_jobs_total", Help: "Launch-queue jobs by outcome (reuse, cold, requeued).",
+		}, []string{"outcome"}),
+		exhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_resource_pool_exhausted_total", Help: "Resource-pool searches that found nothing, by kind (global: queue empty; local: same instance seen N times).",
+		}, []string{"kind"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_resource_pool_claims_total", Help: "Claims of resource-pool instances, won or lost.",
+		}, []string{"result"}),
+		postClaim: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_resource_pool_post_claim_total", Help: "Claimed instances that failed a post-claim check or were rolled back.",
+		}, []string{"outcome"}),
+		fleets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_provision_fleets_total", Help: "Fleet requests for new instances, fulfilled or failed.",
+		}, []string{"result"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.jobs, m.exhausted, m.claims, m.postClaim, m.fleets} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("provision metrics: %w", err)
+		}
+	}
+	return m, nil
+}

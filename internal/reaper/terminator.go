@@ -1,0 +1,112 @@
+// Package reaper holds the loops that make sure nothing bullpen launched
+// outlives its purpose. The terminator carries out terminations that other
+// loops decided (they mark rows terminating; it makes the cloud calls in
+// batches of at most 50 and closes the rows).
+package reaper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Terminator terminates the machines of rows marked terminating.
+type Terminator struct {
+	Store    domain.Store
+	Cloud    domain.Cloud
+	Clock    domain.Clock
+	Log      *slog.Logger
+	Interval time.Duration // default 5 s
+}
+
+// Run terminates every interval until ctx ends.
+func (t *Terminator) Run(ctx context.Context) error {
+	every := t.Interval
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	for {
+		if n, err := t.Sweep(ctx); err != nil && ctx.Err() == nil {
+			t.Log.Warn("terminator sweep failed", "err", err, "terminated", n)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.Clock.After(every):
+		}
+	}
+}
+
+// Sweep terminates what is marked now and reports how many rows it closed.
+func (t *Terminator) Sweep(ctx context.Context) (int, error) {
+	rows, err := t.Store.ListInstances(ctx, domain.InstanceFilter{States: []domain.State{domain.StateTerminating}})
+	if err != nil {
+		return 0, fmt.Errorf("list terminating instances: %w", err)
+	}
+	var done, withMachine []domain.Instance
+	for _, in := range rows {
+		if in.CloudID == "" {
+			done = append(done, in)
+		} else {
+			withMachine = append(withMachine, in)
+		}
+	}
+	var errs []error
+	for _, batch := range domain.Chunk(withMachine, domain.MaxBatch) {
+		ok, err := t.terminate(ctx, batch)
+		done = append(done, ok...)
+		errs = append(errs, err)
+	}
+	reqs := make([]domain.TransitionRequest, len(done))
+	for i, in := range done {
+		reqs[i] = domain.TransitionRequest{ID: in.ID, Guard: domain.GuardOf(in), Apply: func(x *domain.Instance) {
+			x.State, x.Deadline = domain.StateTerminated, time.Time{}
+		}}
+	}
+	closed := 0
+	if len(reqs) > 0 {
+		res, err := t.Store.TransitionBatch(ctx, reqs)
+		errs = append(errs, err)
+		for _, r := range res {
+			if r.Err == nil {
+				closed++
+			}
+		}
+	}
+	if closed > 0 {
+		t.Log.Info("terminated instances", "count", closed)
+	}
+	return closed, errors.Join(errs...)
+}
+
+// terminate makes one batched call; if the provider refuses the batch
+// because an id is unknown (EC2 fails the whole call), it retries the ids
+// one by one and counts unknown ones as already gone.
+func (t *Terminator) terminate(ctx context.Context, batch []domain.Instance) ([]domain.Instance, error) {
+	ids := make([]string, len(batch))
+	for i, in := range batch {
+		ids[i] = in.CloudID
+	}
+	err := t.Cloud.Terminate(ctx, ids)
+	if err == nil {
+		return batch, nil
+	}
+	if !errors.Is(err, domain.ErrUnknownInstance) {
+		return nil, fmt.Errorf("terminate %d instances: %w", len(ids), err)
+	}
+	var ok []domain.Instance
+	var errs []error
+	for _, in := range batch {
+		err := t.Cloud.Terminate(ctx, []string{in.CloudID})
+		if err == nil || errors.Is(err, domain.ErrUnknownInstance) {
+			ok = append(ok, in)
+			continue
+		}
+		errs = append(errs, err)
+	}
+	return ok, errors.Join(errs...)
+}
