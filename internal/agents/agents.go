@@ -98,7 +98,9 @@ type RejectedError struct {
 	Reason string
 }
 
-func (e *RejectedError) Error() string { return fmt.Sprintf("%s signal rejected: %s", e.Kind, e.Reason) }
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("%s signal rejected: %s", e.Kind, e.Reason)
+}
 
 func reject(k domain.SignalKind, format string, args ...any) error {
 	return &RejectedError{Kind: k, Reason: fmt.Sprintf(format, args...)}

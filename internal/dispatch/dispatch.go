@@ -125,8 +125,8 @@ type item struct {
 	// wasStopped: the instance must be started; startFailed: that failed,
 	// so it never left stopped.
 	wasStopped, startFailed bool
-	reg        domain.RunnerRegistration
-	err        error // why this item failed and goes back to the queue
+	reg                     domain.RunnerRegistration
+	err                     error // why this item failed and goes back to the queue
 }
 
 // Step receives one batch and serves it.
