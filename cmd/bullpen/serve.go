@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/app"
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/demo"
+	"github.com/bullpen-ci/bullpen/internal/simagent"
+)
+
+func init() {
+	register("serve", "run the control plane: webhooks, pools, dispatch, provisioning", cmdServe)
+}
+
+// serveFlags are serve's settings; every flag has an environment variable.
+type serveFlags struct {
+	config, listen, store, cloud, github  string
+	secret, secretFile, token, tokenFile  string
+	environment, controllerID, scope      string
+	logLevel, logFormat, simLatency       string
+	convergeEvery, terminateEvery, reload time.Duration
+	cancelRejected                        bool
+}
+
+func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
+	str := func(p *string, name, env, def, usage string) {
+		if v := getenv(env); v != "" {
+			def = v
+		}
+		fs.StringVar(p, name, def, usage+" ($"+env+")")
+	}
+	dur := func(p *time.Duration, name, env string, def time.Duration, usage string) {
+		if v, err := time.ParseDuration(getenv(env)); err == nil {
+			def = v
+		}
+		fs.DurationVar(p, name, def, usage+" ($"+env+")")
+	}
+	str(&f.config, "config", "BULLPEN_CONFIG", "", "pool configuration file (runs-on.yml format), re-read every --reload")
+	str(&f.listen, "listen", "BULLPEN_LISTEN", "127.0.0.1:8080", "HTTP address for /webhook, /api/v1, /metrics, /healthz")
+	str(&f.store, "store", "BULLPEN_STORE", "sqlite://bullpen.db", "state store: sqlite://PATH")
+	str(&f.cloud, "cloud", "BULLPEN_CLOUD", "sim", "compute provider: sim")
+	str(&f.github, "github", "BULLPEN_GITHUB", "sim", "GitHub: sim")
+	str(&f.secret, "webhook-secret", "BULLPEN_WEBHOOK_SECRET", "", "GitHub webhook secret (prefer the environment variable or --webhook-secret-file)")
+	str(&f.secretFile, "webhook-secret-file", "BULLPEN_WEBHOOK_SECRET_FILE", "", "file holding the webhook secret")
+	str(&f.token, "admin-token", "BULLPEN_ADMIN_TOKEN", "", "bearer token for /api/v1 (prefer the environment variable or --admin-token-file)")
+	str(&f.tokenFile, "admin-token-file", "BULLPEN_ADMIN_TOKEN_FILE", "", "file holding the admin token")
+	str(&f.environment, "environment", "BULLPEN_ENVIRONMENT", "production", "which pools this stack serves (pools without environment: belong to all)")
+	str(&f.controllerID, "controller-id", "BULLPEN_CONTROLLER_ID", "", "tag value marking this stack's machines (default bullpen-ENVIRONMENT)")
+	str(&f.scope, "runner-scope", "BULLPEN_RUNNER_SCOPE", "repo", "where runners register: repo or org")
+	str(&f.logLevel, "log-level", "BULLPEN_LOG_LEVEL", "info", "debug, info, warn or error")
+	str(&f.logFormat, "log-format", "BULLPEN_LOG_FORMAT", "text", "text or json")
+	str(&f.simLatency, "sim-latency", "BULLPEN_SIM_LATENCY", "realistic", "simulated cloud timings: realistic (boot 15s, warm-up 30s, …) or zero")
+	dur(&f.convergeEvery, "converge-every", "BULLPEN_CONVERGE_EVERY", 30*time.Second, "pool convergence interval")
+	dur(&f.terminateEvery, "terminate-every", "BULLPEN_TERMINATE_EVERY", 5*time.Second, "terminator interval")
+	dur(&f.reload, "reload", "BULLPEN_RELOAD", 30*time.Second, "configuration re-read interval")
+	fs.BoolVar(&f.cancelRejected, "cancel-rejected", getenv("BULLPEN_CANCEL_REJECTED") == "true", "cancel the workflow run of a rejected job ($BULLPEN_CANCEL_REJECTED=true)")
+}
+
+// secrets resolves the webhook secret and admin token, or says how to set
+// them. A secret never appears in a message.
+func (f *serveFlags) secrets() (secret, token string, err error) {
+	read := func(value, file, what, env, flagName string) (string, error) {
+		if file != "" {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				return "", fmt.Errorf("read the %s file: %w", what, err)
+			}
+			value = strings.TrimSpace(string(b))
+		}
+		if value == "" {
+			return "", fmt.Errorf("no %s: set $%s, or pass --%s-file FILE", what, env, flagName)
+		}
+		return value, nil
+	}
+	secret, err1 := read(f.secret, f.secretFile, "webhook secret", "BULLPEN_WEBHOOK_SECRET", "webhook-secret")
+	token, err2 := read(f.token, f.tokenFile, "admin token", "BULLPEN_ADMIN_TOKEN", "admin-token")
+	return secret, token, errors.Join(err1, err2)
+}
+
+func cmdServe(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	var f serveFlags
+	f.define(fs, e.getenv)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log, err := newLogger(e, f.logLevel, f.logFormat)
+	if err != nil {
+		fmt.Fprintln(e.stderr, "bullpen serve:", err)
+		return 2
+	}
+	opts, err := f.options(e, log)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "bullpen serve: %v\n", err)
+		return 2
+	}
+	a, err := app.New(ctx, opts)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "bullpen serve: %v\n", err)
+		return 1
+	}
+	defer a.Close()
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "bullpen serve: listen on %s: %v\n", f.listen, err)
+		return 1
+	}
+	return serveUntilDone(ctx, a, ln, log)
+}
+
+// options turns the flags into the app's options, naming every problem.
+func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
+	var problems []error
+	secret, token, err := f.secrets()
+	problems = append(problems, err)
+	if f.config == "" {
+		problems = append(problems, errors.New("no configuration: pass --config FILE or set $BULLPEN_CONFIG"))
+	}
+	path, ok := strings.CutPrefix(f.store, "sqlite://")
+	if !ok || path == "" {
+		problems = append(problems, fmt.Errorf("--store %q: want sqlite://PATH", f.store))
+	}
+	if f.cloud != "sim" {
+		problems = append(problems, fmt.Errorf("--cloud %q: this build supports sim", f.cloud))
+	}
+	if f.github != "sim" {
+		problems = append(problems, fmt.Errorf("--github %q: this build supports sim", f.github))
+	}
+	latency := demo.DefaultLatency
+	switch f.simLatency {
+	case "realistic":
+	case "zero":
+		latency = sim.Latency{}
+	default:
+		problems = append(problems, fmt.Errorf("--sim-latency %q: want realistic or zero", f.simLatency))
+	}
+	if err := errors.Join(problems...); err != nil {
+		return app.Options{}, err
+	}
+	cfg, ok := loadConfig(e, f.config)
+	if !ok {
+		return app.Options{}, errors.New("the configuration is invalid (see above)")
+	}
+	agent := simagent.Options{WarmUp: latency.WarmUp}
+	if f.simLatency == "zero" {
+		agent.RegisterDelay, agent.DeregisterDelay = -1, -1
+	}
+	o := app.Options{
+		Config: cfg, ConfigPath: f.config, ConfigInterval: f.reload, Environment: f.environment, StorePath: path,
+		ControllerID: f.controllerID, WebhookSecret: secret, AdminToken: token, RunnerScope: f.scope,
+		CancelRejected: f.cancelRejected, Clock: clock.Real{}, Log: log, Latency: latency, Agent: agent,
+		TerminateEvery: f.terminateEvery,
+	}
+	o.Converger.Interval = f.convergeEvery
+	return o, nil
+}
+
+// serveUntilDone serves HTTP and runs the loops; on a signal it stops
+// intake first (no new deliveries), then lets every loop finish the work in
+// hand, so nothing is left half-claimed.
+func serveUntilDone(ctx context.Context, a *app.App, ln net.Listener, log *slog.Logger) int {
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	loopsCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
+	loopsDone := make(chan struct{})
+	go func() {
+		defer close(loopsDone)
+		a.Run(loopsCtx)
+	}()
+	httpErr := make(chan error, 1)
+	go func() { httpErr <- srv.Serve(ln) }()
+	log.Info("bullpen serving", "listen", ln.Addr().String())
+
+	code := 0
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: no new deliveries; finishing work in hand")
+	case err := <-httpErr:
+		log.Error("HTTP server failed", "err", err)
+		code = 1
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		log.Warn("HTTP shutdown", "err", err)
+	}
+	stopLoops()
+	<-loopsDone
+	log.Info("bullpen stopped")
+	return code
+}
+
+func newLogger(e *env, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	o := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(e.stderr, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(e.stderr, o)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}

@@ -1,0 +1,296 @@
+// Package app wires bullpen's control plane together: store and queues,
+// cloud and GitHub, the loops (converger, intake, pool dispatcher,
+// provisioner, terminator), the agent service and the HTTP surface. `bullpen
+// serve`, the demo, the benchmark and the end-to-end tests all build it here,
+// so they run the same system.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/agents"
+	"github.com/bullpen-ci/bullpen/internal/api"
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/converger"
+	"github.com/bullpen-ci/bullpen/internal/dispatch"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
+	"github.com/bullpen-ci/bullpen/internal/intake"
+	"github.com/bullpen-ci/bullpen/internal/provision"
+	"github.com/bullpen-ci/bullpen/internal/reaper"
+	"github.com/bullpen-ci/bullpen/internal/simagent"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/webhook"
+)
+
+// Options configure the control plane. Zero values take the defaults.
+type Options struct {
+	Config     *config.Config // the configuration to start with
+	ConfigPath string         // when set, re-read every ConfigInterval
+	// ConfigInterval is how often ConfigPath is re-read; default 30 s.
+	ConfigInterval time.Duration
+	Environment    string // which pools this stack serves
+	StorePath      string // SQLite file
+	ControllerID   string // tags every machine; default "bullpen-" + Environment
+	WebhookSecret  string
+	AdminToken     string
+	// RunnerScope is "repo" (runners register per repository, the default)
+	// or "org".
+	RunnerScope    string
+	CancelRejected bool
+
+	Clock    domain.Clock
+	Log      *slog.Logger
+	Registry *prometheus.Registry
+
+	// Simulation (the embedded default: --cloud sim, --github sim).
+	Latency     sim.Latency
+	Agent       simagent.Options
+	SimCapacity int
+
+	Converger converger.Options
+	Dispatch  dispatch.Options
+	Provision provision.Options
+	Intake    intake.Options
+	// TerminateEvery is the terminator's interval; default 5 s.
+	TerminateEvery time.Duration
+}
+
+// App is a running control plane.
+type App struct {
+	opts Options
+	cfg  atomic.Pointer[config.Config]
+
+	Store     *sqlite.Store
+	Queue     *sqlite.Queue
+	Cloud     *sim.Cloud
+	GitHub    *ghsim.GitHub
+	Agents    *agents.Service
+	SimAgents *simagent.Fleet
+
+	Converger   *converger.Converger
+	Dispatcher  *dispatch.Dispatcher
+	Provisioner *provision.Provisioner
+	Intake      *intake.Intake
+	Terminator  *reaper.Terminator
+	Webhook     *webhook.Handler
+	API         *api.Server
+
+	specMu    sync.RWMutex
+	specHashs map[string]string
+}
+
+// New builds the control plane; nothing runs until Run.
+func New(ctx context.Context, o Options) (*App, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	a := &App{opts: o, specHashs: map[string]string{}}
+	a.cfg.Store(o.Config)
+	st, err := sqlite.Open(ctx, o.StorePath, o.Clock)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	a.Store, a.Queue = st, st.Queue(sqlite.QueueOptions{})
+	if err := a.wire(); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (o *Options) check() error {
+	var problems []string
+	if o.Config == nil {
+		problems = append(problems, "no configuration")
+	}
+	if o.StorePath == "" {
+		problems = append(problems, "no store path")
+	}
+	if o.WebhookSecret == "" {
+		problems = append(problems, "no webhook secret")
+	}
+	if o.AdminToken == "" {
+		problems = append(problems, "no admin token")
+	}
+	switch o.RunnerScope {
+	case "":
+		o.RunnerScope = "repo"
+	case "repo", "org":
+	default:
+		problems = append(problems, fmt.Sprintf("runner scope %q: want repo or org", o.RunnerScope))
+	}
+	if len(problems) > 0 {
+		return errors.New("app: " + strings.Join(problems, "; "))
+	}
+	if o.ControllerID == "" {
+		o.ControllerID = "bullpen-" + o.Environment
+	}
+	if o.ConfigInterval <= 0 {
+		o.ConfigInterval = 30 * time.Second
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return nil
+}
+
+func (a *App) wire() error {
+	o := a.opts
+	log, reg, clk := o.Log, o.Registry, o.Clock
+	var err error
+	a.Agents, err = agents.New(a.Store, a.Queue, clk, log.With("loop", "agents"), reg, agents.Options{Policy: a.policy})
+	if err != nil {
+		return err
+	}
+	a.Webhook, err = webhook.New(o.WebhookSecret, a.Queue, clk, log.With("loop", "webhook"), reg)
+	if err != nil {
+		return err
+	}
+	a.GitHub = ghsim.New(clk, ghsim.Options{Deliver: a.deliverSimulated})
+	a.SimAgents = simagent.New(clk, a.Agents, a.GitHub, withLog(o.Agent, log))
+	a.Cloud = sim.New(clk, sim.Options{Latency: o.Latency, Lifecycle: a.SimAgents, Capacity: o.SimCapacity})
+	a.Agents.SetNotifier(a.SimAgents)
+
+	conv := o.Converger
+	conv.ControllerID = o.ControllerID
+	if a.Converger, err = converger.New(a.Store, a.Cloud, clk, a.poolSpecs, log.With("loop", "converger"), reg, conv); err != nil {
+		return err
+	}
+	a.Dispatcher, err = dispatch.New(dispatch.Deps{
+		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "dispatch"),
+		Scope: a.scope, SpecHash: a.specHash, Notify: a.Agents.Notify,
+	}, reg, o.Dispatch)
+	if err != nil {
+		return err
+	}
+	prov := o.Provision
+	prov.ControllerID = o.ControllerID
+	a.Provisioner, err = provision.New(provision.Deps{
+		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "provision"),
+		Scope: a.scope, Notify: a.Agents.Notify, Registrations: a.Agents.Registrations(),
+	}, reg, prov)
+	if err != nil {
+		return err
+	}
+	a.Intake, err = intake.New(intake.Deps{
+		Store: a.Store, Queue: a.Queue, Clock: clk, Log: log.With("loop", "intake"),
+		Routing: a.routing, Finisher: a.Agents, GitHub: a.GitHub,
+	}, reg, withCancel(o.Intake, o.CancelRejected))
+	if err != nil {
+		return err
+	}
+	a.Terminator = &reaper.Terminator{Store: a.Store, Cloud: a.Cloud, Clock: clk, Log: log.With("loop", "terminator"), Interval: o.TerminateEvery}
+	a.API = &api.Server{Store: a.Store, Token: o.AdminToken, Log: log.With("loop", "api"), Pools: a.poolInfos}
+	return nil
+}
+
+func withLog(o simagent.Options, log *slog.Logger) simagent.Options {
+	if o.Log == nil {
+		o.Log = log.With("loop", "simagent")
+	}
+	return o
+}
+
+func withCancel(o intake.Options, cancel bool) intake.Options {
+	o.CancelRejected = o.CancelRejected || cancel
+	return o
+}
+
+// Config returns the configuration in force.
+func (a *App) Config() *config.Config { return a.cfg.Load() }
+
+// SetConfig replaces the configuration; loops see it on their next cycle.
+func (a *App) SetConfig(c *config.Config) { a.cfg.Store(c) }
+
+func (a *App) pools() []domain.Pool { return a.Config().PoolsFor(a.opts.Environment) }
+
+func (a *App) poolSpecs() []converger.PoolSpec {
+	cfg := a.Config()
+	var out []converger.PoolSpec
+	for _, p := range cfg.PoolsFor(a.opts.Environment) {
+		r, ok := cfg.Runner(p.Runner)
+		if !ok {
+			continue // config validation makes this impossible
+		}
+		out = append(out, converger.PoolSpec{Pool: p, Runner: r})
+	}
+	return out
+}
+
+func (a *App) poolInfos() []api.PoolInfo {
+	var out []api.PoolInfo
+	for _, p := range a.pools() {
+		out = append(out, api.PoolInfo{Name: p.Name, Environment: p.Environment, Runner: p.Runner, Timezone: p.Timezone})
+	}
+	return out
+}
+
+func (a *App) routing() intake.Routing {
+	cfg := a.Config()
+	r := intake.Routing{Environment: a.opts.Environment, Pools: map[string]domain.Pool{}, Runners: cfg.Runners}
+	for _, p := range cfg.PoolsFor(a.opts.Environment) {
+		r.Pools[p.Name] = p
+	}
+	if d, ok := cfg.Runner("default"); ok {
+		r.Default = d
+	}
+	return r
+}
+
+// policy is an instance's after-job policy: its pool's settings.
+func (a *App) policy(in domain.Instance) agents.Policy {
+	p, ok := a.Config().Pool(in.Pool)
+	if !ok {
+		return agents.Policy{}
+	}
+	return agents.Policy{Reuse: p.Reuse, MaxJobs: p.MaxJobsPerInstance, MaxAge: p.MaxAge, IdleLifetime: p.HotIdleLifetime}
+}
+
+func (a *App) scope(j domain.Job) domain.Scope {
+	owner, repo, _ := strings.Cut(j.Repo, "/")
+	if a.opts.RunnerScope == "org" {
+		return domain.Scope{Owner: owner}
+	}
+	return domain.Scope{Owner: owner, Repo: repo}
+}
+
+func (a *App) specHash(pool string) string {
+	a.specMu.RLock()
+	defer a.specMu.RUnlock()
+	return a.specHashs[pool]
+}
+
+func (a *App) noteSpecHashes(r converger.Report) {
+	a.specMu.Lock()
+	defer a.specMu.Unlock()
+	for _, p := range r.Pools {
+		if p.SpecHash != "" {
+			a.specHashs[p.Pool] = p.SpecHash
+		}
+	}
+}
+
+// Close releases the simulation and the store.
+func (a *App) Close() error {
+	if a.Cloud != nil {
+		a.Cloud.Close()
+	}
+	if a.Store != nil {
+		return a.Store.Close()
+	}
+	return nil
+}
