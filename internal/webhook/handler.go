@@ -1,0 +1,267 @@
+// Package webhook receives GitHub webhook deliveries at POST /webhook. It
+// verifies each one, keeps the workflow_job deliveries bullpen acts on in the
+// inbox queue and answers at once; the intake worker processes the inbox
+// asynchronously with DecodeDelivery and ParseWorkflowJob.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Headers GitHub sets on every delivery.
+const (
+	HeaderSignature = "X-Hub-Signature-256"
+	HeaderEvent     = "X-GitHub-Event"
+	HeaderDelivery  = "X-GitHub-Delivery"
+)
+
+// Events the handler knows.
+const (
+	EventPing        = "ping"
+	EventWorkflowJob = "workflow_job"
+)
+
+// MaxBody is the largest body accepted: GitHub caps payloads at 25 MB.
+const MaxBody = 25 << 20
+
+const (
+	// sendTimeout bounds the inbox write so that GitHub (which gives up
+	// after 10 s) gets an answer even when the queue is stuck.
+	sendTimeout = 5 * time.Second
+	// retryAfter is advice to whoever redelivers after a 503: GitHub does
+	// not retry by itself, an operator or a redelivery job does.
+	retryAfter = "10"
+	// maxDeliveryID bounds the dedup id; GitHub's are 36-character GUIDs.
+	maxDeliveryID = 128
+	// initialBuffer is what a body buffer starts at, whatever the
+	// Content-Length claims, so a slow sender cannot reserve 25 MiB.
+	initialBuffer = 64 << 10
+)
+
+// Handler is the http.Handler for POST /webhook. It is safe for concurrent use.
+type Handler struct {
+	secret  []byte
+	queue   domain.Queue
+	clock   domain.Clock
+	log     *slog.Logger
+	metrics *metrics
+}
+
+// New returns a handler that verifies deliveries with secret (the webhook
+// secret configured on GitHub) and persists accepted ones to
+// domain.QueueInbox. Metrics are registered with reg when it is not nil.
+func New(secret string, queue domain.Queue, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer) (*Handler, error) {
+	switch {
+	case secret == "":
+		return nil, errors.New("webhook: a secret is required")
+	case queue == nil || clk == nil:
+		return nil, errors.New("webhook: a queue and a clock are required")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Handler{secret: []byte(secret), queue: queue, clock: clk, log: log, metrics: m}, nil
+}
+
+// response is the handler's decision about one request.
+type response struct {
+	status  int
+	outcome string
+	body    any
+	header  map[string]string
+	reason  string      // why it was refused, for the log
+	attrs   []slog.Attr // ids of what was accepted, for the log
+}
+
+func refuse(status int, outcome, reason string) response {
+	return response{status: status, outcome: outcome, reason: reason, body: map[string]string{"error": reason}}
+}
+
+// ServeHTTP answers one delivery.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := h.clock.Now()
+	res := h.handle(r, start)
+	for k, v := range res.header {
+		w.Header().Set(k, v)
+	}
+	writeJSON(w, res.status, res.body)
+	h.record(r, res, h.clock.Now().Sub(start))
+}
+
+func (h *Handler) handle(r *http.Request, now time.Time) response {
+	if r.Method != http.MethodPost {
+		res := refuse(http.StatusMethodNotAllowed, OutcomeBadRequest, "method not allowed")
+		res.header = map[string]string{"Allow": http.MethodPost}
+		return res
+	}
+	sig := r.Header.Get(HeaderSignature)
+	if sig == "" {
+		return refuse(http.StatusUnauthorized, OutcomeUnauthorized, "missing "+HeaderSignature)
+	}
+	want, ok := parseSignature(sig)
+	if !ok {
+		return refuse(http.StatusUnauthorized, OutcomeUnauthorized, "malformed "+HeaderSignature)
+	}
+	body, res, ok := readBody(r)
+	if !ok {
+		return res
+	}
+	// Nothing from the request is trusted, parsed or echoed before this.
+	if !h.signed(body, want) {
+		return refuse(http.StatusUnauthorized, OutcomeUnauthorized, "signature does not match")
+	}
+	switch event := r.Header.Get(HeaderEvent); event {
+	case "":
+		return refuse(http.StatusBadRequest, OutcomeBadRequest, "missing "+HeaderEvent)
+	case EventPing:
+		return response{status: http.StatusOK, outcome: OutcomeIgnored, body: map[string]bool{"ok": true}}
+	case EventWorkflowJob:
+		return h.workflowJob(r, body, now)
+	default:
+		return response{status: http.StatusAccepted, outcome: OutcomeIgnored, body: map[string]string{"ignored": event}}
+	}
+}
+
+// parseSignature decodes "sha256=<64 hex digits>".
+func parseSignature(v string) ([]byte, bool) {
+	digits, ok := strings.CutPrefix(v, "sha256=")
+	if !ok || len(digits) != 2*sha256.Size {
+		return nil, false
+	}
+	sum, err := hex.DecodeString(digits)
+	return sum, err == nil
+}
+
+func (h *Handler) signed(body, want []byte) bool {
+	mac := hmac.New(sha256.New, h.secret)
+	mac.Write(body)
+	return hmac.Equal(mac.Sum(nil), want)
+}
+
+// readBody reads at most MaxBody+1 bytes, so an oversized body costs no
+// more than that however long it is.
+func readBody(r *http.Request) ([]byte, response, bool) {
+	tooLarge := refuse(http.StatusRequestEntityTooLarge, OutcomeTooLarge, fmt.Sprintf("body exceeds %d bytes", MaxBody))
+	if r.ContentLength > MaxBody {
+		return nil, tooLarge, false
+	}
+	var buf bytes.Buffer
+	buf.Grow(int(min(max(r.ContentLength, 0)+1, initialBuffer)))
+	if _, err := buf.ReadFrom(io.LimitReader(r.Body, MaxBody+1)); err != nil {
+		return nil, refuse(http.StatusBadRequest, OutcomeBadRequest, "cannot read the body"), false
+	}
+	if buf.Len() > MaxBody {
+		return nil, tooLarge, false
+	}
+	return buf.Bytes(), response{}, true
+}
+
+func (h *Handler) workflowJob(r *http.Request, body []byte, now time.Time) response {
+	id := r.Header.Get(HeaderDelivery)
+	if id == "" {
+		return refuse(http.StatusBadRequest, OutcomeBadRequest, "missing "+HeaderDelivery)
+	}
+	if !validDeliveryID(id) {
+		return refuse(http.StatusBadRequest, OutcomeBadRequest, "invalid "+HeaderDelivery)
+	}
+	ev, err := ParseWorkflowJob(body)
+	if errors.Is(err, ErrUnhandledAction) {
+		return response{status: http.StatusAccepted, outcome: OutcomeIgnored,
+			body: map[string]string{"ignored": EventWorkflowJob, "action": ev.Action}}
+	}
+	if err != nil {
+		return refuse(http.StatusBadRequest, OutcomeBadRequest, err.Error())
+	}
+	env := encodeDelivery(Delivery{ID: id, Event: EventWorkflowJob, ReceivedAt: now, Payload: body})
+	// A sender that hangs up after the whole body was read still gets its
+	// delivery kept: the write is not tied to the connection.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), sendTimeout)
+	defer cancel()
+	if err := h.queue.Send(ctx, domain.QueueInbox, []domain.SendRequest{{Body: env, DedupID: id}}); err != nil {
+		res := refuse(http.StatusServiceUnavailable, OutcomeUnavailable, "delivery not stored, redeliver later")
+		res.reason = fmt.Sprintf("persist delivery: %v", err)
+		res.header = map[string]string{"Retry-After": retryAfter}
+		return res
+	}
+	return response{
+		status: http.StatusAccepted, outcome: OutcomeAccepted, body: map[string]string{"accepted": id},
+		attrs: []slog.Attr{
+			slog.String("action", ev.Action), slog.Int64("job_id", ev.Job.ID),
+			slog.Int64("run_id", ev.Job.RunID), slog.String("repo", ev.Repo),
+		},
+	}
+}
+
+// validDeliveryID keeps the dedup id short and printable.
+func validDeliveryID(id string) bool {
+	if len(id) > maxDeliveryID {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		// The bodies are maps of strings and bools; this cannot happen.
+		b = []byte(`{}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// record counts and logs a delivery. Only ids and headers that carry no
+// secret are logged, shortened: they come from an unauthenticated request.
+func (h *Handler) record(r *http.Request, res response, took time.Duration) {
+	event := r.Header.Get(HeaderEvent)
+	h.metrics.deliveries.WithLabelValues(eventLabel(event), res.outcome).Inc()
+	h.metrics.seconds.WithLabelValues(res.outcome).Observe(took.Seconds())
+
+	attrs := append([]slog.Attr{
+		slog.String("delivery", clip(r.Header.Get(HeaderDelivery))),
+		slog.String("event", clip(event)),
+		slog.Int("status", res.status),
+		slog.String("outcome", res.outcome),
+	}, res.attrs...)
+	level, msg := slog.LevelDebug, "webhook delivery "+res.outcome
+	if res.reason != "" {
+		level, msg = slog.LevelWarn, "webhook delivery refused"
+		attrs = append(attrs, slog.String("reason", res.reason), slog.String("remote", r.RemoteAddr))
+	}
+	h.log.LogAttrs(r.Context(), level, msg, attrs...)
+}
+
+func clip(s string) string {
+	const n = 64
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}

@@ -1,0 +1,58 @@
+package webhook
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcomes of a delivery, the values of the outcome label.
+const (
+	OutcomeAccepted     = "accepted"     // persisted to the inbox (or already there)
+	OutcomeIgnored      = "ignored"      // valid, but nothing for bullpen to do (ping included)
+	OutcomeUnauthorized = "unauthorized" // signature missing, malformed or wrong
+	OutcomeBadRequest   = "bad_request"  // wrong method, missing header, invalid payload
+	OutcomeTooLarge     = "too_large"    // body over MaxBody
+	OutcomeUnavailable  = "unavailable"  // the inbox refused it
+)
+
+type metrics struct {
+	deliveries *prometheus.CounterVec
+	seconds    *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_webhook_deliveries_total",
+			Help: "Webhook deliveries received, by event (ping, workflow_job, other, none) and outcome.",
+		}, []string{"event", "outcome"}),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "bullpen_webhook_request_duration_seconds",
+			Help:    "Time to answer a webhook delivery, body read and inbox write included, by outcome.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}, []string{"outcome"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.deliveries, m.seconds} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("webhook metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// eventLabel bounds the event label: the header is chosen by whoever sends
+// the request, so only the events bullpen knows get a value of their own.
+func eventLabel(event string) string {
+	switch event {
+	case EventPing, EventWorkflowJob:
+		return event
+	case "":
+		return "none"
+	default:
+		return "other"
+	}
+}
