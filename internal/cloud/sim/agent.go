@@ -7,16 +7,20 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-// This file is the simulated on-instance agent. Today it only reports that
-// warm-up finished; heartbeats and registration signals belong here too.
+// This file is the built-in warm-only agent: without Options.Lifecycle, each
+// machine reports that warm-up finished, and nothing else. Full agents
+// (heartbeats, jobs, release) live outside the sim and follow machines
+// through Options.Lifecycle (lifecycle.go).
 
 // run is one stint of a machine towards and in running: from a create or a
 // start until a stop or a terminate. Signals belong to a run, so a signal
 // scheduled for an earlier stint is never sent on behalf of a later one.
 type run struct {
-	warmAt time.Time    // when the warm signal is first due
-	end    time.Time    // when the machine left running; zero while it has not
-	timer  domain.Timer // the pending signal, if any
+	warmAt    time.Time    // when the warm signal is first due
+	runningAt time.Time    // when the machine reaches running
+	end       time.Time    // when the machine left running; zero while it has not
+	timer     domain.Timer // the pending warm signal, if any
+	announced bool         // Lifecycle.Running has been queued for this run
 }
 
 // aliveAt reports whether the machine was still in this run at t.
@@ -33,8 +37,12 @@ func (r *run) stopTimer() {
 // under c.mu.
 func (c *Cloud) startRun(m *machine, now, runningAt time.Time) {
 	c.endRun(m, now)
-	r := &run{warmAt: runningAt.Add(c.opts.Latency.WarmUp)}
+	r := &run{warmAt: runningAt.Add(c.opts.Latency.WarmUp), runningAt: runningAt}
 	m.run = r
+	if c.opts.Lifecycle != nil {
+		c.scheduleArrival(m, r, now)
+		return
+	}
 	c.scheduleWarm(m.inst.ID, r, r.warmAt, now)
 }
 
@@ -44,13 +52,16 @@ func (c *Cloud) endRun(m *machine, now time.Time) {
 	if r := m.run; r != nil && r.end.IsZero() {
 		r.end = now
 		r.stopTimer()
+		if c.opts.Lifecycle != nil {
+			c.haltRun(m, r, now)
+		}
 	}
 }
 
 // scheduleWarm arranges for the warm signal of r to be sent at due. Called
 // under c.mu; the clock runs the callback in its own goroutine.
 func (c *Cloud) scheduleWarm(id string, r *run, due, now time.Time) {
-	if m := c.machines[id]; c.opts.Signals == nil || c.closed || m == nil || m.neverWarm {
+	if m := c.machines[id]; c.opts.Signals == nil || c.opts.Lifecycle != nil || c.closed || m == nil || m.neverWarm {
 		return
 	}
 	r.timer = c.clk.AfterFunc(due.Sub(now), func() { c.sendWarm(id, r, due) })

@@ -91,8 +91,10 @@ func (c *Cloud) SetCapacity(n int) {
 	c.capacity = max(n, 0)
 }
 
-// NeverWarm makes the machine's agent never send its warm signal again. It
-// reports false for an id the cloud does not know.
+// NeverWarm makes the machine's built-in agent never send its warm signal
+// again (with Options.Lifecycle it changes nothing: the agents outside the
+// sim have their own faults). It reports false for an id the cloud does not
+// know.
 func (c *Cloud) NeverWarm(id string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

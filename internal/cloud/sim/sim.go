@@ -1,15 +1,17 @@
 // Package sim is an in-memory cloud that behaves like EC2 closely enough to
 // develop, test and demonstrate bullpen without an account: machines move
 // through EC2's states with configurable latencies on an injected clock, a
-// simulated agent on each machine reports when warm-up is done, and faults
+// simulated agent on each machine reports when warm-up is done (or, with
+// Options.Lifecycle, full agents are told when machines run), and faults
 // (throttling, failures, capacity limits, machines that never warm) can be
 // injected deterministically. Every API call is counted by its EC2 operation
 // name so tests can assert how bullpen batches its calls.
 //
 // State changes are computed lazily from timestamps: a machine created at t
 // with a Boot latency of b reads as pending before t+b and running from t+b
-// on, exactly, whenever it is looked at. Only the agent's signals need
-// timers, so the only timers the sim holds on the clock are pending signals.
+// on, exactly, whenever it is looked at. Only the agents need timers, so the
+// only timers the sim holds on the clock are pending warm signals, or with
+// Options.Lifecycle, pending announcements of machines reaching running.
 package sim
 
 import (
@@ -62,13 +64,20 @@ type Options struct {
 	// held. When nil, every non-empty name resolves to an id derived from
 	// the name and its generation, and Create takes any non-empty id.
 	Images map[string]string
-	// Signals receives the simulated agents' signals; nil sends none.
+	// Signals receives the built-in agents' warm signals; nil sends none.
+	// Ignored when Lifecycle is set.
 	Signals domain.SignalSink
-	// SignalRetry is how long an agent waits after the sink refuses a
-	// signal. Zero means DefaultSignalRetry.
+	// Lifecycle, when set, is told when each machine reaches running and
+	// when it leaves it, so that agents simulated outside the sim (see
+	// internal/simagent) live exactly as long as their machines run. It
+	// replaces the built-in warm-only agent.
+	Lifecycle Lifecycle
+	// SignalRetry is how long the built-in agent waits after the sink
+	// refuses a signal. Zero means DefaultSignalRetry.
 	SignalRetry time.Duration
 	// NeverWarmEvery makes every Nth created machine (the Nth, 2Nth, …)
-	// never send its warm signal. Zero disables.
+	// never send its warm signal. Zero disables. Built-in agent only: with
+	// Lifecycle, inject faults in the agents (simagent.Options).
 	NeverWarmEvery int
 	// TerminatedRetention is how long terminated machines stay listable by
 	// id. Zero means DefaultTerminatedRetention.
@@ -96,6 +105,12 @@ type Cloud struct {
 	failures  map[string]*failure
 	throttles map[string]*bucket
 	closed    bool
+
+	// Lifecycle notices (lifecycle.go).
+	arrivals   map[int64]*arrival // pending announcements by UnixNano instant
+	events     []lifecycleEvent   // queued, in the order they happened
+	delivering bool               // a goroutine is delivering events
+	kicked     bool               // a delivery is scheduled on the clock
 }
 
 var _ domain.Cloud = (*Cloud)(nil)
@@ -142,6 +157,7 @@ func New(clk domain.Clock, opts Options) *Cloud {
 		maxIDs:    map[string]int{},
 		failures:  map[string]*failure{},
 		throttles: map[string]*bucket{},
+		arrivals:  map[int64]*arrival{},
 	}
 	if opts.Images != nil {
 		c.images = make(map[string]string, len(opts.Images))
@@ -153,15 +169,20 @@ func New(clk domain.Clock, opts Options) *Cloud {
 	return c
 }
 
-// Close stops every simulated agent; machines keep their states. Calls
-// after Close still work, but no further signals are sent.
+// Close stops every simulated agent; machines keep their states. With
+// Options.Lifecycle, every machine announced as running is reported halted.
+// Calls after Close still work, but no further signals or notices are sent.
 func (c *Cloud) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.closed = true
-	for _, m := range c.machines {
+	if c.closed {
+		return
+	}
+	for _, m := range c.sorted() {
 		m.run.stopTimer()
 	}
+	c.closeLifecycle(c.clk.Now())
+	c.closed = true
 }
 
 // Calls returns how many times each operation was called, failed calls
