@@ -3,6 +3,7 @@ package sqlite
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -94,5 +95,117 @@ func TestMeasureCASRateLeavesNoRows(t *testing.T) {
 	}
 	if left, err := s.ListInstances(t.Context(), domain.InstanceFilter{}); err != nil || len(left) != 0 {
 		t.Fatalf("rows left behind: %d, %v", len(left), err)
+	}
+}
+
+// queuedJobs creates n queued jobs with ids 1..n.
+func queuedJobs(b *testing.B, s *Store, n int) {
+	b.Helper()
+	for first := 1; first <= n; first += 1000 {
+		var jobs []domain.Job
+		for id := first; id < first+1000 && id <= n; id++ {
+			jobs = append(jobs, domain.Job{ID: int64(id), Status: domain.JobQueued, Pool: "linux", Labels: []string{"runs-on=1/pool=linux"}})
+		}
+		if _, err := s.CreateJobs(b.Context(), jobs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func assignTo(instance string) func(*domain.Job) {
+	return func(j *domain.Job) { j.Status, j.InstanceID, j.RunnerConfig = domain.JobAssigned, instance, "jit" }
+}
+
+// BenchmarkJobTransition assigns b.N distinct queued jobs, one guarded
+// transaction each.
+func BenchmarkJobTransition(b *testing.B) {
+	s := benchStore(b)
+	queuedJobs(b, s, b.N)
+	guard := domain.JobGuard{Status: domain.JobQueued}
+	b.ResetTimer()
+	for k := range b.N {
+		if _, err := s.TransitionJob(b.Context(), int64(k+1), guard, assignTo("i")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "transitions/s")
+}
+
+// BenchmarkJobTransitions assigns 100 jobs per TransitionJobs call.
+func BenchmarkJobTransitions(b *testing.B) {
+	const batch = 100
+	s := benchStore(b)
+	queuedJobs(b, s, b.N*batch)
+	reqs := make([]domain.JobTransitionRequest, batch)
+	b.ResetTimer()
+	for k := range b.N {
+		for j := range reqs {
+			reqs[j] = domain.JobTransitionRequest{ID: int64(k*batch + j + 1), Guard: domain.JobGuard{Status: domain.JobQueued}, Apply: assignTo("i")}
+		}
+		results, err := s.TransitionJobs(b.Context(), reqs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range results {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "transitions/s")
+}
+
+// benchQueueRound sends n messages in one call, receives them in one call
+// and deletes them in one call: three transactions.
+func benchQueueRound(b *testing.B, q *Queue, msgs []domain.SendRequest) {
+	ctx := b.Context()
+	if err := q.Send(ctx, "bench", msgs); err != nil {
+		b.Fatal(err)
+	}
+	got, err := q.Receive(ctx, "bench", len(msgs), time.Minute, 0)
+	if err != nil || len(got) != len(msgs) {
+		b.Fatalf("received %d of %d: %v", len(got), len(msgs), err)
+	}
+	receipts := make([]string, len(got))
+	for k, m := range got {
+		receipts[k] = m.Receipt
+	}
+	if err := q.Delete(ctx, "bench", receipts); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkQueueRound passes messages through send, receive and delete,
+// in batches of 1000 and one at a time; messages/s counts each message
+// once for its three steps.
+func BenchmarkQueueRound(b *testing.B) {
+	for _, size := range []int{1, 10, 1000} {
+		b.Run(fmt.Sprintf("batch=%d", size), func(b *testing.B) {
+			q := benchStore(b).Queue(QueueOptions{})
+			msgs := make([]domain.SendRequest, size)
+			for k := range msgs {
+				msgs[k] = domain.SendRequest{Body: fmt.Appendf(nil, `{"job_id":%d,"pool":"linux"}`, 1_000_000+k)}
+			}
+			b.ResetTimer()
+			for range b.N {
+				benchQueueRound(b, q, msgs)
+			}
+			b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "messages/s")
+		})
+	}
+}
+
+// BenchmarkQueueReceiveEmpty is an idle consumer's poll: it reads without
+// taking the writer.
+func BenchmarkQueueReceiveEmpty(b *testing.B) {
+	q := benchStore(b).Queue(QueueOptions{})
+	if err := q.Send(b.Context(), "bench", []domain.SendRequest{{Body: []byte("later"), Delay: MaxDelay}}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if got, err := q.Receive(b.Context(), "bench", 10, time.Minute, 0); err != nil || len(got) != 0 {
+			b.Fatalf("got %d, %v", len(got), err)
+		}
 	}
 }

@@ -15,18 +15,18 @@ import (
 const instanceColumns = `id, cloud_id, pool, role, runner, spec_hash, launch_id,
 	state, job, job_started, version, deadline,
 	created_at, updated_at, state_since, running_since, jobs_served, reason,
-	instance_type, usage_class, cpu, memory_mib`
+	instance_type, usage_class, cpu, memory_mib, heartbeat`
 
 const (
 	insertInstance = `INSERT INTO instances (` + instanceColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`
 	selectInstance = `SELECT ` + instanceColumns + ` FROM instances WHERE id = ?`
 	updateInstance = `UPDATE instances SET
 		cloud_id = ?, pool = ?, role = ?, runner = ?, spec_hash = ?, launch_id = ?,
 		state = ?, job = ?, job_started = ?, version = ?, deadline = ?,
 		created_at = ?, updated_at = ?, state_since = ?, running_since = ?, jobs_served = ?, reason = ?,
-		instance_type = ?, usage_class = ?, cpu = ?, memory_mib = ?
+		instance_type = ?, usage_class = ?, cpu = ?, memory_mib = ?, heartbeat = ?
 		WHERE id = ?`
 )
 
@@ -36,7 +36,7 @@ func instanceArgs(i domain.Instance) []any {
 		i.ID, i.CloudID, i.Pool, string(i.Role), i.Runner, i.SpecHash, i.LaunchID,
 		string(i.State), i.Job, i.JobStarted, i.Version, formatTime(i.Deadline),
 		formatTime(i.CreatedAt), formatTime(i.UpdatedAt), formatTime(i.StateSince), formatTime(i.RunningSince),
-		i.JobsServed, i.Reason, i.InstanceType, i.UsageClass, i.CPU, i.MemoryMiB,
+		i.JobsServed, i.Reason, i.InstanceType, i.UsageClass, i.CPU, i.MemoryMiB, formatTime(i.Heartbeat),
 	}
 }
 
@@ -59,7 +59,7 @@ func validateInstance(i domain.Instance) error {
 	return errors.Join(
 		checkTime("deadline", i.Deadline), checkTime("created_at", i.CreatedAt),
 		checkTime("updated_at", i.UpdatedAt), checkTime("state_since", i.StateSince),
-		checkTime("running_since", i.RunningSince))
+		checkTime("running_since", i.RunningSince), checkTime("heartbeat", i.Heartbeat))
 }
 
 type scanner interface{ Scan(dest ...any) error }
@@ -68,21 +68,22 @@ type scanner interface{ Scan(dest ...any) error }
 func scanInstance(row scanner) (domain.Instance, error) {
 	var i domain.Instance
 	var role, state string
-	var deadline, created, updated, since, running sql.NullString
+	var deadline, created, updated, since, running, heartbeat sql.NullString
 	err := row.Scan(&i.ID, &i.CloudID, &i.Pool, &role, &i.Runner, &i.SpecHash, &i.LaunchID,
 		&state, &i.Job, &i.JobStarted, &i.Version, &deadline,
 		&created, &updated, &since, &running, &i.JobsServed, &i.Reason,
-		&i.InstanceType, &i.UsageClass, &i.CPU, &i.MemoryMiB)
+		&i.InstanceType, &i.UsageClass, &i.CPU, &i.MemoryMiB, &heartbeat)
 	if err != nil {
 		return domain.Instance{}, err
 	}
 	i.Role, i.State = domain.Role(role), domain.State(state)
-	var errs [5]error
+	var errs [6]error
 	i.Deadline, errs[0] = parseTime(deadline)
 	i.CreatedAt, errs[1] = parseTime(created)
 	i.UpdatedAt, errs[2] = parseTime(updated)
 	i.StateSince, errs[3] = parseTime(since)
 	i.RunningSince, errs[4] = parseTime(running)
+	i.Heartbeat, errs[5] = parseTime(heartbeat)
 	if err := errors.Join(errs[:]...); err != nil {
 		return domain.Instance{}, fmt.Errorf("instance %s: %w", i.ID, err)
 	}
@@ -106,11 +107,10 @@ func (s *Store) CreateInstances(ctx context.Context, insts []domain.Instance) er
 		}
 	}
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, insertInstance)
+		stmt, err := s.txStmt(ctx, tx, insertInstance)
 		if err != nil {
-			return fmt.Errorf("prepare insert: %w", err)
+			return err
 		}
-		defer stmt.Close()
 		now := s.clk.Now().UTC()
 		for _, inst := range insts {
 			inst.Version = 1

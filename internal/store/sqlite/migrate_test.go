@@ -1,13 +1,16 @@
 package sqlite
 
 import (
+	"database/sql"
 	"errors"
 	"io/fs"
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 // migrationFiles returns the embedded migrations plus a trivial one for each
@@ -174,5 +177,45 @@ func TestMigrationNamesChecked(t *testing.T) {
 	got, err := loadMigrations(trivialMigrations("0010_j.sql", "0002_b.sql", "0001_a.sql"))
 	if err != nil || len(got) != 3 || got[0].Version != 1 || got[1].Version != 2 || got[2].Version != 10 {
 		t.Fatalf("order: %+v, %v", got, err)
+	}
+}
+
+// A database written by the first release (instances only) opens with jobs,
+// heartbeats and queues added, and its rows read back unchanged.
+func TestUpgradeFromFirstSchema(t *testing.T) {
+	path, clk := tempPath(t), clock.NewVirtual(epoch)
+	first, err := fs.ReadFile(migrationsFS(), "0001_initial.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path+"?_journal_mode=WAL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate(t.Context(), db, fstest.MapFS{"0001_initial.sql": {Data: first}}, clk.Now); err != nil {
+		t.Fatal(err)
+	}
+	const row = `INSERT INTO instances (id, state, version, created_at, updated_at) VALUES ('old', 'ready', 3, ?, ?)`
+	if _, err := db.ExecContext(t.Context(), row, formatTime(epoch), formatTime(epoch)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s := openAt(t, path, clk)
+	got, err := s.GetInstance(t.Context(), "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != domain.StateReady || got.Version != 3 || !got.Heartbeat.IsZero() {
+		t.Fatalf("upgraded row: %+v", got)
+	}
+	if err := s.RecordHeartbeat(t.Context(), "old", epoch.Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateJobs(t.Context(), []domain.Job{{ID: 1, Status: domain.JobQueued}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Queue(QueueOptions{}).Send(t.Context(), "q", []domain.SendRequest{{Body: []byte("x")}}); err != nil {
+		t.Fatal(err)
 	}
 }

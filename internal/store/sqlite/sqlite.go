@@ -2,7 +2,8 @@
 // install. It implements domain.Store with one writer connection (so writes
 // queue inside the process instead of failing with "database is locked"),
 // a pool of read-only connections, WAL journaling and a busy timeout for the
-// rare other process that opens the same file.
+// rare other process that opens the same file. Store.Queue serves
+// domain.Queue from the same file and the same writer.
 package sqlite
 
 import (
@@ -32,11 +33,12 @@ var ErrClosed = errors.New("sqlite store: closed")
 // Store is the SQLite implementation of domain.Store. It is safe for
 // concurrent use.
 type Store struct {
-	path    string
-	clk     domain.Clock
-	writer  *sql.DB // exactly one connection: every write transaction queues here
-	readers *sql.DB // read-only connections for Get and List
-	stmts   writeStmts
+	path     string
+	clk      domain.Clock
+	writer   *sql.DB              // exactly one connection: every write transaction queues here
+	readers  *sql.DB              // read-only connections for Get and List
+	prepared map[string]*sql.Stmt // writerQueries, prepared on the writer
+	waiters  waiters              // long polls of the queue, by queue name
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -129,7 +131,8 @@ func (s *Store) Close() error {
 		s.closed.Store(true)
 		// Readers first: the last connection to close checkpoints the WAL
 		// into the main file, and that should be the writer.
-		s.closeErr = errors.Join(s.stmts.get.Close(), s.stmts.update.Close(), s.readers.Close(), s.writer.Close())
+		s.waiters.closeAll()
+		s.closeErr = errors.Join(s.closeStmts(), s.readers.Close(), s.writer.Close())
 		if s.closeErr != nil {
 			s.closeErr = fmt.Errorf("close sqlite store %s: %w", s.path, s.closeErr)
 		}

@@ -216,3 +216,23 @@ func TestTimesOutsideStorableRangeRefused(t *testing.T) {
 		t.Fatalf("transition to year 10000 deadline: %v", err)
 	}
 }
+
+func TestJobTimesOutsideStorableRangeRefused(t *testing.T) {
+	s := openAt(t, tempPath(t), clock.NewVirtual(epoch))
+	far := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	secret := "jit-SECRET"
+	_, err := s.CreateJobs(t.Context(), []domain.Job{{ID: 1, Status: domain.JobQueued, CompletedAt: far, RunnerConfig: secret}})
+	if err == nil || !strings.Contains(err.Error(), "completed_at") || strings.Contains(err.Error(), secret) {
+		t.Fatalf("create with year 10000 completion: %v", err)
+	}
+	if _, err := s.CreateJobs(t.Context(), []domain.Job{{ID: 2, Status: domain.JobQueued, RunnerConfig: secret}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.TransitionJob(t.Context(), 2, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) { j.AssignedAt = far })
+	if err == nil || errors.Is(err, domain.ErrConflict) || strings.Contains(err.Error(), secret) {
+		t.Fatalf("transition to year 10000 assignment: %v", err)
+	}
+	if err := s.RecordHeartbeat(t.Context(), "x", far); err == nil {
+		t.Fatal("heartbeat in year 10000 accepted")
+	}
+}

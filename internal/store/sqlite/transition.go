@@ -10,30 +10,64 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-// writeStmts are the statements a transition needs, bound to one transaction.
+// writerQueries are prepared once, on the writer connection, when the store
+// opens: every write transaction runs on that one connection, so binding a
+// prepared statement to a transaction costs nothing and no call compiles
+// SQL on the hot path.
+var writerQueries = []string{
+	insertInstance, selectInstance, updateInstance,
+	insertJob, selectJob, updateJob,
+	insertMessage, purgeDedup, insertDedup, deleteMessage, changeVisible,
+	selectVisible, markReceived, selectNextVisible,
+}
+
+func (s *Store) prepareWriteStmts(ctx context.Context) error {
+	s.prepared = make(map[string]*sql.Stmt, len(writerQueries))
+	for _, q := range writerQueries {
+		st, err := s.writer.PrepareContext(ctx, q)
+		if err != nil {
+			s.closeStmts()
+			return fmt.Errorf("prepare %.60q: %w", q, err)
+		}
+		s.prepared[q] = st
+	}
+	return nil
+}
+
+// closeStmts closes whatever prepareWriteStmts prepared.
+func (s *Store) closeStmts() error {
+	var errs []error
+	for _, st := range s.prepared {
+		errs = append(errs, st.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// txStmt returns the prepared statement of query bound to tx, preparing it
+// on tx if it is not one of writerQueries.
+func (s *Store) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	if st, ok := s.prepared[query]; ok {
+		return tx.StmtContext(ctx, st), nil
+	}
+	st, err := tx.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("prepare: %w", err)
+	}
+	return st, nil
+}
+
+// writeStmts are the read and write statements of one kind of row's
+// transition, bound to a transaction.
 type writeStmts struct {
 	get, update *sql.Stmt
 }
 
-// prepareWriteStmts prepares the transition statements on the writer. With a
-// single writer connection they are compiled once and reused by every
-// transaction.
-func (s *Store) prepareWriteStmts(ctx context.Context) error {
-	get, err := s.writer.PrepareContext(ctx, selectInstance)
-	if err != nil {
-		return fmt.Errorf("prepare select: %w", err)
-	}
-	update, err := s.writer.PrepareContext(ctx, updateInstance)
-	if err != nil {
-		get.Close()
-		return fmt.Errorf("prepare update: %w", err)
-	}
-	s.stmts = writeStmts{get: get, update: update}
-	return nil
+func (s *Store) txStmts(ctx context.Context, tx *sql.Tx) writeStmts {
+	return writeStmts{get: tx.StmtContext(ctx, s.prepared[selectInstance]), update: tx.StmtContext(ctx, s.prepared[updateInstance])}
 }
 
-func (s *Store) txStmts(ctx context.Context, tx *sql.Tx) writeStmts {
-	return writeStmts{get: tx.StmtContext(ctx, s.stmts.get), update: tx.StmtContext(ctx, s.stmts.update)}
+func (s *Store) txJobStmts(ctx context.Context, tx *sql.Tx) writeStmts {
+	return writeStmts{get: tx.StmtContext(ctx, s.prepared[selectJob]), update: tx.StmtContext(ctx, s.prepared[updateJob])}
 }
 
 // Transition applies fn to the instance id if it matches g, in one write
@@ -123,7 +157,7 @@ func transitionOne(ctx context.Context, st writeStmts, now time.Time, id string,
 
 // normalizeTimes returns i with its times as they read back: in UTC.
 func normalizeTimes(i domain.Instance) domain.Instance {
-	for _, t := range []*time.Time{&i.Deadline, &i.CreatedAt, &i.UpdatedAt, &i.StateSince, &i.RunningSince} {
+	for _, t := range []*time.Time{&i.Deadline, &i.CreatedAt, &i.UpdatedAt, &i.StateSince, &i.RunningSince, &i.Heartbeat} {
 		if t.IsZero() {
 			*t = time.Time{}
 		} else {

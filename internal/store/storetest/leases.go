@@ -158,6 +158,16 @@ func testClose(t *testing.T, e *env) {
 		"ListPoolStatus":  func() error { _, err := s.ListPoolStatus(ctx); return err },
 		"AcquireLease":    func() error { _, _, err := s.AcquireLease(ctx, "l", "h", time.Minute); return err },
 		"ReleaseLease":    func() error { return s.ReleaseLease(ctx, "l", "h") },
+		"RecordHeartbeat": func() error { return s.RecordHeartbeat(ctx, "a", start) },
+		"CreateJobs":      func() error { _, err := s.CreateJobs(ctx, []domain.Job{job(1, domain.JobQueued)}); return err },
+		"GetJob":          func() error { _, err := s.GetJob(ctx, 1); return err },
+		"ListJobs":        func() error { _, err := s.ListJobs(ctx, domain.JobFilter{}); return err },
+		"TransitionJob":   func() error { _, err := s.TransitionJob(ctx, 1, queuedGuard, assign("a")); return err },
+		"TransitionJobs": func() error {
+			_, err := s.TransitionJobs(ctx, []domain.JobTransitionRequest{{ID: 1, Guard: queuedGuard, Apply: assign("a")}})
+			return err
+		},
+		"DeleteJobs": func() error { _, err := s.DeleteJobs(ctx, start); return err },
 	}
 	for name, call := range calls {
 		if err := call(); err == nil {

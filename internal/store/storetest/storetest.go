@@ -43,6 +43,10 @@ func Run(t *testing.T, open Opener) {
 	all = append(all, batchContracts()...)
 	all = append(all, leaseContracts()...)
 	all = append(all, concurrencyContracts()...)
+	all = append(all, jobContracts()...)
+	all = append(all, jobTransitionContracts()...)
+	all = append(all, jobConcurrencyContracts()...)
+	all = append(all, heartbeatContracts()...)
 	for _, c := range all {
 		t.Run(c.name, func(t *testing.T) {
 			clk := clock.NewVirtual(start)
@@ -120,6 +124,7 @@ func instance(id string, state domain.State) domain.Instance {
 		RunningSince: start.Add(-3*time.Second - 17*time.Microsecond).In(zone),
 		JobsServed:   2, Reason: "because",
 		InstanceType: "c6i.large", UsageClass: "spot", CPU: 2, MemoryMiB: 4096,
+		Heartbeat: start.Add(-1*time.Second - 3*time.Microsecond).In(zone),
 	}
 }
 

@@ -169,9 +169,11 @@ func testTransitionEveryField(t *testing.T, e *env) {
 		i.Deadline, i.RunningSince = later, later.Add(-time.Hour)
 		i.JobsServed, i.Reason = 5, "reused"
 		i.InstanceType, i.UsageClass, i.CPU, i.MemoryMiB = "m7g.xlarge", "on-demand", 4, 16384
+		i.Heartbeat = later.Add(-time.Minute)
 	})
 	sameInstance(t, "stored instance", e.get("a"), got)
-	if got.CloudID != "i-new" || got.JobsServed != 5 || !got.Deadline.Equal(later) || !got.JobStarted {
+	if got.CloudID != "i-new" || got.JobsServed != 5 || !got.Deadline.Equal(later) || !got.JobStarted ||
+		!got.Heartbeat.Equal(later.Add(-time.Minute)) {
 		t.Fatalf("fields not written: %+v", got)
 	}
 }

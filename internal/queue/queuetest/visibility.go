@@ -1,0 +1,90 @@
+package queuetest
+
+import (
+	"testing"
+	"time"
+)
+
+func visibilityContracts() []contract {
+	return []contract{
+		{"VisibilityExpiryRedelivers", testVisibilityExpiry},
+		{"ChangeVisibilityToZeroRequeues", testChangeVisibilityZero},
+		{"ChangeVisibilityExtends", testChangeVisibilityExtends},
+		{"ChangeVisibilityShortens", testChangeVisibilityShortens},
+		{"DeletedMessageReceiptIsStale", testDeletedReceiptStale},
+	}
+}
+
+// A consumer that dies holding a message loses it after the visibility
+// timeout: the message comes back with a new receipt, and the dead
+// consumer's receipt no longer changes it.
+func testVisibilityExpiry(t *testing.T, e *env) {
+	e.sendBodies("work", "x")
+	first := e.only("work", 30*time.Second, "x")[0]
+	e.clk.Advance(29 * time.Second)
+	e.nothing("work")
+	e.clk.Advance(time.Second)
+
+	second := e.only("work", 30*time.Second, "x")[0]
+	if second.ID != first.ID || second.Receives != 2 || second.Receipt == first.Receipt {
+		t.Fatalf("redelivery: id %s receives %d receipt %q; want id %s, receives 2, a new receipt",
+			second.ID, second.Receives, second.Receipt, first.ID)
+	}
+	e.stale("work", first.Receipt)
+	// A stale receipt is ignored by Delete (SQS accepts it and may or may
+	// not delete: what happens to the message is not part of the contract).
+	e.delete("work", first)
+	e.changeVisibility("work", second.Receipt, 0)
+	e.delete("work", e.receiveN("work", 1, time.Minute)...)
+	e.clk.Advance(time.Hour)
+	e.nothing("work")
+}
+
+func testChangeVisibilityZero(t *testing.T, e *env) {
+	e.sendBodies("work", "retry me")
+	held := e.only("work", time.Hour, "retry me")[0]
+	e.changeVisibility("work", held.Receipt, 0)
+
+	again := e.only("work", time.Hour, "retry me")[0]
+	if again.ID != held.ID || again.Receives != 2 || again.Receipt == held.Receipt {
+		t.Fatalf("requeued: id %s receives %d; want id %s, receives 2, a new receipt", again.ID, again.Receives, held.ID)
+	}
+	e.stale("work", held.Receipt)
+}
+
+// The new timeout counts from the call, not from the receive.
+func testChangeVisibilityExtends(t *testing.T, e *env) {
+	e.sendBodies("work", "slow")
+	held := e.only("work", 10*time.Second, "slow")[0]
+	e.clk.Advance(5 * time.Second)
+	e.changeVisibility("work", held.Receipt, time.Minute)
+
+	e.clk.Advance(time.Minute - time.Second) // 64 s after the receive
+	e.nothing("work")
+	e.changeVisibility("work", held.Receipt, 2*time.Minute) // still in flight: still current
+	e.clk.Advance(2*time.Minute - time.Second)
+	e.nothing("work")
+	e.clk.Advance(time.Second)
+	if got := e.only("work", time.Hour, "slow")[0]; got.Receives != 2 {
+		t.Fatalf("receives %d, want 2", got.Receives)
+	}
+}
+
+func testChangeVisibilityShortens(t *testing.T, e *env) {
+	e.sendBodies("work", "quick")
+	held := e.only("work", time.Hour, "quick")[0]
+	e.changeVisibility("work", held.Receipt, 10*time.Second)
+	e.clk.Advance(9 * time.Second)
+	e.nothing("work")
+	e.clk.Advance(time.Second)
+	e.only("work", time.Hour, "quick")
+}
+
+func testDeletedReceiptStale(t *testing.T, e *env) {
+	e.sendBodies("work", "done")
+	held := e.only("work", time.Hour, "done")[0]
+	e.delete("work", held)
+	e.stale("work", held.Receipt)
+	// Deleting twice is harmless.
+	e.delete("work", held)
+}

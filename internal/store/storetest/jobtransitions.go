@@ -1,0 +1,297 @@
+package storetest
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+func jobTransitionContracts() []contract {
+	return []contract{
+		{"JobTransitionAssignsQueuedJob", testJobTransitionAssigns},
+		{"JobTransitionGuardsStatusAndVersion", testJobTransitionGuards},
+		{"JobTransitionRefusesIllegalChanges", testJobTransitionIllegal},
+		{"JobTransitionUnknownIsNotFound", testJobTransitionNotFound},
+		{"JobTransitionKeepsBookkeepingForStore", testJobTransitionBookkeeping},
+		{"JobTransitionWritesEveryField", testJobTransitionEveryField},
+		{"JobBatchMixedOutcomesInRequestOrder", testJobBatchMixed},
+		{"JobBatchOfNothing", testJobBatchEmpty},
+		{"JobBatchSameJobTwiceOneWins", testJobBatchSameJobTwice},
+		{"JobErrorsNeverCarryRunnerConfig", testJobErrorsRedacted},
+	}
+}
+
+var queuedGuard = domain.JobGuard{Status: domain.JobQueued}
+
+// assign is the dispatcher's queued→assigned mutation.
+func assign(instance string) func(*domain.Job) {
+	return func(j *domain.Job) { j.Status, j.InstanceID = domain.JobAssigned, instance }
+}
+
+func toStatus(s domain.JobStatus) func(*domain.Job) {
+	return func(j *domain.Job) { j.Status = s }
+}
+
+func testJobTransitionAssigns(t *testing.T, e *env) {
+	in := job(1, domain.JobQueued)
+	in.InstanceID, in.RunnerConfig = "", ""
+	e.createJobs(in)
+	e.clk.Advance(2*time.Second + 3*time.Microsecond)
+	now := e.clk.Now()
+
+	got := e.moveJob(1, queuedGuard, func(j *domain.Job) {
+		assign("i-9")(j)
+		j.RunnerConfig, j.AssignedAt, j.Via = secretConfig, now, domain.ViaReuse
+	})
+	want := createdJob(in, start)
+	want.Status, want.InstanceID, want.RunnerConfig, want.AssignedAt, want.Via = domain.JobAssigned, "i-9", secretConfig, now, domain.ViaReuse
+	want.Version, want.UpdatedAt = 2, now
+	sameJob(t, "returned job", got, want)
+	sameJob(t, "stored job", e.getJob(1), want)
+}
+
+func testJobTransitionGuards(t *testing.T, e *env) {
+	e.createJobs(job(1, domain.JobQueued))
+	e.moveJob(1, queuedGuard, assign("i-1"))
+	before := e.getJob(1) // assigned, version 2
+	actual := domain.JobGuard{Status: domain.JobAssigned, Version: 2}
+
+	refused := []struct {
+		name  string
+		guard domain.JobGuard
+	}{
+		{"other status", domain.JobGuard{Status: domain.JobQueued}},
+		{"other status at the right version", domain.JobGuard{Status: domain.JobRunning, Version: 2}},
+		{"stale version", domain.JobGuard{Status: domain.JobAssigned, Version: 1}},
+		{"future version", domain.JobGuard{Status: domain.JobAssigned, Version: 3}},
+	}
+	for _, c := range refused {
+		t.Run(c.name, func(t *testing.T) {
+			e.clk.Advance(time.Second)
+			_, err := e.s.TransitionJob(e.ctx, 1, c.guard, toStatus(domain.JobRunning))
+			var ce *domain.JobConflictError
+			if !errors.Is(err, domain.ErrConflict) || !errors.As(err, &ce) {
+				t.Fatalf("got %v, want a *JobConflictError", err)
+			}
+			if ce.ID != 1 || ce.Want != c.guard || ce.Actual != actual {
+				t.Fatalf("conflict %+v: want id 1, want %+v, actual %+v", ce, c.guard, actual)
+			}
+			e.jobUnchanged(before)
+		})
+	}
+
+	got := e.moveJob(1, domain.JobGuard{Status: domain.JobAssigned}, func(j *domain.Job) { j.Attempts = 4 })
+	if got.Version != 3 {
+		t.Fatalf("version after any-version guard: %d, want 3", got.Version)
+	}
+	got = e.moveJob(1, domain.JobGuard{Status: domain.JobAssigned, Version: 3}, toStatus(domain.JobRunning))
+	if got.Version != 4 || got.Status != domain.JobRunning {
+		t.Fatalf("after exact-version guard: %+v", got)
+	}
+}
+
+func testJobTransitionIllegal(t *testing.T, e *env) {
+	cases := []struct {
+		name     string
+		from, to domain.JobStatus
+	}{
+		{"completed reopened", domain.JobCompleted, domain.JobQueued},
+		{"completed rewritten in place", domain.JobCompleted, domain.JobCompleted},
+		{"rejected accepted after all", domain.JobRejected, domain.JobQueued},
+		{"rejected rewritten in place", domain.JobRejected, domain.JobRejected},
+		{"running back to assigned", domain.JobRunning, domain.JobAssigned},
+		{"running back to the queue", domain.JobRunning, domain.JobQueued},
+		{"assigned job rejected", domain.JobAssigned, domain.JobRejected},
+		{"unknown target status", domain.JobQueued, domain.JobStatus("waiting")},
+	}
+	for k, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			id := int64(100 + k)
+			e.createJobs(job(id, c.from))
+			before := e.getJob(id)
+			e.clk.Advance(time.Second)
+			_, err := e.s.TransitionJob(e.ctx, id, domain.JobGuard{Status: c.from}, func(j *domain.Job) {
+				j.Status, j.Reason = c.to, "should not be written"
+			})
+			var te *domain.JobTransitionError
+			if !errors.As(err, &te) {
+				t.Fatalf("got %v, want a *JobTransitionError", err)
+			}
+			if te.ID != id || te.From != c.from || te.To != c.to {
+				t.Fatalf("got %+v, want %d %s -> %s", te, id, c.from, c.to)
+			}
+			e.jobUnchanged(before)
+		})
+	}
+}
+
+func testJobTransitionNotFound(t *testing.T, e *env) {
+	_, err := e.s.TransitionJob(e.ctx, 404, queuedGuard, assign("i-1"))
+	if !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("got %v, want ErrNotFound", err)
+	}
+	if got := e.listJobs(domain.JobFilter{}); len(got) != 0 {
+		t.Fatalf("transition of a missing job created %v", jobIDs(got))
+	}
+}
+
+func testJobTransitionBookkeeping(t *testing.T, e *env) {
+	e.createJobs(job(1, domain.JobQueued))
+	e.clk.Advance(time.Minute)
+	got := e.moveJob(1, queuedGuard, func(j *domain.Job) {
+		assign("i-1")(j)
+		j.ID, j.Version = 666, 99
+		j.CreatedAt, j.UpdatedAt = start.Add(time.Hour), start.Add(time.Hour)
+	})
+	if got.ID != 1 || got.Version != 2 || !got.CreatedAt.Equal(start) || !got.UpdatedAt.Equal(e.clk.Now()) {
+		t.Fatalf("bookkeeping taken from fn: %+v", got)
+	}
+	sameJob(t, "stored job", e.getJob(1), got)
+	if _, err := e.s.GetJob(e.ctx, 666); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("get 666: got %v, want ErrNotFound", err)
+	}
+}
+
+func testJobTransitionEveryField(t *testing.T, e *env) {
+	e.createJobs(domain.Job{ID: 1, Status: domain.JobQueued})
+	e.clk.Advance(time.Second)
+	later := e.clk.Now().Add(7*time.Minute + 11*time.Microsecond)
+	full := job(1, domain.JobRunning)
+	full.QueuedAt, full.CompletedAt = later.Add(-time.Hour), later
+	got := e.moveJob(1, queuedGuard, func(j *domain.Job) { *j = full })
+	want := full
+	want.Version, want.CreatedAt, want.UpdatedAt = 2, start, e.clk.Now()
+	sameJob(t, "returned job", got, want)
+	sameJob(t, "stored job", e.getJob(1), want)
+
+	// Lists shrink as well as grow.
+	got = e.moveJob(1, domain.JobGuard{Status: domain.JobRunning}, func(j *domain.Job) {
+		j.Labels, j.Spec = nil, domain.RunnerSpec{}
+	})
+	sameJob(t, "emptied job", e.getJob(1), got)
+}
+
+// checkJob is check for the results of a job batch.
+func (o outcome) checkJob(t *testing.T, k int, r domain.JobTransitionResult) {
+	t.Helper()
+	var te *domain.JobTransitionError
+	var ce *domain.JobConflictError
+	switch {
+	case o == wins && r.Err != nil:
+		t.Errorf("request %d: got %v, want success", k, r.Err)
+	case o == conflicts && !(errors.Is(r.Err, domain.ErrConflict) && errors.As(r.Err, &ce)):
+		t.Errorf("request %d: got %v, want a *JobConflictError", k, r.Err)
+	case o == notFound && !errors.Is(r.Err, domain.ErrNotFound):
+		t.Errorf("request %d: got %v, want ErrNotFound", k, r.Err)
+	case o == illegal && !errors.As(r.Err, &te):
+		t.Errorf("request %d: got %v, want a *JobTransitionError", k, r.Err)
+	}
+}
+
+func testJobBatchMixed(t *testing.T, e *env) {
+	e.createJobs(job(1, domain.JobQueued), job(2, domain.JobQueued), job(3, domain.JobCompleted),
+		job(4, domain.JobAssigned), job(5, domain.JobQueued))
+	before := map[int64]domain.Job{}
+	for _, j := range e.listJobs(domain.JobFilter{}) {
+		before[j.ID] = j
+	}
+	e.clk.Advance(3*time.Second + 5*time.Microsecond)
+	now := e.clk.Now()
+
+	cases := []struct {
+		req  domain.JobTransitionRequest
+		want outcome
+	}{
+		{domain.JobTransitionRequest{ID: 1, Guard: queuedGuard, Apply: assign("i-1")}, wins},
+		{domain.JobTransitionRequest{ID: 2, Guard: domain.JobGuard{Status: domain.JobAssigned}, Apply: toStatus(domain.JobRunning)}, conflicts},
+		{domain.JobTransitionRequest{ID: 404, Guard: queuedGuard, Apply: assign("i-2")}, notFound},
+		{domain.JobTransitionRequest{ID: 3, Guard: domain.JobGuard{Status: domain.JobCompleted}, Apply: toStatus(domain.JobQueued)}, illegal},
+		{domain.JobTransitionRequest{ID: 4, Guard: domain.JobGuard{Status: domain.JobAssigned, Version: 1}, Apply: toStatus(domain.JobQueued)}, wins},
+		{domain.JobTransitionRequest{ID: 5, Guard: domain.JobGuard{Status: domain.JobQueued, Version: 5}, Apply: assign("i-3")}, conflicts},
+	}
+	reqs := make([]domain.JobTransitionRequest, len(cases))
+	for k, c := range cases {
+		reqs[k] = c.req
+	}
+	results, err := e.s.TransitionJobs(e.ctx, reqs)
+	if err != nil {
+		t.Fatalf("batch: %v", err)
+	}
+	if len(results) != len(reqs) {
+		t.Fatalf("got %d results for %d requests", len(results), len(reqs))
+	}
+	for k, c := range cases {
+		c.want.checkJob(t, k, results[k])
+		id := c.req.ID
+		switch {
+		case c.want == wins:
+			got := results[k].Job
+			if got.ID != id || got.Version != before[id].Version+1 || !got.UpdatedAt.Equal(now) {
+				t.Errorf("request %d: wrote %+v", k, got)
+			}
+			sameJob(t, "stored winner", e.getJob(id), got)
+		case c.want != notFound:
+			e.jobUnchanged(before[id])
+		}
+	}
+}
+
+func testJobBatchEmpty(t *testing.T, e *env) {
+	results, err := e.s.TransitionJobs(e.ctx, nil)
+	if err != nil || len(results) != 0 {
+		t.Fatalf("empty batch: %v, %v", results, err)
+	}
+}
+
+func testJobBatchSameJobTwice(t *testing.T, e *env) {
+	e.createJobs(job(1, domain.JobQueued))
+	results, err := e.s.TransitionJobs(e.ctx, []domain.JobTransitionRequest{
+		{ID: 1, Guard: queuedGuard, Apply: assign("i-1")},
+		{ID: 1, Guard: queuedGuard, Apply: assign("i-2")},
+	})
+	if err != nil {
+		t.Fatalf("batch: %v", err)
+	}
+	winner := -1
+	for k, r := range results {
+		switch {
+		case r.Err == nil && winner < 0:
+			winner = k
+		case r.Err == nil:
+			t.Fatalf("both assignments won: %+v", results)
+		case !errors.Is(r.Err, domain.ErrConflict):
+			t.Fatalf("request %d: got %v, want ErrConflict", k, r.Err)
+		}
+	}
+	if winner < 0 {
+		t.Fatal("neither assignment won")
+	}
+	if got, want := e.getJob(1), []string{"i-1", "i-2"}[winner]; got.InstanceID != want || got.Version != 2 {
+		t.Fatalf("job bound to %q at version %d; want %q at 2", got.InstanceID, got.Version, want)
+	}
+}
+
+// The runner config is a credential: no refusal may quote it, whatever
+// the caller got wrong.
+func testJobErrorsRedacted(t *testing.T, e *env) {
+	e.createJobs(job(1, domain.JobCompleted), job(2, domain.JobQueued))
+	_, conflict := e.s.TransitionJob(e.ctx, 2, domain.JobGuard{Status: domain.JobRunning}, toStatus(domain.JobCompleted))
+	_, illegalErr := e.s.TransitionJob(e.ctx, 1, domain.JobGuard{Status: domain.JobCompleted}, toStatus(domain.JobQueued))
+	_, missing := e.s.TransitionJob(e.ctx, 3, queuedGuard, func(j *domain.Job) { j.RunnerConfig = secretConfig })
+	_, badStatus := e.s.TransitionJob(e.ctx, 2, queuedGuard, toStatus("nonsense"))
+	results, err := e.s.TransitionJobs(e.ctx, []domain.JobTransitionRequest{{ID: 1, Guard: queuedGuard, Apply: assign("i")}})
+	if err != nil {
+		t.Fatalf("batch: %v", err)
+	}
+	for k, err := range []error{conflict, illegalErr, missing, badStatus, results[0].Err} {
+		if err == nil {
+			t.Fatalf("error %d: the change was accepted", k)
+		}
+		if strings.Contains(err.Error(), secretConfig) {
+			t.Fatalf("error %d carries the runner config: %v", k, err)
+		}
+	}
+}
