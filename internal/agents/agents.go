@@ -102,6 +102,9 @@ func (e *RejectedError) Error() string {
 	return fmt.Sprintf("%s signal rejected: %s", e.Kind, e.Reason)
 }
 
+// Unwrap makes errors.Is(err, domain.ErrRejected) hold.
+func (e *RejectedError) Unwrap() error { return domain.ErrRejected }
+
 func reject(k domain.SignalKind, format string, args ...any) error {
 	return &RejectedError{Kind: k, Reason: fmt.Sprintf(format, args...)}
 }

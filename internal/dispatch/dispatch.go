@@ -28,7 +28,7 @@ type Options struct {
 	// is a floor: under a burst a larger batch costs far fewer cloud calls.
 	BatchMax   int           // default 500
 	Visibility time.Duration // default 60 s
-	Wait       time.Duration // long poll when the queue is empty; default 1 s
+	Wait       time.Duration // long poll when the queue is empty; default 1 s, negative none
 	Deadlines  domain.Deadlines
 	// RegisterParallelism bounds concurrent runner registrations.
 	RegisterParallelism int // default 16
@@ -43,7 +43,7 @@ func (o *Options) defaults() {
 	if o.Visibility <= 0 {
 		o.Visibility = time.Minute
 	}
-	if o.Wait <= 0 {
+	if o.Wait == 0 {
 		o.Wait = time.Second
 	}
 	if o.Deadlines == (domain.Deadlines{}) {
@@ -131,7 +131,7 @@ type item struct {
 
 // Step receives one batch and serves it.
 func (d *Dispatcher) Step(ctx context.Context) (Result, error) {
-	msgs, err := d.Queue.Receive(ctx, domain.QueuePool, d.opts.BatchMax, d.opts.Visibility, d.opts.Wait)
+	msgs, err := d.Queue.Receive(ctx, domain.QueuePool, d.opts.BatchMax, d.opts.Visibility, max(d.opts.Wait, 0))
 	if err != nil || len(msgs) == 0 {
 		return Result{}, err
 	}

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -99,7 +100,12 @@ type Signal struct {
 
 // SignalSink receives instance signals (from the agent API, or from the
 // simulated agents of the simulated cloud). An error means "not taken, try
-// again later".
+// again later", unless it wraps ErrRejected: the signal does not fit the
+// instance's state, changed nothing, and must not be retried.
 type SignalSink interface {
 	Signal(ctx context.Context, s Signal) error
 }
+
+// ErrRejected marks an agent call the control plane refuses for good (a
+// signal out of order, for another job, after a timeout).
+var ErrRejected = errors.New("rejected")

@@ -55,7 +55,8 @@ type GitHubJob struct {
 // GitHub is the GitHub API as bullpen uses it. Every implementation runs the
 // contract suite in internal/github/githubtest.
 type GitHub interface {
-	// RegisterRunner creates a just-in-time runner with these labels.
+	// RegisterRunner creates a just-in-time runner with these labels;
+	// ErrExists when the name is taken in the scope (GitHub answers 409).
 	RegisterRunner(ctx context.Context, s Scope, name string, labels []string) (RunnerRegistration, error)
 	ListRunners(ctx context.Context, s Scope) ([]GitHubRunner, error)
 	// DeleteRunner removes a runner; ErrRunnerBusy when it is running a job

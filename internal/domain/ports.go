@@ -81,7 +81,8 @@ type Store interface {
 	DeleteInstances(ctx context.Context, ids []string) error
 
 	// RecordHeartbeat notes that the instance's agent was alive at at. It
-	// is not a transition: no guard, no version change.
+	// is not a transition: no guard, no version change. It keeps the latest:
+	// an older at is ignored.
 	RecordHeartbeat(ctx context.Context, id string, at time.Time) error
 
 	// CreateJobs inserts jobs whose id is new and leaves existing ones

@@ -62,10 +62,17 @@ type Queue interface {
 	// expired) is ignored.
 	Delete(ctx context.Context, queue string, receipts []string) error
 	// ChangeVisibility makes a received message visible again after d (0:
-	// now). ErrStaleReceipt when the receipt is no longer current.
+	// now). ErrStaleReceipt when the receipt is no longer current, or the
+	// message is no longer in flight (its visibility ran out).
 	ChangeVisibility(ctx context.Context, queue, receipt string, d time.Duration) error
 	Stats(ctx context.Context, queue string) (QueueStats, error)
 }
+
+// SQS's limits, which every implementation enforces alike.
+const (
+	MaxQueueDelay = 15 * time.Minute
+	MaxVisibility = 12 * time.Hour
+)
 
 // ErrStaleReceipt: the receipt no longer identifies a received message.
 var ErrStaleReceipt = errors.New("stale receipt")

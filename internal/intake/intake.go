@@ -31,7 +31,7 @@ type Finisher interface {
 type Options struct {
 	BatchMax    int           // default 200
 	Visibility  time.Duration // default 30 s
-	Wait        time.Duration // default 1 s
+	Wait        time.Duration // long poll; default 1 s, negative none
 	MaxReceives int           // then dead-lettered; default 10
 	// CancelRejected cancels the workflow run of a rejected job.
 	CancelRejected bool
@@ -63,7 +63,7 @@ func New(d Deps, reg prometheus.Registerer, o Options) (*Intake, error) {
 	if o.Visibility <= 0 {
 		o.Visibility = 30 * time.Second
 	}
-	if o.Wait <= 0 {
+	if o.Wait == 0 {
 		o.Wait = time.Second
 	}
 	if o.MaxReceives <= 0 {
@@ -100,7 +100,7 @@ type event struct {
 // Step processes one batch: new jobs first (one store write for all of
 // them, one send per queue), then starts and ends in delivery order.
 func (in *Intake) Step(ctx context.Context) (int, error) {
-	msgs, err := in.Queue.Receive(ctx, domain.QueueInbox, in.opts.BatchMax, in.opts.Visibility, in.opts.Wait)
+	msgs, err := in.Queue.Receive(ctx, domain.QueueInbox, in.opts.BatchMax, in.opts.Visibility, max(in.opts.Wait, 0))
 	if err != nil || len(msgs) == 0 {
 		return 0, err
 	}

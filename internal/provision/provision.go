@@ -30,7 +30,7 @@ import (
 type Options struct {
 	BatchMax   int           // jobs received per cycle; default 100
 	Visibility time.Duration // default 5 min
-	Wait       time.Duration // long poll; default 1 s
+	Wait       time.Duration // long poll; default 1 s, negative none
 	// Parallelism bounds jobs provisioned at once; default 64.
 	Parallelism int
 	// HeartbeatMaxAge: a reused instance whose last heartbeat is older
@@ -60,7 +60,9 @@ func (o *Options) defaults() {
 		}
 	}
 	set(&o.Visibility, 5*time.Minute)
-	set(&o.Wait, time.Second)
+	if o.Wait == 0 {
+		o.Wait = time.Second
+	}
 	set(&o.HeartbeatMaxAge, 15*time.Second)
 	set(&o.RegistrationTimeout, 10*time.Second)
 	set(&o.CreationTimeout, 5*time.Minute)
@@ -149,7 +151,7 @@ func (p *Provisioner) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for ctx.Err() == nil {
-		msgs, err := p.Queue.Receive(ctx, domain.QueueLaunch, p.opts.BatchMax, p.opts.Visibility, p.opts.Wait)
+		msgs, err := p.Queue.Receive(ctx, domain.QueueLaunch, p.opts.BatchMax, p.opts.Visibility, max(p.opts.Wait, 0))
 		if err != nil {
 			if ctx.Err() == nil {
 				p.Log.Warn("launch queue receive failed", "err", err)

@@ -18,6 +18,7 @@ package simagent
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -143,7 +144,8 @@ type machine struct {
 type Stats struct {
 	Runs            int // agent runs started (machine boots and starts)
 	Signals         map[domain.SignalKind]int
-	Refused         map[domain.SignalKind]int
+	Refused         map[domain.SignalKind]int // refused for now: retried
+	Rejected        map[domain.SignalKind]int // refused for good: dropped
 	Heartbeats      int
 	HeartbeatErrors int
 	NextCalls       int
@@ -158,8 +160,9 @@ func New(clk domain.Clock, api domain.AgentAPI, host RunnerHost, opts Options) *
 		clk: clk, api: api, host: host, opts: opts, log: opts.Log,
 		machines: map[string]*machine{},
 		stats: Stats{
-			Signals: map[domain.SignalKind]int{},
-			Refused: map[domain.SignalKind]int{},
+			Signals:  map[domain.SignalKind]int{},
+			Refused:  map[domain.SignalKind]int{},
+			Rejected: map[domain.SignalKind]int{},
 		},
 	}
 }
@@ -223,14 +226,9 @@ func (f *Fleet) Stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.stats
-	s.Signals = make(map[domain.SignalKind]int, len(f.stats.Signals))
-	for k, v := range f.stats.Signals {
-		s.Signals[k] = v
-	}
-	s.Refused = make(map[domain.SignalKind]int, len(f.stats.Refused))
-	for k, v := range f.stats.Refused {
-		s.Refused[k] = v
-	}
+	s.Signals = maps.Clone(f.stats.Signals)
+	s.Refused = maps.Clone(f.stats.Refused)
+	s.Rejected = maps.Clone(f.stats.Rejected)
 	return s
 }
 

@@ -1,6 +1,7 @@
 package simagent
 
 import (
+	"errors"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -51,6 +52,25 @@ func (a *agent) deliver(due time.Time) {
 	err := f.api.Signal(a.ctx, sig)
 
 	f.mu.Lock()
+	if errors.Is(err, domain.ErrRejected) {
+		// Refused for good: retrying cannot help. Drop it, and let the
+		// control plane say what to do once nothing else is queued.
+		f.stats.Rejected[sig.Kind]++
+		f.log.Debug("signal rejected", "instance", a.id, "kind", sig.Kind, "err", err)
+		if a.dead {
+			f.mu.Unlock()
+			return
+		}
+		a.queue = a.queue[1:]
+		if len(a.queue) > 0 {
+			f.after(due, 0, a.deliver)
+		} else {
+			a.sending = false
+			a.step = f.after(due, 0, a.askNext)
+		}
+		f.mu.Unlock()
+		return
+	}
 	if err != nil {
 		f.stats.Refused[sig.Kind]++
 		f.log.Debug("signal refused", "instance", a.id, "kind", sig.Kind, "err", err)

@@ -118,4 +118,3 @@ func toStrings(bs [][]byte) []string {
 	}
 	return out
 }
-

@@ -19,8 +19,8 @@ const DefaultDedupWindow = 5 * time.Minute
 // The limits SQS puts on delays and visibility timeouts. The embedded queue
 // enforces them too, so that code which works on it works on SQS.
 const (
-	MaxDelay      = 15 * time.Minute
-	MaxVisibility = 12 * time.Hour
+	MaxDelay      = domain.MaxQueueDelay
+	MaxVisibility = domain.MaxVisibility
 )
 
 // QueueOptions configures a Queue; zero values take the defaults.

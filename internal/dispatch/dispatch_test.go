@@ -1,0 +1,302 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+)
+
+var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	t     *testing.T
+	ctx   context.Context
+	clk   *clock.Virtual
+	store *sqlite.Store
+	queue *sqlite.Queue
+	cloud *sim.Cloud
+	gh    *ghsim.GitHub
+	d     *Dispatcher
+	woken []string
+	mu    sync.Mutex
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0)}
+	st, err := sqlite.Open(f.ctx, t.TempDir()+"/d.db", f.clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f.store, f.queue = st, st.Queue(sqlite.QueueOptions{})
+	f.cloud = sim.New(f.clk, sim.Options{})
+	t.Cleanup(f.cloud.Close)
+	f.gh = ghsim.New(f.clk, ghsim.Options{})
+	f.d, err = New(Deps{
+		Store: st, Queue: f.queue, Cloud: f.cloud, GitHub: f.gh, Clock: f.clk,
+		Log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Scope: func(j domain.Job) domain.Scope { return domain.Scope{Owner: "acme", Repo: "app"} },
+		Notify: func(id string) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.woken = append(f.woken, id)
+		},
+	}, nil, Options{Wait: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// members launches n machines and records them as pool members in state.
+func (f *fixture) members(pool string, role domain.Role, state domain.State, n int) []domain.Instance {
+	f.t.Helper()
+	ms, err := f.cloud.Create(f.ctx, domain.LaunchSpec{Runner: domain.RunnerSpec{Name: "small"}, ImageID: "ami-1", Count: n})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if state == domain.StateStopped {
+		for _, b := range domain.Chunk(cloudIDsOf(ms), domain.MaxBatch) {
+			if err := f.cloud.Stop(f.ctx, b); err != nil {
+				f.t.Fatal(err)
+			}
+		}
+	}
+	rows := make([]domain.Instance, n)
+	for i, m := range ms {
+		rows[i] = domain.Instance{ID: fmt.Sprintf("%s-%s-%03d", pool, role, i), CloudID: m.ID, Pool: pool, Role: role,
+			Runner: "small", State: state, Deadline: t0.Add(time.Hour)}
+	}
+	if err := f.store.CreateInstances(f.ctx, rows); err != nil {
+		f.t.Fatal(err)
+	}
+	f.cloud.ResetCalls()
+	return rows
+}
+
+func cloudIDsOf(ms []domain.CloudInstance) []string {
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
+// queueJobs records n queued pool jobs and sends them to the pool queue.
+func (f *fixture) queueJobs(pool string, first int64, n int) []domain.Job {
+	f.t.Helper()
+	var js []domain.Job
+	var sends []domain.SendRequest
+	for i := range n {
+		j := domain.Job{ID: first + int64(i), RunID: 7, Repo: "acme/app", Labels: []string{"runs-on=7/pool=" + pool},
+			Status: domain.JobQueued, Route: domain.RoutePool, Pool: pool, Runner: "small"}
+		js = append(js, j)
+		sends = append(sends, jobs.SendRequest(j, 0))
+	}
+	if _, err := f.store.CreateJobs(f.ctx, js); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.queue.Send(f.ctx, domain.QueuePool, sends); err != nil {
+		f.t.Fatal(err)
+	}
+	return js
+}
+
+func (f *fixture) job(id int64) domain.Job {
+	f.t.Helper()
+	j, err := f.store.GetJob(f.ctx, id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return j
+}
+
+func TestBatchPrefersRunningInstancesAndOverflowsTheRest(t *testing.T) {
+	f := newFixture(t)
+	hot := f.members("p", domain.RoleHot, domain.StateReady, 1)
+	stopped := f.members("p", domain.RoleStopped, domain.StateStopped, 1)
+	f.queueJobs("p", 100, 3)
+
+	res, err := f.d.Step(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Received != 3 || res.Assigned != 2 || res.Overflowed != 1 {
+		t.Fatalf("result %+v", res)
+	}
+	j100, j101, j102 := f.job(100), f.job(101), f.job(102)
+	if j100.InstanceID != hot[0].ID || j101.InstanceID != stopped[0].ID {
+		t.Fatalf("the first job must get the running instance: %s, %s", j100.InstanceID, j101.InstanceID)
+	}
+	for _, j := range []domain.Job{j100, j101} {
+		if j.Status != domain.JobAssigned || j.Via != domain.ViaPool || j.RunnerConfig == "" || j.RunnerName == "" {
+			t.Fatalf("job %d: %+v", j.ID, j)
+		}
+	}
+	if j102.Status != domain.JobQueued || j102.Route != domain.RouteLaunch {
+		t.Fatalf("overflow job %+v", j102)
+	}
+	if st, _ := f.queue.Stats(f.ctx, domain.QueueLaunch); st.Visible != 1 {
+		t.Fatalf("launch queue %+v", st)
+	}
+	if st, _ := f.queue.Stats(f.ctx, domain.QueuePool); st.Visible+st.InFlight+st.Delayed != 0 {
+		t.Fatalf("pool queue not drained: %+v", st)
+	}
+	calls := f.cloud.Calls()
+	if calls[sim.OpCreateTags] != 1 || calls[sim.OpStartInstances] != 1 {
+		t.Fatalf("cloud calls %v", calls)
+	}
+	if m, _ := f.cloud.Get(stopped[0].CloudID); m.State == domain.CloudStopped {
+		t.Fatal("the stopped instance was not started")
+	}
+	for _, in := range append(hot, stopped...) {
+		got, _ := f.store.GetInstance(f.ctx, in.ID)
+		if got.State != domain.StateClaimed || got.Job == "" {
+			t.Fatalf("instance %s: %s job %q", in.ID, got.State, got.Job)
+		}
+	}
+	if len(f.woken) != 2 {
+		t.Fatalf("agents woken: %v", f.woken)
+	}
+}
+
+func TestBurstOf1000CostsFewCloudCalls(t *testing.T) {
+	f := newFixture(t)
+	f.members("p", domain.RoleStopped, domain.StateStopped, 1000)
+	f.queueJobs("p", 1, 1000)
+	total := 0
+	for total < 1000 {
+		res, err := f.d.Step(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Received == 0 {
+			t.Fatalf("queue ran dry after %d jobs", total)
+		}
+		total += res.Assigned
+	}
+	calls, most := f.cloud.Calls(), f.cloud.MaxIDsPerCall()
+	if calls[sim.OpStartInstances] > 1000/50 || most[sim.OpStartInstances] > domain.MaxBatch {
+		t.Fatalf("StartInstances: %d calls, up to %d ids", calls[sim.OpStartInstances], most[sim.OpStartInstances])
+	}
+	if calls[sim.OpCreateTags] > 1000/50 {
+		t.Fatalf("CreateTags: %d calls", calls[sim.OpCreateTags])
+	}
+	assertNoDoubleAssignment(t, f)
+}
+
+func TestFailedStartGivesTheInstanceBackAndRetriesTheJob(t *testing.T) {
+	f := newFixture(t)
+	stopped := f.members("p", domain.RoleStopped, domain.StateStopped, 1)
+	f.queueJobs("p", 1, 1)
+	f.cloud.FailNext(sim.OpStartInstances, 1, errors.New("InsufficientInstanceCapacity"))
+	res, err := f.d.Step(f.ctx)
+	if err != nil || res.Retried != 1 || res.Assigned != 0 {
+		t.Fatalf("result %+v err %v", res, err)
+	}
+	in, _ := f.store.GetInstance(f.ctx, stopped[0].ID)
+	if in.State != domain.StateStopped || in.Job != "" {
+		t.Fatalf("instance after a failed start: %s job %q", in.State, in.Job)
+	}
+	if j := f.job(1); j.Status != domain.JobQueued || j.InstanceID != "" {
+		t.Fatalf("job after a failed start: %+v", j)
+	}
+	f.clk.Advance(jobs.RequeueDelay)
+	res, err = f.d.Step(f.ctx)
+	if err != nil || res.Assigned != 1 {
+		t.Fatalf("retry: %+v %v", res, err)
+	}
+}
+
+func TestCancelledJobIsSkipped(t *testing.T) {
+	f := newFixture(t)
+	hot := f.members("p", domain.RoleHot, domain.StateReady, 1)
+	f.queueJobs("p", 1, 1)
+	if _, err := jobs.MarkCompleted(f.ctx, f.store, 1, t0, "cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.d.Step(f.ctx)
+	if err != nil || res.Skipped != 1 || res.Assigned != 0 {
+		t.Fatalf("result %+v err %v", res, err)
+	}
+	if in, _ := f.store.GetInstance(f.ctx, hot[0].ID); in.State != domain.StateReady {
+		t.Fatalf("instance claimed for a cancelled job: %s", in.State)
+	}
+}
+
+func TestConcurrentDispatchersNeverShareAnInstance(t *testing.T) {
+	f := newFixture(t)
+	f.members("p", domain.RoleHot, domain.StateReady, 20)
+	f.queueJobs("p", 1, 200)
+	second, err := New(f.d.Deps, nil, Options{Wait: -1, BatchMax: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.d.opts.BatchMax = 11
+	var wg sync.WaitGroup
+	for _, d := range []*Dispatcher{f.d, second, f.d, second} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				res, err := d.Step(f.ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Received == 0 {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	list, _ := f.store.ListJobs(f.ctx, domain.JobFilter{})
+	assigned, overflowed := 0, 0
+	for _, j := range list {
+		switch {
+		case j.Status == domain.JobAssigned:
+			assigned++
+		case j.Status == domain.JobQueued && j.Route == domain.RouteLaunch:
+			overflowed++
+		default:
+			t.Errorf("job %d lost: %s route %s", j.ID, j.Status, j.Route)
+		}
+	}
+	if assigned != 20 || assigned+overflowed != 200 {
+		t.Fatalf("%d assigned, %d overflowed", assigned, overflowed)
+	}
+	assertNoDoubleAssignment(t, f)
+}
+
+func assertNoDoubleAssignment(t *testing.T, f *fixture) {
+	t.Helper()
+	list, err := f.store.ListJobs(f.ctx, domain.JobFilter{Statuses: []domain.JobStatus{domain.JobAssigned}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int64{}
+	for _, j := range list {
+		if other, ok := seen[j.InstanceID]; ok {
+			t.Fatalf("instance %s assigned to jobs %d and %d", j.InstanceID, other, j.ID)
+		}
+		seen[j.InstanceID] = j.ID
+		in, err := f.store.GetInstance(f.ctx, j.InstanceID)
+		if err != nil || in.Job != j.Key() {
+			t.Fatalf("job %d's instance %s is bound to %q", j.ID, j.InstanceID, in.Job)
+		}
+	}
+}
