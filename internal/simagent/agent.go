@@ -63,7 +63,11 @@ func (a *agent) start(at time.Time) {
 		a.heartbeat = a.f.after(at, 0, a.beat)
 	}
 	if !a.mc.neverWarm {
-		a.step = a.f.after(at, a.f.opts.WarmUp, a.warm)
+		warmUp := a.f.opts.WarmUp
+		if a.mc.runs > 1 {
+			warmUp = a.f.opts.RestartWarmUp
+		}
+		a.step = a.f.after(at, warmUp, a.warm)
 	}
 }
 

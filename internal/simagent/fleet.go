@@ -56,6 +56,10 @@ type Options struct {
 	// WarmUp is how long after reaching running the agent reports warm.
 	// Zero means at once (it has no default).
 	WarmUp time.Duration
+	// RestartWarmUp replaces WarmUp for every run after a machine's first
+	// (a stopped machine started again is already warm: its disk is
+	// pulled and its setup done). Zero means WarmUp; negative means none.
+	RestartWarmUp time.Duration
 	// PollEvery is how often a waiting agent asks again when no
 	// notification wakes it.
 	PollEvery time.Duration
@@ -96,6 +100,12 @@ func (o Options) withDefaults() Options {
 	o.PollEvery = max(o.PollEvery, time.Millisecond)
 	o.RetryEvery = max(o.RetryEvery, time.Millisecond)
 	o.WarmUp = max(o.WarmUp, 0)
+	switch {
+	case o.RestartWarmUp == 0:
+		o.RestartWarmUp = o.WarmUp
+	case o.RestartWarmUp < 0:
+		o.RestartWarmUp = 0
+	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -136,6 +146,7 @@ type machine struct {
 	registerDelay time.Duration
 	delaySet      bool
 	counted       bool   // numbered for the Every options
+	runs          int    // agent runs started on this machine
 	agent         *agent // nil while the machine is not running, or the agent crashed
 }
 
@@ -183,6 +194,7 @@ func (f *Fleet) Running(m domain.CloudInstance, at time.Time) {
 		mc.agent.kill() // a Running without its Halted: the old agent cannot survive a reboot
 	}
 	f.stats.Runs++
+	mc.runs++
 	a := newAgent(f, mc)
 	mc.agent = a
 	a.start(at)

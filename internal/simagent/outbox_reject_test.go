@@ -64,3 +64,56 @@ func TestRejectedSignalIsDroppedNotRetried(t *testing.T) {
 		t.Fatal("after a rejection the agent must ask what to do next")
 	}
 }
+
+// countingAPI accepts everything and records when warm signals arrive.
+type countingAPI struct {
+	mu    sync.Mutex
+	warms []time.Time
+}
+
+func (c *countingAPI) Signal(_ context.Context, s domain.Signal) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.Kind == domain.SignalWarm {
+		c.warms = append(c.warms, s.At)
+	}
+	return nil
+}
+func (c *countingAPI) Heartbeat(context.Context, string) error { return nil }
+func (c *countingAPI) Next(context.Context, string) (domain.Instruction, error) {
+	return domain.Instruction{Kind: domain.InstructionWait}, nil
+}
+
+func TestRestartWarmUpAppliesAfterTheFirstRun(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clk := clock.NewVirtual(start)
+	api := &countingAPI{}
+	f := New(clk, api, idleHost{}, Options{WarmUp: 30 * time.Second, RestartWarmUp: 3 * time.Second, PollEvery: time.Hour})
+	defer f.Close()
+	f.Running(domain.CloudInstance{ID: "i-1"}, start)
+	step(clk, time.Minute)
+	f.Halted("i-1", clk.Now())
+	restart := clk.Now()
+	f.Running(domain.CloudInstance{ID: "i-1"}, restart)
+	step(clk, time.Minute)
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if len(api.warms) != 2 || !api.warms[0].Equal(start.Add(30*time.Second)) || !api.warms[1].Equal(restart.Add(3*time.Second)) {
+		t.Fatalf("warm signals at %v", api.warms)
+	}
+}
+
+// step lets d pass timer by timer, each one's effects settled before the next.
+func step(clk *clock.Virtual, d time.Duration) {
+	end := clk.Now().Add(d)
+	for {
+		next, ok := clk.Next()
+		if !ok || next.After(end) {
+			break
+		}
+		clk.AdvanceTo(next)
+		clk.Settle()
+	}
+	clk.AdvanceTo(end)
+	clk.Settle()
+}
