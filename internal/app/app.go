@@ -294,3 +294,6 @@ func (a *App) Close() error {
 	}
 	return nil
 }
+
+// Registry is where every loop's metrics are registered.
+func (a *App) Registry() *prometheus.Registry { return a.opts.Registry }

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -38,8 +37,7 @@ func (a *App) Handler() http.Handler {
 // in hand.
 func (a *App) Run(ctx context.Context) error {
 	reports := make(chan converger.Report)
-	loops := []func(context.Context) error{
-		func(ctx context.Context) error { return a.Converger.Run(ctx, reports) },
+	loops := append(a.jobPath(), func(ctx context.Context) error { return a.Converger.Run(ctx, reports) },
 		func(ctx context.Context) error {
 			for {
 				select {
@@ -49,15 +47,23 @@ func (a *App) Run(ctx context.Context) error {
 					return nil
 				}
 			}
-		},
-		a.Intake.Run,
-		a.Dispatcher.Run,
-		a.Provisioner.Run,
-		a.Terminator.Run,
-	}
+		})
 	if a.opts.ConfigPath != "" {
 		loops = append(loops, a.watchConfig)
 	}
+	return a.run(ctx, loops)
+}
+
+// RunJobPath runs only the loops that serve jobs (intake, pool dispatch,
+// provisioning, terminator): pools keep what they hold. The benchmark uses
+// it so that its figures are the job path's alone.
+func (a *App) RunJobPath(ctx context.Context) error { return a.run(ctx, a.jobPath()) }
+
+func (a *App) jobPath() []func(context.Context) error {
+	return []func(context.Context) error{a.Intake.Run, a.Dispatcher.Run, a.Provisioner.Run, a.Terminator.Run}
+}
+
+func (a *App) run(ctx context.Context, loops []func(context.Context) error) error {
 	var wg sync.WaitGroup
 	for _, loop := range loops {
 		wg.Add(1)
@@ -116,13 +122,5 @@ func (a *App) deliverSimulated(event, deliveryID string, payload []byte) {
 	a.Webhook.ServeHTTP(rec, req)
 	if rec.Code >= 300 {
 		a.opts.Log.Warn("simulated delivery refused", "delivery", deliveryID, "status", rec.Code, "body", rec.Body.String())
-	}
-}
-
-// sleep waits d on the app's clock, or until ctx ends.
-func (a *App) sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-a.opts.Clock.After(d):
 	}
 }

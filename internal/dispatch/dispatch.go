@@ -34,6 +34,8 @@ type Options struct {
 	RegisterParallelism int // default 16
 	// TagBatch is the most ids per tag call; default 1000.
 	TagBatch int
+	// Linger: see jobs.BatchOptions. Default 20 ms; negative: none.
+	Linger time.Duration
 }
 
 func (o *Options) defaults() {
@@ -54,6 +56,9 @@ func (o *Options) defaults() {
 	}
 	if o.TagBatch <= 0 {
 		o.TagBatch = 1000
+	}
+	if o.Linger == 0 {
+		o.Linger = 20 * time.Millisecond
 	}
 }
 
@@ -131,7 +136,8 @@ type item struct {
 
 // Step receives one batch and serves it.
 func (d *Dispatcher) Step(ctx context.Context) (Result, error) {
-	msgs, err := d.Queue.Receive(ctx, domain.QueuePool, d.opts.BatchMax, d.opts.Visibility, max(d.opts.Wait, 0))
+	msgs, err := jobs.ReceiveBatch(ctx, d.Queue, d.Clock, domain.QueuePool, jobs.BatchOptions{
+		Max: d.opts.BatchMax, Visibility: d.opts.Visibility, Wait: d.opts.Wait, Linger: d.opts.Linger})
 	if err != nil || len(msgs) == 0 {
 		return Result{}, err
 	}

@@ -138,7 +138,7 @@ func (s *Store) GetInstance(ctx context.Context, id string) (domain.Instance, er
 	if err := s.checkOpen(); err != nil {
 		return domain.Instance{}, fmt.Errorf("get instance %s: %w", id, err)
 	}
-	inst, err := scanInstance(s.readers.QueryRowContext(ctx, selectInstance, id))
+	inst, err := scanInstance(s.readRow(ctx, selectInstance, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return domain.Instance{}, fmt.Errorf("get instance %s: %w", id, domain.ErrNotFound)
 	}
@@ -154,7 +154,7 @@ func (s *Store) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]d
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
 	query, args := listQuery(f)
-	rows, err := s.readers.QueryContext(ctx, query, args...)
+	rows, err := s.read(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}

@@ -168,7 +168,7 @@ func (s *Store) GetJob(ctx context.Context, id int64) (domain.Job, error) {
 	if err := s.checkOpen(); err != nil {
 		return domain.Job{}, fmt.Errorf("get job %d: %w", id, err)
 	}
-	j, err := scanJob(s.readers.QueryRowContext(ctx, selectJob, id))
+	j, err := scanJob(s.readRow(ctx, selectJob, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return domain.Job{}, fmt.Errorf("get job %d: %w", id, domain.ErrNotFound)
 	}
@@ -185,7 +185,7 @@ func (s *Store) ListJobs(ctx context.Context, f domain.JobFilter) ([]domain.Job,
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
 	query, args := listJobsQuery(f)
-	rows, err := s.readers.QueryContext(ctx, query, args...)
+	rows, err := s.read(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}

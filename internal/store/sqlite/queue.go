@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -63,9 +64,9 @@ const (
 		FROM queue_messages WHERE queue = ?2`
 )
 
-// Send enqueues msgs in one transaction, all or none, and wakes the queue's
-// long polls. A message whose DedupID was sent to this queue within the
-// dedup window is dropped.
+// Send enqueues msgs, all or none, and wakes the queue's long polls. A
+// message whose DedupID was sent to this queue within the dedup window is
+// dropped. Concurrent sends are committed together (see groupSend).
 func (q *Queue) Send(ctx context.Context, queue string, msgs []domain.SendRequest) error {
 	if err := checkSend(queue, msgs); err != nil {
 		return fmt.Errorf("send to queue %s: %w", queue, err)
@@ -73,34 +74,114 @@ func (q *Queue) Send(ctx context.Context, queue string, msgs []domain.SendReques
 	if len(msgs) == 0 {
 		return q.s.checkOpen()
 	}
-	err := q.s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		now := q.s.clk.Now()
-		keep, err := q.dedup(ctx, tx, queue, msgs, now)
-		if err != nil {
-			return err
+	if err := q.s.sends.send(ctx, q, queue, msgs); err != nil {
+		return fmt.Errorf("send to queue %s: %w", queue, err)
+	}
+	return nil
+}
+
+// groupSend commits concurrent sends in one write transaction (a group
+// commit). The first sender to arrive leads: it commits every send pending
+// at that moment, its own included, then hands the lead to a sender that
+// arrived meanwhile. An idle queue adds no wait; a busy one (a webhook
+// burst, each delivery persisted before its 2xx) pays one transaction per
+// group instead of one per delivery.
+type groupSend struct {
+	mu      sync.Mutex
+	pending []*pendingSend
+	leading bool
+}
+
+type pendingSend struct {
+	q     *Queue
+	queue string
+	msgs  []domain.SendRequest
+	err   error
+	done  chan struct{} // closed when committed (or failed)
+	lead  chan struct{} // closed when this sender must lead the next group
+}
+
+func (g *groupSend) send(ctx context.Context, q *Queue, queue string, msgs []domain.SendRequest) error {
+	p := &pendingSend{q: q, queue: queue, msgs: msgs, done: make(chan struct{}), lead: make(chan struct{})}
+	g.mu.Lock()
+	g.pending = append(g.pending, p)
+	lead := !g.leading
+	g.leading = true
+	g.mu.Unlock()
+	if !lead {
+		select {
+		case <-p.done:
+			return p.err
+		case <-p.lead:
 		}
-		stmt, err := q.s.txStmt(ctx, tx, insertMessage)
-		if err != nil {
-			return err
-		}
-		for k, m := range msgs {
-			if !keep[k] {
-				continue
-			}
-			body := m.Body
-			if body == nil {
-				body = []byte{}
-			}
-			if _, err := stmt.ExecContext(ctx, queue, body, now.UnixNano(), now.Add(m.Delay).UnixNano()); err != nil {
-				return fmt.Errorf("insert message %d: %w", k, err)
+	}
+	g.commit(ctx)
+	<-p.done
+	return p.err
+}
+
+// commit writes every pending send in one transaction, then passes the lead
+// on (or gives it up when nothing is pending).
+func (g *groupSend) commit(ctx context.Context) {
+	g.mu.Lock()
+	group := g.pending
+	g.pending = nil
+	g.mu.Unlock()
+
+	s := group[0].q.s
+	// The group's other senders depend on this transaction: it must not
+	// fail because the leader's own caller went away.
+	ctx = context.WithoutCancel(ctx)
+	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		now := s.clk.Now()
+		for _, p := range group {
+			if err := p.q.insert(ctx, tx, p.queue, p.msgs, now); err != nil {
+				return err
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("send to queue %s: %w", queue, err)
+	notified := map[string]bool{}
+	for _, p := range group {
+		p.err = err
+		if err == nil && !notified[p.queue] {
+			notified[p.queue] = true
+			s.waiters.notify(p.queue)
+		}
+		close(p.done)
 	}
-	q.s.waiters.notify(queue)
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.pending) == 0 {
+		g.leading = false
+		return
+	}
+	close(g.pending[0].lead)
+}
+
+// insert adds msgs to queue inside tx, dropping deduplicated ones.
+func (q *Queue) insert(ctx context.Context, tx *sql.Tx, queue string, msgs []domain.SendRequest, now time.Time) error {
+	keep, err := q.dedup(ctx, tx, queue, msgs, now)
+	if err != nil {
+		return err
+	}
+	stmt, err := q.s.txStmt(ctx, tx, insertMessage)
+	if err != nil {
+		return err
+	}
+	for k, m := range msgs {
+		if !keep[k] {
+			continue
+		}
+		body := m.Body
+		if body == nil {
+			body = []byte{}
+		}
+		if _, err := stmt.ExecContext(ctx, queue, body, now.UnixNano(), now.Add(m.Delay).UnixNano()); err != nil {
+			return fmt.Errorf("insert message %d: %w", k, err)
+		}
+	}
 	return nil
 }
 
@@ -225,7 +306,7 @@ func (q *Queue) Stats(ctx context.Context, queue string) (domain.QueueStats, err
 		return domain.QueueStats{}, fmt.Errorf("stats of queue %s: %w", queue, err)
 	}
 	var st domain.QueueStats
-	row := q.s.readers.QueryRowContext(ctx, selectQueueSum, q.s.clk.Now().UnixNano(), queue)
+	row := q.s.readRow(ctx, selectQueueSum, q.s.clk.Now().UnixNano(), queue)
 	if err := row.Scan(&st.Visible, &st.InFlight, &st.Delayed); err != nil {
 		return domain.QueueStats{}, fmt.Errorf("stats of queue %s: %w", queue, err)
 	}

@@ -127,7 +127,7 @@ func (q *Queue) peek(ctx context.Context, queue string) (next time.Time, ready b
 	}
 	now := q.s.clk.Now().UnixNano()
 	var first sql.NullInt64
-	if err := q.s.readers.QueryRowContext(ctx, selectFirstVisible, queue).Scan(&first); err != nil {
+	if err := q.s.readRow(ctx, selectFirstVisible, queue).Scan(&first); err != nil {
 		return time.Time{}, false, fmt.Errorf("peek: %w", err)
 	}
 	switch {

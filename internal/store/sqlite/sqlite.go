@@ -38,7 +38,9 @@ type Store struct {
 	writer   *sql.DB              // exactly one connection: every write transaction queues here
 	readers  *sql.DB              // read-only connections for Get and List
 	prepared map[string]*sql.Stmt // writerQueries, prepared on the writer
+	reads    sync.Map             // query text → *sql.Stmt on readers: parse each read shape once
 	waiters  waiters              // long polls of the queue, by queue name
+	sends    groupSend            // concurrent queue sends, committed together
 
 	closed    atomic.Bool
 	closeOnce sync.Once

@@ -40,7 +40,48 @@ func (s *Store) closeStmts() error {
 	for _, st := range s.prepared {
 		errs = append(errs, st.Close())
 	}
+	s.reads.Range(func(_, v any) bool {
+		errs = append(errs, v.(*sql.Stmt).Close())
+		return true
+	})
 	return errors.Join(errs...)
+}
+
+// readStmt returns query prepared on the readers, preparing it the first
+// time: SQLite's parser is a large share of a read's cost, and the loops
+// read the same few shapes over and over.
+func (s *Store) readStmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st, ok := s.reads.Load(query); ok {
+		return st.(*sql.Stmt), nil
+	}
+	st, err := s.readers.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if prev, loaded := s.reads.LoadOrStore(query, st); loaded {
+		st.Close()
+		return prev.(*sql.Stmt), nil
+	}
+	return st, nil
+}
+
+// read runs a query on the readers through the statement cache.
+func (s *Store) read(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := s.readStmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// readRow is read for a single row.
+func (s *Store) readRow(ctx context.Context, query string, args ...any) *sql.Row {
+	st, err := s.readStmt(ctx, query)
+	if err != nil {
+		// Let the caller's Scan report it, as QueryRowContext would.
+		return s.readers.QueryRowContext(ctx, query, args...)
+	}
+	return st.QueryRowContext(ctx, args...)
 }
 
 // txStmt returns the prepared statement of query bound to tx, preparing it

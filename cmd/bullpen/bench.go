@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/bench"
+)
+
+func init() {
+	register("bench", "measure the job path: a pool burst and a cold-start burst (JSON)", cmdBench)
+}
+
+func cmdBench(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	jobs := fs.Int("jobs", 1000, "jobs per burst (the pool holds as many stopped instances)")
+	asJSON := fs.Bool("json", false, "print one JSON object (the default output is the same object, indented)")
+	timeout := fs.Duration("timeout", 2*time.Minute, "give up on a burst after this long")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *jobs <= 0 {
+		fmt.Fprintln(e.stderr, "bullpen bench: --jobs must be positive")
+		return 2
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(e.stderr, "bullpen bench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(e.stderr, "bullpen bench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	res, err := bench.Run(ctx, bench.Options{Jobs: *jobs, Timeout: *timeout})
+	if err != nil {
+		fmt.Fprintln(e.stderr, "bullpen bench:", err)
+		return 1
+	}
+	enc := json.NewEncoder(e.stdout)
+	if !*asJSON {
+		enc.SetIndent("", "  ")
+	}
+	if err := enc.Encode(res); err != nil {
+		return 1
+	}
+	return 0
+}

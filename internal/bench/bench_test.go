@@ -1,0 +1,33 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestRunSmall runs both bursts at a small size: the figures are not checked
+// here (performance lives in `bullpen bench`), only that the run completes
+// with every job assigned exactly once and the batching rules kept.
+func TestRunSmall(t *testing.T) {
+	res, err := Run(context.Background(), Options{Jobs: 120, CASOps: 200, Timeout: time.Minute, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StoreCASPerSecond <= 0 {
+		t.Fatalf("no store rate: %+v", res)
+	}
+	for name, s := range res.Scenarios {
+		if s.Jobs != 120 || s.DoubleAssignments != 0 {
+			t.Fatalf("%s: %+v", name, s)
+		}
+	}
+	pool := res.Scenarios["pool_burst"]
+	if pool.InstancesStarted != 120 || pool.APICalls["StartInstances"] < 3 {
+		t.Fatalf("pool burst: %+v", pool)
+	}
+	cold := res.Scenarios["cold_burst"]
+	if cold.InstancesCreated != 120 || cold.APICalls["StartInstances"] != 0 {
+		t.Fatalf("cold burst: %+v", cold)
+	}
+}
