@@ -4,6 +4,7 @@
 package api
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -30,8 +31,8 @@ type PoolInfo struct {
 type Server struct {
 	Store domain.Store
 	Token string
-	Log   *slog.Logger
-	// Pools lists the configured pools of this environment.
+	Log   *slog.Logger // nil: slog.Default()
+	// Pools lists the configured pools of this environment; nil lists none.
 	Pools func() []PoolInfo
 }
 
@@ -47,8 +48,8 @@ func (s *Server) Handler() http.Handler {
 
 func (s *Server) authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || s.Token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.Token)) != 1 {
+		got, ok := bearer(r.Header.Get("Authorization"))
+		if !ok || !tokenMatches(got, s.Token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="bullpen"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong admin token (Authorization: Bearer TOKEN)")
 			return
@@ -57,7 +58,32 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 	})
 }
 
-// JobView is a job as the API shows it.
+// bearer returns the token of an Authorization header using the Bearer
+// scheme, whose name is case-insensitive (RFC 9110, 11.1).
+func bearer(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// tokenMatches compares in constant time. Comparing digests rather than the
+// tokens keeps the time independent of the tokens' lengths too, which
+// subtle.ConstantTimeCompare alone reveals. An empty configured token
+// matches nothing.
+func tokenMatches(got, want string) bool {
+	if want == "" {
+		return false
+	}
+	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}
+
+// JobView is a job as the API shows it. Every field is always present (a
+// time not reached yet is null), so clients see one shape whatever the
+// job's status.
 type JobView struct {
 	ID          int64      `json:"id"`
 	RunID       int64      `json:"run_id"`
@@ -65,27 +91,31 @@ type JobView struct {
 	Name        string     `json:"name"`
 	Labels      []string   `json:"labels"`
 	Status      string     `json:"status"`
-	Route       string     `json:"route,omitempty"`
-	Via         string     `json:"via,omitempty"`
-	Pool        string     `json:"pool,omitempty"`
-	Runner      string     `json:"runner,omitempty"`
-	InstanceID  string     `json:"instance_id,omitempty"`
-	RunnerName  string     `json:"runner_name,omitempty"`
-	Reason      string     `json:"reason,omitempty"`
-	Conclusion  string     `json:"conclusion,omitempty"`
+	Route       string     `json:"route"`
+	Via         string     `json:"via"`
+	Pool        string     `json:"pool"`
+	Runner      string     `json:"runner"`
+	InstanceID  string     `json:"instance_id"`
+	RunnerName  string     `json:"runner_name"`
+	Reason      string     `json:"reason"`
+	Conclusion  string     `json:"conclusion"`
 	Attempts    int        `json:"attempts"`
-	QueuedAt    *time.Time `json:"queued_at,omitempty"`
-	AssignedAt  *time.Time `json:"assigned_at,omitempty"`
-	StartedAt   *time.Time `json:"started_at,omitempty"`
-	CompletedAt *time.Time `json:"completed_at,omitempty"`
-	CreatedAt   *time.Time `json:"created_at,omitempty"`
-	UpdatedAt   *time.Time `json:"updated_at,omitempty"`
+	QueuedAt    *time.Time `json:"queued_at"`
+	AssignedAt  *time.Time `json:"assigned_at"`
+	StartedAt   *time.Time `json:"started_at"`
+	CompletedAt *time.Time `json:"completed_at"`
+	CreatedAt   *time.Time `json:"created_at"`
+	UpdatedAt   *time.Time `json:"updated_at"`
 }
 
 // ViewJob renders j without its runner configuration.
 func ViewJob(j domain.Job) JobView {
+	labels := j.Labels
+	if labels == nil {
+		labels = []string{}
+	}
 	return JobView{
-		ID: j.ID, RunID: j.RunID, Repo: j.Repo, Name: j.Name, Labels: j.Labels, Status: string(j.Status),
+		ID: j.ID, RunID: j.RunID, Repo: j.Repo, Name: j.Name, Labels: labels, Status: string(j.Status),
 		Route: string(j.Route), Via: string(j.Via), Pool: j.Pool, Runner: j.Runner, InstanceID: j.InstanceID,
 		RunnerName: j.RunnerName, Reason: j.Reason, Conclusion: j.Conclusion, Attempts: j.Attempts,
 		QueuedAt: ts(j.QueuedAt), AssignedAt: ts(j.AssignedAt), StartedAt: ts(j.StartedAt),
@@ -181,12 +211,17 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
 	for _, v := range splitParam(r, "state") {
 		st := domain.State(v)
 		if !st.Valid() {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q", v))
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q (known: %s)", v, joinStates()))
 			return
 		}
 		f.States = append(f.States, st)
 	}
-	if len(f.States) == 0 && r.URL.Query().Get("all") == "" {
+	all, err := boolParam(r, "all")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if len(f.States) == 0 && !all {
 		f.States = slices.DeleteFunc(slices.Clone(domain.States), func(s domain.State) bool { return s == domain.StateTerminated })
 	}
 	list, err := s.Store.ListInstances(r.Context(), f)
@@ -225,8 +260,12 @@ func (s *Server) pools(w http.ResponseWriter, r *http.Request) {
 	for _, st := range statuses {
 		byName[st.Name] = st
 	}
-	var out []PoolView
-	for _, p := range s.Pools() {
+	var configured []PoolInfo
+	if s.Pools != nil {
+		configured = s.Pools()
+	}
+	out := []PoolView{}
+	for _, p := range configured {
 		st := byName[p.Name]
 		counts := st.Counts
 		if counts == nil {
@@ -240,7 +279,11 @@ func (s *Server) pools(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) fail(w http.ResponseWriter, what string, err error) {
-	s.Log.Error("status API: "+what, "err", err)
+	log := s.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Error("status API: "+what, "err", err)
 	writeError(w, http.StatusInternalServerError, what+" failed; see the server log")
 }
 
@@ -254,6 +297,23 @@ func limitParam(r *http.Request, def int) (int, error) {
 		return 0, fmt.Errorf("bad limit %q: want 1..%d", v, maxLimit)
 	}
 	return n, nil
+}
+
+// boolParam reads a flag: absent is false, present without a value true.
+func boolParam(r *http.Request, key string) (bool, error) {
+	q := r.URL.Query()
+	if !q.Has(key) {
+		return false, nil
+	}
+	v := q.Get(key)
+	if v == "" {
+		return true, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("bad %s %q: want true or false (1 or 0)", key, v)
+	}
+	return b, nil
 }
 
 func splitParam(r *http.Request, key string) []string {
@@ -271,6 +331,14 @@ func splitParam(r *http.Request, key string) []string {
 func joinStatuses() string {
 	var s []string
 	for _, st := range domain.JobStatuses {
+		s = append(s, string(st))
+	}
+	return strings.Join(s, ", ")
+}
+
+func joinStates() string {
+	var s []string
+	for _, st := range domain.States {
 		s = append(s, string(st))
 	}
 	return strings.Join(s, ", ")

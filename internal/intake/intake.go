@@ -33,6 +33,7 @@ type Options struct {
 	Visibility  time.Duration // default 30 s
 	Wait        time.Duration // long poll; default 1 s, negative none
 	MaxReceives int           // then dead-lettered; default 10
+	Linger      time.Duration // see jobs.BatchOptions; default 10 ms, negative none
 	// CancelRejected cancels the workflow run of a rejected job.
 	CancelRejected bool
 }
@@ -69,6 +70,9 @@ func New(d Deps, reg prometheus.Registerer, o Options) (*Intake, error) {
 	if o.MaxReceives <= 0 {
 		o.MaxReceives = 10
 	}
+	if o.Linger == 0 {
+		o.Linger = 10 * time.Millisecond
+	}
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -100,11 +104,50 @@ type event struct {
 // Step processes one batch: new jobs first (one store write for all of
 // them, one send per queue), then starts and ends in delivery order.
 func (in *Intake) Step(ctx context.Context) (int, error) {
-	msgs, err := in.Queue.Receive(ctx, domain.QueueInbox, in.opts.BatchMax, in.opts.Visibility, max(in.opts.Wait, 0))
+	msgs, err := jobs.ReceiveBatch(ctx, in.Queue, in.Clock, domain.QueueInbox, jobs.BatchOptions{
+		Max: in.opts.BatchMax, Visibility: in.opts.Visibility, Wait: in.opts.Wait, Linger: in.opts.Linger})
 	if err != nil || len(msgs) == 0 {
 		return 0, err
 	}
 	ctx = context.WithoutCancel(ctx)
+	events, done := in.decode(ctx, msgs)
+	var arrivals, progress []event
+	for _, e := range events {
+		if isArrival(e) {
+			arrivals = append(arrivals, e)
+		} else {
+			progress = append(progress, e)
+		}
+	}
+	handled, unrecorded, err := in.admitAll(ctx, arrivals)
+	done = append(done, handled...)
+	for _, e := range progress {
+		if unrecorded[e.ev.Job.ID] {
+			// Its queued event failed and will come again: applying the
+			// start or end first would let that queued event reopen it.
+			continue
+		}
+		if herr := in.progress(ctx, e); herr != nil {
+			err = errors.Join(err, herr)
+			done = append(done, in.retryOrDeadLetter(ctx, e, herr)...)
+			continue
+		}
+		done = append(done, e.msg.Receipt)
+	}
+	if derr := in.Queue.Delete(ctx, domain.QueueInbox, done); derr != nil {
+		err = errors.Join(err, fmt.Errorf("delete processed deliveries: %w", derr))
+	}
+	return len(msgs), err
+}
+
+func isArrival(e event) bool {
+	return e.ev.Action == webhook.ActionQueued || e.ev.Action == webhook.ActionWaiting
+}
+
+// decode reads the batch's envelopes. It returns the events to apply and
+// the receipts of messages already dealt with: unhandled actions, and
+// messages moved to the dead-letter queue.
+func (in *Intake) decode(ctx context.Context, msgs []domain.Message) ([]event, []string) {
 	var events []event
 	var done []string
 	for _, m := range msgs {
@@ -126,26 +169,46 @@ func (in *Intake) Step(ctx context.Context) (int, error) {
 		}
 		events = append(events, event{msg: m, delivery: d, ev: ev})
 	}
-	handled, err := in.admit(ctx, events)
-	done = append(done, handled...)
-	for _, e := range events {
-		if e.ev.Action == webhook.ActionQueued || e.ev.Action == webhook.ActionWaiting {
-			continue
-		}
-		if herr := in.progress(ctx, e); herr != nil {
-			err = errors.Join(err, herr)
-			if e.msg.Receives >= in.opts.MaxReceives {
-				in.Log.Error("inbox message keeps failing; dead-lettered", "delivery", e.delivery.ID, "err", herr)
-				done = append(done, in.deadLetter(ctx, e.msg)...)
-			}
-			continue
-		}
-		done = append(done, e.msg.Receipt)
+	return events, done
+}
+
+// admitAll records the arrivals in one batch. When that fails it tries them
+// one by one, so that a delivery the store refuses holds back only itself.
+// It returns the receipts to delete and the jobs whose arrival failed.
+func (in *Intake) admitAll(ctx context.Context, arrivals []event) ([]string, map[int64]bool, error) {
+	done, err := in.admit(ctx, arrivals)
+	if err == nil {
+		return done, nil, nil
 	}
-	if derr := in.Queue.Delete(ctx, domain.QueueInbox, done); derr != nil {
-		err = errors.Join(err, fmt.Errorf("delete processed deliveries: %w", derr))
+	if len(arrivals) == 1 {
+		e := arrivals[0]
+		return in.retryOrDeadLetter(ctx, e, err), map[int64]bool{e.ev.Job.ID: true}, err
 	}
-	return len(msgs), err
+	in.Log.Warn("recording a batch of jobs failed; trying them one by one", "jobs", len(arrivals), "err", err)
+	var errs error
+	done = nil
+	failed := map[int64]bool{}
+	for _, e := range arrivals {
+		one, err := in.admit(ctx, []event{e})
+		if err != nil {
+			errs = errors.Join(errs, err)
+			failed[e.ev.Job.ID] = true
+			one = in.retryOrDeadLetter(ctx, e, err)
+		}
+		done = append(done, one...)
+	}
+	return done, failed, errs
+}
+
+// retryOrDeadLetter leaves a failed delivery for another try (no receipt to
+// delete) until it has been received MaxReceives times, then moves it to
+// the dead-letter queue.
+func (in *Intake) retryOrDeadLetter(ctx context.Context, e event, err error) []string {
+	if e.msg.Receives < in.opts.MaxReceives {
+		return nil
+	}
+	in.Log.Error("inbox message keeps failing; dead-lettered", "delivery", e.delivery.ID, "job", e.ev.Job.ID, "err", err)
+	return in.deadLetter(ctx, e.msg)
 }
 
 // deadLetter moves a message aside; it returns the receipt to delete when
@@ -159,7 +222,8 @@ func (in *Intake) deadLetter(ctx context.Context, m domain.Message) []string {
 	return []string{m.Receipt}
 }
 
-// admit records the batch's queued and waiting jobs and sends the queued ones
+// admit records the batch's queued and waiting jobs (events holds only
+// those) and sends the queued ones
 // to their queues. Redeliveries find their job already recorded; a job
 // still waiting for a runner is sent again, harmlessly (the send is
 // deduplicated, and the job's one guarded assignment decides).
@@ -168,9 +232,6 @@ func (in *Intake) admit(ctx context.Context, events []event) ([]string, error) {
 	var batch []domain.Job
 	var receipts []string
 	for _, e := range events {
-		if e.ev.Action != webhook.ActionQueued && e.ev.Action != webhook.ActionWaiting {
-			continue
-		}
 		receipts = append(receipts, e.msg.Receipt)
 		d := Decide(e.ev.Job.Labels, routing)
 		if !d.Ours {
@@ -275,18 +336,20 @@ func (in *Intake) progress(ctx context.Context, e event) error {
 		in.metrics.events.WithLabelValues(e.ev.Action, "recorded").Inc()
 		return in.protect(ctx, w.ID)
 	case webhook.ActionCompleted:
-		in.metrics.events.WithLabelValues(e.ev.Action, "recorded").Inc()
 		if err := in.Finisher.Finish(ctx, w.ID, w.Conclusion); err != nil {
 			return fmt.Errorf("job %d completed: %w", w.ID, err)
 		}
+		in.metrics.events.WithLabelValues(e.ev.Action, "recorded").Inc()
 	}
 	return nil
 }
 
 // protect marks the job's instance as running a job: no loop may touch it.
+// A job that is not running (an in_progress delivered after its completed)
+// leaves its instance alone: the instance is being released.
 func (in *Intake) protect(ctx context.Context, jobID int64) error {
 	j, err := in.Store.GetJob(ctx, jobID)
-	if errors.Is(err, domain.ErrNotFound) || (err == nil && j.InstanceID == "") {
+	if errors.Is(err, domain.ErrNotFound) || (err == nil && (j.InstanceID == "" || j.Status != domain.JobRunning)) {
 		return nil
 	}
 	if err != nil {
@@ -300,7 +363,7 @@ func (in *Intake) protect(ctx context.Context, jobID int64) error {
 		if err != nil {
 			return err
 		}
-		if inst.Job != j.Key() || inst.JobStarted {
+		if inst.Job != j.Key() || inst.JobStarted || inst.State.Terminal() {
 			return nil
 		}
 		_, err = in.Store.Transition(ctx, inst.ID, domain.GuardOf(inst), func(x *domain.Instance) { x.JobStarted = true })

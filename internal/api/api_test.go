@@ -1,0 +1,324 @@
+package api
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var paths = []string{"/api/v1/jobs", "/api/v1/jobs/102", "/api/v1/instances?all=1", "/api/v1/pools", "/api/v1/nowhere"}
+
+func TestRequestsWithoutTheAdminTokenAreRefused(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	cases := map[string]string{
+		"no header":               "",
+		"wrong token":             "Bearer admin-7f3c9e21d4b8a651",
+		"wrong token, other size": "Bearer x",
+		"token prefix":            "Bearer " + adminToken[:len(adminToken)-1],
+		"token with a suffix":     "Bearer " + adminToken + "0",
+		"basic scheme":            "Basic " + adminToken,
+		"no scheme":               adminToken,
+		"empty bearer":            "Bearer ",
+	}
+	for name, auth := range cases {
+		for _, p := range paths {
+			rec := r.getAs(p, auth)
+			if got := rec.Header().Get("WWW-Authenticate"); got != `Bearer realm="bullpen"` {
+				t.Errorf("%s, %s: WWW-Authenticate %q", name, p, got)
+			}
+			r.wantError(rec, http.StatusUnauthorized, "admin token")
+			if bytes.Contains(rec.Body.Bytes(), []byte("acme/app")) {
+				t.Errorf("%s, %s: a refused request saw data: %s", name, p, rec.Body)
+			}
+		}
+	}
+}
+
+// With no token configured the API is closed, not open.
+func TestEmptyConfiguredTokenRefusesEveryone(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.srv.Token = ""
+	for _, auth := range []string{"", "Bearer ", "Bearer x"} {
+		r.wantError(r.getAs("/api/v1/jobs", auth), http.StatusUnauthorized)
+	}
+}
+
+func TestTheRightTokenIsAccepted(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	for _, auth := range []string{"Bearer " + adminToken, "bearer " + adminToken, "BEARER  " + adminToken + " "} {
+		if rec := r.getAs("/api/v1/jobs", auth); rec.Code != http.StatusOK {
+			t.Errorf("%q: %d %s", auth, rec.Code, rec.Body)
+		}
+	}
+	if rec := r.get("/api/v1/nowhere"); rec.Code != http.StatusNotFound {
+		t.Errorf("unknown path with the token: %d, want 404", rec.Code)
+	}
+}
+
+// tokenMatches is constant-time by construction (fixed-size digests compared
+// with crypto/subtle); this pins down what it accepts.
+func TestTokenMatches(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		got, want string
+		ok        bool
+	}{
+		{"s3cret", "s3cret", true},
+		{"s3cres", "s3cret", false},
+		{"s3cre", "s3cret", false},
+		{"s3cret!", "s3cret", false},
+		{"", "s3cret", false},
+		{"", "", false},
+		{"anything", "", false},
+	}
+	for _, c := range cases {
+		if got := tokenMatches(c.got, c.want); got != c.ok {
+			t.Errorf("tokenMatches(%q, %q) = %v, want %v", c.got, c.want, got, c.ok)
+		}
+	}
+}
+
+func TestJobsListShowsEveryField(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	var body struct{ Jobs []map[string]any }
+	r.getJSON("/api/v1/jobs", &body)
+	if got := ids(body.Jobs); !slices.Equal(got, []string{"105", "104", "103", "102", "101"}) {
+		t.Fatalf("jobs %v, want every job, newest first", got)
+	}
+	fields := []string{"id", "run_id", "repo", "name", "labels", "status", "route", "via", "pool", "runner", "instance_id",
+		"runner_name", "reason", "conclusion", "attempts", "queued_at", "assigned_at", "started_at", "completed_at",
+		"created_at", "updated_at"}
+	for _, j := range body.Jobs {
+		for _, k := range fields {
+			if _, ok := j[k]; !ok {
+				t.Errorf("job %v has no %q", j["id"], k)
+			}
+		}
+		if len(j) != len(fields) {
+			t.Errorf("job %v has fields %v, want exactly %v", j["id"], keys(j), fields)
+		}
+	}
+	assigned := body.Jobs[3]
+	want := map[string]any{"id": 102.0, "run_id": 1020.0, "status": "assigned", "pool": "small-x64", "instance_id": "i-1",
+		"route": "pool", "via": "pool", "runner_name": "bp-i-1", "reason": "", "completed_at": nil,
+		"assigned_at": t0.Add(time.Second).Format(time.RFC3339), "queued_at": t0.Add(-59 * time.Second).Format(time.RFC3339),
+		"created_at": t0.Add(time.Second).Format(time.RFC3339)}
+	for k, v := range want {
+		if assigned[k] != v {
+			t.Errorf("job 102 %s = %#v, want %#v", k, assigned[k], v)
+		}
+	}
+	if rejected := body.Jobs[0]; rejected["status"] != "rejected" || !strings.Contains(rejected["reason"].(string), `pool "gpu"`) {
+		t.Errorf("job 105: %v", rejected)
+	}
+}
+
+func TestJobsFilters(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	cases := []struct {
+		query string
+		want  []string
+	}{
+		{"status=queued", []string{"101"}},
+		{"status=queued,running", []string{"103", "101"}},
+		{"status=assigned&status=completed", []string{"104", "102"}},
+		{"status=%20rejected%20,", []string{"105"}},
+		{"status=", []string{"105", "104", "103", "102", "101"}},
+		{"pool=small-x64", []string{"104", "102", "101"}},
+		{"pool=gpu&status=rejected", []string{"105"}},
+		{"pool=gpu&status=queued", []string{}},
+		{"pool=nope", []string{}},
+		{"instance=i-1", []string{"102"}},
+		{"limit=2", []string{"105", "104"}},
+		{"limit=1000&status=completed", []string{"104"}},
+	}
+	for _, c := range cases {
+		var body struct{ Jobs []map[string]any }
+		r.getJSON("/api/v1/jobs?"+c.query, &body)
+		if body.Jobs == nil {
+			t.Errorf("%s: jobs is null, want a list", c.query)
+		}
+		if got := ids(body.Jobs); !slices.Equal(got, c.want) {
+			t.Errorf("%s: jobs %v, want %v", c.query, got, c.want)
+		}
+	}
+}
+
+func TestJobsRefusesBadFilters(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	cases := map[string][]string{
+		"status=bogus":               {`"bogus"`, "queued, assigned, running, completed, rejected"},
+		"status=queued,Running":      {`"Running"`},
+		"limit=abc":                  {"limit", `"abc"`},
+		"limit=0":                    {"limit"},
+		"limit=-1":                   {"limit"},
+		"limit=1001":                 {"limit", "1..1000"},
+		"limit=5&status=waiting":     {`"waiting"`},
+		"status=completed&limit=1e3": {"limit"},
+	}
+	for q, parts := range cases {
+		r.wantError(r.get("/api/v1/jobs?"+q), http.StatusBadRequest, parts...)
+	}
+}
+
+func TestOneJob(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	var j map[string]any
+	r.getJSON("/api/v1/jobs/103", &j)
+	if j["id"] != 103.0 || j["status"] != "running" || j["instance_id"] != "i-2" || j["via"] != "cold" || j["started_at"] == nil {
+		t.Errorf("job 103: %v", j)
+	}
+	r.wantError(r.get("/api/v1/jobs/999"), http.StatusNotFound, "999")
+	for _, bad := range []string{"abc", "0", "-3", "1.5", "99999999999999999999"} {
+		r.wantError(r.get("/api/v1/jobs/"+bad), http.StatusBadRequest, bad)
+	}
+}
+
+func TestInstances(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	cases := []struct {
+		query string
+		want  []string
+	}{
+		{"", []string{"i-1", "i-2", "i-3"}},
+		{"all=1", []string{"i-1", "i-2", "i-3", "i-4"}},
+		{"all", []string{"i-1", "i-2", "i-3", "i-4"}},
+		{"all=true", []string{"i-1", "i-2", "i-3", "i-4"}},
+		{"all=0", []string{"i-1", "i-2", "i-3"}},
+		{"state=terminated", []string{"i-4"}},
+		{"state=claimed,ready", []string{"i-1", "i-3"}},
+		{"state=stopped", []string{}},
+		{"pool=small-x64", []string{"i-1", "i-3"}},
+		{"pool=small-x64&all=1", []string{"i-1", "i-3", "i-4"}},
+		{"runner=adhoc-1", []string{"i-2"}},
+	}
+	for _, c := range cases {
+		var body struct{ Instances []map[string]any }
+		r.getJSON("/api/v1/instances?"+c.query, &body)
+		if body.Instances == nil {
+			t.Errorf("%s: instances is null, want a list", c.query)
+		}
+		if got := ids(body.Instances); !slices.Equal(got, c.want) {
+			t.Errorf("%q: instances %v, want %v", c.query, got, c.want)
+		}
+	}
+	var body struct{ Instances []map[string]any }
+	r.getJSON("/api/v1/instances?state=running", &body)
+	if in := body.Instances[0]; in["job"] != "103" || in["job_started"] != true || in["role"] != "on-demand" || in["cloud_id"] != "c-2" {
+		t.Errorf("instance i-2: %v", in)
+	}
+	r.wantError(r.get("/api/v1/instances?state=bogus"), http.StatusBadRequest, `"bogus"`, "terminated")
+	r.wantError(r.get("/api/v1/instances?all=maybe"), http.StatusBadRequest, "all", `"maybe"`)
+}
+
+func TestPoolsJoinConfigurationWithStatus(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	var body struct{ Pools []PoolView }
+	r.getJSON("/api/v1/pools", &body)
+	if len(body.Pools) != 2 || body.Pools[0].Name != "small-x64" || body.Pools[1].Name != "big" {
+		t.Fatalf("pools %+v, want the configured pools in configuration order", body.Pools)
+	}
+	small, big := body.Pools[0], body.Pools[1]
+	if small.Environment != "dev" || small.Runner != "small-x64" || small.Timezone != "Europe/Paris" ||
+		small.Schedule != "workday" || small.Target.Hot != 2 || small.Target.Stopped != 3 || small.SpecHash != "abc123" ||
+		small.Counts["hot/claimed"] != 1 || small.LastCycle == nil || !small.LastCycle.Equal(t0) ||
+		small.LastError != "StartInstances: throttled" {
+		t.Errorf("small-x64: %+v", small)
+	}
+	if big.Runner != "big" || big.Counts == nil || len(big.Counts) != 0 || big.LastCycle != nil || big.Schedule != "" {
+		t.Errorf("big (no status yet): %+v", big)
+	}
+}
+
+func TestPoolsWithNoneConfigured(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	for _, pools := range []func() []PoolInfo{nil, func() []PoolInfo { return nil }} {
+		r.srv.Pools = pools
+		rec := r.get("/api/v1/pools")
+		if rec.Code != http.StatusOK || strings.Join(strings.Fields(rec.Body.String()), "") != `{"pools":[]}` {
+			t.Errorf("%d %s, want an empty list", rec.Code, rec.Body)
+		}
+	}
+}
+
+// The runner configuration is a credential: it is in the store, and no
+// response of any endpoint, filter or error carries it (nor the token).
+func TestResponsesNeverCarryTheRunnerConfig(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	for _, id := range []int64{102, 103, 104} {
+		if j, err := r.store.GetJob(r.ctx, id); err != nil || j.RunnerConfig != jitSecret {
+			t.Fatalf("job %d config %q (%v): the test needs it stored", id, j.RunnerConfig, err)
+		}
+	}
+	urls := []string{"/api/v1/jobs", "/api/v1/jobs?limit=1000", "/api/v1/jobs?instance=i-1", "/api/v1/instances?all=1",
+		"/api/v1/pools", "/api/v1/jobs?status=bogus", "/api/v1/jobs/999", "/api/v1/jobs/x"}
+	for _, s := range []string{"queued", "assigned", "running", "completed", "rejected"} {
+		urls = append(urls, "/api/v1/jobs?status="+s)
+	}
+	for id := 101; id <= 105; id++ {
+		urls = append(urls, fmt.Sprintf("/api/v1/jobs/%d", id))
+	}
+	for _, u := range urls {
+		rec := r.get(u)
+		for _, secret := range []string{jitSecret, "JITCONFIG", adminToken} {
+			if strings.Contains(rec.Body.String(), secret) || strings.Contains(fmt.Sprint(rec.Header()), secret) {
+				t.Errorf("GET %s leaks %q: %s", u, secret, rec.Body)
+			}
+		}
+	}
+	if strings.Contains(r.logs.String(), jitSecret) {
+		t.Error("the log holds the runner config")
+	}
+}
+
+// A store failure is a 500 with a generic message; the detail goes to the log.
+func TestStoreFailureIsAServerError(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.store.Close()
+	for _, p := range []string{"/api/v1/jobs", "/api/v1/jobs/101", "/api/v1/instances", "/api/v1/pools"} {
+		rec := r.get(p)
+		r.wantError(rec, http.StatusInternalServerError, "see the server log")
+		if strings.Contains(rec.Body.String(), "closed") {
+			t.Errorf("%s: the response carries the store's error: %s", p, rec.Body)
+		}
+	}
+	if n := strings.Count(r.logs.String(), "level=ERROR"); n != 4 {
+		t.Errorf("%d errors logged, want 4:\n%s", n, r.logs)
+	}
+	r.srv.Log = nil // falls back to the default logger rather than panicking
+	r.wantError(r.get("/api/v1/jobs"), http.StatusInternalServerError)
+}
+
+// ids returns the "id" of each object as text.
+func ids(list []map[string]any) []string {
+	out := []string{}
+	for _, m := range list {
+		out = append(out, fmt.Sprint(m["id"]))
+	}
+	return out
+}
+
+func keys(m map[string]any) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,218 @@
+package intake
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/webhook"
+)
+
+func envelope(t *testing.T, payload string) []byte {
+	t.Helper()
+	b, err := webhook.EncodeDelivery(webhook.Delivery{ID: "bad", Event: "workflow_job", ReceivedAt: t0, Payload: []byte(payload)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestUndecodableMessagesAreDeadLettered(t *testing.T) {
+	t.Parallel()
+	cases := map[string][]byte{
+		"not JSON":                 []byte("\x00\x01 not json"),
+		"envelope without id":      []byte(`{"event":"workflow_job","payload":{}}`),
+		"payload not an event":     envelope(t, `[1,2,3]`),
+		"workflow_job missing":     envelope(t, `{"action":"queued","repository":{"full_name":"a/b"}}`),
+		"job id of wrong type":     envelope(t, `{"action":"queued","repository":{"full_name":"a/b"},"workflow_job":{"id":"x"}}`),
+		"labels hold a non-string": envelope(t, `{"action":"queued","repository":{"full_name":"a/b"},"workflow_job":{"id":1,"run_id":2,"labels":[null]}}`),
+	}
+	for name, body := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, Options{})
+			f.sendRaw(body, "")
+			f.step()
+			f.inboxEmpty()
+			if dl := f.deadLetters(); len(dl) != 1 || !bytes.Equal(dl[0], body) {
+				t.Fatalf("dead letters %q, want the message byte for byte", dl)
+			}
+			if got := testutil.ToFloat64(f.in.metrics.deadLettered); got != 1 {
+				t.Errorf("dead-lettered counted %v, want 1", got)
+			}
+			if l := f.logs.lines("level=ERROR", "dead-lettered"); len(l) != 1 {
+				t.Errorf("want one ERROR, got %q", l)
+			}
+		})
+	}
+}
+
+// An action bullpen does not act on is done with, not an error.
+func TestUnhandledActionIsDropped(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	f.sendRaw(envelope(t, `{"action":"requested","repository":{"full_name":"a/b"},"workflow_job":{"id":1,"run_id":2,"labels":[]}}`), "")
+	f.step()
+	f.inboxEmpty()
+	if dl := f.deadLetters(); len(dl) != 0 {
+		t.Fatalf("dead letters %q, want none", dl)
+	}
+}
+
+// When the dead-letter queue refuses the message, it stays in the inbox.
+func TestUndecodableMessageIsKeptWhenDeadLetteringFails(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{Visibility: 30 * time.Second})
+	body := []byte("garbage")
+	f.sendRaw(body, "")
+	f.queue.failSends(DeadLetterQueue, errors.New("queue unavailable"))
+	f.step()
+	if s := f.stats(domain.QueueInbox); s.InFlight != 1 {
+		t.Fatalf("inbox %+v, want the message kept", s)
+	}
+	f.queue.failSends(DeadLetterQueue, nil)
+	f.clk.Advance(30 * time.Second)
+	f.step()
+	f.inboxEmpty()
+	if dl := f.deadLetters(); len(dl) != 1 || !bytes.Equal(dl[0], body) {
+		t.Fatalf("dead letters %q", dl)
+	}
+}
+
+func TestFailingFinisherRetriesThenDeadLetters(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{Visibility: 30 * time.Second, MaxReceives: 3})
+	f.fin.failJob(9001, errors.New("store busy"))
+	body := f.deliver(jobEvent{action: "completed", id: 9001, runID: 91, labels: poolLabels(91), conclusion: "success"})
+	for round := 1; round <= 3; round++ {
+		_, err := f.in.Step(f.ctx)
+		if err == nil || !strings.Contains(err.Error(), "job 9001 completed") {
+			t.Fatalf("round %d: error %v, want the Finisher's", round, err)
+		}
+		if n := len(f.fin.recorded()); n != round {
+			t.Fatalf("round %d: %d Finish calls", round, n)
+		}
+		if round < 3 {
+			if s := f.stats(domain.QueueInbox); s.InFlight != 1 || len(f.deadLetters()) != 0 {
+				t.Fatalf("round %d: inbox %+v; want the message kept for retry", round, s)
+			}
+			f.clk.Advance(30 * time.Second)
+		}
+	}
+	f.inboxEmpty()
+	if dl := f.deadLetters(); len(dl) != 1 || !bytes.Equal(dl[0], body) {
+		t.Fatalf("dead letters %q, want the delivery", dl)
+	}
+	if got := f.events("completed", "recorded"); got != 0 {
+		t.Errorf("completed/recorded counted %v for a delivery never applied", got)
+	}
+}
+
+func TestFinisherThatRecoversIsRetriedOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{Visibility: 30 * time.Second, MaxReceives: 3})
+	f.fin.failJob(9002, errors.New("transient"))
+	f.deliver(jobEvent{action: "completed", id: 9002, runID: 92, labels: poolLabels(92), conclusion: "success"})
+	if _, err := f.in.Step(f.ctx); err == nil {
+		t.Fatal("want the Finisher's error")
+	}
+	f.fin.failJob(9002, nil)
+	f.clk.Advance(30 * time.Second)
+	f.step()
+	f.inboxEmpty()
+	if n := len(f.fin.recorded()); n != 2 || len(f.deadLetters()) != 0 {
+		t.Fatalf("%d Finish calls, %d dead letters; want 2 and none", n, len(f.deadLetters()))
+	}
+	if got := f.events("completed", "recorded"); got != 1 {
+		t.Errorf("completed/recorded counted %v, want 1", got)
+	}
+}
+
+// A queued event the store refuses holds back only itself, and the start
+// and end of its job wait for it: applied first, they would be lost and
+// the late queued event would reopen a job GitHub already ran.
+func TestRefusedArrivalHoldsBackOnlyItsOwnJob(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{Visibility: 30 * time.Second, MaxReceives: 3})
+	refused := true
+	f.store.failCreate = func(batch []domain.Job) error {
+		for _, j := range batch {
+			if j.ID == 9102 && refused {
+				return errors.New("disk full")
+			}
+		}
+		return nil
+	}
+	f.deliver(jobEvent{action: "queued", id: 9101, runID: 911, labels: poolLabels(911)})
+	f.deliver(jobEvent{action: "queued", id: 9102, runID: 912, labels: poolLabels(912)})
+	f.deliver(jobEvent{action: "in_progress", id: 9102, runID: 912, labels: poolLabels(912), runnerName: "r-9102"})
+	f.deliver(jobEvent{action: "completed", id: 9102, runID: 912, labels: poolLabels(912), conclusion: "success"})
+	if _, err := f.in.Step(f.ctx); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("step error %v, want the store's", err)
+	}
+	if j := f.job(9101); j.Status != domain.JobQueued {
+		t.Fatalf("job 9101 %s, want recorded despite its neighbour", j.Status)
+	}
+	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{9101}) {
+		t.Fatalf("pool queue %v, want [9101]", ids)
+	}
+	if s := f.stats(domain.QueueInbox); s.InFlight != 3 || len(f.fin.recorded()) != 0 {
+		t.Fatalf("inbox %+v, %d Finish calls; want job 9102's three deliveries kept, unapplied", s, len(f.fin.recorded()))
+	}
+
+	refused = false
+	f.clk.Advance(30 * time.Second)
+	f.step()
+	f.inboxEmpty()
+	if j := f.job(9102); j.Status != domain.JobRunning || j.RunnerName != "r-9102" {
+		t.Fatalf("job 9102 %s on %q, want running", j.Status, j.RunnerName)
+	}
+	if got := f.fin.recorded(); !slices.Equal(got, []finishCall{{9102, "success"}}) {
+		t.Fatalf("Finish calls %v", got)
+	}
+}
+
+// A queued event the store always refuses ends in the dead-letter queue
+// instead of blocking the inbox.
+func TestArrivalTheStoreAlwaysRefusesIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{Visibility: 30 * time.Second, MaxReceives: 2})
+	f.store.failCreate = func([]domain.Job) error { return errors.New("constraint failed") }
+	body := f.deliver(jobEvent{action: "queued", id: 9201, runID: 921, labels: poolLabels(921)})
+	if _, err := f.in.Step(f.ctx); err == nil {
+		t.Fatal("want the store's error")
+	}
+	f.clk.Advance(30 * time.Second)
+	if _, err := f.in.Step(f.ctx); err == nil {
+		t.Fatal("want the store's error")
+	}
+	f.inboxEmpty()
+	if dl := f.deadLetters(); len(dl) != 1 || !bytes.Equal(dl[0], body) {
+		t.Fatalf("dead letters %q", dl)
+	}
+}
+
+// A failed send leaves the deliveries for retry; the retry sends the jobs
+// recorded the first time.
+func TestFailedSendIsRetried(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{Visibility: 30 * time.Second})
+	f.queue.failSends(domain.QueuePool, errors.New("queue unavailable"))
+	f.deliver(jobEvent{action: "queued", id: 9301, runID: 931, labels: poolLabels(931)})
+	if _, err := f.in.Step(f.ctx); err == nil {
+		t.Fatal("want the send error")
+	}
+	f.queue.failSends(domain.QueuePool, nil)
+	f.clk.Advance(30 * time.Second)
+	f.step()
+	f.inboxEmpty()
+	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{9301}) {
+		t.Fatalf("pool queue %v, want [9301]", ids)
+	}
+}

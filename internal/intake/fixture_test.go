@@ -1,0 +1,415 @@
+package intake
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/testfixtures"
+	"github.com/bullpen-ci/bullpen/internal/webhook"
+)
+
+var t0 = time.Date(2026, 6, 1, 9, 0, 0, 0, time.UTC)
+
+// The real examples' values the tests rely on (@octokit/webhooks-examples).
+var (
+	exampleQueuedCreatedAt  = time.Date(2021, 9, 13, 2, 21, 13, 0, time.UTC)
+	exampleWaitingCreatedAt = time.Date(2023, 4, 19, 21, 12, 12, 0, time.UTC)
+)
+
+// fixture is an intake on the real SQLite store and queue, a virtual clock,
+// a recording Finisher and GitHub, and a log and registry to inspect.
+type fixture struct {
+	t     *testing.T
+	ctx   context.Context
+	clk   *clock.Virtual
+	db    *sqlite.Store
+	store *countingStore
+	queue *countingQueue
+	fin   *recordingFinisher
+	gh    *recordingGitHub
+	logs  *syncBuffer
+	in    *Intake
+	seq   int // delivery ids
+}
+
+func newFixture(t *testing.T, o Options) *fixture {
+	t.Helper()
+	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0),
+		fin: &recordingFinisher{fail: map[int64]error{}}, gh: &recordingGitHub{}, logs: &syncBuffer{}}
+	db, err := sqlite.Open(f.ctx, t.TempDir()+"/intake.db", f.clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	f.db = db
+	f.store = &countingStore{Store: db}
+	f.queue = &countingQueue{Queue: db.Queue(sqlite.QueueOptions{}), sends: map[string]int{}, fail: map[string]error{}}
+	if o.Wait == 0 {
+		o.Wait = -1 // never long-poll: the tests send before they step
+	}
+	f.in, err = New(Deps{
+		Store: f.store, Queue: f.queue, Clock: f.clk,
+		Log:     slog.New(slog.NewTextHandler(f.logs, nil)),
+		Routing: fixtureRouting, Finisher: f.fin, GitHub: f.gh,
+	}, prometheus.NewRegistry(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func fixtureRouting() Routing {
+	small := domain.RunnerSpec{Name: "small-x64", Image: "ubuntu24-full-x64", CPU: domain.Range{Min: 2, Max: 2}, RAM: domain.Range{Min: 8, Max: 8}}
+	return Routing{
+		Environment: "dev",
+		Pools:       map[string]domain.Pool{"small-x64": {Name: "small-x64", Environment: "dev", Runner: "small-x64"}},
+		Runners:     map[string]domain.RunnerSpec{"small-x64": small},
+	}
+}
+
+// Labels in bullpen's forms, pinned to the job's run as workflows write them.
+func poolLabels(runID int64) []string {
+	return []string{fmt.Sprintf("runs-on=%d/pool=small-x64", runID)}
+}
+func launchLabels(runID int64) []string {
+	return []string{fmt.Sprintf("runs-on=%d/cpu=4/ram=16", runID)}
+}
+
+// jobEvent says how to rewrite a real workflow_job example.
+type jobEvent struct {
+	action     string
+	id, runID  int64
+	labels     []string // nil keeps the example's own labels
+	conclusion string
+	runnerName string
+}
+
+// examples caches the real examples by action: the package's index is
+// large, and reading it per delivery would dominate the tests' time.
+var examples struct {
+	sync.Mutex
+	byAction map[string]json.RawMessage // the first example of each action
+}
+
+func exampleFor(t *testing.T, action string) json.RawMessage {
+	t.Helper()
+	examples.Lock()
+	defer examples.Unlock()
+	if examples.byAction == nil {
+		m := map[string]json.RawMessage{}
+		for _, raw := range testfixtures.WorkflowJobExamples(t) {
+			var head struct{ Action string }
+			if err := json.Unmarshal(raw, &head); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := m[head.Action]; !ok {
+				m[head.Action] = raw
+			}
+		}
+		examples.byAction = m
+	}
+	raw, ok := examples.byAction[action]
+	if !ok {
+		t.Fatalf("no workflow_job example with action %q", action)
+	}
+	return raw
+}
+
+// payload returns the first real example with e's action, rewritten to e.
+func (f *fixture) payload(e jobEvent) []byte {
+	f.t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(exampleFor(f.t, e.action)))
+	dec.UseNumber() // keep GitHub's ids exact
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		f.t.Fatal(err)
+	}
+	job := doc["workflow_job"].(map[string]any)
+	set := map[string]any{"id": e.id, "run_id": e.runID}
+	if e.labels != nil {
+		set["labels"] = e.labels
+	}
+	if e.conclusion != "" {
+		set["conclusion"] = e.conclusion
+	}
+	if e.runnerName != "" {
+		set["runner_name"] = e.runnerName
+	}
+	for k, v := range set {
+		job[k] = v
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return b
+}
+
+// deliver puts e in the inbox as the webhook handler would, under a new
+// delivery id, and returns the message body.
+func (f *fixture) deliver(e jobEvent) []byte {
+	f.t.Helper()
+	f.seq++
+	id := fmt.Sprintf("delivery-%d", f.seq)
+	body, err := webhook.EncodeDelivery(webhook.Delivery{ID: id, Event: "workflow_job", ReceivedAt: f.clk.Now(), Payload: f.payload(e)})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.sendRaw(body, id)
+	return body
+}
+
+func (f *fixture) sendRaw(body []byte, dedup string) {
+	f.t.Helper()
+	if err := f.db.Queue(sqlite.QueueOptions{}).Send(f.ctx, domain.QueueInbox, []domain.SendRequest{{Body: body, DedupID: dedup}}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// step runs one Step and fails the test if it fails.
+func (f *fixture) step() int {
+	f.t.Helper()
+	n, err := f.in.Step(f.ctx)
+	if err != nil {
+		f.t.Fatalf("step: %v", err)
+	}
+	return n
+}
+
+func (f *fixture) job(id int64) domain.Job {
+	f.t.Helper()
+	j, err := f.db.GetJob(f.ctx, id)
+	if err != nil {
+		f.t.Fatalf("job %d: %v", id, err)
+	}
+	return j
+}
+
+func (f *fixture) noJob(id int64) {
+	f.t.Helper()
+	if j, err := f.db.GetJob(f.ctx, id); !errors.Is(err, domain.ErrNotFound) {
+		f.t.Fatalf("job %d: %+v, %v; want none", id, j, err)
+	}
+}
+
+// stats counts a queue's messages in every state.
+func (f *fixture) stats(queue string) domain.QueueStats {
+	f.t.Helper()
+	s, err := f.db.Queue(sqlite.QueueOptions{}).Stats(f.ctx, queue)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return s
+}
+
+// queued returns the job ids visible in a pool or launch queue, leaving the
+// messages there.
+func (f *fixture) queued(queue string) []int64 {
+	f.t.Helper()
+	q := f.db.Queue(sqlite.QueueOptions{})
+	msgs, err := q.Receive(f.ctx, queue, 1000, time.Minute, 0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var ids []int64
+	for _, m := range msgs {
+		id, err := jobs.Decode(m.Body)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		ids = append(ids, id)
+		if err := q.ChangeVisibility(f.ctx, queue, m.Receipt, 0); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	return ids
+}
+
+// deadLetters returns the bodies in the dead-letter queue.
+func (f *fixture) deadLetters() [][]byte {
+	f.t.Helper()
+	msgs, err := f.db.Queue(sqlite.QueueOptions{}).Receive(f.ctx, DeadLetterQueue, 1000, time.Minute, 0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out [][]byte
+	for _, m := range msgs {
+		out = append(out, m.Body)
+	}
+	return out
+}
+
+func (f *fixture) inboxEmpty() {
+	f.t.Helper()
+	if s := f.stats(domain.QueueInbox); s != (domain.QueueStats{}) {
+		f.t.Fatalf("inbox holds %+v, want nothing", s)
+	}
+}
+
+func (f *fixture) events(action, outcome string) float64 {
+	return testutil.ToFloat64(f.in.metrics.events.WithLabelValues(action, outcome))
+}
+
+// setJob rewrites a recorded job as another loop would.
+func (f *fixture) setJob(id int64, fn func(*domain.Job)) domain.Job {
+	f.t.Helper()
+	j := f.job(id)
+	j, err := f.db.TransitionJob(f.ctx, id, domain.JobGuardOf(j), fn)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return j
+}
+
+// countingStore counts the batch writes of jobs and can fail them.
+type countingStore struct {
+	domain.Store
+	mu         sync.Mutex
+	createCall []int // jobs per CreateJobs call
+	failCreate func(batch []domain.Job) error
+}
+
+func (s *countingStore) CreateJobs(ctx context.Context, batch []domain.Job) ([]bool, error) {
+	s.mu.Lock()
+	s.createCall = append(s.createCall, len(batch))
+	fail := s.failCreate
+	s.mu.Unlock()
+	if fail != nil {
+		if err := fail(batch); err != nil {
+			return nil, err
+		}
+	}
+	return s.Store.CreateJobs(ctx, batch)
+}
+
+// countingQueue counts sends by queue and can fail the sends to one queue.
+type countingQueue struct {
+	domain.Queue
+	mu    sync.Mutex
+	sends map[string]int
+	fail  map[string]error
+}
+
+func (q *countingQueue) Send(ctx context.Context, queue string, msgs []domain.SendRequest) error {
+	q.mu.Lock()
+	q.sends[queue]++
+	err := q.fail[queue]
+	q.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return q.Queue.Send(ctx, queue, msgs)
+}
+
+func (q *countingQueue) sent(queue string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.sends[queue]
+}
+
+func (q *countingQueue) failSends(queue string, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.fail[queue] = err
+}
+
+type finishCall struct {
+	job        int64
+	conclusion string
+}
+
+// recordingFinisher records Finish calls; fail makes a job's calls fail.
+type recordingFinisher struct {
+	mu    sync.Mutex
+	calls []finishCall
+	fail  map[int64]error
+}
+
+func (r *recordingFinisher) Finish(_ context.Context, id int64, conclusion string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, finishCall{id, conclusion})
+	return r.fail[id]
+}
+
+func (r *recordingFinisher) failJob(id int64, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fail[id] = err
+}
+
+func (r *recordingFinisher) recorded() []finishCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]finishCall(nil), r.calls...)
+}
+
+type cancelCall struct {
+	repo  string
+	runID int64
+}
+
+// recordingGitHub records CancelRun; the intake calls nothing else.
+type recordingGitHub struct {
+	domain.GitHub
+	mu      sync.Mutex
+	cancels []cancelCall
+	err     error
+}
+
+func (g *recordingGitHub) CancelRun(_ context.Context, repo string, runID int64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cancels = append(g.cancels, cancelCall{repo, runID})
+	return g.err
+}
+
+func (g *recordingGitHub) cancelled() []cancelCall {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]cancelCall(nil), g.cancels...)
+}
+
+// syncBuffer is a log destination safe for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines returns the log lines containing every one of parts.
+func (b *syncBuffer) lines(parts ...string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(b.buf.String(), "\n") {
+		all := l != ""
+		for _, p := range parts {
+			all = all && strings.Contains(l, p)
+		}
+		if all {
+			out = append(out, l)
+		}
+	}
+	return out
+}

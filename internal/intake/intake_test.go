@@ -1,0 +1,383 @@
+package intake
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+func TestQueuedJobIsRecordedAndSentToItsQueue(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		labels []string
+		queue  string
+		route  domain.Route
+		pool   string
+		runner string // prefix
+	}{
+		{"pool label", poolLabels(700), domain.QueuePool, domain.RoutePool, "small-x64", "small-x64"},
+		{"cold-start label", launchLabels(700), domain.QueueLaunch, domain.RouteLaunch, "", "adhoc-"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, Options{})
+			f.deliver(jobEvent{action: "queued", id: 1001, runID: 700, labels: c.labels})
+			if n := f.step(); n != 1 {
+				t.Fatalf("step handled %d messages, want 1", n)
+			}
+			j := f.job(1001)
+			type fields struct {
+				ID, RunID            int64
+				RunAttempt           int
+				Repo, Name, Workflow string
+				Status               domain.JobStatus
+				Route                domain.Route
+				Pool                 string
+				Version              int64
+			}
+			want := fields{1001, 700, 1, "Codertocat/Hello-World", "update", "CodeQL", domain.JobQueued, c.route, c.pool, 1}
+			got := fields{j.ID, j.RunID, j.RunAttempt, j.Repo, j.Name, j.Workflow, j.Status, j.Route, j.Pool, j.Version}
+			if got != want || !slices.Equal(j.Labels, c.labels) || j.Reason != "" || !strings.HasPrefix(j.Runner, c.runner) || j.Spec.Image == "" {
+				t.Fatalf("job %+v\nwant %+v, labels %q, runner %s…", j, want, c.labels, c.runner)
+			}
+			if !j.QueuedAt.Equal(exampleQueuedCreatedAt) {
+				t.Errorf("queued at %v, want the payload's created_at %v", j.QueuedAt, exampleQueuedCreatedAt)
+			}
+			other := domain.QueueLaunch
+			if c.queue == domain.QueueLaunch {
+				other = domain.QueuePool
+			}
+			if ids := f.queued(c.queue); !slices.Equal(ids, []int64{1001}) {
+				t.Errorf("%s queue holds %v, want [1001]", c.queue, ids)
+			}
+			if s := f.stats(other); s != (domain.QueueStats{}) {
+				t.Errorf("%s queue holds %+v, want nothing", other, s)
+			}
+			f.inboxEmpty()
+			if got := f.events("queued", string(c.route)); got != 1 {
+				t.Errorf("queued/%s counted %v, want 1", c.route, got)
+			}
+		})
+	}
+}
+
+func TestJobsThatAreNotOursAreIgnored(t *testing.T) {
+	t.Parallel()
+	cases := map[string][]string{
+		"GitHub-hosted (the example's own labels)": nil,
+		"self-hosted without runs-on":              {"self-hosted", "linux"},
+		"another environment's pool":               {"runs-on=5/pool=small-x64/env=prod"},
+	}
+	for name, labels := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, Options{})
+			f.deliver(jobEvent{action: "queued", id: 2001, runID: 5, labels: labels})
+			f.step()
+			f.noJob(2001)
+			f.inboxEmpty()
+			if n := f.store.createCall; len(n) != 0 {
+				t.Errorf("CreateJobs called %v, want never", n)
+			}
+			if s := f.queue.sent(domain.QueuePool) + f.queue.sent(domain.QueueLaunch); s != 0 {
+				t.Errorf("%d sends, want none", s)
+			}
+			if got := f.events("queued", "not_ours"); got != 1 {
+				t.Errorf("not_ours counted %v, want 1", got)
+			}
+		})
+	}
+}
+
+func TestUnknownPoolIsRejected(t *testing.T) {
+	t.Parallel()
+	for _, cancel := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cancel rejected %v", cancel), func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, Options{CancelRejected: cancel})
+			f.deliver(jobEvent{action: "queued", id: 3001, runID: 31, labels: []string{"runs-on=31/pool=large-arm"}})
+			f.step()
+			j := f.job(3001)
+			if j.Status != domain.JobRejected || j.Pool != "large-arm" ||
+				!strings.Contains(j.Reason, `pool "large-arm"`) || !strings.Contains(j.Reason, `environment "dev"`) {
+				t.Fatalf("job %s pool %q reason %q; want rejected naming the pool and the environment", j.Status, j.Pool, j.Reason)
+			}
+			if l := f.logs.lines("level=WARN", "job rejected", "job=3001", `large-arm`); len(l) != 1 {
+				t.Errorf("want one WARN naming the job and the pool, got %q", l)
+			}
+			if got := f.events("queued", "rejected"); got != 1 {
+				t.Errorf("rejected counted %v, want 1", got)
+			}
+			if s := f.stats(domain.QueuePool).Visible + f.stats(domain.QueueLaunch).Visible; s != 0 {
+				t.Errorf("%d jobs sent to be served, want none", s)
+			}
+			var want []cancelCall
+			if cancel {
+				want = []cancelCall{{"Codertocat/Hello-World", 31}}
+			}
+			if got := f.gh.cancelled(); !slices.Equal(got, want) {
+				t.Errorf("CancelRun calls %v, want %v", got, want)
+			}
+			f.inboxEmpty()
+
+			// A redelivery is a duplicate: no second warning, count or cancel.
+			f.deliver(jobEvent{action: "queued", id: 3001, runID: 31, labels: []string{"runs-on=31/pool=large-arm"}})
+			f.step()
+			if l := f.logs.lines("job rejected"); len(l) != 1 || f.events("queued", "rejected") != 1 || len(f.gh.cancelled()) != len(want) {
+				t.Errorf("redelivery: %d warnings, %v counted, %d cancels", len(l), f.events("queued", "rejected"), len(f.gh.cancelled()))
+			}
+		})
+	}
+}
+
+// A failing CancelRun is logged; the rejection stands and the delivery is done.
+func TestRejectionSurvivesAFailedCancel(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{CancelRejected: true})
+	f.gh.err = errors.New("github is down")
+	f.deliver(jobEvent{action: "queued", id: 3002, runID: 32, labels: []string{"runs-on/pool=nope"}})
+	f.step()
+	if j := f.job(3002); j.Status != domain.JobRejected {
+		t.Fatalf("job %s, want rejected", j.Status)
+	}
+	if l := f.logs.lines("level=WARN", "cancel the run of a rejected job", "github is down"); len(l) != 1 {
+		t.Errorf("want one WARN about the failed cancel, got %q", l)
+	}
+	f.inboxEmpty()
+}
+
+func TestRedeliveredQueuedEventCreatesNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	ev := jobEvent{action: "queued", id: 4001, runID: 41, labels: poolLabels(41)}
+	f.deliver(ev)
+	f.step()
+	first := f.job(4001)
+
+	f.clk.Advance(time.Minute)
+	f.deliver(ev) // GitHub's redelivery: same payload, new delivery id
+	f.step()
+	if again := f.job(4001); again.Version != first.Version || !again.UpdatedAt.Equal(first.UpdatedAt) {
+		t.Fatalf("redelivery changed the job: version %d -> %d", first.Version, again.Version)
+	}
+	if n := f.queue.sent(domain.QueuePool); n != 2 {
+		t.Errorf("%d sends to the pool queue, want 2 (the second deduplicated)", n)
+	}
+	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{4001}) {
+		t.Errorf("pool queue holds %v, want the job once", ids)
+	}
+	if got := f.events("queued", "duplicate"); got != 1 {
+		t.Errorf("duplicate counted %v, want 1", got)
+	}
+	f.inboxEmpty()
+}
+
+func TestDuplicatesWithinOneBatchMakeOneJob(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	ev := jobEvent{action: "queued", id: 4002, runID: 42, labels: poolLabels(42)}
+	f.deliver(ev)
+	f.deliver(ev)
+	if n := f.step(); n != 2 {
+		t.Fatalf("step handled %d, want both deliveries", n)
+	}
+	if j := f.job(4002); j.Version != 1 {
+		t.Fatalf("job version %d, want 1", j.Version)
+	}
+	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{4002}) {
+		t.Errorf("pool queue holds %v, want the job once", ids)
+	}
+	f.inboxEmpty()
+}
+
+func TestQueuedEventDoesNotReopenAJob(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		move func(*domain.Job)
+	}{
+		{"assigned", func(j *domain.Job) { j.Status, j.InstanceID = domain.JobAssigned, "i-1" }},
+		{"running", func(j *domain.Job) { j.Status, j.InstanceID = domain.JobRunning, "i-1" }},
+		{"completed", func(j *domain.Job) { j.Status, j.Conclusion = domain.JobCompleted, "success" }},
+		{"requeued", func(j *domain.Job) { j.Status, j.Attempts, j.Reason = domain.JobQueued, 1, "instance failed" }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, Options{})
+			ev := jobEvent{action: "queued", id: 5001, runID: 51, labels: poolLabels(51)}
+			f.deliver(ev)
+			f.step()
+			moved := f.setJob(5001, c.move)
+			sends := f.queue.sent(domain.QueuePool)
+			// Past the dedup window: only the intake's own choice can keep
+			// the job out of the queue now.
+			f.clk.Advance(10 * time.Minute)
+			f.queued(domain.QueuePool)
+
+			f.deliver(ev)
+			f.step()
+			if j := f.job(5001); j.Version != moved.Version || j.Status != moved.Status {
+				t.Fatalf("job %s v%d, want it left %s v%d", j.Status, j.Version, moved.Status, moved.Version)
+			}
+			wantSends := sends
+			if moved.Status == domain.JobQueued {
+				wantSends++ // still waiting for a runner: sent again, with its attempt's dedup id
+			}
+			if n := f.queue.sent(domain.QueuePool); n != wantSends {
+				t.Errorf("%d sends to the pool queue, want %d", n, wantSends)
+			}
+			f.inboxEmpty()
+		})
+	}
+}
+
+func TestWaitingJobIsRecordedAndSentOnceQueued(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	waiting := jobEvent{action: "waiting", id: 6001, runID: 61, labels: poolLabels(61)}
+	f.deliver(waiting)
+	f.step()
+	j := f.job(6001)
+	if j.Status != domain.JobQueued || j.Reason != ReasonWaiting || !j.QueuedAt.Equal(exampleWaitingCreatedAt) {
+		t.Fatalf("waiting job %s %q queued %v", j.Status, j.Reason, j.QueuedAt)
+	}
+	if n := f.queue.sent(domain.QueuePool); n != 0 || f.stats(domain.QueuePool).Visible != 0 {
+		t.Fatalf("a waiting job was sent to be served (%d sends)", n)
+	}
+	if got := f.events("waiting", "recorded"); got != 1 {
+		t.Errorf("waiting/recorded counted %v, want 1", got)
+	}
+
+	f.deliver(jobEvent{action: "queued", id: 6001, runID: 61, labels: poolLabels(61)})
+	f.step()
+	if j := f.job(6001); j.Status != domain.JobQueued || j.Reason != "" {
+		t.Fatalf("approved job %s %q, want queued without a reason", j.Status, j.Reason)
+	}
+	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{6001}) {
+		t.Fatalf("pool queue holds %v, want the approved job", ids)
+	}
+
+	// A late redelivery of the waiting event does not hold the job back again.
+	f.deliver(waiting)
+	f.step()
+	if j := f.job(6001); j.Reason != "" {
+		t.Errorf("late waiting event set reason %q", j.Reason)
+	}
+	f.inboxEmpty()
+}
+
+// instance records a pool member bound to job id, in state.
+func (f *fixture) instance(id string, state domain.State, job int64) {
+	f.t.Helper()
+	in := domain.Instance{ID: id, CloudID: "cloud-" + id, Pool: "small-x64", Role: domain.RoleHot, Runner: "small-x64",
+		State: state, Job: domain.JobKey(job)}
+	if err := f.db.CreateInstances(f.ctx, []domain.Instance{in}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) getInstance(id string) domain.Instance {
+	f.t.Helper()
+	in, err := f.db.GetInstance(f.ctx, id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return in
+}
+
+func TestInProgressMarksTheJobRunning(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	f.deliver(jobEvent{action: "queued", id: 7001, runID: 71, labels: poolLabels(71)})
+	f.deliver(jobEvent{action: "queued", id: 7002, runID: 72, labels: poolLabels(72)})
+	f.step()
+	f.instance("i-assigned", domain.StateClaimed, 7001)
+	f.setJob(7001, func(j *domain.Job) { j.Status, j.InstanceID = domain.JobAssigned, "i-assigned" })
+
+	f.deliver(jobEvent{action: "in_progress", id: 7001, runID: 71, labels: poolLabels(71), runnerName: "bullpen-i-assigned"})
+	f.deliver(jobEvent{action: "in_progress", id: 7002, runID: 72, labels: poolLabels(72), runnerName: "elsewhere"})
+	f.deliver(jobEvent{action: "in_progress", id: 7003, runID: 73, labels: poolLabels(73)}) // never seen queued
+	f.step()
+
+	started := time.Date(2021, 6, 15, 19, 22, 27, 0, time.UTC) // the first in_progress example's started_at
+	for id, runner := range map[int64]string{7001: "bullpen-i-assigned", 7002: "elsewhere"} {
+		if j := f.job(id); j.Status != domain.JobRunning || j.RunnerName != runner || !j.StartedAt.Equal(started) {
+			t.Errorf("job %d: %s runner %q started %v; want running on %q at %v", id, j.Status, j.RunnerName, j.StartedAt, runner, started)
+		}
+	}
+	if in := f.getInstance("i-assigned"); !in.JobStarted || in.State != domain.StateClaimed {
+		t.Errorf("instance %s job-started %v, want its job marked started", in.State, in.JobStarted)
+	}
+	f.noJob(7003)
+	if got := f.events("in_progress", "recorded"); got != 3 {
+		t.Errorf("in_progress/recorded counted %v, want 3", got)
+	}
+	f.inboxEmpty()
+}
+
+// GitHub may deliver in_progress after completed: the instance being
+// released must not be marked as running a job again.
+func TestLateInProgressLeavesAFinishedJobsInstanceAlone(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	f.deliver(jobEvent{action: "queued", id: 7101, runID: 711, labels: poolLabels(711)})
+	f.step()
+	f.instance("i-done", domain.StateRunning, 7101)
+	f.setJob(7101, func(j *domain.Job) { j.Status, j.InstanceID, j.Conclusion = domain.JobCompleted, "i-done", "success" })
+
+	f.deliver(jobEvent{action: "in_progress", id: 7101, runID: 711, labels: poolLabels(711)})
+	f.step()
+	if j := f.job(7101); j.Status != domain.JobCompleted {
+		t.Fatalf("job %s, want it left completed", j.Status)
+	}
+	if in := f.getInstance("i-done"); in.JobStarted || in.Version != 1 {
+		t.Errorf("instance changed (job-started %v, version %d)", in.JobStarted, in.Version)
+	}
+	f.inboxEmpty()
+}
+
+func TestCompletedCallsTheFinisher(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	f.deliver(jobEvent{action: "completed", id: 8001, runID: 81, labels: poolLabels(81), conclusion: "failure"})
+	f.deliver(jobEvent{action: "completed", id: 8002, runID: 82, labels: poolLabels(82), conclusion: "cancelled"})
+	f.step()
+	want := []finishCall{{8001, "failure"}, {8002, "cancelled"}}
+	if got := f.fin.recorded(); !slices.Equal(got, want) {
+		t.Fatalf("Finish calls %v, want %v", got, want)
+	}
+	if got := f.events("completed", "recorded"); got != 2 {
+		t.Errorf("completed/recorded counted %v, want 2", got)
+	}
+	f.inboxEmpty()
+}
+
+// The instance of a job can be gone by the time GitHub says the job
+// started (terminated, still naming its last job): the start is recorded
+// and the delivery done, not retried against a row that cannot change.
+func TestInProgressForAJobWhoseInstanceIsTerminated(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	f.deliver(jobEvent{action: "queued", id: 7201, runID: 721, labels: poolLabels(721)})
+	f.step()
+	f.instance("i-gone", domain.StateTerminated, 7201)
+	f.setJob(7201, func(j *domain.Job) { j.Status, j.InstanceID = domain.JobAssigned, "i-gone" })
+
+	f.deliver(jobEvent{action: "in_progress", id: 7201, runID: 721, labels: poolLabels(721)})
+	f.step()
+	if j := f.job(7201); j.Status != domain.JobRunning {
+		t.Fatalf("job %s, want running", j.Status)
+	}
+	if in := f.getInstance("i-gone"); in.JobStarted || in.Version != 1 {
+		t.Errorf("terminated instance changed (job-started %v, version %d)", in.JobStarted, in.Version)
+	}
+	f.inboxEmpty()
+}
