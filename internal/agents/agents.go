@@ -6,6 +6,7 @@
 package agents
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -144,26 +145,49 @@ func (s *Service) Next(ctx context.Context, cloudID string) (domain.Instruction,
 	case in.State == domain.StateReleasing:
 		return domain.Instruction{Kind: domain.InstructionRelease}, nil
 	case in.Job != "" && (in.State == domain.StateClaimed || in.State == domain.StateBooting):
-		id, err := domain.ParseJobKey(in.Job)
-		if err != nil {
-			return domain.Instruction{}, err
-		}
-		job, err := s.store.GetJob(ctx, id)
-		if err != nil {
-			return domain.Instruction{}, fmt.Errorf("job of %s: %w", in.ID, err)
-		}
-		if job.RunnerConfig == "" || job.InstanceID != in.ID || job.Status != domain.JobAssigned {
-			return domain.Instruction{Kind: domain.InstructionWait}, nil
-		}
-		return domain.Instruction{Kind: domain.InstructionRun, Assignment: domain.Assignment{
-			JobID: job.ID, RunnerName: job.RunnerName, Labels: job.Labels, JITConfig: job.RunnerConfig,
-		}}, nil
+		return s.assignment(ctx, in)
 	}
 	return domain.Instruction{Kind: domain.InstructionWait}, nil
 }
 
+// assignment tells a bound instance to run its job once the job records
+// the assignment to it; until then the agent waits. A job the store no
+// longer has is nothing to run (the claim's deadline reaps the instance).
+func (s *Service) assignment(ctx context.Context, in domain.Instance) (domain.Instruction, error) {
+	wait := domain.Instruction{Kind: domain.InstructionWait}
+	id, err := domain.ParseJobKey(in.Job)
+	if err != nil {
+		return wait, nil
+	}
+	job, err := s.store.GetJob(ctx, id)
+	if errors.Is(err, domain.ErrNotFound) {
+		return wait, nil
+	}
+	if err != nil {
+		return domain.Instruction{}, fmt.Errorf("job of %s: %w", in.ID, err)
+	}
+	if job.RunnerConfig == "" || job.InstanceID != in.ID || job.Status != domain.JobAssigned {
+		return wait, nil
+	}
+	return domain.Instruction{Kind: domain.InstructionRun, Assignment: domain.Assignment{
+		JobID: job.ID, RunnerName: job.RunnerName, Labels: job.Labels, JITConfig: job.RunnerConfig,
+	}}, nil
+}
+
+// knownSignals are the kinds Signal understands. Others are refused before
+// anything else, so that an unknown kind is never retried as if the instance
+// were merely not known yet, and never becomes a metric label.
+var knownSignals = map[domain.SignalKind]bool{
+	domain.SignalWarm: true, domain.SignalHeartbeat: true, domain.SignalRegistered: true,
+	domain.SignalJobStarted: true, domain.SignalJobFinished: true, domain.SignalDeregistered: true,
+	domain.SignalFailed: true,
+}
+
 // Signal applies one signal from an instance's agent.
 func (s *Service) Signal(ctx context.Context, sig domain.Signal) error {
+	if !knownSignals[sig.Kind] {
+		return reject(sig.Kind, "unknown signal")
+	}
 	in, err := s.lookup(ctx, sig.CloudID)
 	if err != nil {
 		return err
@@ -179,17 +203,25 @@ func (s *Service) Signal(ctx context.Context, sig domain.Signal) error {
 	case domain.SignalJobStarted:
 		return s.jobStarted(ctx, in, sig)
 	case domain.SignalJobFinished:
-		if in.Job == "" || sig.Job != in.Job {
-			return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
-		}
-		id, _ := domain.ParseJobKey(sig.Job)
-		return s.Finish(ctx, id, sig.Reason)
+		return s.jobFinished(ctx, in, sig)
 	case domain.SignalDeregistered:
 		return s.deregistered(ctx, in)
 	case domain.SignalFailed:
 		return s.failed(ctx, in, sig)
 	}
 	return reject(sig.Kind, "unknown signal")
+}
+
+// servesJob reports whether an instance in state st may still be serving
+// the job it is bound to. An instance on its way out (error, terminating,
+// terminated) keeps its job field for the record, but its job has been
+// requeued or is the webhook's to finish.
+func servesJob(st domain.State) bool {
+	switch st {
+	case domain.StateBooting, domain.StateClaimed, domain.StateRunning:
+		return true
+	}
+	return false
 }
 
 // warm: boot and warm-up finished. A pool member becomes ready (for a job,
@@ -238,6 +270,11 @@ func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain
 	if in.Job == "" || sig.Job != in.Job {
 		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
 	}
+	// A failed instance's job may already be back in its queue: a late
+	// job-started must not mark it running with nobody serving it.
+	if !servesJob(in.State) {
+		return reject(sig.Kind, "instance is %s", in.State)
+	}
 	if !in.JobStarted {
 		if _, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) { i.JobStarted = true }); err != nil {
 			return fmt.Errorf("job-started %s: %w", in.ID, err)
@@ -245,6 +282,27 @@ func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain
 	}
 	id, _ := domain.ParseJobKey(sig.Job)
 	return jobs.MarkRunning(ctx, s.store, id, s.clock.Now(), "")
+}
+
+// jobFinished finishes the instance's job, but only while the job is still
+// bound to this instance: a stale report from an instance that failed must
+// not complete a job another instance now serves, nor release that one.
+func (s *Service) jobFinished(ctx context.Context, in domain.Instance, sig domain.Signal) error {
+	if in.Job == "" || sig.Job != in.Job {
+		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
+	}
+	id, err := domain.ParseJobKey(sig.Job)
+	if err != nil {
+		return reject(sig.Kind, "%v", err)
+	}
+	job, err := s.store.GetJob(ctx, id)
+	if err != nil && !errors.Is(err, domain.ErrNotFound) {
+		return fmt.Errorf("job-finished %s: %w", in.ID, err)
+	}
+	if err == nil && job.InstanceID != in.ID {
+		return reject(sig.Kind, "job %s is no longer bound to this instance", sig.Job)
+	}
+	return s.Finish(ctx, id, sig.Reason)
 }
 
 // deregistered completes a release: the instance goes back to the resource
@@ -287,21 +345,29 @@ func (s *Service) deregistered(ctx context.Context, in domain.Instance) error {
 // failed: the agent gave up. The instance goes to error (the converger or
 // the reaper terminates it); a job it had not started goes back to its queue.
 func (s *Service) failed(ctx context.Context, in domain.Instance, sig domain.Signal) error {
-	if in.State == domain.StateTerminating || in.State == domain.StateTerminated || in.State == domain.StateError {
-		return nil
+	if sig.Job != "" && in.Job != "" && sig.Job != in.Job {
+		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
 	}
 	reason := sig.Reason
 	if reason == "" {
 		reason = "agent reported a failure"
 	}
-	_, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
-		i.State, i.Reason = domain.StateError, reason
-		i.Deadline = s.opts.Deadlines.Until(domain.StateError, s.clock.Now())
-	})
-	if err != nil {
-		return fmt.Errorf("failed %s: %w", in.ID, err)
+	switch in.State {
+	case domain.StateTerminating, domain.StateTerminated:
+		return nil
+	case domain.StateError:
+		// A repeat, maybe of a report whose requeue failed: requeue again
+		// below (it does nothing once the job has moved on).
+	default:
+		_, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
+			i.State, i.Reason = domain.StateError, reason
+			i.Deadline = s.opts.Deadlines.Until(domain.StateError, s.clock.Now())
+		})
+		if err != nil {
+			return fmt.Errorf("failed %s: %w", in.ID, err)
+		}
+		s.log.Warn("instance failed", "instance", in.ID, "state", in.State, "reason", reason)
 	}
-	s.log.Warn("instance failed", "instance", in.ID, "state", in.State, "reason", reason)
 	if in.Job != "" && !in.JobStarted {
 		id, _ := domain.ParseJobKey(in.Job)
 		return jobs.Requeue(ctx, s.store, s.queue, id, in.ID, "instance failed: "+reason)
@@ -318,24 +384,40 @@ func (s *Service) Finish(ctx context.Context, jobID int64, conclusion string) er
 	if err != nil || job.InstanceID == "" {
 		return err
 	}
-	in, err := s.store.GetInstance(ctx, job.InstanceID)
-	if errors.Is(err, domain.ErrNotFound) {
-		return nil
+	// A lost race is retried on the row as it is now: the winner may have
+	// changed another field (JobStarted, from the in_progress webhook) and
+	// left the release to us.
+	for range releaseAttempts {
+		in, err := s.store.GetInstance(ctx, job.InstanceID)
+		if errors.Is(err, domain.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("release for job %d: %w", jobID, err)
+		}
+		if in.Job != job.Key() || !(servesJob(in.State) || in.State == domain.StateError) {
+			return nil // already released, or being terminated
+		}
+		err = s.release(ctx, in, now)
+		if !errors.Is(err, domain.ErrConflict) {
+			return err
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("release for job %d: %w", jobID, err)
-	}
-	if in.Job != job.Key() {
-		return nil // already released
-	}
-	return s.release(ctx, in, now)
+	return fmt.Errorf("release for job %d: instance %s keeps changing", jobID, job.InstanceID)
 }
+
+// releaseAttempts bounds Finish's retries against concurrent writers.
+const releaseAttempts = 8
 
 func (s *Service) release(ctx context.Context, in domain.Instance, now time.Time) error {
 	p := s.opts.Policy(in)
 	served := in.JobsServed + 1
 	why := ""
 	switch {
+	case in.State == domain.StateError:
+		// It failed while its job ran: the job is over, so it can go now,
+		// for the reason it failed.
+		why = cmp.Or(in.Reason, "failed during its job")
 	case !p.Reuse:
 		why = "job done"
 	case in.State != domain.StateRunning:
@@ -356,9 +438,6 @@ func (s *Service) release(ctx context.Context, in domain.Instance, now time.Time
 		i.State, i.Reason = domain.StateTerminating, why
 		i.Deadline = s.opts.Deadlines.Until(domain.StateTerminating, now)
 	})
-	if errors.Is(err, domain.ErrConflict) {
-		return nil // someone else released it
-	}
 	if err != nil {
 		return fmt.Errorf("release %s: %w", in.ID, err)
 	}
@@ -370,40 +449,4 @@ func (s *Service) release(ctx context.Context, in domain.Instance, now time.Time
 		s.log.Info("instance retired after its job", "instance", in.ID, "reason", why)
 	}
 	return nil
-}
-
-// Hub lets a goroutine wait for an instance's registration.
-type Hub struct {
-	mu      sync.Mutex
-	waiters map[string][]chan struct{}
-}
-
-// NewHub returns an empty hub.
-func NewHub() *Hub { return &Hub{waiters: map[string][]chan struct{}{}} }
-
-// Wait returns a channel closed at the next Publish for id.
-func (h *Hub) Wait(id string) <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ch := make(chan struct{})
-	h.waiters[id] = append(h.waiters[id], ch)
-	return ch
-}
-
-// Publish wakes every waiter of id.
-func (h *Hub) Publish(id string) {
-	h.mu.Lock()
-	ws := h.waiters[id]
-	delete(h.waiters, id)
-	h.mu.Unlock()
-	for _, ch := range ws {
-		close(ch)
-	}
-}
-
-// Forget drops the waiters of id (a caller that gave up).
-func (h *Hub) Forget(id string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	delete(h.waiters, id)
 }

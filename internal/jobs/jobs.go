@@ -119,7 +119,10 @@ const RequeueDelay = 2 * time.Second
 
 // Requeue sends a job that was assigned to instanceID back to its queue,
 // unbound, because that instance cannot serve it. It does nothing if the
-// job has moved on (started, finished, or bound elsewhere).
+// job has moved on (started, finished, bound elsewhere, or no longer
+// stored). A job it finds already queued and unbound is sent again, so that
+// a caller retrying after a failed send does not strand it; the dedup id of
+// the same attempt keeps the queue from holding it twice.
 func Requeue(ctx context.Context, st domain.Store, q domain.Queue, id int64, instanceID, reason string) error {
 	j, err := update(ctx, st, id, func(j domain.Job) (func(*domain.Job), bool) {
 		if j.Status != domain.JobAssigned || j.InstanceID != instanceID {
@@ -132,6 +135,9 @@ func Requeue(ctx context.Context, st domain.Store, q domain.Queue, id int64, ins
 			x.Attempts++
 		}, true
 	})
+	if errors.Is(err, domain.ErrNotFound) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("requeue job %d: %w", id, err)
 	}

@@ -31,7 +31,7 @@ func (t *Terminator) Run(ctx context.Context) error {
 	}
 	for {
 		if n, err := t.Sweep(ctx); err != nil && ctx.Err() == nil {
-			t.Log.Warn("terminator sweep failed", "err", err, "terminated", n)
+			t.log().Warn("terminator sweep failed", "err", err, "terminated", n)
 		}
 		select {
 		case <-ctx.Done():
@@ -78,14 +78,23 @@ func (t *Terminator) Sweep(ctx context.Context) (int, error) {
 		}
 	}
 	if closed > 0 {
-		t.Log.Info("terminated instances", "count", closed)
+		t.log().Info("terminated instances", "count", closed)
 	}
 	return closed, errors.Join(errs...)
 }
 
+func (t *Terminator) log() *slog.Logger {
+	if t.Log == nil {
+		return slog.Default()
+	}
+	return t.Log
+}
+
 // terminate makes one batched call; if the provider refuses the batch
 // because an id is unknown (EC2 fails the whole call), it retries the ids
-// one by one and counts unknown ones as already gone.
+// one by one and counts unknown ones as already gone. Any other failure
+// ends the one-by-one pass: the provider is throttling or failing, and the
+// rows left wait for the next sweep rather than add to its load.
 func (t *Terminator) terminate(ctx context.Context, batch []domain.Instance) ([]domain.Instance, error) {
 	ids := make([]string, len(batch))
 	for i, in := range batch {
@@ -99,14 +108,12 @@ func (t *Terminator) terminate(ctx context.Context, batch []domain.Instance) ([]
 		return nil, fmt.Errorf("terminate %d instances: %w", len(ids), err)
 	}
 	var ok []domain.Instance
-	var errs []error
 	for _, in := range batch {
 		err := t.Cloud.Terminate(ctx, []string{in.CloudID})
-		if err == nil || errors.Is(err, domain.ErrUnknownInstance) {
-			ok = append(ok, in)
-			continue
+		if err != nil && !errors.Is(err, domain.ErrUnknownInstance) {
+			return ok, fmt.Errorf("terminate %s: %w", in.CloudID, err)
 		}
-		errs = append(errs, err)
+		ok = append(ok, in)
 	}
-	return ok, errors.Join(errs...)
+	return ok, nil
 }

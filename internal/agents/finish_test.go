@@ -1,0 +1,212 @@
+package agents_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/agents"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+)
+
+func TestFinishAppliesThePoolPolicy(t *testing.T) {
+	cases := []struct {
+		name      string
+		policy    agents.Policy
+		state     domain.State
+		served    int           // jobs served before this one
+		age       time.Duration // since the row was created
+		want      domain.State
+		wantWhy   string
+		wantAwake bool
+	}{
+		{"reuse releases", agents.Policy{Reuse: true}, domain.StateRunning, 0, 0, domain.StateReleasing, "", true},
+		{"no reuse terminates", agents.Policy{}, domain.StateRunning, 0, 0, domain.StateTerminating, "job done", false},
+		{"below max jobs releases", agents.Policy{Reuse: true, MaxJobs: 3}, domain.StateRunning, 1, 0, domain.StateReleasing, "", true},
+		{"max jobs retires", agents.Policy{Reuse: true, MaxJobs: 3}, domain.StateRunning, 2, 0, domain.StateTerminating, "served 3 jobs (max-jobs-per-instance)", false},
+		{"younger than max age releases", agents.Policy{Reuse: true, MaxAge: time.Hour}, domain.StateRunning, 0, 59 * time.Minute, domain.StateReleasing, "", true},
+		{"max age retires", agents.Policy{Reuse: true, MaxAge: time.Hour}, domain.StateRunning, 0, time.Hour, domain.StateTerminating, "older than max-age", false},
+		{"never registered (claimed) terminates", agents.Policy{Reuse: true}, domain.StateClaimed, 0, 0, domain.StateTerminating, "job ended before its runner registered", false},
+		{"never registered (cold start) terminates", agents.Policy{Reuse: true}, domain.StateBooting, 0, 0, domain.StateTerminating, "job ended before its runner registered", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.policy = tc.policy
+			f.instance(domain.Instance{ID: "bp-1", State: tc.state, Job: "42", JobStarted: tc.state == domain.StateRunning, JobsServed: tc.served})
+			f.job(domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: "bp-1", RunnerConfig: "jit-secret"})
+			f.clk.Advance(tc.age)
+			if err := f.svc.Finish(f.ctx, 42, "success"); err != nil {
+				t.Fatal(err)
+			}
+			in := f.get("bp-1")
+			if in.State != tc.want || in.Reason != tc.wantWhy || in.Job != "" || in.JobStarted || in.JobsServed != tc.served+1 {
+				t.Fatalf("got %s (%q) job %q started=%v served %d; want %s (%q), unbound, served %d",
+					in.State, in.Reason, in.Job, in.JobStarted, in.JobsServed, tc.want, tc.wantWhy, tc.served+1)
+			}
+			if want := f.clk.Now().Add(domain.DefaultDeadlines().For(tc.want)); !in.Deadline.Equal(want) {
+				t.Fatalf("deadline %s, want %s", in.Deadline, want)
+			}
+			if awake := slices.Equal(f.notifications(), []string{"i-bp-1"}); awake != tc.wantAwake {
+				t.Fatalf("notified %v, want the agent woken: %v", f.notifications(), tc.wantAwake)
+			}
+			j := f.getJob(42)
+			if j.Status != domain.JobCompleted || j.Conclusion != "success" || j.RunnerConfig != "" || !j.CompletedAt.Equal(f.clk.Now()) {
+				t.Fatalf("job %s (%q) config %q at %s, want completed, credential dropped", j.Status, j.Conclusion, j.RunnerConfig, j.CompletedAt)
+			}
+		})
+	}
+}
+
+func TestFinishRepeatedIsHarmless(t *testing.T) {
+	f := newFixture(t)
+	f.policy = agentsPolicy(true, 0)
+	f.bound("bp-1", domain.StateRunning, 42)
+	if err := f.svc.Finish(f.ctx, 42, "success"); err != nil {
+		t.Fatal(err)
+	}
+	in, j := f.get("bp-1"), f.getJob(42)
+	f.clk.Advance(time.Second)
+	if err := f.svc.Finish(f.ctx, 42, "failure"); err != nil {
+		t.Fatal(err)
+	}
+	f.wantUnchanged(in)
+	if again := f.getJob(42); again.Version != j.Version || again.Conclusion != "success" {
+		t.Fatalf("repeat changed the job: v%d %q → v%d %q", j.Version, j.Conclusion, again.Version, again.Conclusion)
+	}
+	if n := len(f.notifications()); n != 1 {
+		t.Fatalf("agent woken %d times, want once", n)
+	}
+}
+
+func TestFinishWithoutAnInstance(t *testing.T) {
+	f := newFixture(t)
+	f.job(domain.Job{ID: 42})
+	if err := f.svc.Finish(f.ctx, 42, "cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	if j := f.getJob(42); j.Status != domain.JobCompleted || j.Conclusion != "cancelled" {
+		t.Fatalf("cancelled job %s (%q), want completed", j.Status, j.Conclusion)
+	}
+	if err := f.svc.Finish(f.ctx, 99, "success"); err != nil {
+		t.Fatalf("a job bullpen never saw: %v", err)
+	}
+	rejected := f.job(domain.Job{ID: 43, Status: domain.JobRejected, Reason: "no pool"})
+	if err := f.svc.Finish(f.ctx, 43, "cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	if j := f.getJob(43); j.Version != rejected.Version || j.Status != domain.JobRejected {
+		t.Fatalf("rejected job became %s", j.Status)
+	}
+}
+
+// An instance being terminated keeps its job field for the record;
+// finishing the job must neither fail (the webhook would be retried
+// forever) nor revive the row.
+func TestFinishLeavesInstancesBeingTerminated(t *testing.T) {
+	for _, st := range []domain.State{domain.StateTerminating, domain.StateTerminated} {
+		t.Run(string(st), func(t *testing.T) {
+			f := newFixture(t)
+			f.policy = agentsPolicy(true, 0)
+			before := f.instance(domain.Instance{ID: "bp-1", State: st, Job: "42", JobStarted: true, Reason: "reaped"})
+			f.job(domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: "bp-1"})
+			if err := f.svc.Finish(f.ctx, 42, "failure"); err != nil {
+				t.Fatal(err)
+			}
+			f.wantUnchanged(before)
+			if j := f.getJob(42); j.Status != domain.JobCompleted {
+				t.Fatalf("job %s, want completed", j.Status)
+			}
+		})
+	}
+}
+
+// An instance that failed during its job goes once the job is over, for
+// the reason it failed, and is never pooled.
+func TestFinishTerminatesAnInstanceThatFailedDuringItsJob(t *testing.T) {
+	f := newFixture(t)
+	f.policy = agentsPolicy(true, 0)
+	f.instance(domain.Instance{ID: "bp-1", State: domain.StateError, Job: "42", JobStarted: true, Reason: "disk full"})
+	f.job(domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: "bp-1"})
+	if err := f.svc.Finish(f.ctx, 42, "failure"); err != nil {
+		t.Fatal(err)
+	}
+	if in := f.get("bp-1"); in.State != domain.StateTerminating || in.Reason != "disk full" || in.Job != "" {
+		t.Fatalf("got %s (%q) bound to %q, want terminating for the failure, unbound", in.State, in.Reason, in.Job)
+	}
+	if n := len(f.notifications()); n != 0 {
+		t.Fatalf("failed instance told to release %d times", n)
+	}
+}
+
+// racingStore is the real store with another writer that changes the
+// instance (as the in_progress webhook's protection does) right after
+// each of the first n reads, so the release's guarded write loses.
+type racingStore struct {
+	*sqlite.Store
+	n int
+}
+
+func (s *racingStore) GetInstance(ctx context.Context, id string) (domain.Instance, error) {
+	in, err := s.Store.GetInstance(ctx, id)
+	if err == nil && s.n > 0 {
+		s.n--
+		_, err = s.Store.Transition(ctx, id, domain.GuardOf(in), func(x *domain.Instance) { x.JobStarted = true })
+	}
+	return in, err
+}
+
+func TestFinishRetriesALostRace(t *testing.T) {
+	f := newFixture(t)
+	f.bound("bp-1", domain.StateRunning, 42)
+	racing := &racingStore{Store: f.store, n: 2}
+	svc, err := agents.New(racing, f.queue, f.clk, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, agents.Options{
+		Policy: func(domain.Instance) agents.Policy { return agentsPolicy(true, 0) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Finish(f.ctx, 42, "success"); err != nil {
+		t.Fatal(err)
+	}
+	if in := f.get("bp-1"); in.State != domain.StateReleasing || in.Job != "" {
+		t.Fatalf("after a lost race the instance is %s bound to %q, want releasing", in.State, in.Job)
+	}
+}
+
+// Seed 003 end to end: the job's end clears the job (the trigger), the
+// agent is told to release, deregisters, and the instance is pooled and
+// can be claimed for the next job.
+func TestReleaseHandshake(t *testing.T) {
+	f := newFixture(t)
+	f.policy = agentsPolicy(true, 5*time.Minute)
+	in, _ := f.bound("bp-1", domain.StateRunning, 42)
+	if err := f.svc.Finish(f.ctx, 42, "success"); err != nil {
+		t.Fatal(err)
+	}
+	next, err := f.svc.Next(f.ctx, in.CloudID)
+	if err != nil || next.Kind != domain.InstructionRelease {
+		t.Fatalf("next: %+v %v, want release", next, err)
+	}
+	f.clk.Advance(10 * time.Second)
+	if err := f.signal(in, domain.SignalDeregistered, ""); err != nil {
+		t.Fatal(err)
+	}
+	entries := f.resourcePool("small")
+	if len(entries) != 1 || entries[0].InstanceID != "bp-1" {
+		t.Fatalf("resource pool: %+v", entries)
+	}
+	claimed, err := f.store.Transition(f.ctx, "bp-1", domain.Guard{State: domain.StateReady}, func(x *domain.Instance) {
+		x.State, x.Job = domain.StateClaimed, "43"
+	})
+	if err != nil {
+		t.Fatalf("claim the released instance: %v", err)
+	}
+	if claimed.JobsServed != 1 {
+		t.Fatalf("jobs served %d, want 1", claimed.JobsServed)
+	}
+}

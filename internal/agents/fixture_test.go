@@ -1,0 +1,224 @@
+package agents_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/agents"
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+)
+
+var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+
+// fixture is an agents.Service on a real SQLite store and queue, driven by a
+// virtual clock. Every instance it creates gets cloud id "i-" + its id.
+type fixture struct {
+	t      *testing.T
+	ctx    context.Context
+	clk    *clock.Virtual
+	store  *sqlite.Store
+	queue  *sqlite.Queue
+	svc    *agents.Service
+	policy agents.Policy // returned for every instance
+
+	mu       sync.Mutex
+	notified []string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	// Each fixture has its own database and clock, and opening a database
+	// is most of a test's time under the race detector.
+	t.Parallel()
+	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0)}
+	st, err := sqlite.Open(f.ctx, freshDatabase(t), f.clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f.store, f.queue = st, st.Queue(sqlite.QueueOptions{})
+	f.svc, err = agents.New(st, f.queue, f.clk, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, agents.Options{
+		Policy: func(domain.Instance) agents.Policy { return f.policy },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.svc.SetNotifier(f)
+	return f
+}
+
+// template is an empty, migrated database, made once: copying it is a
+// third of the cost of migrating a new file under the race detector.
+var template struct {
+	once sync.Once
+	db   []byte
+	err  error
+}
+
+// freshDatabase returns the path of a new empty database for t.
+func freshDatabase(t *testing.T) string {
+	t.Helper()
+	template.once.Do(func() {
+		dir, err := os.MkdirTemp("", "agents-template-")
+		if err != nil {
+			template.err = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		st, err := sqlite.Open(context.Background(), dir+"/t.db", clock.NewVirtual(t0))
+		if err != nil {
+			template.err = err
+			return
+		}
+		if template.err = st.Close(); template.err == nil {
+			template.db, template.err = os.ReadFile(dir + "/t.db")
+		}
+	})
+	if template.err != nil {
+		t.Fatal(template.err)
+	}
+	path := t.TempDir() + "/agents.db"
+	if err := os.WriteFile(path, template.db, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Assigned implements domain.AssignmentNotifier.
+func (f *fixture) Assigned(cloudID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.notified = append(f.notified, cloudID)
+}
+
+func (f *fixture) notifications() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.notified...)
+}
+
+// instance writes a row, defaulting the fields in leaves unset.
+func (f *fixture) instance(in domain.Instance) domain.Instance {
+	f.t.Helper()
+	if in.CloudID == "" {
+		in.CloudID = "i-" + in.ID
+	}
+	if in.Role == "" {
+		in.Role = domain.RoleHot
+	}
+	if in.Runner == "" {
+		in.Runner = "small"
+	}
+	if in.Deadline.IsZero() && !in.State.Terminal() {
+		in.Deadline = f.clk.Now().Add(time.Hour)
+	}
+	if err := f.store.CreateInstances(f.ctx, []domain.Instance{in}); err != nil {
+		f.t.Fatal(err)
+	}
+	return f.get(in.ID)
+}
+
+func (f *fixture) get(id string) domain.Instance {
+	f.t.Helper()
+	in, err := f.store.GetInstance(f.ctx, id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return in
+}
+
+// job writes a job; an assigned job gets a runner registration.
+func (f *fixture) job(j domain.Job) domain.Job {
+	f.t.Helper()
+	if j.Status == "" {
+		j.Status = domain.JobQueued
+	}
+	if j.Route == "" {
+		j.Route = domain.RouteLaunch
+	}
+	if j.Status == domain.JobAssigned && j.RunnerConfig == "" {
+		j.RunnerName, j.RunnerID, j.RunnerConfig = "runner-1", 7, "jit-secret"
+	}
+	if _, err := f.store.CreateJobs(f.ctx, []domain.Job{j}); err != nil {
+		f.t.Fatal(err)
+	}
+	return f.getJob(j.ID)
+}
+
+func (f *fixture) getJob(id int64) domain.Job {
+	f.t.Helper()
+	j, err := f.store.GetJob(f.ctx, id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return j
+}
+
+// bound writes an instance in state st bound to a new assigned job id.
+func (f *fixture) bound(id string, st domain.State, jobID int64) (domain.Instance, domain.Job) {
+	f.t.Helper()
+	in := f.instance(domain.Instance{ID: id, State: st, Job: domain.JobKey(jobID), CPU: 4, MemoryMiB: 16384})
+	j := f.job(domain.Job{ID: jobID, Status: domain.JobAssigned, InstanceID: id, Labels: []string{"runs-on=1/pool=p"}})
+	return in, j
+}
+
+func (f *fixture) signal(in domain.Instance, kind domain.SignalKind, job string) error {
+	return f.svc.Signal(f.ctx, domain.Signal{CloudID: in.CloudID, Kind: kind, Job: job, At: f.clk.Now()})
+}
+
+// resourcePool receives every visible entry of a runner class's queue.
+func (f *fixture) resourcePool(class string) []domain.ResourcePoolEntry {
+	f.t.Helper()
+	msgs, err := f.queue.Receive(f.ctx, domain.ResourcePoolQueue(class), 10, time.Minute, 0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out := make([]domain.ResourcePoolEntry, len(msgs))
+	for i, m := range msgs {
+		if err := json.Unmarshal(m.Body, &out[i]); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// queued counts a queue's waiting messages, visible and delayed.
+func (f *fixture) queued(queue string) (visible, delayed int) {
+	f.t.Helper()
+	st, err := f.queue.Stats(f.ctx, queue)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return st.Visible, st.Delayed
+}
+
+// wantUnchanged fails unless the row is exactly as before (same version).
+func (f *fixture) wantUnchanged(before domain.Instance) {
+	f.t.Helper()
+	if after := f.get(before.ID); after.Version != before.Version || after.State != before.State || after.Job != before.Job {
+		f.t.Fatalf("instance changed: before %s/%q v%d, after %s/%q v%d",
+			before.State, before.Job, before.Version, after.State, after.Job, after.Version)
+	}
+}
+
+func wantRejected(t *testing.T, err error) {
+	t.Helper()
+	var re *agents.RejectedError
+	if !errors.As(err, &re) || !errors.Is(err, domain.ErrRejected) {
+		t.Fatalf("want a *RejectedError wrapping ErrRejected, got %v", err)
+	}
+}
+
+// agentsPolicy is a pool's after-job policy without limits.
+func agentsPolicy(reuse bool, idle time.Duration) agents.Policy {
+	return agents.Policy{Reuse: reuse, IdleLifetime: idle}
+}

@@ -1,0 +1,233 @@
+package agents_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// releasing writes an instance in the middle of seed 003's handshake: its
+// job cleared, waiting for the agent to deregister until the default
+// releasing deadline.
+func (f *fixture) releasing(id string) domain.Instance {
+	f.t.Helper()
+	return f.instance(domain.Instance{
+		ID: id, State: domain.StateReleasing, Runner: "medium", JobsServed: 1,
+		InstanceType: "m7a.xlarge", UsageClass: "spot", CPU: 4, MemoryMiB: 16384,
+		Deadline: f.clk.Now().Add(domain.DefaultDeadlines().Releasing),
+	})
+}
+
+func TestDeregisteredPoolsTheInstance(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		idle time.Duration
+		want time.Duration
+	}{
+		{"pool idle lifetime", 7 * time.Minute, 7 * time.Minute},
+		{"ready default", 0, domain.DefaultDeadlines().Ready},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.policy = agentsPolicy(true, tc.idle)
+			in := f.releasing("bp-1")
+			f.clk.Advance(30 * time.Second)
+			if err := f.signal(in, domain.SignalDeregistered, ""); err != nil {
+				t.Fatal(err)
+			}
+			threshold := f.clk.Now().Add(tc.want)
+			after := f.get(in.ID)
+			if after.State != domain.StateReady || after.Job != "" || !after.Deadline.Equal(threshold) {
+				t.Fatalf("got %s job %q until %s, want ready, unbound, until %s", after.State, after.Job, after.Deadline, threshold)
+			}
+			got := f.resourcePool("medium")
+			want := domain.ResourcePoolEntry{
+				InstanceID: "bp-1", CloudID: "i-bp-1", UsageClass: "spot", InstanceType: "m7a.xlarge",
+				CPU: 4, Mem: 16384, ResourceClass: "medium", Threshold: threshold,
+			}
+			if len(got) != 1 || !got[0].Threshold.Equal(want.Threshold) {
+				t.Fatalf("resource pool holds %+v, want one %+v", got, want)
+			}
+			got[0].Threshold = want.Threshold // same instant, maybe another location
+			if got[0] != want {
+				t.Fatalf("entry %+v, want %+v", got[0], want)
+			}
+		})
+	}
+}
+
+// The explicit "Done when" of the release issue: a deregistered signal
+// that comes after the releasing deadline never pools the instance.
+func TestLateDeregisteredNeverPoolsTheInstance(t *testing.T) {
+	for _, late := range []time.Duration{0, time.Second, time.Hour} {
+		t.Run("deadline+"+late.String(), func(t *testing.T) {
+			f := newFixture(t)
+			f.policy = agentsPolicy(true, 0)
+			in := f.releasing("bp-1")
+			f.clk.AdvanceTo(in.Deadline.Add(late))
+			wantRejected(t, f.signal(in, domain.SignalDeregistered, ""))
+			f.wantUnchanged(in)
+			if got := f.resourcePool("medium"); len(got) != 0 {
+				t.Fatalf("expired instance pooled: %+v", got)
+			}
+		})
+	}
+}
+
+func TestDeregisteredOutsideAReleaseIsRejected(t *testing.T) {
+	for _, st := range []domain.State{domain.StateReady, domain.StateClaimed, domain.StateRunning, domain.StateError, domain.StateTerminating} {
+		t.Run(string(st), func(t *testing.T) {
+			f := newFixture(t)
+			f.policy = agentsPolicy(true, 0)
+			job := ""
+			if st == domain.StateClaimed || st == domain.StateRunning {
+				job = "42"
+			}
+			before := f.instance(domain.Instance{ID: "bp-1", State: st, Job: job})
+			wantRejected(t, f.signal(before, domain.SignalDeregistered, ""))
+			f.wantUnchanged(before)
+			if got := f.resourcePool("small"); len(got) != 0 {
+				t.Fatalf("pooled from %s: %+v", st, got)
+			}
+		})
+	}
+}
+
+func TestFailedRequeuesAnUnstartedJob(t *testing.T) {
+	for _, route := range []domain.Route{domain.RouteLaunch, domain.RoutePool} {
+		t.Run(string(route), func(t *testing.T) {
+			f := newFixture(t)
+			in := f.instance(domain.Instance{ID: "bp-1", State: domain.StateClaimed, Job: "42"})
+			f.job(domain.Job{ID: 42, Status: domain.JobAssigned, Route: route, InstanceID: in.ID, Via: domain.ViaReuse, Attempts: 1})
+			err := f.svc.Signal(f.ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalFailed, Job: "42", Reason: "runner would not start"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := f.get(in.ID)
+			if after.State != domain.StateError || after.Reason != "runner would not start" {
+				t.Fatalf("instance %s (%q), want error with the agent's reason", after.State, after.Reason)
+			}
+			if want := f.clk.Now().Add(domain.DefaultDeadlines().Error); !after.Deadline.Equal(want) {
+				t.Fatalf("deadline %s, want %s", after.Deadline, want)
+			}
+			wantRequeued(t, f, route)
+		})
+	}
+}
+
+func wantRequeued(t *testing.T, f *fixture, route domain.Route) {
+	t.Helper()
+	j := f.getJob(42)
+	if j.Status != domain.JobQueued || j.InstanceID != "" || j.RunnerConfig != "" || j.RunnerName != "" || j.Via != "" || j.Attempts != 2 {
+		t.Fatalf("job %s on %q (config %q, via %q, attempts %d), want queued, unbound, attempts 2",
+			j.Status, j.InstanceID, j.RunnerConfig, j.Via, j.Attempts)
+	}
+	queue := domain.QueueLaunch
+	if route == domain.RoutePool {
+		queue = domain.QueuePool
+	}
+	if visible, delayed := f.queued(queue); visible+delayed != 1 {
+		t.Fatalf("%s queue holds %d visible and %d delayed, want the job once", queue, visible, delayed)
+	}
+}
+
+func TestFailedInEachState(t *testing.T) {
+	cases := []struct {
+		name      string
+		in        domain.Instance
+		sigJob    string
+		wantState domain.State // "" means rejected
+	}{
+		{"idle member", domain.Instance{State: domain.StateReady}, "", domain.StateError},
+		{"booting member", domain.Instance{State: domain.StateBooting}, "", domain.StateError},
+		{"releasing instance is never pooled", domain.Instance{State: domain.StateReleasing}, "", domain.StateError},
+		{"started job stays with GitHub", domain.Instance{State: domain.StateRunning, Job: "42", JobStarted: true}, "42", domain.StateError},
+		{"already terminating", domain.Instance{State: domain.StateTerminating, Job: "42"}, "42", domain.StateTerminating},
+		{"terminated", domain.Instance{State: domain.StateTerminated}, "", domain.StateTerminated},
+		{"stale report for another job", domain.Instance{State: domain.StateRunning, Job: "42"}, "41", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			tc.in.ID = "bp-1"
+			before := f.instance(tc.in)
+			f.job(domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: "bp-1"})
+			err := f.signal(before, domain.SignalFailed, tc.sigJob)
+			if tc.wantState == "" {
+				wantRejected(t, err)
+				f.wantUnchanged(before)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after := f.get("bp-1"); after.State != tc.wantState {
+				t.Fatalf("got %s, want %s", after.State, tc.wantState)
+			}
+			if tc.wantState == domain.StateError && f.get("bp-1").Reason != "agent reported a failure" {
+				t.Fatalf("reason %q", f.get("bp-1").Reason)
+			}
+			if j := f.getJob(42); j.Status != domain.JobRunning || j.InstanceID != "bp-1" {
+				t.Fatalf("running job touched: %s on %q", j.Status, j.InstanceID)
+			}
+		})
+	}
+}
+
+// A failure whose requeue did not happen (the process died between the two
+// writes) is reported again: the repeat finishes the requeue.
+func TestRepeatedFailedFinishesTheRequeue(t *testing.T) {
+	f := newFixture(t)
+	in := f.instance(domain.Instance{ID: "bp-1", State: domain.StateError, Job: "42", Reason: "boom"})
+	f.job(domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: in.ID, Attempts: 1, RunnerConfig: "jit"})
+	if err := f.signal(in, domain.SignalFailed, "42"); err != nil {
+		t.Fatal(err)
+	}
+	f.wantUnchanged(in)
+	wantRequeued(t, f, domain.RouteLaunch)
+	// Once the job has moved on to another instance, a further repeat
+	// leaves it there.
+	if _, err := f.store.TransitionJob(f.ctx, 42, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) {
+		j.Status, j.InstanceID = domain.JobAssigned, "bp-2"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.signal(in, domain.SignalFailed, "42"); err != nil {
+		t.Fatal(err)
+	}
+	if j := f.getJob(42); j.Status != domain.JobAssigned || j.InstanceID != "bp-2" {
+		t.Fatalf("job %s on %q, want still assigned to bp-2", j.Status, j.InstanceID)
+	}
+}
+
+func TestJobFinishedFinishesTheInstancesJob(t *testing.T) {
+	f := newFixture(t)
+	in, _ := f.bound("bp-1", domain.StateRunning, 42)
+	err := f.svc.Signal(f.ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalJobFinished, Job: "42", Reason: "success"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := f.getJob(42); j.Status != domain.JobCompleted || j.Conclusion != "success" {
+		t.Fatalf("job %s (%q), want completed with the reported conclusion", j.Status, j.Conclusion)
+	}
+	if after := f.get(in.ID); after.State != domain.StateTerminating || after.Job != "" {
+		t.Fatalf("instance %s bound to %q, want terminating (no reuse), unbound", after.State, after.Job)
+	}
+	// A repeat comes after the release: rejected, and harmless.
+	wantRejected(t, f.signal(f.get(in.ID), domain.SignalJobFinished, "42"))
+}
+
+func TestJobFinishedFromAStaleInstanceIsRejected(t *testing.T) {
+	f := newFixture(t)
+	// bp-1 failed before its job started; the job went to bp-2.
+	stale := f.instance(domain.Instance{ID: "bp-1", State: domain.StateError, Job: "42"})
+	now, _ := f.bound("bp-2", domain.StateRunning, 42)
+	wantRejected(t, f.signal(stale, domain.SignalJobFinished, "42"))
+	wantRejected(t, f.signal(stale, domain.SignalJobFinished, "43"))
+	f.wantUnchanged(stale)
+	f.wantUnchanged(now)
+	if j := f.getJob(42); j.Status != domain.JobAssigned {
+		t.Fatalf("job %s, want still assigned to bp-2", j.Status)
+	}
+}

@@ -1,0 +1,142 @@
+package jobs_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+)
+
+var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	t     *testing.T
+	ctx   context.Context
+	clk   *clock.Virtual
+	store *sqlite.Store
+	queue *sqlite.Queue
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	t.Parallel() // each fixture has its own database and clock
+	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0)}
+	st, err := sqlite.Open(f.ctx, t.TempDir()+"/jobs.db", f.clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f.store, f.queue = st, st.Queue(sqlite.QueueOptions{})
+	return f
+}
+
+func (f *fixture) job(j domain.Job) domain.Job {
+	f.t.Helper()
+	if j.ID == 0 {
+		j.ID = 42
+	}
+	if _, err := f.store.CreateJobs(f.ctx, []domain.Job{j}); err != nil {
+		f.t.Fatal(err)
+	}
+	return f.get(j.ID)
+}
+
+func (f *fixture) get(id int64) domain.Job {
+	f.t.Helper()
+	j, err := f.store.GetJob(f.ctx, id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return j
+}
+
+// messages receives what a queue holds once every delay is over.
+func (f *fixture) messages(queue string) []domain.Message {
+	f.t.Helper()
+	f.clk.Advance(domain.MaxQueueDelay)
+	msgs, err := f.queue.Receive(f.ctx, queue, 10, time.Minute, 0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return msgs
+}
+
+func TestEncodeDecode(t *testing.T) {
+	for _, id := range []int64{1, 42, 1 << 53, 1<<63 - 1} {
+		got, err := jobs.Decode(jobs.Encode(id))
+		if err != nil || got != id {
+			t.Fatalf("round trip of %d: %d, %v", id, got, err)
+		}
+	}
+	for _, body := range []string{``, `{`, `null`, `{}`, `{"job":0}`, `{"job":-3}`, `{"job":"42"}`, `[42]`, `{"job":1.5}`} {
+		if id, err := jobs.Decode([]byte(body)); err == nil {
+			t.Errorf("Decode(%q) = %d, want an error", body, id)
+		}
+	}
+}
+
+func TestQueueFor(t *testing.T) {
+	for route, want := range map[domain.Route]string{
+		domain.RoutePool: domain.QueuePool, domain.RouteLaunch: domain.QueueLaunch, "": domain.QueueLaunch,
+	} {
+		if got := jobs.QueueFor(route); got != want {
+			t.Errorf("QueueFor(%q) = %q, want %q", route, got, want)
+		}
+	}
+}
+
+// The dedup id drops a retried send of one attempt but never a requeue.
+func TestSendRequestDedupsPerAttempt(t *testing.T) {
+	f := newFixture(t)
+	first := jobs.SendRequest(domain.Job{ID: 42}, 0)
+	again := jobs.SendRequest(domain.Job{ID: 42}, 0)
+	requeued := jobs.SendRequest(domain.Job{ID: 42, Attempts: 1}, time.Second)
+	if requeued.Delay != time.Second || first.DedupID == requeued.DedupID {
+		t.Fatalf("requeue %+v must differ from the first send %+v", requeued, first)
+	}
+	for _, r := range []domain.SendRequest{first, again, requeued} {
+		if err := f.queue.Send(f.ctx, domain.QueueLaunch, []domain.SendRequest{r}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(f.messages(domain.QueueLaunch)); got != 2 {
+		t.Fatalf("queue holds %d messages, want 2 (the retry dropped)", got)
+	}
+}
+
+func TestOfferToResourcePool(t *testing.T) {
+	f := newFixture(t)
+	e := domain.ResourcePoolEntry{
+		InstanceID: "bp-1", CloudID: "i-1", UsageClass: "spot", InstanceType: "m7a.xlarge",
+		CPU: 4, Mem: 16384, ResourceClass: "medium", Threshold: t0.Add(10 * time.Minute),
+	}
+	if err := jobs.OfferToResourcePool(f.ctx, f.queue, "linux-medium", e); err != nil {
+		t.Fatal(err)
+	}
+	msgs := f.messages(domain.ResourcePoolQueue("linux-medium"))
+	if len(msgs) != 1 {
+		t.Fatalf("%d messages, want 1", len(msgs))
+	}
+	var got domain.ResourcePoolEntry
+	if err := json.Unmarshal(msgs[0].Body, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !got.Threshold.Equal(e.Threshold) {
+		t.Fatalf("threshold %s, want %s", got.Threshold, e.Threshold)
+	}
+	got.Threshold = e.Threshold
+	if got != e {
+		t.Fatalf("entry %+v, want %+v", got, e)
+	}
+	for _, key := range []string{`"instanceId"`, `"usageClass"`, `"resourceClass"`, `"threshold"`} {
+		if !strings.Contains(string(msgs[0].Body), key) {
+			t.Errorf("body %s lacks seed 004's key %s", msgs[0].Body, key)
+		}
+	}
+}

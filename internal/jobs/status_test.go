@@ -1,0 +1,287 @@
+package jobs_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+)
+
+func assigned() domain.Job {
+	return domain.Job{
+		Status: domain.JobAssigned, Route: domain.RouteLaunch, Via: domain.ViaReuse, InstanceID: "bp-1",
+		RunnerName: "bp-1-42", RunnerID: 7, RunnerConfig: "jit-secret", AssignedAt: t0, Attempts: 1,
+	}
+}
+
+func TestMarkRunning(t *testing.T) {
+	at := t0.Add(time.Minute)
+	cases := []struct {
+		name       string
+		job        domain.Job
+		runner     string
+		wantStatus domain.JobStatus
+		wantRunner string
+		changed    bool
+	}{
+		{"queued", domain.Job{Status: domain.JobQueued}, "gh-runner", domain.JobRunning, "gh-runner", true},
+		{"assigned keeps its runner name when none is given", assigned(), "", domain.JobRunning, "bp-1-42", true},
+		{"already running", domain.Job{Status: domain.JobRunning, RunnerName: "a"}, "b", domain.JobRunning, "a", false},
+		{"completed", domain.Job{Status: domain.JobCompleted}, "b", domain.JobCompleted, "", false},
+		{"rejected", domain.Job{Status: domain.JobRejected}, "b", domain.JobRejected, "", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			before := f.job(tc.job)
+			if err := jobs.MarkRunning(f.ctx, f.store, 42, at, tc.runner); err != nil {
+				t.Fatal(err)
+			}
+			j := f.get(42)
+			if j.Status != tc.wantStatus || j.RunnerName != tc.wantRunner || (j.Version != before.Version) != tc.changed {
+				t.Fatalf("got %s by %q v%d (from v%d), want %s by %q, changed %v",
+					j.Status, j.RunnerName, j.Version, before.Version, tc.wantStatus, tc.wantRunner, tc.changed)
+			}
+			if tc.changed && !j.StartedAt.Equal(at) {
+				t.Fatalf("started at %s, want %s", j.StartedAt, at)
+			}
+		})
+	}
+	t.Run("unknown job", func(t *testing.T) {
+		f := newFixture(t)
+		if err := jobs.MarkRunning(f.ctx, f.store, 99, at, ""); err != nil {
+			t.Fatalf("a job bullpen never saw: %v", err)
+		}
+	})
+}
+
+func TestMarkCompleted(t *testing.T) {
+	at := t0.Add(time.Hour)
+	for _, start := range []domain.Job{{Status: domain.JobQueued}, assigned(), {Status: domain.JobRunning, RunnerConfig: "jit"}} {
+		t.Run(string(start.Status), func(t *testing.T) {
+			f := newFixture(t)
+			f.job(start)
+			j, err := jobs.MarkCompleted(f.ctx, f.store, 42, at, "success")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.Status != domain.JobCompleted || j.Conclusion != "success" || !j.CompletedAt.Equal(at) || j.RunnerConfig != "" {
+				t.Fatalf("got %s (%q) at %s with config %q, want completed, credential dropped", j.Status, j.Conclusion, j.CompletedAt, j.RunnerConfig)
+			}
+			if stored := f.get(42); stored.RunnerConfig != "" || stored.Version != j.Version {
+				t.Fatalf("stored v%d config %q, want v%d without credential", stored.Version, stored.RunnerConfig, j.Version)
+			}
+			again, err := jobs.MarkCompleted(f.ctx, f.store, 42, at.Add(time.Minute), "failure")
+			if err != nil || again.Version != j.Version || again.Conclusion != "success" || again.InstanceID != start.InstanceID {
+				t.Fatalf("repeat: v%d %q on %q, %v; want the job unchanged", again.Version, again.Conclusion, again.InstanceID, err)
+			}
+		})
+	}
+	t.Run("rejected stays rejected", func(t *testing.T) {
+		f := newFixture(t)
+		before := f.job(domain.Job{Status: domain.JobRejected, Reason: "no such pool"})
+		j, err := jobs.MarkCompleted(f.ctx, f.store, 42, at, "cancelled")
+		if err != nil || j.Status != domain.JobRejected || j.Version != before.Version {
+			t.Fatalf("got %s v%d, %v", j.Status, j.Version, err)
+		}
+	})
+	t.Run("unknown job", func(t *testing.T) {
+		f := newFixture(t)
+		j, err := jobs.MarkCompleted(f.ctx, f.store, 99, at, "success")
+		if err != nil || j.ID != 0 {
+			t.Fatalf("got %+v, %v; want the zero job and no error", j, err)
+		}
+	})
+}
+
+func TestRequeue(t *testing.T) {
+	for _, route := range []domain.Route{domain.RouteLaunch, domain.RoutePool} {
+		t.Run(string(route), func(t *testing.T) {
+			f := newFixture(t)
+			j := assigned()
+			j.Route = route
+			f.job(j)
+			if err := jobs.Requeue(f.ctx, f.store, f.queue, 42, "bp-1", "instance failed: boom"); err != nil {
+				t.Fatal(err)
+			}
+			got := f.get(42)
+			if got.Status != domain.JobQueued || got.Reason != "instance failed: boom" || got.Attempts != 2 ||
+				got.InstanceID != "" || got.RunnerName != "" || got.RunnerID != 0 || got.RunnerConfig != "" ||
+				got.Via != "" || !got.AssignedAt.IsZero() || got.Route != route {
+				t.Fatalf("got %+v, want queued, unbound, attempt 2, same route", got)
+			}
+			wantRequeueMessage(t, f, jobs.QueueFor(route))
+		})
+	}
+}
+
+// wantRequeueMessage checks that the job waits RequeueDelay in queue, once.
+func wantRequeueMessage(t *testing.T, f *fixture, queue string) {
+	t.Helper()
+	st, err := f.queue.Stats(f.ctx, queue)
+	if err != nil || st.Delayed != 1 || st.Visible != 0 {
+		t.Fatalf("%s queue %+v, %v; want one delayed message", queue, st, err)
+	}
+	f.clk.Advance(jobs.RequeueDelay)
+	msgs, err := f.queue.Receive(f.ctx, queue, 10, time.Minute, 0)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("after the delay: %d messages, %v", len(msgs), err)
+	}
+	if id, err := jobs.Decode(msgs[0].Body); err != nil || id != 42 {
+		t.Fatalf("message for job %d, %v", id, err)
+	}
+}
+
+func TestRequeueOnlyFromTheAssignedInstance(t *testing.T) {
+	cases := []struct {
+		name string
+		job  domain.Job
+	}{
+		{"assigned to another instance", assigned()},
+		{"started", domain.Job{Status: domain.JobRunning, InstanceID: "bp-2"}},
+		{"completed", domain.Job{Status: domain.JobCompleted, InstanceID: "bp-2"}},
+	}
+	t.Run("no longer stored", func(t *testing.T) {
+		f := newFixture(t)
+		if err := jobs.Requeue(f.ctx, f.store, f.queue, 99, "bp-1", "instance failed"); err != nil {
+			t.Fatalf("an unknown job: %v", err)
+		}
+		if msgs := f.messages(domain.QueueLaunch); len(msgs) != 0 {
+			t.Fatalf("sent %d messages for an unknown job", len(msgs))
+		}
+	})
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			tc.job.InstanceID = "bp-2"
+			before := f.job(tc.job)
+			if err := jobs.Requeue(f.ctx, f.store, f.queue, 42, "bp-1", "instance failed"); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.get(42); got.Version != before.Version {
+				t.Fatalf("job changed: %s v%d → %s v%d", before.Status, before.Version, got.Status, got.Version)
+			}
+			if msgs := f.messages(domain.QueueLaunch); len(msgs) != 0 {
+				t.Fatalf("sent %d messages for a job that moved on", len(msgs))
+			}
+		})
+	}
+}
+
+// A repeated requeue (the caller retrying after a failed send) sends the
+// job again under the same dedup id: the queue keeps one message.
+func TestRequeueRepeatedKeepsOneMessage(t *testing.T) {
+	f := newFixture(t)
+	f.job(assigned())
+	for range 2 {
+		if err := jobs.Requeue(f.ctx, f.store, f.queue, 42, "bp-1", "instance failed"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.get(42); got.Attempts != 2 {
+		t.Fatalf("attempts %d, want 2: the repeat must not count again", got.Attempts)
+	}
+	wantRequeueMessage(t, f, domain.QueueLaunch)
+}
+
+// racingStore is the real store with another writer that touches the job
+// right after each of the first n reads, so the guarded write that follows
+// the read loses. final makes that writer complete the job instead.
+type racingStore struct {
+	*sqlite.Store
+	n     int
+	final bool
+	mu    sync.Mutex
+}
+
+func (s *racingStore) GetJob(ctx context.Context, id int64) (domain.Job, error) {
+	j, err := s.Store.GetJob(ctx, id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil || s.n == 0 || j.Status.Final() {
+		return j, err
+	}
+	s.n--
+	_, err = s.Store.TransitionJob(ctx, id, domain.JobGuardOf(j), func(x *domain.Job) {
+		x.Reason = fmt.Sprintf("touched %d", s.n)
+		if s.final {
+			x.Status, x.Conclusion = domain.JobCompleted, "cancelled"
+		}
+	})
+	return j, err
+}
+
+func TestStatusChangesRetryLostRaces(t *testing.T) {
+	t.Run("mark running", func(t *testing.T) {
+		f := newFixture(t)
+		f.job(assigned())
+		if err := jobs.MarkRunning(f.ctx, &racingStore{Store: f.store, n: 3}, 42, t0, ""); err != nil {
+			t.Fatal(err)
+		}
+		if j := f.get(42); j.Status != domain.JobRunning || j.Reason != "touched 0" {
+			t.Fatalf("got %s (%q), want running on top of the other writer's change", j.Status, j.Reason)
+		}
+	})
+	t.Run("requeue", func(t *testing.T) {
+		f := newFixture(t)
+		f.job(assigned())
+		if err := jobs.Requeue(f.ctx, &racingStore{Store: f.store, n: 3}, f.queue, 42, "bp-1", "failed"); err != nil {
+			t.Fatal(err)
+		}
+		if j := f.get(42); j.Status != domain.JobQueued || j.Attempts != 2 {
+			t.Fatalf("got %s attempt %d, want queued attempt 2", j.Status, j.Attempts)
+		}
+	})
+	t.Run("the other writer completes the job", func(t *testing.T) {
+		f := newFixture(t)
+		f.job(assigned())
+		j, err := jobs.MarkCompleted(f.ctx, &racingStore{Store: f.store, n: 1, final: true}, 42, t0, "success")
+		if err != nil || j.Status != domain.JobCompleted || j.Conclusion != "cancelled" {
+			t.Fatalf("got %s (%q), %v; want the other writer's completion kept", j.Status, j.Conclusion, err)
+		}
+	})
+	t.Run("gives up after bounded attempts", func(t *testing.T) {
+		f := newFixture(t)
+		f.job(assigned())
+		if err := jobs.MarkRunning(f.ctx, &racingStore{Store: f.store, n: 100}, 42, t0, ""); err == nil {
+			t.Fatal("a job that never stops changing was marked running")
+		}
+		if j := f.get(42); j.Status != domain.JobAssigned {
+			t.Fatalf("got %s, want still assigned", j.Status)
+		}
+	})
+}
+
+// Many writers at once: every call succeeds and the job ends completed.
+func TestStatusChangesUnderConcurrency(t *testing.T) {
+	f := newFixture(t)
+	f.job(assigned())
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 16 {
+		wg.Go(func() {
+			var err error
+			if i%2 == 0 {
+				err = jobs.MarkRunning(f.ctx, f.store, 42, t0, "")
+			} else {
+				_, err = jobs.MarkCompleted(f.ctx, f.store, 42, t0, "success")
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j := f.get(42); j.Status != domain.JobCompleted || j.RunnerConfig != "" {
+		t.Fatalf("got %s with config %q, want completed", j.Status, j.RunnerConfig)
+	}
+}

@@ -1,0 +1,215 @@
+package reaper_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/reaper"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+)
+
+var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	t     *testing.T
+	ctx   context.Context
+	clk   *clock.Virtual
+	store *sqlite.Store
+	cloud *sim.Cloud
+	term  *reaper.Terminator
+	rows  int
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	t.Parallel() // each fixture has its own database, cloud and clock
+	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0)}
+	st, err := sqlite.Open(f.ctx, t.TempDir()+"/reaper.db", f.clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f.store = st
+	f.cloud = sim.New(f.clk, sim.Options{})
+	t.Cleanup(f.cloud.Close)
+	f.term = &reaper.Terminator{Store: st, Cloud: f.cloud, Clock: f.clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return f
+}
+
+// machines launches n machines and records them as rows in state st.
+func (f *fixture) machines(n int, st domain.State) []domain.Instance {
+	f.t.Helper()
+	ms, err := f.cloud.Create(f.ctx, domain.LaunchSpec{Runner: domain.RunnerSpec{Name: "small"}, ImageID: "ami-1", Count: n})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ids := make([]string, n)
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	return f.rowsFor(ids, st)
+}
+
+// rowsFor records one row in state st per cloud id ("" for none).
+func (f *fixture) rowsFor(cloudIDs []string, st domain.State) []domain.Instance {
+	f.t.Helper()
+	rows := make([]domain.Instance, len(cloudIDs))
+	for i, id := range cloudIDs {
+		f.rows++
+		rows[i] = domain.Instance{
+			ID: fmt.Sprintf("bp-%04d", f.rows), CloudID: id, Role: domain.RoleHot, Runner: "small",
+			State: st, Deadline: f.clk.Now().Add(10 * time.Minute), Reason: "test",
+		}
+	}
+	if err := f.store.CreateInstances(f.ctx, rows); err != nil {
+		f.t.Fatal(err)
+	}
+	f.cloud.ResetCalls()
+	return rows
+}
+
+// wantStates fails unless every row is in st.
+func (f *fixture) wantStates(rows []domain.Instance, st domain.State) {
+	f.t.Helper()
+	for _, r := range rows {
+		got, err := f.store.GetInstance(f.ctx, r.ID)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if got.State != st {
+			f.t.Fatalf("%s (%s) is %s, want %s", r.ID, r.CloudID, got.State, st)
+		}
+		if st == domain.StateTerminated && !got.Deadline.IsZero() {
+			f.t.Fatalf("%s closed with a deadline %s", r.ID, got.Deadline)
+		}
+	}
+}
+
+// wantMachines fails unless every row's machine is in cs.
+func (f *fixture) wantMachines(rows []domain.Instance, cs domain.CloudState) {
+	f.t.Helper()
+	for _, r := range rows {
+		if m, ok := f.cloud.Get(r.CloudID); !ok || m.State != cs {
+			f.t.Fatalf("machine %s is %q (known %v), want %s", r.CloudID, m.State, ok, cs)
+		}
+	}
+}
+
+func (f *fixture) sweep(wantClosed int, wantErr bool) {
+	f.t.Helper()
+	n, err := f.term.Sweep(f.ctx)
+	if (err != nil) != wantErr || n != wantClosed {
+		f.t.Fatalf("sweep closed %d, err %v; want %d, error %v", n, err, wantClosed, wantErr)
+	}
+}
+
+func (f *fixture) terminateCalls() (calls, maxIDs int) {
+	return f.cloud.Calls()[sim.OpTerminateInstances], f.cloud.MaxIDsPerCall()[sim.OpTerminateInstances]
+}
+
+func TestSweepTerminatesInBatchesOfFifty(t *testing.T) {
+	for _, tc := range []struct{ rows, calls, maxIDs int }{{1, 1, 1}, {50, 1, 50}, {51, 2, 50}, {120, 3, 50}} {
+		t.Run(fmt.Sprint(tc.rows), func(t *testing.T) {
+			f := newFixture(t)
+			keep := f.machines(3, domain.StateReady)
+			doomed := f.machines(tc.rows, domain.StateTerminating)
+			f.sweep(tc.rows, false)
+			if calls, maxIDs := f.terminateCalls(); calls != tc.calls || maxIDs != tc.maxIDs {
+				t.Fatalf("%d calls of up to %d ids, want %d of up to %d", calls, maxIDs, tc.calls, tc.maxIDs)
+			}
+			f.wantStates(doomed, domain.StateTerminated)
+			f.wantMachines(doomed, domain.CloudTerminated)
+			f.wantStates(keep, domain.StateReady)
+			f.wantMachines(keep, domain.CloudRunning)
+			f.sweep(0, false) // nothing left to do
+			if calls, _ := f.terminateCalls(); calls != tc.calls {
+				t.Fatalf("an empty sweep called the cloud")
+			}
+		})
+	}
+}
+
+func TestSweepClosesRowsWithoutAMachineWithoutACall(t *testing.T) {
+	f := newFixture(t)
+	rows := f.rowsFor([]string{"", ""}, domain.StateTerminating)
+	f.sweep(2, false)
+	f.wantStates(rows, domain.StateTerminated)
+	if calls, _ := f.terminateCalls(); calls != 0 {
+		t.Fatalf("%d terminate calls for rows without a machine", calls)
+	}
+}
+
+// EC2 refuses a whole batch when one id is unknown: the terminator falls
+// back to one call per id and counts the unknown machine as gone.
+func TestSweepFallsBackOneByOneOnAnUnknownID(t *testing.T) {
+	f := newFixture(t)
+	real := f.machines(3, domain.StateTerminating)
+	gone := f.rowsFor([]string{"i-0000000000000dead"}, domain.StateTerminating)
+	f.sweep(4, false)
+	if calls, _ := f.terminateCalls(); calls != 1+4 {
+		t.Fatalf("%d terminate calls, want the refused batch and one per id (5)", calls)
+	}
+	f.wantStates(append(real, gone...), domain.StateTerminated)
+	f.wantMachines(real, domain.CloudTerminated)
+}
+
+func TestSweepLeavesRowsForTheNextSweepWhenACallFails(t *testing.T) {
+	f := newFixture(t)
+	rows := f.machines(60, domain.StateTerminating)
+	f.cloud.FailNext(sim.OpTerminateInstances, 1, nil)
+	f.sweep(10, true) // the first batch of 50 failed, the second went through
+	f.wantStates(rows[:50], domain.StateTerminating)
+	f.wantMachines(rows[:50], domain.CloudRunning)
+	f.wantStates(rows[50:], domain.StateTerminated)
+	f.sweep(50, false)
+	f.wantStates(rows, domain.StateTerminated)
+	f.wantMachines(rows, domain.CloudTerminated)
+}
+
+// Throttled while falling back one by one: the terminator stops calling
+// and leaves the rest for the next sweep.
+func TestSweepStopsFallingBackWhenThrottled(t *testing.T) {
+	f := newFixture(t)
+	gone := f.rowsFor([]string{"i-0000000000000dead"}, domain.StateTerminating)
+	rows := f.machines(3, domain.StateTerminating)
+	f.cloud.Throttle(sim.OpTerminateInstances, 0, 2) // two calls, then never again
+	n, err := f.term.Sweep(f.ctx)
+	if n != 1 || !errors.Is(err, domain.ErrThrottled) {
+		t.Fatalf("closed %d, err %v; want the unknown row closed and the throttling reported", n, err)
+	}
+	if calls, _ := f.terminateCalls(); calls != 3 {
+		t.Fatalf("%d terminate calls, want 3: batch, unknown id, throttled id", calls)
+	}
+	f.wantStates(gone, domain.StateTerminated)
+	f.wantStates(rows, domain.StateTerminating)
+	f.cloud.Throttle(sim.OpTerminateInstances, 0, 0)
+	f.sweep(3, false)
+	f.wantMachines(rows, domain.CloudTerminated)
+}
+
+func TestRunSweepsEveryInterval(t *testing.T) {
+	f := newFixture(t)
+	f.term.Interval = time.Minute
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- f.term.Run(ctx) }()
+	f.clk.BlockUntil(1) // the first sweep is over; the loop waits
+	rows := f.machines(2, domain.StateTerminating)
+	f.clk.Advance(time.Minute - time.Second)
+	f.wantStates(rows, domain.StateTerminating)
+	f.clk.Advance(time.Second)
+	f.clk.BlockUntil(1) // the second sweep is over
+	f.wantStates(rows, domain.StateTerminated)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
