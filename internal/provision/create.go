@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
@@ -16,11 +17,17 @@ import (
 // so nothing is orphaned; each new instance must register for its job
 // within CreationTimeout.
 func (p *Provisioner) create(ctx context.Context, class string, reqs []*request, led *ledger) {
-	for len(reqs) > 0 {
-		k := min(len(reqs), p.fleetSize(class))
-		batch := reqs[:k]
-		reqs = reqs[k:]
-		insts, err := p.launch(ctx, class, batch)
+	var want []*request
+	for _, rq := range reqs {
+		if !p.gone(ctx, rq) { // cancelled meanwhile: no machine for it
+			want = append(want, rq)
+		}
+	}
+	for len(want) > 0 && !led.stopped() && led.failure() == nil {
+		k := min(len(want), p.fleetSize(class))
+		batch := want[:k]
+		want = want[k:]
+		insts, err := p.launch(ctx, class, batch, led)
 		if err != nil {
 			for _, rq := range batch {
 				rq.err = err
@@ -29,11 +36,10 @@ func (p *Provisioner) create(ctx context.Context, class string, reqs []*request,
 		}
 		var wg sync.WaitGroup
 		for i, rq := range batch {
-			led.add(&led.created, insts[i])
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				p.validate(ctx, rq, insts[i], led)
+				led.guard(func() { p.validate(ctx, rq, insts[i], led) })
 			}()
 		}
 		wg.Wait()
@@ -49,27 +55,67 @@ func (p *Provisioner) fleetSize(class string) int {
 	return p.opts.CreateBatch
 }
 
-func (p *Provisioner) noteFulfilled(class string, got, asked int) {
+// noteFulfilled caps the class's next fleets at what came when the cloud
+// ran short of capacity, and lifts the cap once a fleet is fulfilled. Other
+// failures (throttling, a bad request) say nothing about capacity.
+func (p *Provisioner) noteFulfilled(class string, got, asked int, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if got < asked {
-		p.fleetCap[class] = max(got, 1)
-	} else {
+	switch {
+	case err == nil && got >= asked:
 		delete(p.fleetCap, class)
+	case got < asked && (err == nil || errors.Is(err, domain.ErrInsufficientCapacity)):
+		p.fleetCap[class] = max(got, 1)
 	}
 }
 
 // launch writes one pending row per request and makes one fleet request.
 // It returns the booting instances in request order, or an error after
-// cleaning up everything it made.
-func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request) ([]domain.Instance, error) {
+// cleaning up everything it made. Every row is in the ledger from the
+// moment it is written, so a panic on the way still closes it.
+func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request, led *ledger) ([]domain.Instance, error) {
 	spec := reqs[0].job.Spec
 	imageID, err := p.image(ctx, spec.Image)
 	if err != nil {
 		return nil, fmt.Errorf("resolve image %q: %w", spec.Image, err)
 	}
-	now := p.Clock.Now()
 	launch := domain.NewID("lt")
+	rows, err := p.recordRows(ctx, class, spec, imageID, launch, reqs, led)
+	if err != nil {
+		return nil, err
+	}
+	machines, err := p.Cloud.Create(ctx, domain.LaunchSpec{
+		Runner: spec, ImageID: imageID, Count: len(rows), ClientToken: launch,
+		Tags: map[string]string{
+			domain.TagController: p.opts.ControllerID, domain.TagRole: string(domain.RoleOnDemand),
+			domain.TagRunner: class, domain.TagLaunch: launch, domain.TagStatus: "detached",
+		},
+	})
+	p.noteFulfilled(class, len(machines), len(rows), err)
+	if err != nil || len(machines) != len(rows) {
+		p.metrics.fleets.WithLabelValues("failed").Inc()
+		if err == nil {
+			err = fmt.Errorf("fleet returned %d of %d machines", len(machines), len(rows))
+		}
+		p.abandon(ctx, rows, machines, err, led)
+		return nil, fmt.Errorf("create %d %s instances: %w", len(rows), class, err)
+	}
+	p.metrics.fleets.WithLabelValues("fulfilled").Inc()
+	out, err := p.boot(ctx, rows, machines)
+	if err != nil {
+		p.abandon(ctx, rows, machines, err, led)
+		return nil, fmt.Errorf("record created instances: %w", err)
+	}
+	for i, in := range out {
+		led.hold(holding{inst: in, rq: reqs[i], created: true})
+	}
+	return out, nil
+}
+
+// recordRows writes the pending rows of one fleet request, bound to their
+// jobs, before the cloud is called.
+func (p *Provisioner) recordRows(ctx context.Context, class string, spec domain.RunnerSpec, imageID, launch string, reqs []*request, led *ledger) ([]domain.Instance, error) {
+	now := p.Clock.Now()
 	rows := make([]domain.Instance, len(reqs))
 	for i, rq := range reqs {
 		rows[i] = domain.Instance{
@@ -82,43 +128,34 @@ func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request)
 	if err := p.Store.CreateInstances(ctx, rows); err != nil {
 		return nil, fmt.Errorf("record %d new instances: %w", len(rows), err)
 	}
-	machines, err := p.Cloud.Create(ctx, domain.LaunchSpec{
-		Runner: spec, ImageID: imageID, Count: len(rows), ClientToken: launch,
-		Tags: map[string]string{
-			domain.TagController: p.opts.ControllerID, domain.TagRole: string(domain.RoleOnDemand),
-			domain.TagRunner: class, domain.TagLaunch: launch, domain.TagStatus: "detached",
-		},
-	})
-	p.noteFulfilled(class, len(machines), len(rows))
-	if err != nil || len(machines) != len(rows) {
-		p.metrics.fleets.WithLabelValues("failed").Inc()
-		if err == nil {
-			err = fmt.Errorf("fleet returned %d of %d machines", len(machines), len(rows))
-		}
-		p.abandon(ctx, rows, machines, err)
-		return nil, fmt.Errorf("create %d %s instances: %w", len(rows), class, err)
+	for i, rq := range reqs {
+		led.hold(holding{inst: rows[i], rq: rq, created: true})
 	}
-	p.metrics.fleets.WithLabelValues("fulfilled").Inc()
-	reqsT := make([]domain.TransitionRequest, len(rows))
+	return rows, nil
+}
+
+// boot records the machines' cloud ids: the rows move to booting.
+func (p *Provisioner) boot(ctx context.Context, rows []domain.Instance, machines []domain.CloudInstance) ([]domain.Instance, error) {
+	now := p.Clock.Now()
+	reqs := make([]domain.TransitionRequest, len(rows))
 	for i := range rows {
 		m := machines[i]
-		reqsT[i] = domain.TransitionRequest{ID: rows[i].ID, Guard: domain.GuardOf(withVersion(rows[i])), Apply: func(x *domain.Instance) {
+		reqs[i] = domain.TransitionRequest{ID: rows[i].ID, Guard: domain.GuardOf(withVersion(rows[i])), Apply: func(x *domain.Instance) {
 			x.State, x.CloudID, x.RunningSince = domain.StateBooting, m.ID, now
 			x.InstanceType, x.UsageClass = m.InstanceType, m.UsageClass
 			x.Deadline = p.opts.Deadlines.Until(domain.StateBooting, now)
 		}}
 	}
-	results, err := p.Store.TransitionBatch(ctx, reqsT)
+	results, err := p.Store.TransitionBatch(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]domain.Instance, len(rows))
 	for i, r := range results {
-		if err == nil && r.Err != nil {
-			err = r.Err
+		if r.Err != nil {
+			return nil, r.Err
 		}
 		out[i] = r.Instance
-	}
-	if err != nil {
-		p.abandon(ctx, rows, machines, err)
-		return nil, fmt.Errorf("record created instances: %w", err)
 	}
 	return out, nil
 }
@@ -129,10 +166,11 @@ func withVersion(in domain.Instance) domain.Instance {
 	return in
 }
 
-// abandon terminates every machine of a failed fleet and closes its rows
-// (which never got a cloud id). Machines whose terminate call fails carry
-// the launch tag; the reaper finds them.
-func (p *Provisioner) abandon(ctx context.Context, rows []domain.Instance, machines []domain.CloudInstance, cause error) {
+// abandon terminates every machine of a failed fleet and closes its rows:
+// a row that never got a cloud id is closed at once, one that did is left
+// terminating for the terminator to confirm. Machines whose terminate call
+// fails carry the launch tag; the reaper finds them.
+func (p *Provisioner) abandon(ctx context.Context, rows []domain.Instance, machines []domain.CloudInstance, cause error, led *ledger) {
 	var ids []string
 	for _, m := range machines {
 		ids = append(ids, m.ID)
@@ -142,16 +180,21 @@ func (p *Provisioner) abandon(ctx context.Context, rows []domain.Instance, machi
 			p.Log.Warn("terminate failed fleet", "count", len(batch), "err", err)
 		}
 	}
+	now := p.Clock.Now()
 	for _, r := range rows {
+		led.release(r.ID)
 		cur, err := p.Store.GetInstance(ctx, r.ID)
-		if err != nil || cur.CloudID != "" {
+		if err != nil || cur.State == domain.StateTerminating || cur.State == domain.StateTerminated {
 			continue
 		}
 		closed, err := p.Store.Transition(ctx, cur.ID, domain.GuardOf(cur), func(x *domain.Instance) {
 			x.State, x.Reason = domain.StateTerminating, cause.Error()
+			x.Deadline = p.opts.Deadlines.Until(domain.StateTerminating, now)
 		})
-		if err == nil {
-			_, err = p.Store.Transition(ctx, closed.ID, domain.GuardOf(closed), func(x *domain.Instance) { x.State = domain.StateTerminated })
+		if err == nil && closed.CloudID == "" {
+			_, err = p.Store.Transition(ctx, closed.ID, domain.GuardOf(closed), func(x *domain.Instance) {
+				x.State, x.Deadline = domain.StateTerminated, time.Time{}
+			})
 		}
 		if err != nil {
 			p.Log.Warn("close row of failed fleet", "instance", r.ID, "err", err)
@@ -159,20 +202,20 @@ func (p *Provisioner) abandon(ctx context.Context, rows []domain.Instance, machi
 	}
 }
 
-// validate waits for a new instance to register for its job; on failure the
-// instance is terminated and the job goes back to the queue.
+// validate waits for a new instance to register for its job; on failure
+// the instance is terminated and the job unbound, to be requeued.
 func (p *Provisioner) validate(ctx context.Context, rq *request, in domain.Instance, led *ledger) {
-	err := p.assignAndWait(ctx, rq, in, domain.ViaCold, p.opts.CreationTimeout)
-	led.drop(&led.created, in.ID)
+	err := p.assignAndWait(ctx, rq, in, domain.ViaCold, p.opts.CreationTimeout, led.quit)
 	if err == nil {
 		rq.outcome, rq.inst = domain.ViaCold, in
+		led.release(in.ID)
 		return
 	}
 	rq.err = err
 	p.terminate(ctx, []domain.Instance{in}, err.Error())
-	if rq.job.Status == domain.JobAssigned {
-		p.unassign(ctx, rq, err.Error())
-	}
+	p.unassign(ctx, rq, in.ID, err.Error())
+	p.dropRunner(ctx, rq)
+	led.release(in.ID)
 	if !errors.Is(err, errNotRegistered) {
 		p.Log.Warn("new instance not handed to its job", "instance", in.ID, "job", rq.job.ID, "err", err)
 	}

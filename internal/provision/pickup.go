@@ -151,12 +151,12 @@ func (p *pickup) next(ctx context.Context, s *search) (*domain.ResourcePoolEntry
 	}
 }
 
-// giveBack returns an unused entry to the queue (a claim that was rolled
-// back), visible at once.
-func (p *pickup) giveBack(ctx context.Context, e domain.ResourcePoolEntry) error {
+// requeue puts an entry back with the requeue delay, for an instance that
+// may still be idle although this search could not use it.
+func (p *pickup) requeue(ctx context.Context, e domain.ResourcePoolEntry) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return err
 	}
-	return p.queue.Send(ctx, domain.ResourcePoolQueue(p.class), []domain.SendRequest{{Body: b}})
+	return p.queue.Send(ctx, domain.ResourcePoolQueue(p.class), []domain.SendRequest{{Body: b, Delay: p.requeueDelay}})
 }

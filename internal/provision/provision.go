@@ -8,7 +8,19 @@
 //
 // A provision request is one job: GitHub jobs each need one runner. Jobs of
 // the same runner class received together share one fleet request, which is
-// where batching pays.
+// where batching pays; validation is per job, since each new instance
+// registers for its own job.
+//
+// Post-provision, as decided here: a claimed instance that fails a check
+// (stale heartbeat, no registration in time) is terminated and the next
+// candidate tried, as long as the job still waits; one given up for a
+// reason that is not its own (GitHub refused the runner, the store, a
+// cancelled job, a caller that gave up) goes back to ready, with its old
+// expiry, and to its resource pool. A panic anywhere in a class's
+// provisioning dumps what it holds (claimed instances back to the pool,
+// created ones terminated, their jobs unbound and requeued); jobs already
+// served keep their instances. A runner registered for an instance that
+// will not run it is deleted.
 package provision
 
 import (
@@ -30,7 +42,7 @@ import (
 type Options struct {
 	BatchMax   int           // jobs received per cycle; default 100
 	Visibility time.Duration // default 5 min
-	Wait       time.Duration // long poll; default 1 s, negative none
+	Wait       time.Duration // long poll; default 1 s; negative: none, and Run pauses 1 s after an empty receive
 	// Parallelism bounds jobs provisioned at once; default 64.
 	Parallelism int
 	// HeartbeatMaxAge: a reused instance whose last heartbeat is older
@@ -91,7 +103,8 @@ type Registrations interface {
 	Forget(instanceID string)
 }
 
-// Deps are the provisioner's collaborators.
+// Deps are the provisioner's collaborators. Notify may be nil; Log nil
+// logs to slog's default.
 type Deps struct {
 	Store         domain.Store
 	Queue         domain.Queue
@@ -102,6 +115,26 @@ type Deps struct {
 	Scope         func(j domain.Job) domain.Scope
 	Notify        func(cloudID string)
 	Registrations Registrations
+}
+
+func (d Deps) missing() string {
+	switch {
+	case d.Store == nil:
+		return "store"
+	case d.Queue == nil:
+		return "queue"
+	case d.Cloud == nil:
+		return "cloud"
+	case d.GitHub == nil:
+		return "github"
+	case d.Clock == nil:
+		return "clock"
+	case d.Scope == nil:
+		return "scope"
+	case d.Registrations == nil:
+		return "registrations"
+	}
+	return ""
 }
 
 // Provisioner serves the launch queue.
@@ -123,6 +156,9 @@ func New(d Deps, reg prometheus.Registerer, opts Options) (*Provisioner, error) 
 	if opts.ControllerID == "" {
 		return nil, errors.New("provision: a controller id is required to tag machines")
 	}
+	if m := d.missing(); m != "" {
+		return nil, fmt.Errorf("provision: no %s given", m)
+	}
 	opts.defaults()
 	m, err := newMetrics(reg)
 	if err != nil {
@@ -130,6 +166,9 @@ func New(d Deps, reg prometheus.Registerer, opts Options) (*Provisioner, error) 
 	}
 	if d.Notify == nil {
 		d.Notify = func(string) {}
+	}
+	if d.Log == nil {
+		d.Log = slog.Default()
 	}
 	return &Provisioner{Deps: d, opts: opts, metrics: m, pickups: map[string]*pickup{}, fleetCap: map[string]int{}}, nil
 }
@@ -145,6 +184,10 @@ func (p *Provisioner) pickupFor(class string) *pickup {
 	return pm
 }
 
+// idlePoll is how long Run waits after an empty receive when it does not
+// long-poll (Options.Wait negative), so that it never spins.
+const idlePoll = time.Second
+
 // Run serves the launch queue until ctx ends; jobs already received are
 // provisioned to the end.
 func (p *Provisioner) Run(ctx context.Context) error {
@@ -155,14 +198,14 @@ func (p *Provisioner) Run(ctx context.Context) error {
 		if err != nil {
 			if ctx.Err() == nil {
 				p.Log.Warn("launch queue receive failed", "err", err)
-				select {
-				case <-ctx.Done():
-				case <-p.Clock.After(time.Second):
-				}
+				p.sleep(ctx, time.Second)
 			}
 			continue
 		}
 		if len(msgs) == 0 {
+			if p.opts.Wait < 0 {
+				p.sleep(ctx, idlePoll)
+			}
 			continue
 		}
 		wg.Add(1)
@@ -174,19 +217,51 @@ func (p *Provisioner) Run(ctx context.Context) error {
 	return nil
 }
 
+// after returns a channel closed once d has passed on the clock, and a
+// function that removes the timer, so that no waiter leaves timers behind.
+func (p *Provisioner) after(d time.Duration) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	t := p.Clock.AfterFunc(d, func() { close(ch) })
+	return ch, func() { t.Stop() }
+}
+
+func (p *Provisioner) sleep(ctx context.Context, d time.Duration) {
+	ch, stop := p.after(d)
+	defer stop()
+	select {
+	case <-ctx.Done():
+	case <-ch:
+	}
+}
+
 // request is one job being provisioned.
 type request struct {
 	msg  domain.Message
 	job  domain.Job
 	inst domain.Instance // the instance serving it, once found
+	// reg is the runner registered for the instance being tried, until
+	// the job has it for good or it is deleted.
+	reg domain.RunnerRegistration
 	// outcome: "reuse", "cold", or "" (not served: requeue).
 	outcome domain.Via
 	err     error
 }
 
-// Serve provisions one received batch and settles every message.
+// errGone: the job no longer waits for a runner (cancelled, or served
+// elsewhere), so provisioning for it stops.
+var errGone = errors.New("job no longer waits for a runner")
+
+// errStopped: the caller gave up (Serve's context ended).
+var errStopped = errors.New("provisioning stopped")
+
+// Serve provisions one received batch and settles every message. When ctx
+// ends, waits are cut short and whatever was held for unserved jobs is
+// given back; the messages are settled all the same.
 func (p *Provisioner) Serve(ctx context.Context, msgs []domain.Message) {
+	quit := ctx.Done()
+	ctx = context.WithoutCancel(ctx)
 	byClass := map[string][]*request{}
+	seen := map[int64]bool{}
 	var done []string
 	for _, m := range msgs {
 		id, err := jobs.Decode(m.Body)
@@ -200,10 +275,11 @@ func (p *Provisioner) Serve(ctx context.Context, msgs []domain.Message) {
 			p.Log.Warn("launch job unreadable; retried later", "job", id, "err", err)
 			continue
 		}
-		if err != nil || j.Status != domain.JobQueued || j.InstanceID != "" {
-			done = append(done, m.Receipt) // cancelled, served elsewhere, or unknown
+		if err != nil || !waiting(j) || seen[id] {
+			done = append(done, m.Receipt) // cancelled, served elsewhere, unknown, or a duplicate
 			continue
 		}
+		seen[id] = true
 		byClass[j.Runner] = append(byClass[j.Runner], &request{msg: m, job: j})
 	}
 	if err := p.Queue.Delete(ctx, domain.QueueLaunch, done); err != nil {
@@ -214,27 +290,29 @@ func (p *Provisioner) Serve(ctx context.Context, msgs []domain.Message) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.serveClass(ctx, class, reqs)
+			p.serveClass(ctx, quit, class, reqs)
 		}()
 	}
 	wg.Wait()
 }
 
-// serveClass runs selection for every request of one class in parallel,
-// creation for the rest, then settles each request.
-func (p *Provisioner) serveClass(ctx context.Context, class string, reqs []*request) {
-	led := &ledger{}
-	defer func() {
-		if r := recover(); r != nil {
-			p.Log.Error("provisioning panicked; releasing everything it held", "class", class, "panic", fmt.Sprint(r))
-			p.dump(ctx, led)
-			for _, rq := range reqs {
-				rq.outcome, rq.err = "", fmt.Errorf("provisioning failed: %v", r)
-			}
-		}
-		p.settle(ctx, reqs)
-	}()
+// waiting reports whether j still needs a runner.
+func waiting(j domain.Job) bool { return j.Status == domain.JobQueued && j.InstanceID == "" }
 
+// serveClass provisions one class's requests, dumps what it holds if
+// anything panicked, and settles every request.
+func (p *Provisioner) serveClass(ctx context.Context, quit <-chan struct{}, class string, reqs []*request) {
+	led := newLedger(quit)
+	led.guard(func() { p.provisionClass(ctx, class, reqs, led) })
+	if led.failure() != nil {
+		p.dump(ctx, class, led, reqs)
+	}
+	p.settle(ctx, reqs)
+}
+
+// provisionClass runs selection for every request in parallel, then
+// creation for the rest.
+func (p *Provisioner) provisionClass(ctx context.Context, class string, reqs []*request, led *ledger) {
 	sem := make(chan struct{}, p.opts.Parallelism)
 	var wg sync.WaitGroup
 	for _, rq := range reqs {
@@ -242,11 +320,13 @@ func (p *Provisioner) serveClass(ctx context.Context, class string, reqs []*requ
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			p.selectFor(ctx, class, rq, led)
+			led.guard(func() { p.selectFor(ctx, class, rq, led) })
 		}()
 	}
 	wg.Wait()
-
+	if led.failure() != nil || led.stopped() {
+		return
+	}
 	var rest []*request
 	for _, rq := range reqs {
 		if rq.outcome == "" && rq.err == nil {
@@ -267,10 +347,16 @@ func (p *Provisioner) settle(ctx context.Context, reqs []*request) {
 			p.metrics.jobs.WithLabelValues(string(rq.outcome)).Inc()
 			continue
 		}
-		p.metrics.jobs.WithLabelValues("requeued").Inc()
-		if err := p.requeue(ctx, rq); err != nil {
+		requeued, err := p.requeue(ctx, rq)
+		if err != nil {
 			p.Log.Warn("requeue launch job", "job", rq.job.ID, "err", err)
 			done = done[:len(done)-1] // keep its message: it comes back after the visibility timeout
+			continue
+		}
+		if requeued {
+			p.metrics.jobs.WithLabelValues("requeued").Inc()
+		} else {
+			p.metrics.jobs.WithLabelValues("dropped").Inc()
 		}
 	}
 	if err := p.Queue.Delete(ctx, domain.QueueLaunch, done); err != nil {
@@ -278,11 +364,18 @@ func (p *Provisioner) settle(ctx context.Context, reqs []*request) {
 	}
 }
 
-// requeue sends an unserved job back with a growing delay.
-func (p *Provisioner) requeue(ctx context.Context, rq *request) error {
+// requeue sends an unserved job back with a growing delay; it reports
+// false for a job that no longer waits.
+func (p *Provisioner) requeue(ctx context.Context, rq *request) (bool, error) {
 	j, err := p.Store.GetJob(ctx, rq.job.ID)
-	if err != nil || j.Status != domain.JobQueued || j.InstanceID != "" {
-		return nil // it moved on: nothing to requeue
+	if errors.Is(err, domain.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !waiting(j) {
+		return false, nil // it moved on: nothing to requeue
 	}
 	j, err = p.Store.TransitionJob(ctx, j.ID, domain.JobGuardOf(j), func(x *domain.Job) {
 		x.Attempts++
@@ -291,46 +384,9 @@ func (p *Provisioner) requeue(ctx context.Context, rq *request) error {
 		}
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	delay := min(time.Duration(1<<min(j.Attempts, 6))*time.Second, time.Minute)
 	p.Log.Warn("launch job not served; retrying", "job", j.ID, "attempt", j.Attempts, "in", delay, "reason", j.Reason)
-	return p.Queue.Send(ctx, domain.QueueLaunch, []domain.SendRequest{jobs.SendRequest(j, delay)})
-}
-
-// ledger records what a class's provisioning holds, for the dump.
-type ledger struct {
-	mu      sync.Mutex
-	claimed []domain.Instance // selected, not yet handed to a job
-	created []domain.Instance // created, not yet validated
-}
-
-func (l *ledger) add(list *[]domain.Instance, in domain.Instance) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	*list = append(*list, in)
-}
-
-func (l *ledger) drop(list *[]domain.Instance, id string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i, in := range *list {
-		if in.ID == id {
-			*list = append((*list)[:i], (*list)[i+1:]...)
-			return
-		}
-	}
-}
-
-// dump is seed 001's safety net: on an unexpected error, every selected
-// instance is released and every created one terminated.
-func (p *Provisioner) dump(ctx context.Context, l *ledger) {
-	l.mu.Lock()
-	claimed, created := l.claimed, l.created
-	l.claimed, l.created = nil, nil
-	l.mu.Unlock()
-	for _, in := range claimed {
-		p.giveBack(ctx, in)
-	}
-	p.terminate(ctx, created, "provisioning failed")
+	return true, p.Queue.Send(ctx, domain.QueueLaunch, []domain.SendRequest{jobs.SendRequest(j, delay)})
 }

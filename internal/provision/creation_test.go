@@ -1,0 +1,244 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+func TestCreationMakesOneFleetForTheRestOfAClass(t *testing.T) {
+	var rc *recordingCloud
+	f := newFixture(t, withRecordingCloud(&rc))
+	var pendingAtCall []domain.Instance
+	rc.onCreate = func(spec domain.LaunchSpec) {
+		for _, in := range f.instances(domain.InstanceFilter{Runner: "small"}) {
+			if in.LaunchID == spec.ClientToken {
+				pendingAtCall = append(pendingAtCall, in)
+			}
+		}
+	}
+	var mu sync.Mutex
+	atNotify := map[string]domain.Instance{}
+	f.setAgent(func(f *fixture, cloudID string) {
+		in := f.instances(domain.InstanceFilter{CloudID: cloudID})[0]
+		mu.Lock()
+		atNotify[cloudID] = in
+		mu.Unlock()
+		registerAtOnce(f, cloudID)
+	})
+	f.queueJobs(small, 100, 3)
+
+	f.serve()
+
+	if got := rc.fleets(); !slices.Equal(got, []int{3}) {
+		t.Fatalf("fleet requests %v, want one for 3", got)
+	}
+	// Rows first, bound to their jobs, so a crash leaves nothing unrecorded.
+	if len(pendingAtCall) != 3 {
+		t.Fatalf("%d rows recorded before the fleet call, want 3", len(pendingAtCall))
+	}
+	wantPendingRowsPerJob(t, pendingAtCall)
+	for id := int64(100); id < 103; id++ {
+		j := f.job(id)
+		if j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
+			t.Fatalf("job %d: %s via %q (%s)", id, j.Status, j.Via, j.Reason)
+		}
+		in := f.wantState(j.InstanceID, domain.StateRunning)
+		before := atNotify[in.CloudID]
+		if before.State != domain.StateBooting || before.ID != in.ID || before.Job != j.Key() ||
+			!before.Deadline.Equal(t0.Add(10*time.Minute)) {
+			t.Fatalf("instance when its agent was woken: %+v", before)
+		}
+		m, ok := f.cloud.Get(in.CloudID)
+		if !ok || m.State != domain.CloudRunning || m.Tags[domain.TagLaunch] != in.LaunchID ||
+			m.Tags[domain.TagController] != "ctl-test" || m.Tags[domain.TagRunner] != "small" {
+			t.Fatalf("machine %+v", m)
+		}
+	}
+	if counter(t, f.p.metrics.jobs, "cold") != 3 || counter(t, f.p.metrics.fleets, "fulfilled") != 1 ||
+		counter(t, f.p.metrics.exhausted, "global") != 3 {
+		t.Fatal("metrics do not show three exhausted searches, one fleet and three cold starts")
+	}
+}
+
+func wantPendingRowsPerJob(t *testing.T, rows []domain.Instance) {
+	t.Helper()
+	jobsBound := map[string]bool{}
+	for _, in := range rows {
+		if in.State != domain.StatePending || in.CloudID != "" || in.Runner != "small" || in.Role != domain.RoleOnDemand {
+			t.Fatalf("row at the call: %+v", in)
+		}
+		jobsBound[in.Job] = true
+	}
+	if len(jobsBound) != len(rows) {
+		t.Fatalf("rows bound to jobs %v", jobsBound)
+	}
+}
+
+func TestCreationSplitsFleetsByClassAndBatchSize(t *testing.T) {
+	var rc *recordingCloud
+	f := newFixture(t, withRecordingCloud(&rc), withOptions(func(o *Options) { o.CreateBatch = 2 }))
+	large := domain.RunnerSpec{Name: "large", Image: "ubuntu-24.04", CPU: domain.Range{Min: 16}, RAM: domain.Range{Min: 64}}
+	f.queueJobs(small, 100, 3)
+	f.queueJobs(large, 200, 1)
+
+	f.serve()
+
+	got := rc.fleets()
+	slices.Sort(got)
+	if !slices.Equal(got, []int{1, 1, 2}) {
+		t.Fatalf("fleet requests %v, want small 2+1 and large 1", got)
+	}
+	for _, id := range []int64{100, 101, 102, 200} {
+		if j := f.job(id); j.Via != domain.ViaCold || j.Status != domain.JobAssigned {
+			t.Fatalf("job %d: %s via %q", id, j.Status, j.Via)
+		}
+	}
+}
+
+func TestCreatedInstancesThatNeverRegisterAreTerminated(t *testing.T) {
+	f := newFixture(t)
+	f.setAgent(silent)
+	f.queueJobs(small, 100, 2)
+	done := f.serveAsync(f.p, f.receive())
+	f.clk.BlockUntil(4)
+	f.clk.Advance(5*time.Minute - time.Second)
+	f.clk.BlockUntil(4)
+	if j := f.job(100); j.Status != domain.JobAssigned {
+		t.Fatalf("job gave up before the creation timeout: %s", j.Status)
+	}
+	f.clk.Advance(time.Second)
+	<-done
+
+	for id := int64(100); id < 102; id++ {
+		j := f.job(id)
+		if j.Status != domain.JobQueued || j.InstanceID != "" || j.Attempts != 1 || !strings.Contains(j.Reason, "did not register") {
+			t.Fatalf("job %d: %s on %q, attempts %d: %s", id, j.Status, j.InstanceID, j.Attempts, j.Reason)
+		}
+	}
+	for _, in := range f.instances(domain.InstanceFilter{Runner: "small"}) {
+		if in.State != domain.StateTerminating {
+			t.Fatalf("instance %s is %s", in.ID, in.State)
+		}
+	}
+	if st := f.stats(domain.QueueLaunch); st.Delayed != 2 || st.InFlight != 0 {
+		t.Fatalf("launch queue %+v: both jobs go back with a delay", st)
+	}
+	if runners, _ := f.gh.ListRunners(f.ctx, domain.Scope{Owner: "acme", Repo: "app"}); len(runners) != 0 {
+		t.Fatalf("runner registrations left behind: %+v", runners)
+	}
+}
+
+func TestPartiallyFulfilledFleetIsTerminatedWhole(t *testing.T) {
+	var rc *recordingCloud
+	f := newFixture(t, withRecordingCloud(&rc))
+	f.cloud.SetCapacity(2)
+	f.queueJobs(small, 100, 5)
+
+	f.serve()
+
+	if got := rc.fleets(); !slices.Equal(got, []int{5}) {
+		t.Fatalf("fleet requests %v", got)
+	}
+	for _, m := range f.cloud.Instances() {
+		if m.State != domain.CloudTerminated && m.State != domain.CloudShuttingDown {
+			t.Fatalf("machine %s left %s", m.ID, m.State)
+		}
+	}
+	if n := len(f.cloud.Instances()); n != 2 {
+		t.Fatalf("%d machines launched, want the 2 that fitted", n)
+	}
+	rows := f.instances(domain.InstanceFilter{Runner: "small"})
+	if len(rows) != 5 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	for _, in := range rows {
+		if in.State != domain.StateTerminated {
+			t.Fatalf("row %s left %s", in.ID, in.State)
+		}
+	}
+	for id := int64(100); id < 105; id++ {
+		j := f.job(id)
+		if j.Status != domain.JobQueued || j.Attempts != 1 || !strings.Contains(j.Reason, "insufficient capacity") {
+			t.Fatalf("job %d: %s attempts %d: %s", id, j.Status, j.Attempts, j.Reason)
+		}
+	}
+	if st := f.stats(domain.QueueLaunch); st.Delayed != 5 {
+		t.Fatalf("launch queue %+v", st)
+	}
+	if counter(t, f.p.metrics.fleets, "failed") != 1 || counter(t, f.p.metrics.jobs, "requeued") != 5 {
+		t.Fatal("metrics do not show one failed fleet and five requeued jobs")
+	}
+
+	// The next fleet of the class asks for no more than came last time.
+	f.cloud.SetCapacity(0)
+	f.clk.Advance(2 * time.Second) // the first retry's backoff
+	f.serve()
+	if got := rc.fleets(); len(got) < 2 || got[1] > 2 {
+		t.Fatalf("fleet requests %v: the second asked for more than the 2 that came", got)
+	}
+	for id := int64(100); id < 105; id++ {
+		if j := f.job(id); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
+			t.Fatalf("job %d: %s via %q", id, j.Status, j.Via)
+		}
+	}
+}
+
+func TestAFleetRefusedForOtherReasonsDoesNotShrinkTheNext(t *testing.T) {
+	var rc *recordingCloud
+	f := newFixture(t, withRecordingCloud(&rc))
+	f.cloud.FailNext(sim.OpCreateFleet, 1, domain.ErrThrottled)
+	f.queueJobs(small, 100, 3)
+	f.serve()
+	f.clk.Advance(2 * time.Second)
+	f.serve()
+	if got := rc.fleets(); !slices.Equal(got, []int{3, 3}) {
+		t.Fatalf("fleet requests %v, want 3 then 3", got)
+	}
+	for _, in := range f.instances(domain.InstanceFilter{Runner: "small", States: []domain.State{domain.StatePending}}) {
+		t.Fatalf("row %s of the refused fleet left pending", in.ID)
+	}
+}
+
+// halfRecorded fails every transition of a batch after the first, as a
+// store might when the fleet call went through but the write did not.
+type halfRecorded struct{ domain.Store }
+
+func (s halfRecorded) TransitionBatch(ctx context.Context, reqs []domain.TransitionRequest) ([]domain.TransitionResult, error) {
+	res, err := s.Store.TransitionBatch(ctx, reqs[:1])
+	if err != nil {
+		return nil, err
+	}
+	for range reqs[1:] {
+		res = append(res, domain.TransitionResult{Err: errors.New("disk full")})
+	}
+	return res, nil
+}
+
+func TestAFleetThatCannotBeRecordedLeavesNoRowBehind(t *testing.T) {
+	f := newFixture(t, func(_ *fixture, d *Deps, _ *Options) { d.Store = halfRecorded{d.Store} })
+	f.queueJobs(small, 100, 2)
+	f.serve()
+	for _, m := range f.cloud.Instances() {
+		if m.State != domain.CloudTerminated {
+			t.Fatalf("machine %s left %s", m.ID, m.State)
+		}
+	}
+	for _, in := range f.instances(domain.InstanceFilter{Runner: "small"}) {
+		if in.State != domain.StateTerminating && in.State != domain.StateTerminated {
+			t.Fatalf("row %s (cloud id %q) left %s for job %q", in.ID, in.CloudID, in.State, in.Job)
+		}
+	}
+	for id := int64(100); id < 102; id++ {
+		if j := f.job(id); j.Status != domain.JobQueued || j.Attempts != 1 {
+			t.Fatalf("job %d: %s attempts %d", id, j.Status, j.Attempts)
+		}
+	}
+}

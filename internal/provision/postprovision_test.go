@@ -1,0 +1,271 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
+)
+
+func (f *fixture) runners() []domain.GitHubRunner {
+	f.t.Helper()
+	rs, err := f.gh.ListRunners(f.ctx, domain.Scope{Owner: "acme", Repo: "app"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return rs
+}
+
+// wantRequeued checks that job id went back to the launch queue unbound,
+// once, with why in its reason.
+func (f *fixture) wantRequeued(id int64, why string) {
+	f.t.Helper()
+	j := f.job(id)
+	if j.Status != domain.JobQueued || j.InstanceID != "" || j.RunnerConfig != "" || j.Via != "" ||
+		j.Attempts != 1 || !strings.Contains(j.Reason, why) {
+		f.t.Fatalf("job %d: %s on %q via %q, attempts %d, reason %q; want requeued for %q",
+			id, j.Status, j.InstanceID, j.Via, j.Attempts, j.Reason, why)
+	}
+}
+
+func TestRollbackWhenGitHubRefusesTheRunner(t *testing.T) {
+	f := newFixture(t)
+	in := f.reusable(small, 1, func(in *domain.Instance) { in.Deadline = t0.Add(3 * time.Minute) })[0]
+	f.gh.FailNext(ghsim.OpRegisterRunner, 1, nil)
+	f.queueJobs(small, 100, 1)
+
+	f.serve()
+
+	back := f.wantState(in.ID, domain.StateReady)
+	if back.Job != "" || !back.Deadline.Equal(in.Deadline) {
+		t.Fatalf("rolled back instance: job %q deadline %s (was %s)", back.Job, back.Deadline, in.Deadline)
+	}
+	if got := f.poolEntries("small"); !slices.Equal(got, []string{in.ID}) {
+		t.Fatalf("resource pool holds %v, want the rolled-back instance", got)
+	}
+	f.wantRequeued(100, "register runner")
+	if st := f.stats(domain.QueueLaunch); st.Delayed != 1 || st.InFlight != 0 || st.Visible != 0 {
+		t.Fatalf("launch queue %+v", st)
+	}
+	if n := f.cloud.Calls()["CreateFleet"]; n != 0 {
+		t.Fatalf("%d fleets for a job GitHub would not take", n)
+	}
+	if counter(t, f.p.metrics.postClaim, "rolled_back") != 1 || counter(t, f.p.metrics.jobs, "requeued") != 1 {
+		t.Fatal("metrics do not show the rollback")
+	}
+
+	// The retry finds the instance again.
+	f.clk.Advance(2 * time.Second)
+	f.serve()
+	f.wantJob(100, domain.JobAssigned, domain.ViaReuse, in.ID)
+}
+
+// cancelOnWake is an agent whose job is cancelled (the completed webhook
+// reaches the agents service) as soon as it is woken with it.
+func cancelOnWake(f *fixture, cloudID string) {
+	ins, err := f.agents.Next(f.ctx, cloudID)
+	if err != nil {
+		f.t.Error(err)
+		return
+	}
+	if err := f.agents.Finish(f.ctx, ins.Assignment.JobID, "cancelled"); err != nil {
+		f.t.Error(err)
+	}
+}
+
+func TestAJobCancelledBeforeItIsServedIsDropped(t *testing.T) {
+	f := newFixture(t)
+	in := f.reusable(small, 1, nil)[0]
+	f.queueJobs(small, 100, 1)
+	if err := f.agents.Finish(f.ctx, 100, "cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	f.serve()
+	if got := f.instance(in.ID); got.Version != 1 {
+		t.Fatalf("instance touched for a cancelled job: %s v%d", got.State, got.Version)
+	}
+	f.wantNothingLeft()
+}
+
+func TestAJobCancelledWhileItsReusedInstanceRegisters(t *testing.T) {
+	f := newFixture(t)
+	ins := f.reusable(small, 2, nil)
+	f.setAgent(cancelOnWake)
+	f.queueJobs(small, 100, 1)
+	f.serve()
+	if j := f.job(100); j.Status != domain.JobCompleted {
+		t.Fatalf("job %s", j.Status)
+	}
+	f.wantState(ins[0].ID, domain.StateTerminating)
+	// The job is gone: no other instance is claimed for it.
+	if got := f.instance(ins[1].ID); got.Version != 1 || got.State != domain.StateReady {
+		t.Fatalf("second instance %s v%d: claimed for a cancelled job", got.State, got.Version)
+	}
+	if got := f.poolEntries("small"); !slices.Equal(got, []string{ins[1].ID}) {
+		t.Fatalf("resource pool %v", got)
+	}
+	f.wantNothingLeft()
+	if counter(t, f.p.metrics.jobs, "dropped") != 1 || counter(t, f.p.metrics.jobs, "requeued") != 0 {
+		t.Fatal("a cancelled job must count as dropped, not requeued")
+	}
+}
+
+func TestAJobCancelledWhileItsNewInstanceBoots(t *testing.T) {
+	f := newFixture(t)
+	f.setAgent(cancelOnWake)
+	f.queueJobs(small, 100, 1)
+	f.serve()
+	if j := f.job(100); j.Status != domain.JobCompleted {
+		t.Fatalf("job %s", j.Status)
+	}
+	for _, in := range f.instances(domain.InstanceFilter{Runner: "small"}) {
+		if in.State != domain.StateTerminating {
+			t.Fatalf("instance %s is %s", in.ID, in.State)
+		}
+	}
+	f.wantNothingLeft()
+}
+
+func TestAJobCancelledBetweenSelectionAndCreationGetsNoMachine(t *testing.T) {
+	var once sync.Once
+	f := newFixture(t, func(f *fixture, d *Deps, _ *Options) {
+		d.Queue = onEmptyReceive{Queue: d.Queue, queue: domain.ResourcePoolQueue("small"), hook: func() {
+			once.Do(func() {
+				if err := f.agents.Finish(f.ctx, 100, "cancelled"); err != nil {
+					f.t.Error(err)
+				}
+			})
+		}}
+	})
+	f.queueJobs(small, 100, 1)
+	f.serve()
+	if n := f.cloud.Calls()["CreateFleet"]; n != 0 {
+		t.Fatalf("%d fleets for a cancelled job", n)
+	}
+	f.wantNothingLeft()
+}
+
+// wantNothingLeft checks that the launch queue is empty and no runner
+// registration was left behind.
+func (f *fixture) wantNothingLeft() {
+	f.t.Helper()
+	if st := f.stats(domain.QueueLaunch); st != (domain.QueueStats{}) {
+		f.t.Fatalf("launch queue %+v", st)
+	}
+	if rs := f.runners(); len(rs) != 0 {
+		f.t.Fatalf("runner registrations left: %+v", rs)
+	}
+}
+
+// onEmptyReceive calls hook whenever a receive from queue comes back empty.
+type onEmptyReceive struct {
+	domain.Queue
+	queue string
+	hook  func()
+}
+
+func (q onEmptyReceive) Receive(ctx context.Context, name string, max int, vis, wait time.Duration) ([]domain.Message, error) {
+	msgs, err := q.Queue.Receive(ctx, name, max, vis, wait)
+	if err == nil && len(msgs) == 0 && name == q.queue {
+		q.hook()
+	}
+	return msgs, err
+}
+
+func TestCancellingServeLeavesNothingHalfClaimed(t *testing.T) {
+	f := newFixture(t)
+	in := f.reusable(small, 1, nil)[0]
+	f.setAgent(silent)
+	f.queueJobs(small, 100, 1)
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	msgs := f.receive()
+	go func() {
+		defer close(done)
+		f.p.Serve(ctx, msgs)
+	}()
+	f.clk.BlockUntil(2)
+	cancel()
+	<-done
+
+	f.wantState(in.ID, domain.StateReady)
+	if got := f.poolEntries("small"); !slices.Equal(got, []string{in.ID}) {
+		t.Fatalf("resource pool %v", got)
+	}
+	f.wantRequeued(100, "stopped")
+	if rs := f.runners(); len(rs) != 0 {
+		t.Fatalf("runner registrations left: %+v", rs)
+	}
+	if n := f.cloud.Calls()["CreateFleet"]; n != 0 {
+		t.Fatalf("%d fleets after the caller gave up", n)
+	}
+}
+
+var errBoom = errors.New("boom")
+
+func TestDumpOnPanic(t *testing.T) {
+	t.Run("a claimed instance is released", func(t *testing.T) {
+		f := newFixture(t)
+		in := f.reusable(small, 1, nil)[0]
+		f.setAgent(func(*fixture, string) { panic(errBoom) })
+		f.queueJobs(small, 100, 1)
+		f.serve()
+		f.wantState(in.ID, domain.StateReady)
+		if got := f.poolEntries("small"); !slices.Equal(got, []string{in.ID}) {
+			t.Fatalf("resource pool %v", got)
+		}
+		f.wantRequeued(100, "boom")
+		if rs := f.runners(); len(rs) != 0 {
+			t.Fatalf("runner registrations left: %+v", rs)
+		}
+		if n := f.cloud.Calls()["CreateFleet"]; n != 0 {
+			t.Fatalf("%d fleets created after the panic", n)
+		}
+	})
+	t.Run("a created instance is terminated, a served job kept", func(t *testing.T) {
+		f := newFixture(t)
+		reused := f.reusable(small, 1, nil)[0]
+		f.setAgent(func(f *fixture, cloudID string) {
+			if cloudID != reused.CloudID {
+				panic(errBoom)
+			}
+			registerAtOnce(f, cloudID)
+		})
+		f.queueJobs(small, 100, 2)
+		f.serve()
+		served, dumped := f.job(100), int64(101)
+		if served.Via != domain.ViaReuse {
+			served, dumped = f.job(101), 100
+		}
+		f.wantJob(served.ID, domain.JobAssigned, domain.ViaReuse, reused.ID)
+		f.wantState(reused.ID, domain.StateRunning)
+		f.wantRequeued(dumped, "boom")
+		created := f.instances(domain.InstanceFilter{Runner: "small", States: []domain.State{domain.StateTerminating}})
+		if len(created) != 1 || created[0].ID == reused.ID {
+			t.Fatalf("terminating %+v, want the new instance", created)
+		}
+		if counter(t, f.p.metrics.jobs, "reuse") != 1 || counter(t, f.p.metrics.jobs, "requeued") != 1 {
+			t.Fatal("metrics do not show one reuse and one requeue")
+		}
+	})
+	t.Run("rows of a fleet call that panicked are closed", func(t *testing.T) {
+		var rc *recordingCloud
+		f := newFixture(t, withRecordingCloud(&rc))
+		rc.onCreate = func(domain.LaunchSpec) { panic("cloud client bug") }
+		f.queueJobs(small, 100, 2)
+		f.serve()
+		for _, in := range f.instances(domain.InstanceFilter{Runner: "small"}) {
+			if in.State != domain.StateTerminating {
+				t.Fatalf("row %s left %s", in.ID, in.State)
+			}
+		}
+		f.wantRequeued(100, "cloud client bug")
+		f.wantRequeued(101, "cloud client bug")
+	})
+}

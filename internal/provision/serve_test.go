@@ -1,0 +1,246 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
+)
+
+func TestSettleDeletesServedMessagesAndRequeuesTheOthers(t *testing.T) {
+	f := newFixture(t)
+	in := f.reusable(small, 1, nil)[0]
+	noImage := domain.RunnerSpec{Name: "odd", CPU: domain.Range{Min: 2}}
+	f.queueJobs(small, 100, 1)
+	f.queueJobs(noImage, 101, 1)
+	f.queueJobs(small, 102, 1)
+	if err := f.agents.Finish(f.ctx, 102, "cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	extra := []domain.SendRequest{{Body: []byte("junk")}, {Body: jobs.Encode(999)}, {Body: jobs.Encode(100)}}
+	if err := f.queue.Send(f.ctx, domain.QueueLaunch, extra); err != nil {
+		t.Fatal(err)
+	}
+
+	f.serve()
+
+	f.wantJob(100, domain.JobAssigned, domain.ViaReuse, in.ID)
+	f.wantRequeued(101, "resolve image")
+	if st := f.stats(domain.QueueLaunch); st.Visible != 0 || st.InFlight != 0 || st.Delayed != 1 {
+		t.Fatalf("launch queue %+v: only the unserved job may come back", st)
+	}
+	if counter(t, f.p.metrics.jobs, "reuse") != 1 || counter(t, f.p.metrics.jobs, "requeued") != 1 {
+		t.Fatal("metrics do not show one reuse and one requeue")
+	}
+	if n := f.cloud.Calls()["CreateFleet"]; n != 0 {
+		t.Fatalf("%d fleets: a duplicate message must not provision its job twice", n)
+	}
+
+	// Each retry waits twice as long: 2 s after the first attempt, 4 s
+	// after the second.
+	f.clk.Advance(2 * time.Second)
+	f.serve()
+	if j := f.job(101); j.Attempts != 2 {
+		t.Fatalf("attempts %d", j.Attempts)
+	}
+	f.clk.Advance(4*time.Second - time.Millisecond)
+	if st := f.stats(domain.QueueLaunch); st.Visible != 0 || st.Delayed != 1 {
+		t.Fatalf("retry visible before its backoff: %+v", st)
+	}
+	f.clk.Advance(time.Millisecond)
+	if st := f.stats(domain.QueueLaunch); st.Visible != 1 {
+		t.Fatalf("retry not visible after its backoff: %+v", st)
+	}
+}
+
+func TestRequeueBackoffIsCappedAtAMinute(t *testing.T) {
+	f := newFixture(t)
+	j := f.queueJobs(small, 100, 1)[0]
+	f.receive()
+	j, err := f.store.TransitionJob(f.ctx, j.ID, domain.JobGuardOf(j), func(x *domain.Job) { x.Attempts = 9 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := f.p.requeue(f.ctx, &request{job: j}); !ok || err != nil {
+		t.Fatalf("requeue = %v, %v", ok, err)
+	}
+	f.clk.Advance(time.Minute - time.Millisecond)
+	if st := f.stats(domain.QueueLaunch); st.Delayed != 1 {
+		t.Fatalf("launch queue %+v", st)
+	}
+	f.clk.Advance(time.Millisecond)
+	if st := f.stats(domain.QueueLaunch); st.Visible != 1 {
+		t.Fatalf("launch queue %+v", st)
+	}
+}
+
+// failingSends refuses every send to one queue.
+type failingSends struct {
+	domain.Queue
+	queue string
+}
+
+func (q failingSends) Send(ctx context.Context, name string, msgs []domain.SendRequest) error {
+	if name == q.queue {
+		return errors.New("queue unavailable")
+	}
+	return q.Queue.Send(ctx, name, msgs)
+}
+
+func TestAJobThatCannotBeRequeuedKeepsItsMessage(t *testing.T) {
+	f := newFixture(t, func(_ *fixture, d *Deps, _ *Options) {
+		d.Queue = failingSends{Queue: d.Queue, queue: domain.QueueLaunch}
+	})
+	f.queueJobs(domain.RunnerSpec{Name: "odd"}, 100, 1) // no image: never served
+	f.serve()
+	if st := f.stats(domain.QueueLaunch); st.InFlight != 1 {
+		t.Fatalf("launch queue %+v: the message must stay in flight", st)
+	}
+	f.clk.Advance(5 * time.Minute)
+	if st := f.stats(domain.QueueLaunch); st.Visible != 1 {
+		t.Fatalf("launch queue %+v: the message must come back after its visibility", st)
+	}
+}
+
+func TestLocalExhaustionSendsTheJobToCreation(t *testing.T) {
+	f := newFixture(t, func(_ *fixture, d *Deps, _ *Options) { d.Queue = undelayed{d.Queue} })
+	spot := domain.RunnerSpec{Name: "small", CPU: domain.Range{Min: 2}, Spot: "lowest-price", Family: []string{"c7a"}}
+	misses := f.reusable(spot, 2, nil)
+	f.queueJobs(small, 100, 1)
+	f.serve()
+	if j := f.job(100); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
+		t.Fatalf("job %s via %q", j.Status, j.Via)
+	}
+	if counter(t, f.p.metrics.exhausted, "local") != 1 {
+		t.Fatal("local exhaustion not counted")
+	}
+	got := f.poolEntries("small")
+	slices.Sort(got)
+	if want := []string{misses[0].ID, misses[1].ID}; !slices.Equal(got, want) {
+		t.Fatalf("resource pool %v, want the misses %v back", got, want)
+	}
+}
+
+// flakyTransition fails the first transition of one instance with an
+// error that is neither a conflict nor not-found.
+type flakyTransition struct {
+	domain.Store
+	id   string
+	once *sync.Once
+}
+
+func (s flakyTransition) Transition(ctx context.Context, id string, g domain.Guard, fn func(*domain.Instance)) (domain.Instance, error) {
+	failed := false
+	if id == s.id {
+		s.once.Do(func() { failed = true })
+	}
+	if failed {
+		return domain.Instance{}, errors.New("database is locked")
+	}
+	return s.Store.Transition(ctx, id, g, fn)
+}
+
+func TestAClaimThatErrsPutsTheEntryBack(t *testing.T) {
+	var flaky *flakyTransition
+	f := newFixture(t, func(_ *fixture, d *Deps, _ *Options) {
+		flaky = &flakyTransition{Store: d.Store, once: &sync.Once{}}
+		d.Store = flaky
+	})
+	in := f.reusable(small, 1, nil)[0]
+	flaky.id = in.ID
+	f.queueJobs(small, 100, 1)
+	f.serve()
+	f.wantState(in.ID, domain.StateReady)
+	if st := f.stats(domain.ResourcePoolQueue("small")); st.Delayed != 1 {
+		t.Fatalf("resource pool %+v: the entry must come back", st)
+	}
+	if j := f.job(100); j.Via != domain.ViaCold {
+		t.Fatalf("job via %q", j.Via)
+	}
+}
+
+func TestRunServesUntilCancelledAndFinishesWhatItReceived(t *testing.T) {
+	f := newFixture(t, withOptions(func(o *Options) { o.Wait = 0 })) // the default long poll
+	in := f.reusable(small, 1, nil)[0]
+	notified := make(chan struct{})
+	f.setAgent(func(f *fixture, cloudID string) {
+		close(notified)
+		registerAtOnce(f, cloudID)
+	})
+	f.queueJobs(small, 100, 1)
+	ctx, cancel := context.WithCancel(f.ctx)
+	stopped := make(chan error)
+	go func() { stopped <- f.p.Run(ctx) }()
+	<-notified
+	cancel()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	f.wantJob(100, domain.JobAssigned, domain.ViaReuse, in.ID)
+	if st := f.stats(domain.QueueLaunch); st != (domain.QueueStats{}) {
+		t.Fatalf("launch queue %+v", st)
+	}
+}
+
+// countingReceives counts receives from one queue.
+type countingReceives struct {
+	domain.Queue
+	queue string
+	n     *atomic.Int64
+}
+
+func (q countingReceives) Receive(ctx context.Context, name string, max int, vis, wait time.Duration) ([]domain.Message, error) {
+	if name == q.queue {
+		q.n.Add(1)
+	}
+	return q.Queue.Receive(ctx, name, max, vis, wait)
+}
+
+func TestRunWithoutLongPollWaitsBetweenEmptyReceives(t *testing.T) {
+	var n atomic.Int64
+	f := newFixture(t, func(_ *fixture, d *Deps, _ *Options) {
+		d.Queue = countingReceives{Queue: d.Queue, queue: domain.QueueLaunch, n: &n}
+	})
+	ctx, cancel := context.WithCancel(f.ctx)
+	stopped := make(chan error)
+	go func() { stopped <- f.p.Run(ctx) }()
+	f.clk.BlockUntil(1)
+	if got := n.Load(); got != 1 {
+		t.Fatalf("%d receives before the clock moved", got)
+	}
+	f.clk.Advance(time.Second)
+	f.clk.BlockUntil(1)
+	if got := n.Load(); got != 2 {
+		t.Fatalf("%d receives after one idle poll", got)
+	}
+	cancel()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewChecksItsDependencies(t *testing.T) {
+	f := newFixture(t)
+	if _, err := New(f.deps, nil, Options{}); err == nil || !strings.Contains(err.Error(), "controller id") {
+		t.Fatalf("no controller id: %v", err)
+	}
+	d := f.deps
+	d.Registrations = nil
+	if _, err := New(d, nil, Options{ControllerID: "c"}); err == nil || !strings.Contains(err.Error(), "registrations") {
+		t.Fatalf("no registrations: %v", err)
+	}
+	reg := prometheus.NewRegistry()
+	f.newProvisioner(reg, Options{ControllerID: "c"})
+	if _, err := New(f.deps, reg, Options{ControllerID: "c"}); err == nil {
+		t.Fatal("metrics registered twice without an error")
+	}
+}
