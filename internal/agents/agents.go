@@ -267,6 +267,20 @@ func (s *Service) registered(ctx context.Context, in domain.Instance, sig domain
 }
 
 func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain.Signal) error {
+	if in.Job != "" && sig.Job != in.Job && servesJob(in.State) {
+		// GitHub gave this instance's runner another job with the same
+		// labels: follow GitHub.
+		id, err := domain.ParseJobKey(sig.Job)
+		if err != nil {
+			return reject(sig.Kind, "%v", err)
+		}
+		if err := jobs.Rebind(ctx, s.store, id, in.ID); err != nil {
+			return err
+		}
+		if in, err = s.store.GetInstance(ctx, in.ID); err != nil {
+			return err
+		}
+	}
 	if in.Job == "" || sig.Job != in.Job {
 		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
 	}
@@ -288,6 +302,19 @@ func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain
 // bound to this instance: a stale report from an instance that failed must
 // not complete a job another instance now serves, nor release that one.
 func (s *Service) jobFinished(ctx context.Context, in domain.Instance, sig domain.Signal) error {
+	if in.Job != "" && sig.Job != in.Job && servesJob(in.State) {
+		// The runner ran another job than the one assigned (see Rebind).
+		id, err := domain.ParseJobKey(sig.Job)
+		if err != nil {
+			return reject(sig.Kind, "%v", err)
+		}
+		if err := jobs.Rebind(ctx, s.store, id, in.ID); err != nil {
+			return err
+		}
+		if in, err = s.store.GetInstance(ctx, in.ID); err != nil {
+			return err
+		}
+	}
 	if in.Job == "" || sig.Job != in.Job {
 		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
 	}

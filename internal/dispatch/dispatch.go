@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -355,6 +357,19 @@ func (d *Dispatcher) register(ctx context.Context, items []*item) {
 // RunnerName names the just-in-time runner of one job on one instance.
 func RunnerName(instanceID string, jobID int64) string {
 	return fmt.Sprintf("%s-%d", instanceID, jobID)
+}
+
+// InstanceOfRunner returns the instance id in a name RunnerName made, so a
+// webhook naming the runner that took a job says which instance runs it.
+func InstanceOfRunner(name string) (string, bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= 0 || i == len(name)-1 {
+		return "", false
+	}
+	if _, err := strconv.ParseInt(name[i+1:], 10, 64); err != nil || !strings.HasPrefix(name, "bp-") {
+		return "", false
+	}
+	return name[:i], true
 }
 
 // assign records each job's instance and runner in one batch; a job that

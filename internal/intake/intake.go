@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bullpen-ci/bullpen/internal/dispatch"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
@@ -330,12 +331,25 @@ func (in *Intake) progress(ctx context.Context, e event) error {
 		if at.IsZero() {
 			at = in.Clock.Now()
 		}
+		// GitHub says which runner took the job; with several jobs of the
+		// same labels it may not be the one bullpen assigned.
+		if inst, ok := dispatch.InstanceOfRunner(w.RunnerName); ok {
+			if err := jobs.Rebind(ctx, in.Store, w.ID, inst); err != nil {
+				return fmt.Errorf("job %d started on %s: %w", w.ID, w.RunnerName, err)
+			}
+		}
 		if err := jobs.MarkRunning(ctx, in.Store, w.ID, at, w.RunnerName); err != nil {
 			return fmt.Errorf("job %d started: %w", w.ID, err)
 		}
 		in.metrics.events.WithLabelValues(e.ev.Action, "recorded").Inc()
 		return in.protect(ctx, w.ID)
 	case webhook.ActionCompleted:
+		// Release the instance whose runner ran the job.
+		if inst, ok := dispatch.InstanceOfRunner(w.RunnerName); ok {
+			if err := jobs.Rebind(ctx, in.Store, w.ID, inst); err != nil {
+				return fmt.Errorf("job %d completed on %s: %w", w.ID, w.RunnerName, err)
+			}
+		}
 		if err := in.Finisher.Finish(ctx, w.ID, w.Conclusion); err != nil {
 			return fmt.Errorf("job %d completed: %w", w.ID, err)
 		}

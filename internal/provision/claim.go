@@ -198,6 +198,12 @@ func (p *Provisioner) registeredFor(ctx context.Context, j domain.Job, id string
 		}
 		return false, nil
 	}
+	if cur.State == domain.StateRunning && cur.Job != "" {
+		// Its runner registered, and GitHub gave it another queued job
+		// with the same labels (jobs.Rebind): this job waits for the
+		// runner that job was assigned, which is as good.
+		return true, nil
+	}
 	now, err := p.Store.GetJob(ctx, j.ID)
 	if err != nil && !errors.Is(err, domain.ErrNotFound) {
 		return false, nil // look again later
