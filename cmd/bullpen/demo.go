@@ -29,7 +29,9 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	start := fs.String("start", "", "virtual start time, RFC 3339 (default: now); schedules are matched at this time")
 	interval := fs.Duration("interval", 30*time.Second, "converger interval")
 	storePath := fs.String("store", "", "SQLite file to keep the state in (default: a temporary file)")
-	verbose := fs.Bool("v", false, "log the converger's decisions to stderr")
+	verbose := fs.Bool("v", false, "log the control plane's decisions to stderr")
+	perMinute := fs.Float64("jobs-per-minute", 6, "mean rate of simulated workflow jobs (0: pools only)")
+	seed := fs.Uint64("seed", 1, "seed of the simulated job stream")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -49,7 +51,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	}
 	o := demo.Options{
 		Config: cfg, Speed: *speed, Duration: *duration, RollAt: *rollAt, Interval: *interval,
-		Latency: demo.DefaultLatency, StorePath: *storePath, Lines: e.stdout,
+		Latency: demo.DefaultLatency, StorePath: *storePath, Lines: e.stdout, JobsPerMinute: *perMinute, Seed: *seed,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if *asJSON {
@@ -68,8 +70,8 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	} else {
 		o.Start = time.Now().UTC().Truncate(time.Second)
 	}
-	if *duration <= 0 || *speed < 0 || *interval <= 0 {
-		fmt.Fprintln(e.stderr, "bullpen demo: --duration and --interval must be positive and --speed not negative")
+	if *duration <= 0 || *speed < 0 || *interval <= 0 || *perMinute < 0 {
+		fmt.Fprintln(e.stderr, "bullpen demo: --duration and --interval must be positive, --speed and --jobs-per-minute not negative")
 		return 2
 	}
 	demo.Header(o.Lines, o)

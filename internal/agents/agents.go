@@ -134,8 +134,8 @@ func (s *Service) Heartbeat(ctx context.Context, cloudID string) error {
 	return s.store.RecordHeartbeat(ctx, in.ID, s.clock.Now())
 }
 
-// Next tells the agent what to do: run its assigned job, release after a
-// job, or wait.
+// Next tells the agent what to do: start the runner registered for it,
+// release after a job, or wait.
 func (s *Service) Next(ctx context.Context, cloudID string) (domain.Instruction, error) {
 	in, err := s.lookup(ctx, cloudID)
 	if err != nil {
@@ -144,34 +144,16 @@ func (s *Service) Next(ctx context.Context, cloudID string) (domain.Instruction,
 	switch {
 	case in.State == domain.StateReleasing:
 		return domain.Instruction{Kind: domain.InstructionRelease}, nil
-	case in.Job != "" && (in.State == domain.StateClaimed || in.State == domain.StateBooting):
-		return s.assignment(ctx, in)
+	case in.RunnerConfig != "" && in.Job != "" && (in.State == domain.StateClaimed || in.State == domain.StateBooting):
+		id, err := domain.ParseJobKey(in.Job)
+		if err != nil {
+			return domain.Instruction{Kind: domain.InstructionWait}, nil
+		}
+		return domain.Instruction{Kind: domain.InstructionRun, Assignment: domain.Assignment{
+			JobID: id, RunnerName: in.RunnerName, JITConfig: in.RunnerConfig,
+		}}, nil
 	}
 	return domain.Instruction{Kind: domain.InstructionWait}, nil
-}
-
-// assignment tells a bound instance to run its job once the job records
-// the assignment to it; until then the agent waits. A job the store no
-// longer has is nothing to run (the claim's deadline reaps the instance).
-func (s *Service) assignment(ctx context.Context, in domain.Instance) (domain.Instruction, error) {
-	wait := domain.Instruction{Kind: domain.InstructionWait}
-	id, err := domain.ParseJobKey(in.Job)
-	if err != nil {
-		return wait, nil
-	}
-	job, err := s.store.GetJob(ctx, id)
-	if errors.Is(err, domain.ErrNotFound) {
-		return wait, nil
-	}
-	if err != nil {
-		return domain.Instruction{}, fmt.Errorf("job of %s: %w", in.ID, err)
-	}
-	if job.RunnerConfig == "" || job.InstanceID != in.ID || job.Status != domain.JobAssigned {
-		return wait, nil
-	}
-	return domain.Instruction{Kind: domain.InstructionRun, Assignment: domain.Assignment{
-		JobID: job.ID, RunnerName: job.RunnerName, Labels: job.Labels, JITConfig: job.RunnerConfig,
-	}}, nil
 }
 
 // knownSignals are the kinds Signal understands. Others are refused before
@@ -216,13 +198,6 @@ func (s *Service) Signal(ctx context.Context, sig domain.Signal) error {
 // the job it is bound to. An instance on its way out (error, terminating,
 // terminated) keeps its job field for the record, but its job has been
 // requeued or is the webhook's to finish.
-func servesJob(st domain.State) bool {
-	switch st {
-	case domain.StateBooting, domain.StateClaimed, domain.StateRunning:
-		return true
-	}
-	return false
-}
 
 // warm: boot and warm-up finished. A pool member becomes ready (for a job,
 // or to be parked); an instance already bound to a job stays as it is.
@@ -267,7 +242,7 @@ func (s *Service) registered(ctx context.Context, in domain.Instance, sig domain
 }
 
 func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain.Signal) error {
-	if in.Job != "" && sig.Job != in.Job && servesJob(in.State) {
+	if in.Job != "" && sig.Job != in.Job && jobs.ServesJob(in.State) {
 		// GitHub gave this instance's runner another job with the same
 		// labels: follow GitHub.
 		id, err := domain.ParseJobKey(sig.Job)
@@ -286,7 +261,7 @@ func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain
 	}
 	// A failed instance's job may already be back in its queue: a late
 	// job-started must not mark it running with nobody serving it.
-	if !servesJob(in.State) {
+	if !jobs.ServesJob(in.State) {
 		return reject(sig.Kind, "instance is %s", in.State)
 	}
 	if !in.JobStarted {
@@ -302,7 +277,7 @@ func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain
 // bound to this instance: a stale report from an instance that failed must
 // not complete a job another instance now serves, nor release that one.
 func (s *Service) jobFinished(ctx context.Context, in domain.Instance, sig domain.Signal) error {
-	if in.Job != "" && sig.Job != in.Job && servesJob(in.State) {
+	if in.Job != "" && sig.Job != in.Job && jobs.ServesJob(in.State) {
 		// The runner ran another job than the one assigned (see Rebind).
 		id, err := domain.ParseJobKey(sig.Job)
 		if err != nil {
@@ -422,7 +397,7 @@ func (s *Service) Finish(ctx context.Context, jobID int64, conclusion string) er
 		if err != nil {
 			return fmt.Errorf("release for job %d: %w", jobID, err)
 		}
-		if in.Job != job.Key() || !(servesJob(in.State) || in.State == domain.StateError) {
+		if in.Job != job.Key() || !(jobs.ServesJob(in.State) || in.State == domain.StateError) {
 			return nil // already released, or being terminated
 		}
 		err = s.release(ctx, in, now)
@@ -456,6 +431,7 @@ func (s *Service) release(ctx context.Context, in domain.Instance, now time.Time
 	}
 	_, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
 		i.Job, i.JobStarted, i.JobsServed = "", false, served
+		i.RunnerName, i.RunnerConfig = "", "" // spent: a just-in-time runner serves one job
 		if why == "" {
 			// Clearing the job is the trigger of seed 003's handshake.
 			i.State = domain.StateReleasing

@@ -37,8 +37,9 @@ func TestFinishAppliesThePoolPolicy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			f.policy = tc.policy
-			f.instance(domain.Instance{ID: "bp-1", State: tc.state, Job: "42", JobStarted: tc.state == domain.StateRunning, JobsServed: tc.served})
-			f.job(domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: "bp-1", RunnerConfig: "jit-secret"})
+			f.instance(domain.Instance{ID: "bp-1", State: tc.state, Job: "42", JobStarted: tc.state == domain.StateRunning, JobsServed: tc.served,
+				RunnerName: runnerOf("bp-1", 42), RunnerConfig: configOf("bp-1")})
+			f.job(domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: "bp-1", RunnerName: runnerOf("bp-1", 42)})
 			f.clk.Advance(tc.age)
 			if err := f.svc.Finish(f.ctx, 42, "success"); err != nil {
 				t.Fatal(err)
@@ -48,6 +49,7 @@ func TestFinishAppliesThePoolPolicy(t *testing.T) {
 				t.Fatalf("got %s (%q) job %q started=%v served %d; want %s (%q), unbound, served %d",
 					in.State, in.Reason, in.Job, in.JobStarted, in.JobsServed, tc.want, tc.wantWhy, tc.served+1)
 			}
+			f.wantNoRunner("bp-1") // spent, whatever becomes of the instance
 			if want := f.clk.Now().Add(domain.DefaultDeadlines().For(tc.want)); !in.Deadline.Equal(want) {
 				t.Fatalf("deadline %s, want %s", in.Deadline, want)
 			}
@@ -55,8 +57,8 @@ func TestFinishAppliesThePoolPolicy(t *testing.T) {
 				t.Fatalf("notified %v, want the agent woken: %v", f.notifications(), tc.wantAwake)
 			}
 			j := f.getJob(42)
-			if j.Status != domain.JobCompleted || j.Conclusion != "success" || j.RunnerConfig != "" || !j.CompletedAt.Equal(f.clk.Now()) {
-				t.Fatalf("job %s (%q) config %q at %s, want completed, credential dropped", j.Status, j.Conclusion, j.RunnerConfig, j.CompletedAt)
+			if j.Status != domain.JobCompleted || j.Conclusion != "success" || !j.CompletedAt.Equal(f.clk.Now()) {
+				t.Fatalf("job %s (%q) at %s, want completed", j.Status, j.Conclusion, j.CompletedAt)
 			}
 		})
 	}
@@ -188,9 +190,10 @@ func TestReleaseHandshake(t *testing.T) {
 	if err := f.svc.Finish(f.ctx, 42, "success"); err != nil {
 		t.Fatal(err)
 	}
+	f.wantNoRunner("bp-1")
 	next, err := f.svc.Next(f.ctx, in.CloudID)
-	if err != nil || next.Kind != domain.InstructionRelease {
-		t.Fatalf("next: %+v %v, want release", next, err)
+	if err != nil || next.Kind != domain.InstructionRelease || next.Assignment.JITConfig != "" {
+		t.Fatalf("next: %s (config set: %t) %v, want release", next.Kind, next.Assignment.JITConfig != "", err)
 	}
 	f.clk.Advance(10 * time.Second)
 	if err := f.signal(in, domain.SignalDeregistered, ""); err != nil {
@@ -208,5 +211,9 @@ func TestReleaseHandshake(t *testing.T) {
 	}
 	if claimed.JobsServed != 1 {
 		t.Fatalf("jobs served %d, want 1", claimed.JobsServed)
+	}
+	// Claimed, but its next runner is not recorded yet: nothing to start.
+	if next, err := f.svc.Next(f.ctx, in.CloudID); err != nil || next.Kind != domain.InstructionWait {
+		t.Fatalf("next after the new claim: %s %v, want wait", next.Kind, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -136,7 +137,8 @@ func (f *fixture) get(id string) domain.Instance {
 	return in
 }
 
-// job writes a job; an assigned job gets a runner registration.
+// job writes a job; an assigned job gets the name and id of the runner
+// registered for it.
 func (f *fixture) job(j domain.Job) domain.Job {
 	f.t.Helper()
 	if j.Status == "" {
@@ -145,8 +147,8 @@ func (f *fixture) job(j domain.Job) domain.Job {
 	if j.Route == "" {
 		j.Route = domain.RouteLaunch
 	}
-	if j.Status == domain.JobAssigned && j.RunnerConfig == "" {
-		j.RunnerName, j.RunnerID, j.RunnerConfig = "runner-1", 7, "jit-secret"
+	if j.Status == domain.JobAssigned && j.RunnerName == "" {
+		j.RunnerName, j.RunnerID = runnerOf(j.InstanceID, j.ID), 7
 	}
 	if _, err := f.store.CreateJobs(f.ctx, []domain.Job{j}); err != nil {
 		f.t.Fatal(err)
@@ -163,10 +165,20 @@ func (f *fixture) getJob(id int64) domain.Job {
 	return j
 }
 
-// bound writes an instance in state st bound to a new assigned job id.
+// runnerOf and configOf are the runner registered for instance id when it
+// was given job jobID: its name, and its config (a credential, distinct per
+// instance so that a test can tell whose runner an agent is told to start).
+func runnerOf(id string, jobID int64) string { return fmt.Sprintf("%s-%d", id, jobID) }
+func configOf(id string) string              { return "jit-secret-of-" + id }
+
+// bound writes an instance in state st bound to a new assigned job id, with
+// the runner registered for it.
 func (f *fixture) bound(id string, st domain.State, jobID int64) (domain.Instance, domain.Job) {
 	f.t.Helper()
-	in := f.instance(domain.Instance{ID: id, State: st, Job: domain.JobKey(jobID), CPU: 4, MemoryMiB: 16384})
+	in := f.instance(domain.Instance{
+		ID: id, State: st, Job: domain.JobKey(jobID), CPU: 4, MemoryMiB: 16384,
+		RunnerName: runnerOf(id, jobID), RunnerConfig: configOf(id),
+	})
 	j := f.job(domain.Job{ID: jobID, Status: domain.JobAssigned, InstanceID: id, Labels: []string{"runs-on=1/pool=p"}})
 	return in, j
 }
@@ -199,6 +211,15 @@ func (f *fixture) queued(queue string) (visible, delayed int) {
 		f.t.Fatal(err)
 	}
 	return st.Visible, st.Delayed
+}
+
+// wantNoRunner fails unless the instance holds no runner registration: a
+// just-in-time runner serves one job, and its config is a credential.
+func (f *fixture) wantNoRunner(id string) {
+	f.t.Helper()
+	if in := f.get(id); in.RunnerName != "" || in.RunnerConfig != "" {
+		f.t.Fatalf("%s (%s) keeps runner %q (config set: %t), want none", id, in.State, in.RunnerName, in.RunnerConfig != "")
+	}
 }
 
 // wantUnchanged fails unless the row is exactly as before (same version).

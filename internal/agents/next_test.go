@@ -1,71 +1,113 @@
 package agents_test
 
 import (
-	"slices"
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func TestNextRunsOnlyAJobAssignedToTheInstance(t *testing.T) {
+func TestNextStartsTheRunnerRegisteredForTheInstance(t *testing.T) {
 	for _, st := range []domain.State{domain.StateClaimed, domain.StateBooting} {
 		t.Run(string(st), func(t *testing.T) {
 			f := newFixture(t)
-			in, j := f.bound("bp-1", st, 42)
+			in, _ := f.bound("bp-1", st, 42)
 			got, err := f.svc.Next(f.ctx, in.CloudID)
 			if err != nil {
 				t.Fatal(err)
 			}
 			a := got.Assignment
-			if got.Kind != domain.InstructionRun || a.JobID != 42 || a.RunnerName != j.RunnerName ||
-				a.JITConfig != "jit-secret" || !slices.Equal(a.Labels, j.Labels) {
-				t.Fatalf("got %+v, want run job 42 with its registration", got)
+			if got.Kind != domain.InstructionRun || a.JobID != 42 || a.RunnerName != "bp-1-42" || a.JITConfig != configOf("bp-1") {
+				t.Fatalf("got %s job %d runner %q (own config: %t), want run job 42 with bp-1's registration",
+					got.Kind, a.JobID, a.RunnerName, a.JITConfig == configOf("bp-1"))
 			}
 		})
 	}
 }
 
 func TestNextWaitsOrReleases(t *testing.T) {
+	reg := func(in domain.Instance) domain.Instance {
+		in.RunnerName, in.RunnerConfig = "bp-1-42", configOf("bp-1")
+		return in
+	}
 	cases := []struct {
 		name string
 		in   domain.Instance
-		job  *domain.Job // job 42, when written
 		want domain.InstructionKind
 	}{
-		{"idle member", domain.Instance{State: domain.StateReady}, nil, domain.InstructionWait},
-		{"booting member", domain.Instance{State: domain.StateBooting}, nil, domain.InstructionWait},
-		{"claimed for a job the store no longer has", domain.Instance{State: domain.StateClaimed, Job: "42"}, nil, domain.InstructionWait},
-		{"claimed, assignment not recorded yet", domain.Instance{State: domain.StateClaimed, Job: "42"},
-			&domain.Job{Status: domain.JobQueued}, domain.InstructionWait},
-		{"claimed, job assigned to another instance", domain.Instance{State: domain.StateClaimed, Job: "42"},
-			&domain.Job{Status: domain.JobAssigned, InstanceID: "bp-2"}, domain.InstructionWait},
-		{"claimed, job already finished", domain.Instance{State: domain.StateClaimed, Job: "42"},
-			&domain.Job{Status: domain.JobCompleted, InstanceID: "bp-1"}, domain.InstructionWait},
-		{"running its job", domain.Instance{State: domain.StateRunning, Job: "42"},
-			&domain.Job{Status: domain.JobRunning, InstanceID: "bp-1", RunnerConfig: "jit"}, domain.InstructionWait},
-		{"failed", domain.Instance{State: domain.StateError, Job: "42"},
-			&domain.Job{Status: domain.JobAssigned, InstanceID: "bp-1", RunnerConfig: "jit"}, domain.InstructionWait},
-		{"releasing", domain.Instance{State: domain.StateReleasing}, nil, domain.InstructionRelease},
+		{"idle member", domain.Instance{State: domain.StateReady}, domain.InstructionWait},
+		{"booting member", domain.Instance{State: domain.StateBooting}, domain.InstructionWait},
+		{"claimed, runner not recorded yet", domain.Instance{State: domain.StateClaimed, Job: "42"}, domain.InstructionWait},
+		{"booting for a job, runner not recorded yet", domain.Instance{State: domain.StateBooting, Job: "42"}, domain.InstructionWait},
+		{"claimed, bad job key", reg(domain.Instance{State: domain.StateClaimed, Job: "not-a-job"}), domain.InstructionWait},
+		{"running its runner", reg(domain.Instance{State: domain.StateRunning, Job: "42"}), domain.InstructionWait},
+		{"failed", reg(domain.Instance{State: domain.StateError, Job: "42"}), domain.InstructionWait},
+		{"terminating", reg(domain.Instance{State: domain.StateTerminating, Job: "42"}), domain.InstructionWait},
+		{"releasing", domain.Instance{State: domain.StateReleasing}, domain.InstructionRelease},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			tc.in.ID = "bp-1"
 			in := f.instance(tc.in)
-			if tc.job != nil {
-				tc.job.ID = 42
-				if tc.job.Status == domain.JobAssigned && tc.job.RunnerConfig == "" {
-					tc.job.RunnerConfig = "jit"
-				}
-				f.job(*tc.job)
-			}
 			got, err := f.svc.Next(f.ctx, in.CloudID)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got.Kind != tc.want || got.Assignment.JITConfig != "" {
-				t.Fatalf("got %+v, want %s without a credential", got, tc.want)
+				t.Fatalf("got %s (config set: %t), want %s without a credential", got.Kind, got.Assignment.JITConfig != "", tc.want)
 			}
 		})
+	}
+}
+
+// GitHub gives a just-in-time runner any queued job whose labels it carries:
+// bp-1's runner takes job 43, assigned to bp-2. bp-2's agent must still
+// start bp-2's own runner (the one left for job 42), and each job's end
+// releases the instance that ran it.
+func TestNextAfterARebindStartsTheInstancesOwnRunner(t *testing.T) {
+	f := newFixture(t)
+	f.policy = agentsPolicy(true, 0)
+	x, _ := f.bound("bp-1", domain.StateRunning, 42)
+	y, _ := f.bound("bp-2", domain.StateClaimed, 43)
+	if err := f.signal(x, domain.SignalJobStarted, "43"); err != nil {
+		t.Fatalf("bp-1 started job 43: %v", err)
+	}
+	if in, j := f.get("bp-1"), f.getJob(43); in.Job != "43" || j.InstanceID != "bp-1" || j.Status != domain.JobRunning {
+		t.Fatalf("after the swap bp-1 is bound to %q and job 43 (%s) to %q, want each other", in.Job, j.Status, j.InstanceID)
+	}
+
+	got, err := f.svc.Next(f.ctx, y.CloudID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := got.Assignment
+	if got.Kind != domain.InstructionRun || a.JobID != 43 || a.RunnerName != "bp-2-43" || a.JITConfig != configOf("bp-2") {
+		t.Fatalf("bp-2 told %s job %d runner %q (own config: %t), want run its own runner bp-2-43",
+			got.Kind, a.JobID, a.RunnerName, a.JITConfig == configOf("bp-2"))
+	}
+	if got, err := f.svc.Next(f.ctx, x.CloudID); err != nil || got.Kind != domain.InstructionWait {
+		t.Fatalf("bp-1, whose runner is busy: %+v %v, want wait", got.Kind, err)
+	}
+
+	// bp-2's runner registers under the job it was given, then takes 42.
+	if err := f.signal(y, domain.SignalRegistered, "43"); err != nil {
+		t.Fatalf("bp-2 registered: %v", err)
+	}
+	if err := f.signal(f.get("bp-2"), domain.SignalJobStarted, "42"); err != nil {
+		t.Fatalf("bp-2 started job 42: %v", err)
+	}
+	if in, j := f.get("bp-2"), f.getJob(42); in.Job != "42" || j.InstanceID != "bp-2" || j.Status != domain.JobRunning {
+		t.Fatalf("bp-2 bound to %q and job 42 (%s) to %q, want each other", in.Job, j.Status, j.InstanceID)
+	}
+	for _, jobID := range []int64{43, 42} {
+		if err := f.svc.Finish(f.ctx, jobID, "success"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"bp-1", "bp-2"} {
+		if in := f.get(id); in.State != domain.StateReleasing || in.Job != "" {
+			t.Fatalf("%s %s bound to %q, want releasing, unbound", id, in.State, in.Job)
+		}
+		f.wantNoRunner(id)
 	}
 }

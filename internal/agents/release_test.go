@@ -119,9 +119,9 @@ func TestFailedRequeuesAnUnstartedJob(t *testing.T) {
 func wantRequeued(t *testing.T, f *fixture, route domain.Route) {
 	t.Helper()
 	j := f.getJob(42)
-	if j.Status != domain.JobQueued || j.InstanceID != "" || j.RunnerConfig != "" || j.RunnerName != "" || j.Via != "" || j.Attempts != 2 {
-		t.Fatalf("job %s on %q (config %q, via %q, attempts %d), want queued, unbound, attempts 2",
-			j.Status, j.InstanceID, j.RunnerConfig, j.Via, j.Attempts)
+	if j.Status != domain.JobQueued || j.InstanceID != "" || j.RunnerName != "" || j.RunnerID != 0 || j.Via != "" || j.Attempts != 2 {
+		t.Fatalf("job %s on %q (runner %q #%d, via %q, attempts %d), want queued, unbound, attempts 2",
+			j.Status, j.InstanceID, j.RunnerName, j.RunnerID, j.Via, j.Attempts)
 	}
 	queue := domain.QueueLaunch
 	if route == domain.RoutePool {
@@ -180,7 +180,7 @@ func TestFailedInEachState(t *testing.T) {
 func TestRepeatedFailedFinishesTheRequeue(t *testing.T) {
 	f := newFixture(t)
 	in := f.instance(domain.Instance{ID: "bp-1", State: domain.StateError, Job: "42", Reason: "boom"})
-	f.job(domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: in.ID, Attempts: 1, RunnerConfig: "jit"})
+	f.job(domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: in.ID, Attempts: 1})
 	if err := f.signal(in, domain.SignalFailed, "42"); err != nil {
 		t.Fatal(err)
 	}
@@ -214,6 +214,7 @@ func TestJobFinishedFinishesTheInstancesJob(t *testing.T) {
 	if after := f.get(in.ID); after.State != domain.StateTerminating || after.Job != "" {
 		t.Fatalf("instance %s bound to %q, want terminating (no reuse), unbound", after.State, after.Job)
 	}
+	f.wantNoRunner(in.ID)
 	// A repeat comes after the release: rejected, and harmless.
 	wantRejected(t, f.signal(f.get(in.ID), domain.SignalJobFinished, "42"))
 }
@@ -229,5 +230,31 @@ func TestJobFinishedFromAStaleInstanceIsRejected(t *testing.T) {
 	f.wantUnchanged(now)
 	if j := f.getJob(42); j.Status != domain.JobAssigned {
 		t.Fatalf("job %s, want still assigned to bp-2", j.Status)
+	}
+}
+
+// A runner that took another job than the one assigned (its job-started
+// report lost) says so at the end: the job it ran is finished and the
+// instance that ran it released; the job it was assigned waits, bound where
+// it was, for the runner that is left.
+func TestJobFinishedForASwappedJobReleasesTheInstanceThatRanIt(t *testing.T) {
+	f := newFixture(t)
+	f.policy = agentsPolicy(true, 0)
+	x, _ := f.bound("bp-1", domain.StateRunning, 42)
+	f.bound("bp-2", domain.StateRunning, 43)
+	err := f.svc.Signal(f.ctx, domain.Signal{CloudID: x.CloudID, Kind: domain.SignalJobFinished, Job: "43", Reason: "success"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j := f.getJob(43); j.Status != domain.JobCompleted || j.InstanceID != "bp-1" {
+		t.Fatalf("job 43 %s on %q, want completed on bp-1", j.Status, j.InstanceID)
+	}
+	if in := f.get("bp-1"); in.State != domain.StateReleasing || in.Job != "" {
+		t.Fatalf("bp-1 %s bound to %q, want releasing", in.State, in.Job)
+	}
+	f.wantNoRunner("bp-1")
+	if in, j := f.get("bp-2"), f.getJob(42); in.Job != "43" || in.RunnerConfig != configOf("bp-2") ||
+		j.Status != domain.JobAssigned || j.InstanceID != "bp-1" {
+		t.Fatalf("bp-2 bound to %q, job 42 %s on %q: want both left as they were", in.Job, j.Status, j.InstanceID)
 	}
 }

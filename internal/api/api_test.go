@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 var paths = []string{"/api/v1/jobs", "/api/v1/jobs/102", "/api/v1/instances?all=1", "/api/v1/pools", "/api/v1/nowhere"}
@@ -260,21 +262,29 @@ func TestPoolsWithNoneConfigured(t *testing.T) {
 func TestResponsesNeverCarryTheRunnerConfig(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	for _, id := range []int64{102, 103, 104} {
-		if j, err := r.store.GetJob(r.ctx, id); err != nil || j.RunnerConfig != jitSecret {
-			t.Fatalf("job %d config %q (%v): the test needs it stored", id, j.RunnerConfig, err)
+	for _, id := range []string{"i-1", "i-2", "i-3", "i-4"} {
+		if in, err := r.store.GetInstance(r.ctx, id); err != nil || in.RunnerConfig != jitSecret {
+			t.Fatalf("instance %s config stored: %t (%v): the test needs it stored", id, in.RunnerConfig == jitSecret, err)
 		}
 	}
-	urls := []string{"/api/v1/jobs", "/api/v1/jobs?limit=1000", "/api/v1/jobs?instance=i-1", "/api/v1/instances?all=1",
+	urls := []string{"/api/v1/jobs", "/api/v1/jobs?limit=1000", "/api/v1/jobs?instance=i-1", "/api/v1/instances",
+		"/api/v1/instances?all=1", "/api/v1/instances?all=true&pool=small-x64", "/api/v1/instances?runner=adhoc-1",
+		"/api/v1/instances?state=bogus", "/api/v1/instances?all=maybe",
 		"/api/v1/pools", "/api/v1/jobs?status=bogus", "/api/v1/jobs/999", "/api/v1/jobs/x"}
 	for _, s := range []string{"queued", "assigned", "running", "completed", "rejected"} {
 		urls = append(urls, "/api/v1/jobs?status="+s)
+	}
+	for _, s := range domain.States {
+		urls = append(urls, "/api/v1/instances?state="+string(s))
 	}
 	for id := 101; id <= 105; id++ {
 		urls = append(urls, fmt.Sprintf("/api/v1/jobs/%d", id))
 	}
 	for _, u := range urls {
 		rec := r.get(u)
+		if u == "/api/v1/instances?all=1" && !strings.Contains(rec.Body.String(), `"i-4"`) {
+			t.Fatalf("GET %s lists no instance i-4: the test looks at nothing: %s", u, rec.Body)
+		}
 		for _, secret := range []string{jitSecret, "JITCONFIG", adminToken} {
 			if strings.Contains(rec.Body.String(), secret) || strings.Contains(fmt.Sprint(rec.Header()), secret) {
 				t.Errorf("GET %s leaks %q: %s", u, secret, rec.Body)

@@ -70,16 +70,14 @@ func (r *rig) seed() {
 		{101, []string{"runs-on=1/pool=small-x64"}, domain.RoutePool, "small-x64", nil},
 		{102, []string{"runs-on=2/pool=small-x64"}, domain.RoutePool, "small-x64", func(j *domain.Job) {
 			j.Status, j.InstanceID, j.Via, j.RunnerName, j.RunnerID = domain.JobAssigned, "i-1", domain.ViaPool, "bp-i-1", 77
-			j.RunnerConfig, j.AssignedAt = jitSecret, r.clk.Now()
+			j.AssignedAt = r.clk.Now()
 		}},
 		{103, []string{"runs-on=3/cpu=4"}, domain.RouteLaunch, "", func(j *domain.Job) {
-			j.Status, j.InstanceID, j.Via, j.RunnerConfig = domain.JobRunning, "i-2", domain.ViaCold, jitSecret
+			j.Status, j.InstanceID, j.Via, j.RunnerName, j.RunnerID = domain.JobRunning, "i-2", domain.ViaCold, "bp-i-2", 78
 			j.AssignedAt, j.StartedAt = r.clk.Now(), r.clk.Now()
 		}},
 		{104, []string{"runs-on=4/pool=small-x64"}, domain.RoutePool, "small-x64", func(j *domain.Job) {
-			// A completed job keeps its config here, which the store never
-			// does, to make the test stricter.
-			j.Status, j.Conclusion, j.RunnerConfig, j.CompletedAt = domain.JobCompleted, "success", jitSecret, r.clk.Now()
+			j.Status, j.Conclusion, j.CompletedAt = domain.JobCompleted, "success", r.clk.Now()
 		}},
 		{105, []string{"runs-on=5/pool=gpu"}, "", "gpu", func(j *domain.Job) {
 			j.Status, j.Reason = domain.JobRejected, `pool "gpu" is not configured for environment "dev" (pools: big, small-x64)`
@@ -101,13 +99,20 @@ func (r *rig) seed() {
 	r.seedInstancesAndPools()
 }
 
+// seedInstancesAndPools writes instances i-1..i-4, each holding a runner
+// registration: the ready and the terminated ones too, which the services
+// never leave, to make the credential test stricter.
 func (r *rig) seedInstancesAndPools() {
 	r.t.Helper()
 	insts := []domain.Instance{
-		{ID: "i-1", CloudID: "c-1", Pool: "small-x64", Role: domain.RoleHot, Runner: "small-x64", State: domain.StateClaimed, Job: "102"},
-		{ID: "i-2", CloudID: "c-2", Role: domain.RoleOnDemand, Runner: "adhoc-1", State: domain.StateRunning, Job: "103", JobStarted: true},
-		{ID: "i-3", CloudID: "c-3", Pool: "small-x64", Role: domain.RoleStopped, Runner: "small-x64", State: domain.StateReady},
-		{ID: "i-4", CloudID: "c-4", Pool: "small-x64", Role: domain.RoleHot, Runner: "small-x64", State: domain.StateTerminated},
+		{ID: "i-1", CloudID: "c-1", Pool: "small-x64", Role: domain.RoleHot, Runner: "small-x64", State: domain.StateClaimed, Job: "102",
+			RunnerName: "bp-i-1", RunnerConfig: jitSecret},
+		{ID: "i-2", CloudID: "c-2", Role: domain.RoleOnDemand, Runner: "adhoc-1", State: domain.StateRunning, Job: "103", JobStarted: true,
+			RunnerName: "bp-i-2", RunnerConfig: jitSecret},
+		{ID: "i-3", CloudID: "c-3", Pool: "small-x64", Role: domain.RoleStopped, Runner: "small-x64", State: domain.StateReady,
+			RunnerName: "bp-i-3", RunnerConfig: jitSecret},
+		{ID: "i-4", CloudID: "c-4", Pool: "small-x64", Role: domain.RoleHot, Runner: "small-x64", State: domain.StateTerminated,
+			RunnerName: "bp-i-4", RunnerConfig: jitSecret},
 	}
 	for _, in := range insts {
 		if err := r.store.CreateInstances(r.ctx, []domain.Instance{in}); err != nil {

@@ -64,6 +64,8 @@ type Options struct {
 	Intake    intake.Options
 	// TerminateEvery is the terminator's interval; default 5 s.
 	TerminateEvery time.Duration
+	// OnCycle, if set, receives each converger report (the demo prints it).
+	OnCycle func(converger.Report)
 }
 
 // App is a running control plane.

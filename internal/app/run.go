@@ -43,6 +43,9 @@ func (a *App) Run(ctx context.Context) error {
 				select {
 				case r := <-reports:
 					a.noteSpecHashes(r)
+					if a.opts.OnCycle != nil {
+						a.opts.OnCycle(r)
+					}
 				case <-ctx.Done():
 					return nil
 				}
@@ -58,6 +61,15 @@ func (a *App) Run(ctx context.Context) error {
 // provisioning, terminator): pools keep what they hold. The benchmark uses
 // it so that its figures are the job path's alone.
 func (a *App) RunJobPath(ctx context.Context) error { return a.run(ctx, a.jobPath()) }
+
+// NoteCycle records what a converger cycle run outside Run found (the demo's
+// step driver runs cycles itself).
+func (a *App) NoteCycle(r converger.Report) {
+	a.noteSpecHashes(r)
+	if a.opts.OnCycle != nil {
+		a.opts.OnCycle(r)
+	}
+}
 
 func (a *App) jobPath() []func(context.Context) error {
 	return []func(context.Context) error{a.Intake.Run, a.Dispatcher.Run, a.Provisioner.Run, a.Terminator.Run}

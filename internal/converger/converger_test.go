@@ -16,6 +16,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/reaper"
 	"github.com/bullpen-ci/bullpen/internal/signals"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
@@ -249,7 +250,7 @@ func TestInstanceClaimedMidCycleIsNeverTerminated(t *testing.T) {
 	}
 }
 
-func TestFailedTerminateIsRetriedNextCycle(t *testing.T) {
+func TestFailedTerminateIsLeftToTheTerminator(t *testing.T) {
 	w := newWorld(t, domain.Target{Hot: 1}, sim.Options{}, Options{})
 	w.converge(5)
 	w.setTarget(domain.Target{})
@@ -261,11 +262,15 @@ func TestFailedTerminateIsRetriedNextCycle(t *testing.T) {
 	if n := len(w.rows(domain.StateTerminating)); n != 1 {
 		t.Fatalf("%d rows terminating after the failed call", n)
 	}
-	if got := Describe(w.cycle().Plan); got != "terminate/retry×1" {
-		t.Fatalf("retry plan %q", got)
+	if got := Describe(w.cycle().Plan); got != "" {
+		t.Fatalf("the converger must leave terminations under way alone, planned %q", got)
+	}
+	term := &reaper.Terminator{Store: w.store, Cloud: w.cloud, Clock: w.clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if n, err := term.Sweep(context.Background()); err != nil || n != 1 {
+		t.Fatalf("terminator closed %d rows: %v", n, err)
 	}
 	if n := len(w.rows(domain.StateTerminated)); n != 1 {
-		t.Fatalf("%d rows terminated after the retry", n)
+		t.Fatalf("%d rows terminated after the sweep", n)
 	}
 }
 

@@ -1,6 +1,7 @@
-// Package demo runs bullpen's pool converger against the SQLite store and the
-// simulated cloud, on a clock that can run faster than real time, and shows
-// the pools converging. It is the first thing a new user runs.
+// Package demo runs the whole control plane on the embedded default (SQLite
+// store, simulated cloud, simulated GitHub and agents), on a clock that can
+// run faster than real time, feeds it jobs, and shows pools converging and
+// jobs being served. It is the first thing a new user runs.
 package demo
 
 import (
@@ -14,14 +15,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bullpen-ci/bullpen/internal/app"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/converger"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/rebalance"
-	"github.com/bullpen-ci/bullpen/internal/signals"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/simagent"
 )
 
 // Options configure a demo run.
@@ -33,7 +35,12 @@ type Options struct {
 	Interval time.Duration // converger interval; default 30 s
 	// RollAt, when positive, publishes a new version of every runner's
 	// image at that virtual offset, so every pool rolls to a new spec.
-	RollAt    time.Duration
+	RollAt time.Duration
+	// JobsPerMinute is the mean rate of simulated jobs (0: none).
+	JobsPerMinute float64
+	// Mix is the kinds of jobs; default DefaultMix(Config).
+	Mix       []ghsim.LabelChoice
+	Seed      uint64
 	Latency   sim.Latency
 	StorePath string // SQLite file; "" uses a temporary one
 	Log       *slog.Logger
@@ -60,6 +67,7 @@ type PoolResult struct {
 // Result is the demo's final report.
 type Result struct {
 	Pools      []PoolResult   `json:"pools"`
+	Jobs       JobsReport     `json:"jobs"`
 	Cycles     int            `json:"cycles"`
 	Virtual    string         `json:"virtual_duration"`
 	CloudCalls map[string]int `json:"cloud_calls"`
@@ -78,54 +86,55 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	pace, clk := newPacer(o.Start, o.Speed)
-	w, err := newWorld(context.WithoutCancel(ctx), o, clk) // setup is short; let it finish
+	if o.Mix == nil {
+		o.Mix = DefaultMix(o.Config)
+	}
+	drv, clk := newDriver(o.Start, o.Speed)
+	w, err := newWorld(context.WithoutCancel(ctx), o, clk, o.Speed <= 0) // setup is short; let it finish
 	if err != nil {
 		return Result{}, err
 	}
 	defer w.close()
 
-	end := o.Start.Add(o.Duration)
-	rolled := o.RollAt <= 0
 	var res Result
 	var last converger.Report
-	for {
-		if !rolled && !clk.Now().Before(o.Start.Add(o.RollAt)) {
-			w.roll(o.Lines)
-			rolled = true
-		}
-		rep, err := w.conv.Cycle(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			return res, err
-		}
+	w.onCycle = func(rep converger.Report) {
 		res.Cycles++
 		last = rep
-		printCycle(o.Lines, o.Start, rep)
-		next := rep.At.Add(o.Interval)
-		if next.After(end) {
-			next = end
-		}
-		if err := pace.waitUntil(ctx, next); err != nil || !next.Before(end) {
-			break // done, or interrupted: report the state at this moment
-		}
+		printCycle(o.Lines, o.Start, rep, w.jobLine(context.WithoutCancel(ctx)))
 	}
-	return w.result(context.WithoutCancel(ctx), res, last, clk.Now().Sub(o.Start))
+	if o.RollAt > 0 {
+		w.rollAt, w.lines = o.Start.Add(o.RollAt), o.Lines
+	}
+	if o.JobsPerMinute > 0 {
+		// Jobs stop arriving early enough for every pool to refill before
+		// the end, so the run ends with pools at their targets.
+		w.gen.Start()
+		defer w.gen.Stop()
+		quiet := clk.AfterFunc(feedFor(o.Duration), w.gen.Stop)
+		defer quiet.Stop()
+	}
+	drv.run(ctx, w, o.Start.Add(o.Duration))
+	ctx = context.WithoutCancel(ctx)
+	res, err = w.result(ctx, res, last, clk.Now().Sub(o.Start))
+	return res, err
 }
 
-// world is the embedded default wired together.
+// world is the embedded default wired together by internal/app.
 type world struct {
-	cfg   *config.Config
-	store *sqlite.Store
-	cloud *sim.Cloud
-	conv  *converger.Converger
-	tmp   string
+	a        *app.App
+	gen      *ghsim.Generator
+	tmp      string
+	interval time.Duration
+	onCycle  func(converger.Report)
+	// The roll: at rollAt (zero: never), once, announced on lines.
+	rollAt time.Time
+	lines  io.Writer
+	rolled bool
 }
 
-func newWorld(ctx context.Context, o Options, clk domain.Clock) (*world, error) {
-	w := &world{cfg: o.Config}
+func newWorld(ctx context.Context, o Options, clk domain.Clock, stepped bool) (*world, error) {
+	w := &world{interval: o.Interval}
 	path := o.StorePath
 	if path == "" {
 		dir, err := os.MkdirTemp("", "bullpen-demo-")
@@ -134,43 +143,88 @@ func newWorld(ctx context.Context, o Options, clk domain.Clock) (*world, error) 
 		}
 		w.tmp, path = dir, filepath.Join(dir, "bullpen.db")
 	}
-	st, err := sqlite.Open(ctx, path, clk)
+	opts := app.Options{
+		Config: o.Config, Environment: environmentOf(o.Config), StorePath: path, ControllerID: "bullpen-demo",
+		WebhookSecret: "demo-secret", AdminToken: "demo", Clock: clk, Log: o.Log, Registry: prometheus.NewRegistry(),
+		Latency: o.Latency, Agent: simagent.Options{WarmUp: o.Latency.WarmUp, RestartWarmUp: 3 * time.Second},
+		Converger: converger.Options{Interval: o.Interval, LeaseTTL: -1},
+		OnCycle:   func(r converger.Report) { w.onCycle(r) },
+	}
+	if stepped {
+		// The virtual driver calls each loop's step itself: no long polls.
+		opts.Intake.Wait, opts.Dispatch.Wait, opts.Provision.Wait = -1, -1, -1
+	}
+	a, err := app.New(ctx, opts)
 	if err != nil {
 		w.close()
-		return nil, fmt.Errorf("demo: open store: %w", err)
+		return nil, fmt.Errorf("demo: %w", err)
 	}
-	w.store = st
-	handler := &signals.Handler{
-		Store: st, Clock: clk, Deadlines: domain.DefaultDeadlines(), Log: o.Log,
-		Pool: func(name string) (domain.Pool, bool) { return o.Config.Pool(name) },
-	}
-	w.cloud = sim.New(clk, sim.Options{Latency: o.Latency, Signals: handler})
-	w.conv, err = converger.New(st, w.cloud, clk, w.pools, o.Log, prometheus.NewRegistry(), converger.Options{
-		Interval: o.Interval, ControllerID: "bullpen-demo", LeaseTTL: -1,
+	w.a = a
+	w.gen = ghsim.NewGenerator(a.GitHub, clk, ghsim.GeneratorOptions{
+		Seed: o.Seed, PerMinute: o.JobsPerMinute, Mix: o.Mix, MinDuration: time.Minute, MaxDuration: 3 * time.Minute,
 	})
-	if err != nil {
-		w.close()
-		return nil, err
-	}
 	return w, nil
 }
 
-func (w *world) pools() []converger.PoolSpec {
-	var out []converger.PoolSpec
-	for _, p := range w.cfg.Pools {
-		r, _ := w.cfg.Runner(p.Runner) // validated: every pool names a runner
-		out = append(out, converger.PoolSpec{Pool: p, Runner: r})
+// feedFor is how long jobs arrive: all but the last four minutes of a long
+// run (a stopped pool refills in about two), half of a short one.
+func feedFor(d time.Duration) time.Duration {
+	if d > 8*time.Minute {
+		return d - 4*time.Minute
 	}
-	return out
+	return d / 2
 }
 
-// roll publishes a new version of every image the pools use.
+// environmentOf picks the environment the example's pools belong to, so
+// that the demo serves every pool of the file.
+func environmentOf(c *config.Config) string {
+	for _, p := range c.Pools {
+		if p.Environment != "" {
+			return p.Environment
+		}
+	}
+	return "production"
+}
+
+// DefaultMix is a job mix for cfg: most jobs ask for a pool, some name a
+// runner directly (served by reuse or a new instance).
+func DefaultMix(cfg *config.Config) []ghsim.LabelChoice {
+	var mix []ghsim.LabelChoice
+	for _, p := range cfg.Pools {
+		label := "runs-on=" + ghsim.RunIDExpr + "/pool=" + p.Name
+		if p.Name == "dependabot" {
+			mix = append(mix, ghsim.LabelChoice{Labels: []string{"dependabot"}, Weight: 1})
+			continue
+		}
+		mix = append(mix, ghsim.LabelChoice{Labels: []string{label}, Weight: 3})
+	}
+	for _, p := range cfg.Pools {
+		if p.Reuse {
+			mix = append(mix, ghsim.LabelChoice{Labels: []string{"runs-on=" + ghsim.RunIDExpr + "/runner=" + p.Runner}, Weight: 2})
+		}
+	}
+	mix = append(mix, ghsim.LabelChoice{Labels: []string{"runs-on=" + ghsim.RunIDExpr + "/cpu=4/ram=16"}, Weight: 1})
+	return mix
+}
+
+// maybeRoll publishes a new version of every image the pools use, once,
+// when the roll is due at now.
+func (w *world) maybeRoll(now time.Time) {
+	if w.rolled || w.rollAt.IsZero() || now.Before(w.rollAt) {
+		return
+	}
+	w.roll(w.lines)
+}
+
 func (w *world) roll(lines io.Writer) {
+	w.rolled = true
 	seen := map[string]bool{}
-	for _, ps := range w.pools() {
-		if img := ps.Runner.Image; !seen[img] {
+	cfg := w.a.Config()
+	for _, p := range cfg.Pools {
+		r, _ := cfg.Runner(p.Runner)
+		if img := r.Image; img != "" && !seen[img] {
 			seen[img] = true
-			w.cloud.PublishImage(img)
+			w.a.Cloud.PublishImage(img)
 			if lines != nil {
 				fmt.Fprintf(lines, "        ⟳ new image published for %s: pools using it roll to a new spec\n", img)
 			}
@@ -179,13 +233,15 @@ func (w *world) roll(lines io.Writer) {
 }
 
 func (w *world) result(ctx context.Context, res Result, last converger.Report, elapsed time.Duration) (Result, error) {
-	rows, err := w.store.ListInstances(ctx, domain.InstanceFilter{})
+	rows, err := w.a.Store.ListInstances(ctx, domain.InstanceFilter{})
 	if err != nil {
 		return res, fmt.Errorf("demo: read final state: %w", err)
 	}
 	byPool := map[string][]domain.Instance{}
 	for _, in := range rows {
-		byPool[in.Pool] = append(byPool[in.Pool], in)
+		if in.Role == domain.RoleHot || in.Role == domain.RoleStopped {
+			byPool[in.Pool] = append(byPool[in.Pool], in)
+		}
 	}
 	res.AllAtGoal = true
 	for _, pr := range last.Pools {
@@ -194,72 +250,42 @@ func (w *world) result(ctx context.Context, res Result, last converger.Report, e
 		r.AtTarget = c.ReadyHot == pr.Target.Hot && c.Stopped == pr.Target.Stopped && c.Warming == 0 && c.Other == 0
 		r.Rolled = true
 		for _, in := range byPool[pr.Pool] {
-			if in.State != domain.StateTerminated && in.SpecHash != pr.SpecHash {
+			if in.State != domain.StateTerminated && !in.Detached() && in.SpecHash != pr.SpecHash {
 				r.Rolled = false
 			}
 		}
 		res.AllAtGoal = res.AllAtGoal && r.AtTarget
 		res.Pools = append(res.Pools, r)
 	}
+	if res.Jobs, err = w.jobsReport(ctx); err != nil {
+		return res, err
+	}
 	res.Virtual = elapsed.Round(time.Second).String()
-	res.CloudCalls = w.cloud.Calls()
+	res.CloudCalls = w.a.Cloud.Calls()
 	return res, nil
 }
 
 func (w *world) close() {
-	if w.cloud != nil {
-		w.cloud.Close()
-	}
-	if w.store != nil {
-		w.store.Close()
+	if w.a != nil {
+		w.a.Close()
 	}
 	if w.tmp != "" {
 		os.RemoveAll(w.tmp)
 	}
 }
 
-// pacer lets virtual time pass: in step with the wall clock (scaled), or as
-// fast as the simulation can settle (virtual).
-type pacer interface {
-	waitUntil(ctx context.Context, t time.Time) error
+// driver lets virtual time pass and runs the loops: the app's own loops on
+// a scaled wall clock, or a step-by-step schedule on a virtual clock that
+// advances from timer to timer as fast as the simulation settles.
+type driver interface {
+	run(ctx context.Context, w *world, end time.Time)
 }
 
-func newPacer(start time.Time, speed float64) (pacer, domain.Clock) {
+func newDriver(start time.Time, speed float64) (driver, domain.Clock) {
 	if speed <= 0 {
 		v := clock.NewVirtual(start)
-		return virtualPacer{v}, v
+		return &virtualDriver{c: v}, v
 	}
 	s := clock.NewScaled(start, speed)
-	return scaledPacer{s}, s
-}
-
-type scaledPacer struct{ c *clock.Scaled }
-
-func (p scaledPacer) waitUntil(ctx context.Context, t time.Time) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-p.c.After(t.Sub(p.c.Now())):
-		return nil
-	}
-}
-
-type virtualPacer struct{ c *clock.Virtual }
-
-// waitUntil steps from timer to timer, letting each one's effects settle
-// before the next, so a run is the same every time.
-func (p virtualPacer) waitUntil(ctx context.Context, t time.Time) error {
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		next, ok := p.c.Next()
-		if !ok || next.After(t) {
-			p.c.AdvanceTo(t)
-			p.c.Settle()
-			return nil
-		}
-		p.c.AdvanceTo(next)
-		p.c.Settle()
-	}
+	return &scaledDriver{c: s}, s
 }

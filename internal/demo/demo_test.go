@@ -57,6 +57,42 @@ func TestDemoReachesEveryTargetAndRollsOnANewImage(t *testing.T) {
 	}
 }
 
+func TestDemoServesJobsThreeWaysAndEndsAtTarget(t *testing.T) {
+	var lines bytes.Buffer
+	res, err := Run(context.Background(), Options{
+		Config: exampleConfig(t), Duration: 15 * time.Minute, Start: monday, JobsPerMinute: 8, Seed: 7,
+		Latency: DefaultLatency, StorePath: t.TempDir() + "/demo.db", Lines: &lines,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := res.Jobs
+	if j.Total < 40 {
+		t.Fatalf("only %d jobs fed", j.Total)
+	}
+	for _, st := range []string{"queued", "assigned", "rejected"} {
+		if j.ByStatus[st] != 0 {
+			t.Errorf("%d jobs still %s at the end: %+v", j.ByStatus[st], st, j.ByStatus)
+		}
+	}
+	if j.ByStatus["completed"]+j.ByStatus["running"] != j.Total {
+		t.Errorf("jobs lost: %+v of %d", j.ByStatus, j.Total)
+	}
+	pool, reuse, cold := j.QueueTimes["pool"], j.QueueTimes["reuse"], j.QueueTimes["cold"]
+	if pool.Count == 0 || reuse.Count == 0 || cold.Count == 0 {
+		t.Fatalf("every way of serving a job must show: %+v", j.QueueTimes)
+	}
+	if !(pool.P50 < cold.P50 && reuse.P50 < cold.P50) {
+		t.Errorf("warm capacity must start jobs sooner than a cold start: %+v", j.QueueTimes)
+	}
+	if !res.AllAtGoal {
+		t.Errorf("pools not back at target after the jobs stopped: %+v\n%s", res.Pools, lines.String())
+	}
+	if !strings.Contains(lines.String(), "jobs: ") {
+		t.Errorf("no jobs line in the output")
+	}
+}
+
 func TestDemoFollowsTheScheduleAtNight(t *testing.T) {
 	// 23:00 in Paris on a Tuesday: nights applies to small-x64 (hot 0, stopped 2).
 	res, err := Run(context.Background(), Options{

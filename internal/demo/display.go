@@ -22,6 +22,9 @@ func Header(w io.Writer, o Options) {
 	}
 	fmt.Fprintf(w, "bullpen demo: %d pools on the simulated cloud, %s, for %s of virtual time\n",
 		len(o.Config.Pools), pace, o.Duration)
+	if o.JobsPerMinute > 0 {
+		fmt.Fprintf(w, "simulated GitHub queues about %g jobs a minute: pool jobs, runner= jobs (reuse or a new instance), ad-hoc specs\n", o.JobsPerMinute)
+	}
 	fmt.Fprintf(w, "virtual start %s; one line per pool every %s cycle\n\n",
 		o.Start.Format(time.RFC3339), o.Interval)
 	fmt.Fprintf(w, "  %-7s %-14s %-10s %-9s %-9s %-8s %s\n", "time", "pool", "schedule", "hot", "stopped", "warming", "this cycle")
@@ -30,10 +33,15 @@ func Header(w io.Writer, o Options) {
 // printCycle writes one line per pool: elapsed virtual time, schedule entry,
 // ready hot and parked stopped instances against their targets, instances
 // still warming, and what the cycle did.
-func printCycle(w io.Writer, start time.Time, r converger.Report) {
+func printCycle(w io.Writer, start time.Time, r converger.Report, jobs string) {
 	if w == nil {
 		return
 	}
+	defer func() {
+		if jobs != "" {
+			fmt.Fprintf(w, "  %-7s %s\n", "", jobs)
+		}
+	}()
 	el := r.At.Sub(start).Round(time.Second)
 	stamp := fmt.Sprintf("+%02d:%02d", int(el.Minutes()), int(el.Seconds())%60)
 	for i, p := range r.Pools {
@@ -88,7 +96,7 @@ func Summary(w io.Writer, r Result) {
 		if !p.AtTarget {
 			state = "not at target yet"
 		}
-		fmt.Fprintf(w, "  %-14s %-10s hot %d/%d  stopped %d/%d  warming %d  in jobs %d  — %s\n", p.Name, p.Schedule,
+		fmt.Fprintf(w, "  %-14s %-10s hot %d/%d  stopped %d/%d  warming %d  serving jobs %d  — %s\n", p.Name, p.Schedule,
 			p.ReadyHot, p.Target.Hot, p.Stopped, p.Target.Stopped, p.Warming, p.Detached, state)
 	}
 	ops := make([]string, 0, len(r.CloudCalls))
@@ -100,4 +108,10 @@ func Summary(w io.Writer, r Result) {
 		ops[i] = fmt.Sprintf("%s %d", op, r.CloudCalls[op])
 	}
 	fmt.Fprintf(w, "cloud API calls: %s\n", strings.Join(ops, ", "))
+	if r.Jobs.Total > 0 {
+		fmt.Fprintf(w, "\njobs: %d fed; queue time (queued → started) by how they were served:\n", r.Jobs.Total)
+		for _, l := range queueTimeSummary(r.Jobs) {
+			fmt.Fprintln(w, l)
+		}
+	}
 }

@@ -363,7 +363,7 @@ func RunnerName(instanceID string, jobID int64) string {
 // webhook naming the runner that took a job says which instance runs it.
 func InstanceOfRunner(name string) (string, bool) {
 	i := strings.LastIndexByte(name, '-')
-	if i <= 0 || i == len(name)-1 {
+	if i <= len("bp-") || i == len(name)-1 {
 		return "", false
 	}
 	if _, err := strconv.ParseInt(name[i+1:], 10, 64); err != nil || !strings.HasPrefix(name, "bp-") {
@@ -372,29 +372,33 @@ func InstanceOfRunner(name string) (string, bool) {
 	return name[:i], true
 }
 
-// assign records each job's instance and runner in one batch; a job that
-// changed meanwhile (cancelled, say) fails and its instance is given back.
+// assign gives each claimed instance its runner registration, then records
+// each job's assignment, one batch each; a job that changed meanwhile
+// (cancelled, say) fails and its instance is given back.
 func (d *Dispatcher) assign(ctx context.Context, items []*item) (assigned, failed []*item) {
-	now := d.Clock.Now()
-	var reqs []domain.JobTransitionRequest
-	var pending []*item
+	var ready []*item
 	for _, it := range items {
 		if it.err != nil {
 			failed = append(failed, it)
-			continue
+		} else {
+			ready = append(ready, it)
 		}
-		reg, instID := it.reg, it.inst.ID
-		reqs = append(reqs, domain.JobTransitionRequest{ID: it.job.ID, Guard: domain.JobGuardOf(it.job), Apply: func(j *domain.Job) {
-			j.Status, j.Via, j.InstanceID, j.AssignedAt = domain.JobAssigned, domain.ViaPool, instID, now
-			j.RunnerName, j.RunnerID, j.RunnerConfig, j.Reason = reg.Name, reg.RunnerID, reg.JITConfig, ""
-		}})
-		pending = append(pending, it)
 	}
-	if len(reqs) == 0 {
+	if len(ready) == 0 {
 		return nil, failed
 	}
+	now := d.Clock.Now()
+	reqs := make([]domain.JobTransitionRequest, len(ready))
+	for i, it := range ready {
+		reg, instID := it.reg, it.inst.ID
+		reqs[i] = domain.JobTransitionRequest{ID: it.job.ID, Guard: domain.JobGuardOf(it.job), Apply: func(j *domain.Job) {
+			j.Status, j.Via, j.InstanceID, j.AssignedAt = domain.JobAssigned, domain.ViaPool, instID, now
+			j.RunnerName, j.RunnerID, j.Reason = reg.Name, reg.RunnerID, ""
+		}}
+	}
 	results, err := d.Store.TransitionJobs(ctx, reqs)
-	for i, it := range pending {
+	var recorded []*item
+	for i, it := range ready {
 		switch {
 		case err != nil:
 			it.err = fmt.Errorf("record assignment: %w", err)
@@ -402,12 +406,59 @@ func (d *Dispatcher) assign(ctx context.Context, items []*item) (assigned, faile
 			it.err = fmt.Errorf("record assignment: %w", results[i].Err)
 		default:
 			it.job = results[i].Job
-			assigned = append(assigned, it)
+			recorded = append(recorded, it)
 			continue
 		}
 		failed = append(failed, it)
 	}
-	return assigned, failed
+	// The runner goes on the instance last: its agent starts it as soon as
+	// it is there, so the job must already be the instance's.
+	assigned, lost := d.giveRunners(ctx, recorded)
+	for _, it := range lost {
+		d.unassign(ctx, it)
+	}
+	return assigned, append(failed, lost...)
+}
+
+// unassign returns a job whose instance could not take its runner to
+// queued, so that its message, made visible again, serves it afresh.
+func (d *Dispatcher) unassign(ctx context.Context, it *item) {
+	j, err := d.Store.TransitionJob(ctx, it.job.ID, domain.JobGuardOf(it.job), func(x *domain.Job) {
+		x.Status, x.Via, x.InstanceID, x.AssignedAt = domain.JobQueued, "", "", time.Time{}
+		x.RunnerName, x.RunnerID = "", 0
+	})
+	if err != nil {
+		d.Log.Warn("unassign pool job", "job", it.job.ID, "err", err)
+		return
+	}
+	it.job = j
+}
+
+// giveRunners records on each instance the runner registered for it (its
+// agent starts that runner), in one batch.
+func (d *Dispatcher) giveRunners(ctx context.Context, items []*item) (ok, failed []*item) {
+	reqs := make([]domain.TransitionRequest, len(items))
+	for i, it := range items {
+		reg := it.reg
+		reqs[i] = domain.TransitionRequest{ID: it.inst.ID, Guard: domain.GuardOf(it.inst), Apply: func(in *domain.Instance) {
+			in.RunnerName, in.RunnerConfig = reg.Name, reg.JITConfig
+		}}
+	}
+	results, err := d.Store.TransitionBatch(ctx, reqs)
+	for i, it := range items {
+		switch {
+		case err != nil:
+			it.err = fmt.Errorf("record runner: %w", err)
+		case results[i].Err != nil:
+			it.err = fmt.Errorf("record runner: %w", results[i].Err)
+		default:
+			it.inst = results[i].Instance
+			ok = append(ok, it)
+			continue
+		}
+		failed = append(failed, it)
+	}
+	return ok, failed
 }
 
 // retry gives a failed item's instance back to its pool and lets its job's
@@ -420,7 +471,7 @@ func (d *Dispatcher) retry(ctx context.Context, it *item) {
 	}
 	if it.inst.ID != "" {
 		_, err := d.Store.Transition(ctx, it.inst.ID, domain.GuardOf(it.inst), func(in *domain.Instance) {
-			in.State, in.Job = back, ""
+			in.State, in.Job, in.RunnerName, in.RunnerConfig = back, "", "", ""
 			in.Deadline = d.opts.Deadlines.Until(back, d.Clock.Now())
 		})
 		if err != nil {

@@ -142,8 +142,14 @@ func TestBatchPrefersRunningInstancesAndOverflowsTheRest(t *testing.T) {
 		t.Fatalf("the first job must get the running instance: %s, %s", j100.InstanceID, j101.InstanceID)
 	}
 	for _, j := range []domain.Job{j100, j101} {
-		if j.Status != domain.JobAssigned || j.Via != domain.ViaPool || j.RunnerConfig == "" || j.RunnerName == "" {
+		if j.Status != domain.JobAssigned || j.Via != domain.ViaPool || j.RunnerName != RunnerName(j.InstanceID, j.ID) || j.RunnerID == 0 {
 			t.Fatalf("job %d: %+v", j.ID, j)
+		}
+		// The registration is the instance's: its agent starts that runner.
+		in, err := f.store.GetInstance(f.ctx, j.InstanceID)
+		if err != nil || in.RunnerName != j.RunnerName || in.RunnerConfig == "" {
+			t.Fatalf("instance %s holds runner %q (config set: %t) %v, want job %d's %q with its config",
+				j.InstanceID, in.RunnerName, in.RunnerConfig != "", err, j.ID, j.RunnerName)
 		}
 	}
 	if j102.Status != domain.JobQueued || j102.Route != domain.RouteLaunch {
@@ -208,8 +214,8 @@ func TestFailedStartGivesTheInstanceBackAndRetriesTheJob(t *testing.T) {
 		t.Fatalf("result %+v err %v", res, err)
 	}
 	in, _ := f.store.GetInstance(f.ctx, stopped[0].ID)
-	if in.State != domain.StateStopped || in.Job != "" {
-		t.Fatalf("instance after a failed start: %s job %q", in.State, in.Job)
+	if in.State != domain.StateStopped || in.Job != "" || in.RunnerName != "" || in.RunnerConfig != "" {
+		t.Fatalf("instance after a failed start: %s job %q runner %q", in.State, in.Job, in.RunnerName)
 	}
 	if j := f.job(1); j.Status != domain.JobQueued || j.InstanceID != "" {
 		t.Fatalf("job after a failed start: %+v", j)
@@ -297,6 +303,9 @@ func assertNoDoubleAssignment(t *testing.T, f *fixture) {
 		in, err := f.store.GetInstance(f.ctx, j.InstanceID)
 		if err != nil || in.Job != j.Key() {
 			t.Fatalf("job %d's instance %s is bound to %q", j.ID, j.InstanceID, in.Job)
+		}
+		if in.RunnerName != j.RunnerName || in.RunnerConfig == "" {
+			t.Fatalf("job %d's instance %s holds runner %q (config set: %t), want %q", j.ID, in.ID, in.RunnerName, in.RunnerConfig != "", j.RunnerName)
 		}
 	}
 }

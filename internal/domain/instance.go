@@ -125,6 +125,14 @@ type Instance struct {
 	Reason       string    // why it errored or is being terminated
 	Heartbeat    time.Time // the agent's last heartbeat (Store.RecordHeartbeat)
 
+	// The just-in-time runner registered for the job this instance was
+	// given. The registration belongs to the instance: GitHub may hand the
+	// runner another queued job with the same labels (jobs.Rebind), but the
+	// instance's agent still starts this runner. RunnerConfig is a
+	// credential: never logged, never returned but to the instance's agent.
+	RunnerName   string
+	RunnerConfig string `json:"-"`
+
 	// Attributes used by the resource-pool filters.
 	InstanceType string
 	UsageClass   string // "spot" or "on-demand"

@@ -88,16 +88,14 @@ type Job struct {
 	Spec   RunnerSpec // the machine the job needs
 
 	InstanceID string // bullpen instance bound to it
+	// RunnerName is the runner registered for the job, until GitHub reports
+	// the runner that took it (possibly another one: see jobs.Rebind).
 	RunnerName string
 	RunnerID   int64
-	// RunnerConfig is the just-in-time runner configuration for the
-	// assigned instance: a credential. It is never logged nor returned by
-	// an API other than the agent's own assignment call.
-	RunnerConfig string `json:"-"`
-	Reason       string
-	Conclusion   string
-	Attempts     int // times it was sent to be served
-	Version      int64
+	Reason     string
+	Conclusion string
+	Attempts   int // times it was sent to be served
+	Version    int64
 
 	CreatedAt   time.Time
 	UpdatedAt   time.Time

@@ -105,7 +105,6 @@ func MarkCompleted(ctx context.Context, st domain.Store, id int64, at time.Time,
 		}
 		return func(x *domain.Job) {
 			x.Status, x.CompletedAt, x.Conclusion = domain.JobCompleted, at, conclusion
-			x.RunnerConfig = "" // spent; do not keep a credential longer than needed
 		}, true
 	})
 	if errors.Is(err, domain.ErrNotFound) {
@@ -130,7 +129,7 @@ func Requeue(ctx context.Context, st domain.Store, q domain.Queue, id int64, ins
 		}
 		return func(x *domain.Job) {
 			x.Status, x.Reason = domain.JobQueued, reason
-			x.InstanceID, x.RunnerName, x.RunnerID, x.RunnerConfig = "", "", 0, ""
+			x.InstanceID, x.RunnerName, x.RunnerID = "", "", 0
 			x.AssignedAt, x.Via = time.Time{}, ""
 			x.Attempts++
 		}, true

@@ -34,7 +34,7 @@ func Rebind(ctx context.Context, st domain.Store, id int64, y string) error {
 	if err != nil || j.Status.Final() {
 		return err
 	}
-	key := j.Key()
+	key, bound := j.Key(), false
 	for range retries {
 		in, err := st.GetInstance(ctx, y)
 		if errors.Is(err, domain.ErrNotFound) {
@@ -47,15 +47,20 @@ func Rebind(ctx context.Context, st domain.Store, id int64, y string) error {
 			return nil // not running a job of ours
 		}
 		if in.Job == key {
+			bound = true
 			break
 		}
 		_, err = st.Transition(ctx, y, domain.GuardOf(in), func(x *domain.Instance) { x.Job, x.JobStarted = key, false })
 		if err == nil {
+			bound = true
 			break
 		}
 		if !errors.Is(err, domain.ErrConflict) {
 			return fmt.Errorf("bind %s to job %d: %w", y, id, err)
 		}
+	}
+	if !bound {
+		return fmt.Errorf("bind %s to job %d: still changing after %d attempts", y, id, retries)
 	}
 	_, err = update(ctx, st, id, func(cur domain.Job) (func(*domain.Job), bool) {
 		return func(c *domain.Job) { c.InstanceID = y }, cur.InstanceID != y && !cur.Status.Final()

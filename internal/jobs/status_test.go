@@ -15,7 +15,7 @@ import (
 func assigned() domain.Job {
 	return domain.Job{
 		Status: domain.JobAssigned, Route: domain.RouteLaunch, Via: domain.ViaReuse, InstanceID: "bp-1",
-		RunnerName: "bp-1-42", RunnerID: 7, RunnerConfig: "jit-secret", AssignedAt: t0, Attempts: 1,
+		RunnerName: "bp-1-42", RunnerID: 7, AssignedAt: t0, Attempts: 1,
 	}
 }
 
@@ -62,7 +62,7 @@ func TestMarkRunning(t *testing.T) {
 
 func TestMarkCompleted(t *testing.T) {
 	at := t0.Add(time.Hour)
-	for _, start := range []domain.Job{{Status: domain.JobQueued}, assigned(), {Status: domain.JobRunning, RunnerConfig: "jit"}} {
+	for _, start := range []domain.Job{{Status: domain.JobQueued}, assigned(), {Status: domain.JobRunning, InstanceID: "bp-1", RunnerName: "bp-1-42"}} {
 		t.Run(string(start.Status), func(t *testing.T) {
 			f := newFixture(t)
 			f.job(start)
@@ -70,11 +70,15 @@ func TestMarkCompleted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if j.Status != domain.JobCompleted || j.Conclusion != "success" || !j.CompletedAt.Equal(at) || j.RunnerConfig != "" {
-				t.Fatalf("got %s (%q) at %s with config %q, want completed, credential dropped", j.Status, j.Conclusion, j.CompletedAt, j.RunnerConfig)
+			// The runner's name stays for the record; the instance that
+			// ran it is the one its end releases.
+			if j.Status != domain.JobCompleted || j.Conclusion != "success" || !j.CompletedAt.Equal(at) ||
+				j.InstanceID != start.InstanceID || j.RunnerName != start.RunnerName {
+				t.Fatalf("got %s (%q) at %s on %q by %q, want completed, still on %q by %q",
+					j.Status, j.Conclusion, j.CompletedAt, j.InstanceID, j.RunnerName, start.InstanceID, start.RunnerName)
 			}
-			if stored := f.get(42); stored.RunnerConfig != "" || stored.Version != j.Version {
-				t.Fatalf("stored v%d config %q, want v%d without credential", stored.Version, stored.RunnerConfig, j.Version)
+			if stored := f.get(42); stored.Version != j.Version || stored.Status != domain.JobCompleted {
+				t.Fatalf("stored %s v%d, want what was returned: %s v%d", stored.Status, stored.Version, j.Status, j.Version)
 			}
 			again, err := jobs.MarkCompleted(f.ctx, f.store, 42, at.Add(time.Minute), "failure")
 			if err != nil || again.Version != j.Version || again.Conclusion != "success" || again.InstanceID != start.InstanceID {
@@ -111,7 +115,7 @@ func TestRequeue(t *testing.T) {
 			}
 			got := f.get(42)
 			if got.Status != domain.JobQueued || got.Reason != "instance failed: boom" || got.Attempts != 2 ||
-				got.InstanceID != "" || got.RunnerName != "" || got.RunnerID != 0 || got.RunnerConfig != "" ||
+				got.InstanceID != "" || got.RunnerName != "" || got.RunnerID != 0 ||
 				got.Via != "" || !got.AssignedAt.IsZero() || got.Route != route {
 				t.Fatalf("got %+v, want queued, unbound, attempt 2, same route", got)
 			}
@@ -281,7 +285,7 @@ func TestStatusChangesUnderConcurrency(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if j := f.get(42); j.Status != domain.JobCompleted || j.RunnerConfig != "" {
-		t.Fatalf("got %s with config %q, want completed", j.Status, j.RunnerConfig)
+	if j := f.get(42); j.Status != domain.JobCompleted {
+		t.Fatalf("got %s, want completed", j.Status)
 	}
 }

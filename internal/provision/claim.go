@@ -134,12 +134,18 @@ func (p *Provisioner) assignAndWait(ctx context.Context, rq *request, in domain.
 	now := p.Clock.Now()
 	j, err := p.Store.TransitionJob(ctx, rq.job.ID, domain.JobGuardOf(rq.job), func(j *domain.Job) {
 		j.Status, j.Via, j.InstanceID, j.AssignedAt = domain.JobAssigned, via, in.ID, now
-		j.RunnerName, j.RunnerID, j.RunnerConfig, j.Reason = reg.Name, reg.RunnerID, reg.JITConfig, ""
+		j.RunnerName, j.RunnerID, j.Reason = reg.Name, reg.RunnerID, ""
 	})
 	if err != nil {
 		return fmt.Errorf("record assignment: %w", err)
 	}
 	rq.job = j
+	// The runner goes on the instance last: its agent starts it as soon as
+	// it is there, so the job must already be the instance's.
+	if err := p.giveRunner(ctx, in.ID, rq.job.Key(), reg); err != nil {
+		p.unassign(ctx, rq, in.ID, err.Error())
+		return err
+	}
 	p.Notify(in.CloudID)
 	if err := p.awaitRegistration(ctx, j, in.ID, timeout, quit, registered); err != nil {
 		return err
@@ -239,7 +245,7 @@ func (p *Provisioner) unassign(ctx context.Context, rq *request, id, why string)
 	}
 	j, err = p.Store.TransitionJob(ctx, j.ID, domain.JobGuardOf(j), func(x *domain.Job) {
 		x.Status, x.Reason = domain.JobQueued, why
-		x.InstanceID, x.RunnerName, x.RunnerID, x.RunnerConfig, x.Via = "", "", 0, "", ""
+		x.InstanceID, x.RunnerName, x.RunnerID, x.Via = "", "", 0, ""
 		x.AssignedAt = time.Time{}
 	})
 	if err != nil {
@@ -275,6 +281,7 @@ func (p *Provisioner) giveBack(ctx context.Context, in domain.Instance, threshol
 	}
 	back, err := p.Store.Transition(ctx, cur.ID, domain.GuardOf(cur), func(x *domain.Instance) {
 		x.State, x.Job, x.Deadline = domain.StateReady, "", threshold
+		x.RunnerName, x.RunnerConfig = "", ""
 	})
 	if err != nil {
 		p.Log.Warn("roll back claimed instance", "instance", in.ID, "err", err)
@@ -308,4 +315,25 @@ func (p *Provisioner) terminate(ctx context.Context, insts []domain.Instance, wh
 			p.Log.Warn("mark instance for termination", "instance", in.ID, "err", err)
 		}
 	}
+}
+
+// giveRunner records on the instance the runner registered for it: its
+// agent starts that runner, whichever job GitHub then gives it.
+func (p *Provisioner) giveRunner(ctx context.Context, id, job string, reg domain.RunnerRegistration) error {
+	for range 8 {
+		cur, err := p.Store.GetInstance(ctx, id)
+		if err != nil {
+			return fmt.Errorf("record runner: %w", err)
+		}
+		if cur.Job != job {
+			return fmt.Errorf("record runner: instance %s left job %s", id, job)
+		}
+		_, err = p.Store.Transition(ctx, id, domain.GuardOf(cur), func(x *domain.Instance) {
+			x.RunnerName, x.RunnerConfig = reg.Name, reg.JITConfig
+		})
+		if !errors.Is(err, domain.ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("record runner: instance %s keeps changing", id)
 }

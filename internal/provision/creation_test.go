@@ -53,9 +53,11 @@ func TestCreationMakesOneFleetForTheRestOfAClass(t *testing.T) {
 		in := f.wantState(j.InstanceID, domain.StateRunning)
 		before := atNotify[in.CloudID]
 		if before.State != domain.StateBooting || before.ID != in.ID || before.Job != j.Key() ||
-			!before.Deadline.Equal(t0.Add(10*time.Minute)) {
-			t.Fatalf("instance when its agent was woken: %+v", before)
+			!before.Deadline.Equal(t0.Add(10*time.Minute)) || before.RunnerName != j.RunnerName || before.RunnerConfig == "" {
+			t.Fatalf("instance when its agent was woken: %s %s job %q runner %q (config set: %t)",
+				before.ID, before.State, before.Job, before.RunnerName, before.RunnerConfig != "")
 		}
+		f.wantRunner(in.ID, j)
 		m, ok := f.cloud.Get(in.CloudID)
 		if !ok || m.State != domain.CloudRunning || m.Tags[domain.TagLaunch] != in.LaunchID ||
 			m.Tags[domain.TagController] != "ctl-test" || m.Tags[domain.TagRunner] != "small" {

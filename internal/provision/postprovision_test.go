@@ -27,10 +27,29 @@ func (f *fixture) runners() []domain.GitHubRunner {
 func (f *fixture) wantRequeued(id int64, why string) {
 	f.t.Helper()
 	j := f.job(id)
-	if j.Status != domain.JobQueued || j.InstanceID != "" || j.RunnerConfig != "" || j.Via != "" ||
+	if j.Status != domain.JobQueued || j.InstanceID != "" || j.RunnerName != "" || j.RunnerID != 0 || j.Via != "" ||
 		j.Attempts != 1 || !strings.Contains(j.Reason, why) {
-		f.t.Fatalf("job %d: %s on %q via %q, attempts %d, reason %q; want requeued for %q",
-			id, j.Status, j.InstanceID, j.Via, j.Attempts, j.Reason, why)
+		f.t.Fatalf("job %d: %s on %q via %q runner %q, attempts %d, reason %q; want requeued for %q",
+			id, j.Status, j.InstanceID, j.Via, j.RunnerName, j.Attempts, j.Reason, why)
+	}
+}
+
+// wantRunner checks that instance id holds the runner registered for job j:
+// its agent starts that runner, whichever job GitHub then gives it.
+func (f *fixture) wantRunner(id string, j domain.Job) {
+	f.t.Helper()
+	in := f.instance(id)
+	if in.RunnerName == "" || in.RunnerName != j.RunnerName || in.RunnerConfig == "" {
+		f.t.Fatalf("instance %s holds runner %q (config set: %t), want job %d's %q with its config",
+			id, in.RunnerName, in.RunnerConfig != "", j.ID, j.RunnerName)
+	}
+}
+
+// wantNoRunner checks that instance id, given back, holds no registration.
+func (f *fixture) wantNoRunner(id string) {
+	f.t.Helper()
+	if in := f.instance(id); in.RunnerName != "" || in.RunnerConfig != "" {
+		f.t.Fatalf("instance %s (%s) keeps runner %q (config set: %t), want none", id, in.State, in.RunnerName, in.RunnerConfig != "")
 	}
 }
 
@@ -46,6 +65,7 @@ func TestRollbackWhenGitHubRefusesTheRunner(t *testing.T) {
 	if back.Job != "" || !back.Deadline.Equal(in.Deadline) {
 		t.Fatalf("rolled back instance: job %q deadline %s (was %s)", back.Job, back.Deadline, in.Deadline)
 	}
+	f.wantNoRunner(in.ID)
 	if got := f.poolEntries("small"); !slices.Equal(got, []string{in.ID}) {
 		t.Fatalf("resource pool holds %v, want the rolled-back instance", got)
 	}
@@ -63,7 +83,7 @@ func TestRollbackWhenGitHubRefusesTheRunner(t *testing.T) {
 	// The retry finds the instance again.
 	f.clk.Advance(2 * time.Second)
 	f.serve()
-	f.wantJob(100, domain.JobAssigned, domain.ViaReuse, in.ID)
+	f.wantRunner(in.ID, f.wantJob(100, domain.JobAssigned, domain.ViaReuse, in.ID))
 }
 
 // cancelOnWake is an agent whose job is cancelled (the completed webhook
@@ -103,6 +123,7 @@ func TestAJobCancelledWhileItsReusedInstanceRegisters(t *testing.T) {
 		t.Fatalf("job %s", j.Status)
 	}
 	f.wantState(ins[0].ID, domain.StateTerminating)
+	f.wantNoRunner(ins[0].ID) // released by the job's end
 	// The job is gone: no other instance is claimed for it.
 	if got := f.instance(ins[1].ID); got.Version != 1 || got.State != domain.StateReady {
 		t.Fatalf("second instance %s v%d: claimed for a cancelled job", got.State, got.Version)
@@ -195,6 +216,7 @@ func TestCancellingServeLeavesNothingHalfClaimed(t *testing.T) {
 	<-done
 
 	f.wantState(in.ID, domain.StateReady)
+	f.wantNoRunner(in.ID)
 	if got := f.poolEntries("small"); !slices.Equal(got, []string{in.ID}) {
 		t.Fatalf("resource pool %v", got)
 	}
@@ -217,6 +239,7 @@ func TestDumpOnPanic(t *testing.T) {
 		f.queueJobs(small, 100, 1)
 		f.serve()
 		f.wantState(in.ID, domain.StateReady)
+		f.wantNoRunner(in.ID)
 		if got := f.poolEntries("small"); !slices.Equal(got, []string{in.ID}) {
 			t.Fatalf("resource pool %v", got)
 		}
@@ -243,7 +266,7 @@ func TestDumpOnPanic(t *testing.T) {
 		if served.Via != domain.ViaReuse {
 			served, dumped = f.job(101), 100
 		}
-		f.wantJob(served.ID, domain.JobAssigned, domain.ViaReuse, reused.ID)
+		f.wantRunner(reused.ID, f.wantJob(served.ID, domain.JobAssigned, domain.ViaReuse, reused.ID))
 		f.wantState(reused.ID, domain.StateRunning)
 		f.wantRequeued(dumped, "boom")
 		created := f.instances(domain.InstanceFilter{Runner: "small", States: []domain.State{domain.StateTerminating}})

@@ -28,10 +28,15 @@ func TestReuseHandsAReadyInstanceToTheJob(t *testing.T) {
 	if atNotify.State != domain.StateClaimed || atNotify.Job != "100" || !atNotify.Deadline.Equal(t0.Add(5*time.Minute)) {
 		t.Fatalf("instance when its agent was woken: %s job %q deadline %s", atNotify.State, atNotify.Job, atNotify.Deadline)
 	}
+	// The agent, once woken, finds the runner registered for it.
+	if atNotify.RunnerName != dispatch.RunnerName(in.ID, 100) || atNotify.RunnerConfig == "" {
+		t.Fatalf("instance when its agent was woken: runner %q (config set: %t)", atNotify.RunnerName, atNotify.RunnerConfig != "")
+	}
 	j := f.wantJob(100, domain.JobAssigned, domain.ViaReuse, in.ID)
-	if j.RunnerName != dispatch.RunnerName(in.ID, 100) || j.RunnerConfig == "" || !j.AssignedAt.Equal(t0) {
+	if j.RunnerName != dispatch.RunnerName(in.ID, 100) || j.RunnerID == 0 || !j.AssignedAt.Equal(t0) {
 		t.Fatalf("assignment %+v", j)
 	}
+	f.wantRunner(in.ID, j)
 	f.wantState(in.ID, domain.StateRunning)
 	if woken := f.wokenIDs(); !slices.Equal(woken, []string{in.CloudID}) {
 		t.Fatalf("agents woken: %v", woken)
@@ -170,7 +175,7 @@ func TestRegistrationCheckTerminatesASilentInstanceAndTriesTheNext(t *testing.T)
 	if !strings.Contains(got.Reason, "did not register") {
 		t.Fatalf("reason %q", got.Reason)
 	}
-	f.wantJob(100, domain.JobAssigned, domain.ViaReuse, ins[1].ID)
+	f.wantRunner(ins[1].ID, f.wantJob(100, domain.JobAssigned, domain.ViaReuse, ins[1].ID))
 	f.wantState(ins[1].ID, domain.StateRunning)
 	runners, _ := f.gh.ListRunners(f.ctx, domain.Scope{Owner: "acme", Repo: "app"})
 	for _, r := range runners {
@@ -232,6 +237,7 @@ func TestManyConcurrentJobsNeverShareAnInstance(t *testing.T) {
 		if in := f.instance(j.InstanceID); in.Job != j.Key() || in.State != domain.StateRunning {
 			t.Fatalf("instance %s: %s bound to %q, job %d", in.ID, in.State, in.Job, id)
 		}
+		f.wantRunner(j.InstanceID, j)
 		if j.Via == domain.ViaReuse {
 			reused++
 		}

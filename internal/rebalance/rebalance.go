@@ -33,7 +33,6 @@ type Reason string
 const (
 	ReasonGone         Reason = "gone"          // the cloud no longer has the machine
 	ReasonStopped      Reason = "stopped"       // the cloud finished stopping it
-	ReasonRetry        Reason = "retry"         // an earlier terminate did not finish
 	ReasonError        Reason = "error"         // the instance reported an error
 	ReasonDeadline     Reason = "deadline"      // stuck past its state's deadline
 	ReasonDangling     Reason = "dangling"      // running too long without a job
@@ -113,7 +112,6 @@ func Compute(s Snapshot) Plan {
 	c := categorize(s)
 	add(Settle, ReasonStopped, c.settled)
 	add(Forget, ReasonGone, c.gone)
-	add(Terminate, ReasonRetry, c.retry)
 	add(Terminate, ReasonError, c.errored)
 	add(Terminate, ReasonDeadline, c.expired)
 	add(Terminate, ReasonDangling, c.dangling)
@@ -147,23 +145,24 @@ func Compute(s Snapshot) Plan {
 // categories sorts a pool's rows into the seed's groups. An instance lands in
 // the first group that claims it.
 type categories struct {
-	gone, retry, errored, expired, dangling, idle, outdated []domain.Instance
-	settled, restop, warm                                   []domain.Instance
-	members                                                 map[domain.Role][]domain.Instance
+	gone, errored, expired, dangling, idle, outdated []domain.Instance
+	settled, restop, warm                            []domain.Instance
+	members                                          map[domain.Role][]domain.Instance
 }
 
 func categorize(s Snapshot) categories {
 	c := categories{members: map[domain.Role][]domain.Instance{}}
 	for _, in := range s.Instances {
-		if in.State == domain.StateTerminated || in.Detached() {
+		// Terminations under way are the terminator's; instances launched
+		// for a job (role on-demand) follow their job, not the pool.
+		if in.State == domain.StateTerminated || in.State == domain.StateTerminating || in.Detached() ||
+			(in.Role != domain.RoleHot && in.Role != domain.RoleStopped) {
 			continue
 		}
 		machine, known := s.Cloud[in.CloudID]
 		switch {
 		case gone(in, machine, known, s):
 			c.gone = append(c.gone, in)
-		case in.State == domain.StateTerminating:
-			c.retry = append(c.retry, in)
 		case in.State == domain.StateError:
 			c.errored = append(c.errored, in)
 		case in.State == domain.StateReady && in.Role == domain.RoleHot && !s.Now.Before(in.StateSince.Add(s.HotIdleLifetime)):
@@ -244,16 +243,24 @@ type Counts struct {
 	Warming  int `json:"warming"`  // pending or booting, or warmed and waiting to stop
 	Detached int `json:"detached"` // bound to a job
 	Other    int `json:"other"`    // stopping, error, terminating
+	// Reusable counts idle instances launched for the pool's jobs and
+	// waiting in the resource pool (not pool members).
+	Reusable int `json:"reusable"`
 }
 
 // Count tallies instances of one pool.
 func Count(insts []domain.Instance) Counts {
 	var c Counts
 	for _, in := range insts {
+		member := in.Role == domain.RoleHot || in.Role == domain.RoleStopped
 		switch {
 		case in.State == domain.StateTerminated:
 		case in.Detached():
 			c.Detached++
+		case !member:
+			if in.State == domain.StateReady {
+				c.Reusable++
+			}
 		case in.State == domain.StateReady && in.Role == domain.RoleHot:
 			c.ReadyHot++
 		case in.State == domain.StateStopped:

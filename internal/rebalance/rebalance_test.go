@@ -186,9 +186,12 @@ func TestCompute(t *testing.T) {
 			insts:  []domain.Instance{inst("h1", H, domain.StateReady)},
 			noView: true,
 			want:   ""},
-		{name: "unfinished terminate is retried", target: domain.Target{},
+		{name: "terminations under way are left to the terminator", target: domain.Target{Hot: 1},
 			insts: []domain.Instance{inst("h1", H, domain.StateTerminating)},
-			want:  "terminate/retry[h1]"},
+			want:  "create/hot×1"},
+		{name: "instances launched for jobs are not pool members", target: domain.Target{Hot: 1},
+			insts: []domain.Instance{inst("od", domain.RoleOnDemand, domain.StateReady, hash("other"), runningFor(time.Hour))},
+			want:  "create/hot×1"},
 		{name: "terminated rows are history", target: domain.Target{Hot: 1},
 			insts: []domain.Instance{inst("h1", H, domain.StateTerminated)},
 			want:  "create/hot×1"},
@@ -210,7 +213,6 @@ func TestComputeFollowsTheSeedsOrder(t *testing.T) {
 	H, S := domain.RoleHot, domain.RoleStopped
 	insts := []domain.Instance{
 		inst("gone", H, domain.StateReady),
-		inst("retry", H, domain.StateTerminating),
 		inst("err", S, domain.StateError),
 		inst("late", S, domain.StateStopping, expired()),
 		inst("dang", S, domain.StateBooting, runningFor(time.Hour)),
@@ -222,7 +224,7 @@ func TestComputeFollowsTheSeedsOrder(t *testing.T) {
 	}
 	s := Snapshot{Pool: "p", Now: now, Target: domain.Target{Hot: 3, Stopped: 2}, SpecHash: spec, Instances: insts,
 		Cloud: cloudOf(insts, map[string]domain.CloudState{"gone": ""})}
-	want := "forget/gone[gone] terminate/retry[retry] terminate/error[err] terminate/deadline[late] " +
+	want := "forget/gone[gone] terminate/error[err] terminate/deadline[late] " +
 		"terminate/dangling[dang] terminate/idle-lifetime[idle] terminate/outdated[old] stop/warm[warm] " +
 		"create/hot×2 create/stopped×1"
 	if got := render(Compute(s)); got != want {

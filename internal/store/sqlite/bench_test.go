@@ -113,7 +113,9 @@ func queuedJobs(b *testing.B, s *Store, n int) {
 }
 
 func assignTo(instance string) func(*domain.Job) {
-	return func(j *domain.Job) { j.Status, j.InstanceID, j.RunnerConfig = domain.JobAssigned, instance, "jit" }
+	return func(j *domain.Job) {
+		j.Status, j.InstanceID, j.RunnerName, j.RunnerID = domain.JobAssigned, instance, instance+"-1", 7
+	}
 }
 
 // BenchmarkJobTransition assigns b.N distinct queued jobs, one guarded

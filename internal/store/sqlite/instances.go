@@ -15,18 +15,19 @@ import (
 const instanceColumns = `id, cloud_id, pool, role, runner, spec_hash, launch_id,
 	state, job, job_started, version, deadline,
 	created_at, updated_at, state_since, running_since, jobs_served, reason,
-	instance_type, usage_class, cpu, memory_mib, heartbeat`
+	instance_type, usage_class, cpu, memory_mib, heartbeat, runner_name, runner_config`
 
 const (
 	insertInstance = `INSERT INTO instances (` + instanceColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`
 	selectInstance = `SELECT ` + instanceColumns + ` FROM instances WHERE id = ?`
 	updateInstance = `UPDATE instances SET
 		cloud_id = ?, pool = ?, role = ?, runner = ?, spec_hash = ?, launch_id = ?,
 		state = ?, job = ?, job_started = ?, version = ?, deadline = ?,
 		created_at = ?, updated_at = ?, state_since = ?, running_since = ?, jobs_served = ?, reason = ?,
-		instance_type = ?, usage_class = ?, cpu = ?, memory_mib = ?, heartbeat = ?
+		instance_type = ?, usage_class = ?, cpu = ?, memory_mib = ?, heartbeat = ?,
+		runner_name = ?, runner_config = ?
 		WHERE id = ?`
 )
 
@@ -37,6 +38,7 @@ func instanceArgs(i domain.Instance) []any {
 		string(i.State), i.Job, i.JobStarted, i.Version, formatTime(i.Deadline),
 		formatTime(i.CreatedAt), formatTime(i.UpdatedAt), formatTime(i.StateSince), formatTime(i.RunningSince),
 		i.JobsServed, i.Reason, i.InstanceType, i.UsageClass, i.CPU, i.MemoryMiB, formatTime(i.Heartbeat),
+		i.RunnerName, i.RunnerConfig,
 	}
 }
 
@@ -72,7 +74,7 @@ func scanInstance(row scanner) (domain.Instance, error) {
 	err := row.Scan(&i.ID, &i.CloudID, &i.Pool, &role, &i.Runner, &i.SpecHash, &i.LaunchID,
 		&state, &i.Job, &i.JobStarted, &i.Version, &deadline,
 		&created, &updated, &since, &running, &i.JobsServed, &i.Reason,
-		&i.InstanceType, &i.UsageClass, &i.CPU, &i.MemoryMiB, &heartbeat)
+		&i.InstanceType, &i.UsageClass, &i.CPU, &i.MemoryMiB, &heartbeat, &i.RunnerName, &i.RunnerConfig)
 	if err != nil {
 		return domain.Instance{}, err
 	}

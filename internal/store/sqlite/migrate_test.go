@@ -219,3 +219,70 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A database at migration 0004 (the runner registration on the job) opens
+// with the registration moved to the instance: its rows read back, the
+// instances start with no runner, and the jobs' old credential column is
+// gone from the file.
+func TestUpgradeFromJobRunnerConfig(t *testing.T) {
+	path, clk := tempPath(t), clock.NewVirtual(epoch)
+	old := fstest.MapFS{}
+	for _, name := range []string{"0001_initial.sql", "0002_instance_heartbeat.sql", "0003_jobs.sql", "0004_queues.sql"} {
+		data, err := fs.ReadFile(migrationsFS(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old[name] = &fstest.MapFile{Data: data}
+	}
+	db, err := sql.Open("sqlite", path+"?_journal_mode=WAL")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrate(t.Context(), db, old, clk.Now); err != nil {
+		t.Fatal(err)
+	}
+	at := formatTime(epoch)
+	rows := []string{
+		`INSERT INTO instances (id, state, job, version, created_at, updated_at) VALUES ('bp-1', 'claimed', '42', 2, ?, ?)`,
+		`INSERT INTO jobs (id, status, instance_id, runner_name, runner_id, runner_config, attempts, version, created_at, updated_at)
+			VALUES (42, 'assigned', 'bp-1', 'bp-1-42', 7, 'jit-SECRET', 1, 3, ?, ?)`,
+	}
+	for _, row := range rows {
+		if _, err := db.ExecContext(t.Context(), row, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+
+	s := openAt(t, path, clk)
+	in, err := s.GetInstance(t.Context(), "bp-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.State != domain.StateClaimed || in.Job != "42" || in.Version != 2 || in.RunnerName != "" || in.RunnerConfig != "" {
+		t.Fatalf("upgraded instance: %+v", in)
+	}
+	j, err := s.GetJob(t.Context(), 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Status != domain.JobAssigned || j.InstanceID != "bp-1" || j.RunnerName != "bp-1-42" || j.RunnerID != 7 ||
+		j.Attempts != 1 || j.Version != 3 {
+		t.Fatalf("upgraded job: %+v", j)
+	}
+	var n int
+	err = s.readers.QueryRowContext(t.Context(), `SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'runner_config'`).Scan(&n)
+	if err != nil || n != 0 {
+		t.Fatalf("jobs.runner_config after the upgrade: count %d, %v", n, err)
+	}
+
+	in, err = s.Transition(t.Context(), "bp-1", domain.GuardOf(in), func(i *domain.Instance) {
+		i.RunnerName, i.RunnerConfig = "bp-1-42", "jit-new"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetInstance(t.Context(), "bp-1"); err != nil || got.RunnerName != "bp-1-42" || got.RunnerConfig != "jit-new" {
+		t.Fatalf("runner on the upgraded instance: %q (config %t), %v", got.RunnerName, got.RunnerConfig == "jit-new", err)
+	}
+}

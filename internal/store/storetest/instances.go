@@ -22,6 +22,8 @@ func instanceContracts() []contract {
 		{"ListOrdersByCreatedThenID", testListOrder},
 		{"DeleteTerminated", testDeleteTerminated},
 		{"DeleteRefusesLiveRowsAndDeletesNothing", testDeleteRefuses},
+		{"RunnerRegistrationStoredFaithfully", testRunnerRoundTrip},
+		{"ErrorsNeverCarryRunnerConfig", testErrorsRedacted},
 	}
 }
 

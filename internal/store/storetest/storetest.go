@@ -111,6 +111,10 @@ func (e *env) unchanged(before domain.Instance) {
 	sameInstance(e.t, "row after refused change", e.get(before.ID), before)
 }
 
+// secretConfig is the RunnerConfig of every instance fixture: a credential
+// that must never appear in an error.
+const secretConfig = "jit-config-SECRET-do-not-log"
+
 // instance returns a row in state with every field set, so that a backend
 // that forgets a column fails the round trip. Deadline and RunningSince are
 // in a zone other than UTC to check that they come back in UTC.
@@ -124,7 +128,8 @@ func instance(id string, state domain.State) domain.Instance {
 		RunningSince: start.Add(-3*time.Second - 17*time.Microsecond).In(zone),
 		JobsServed:   2, Reason: "because",
 		InstanceType: "c6i.large", UsageClass: "spot", CPU: 2, MemoryMiB: 4096,
-		Heartbeat: start.Add(-1*time.Second - 3*time.Microsecond).In(zone),
+		Heartbeat:  start.Add(-1*time.Second - 3*time.Microsecond).In(zone),
+		RunnerName: "bp-" + id + "-42", RunnerConfig: secretConfig,
 	}
 }
 
@@ -172,6 +177,9 @@ func instanceDiff(got, want domain.Instance) string {
 			continue
 		}
 		if !reflect.DeepEqual(g, w) {
+			if name == "RunnerConfig" {
+				g, w = "(differs)", "(redacted)"
+			}
 			fmt.Fprintf(&b, "  %s: %#v / %#v\n", name, g, w)
 		}
 	}

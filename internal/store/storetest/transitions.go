@@ -170,10 +170,11 @@ func testTransitionEveryField(t *testing.T, e *env) {
 		i.JobsServed, i.Reason = 5, "reused"
 		i.InstanceType, i.UsageClass, i.CPU, i.MemoryMiB = "m7g.xlarge", "on-demand", 4, 16384
 		i.Heartbeat = later.Add(-time.Minute)
+		i.RunnerName, i.RunnerConfig = "bp-a-9", "jit-config-of-job-9"
 	})
 	sameInstance(t, "stored instance", e.get("a"), got)
 	if got.CloudID != "i-new" || got.JobsServed != 5 || !got.Deadline.Equal(later) || !got.JobStarted ||
-		!got.Heartbeat.Equal(later.Add(-time.Minute)) {
+		!got.Heartbeat.Equal(later.Add(-time.Minute)) || got.RunnerName != "bp-a-9" || got.RunnerConfig != "jit-config-of-job-9" {
 		t.Fatalf("fields not written: %+v", got)
 	}
 }

@@ -1,0 +1,112 @@
+package demo
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// scaledDriver runs the app's own loops on a scaled wall clock.
+type scaledDriver struct{ c *clock.Scaled }
+
+func (d *scaledDriver) run(ctx context.Context, w *world, end time.Time) {
+	if !w.rollAt.IsZero() {
+		t := d.c.AfterFunc(w.rollAt.Sub(d.c.Now()), func() { w.roll(w.lines) })
+		defer t.Stop()
+	}
+	loops, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.a.Run(loops)
+	}()
+	select {
+	case <-ctx.Done():
+	case <-d.c.After(end.Sub(d.c.Now())):
+	}
+	stop()
+	<-done
+}
+
+// virtualDriver runs every loop step by step on a virtual clock, advancing
+// from timer to timer; each step's effects settle before time moves on, so
+// a run takes seconds and comes out the same each time.
+type virtualDriver struct{ c *clock.Virtual }
+
+const terminateEvery = 5 * time.Second
+
+func (d *virtualDriver) run(ctx context.Context, w *world, end time.Time) {
+	provisioning, stopProvisioning := context.WithCancel(context.WithoutCancel(ctx))
+	var inFlight sync.WaitGroup
+	defer func() {
+		stopProvisioning() // waits on registrations that virtual time will not bring
+		inFlight.Wait()
+	}()
+	nextCycle, nextSweep := d.c.Now(), d.c.Now()
+	for ctx.Err() == nil {
+		now := d.c.Now()
+		if !now.Before(end) {
+			return
+		}
+		if !now.Before(nextCycle) {
+			w.maybeRoll(now)
+			rep, err := w.a.Converger.Cycle(ctx)
+			if err != nil {
+				return
+			}
+			w.a.NoteCycle(rep)
+			nextCycle = now.Add(w.interval)
+		}
+		d.serveJobs(ctx, provisioning, w, &inFlight)
+		if !now.Before(nextSweep) {
+			w.a.Terminator.Expire(ctx)
+			w.a.Terminator.Sweep(ctx)
+			nextSweep = now.Add(terminateEvery)
+		}
+		d.advance(earliest(nextCycle, nextSweep, end))
+	}
+}
+
+// serveJobs runs the job path until it has nothing left to do now.
+func (d *virtualDriver) serveJobs(ctx, provisioning context.Context, w *world, inFlight *sync.WaitGroup) {
+	for ctx.Err() == nil {
+		n, _ := w.a.Intake.Step(ctx)
+		r, _ := w.a.Dispatcher.Step(ctx)
+		msgs, _ := w.a.Queue.Receive(ctx, domain.QueueLaunch, 100, 5*time.Minute, 0)
+		if len(msgs) > 0 {
+			inFlight.Add(1)
+			go func() {
+				defer inFlight.Done()
+				w.a.Provisioner.Serve(provisioning, msgs)
+			}()
+		}
+		if n+r.Received+len(msgs) == 0 {
+			return
+		}
+		d.c.Settle()
+	}
+}
+
+// advance moves the clock to the next timer, or to limit if that comes
+// first, and lets what fired settle.
+func (d *virtualDriver) advance(limit time.Time) {
+	t := limit
+	if next, ok := d.c.Next(); ok && next.Before(t) {
+		t = next
+	}
+	d.c.AdvanceTo(t)
+	d.c.Settle()
+}
+
+func earliest(ts ...time.Time) time.Time {
+	m := ts[0]
+	for _, t := range ts[1:] {
+		if t.Before(m) {
+			m = t
+		}
+	}
+	return m
+}

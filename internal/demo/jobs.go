@@ -1,0 +1,99 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// JobsReport sums up the jobs the demo fed: how many reached each status,
+// and how long they waited from queued to started, by how they were served.
+type JobsReport struct {
+	Total      int                  `json:"total"`
+	ByStatus   map[string]int       `json:"by_status"`
+	QueueTimes map[string]Latencies `json:"queue_time_seconds"` // by via: pool, reuse, cold
+}
+
+// Latencies are percentiles of a set of durations, in seconds.
+type Latencies struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50"`
+	P90   float64 `json:"p90"`
+	Max   float64 `json:"max"`
+}
+
+func (w *world) jobsReport(ctx context.Context) (JobsReport, error) {
+	list, err := w.a.Store.ListJobs(ctx, domain.JobFilter{})
+	if err != nil {
+		return JobsReport{}, fmt.Errorf("demo: read jobs: %w", err)
+	}
+	r := JobsReport{Total: len(list), ByStatus: map[string]int{}, QueueTimes: map[string]Latencies{}}
+	waits := map[string][]float64{}
+	for _, j := range list {
+		r.ByStatus[string(j.Status)]++
+		if j.Via != "" && !j.StartedAt.IsZero() && !j.QueuedAt.IsZero() {
+			waits[string(j.Via)] = append(waits[string(j.Via)], j.StartedAt.Sub(j.QueuedAt).Seconds())
+		}
+	}
+	for via, ws := range waits {
+		r.QueueTimes[via] = latencies(ws)
+	}
+	return r, nil
+}
+
+func latencies(ws []float64) Latencies {
+	slices.Sort(ws)
+	at := func(p float64) float64 {
+		i := int(p*float64(len(ws))+0.5) - 1
+		return round1(ws[min(max(i, 0), len(ws)-1)])
+	}
+	return Latencies{Count: len(ws), P50: at(0.5), P90: at(0.9), Max: round1(ws[len(ws)-1])}
+}
+
+func round1(x float64) float64 { return float64(int(x*10+0.5)) / 10 }
+
+// jobLine is the per-cycle jobs summary: "jobs: 3 queued · 2 assigned ·
+// 4 running · 11 done (pool 7, reuse 2, cold 2)".
+func (w *world) jobLine(ctx context.Context) string {
+	r, err := w.jobsReport(ctx)
+	if err != nil || r.Total == 0 {
+		return ""
+	}
+	var parts []string
+	for _, st := range domain.JobStatuses {
+		if n := r.ByStatus[string(st)]; n > 0 {
+			label := string(st)
+			if st == domain.JobCompleted {
+				label = "done"
+			}
+			parts = append(parts, fmt.Sprintf("%d %s", n, label))
+		}
+	}
+	var via []string
+	for _, v := range []domain.Via{domain.ViaPool, domain.ViaReuse, domain.ViaCold} {
+		if l, ok := r.QueueTimes[string(v)]; ok {
+			via = append(via, fmt.Sprintf("%s %d", v, l.Count))
+		}
+	}
+	line := "jobs: " + strings.Join(parts, " · ")
+	if len(via) > 0 {
+		line += "  (started via " + strings.Join(via, ", ") + ")"
+	}
+	return line
+}
+
+// queueTimeSummary renders the final queue-time table.
+func queueTimeSummary(r JobsReport) []string {
+	var out []string
+	for _, v := range []domain.Via{domain.ViaPool, domain.ViaReuse, domain.ViaCold} {
+		l, ok := r.QueueTimes[string(v)]
+		if !ok {
+			continue
+		}
+		out = append(out, fmt.Sprintf("  %-6s %3d jobs   p50 %5.1fs   p90 %5.1fs   max %5.1fs", v, l.Count, l.P50, l.P90, l.Max))
+	}
+	return out
+}

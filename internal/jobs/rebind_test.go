@@ -1,0 +1,255 @@
+package jobs_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+)
+
+func TestServesJob(t *testing.T) {
+	serving := []domain.State{domain.StateBooting, domain.StateClaimed, domain.StateRunning}
+	for _, st := range domain.States {
+		if got, want := jobs.ServesJob(st), slices.Contains(serving, st); got != want {
+			t.Errorf("ServesJob(%s) = %v, want %v", st, got, want)
+		}
+	}
+	if jobs.ServesJob(domain.State("idle")) {
+		t.Error("an unknown state serves a job")
+	}
+}
+
+// instance writes an instance in state st bound to job (a job id, 0 for
+// none), holding the runner registered for it.
+func (f *fixture) instance(id string, st domain.State, job int64) domain.Instance {
+	f.t.Helper()
+	in := domain.Instance{ID: id, CloudID: "i-" + id, State: st, Deadline: t0.Add(time.Hour)}
+	if job != 0 {
+		in.Job, in.RunnerName, in.RunnerConfig = domain.JobKey(job), fmt.Sprintf("%s-%d", id, job), "jit-of-"+id
+	}
+	if err := f.store.CreateInstances(f.ctx, []domain.Instance{in}); err != nil {
+		f.t.Fatal(err)
+	}
+	return f.getInstance(id)
+}
+
+func (f *fixture) getInstance(id string) domain.Instance {
+	f.t.Helper()
+	in, err := f.store.GetInstance(f.ctx, id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return in
+}
+
+// swapPair writes bp-1 running job 42 and bp-2 claimed for job 43, each
+// job assigned to its instance: two jobs with the same labels, whose
+// runners GitHub may swap.
+func swapPair(f *fixture) {
+	f.t.Helper()
+	f.instance("bp-1", domain.StateRunning, 42)
+	f.instance("bp-2", domain.StateClaimed, 43)
+	for _, j := range []domain.Job{
+		{ID: 42, Status: domain.JobAssigned, InstanceID: "bp-1", RunnerName: "bp-1-42", Attempts: 1},
+		{ID: 43, Status: domain.JobAssigned, InstanceID: "bp-2", RunnerName: "bp-2-43", Attempts: 1},
+	} {
+		f.job(j)
+	}
+}
+
+// wantBound fails unless instance id is bound to job (not started) and the
+// job to the instance, and the instance still holds its own registration.
+func wantBound(t *testing.T, f *fixture, id string, job int64) {
+	t.Helper()
+	in, j := f.getInstance(id), f.get(job)
+	if in.Job != domain.JobKey(job) || in.JobStarted || j.InstanceID != id {
+		t.Fatalf("%s bound to %q (started %v), job %d to %q; want each other", id, in.Job, in.JobStarted, job, j.InstanceID)
+	}
+	if in.RunnerConfig != "jit-of-"+id {
+		t.Fatalf("%s holds runner %q with another config, want its own", id, in.RunnerName)
+	}
+}
+
+func TestRebindFollowsTheRunnerThatTookTheJob(t *testing.T) {
+	f := newFixture(t)
+	swapPair(f)
+	// bp-1's runner took job 43.
+	if err := jobs.Rebind(f.ctx, f.store, 43, "bp-1"); err != nil {
+		t.Fatal(err)
+	}
+	wantBound(t, f, "bp-1", 43)
+	if in := f.getInstance("bp-1"); in.State != domain.StateRunning || in.RunnerName != "bp-1-42" {
+		t.Fatalf("bp-1 %s runner %q, want still running its own runner bp-1-42", in.State, in.RunnerName)
+	}
+	if j := f.get(43); j.Status != domain.JobAssigned || j.RunnerName != "bp-2-43" || j.Attempts != 1 {
+		t.Fatalf("job 43 %s runner %q attempt %d: only its instance should change", j.Status, j.RunnerName, j.Attempts)
+	}
+	// Job 42 waits for the runner that is left, where it was, until GitHub
+	// says which runner took it; bp-2 is not moved either.
+	if j := f.get(42); j.Status != domain.JobAssigned || j.InstanceID != "bp-1" {
+		t.Fatalf("job 42 %s on %q, want still assigned to bp-1", j.Status, j.InstanceID)
+	}
+	if in := f.getInstance("bp-2"); in.Job != "43" || in.State != domain.StateClaimed || in.RunnerName != "bp-2-43" {
+		t.Fatalf("bp-2 %s bound to %q runner %q, want untouched", in.State, in.Job, in.RunnerName)
+	}
+
+	// bp-2's runner took job 42.
+	if err := jobs.Rebind(f.ctx, f.store, 42, "bp-2"); err != nil {
+		t.Fatal(err)
+	}
+	wantBound(t, f, "bp-2", 42)
+	wantBound(t, f, "bp-1", 43)
+}
+
+func TestRebindAlreadyBoundChangesNothing(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(f *fixture)
+	}{
+		{"job started on the instance it was assigned", func(*fixture) {}},
+		{"repeated report of a swap", func(f *fixture) {
+			if err := jobs.Rebind(f.ctx, f.store, 43, "bp-1"); err != nil {
+				f.t.Fatal(err)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			swapPair(f)
+			tc.setup(f)
+			id := f.get(43).InstanceID
+			in, j := f.getInstance(id), f.get(43)
+			if err := jobs.Rebind(f.ctx, f.store, 43, id); err != nil {
+				t.Fatal(err)
+			}
+			if after, jafter := f.getInstance(id), f.get(43); after.Version != in.Version || jafter.Version != j.Version {
+				t.Fatalf("wrote %s v%d → v%d, job 43 v%d → v%d", id, in.Version, after.Version, j.Version, jafter.Version)
+			}
+		})
+	}
+}
+
+// Rebind is told what GitHub saw, possibly late: a job that is over, an
+// instance no longer serving (failed, released, gone), a job or instance
+// bullpen does not know, is left as it is.
+func TestRebindLeavesAlone(t *testing.T) {
+	cases := []struct {
+		name  string
+		job   *domain.Job  // job 43, when written
+		inst  domain.State // bp-1's state, "" for no instance
+		bound int64        // bp-1's job
+	}{
+		{"completed job", &domain.Job{Status: domain.JobCompleted, InstanceID: "bp-2", Conclusion: "cancelled"}, domain.StateRunning, 42},
+		{"rejected job", &domain.Job{Status: domain.JobRejected, Reason: "no pool"}, domain.StateRunning, 42},
+		{"unknown job", nil, domain.StateRunning, 42},
+		{"unknown instance", &domain.Job{Status: domain.JobAssigned, InstanceID: "bp-2"}, "", 0},
+		{"failed instance", &domain.Job{Status: domain.JobAssigned, InstanceID: "bp-2"}, domain.StateError, 42},
+		{"releasing instance", &domain.Job{Status: domain.JobAssigned, InstanceID: "bp-2"}, domain.StateReleasing, 0},
+		{"idle instance", &domain.Job{Status: domain.JobAssigned, InstanceID: "bp-2"}, domain.StateReady, 0},
+		{"stopped instance", &domain.Job{Status: domain.JobAssigned, InstanceID: "bp-2"}, domain.StateStopped, 0},
+		{"terminating instance", &domain.Job{Status: domain.JobAssigned, InstanceID: "bp-2"}, domain.StateTerminating, 42},
+		{"terminated instance", &domain.Job{Status: domain.JobAssigned, InstanceID: "bp-2"}, domain.StateTerminated, 42},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			var before domain.Instance
+			if tc.inst != "" {
+				before = f.instance("bp-1", tc.inst, tc.bound)
+			}
+			var jbefore domain.Job
+			if tc.job != nil {
+				tc.job.ID = 43
+				jbefore = f.job(*tc.job)
+			}
+			if err := jobs.Rebind(f.ctx, f.store, 43, "bp-1"); err != nil {
+				t.Fatal(err)
+			}
+			if tc.inst != "" {
+				if after := f.getInstance("bp-1"); after.Version != before.Version || after.Job != before.Job {
+					t.Fatalf("instance changed: %s %q v%d → %q v%d", tc.inst, before.Job, before.Version, after.Job, after.Version)
+				}
+			}
+			if tc.job != nil {
+				if after := f.get(43); after.Version != jbefore.Version || after.InstanceID != jbefore.InstanceID {
+					t.Fatalf("job changed: on %q v%d → on %q v%d", jbefore.InstanceID, jbefore.Version, after.InstanceID, after.Version)
+				}
+			}
+		})
+	}
+}
+
+// instanceRacer is the real store with another writer that touches the
+// instance right after each of the first n reads of it, so the guarded
+// write that follows the read loses.
+type instanceRacer struct {
+	*sqlite.Store
+	n  int
+	mu sync.Mutex
+}
+
+func (s *instanceRacer) GetInstance(ctx context.Context, id string) (domain.Instance, error) {
+	in, err := s.Store.GetInstance(ctx, id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil || s.n == 0 {
+		return in, err
+	}
+	s.n--
+	_, err = s.Store.Transition(ctx, id, domain.GuardOf(in), func(x *domain.Instance) { x.Reason = fmt.Sprintf("touched %d", s.n) })
+	return in, err
+}
+
+func TestRebindRetriesLostRaces(t *testing.T) {
+	t.Run("on the instance", func(t *testing.T) {
+		f := newFixture(t)
+		swapPair(f)
+		if err := jobs.Rebind(f.ctx, &instanceRacer{Store: f.store, n: 3}, 43, "bp-1"); err != nil {
+			t.Fatal(err)
+		}
+		wantBound(t, f, "bp-1", 43)
+		if in := f.getInstance("bp-1"); in.Reason != "touched 0" {
+			t.Fatalf("reason %q: the other writer's change was lost", in.Reason)
+		}
+	})
+	t.Run("on the job", func(t *testing.T) {
+		f := newFixture(t)
+		swapPair(f)
+		if err := jobs.Rebind(f.ctx, &racingStore{Store: f.store, n: 3}, 43, "bp-1"); err != nil {
+			t.Fatal(err)
+		}
+		wantBound(t, f, "bp-1", 43)
+		if j := f.get(43); j.Reason != "touched 0" {
+			t.Fatalf("reason %q: the other writer's change was lost", j.Reason)
+		}
+	})
+	t.Run("the other writer completes the job", func(t *testing.T) {
+		f := newFixture(t)
+		swapPair(f)
+		// The job is read once by Rebind itself: completed on its next read.
+		racer := &racingStore{Store: f.store, n: 1, final: true}
+		if err := jobs.Rebind(f.ctx, racer, 43, "bp-1"); err != nil {
+			t.Fatal(err)
+		}
+		if j := f.get(43); j.Status != domain.JobCompleted || j.InstanceID != "bp-2" {
+			t.Fatalf("job 43 %s on %q, want the completion kept, on bp-2", j.Status, j.InstanceID)
+		}
+	})
+	t.Run("gives up on an instance that never stops changing", func(t *testing.T) {
+		f := newFixture(t)
+		swapPair(f)
+		if err := jobs.Rebind(f.ctx, &instanceRacer{Store: f.store, n: 100}, 43, "bp-1"); err == nil {
+			t.Fatal("no error, though bp-1 was never bound to job 43")
+		}
+		if in, j := f.getInstance("bp-1"), f.get(43); in.Job != "42" || j.InstanceID != "bp-2" {
+			t.Fatalf("bp-1 bound to %q, job 43 to %q: half a rebind, want neither changed", in.Job, j.InstanceID)
+		}
+	})
+}

@@ -1,0 +1,59 @@
+package reaper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Expire marks every row past its deadline as terminating, in any state
+// (seed 001: "expired instances are terminated asynchronously by other
+// components"), guarded on the version read so that a claim racing the
+// sweep wins or loses cleanly. The terminator then makes the cloud calls.
+// It reports how many rows it marked.
+func (t *Terminator) Expire(ctx context.Context) (int, error) {
+	now := t.Clock.Now()
+	var states []domain.State
+	for _, s := range domain.States {
+		if s != domain.StateTerminating && s != domain.StateTerminated {
+			states = append(states, s)
+		}
+	}
+	rows, err := t.Store.ListInstances(ctx, domain.InstanceFilter{States: states})
+	if err != nil {
+		return 0, fmt.Errorf("list instances: %w", err)
+	}
+	var reqs []domain.TransitionRequest
+	for _, in := range rows {
+		if !in.Expired(now) {
+			continue
+		}
+		why := fmt.Sprintf("deadline of state %s passed at %s", in.State, in.Deadline.UTC().Format(time.RFC3339))
+		reqs = append(reqs, domain.TransitionRequest{ID: in.ID, Guard: domain.GuardOf(in), Apply: func(x *domain.Instance) {
+			x.State, x.Reason = domain.StateTerminating, why
+			x.Deadline = now.Add(domain.DefaultDeadlines().Terminating)
+		}})
+	}
+	if len(reqs) == 0 {
+		return 0, nil
+	}
+	res, err := t.Store.TransitionBatch(ctx, reqs)
+	if err != nil {
+		return 0, err
+	}
+	marked := 0
+	var errs []error
+	for i, r := range res {
+		switch {
+		case r.Err == nil:
+			marked++
+			t.Log.Info("instance past its deadline; terminating", "instance", reqs[i].ID, "state", r.Instance.State, "reason", r.Instance.Reason)
+		case !errors.Is(r.Err, domain.ErrConflict):
+			errs = append(errs, r.Err)
+		}
+	}
+	return marked, errors.Join(errs...)
+}
