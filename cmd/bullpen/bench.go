@@ -23,6 +23,7 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 	asJSON := fs.Bool("json", false, "print one JSON object (the default output is the same object, indented)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up on a burst after this long")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	only := fs.String("only", "", "run one scenario: pool_burst or cold_burst")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -43,7 +44,7 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	res, err := bench.Run(ctx, bench.Options{Jobs: *jobs, Timeout: *timeout})
+	res, err := bench.Run(ctx, bench.Options{Jobs: *jobs, Timeout: *timeout, Only: *only})
 	if err != nil {
 		fmt.Fprintln(e.stderr, "bullpen bench:", err)
 		return 1

@@ -36,6 +36,10 @@ type Options struct {
 	// Policy returns an instance's after-job policy (from its pool); nil
 	// means terminate after one job.
 	Policy func(in domain.Instance) Policy
+	// HeartbeatFlush > 0 batches heartbeats: they are kept in memory and
+	// written together at this interval by Run (a fleet's heartbeats cost
+	// one write a second, not one each). Zero writes each one at once.
+	HeartbeatFlush time.Duration
 }
 
 // Service implements domain.AgentAPI and the release of instances.
@@ -49,6 +53,10 @@ type Service struct {
 	notifier domain.AssignmentNotifier
 	hub      *Hub
 	mu       sync.RWMutex
+
+	idOf    sync.Map // cloud id → instance id: fixed once recorded
+	beatsMu sync.Mutex
+	beats   map[string]time.Time // heartbeats not yet written
 }
 
 var _ domain.AgentAPI = (*Service)(nil)
@@ -65,7 +73,8 @@ func New(store domain.Store, queue domain.Queue, clk domain.Clock, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
-	return &Service{store: store, queue: queue, clock: clk, log: log, opts: opts, metrics: m, hub: NewHub()}, nil
+	return &Service{store: store, queue: queue, clock: clk, log: log, opts: opts, metrics: m, hub: NewHub(),
+		beats: map[string]time.Time{}}, nil
 }
 
 // SetNotifier sets who is told when an agent has something new to do.
@@ -126,12 +135,58 @@ func (s *Service) lookup(ctx context.Context, cloudID string) (domain.Instance, 
 
 // Heartbeat records that the instance's agent is alive.
 func (s *Service) Heartbeat(ctx context.Context, cloudID string) error {
-	in, err := s.lookup(ctx, cloudID)
-	if err != nil {
-		return err
+	id, ok := s.idOf.Load(cloudID)
+	if !ok {
+		in, err := s.lookup(ctx, cloudID)
+		if err != nil {
+			return err
+		}
+		id = in.ID
+		s.idOf.Store(cloudID, in.ID)
 	}
 	s.metrics.heartbeats.Inc()
-	return s.store.RecordHeartbeat(ctx, in.ID, s.clock.Now())
+	if s.opts.HeartbeatFlush <= 0 {
+		return s.store.RecordHeartbeat(ctx, id.(string), s.clock.Now())
+	}
+	s.beatsMu.Lock()
+	s.beats[id.(string)] = s.clock.Now()
+	s.beatsMu.Unlock()
+	return nil
+}
+
+// FlushHeartbeats writes the heartbeats kept in memory.
+func (s *Service) FlushHeartbeats(ctx context.Context) error {
+	s.beatsMu.Lock()
+	pending := s.beats
+	s.beats = make(map[string]time.Time, len(pending))
+	s.beatsMu.Unlock()
+	if len(pending) == 0 {
+		return nil
+	}
+	batch := make([]domain.Heartbeat, 0, len(pending))
+	for id, at := range pending {
+		batch = append(batch, domain.Heartbeat{ID: id, At: at})
+	}
+	return s.store.RecordHeartbeats(ctx, batch)
+}
+
+// Run writes batched heartbeats every HeartbeatFlush until ctx ends, then
+// once more.
+func (s *Service) Run(ctx context.Context) error {
+	if s.opts.HeartbeatFlush <= 0 {
+		<-ctx.Done()
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return s.FlushHeartbeats(context.WithoutCancel(ctx))
+		case <-s.clock.After(s.opts.HeartbeatFlush):
+		}
+		if err := s.FlushHeartbeats(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("write heartbeats", "err", err)
+		}
+	}
 }
 
 // Next tells the agent what to do: start the runner registered for it,

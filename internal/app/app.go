@@ -154,7 +154,7 @@ func (a *App) wire() error {
 	o := a.opts
 	log, reg, clk := o.Log, o.Registry, o.Clock
 	var err error
-	a.Agents, err = agents.New(a.Store, a.Queue, clk, log.With("loop", "agents"), reg, agents.Options{Policy: a.policy})
+	a.Agents, err = agents.New(a.Store, a.Queue, clk, log.With("loop", "agents"), reg, agents.Options{Policy: a.policy, HeartbeatFlush: time.Second})
 	if err != nil {
 		return err
 	}

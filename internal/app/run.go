@@ -72,7 +72,7 @@ func (a *App) NoteCycle(r converger.Report) {
 }
 
 func (a *App) jobPath() []func(context.Context) error {
-	return []func(context.Context) error{a.Intake.Run, a.Dispatcher.Run, a.Provisioner.Run, a.Terminator.Run}
+	return []func(context.Context) error{a.Intake.Run, a.Dispatcher.Run, a.Provisioner.Run, a.Terminator.Run, a.Agents.Run}
 }
 
 func (a *App) run(ctx context.Context, loops []func(context.Context) error) error {

@@ -62,6 +62,7 @@ func (d *virtualDriver) run(ctx context.Context, w *world, end time.Time) {
 		}
 		d.serveJobs(ctx, provisioning, w, &inFlight)
 		if !now.Before(nextSweep) {
+			w.a.Agents.FlushHeartbeats(ctx)
 			w.a.Terminator.Expire(ctx)
 			w.a.Terminator.Sweep(ctx)
 			nextSweep = now.Add(terminateEvery)

@@ -150,16 +150,11 @@ func (d *Dispatcher) Step(ctx context.Context) (Result, error) {
 	d.metrics.batchSize.Observe(float64(len(msgs)))
 	res := Result{Received: len(msgs)}
 
-	byPool, done := d.load(ctx, msgs, &res)
-	var claimed, unserved []*item
-	for pool, items := range byPool {
-		c, u, err := d.claim(ctx, pool, items)
-		if err != nil {
-			return res, err // messages stay in flight and come back after the visibility timeout
-		}
-		claimed = append(claimed, c...)
-		unserved = append(unserved, u...)
+	claimed, unserved, done, err := d.take(ctx, msgs, &res)
+	if err != nil {
+		return res, err // messages stay in flight and come back after the visibility timeout
 	}
+	claimed, unserved, done = d.fillLastStart(ctx, claimed, unserved, done, &res)
 	d.detach(ctx, claimed)
 	d.start(ctx, claimed)
 	d.register(ctx, claimed)
@@ -190,29 +185,91 @@ func (d *Dispatcher) Step(ctx context.Context) (Result, error) {
 	return res, err
 }
 
+// take loads the jobs of msgs and claims instances for them.
+func (d *Dispatcher) take(ctx context.Context, msgs []domain.Message, res *Result) (claimed, unserved []*item, done []string, err error) {
+	byPool, done := d.load(ctx, msgs, res)
+	for pool, items := range byPool {
+		c, u, err := d.claim(ctx, pool, items)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		claimed = append(claimed, c...)
+		unserved = append(unserved, u...)
+	}
+	return claimed, unserved, done, nil
+}
+
+// fillLastStart tops the batch up while its last start call would carry
+// fewer than MaxBatch instances and more jobs are waiting: under a burst,
+// every start call but the burst's last is full.
+func (d *Dispatcher) fillLastStart(ctx context.Context, claimed, unserved []*item, done []string, res *Result) ([]*item, []*item, []string) {
+	for range 5 {
+		stopped := 0
+		for _, it := range claimed {
+			if it.wasStopped {
+				stopped++
+			}
+		}
+		short := (domain.MaxBatch - stopped%domain.MaxBatch) % domain.MaxBatch
+		if short == 0 || len(unserved) > 0 {
+			break // full, or the pools ran out of instances anyway
+		}
+		// A burst still arriving fills the call within a few lingers; after
+		// the burst this costs that wait, once.
+		wait := time.Duration(0)
+		if d.opts.Wait >= 0 && d.opts.Linger > 0 {
+			wait = 3 * d.opts.Linger
+		}
+		more, err := d.Queue.Receive(ctx, domain.QueuePool, short, d.opts.Visibility, wait)
+		if err != nil || len(more) == 0 {
+			break
+		}
+		res.Received += len(more)
+		c, u, dn, err := d.take(ctx, more, res)
+		if err != nil {
+			break // their messages come back after the visibility timeout
+		}
+		claimed, unserved, done = append(claimed, c...), append(unserved, u...), append(done, dn...)
+	}
+	return claimed, unserved, done
+}
+
 // load reads each message's job; jobs no longer waiting for a pool instance
 // are done (their messages deleted), the rest are grouped by pool.
 func (d *Dispatcher) load(ctx context.Context, msgs []domain.Message, res *Result) (map[string][]*item, []string) {
 	byPool := map[string][]*item{}
 	var done []string
-	for _, m := range msgs {
+	ids := make([]int64, len(msgs))
+	for i, m := range msgs {
 		id, err := jobs.Decode(m.Body)
 		if err != nil {
 			d.Log.Error("dropping unreadable pool-queue message", "message", m.ID, "err", err)
 			done = append(done, m.Receipt)
 			res.Skipped++
+		}
+		ids[i] = id
+	}
+	list, err := d.Store.ListJobs(ctx, domain.JobFilter{IDs: ids})
+	if err != nil {
+		d.Log.Warn("pool jobs unreadable; retried later", "count", len(ids), "err", err)
+		return nil, done
+	}
+	byID := make(map[int64]domain.Job, len(list))
+	for _, j := range list {
+		byID[j.ID] = j
+	}
+	seen := map[int64]bool{}
+	for i, m := range msgs {
+		if ids[i] == 0 {
 			continue
 		}
-		j, err := d.Store.GetJob(ctx, id)
-		if err != nil || j.Status != domain.JobQueued || j.Route != domain.RoutePool || j.InstanceID != "" {
-			if err != nil && !errors.Is(err, domain.ErrNotFound) {
-				d.Log.Warn("pool job unreadable; retried later", "job", id, "err", err)
-				continue
-			}
-			done = append(done, m.Receipt) // cancelled, served, or moved on
+		j, ok := byID[ids[i]]
+		if !ok || seen[j.ID] || j.Status != domain.JobQueued || j.Route != domain.RoutePool || j.InstanceID != "" {
+			done = append(done, m.Receipt) // cancelled, served, moved on, unknown, or a duplicate message
 			res.Skipped++
 			continue
 		}
+		seen[j.ID] = true
 		byPool[j.Pool] = append(byPool[j.Pool], &item{msg: m, job: j})
 	}
 	return byPool, done

@@ -179,6 +179,7 @@ func ApplyJobTransition(cur Job, g JobGuard, now time.Time, fn func(*Job)) (Job,
 
 // JobFilter selects jobs; zero fields do not constrain.
 type JobFilter struct {
+	IDs      []int64 // any of these jobs
 	Statuses []JobStatus
 	Pool     string
 	Instance string

@@ -46,6 +46,12 @@ type TransitionResult struct {
 	Err      error
 }
 
+// Heartbeat is one instance's sign of life.
+type Heartbeat struct {
+	ID string
+	At time.Time
+}
+
 // Lease is a named, time-limited right to act, so that a loop runs on one
 // replica at a time.
 type Lease struct {
@@ -84,6 +90,9 @@ type Store interface {
 	// is not a transition: no guard, no version change. It keeps the latest:
 	// an older at is ignored.
 	RecordHeartbeat(ctx context.Context, id string, at time.Time) error
+	// RecordHeartbeats records many heartbeats at once, with the same
+	// rules; ids with no row are ignored (the instance may be gone).
+	RecordHeartbeats(ctx context.Context, beats []Heartbeat) error
 
 	// CreateJobs inserts jobs whose id is new and leaves existing ones
 	// untouched: created[i] reports which. The store stamps Version 1,

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/dispatch"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -34,12 +35,13 @@ func (p *Provisioner) create(ctx context.Context, class string, reqs []*request,
 			}
 			continue
 		}
+		errs := p.assignMany(ctx, batch, insts)
 		var wg sync.WaitGroup
 		for i, rq := range batch {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				led.guard(func() { p.validate(ctx, rq, insts[i], led) })
+				led.guard(func() { p.validate(ctx, rq, insts[i], errs[i], led) })
 			}()
 		}
 		wg.Wait()
@@ -204,8 +206,15 @@ func (p *Provisioner) abandon(ctx context.Context, rows []domain.Instance, machi
 
 // validate waits for a new instance to register for its job; on failure
 // the instance is terminated and the job unbound, to be requeued.
-func (p *Provisioner) validate(ctx context.Context, rq *request, in domain.Instance, led *ledger) {
-	err := p.assignAndWait(ctx, rq, in, domain.ViaCold, p.opts.CreationTimeout, led.quit)
+func (p *Provisioner) validate(ctx context.Context, rq *request, in domain.Instance, assignErr error, led *ledger) {
+	err := assignErr
+	if err == nil {
+		err = p.awaitRegistration(ctx, rq.job, in.ID, p.opts.CreationTimeout, led.quit, p.Registrations.Wait(in.ID))
+		p.Registrations.Forget(in.ID)
+	}
+	if err == nil {
+		rq.reg = domain.RunnerRegistration{} // the job's now
+	}
 	if err == nil {
 		rq.outcome, rq.inst = domain.ViaCold, in
 		led.release(in.ID)
@@ -232,4 +241,80 @@ func (p *Provisioner) image(ctx context.Context, name string) (string, error) {
 	}
 	p.images.Store(name, id)
 	return id, nil
+}
+
+// assignMany registers a runner for each new instance's job, then records
+// every assignment in one batch and every runner on its instance in
+// another, then wakes the agents: a fleet costs two writes, not two per
+// instance. It returns each request's error.
+func (p *Provisioner) assignMany(ctx context.Context, reqs []*request, insts []domain.Instance) []error {
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, rq := range reqs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			reg, err := p.GitHub.RegisterRunner(ctx, p.Scope(rq.job), dispatch.RunnerName(insts[i].ID, rq.job.ID), rq.job.Labels)
+			if err != nil {
+				errs[i] = fmt.Errorf("register runner: %w", err)
+				return
+			}
+			rq.reg = reg
+		}()
+	}
+	wg.Wait()
+	now := p.Clock.Now()
+	var jreqs []domain.JobTransitionRequest
+	var idx []int
+	for i, rq := range reqs {
+		if errs[i] != nil {
+			continue
+		}
+		reg, instID := rq.reg, insts[i].ID
+		jreqs = append(jreqs, domain.JobTransitionRequest{ID: rq.job.ID, Guard: domain.JobGuardOf(rq.job), Apply: func(j *domain.Job) {
+			j.Status, j.Via, j.InstanceID, j.AssignedAt = domain.JobAssigned, domain.ViaCold, instID, now
+			j.RunnerName, j.RunnerID, j.Reason = reg.Name, reg.RunnerID, ""
+		}})
+		idx = append(idx, i)
+	}
+	if len(jreqs) == 0 {
+		return errs
+	}
+	jres, err := p.Store.TransitionJobs(ctx, jreqs)
+	var ireqs []domain.TransitionRequest
+	var given []int
+	for k, i := range idx {
+		switch {
+		case err != nil:
+			errs[i] = fmt.Errorf("record assignment: %w", err)
+		case jres[k].Err != nil:
+			errs[i] = fmt.Errorf("record assignment: %w", jres[k].Err)
+		default:
+			reqs[i].job = jres[k].Job
+			reg := reqs[i].reg
+			// The runner goes on the instance last: its agent starts it as
+			// soon as it is there, so the job must already be the instance's.
+			ireqs = append(ireqs, domain.TransitionRequest{ID: insts[i].ID, Guard: domain.GuardOf(insts[i]), Apply: func(x *domain.Instance) {
+				x.RunnerName, x.RunnerConfig = reg.Name, reg.JITConfig
+			}})
+			given = append(given, i)
+		}
+	}
+	if len(ireqs) == 0 {
+		return errs
+	}
+	ires, err := p.Store.TransitionBatch(ctx, ireqs)
+	for k, i := range given {
+		switch {
+		case err != nil:
+			errs[i] = fmt.Errorf("record runner: %w", err)
+		case ires[k].Err != nil:
+			errs[i] = fmt.Errorf("record runner: %w", ires[k].Err)
+		default:
+			p.Notify(insts[i].CloudID)
+		}
+	}
+	return errs
 }

@@ -263,23 +263,34 @@ func (p *Provisioner) Serve(ctx context.Context, msgs []domain.Message) {
 	byClass := map[string][]*request{}
 	seen := map[int64]bool{}
 	var done []string
-	for _, m := range msgs {
+	ids := make([]int64, len(msgs))
+	for i, m := range msgs {
 		id, err := jobs.Decode(m.Body)
 		if err != nil {
 			p.Log.Error("dropping unreadable launch-queue message", "message", m.ID, "err", err)
 			done = append(done, m.Receipt)
+		}
+		ids[i] = id
+	}
+	list, err := p.Store.ListJobs(ctx, domain.JobFilter{IDs: ids})
+	if err != nil {
+		p.Log.Warn("launch jobs unreadable; retried later", "count", len(ids), "err", err)
+		return
+	}
+	byID := make(map[int64]domain.Job, len(list))
+	for _, j := range list {
+		byID[j.ID] = j
+	}
+	for i, m := range msgs {
+		if ids[i] == 0 {
 			continue
 		}
-		j, err := p.Store.GetJob(ctx, id)
-		if err != nil && !errors.Is(err, domain.ErrNotFound) {
-			p.Log.Warn("launch job unreadable; retried later", "job", id, "err", err)
-			continue
-		}
-		if err != nil || !waiting(j) || seen[id] {
+		j, ok := byID[ids[i]]
+		if !ok || !waiting(j) || seen[j.ID] {
 			done = append(done, m.Receipt) // cancelled, served elsewhere, unknown, or a duplicate
 			continue
 		}
-		seen[id] = true
+		seen[j.ID] = true
 		byClass[j.Runner] = append(byClass[j.Runner], &request{msg: m, job: j})
 	}
 	if err := p.Queue.Delete(ctx, domain.QueueLaunch, done); err != nil {

@@ -223,6 +223,12 @@ func listJobsQuery(f domain.JobFilter) (string, []any) {
 			args = append(args, string(st))
 		}
 	}
+	if len(f.IDs) > 0 {
+		// A JSON array keeps the query text the same for any number of
+		// ids, so it is parsed once.
+		ids, _ := json.Marshal(f.IDs)
+		conds, args = append(conds, "id IN (SELECT value FROM json_each(?))"), append(args, string(ids))
+	}
 	query := `SELECT ` + jobColumns + ` FROM jobs`
 	if len(conds) > 0 {
 		query += ` WHERE ` + strings.Join(conds, " AND ")
@@ -264,6 +270,42 @@ func (s *Store) DeleteJobs(ctx context.Context, before time.Time) (int, error) {
 // RecordHeartbeat notes the agent of instance id alive at at. It keeps the
 // latest heartbeat, so one delivered late does not move it back, and
 // leaves the version alone: it is not a transition.
+// RecordHeartbeats records many heartbeats in one transaction; ids without
+// a row are ignored.
+func (s *Store) RecordHeartbeats(ctx context.Context, beats []domain.Heartbeat) error {
+	for _, b := range beats {
+		if b.At.IsZero() {
+			return fmt.Errorf("record heartbeats: %s: zero time", b.ID)
+		}
+		if err := checkTime("heartbeat", b.At); err != nil {
+			return fmt.Errorf("record heartbeats: %s: %w", b.ID, err)
+		}
+	}
+	if len(beats) == 0 {
+		return s.checkOpen()
+	}
+	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		stmt, err := tx.PrepareContext(ctx, updateHeartbeat)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		for _, b := range beats {
+			if _, err := stmt.ExecContext(ctx, formatTime(b.At), b.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record %d heartbeats: %w", len(beats), err)
+	}
+	return nil
+}
+
+// updateHeartbeat keeps the latest heartbeat: an older one changes nothing.
+const updateHeartbeat = `UPDATE instances SET heartbeat = max(coalesce(heartbeat, ''), ?1) WHERE id = ?2`
+
 func (s *Store) RecordHeartbeat(ctx context.Context, id string, at time.Time) error {
 	if at.IsZero() {
 		return fmt.Errorf("record heartbeat of %s: zero time", id)
@@ -274,8 +316,7 @@ func (s *Store) RecordHeartbeat(ctx context.Context, id string, at time.Time) er
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
 		// SQLite counts the rows the WHERE clause matched, written or not,
 		// so zero means the instance does not exist.
-		const q = `UPDATE instances SET heartbeat = max(coalesce(heartbeat, ''), ?1) WHERE id = ?2`
-		res, err := tx.ExecContext(ctx, q, formatTime(at), id)
+		res, err := tx.ExecContext(ctx, updateHeartbeat, formatTime(at), id)
 		if err != nil {
 			return err
 		}

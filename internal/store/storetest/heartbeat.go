@@ -14,6 +14,7 @@ func heartbeatContracts() []contract {
 		{"HeartbeatNeverMovesBack", testHeartbeatMonotonic},
 		{"HeartbeatUnknownInstanceIsNotFound", testHeartbeatUnknown},
 		{"HeartbeatSurvivesTransitions", testHeartbeatThroughTransition},
+		{"HeartbeatsInOneBatch", testHeartbeatsBatch},
 	}
 }
 
@@ -80,5 +81,37 @@ func testHeartbeatThroughTransition(t *testing.T, e *env) {
 	got := e.move("a", readyUnbound, claim("job-1"))
 	if !got.Heartbeat.Equal(at) || !e.get("a").Heartbeat.Equal(at) {
 		t.Fatalf("heartbeat after transition: returned %v, stored %v; want %v", got.Heartbeat, e.get("a").Heartbeat, at)
+	}
+}
+
+// A batch keeps the latest heartbeat of each instance, ignores instances
+// that are gone, and changes nothing else.
+func testHeartbeatsBatch(t *testing.T, e *env) {
+	for _, id := range []string{"a", "b"} {
+		in := instance(id, domain.StateReady)
+		in.Heartbeat = time.Time{}
+		e.create(in)
+	}
+	before := e.get("a")
+	e.heartbeat("b", start.Add(time.Minute))
+	err := e.s.RecordHeartbeats(e.ctx, []domain.Heartbeat{
+		{ID: "a", At: start.Add(10 * time.Second)},
+		{ID: "b", At: start.Add(30 * time.Second)}, // older than b's: ignored
+		{ID: "ghost", At: start.Add(10 * time.Second)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := before
+	want.Heartbeat = start.Add(10 * time.Second)
+	sameInstance(t, "a after the batch", e.get("a"), want)
+	if got := e.get("b").Heartbeat; !got.Equal(start.Add(time.Minute)) {
+		t.Fatalf("b's heartbeat went back to %v", got)
+	}
+	if err := e.s.RecordHeartbeats(e.ctx, nil); err != nil {
+		t.Fatalf("empty batch: %v", err)
+	}
+	if got := e.list(domain.InstanceFilter{}); len(got) != 2 {
+		t.Fatalf("a batch created rows: %v", ids(got))
 	}
 }

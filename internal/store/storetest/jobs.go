@@ -289,6 +289,8 @@ func testJobListFilters(t *testing.T, e *env) {
 		{"pool", domain.JobFilter{Pool: "arm"}, []int64{3, 6}},
 		{"instance", domain.JobFilter{Instance: "i-3"}, []int64{3}},
 		{"updated before", domain.JobFilter{UpdatedBefore: touched}, []int64{1, 3, 4, 6}},
+		{"ids", domain.JobFilter{IDs: []int64{6, 2, 99}}, []int64{2, 6}},
+		{"ids and status", domain.JobFilter{IDs: []int64{1, 2, 6}, Statuses: []domain.JobStatus{domain.JobQueued}}, []int64{1, 6}},
 		{"updated before, exclusive", domain.JobFilter{UpdatedBefore: touched.Add(time.Microsecond)}, []int64{1, 2, 3, 4, 5, 6}},
 		{"pool and status", domain.JobFilter{Pool: "linux", Statuses: []domain.JobStatus{domain.JobAssigned, domain.JobRunning}}, []int64{2}},
 		{"every field", domain.JobFilter{Statuses: []domain.JobStatus{domain.JobRunning}, Pool: "arm", Instance: "i-3",
