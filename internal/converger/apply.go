@@ -205,14 +205,14 @@ func (a applier) create(ctx context.Context, role domain.Role, n int) error {
 
 func (a applier) createBatch(ctx context.Context, role domain.Role, n int) error {
 	p, r := a.spec.Pool, a.spec.Runner
-	launch := domain.NewID("lt")
+	launch, secret := domain.NewID("lt"), domain.NewSecret()
 	rows := make([]domain.Instance, n)
 	for i := range rows {
 		rows[i] = domain.Instance{
 			ID: domain.NewID("bp"), Pool: p.Name, Role: role, Runner: r.Name, SpecHash: a.hash, LaunchID: launch,
 			State: domain.StatePending, Deadline: a.c.opts.Deadlines.Until(domain.StatePending, a.now),
 			CreatedAt: a.now, UpdatedAt: a.now, StateSince: a.now,
-			CPU: r.CPU.Min, MemoryMiB: r.RAM.Min * 1024,
+			CPU: r.CPU.Min, MemoryMiB: r.RAM.Min * 1024, BootstrapHash: domain.HashSecret(secret),
 		}
 	}
 	if err := a.c.store.CreateInstances(ctx, rows); err != nil {
@@ -220,6 +220,7 @@ func (a applier) createBatch(ctx context.Context, role domain.Role, n int) error
 	}
 	machines, cerr := a.c.cloud.Create(ctx, domain.LaunchSpec{
 		Runner: r, ImageID: a.imageID, Count: n, ClientToken: launch,
+		Agent: domain.AgentBootstrap{URL: a.c.opts.AgentURL, LaunchID: launch, Secret: secret},
 		Tags: map[string]string{
 			domain.TagController: a.c.opts.ControllerID, domain.TagPool: p.Name, domain.TagRole: string(role),
 			domain.TagRunner: r.Name, domain.TagLaunch: launch, domain.TagSpecHash: a.hash,

@@ -49,6 +49,8 @@ type Options struct {
 	LeaseTTL time.Duration
 	Holder   string // lease holder name; default ControllerID
 	Targeter Targeter
+	// AgentURL is where new machines' agents reach the control plane.
+	AgentURL string
 }
 
 func (o *Options) defaults() {

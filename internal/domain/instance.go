@@ -133,6 +133,13 @@ type Instance struct {
 	RunnerName   string
 	RunnerConfig string `json:"-"`
 
+	// Agent credentials, stored only as hashes (domain.HashSecret). The
+	// launch's bootstrap secret, from the launch data, is exchanged once
+	// for the instance's own token; the token authenticates every later
+	// agent call, for this instance alone, until the instance ends.
+	BootstrapHash  string `json:"-"`
+	AgentTokenHash string `json:"-"`
+
 	// Attributes used by the resource-pool filters.
 	InstanceType string
 	UsageClass   string // "spot" or "on-demand"

@@ -157,3 +157,19 @@ func NewID(prefix string) string {
 	}
 	return prefix + "-" + hex.EncodeToString(b[:])
 }
+
+// NewSecret returns a random credential of 32 bytes, hex encoded.
+func NewSecret() string {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("crypto/rand: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// HashSecret is how credentials are stored: SHA-256, hex encoded. The
+// secrets are random, so no salt or stretching is needed.
+func HashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}

@@ -25,11 +25,13 @@ type Timer interface {
 
 // InstanceFilter selects instances; zero fields do not constrain.
 type InstanceFilter struct {
-	Pool    string
-	Runner  string
-	Job     string
-	CloudID string
-	States  []State
+	// TokenHash selects the instance holding that agent token.
+	TokenHash string
+	Pool      string
+	Runner    string
+	Job       string
+	CloudID   string
+	States    []State
 }
 
 // TransitionRequest is one conditional update of a batch.
@@ -146,13 +148,26 @@ type CloudInstance struct {
 
 // LaunchSpec asks the cloud for Count machines of one shape. The provider
 // tags every machine with Tags; ClientToken makes a retried call idempotent.
+// The provider renders Agent into its launch data (cloud-init on EC2, an
+// environment file for local processes), so the machine's agent can find
+// the control plane.
 type LaunchSpec struct {
 	Runner      RunnerSpec
 	ImageID     string
 	Count       int
 	Tags        map[string]string
 	ClientToken string
-	UserData    string
+	Agent       AgentBootstrap
+}
+
+// AgentBootstrap is what a new machine's agent needs to introduce itself:
+// where the control plane is, the launch it belongs to, and the launch's
+// bootstrap secret (a credential, shared by the machines of one launch,
+// valid until each has exchanged it for its own token).
+type AgentBootstrap struct {
+	URL      string
+	LaunchID string
+	Secret   string `json:"-"`
 }
 
 // CloudFilter selects machines; zero fields do not constrain. Terminated

@@ -81,13 +81,14 @@ func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request,
 	if err != nil {
 		return nil, fmt.Errorf("resolve image %q: %w", spec.Image, err)
 	}
-	launch := domain.NewID("lt")
-	rows, err := p.recordRows(ctx, class, spec, imageID, launch, reqs, led)
+	launch, secret := domain.NewID("lt"), domain.NewSecret()
+	rows, err := p.recordRows(ctx, class, spec, imageID, launch, domain.HashSecret(secret), reqs, led)
 	if err != nil {
 		return nil, err
 	}
 	machines, err := p.Cloud.Create(ctx, domain.LaunchSpec{
 		Runner: spec, ImageID: imageID, Count: len(rows), ClientToken: launch,
+		Agent: domain.AgentBootstrap{URL: p.opts.AgentURL, LaunchID: launch, Secret: secret},
 		Tags: map[string]string{
 			domain.TagController: p.opts.ControllerID, domain.TagRole: string(domain.RoleOnDemand),
 			domain.TagRunner: class, domain.TagLaunch: launch, domain.TagStatus: "detached",
@@ -116,7 +117,7 @@ func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request,
 
 // recordRows writes the pending rows of one fleet request, bound to their
 // jobs, before the cloud is called.
-func (p *Provisioner) recordRows(ctx context.Context, class string, spec domain.RunnerSpec, imageID, launch string, reqs []*request, led *ledger) ([]domain.Instance, error) {
+func (p *Provisioner) recordRows(ctx context.Context, class string, spec domain.RunnerSpec, imageID, launch, bootstrapHash string, reqs []*request, led *ledger) ([]domain.Instance, error) {
 	now := p.Clock.Now()
 	rows := make([]domain.Instance, len(reqs))
 	for i, rq := range reqs {
@@ -124,7 +125,7 @@ func (p *Provisioner) recordRows(ctx context.Context, class string, spec domain.
 			ID: domain.NewID("bp"), Pool: rq.job.Pool, Role: domain.RoleOnDemand, Runner: class,
 			SpecHash: domain.SpecHash(spec, imageID, domain.Pool{}), LaunchID: launch,
 			State: domain.StatePending, Job: rq.job.Key(), Deadline: p.opts.Deadlines.Until(domain.StatePending, now),
-			CPU: spec.CPU.Min, MemoryMiB: spec.RAM.Min * 1024,
+			CPU: spec.CPU.Min, MemoryMiB: spec.RAM.Min * 1024, BootstrapHash: bootstrapHash,
 		}
 	}
 	if err := p.Store.CreateInstances(ctx, rows); err != nil {

@@ -62,7 +62,9 @@ type Options struct {
 	// CreateBatch caps machines per fleet request; default 100.
 	CreateBatch  int
 	ControllerID string
-	Deadlines    domain.Deadlines
+	// AgentURL is where new machines' agents reach the control plane.
+	AgentURL  string
+	Deadlines domain.Deadlines
 }
 
 func (o *Options) defaults() {

@@ -140,13 +140,13 @@ func (c *Cloud) views(ids []string, now time.Time) []domain.CloudInstance {
 // fingerprint identifies a Create request for ClientToken checks.
 func fingerprint(spec domain.LaunchSpec, itype, usage string) string {
 	b, err := json.Marshal(struct {
-		Count    int
-		Image    string
-		Type     string
-		Usage    string
-		Tags     map[string]string
-		UserData string
-	}{spec.Count, spec.ImageID, itype, usage, spec.Tags, spec.UserData})
+		Count  int
+		Image  string
+		Type   string
+		Usage  string
+		Tags   map[string]string
+		Launch string
+	}{spec.Count, spec.ImageID, itype, usage, spec.Tags, spec.Agent.LaunchID})
 	if err != nil {
 		panic("fingerprint: " + err.Error()) // plain structs always marshal
 	}

@@ -15,11 +15,12 @@ import (
 const instanceColumns = `id, cloud_id, pool, role, runner, spec_hash, launch_id,
 	state, job, job_started, version, deadline,
 	created_at, updated_at, state_since, running_since, jobs_served, reason,
-	instance_type, usage_class, cpu, memory_mib, heartbeat, runner_name, runner_config`
+	instance_type, usage_class, cpu, memory_mib, heartbeat, runner_name, runner_config,
+	bootstrap_hash, agent_token_hash`
 
 const (
 	insertInstance = `INSERT INTO instances (` + instanceColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`
 	selectInstance = `SELECT ` + instanceColumns + ` FROM instances WHERE id = ?`
 	updateInstance = `UPDATE instances SET
@@ -27,7 +28,7 @@ const (
 		state = ?, job = ?, job_started = ?, version = ?, deadline = ?,
 		created_at = ?, updated_at = ?, state_since = ?, running_since = ?, jobs_served = ?, reason = ?,
 		instance_type = ?, usage_class = ?, cpu = ?, memory_mib = ?, heartbeat = ?,
-		runner_name = ?, runner_config = ?
+		runner_name = ?, runner_config = ?, bootstrap_hash = ?, agent_token_hash = ?
 		WHERE id = ?`
 )
 
@@ -38,7 +39,7 @@ func instanceArgs(i domain.Instance) []any {
 		string(i.State), i.Job, i.JobStarted, i.Version, formatTime(i.Deadline),
 		formatTime(i.CreatedAt), formatTime(i.UpdatedAt), formatTime(i.StateSince), formatTime(i.RunningSince),
 		i.JobsServed, i.Reason, i.InstanceType, i.UsageClass, i.CPU, i.MemoryMiB, formatTime(i.Heartbeat),
-		i.RunnerName, i.RunnerConfig,
+		i.RunnerName, i.RunnerConfig, i.BootstrapHash, i.AgentTokenHash,
 	}
 }
 
@@ -74,7 +75,8 @@ func scanInstance(row scanner) (domain.Instance, error) {
 	err := row.Scan(&i.ID, &i.CloudID, &i.Pool, &role, &i.Runner, &i.SpecHash, &i.LaunchID,
 		&state, &i.Job, &i.JobStarted, &i.Version, &deadline,
 		&created, &updated, &since, &running, &i.JobsServed, &i.Reason,
-		&i.InstanceType, &i.UsageClass, &i.CPU, &i.MemoryMiB, &heartbeat, &i.RunnerName, &i.RunnerConfig)
+		&i.InstanceType, &i.UsageClass, &i.CPU, &i.MemoryMiB, &heartbeat, &i.RunnerName, &i.RunnerConfig,
+		&i.BootstrapHash, &i.AgentTokenHash)
 	if err != nil {
 		return domain.Instance{}, err
 	}
@@ -180,7 +182,7 @@ func listQuery(f domain.InstanceFilter) (string, []any) {
 	var conds []string
 	var args []any
 	for _, c := range []struct{ column, value string }{
-		{"pool", f.Pool}, {"runner", f.Runner}, {"job", f.Job}, {"cloud_id", f.CloudID},
+		{"pool", f.Pool}, {"runner", f.Runner}, {"job", f.Job}, {"cloud_id", f.CloudID}, {"agent_token_hash", f.TokenHash},
 	} {
 		if c.value != "" {
 			conds = append(conds, c.column+" = ?")
