@@ -379,6 +379,11 @@ func (s *Service) deregistered(ctx context.Context, in domain.Instance) error {
 		idle = s.opts.Deadlines.Ready
 	}
 	deadline := now.Add(idle)
+	if p.MaxAge > 0 && in.CreatedAt.Add(p.MaxAge).Before(deadline) {
+		// An instance at its max-age takes no new job: its idle time ends
+		// there, and the reaper retires it.
+		deadline = in.CreatedAt.Add(p.MaxAge)
+	}
 	entry := domain.ResourcePoolEntry{
 		InstanceID: in.ID, CloudID: in.CloudID, UsageClass: in.UsageClass, InstanceType: in.InstanceType,
 		CPU: in.CPU, Mem: in.MemoryMiB, ResourceClass: domain.ResourceClassFor(in.CPU), Threshold: deadline,

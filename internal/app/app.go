@@ -64,6 +64,9 @@ type Options struct {
 	Intake    intake.Options
 	// TerminateEvery is the terminator's interval; default 5 s.
 	TerminateEvery time.Duration
+	// Reaper tunes the reconciler (orphans, gone rows, dead runners, missed
+	// webhooks, retention).
+	Reaper reaper.Options
 	// OnCycle, if set, receives each converger report (the demo prints it).
 	OnCycle func(converger.Report)
 }
@@ -85,6 +88,7 @@ type App struct {
 	Provisioner *provision.Provisioner
 	Intake      *intake.Intake
 	Terminator  *reaper.Terminator
+	Reconciler  *reaper.Reconciler
 	Webhook     *webhook.Handler
 	API         *api.Server
 
@@ -196,6 +200,13 @@ func (a *App) wire() error {
 		return err
 	}
 	a.Terminator = &reaper.Terminator{Store: a.Store, Cloud: a.Cloud, Clock: clk, Log: log.With("loop", "terminator"), Interval: o.TerminateEvery}
+	a.Reconciler = &reaper.Reconciler{
+		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "reaper"),
+		ControllerID: o.ControllerID, Scopes: a.scopes, Options: o.Reaper,
+	}
+	if err := a.Reconciler.Init(reg); err != nil {
+		return err
+	}
 	a.API = &api.Server{Store: a.Store, Token: o.AdminToken, Log: log.With("loop", "api"), Pools: a.poolInfos}
 	return nil
 }
@@ -268,6 +279,26 @@ func (a *App) scope(j domain.Job) domain.Scope {
 		return domain.Scope{Owner: owner}
 	}
 	return domain.Scope{Owner: owner, Repo: repo}
+}
+
+// scopes are where the reaper looks for queued jobs and dead runners: the
+// repositories (or organisations) of the jobs seen lately.
+func (a *App) scopes(ctx context.Context) []domain.Scope {
+	recent, err := a.Store.ListJobs(ctx, domain.JobFilter{Limit: 1000, Newest: true})
+	if err != nil {
+		a.opts.Log.Warn("list recent jobs for reconciliation", "err", err)
+		return nil
+	}
+	seen := map[domain.Scope]bool{}
+	var out []domain.Scope
+	for _, j := range recent {
+		s := a.scope(j)
+		if s.Owner != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (a *App) specHash(pool string) string {

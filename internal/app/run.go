@@ -37,7 +37,7 @@ func (a *App) Handler() http.Handler {
 // in hand.
 func (a *App) Run(ctx context.Context) error {
 	reports := make(chan converger.Report)
-	loops := append(a.jobPath(), func(ctx context.Context) error { return a.Converger.Run(ctx, reports) },
+	loops := append(a.jobPath(), a.Reconciler.Run, func(ctx context.Context) error { return a.Converger.Run(ctx, reports) },
 		func(ctx context.Context) error {
 			for {
 				select {

@@ -1,0 +1,389 @@
+package reaper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/webhook"
+)
+
+// Reconciler is the reaper's slow loop (seed 001's "refresh"): it makes the
+// store, the cloud and GitHub agree, and keeps the store bounded. Every
+// change it makes is a guarded write, so it is safe on any replica.
+type Reconciler struct {
+	Store        domain.Store
+	Queue        domain.Queue
+	Cloud        domain.Cloud
+	GitHub       domain.GitHub
+	Clock        domain.Clock
+	Log          *slog.Logger
+	ControllerID string
+	// Scopes says where to look for queued jobs and dead runners.
+	Scopes func(ctx context.Context) []domain.Scope
+	Options
+	metrics *reconcileMetrics
+}
+
+// Options tune the reconciler; zero values take the documented defaults.
+type Options struct {
+	Interval time.Duration // default 1 min
+	// OrphanGrace: a machine tagged with this controller's id that no row
+	// knows is terminated once this old (its creator may still be about to
+	// record it). Default 10 min.
+	OrphanGrace time.Duration
+	// GoneGrace: a row whose machine the cloud no longer lists is closed
+	// once this old (cloud listings are eventually consistent). Default 2 min.
+	GoneGrace time.Duration
+	// JobRetention: completed and rejected jobs are deleted this long after
+	// their last change. Default 72 h.
+	JobRetention time.Duration
+	// InstanceRetention: terminated rows are deleted this long after they
+	// ended. Default 24 h.
+	InstanceRetention time.Duration
+	// RunnerPrefix marks the runners bullpen registered; only those are
+	// cleaned up. Default "bp-".
+	RunnerPrefix string
+}
+
+func (o *Options) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.Interval, time.Minute)
+	def(&o.OrphanGrace, 10*time.Minute)
+	def(&o.GoneGrace, 2*time.Minute)
+	def(&o.JobRetention, 72*time.Hour)
+	def(&o.InstanceRetention, 24*time.Hour)
+	if o.RunnerPrefix == "" {
+		o.RunnerPrefix = "bp-"
+	}
+}
+
+// Init applies the defaults and registers the metrics; reg may be nil.
+func (r *Reconciler) Init(reg prometheus.Registerer) error {
+	r.Options.defaults()
+	if r.Log == nil {
+		r.Log = slog.Default()
+	}
+	m, err := newReconcileMetrics(reg)
+	r.metrics = m
+	return err
+}
+
+// Report counts what one cycle did.
+type Report struct {
+	Orphans, Gone, DeadRunners, Recovered, Requeued, JobsDeleted, RowsDeleted int
+}
+
+// Run reconciles every Interval until ctx ends.
+func (r *Reconciler) Run(ctx context.Context) error {
+	for {
+		if _, err := r.Cycle(ctx); err != nil && ctx.Err() == nil {
+			r.Log.Warn("reconcile cycle", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.Clock.After(r.Interval):
+		}
+	}
+}
+
+// Cycle runs every reconciliation once; a step that fails does not stop the
+// others.
+func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
+	var rep Report
+	rows, err := r.Store.ListInstances(ctx, domain.InstanceFilter{})
+	if err != nil {
+		return rep, fmt.Errorf("list instances: %w", err)
+	}
+	var errs []error
+	machines, err := r.Cloud.List(ctx, domain.CloudFilter{Tags: map[string]string{domain.TagController: r.ControllerID}})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list machines: %w", err))
+	} else {
+		rep.Orphans, err = r.orphans(ctx, rows, machines)
+		errs = append(errs, err)
+		rep.Gone, err = r.gone(ctx, rows, machines)
+		errs = append(errs, err)
+	}
+	for _, s := range r.scopes(ctx) {
+		n, err := r.deadRunners(ctx, s, rows)
+		rep.DeadRunners += n
+		errs = append(errs, err)
+		rec, req, err := r.queuedJobs(ctx, s)
+		rep.Recovered, rep.Requeued = rep.Recovered+rec, rep.Requeued+req
+		errs = append(errs, err)
+	}
+	rep.JobsDeleted, rep.RowsDeleted, err = r.retention(ctx, rows)
+	errs = append(errs, err)
+	r.metrics.count(rep)
+	if rep != (Report{}) {
+		r.Log.Info("reconciled", "orphans", rep.Orphans, "gone", rep.Gone, "dead_runners", rep.DeadRunners,
+			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
+	}
+	return rep, errors.Join(errs...)
+}
+
+func (r *Reconciler) scopes(ctx context.Context) []domain.Scope {
+	if r.Scopes == nil || r.GitHub == nil {
+		return nil
+	}
+	return r.Scopes(ctx)
+}
+
+// orphans terminates machines tagged as this controller's that no live row
+// knows: created behind bullpen's back, or left by a crash between a create
+// call and recording its machines.
+func (r *Reconciler) orphans(ctx context.Context, rows []domain.Instance, machines []domain.CloudInstance) (int, error) {
+	live := map[string]bool{}
+	for _, in := range rows {
+		if in.CloudID != "" && in.State != domain.StateTerminated {
+			live[in.CloudID] = true
+		}
+	}
+	now := r.Clock.Now()
+	var ids []string
+	for _, m := range machines {
+		if live[m.ID] || m.State == domain.CloudTerminated || m.State == domain.CloudShuttingDown {
+			continue
+		}
+		if now.Sub(m.LaunchedAt) < r.OrphanGrace {
+			continue
+		}
+		r.Log.Warn("terminating a machine no instance record knows", "machine", m.ID, "launch", m.Tags[domain.TagLaunch], "launched", m.LaunchedAt)
+		ids = append(ids, m.ID)
+	}
+	var errs []error
+	done := 0
+	for _, batch := range domain.Chunk(ids, domain.MaxBatch) {
+		if err := r.Cloud.Terminate(ctx, batch); err != nil {
+			errs = append(errs, fmt.Errorf("terminate %d orphans: %w", len(batch), err))
+			continue
+		}
+		done += len(batch)
+	}
+	return done, errors.Join(errs...)
+}
+
+// gone closes rows whose machine the cloud no longer has (terminated behind
+// bullpen's back, or the instance shut itself down); a job such an instance
+// had not started goes back to its queue.
+func (r *Reconciler) gone(ctx context.Context, rows []domain.Instance, machines []domain.CloudInstance) (int, error) {
+	listed := map[string]domain.CloudInstance{}
+	for _, m := range machines {
+		listed[m.ID] = m
+	}
+	now := r.Clock.Now()
+	var errs []error
+	closed := 0
+	for _, in := range rows {
+		if in.CloudID == "" || in.State == domain.StateTerminated || now.Sub(in.StateSince) < r.GoneGrace {
+			continue
+		}
+		m, ok := listed[in.CloudID]
+		if ok && m.State != domain.CloudTerminated && m.State != domain.CloudShuttingDown {
+			continue
+		}
+		if err := r.close(ctx, in, "machine gone from the cloud"); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		closed++
+		if in.Job != "" && !in.JobStarted {
+			if id, err := domain.ParseJobKey(in.Job); err == nil {
+				errs = append(errs, jobs.Requeue(ctx, r.Store, r.Queue, id, in.ID, "its instance is gone"))
+			}
+		}
+	}
+	return closed, errors.Join(errs...)
+}
+
+// close records that a row's machine no longer exists: terminating, then
+// terminated, each guarded on the version read.
+func (r *Reconciler) close(ctx context.Context, in domain.Instance, why string) error {
+	cur := in
+	if cur.State != domain.StateTerminating {
+		next, err := r.Store.Transition(ctx, in.ID, domain.GuardOf(in), func(x *domain.Instance) {
+			x.State, x.Reason = domain.StateTerminating, why
+		})
+		if errors.Is(err, domain.ErrConflict) {
+			return nil // it changed meanwhile: next cycle looks again
+		}
+		if err != nil {
+			return fmt.Errorf("close %s: %w", in.ID, err)
+		}
+		cur = next
+	}
+	_, err := r.Store.Transition(ctx, cur.ID, domain.GuardOf(cur), func(x *domain.Instance) {
+		x.State, x.Deadline = domain.StateTerminated, time.Time{}
+	})
+	if err != nil && !errors.Is(err, domain.ErrConflict) {
+		return fmt.Errorf("close %s: %w", in.ID, err)
+	}
+	return nil
+}
+
+// deadRunners deregisters bullpen's runners that GitHub lists offline and
+// idle, unless a live instance still holds that registration (a runner is
+// offline until its instance's agent starts it).
+func (r *Reconciler) deadRunners(ctx context.Context, s domain.Scope, rows []domain.Instance) (int, error) {
+	runners, err := r.GitHub.ListRunners(ctx, s)
+	if err != nil {
+		return 0, fmt.Errorf("list runners of %s: %w", s, err)
+	}
+	held := map[string]bool{}
+	for _, in := range rows {
+		if in.RunnerName != "" && jobs.ServesJob(in.State) {
+			held[in.RunnerName] = true
+		}
+	}
+	var errs []error
+	deleted := 0
+	for _, rn := range runners {
+		if rn.Online || rn.Busy || !strings.HasPrefix(rn.Name, r.RunnerPrefix) || held[rn.Name] {
+			continue
+		}
+		err := r.GitHub.DeleteRunner(ctx, s, rn.ID)
+		switch {
+		case err == nil:
+			deleted++
+		case errors.Is(err, domain.ErrRunnerBusy), errors.Is(err, domain.ErrNotFound):
+			// Busy after all (GitHub's 422), or already gone: not an error.
+		default:
+			errs = append(errs, fmt.Errorf("delete runner %s: %w", rn.Name, err))
+		}
+	}
+	return deleted, errors.Join(errs...)
+}
+
+// queuedJobs reads the jobs GitHub still has queued, so that a missed
+// webhook never leaves a job waiting: an unknown one is admitted as if its
+// webhook had come; one bullpen assigned to an instance that no longer
+// serves it goes back to its queue.
+func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope) (recovered, requeued int, err error) {
+	queued, err := r.GitHub.QueuedJobs(ctx, s)
+	if err != nil {
+		return 0, 0, fmt.Errorf("queued jobs of %s: %w", s, err)
+	}
+	var errs []error
+	for _, gj := range queued {
+		j, err := r.Store.GetJob(ctx, gj.ID)
+		switch {
+		case errors.Is(err, domain.ErrNotFound):
+			if err := r.admit(ctx, gj); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			recovered++
+		case err != nil:
+			errs = append(errs, err)
+		case j.Status == domain.JobAssigned && !r.serving(ctx, j):
+			if err := jobs.Requeue(ctx, r.Store, r.Queue, j.ID, j.InstanceID, "its instance no longer serves it"); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			requeued++
+		}
+	}
+	return recovered, requeued, errors.Join(errs...)
+}
+
+// serving reports whether the job's instance may still run it.
+func (r *Reconciler) serving(ctx context.Context, j domain.Job) bool {
+	in, err := r.Store.GetInstance(ctx, j.InstanceID)
+	if err != nil {
+		return !errors.Is(err, domain.ErrNotFound) // unsure: leave it
+	}
+	return jobs.ServesJob(in.State) && !in.Expired(r.Clock.Now())
+}
+
+// admit puts a synthetic queued delivery in the inbox, so that the intake
+// routes the job as it routes every other.
+func (r *Reconciler) admit(ctx context.Context, gj domain.GitHubJob) error {
+	created := gj.CreatedAt
+	if created.IsZero() {
+		created = r.Clock.Now()
+	}
+	payload, err := json.Marshal(map[string]any{
+		"action": "queued",
+		"workflow_job": map[string]any{
+			"id": gj.ID, "run_id": gj.RunID, "run_attempt": max(gj.RunAttempt, 1), "name": gj.Name,
+			"workflow_name": gj.Workflow, "labels": gj.Labels, "status": "queued",
+			"created_at": created.UTC().Format(time.RFC3339),
+		},
+		"repository": map[string]any{"full_name": gj.Repo},
+	})
+	if err != nil {
+		return err
+	}
+	id := fmt.Sprintf("reconcile-%d", gj.ID)
+	body, err := webhook.EncodeDelivery(webhook.Delivery{ID: id, Event: "workflow_job", ReceivedAt: r.Clock.Now(), Payload: payload})
+	if err != nil {
+		return err
+	}
+	r.Log.Info("queued job without a webhook; admitting it", "job", gj.ID, "repo", gj.Repo)
+	return r.Queue.Send(ctx, domain.QueueInbox, []domain.SendRequest{{Body: body, DedupID: id}})
+}
+
+// retention deletes old final jobs and old terminated rows.
+func (r *Reconciler) retention(ctx context.Context, rows []domain.Instance) (int, int, error) {
+	now := r.Clock.Now()
+	jobsDeleted, err := r.Store.DeleteJobs(ctx, now.Add(-r.JobRetention))
+	if err != nil {
+		return 0, 0, fmt.Errorf("delete old jobs: %w", err)
+	}
+	var old []string
+	for _, in := range rows {
+		if in.State == domain.StateTerminated && now.Sub(in.StateSince) >= r.InstanceRetention {
+			old = append(old, in.ID)
+		}
+	}
+	if len(old) == 0 {
+		return jobsDeleted, 0, nil
+	}
+	if err := r.Store.DeleteInstances(ctx, old); err != nil {
+		return jobsDeleted, 0, fmt.Errorf("delete old instances: %w", err)
+	}
+	return jobsDeleted, len(old), nil
+}
+
+type reconcileMetrics struct {
+	actions *prometheus.CounterVec
+}
+
+func newReconcileMetrics(reg prometheus.Registerer) (*reconcileMetrics, error) {
+	m := &reconcileMetrics{actions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bullpen_reaper_actions_total",
+		Help: "What the reaper reconciled, by kind (orphan, gone, dead_runner, recovered_job, requeued_job, job_deleted, row_deleted).",
+	}, []string{"kind"})}
+	if reg != nil {
+		if err := reg.Register(m.actions); err != nil {
+			return nil, fmt.Errorf("reaper metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *reconcileMetrics) count(r Report) {
+	if m == nil {
+		return
+	}
+	for kind, n := range map[string]int{
+		"orphan": r.Orphans, "gone": r.Gone, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
+		"requeued_job": r.Requeued, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
+	} {
+		m.actions.WithLabelValues(kind).Add(float64(n))
+	}
+}
