@@ -22,7 +22,7 @@ func TestValidate(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"small-x64: runner small-x64, env dev, tz Europe/Paris", "medium-x64:", "dependabot:", "ok (2 runners, 3 pools)"} {
+	for _, want := range []string{"small-x64: runner small-x64, env dev, tz Europe/Paris", "medium-x64:", "dependabot:", "ok (2 runners, 4 pools)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -101,7 +101,7 @@ func TestDemoJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("stdout is not one JSON object: %v\n%s", err, out)
 	}
-	if !res.AllAtTarget || len(res.Pools) != 3 {
+	if !res.AllAtTarget || len(res.Pools) != 4 {
 		t.Fatalf("result %+v", res)
 	}
 	for _, p := range res.Pools {

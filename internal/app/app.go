@@ -19,6 +19,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/api"
+	"github.com/bullpen-ci/bullpen/internal/autoscale"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/converger"
@@ -88,6 +89,7 @@ type App struct {
 	Provisioner *provision.Provisioner
 	Intake      *intake.Intake
 	Terminator  *reaper.Terminator
+	Scaler      *autoscale.PoolScaler
 	Reconciler  *reaper.Reconciler
 	Webhook     *webhook.Handler
 	API         *api.Server
@@ -173,6 +175,11 @@ func (a *App) wire() error {
 
 	conv := o.Converger
 	conv.ControllerID = o.ControllerID
+	a.Scaler = &autoscale.PoolScaler{Demand: a.demand, Log: log.With("loop", "autoscale")}
+	conv.Targeter = func(p domain.Pool, at time.Time) (string, domain.Target) {
+		entry, t := converger.ScheduleTarget(p, at)
+		return a.Scaler.Adjust(context.Background(), p, at, entry, t)
+	}
 	if a.Converger, err = converger.New(a.Store, a.Cloud, clk, a.poolSpecs, log.With("loop", "converger"), reg, conv); err != nil {
 		return err
 	}
@@ -279,6 +286,14 @@ func (a *App) scope(j domain.Job) domain.Scope {
 		return domain.Scope{Owner: owner}
 	}
 	return domain.Scope{Owner: owner, Repo: repo}
+}
+
+// demand is what a pool's autoscaler follows: the jobs routed to the pool
+// that are queued or in progress.
+func (a *App) demand(ctx context.Context, pool string) (int, error) {
+	list, err := a.Store.ListJobs(ctx, domain.JobFilter{Pool: pool,
+		Statuses: []domain.JobStatus{domain.JobQueued, domain.JobAssigned, domain.JobRunning}})
+	return len(list), err
 }
 
 // scopes are where the reaper looks for queued jobs and dead runners: the

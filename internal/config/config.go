@@ -202,6 +202,9 @@ func Summary(p domain.Pool) string {
 			fmt.Fprintf(&b, " for at most %s", p.MaxAge)
 		}
 	}
+	if a := p.Autoscale; a != nil {
+		fmt.Fprintf(&b, ", hot follows demand up to %d (poll %s, breach threshold %g)", a.Max, a.PollInterval, a.BreachThreshold)
+	}
 	return b.String()
 }
 

@@ -46,6 +46,13 @@ func TestExampleParses(t *testing.T) {
 				{Name: "working-hours", Match: &domain.Match{Days: weekdays, Window: &domain.Window{Start: 8*60 + 30, End: 18 * 60}}, Hot: 2, Stopped: 2},
 			},
 			HotIdleLifetime: 15 * time.Minute, Reuse: true, MaxJobsPerInstance: 20, MaxAge: 12 * time.Hour},
+		{Name: "burst-x64", Environment: "dev", Runner: "small-x64", Schedule: []domain.ScheduleEntry{{Name: "default", Hot: 1}},
+			HotIdleLifetime: 10 * time.Minute, Autoscale: &domain.AutoscaleSpec{
+				Min: 0, Max: 5, RunnersPerInstance: 1, PollInterval: 30 * time.Second,
+				ScaleUpThreshold: 1.5, ScaleDownThreshold: 0.25, ScaleUpCooldown: time.Minute, ScaleDownCooldown: 3 * time.Minute,
+				ScaleUpStep: 2, ScaleDownStep: 1, ScaleUpProportion: 0.5, ScaleDownProportion: 0.5,
+				StabilizationWindow: 3 * time.Minute, DecayHalfLife: 2 * time.Minute, BreachThreshold: 1.5,
+			}},
 		{Name: "dependabot", Runner: "small-x64", Schedule: []domain.ScheduleEntry{{Name: "default", Stopped: 1}},
 			HotIdleLifetime: 10 * time.Minute},
 	}
@@ -66,7 +73,7 @@ func TestExampleParses(t *testing.T) {
 			t.Errorf("pool %d:\ngot  %+v\nwant %+v", i, got, want)
 		}
 	}
-	if dev := cfg.PoolsFor("dev"); len(dev) != 3 {
+	if dev := cfg.PoolsFor("dev"); len(dev) != 4 {
 		t.Errorf("dev has %d pools", len(dev))
 	}
 	if prod := cfg.PoolsFor("prod"); len(prod) != 1 || prod[0].Name != "dependabot" {
@@ -97,7 +104,7 @@ func TestInvalidExampleReportsEveryProblem(t *testing.T) {
 		f + `:27:17: pools.small-x64.schedule[2].match.time: empty window; omit time to match the whole day`,
 		f + `:28:9: pools.small-x64.schedule[3]: more than one schedule entry without match ("default" and "fallback"): the default is ambiguous; give all but one a match`,
 		f + `:32:28: pools.other.max-jobs-per-instance: max-jobs-per-instance only applies with reuse: true`,
-		f + `:33:5: pools.other: unknown key "colour" in pool (known: environment, runner, timezone, schedule, hot-idle-lifetime, reuse, max-jobs-per-instance, max-age)`,
+		f + `:33:5: pools.other: unknown key "colour" in pool (known: environment, runner, timezone, schedule, hot-idle-lifetime, reuse, max-jobs-per-instance, autoscale, max-age)`,
 	}
 	sameLines(t, "examples/invalid.yml", strings.Split(err.Error(), "\n"), want)
 	if len(errs) != len(want) || errs[0].File != f || errs[0].Line != 6 || errs[0].Col != 14 {

@@ -44,6 +44,7 @@ func (p *parser) pool(path string, at, n *yaml.Node) domain.Pool {
 			maxJobsAt = v
 			pool.MaxJobsPerInstance = p.count(path, "max-jobs-per-instance", v)
 		}},
+		{key: "autoscale", parse: func(path string, v *yaml.Node) { pool.Autoscale = p.autoscaleBlock(path, v, v) }},
 		{key: "max-age", parse: func(path string, v *yaml.Node) {
 			maxAgeAt = v
 			d, ok := p.duration(path, v)

@@ -157,7 +157,7 @@ func TestPoolProblems(t *testing.T) {
 			`8:14: pools.p.max-age: max-age only applies with reuse: true`,
 		}},
 		{"unknown key", "hot: 1", []string{
-			`7:5: pools.p: unknown key "hot" in pool (known: environment, runner, timezone, schedule, hot-idle-lifetime, reuse, max-jobs-per-instance, max-age)`,
+			`7:5: pools.p: unknown key "hot" in pool (known: environment, runner, timezone, schedule, hot-idle-lifetime, reuse, max-jobs-per-instance, autoscale, max-age)`,
 		}},
 		{"schedule not a list", "schedule: {name: d}",
 			[]string{`7:15: pools.p.schedule: expected a list of schedule entries, got a mapping`}},

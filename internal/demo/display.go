@@ -27,7 +27,7 @@ func Header(w io.Writer, o Options) {
 	}
 	fmt.Fprintf(w, "virtual start %s; one line per pool every %s cycle\n\n",
 		o.Start.Format(time.RFC3339), o.Interval)
-	fmt.Fprintf(w, "  %-7s %-14s %-10s %-9s %-9s %-8s %s\n", "time", "pool", "schedule", "hot", "stopped", "warming", "this cycle")
+	fmt.Fprintf(w, "  %-7s %-14s %-17s %-9s %-9s %-8s %s\n", "time", "pool", "schedule", "hot", "stopped", "warming", "this cycle")
 }
 
 // printCycle writes one line per pool: elapsed virtual time, schedule entry,
@@ -60,7 +60,7 @@ func printCycle(w io.Writer, start time.Time, r converger.Report, jobs string) {
 		if p.Err != nil {
 			what += "  ! " + p.Err.Error()
 		}
-		fmt.Fprintf(w, "%s %-7s %-14s %-10s %-9s %-9s %-8d %s\n", mark, stamp, p.Pool, sched,
+		fmt.Fprintf(w, "%s %-7s %-14s %-17s %-9s %-9s %-8d %s\n", mark, stamp, p.Pool, sched,
 			fmt.Sprintf("%d/%d", p.Counts.ReadyHot, p.Target.Hot),
 			fmt.Sprintf("%d/%d", p.Counts.Stopped, p.Target.Stopped),
 			p.Counts.Warming, what)
@@ -96,7 +96,7 @@ func Summary(w io.Writer, r Result) {
 		if !p.AtTarget {
 			state = "not at target yet"
 		}
-		fmt.Fprintf(w, "  %-14s %-10s hot %d/%d  stopped %d/%d  warming %d  serving jobs %d  — %s\n", p.Name, p.Schedule,
+		fmt.Fprintf(w, "  %-14s %-17s hot %d/%d  stopped %d/%d  warming %d  serving jobs %d  — %s\n", p.Name, p.Schedule,
 			p.ReadyHot, p.Target.Hot, p.Stopped, p.Target.Stopped, p.Warming, p.Detached, state)
 	}
 	ops := make([]string, 0, len(r.CloudCalls))

@@ -96,6 +96,23 @@ type Pool struct {
 	Reuse              bool          // return instances to the resource pool after a job
 	MaxJobsPerInstance int           // 0 = unlimited (only with Reuse)
 	MaxAge             time.Duration // 0 = unlimited (only with Reuse)
+	// Autoscale, when set, lets the pool's hot target follow job demand
+	// (seed 002's algorithm), never below the schedule's hot value.
+	Autoscale *AutoscaleSpec
+}
+
+// AutoscaleSpec is a pool's `autoscale:` block: seed 002's parameters
+// (internal/autoscale.Params holds the same, with the decision function).
+type AutoscaleSpec struct {
+	Min, Max                               int
+	RunnersPerInstance                     int
+	PollInterval                           time.Duration
+	ScaleUpThreshold, ScaleDownThreshold   float64
+	ScaleUpCooldown, ScaleDownCooldown     time.Duration
+	ScaleUpStep, ScaleDownStep             int
+	ScaleUpProportion, ScaleDownProportion float64
+	StabilizationWindow, DecayHalfLife     time.Duration
+	BreachThreshold                        float64
 }
 
 // Default pool settings.

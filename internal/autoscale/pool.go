@@ -1,0 +1,118 @@
+package autoscale
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// ParamsOf converts a pool's autoscale block to Params.
+func ParamsOf(s domain.AutoscaleSpec) Params {
+	return Params{
+		RunnersPerInstance: s.RunnersPerInstance, MinInstances: s.Min, MaxInstances: s.Max, PollInterval: s.PollInterval,
+		ScaleUpThreshold: s.ScaleUpThreshold, ScaleDownThreshold: s.ScaleDownThreshold,
+		ScaleUpCooldown: s.ScaleUpCooldown, ScaleDownCooldown: s.ScaleDownCooldown,
+		ScaleUpStep: s.ScaleUpStep, ScaleDownStep: s.ScaleDownStep,
+		ScaleUpProportion: s.ScaleUpProportion, ScaleDownProportion: s.ScaleDownProportion,
+		StabilizationWindow: s.StabilizationWindow, DecayHalfLife: s.DecayHalfLife, BreachThreshold: s.BreachThreshold,
+	}
+}
+
+// SpecOf is ParamsOf's inverse.
+func SpecOf(p Params) domain.AutoscaleSpec {
+	return domain.AutoscaleSpec{
+		RunnersPerInstance: p.RunnersPerInstance, Min: p.MinInstances, Max: p.MaxInstances, PollInterval: p.PollInterval,
+		ScaleUpThreshold: p.ScaleUpThreshold, ScaleDownThreshold: p.ScaleDownThreshold,
+		ScaleUpCooldown: p.ScaleUpCooldown, ScaleDownCooldown: p.ScaleDownCooldown,
+		ScaleUpStep: p.ScaleUpStep, ScaleDownStep: p.ScaleDownStep,
+		ScaleUpProportion: p.ScaleUpProportion, ScaleDownProportion: p.ScaleDownProportion,
+		StabilizationWindow: p.StabilizationWindow, DecayHalfLife: p.DecayHalfLife, BreachThreshold: p.BreachThreshold,
+	}
+}
+
+// PoolScaler lets the hot targets of pools with an autoscale block follow
+// their job demand. It keeps one decision state per pool, in memory: after a
+// restart the pools start again from their schedules.
+type PoolScaler struct {
+	// Demand counts the jobs routed to a pool that are queued or in
+	// progress (assigned or running).
+	Demand func(ctx context.Context, pool string) (int, error)
+	Log    *slog.Logger
+
+	mu    sync.Mutex
+	pools map[string]*poolState
+}
+
+type poolState struct {
+	mu sync.Mutex // a pool is converged by one goroutine at a time; Last may read meanwhile
+	State
+	count    int
+	lastPoll time.Time
+	decision Decision
+}
+
+// Adjust returns the pool's target at at: the schedule's, with the hot
+// count raised to the autoscaler's (never below the schedule's hot value,
+// never above the block's max). It decides at most once per poll interval.
+func (s *PoolScaler) Adjust(ctx context.Context, p domain.Pool, at time.Time, entry string, t domain.Target) (string, domain.Target) {
+	if p.Autoscale == nil {
+		return entry, t
+	}
+	params := ParamsOf(*p.Autoscale)
+	st := s.state(p.Name, max(t.Hot, params.MinInstances))
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.lastPoll.IsZero() || !at.Before(st.lastPoll.Add(params.PollInterval)) {
+		demand, err := s.Demand(ctx, p.Name)
+		if err != nil {
+			// Never scale on partial data: keep the count, try next cycle.
+			s.Log.Warn("pool demand unknown; autoscaler skips this poll", "pool", p.Name, "err", err)
+		} else {
+			st.lastPoll = at
+			d := Decide(params, &st.State, at, demand, st.count)
+			st.count, st.decision = d.New, d
+			level := slog.LevelDebug
+			if d.Action != ActionNone {
+				level = slog.LevelInfo
+			}
+			s.Log.Log(ctx, level, "pool autoscaler", "pool", p.Name, "demand", demand, "action", d.Action,
+				"count", d.New, "score", d.Score, "reason", d.Reason)
+		}
+	}
+	hot := min(max(st.count, t.Hot), params.MaxInstances)
+	if hot > t.Hot {
+		entry += "+autoscale"
+	}
+	t.Hot = hot
+	return entry, t
+}
+
+func (s *PoolScaler) state(pool string, initial int) *poolState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pools == nil {
+		s.pools = map[string]*poolState{}
+	}
+	st, ok := s.pools[pool]
+	if !ok {
+		st = &poolState{count: initial}
+		s.pools[pool] = st
+	}
+	return st
+}
+
+// Last returns the last decision made for pool.
+func (s *PoolScaler) Last(pool string) (Decision, bool) {
+	s.mu.Lock()
+	st, ok := s.pools[pool]
+	s.mu.Unlock()
+	if !ok {
+		return Decision{}, false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.decision, true
+}

@@ -1,0 +1,103 @@
+package autoscale
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+func poolWith(spec domain.AutoscaleSpec) domain.Pool {
+	return domain.Pool{Name: "p", Autoscale: &spec}
+}
+
+func TestPoolScalerFollowsDemandBetweenTheScheduleAndMax(t *testing.T) {
+	params := DefaultParams()
+	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 4, 30*time.Second
+	demand := 0
+	var fail error
+	s := &PoolScaler{
+		Demand: func(context.Context, string) (int, error) { return demand, fail },
+		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	p := poolWith(SpecOf(params))
+	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	sched := domain.Target{Hot: 1, Stopped: 2}
+	step := func(i int, d int) domain.Target {
+		demand = d
+		_, got := s.Adjust(context.Background(), p, t0.Add(time.Duration(i)*30*time.Second), "default", sched)
+		return got
+	}
+	if got := step(0, 0); got.Hot != 1 || got.Stopped != 2 {
+		t.Fatalf("no demand: %+v (the schedule is the floor)", got)
+	}
+	// Sustained demand of 6 against one hot instance: up breaches; two in a
+	// row scale (default threshold 1.5, half-life 120 s).
+	hot := []int{}
+	for i := 1; i <= 6; i++ {
+		hot = append(hot, step(i, 6).Hot)
+	}
+	if hot[0] != 1 || hot[len(hot)-1] != 4 {
+		t.Fatalf("hot under sustained demand: %v (want from 1 up to the max of 4)", hot)
+	}
+	for i, h := range hot[1:] {
+		if h < hot[i] {
+			t.Fatalf("hot went down under demand: %v", hot)
+		}
+	}
+	// Demand gone: it comes back down, never below the schedule's hot.
+	var last int
+	for i := 7; i <= 60; i++ {
+		last = step(i, 0).Hot
+		if last < 1 {
+			t.Fatalf("hot fell below the schedule's: %d", last)
+		}
+	}
+	if last != 1 {
+		t.Fatalf("hot after demand went away: %d, want the schedule's 1", last)
+	}
+	// A demand read that fails changes nothing.
+	fail = errors.New("store down")
+	if got := step(61, 100).Hot; got != 1 {
+		t.Fatalf("scaled on an unknown demand: %d", got)
+	}
+	if d, ok := s.Last("p"); !ok || d.Action != ActionNone {
+		t.Fatalf("last decision %+v %v", d, ok)
+	}
+}
+
+func TestPoolScalerDecidesOncePerPollInterval(t *testing.T) {
+	params := DefaultParams()
+	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 10, time.Minute
+	calls := 0
+	s := &PoolScaler{
+		Demand: func(context.Context, string) (int, error) { calls++; return 0, nil },
+		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	p := poolWith(SpecOf(params))
+	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	for i := range 4 { // converger cycles 30 s apart
+		s.Adjust(context.Background(), p, t0.Add(time.Duration(i)*30*time.Second), "default", domain.Target{})
+	}
+	if calls != 2 {
+		t.Fatalf("demand read %d times in 4 cycles of 30 s with a 60 s poll", calls)
+	}
+}
+
+func TestPoolWithoutABlockKeepsItsSchedule(t *testing.T) {
+	s := &PoolScaler{Demand: func(context.Context, string) (int, error) { t.Fatal("demand read"); return 0, nil }}
+	if e, got := s.Adjust(context.Background(), domain.Pool{Name: "p"}, time.Now(), "nights", domain.Target{Hot: 2}); e != "nights" || got.Hot != 2 {
+		t.Fatalf("%s %+v", e, got)
+	}
+}
+
+func TestSpecRoundTrip(t *testing.T) {
+	p := DefaultParams()
+	if ParamsOf(SpecOf(p)) != p {
+		t.Fatal("ParamsOf(SpecOf(p)) != p")
+	}
+}
