@@ -1,0 +1,312 @@
+// Package local is a compute provider whose machines are processes on this
+// host: each "instance" is a `bullpen agent` child process with a directory
+// of its own, so the whole system, agent included, runs end to end without
+// a cloud account. It follows the simulated cloud's EC2 semantics (states,
+// all-or-nothing batches, ClientToken idempotency, partial fulfilment under
+// a Capacity) with real processes behind them:
+//
+//   - Create writes <Dir>/<id>/agent.env (the launch data: the control
+//     plane's URL, the launch id and its bootstrap secret, the cloud id and
+//     the agent's state directory) and starts the machine's Command in a
+//     process group of its own, output appended to <Dir>/<id>/agent.log.
+//     Machines are spawned within the call, so Create returns them running.
+//   - Stop sends SIGTERM to the machine's process group and SIGKILL after
+//     StopGrace; the machine is stopping until every process of the group
+//     is gone, then stopped. Its directory, and so the agent's saved token,
+//     is kept.
+//   - Start runs the Command again from the same directory: running.
+//   - Terminate halts the group the same way, removes the directory and
+//     leaves the machine terminated, listable by id for
+//     TerminatedRetention, as on EC2.
+//   - A machine whose process exits on its own (its agent shut the machine
+//     down, or crashed) is stopped, as an EC2 instance whose operating
+//     system halts: what is left of its group is halted, and Start brings
+//     it back.
+//
+// Close terminates every machine and waits for every process, so nothing
+// outlives the control plane or the test that made the Cloud.
+//
+// Machines live in memory: a new Cloud knows none of the machines of an
+// earlier one, even in the same Dir.
+package local
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// EC2 operation names, the keys of Calls.
+const (
+	OpCreateFleet        = "CreateFleet"
+	OpStartInstances     = "StartInstances"
+	OpStopInstances      = "StopInstances"
+	OpTerminateInstances = "TerminateInstances"
+	OpCreateTags         = "CreateTags"
+	OpDescribeInstances  = "DescribeInstances"
+	OpDescribeImages     = "DescribeImages"
+)
+
+// Defaults for zero Options fields.
+const (
+	DefaultStopGrace           = 10 * time.Second
+	DefaultTerminatedRetention = time.Hour // EC2 describes terminated machines for about an hour
+)
+
+// MaxPerCall is the most machines one Create, or ids one batch call, may
+// carry, as on EC2.
+const MaxPerCall = 1000
+
+// InstanceType and UsageClass describe every local machine.
+const (
+	InstanceType = "local.process"
+	UsageClass   = "on-demand"
+)
+
+// ErrClosed is wrapped by the error of Create and Start after Close.
+var ErrClosed = errors.New("local cloud closed")
+
+// Machine is one local instance as its Command sees it.
+type Machine struct {
+	ID       string // the cloud id, "l-" and 12 hex digits
+	Dir      string // <Options.Dir>/<ID>, the machine's own directory
+	EnvFile  string // <Dir>/agent.env, the launch data (mode 0600)
+	StateDir string // <Dir>/state, where the agent keeps its token
+	LogFile  string // <Dir>/agent.log, the process's output by default
+}
+
+// Options configure a Cloud. The zero value runs this executable's
+// `agent` command in a temporary directory, without a capacity limit.
+type Options struct {
+	// Command makes the process a machine runs, each time it starts. The
+	// Cloud puts it in its own process group and fills in what is left
+	// unset: Dir (the machine's directory), Stdout and Stderr (appended
+	// to LogFile) and Env (a minimal environment: PATH, HOME set to the
+	// machine's directory, TMPDIR and TZ when set), so that no secret of
+	// the control plane's environment reaches a machine. Nil means
+	// `Binary agent --config <EnvFile>`. It is called with the Cloud's
+	// lock held and must not call the Cloud.
+	Command func(m Machine) *exec.Cmd
+	// Binary is the executable of the default Command; empty means this
+	// process's own executable.
+	Binary string
+	// Dir holds a directory per machine. Empty means a temporary
+	// directory, removed by Close.
+	Dir string
+	// Capacity caps live (not terminated) machines; zero means unlimited.
+	Capacity int
+	// StopGrace is how long a process group has after SIGTERM before it
+	// gets SIGKILL, on the wall clock (processes live in real time).
+	// Zero means DefaultStopGrace.
+	StopGrace time.Duration
+	// TerminatedRetention is how long, on Clock, terminated machines stay
+	// listable by id. Zero means DefaultTerminatedRetention.
+	TerminatedRetention time.Duration
+	// Clock stamps LaunchedAt and measures TerminatedRetention; nil means
+	// the wall clock.
+	Clock domain.Clock
+	// Log receives machine events; nil means slog.Default().
+	Log *slog.Logger
+}
+
+// Cloud is the local provider. It is safe for concurrent use.
+type Cloud struct {
+	opts    Options
+	clk     domain.Clock
+	log     *slog.Logger
+	ownsDir bool
+
+	mu       sync.Mutex
+	machines map[string]*machine
+	seq      int
+	tokens   map[string]tokenRecord
+	calls    map[string]int
+	closed   bool
+	changed  chan struct{} // closed and replaced whenever a machine settles
+	workers  sync.WaitGroup
+}
+
+var _ domain.Cloud = (*Cloud)(nil)
+
+// tokenRecord remembers a Create call for its ClientToken.
+type tokenRecord struct {
+	fingerprint string
+	ids         []string
+	err         error
+}
+
+// New returns a Cloud without machines, its directory created.
+func New(opts Options) (*Cloud, error) {
+	if opts.StopGrace <= 0 {
+		opts.StopGrace = DefaultStopGrace
+	}
+	if opts.TerminatedRetention <= 0 {
+		opts.TerminatedRetention = DefaultTerminatedRetention
+	}
+	if opts.Capacity < 0 {
+		return nil, fmt.Errorf("local cloud: capacity %d is negative", opts.Capacity)
+	}
+	c := &Cloud{
+		opts:     opts,
+		clk:      opts.Clock,
+		log:      opts.Log,
+		machines: map[string]*machine{},
+		tokens:   map[string]tokenRecord{},
+		calls:    map[string]int{},
+		changed:  make(chan struct{}),
+	}
+	if c.clk == nil {
+		c.clk = clock.Real{}
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if c.opts.Command == nil {
+		if err := c.useDefaultCommand(); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.makeDir(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cloud) useDefaultCommand() error {
+	bin := c.opts.Binary
+	if bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("local cloud: find the bullpen executable: %w", err)
+		}
+		bin = exe
+	}
+	c.opts.Command = func(m Machine) *exec.Cmd {
+		return exec.Command(bin, "agent", "--config", m.EnvFile)
+	}
+	return nil
+}
+
+func (c *Cloud) makeDir() error {
+	if c.opts.Dir == "" {
+		dir, err := os.MkdirTemp("", "bullpen-local-")
+		if err != nil {
+			return fmt.Errorf("local cloud: make a work directory: %w", err)
+		}
+		c.opts.Dir, c.ownsDir = dir, true
+		return nil
+	}
+	if err := os.MkdirAll(c.opts.Dir, 0o700); err != nil {
+		return fmt.Errorf("local cloud: make the work directory: %w", err)
+	}
+	return nil
+}
+
+// Dir is the directory that holds the machines' directories.
+func (c *Cloud) Dir() string { return c.opts.Dir }
+
+// Close terminates every machine and returns once every process of every
+// machine is gone. Create and Start fail afterwards; the other calls still
+// answer. A temporary Dir is removed.
+func (c *Cloud) Close() error {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		for _, m := range c.sorted() {
+			if terminateRules[m.inst.State] == change {
+				c.terminate(m)
+			}
+		}
+	}
+	c.mu.Unlock()
+	c.workers.Wait()
+	if c.ownsDir {
+		if err := os.RemoveAll(c.opts.Dir); err != nil {
+			return fmt.Errorf("local cloud: remove the work directory: %w", err)
+		}
+	}
+	return nil
+}
+
+// Calls returns how many times each operation was called, failed calls
+// included.
+func (c *Cloud) Calls() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.calls))
+	for k, v := range c.calls {
+		out[k] = v
+	}
+	return out
+}
+
+// PID returns the process id of a running machine's process (the leader of
+// its process group, whose id is the same), so that a test can kill an
+// agent behind the provider's back.
+func (c *Cloud) PID(id string) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.machines[id]
+	if !ok || m.proc == nil || m.inst.State != domain.CloudRunning {
+		return 0, false
+	}
+	return m.proc.pgid, true
+}
+
+// Machine returns the paths of the machine with that id.
+func (c *Cloud) Machine(id string) (Machine, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.machines[id]
+	if !ok {
+		return Machine{}, false
+	}
+	return m.paths, true
+}
+
+// settled wakes everyone waiting for a machine to change. Called under c.mu.
+func (c *Cloud) settled() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// sorted returns the machines in creation order. Called under c.mu.
+func (c *Cloud) sorted() []*machine {
+	ms := make([]*machine, 0, len(c.machines))
+	for _, m := range c.machines {
+		ms = append(ms, m)
+	}
+	slices.SortFunc(ms, func(a, b *machine) int { return a.seq - b.seq })
+	return ms
+}
+
+// purge forgets machines terminated longer than the retention ago. Called
+// under c.mu.
+func (c *Cloud) purge(now time.Time) {
+	for id, m := range c.machines {
+		if m.inst.State == domain.CloudTerminated &&
+			!now.Before(m.terminatedAt.Add(c.opts.TerminatedRetention)) {
+			delete(c.machines, id)
+		}
+	}
+}
+
+// live counts machines that hold capacity: everything not yet terminated.
+// Called under c.mu.
+func (c *Cloud) live() int {
+	n := 0
+	for _, m := range c.machines {
+		if m.inst.State != domain.CloudTerminated {
+			n++
+		}
+	}
+	return n
+}

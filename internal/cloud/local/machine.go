@@ -1,0 +1,268 @@
+package local
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// machine is one local instance. proc is its process while it has one:
+// from spawn until its group has drained.
+type machine struct {
+	seq          int
+	inst         domain.CloudInstance
+	paths        Machine
+	proc         *process
+	terminatedAt time.Time
+}
+
+// process is one run of a machine's Command: the leader of a process group
+// whose id is the leader's pid.
+type process struct {
+	cmd     *exec.Cmd
+	pgid    int
+	halting bool        // SIGTERM sent to the group
+	kill    *time.Timer // SIGKILL after the grace period
+	drained bool        // the group is gone; never signal it again
+}
+
+// view returns a copy of the machine as the provider describes it.
+func (m *machine) view() domain.CloudInstance {
+	v := m.inst
+	v.Tags = maps.Clone(m.inst.Tags)
+	if v.Tags == nil {
+		v.Tags = map[string]string{}
+	}
+	return v
+}
+
+// newMachine reserves an id and prepares the machine's directory and launch
+// data. Called under c.mu.
+func (c *Cloud) newMachine(spec domain.LaunchSpec, now time.Time) (*machine, error) {
+	id, err := c.newID()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(c.opts.Dir, id)
+	paths := Machine{
+		ID:       id,
+		Dir:      dir,
+		EnvFile:  filepath.Join(dir, "agent.env"),
+		StateDir: filepath.Join(dir, "state"),
+		LogFile:  filepath.Join(dir, "agent.log"),
+	}
+	if err := os.MkdirAll(paths.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("make the directory of %s: %w", id, err)
+	}
+	env, err := renderEnv(spec.Agent, map[string]string{
+		EnvCloudID:  id,
+		EnvStateDir: paths.StateDir,
+	})
+	if err == nil {
+		err = writeEnvFile(paths.EnvFile, env)
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("write the launch data of %s: %w", id, err)
+	}
+	c.seq++
+	tags := maps.Clone(spec.Tags)
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	return &machine{
+		seq:   c.seq,
+		paths: paths,
+		inst: domain.CloudInstance{
+			ID:           id,
+			State:        domain.CloudPending,
+			Tags:         tags,
+			InstanceType: InstanceType,
+			UsageClass:   UsageClass,
+			LaunchedAt:   now,
+		},
+	}, nil
+}
+
+// newID returns an unused id shaped like "l-0123456789ab". Called under c.mu.
+func (c *Cloud) newID() (string, error) {
+	for {
+		var b [6]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", fmt.Errorf("make an instance id: %w", err)
+		}
+		id := "l-" + hex.EncodeToString(b[:])
+		if _, taken := c.machines[id]; !taken {
+			return id, nil
+		}
+	}
+}
+
+// spawn starts the machine's Command and moves the machine to running; on
+// failure the machine is left as it was. Called under c.mu.
+func (c *Cloud) spawn(m *machine) error {
+	cmd := c.opts.Command(m.paths)
+	if cmd == nil {
+		return fmt.Errorf("start %s: the Command made no process", m.inst.ID)
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	// Its own group, so that halting the machine reaches every process
+	// it started (the runner and its jobs), and a signal meant for the
+	// control plane's group does not.
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pgid = 0
+	if cmd.Dir == "" {
+		cmd.Dir = m.paths.Dir
+	}
+	if cmd.Env == nil {
+		cmd.Env = machineEnv(m.paths)
+	}
+	logFile, err := c.attachLog(cmd, m.paths)
+	if err != nil {
+		return err
+	}
+	err = cmd.Start()
+	if logFile != nil {
+		_ = logFile.Close() // the child holds its own copy
+	}
+	if err != nil {
+		return fmt.Errorf("start %s: %w", m.inst.ID, err)
+	}
+	p := &process{cmd: cmd, pgid: cmd.Process.Pid}
+	m.proc = p
+	m.inst.State = domain.CloudRunning
+	c.log.Debug("local machine started", "instance", m.inst.ID, "pid", p.pgid)
+	c.workers.Add(1)
+	go c.watch(m, p)
+	return nil
+}
+
+// attachLog points the unset output streams of cmd at the machine's log.
+func (c *Cloud) attachLog(cmd *exec.Cmd, paths Machine) (*os.File, error) {
+	if cmd.Stdout != nil && cmd.Stderr != nil {
+		return nil, nil
+	}
+	f, err := os.OpenFile(paths.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open the log of %s: %w", paths.ID, err)
+	}
+	if cmd.Stdout == nil {
+		cmd.Stdout = f
+	}
+	if cmd.Stderr == nil {
+		cmd.Stderr = f
+	}
+	return f, nil
+}
+
+// machineEnv is the environment of a process whose Command left Env unset:
+// enough to find programs, and nothing of the control plane's secrets.
+func machineEnv(paths Machine) []string {
+	env := []string{"HOME=" + paths.Dir}
+	for _, k := range []string{"PATH", "TMPDIR", "TZ"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// halt asks the machine's process group to end: SIGTERM now, SIGKILL once
+// StopGrace has passed. Asking again changes nothing. Called under c.mu.
+func (c *Cloud) halt(m *machine, p *process) {
+	if p.halting {
+		return
+	}
+	p.halting = true
+	signalGroup(p.pgid, syscall.SIGTERM)
+	p.kill = time.AfterFunc(c.opts.StopGrace, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if p.drained {
+			return
+		}
+		c.log.Warn("local machine did not halt within its grace period; killing it",
+			"instance", m.inst.ID, "grace", c.opts.StopGrace)
+		signalGroup(p.pgid, syscall.SIGKILL)
+	})
+}
+
+// watch follows one process from start to finish: it reaps the leader,
+// halts whatever is left of its group, waits for the group to drain and
+// settles the machine as stopped, or terminated when that was asked for.
+func (c *Cloud) watch(m *machine, p *process) {
+	defer c.workers.Done()
+	waitErr := p.cmd.Wait()
+
+	c.mu.Lock()
+	if m.inst.State == domain.CloudRunning {
+		// Nobody asked: the agent shut the machine down, or crashed.
+		c.log.Info("local machine halted on its own", "instance", m.inst.ID, "exit", exitText(waitErr))
+		m.inst.State = domain.CloudStopping
+	}
+	c.halt(m, p)
+	c.mu.Unlock()
+
+	if !waitGroupGone(p.pgid, c.opts.StopGrace+groupKillWait) {
+		c.log.Warn("local machine: processes of its group survived SIGKILL; giving up on them",
+			"instance", m.inst.ID, "pgid", p.pgid)
+	}
+
+	c.mu.Lock()
+	p.drained = true
+	p.kill.Stop()
+	m.proc = nil
+	if m.inst.State != domain.CloudShuttingDown {
+		m.inst.State = domain.CloudStopped
+		c.settled()
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.finishTermination(m)
+}
+
+// terminate moves a machine on its way out: its processes are halted, or,
+// when it has none, its directory is removed at once. Called under c.mu.
+func (c *Cloud) terminate(m *machine) {
+	m.inst.State = domain.CloudShuttingDown
+	if m.proc != nil {
+		c.halt(m, m.proc)
+		return
+	}
+	c.workers.Add(1)
+	go func() {
+		defer c.workers.Done()
+		c.finishTermination(m)
+	}()
+}
+
+// finishTermination removes the machine's directory, then marks it
+// terminated.
+func (c *Cloud) finishTermination(m *machine) {
+	if err := os.RemoveAll(m.paths.Dir); err != nil {
+		c.log.Warn("local machine: remove its directory", "instance", m.inst.ID, "err", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m.inst.State = domain.CloudTerminated
+	m.terminatedAt = c.clk.Now()
+	c.settled()
+}
+
+func exitText(err error) string {
+	if err == nil {
+		return "status 0"
+	}
+	return err.Error()
+}
