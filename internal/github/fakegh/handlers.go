@@ -1,0 +1,254 @@
+package fakegh
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+const routeAccessTokens = "POST /app/installations/{installation_id}/access_tokens"
+
+func (s *Server) routes() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig": s.locked(s.handleJIT),
+		"POST /orgs/{org}/actions/runners/generate-jitconfig":           s.locked(s.handleJIT),
+		"GET /repos/{owner}/{repo}/actions/runners":                     s.locked(s.handleListRunners),
+		"GET /orgs/{org}/actions/runners":                               s.locked(s.handleListRunners),
+		"DELETE /repos/{owner}/{repo}/actions/runners/{runner_id}":      s.locked(s.handleDeleteRunner),
+		"DELETE /orgs/{org}/actions/runners/{runner_id}":                s.locked(s.handleDeleteRunner),
+		"GET /repos/{owner}/{repo}/actions/runs":                        s.locked(s.handleListRuns),
+		"GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs":          s.locked(s.handleListJobs),
+		"GET /repos/{owner}/{repo}/actions/jobs/{job_id}":               s.locked(s.handleGetJob),
+		"POST /repos/{owner}/{repo}/actions/runs/{run_id}/cancel":       s.locked(s.handleCancel),
+		"GET /orgs/{org}/repos":                                         s.locked(s.handleOrgRepos),
+		routeAccessTokens:                                               s.handleAccessToken,
+	}
+}
+
+func (s *Server) locked(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		h(w, r)
+	}
+}
+
+// scopeOf is the organisation or repository a request names, and whether
+// it exists.
+type scopeRef struct{ owner, repo string }
+
+func (s *Server) scopeOf(r *http.Request) (scopeRef, bool) {
+	if org := r.PathValue("org"); org != "" {
+		a := s.accounts[strings.ToLower(org)]
+		if a == nil && s.autoCreate {
+			a = s.account(org)
+		}
+		if a == nil {
+			return scopeRef{}, false
+		}
+		return scopeRef{owner: a.login}, true
+	}
+	rp := s.repoOf(r)
+	if rp == nil {
+		return scopeRef{}, false
+	}
+	return scopeRef{owner: rp.owner.login, repo: rp.name}, true
+}
+
+func (s *Server) repoOf(r *http.Request) *repo {
+	full := r.PathValue("owner") + "/" + r.PathValue("repo")
+	rp := s.repos[strings.ToLower(full)]
+	if rp == nil && s.autoCreate {
+		rp = s.repo(full)
+	}
+	return rp
+}
+
+func scopeFromRef(sc scopeRef) domain.Scope { return domain.Scope{Owner: sc.owner, Repo: sc.repo} }
+
+func (sc scopeRef) holds(rn *runner) bool {
+	return strings.EqualFold(rn.owner, sc.owner) && strings.EqualFold(rn.repo, sc.repo)
+}
+
+func pathID(r *http.Request, name string) int64 {
+	id, err := strconv.ParseInt(r.PathValue(name), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return id
+}
+
+func (s *Server) handleJIT(w http.ResponseWriter, r *http.Request) {
+	sc, ok := s.scopeOf(r)
+	if !ok {
+		writeError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	var body struct {
+		Name          string   `json:"name"`
+		RunnerGroupID int64    `json:"runner_group_id"`
+		Labels        []string `json:"labels"`
+		WorkFolder    string   `json:"work_folder"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, "Problems parsing JSON")
+		return
+	}
+	if body.Name == "" || body.RunnerGroupID < 1 || len(body.Labels) == 0 || len(body.Labels) > 100 {
+		writeError(w, http.StatusUnprocessableEntity, "Validation Failed")
+		return
+	}
+	for _, rn := range s.runners {
+		if sc.holds(rn) && strings.EqualFold(rn.name, body.Name) {
+			writeError(w, http.StatusConflict, fmt.Sprintf("Already exists - A runner with the name %s already exists.", body.Name))
+			return
+		}
+	}
+	rn := s.newRunner(scopeFromRef(sc), body.Name, body.Labels)
+	rn.ephemeral, rn.jit = true, newJITConfig(body.Name, rn.id)
+	writeJSON(w, http.StatusCreated, map[string]any{"runner": s.runnerJSON(rn), "encoded_jit_config": rn.jit})
+}
+
+// newJITConfig is opaque to clients, like GitHub's: base64 of a JSON object
+// of base64 runner files, one of them holding a fresh credential.
+func newJITConfig(name string, id int64) string {
+	enc := base64.StdEncoding.EncodeToString
+	runnerFile, _ := json.Marshal(map[string]any{"agentId": id, "agentName": name, "poolId": DefaultRunnerGroupID, "ephemeral": true})
+	credentials, _ := json.Marshal(map[string]any{"scheme": "OAuthAccessToken", "data": map[string]string{"token": rand.Text() + rand.Text()}})
+	files, _ := json.Marshal(map[string]string{".runner": enc(runnerFile), ".credentials": enc(credentials)})
+	return enc(files)
+}
+
+func (s *Server) handleListRunners(w http.ResponseWriter, r *http.Request) {
+	sc, ok := s.scopeOf(r)
+	if !ok {
+		writeError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	name := r.URL.Query().Get("name")
+	var listed []*runner
+	for _, rn := range s.sortedRunners() {
+		if sc.holds(rn) && (name == "" || rn.name == name) {
+			listed = append(listed, rn)
+		}
+	}
+	lo, hi := s.paginate(w, r, len(listed))
+	page := []any{}
+	for _, rn := range listed[lo:hi] {
+		page = append(page, s.runnerJSON(rn))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(listed), "runners": page})
+}
+
+func (s *Server) handleDeleteRunner(w http.ResponseWriter, r *http.Request) {
+	sc, ok := s.scopeOf(r)
+	rn := s.runners[pathID(r, "runner_id")]
+	if !ok || rn == nil || !sc.holds(rn) {
+		writeError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	if rn.busy || rn.job != nil {
+		writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("Bad request - Runner %q is still running a job", rn.name))
+		return
+	}
+	delete(s.runners, rn.id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
+	rp := s.repoOf(r)
+	if rp == nil {
+		writeError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	want := r.URL.Query().Get("status")
+	var listed []*run
+	for _, ru := range s.runs {
+		status, conclusion := ru.status()
+		if ru.repo == rp && (want == "" || want == status || want == conclusion) {
+			listed = append(listed, ru)
+		}
+	}
+	// Newest first, as GitHub lists runs.
+	slices.SortFunc(listed, func(a, b *run) int { return cmp.Compare(b.id, a.id) })
+	lo, hi := s.paginate(w, r, len(listed))
+	page := []any{}
+	for _, ru := range listed[lo:hi] {
+		page = append(page, s.runJSON(ru))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(listed), "workflow_runs": page})
+}
+
+func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
+	rp := s.repoOf(r)
+	ru := s.runs[pathID(r, "run_id")]
+	if rp == nil || ru == nil || ru.repo != rp {
+		writeError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	lo, hi := s.paginate(w, r, len(ru.jobs))
+	page := []any{}
+	for _, j := range ru.jobs[lo:hi] {
+		page = append(page, s.jobJSON(j))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(ru.jobs), "jobs": page})
+}
+
+func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) {
+	rp := s.repoOf(r)
+	j := s.jobs[pathID(r, "job_id")]
+	if rp == nil || j == nil || j.run.repo != rp {
+		writeError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	writeJSON(w, http.StatusOK, s.jobJSON(j))
+}
+
+func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
+	rp := s.repoOf(r)
+	ru := s.runs[pathID(r, "run_id")]
+	if rp == nil || ru == nil || ru.repo != rp {
+		writeError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	if status, _ := ru.status(); status == "completed" {
+		writeError(w, http.StatusConflict, "Cannot cancel a workflow run that is completed.")
+		return
+	}
+	for _, j := range ru.jobs {
+		if j.status != "completed" {
+			s.complete(j, "cancelled")
+		}
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{})
+}
+
+func (s *Server) handleOrgRepos(w http.ResponseWriter, r *http.Request) {
+	sc, ok := s.scopeOf(r)
+	if !ok {
+		writeError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	var listed []*repo
+	for _, rp := range s.repos {
+		if strings.EqualFold(rp.owner.login, sc.owner) {
+			listed = append(listed, rp)
+		}
+	}
+	// Newest first: GitHub's default sort is created, descending.
+	slices.SortFunc(listed, func(a, b *repo) int { return cmp.Compare(b.id, a.id) })
+	lo, hi := s.paginate(w, r, len(listed))
+	page := []any{}
+	for _, rp := range listed[lo:hi] {
+		page = append(page, s.repoJSON(rp))
+	}
+	writeJSON(w, http.StatusOK, page)
+}

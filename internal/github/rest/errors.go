@@ -1,0 +1,199 @@
+package rest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/bradleyfalzon/ghinstallation/v2"
+	"github.com/google/go-github/v88/github"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// ErrUnauthorized: GitHub refused the token, or the App's key or ids (401).
+var ErrUnauthorized = errors.New("GitHub rejected the credentials")
+
+// errTransient marks failures that may pass if retried later: GitHub's 5xx
+// answers, timeouts and network trouble.
+var errTransient = errors.New("transient GitHub error")
+
+// defaultRetryAfter is how long to wait after a secondary rate limit that
+// names no time; GitHub's documentation asks for at least a minute.
+const defaultRetryAfter = time.Minute
+
+// IsTransient reports whether a call failed for a reason that may pass by
+// itself: a 5xx answer, a timeout, a network failure, or a rate limit (see
+// RateLimitError for when it ends). A poll that gets one should skip its
+// cycle rather than act on partial data.
+func IsTransient(err error) bool {
+	return errors.Is(err, errTransient) || errors.Is(err, domain.ErrRateLimited)
+}
+
+// APIError is an error answer from GitHub. It wraps the domain error the
+// status means for the call (domain.ErrNotFound, domain.ErrRunnerBusy,
+// domain.ErrExists, domain.ErrInvalidRequest, ErrUnauthorized, or the
+// transient mark of a 5xx), if any.
+type APIError struct {
+	Op      string // what bullpen asked, e.g. "delete runner 42 in acme"
+	Status  int
+	Message string // GitHub's message
+	kind    error
+}
+
+func (e *APIError) Error() string {
+	msg := fmt.Sprintf("%s: GitHub answered %d %s", e.Op, e.Status, http.StatusText(e.Status))
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
+	if errors.Is(e.kind, ErrUnauthorized) {
+		msg += " (" + ErrUnauthorized.Error() + ")"
+	}
+	return msg
+}
+
+func (e *APIError) Unwrap() error { return e.kind }
+
+// RateLimitError is a call GitHub refused under its primary or secondary
+// rate limit (403 or 429 with x-ratelimit-remaining: 0 or retry-after).
+// It wraps domain.ErrRateLimited.
+type RateLimitError struct {
+	Op    string
+	Reset time.Time // when GitHub will accept calls again
+}
+
+func (e *RateLimitError) Error() string {
+	return fmt.Sprintf("%s: rate limited by GitHub until %s", e.Op, e.Reset.UTC().Format(time.RFC3339))
+}
+
+func (e *RateLimitError) Unwrap() error { return domain.ErrRateLimited }
+
+// statusErrors says what an answer's status means for one call, where it
+// means more than the defaults of classify.
+type statusErrors map[int]error
+
+// classify turns what go-github returned into bullpen's errors. Nothing of
+// the request's credentials is carried over: only the operation, the status
+// and GitHub's message.
+func (c *Client) classify(op string, err error, special statusErrors) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && !isTimeout(err) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	var primary *github.RateLimitError
+	if errors.As(err, &primary) {
+		return &RateLimitError{Op: op, Reset: c.resetOf(primary.Response, primary.Rate.Reset.Time)}
+	}
+	var secondary *github.AbuseRateLimitError
+	if errors.As(err, &secondary) {
+		reset := c.clk.Now().Add(defaultRetryAfter)
+		if secondary.RetryAfter != nil {
+			reset = c.clk.Now().Add(*secondary.RetryAfter)
+		}
+		return &RateLimitError{Op: op, Reset: reset}
+	}
+	var app *ghinstallation.HTTPError
+	if errors.As(err, &app) {
+		return c.classifyAppError(op, app)
+	}
+	var answer *github.ErrorResponse
+	if errors.As(err, &answer) && answer.Response != nil {
+		return c.classifyAnswer(op, answer.Response, answer.Message, special)
+	}
+	return classifyTransport(op, err)
+}
+
+func (c *Client) classifyAnswer(op string, resp *http.Response, message string, special statusErrors) error {
+	status := resp.StatusCode
+	if status == http.StatusForbidden || status == http.StatusTooManyRequests {
+		if resp.Header.Get("retry-after") != "" || resp.Header.Get("x-ratelimit-remaining") == "0" {
+			return &RateLimitError{Op: op, Reset: c.resetOf(resp, time.Time{})}
+		}
+	}
+	e := &APIError{Op: op, Status: status, Message: truncate(message)}
+	switch {
+	case special[status] != nil:
+		e.kind = special[status]
+	case status == http.StatusUnauthorized:
+		e.kind = ErrUnauthorized
+	case status == http.StatusNotFound:
+		e.kind = domain.ErrNotFound
+	case status >= 500:
+		e.kind = errTransient
+	}
+	return e
+}
+
+// classifyAppError is a failure to get an installation token for the App.
+func (c *Client) classifyAppError(op string, err *ghinstallation.HTTPError) error {
+	resp := err.Response
+	if resp == nil {
+		return classifyTransport(op+": get installation token", err.RootCause)
+	}
+	resp.Body.Close() // ghinstallation leaves it open on an error answer
+	e := &APIError{Op: op + ": get installation token", Status: resp.StatusCode}
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized, resp.StatusCode == http.StatusForbidden, resp.StatusCode == http.StatusNotFound:
+		e.kind, e.Message = ErrUnauthorized, "check the App id, installation id and private key"
+	case resp.StatusCode >= 500:
+		e.kind = errTransient
+	}
+	return e
+}
+
+// classifyTransport is a failure without an answer. URLs in it are the
+// API's own (no credentials travel in them); the text is kept.
+func classifyTransport(op string, err error) error {
+	var netErr net.Error
+	var urlErr *url.Error
+	if errors.As(err, &netErr) || errors.As(err, &urlErr) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w: %w", op, errTransient, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+func isTimeout(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) && netErr.Timeout()
+}
+
+// resetOf is when a rate limit ends: the later of x-ratelimit-reset and
+// retry-after, or a minute from now when the answer names neither.
+func (c *Client) resetOf(resp *http.Response, reset time.Time) time.Time {
+	now := c.clk.Now()
+	if resp != nil {
+		if secs, err := strconv.ParseInt(resp.Header.Get("x-ratelimit-reset"), 10, 64); err == nil && secs > 0 {
+			reset = latest(reset, time.Unix(secs, 0))
+		}
+		if secs, err := strconv.Atoi(resp.Header.Get("retry-after")); err == nil && secs >= 0 {
+			reset = latest(reset, now.Add(time.Duration(secs)*time.Second))
+		}
+	}
+	if reset.IsZero() {
+		reset = now.Add(defaultRetryAfter)
+	}
+	return reset
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// truncate keeps GitHub's message short enough for a log line.
+func truncate(s string) string {
+	const limit = 300
+	if len(s) <= limit {
+		return s
+	}
+	return s[:limit] + "…"
+}

@@ -1,0 +1,127 @@
+package rest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/google/go-github/v88/github"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// RegisterRunner creates a just-in-time runner in the scope's runner group
+// (Options.RunnerGroupID) with these custom labels; GitHub adds its default
+// ones ("self-hosted"). domain.ErrExists when the name is taken (409),
+// domain.ErrInvalidRequest when GitHub refuses the request (422).
+func (c *Client) RegisterRunner(ctx context.Context, s domain.Scope, name string, labels []string) (domain.RunnerRegistration, error) {
+	op := fmt.Sprintf("register runner %q in %s", name, s)
+	if err := ctx.Err(); err != nil {
+		return domain.RunnerRegistration{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if s.Owner == "" || name == "" || len(labels) == 0 {
+		return domain.RunnerRegistration{}, fmt.Errorf("%s: %w: owner, name and at least one label are required", op, domain.ErrInvalidRequest)
+	}
+	req := &github.GenerateJITConfigRequest{Name: name, RunnerGroupID: c.runnerGroup, Labels: labels}
+	var cfg *github.JITRunnerConfig
+	var err error
+	if s.Repo == "" {
+		cfg, _, err = c.gh.Actions.GenerateOrgJITConfig(ctx, s.Owner, req)
+	} else {
+		cfg, _, err = c.gh.Actions.GenerateRepoJITConfig(ctx, s.Owner, s.Repo, req)
+	}
+	if err != nil {
+		return domain.RunnerRegistration{}, c.classify(op, err, statusErrors{
+			http.StatusConflict:            domain.ErrExists,
+			http.StatusUnprocessableEntity: domain.ErrInvalidRequest,
+		})
+	}
+	if cfg.GetEncodedJITConfig() == "" || cfg.GetRunner().GetID() == 0 {
+		return domain.RunnerRegistration{}, fmt.Errorf("%s: GitHub's answer lacks the runner id or its JIT config", op)
+	}
+	reg := domain.RunnerRegistration{
+		RunnerID:  cfg.GetRunner().GetID(),
+		Name:      cfg.GetRunner().GetName(),
+		JITConfig: cfg.GetEncodedJITConfig(),
+	}
+	if reg.Name == "" {
+		reg.Name = name
+	}
+	return reg, nil
+}
+
+// ListRunners lists the self-hosted runners registered at exactly the
+// scope (an organisation's list holds no repository's runners), all pages.
+func (c *Client) ListRunners(ctx context.Context, s domain.Scope) ([]domain.GitHubRunner, error) {
+	op := "list runners of " + s.String()
+	runners, err := collect(ctx, func(page int) ([]*github.Runner, *github.Response, error) {
+		opts := &github.ListRunnersOptions{ListOptions: github.ListOptions{Page: page, PerPage: perPage}}
+		var rs *github.Runners
+		var resp *github.Response
+		var err error
+		if s.Repo == "" {
+			rs, resp, err = c.gh.Actions.ListOrganizationRunners(ctx, s.Owner, opts)
+		} else {
+			rs, resp, err = c.gh.Actions.ListRunners(ctx, s.Owner, s.Repo, opts)
+		}
+		if rs == nil {
+			return nil, resp, err
+		}
+		return rs.Runners, resp, err
+	})
+	if err != nil {
+		return nil, c.classify(op, err, nil)
+	}
+	out := make([]domain.GitHubRunner, 0, len(runners))
+	for _, r := range runners {
+		labels := make([]string, 0, len(r.Labels))
+		for _, l := range r.Labels {
+			labels = append(labels, l.GetName())
+		}
+		out = append(out, domain.GitHubRunner{
+			ID: r.GetID(), Name: r.GetName(), Online: r.GetStatus() == "online", Busy: r.GetBusy(), Labels: labels,
+		})
+	}
+	return out, nil
+}
+
+// DeleteRunner removes a runner registered at the scope.
+// domain.ErrRunnerBusy when it is running a job (422), domain.ErrNotFound
+// when the scope has no such runner (404).
+func (c *Client) DeleteRunner(ctx context.Context, s domain.Scope, id int64) error {
+	op := fmt.Sprintf("delete runner %d in %s", id, s)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	var err error
+	if s.Repo == "" {
+		_, err = c.gh.Actions.RemoveOrganizationRunner(ctx, s.Owner, id)
+	} else {
+		_, err = c.gh.Actions.RemoveRunner(ctx, s.Owner, s.Repo, id)
+	}
+	return c.classify(op, err, statusErrors{http.StatusUnprocessableEntity: domain.ErrRunnerBusy})
+}
+
+// collect fetches every page of a listing: page 0 is the first, and each
+// answer's Link header names the next.
+func collect[T any](ctx context.Context, fetch func(page int) ([]T, *github.Response, error)) ([]T, error) {
+	var all []T
+	page := 0
+	for n := 1; ; n++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		items, resp, err := fetch(page)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, items...)
+		if resp == nil || resp.NextPage == 0 {
+			return all, nil
+		}
+		if resp.NextPage <= page || n >= maxPages {
+			return nil, fmt.Errorf("pagination does not end: page %d links to page %d after %d pages", page, resp.NextPage, n)
+		}
+		page = resp.NextPage
+	}
+}
