@@ -26,6 +26,8 @@ func init() {
 // serveFlags are serve's settings; every flag has an environment variable.
 type serveFlags struct {
 	config, listen, store, cloud, github  string
+	localDir, agentURL                    string
+	localEnv                              map[string]string
 	secret, secretFile, token, tokenFile  string
 	environment, controllerID, scope      string
 	logLevel, logFormat, simLatency       string
@@ -49,7 +51,9 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.config, "config", "BULLPEN_CONFIG", "", "pool configuration file (runs-on.yml format), re-read every --reload")
 	str(&f.listen, "listen", "BULLPEN_LISTEN", "127.0.0.1:8080", "HTTP address for /webhook, /api/v1, /metrics, /healthz")
 	str(&f.store, "store", "BULLPEN_STORE", "sqlite://bullpen.db", "state store: sqlite://PATH")
-	str(&f.cloud, "cloud", "BULLPEN_CLOUD", "sim", "compute provider: sim")
+	str(&f.cloud, "cloud", "BULLPEN_CLOUD", "sim", "compute provider: sim (simulated, in this process) or local (each machine a bullpen agent process here)")
+	str(&f.localDir, "local-dir", "BULLPEN_LOCAL_DIR", "", "with --cloud local: where machines keep their files (default: a temporary directory)")
+	str(&f.agentURL, "agent-url", "BULLPEN_AGENT_URL", "", "where machines' agents reach this control plane (default: http:// and the listen address)")
 	str(&f.github, "github", "BULLPEN_GITHUB", "sim", "GitHub: sim")
 	str(&f.secret, "webhook-secret", "BULLPEN_WEBHOOK_SECRET", "", "GitHub webhook secret (prefer the environment variable or --webhook-secret-file)")
 	str(&f.secretFile, "webhook-secret-file", "BULLPEN_WEBHOOK_SECRET_FILE", "", "file holding the webhook secret")
@@ -64,6 +68,17 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	dur(&f.convergeEvery, "converge-every", "BULLPEN_CONVERGE_EVERY", 30*time.Second, "pool convergence interval")
 	dur(&f.terminateEvery, "terminate-every", "BULLPEN_TERMINATE_EVERY", 5*time.Second, "terminator interval")
 	dur(&f.reload, "reload", "BULLPEN_RELOAD", 30*time.Second, "configuration re-read interval")
+	fs.Func("local-agent-env", "with --cloud local: KEY=VALUE added to every machine's agent settings (repeatable), e.g. BULLPEN_AGENT_RUNNER_COMMAND=...", func(v string) error {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("want KEY=VALUE, got %q", v)
+		}
+		if f.localEnv == nil {
+			f.localEnv = map[string]string{}
+		}
+		f.localEnv[k] = val
+		return nil
+	})
 	fs.BoolVar(&f.cancelRejected, "cancel-rejected", getenv("BULLPEN_CANCEL_REJECTED") == "true", "cancel the workflow run of a rejected job ($BULLPEN_CANCEL_REJECTED=true)")
 }
 
@@ -106,17 +121,21 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "bullpen serve: %v\n", err)
 		return 2
 	}
-	a, err := app.New(ctx, opts)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "bullpen serve: %v\n", err)
-		return 1
-	}
-	defer a.Close()
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "bullpen serve: listen on %s: %v\n", f.listen, err)
 		return 1
 	}
+	if opts.AgentURL == "" {
+		opts.AgentURL = "http://" + ln.Addr().String()
+	}
+	a, err := app.New(ctx, opts)
+	if err != nil {
+		ln.Close()
+		fmt.Fprintf(e.stderr, "bullpen serve: %v\n", err)
+		return 1
+	}
+	defer a.Close()
 	return serveUntilDone(ctx, a, ln, log)
 }
 
@@ -132,8 +151,8 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	if !ok || path == "" {
 		problems = append(problems, fmt.Errorf("--store %q: want sqlite://PATH", f.store))
 	}
-	if f.cloud != "sim" {
-		problems = append(problems, fmt.Errorf("--cloud %q: this build supports sim", f.cloud))
+	if f.cloud != "sim" && f.cloud != "local" {
+		problems = append(problems, fmt.Errorf("--cloud %q: want sim or local", f.cloud))
 	}
 	if f.github != "sim" {
 		problems = append(problems, fmt.Errorf("--github %q: this build supports sim", f.github))
@@ -161,7 +180,8 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 		Config: cfg, ConfigPath: f.config, ConfigInterval: f.reload, Environment: f.environment, StorePath: path,
 		ControllerID: f.controllerID, WebhookSecret: secret, AdminToken: token, RunnerScope: f.scope,
 		CancelRejected: f.cancelRejected, Clock: clock.Real{}, Log: log, Latency: latency, Agent: agent,
-		TerminateEvery: f.terminateEvery,
+		TerminateEvery: f.terminateEvery, Cloud: f.cloud, LocalDir: f.localDir, AgentURL: f.agentURL,
+		LocalAgentEnv: f.localEnv,
 	}
 	o.Converger.Interval = f.convergeEvery
 	return o, nil

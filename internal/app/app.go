@@ -17,9 +17,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/api"
 	"github.com/bullpen-ci/bullpen/internal/autoscale"
+	"github.com/bullpen-ci/bullpen/internal/cloud/local"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/converger"
@@ -54,6 +56,17 @@ type Options struct {
 	Log      *slog.Logger
 	Registry *prometheus.Registry
 
+	// Cloud is "sim" (the default: simulated machines and agents, in this
+	// process) or "local" (every machine a `bullpen agent` process).
+	Cloud string
+	// LocalDir holds the local machines' directories; default a temporary
+	// directory.
+	LocalDir string
+	// AgentURL is where machines' agents reach this control plane.
+	AgentURL string
+	// LocalAgentEnv adds agent settings to local machines' launch data.
+	LocalAgentEnv map[string]string
+
 	// Simulation (the embedded default: --cloud sim, --github sim).
 	Latency     sim.Latency
 	Agent       simagent.Options
@@ -79,10 +92,13 @@ type App struct {
 
 	Store     *sqlite.Store
 	Queue     *sqlite.Queue
-	Cloud     *sim.Cloud
+	Cloud     domain.Cloud
+	Sim       *sim.Cloud   // when Cloud is "sim"
+	Local     *local.Cloud // when Cloud is "local"
 	GitHub    *ghsim.GitHub
 	Agents    *agents.Service
-	SimAgents *simagent.Fleet
+	SimAgents *simagent.Fleet  // the simulated machines' agents (sim only)
+	AgentAPI  *agentapi.Server // the HTTP API of real agents
 
 	Converger   *converger.Converger
 	Dispatcher  *dispatch.Dispatcher
@@ -131,6 +147,13 @@ func (o *Options) check() error {
 	if o.AdminToken == "" {
 		problems = append(problems, "no admin token")
 	}
+	switch o.Cloud {
+	case "":
+		o.Cloud = "sim"
+	case "sim", "local":
+	default:
+		problems = append(problems, fmt.Sprintf("cloud %q: want sim or local", o.Cloud))
+	}
 	switch o.RunnerScope {
 	case "":
 		o.RunnerScope = "repo"
@@ -169,12 +192,13 @@ func (a *App) wire() error {
 		return err
 	}
 	a.GitHub = ghsim.New(clk, ghsim.Options{Deliver: a.deliverSimulated})
-	a.SimAgents = simagent.New(clk, a.Agents, a.GitHub, withLog(o.Agent, log))
-	a.Cloud = sim.New(clk, sim.Options{Latency: o.Latency, Lifecycle: a.SimAgents, Capacity: o.SimCapacity})
-	a.Agents.SetNotifier(a.SimAgents)
+	a.AgentAPI = agentapi.New(a.Store, a.Agents, clk, log.With("loop", "agentapi"), reg)
+	if err := a.newCloud(); err != nil {
+		return err
+	}
 
 	conv := o.Converger
-	conv.ControllerID = o.ControllerID
+	conv.ControllerID, conv.AgentURL = o.ControllerID, o.AgentURL
 	a.Scaler = &autoscale.PoolScaler{Demand: a.demand, Log: log.With("loop", "autoscale")}
 	conv.Targeter = func(p domain.Pool, at time.Time) (string, domain.Target) {
 		entry, t := converger.ScheduleTarget(p, at)
@@ -191,7 +215,7 @@ func (a *App) wire() error {
 		return err
 	}
 	prov := o.Provision
-	prov.ControllerID = o.ControllerID
+	prov.ControllerID, prov.AgentURL = o.ControllerID, o.AgentURL
 	a.Provisioner, err = provision.New(provision.Deps{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "provision"),
 		Scope: a.scope, Notify: a.Agents.Notify, Registrations: a.Agents.Registrations(),
@@ -216,6 +240,37 @@ func (a *App) wire() error {
 	}
 	a.API = &api.Server{Store: a.Store, Token: o.AdminToken, Log: log.With("loop", "api"), Pools: a.poolInfos}
 	return nil
+}
+
+// newCloud builds the compute provider and wires its agents: simulated ones
+// in this process, or real ones over the agent API.
+func (a *App) newCloud() error {
+	o := a.opts
+	notify := notifiers{a.AgentAPI}
+	switch o.Cloud {
+	case "sim":
+		a.SimAgents = simagent.New(o.Clock, a.Agents, a.GitHub, withLog(o.Agent, o.Log))
+		a.Sim = sim.New(o.Clock, sim.Options{Latency: o.Latency, Lifecycle: a.SimAgents, Capacity: o.SimCapacity})
+		a.Cloud = a.Sim
+		notify = append(notify, a.SimAgents)
+	case "local":
+		l, err := local.New(local.Options{Dir: o.LocalDir, Clock: o.Clock, Log: o.Log.With("loop", "local-cloud"), AgentEnv: o.LocalAgentEnv})
+		if err != nil {
+			return fmt.Errorf("local cloud: %w", err)
+		}
+		a.Local, a.Cloud = l, l
+	}
+	a.Agents.SetNotifier(notify)
+	return nil
+}
+
+// notifiers tells every agent transport that an instance has news.
+type notifiers []domain.AssignmentNotifier
+
+func (ns notifiers) Assigned(cloudID string) {
+	for _, n := range ns {
+		n.Assigned(cloudID)
+	}
 }
 
 func withLog(o simagent.Options, log *slog.Logger) simagent.Options {
@@ -332,10 +387,16 @@ func (a *App) noteSpecHashes(r converger.Report) {
 	}
 }
 
-// Close releases the simulation and the store.
+// Close releases the machines (a local cloud stops every agent process)
+// and the store. Call it after Run has returned.
 func (a *App) Close() error {
-	if a.Cloud != nil {
-		a.Cloud.Close()
+	if a.Sim != nil {
+		a.Sim.Close()
+	}
+	if a.Local != nil {
+		if err := a.Local.Close(); err != nil {
+			a.opts.Log.Warn("stop local machines", "err", err)
+		}
 	}
 	if a.Store != nil {
 		return a.Store.Close()

@@ -22,6 +22,7 @@ func (a *App) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/webhook", a.Webhook)
 	mux.Handle("/api/v1/", a.API.Handler())
+	mux.Handle("/agent/v1/", a.AgentAPI)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := a.Store.ListPoolStatus(r.Context()); err != nil {

@@ -224,7 +224,7 @@ func (w *world) roll(lines io.Writer) {
 		r, _ := cfg.Runner(p.Runner)
 		if img := r.Image; img != "" && !seen[img] {
 			seen[img] = true
-			w.a.Cloud.PublishImage(img)
+			w.a.Sim.PublishImage(img)
 			if lines != nil {
 				fmt.Fprintf(lines, "        ⟳ new image published for %s: pools using it roll to a new spec\n", img)
 			}
@@ -261,7 +261,7 @@ func (w *world) result(ctx context.Context, res Result, last converger.Report, e
 		return res, err
 	}
 	res.Virtual = elapsed.Round(time.Second).String()
-	res.CloudCalls = w.a.Cloud.Calls()
+	res.CloudCalls = w.a.Sim.Calls()
 	return res, nil
 }
 

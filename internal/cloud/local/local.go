@@ -115,6 +115,9 @@ type Options struct {
 	Clock domain.Clock
 	// Log receives machine events; nil means slog.Default().
 	Log *slog.Logger
+	// AgentEnv adds settings to every machine's launch data (for example
+	// BULLPEN_AGENT_RUNNER_COMMAND, so a test can run a fake runner).
+	AgentEnv map[string]string
 }
 
 // Cloud is the local provider. It is safe for concurrent use.

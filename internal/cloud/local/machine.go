@@ -62,10 +62,12 @@ func (c *Cloud) newMachine(spec domain.LaunchSpec, now time.Time) (*machine, err
 	if err := os.MkdirAll(paths.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("make the directory of %s: %w", id, err)
 	}
-	env, err := renderEnv(spec.Agent, map[string]string{
-		EnvCloudID:  id,
-		EnvStateDir: paths.StateDir,
-	})
+	extra := map[string]string{}
+	for k, v := range c.opts.AgentEnv {
+		extra[k] = v
+	}
+	extra[EnvCloudID], extra[EnvStateDir] = id, paths.StateDir
+	env, err := renderEnv(spec.Agent, extra)
 	if err == nil {
 		err = writeEnvFile(paths.EnvFile, env)
 	}
