@@ -32,6 +32,8 @@ type serveFlags struct {
 	environment, controllerID, scope      string
 	logLevel, logFormat, simLatency       string
 	convergeEvery, terminateEvery, reload time.Duration
+	reapEvery, orphanGrace, goneGrace     time.Duration
+	silentAfter, jobRetention             time.Duration
 	cancelRejected                        bool
 }
 
@@ -68,6 +70,11 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	dur(&f.convergeEvery, "converge-every", "BULLPEN_CONVERGE_EVERY", 30*time.Second, "pool convergence interval")
 	dur(&f.terminateEvery, "terminate-every", "BULLPEN_TERMINATE_EVERY", 5*time.Second, "terminator interval")
 	dur(&f.reload, "reload", "BULLPEN_RELOAD", 30*time.Second, "configuration re-read interval")
+	dur(&f.reapEvery, "reap-every", "BULLPEN_REAP_EVERY", time.Minute, "reaper interval (orphans, gone machines, silent agents, dead runners, missed webhooks, retention)")
+	dur(&f.orphanGrace, "orphan-grace", "BULLPEN_ORPHAN_GRACE", 10*time.Minute, "a machine with this stack's tag that no instance knows is terminated once this old")
+	dur(&f.goneGrace, "gone-grace", "BULLPEN_GONE_GRACE", 2*time.Minute, "an instance whose machine the cloud no longer lists is closed once its state is this old")
+	dur(&f.silentAfter, "silent-after", "BULLPEN_SILENT_AFTER", 3*time.Minute, "an instance whose agent has not been heard from for this long is terminated")
+	dur(&f.jobRetention, "job-retention", "BULLPEN_JOB_RETENTION", 72*time.Hour, "completed and rejected jobs are deleted this long after they ended")
 	fs.Func("local-agent-env", "with --cloud local: KEY=VALUE added to every machine's agent settings (repeatable), e.g. BULLPEN_AGENT_RUNNER_COMMAND=...", func(v string) error {
 		k, val, ok := strings.Cut(v, "=")
 		if !ok || k == "" {
@@ -184,6 +191,8 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 		LocalAgentEnv: f.localEnv,
 	}
 	o.Converger.Interval = f.convergeEvery
+	o.Reaper.Interval, o.Reaper.OrphanGrace, o.Reaper.GoneGrace = f.reapEvery, f.orphanGrace, f.goneGrace
+	o.Reaper.SilentAfter, o.Reaper.JobRetention = f.silentAfter, f.jobRetention
 	return o, nil
 }
 

@@ -52,6 +52,10 @@ type Options struct {
 	// RunnerPrefix marks the runners bullpen registered; only those are
 	// cleaned up. Default "bp-".
 	RunnerPrefix string
+	// SilentAfter: an instance whose agent should be alive (ready, claimed,
+	// running, releasing) and has not been heard from for this long —
+	// neither a heartbeat nor a state change — is terminated. Default 3 min.
+	SilentAfter time.Duration
 }
 
 func (o *Options) defaults() {
@@ -65,6 +69,7 @@ func (o *Options) defaults() {
 	def(&o.GoneGrace, 2*time.Minute)
 	def(&o.JobRetention, 72*time.Hour)
 	def(&o.InstanceRetention, 24*time.Hour)
+	def(&o.SilentAfter, 3*time.Minute)
 	if o.RunnerPrefix == "" {
 		o.RunnerPrefix = "bp-"
 	}
@@ -83,7 +88,7 @@ func (r *Reconciler) Init(reg prometheus.Registerer) error {
 
 // Report counts what one cycle did.
 type Report struct {
-	Orphans, Gone, DeadRunners, Recovered, Requeued, JobsDeleted, RowsDeleted int
+	Orphans, Gone, Silent, DeadRunners, Recovered, Requeued, JobsDeleted, RowsDeleted int
 }
 
 // Run reconciles every Interval until ctx ends.
@@ -118,6 +123,8 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 		rep.Gone, err = r.gone(ctx, rows, machines)
 		errs = append(errs, err)
 	}
+	rep.Silent, err = r.silent(ctx, rows)
+	errs = append(errs, err)
 	for _, s := range r.scopes(ctx) {
 		n, err := r.deadRunners(ctx, s, rows)
 		rep.DeadRunners += n
@@ -130,7 +137,7 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	errs = append(errs, err)
 	r.metrics.count(rep)
 	if rep != (Report{}) {
-		r.Log.Info("reconciled", "orphans", rep.Orphans, "gone", rep.Gone, "dead_runners", rep.DeadRunners,
+		r.Log.Info("reconciled", "orphans", rep.Orphans, "gone", rep.Gone, "silent", rep.Silent, "dead_runners", rep.DeadRunners,
 			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
 	}
 	return rep, errors.Join(errs...)
@@ -208,6 +215,58 @@ func (r *Reconciler) gone(ctx context.Context, rows []domain.Instance, machines 
 		}
 	}
 	return closed, errors.Join(errs...)
+}
+
+// silent terminates instances whose agent stopped talking: the machine
+// died, or the agent did (killed mid-job, say). A job such an instance had
+// not started goes back to its queue; one it had started fails on GitHub's
+// side and its completed webhook finds the instance gone.
+func (r *Reconciler) silent(ctx context.Context, rows []domain.Instance) (int, error) {
+	now := r.Clock.Now()
+	var errs []error
+	marked := 0
+	for _, in := range rows {
+		if !agentExpected(in.State) {
+			continue
+		}
+		heard := in.StateSince
+		if in.Heartbeat.After(heard) {
+			heard = in.Heartbeat
+		}
+		if now.Sub(heard) < r.SilentAfter {
+			continue
+		}
+		why := fmt.Sprintf("agent silent since %s", heard.UTC().Format(time.RFC3339))
+		_, err := r.Store.Transition(ctx, in.ID, domain.GuardOf(in), func(x *domain.Instance) {
+			x.State, x.Reason = domain.StateTerminating, why
+			x.Deadline = now.Add(domain.DefaultDeadlines().Terminating)
+		})
+		if errors.Is(err, domain.ErrConflict) {
+			continue // it changed meanwhile: next cycle looks again
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("terminate silent %s: %w", in.ID, err))
+			continue
+		}
+		marked++
+		r.Log.Warn("instance's agent is silent; terminating it", "instance", in.ID, "state", in.State, "since", heard)
+		if in.Job != "" && !in.JobStarted {
+			if id, err := domain.ParseJobKey(in.Job); err == nil {
+				errs = append(errs, jobs.Requeue(ctx, r.Store, r.Queue, id, in.ID, why))
+			}
+		}
+	}
+	return marked, errors.Join(errs...)
+}
+
+// agentExpected reports whether an instance in state s runs an agent that
+// heartbeats.
+func agentExpected(s domain.State) bool {
+	switch s {
+	case domain.StateReady, domain.StateClaimed, domain.StateRunning, domain.StateReleasing:
+		return true
+	}
+	return false
 }
 
 // close records that a row's machine no longer exists: terminating, then
@@ -381,7 +440,7 @@ func (m *reconcileMetrics) count(r Report) {
 		return
 	}
 	for kind, n := range map[string]int{
-		"orphan": r.Orphans, "gone": r.Gone, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
+		"orphan": r.Orphans, "gone": r.Gone, "silent": r.Silent, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
 		"requeued_job": r.Requeued, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
 	} {
 		m.actions.WithLabelValues(kind).Add(float64(n))

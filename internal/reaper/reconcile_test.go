@@ -199,3 +199,40 @@ func TestRetentionBoundsTheStore(t *testing.T) {
 		t.Fatal("a live row must never be deleted")
 	}
 }
+
+func TestSilentAgentIsTerminatedAndItsUnstartedJobRequeued(t *testing.T) {
+	x := newRecon(t)
+	if _, err := x.store.CreateJobs(x.ctx, []domain.Job{{ID: 5, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RouteLaunch}}); err != nil {
+		t.Fatal(err)
+	}
+	rows := []domain.Instance{
+		{ID: "talking", State: domain.StateRunning, Job: "1", JobStarted: true},
+		{ID: "quiet", State: domain.StateClaimed, Job: "5"},
+		{ID: "parked", State: domain.StateStopped},
+	}
+	if err := x.store.CreateInstances(x.ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.store.TransitionJob(x.ctx, 5, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) {
+		j.Status, j.InstanceID = domain.JobAssigned, "quiet"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	x.clk.Advance(2 * time.Minute)
+	if err := x.store.RecordHeartbeat(x.ctx, "talking", x.clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	x.clk.Advance(time.Minute + time.Second)
+	rep := x.cycle()
+	if rep.Silent != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	for id, want := range map[string]domain.State{"talking": domain.StateRunning, "quiet": domain.StateTerminating, "parked": domain.StateStopped} {
+		if in, _ := x.store.GetInstance(x.ctx, id); in.State != want {
+			t.Errorf("%s is %s, want %s", id, in.State, want)
+		}
+	}
+	if j, _ := x.store.GetJob(x.ctx, 5); j.Status != domain.JobQueued || j.InstanceID != "" {
+		t.Fatalf("the silent instance's job: %+v", j)
+	}
+}
