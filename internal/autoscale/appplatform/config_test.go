@@ -1,0 +1,143 @@
+package appplatform
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func validEnv() map[string]string {
+	return map[string]string{EnvGitHubToken: testGitHubToken, EnvDOToken: testDOToken, EnvAppID: "a1b2c3", EnvOwner: "acme", EnvRepo: "app"}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	cases := []struct {
+		name  string
+		env   map[string]string
+		check func(t *testing.T, c Config)
+	}{
+		{"a repository with defaults", nil, func(t *testing.T, c Config) {
+			if c.Scope != (domain.Scope{Owner: "acme", Repo: "app"}) || c.WorkerName != DefaultWorkerName || c.RunnerNamePrefix != "" {
+				t.Fatalf("%+v", c)
+			}
+			if c.Params.PollInterval != time.Minute || c.Params.MinInstances != 1 {
+				t.Fatalf("params %+v", c.Params)
+			}
+		}},
+		{"an organisation", map[string]string{EnvOwner: "", EnvRepo: "", EnvOrg: "acme"}, func(t *testing.T, c Config) {
+			if c.Scope != (domain.Scope{Owner: "acme"}) {
+				t.Fatalf("scope %+v", c.Scope)
+			}
+		}},
+		{"everything set", map[string]string{
+			EnvWorkerName: "gh-runner", EnvRunnerNamePrefix: "do-", EnvGitHubAPIURL: "https://ghe.example.com/api/v3",
+			EnvDOAPIURL: "http://127.0.0.1:9999", "MAX_INSTANCES": "9", "POLL_INTERVAL": "30",
+		}, func(t *testing.T, c Config) {
+			if c.WorkerName != "gh-runner" || c.RunnerNamePrefix != "do-" || c.GitHubAPIURL != "https://ghe.example.com/api/v3" ||
+				c.DOAPIURL != "http://127.0.0.1:9999" || c.Params.MaxInstances != 9 || c.Params.PollInterval != 30*time.Second {
+				t.Fatalf("%+v", c)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env := validEnv()
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			c, err := ConfigFromEnv(envOf(env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, c)
+		})
+	}
+}
+
+func TestConfigScopeProblems(t *testing.T) {
+	cases := []struct {
+		owner, repo, org string
+		want             string
+	}{
+		{"", "", "", "no scope: set OWNER and REPO"},
+		{"acme", "", "", "REPO is required with OWNER"},
+		{"", "app", "", "OWNER is required with REPO"},
+		{"acme", "app", "acme", "ORG=\"acme\" and OWNER/REPO are both set"},
+		{"", "app", "acme", "are both set"},
+		{"acme", "acme/app", "", "REPO=\"acme/app\" should be the repository's name alone"},
+		{"", "", "acme/app", "is not an organisation name"},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%q %q %q", c.owner, c.repo, c.org), func(t *testing.T) {
+			env := validEnv()
+			env[EnvOwner], env[EnvRepo], env[EnvOrg] = c.owner, c.repo, c.org
+			_, err := ConfigFromEnv(envOf(env))
+			var cerr *ConfigError
+			if !errors.As(err, &cerr) || len(cerr.Problems) != 1 || !strings.Contains(cerr.Problems[0], c.want) {
+				t.Fatalf("want one problem mentioning %q, got %v", c.want, err)
+			}
+		})
+	}
+}
+
+// TestConfigReportsEveryProblem: one run names every problem, and quotes
+// no token.
+func TestConfigReportsEveryProblem(t *testing.T) {
+	env := map[string]string{
+		EnvDOToken:      testDOToken,
+		EnvOwner:        "acme",
+		EnvOrg:          "acme",
+		EnvGitHubAPIURL: "ftp://nowhere",
+		EnvDOAPIURL:     "https://user:" + testDOToken + "@api.example.com/",
+		"MIN_INSTANCES": "0",
+		"POLL_INTERVAL": "1m",
+		"SCALE_UP_STEP": "0",
+	}
+	_, err := ConfigFromEnv(envOf(env))
+	var cerr *ConfigError
+	if !errors.As(err, &cerr) {
+		t.Fatalf("want a *ConfigError, got %v", err)
+	}
+	wants := []string{
+		"GITHUB_TOKEN is required",
+		"APP_ID is required",
+		"are both set",
+		"GITHUB_API_URL is not an http(s) URL",
+		"DO_API_URL=\"https://user:xxxxx@api.example.com/\" must not carry credentials",
+		"MIN_INSTANCES=0 must be at least 1 (DigitalOcean App Platform requires at least one instance)",
+		"POLL_INTERVAL=\"1m\" is not a number of seconds",
+		"SCALE_UP_STEP=0 must be at least 1",
+	}
+	if len(cerr.Problems) != len(wants) {
+		t.Fatalf("%d problems, want %d:\n%s", len(cerr.Problems), len(wants), strings.Join(cerr.Problems, "\n"))
+	}
+	for i, w := range wants {
+		if !strings.Contains(cerr.Problems[i], w) {
+			t.Errorf("problem %d: %q lacks %q", i, cerr.Problems[i], w)
+		}
+	}
+	if strings.Contains(err.Error(), testDOToken) {
+		t.Fatal("a token was quoted")
+	}
+}
+
+func TestConfigNeverPrintsTokens(t *testing.T) {
+	c, err := ConfigFromEnv(envOf(validEnv()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{c.String(), fmt.Sprintf("%v %+v %#v %s", c, c, c, c)} {
+		if strings.Contains(text, testGitHubToken) || strings.Contains(text, testDOToken) {
+			t.Fatalf("a token printed: %s", text)
+		}
+		if !strings.Contains(text, "[redacted]") {
+			t.Fatalf("tokens not marked redacted: %s", text)
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package appplatform
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// API names used as metric labels and in logs.
+const (
+	apiGitHub = "github"
+	apiDO     = "digitalocean"
+)
+
+// metrics of the standalone autoscaler. Labels are bounded: statuses,
+// actions, API names, error kinds, never ids.
+type metrics struct {
+	demand    *prometheus.GaugeVec   // status: queued, in_progress
+	instances prometheus.Gauge       // the worker's instance_count
+	score     *prometheus.GaugeVec   // direction: up, down
+	decisions *prometheus.CounterVec // action: up, down, none
+	apiErrors *prometheus.CounterVec // api, kind: transient, permanent
+	cycles    *prometheus.CounterVec // result: ok, skipped, failed
+	conflicts prometheus.Counter
+	deleted   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		demand: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bullpen_appplatform_demand_jobs", Help: "Jobs counted as demand at the last complete poll, by status (queued, in_progress).",
+		}, []string{"status"}),
+		instances: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bullpen_appplatform_instances", Help: "The worker's instance_count in the app spec, as last read or set.",
+		}),
+		score: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bullpen_appplatform_breach_score", Help: "Breach score of the direction breached at the last decision (0 for the other).",
+		}, []string{"direction"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_appplatform_decisions_total", Help: "Autoscaler decisions by action (up, down, none).",
+		}, []string{"action"}),
+		apiErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_appplatform_api_errors_total", Help: "Failed API calls by API (github, digitalocean) and kind (transient, permanent).",
+		}, []string{"api", "kind"}),
+		cycles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_appplatform_cycles_total", Help: "Polls by result (ok; skipped: transient error or rate limit; failed: needs a human).",
+		}, []string{"result"}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bullpen_appplatform_spec_conflicts_total", Help: "Concurrent changes of the app spec met while scaling.",
+		}),
+		deleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bullpen_appplatform_dead_runners_deleted_total", Help: "Offline, idle runners removed from GitHub.",
+		}),
+	}
+	for _, a := range []string{"up", "down", "none"} {
+		m.decisions.WithLabelValues(a)
+	}
+	for _, r := range []string{"ok", "skipped", "failed"} {
+		m.cycles.WithLabelValues(r)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.demand, m.instances, m.score, m.decisions, m.apiErrors, m.cycles, m.conflicts, m.deleted} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("app platform autoscaler metrics: %w", err)
+		}
+	}
+	return m, nil
+}
