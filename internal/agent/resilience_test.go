@@ -1,0 +1,241 @@
+package agent_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/agent"
+	"github.com/bullpen-ci/bullpen/internal/agentapi"
+	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// With the control plane gone, the agent retries with exponential backoff
+// (1 s doubling to 30 s) and, once it has been unreachable for the
+// deadline, runs the shutdown command and stops.
+func TestBackoffThenSelfShutdown(t *testing.T) {
+	r := newRig(t)
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close() // nothing listens there any more
+	cfg := r.config("bp-1", "secret")
+	cfg.URL = gone.URL
+	clk := clock.NewVirtual(agentapitest.T0)
+	g := r.start(cfg, clk, gone.Client())
+
+	steps, err := stepUntilDone(t, clk, g)
+	if !errors.Is(err, agent.ErrUnreachable) {
+		t.Fatalf("Run: %v, want ErrUnreachable", err)
+	}
+	if _, err := os.Stat(r.path("halted")); err != nil {
+		t.Fatal("the shutdown command did not run")
+	}
+	if got := clk.Now().Sub(agentapitest.T0); got != agent.DefaultUnreachableDeadline {
+		t.Fatalf("shut down after %s, want %s", got, agent.DefaultUnreachableDeadline)
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second}
+	for range 38 {
+		want = append(want, 30*time.Second)
+	}
+	want = append(want, 29*time.Second) // the last try lands on the deadline
+	if !slices.Equal(steps, want) {
+		t.Fatalf("backoff steps %v, want %v", steps, want)
+	}
+}
+
+// The saved token is the instance's identity across restarts: a second
+// run (a stopped and started machine) neither says hello again nor needs
+// the bootstrap secret, and still serves jobs.
+func TestTokenSurvivesARestart(t *testing.T) {
+	r := newRig(t)
+	cp := r.cp
+	secret := domain.NewSecret()
+	cp.Launch("bp-1", domain.StateBooting, secret)
+	cfg := r.config("bp-1", secret)
+	first := r.run(cfg)
+	cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalWarm))
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(cfg.StateDir, "identity.json")
+	for path, mode := range map[string]os.FileMode{file: 0o600, cfg.StateDir: 0o700 | os.ModeDir} {
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode() != mode {
+			t.Fatalf("%s has mode %s, want %s", path, st.Mode(), mode)
+		}
+	}
+	var saved struct {
+		Token      string `json:"token"`
+		InstanceID string `json:"instance_id"`
+		CloudID    string `json:"cloud_id"`
+	}
+	data, _ := os.ReadFile(file)
+	if err := json.Unmarshal(data, &saved); err != nil {
+		t.Fatal(err)
+	}
+	if domain.HashSecret(saved.Token) != cp.Get("bp-1").AgentTokenHash || saved.InstanceID != "bp-1" || saved.CloudID != "i-bp-1" {
+		t.Fatalf("saved identity %+v does not match the row", saved)
+	}
+
+	cfg.LaunchID, cfg.Bootstrap = "", ""
+	beats := cp.Calls.Count(agentapitest.IsOp("heartbeat"))
+	second := r.run(cfg)
+	cp.Calls.Await(t, beats+1, agentapitest.IsOp("heartbeat"))
+	cp.Assign("bp-1", 101, "jit")
+	if err := result(t, second); !errors.Is(err, agent.ErrInstanceEnded) {
+		t.Fatalf("second run: %v, want the instance to end after its job", err)
+	}
+	if n := cp.Calls.Count(agentapitest.IsSignal(domain.SignalJobFinished)); n != 1 {
+		t.Fatalf("%d job-finished signals", n)
+	}
+	if n := r.hitsOf(agentapi.PathHello); n != 1 {
+		t.Fatalf("%d hellos, want 1", n)
+	}
+}
+
+// A saved token of another machine (a state directory baked into an
+// image) is not used.
+func TestSavedTokenOfAnotherMachineIsIgnored(t *testing.T) {
+	r := newRig(t)
+	cp := r.cp
+	secret := domain.NewSecret()
+	cp.Launch("bp-2", domain.StateBooting, secret)
+	cfg := r.config("bp-2", secret)
+	os.MkdirAll(cfg.StateDir, 0o700)
+	os.WriteFile(filepath.Join(cfg.StateDir, "identity.json"), []byte(`{"cloud_id":"i-bp-1","token":"abc"}`), 0o600)
+	r.run(cfg)
+	cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalWarm))
+	if n := r.hitsOf(agentapi.PathHello); n != 1 {
+		t.Fatalf("%d hellos, want 1", n)
+	}
+}
+
+func TestRefusedCredentialsStopTheAgent(t *testing.T) {
+	r := newRig(t)
+	cp := r.cp
+	cp.Launch("bp-1", domain.StateBooting, domain.NewSecret())
+	g := r.run(r.config("bp-1", "not-the-secret"))
+	if err := result(t, g); !errors.Is(err, agent.ErrUnauthorized) {
+		t.Fatalf("Run: %v, want ErrUnauthorized", err)
+	}
+	if n := r.hitsOf(agentapi.PathHello); n != 1 {
+		t.Fatalf("%d hellos: a refused hello must not be retried", n)
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, "state-bp-1", "identity.json")); err == nil {
+		t.Fatal("an identity was saved")
+	}
+}
+
+// stubPlane is a scripted control plane: it counts signals by kind and
+// answers them from a script.
+type stubPlane struct {
+	mu      sync.Mutex
+	signals map[string]int
+	nexts   int
+	answer  func(kind string, n int) int // status for the nth signal of a kind
+	changed chan struct{}
+}
+
+func (s *stubPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case agentapi.PathHello:
+		json.NewEncoder(w).Encode(agentapi.HelloResponse{Token: "tok", InstanceID: "bp-1", HeartbeatSeconds: 5})
+	case agentapi.PathHeartbeat:
+		w.WriteHeader(http.StatusNoContent)
+	case agentapi.PathNext:
+		s.mu.Lock()
+		s.nexts++
+		n := s.nexts
+		s.notify()
+		s.mu.Unlock()
+		if n == 1 {
+			json.NewEncoder(w).Encode(agentapi.Instruction{Kind: "run", JobID: 5, Job: "5", JITConfig: "x"})
+			return
+		}
+		<-r.Context().Done() // nothing more to do
+	case agentapi.PathSignal:
+		var req agentapi.SignalRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		s.mu.Lock()
+		s.signals[req.Kind]++
+		status := s.answer(req.Kind, s.signals[req.Kind])
+		s.notify()
+		s.mu.Unlock()
+		if status == http.StatusNoContent {
+			w.WriteHeader(status)
+			return
+		}
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(agentapi.ErrorResponse{Error: "no", Code: map[int]string{
+			http.StatusConflict: agentapi.CodeRejected, http.StatusServiceUnavailable: agentapi.CodeUnavailable}[status]})
+	}
+}
+
+func (s *stubPlane) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// await waits until cond holds on the stub's counts.
+func (s *stubPlane) await(t *testing.T, cond func() bool) {
+	t.Helper()
+	limit := time.After(30 * time.Second)
+	for {
+		s.mu.Lock()
+		ok, changed := cond(), s.changed
+		s.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-changed:
+		case <-limit:
+			t.Fatal("gave up waiting")
+		}
+	}
+}
+
+// A transient failure is retried; a rejection (409) never is, and the
+// agent carries on with its work.
+func TestRejectedSignalsAreNotRetried(t *testing.T) {
+	r := newRig(t)
+	stub := &stubPlane{signals: map[string]int{}, changed: make(chan struct{}), answer: func(kind string, n int) int {
+		if kind == "warm" && n == 1 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusConflict
+	}}
+	srv := httptest.NewServer(stub)
+	t.Cleanup(srv.Close)
+	cfg := r.config("bp-1", "secret")
+	cfg.URL = srv.URL
+	clk := clock.NewVirtual(agentapitest.T0)
+	r.start(cfg, clk, srv.Client())
+
+	stub.await(t, func() bool { return stub.signals["warm"] == 1 })
+	clk.BlockUntil(2) // the heartbeat's interval and the warm signal's backoff
+	clk.Advance(time.Second)
+	stub.await(t, func() bool { return stub.nexts == 2 }) // the job was served, the agent asks again
+	want := map[string]int{"warm": 2, "registered": 1, "job-started": 1, "job-finished": 1}
+	stub.mu.Lock()
+	defer stub.mu.Unlock()
+	for kind, n := range want {
+		if stub.signals[kind] != n {
+			t.Fatalf("signals %v, want %v", stub.signals, want)
+		}
+	}
+	if len(stub.signals) != len(want) {
+		t.Fatalf("signals %v, want %v", stub.signals, want)
+	}
+}

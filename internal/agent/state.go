@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Files in the state directory.
+const (
+	identityFile = "identity.json" // the token: 0600
+	jobFile      = "job"           // the job whose runner is running
+)
+
+// identity is what hello gave this machine, kept so that a stopped and
+// started machine (or a restarted agent) needs no bootstrap secret again.
+type identity struct {
+	CloudID          string `json:"cloud_id"`
+	InstanceID       string `json:"instance_id"`
+	Token            string `json:"token"`
+	HeartbeatSeconds int    `json:"heartbeat_seconds,omitempty"`
+}
+
+// prepareStateDir creates the directory (0700) and checks that a file can
+// be written there, before hello spends the one chance to get a token.
+func prepareStateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	probe := filepath.Join(dir, ".probe")
+	if err := writeFileAtomic(probe, nil); err != nil {
+		return fmt.Errorf("state directory %s is not writable: %w", dir, err)
+	}
+	return os.Remove(probe)
+}
+
+// loadIdentity returns the saved identity; ok is false when there is none.
+func loadIdentity(dir string) (identity, bool, error) {
+	data, err := os.ReadFile(filepath.Join(dir, identityFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return identity{}, false, nil
+	}
+	if err != nil {
+		return identity{}, false, fmt.Errorf("read saved identity: %w", err)
+	}
+	var id identity
+	if err := json.Unmarshal(data, &id); err != nil || id.Token == "" {
+		return identity{}, false, fmt.Errorf("saved identity in %s is unreadable", dir)
+	}
+	return id, true, nil
+}
+
+func saveIdentity(dir string, id identity) error {
+	data, err := json.Marshal(id)
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(dir, identityFile), data); err != nil {
+		return fmt.Errorf("save identity: %w", err)
+	}
+	return nil
+}
+
+// writeFileAtomic writes a 0600 file that is never seen half written.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // after a successful rename, nothing to remove
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// markJob records that a runner runs job; clearJob that it no longer does.
+// A mark found at start means the agent stopped while a runner ran.
+func markJob(dir, job string) error { return writeFileAtomic(filepath.Join(dir, jobFile), []byte(job)) }
+
+func clearJob(dir string) error {
+	err := os.Remove(filepath.Join(dir, jobFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+func markedJob(dir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(dir, jobFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return strings.TrimSpace(string(data)), err
+}

@@ -1,0 +1,223 @@
+// Package agentapitest runs the control plane's side of the agent API for
+// tests: the real agentapi.Server over the real agents.Service and SQLite
+// store and queue, driven by a virtual clock, with every AgentAPI call
+// recorded so a test can wait for what an agent did.
+package agentapitest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/agentapi"
+	"github.com/bullpen-ci/bullpen/internal/agents"
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+)
+
+// T0 is when every control plane's clock starts.
+var T0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+
+// ControlPlane is an agent API with everything behind it.
+type ControlPlane struct {
+	t       testing.TB
+	Ctx     context.Context
+	Clock   *clock.Virtual
+	Store   *sqlite.Store
+	Queue   *sqlite.Queue
+	Service *agents.Service
+	Server  *agentapi.Server
+	Calls   *Recorder
+	// Logs holds everything the server and the service logged, at every
+	// level, so a test can check that no credential was.
+	Logs *Buffer
+
+	mu     sync.Mutex
+	policy agents.Policy
+}
+
+// New returns a control plane whose instances are terminated after one job
+// until SetPolicy says otherwise.
+func New(t testing.TB) *ControlPlane {
+	t.Helper()
+	c := &ControlPlane{t: t, Ctx: context.Background(), Clock: clock.NewVirtual(T0), Logs: &Buffer{}}
+	st, err := sqlite.Open(c.Ctx, freshDatabase(t), c.Clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	c.Store, c.Queue = st, st.Queue(sqlite.QueueOptions{})
+	log := slog.New(slog.NewTextHandler(c.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c.Service, err = agents.New(st, c.Queue, c.Clock, log, nil, agents.Options{Policy: c.currentPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Calls = &Recorder{api: c.Service, changed: make(chan struct{})}
+	c.Server = agentapi.New(st, c.Calls, c.Clock, log, nil)
+	c.Service.SetNotifier(c.Server)
+	return c
+}
+
+// SetPolicy sets every instance's after-job policy.
+func (c *ControlPlane) SetPolicy(p agents.Policy) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.policy = p
+}
+
+func (c *ControlPlane) currentPolicy(domain.Instance) agents.Policy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.policy
+}
+
+// Launch writes the row of a machine launched with bootstrap secret
+// secret: cloud id "i-"+id, launch "lt-"+id, in state st.
+func (c *ControlPlane) Launch(id string, st domain.State, secret string) domain.Instance {
+	c.t.Helper()
+	return c.Instance(domain.Instance{ID: id, State: st, LaunchID: "lt-" + id, BootstrapHash: domain.HashSecret(secret)})
+}
+
+// Instance writes a row, defaulting the fields in leaves unset.
+func (c *ControlPlane) Instance(in domain.Instance) domain.Instance {
+	c.t.Helper()
+	if in.CloudID == "" {
+		in.CloudID = "i-" + in.ID
+	}
+	if in.Role == "" {
+		in.Role = domain.RoleHot
+	}
+	if in.Runner == "" {
+		in.Runner = "small"
+	}
+	if in.CPU == 0 {
+		in.CPU, in.MemoryMiB = 2, 4096
+	}
+	if in.Deadline.IsZero() && !in.State.Terminal() {
+		in.Deadline = c.Clock.Now().Add(time.Hour)
+	}
+	if err := c.Store.CreateInstances(c.Ctx, []domain.Instance{in}); err != nil {
+		c.t.Fatal(err)
+	}
+	return c.Get(in.ID)
+}
+
+// Get reads a row.
+func (c *ControlPlane) Get(id string) domain.Instance {
+	c.t.Helper()
+	in, err := c.Store.GetInstance(c.Ctx, id)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return in
+}
+
+// Move rewrites a row the way another part of the control plane would.
+func (c *ControlPlane) Move(id string, fn func(*domain.Instance)) domain.Instance {
+	c.t.Helper()
+	in, err := c.Store.Transition(c.Ctx, id, domain.GuardOf(c.Get(id)), fn)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return in
+}
+
+// Assign does what the dispatcher does for a ready instance: claims it for
+// a new job with a runner registered for it (config jit), and tells the
+// agent.
+func (c *ControlPlane) Assign(id string, jobID int64, jit string) domain.Instance {
+	c.t.Helper()
+	runner := RunnerName(id, jobID)
+	in := c.Move(id, func(i *domain.Instance) {
+		i.State, i.Job, i.RunnerName, i.RunnerConfig = domain.StateClaimed, domain.JobKey(jobID), runner, jit
+		i.Deadline = c.Clock.Now().Add(domain.DefaultDeadlines().Claimed)
+	})
+	_, err := c.Store.CreateJobs(c.Ctx, []domain.Job{{
+		ID: jobID, Status: domain.JobAssigned, Route: domain.RouteLaunch, InstanceID: id,
+		RunnerName: runner, RunnerID: 7, Labels: []string{"self-hosted"},
+	}})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.Server.Assigned(in.CloudID)
+	return in
+}
+
+// RunnerName is the name of the runner Assign registers.
+func RunnerName(id string, jobID int64) string { return id + "-" + domain.JobKey(jobID) }
+
+// ResourcePool receives every visible entry of a runner class's queue.
+func (c *ControlPlane) ResourcePool(class string) []domain.ResourcePoolEntry {
+	c.t.Helper()
+	msgs, err := c.Queue.Receive(c.Ctx, domain.ResourcePoolQueue(class), 10, time.Minute, 0)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out := make([]domain.ResourcePoolEntry, len(msgs))
+	for i, m := range msgs {
+		if err := json.Unmarshal(m.Body, &out[i]); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// Buffer is a bytes.Buffer safe for concurrent writers.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// template is an empty, migrated database, made once per test binary:
+// copying it is much cheaper than migrating a new file under -race.
+var template struct {
+	once sync.Once
+	db   []byte
+	err  error
+}
+
+func freshDatabase(t testing.TB) string {
+	t.Helper()
+	template.once.Do(func() {
+		dir, err := os.MkdirTemp("", "agentapitest-")
+		if err != nil {
+			template.err = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		st, err := sqlite.Open(context.Background(), dir+"/t.db", clock.NewVirtual(T0))
+		if err != nil {
+			template.err = err
+			return
+		}
+		if template.err = st.Close(); template.err == nil {
+			template.db, template.err = os.ReadFile(dir + "/t.db")
+		}
+	})
+	if template.err != nil {
+		t.Fatal(template.err)
+	}
+	path := t.TempDir() + "/agents.db"
+	if err := os.WriteFile(path, template.db, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

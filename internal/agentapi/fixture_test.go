@@ -1,0 +1,120 @@
+package agentapi_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/bullpen-ci/bullpen/internal/agentapi"
+	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// harness calls the server in-process and keeps every answer's body but
+// hello's, so tests can check that no credential leaks into one.
+type harness struct {
+	*agentapitest.ControlPlane
+	t *testing.T
+
+	mu     sync.Mutex
+	bodies []string
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	t.Parallel()
+	return &harness{ControlPlane: agentapitest.New(t), t: t}
+}
+
+// do sends one request; token "" sends no Authorization header.
+func (h *harness) do(method, path, token, body string) *httptest.ResponseRecorder {
+	h.t.Helper()
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	w := httptest.NewRecorder()
+	h.Server.ServeHTTP(w, r)
+	if path != agentapi.PathHello {
+		h.mu.Lock()
+		h.bodies = append(h.bodies, w.Body.String())
+		h.mu.Unlock()
+	}
+	return w
+}
+
+func (h *harness) answers() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return strings.Join(h.bodies, "\n")
+}
+
+func helloBody(cloudID, launchID, secret string) string {
+	b, _ := json.Marshal(agentapi.HelloRequest{CloudID: cloudID, LaunchID: launchID, Bootstrap: secret})
+	return string(b)
+}
+
+// hello introduces in's agent and returns its token.
+func (h *harness) hello(in domain.Instance, secret string) string {
+	h.t.Helper()
+	w := h.do(http.MethodPost, agentapi.PathHello, "", helloBody(in.CloudID, in.LaunchID, secret))
+	if w.Code != http.StatusOK {
+		h.t.Fatalf("hello: %d %s", w.Code, w.Body)
+	}
+	var resp agentapi.HelloResponse
+	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
+		h.t.Fatal(err)
+	}
+	return resp.Token
+}
+
+// launched writes a booting instance and introduces its agent.
+func (h *harness) launched(id string) (domain.Instance, string) {
+	h.t.Helper()
+	secret := domain.NewSecret()
+	in := h.Launch(id, domain.StateBooting, secret)
+	return in, h.hello(in, secret)
+}
+
+func (h *harness) signal(token string, req agentapi.SignalRequest) *httptest.ResponseRecorder {
+	h.t.Helper()
+	b, _ := json.Marshal(req)
+	return h.do(http.MethodPost, agentapi.PathSignal, token, string(b))
+}
+
+// wantStatus checks an answer's status and, for errors, its code.
+func wantStatus(t *testing.T, w *httptest.ResponseRecorder, status int, code string) agentapi.ErrorResponse {
+	t.Helper()
+	if w.Code != status {
+		t.Fatalf("status %d (%s), want %d", w.Code, strings.TrimSpace(w.Body.String()), status)
+	}
+	var e agentapi.ErrorResponse
+	if code == "" {
+		return e
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil {
+		t.Fatalf("error body %q: %v", w.Body, err)
+	}
+	if e.Code != code {
+		t.Fatalf("code %q (%s), want %q", e.Code, e.Error, code)
+	}
+	if status == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+		t.Fatal("503 without Retry-After")
+	}
+	return e
+}
+
+// wantUnchanged fails unless the row is as it was (same version).
+func (h *harness) wantUnchanged(before domain.Instance) {
+	h.t.Helper()
+	after := h.Get(before.ID)
+	if after.Version != before.Version || after.State != before.State || after.Job != before.Job {
+		h.t.Fatalf("%s changed: %s/%q v%d → %s/%q v%d", before.ID,
+			before.State, before.Job, before.Version, after.State, after.Job, after.Version)
+	}
+}
+
+type agentapiCall = agentapitest.Call

@@ -1,0 +1,227 @@
+package agentapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// helloAttempts bounds hello's retries against concurrent writers of the row.
+const helloAttempts = 5
+
+// hello exchanges a launch's bootstrap secret for the instance's own token,
+// once. The token's hash goes on the row with a guarded in-place rewrite,
+// so of two concurrent hellos one wins and the other finds the token issued.
+func (s *Server) hello(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req HelloRequest
+	if err := decode(w, r, &req); err != nil {
+		return nil, err
+	}
+	if err := missing([2]string{"cloud_id", req.CloudID}, [2]string{"launch_id", req.LaunchID},
+		[2]string{"bootstrap", req.Bootstrap}); err != nil {
+		return nil, err
+	}
+	for range helloAttempts {
+		in, err := s.helloCandidate(r.Context(), req)
+		if err != nil {
+			return nil, err
+		}
+		token := domain.NewSecret()
+		_, err = s.store.Transition(r.Context(), in.ID, domain.GuardOf(in), func(i *domain.Instance) {
+			i.AgentTokenHash = domain.HashSecret(token)
+		})
+		if errors.Is(err, domain.ErrConflict) {
+			continue // the row moved on: decide again on what it is now
+		}
+		if err != nil {
+			return nil, fmt.Errorf("issue agent token for %s: %w", in.ID, err)
+		}
+		s.log.Info("agent said hello", "instance", in.ID, "cloud_id", in.CloudID, "state", in.State)
+		return HelloResponse{Token: token, InstanceID: in.ID, HeartbeatSeconds: int(HeartbeatEvery / time.Second)}, nil
+	}
+	return nil, errors.New("hello: the instance keeps changing")
+}
+
+// helloCandidate returns the row a hello may issue a token for, or why not.
+func (s *Server) helloCandidate(ctx context.Context, req HelloRequest) (domain.Instance, error) {
+	rows, err := s.store.ListInstances(ctx, domain.InstanceFilter{CloudID: req.CloudID})
+	if err != nil {
+		return domain.Instance{}, fmt.Errorf("hello: %w", err)
+	}
+	if len(rows) == 0 {
+		// The row is written before the cloud call and learns its cloud id
+		// when the call returns: a fast machine can be here first.
+		return domain.Instance{}, fail(http.StatusServiceUnavailable, CodeUnavailable,
+			"no instance with cloud id %q is recorded yet; retry", req.CloudID)
+	}
+	var in domain.Instance
+	found := false
+	for _, row := range rows {
+		if row.LaunchID == req.LaunchID {
+			in, found = row, true // the newest row of that launch
+		}
+	}
+	if !found || !hashMatches(in.BootstrapHash, req.Bootstrap) {
+		s.log.Warn("agent hello refused: bootstrap credentials do not match", "cloud_id", req.CloudID)
+		return domain.Instance{}, fail(http.StatusUnauthorized, CodeUnauthorized, "bootstrap credentials do not match")
+	}
+	if ended(in.State) || in.State == domain.StateError {
+		return domain.Instance{}, fail(http.StatusUnauthorized, CodeInstanceEnded, "instance is %s", in.State)
+	}
+	if in.AgentTokenHash != "" {
+		s.log.Warn("agent hello refused: token already issued", "instance", in.ID, "cloud_id", in.CloudID)
+		return domain.Instance{}, fail(http.StatusConflict, CodeTokenIssued, "a token was already issued for this instance")
+	}
+	return in, nil
+}
+
+func (s *Server) heartbeat(_ http.ResponseWriter, r *http.Request) (any, error) {
+	in, err := s.authenticate(r)
+	if err != nil {
+		return nil, err
+	}
+	return nil, s.api.Heartbeat(r.Context(), in.CloudID)
+}
+
+// parseWait reads next's wait parameter: a Go duration ("30s") or seconds
+// ("30"); absent means answer at once. It is capped at MaxWait.
+func parseWait(v string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		n, nerr := strconv.Atoi(v)
+		if nerr != nil {
+			return 0, badRequest("wait: %q is not a duration (30s) or a number of seconds", v)
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if d < 0 {
+		return 0, badRequest("wait: %q is negative", v)
+	}
+	return min(d, MaxWait), nil
+}
+
+// next answers with the instance's instruction; while that is "wait", it
+// holds the request up to the wait asked for, and answers at once when
+// Assigned says there is something new.
+func (s *Server) next(_ http.ResponseWriter, r *http.Request) (any, error) {
+	wait, err := parseWait(r.URL.Query().Get("wait"))
+	if err != nil {
+		return nil, err
+	}
+	in, err := s.authenticate(r)
+	if err != nil {
+		return nil, err
+	}
+	ctx := r.Context()
+	timeout := make(chan struct{})
+	if wait > 0 {
+		t := s.clk.AfterFunc(wait, func() { close(timeout) })
+		defer t.Stop()
+		s.metrics.longPolls.Inc()
+		defer s.metrics.longPolls.Dec()
+	}
+	for {
+		// Subscribe before asking, so a notice that comes between the
+		// answer and the wait is not lost.
+		sub := s.waiters.subscribe(in.CloudID)
+		ins, err := s.api.Next(ctx, in.CloudID)
+		if err != nil || ins.Kind != domain.InstructionWait || wait == 0 {
+			s.waiters.unsubscribe(in.CloudID, sub)
+			return instruction(ins), err
+		}
+		select {
+		case <-sub.ch:
+		case <-timeout:
+			s.waiters.unsubscribe(in.CloudID, sub)
+			return instruction(ins), nil
+		case <-ctx.Done():
+			s.waiters.unsubscribe(in.CloudID, sub)
+			return nil, ctx.Err()
+		}
+		// The instance may have ended while its agent waited.
+		if in, err = s.recheck(ctx, in.ID); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// recheck re-reads the caller's row: its token expires with it.
+func (s *Server) recheck(ctx context.Context, id string) (domain.Instance, error) {
+	in, err := s.store.GetInstance(ctx, id)
+	if errors.Is(err, domain.ErrNotFound) || (err == nil && ended(in.State)) {
+		return domain.Instance{}, fail(http.StatusUnauthorized, CodeInstanceEnded, "token expired with its instance")
+	}
+	return in, err
+}
+
+func instruction(ins domain.Instruction) Instruction {
+	out := Instruction{Kind: string(ins.Kind)}
+	if ins.Kind == domain.InstructionRun {
+		a := ins.Assignment
+		out.JobID, out.Job, out.RunnerName, out.JITConfig = a.JobID, domain.JobKey(a.JobID), a.RunnerName, a.JITConfig
+	}
+	return out
+}
+
+// signalKinds are the signals an agent may send, and whether each must
+// name its job. Heartbeats have their own endpoint.
+var signalKinds = map[domain.SignalKind]bool{
+	domain.SignalWarm:         false,
+	domain.SignalRegistered:   true,
+	domain.SignalJobStarted:   true,
+	domain.SignalJobFinished:  true,
+	domain.SignalDeregistered: false,
+	domain.SignalFailed:       false,
+}
+
+func (s *Server) signal(w http.ResponseWriter, r *http.Request) (any, error) {
+	in, err := s.authenticate(r)
+	if err != nil {
+		return nil, err
+	}
+	var req SignalRequest
+	if err := decode(w, r, &req); err != nil {
+		return nil, err
+	}
+	if err := validSignal(req); err != nil {
+		return nil, err
+	}
+	err = s.api.Signal(r.Context(), domain.Signal{
+		CloudID: in.CloudID, Kind: domain.SignalKind(req.Kind), Job: req.Job, Reason: req.Reason, At: s.clk.Now(),
+	})
+	if errors.Is(err, domain.ErrRejected) {
+		s.log.Info("agent signal rejected", "instance", in.ID, "kind", req.Kind, "job", req.Job, "err", err)
+		return nil, fail(http.StatusConflict, CodeRejected, "%v", err)
+	}
+	return nil, err
+}
+
+func validSignal(req SignalRequest) error {
+	if err := missing([2]string{"kind", req.Kind}); err != nil {
+		return err
+	}
+	needsJob, known := signalKinds[domain.SignalKind(req.Kind)]
+	if !known {
+		return badRequest("kind: unknown signal %q (want warm, registered, job-started, job-finished, deregistered or failed)", req.Kind)
+	}
+	if needsJob && req.Job == "" {
+		return badRequest("missing field(s): job (a %s signal names its job)", req.Kind)
+	}
+	if req.Job != "" {
+		if _, err := domain.ParseJobKey(req.Job); err != nil {
+			return badRequest("job: %v", err)
+		}
+	}
+	if len(req.Reason) > MaxReason {
+		return badRequest("reason: longer than %d bytes", MaxReason)
+	}
+	return nil
+}

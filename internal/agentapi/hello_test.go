@@ -1,0 +1,139 @@
+package agentapi_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/bullpen-ci/bullpen/internal/agentapi"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+func TestHelloIssuesTheTokenOnce(t *testing.T) {
+	h := newHarness(t)
+	secret := domain.NewSecret()
+	before := h.Launch("bp-1", domain.StateBooting, secret)
+
+	w := h.do(http.MethodPost, agentapi.PathHello, "", helloBody(before.CloudID, before.LaunchID, secret))
+	wantStatus(t, w, http.StatusOK, "")
+	var resp agentapi.HelloResponse
+	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.InstanceID != "bp-1" || resp.HeartbeatSeconds != 5 || len(resp.Token) != 64 {
+		t.Fatalf("hello answered %+v (token of %d chars)", resp, len(resp.Token))
+	}
+	after := h.Get("bp-1")
+	if after.AgentTokenHash != domain.HashSecret(resp.Token) {
+		t.Fatal("the row does not hold the token's hash")
+	}
+	if after.State != before.State || after.Version != before.Version+1 || after.Job != before.Job {
+		t.Fatalf("hello changed more than the token: %+v", after)
+	}
+
+	again := h.do(http.MethodPost, agentapi.PathHello, "", helloBody(before.CloudID, before.LaunchID, secret))
+	wantStatus(t, again, http.StatusConflict, agentapi.CodeTokenIssued)
+	if strings.Contains(again.Body.String(), resp.Token) {
+		t.Fatal("a second hello repeated the token")
+	}
+	h.wantUnchanged(after)
+}
+
+// Of two hellos at once, one gets the token; the other learns it is taken.
+func TestConcurrentHellosIssueOneToken(t *testing.T) {
+	h := newHarness(t)
+	secret := domain.NewSecret()
+	in := h.Launch("bp-1", domain.StateBooting, secret)
+	codes := make([]int, 8)
+	var wg sync.WaitGroup
+	for i := range codes {
+		wg.Go(func() {
+			codes[i] = h.do(http.MethodPost, agentapi.PathHello, "", helloBody(in.CloudID, in.LaunchID, secret)).Code
+		})
+	}
+	wg.Wait()
+	ok := 0
+	for _, c := range codes {
+		switch c {
+		case http.StatusOK:
+			ok++
+		case http.StatusConflict:
+		default:
+			t.Fatalf("hello answered %d", c)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d hellos got a token, want 1 (codes %v)", ok, codes)
+	}
+}
+
+func TestHelloRefused(t *testing.T) {
+	secret := domain.NewSecret()
+	for _, tc := range []struct {
+		name   string
+		state  domain.State
+		body   func(in domain.Instance) string
+		status int
+		code   string
+		want   string // in the message
+	}{
+		{"wrong bootstrap secret", domain.StateBooting, func(in domain.Instance) string {
+			return helloBody(in.CloudID, in.LaunchID, domain.NewSecret())
+		}, http.StatusUnauthorized, agentapi.CodeUnauthorized, "do not match"},
+		{"another launch", domain.StateBooting, func(in domain.Instance) string {
+			return helloBody(in.CloudID, "lt-other", secret)
+		}, http.StatusUnauthorized, agentapi.CodeUnauthorized, "do not match"},
+		{"cloud id not recorded yet", domain.StateBooting, func(in domain.Instance) string {
+			return helloBody("i-not-yet", in.LaunchID, secret)
+		}, http.StatusServiceUnavailable, agentapi.CodeUnavailable, "i-not-yet"},
+		{"terminating instance", domain.StateTerminating, func(in domain.Instance) string {
+			return helloBody(in.CloudID, in.LaunchID, secret)
+		}, http.StatusUnauthorized, agentapi.CodeInstanceEnded, "terminating"},
+		{"instance in error", domain.StateError, func(in domain.Instance) string {
+			return helloBody(in.CloudID, in.LaunchID, secret)
+		}, http.StatusUnauthorized, agentapi.CodeInstanceEnded, "error"},
+		{"missing fields", domain.StateBooting, func(in domain.Instance) string {
+			return `{"cloud_id":"` + in.CloudID + `"}`
+		}, http.StatusBadRequest, agentapi.CodeBadRequest, "launch_id, bootstrap"},
+		{"malformed JSON", domain.StateBooting, func(domain.Instance) string { return `{"cloud_id":` },
+			http.StatusBadRequest, agentapi.CodeBadRequest, "malformed JSON"},
+		{"empty body", domain.StateBooting, func(domain.Instance) string { return `` },
+			http.StatusBadRequest, agentapi.CodeBadRequest, "empty body"},
+		{"unknown field", domain.StateBooting, func(in domain.Instance) string {
+			return `{"cloud_id":"x","launch_id":"y","bootstrap":"z","instance_id":"bp-2"}`
+		}, http.StatusBadRequest, agentapi.CodeBadRequest, "instance_id"},
+		{"body too large", domain.StateBooting, func(in domain.Instance) string {
+			return `{"cloud_id":"` + strings.Repeat("x", agentapi.MaxBody) + `"}`
+		}, http.StatusRequestEntityTooLarge, agentapi.CodeTooLarge, "larger than"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			in := h.Launch("bp-1", tc.state, secret)
+			w := h.do(http.MethodPost, agentapi.PathHello, "", tc.body(in))
+			e := wantStatus(t, w, tc.status, tc.code)
+			if !strings.Contains(e.Error, tc.want) {
+				t.Fatalf("message %q does not say %q", e.Error, tc.want)
+			}
+			h.wantUnchanged(in)
+			if h.Get(in.ID).AgentTokenHash != "" {
+				t.Fatal("a refused hello issued a token")
+			}
+		})
+	}
+}
+
+// A row without a bootstrap hash (written before credentials existed)
+// matches no secret, not even the empty one.
+func TestHelloNeedsABootstrapHash(t *testing.T) {
+	h := newHarness(t)
+	in := h.Instance(domain.Instance{ID: "bp-1", State: domain.StateBooting, LaunchID: "lt-1"})
+	for _, secret := range []string{"", " ", domain.NewSecret()} {
+		w := h.do(http.MethodPost, agentapi.PathHello, "", helloBody(in.CloudID, in.LaunchID, secret))
+		if w.Code != http.StatusUnauthorized && w.Code != http.StatusBadRequest {
+			t.Fatalf("secret %q: status %d, want 401 or 400", secret, w.Code)
+		}
+	}
+	h.wantUnchanged(in)
+}

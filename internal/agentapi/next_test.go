@@ -1,0 +1,141 @@
+package agentapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/agentapi"
+	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
+	"github.com/bullpen-ci/bullpen/internal/agents"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// poll starts a long poll and returns where its answer will arrive.
+func (h *harness) poll(ctx context.Context, token, wait string) <-chan *httptest.ResponseRecorder {
+	out := make(chan *httptest.ResponseRecorder, 1)
+	r := httptest.NewRequestWithContext(ctx, http.MethodGet, agentapi.PathNext+"?wait="+wait, nil)
+	r.Header.Set("Authorization", "Bearer "+token)
+	go func() {
+		w := httptest.NewRecorder()
+		h.Server.ServeHTTP(w, r)
+		out <- w
+	}()
+	return out
+}
+
+func instructionOf(t *testing.T, w *httptest.ResponseRecorder) agentapi.Instruction {
+	t.Helper()
+	wantStatus(t, w, http.StatusOK, "")
+	var ins agentapi.Instruction
+	if err := json.Unmarshal(w.Body.Bytes(), &ins); err != nil {
+		t.Fatal(err)
+	}
+	return ins
+}
+
+// idle returns an introduced, warmed instance and its token.
+func (h *harness) idle(id string) (domain.Instance, string) {
+	h.t.Helper()
+	in, token := h.launched(id)
+	wantStatus(h.t, h.signal(token, agentapi.SignalRequest{Kind: "warm"}), http.StatusNoContent, "")
+	return h.Get(in.ID), token
+}
+
+func TestLongPollWokenByAnAssignment(t *testing.T) {
+	h := newHarness(t)
+	in, token := h.idle("bp-1")
+	start := h.Clock.Now()
+	answer := h.poll(h.Ctx, token, "30s")
+	h.Calls.Await(t, 1, agentapitest.IsOp("next")) // asked once: "wait", and parked
+
+	h.Assign(in.ID, 101, "jit-1")
+	ins := instructionOf(t, <-answer)
+	if ins.Kind != "run" || ins.JobID != 101 || ins.RunnerName != agentapitest.RunnerName(in.ID, 101) || ins.JITConfig != "jit-1" {
+		t.Fatalf("woken with %+v, want to run job 101", ins)
+	}
+	if !h.Clock.Now().Equal(start) || h.Clock.Pending() != 0 {
+		t.Fatalf("the answer waited for the clock (now %s, %d timers pending)", h.Clock.Now(), h.Clock.Pending())
+	}
+}
+
+// A job's end with reuse wakes the agent with its release.
+func TestLongPollWokenByARelease(t *testing.T) {
+	h := newHarness(t)
+	h.SetPolicy(agents.Policy{Reuse: true})
+	_, token := h.running("bp-1")
+	answer := h.poll(h.Ctx, token, "60s")
+	h.Calls.Await(t, 1, agentapitest.IsOp("next"))
+	wantStatus(t, h.signal(token, agentapi.SignalRequest{Kind: "job-finished", Job: "101"}), http.StatusNoContent, "")
+	if ins := instructionOf(t, <-answer); ins.Kind != "release" {
+		t.Fatalf("woken with %+v, want release", ins)
+	}
+}
+
+func TestLongPollTimesOutToWait(t *testing.T) {
+	for _, tc := range []struct {
+		wait string
+		held time.Duration
+	}{
+		{"30s", 30 * time.Second},
+		{"30", 30 * time.Second},
+		{"5m", agentapi.MaxWait}, // capped
+	} {
+		t.Run(tc.wait, func(t *testing.T) {
+			h := newHarness(t)
+			_, token := h.idle("bp-1")
+			answer := h.poll(h.Ctx, token, tc.wait)
+			h.Calls.Await(t, 1, agentapitest.IsOp("next"))
+			due, ok := h.Clock.Next()
+			if !ok || due.Sub(h.Clock.Now()) != tc.held {
+				t.Fatalf("the poll is held until %s (pending %t), want %s from now", due, ok, tc.held)
+			}
+			h.Clock.Advance(tc.held)
+			if ins := instructionOf(t, <-answer); ins.Kind != "wait" || ins.JITConfig != "" || ins.Job != "" {
+				t.Fatalf("timed out with %+v, want a bare wait", ins)
+			}
+		})
+	}
+}
+
+func TestNextWithoutWaitAnswersAtOnce(t *testing.T) {
+	h := newHarness(t)
+	_, token := h.idle("bp-1")
+	if ins := nextOf(t, h, token); ins.Kind != "wait" {
+		t.Fatalf("got %+v", ins)
+	}
+	if h.Clock.Pending() != 0 {
+		t.Fatal("an immediate answer left a timer behind")
+	}
+	for _, bad := range []string{"soon", "-1s", "1.5"} {
+		wantStatus(t, h.do(http.MethodGet, agentapi.PathNext+"?wait="+bad, token, ""), http.StatusBadRequest, agentapi.CodeBadRequest)
+	}
+}
+
+// An instance that ends while its agent waits takes the token along.
+func TestLongPollOfAnEndedInstance(t *testing.T) {
+	h := newHarness(t)
+	in, token := h.idle("bp-1")
+	answer := h.poll(h.Ctx, token, "30s")
+	h.Calls.Await(t, 1, agentapitest.IsOp("next"))
+	h.Move(in.ID, func(i *domain.Instance) { i.State = domain.StateTerminating })
+	h.Server.Assigned(in.CloudID)
+	wantStatus(t, <-answer, http.StatusUnauthorized, agentapi.CodeInstanceEnded)
+}
+
+// An agent that hangs up leaves no timer and no waiter behind.
+func TestLongPollOfAnAgentThatHangsUp(t *testing.T) {
+	h := newHarness(t)
+	_, token := h.idle("bp-1")
+	ctx, cancel := context.WithCancel(h.Ctx)
+	answer := h.poll(ctx, token, "30s")
+	h.Calls.Await(t, 1, agentapitest.IsOp("next"))
+	cancel()
+	<-answer
+	if h.Clock.Pending() != 0 {
+		t.Fatal("the poll's timer outlived it")
+	}
+}

@@ -1,0 +1,232 @@
+package agentapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/agents"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Server is the agent API. It is an http.Handler for the paths under
+// Prefix, and the domain.AssignmentNotifier that wakes long polls.
+type Server struct {
+	store   domain.Store
+	api     domain.AgentAPI
+	clk     domain.Clock
+	log     *slog.Logger
+	metrics *metrics
+	waiters waiters
+}
+
+var (
+	_ http.Handler              = (*Server)(nil)
+	_ domain.AssignmentNotifier = (*Server)(nil)
+)
+
+// New returns the agent API over api (the control plane's side of the
+// handshakes) and store (where the agents' credentials are). reg may be nil.
+func New(store domain.Store, api domain.AgentAPI, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Server{store: store, api: api, clk: clk, log: log, metrics: newMetrics(reg),
+		waiters: waiters{m: map[string]*waitEntry{}}}
+}
+
+// Assigned wakes the long poll of the instance with that cloud id, if any.
+func (s *Server) Assigned(cloudID string) { s.waiters.wake(cloudID) }
+
+// apiError is an answer other than success, with the status and code the
+// agent branches on. Its message never holds a credential.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func fail(status int, code, format string, args ...any) error {
+	return &apiError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+func badRequest(format string, args ...any) error {
+	return fail(http.StatusBadRequest, CodeBadRequest, format, args...)
+}
+
+// handler serves one endpoint: a nil body with a nil error is 204.
+type handler func(w http.ResponseWriter, r *http.Request) (any, error)
+
+type route struct {
+	method   string
+	endpoint string
+	serve    handler
+}
+
+func (s *Server) route(path string) (route, bool) {
+	switch path {
+	case PathHello:
+		return route{http.MethodPost, endpointHello, s.hello}, true
+	case PathHeartbeat:
+		return route{http.MethodPost, endpointHeartbeat, s.heartbeat}, true
+	case PathNext:
+		return route{http.MethodGet, endpointNext, s.next}, true
+	case PathSignal:
+		return route{http.MethodPost, endpointSignal, s.signal}, true
+	}
+	return route{}, false
+}
+
+// ServeHTTP routes, answers and counts one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	rt, ok := s.route(r.URL.Path)
+	var body any
+	var err error
+	switch {
+	case !ok:
+		rt.endpoint = endpointOther
+		err = fail(http.StatusNotFound, CodeNotFound, "no agent API endpoint %s", r.URL.Path)
+	case r.Method != rt.method:
+		w.Header().Set("Allow", rt.method)
+		err = fail(http.StatusMethodNotAllowed, CodeNotFound, "%s takes %s, not %s", r.URL.Path, rt.method, r.Method)
+	default:
+		body, err = rt.serve(w, r)
+	}
+	if err == nil {
+		s.metrics.requests.WithLabelValues(rt.endpoint, "ok").Inc()
+		if body == nil {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = s.unavailable(rt.endpoint, err)
+	}
+	s.metrics.requests.WithLabelValues(rt.endpoint, ae.code).Inc()
+	if ae.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfter))
+	}
+	if ae.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="bullpen-agent"`)
+	}
+	writeJSON(w, ae.status, ErrorResponse{Error: ae.msg, Code: ae.code})
+}
+
+// unavailable turns an error of the control plane (the store, a race, an
+// instance whose cloud id is not recorded yet) into a 503: the agent tries
+// again later.
+func (s *Server) unavailable(endpoint string, err error) *apiError {
+	if errors.Is(err, context.Canceled) {
+		return &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable, msg: "request canceled"}
+	}
+	s.log.Warn("agent call not served", "endpoint", endpoint, "err", err)
+	msg := "the control plane cannot serve this now; retry"
+	if errors.Is(err, agents.ErrUnknownInstance) {
+		msg = "the instance is not recorded yet; retry"
+	}
+	return &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable, msg: msg}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// decode reads exactly one JSON object of at most MaxBody bytes into v.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, extra := dec.Token(); extra != io.EOF {
+			err = errors.New("more than one JSON value")
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return fail(http.StatusRequestEntityTooLarge, CodeTooLarge, "request body larger than %d bytes", MaxBody)
+	}
+	if errors.Is(err, io.EOF) {
+		return badRequest("malformed JSON: empty body")
+	}
+	return badRequest("malformed JSON: %v", err)
+}
+
+// missing names the required fields that are empty, or returns nil.
+func missing(fields ...[2]string) error {
+	var names []string
+	for _, f := range fields {
+		if strings.TrimSpace(f[1]) == "" {
+			names = append(names, f[0])
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return badRequest("missing field(s): %s", strings.Join(names, ", "))
+}
+
+// ended reports whether an instance's token has expired with it.
+func ended(s domain.State) bool {
+	return s == domain.StateTerminating || s == domain.StateTerminated
+}
+
+// authenticate returns the instance the request's bearer token belongs to.
+// The token is the identity: nothing in the request can name another.
+func (s *Server) authenticate(r *http.Request) (domain.Instance, error) {
+	token, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		return domain.Instance{}, fail(http.StatusUnauthorized, CodeUnauthorized, "missing token (Authorization: Bearer TOKEN)")
+	}
+	rows, err := s.store.ListInstances(r.Context(), domain.InstanceFilter{TokenHash: domain.HashSecret(token)})
+	if err != nil {
+		return domain.Instance{}, fmt.Errorf("authenticate agent: %w", err)
+	}
+	if len(rows) != 1 {
+		return domain.Instance{}, fail(http.StatusUnauthorized, CodeUnauthorized, "unknown token")
+	}
+	in := rows[0]
+	if ended(in.State) {
+		return domain.Instance{}, fail(http.StatusUnauthorized, CodeInstanceEnded, "token expired with its instance")
+	}
+	return in, nil
+}
+
+// bearer returns the token of a Bearer Authorization header; the scheme's
+// name is case-insensitive (RFC 9110, 11.1).
+func bearer(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// hashMatches compares a stored hash with the hash of a presented secret in
+// constant time; an empty stored hash matches nothing.
+func hashMatches(stored, secret string) bool {
+	if stored == "" {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(stored), []byte(domain.HashSecret(secret))) == 1
+}

@@ -1,0 +1,141 @@
+package agentapi_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/agentapi"
+	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+func nextOf(t *testing.T, h *harness, token string) agentapi.Instruction {
+	t.Helper()
+	w := h.do(http.MethodGet, agentapi.PathNext, token, "")
+	wantStatus(t, w, http.StatusOK, "")
+	var ins agentapi.Instruction
+	if err := json.Unmarshal(w.Body.Bytes(), &ins); err != nil {
+		t.Fatal(err)
+	}
+	return ins
+}
+
+// A token is its instance's identity: two agents, each token moves and
+// reads its own row only, and nothing in a request can name another.
+func TestATokenActsOnlyForItsInstance(t *testing.T) {
+	h := newHarness(t)
+	a, tokenA := h.launched("bp-a")
+	b, tokenB := h.launched("bp-b")
+
+	wantStatus(t, h.signal(tokenA, agentapi.SignalRequest{Kind: "warm"}), http.StatusNoContent, "")
+	if got := h.Get(a.ID).State; got != domain.StateReady {
+		t.Fatalf("a is %s after its warm signal, want ready", got)
+	}
+	h.wantUnchanged(h.Get(b.ID))
+	bBefore := h.Get(b.ID)
+
+	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, tokenA, ""), http.StatusNoContent, "")
+	if got := h.Get(a.ID).Heartbeat; !got.Equal(h.Clock.Now()) {
+		t.Fatalf("a's heartbeat is %s, want %s", got, h.Clock.Now())
+	}
+	if !h.Get(b.ID).Heartbeat.IsZero() {
+		t.Fatal("a's heartbeat reached b")
+	}
+
+	h.Assign(a.ID, 101, "jit-of-a")
+	if ins := nextOf(t, h, tokenB); ins.Kind != "wait" || ins.JITConfig != "" {
+		t.Fatalf("b was told %+v, want wait", ins)
+	}
+	if ins := nextOf(t, h, tokenA); ins.Kind != "run" || ins.JITConfig != "jit-of-a" || ins.JobID != 101 || ins.Job != "101" {
+		t.Fatalf("a was told %+v, want to run job 101 with its own config", ins)
+	}
+
+	// b's token cannot report a's job, and a request cannot name a's row.
+	wantStatus(t, h.signal(tokenB, agentapi.SignalRequest{Kind: "registered", Job: "101"}), http.StatusConflict, agentapi.CodeRejected)
+	wantStatus(t, h.do(http.MethodPost, agentapi.PathSignal, tokenB, `{"kind":"registered","job":"101","cloud_id":"i-bp-a"}`),
+		http.StatusBadRequest, agentapi.CodeBadRequest)
+	if got := h.Get(a.ID); got.State != domain.StateClaimed {
+		t.Fatalf("b's token moved a to %s", got.State)
+	}
+	h.wantUnchanged(bBefore)
+
+	wantStatus(t, h.signal(tokenA, agentapi.SignalRequest{Kind: "registered", Job: "101"}), http.StatusNoContent, "")
+	if got := h.Get(a.ID).State; got != domain.StateRunning {
+		t.Fatalf("a is %s after registering, want running", got)
+	}
+	// b's attempt reached the control plane as b's, and was refused there.
+	rejected := h.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalRegistered))
+	if rejected.CloudID != b.CloudID || rejected.Err == nil {
+		t.Fatalf("b's registered signal went through as %+v", rejected)
+	}
+}
+
+func TestUnknownOrMissingTokensAreRefused(t *testing.T) {
+	h := newHarness(t)
+	in, _ := h.launched("bp-1")
+	for _, token := range []string{"", domain.NewSecret(), domain.HashSecret("x"), in.AgentTokenHash} {
+		for _, req := range []struct{ method, path, body string }{
+			{http.MethodPost, agentapi.PathHeartbeat, ""},
+			{http.MethodGet, agentapi.PathNext, ""},
+			{http.MethodPost, agentapi.PathSignal, `{"kind":"warm"}`},
+		} {
+			w := h.do(req.method, req.path, token, req.body)
+			wantStatus(t, w, http.StatusUnauthorized, agentapi.CodeUnauthorized)
+			if w.Header().Get("WWW-Authenticate") == "" {
+				t.Fatal("401 without WWW-Authenticate")
+			}
+		}
+	}
+	// The stored hash is not a token either.
+	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, h.Get("bp-1").AgentTokenHash, ""),
+		http.StatusUnauthorized, agentapi.CodeUnauthorized)
+	if h.Calls.Count(func(agentapitest.Call) bool { return true }) != 0 {
+		t.Fatal("an unauthenticated call reached the control plane")
+	}
+}
+
+func TestATokenExpiresWithItsInstance(t *testing.T) {
+	for _, end := range []domain.State{domain.StateTerminating, domain.StateTerminated} {
+		t.Run(string(end), func(t *testing.T) {
+			h := newHarness(t)
+			in, token := h.launched("bp-1")
+			h.Move(in.ID, func(i *domain.Instance) { i.State = domain.StateTerminating })
+			if end == domain.StateTerminated {
+				h.Move(in.ID, func(i *domain.Instance) { i.State = domain.StateTerminated })
+			}
+			for _, req := range []struct{ method, path, body string }{
+				{http.MethodPost, agentapi.PathHeartbeat, ""},
+				{http.MethodGet, agentapi.PathNext, ""},
+				{http.MethodPost, agentapi.PathSignal, `{"kind":"failed","reason":"x"}`},
+			} {
+				e := wantStatus(t, h.do(req.method, req.path, token, req.body), http.StatusUnauthorized, agentapi.CodeInstanceEnded)
+				if e.Error != "token expired with its instance" {
+					t.Fatalf("message %q", e.Error)
+				}
+			}
+		})
+	}
+}
+
+// A row that is deleted (terminated and forgotten) takes its token along.
+func TestATokenOfADeletedRowIsUnknown(t *testing.T) {
+	h := newHarness(t)
+	in, token := h.launched("bp-1")
+	h.Move(in.ID, func(i *domain.Instance) { i.State = domain.StateTerminating })
+	h.Move(in.ID, func(i *domain.Instance) { i.State = domain.StateTerminated })
+	if err := h.Store.DeleteInstances(h.Ctx, []string{in.ID}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusUnauthorized, agentapi.CodeUnauthorized)
+}
+
+// An instance in error keeps its token: its agent may still report.
+func TestAnInstanceInErrorKeepsItsToken(t *testing.T) {
+	h := newHarness(t)
+	in, token := h.launched("bp-1")
+	h.Move(in.ID, func(i *domain.Instance) { i.State = domain.StateError })
+	h.Clock.Advance(time.Second)
+	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
+}

@@ -1,0 +1,109 @@
+package launchdata
+
+import (
+	"maps"
+	"path"
+	"strings"
+	"text/template"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Markers around the part of the script that holds the credential.
+const (
+	SettingsBegin = "# --- agent settings (the only part holding a credential) ---"
+	SettingsEnd   = "# --- end of agent settings ---"
+)
+
+// CloudInit renders the bash user-data script for EC2 and DigitalOcean
+// machines. Every value in it is single-quoted (the file contents are
+// written with printf, never a here-document whose end marker a value could
+// forge), so no value can break out into the script.
+func CloudInit(b domain.AgentBootstrap, o CloudInitOptions) (string, error) {
+	if err := o.normalize(); err != nil {
+		return "", err
+	}
+	extra := maps.Clone(o.Extra)
+	if extra == nil {
+		extra = map[string]string{}
+	}
+	extra[EnvStateDir] = o.StateDir
+	extra[EnvCloudIDFrom] = o.CloudIDFrom
+	unitPath := path.Join(o.UnitDir, UnitName)
+	var sb strings.Builder
+	err := script.Execute(&sb, map[string]string{
+		"EnvDir":   shellQuote(path.Dir(o.EnvPath)),
+		"EnvPath":  shellQuote(o.EnvPath),
+		"EnvFile":  shellQuote(EnvFile(b, extra)),
+		"Bin":      shellQuote(o.InstallPath),
+		"URL":      shellQuote(o.AgentURL),
+		"SHA256":   shellQuote(o.AgentSHA256),
+		"UnitPath": shellQuote(unitPath),
+		"Unit":     shellQuote(unit(o)),
+		"UnitName": shellQuote(UnitName),
+		"Begin":    SettingsBegin,
+		"End":      SettingsEnd,
+	})
+	if err != nil {
+		return "", err
+	}
+	return sb.String(), nil
+}
+
+// unit is the systemd service. Exit statuses 3 (credentials refused) and 4
+// (the agent shut the machine down) are final: restarting helps neither.
+func unit(o CloudInitOptions) string {
+	return `[Unit]
+Description=bullpen agent
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+ExecStart=` + o.InstallPath + ` agent --config ` + o.EnvPath + `
+Restart=on-failure
+RestartSec=5
+RestartPreventExitStatus=3 4
+KillMode=mixed
+TimeoutStopSec=30
+
+[Install]
+WantedBy=multi-user.target
+`
+}
+
+// script is the user data. Every value is already shell-quoted.
+var script = template.Must(template.New("cloud-init").Parse(`#!/bin/bash
+# bullpen launch data: installs and starts the bullpen agent.
+set -euo pipefail
+umask 077
+
+{{.Begin}}
+env_path={{.EnvPath}}
+mkdir -p {{.EnvDir}}
+chmod 0700 {{.EnvDir}}
+printf '%s' {{.EnvFile}} > "$env_path.tmp"
+chown root:root "$env_path.tmp"
+chmod 0600 "$env_path.tmp"
+mv -f "$env_path.tmp" "$env_path"
+{{.End}}
+
+# The agent binary, refused unless its checksum matches.
+command -v curl >/dev/null || { echo "bullpen: curl is required" >&2; exit 1; }
+download="$(mktemp)"
+trap 'rm -f "$download"' EXIT
+curl -fsSL --retry 10 --retry-delay 3 --retry-connrefused -o "$download" {{.URL}}
+if ! printf '%s  %s\n' {{.SHA256}} "$download" | sha256sum --check --status; then
+  echo "bullpen: the agent binary's checksum does not match; not installing it" >&2
+  exit 1
+fi
+mkdir -p "$(dirname {{.Bin}})"
+install -m 0755 "$download" {{.Bin}}
+
+# The agent runs as a service, restarted if it fails.
+unit_path={{.UnitPath}}
+mkdir -p "$(dirname "$unit_path")"
+printf '%s' {{.Unit}} > "$unit_path"
+chmod 0644 "$unit_path"
+systemctl daemon-reload
+systemctl enable --now {{.UnitName}}
+`))

@@ -1,0 +1,125 @@
+// Package launchdata renders what a provider puts in a machine's launch
+// data so that its agent can find the control plane: the agent's
+// environment file (BULLPEN_AGENT_* settings, including the launch's
+// bootstrap secret), and for cloud machines a bash user-data script that
+// writes that file, installs the bullpen binary after checking its
+// checksum, and runs `bullpen agent` as a systemd service.
+package launchdata
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Names of the agent's settings written here; the agent reads them (see
+// internal/agent's EnvNames).
+const (
+	EnvURL         = "BULLPEN_AGENT_URL"
+	EnvLaunchID    = "BULLPEN_AGENT_LAUNCH_ID"
+	EnvBootstrap   = "BULLPEN_AGENT_BOOTSTRAP"
+	EnvCloudID     = "BULLPEN_AGENT_CLOUD_ID"
+	EnvCloudIDFrom = "BULLPEN_AGENT_CLOUD_ID_FROM"
+	EnvStateDir    = "BULLPEN_AGENT_STATE_DIR"
+)
+
+// EnvFile renders the agent's environment file: the bootstrap's settings,
+// then extra's in name order. Every value is single-quoted, so the file
+// means the same to `bullpen agent --config` and to a shell that sources
+// it, whatever the values hold. Extra names that are not shell names, or
+// that would override the bootstrap's settings, are left out.
+func EnvFile(b domain.AgentBootstrap, extra map[string]string) string {
+	var sb strings.Builder
+	sb.WriteString("# bullpen agent settings, written by the launch data.\n")
+	sb.WriteString("# This file holds a credential (the launch's bootstrap secret): keep it 0600.\n")
+	line := func(k, v string) { sb.WriteString(k + "=" + shellQuote(v) + "\n") }
+	line(EnvURL, b.URL)
+	line(EnvLaunchID, b.LaunchID)
+	line(EnvBootstrap, b.Secret)
+	keys := make([]string, 0, len(extra))
+	for k := range extra {
+		if validName(k) && k != EnvURL && k != EnvLaunchID && k != EnvBootstrap {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		line(k, extra[k])
+	}
+	return sb.String()
+}
+
+// shellQuote quotes s as one shell word: inside single quotes nothing is
+// special but the single quote itself, which is closed, escaped, reopened.
+// NUL bytes, which no shell string can hold, are dropped.
+func shellQuote(s string) string {
+	s = strings.ReplaceAll(s, "\x00", "")
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func validName(k string) bool { return nameRE.MatchString(k) }
+
+// CloudInitOptions shape the user-data script. Paths must be absolute and
+// plain (letters, digits, . _ - /): they also appear in the systemd unit.
+type CloudInitOptions struct {
+	AgentURL    string // where the bullpen binary is downloaded from (http or https)
+	AgentSHA256 string // the binary's SHA-256, hex: the script refuses any other
+	// CloudIDFrom is where the agent reads the machine's cloud id:
+	// "imds" (EC2, the default) or "digitalocean".
+	CloudIDFrom string
+	InstallPath string            // default /usr/local/bin/bullpen
+	EnvPath     string            // default /etc/bullpen/agent.env
+	StateDir    string            // default /var/lib/bullpen-agent
+	UnitDir     string            // default /etc/systemd/system
+	Extra       map[string]string // more settings (BULLPEN_AGENT_WORK_DIR, RUNNER_ALLOW_RUNASROOT, …)
+}
+
+// Defaults of CloudInitOptions.
+const (
+	DefaultInstallPath = "/usr/local/bin/bullpen"
+	DefaultEnvPath     = "/etc/bullpen/agent.env"
+	DefaultStateDir    = "/var/lib/bullpen-agent"
+	DefaultUnitDir     = "/etc/systemd/system"
+	// UnitName is the systemd service that runs the agent.
+	UnitName = "bullpen-agent.service"
+)
+
+var (
+	plainPath = regexp.MustCompile(`^/[A-Za-z0-9._/-]*$`)
+	sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+func (o *CloudInitOptions) normalize() error {
+	o.InstallPath = cmp.Or(o.InstallPath, DefaultInstallPath)
+	o.EnvPath = cmp.Or(o.EnvPath, DefaultEnvPath)
+	o.StateDir = cmp.Or(o.StateDir, DefaultStateDir)
+	o.UnitDir = cmp.Or(o.UnitDir, DefaultUnitDir)
+	o.CloudIDFrom = cmp.Or(o.CloudIDFrom, "imds")
+	o.AgentSHA256 = strings.ToLower(strings.TrimSpace(o.AgentSHA256))
+	for name, p := range map[string]string{"install path": o.InstallPath, "env path": o.EnvPath,
+		"state dir": o.StateDir, "unit dir": o.UnitDir} {
+		if !plainPath.MatchString(p) || strings.Contains(p, "..") {
+			return fmt.Errorf("launch data: %s %q: want an absolute path of letters, digits, . _ - /", name, p)
+		}
+	}
+	u, err := url.Parse(o.AgentURL)
+	switch {
+	case o.AgentURL == "":
+		return errors.New("launch data: no agent binary URL")
+	case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || strings.ContainsAny(o.AgentURL, " \t\r\n"):
+		return fmt.Errorf("launch data: agent binary URL %q: want http(s)://host/path", o.AgentURL)
+	case !sha256Hex.MatchString(o.AgentSHA256):
+		return errors.New("launch data: the agent binary's SHA-256 must be 64 hex digits")
+	case o.CloudIDFrom != "imds" && o.CloudIDFrom != "digitalocean":
+		return fmt.Errorf("launch data: cloud id source %q: want imds or digitalocean", o.CloudIDFrom)
+	}
+	return nil
+}
