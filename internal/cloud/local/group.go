@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -63,35 +64,77 @@ func liveGroupMembers(pgid int) (live int, ok bool) {
 		return 0, false
 	}
 	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
-		state, group, found := procStat(e.Name())
-		if found && group == pgid && state != 'Z' && state != 'X' {
+		info, found := readProcStat(pid)
+		if found && info.pgid == pgid && !info.dead() {
 			live++
 		}
 	}
 	return live, true
 }
 
-// procStat reads a process's state and process group from /proc/<pid>/stat.
-func procStat(pid string) (state byte, pgid int, ok bool) {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
+// procInfo is what /proc/<pid>/stat tells about a process.
+type procInfo struct {
+	state     byte   // R, S, D, Z (zombie), X (dead), …
+	pgid      int    // its process group
+	startTime uint64 // when it started, in clock ticks after boot: with the pid, it names one process
+}
+
+// dead reports a process that has exited and waits to be reaped.
+func (p procInfo) dead() bool { return p.state == 'Z' || p.state == 'X' }
+
+// readProcStat reads /proc/<pid>/stat; ok is false when the process does
+// not exist (or there is no /proc).
+func readProcStat(pid int) (info procInfo, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, false // gone meanwhile
+		return procInfo{}, false
 	}
-	// "pid (comm) state ppid pgrp …"; comm may hold spaces and parentheses.
+	// "pid (comm) state ppid pgrp … starttime …"; comm may hold spaces and
+	// parentheses, so fields are counted from its closing one: state is
+	// the 3rd field of the line, pgrp the 5th, starttime the 22nd.
 	end := bytes.LastIndexByte(b, ')')
 	if end < 0 {
-		return 0, 0, false
+		return procInfo{}, false
 	}
 	fields := bytes.Fields(b[end+1:])
-	if len(fields) < 3 || len(fields[0]) != 1 {
-		return 0, 0, false
+	if len(fields) < 20 || len(fields[0]) != 1 {
+		return procInfo{}, false
 	}
-	pgid, err = strconv.Atoi(string(fields[2]))
+	pgid, err := strconv.Atoi(string(fields[2]))
 	if err != nil {
-		return 0, 0, false
+		return procInfo{}, false
 	}
-	return fields[0][0], pgid, true
+	start, err := strconv.ParseUint(string(fields[19]), 10, 64)
+	if err != nil {
+		return procInfo{}, false
+	}
+	return procInfo{state: fields[0][0], pgid: pgid, startTime: start}, true
+}
+
+// haveProc reports whether this host has a /proc to tell processes apart.
+var haveProc = sync.OnceValue(func() bool {
+	_, err := os.Stat("/proc/self/stat")
+	return err == nil
+})
+
+// cmdlineHas reports whether an argument of the process's command line
+// contains s.
+func cmdlineHas(pid int, s string) bool {
+	if s == "" {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	for _, arg := range bytes.Split(b, []byte{0}) {
+		if bytes.Contains(arg, []byte(s)) {
+			return true
+		}
+	}
+	return false
 }

@@ -26,8 +26,46 @@
 // Close terminates every machine and waits for every process, so nothing
 // outlives the control plane or the test that made the Cloud.
 //
-// Machines live in memory: a new Cloud knows none of the machines of an
-// earlier one, even in the same Dir.
+// # Machines on disk
+//
+// Machines outlive the Cloud that made them when it crashes: each machine
+// directory holds machine.json (RecordFile), the provider's record of the
+// machine, replaced whole (a temporary file renamed over it, mode 0600) on
+// every change. It is a JSON object (Record):
+//
+//	id             the cloud id, the name of the directory: letters,
+//	               digits and "._-", not starting with "."
+//	state          "pending", "running", "stopping", "stopped",
+//	               "shutting-down" or "terminated"; absent means running
+//	               when pid is set, stopped otherwise
+//	tags           an object of string values
+//	instance_type  absent means InstanceType
+//	usage_class    absent means UsageClass
+//	launched_at    RFC 3339; absent means the moment of adoption
+//	pid            the machine's process, which leads a process group of
+//	               its own; absent or 0 when the machine has none
+//	start_time     the process's start, field 22 of /proc/<pid>/stat, so
+//	               that a later process reusing the pid is not taken for
+//	               it; absent means a process is the machine's only when
+//	               an argument of its command line holds the path of the
+//	               machine's agent.env
+//
+// New adopts every machine recorded in Dir (a temporary Dir has none),
+// and List, and every call naming ids, adopt those recorded since, so that
+// a machine created behind the provider's back, by another process
+// writing <Dir>/<id>/machine.json (WriteMachine does) and starting its
+// process, becomes visible and can be reconciled. An adopted machine whose
+// recorded process still runs is running (or goes on stopping, or
+// terminating, as recorded); one whose process is gone is stopped, what
+// is left of its process group halted first; one recorded as terminating
+// is terminated. Its processes are not this process's children: the Cloud
+// polls for them to be gone, and halts and reaps them as its own, Close
+// included. A directory whose record cannot be read or makes no sense is
+// skipped with a warning; one without a record is not a machine.
+//
+// While a Cloud is open it holds an exclusive lock (flock) on Dir, so two
+// control planes never manage one directory's machines; a crashed one
+// holds it no more.
 package local
 
 import (
@@ -126,12 +164,14 @@ type Cloud struct {
 	clk     domain.Clock
 	log     *slog.Logger
 	ownsDir bool
+	lock    *os.File // holds the lock on Dir
 
 	mu       sync.Mutex
 	machines map[string]*machine
 	seq      int
 	tokens   map[string]tokenRecord
 	calls    map[string]int
+	skipped  map[string]string // directories of Dir not adopted, and why
 	closed   bool
 	changed  chan struct{} // closed and replaced whenever a machine settles
 	workers  sync.WaitGroup
@@ -146,7 +186,8 @@ type tokenRecord struct {
 	err         error
 }
 
-// New returns a Cloud without machines, its directory created.
+// New returns a Cloud, its directory created and locked, that has adopted
+// every machine recorded in Dir.
 func New(opts Options) (*Cloud, error) {
 	if opts.StopGrace <= 0 {
 		opts.StopGrace = DefaultStopGrace
@@ -164,6 +205,7 @@ func New(opts Options) (*Cloud, error) {
 		machines: map[string]*machine{},
 		tokens:   map[string]tokenRecord{},
 		calls:    map[string]int{},
+		skipped:  map[string]string{},
 		changed:  make(chan struct{}),
 	}
 	if c.clk == nil {
@@ -179,6 +221,19 @@ func New(opts Options) (*Cloud, error) {
 	}
 	if err := c.makeDir(); err != nil {
 		return nil, err
+	}
+	lock, err := lockDir(c.opts.Dir)
+	if err != nil {
+		if c.ownsDir {
+			_ = os.RemoveAll(c.opts.Dir)
+		}
+		return nil, err
+	}
+	c.lock = lock
+	if !c.ownsDir {
+		c.mu.Lock()
+		c.discover()
+		c.mu.Unlock()
 	}
 	return c, nil
 }
@@ -216,12 +271,14 @@ func (c *Cloud) makeDir() error {
 // Dir is the directory that holds the machines' directories.
 func (c *Cloud) Dir() string { return c.opts.Dir }
 
-// Close terminates every machine and returns once every process of every
-// machine is gone. Create and Start fail afterwards; the other calls still
-// answer. A temporary Dir is removed.
+// Close terminates every machine, those recorded in Dir behind its back
+// included, and returns once every process of every machine is gone.
+// Create and Start fail afterwards; the other calls still answer, but
+// adopt nothing. The lock on Dir is released; a temporary Dir is removed.
 func (c *Cloud) Close() error {
 	c.mu.Lock()
 	if !c.closed {
+		c.discover()
 		c.closed = true
 		for _, m := range c.sorted() {
 			if terminateRules[m.inst.State] == change {
@@ -231,6 +288,13 @@ func (c *Cloud) Close() error {
 	}
 	c.mu.Unlock()
 	c.workers.Wait()
+	c.mu.Lock()
+	lock := c.lock
+	c.lock = nil
+	c.mu.Unlock()
+	if lock != nil {
+		_ = lock.Close() // releases the lock
+	}
 	if c.ownsDir {
 		if err := os.RemoveAll(c.opts.Dir); err != nil {
 			return fmt.Errorf("local cloud: remove the work directory: %w", err)

@@ -3,7 +3,9 @@ package local
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -15,23 +17,43 @@ import (
 )
 
 // machine is one local instance. proc is its process while it has one:
-// from spawn until its group has drained.
+// from spawn (or adoption) until its group has drained.
 type machine struct {
 	seq          int
 	inst         domain.CloudInstance
 	paths        Machine
 	proc         *process
+	removing     bool // its directory is being removed: never write its record again
 	terminatedAt time.Time
 }
 
 // process is one run of a machine's Command: the leader of a process group
-// whose id is the leader's pid.
+// whose id is the leader's pid. cmd is nil for a process this Cloud adopted
+// rather than started, which it cannot wait for.
 type process struct {
-	cmd     *exec.Cmd
-	pgid    int
-	halting bool        // SIGTERM sent to the group
-	kill    *time.Timer // SIGKILL after the grace period
-	drained bool        // the group is gone; never signal it again
+	cmd       *exec.Cmd
+	pgid      int
+	startTime uint64        // the leader's, from /proc; 0 when unknown
+	halting   bool          // SIGTERM sent to the group
+	halted    chan struct{} // closed when halting starts
+	kill      *time.Timer   // SIGKILL after the grace period
+	drained   bool          // the group is gone; never signal it again
+}
+
+func newProcess(cmd *exec.Cmd, pgid int, startTime uint64) *process {
+	return &process{cmd: cmd, pgid: pgid, startTime: startTime, halted: make(chan struct{})}
+}
+
+// machinePaths names the files of the machine id in dir.
+func machinePaths(dir, id string) Machine {
+	mdir := filepath.Join(dir, id)
+	return Machine{
+		ID:       id,
+		Dir:      mdir,
+		EnvFile:  filepath.Join(mdir, "agent.env"),
+		StateDir: filepath.Join(mdir, "state"),
+		LogFile:  filepath.Join(mdir, "agent.log"),
+	}
 }
 
 // view returns a copy of the machine as the provider describes it.
@@ -47,19 +69,14 @@ func (m *machine) view() domain.CloudInstance {
 // newMachine reserves an id and prepares the machine's directory and launch
 // data. Called under c.mu.
 func (c *Cloud) newMachine(spec domain.LaunchSpec, now time.Time) (*machine, error) {
-	id, err := c.newID()
+	id, err := c.reserveID()
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(c.opts.Dir, id)
-	paths := Machine{
-		ID:       id,
-		Dir:      dir,
-		EnvFile:  filepath.Join(dir, "agent.env"),
-		StateDir: filepath.Join(dir, "state"),
-		LogFile:  filepath.Join(dir, "agent.log"),
-	}
-	if err := os.MkdirAll(paths.StateDir, 0o700); err != nil {
+	paths := machinePaths(c.opts.Dir, id)
+	dir := paths.Dir
+	if err := os.Mkdir(paths.StateDir, 0o700); err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("make the directory of %s: %w", id, err)
 	}
 	extra := map[string]string{}
@@ -94,17 +111,27 @@ func (c *Cloud) newMachine(spec domain.LaunchSpec, now time.Time) (*machine, err
 	}, nil
 }
 
-// newID returns an unused id shaped like "l-0123456789ab". Called under c.mu.
-func (c *Cloud) newID() (string, error) {
+// reserveID returns an unused id shaped like "l-0123456789ab" and makes its
+// directory. The directory is made exclusively: one made behind the
+// Cloud's back, and not adopted yet, keeps its id. Called under c.mu.
+func (c *Cloud) reserveID() (string, error) {
 	for {
 		var b [6]byte
 		if _, err := rand.Read(b[:]); err != nil {
 			return "", fmt.Errorf("make an instance id: %w", err)
 		}
 		id := "l-" + hex.EncodeToString(b[:])
-		if _, taken := c.machines[id]; !taken {
-			return id, nil
+		if _, taken := c.machines[id]; taken {
+			continue
 		}
+		err := os.Mkdir(filepath.Join(c.opts.Dir, id), 0o700)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("make the directory of %s: %w", id, err)
+		}
+		return id, nil
 	}
 }
 
@@ -140,7 +167,9 @@ func (c *Cloud) spawn(m *machine) error {
 	if err != nil {
 		return fmt.Errorf("start %s: %w", m.inst.ID, err)
 	}
-	p := &process{cmd: cmd, pgid: cmd.Process.Pid}
+	// Read before watch can reap it, so the pid names a process still.
+	info, _ := readProcStat(cmd.Process.Pid)
+	p := newProcess(cmd, cmd.Process.Pid, info.startTime)
 	m.proc = p
 	m.inst.State = domain.CloudRunning
 	c.log.Debug("local machine started", "instance", m.inst.ID, "pid", p.pgid)
@@ -186,6 +215,7 @@ func (c *Cloud) halt(m *machine, p *process) {
 		return
 	}
 	p.halting = true
+	close(p.halted)
 	signalGroup(p.pgid, syscall.SIGTERM)
 	p.kill = time.AfterFunc(c.opts.StopGrace, func() {
 		c.mu.Lock()
@@ -204,13 +234,20 @@ func (c *Cloud) halt(m *machine, p *process) {
 // settles the machine as stopped, or terminated when that was asked for.
 func (c *Cloud) watch(m *machine, p *process) {
 	defer c.workers.Done()
-	waitErr := p.cmd.Wait()
+	c.drain(m, p, exitText(p.cmd.Wait()))
+}
 
+// drain settles a machine whose process leader is gone, or is being
+// halted: whatever is left of the group is halted and waited for, then the
+// machine is stopped, or terminated when that was asked for. exit says how
+// the leader ended.
+func (c *Cloud) drain(m *machine, p *process, exit string) {
 	c.mu.Lock()
 	if m.inst.State == domain.CloudRunning {
 		// Nobody asked: the agent shut the machine down, or crashed.
-		c.log.Info("local machine halted on its own", "instance", m.inst.ID, "exit", exitText(waitErr))
+		c.log.Info("local machine halted on its own", "instance", m.inst.ID, "exit", exit)
 		m.inst.State = domain.CloudStopping
+		_ = c.save(m)
 	}
 	c.halt(m, p)
 	c.mu.Unlock()
@@ -226,6 +263,7 @@ func (c *Cloud) watch(m *machine, p *process) {
 	m.proc = nil
 	if m.inst.State != domain.CloudShuttingDown {
 		m.inst.State = domain.CloudStopped
+		_ = c.save(m)
 		c.settled()
 		c.mu.Unlock()
 		return
@@ -238,6 +276,7 @@ func (c *Cloud) watch(m *machine, p *process) {
 // when it has none, its directory is removed at once. Called under c.mu.
 func (c *Cloud) terminate(m *machine) {
 	m.inst.State = domain.CloudShuttingDown
+	_ = c.save(m)
 	if m.proc != nil {
 		c.halt(m, m.proc)
 		return
@@ -252,6 +291,9 @@ func (c *Cloud) terminate(m *machine) {
 // finishTermination removes the machine's directory, then marks it
 // terminated.
 func (c *Cloud) finishTermination(m *machine) {
+	c.mu.Lock()
+	m.removing = true
+	c.mu.Unlock()
 	if err := os.RemoveAll(m.paths.Dir); err != nil {
 		c.log.Warn("local machine: remove its directory", "instance", m.inst.ID, "err", err)
 	}

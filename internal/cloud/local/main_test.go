@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 		case "helper":
 			runHelper(os.Args[2], os.Args[3])
 			return
+		case "serve":
+			runServe(os.Args[2])
+			return
 		case "agent":
 			runFakeAgent(os.Args[1:])
 			// Not 0: a race-enabled binary pauses a second on a
@@ -252,8 +255,8 @@ func gone(pid int) bool {
 	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
 		return true
 	}
-	state, _, ok := procStat(strconv.Itoa(pid))
-	return ok && (state == 'Z' || state == 'X')
+	info, ok := readProcStat(pid)
+	return ok && info.dead()
 }
 
 func wantGone(t *testing.T, what string, pid int) {

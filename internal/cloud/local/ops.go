@@ -134,19 +134,11 @@ func validateLaunch(spec domain.LaunchSpec) error {
 }
 
 // launch prepares and spawns n machines, all or none: on a failure the
-// machines spawned so far are terminated and the one that failed is
-// forgotten. Called under c.mu.
+// machines spawned so far are terminated. Called under c.mu.
 func (c *Cloud) launch(spec domain.LaunchSpec, n int, now time.Time) ([]*machine, error) {
 	ms := make([]*machine, 0, n)
 	for range n {
-		m, err := c.newMachine(spec, now)
-		if err == nil {
-			c.machines[m.inst.ID] = m
-			if err = c.spawn(m); err != nil {
-				delete(c.machines, m.inst.ID)
-				_ = os.RemoveAll(m.paths.Dir)
-			}
-		}
+		m, err := c.launchOne(spec, now)
 		if err != nil {
 			for _, done := range ms {
 				c.terminate(done)
@@ -156,6 +148,33 @@ func (c *Cloud) launch(spec domain.LaunchSpec, n int, now time.Time) ([]*machine
 		ms = append(ms, m)
 	}
 	return ms, nil
+}
+
+// launchOne prepares and spawns one machine, recorded before its process
+// starts and again with its pid, so that a crash in between leaves a
+// machine a later Cloud adopts rather than a directory nobody owns. A
+// machine that fails before its process starts is forgotten; one whose
+// process started is terminated. Called under c.mu.
+func (c *Cloud) launchOne(spec domain.LaunchSpec, now time.Time) (*machine, error) {
+	m, err := c.newMachine(spec, now)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.save(m); err != nil {
+		_ = os.RemoveAll(m.paths.Dir)
+		return nil, err
+	}
+	c.machines[m.inst.ID] = m
+	if err := c.spawn(m); err != nil {
+		delete(c.machines, m.inst.ID)
+		_ = os.RemoveAll(m.paths.Dir)
+		return nil, err
+	}
+	if err := c.save(m); err != nil {
+		c.terminate(m)
+		return nil, err
+	}
+	return m, nil
 }
 
 // views describes the machines with ids that still exist. Called under c.mu.
@@ -200,6 +219,7 @@ func (c *Cloud) Start(ctx context.Context, ids []string) error {
 			return
 		}
 		m.inst.LaunchedAt = now // EC2 reports the last start as the launch time
+		_ = c.save(m)
 	})
 	if err != nil {
 		return err
@@ -217,6 +237,7 @@ func (c *Cloud) Stop(ctx context.Context, ids []string) error {
 	return c.batch(ctx, OpStopInstances, ids, stopRules, func(m *machine, _ time.Time) {
 		m.inst.State = domain.CloudStopping
 		c.halt(m, m.proc)
+		_ = c.save(m)
 	})
 }
 
@@ -274,13 +295,17 @@ func (c *Cloud) Tag(ctx context.Context, ids []string, tags map[string]string) e
 	}
 	for _, m := range ms {
 		maps.Copy(m.inst.Tags, tags)
+		_ = c.save(m)
 	}
 	return nil
 }
 
 // List describes machines. With IDs, exactly those (terminated ones
 // included; an unknown id fails the call); without, every machine not
-// terminated. Tags must all match exactly. Results are in creation order.
+// terminated. Tags must all match exactly. Results are in creation order,
+// adopted machines in the order of their launch times (then ids) after the
+// machines known before. Machines recorded in Dir behind the Cloud's back
+// are adopted first.
 func (c *Cloud) List(ctx context.Context, f domain.CloudFilter) ([]domain.CloudInstance, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -295,6 +320,7 @@ func (c *Cloud) List(ctx context.Context, f domain.CloudFilter) ([]domain.CloudI
 		}
 		slices.SortFunc(ms, func(a, b *machine) int { return a.seq - b.seq })
 	} else {
+		c.discover()
 		for _, m := range c.sorted() {
 			if m.inst.State != domain.CloudTerminated {
 				ms = append(ms, m)
@@ -337,7 +363,9 @@ func (c *Cloud) call(ctx context.Context, op string) (time.Time, error) {
 }
 
 // lookup resolves the ids of one call, each once, or fails the call when
-// there are none, too many, or unknown ones. Called under c.mu.
+// there are none, too many, or unknown ones. An id this Cloud does not
+// know is looked for in Dir, and adopted when recorded there. Called under
+// c.mu.
 func (c *Cloud) lookup(op string, ids []string) ([]*machine, error) {
 	if len(ids) == 0 {
 		return nil, apiError(op, CodeMissingParameter, domain.ErrInvalidRequest, "no instance ids given")
@@ -355,6 +383,8 @@ func (c *Cloud) lookup(op string, ids []string) ([]*machine, error) {
 		}
 		seen[id] = true
 		if m, ok := c.machines[id]; ok {
+			ms = append(ms, m)
+		} else if m := c.adoptID(id); m != nil {
 			ms = append(ms, m)
 		} else {
 			unknown = append(unknown, id)

@@ -124,8 +124,8 @@ func TestTerminateKillsTheWholeProcessGroup(t *testing.T) {
 		t.Fatalf("child pid: %v", err)
 	}
 	leader := pidOf(t, c, id)
-	if _, pgid, ok := procStat(strconv.Itoa(child)); ok && pgid != leader {
-		t.Fatalf("child is in group %d, want the machine's group %d", pgid, leader)
+	if info, ok := readProcStat(child); ok && info.pgid != leader {
+		t.Fatalf("child is in group %d, want the machine's group %d", info.pgid, leader)
 	}
 
 	if err := c.Terminate(t.Context(), []string{id}); err != nil {
