@@ -120,6 +120,9 @@ func (s *Server) next(_ http.ResponseWriter, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.draining() {
+		wait = 0
+	}
 	ctx := r.Context()
 	timeout := make(chan struct{})
 	if wait > 0 {
@@ -145,6 +148,9 @@ func (s *Server) next(_ http.ResponseWriter, r *http.Request) (any, error) {
 		case <-ctx.Done():
 			s.waiters.unsubscribe(in.CloudID, sub)
 			return nil, ctx.Err()
+		case <-s.drained:
+			s.waiters.unsubscribe(in.CloudID, sub)
+			return nil, fail(http.StatusServiceUnavailable, CodeUnavailable, "the control plane is shutting down; retry")
 		}
 		// The instance may have ended while its agent waited.
 		if in, err = s.recheck(ctx, in.ID); err != nil {

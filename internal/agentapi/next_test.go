@@ -139,3 +139,21 @@ func TestLongPollOfAnAgentThatHangsUp(t *testing.T) {
 		t.Fatal("the poll's timer outlived it")
 	}
 }
+
+// Draining ends long polls at once, so an HTTP server's Shutdown is not
+// held up by them, and holds no new one.
+func TestDrainEndsLongPolls(t *testing.T) {
+	h := newHarness(t)
+	_, token := h.idle("bp-1")
+	answer := h.poll(h.Ctx, token, "30s")
+	h.Calls.Await(t, 1, agentapitest.IsOp("next"))
+	h.Server.Drain()
+	wantStatus(t, <-answer, http.StatusServiceUnavailable, agentapi.CodeUnavailable)
+	h.Server.Drain() // twice is fine
+	if ins := instructionOf(t, <-h.poll(h.Ctx, token, "30s")); ins.Kind != "wait" {
+		t.Fatalf("a poll while draining got %+v, want an immediate wait", ins)
+	}
+	if h.Clock.Pending() != 0 {
+		t.Fatal("a poll while draining was held")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -27,6 +28,9 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	waiters waiters
+
+	drainOnce sync.Once
+	drained   chan struct{} // closed by Drain
 }
 
 var (
@@ -41,7 +45,22 @@ func New(store domain.Store, api domain.AgentAPI, clk domain.Clock, log *slog.Lo
 		log = slog.Default()
 	}
 	return &Server{store: store, api: api, clk: clk, log: log, metrics: newMetrics(reg),
-		waiters: waiters{m: map[string]*waitEntry{}}}
+		waiters: waiters{m: map[string]*waitEntry{}}, drained: make(chan struct{})}
+}
+
+// Drain ends the long polls in progress with a 503 (the agents retry, with
+// another replica or after the restart) and holds no new one, so that an
+// HTTP server's Shutdown is not kept waiting by them. Register it with
+// http.Server.RegisterOnShutdown.
+func (s *Server) Drain() { s.drainOnce.Do(func() { close(s.drained) }) }
+
+func (s *Server) draining() bool {
+	select {
+	case <-s.drained:
+		return true
+	default:
+		return false
+	}
 }
 
 // Assigned wakes the long poll of the instance with that cloud id, if any.
