@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -30,8 +29,9 @@ type Commander interface {
 	Start(ctx context.Context, c Command) (Process, error)
 }
 
-// Exec runs real processes. A command is stopped with SIGTERM, then killed
-// after Grace (10 s when zero). Commands do not inherit the agent's own
+// Exec runs real processes. A command is stopped with SIGTERM to it and
+// every process below it, and SIGKILL to those left after Grace
+// (DefaultStopGrace when zero). Commands do not inherit the agent's own
 // BULLPEN_AGENT_* variables: the bootstrap secret stays with the agent.
 // They stay in the agent's process group, so killing that group (as a
 // supervisor does) leaves none of them behind; on Linux, the direct child
@@ -39,6 +39,10 @@ type Commander interface {
 type Exec struct {
 	Grace time.Duration
 }
+
+// DefaultStopGrace is how long a stopped command has to exit before it is
+// killed.
+const DefaultStopGrace = 10 * time.Second
 
 var _ Commander = Exec{}
 
@@ -51,12 +55,17 @@ func (e Exec) Start(ctx context.Context, c Command) (Process, error) {
 		out = io.Discard
 	}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = sysProcAttr()
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = e.Grace
-	if cmd.WaitDelay <= 0 {
-		cmd.WaitDelay = 10 * time.Second
+	grace := e.Grace
+	if grace <= 0 {
+		grace = DefaultStopGrace
 	}
+	cmd.SysProcAttr = sysProcAttr()
+	cmd.Cancel = func() error {
+		stopTree(cmd.Process.Pid, grace)
+		return nil
+	}
+	// Wait gives up on output held open by orphans shortly after the kill.
+	cmd.WaitDelay = grace + time.Second
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
