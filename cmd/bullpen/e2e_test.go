@@ -78,18 +78,25 @@ var buildBinary = sync.OnceValues(func() (string, error) {
 
 func startServer(t *testing.T) *server {
 	t.Helper()
+	return startServerWith(t, e2eConfig, "--sim-latency", "zero", "--converge-every", "500ms", "--terminate-every", "500ms")
+}
+
+// startServerWith runs bullpen serve on config with extra flags.
+func startServerWith(t *testing.T, config string, extra ...string) *server {
+	t.Helper()
 	bin, err := buildBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "runs-on.yml")
-	if err := os.WriteFile(cfg, []byte(e2eConfig), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s := &server{t: t, token: "e2e-admin-token", secret: "e2e webhook secret", logs: &syncBuffer{}, done: make(chan error, 1)}
-	s.cmd = exec.Command(bin, "serve", "--config", cfg, "--store", "sqlite://"+filepath.Join(dir, "bullpen.db"),
-		"--listen", "127.0.0.1:0", "--sim-latency", "zero", "--converge-every", "500ms", "--terminate-every", "500ms")
+	args := append([]string{"serve", "--config", cfg, "--store", "sqlite://" + filepath.Join(dir, "bullpen.db"),
+		"--listen", "127.0.0.1:0"}, extra...)
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.Env = append(os.Environ(), "BULLPEN_WEBHOOK_SECRET="+s.secret, "BULLPEN_ADMIN_TOKEN="+s.token)
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
@@ -198,6 +205,12 @@ type apiJob struct {
 // n queued deliveries for bullpen: real shapes, labels rewritten to a pool
 // label pinned to the run, fresh job and run ids.
 func queuedPayloads(t *testing.T, n int) [][]byte {
+	return queuedFor(t, n, 9_000_000, "runs-on=%d/pool=small-x64")
+}
+
+// queuedFor is queuedPayloads with the first job id and a label format
+// (%d is the run id).
+func queuedFor(t *testing.T, n int, first int, label string) [][]byte {
 	examples := testfixtures.WorkflowJobExamples(t)
 	var out [][]byte
 	for i := range n {
@@ -206,10 +219,10 @@ func queuedPayloads(t *testing.T, n int) [][]byte {
 			t.Fatal(err)
 		}
 		job := p["workflow_job"].(map[string]any)
-		id, run := 9_000_000+i, 7_000_000+i
+		id, run := first+i, first+1_000_000+i
 		p["action"] = "queued"
 		job["id"], job["run_id"], job["status"] = id, run, "queued"
-		job["labels"] = []string{fmt.Sprintf("runs-on=%d/pool=small-x64", run)}
+		job["labels"] = []string{fmt.Sprintf(label, run)}
 		job["conclusion"], job["runner_id"], job["runner_name"], job["started_at"], job["completed_at"] = nil, nil, nil, nil, nil
 		b, err := json.Marshal(p)
 		if err != nil {

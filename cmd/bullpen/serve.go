@@ -201,6 +201,8 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 // hand, so nothing is left half-claimed.
 func serveUntilDone(ctx context.Context, a *app.App, ln net.Listener, log *slog.Logger) int {
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// Idle agents hold long polls open: answer them at once on shutdown.
+	srv.RegisterOnShutdown(a.AgentAPI.Drain)
 	loopsCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	loopsDone := make(chan struct{})
 	go func() {

@@ -108,11 +108,6 @@ type setting struct {
 	set   func(c *Config, v string) error
 }
 
-// aliases are other environment names read for a setting (by flag name),
-// when its own is unset. BULLPEN_AGENT_LAUNCH is the name the local
-// provider first wrote the launch id under.
-var aliases = map[string]string{"launch-id": EnvPrefix + "LAUNCH"}
-
 func (s setting) env() string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(s.name, "-", "_"))
 }
@@ -198,9 +193,6 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.Visit(func(f *flag.Flag) { flagged[f.Name] = true })
 	for i, s := range settings {
 		v, from := getenv(s.env()), s.env()
-		if alias := aliases[s.name]; v == "" && alias != "" {
-			v, from = getenv(alias), alias
-		}
 		if flagged[s.name] {
 			v, from = *values[i], "--"+s.name
 		}
@@ -225,11 +217,6 @@ func applyFile(cfg *Config, path string) ([]string, error) {
 	}
 	byEnv := map[string]setting{}
 	for _, s := range settings {
-		if alias := aliases[s.name]; alias != "" {
-			byEnv[alias] = s
-		}
-		// The proper name wins: keys are applied sorted, and each alias
-		// sorts before its setting's name.
 		byEnv[s.env()] = s
 	}
 	keys := make([]string, 0, len(vars))

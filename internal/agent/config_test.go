@@ -206,11 +206,10 @@ func TestAgentReadsItsCloudIDFromMetadata(t *testing.T) {
 	}
 }
 
-// The local provider's env file: bare safe values, single-quoted others,
-// and the launch id under its first name.
+// The local provider's env file: bare safe values, single-quoted others.
 func TestLoadConfigReadsTheLocalProvidersFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "agent.env")
-	os.WriteFile(file, []byte("BULLPEN_AGENT_URL=http://127.0.0.1:8080\nBULLPEN_AGENT_LAUNCH=lt-1\n"+
+	os.WriteFile(file, []byte("BULLPEN_AGENT_URL=http://127.0.0.1:8080\nBULLPEN_AGENT_LAUNCH_ID=lt-1\n"+
 		"BULLPEN_AGENT_BOOTSTRAP=abc\nBULLPEN_AGENT_CLOUD_ID=local-1\nBULLPEN_AGENT_STATE_DIR=/tmp/m/state\n"+
 		"BULLPEN_AGENT_RUNNER_COMMAND='sh ./fake.sh {jitconfig}'\n"), 0o600)
 	cfg, warnings, err := agent.LoadConfig([]string{"--config", file}, func(string) string { return "" }, io.Discard)
@@ -219,9 +218,5 @@ func TestLoadConfigReadsTheLocalProvidersFile(t *testing.T) {
 	}
 	if cfg.LaunchID != "lt-1" || cfg.CloudID != "local-1" || cfg.StateDir != "/tmp/m/state" || cfg.RunnerCommand != "sh ./fake.sh {jitconfig}" {
 		t.Fatalf("read %+v", cfg)
-	}
-	os.WriteFile(file, []byte("BULLPEN_AGENT_LAUNCH_ID=lt-new\nBULLPEN_AGENT_LAUNCH=lt-old\nBULLPEN_AGENT_URL=http://x\nBULLPEN_AGENT_CLOUD_ID=c\n"), 0o600)
-	if cfg, _, _ = agent.LoadConfig([]string{"--config", file}, func(string) string { return "" }, io.Discard); cfg.LaunchID != "lt-new" {
-		t.Fatalf("launch id %q: the proper name should win over the alias", cfg.LaunchID)
 	}
 }

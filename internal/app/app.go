@@ -218,7 +218,7 @@ func (a *App) wire() error {
 	prov.ControllerID, prov.AgentURL = o.ControllerID, o.AgentURL
 	a.Provisioner, err = provision.New(provision.Deps{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "provision"),
-		Scope: a.scope, Notify: a.Agents.Notify, Registrations: a.Agents.Registrations(),
+		Scope: a.scope, Notify: a.Agents.Notify, Registrations: a.Agents.Registrations(), ReuseAllowed: a.reuseAllowed,
 	}, reg, prov)
 	if err != nil {
 		return err
@@ -254,7 +254,14 @@ func (a *App) newCloud() error {
 		a.Cloud = a.Sim
 		notify = append(notify, a.SimAgents)
 	case "local":
-		l, err := local.New(local.Options{Dir: o.LocalDir, Clock: o.Clock, Log: o.Log.With("loop", "local-cloud"), AgentEnv: o.LocalAgentEnv})
+		env := map[string]string{
+			// "Shutting the machine down" is the agent exiting: never the host.
+			"BULLPEN_AGENT_SHUTDOWN_COMMAND": "true",
+		}
+		for k, v := range o.LocalAgentEnv {
+			env[k] = v
+		}
+		l, err := local.New(local.Options{Dir: o.LocalDir, Clock: o.Clock, Log: o.Log.With("loop", "local-cloud"), AgentEnv: env})
 		if err != nil {
 			return fmt.Errorf("local cloud: %w", err)
 		}
@@ -324,6 +331,13 @@ func (a *App) routing() intake.Routing {
 		r.Default = d
 	}
 	return r
+}
+
+// reuseAllowed: a job of a pool that does not reuse instances gets a fresh
+// machine; other jobs may take an idle reused one.
+func (a *App) reuseAllowed(j domain.Job) bool {
+	p, ok := a.Config().Pool(j.Pool)
+	return !ok || p.Reuse
 }
 
 // policy is an instance's after-job policy: its pool's settings.

@@ -21,6 +21,10 @@ const recheckEvery = time.Second
 // terminated and the worker tries the next one, as long as the job still
 // waits.
 func (p *Provisioner) selectFor(ctx context.Context, class string, rq *request, led *ledger) {
+	if p.ReuseAllowed != nil && !p.ReuseAllowed(rq.job) {
+		p.metrics.exhausted.WithLabelValues("fresh").Inc()
+		return // a fresh machine: creation serves it
+	}
 	pm := p.pickupFor(class)
 	s := &search{req: RequirementsOf(rq.job.Spec), seen: map[string]int{}}
 	for !led.stopped() {

@@ -20,7 +20,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "bullpen_provision_jobs_total", Help: "Launch-queue jobs by outcome (reuse, cold, requeued; dropped: no longer waiting for a runner).",
 		}, []string{"outcome"}),
 		exhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_resource_pool_exhausted_total", Help: "Resource-pool searches that found nothing, by kind (global: queue empty; local: same instance seen N times).",
+			Name: "bullpen_resource_pool_exhausted_total", Help: "Resource-pool searches that found nothing, by kind (global: queue empty; local: same instance seen N times; fresh: the job's pool does not reuse, so no search).",
 		}, []string{"kind"}),
 		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bullpen_resource_pool_claims_total", Help: "Claims of resource-pool instances, won or lost.",

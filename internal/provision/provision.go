@@ -117,6 +117,10 @@ type Deps struct {
 	Scope         func(j domain.Job) domain.Scope
 	Notify        func(cloudID string)
 	Registrations Registrations
+	// ReuseAllowed says whether a job may run on an instance another job
+	// ran on. A pool that does not reuse its instances promises its jobs a
+	// fresh machine, even when they overflow. Nil allows every job.
+	ReuseAllowed func(j domain.Job) bool
 }
 
 func (d Deps) missing() string {

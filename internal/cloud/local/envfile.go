@@ -12,7 +12,7 @@ import (
 // Keys of a machine's env file, read by `bullpen agent --config`.
 const (
 	EnvURL       = "BULLPEN_AGENT_URL"       // the control plane's base URL
-	EnvLaunch    = "BULLPEN_AGENT_LAUNCH"    // the launch id
+	EnvLaunch    = "BULLPEN_AGENT_LAUNCH_ID" // the launch id
 	EnvBootstrap = "BULLPEN_AGENT_BOOTSTRAP" // the launch's bootstrap secret
 	EnvCloudID   = "BULLPEN_AGENT_CLOUD_ID"  // the machine's cloud id
 	EnvStateDir  = "BULLPEN_AGENT_STATE_DIR" // where the agent keeps its token

@@ -53,7 +53,7 @@ func TestEnvFileOrderAndRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatalf("renderEnv: %v", err)
 	}
-	want := "BULLPEN_AGENT_URL=u\nBULLPEN_AGENT_LAUNCH=l\nBULLPEN_AGENT_BOOTSTRAP=s\n" +
+	want := "BULLPEN_AGENT_URL=u\nBULLPEN_AGENT_LAUNCH_ID=l\nBULLPEN_AGENT_BOOTSTRAP=s\n" +
 		"BULLPEN_AGENT_CLOUD_ID=c\nBULLPEN_AGENT_STATE_DIR=d\n"
 	if env != want {
 		t.Errorf("env file:\n%s\nwant:\n%s", env, want)

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/cloud/local"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/testfixtures"
+)
+
+const localConfig = `runners:
+  small:
+    image: ubuntu24-full-x64
+pools:
+  reuse:
+    runner: small
+    reuse: true
+    max-jobs-per-instance: 5
+  once:
+    runner: small
+`
+
+// fakeRunner stands in for GitHub's runner: it says its job started, works
+// for a few seconds, and exits (a just-in-time runner serves one job).
+const fakeRunner = `#!/bin/sh
+echo "Running job: $1"
+sleep 3
+`
+
+type apiInstance struct {
+	ID         string `json:"id"`
+	CloudID    string `json:"cloud_id"`
+	State      string `json:"state"`
+	Job        string `json:"job"`
+	JobsServed int    `json:"jobs_served"`
+	Reason     string `json:"reason"`
+}
+
+// localStack is bullpen serve --cloud local and what the test needs of it.
+type localStack struct {
+	*server
+	dir string // --local-dir
+	seq int
+}
+
+func startLocal(t *testing.T) *localStack {
+	t.Helper()
+	dir := t.TempDir()
+	runner := filepath.Join(dir, "fake-runner.sh")
+	if err := os.WriteFile(runner, []byte(fakeRunner), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	machines := filepath.Join(dir, "machines")
+	s := startServerWith(t, localConfig, "--cloud", "local", "--local-dir", machines, "--environment", "e2e",
+		"--converge-every", "500ms", "--terminate-every", "500ms", "--reap-every", "500ms",
+		"--silent-after", "3s", "--orphan-grace", "1s", "--gone-grace", "2s",
+		"--local-agent-env", "BULLPEN_AGENT_RUNNER_COMMAND="+runner+" {jitconfig}",
+		"--local-agent-env", "BULLPEN_AGENT_HEARTBEAT_INTERVAL=500ms",
+		"--local-agent-env", "BULLPEN_AGENT_POLL_WAIT=2s")
+	return &localStack{server: s, dir: machines}
+}
+
+// queue posts a signed queued delivery for one job of pool and returns its id.
+func (l *localStack) queue(pool string) int64 {
+	l.t.Helper()
+	l.seq++
+	id := 5_000_000 + l.seq
+	body := queuedFor(l.t, 1, id, "runs-on=%d/pool="+pool)[0]
+	if code, resp := l.post(fmt.Sprintf("q-%d", id), body, testfixtures.Sign(l.t, l.secret, body)); code != http.StatusAccepted {
+		l.t.Fatalf("queue job %d: %d %s", id, code, resp)
+	}
+	return int64(id)
+}
+
+// complete posts a signed completed delivery for job id.
+func (l *localStack) complete(id int64, conclusion string) {
+	l.t.Helper()
+	body := []byte(fmt.Sprintf(`{"action":"completed","workflow_job":{"id":%d,"run_id":%d,"labels":[],"status":"completed","conclusion":%q},"repository":{"full_name":"octo-org/octo-repo"}}`,
+		id, id+1_000_000, conclusion))
+	if code, resp := l.post(fmt.Sprintf("c-%d", id), body, testfixtures.Sign(l.t, l.secret, body)); code != http.StatusAccepted {
+		l.t.Fatalf("complete job %d: %d %s", id, code, resp)
+	}
+}
+
+// job returns the job, or a zero one while the intake has not recorded it.
+func (l *localStack) job(id int64) apiJob {
+	var list struct{ Jobs []apiJob }
+	l.get("/api/v1/jobs?limit=1000", &list)
+	for _, j := range list.Jobs {
+		if j.ID == id {
+			return j
+		}
+	}
+	return apiJob{}
+}
+
+func (l *localStack) instance(id string) apiInstance {
+	var list struct{ Instances []apiInstance }
+	l.get("/api/v1/instances?all=1", &list)
+	for _, in := range list.Instances {
+		if in.ID == id {
+			return in
+		}
+	}
+	l.t.Fatalf("no instance %s", id)
+	return apiInstance{}
+}
+
+func (l *localStack) waitJob(id int64, status string) apiJob {
+	l.t.Helper()
+	var j apiJob
+	l.eventually(fmt.Sprintf("job %d %s", id, status), 60*time.Second, func() bool {
+		j = l.job(id)
+		return j.Status == status
+	})
+	return j
+}
+
+func (l *localStack) waitInstance(id, state string) apiInstance {
+	l.t.Helper()
+	var in apiInstance
+	l.eventually(fmt.Sprintf("instance %s %s", id, state), 60*time.Second, func() bool {
+		in = l.instance(id)
+		return in.State == state
+	})
+	return in
+}
+
+// agentPIDs returns the pids of processes whose command line mentions path.
+func agentPIDs(t *testing.T, path string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	var pids []int
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), path) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func TestServeLocalEndToEnd(t *testing.T) {
+	l := startLocal(t)
+
+	// A reusing pool: the instance that served a job deregisters, goes back
+	// to the pool, and serves the next one.
+	a := l.queue("reuse")
+	first := l.waitJob(a, "completed")
+	l.complete(a, "success") // GitHub's webhook after the agent's own report: harmless
+	inst := l.waitInstance(first.InstanceID, "ready")
+	b := l.queue("reuse")
+	second := l.waitJob(b, "completed")
+	if second.InstanceID != first.InstanceID {
+		t.Fatalf("job %d ran on %s, not on the released %s", b, second.InstanceID, first.InstanceID)
+	}
+	if in := l.waitInstance(inst.ID, "ready"); in.JobsServed != 2 {
+		t.Fatalf("reused instance served %d jobs, want 2", in.JobsServed)
+	}
+
+	// A one-job pool: the instance is terminated after its job.
+	c := l.queue("once")
+	once := l.waitJob(c, "completed")
+	l.waitInstance(once.InstanceID, "terminated")
+
+	// An agent killed mid-job: its instance falls silent and the reaper
+	// terminates it.
+	d := l.queue("once")
+	running := l.waitJob(d, "running")
+	victim := l.instance(running.InstanceID)
+	envFile := filepath.Join(l.dir, victim.CloudID, "agent.env")
+	pids := agentPIDs(t, envFile)
+	if len(pids) == 0 {
+		t.Fatalf("no agent process for %s", victim.CloudID)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	killed := l.waitInstance(victim.ID, "terminated")
+	if !strings.Contains(killed.Reason, "silent") && !strings.Contains(killed.Reason, "gone") {
+		t.Errorf("killed agent's instance ended for %q", killed.Reason)
+	}
+	l.complete(d, "failure")
+	l.waitJob(d, "completed")
+
+	// A machine with this stack's tag that bullpen never created is reaped.
+	orphan := exec.Command("sleep", "600")
+	orphan.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- orphan.Wait() }()
+	err := local.WriteMachine(l.dir, local.Record{ID: "l-0000000ff0ff", PID: orphan.Process.Pid,
+		Tags: map[string]string{domain.TagController: "bullpen-e2e"}, LaunchedAt: time.Now().Add(-time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		_ = orphan.Process.Kill()
+		t.Fatalf("the orphan machine was not reaped\n%s", l.logs.String())
+	}
+
+	// Shutdown leaves no process behind.
+	if err := l.stop(); err != nil {
+		t.Fatalf("serve did not stop cleanly: %v\n%s", err, l.logs.String())
+	}
+	if left := agentPIDs(t, l.dir); len(left) > 0 {
+		t.Fatalf("processes left behind: %v", left)
+	}
+}
