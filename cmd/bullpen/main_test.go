@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 // runCmd runs the binary's entry point in-process.
@@ -111,5 +114,20 @@ func TestDemoJSON(t *testing.T) {
 	}
 	if !strings.Contains(errs, "small-x64") {
 		t.Errorf("cycle lines missing from stderr")
+	}
+}
+
+func TestDeadlineFlag(t *testing.T) {
+	d := domain.DefaultDeadlines()
+	if err := setDeadline(&d, "releasing=30s"); err != nil || d.Releasing != 30*time.Second {
+		t.Fatalf("releasing=30s: %v %v", err, d.Releasing)
+	}
+	for _, bad := range []string{"releasing", "releasing=0s", "nap=1m", "claimed=soon"} {
+		if err := setDeadline(&d, bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if err := setDeadline(&d, "nap=1m"); err == nil || !strings.Contains(err.Error(), "releasing=2m0s") {
+		t.Errorf("an unknown state must list the states and their defaults: %v", err)
 	}
 }

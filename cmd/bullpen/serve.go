@@ -16,6 +16,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/demo"
+	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/simagent"
 )
 
@@ -34,6 +35,11 @@ type serveFlags struct {
 	convergeEvery, terminateEvery, reload time.Duration
 	reapEvery, orphanGrace, goneGrace     time.Duration
 	silentAfter, jobRetention             time.Duration
+	instanceRetention, danglingAfter      time.Duration
+	claimHeartbeat, claimRegistration     time.Duration
+	creationTimeout, rpRequeueDelay       time.Duration
+	heartbeatFlush                        time.Duration
+	deadlines                             domain.Deadlines
 	cancelRejected                        bool
 }
 
@@ -75,6 +81,17 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	dur(&f.goneGrace, "gone-grace", "BULLPEN_GONE_GRACE", 2*time.Minute, "an instance whose machine the cloud no longer lists is closed once its state is this old")
 	dur(&f.silentAfter, "silent-after", "BULLPEN_SILENT_AFTER", 3*time.Minute, "an instance whose agent has not been heard from for this long is terminated")
 	dur(&f.jobRetention, "job-retention", "BULLPEN_JOB_RETENTION", 72*time.Hour, "completed and rejected jobs are deleted this long after they ended")
+	dur(&f.instanceRetention, "instance-retention", "BULLPEN_INSTANCE_RETENTION", 24*time.Hour, "terminated instances are deleted from the store this long after they ended")
+	dur(&f.danglingAfter, "dangling-after", "BULLPEN_DANGLING_AFTER", 10*time.Minute, "a pool instance running this long without a job (warm-up never finished, never parked) is replaced")
+	dur(&f.claimHeartbeat, "claim-heartbeat-max-age", "BULLPEN_CLAIM_HEARTBEAT_MAX_AGE", 15*time.Second, "a reused instance whose last heartbeat is older fails its post-claim check")
+	dur(&f.claimRegistration, "claim-registration-timeout", "BULLPEN_CLAIM_REGISTRATION_TIMEOUT", 10*time.Second, "a reused instance must register for its job within this")
+	dur(&f.creationTimeout, "creation-timeout", "BULLPEN_CREATION_TIMEOUT", 5*time.Minute, "a new instance must boot and register for its job within this")
+	dur(&f.rpRequeueDelay, "resource-pool-requeue-delay", "BULLPEN_RESOURCE_POOL_REQUEUE_DELAY", 3*time.Second, "an idle instance that does not fit a job goes back to the resource pool with this delay")
+	dur(&f.heartbeatFlush, "heartbeat-flush", "BULLPEN_HEARTBEAT_FLUSH", time.Second, "agent heartbeats are written to the store together at this interval")
+	f.deadlines = domain.DefaultDeadlines()
+	fs.Func("deadline", "STATE=DURATION: how long an instance may stay in a state before it is terminated (repeatable; "+deadlineDefaults()+")", func(v string) error {
+		return setDeadline(&f.deadlines, v)
+	})
 	fs.Func("local-agent-env", "with --cloud local: KEY=VALUE added to every machine's agent settings (repeatable), e.g. BULLPEN_AGENT_RUNNER_COMMAND=...", func(v string) error {
 		k, val, ok := strings.Cut(v, "=")
 		if !ok || k == "" {
@@ -193,6 +210,10 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	o.Converger.Interval = f.convergeEvery
 	o.Reaper.Interval, o.Reaper.OrphanGrace, o.Reaper.GoneGrace = f.reapEvery, f.orphanGrace, f.goneGrace
 	o.Reaper.SilentAfter, o.Reaper.JobRetention = f.silentAfter, f.jobRetention
+	o.Reaper.InstanceRetention, o.Converger.DanglingAfter = f.instanceRetention, f.danglingAfter
+	o.Provision.HeartbeatMaxAge, o.Provision.RegistrationTimeout = f.claimHeartbeat, f.claimRegistration
+	o.Provision.CreationTimeout, o.Provision.RequeueDelay = f.creationTimeout, f.rpRequeueDelay
+	o.HeartbeatFlush, o.Deadlines = f.heartbeatFlush, f.deadlines
 	return o, nil
 }
 
@@ -245,4 +266,37 @@ func newLogger(e *env, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(e.stderr, o)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// deadlineDefaults lists the default allowance of every state.
+func deadlineDefaults() string {
+	d := domain.DefaultDeadlines()
+	var parts []string
+	for _, s := range domain.States {
+		if a := d.For(s); a > 0 {
+			parts = append(parts, string(s)+"="+a.String())
+		}
+	}
+	return "defaults: " + strings.Join(parts, ", ")
+}
+
+// setDeadline applies one STATE=DURATION.
+func setDeadline(d *domain.Deadlines, v string) error {
+	name, val, ok := strings.Cut(v, "=")
+	dur, err := time.ParseDuration(val)
+	if !ok || err != nil || dur <= 0 {
+		return fmt.Errorf("want STATE=DURATION with a positive duration, got %q", v)
+	}
+	fields := map[domain.State]*time.Duration{
+		domain.StatePending: &d.Pending, domain.StateBooting: &d.Booting, domain.StateReady: &d.Ready,
+		domain.StateStopping: &d.Stopping, domain.StateStopped: &d.Stopped, domain.StateClaimed: &d.Claimed,
+		domain.StateRunning: &d.Running, domain.StateReleasing: &d.Releasing,
+		domain.StateTerminating: &d.Terminating, domain.StateError: &d.Error,
+	}
+	p, ok := fields[domain.State(name)]
+	if !ok {
+		return fmt.Errorf("unknown state %q (%s)", name, deadlineDefaults())
+	}
+	*p = dur
+	return nil
 }

@@ -72,6 +72,13 @@ type Options struct {
 	Agent       simagent.Options
 	SimCapacity int
 
+	// Deadlines are the per-state allowances (domain.DefaultDeadlines when
+	// zero).
+	Deadlines domain.Deadlines
+	// HeartbeatFlush is how often batched agent heartbeats are written;
+	// default 1 s.
+	HeartbeatFlush time.Duration
+
 	Converger converger.Options
 	Dispatch  dispatch.Options
 	Provision provision.Options
@@ -170,6 +177,13 @@ func (o *Options) check() error {
 	if o.ConfigInterval <= 0 {
 		o.ConfigInterval = 30 * time.Second
 	}
+	if o.Deadlines == (domain.Deadlines{}) {
+		o.Deadlines = domain.DefaultDeadlines()
+	}
+	if o.HeartbeatFlush <= 0 {
+		o.HeartbeatFlush = time.Second
+	}
+	o.Converger.Deadlines, o.Dispatch.Deadlines, o.Provision.Deadlines = o.Deadlines, o.Deadlines, o.Deadlines
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()
 	}
@@ -183,7 +197,7 @@ func (a *App) wire() error {
 	o := a.opts
 	log, reg, clk := o.Log, o.Registry, o.Clock
 	var err error
-	a.Agents, err = agents.New(a.Store, a.Queue, clk, log.With("loop", "agents"), reg, agents.Options{Policy: a.policy, HeartbeatFlush: time.Second})
+	a.Agents, err = agents.New(a.Store, a.Queue, clk, log.With("loop", "agents"), reg, agents.Options{Policy: a.policy, HeartbeatFlush: o.HeartbeatFlush, Deadlines: o.Deadlines})
 	if err != nil {
 		return err
 	}
