@@ -67,8 +67,18 @@ func (a *Agent) serve(ctx context.Context, ins agentapi.Instruction) error {
 		return err
 	}
 	rep := a.startReporter(ctx)
+	// The runner may print its job's start before Start returns: job-started
+	// waits for registered, so the control plane hears them in order.
+	var gate sync.Mutex
+	registered, started := false, false
 	watch := &lineWatcher{pattern: a.jobStarted, out: a.output, onMatch: func() {
-		rep.send(agentapi.SignalRequest{Kind: string(domain.SignalJobStarted), Job: job})
+		gate.Lock()
+		defer gate.Unlock()
+		if registered {
+			rep.send(agentapi.SignalRequest{Kind: string(domain.SignalJobStarted), Job: job})
+		} else {
+			started = true
+		}
 	}}
 	line := strings.ReplaceAll(a.cfg.RunnerCommand, JITConfigPlaceholder, ShellQuote(ins.JITConfig))
 	a.busy.Store(true)
@@ -80,7 +90,13 @@ func (a *Agent) serve(ctx context.Context, ins agentapi.Instruction) error {
 		return a.endServe(rep)
 	}
 	a.log.Info("runner started", "job", job, "runner", ins.RunnerName)
+	gate.Lock()
 	rep.send(agentapi.SignalRequest{Kind: string(domain.SignalRegistered), Job: job})
+	registered = true
+	if started {
+		rep.send(agentapi.SignalRequest{Kind: string(domain.SignalJobStarted), Job: job})
+	}
+	gate.Unlock()
 	werr := p.Wait()
 	watch.flush()
 	a.busy.Store(false)
