@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bullpen-ci/bullpen/internal/httpauth"
 	"io"
 	"log/slog"
 	"net/http"
@@ -212,7 +213,7 @@ func ended(s domain.State) bool {
 // authenticate returns the instance the request's bearer token belongs to.
 // The token is the identity: nothing in the request can name another.
 func (s *Server) authenticate(r *http.Request) (domain.Instance, error) {
-	token, ok := bearer(r.Header.Get("Authorization"))
+	token, ok := httpauth.Bearer(r.Header.Get("Authorization"))
 	if !ok {
 		return domain.Instance{}, fail(http.StatusUnauthorized, CodeUnauthorized, "missing token (Authorization: Bearer TOKEN)")
 	}
@@ -228,17 +229,6 @@ func (s *Server) authenticate(r *http.Request) (domain.Instance, error) {
 		return domain.Instance{}, fail(http.StatusUnauthorized, CodeInstanceEnded, "token expired with its instance")
 	}
 	return in, nil
-}
-
-// bearer returns the token of a Bearer Authorization header; the scheme's
-// name is case-insensitive (RFC 9110, 11.1).
-func bearer(header string) (string, bool) {
-	scheme, token, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	token = strings.TrimSpace(token)
-	return token, token != ""
 }
 
 // hashMatches compares a stored hash with the hash of a presented secret in

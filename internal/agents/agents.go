@@ -296,23 +296,33 @@ func (s *Service) registered(ctx context.Context, in domain.Instance, sig domain
 	return nil
 }
 
-func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain.Signal) error {
+// followRunner handles a report about another job than the instance's:
+// GitHub gave its runner another queued job with the same labels, and
+// bullpen follows GitHub (jobs.Rebind). It returns the instance as it now
+// is, or rejects a report that still does not fit.
+func (s *Service) followRunner(ctx context.Context, in domain.Instance, sig domain.Signal) (domain.Instance, error) {
 	if in.Job != "" && sig.Job != in.Job && jobs.ServesJob(in.State) {
-		// GitHub gave this instance's runner another job with the same
-		// labels: follow GitHub.
 		id, err := domain.ParseJobKey(sig.Job)
 		if err != nil {
-			return reject(sig.Kind, "%v", err)
+			return in, reject(sig.Kind, "%v", err)
 		}
 		if err := jobs.Rebind(ctx, s.store, id, in.ID); err != nil {
-			return err
+			return in, err
 		}
 		if in, err = s.store.GetInstance(ctx, in.ID); err != nil {
-			return err
+			return in, err
 		}
 	}
 	if in.Job == "" || sig.Job != in.Job {
-		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
+		return in, reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
+	}
+	return in, nil
+}
+
+func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain.Signal) error {
+	in, err := s.followRunner(ctx, in, sig)
+	if err != nil {
+		return err
 	}
 	// A failed instance's job may already be back in its queue: a late
 	// job-started must not mark it running with nobody serving it.
@@ -332,21 +342,9 @@ func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain
 // bound to this instance: a stale report from an instance that failed must
 // not complete a job another instance now serves, nor release that one.
 func (s *Service) jobFinished(ctx context.Context, in domain.Instance, sig domain.Signal) error {
-	if in.Job != "" && sig.Job != in.Job && jobs.ServesJob(in.State) {
-		// The runner ran another job than the one assigned (see Rebind).
-		id, err := domain.ParseJobKey(sig.Job)
-		if err != nil {
-			return reject(sig.Kind, "%v", err)
-		}
-		if err := jobs.Rebind(ctx, s.store, id, in.ID); err != nil {
-			return err
-		}
-		if in, err = s.store.GetInstance(ctx, in.ID); err != nil {
-			return err
-		}
-	}
-	if in.Job == "" || sig.Job != in.Job {
-		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
+	in, err := s.followRunner(ctx, in, sig)
+	if err != nil {
+		return err
 	}
 	id, err := domain.ParseJobKey(sig.Job)
 	if err != nil {

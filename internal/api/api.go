@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bullpen-ci/bullpen/internal/httpauth"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -48,7 +49,7 @@ func (s *Server) Handler() http.Handler {
 
 func (s *Server) authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := bearer(r.Header.Get("Authorization"))
+		got, ok := httpauth.Bearer(r.Header.Get("Authorization"))
 		if !ok || !tokenMatches(got, s.Token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="bullpen"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong admin token (Authorization: Bearer TOKEN)")
@@ -56,17 +57,6 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// bearer returns the token of an Authorization header using the Bearer
-// scheme, whose name is case-insensitive (RFC 9110, 11.1).
-func bearer(header string) (string, bool) {
-	scheme, token, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	token = strings.TrimSpace(token)
-	return token, token != ""
 }
 
 // tokenMatches compares in constant time. Comparing digests rather than the
