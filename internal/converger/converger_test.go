@@ -13,11 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/reaper"
-	"github.com/bullpen-ci/bullpen/internal/signals"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
 
@@ -54,7 +54,13 @@ func newWorld(t testing.TB, target domain.Target, simOpts sim.Options, opts Opti
 		Runner: domain.RunnerSpec{Name: "small", Image: "ubuntu24", CPU: domain.Range{Min: 2, Max: 2}, RAM: domain.Range{Min: 4, Max: 4}},
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	simOpts.Signals = &signals.Handler{Store: st, Clock: w.clk, Deadlines: domain.DefaultDeadlines(), Log: log}
+	warm, err := agents.New(st, st.Queue(sqlite.QueueOptions{}), w.clk, log, nil, agents.Options{
+		Policy: func(domain.Instance) agents.Policy { return agents.Policy{IdleLifetime: 10 * time.Minute} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	simOpts.Signals = warm
 	w.cloud = sim.New(w.clk, simOpts)
 	t.Cleanup(w.cloud.Close)
 	opts.ControllerID = "test"
