@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"syscall"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -166,16 +166,12 @@ func (c *Cloud) adopt(rec Record) *machine {
 	paths := machinePaths(c.opts.Dir, rec.ID)
 	live, startTime, note := inspectProcess(rec, paths.EnvFile)
 	state := adoptedState(rec.State, live)
-	tags := maps.Clone(rec.Tags)
-	if tags == nil {
-		tags = map[string]string{}
-	}
 	c.seq++
 	m := &machine{
 		seq:   c.seq,
 		paths: paths,
 		inst: domain.CloudInstance{
-			ID: rec.ID, State: state, Tags: tags, LaunchedAt: rec.LaunchedAt,
+			ID: rec.ID, State: state, Tags: ec2like.CloneTags(rec.Tags), LaunchedAt: rec.LaunchedAt,
 			InstanceType: rec.InstanceType, UsageClass: rec.UsageClass,
 		},
 	}

@@ -1,9 +1,10 @@
 // Package local is a compute provider whose machines are processes on this
 // host: each "instance" is a `bullpen agent` child process with a directory
 // of its own, so the whole system, agent included, runs end to end without
-// a cloud account. It follows the simulated cloud's EC2 semantics (states,
-// all-or-nothing batches, ClientToken idempotency, partial fulfilment under
-// a Capacity) with real processes behind them:
+// a cloud account. It follows the EC2 semantics it shares with the
+// simulated cloud (internal/cloud/ec2like: states, all-or-nothing batches,
+// ClientToken idempotency, partial fulfilment under a Capacity) with real
+// processes behind them:
 //
 //   - Create writes <Dir>/<id>/agent.env (the launch data: the control
 //     plane's URL, the launch id and its bootstrap secret, the cloud id and
@@ -74,34 +75,34 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 // EC2 operation names, the keys of Calls.
 const (
-	OpCreateFleet        = "CreateFleet"
-	OpStartInstances     = "StartInstances"
-	OpStopInstances      = "StopInstances"
-	OpTerminateInstances = "TerminateInstances"
-	OpCreateTags         = "CreateTags"
-	OpDescribeInstances  = "DescribeInstances"
-	OpDescribeImages     = "DescribeImages"
+	OpCreateFleet        = ec2like.OpCreateFleet
+	OpStartInstances     = ec2like.OpStartInstances
+	OpStopInstances      = ec2like.OpStopInstances
+	OpTerminateInstances = ec2like.OpTerminateInstances
+	OpCreateTags         = ec2like.OpCreateTags
+	OpDescribeInstances  = ec2like.OpDescribeInstances
+	OpDescribeImages     = ec2like.OpDescribeImages
 )
 
 // Defaults for zero Options fields.
 const (
 	DefaultStopGrace           = 10 * time.Second
-	DefaultTerminatedRetention = time.Hour // EC2 describes terminated machines for about an hour
+	DefaultTerminatedRetention = ec2like.DefaultTerminatedRetention
 )
 
 // MaxPerCall is the most machines one Create, or ids one batch call, may
 // carry, as on EC2.
-const MaxPerCall = 1000
+const MaxPerCall = ec2like.MaxPerCall
 
 // InstanceType and UsageClass describe every local machine.
 const (
@@ -169,8 +170,8 @@ type Cloud struct {
 	mu       sync.Mutex
 	machines map[string]*machine
 	seq      int
-	tokens   map[string]tokenRecord
-	calls    map[string]int
+	tokens   ec2like.Ledger
+	calls    ec2like.Calls
 	skipped  map[string]string // directories of Dir not adopted, and why
 	closed   bool
 	changed  chan struct{} // closed and replaced whenever a machine settles
@@ -178,13 +179,6 @@ type Cloud struct {
 }
 
 var _ domain.Cloud = (*Cloud)(nil)
-
-// tokenRecord remembers a Create call for its ClientToken.
-type tokenRecord struct {
-	fingerprint string
-	ids         []string
-	err         error
-}
 
 // New returns a Cloud, its directory created and locked, that has adopted
 // every machine recorded in Dir.
@@ -203,8 +197,6 @@ func New(opts Options) (*Cloud, error) {
 		clk:      opts.Clock,
 		log:      opts.Log,
 		machines: map[string]*machine{},
-		tokens:   map[string]tokenRecord{},
-		calls:    map[string]int{},
 		skipped:  map[string]string{},
 		changed:  make(chan struct{}),
 	}
@@ -281,7 +273,7 @@ func (c *Cloud) Close() error {
 		c.discover()
 		c.closed = true
 		for _, m := range c.sorted() {
-			if terminateRules[m.inst.State] == change {
+			if ec2like.TerminateRules.Changes(m.inst.State) {
 				c.terminate(m)
 			}
 		}
@@ -308,11 +300,7 @@ func (c *Cloud) Close() error {
 func (c *Cloud) Calls() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]int, len(c.calls))
-	for k, v := range c.calls {
-		out[k] = v
-	}
-	return out
+	return c.calls.Counts()
 }
 
 // PID returns the process id of a running machine's process (the leader of
@@ -346,34 +334,4 @@ func (c *Cloud) settled() {
 }
 
 // sorted returns the machines in creation order. Called under c.mu.
-func (c *Cloud) sorted() []*machine {
-	ms := make([]*machine, 0, len(c.machines))
-	for _, m := range c.machines {
-		ms = append(ms, m)
-	}
-	slices.SortFunc(ms, func(a, b *machine) int { return a.seq - b.seq })
-	return ms
-}
-
-// purge forgets machines terminated longer than the retention ago. Called
-// under c.mu.
-func (c *Cloud) purge(now time.Time) {
-	for id, m := range c.machines {
-		if m.inst.State == domain.CloudTerminated &&
-			!now.Before(m.terminatedAt.Add(c.opts.TerminatedRetention)) {
-			delete(c.machines, id)
-		}
-	}
-}
-
-// live counts machines that hold capacity: everything not yet terminated.
-// Called under c.mu.
-func (c *Cloud) live() int {
-	n := 0
-	for _, m := range c.machines {
-		if m.inst.State != domain.CloudTerminated {
-			n++
-		}
-	}
-	return n
-}
+func (c *Cloud) sorted() []*machine { return ec2like.Sorted(c.machines) }

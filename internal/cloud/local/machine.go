@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -57,14 +57,12 @@ func machinePaths(dir, id string) Machine {
 }
 
 // view returns a copy of the machine as the provider describes it.
-func (m *machine) view() domain.CloudInstance {
-	v := m.inst
-	v.Tags = maps.Clone(m.inst.Tags)
-	if v.Tags == nil {
-		v.Tags = map[string]string{}
-	}
-	return v
-}
+func (m *machine) view() domain.CloudInstance { return ec2like.Snapshot(m.inst) }
+
+// The machine as ec2like sees it.
+func (m *machine) Instance() *domain.CloudInstance { return &m.inst }
+func (m *machine) Seq() int                        { return m.seq }
+func (m *machine) TerminatedAt() time.Time         { return m.terminatedAt }
 
 // newMachine reserves an id and prepares the machine's directory and launch
 // data. Called under c.mu.
@@ -93,17 +91,13 @@ func (c *Cloud) newMachine(spec domain.LaunchSpec, now time.Time) (*machine, err
 		return nil, fmt.Errorf("write the launch data of %s: %w", id, err)
 	}
 	c.seq++
-	tags := maps.Clone(spec.Tags)
-	if tags == nil {
-		tags = map[string]string{}
-	}
 	return &machine{
 		seq:   c.seq,
 		paths: paths,
 		inst: domain.CloudInstance{
 			ID:           id,
 			State:        domain.CloudPending,
-			Tags:         tags,
+			Tags:         ec2like.CloneTags(spec.Tags),
 			InstanceType: InstanceType,
 			UsageClass:   UsageClass,
 			LaunchedAt:   now,

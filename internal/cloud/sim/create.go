@@ -5,12 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"maps"
 	"strings"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -33,23 +32,18 @@ func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.Cl
 		return nil, err
 	}
 	itype, usage := InstanceType(spec.Runner), UsageClass(spec.Runner)
-	fp := fingerprint(spec, itype, usage)
-	if spec.ClientToken != "" {
-		if rec, ok := c.tokens[spec.ClientToken]; ok {
-			if rec.fingerprint != fp {
-				return nil, apiError(OpCreateFleet, CodeIdempotentMismatch, domain.ErrInvalidRequest,
-					"client token %q was used with a different request", spec.ClientToken)
-			}
-			return c.views(rec.ids, now), rec.err
-		}
+	fp := ec2like.Fingerprint(spec, itype, usage)
+	done, err := c.tokens.Recall(spec.ClientToken, fp)
+	if err != nil {
+		return nil, err
+	}
+	if done != nil {
+		return ec2like.Views(c.machines, done.IDs, c.viewAt(now)), done.Err
 	}
 	if err := c.validateLaunch(spec); err != nil {
 		return nil, err
 	}
-	n := spec.Count
-	if c.capacity > 0 {
-		n = min(n, max(0, c.capacity-c.live(now)))
-	}
+	n := ec2like.Fit(spec.Count, c.capacity, c.live(now))
 	out := make([]domain.CloudInstance, 0, n)
 	ids := make([]string, 0, n)
 	for range n {
@@ -58,12 +52,10 @@ func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.Cl
 		ids = append(ids, m.inst.ID)
 	}
 	if n < spec.Count {
-		err = apiError(OpCreateFleet, CodeInsufficient, domain.ErrInsufficientCapacity,
+		err = ec2like.Errorf(OpCreateFleet, CodeInsufficient, domain.ErrInsufficientCapacity,
 			"launched %d of %d %s machines", n, spec.Count, itype)
 	}
-	if spec.ClientToken != "" && n > 0 {
-		c.tokens[spec.ClientToken] = tokenRecord{fingerprint: fp, ids: ids, err: err}
-	}
+	c.tokens.Remember(spec.ClientToken, fp, ids, err)
 	if n == 0 {
 		return nil, err
 	}
@@ -71,17 +63,13 @@ func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.Cl
 }
 
 func (c *Cloud) validateLaunch(spec domain.LaunchSpec) error {
-	if spec.Count < 1 || spec.Count > c.opts.MaxPerCall {
-		return apiError(OpCreateFleet, CodeInvalidParameter, domain.ErrInvalidRequest,
-			"count %d, want 1 to %d", spec.Count, c.opts.MaxPerCall)
+	if err := ec2like.CheckLaunch(spec, c.opts.MaxPerCall); err != nil {
+		return err
 	}
 	// Without Options.Images every id is accepted, so that tests need not
 	// resolve an image first.
-	if spec.ImageID == "" {
-		return apiError(OpCreateFleet, CodeAMIMalformed, domain.ErrUnknownImage, "no image id given")
-	}
 	if c.images != nil && !c.imageIDs[spec.ImageID] {
-		return apiError(OpCreateFleet, CodeAMINotFound, domain.ErrUnknownImage,
+		return ec2like.Errorf(OpCreateFleet, CodeAMINotFound, domain.ErrUnknownImage,
 			"image %s does not exist", spec.ImageID)
 	}
 	return nil
@@ -94,15 +82,12 @@ func (c *Cloud) launch(spec domain.LaunchSpec, itype, usage string, now time.Tim
 		seq: c.seq,
 		inst: domain.CloudInstance{
 			ID:           c.newID(),
-			Tags:         maps.Clone(spec.Tags),
+			Tags:         ec2like.CloneTags(spec.Tags),
 			InstanceType: itype,
 			UsageClass:   usage,
 			LaunchedAt:   now,
 		},
 		neverWarm: c.opts.NeverWarmEvery > 0 && c.seq%c.opts.NeverWarmEvery == 0,
-	}
-	if m.inst.Tags == nil {
-		m.inst.Tags = map[string]string{}
 	}
 	m.begin(now, domain.CloudPending, domain.CloudRunning, c.opts.Latency.Boot)
 	c.machines[m.inst.ID] = m
@@ -126,34 +111,6 @@ func (c *Cloud) newID() string {
 	}
 }
 
-// views describes the machines with ids that still exist. Called under c.mu.
-func (c *Cloud) views(ids []string, now time.Time) []domain.CloudInstance {
-	out := make([]domain.CloudInstance, 0, len(ids))
-	for _, id := range ids {
-		if m, ok := c.machines[id]; ok {
-			out = append(out, m.view(now))
-		}
-	}
-	return out
-}
-
-// fingerprint identifies a Create request for ClientToken checks.
-func fingerprint(spec domain.LaunchSpec, itype, usage string) string {
-	b, err := json.Marshal(struct {
-		Count  int
-		Image  string
-		Type   string
-		Usage  string
-		Tags   map[string]string
-		Launch string
-	}{spec.Count, spec.ImageID, itype, usage, spec.Tags, spec.Agent.LaunchID})
-	if err != nil {
-		panic("fingerprint: " + err.Error()) // plain structs always marshal
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
-
 // ResolveImage returns the id of the image called name: from Options.Images
 // when set, otherwise "ami-" and a hash of the name and its generation (see
 // PublishImage). An empty or unconfigured name is domain.ErrUnknownImage.
@@ -163,15 +120,15 @@ func (c *Cloud) ResolveImage(ctx context.Context, name string) (string, error) {
 	if _, err := c.call(ctx, OpDescribeImages, 1); err != nil {
 		return "", err
 	}
-	if name == "" {
-		return "", apiError(OpDescribeImages, CodeAMINotFound, domain.ErrUnknownImage, "no image name given")
+	if err := ec2like.RequireImageName(name); err != nil {
+		return "", err
 	}
 	if c.images == nil {
 		return imageID(name, c.imageGen[name]), nil
 	}
 	id, ok := c.images[name]
 	if !ok {
-		return "", apiError(OpDescribeImages, CodeAMINotFound, domain.ErrUnknownImage,
+		return "", ec2like.Errorf(OpDescribeImages, CodeAMINotFound, domain.ErrUnknownImage,
 			"no image called %q", name)
 	}
 	return id, nil

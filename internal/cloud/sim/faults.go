@@ -3,24 +3,24 @@ package sim
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 // EC2 error codes the sim returns.
 const (
-	CodeIncorrectState     = "IncorrectInstanceState"
-	CodeNotFound           = "InvalidInstanceID.NotFound"
-	CodeAMINotFound        = "InvalidAMIID.NotFound"
-	CodeAMIMalformed       = "InvalidAMIID.Malformed"
-	CodeInsufficient       = "InsufficientInstanceCapacity"
-	CodeThrottled          = "RequestLimitExceeded"
-	CodeInvalidParameter   = "InvalidParameterValue"
-	CodeMissingParameter   = "MissingParameter"
-	CodeIdempotentMismatch = "IdempotentParameterMismatch"
-	CodeInternal           = "InternalError"
+	CodeIncorrectState     = ec2like.CodeIncorrectState
+	CodeNotFound           = ec2like.CodeNotFound
+	CodeAMINotFound        = ec2like.CodeAMINotFound
+	CodeAMIMalformed       = ec2like.CodeAMIMalformed
+	CodeInsufficient       = ec2like.CodeInsufficient
+	CodeThrottled          = ec2like.CodeThrottled
+	CodeInvalidParameter   = ec2like.CodeInvalidParameter
+	CodeMissingParameter   = ec2like.CodeMissingParameter
+	CodeIdempotentMismatch = ec2like.CodeIdempotentMismatch
+	CodeInternal           = ec2like.CodeInternal
 )
 
 // failure is an injected error for the next n calls of one operation.
@@ -110,14 +110,12 @@ func (c *Cloud) NeverWarm(id string) bool {
 // apply the injected throttle and failures. Called under c.mu; it returns
 // the time the call happens at.
 func (c *Cloud) call(ctx context.Context, op string, n int) (time.Time, error) {
-	if err := ctx.Err(); err != nil {
-		return time.Time{}, fmt.Errorf("%s: %w", op, err)
+	if err := c.calls.Begin(ctx, op, n); err != nil {
+		return time.Time{}, err
 	}
-	c.calls[op]++
-	c.maxIDs[op] = max(c.maxIDs[op], n)
 	now := c.clk.Now()
 	if b := c.throttles[op]; b != nil && !b.take(now) {
-		return now, apiError(op, CodeThrottled, domain.ErrThrottled, "rate exceeded")
+		return now, ec2like.Errorf(op, CodeThrottled, domain.ErrThrottled, "rate exceeded")
 	}
 	if f := c.failures[op]; f != nil {
 		if f.n--; f.n <= 0 {
@@ -127,12 +125,6 @@ func (c *Cloud) call(ctx context.Context, op string, n int) (time.Time, error) {
 	}
 	c.purge(now)
 	return now, nil
-}
-
-// apiError builds the error of a refused call: the sentinel it wraps and a
-// message saying what was wrong.
-func apiError(op, code string, sentinel error, format string, args ...any) *domain.CloudError {
-	return &domain.CloudError{Op: op, Code: code, Err: fmt.Errorf("%w: "+format, append([]any{sentinel}, args...)...)}
 }
 
 // injected wraps an error given to FailNext.

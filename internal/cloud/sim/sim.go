@@ -15,30 +15,30 @@
 package sim
 
 import (
-	"slices"
 	"sync"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 // EC2 operation names, used as keys of Calls, MaxIDsPerCall, FailNext and
 // Throttle.
 const (
-	OpCreateFleet        = "CreateFleet"
-	OpStartInstances     = "StartInstances"
-	OpStopInstances      = "StopInstances"
-	OpTerminateInstances = "TerminateInstances"
-	OpCreateTags         = "CreateTags"
-	OpDescribeInstances  = "DescribeInstances"
-	OpDescribeImages     = "DescribeImages"
+	OpCreateFleet        = ec2like.OpCreateFleet
+	OpStartInstances     = ec2like.OpStartInstances
+	OpStopInstances      = ec2like.OpStopInstances
+	OpTerminateInstances = ec2like.OpTerminateInstances
+	OpCreateTags         = ec2like.OpCreateTags
+	OpDescribeInstances  = ec2like.OpDescribeInstances
+	OpDescribeImages     = ec2like.OpDescribeImages
 )
 
 // Defaults for zero Options fields.
 const (
-	DefaultMaxPerCall          = 1000 // EC2's limit on ids per call
+	DefaultMaxPerCall          = ec2like.MaxPerCall
 	DefaultSignalRetry         = time.Second
-	DefaultTerminatedRetention = time.Hour // EC2 describes terminated machines for about an hour
+	DefaultTerminatedRetention = ec2like.DefaultTerminatedRetention
 )
 
 // Latency is how long each state change takes. Zero means the change is
@@ -99,9 +99,8 @@ type Cloud struct {
 	images    map[string]string // nil: derive ids from names
 	imageGen  map[string]int    // releases per image name (PublishImage)
 	imageIDs  map[string]bool   // every id images ever held, so rolled-over images still launch
-	tokens    map[string]tokenRecord
-	calls     map[string]int
-	maxIDs    map[string]int
+	tokens    ec2like.Ledger
+	calls     ec2like.Calls
 	failures  map[string]*failure
 	throttles map[string]*bucket
 	closed    bool
@@ -127,13 +126,6 @@ type machine struct {
 	run          *run // the current or last stint of running
 }
 
-// tokenRecord remembers a Create call for its ClientToken.
-type tokenRecord struct {
-	fingerprint string
-	ids         []string
-	err         error
-}
-
 // New returns an empty cloud driven by clk.
 func New(clk domain.Clock, opts Options) *Cloud {
 	if opts.MaxPerCall <= 0 {
@@ -152,9 +144,6 @@ func New(clk domain.Clock, opts Options) *Cloud {
 		capacity:  opts.Capacity,
 		imageGen:  map[string]int{},
 		imageIDs:  map[string]bool{},
-		tokens:    map[string]tokenRecord{},
-		calls:     map[string]int{},
-		maxIDs:    map[string]int{},
 		failures:  map[string]*failure{},
 		throttles: map[string]*bucket{},
 		arrivals:  map[int64]*arrival{},
@@ -190,7 +179,7 @@ func (c *Cloud) Close() {
 func (c *Cloud) Calls() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return copyCounts(c.calls)
+	return c.calls.Counts()
 }
 
 // MaxIDsPerCall returns, per operation, the most ids one call carried (the
@@ -198,15 +187,14 @@ func (c *Cloud) Calls() map[string]int {
 func (c *Cloud) MaxIDsPerCall() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return copyCounts(c.maxIDs)
+	return c.calls.MaxIDs()
 }
 
 // ResetCalls clears Calls and MaxIDsPerCall.
 func (c *Cloud) ResetCalls() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.calls = map[string]int{}
-	c.maxIDs = map[string]int{}
+	c.calls.Reset()
 }
 
 // Instances returns every machine the cloud still describes, terminated ones
@@ -237,36 +225,25 @@ func (c *Cloud) Get(id string) (domain.CloudInstance, bool) {
 }
 
 // sorted returns the machines in creation order.
-func (c *Cloud) sorted() []*machine {
-	ms := make([]*machine, 0, len(c.machines))
-	for _, m := range c.machines {
-		ms = append(ms, m)
-	}
-	slices.SortFunc(ms, func(a, b *machine) int { return a.seq - b.seq })
-	return ms
-}
+func (c *Cloud) sorted() []*machine { return ec2like.Sorted(c.machines) }
 
 // purge forgets machines terminated longer than the retention ago.
 func (c *Cloud) purge(now time.Time) {
-	for id, m := range c.machines {
-		m.settle(now)
-		if m.inst.State == domain.CloudTerminated &&
-			!now.Before(m.terminatedAt.Add(c.opts.TerminatedRetention)) {
-			delete(c.machines, id)
-		}
-	}
+	c.settle(now)
+	ec2like.Purge(c.machines, c.opts.TerminatedRetention, now)
 }
 
 // live counts machines that hold capacity: everything not yet terminated.
 func (c *Cloud) live(now time.Time) int {
-	n := 0
+	c.settle(now)
+	return ec2like.Live(c.machines)
+}
+
+// settle applies every state change in flight whose time has come.
+func (c *Cloud) settle(now time.Time) {
 	for _, m := range c.machines {
 		m.settle(now)
-		if m.inst.State != domain.CloudTerminated {
-			n++
-		}
 	}
-	return n
 }
 
 // settle applies the state change in flight if its time has come.
@@ -290,18 +267,10 @@ func (m *machine) begin(now time.Time, state, next domain.CloudState, d time.Dur
 // view returns a copy of the machine as described at now.
 func (m *machine) view(now time.Time) domain.CloudInstance {
 	m.settle(now)
-	v := m.inst
-	v.Tags = make(map[string]string, len(m.inst.Tags))
-	for k, val := range m.inst.Tags {
-		v.Tags[k] = val
-	}
-	return v
+	return ec2like.Snapshot(m.inst)
 }
 
-func copyCounts(in map[string]int) map[string]int {
-	out := make(map[string]int, len(in))
-	for k, v := range in {
-		out[k] = v
-	}
-	return out
-}
+// The machine as ec2like sees it, as last settled.
+func (m *machine) Instance() *domain.CloudInstance { return &m.inst }
+func (m *machine) Seq() int                        { return m.seq }
+func (m *machine) TerminatedAt() time.Time         { return m.terminatedAt }
