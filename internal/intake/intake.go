@@ -325,6 +325,9 @@ func (in *Intake) reject(ctx context.Context, j domain.Job) {
 // progress applies in_progress and completed events.
 func (in *Intake) progress(ctx context.Context, e event) error {
 	w := e.ev.Job
+	if err := in.recordEarly(ctx, e); err != nil {
+		return err
+	}
 	switch e.ev.Action {
 	case webhook.ActionInProgress:
 		at := w.StartedAt
@@ -386,4 +389,53 @@ func (in *Intake) protect(ctx context.Context, jobID int64) error {
 		}
 	}
 	return fmt.Errorf("instance %s of job %d keeps changing", j.InstanceID, jobID)
+}
+
+// recordEarly records a job of ours that GitHub reports started or finished
+// before its queued delivery was processed (deliveries are not ordered, and
+// a failed queued delivery comes back after later ones). Recorded in the
+// status the event gives it, the job is found by its late queued delivery,
+// which then sends nothing: else that delivery would create it queued and
+// bind an instance and a runner to a job that is over.
+func (in *Intake) recordEarly(ctx context.Context, e event) error {
+	w := e.ev.Job
+	_, err := in.Store.GetJob(ctx, w.ID)
+	if !errors.Is(err, domain.ErrNotFound) {
+		if err != nil {
+			return fmt.Errorf("read job %d: %w", w.ID, err)
+		}
+		return nil
+	}
+	d := Decide(w.Labels, in.Routing())
+	if !d.Ours || d.Reject != "" {
+		// Not ours, or never to be served: its queued delivery, if it
+		// comes, records and rejects it as it would have.
+		return nil
+	}
+	now := in.Clock.Now()
+	j := newJob(e, d, now)
+	j.RunnerName, j.StartedAt = w.RunnerName, w.StartedAt
+	switch e.ev.Action {
+	case webhook.ActionInProgress:
+		j.Status = domain.JobRunning
+		if j.StartedAt.IsZero() {
+			j.StartedAt = now
+		}
+	case webhook.ActionCompleted:
+		j.Status, j.CompletedAt, j.Conclusion = domain.JobCompleted, w.CompletedAt, w.Conclusion
+		if j.CompletedAt.IsZero() {
+			j.CompletedAt = now
+		}
+	default:
+		return nil
+	}
+	created, err := in.Store.CreateJobs(ctx, []domain.Job{j})
+	if err != nil {
+		return fmt.Errorf("record job %d, %s before queued: %w", w.ID, e.ev.Action, err)
+	}
+	if created[0] {
+		in.Log.Info("job recorded from a delivery that came before its queued one",
+			"job", w.ID, "action", e.ev.Action, "status", j.Status)
+	}
+	return nil
 }

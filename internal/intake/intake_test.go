@@ -316,7 +316,11 @@ func TestInProgressMarksTheJobRunning(t *testing.T) {
 	if in := f.getInstance("i-assigned"); !in.JobStarted || in.State != domain.StateClaimed {
 		t.Errorf("instance %s job-started %v, want its job marked started", in.State, in.JobStarted)
 	}
-	f.noJob(7003)
+	// Never seen queued: recorded as it is, so that its late queued
+	// delivery does not send it to be served.
+	if j := f.job(7003); j.Status != domain.JobRunning || !j.StartedAt.Equal(started) {
+		t.Errorf("job 7003: %s started %v; want running since %v", j.Status, j.StartedAt, started)
+	}
 	if got := f.events("in_progress", "recorded"); got != 3 {
 		t.Errorf("in_progress/recorded counted %v, want 3", got)
 	}
