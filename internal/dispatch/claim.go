@@ -37,10 +37,15 @@ func (d *Dispatcher) fillLastStart(ctx context.Context, claimed, unserved []*ite
 		}
 		res.Received += len(more)
 		c, u, dn, err := d.take(ctx, more, res)
+		// What the top-up claimed before an error is served with the
+		// batch, which goes on; the rest of its messages come back after
+		// the visibility timeout.
+		claimed, done = append(claimed, c...), append(done, dn...)
 		if err != nil {
-			break // their messages come back after the visibility timeout
+			d.Log.Warn("topping the pool batch up failed", "claimed", len(c), "err", err)
+			break
 		}
-		claimed, unserved, done = append(claimed, c...), append(unserved, u...), append(done, dn...)
+		unserved = append(unserved, u...)
 	}
 	return claimed, unserved, done
 }
@@ -68,6 +73,8 @@ func (d *Dispatcher) claim(ctx context.Context, pool string, items []*item) (cla
 		}
 		results, err := d.Store.TransitionBatch(ctx, reqs)
 		if err != nil {
+			// The earlier rounds' claims stand: the caller must serve them
+			// or give them back.
 			return claimed, nil, fmt.Errorf("claim instances of pool %s: %w", pool, err)
 		}
 		var still []*item

@@ -103,15 +103,33 @@ func New(d Deps, reg prometheus.Registerer, opts Options) (*Dispatcher, error) {
 // through to the end, so a shutdown leaves nothing half-claimed.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
-		if _, err := d.Step(ctx); err != nil && ctx.Err() == nil {
+		res, err := d.Step(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
 			d.Log.Warn("pool dispatch failed", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-d.Clock.After(time.Second):
-			}
+			d.sleep(ctx, time.Second)
+		case err == nil && res.Received == 0 && d.opts.Wait < 0:
+			// No long poll to wait in: without a pause an empty queue
+			// would be received from in a tight loop.
+			d.sleep(ctx, idlePoll)
 		}
 	}
 	return nil
+}
+
+// idlePoll is how long Run waits after an empty receive when it does not
+// long-poll (Options.Wait negative).
+const idlePoll = time.Second
+
+// sleep waits d on the clock, or until ctx ends, and leaves no timer behind.
+func (d *Dispatcher) sleep(ctx context.Context, wait time.Duration) {
+	ch := make(chan struct{})
+	t := d.Clock.AfterFunc(wait, func() { close(ch) })
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-ch:
+	}
 }
 
 // Result counts what one step did.
@@ -124,11 +142,11 @@ type item struct {
 	msg  domain.Message
 	job  domain.Job
 	inst domain.Instance // claimed for the job
-	// wasStopped: the instance must be started; startFailed: that failed,
-	// so it never left stopped.
-	wasStopped, startFailed bool
-	reg                     domain.RunnerRegistration
-	err                     error // why this item failed and goes back to the queue
+	// wasStopped: the instance must be started; started: it was, so it
+	// is no longer stopped should the job go back to the queue.
+	wasStopped, started bool
+	reg                 domain.RunnerRegistration
+	err                 error // why this item failed and goes back to the queue
 }
 
 // Step receives one batch and serves it.
@@ -145,11 +163,37 @@ func (d *Dispatcher) Step(ctx context.Context) (Result, error) {
 	d.metrics.batchSize.Observe(float64(len(msgs)))
 	res := Result{Received: len(msgs)}
 
-	claimed, unserved, done, err := d.take(ctx, msgs, &res)
-	if err != nil {
-		return res, err // messages stay in flight and come back after the visibility timeout
+	done, err := d.serve(ctx, msgs, &res)
+	if derr := d.Queue.Delete(ctx, domain.QueuePool, done); derr != nil {
+		err = errors.Join(err, fmt.Errorf("delete served messages: %w", derr))
 	}
-	claimed, unserved, done = d.fillLastStart(ctx, claimed, unserved, done, &res)
+	d.metrics.jobs.WithLabelValues("assigned").Add(float64(res.Assigned))
+	d.metrics.jobs.WithLabelValues("overflow").Add(float64(res.Overflowed))
+	d.metrics.jobs.WithLabelValues("skipped").Add(float64(res.Skipped))
+	d.metrics.jobs.WithLabelValues("retried").Add(float64(res.Retried))
+	d.Log.Info("pool batch", "received", res.Received, "assigned", res.Assigned, "overflow", res.Overflowed,
+		"skipped", res.Skipped, "retried", res.Retried)
+	return res, err
+}
+
+// serve claims instances for a batch's jobs, readies them, assigns them and
+// overflows what no instance could take. It returns the receipts of the
+// messages done with.
+func (d *Dispatcher) serve(ctx context.Context, msgs []domain.Message, res *Result) ([]string, error) {
+	claimed, unserved, done, err := d.take(ctx, msgs, res)
+	if err != nil {
+		// Instances already claimed for other pools go back: left as
+		// they are, each would hold a job and no runner until its expiry,
+		// while the job's message came back to claim another. The other
+		// messages come back after the visibility timeout.
+		for _, it := range claimed {
+			it.err = fmt.Errorf("batch abandoned: %w", err)
+			res.Retried++
+			d.retry(ctx, it)
+		}
+		return done, err
+	}
+	claimed, unserved, done = d.fillLastStart(ctx, claimed, unserved, done, res)
 	d.detach(ctx, claimed)
 	d.start(ctx, claimed)
 	d.register(ctx, claimed)
@@ -168,27 +212,20 @@ func (d *Dispatcher) Step(ctx context.Context) (Result, error) {
 	for _, it := range over {
 		done = append(done, it.msg.Receipt)
 	}
-	if derr := d.Queue.Delete(ctx, domain.QueuePool, done); derr != nil {
-		err = errors.Join(err, fmt.Errorf("delete served messages: %w", derr))
-	}
-	d.metrics.jobs.WithLabelValues("assigned").Add(float64(res.Assigned))
-	d.metrics.jobs.WithLabelValues("overflow").Add(float64(res.Overflowed))
-	d.metrics.jobs.WithLabelValues("skipped").Add(float64(res.Skipped))
-	d.metrics.jobs.WithLabelValues("retried").Add(float64(res.Retried))
-	d.Log.Info("pool batch", "received", res.Received, "assigned", res.Assigned, "overflow", res.Overflowed,
-		"skipped", res.Skipped, "retried", res.Retried)
-	return res, err
+	return done, err
 }
 
-// take loads the jobs of msgs and claims instances for them.
+// take loads the jobs of msgs and claims instances for them. On an error
+// it still returns the items claimed so far, and the receipts of messages
+// done with: the caller serves those items or gives their instances back.
 func (d *Dispatcher) take(ctx context.Context, msgs []domain.Message, res *Result) (claimed, unserved []*item, done []string, err error) {
 	byPool, done := d.load(ctx, msgs, res)
 	for pool, items := range byPool {
 		c, u, err := d.claim(ctx, pool, items)
-		if err != nil {
-			return nil, nil, nil, err
-		}
 		claimed = append(claimed, c...)
+		if err != nil {
+			return claimed, nil, done, err
+		}
 		unserved = append(unserved, u...)
 	}
 	return claimed, unserved, done, nil

@@ -46,9 +46,12 @@ func (d *Dispatcher) start(ctx context.Context, items []*item) {
 		if err := d.Cloud.Start(ctx, ids); err != nil {
 			d.metrics.cloudErrors.WithLabelValues("StartInstances").Inc()
 			for _, it := range batch {
-				it.err, it.startFailed = fmt.Errorf("start: %w", err), true
+				it.err = fmt.Errorf("start: %w", err)
 			}
 			continue
+		}
+		for _, it := range batch {
+			it.started = true
 		}
 		d.metrics.started.Add(float64(len(batch)))
 	}
@@ -168,12 +171,13 @@ func (d *Dispatcher) giveRunners(ctx context.Context, items []*item) (ok, failed
 	return ok, failed
 }
 
-// retry gives a failed item's instance back to its pool and lets its job's
-// message come back to the queue after a short delay.
+// retry gives a failed item's instance back to its pool, stopped if it
+// never left stopped, and lets its job's message come back to the queue
+// after a short delay.
 func (d *Dispatcher) retry(ctx context.Context, it *item) {
 	d.Log.Warn("pool job not served; retrying", "job", it.job.ID, "pool", it.job.Pool, "instance", it.inst.ID, "err", it.err)
 	back := domain.StateReady
-	if it.wasStopped && it.startFailed {
+	if it.wasStopped && !it.started {
 		back = domain.StateStopped
 	}
 	if it.inst.ID != "" {
