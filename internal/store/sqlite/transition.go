@@ -97,18 +97,44 @@ func (s *Store) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt
 	return st, nil
 }
 
-// writeStmts are the read and write statements of one kind of row's
-// transition, bound to a transaction.
-type writeStmts struct {
-	get, update *sql.Stmt
+// rowKind is one kind of row's guarded transition: how to read a row,
+// decide what to write and write it. The write transaction, the batch and
+// the errors around them are the same for instances and jobs, and are
+// written once in transition and transitionBatch.
+type rowKind[ID, Row, Guard, Req, Res any] struct {
+	noun        string // names a row in errors: "instance", "job"
+	batchOp     string // names the batch call in its errors
+	get, update string // writerQueries reading and writing one row by id
+	read        func(scanner) (Row, error)
+	// decide returns the row to write, or why the transition is refused.
+	decide func(cur Row, g Guard, now time.Time, fn func(*Row)) (Row, error)
+	// write returns update's arguments; an error refuses the transition.
+	write   func(Row) ([]any, error)
+	request func(Req) (ID, Guard, func(*Row))
+	result  func(Row, error) Res
 }
 
-func (s *Store) txStmts(ctx context.Context, tx *sql.Tx) writeStmts {
-	return writeStmts{get: tx.StmtContext(ctx, s.prepared[selectInstance]), update: tx.StmtContext(ctx, s.prepared[updateInstance])}
+var instanceKind = rowKind[string, domain.Instance, domain.Guard, domain.TransitionRequest, domain.TransitionResult]{
+	noun: "instance", batchOp: "transition batch",
+	get: selectInstance, update: updateInstance,
+	read:   scanInstance,
+	decide: decideInstance,
+	write:  func(i domain.Instance) ([]any, error) { return updateArgs(i), nil },
+	request: func(r domain.TransitionRequest) (string, domain.Guard, func(*domain.Instance)) {
+		return r.ID, r.Guard, r.Apply
+	},
+	result: func(i domain.Instance, refused error) domain.TransitionResult {
+		return domain.TransitionResult{Instance: i, Err: refused}
+	},
 }
 
-func (s *Store) txJobStmts(ctx context.Context, tx *sql.Tx) writeStmts {
-	return writeStmts{get: tx.StmtContext(ctx, s.prepared[selectJob]), update: tx.StmtContext(ctx, s.prepared[updateJob])}
+func decideInstance(cur domain.Instance, g domain.Guard, now time.Time, fn func(*domain.Instance)) (domain.Instance, error) {
+	next, refused := domain.ApplyTransition(cur, g, now, fn)
+	if refused != nil {
+		return domain.Instance{}, refused
+	}
+	next = normalizeTimes(next)
+	return next, validateInstance(next)
 }
 
 // Transition applies fn to the instance id if it matches g, in one write
@@ -117,20 +143,7 @@ func (s *Store) txJobStmts(ctx context.Context, tx *sql.Tx) writeStmts {
 // fn runs while the writer is held, so it must be quick and must not call
 // the store.
 func (s *Store) Transition(ctx context.Context, id string, g domain.Guard, fn func(*domain.Instance)) (domain.Instance, error) {
-	var out domain.Instance
-	var refused error
-	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		var err error
-		out, refused, err = transitionOne(ctx, s.txStmts(ctx, tx), s.clk.Now(), id, g, fn)
-		return err
-	})
-	if err != nil {
-		return domain.Instance{}, fmt.Errorf("transition instance %s: %w", id, err)
-	}
-	if refused != nil {
-		return domain.Instance{}, refused
-	}
-	return out, nil
+	return instanceKind.transition(ctx, s, id, g, fn)
 }
 
 // TransitionBatch applies every request in one write transaction, which is
@@ -138,60 +151,96 @@ func (s *Store) Transition(ctx context.Context, id string, g domain.Guard, fn fu
 // its own outcome; the error is for the batch as a whole (a closed store, a
 // failed commit), in which case nothing was written.
 func (s *Store) TransitionBatch(ctx context.Context, reqs []domain.TransitionRequest) ([]domain.TransitionResult, error) {
+	return instanceKind.transitionBatch(ctx, s, reqs)
+}
+
+// transition is one guarded transition in its own write transaction.
+func (k *rowKind[ID, Row, Guard, Req, Res]) transition(ctx context.Context, s *Store, id ID, g Guard, fn func(*Row)) (Row, error) {
+	var out, zero Row
+	var refused error
+	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		out, refused, err = k.one(ctx, k.stmts(ctx, s, tx), s.clk.Now(), id, g, fn)
+		return err
+	})
+	if err != nil {
+		return zero, fmt.Errorf("transition %s %v: %w", k.noun, id, err)
+	}
+	if refused != nil {
+		return zero, refused
+	}
+	return out, nil
+}
+
+// transitionBatch is every request in one write transaction, each with its
+// own outcome in request order; the error is for the batch as a whole.
+func (k *rowKind[ID, Row, Guard, Req, Res]) transitionBatch(ctx context.Context, s *Store, reqs []Req) ([]Res, error) {
 	if len(reqs) == 0 {
 		if err := s.checkOpen(); err != nil {
-			return nil, fmt.Errorf("transition batch: %w", err)
+			return nil, fmt.Errorf("%s: %w", k.batchOp, err)
 		}
-		return []domain.TransitionResult{}, nil
+		return []Res{}, nil
 	}
-	var results []domain.TransitionResult
+	var results []Res
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		stmts := s.txStmts(ctx, tx)
+		stmts := k.stmts(ctx, s, tx)
 		now := s.clk.Now()
-		results = make([]domain.TransitionResult, len(reqs))
-		for k, r := range reqs {
-			inst, refused, err := transitionOne(ctx, stmts, now, r.ID, r.Guard, r.Apply)
+		results = make([]Res, len(reqs))
+		for n, r := range reqs {
+			id, g, fn := k.request(r)
+			row, refused, err := k.one(ctx, stmts, now, id, g, fn)
 			if err != nil {
-				return fmt.Errorf("instance %s: %w", r.ID, err)
+				return fmt.Errorf("%s %v: %w", k.noun, id, err)
 			}
-			results[k] = domain.TransitionResult{Instance: inst, Err: refused}
+			results[n] = k.result(row, refused)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("transition batch: %w", err)
+		return nil, fmt.Errorf("%s: %w", k.batchOp, err)
 	}
 	return results, nil
 }
 
-// transitionOne is the read-check-write of one transition inside a write
+// writeStmts are the read and write statements of one kind of row's
+// transition, bound to a transaction.
+type writeStmts struct {
+	get, update *sql.Stmt
+}
+
+func (k *rowKind[ID, Row, Guard, Req, Res]) stmts(ctx context.Context, s *Store, tx *sql.Tx) writeStmts {
+	return writeStmts{get: tx.StmtContext(ctx, s.prepared[k.get]), update: tx.StmtContext(ctx, s.prepared[k.update])}
+}
+
+// one is the read-check-write of one transition inside a write
 // transaction. refused is the caller's outcome (not found, conflict, illegal
 // transition); err is a database failure that dooms the transaction.
-func transitionOne(ctx context.Context, st writeStmts, now time.Time, id string, g domain.Guard, fn func(*domain.Instance)) (out domain.Instance, refused, err error) {
-	cur, err := scanInstance(st.get.QueryRowContext(ctx, id))
+func (k *rowKind[ID, Row, Guard, Req, Res]) one(ctx context.Context, st writeStmts, now time.Time, id ID, g Guard, fn func(*Row)) (out Row, refused, err error) {
+	var zero Row
+	cur, err := k.read(st.get.QueryRowContext(ctx, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return domain.Instance{}, fmt.Errorf("instance %s: %w", id, domain.ErrNotFound), nil
+		return zero, fmt.Errorf("%s %v: %w", k.noun, id, domain.ErrNotFound), nil
 	}
 	if err != nil {
-		return domain.Instance{}, nil, fmt.Errorf("read: %w", err)
+		return zero, nil, fmt.Errorf("read: %w", err)
 	}
 	if fn == nil {
-		fn = func(*domain.Instance) {}
+		fn = func(*Row) {}
 	}
-	next, refused := domain.ApplyTransition(cur, g, now, fn)
+	next, refused := k.decide(cur, g, now, fn)
 	if refused != nil {
-		return domain.Instance{}, refused, nil
+		return zero, refused, nil
 	}
-	next = normalizeTimes(next)
-	if err := validateInstance(next); err != nil {
-		return domain.Instance{}, err, nil
+	args, refused := k.write(next)
+	if refused != nil {
+		return zero, refused, nil
 	}
-	res, err := st.update.ExecContext(ctx, updateArgs(next)...)
+	res, err := st.update.ExecContext(ctx, args...)
 	if err != nil {
-		return domain.Instance{}, nil, fmt.Errorf("write: %w", err)
+		return zero, nil, fmt.Errorf("write: %w", err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return domain.Instance{}, nil, fmt.Errorf("write: %d rows updated (%v)", n, err)
+		return zero, nil, fmt.Errorf("write: %d rows updated (%v)", n, err)
 	}
 	return next, nil, nil
 }

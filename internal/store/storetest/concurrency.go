@@ -1,9 +1,7 @@
 package storetest
 
 import (
-	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -43,21 +41,7 @@ func testConcurrentClaims(t *testing.T, e *env) {
 		_, errs[k] = e.s.Transition(e.ctx, "contested", readyUnbound, claim(fmt.Sprintf("job-%02d", k)))
 	})
 
-	winner := -1
-	for k, err := range errs {
-		var ce *domain.ConflictError
-		switch {
-		case err == nil && winner >= 0:
-			t.Fatalf("racers %d and %d both claimed the instance", winner, k)
-		case err == nil:
-			winner = k
-		case !errors.Is(err, domain.ErrConflict) || !errors.As(err, &ce):
-			t.Fatalf("racer %d: got %v, want a *ConflictError", k, err)
-		}
-	}
-	if winner < 0 {
-		t.Fatal("no racer claimed the instance")
-	}
+	winner := soleWinner(t, "racer", "claimed the instance", errs, instanceRows.conflictErr)
 	got := e.get("contested")
 	if want := fmt.Sprintf("job-%02d", winner); got.State != domain.StateClaimed || got.Job != want || got.Version != 2 {
 		t.Fatalf("final row: state %s job %q version %d; want claimed by %s at version 2", got.State, got.Job, got.Version, want)
@@ -68,57 +52,16 @@ func testConcurrentClaims(t *testing.T, e *env) {
 // walking their window backwards so that a backend locking rows in request
 // order meets the opposite order too. Every instance ends claimed once.
 func testConcurrentBatches(t *testing.T, e *env) {
-	const (
-		instances = 48
-		workers   = 16
-		window    = 12
-		stride    = 3
-	)
 	var insts []domain.Instance
-	for k := range instances {
+	for k := range 48 {
 		insts = append(insts, instance(fmt.Sprintf("i%02d", k), domain.StateReady))
 	}
 	e.create(insts...)
-
-	type batch struct {
-		reqs    []domain.TransitionRequest
-		results []domain.TransitionResult
-		err     error
-	}
-	batches := make([]batch, workers)
-	for w := range workers {
-		for k := range window {
-			id := fmt.Sprintf("i%02d", (w*stride+k)%instances)
-			batches[w].reqs = append(batches[w].reqs, domain.TransitionRequest{ID: id, Guard: readyUnbound, Apply: claim(fmt.Sprintf("job-w%02d", w))})
-		}
-		if w%2 == 1 {
-			slices.Reverse(batches[w].reqs)
-		}
-	}
-	race(workers, func(w int) {
-		batches[w].results, batches[w].err = e.s.TransitionBatch(e.ctx, batches[w].reqs)
-	})
-
-	claimedBy := map[string]string{}
-	for w, b := range batches {
-		if b.err != nil {
-			t.Fatalf("worker %d: batch failed: %v", w, b.err)
-		}
-		if len(b.results) != len(b.reqs) {
-			t.Fatalf("worker %d: %d results for %d requests", w, len(b.results), len(b.reqs))
-		}
-		for k, r := range b.results {
-			id := b.reqs[k].ID
-			switch {
-			case r.Err == nil && claimedBy[id] != "":
-				t.Fatalf("%s claimed twice: by %s and worker %d", id, claimedBy[id], w)
-			case r.Err == nil:
-				claimedBy[id] = fmt.Sprintf("job-w%02d", w)
-			case !errors.Is(r.Err, domain.ErrConflict):
-				t.Fatalf("worker %d, %s: got %v, want success or ErrConflict", w, id, r.Err)
-			}
-		}
-	}
+	claimedBy := instanceRows.raceBatches(t, e, ids(insts),
+		func(w int) string { return fmt.Sprintf("job-w%02d", w) },
+		func(id, job string) domain.TransitionRequest {
+			return domain.TransitionRequest{ID: id, Guard: readyUnbound, Apply: claim(job)}
+		})
 	for _, inst := range e.list(domain.InstanceFilter{}) {
 		if inst.State != domain.StateClaimed || inst.Job != claimedBy[inst.ID] || inst.Version != 2 {
 			t.Errorf("%s: state %s job %q version %d; want claimed by %q at version 2",

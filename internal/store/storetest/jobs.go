@@ -3,9 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -70,30 +68,18 @@ func (e *env) createJobs(jobs ...domain.Job) []bool {
 
 func (e *env) getJob(id int64) domain.Job {
 	e.t.Helper()
-	j, err := e.s.GetJob(e.ctx, id)
-	if err != nil {
-		e.t.Fatalf("get job %d: %v", id, err)
-	}
-	return j
+	return must[domain.Job](e, "get job %d", id)(e.s.GetJob(e.ctx, id))
 }
 
 func (e *env) listJobs(f domain.JobFilter) []domain.Job {
 	e.t.Helper()
-	got, err := e.s.ListJobs(e.ctx, f)
-	if err != nil {
-		e.t.Fatalf("list jobs %+v: %v", f, err)
-	}
-	return got
+	return must[[]domain.Job](e, "list jobs %+v", f)(e.s.ListJobs(e.ctx, f))
 }
 
 // moveJob applies a job transition that must succeed.
 func (e *env) moveJob(id int64, g domain.JobGuard, fn func(*domain.Job)) domain.Job {
 	e.t.Helper()
-	j, err := e.s.TransitionJob(e.ctx, id, g, fn)
-	if err != nil {
-		e.t.Fatalf("transition job %d: %v", id, err)
-	}
-	return j
+	return must[domain.Job](e, "transition job %d", id)(e.s.TransitionJob(e.ctx, id, g, fn))
 }
 
 // jobUnchanged fails unless the stored job still equals before.
@@ -106,32 +92,7 @@ func (e *env) jobUnchanged(before domain.Job) {
 // (and in UTC), an empty list the same as none.
 func sameJob(t *testing.T, what string, got, want domain.Job) {
 	t.Helper()
-	if diff := jobDiff(got, want); diff != "" {
-		t.Fatalf("%s %d differs (got / want):\n%s", what, want.ID, diff)
-	}
-}
-
-func jobDiff(got, want domain.Job) string {
-	got, want = emptyListsAsNil(got), emptyListsAsNil(want)
-	var b strings.Builder
-	gv, wv := reflect.ValueOf(got), reflect.ValueOf(want)
-	for k := range gv.NumField() {
-		name := gv.Type().Field(k).Name
-		g, w := gv.Field(k).Interface(), wv.Field(k).Interface()
-		if gt, ok := g.(time.Time); ok {
-			wt := w.(time.Time)
-			if !gt.Equal(wt) {
-				fmt.Fprintf(&b, "  %s: %v / %v\n", name, gt, wt)
-			} else if !gt.IsZero() && gt.Location() != time.UTC {
-				fmt.Fprintf(&b, "  %s: %v is not in UTC\n", name, gt)
-			}
-			continue
-		}
-		if !reflect.DeepEqual(g, w) {
-			fmt.Fprintf(&b, "  %s: %#v / %#v\n", name, g, w)
-		}
-	}
-	return b.String()
+	sameFields(t, what, want.ID, emptyListsAsNil(got), emptyListsAsNil(want))
 }
 
 // emptyListsAsNil lets a backend that cannot tell an empty list from a

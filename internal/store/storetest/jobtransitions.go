@@ -71,10 +71,7 @@ func testJobTransitionGuards(t *testing.T, e *env) {
 		t.Run(c.name, func(t *testing.T) {
 			e.clk.Advance(time.Second)
 			_, err := e.s.TransitionJob(e.ctx, 1, c.guard, toStatus(domain.JobRunning))
-			var ce *domain.JobConflictError
-			if !errors.Is(err, domain.ErrConflict) || !errors.As(err, &ce) {
-				t.Fatalf("got %v, want a *JobConflictError", err)
-			}
+			ce := refusedAs[*domain.JobConflictError](t, err, domain.ErrConflict)
 			if ce.ID != 1 || ce.Want != c.guard || ce.Actual != actual {
 				t.Fatalf("conflict %+v: want id 1, want %+v, actual %+v", ce, c.guard, actual)
 			}
@@ -115,10 +112,7 @@ func testJobTransitionIllegal(t *testing.T, e *env) {
 			_, err := e.s.TransitionJob(e.ctx, id, domain.JobGuard{Status: c.from}, func(j *domain.Job) {
 				j.Status, j.Reason = c.to, "should not be written"
 			})
-			var te *domain.JobTransitionError
-			if !errors.As(err, &te) {
-				t.Fatalf("got %v, want a *JobTransitionError", err)
-			}
+			te := refusedAs[*domain.JobTransitionError](t, err, nil)
 			if te.ID != id || te.From != c.from || te.To != c.to {
 				t.Fatalf("got %+v, want %d %s -> %s", te, id, c.from, c.to)
 			}
@@ -173,37 +167,14 @@ func testJobTransitionEveryField(t *testing.T, e *env) {
 	sameJob(t, "emptied job", e.getJob(1), got)
 }
 
-// checkJob is check for the results of a job batch.
-func (o outcome) checkJob(t *testing.T, k int, r domain.JobTransitionResult) {
-	t.Helper()
-	var te *domain.JobTransitionError
-	var ce *domain.JobConflictError
-	switch {
-	case o == wins && r.Err != nil:
-		t.Errorf("request %d: got %v, want success", k, r.Err)
-	case o == conflicts && !(errors.Is(r.Err, domain.ErrConflict) && errors.As(r.Err, &ce)):
-		t.Errorf("request %d: got %v, want a *JobConflictError", k, r.Err)
-	case o == notFound && !errors.Is(r.Err, domain.ErrNotFound):
-		t.Errorf("request %d: got %v, want ErrNotFound", k, r.Err)
-	case o == illegal && !errors.As(r.Err, &te):
-		t.Errorf("request %d: got %v, want a *JobTransitionError", k, r.Err)
-	}
-}
-
 func testJobBatchMixed(t *testing.T, e *env) {
 	e.createJobs(job(1, domain.JobQueued), job(2, domain.JobQueued), job(3, domain.JobCompleted),
 		job(4, domain.JobAssigned), job(5, domain.JobQueued))
-	before := map[int64]domain.Job{}
-	for _, j := range e.listJobs(domain.JobFilter{}) {
-		before[j.ID] = j
-	}
+	before := jobRows.byID(e.listJobs(domain.JobFilter{}))
 	e.clk.Advance(3*time.Second + 5*time.Microsecond)
 	now := e.clk.Now()
 
-	cases := []struct {
-		req  domain.JobTransitionRequest
-		want outcome
-	}{
+	cases := []batchCase[domain.JobTransitionRequest]{
 		{domain.JobTransitionRequest{ID: 1, Guard: queuedGuard, Apply: assign("i-1")}, wins},
 		{domain.JobTransitionRequest{ID: 2, Guard: domain.JobGuard{Status: domain.JobAssigned}, Apply: toStatus(domain.JobRunning)}, conflicts},
 		{domain.JobTransitionRequest{ID: 404, Guard: queuedGuard, Apply: assign("i-2")}, notFound},
@@ -211,63 +182,16 @@ func testJobBatchMixed(t *testing.T, e *env) {
 		{domain.JobTransitionRequest{ID: 4, Guard: domain.JobGuard{Status: domain.JobAssigned, Version: 1}, Apply: toStatus(domain.JobQueued)}, wins},
 		{domain.JobTransitionRequest{ID: 5, Guard: domain.JobGuard{Status: domain.JobQueued, Version: 5}, Apply: assign("i-3")}, conflicts},
 	}
-	reqs := make([]domain.JobTransitionRequest, len(cases))
-	for k, c := range cases {
-		reqs[k] = c.req
-	}
-	results, err := e.s.TransitionJobs(e.ctx, reqs)
-	if err != nil {
-		t.Fatalf("batch: %v", err)
-	}
-	if len(results) != len(reqs) {
-		t.Fatalf("got %d results for %d requests", len(results), len(reqs))
-	}
-	for k, c := range cases {
-		c.want.checkJob(t, k, results[k])
-		id := c.req.ID
-		switch {
-		case c.want == wins:
-			got := results[k].Job
-			if got.ID != id || got.Version != before[id].Version+1 || !got.UpdatedAt.Equal(now) {
-				t.Errorf("request %d: wrote %+v", k, got)
-			}
-			sameJob(t, "stored winner", e.getJob(id), got)
-		case c.want != notFound:
-			e.jobUnchanged(before[id])
-		}
-	}
+	jobRows.checkMixedBatch(t, e, cases, before, now)
 }
 
-func testJobBatchEmpty(t *testing.T, e *env) {
-	results, err := e.s.TransitionJobs(e.ctx, nil)
-	if err != nil || len(results) != 0 {
-		t.Fatalf("empty batch: %v, %v", results, err)
-	}
-}
+func testJobBatchEmpty(t *testing.T, e *env) { jobRows.checkEmptyBatch(t, e) }
 
 func testJobBatchSameJobTwice(t *testing.T, e *env) {
 	e.createJobs(job(1, domain.JobQueued))
-	results, err := e.s.TransitionJobs(e.ctx, []domain.JobTransitionRequest{
-		{ID: 1, Guard: queuedGuard, Apply: assign("i-1")},
-		{ID: 1, Guard: queuedGuard, Apply: assign("i-2")},
-	})
-	if err != nil {
-		t.Fatalf("batch: %v", err)
-	}
-	winner := -1
-	for k, r := range results {
-		switch {
-		case r.Err == nil && winner < 0:
-			winner = k
-		case r.Err == nil:
-			t.Fatalf("both assignments won: %+v", results)
-		case !errors.Is(r.Err, domain.ErrConflict):
-			t.Fatalf("request %d: got %v, want ErrConflict", k, r.Err)
-		}
-	}
-	if winner < 0 {
-		t.Fatal("neither assignment won")
-	}
+	winner := jobRows.batchWinner(t, e, "assigned the job",
+		domain.JobTransitionRequest{ID: 1, Guard: queuedGuard, Apply: assign("i-1")},
+		domain.JobTransitionRequest{ID: 1, Guard: queuedGuard, Apply: assign("i-2")})
 	if got, want := e.getJob(1), []string{"i-1", "i-2"}[winner]; got.InstanceID != want || got.Version != 2 {
 		t.Fatalf("job bound to %q at version %d; want %q at 2", got.InstanceID, got.Version, want)
 	}

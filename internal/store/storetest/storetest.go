@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,30 +80,30 @@ func (e *env) create(insts ...domain.Instance) {
 
 func (e *env) get(id string) domain.Instance {
 	e.t.Helper()
-	inst, err := e.s.GetInstance(e.ctx, id)
-	if err != nil {
-		e.t.Fatalf("get %s: %v", id, err)
-	}
-	return inst
+	return must[domain.Instance](e, "get %s", id)(e.s.GetInstance(e.ctx, id))
 }
 
 func (e *env) list(f domain.InstanceFilter) []domain.Instance {
 	e.t.Helper()
-	got, err := e.s.ListInstances(e.ctx, f)
-	if err != nil {
-		e.t.Fatalf("list %+v: %v", f, err)
-	}
-	return got
+	return must[[]domain.Instance](e, "list %+v", f)(e.s.ListInstances(e.ctx, f))
 }
 
 // move applies a transition that must succeed.
 func (e *env) move(id string, g domain.Guard, fn func(*domain.Instance)) domain.Instance {
 	e.t.Helper()
-	inst, err := e.s.Transition(e.ctx, id, g, fn)
-	if err != nil {
-		e.t.Fatalf("transition %s: %v", id, err)
+	return must[domain.Instance](e, "transition %s", id)(e.s.Transition(e.ctx, id, g, fn))
+}
+
+// must passes on the result of a store call that has to succeed, and
+// otherwise fails the test naming the call.
+func must[T any](e *env, format string, args ...any) func(T, error) T {
+	return func(v T, err error) T {
+		e.t.Helper()
+		if err != nil {
+			e.t.Fatalf(format+": %v", append(args, err)...)
+		}
+		return v
 	}
-	return inst
 }
 
 // unchanged fails unless the stored row still equals before.
@@ -156,12 +157,14 @@ func created(in domain.Instance, now time.Time) domain.Instance {
 // as instants. Times in got must be in UTC (or zero).
 func sameInstance(t *testing.T, what string, got, want domain.Instance) {
 	t.Helper()
-	if diff := instanceDiff(got, want); diff != "" {
-		t.Fatalf("%s %s differs (got / want):\n%s", what, want.ID, diff)
-	}
+	sameFields(t, what, want.ID, got, want, "RunnerConfig")
 }
 
-func instanceDiff(got, want domain.Instance) string {
+// sameFields fails unless got equals want field by field: times as
+// instants, and in got in UTC (or zero). A redacted field's values are
+// never shown.
+func sameFields[T any](t *testing.T, what string, id any, got, want T, redacted ...string) {
+	t.Helper()
 	var b strings.Builder
 	gv, wv := reflect.ValueOf(got), reflect.ValueOf(want)
 	for k := range gv.NumField() {
@@ -177,13 +180,15 @@ func instanceDiff(got, want domain.Instance) string {
 			continue
 		}
 		if !reflect.DeepEqual(g, w) {
-			if name == "RunnerConfig" {
+			if slices.Contains(redacted, name) {
 				g, w = "(differs)", "(redacted)"
 			}
 			fmt.Fprintf(&b, "  %s: %#v / %#v\n", name, g, w)
 		}
 	}
-	return b.String()
+	if b.Len() > 0 {
+		t.Fatalf("%s %v differs (got / want):\n%s", what, id, b.String())
+	}
 }
 
 // ids lists the ids of insts in order.

@@ -59,10 +59,7 @@ func testTransitionGuards(t *testing.T, e *env) {
 		t.Run(c.name, func(t *testing.T) {
 			e.clk.Advance(time.Second)
 			_, err := e.s.Transition(e.ctx, "a", c.guard, to(domain.StateRunning))
-			var ce *domain.ConflictError
-			if !errors.Is(err, domain.ErrConflict) || !errors.As(err, &ce) {
-				t.Fatalf("got %v, want a *ConflictError", err)
-			}
+			ce := refusedAs[*domain.ConflictError](t, err, domain.ErrConflict)
 			if ce.ID != "a" || ce.Want != c.guard || ce.Actual != actual {
 				t.Fatalf("conflict %+v: want id a, want %+v, actual %+v", ce, c.guard, actual)
 			}
@@ -105,10 +102,7 @@ func testTransitionIllegal(t *testing.T, e *env) {
 			_, err := e.s.Transition(e.ctx, id, domain.Guard{State: c.from}, func(i *domain.Instance) {
 				i.State, i.Reason = c.to, "should not be written"
 			})
-			var te *domain.TransitionError
-			if !errors.As(err, &te) {
-				t.Fatalf("got %v, want a *TransitionError", err)
-			}
+			te := refusedAs[*domain.TransitionError](t, err, nil)
 			if te.ID != id || te.From != c.from || te.To != c.to {
 				t.Fatalf("got %+v, want %s %s -> %s", te, id, c.from, c.to)
 			}
