@@ -244,7 +244,9 @@ func (a *App) wire() error {
 	if err != nil {
 		return err
 	}
-	a.Terminator = &reaper.Terminator{Store: a.Store, Cloud: a.Cloud, Clock: clk, Log: log.With("loop", "terminator"), Interval: o.TerminateEvery}
+	a.Terminator = &reaper.Terminator{Store: a.Store, Cloud: a.Cloud, Clock: clk, Log: log.With("loop", "terminator"),
+		Interval: o.TerminateEvery, Deadlines: o.Deadlines}
+	o.Reaper.TerminatingAllowance = o.Deadlines.Terminating
 	a.Reconciler = &reaper.Reconciler{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "reaper"),
 		ControllerID: o.ControllerID, Scopes: a.scopes, Options: o.Reaper,

@@ -28,13 +28,15 @@ func (t *Terminator) Expire(ctx context.Context) (int, error) {
 	}
 	var reqs []domain.TransitionRequest
 	for _, in := range rows {
-		if !in.Expired(now) {
+		// A job that started is protected until its instance's own
+		// running deadline (the longest job bullpen lets run).
+		if !in.Expired(now) || (in.JobStarted && in.State != domain.StateRunning) {
 			continue
 		}
 		why := fmt.Sprintf("deadline of state %s passed at %s", in.State, in.Deadline.UTC().Format(time.RFC3339))
 		reqs = append(reqs, domain.TransitionRequest{ID: in.ID, Guard: domain.GuardOf(in), Apply: func(x *domain.Instance) {
 			x.State, x.Reason = domain.StateTerminating, why
-			x.Deadline = now.Add(domain.DefaultDeadlines().Terminating)
+			x.Deadline = t.deadlines().Until(domain.StateTerminating, now)
 		}})
 	}
 	if len(reqs) == 0 {
@@ -50,7 +52,7 @@ func (t *Terminator) Expire(ctx context.Context) (int, error) {
 		switch {
 		case r.Err == nil:
 			marked++
-			t.Log.Info("instance past its deadline; terminating", "instance", reqs[i].ID, "state", r.Instance.State, "reason", r.Instance.Reason)
+			t.log().Info("instance past its deadline; terminating", "instance", reqs[i].ID, "reason", r.Instance.Reason)
 		case !errors.Is(r.Err, domain.ErrConflict):
 			errs = append(errs, r.Err)
 		}

@@ -52,6 +52,9 @@ type Options struct {
 	// RunnerPrefix marks the runners bullpen registered; only those are
 	// cleaned up. Default "bp-".
 	RunnerPrefix string
+	// TerminatingAllowance is the deadline given to an instance the
+	// reaper marks terminating; default 10 min.
+	TerminatingAllowance time.Duration
 	// SilentAfter: an instance whose agent should be alive (ready, claimed,
 	// running, releasing) and has not been heard from for this long —
 	// neither a heartbeat nor a state change — is terminated. Default 3 min.
@@ -70,6 +73,7 @@ func (o *Options) defaults() {
 	def(&o.JobRetention, 72*time.Hour)
 	def(&o.InstanceRetention, 24*time.Hour)
 	def(&o.SilentAfter, 3*time.Minute)
+	def(&o.TerminatingAllowance, domain.DefaultDeadlines().Terminating)
 	if o.RunnerPrefix == "" {
 		o.RunnerPrefix = "bp-"
 	}
@@ -239,7 +243,7 @@ func (r *Reconciler) silent(ctx context.Context, rows []domain.Instance) (int, e
 		why := fmt.Sprintf("agent silent since %s", heard.UTC().Format(time.RFC3339))
 		_, err := r.Store.Transition(ctx, in.ID, domain.GuardOf(in), func(x *domain.Instance) {
 			x.State, x.Reason = domain.StateTerminating, why
-			x.Deadline = now.Add(domain.DefaultDeadlines().Terminating)
+			x.Deadline = now.Add(r.TerminatingAllowance)
 		})
 		if errors.Is(err, domain.ErrConflict) {
 			continue // it changed meanwhile: next cycle looks again

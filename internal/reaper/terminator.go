@@ -21,6 +21,8 @@ type Terminator struct {
 	Clock    domain.Clock
 	Log      *slog.Logger
 	Interval time.Duration // default 5 s
+	// Deadlines are the per-state allowances; zero means the defaults.
+	Deadlines domain.Deadlines
 }
 
 // Run terminates every interval until ctx ends.
@@ -30,6 +32,9 @@ func (t *Terminator) Run(ctx context.Context) error {
 		every = 5 * time.Second
 	}
 	for {
+		if _, err := t.Expire(ctx); err != nil && ctx.Err() == nil {
+			t.log().Warn("deadline sweep failed", "err", err)
+		}
 		if n, err := t.Sweep(ctx); err != nil && ctx.Err() == nil {
 			t.log().Warn("terminator sweep failed", "err", err, "terminated", n)
 		}
@@ -81,6 +86,13 @@ func (t *Terminator) Sweep(ctx context.Context) (int, error) {
 		t.log().Info("terminated instances", "count", closed)
 	}
 	return closed, errors.Join(errs...)
+}
+
+func (t *Terminator) deadlines() domain.Deadlines {
+	if t.Deadlines == (domain.Deadlines{}) {
+		return domain.DefaultDeadlines()
+	}
+	return t.Deadlines
 }
 
 func (t *Terminator) log() *slog.Logger {

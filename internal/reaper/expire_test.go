@@ -1,0 +1,58 @@
+package reaper
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+)
+
+func TestRunTerminatesRowsPastTheirDeadline(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewVirtual(time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC))
+	st, err := sqlite.Open(ctx, t.TempDir()+"/e.db", clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cloud := sim.New(clk, sim.Options{})
+	defer cloud.Close()
+	soon, later := clk.Now().Add(time.Minute), clk.Now().Add(time.Hour)
+	rows := []domain.Instance{
+		{ID: "stuck-claim", State: domain.StateClaimed, Job: "1", Deadline: soon},
+		{ID: "late-release", State: domain.StateReleasing, Deadline: soon},
+		{ID: "errored", State: domain.StateError, Job: "2", Deadline: soon},
+		{ID: "started-claim", State: domain.StateClaimed, Job: "3", JobStarted: true, Deadline: soon},
+		{ID: "long-job", State: domain.StateRunning, Job: "4", JobStarted: true, Deadline: soon},
+		{ID: "fresh", State: domain.StateReady, Deadline: later},
+	}
+	if err := st.CreateInstances(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	term := &Terminator{Store: st, Cloud: cloud, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Interval: time.Minute}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- term.Run(runCtx) }()
+	clk.BlockUntil(1) // the first sweep ran; nothing was due
+	clk.Advance(time.Minute)
+	clk.BlockUntil(1) // the second sweep ran
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]domain.State{
+		"stuck-claim": domain.StateTerminated, "late-release": domain.StateTerminated, "errored": domain.StateTerminated,
+		"started-claim": domain.StateClaimed, "long-job": domain.StateTerminated, "fresh": domain.StateReady,
+	}
+	for id, state := range want {
+		if in, _ := st.GetInstance(ctx, id); in.State != state {
+			t.Errorf("%s is %s, want %s", id, in.State, state)
+		}
+	}
+}
