@@ -249,11 +249,6 @@ func (s *Service) Signal(ctx context.Context, sig domain.Signal) error {
 	return reject(sig.Kind, "unknown signal")
 }
 
-// servesJob reports whether an instance in state st may still be serving
-// the job it is bound to. An instance on its way out (error, terminating,
-// terminated) keeps its job field for the record, but its job has been
-// requeued or is the webhook's to finish.
-
 // warm: boot and warm-up finished. A pool member becomes ready (for a job,
 // or to be parked); an instance already bound to a job stays as it is.
 func (s *Service) warm(ctx context.Context, in domain.Instance) error {
@@ -276,7 +271,9 @@ func (s *Service) warm(ctx context.Context, in domain.Instance) error {
 }
 
 func (s *Service) registered(ctx context.Context, in domain.Instance, sig domain.Signal) error {
-	if in.Job == "" || sig.Job != in.Job {
+	// An agent names the job its runner was registered for; GitHub may
+	// since have given that runner another job (jobs.Rebind).
+	if in.Job == "" || sig.Job == "" || (sig.Job != in.Job && sig.Job != runnerJob(in)) {
 		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
 	}
 	switch in.State {
@@ -301,6 +298,12 @@ func (s *Service) registered(ctx context.Context, in domain.Instance, sig domain
 // bullpen follows GitHub (jobs.Rebind). It returns the instance as it now
 // is, or rejects a report that still does not fit.
 func (s *Service) followRunner(ctx context.Context, in domain.Instance, sig domain.Signal) (domain.Instance, error) {
+	if in.Job != "" && sig.Job != "" && sig.Job == runnerJob(in) {
+		// A real agent cannot know which job GitHub gave its runner: it
+		// names its assignment. The instance's job (as GitHub reported it)
+		// is the one its runner runs.
+		return in, nil
+	}
 	if in.Job != "" && sig.Job != in.Job && jobs.ServesJob(in.State) {
 		id, err := domain.ParseJobKey(sig.Job)
 		if err != nil {
@@ -319,6 +322,14 @@ func (s *Service) followRunner(ctx context.Context, in domain.Instance, sig doma
 	return in, nil
 }
 
+// runnerJob is the job the instance's runner was registered for.
+func runnerJob(in domain.Instance) string {
+	if _, job, ok := jobs.ParseRunnerName(in.RunnerName); ok {
+		return domain.JobKey(job)
+	}
+	return ""
+}
+
 func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain.Signal) error {
 	in, err := s.followRunner(ctx, in, sig)
 	if err != nil {
@@ -334,7 +345,7 @@ func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain
 			return fmt.Errorf("job-started %s: %w", in.ID, err)
 		}
 	}
-	id, _ := domain.ParseJobKey(sig.Job)
+	id, _ := domain.ParseJobKey(in.Job)
 	return jobs.MarkRunning(ctx, s.store, id, s.clock.Now(), "")
 }
 
@@ -346,7 +357,7 @@ func (s *Service) jobFinished(ctx context.Context, in domain.Instance, sig domai
 	if err != nil {
 		return err
 	}
-	id, err := domain.ParseJobKey(sig.Job)
+	id, err := domain.ParseJobKey(in.Job)
 	if err != nil {
 		return reject(sig.Kind, "%v", err)
 	}
@@ -355,7 +366,7 @@ func (s *Service) jobFinished(ctx context.Context, in domain.Instance, sig domai
 		return fmt.Errorf("job-finished %s: %w", in.ID, err)
 	}
 	if err == nil && job.InstanceID != in.ID {
-		return reject(sig.Kind, "job %s is no longer bound to this instance", sig.Job)
+		return reject(sig.Kind, "job %s is no longer bound to this instance", in.Job)
 	}
 	return s.Finish(ctx, id, sig.Reason)
 }
@@ -368,7 +379,15 @@ func (s *Service) deregistered(ctx context.Context, in domain.Instance) error {
 	}
 	now := s.clock.Now()
 	if in.Expired(now) {
+		// Never pooled: terminated now, so the agent stops releasing.
 		s.metrics.releases.WithLabelValues("timed_out").Inc()
+		_, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(x *domain.Instance) {
+			x.State, x.Reason = domain.StateTerminating, "release timed out"
+			x.Deadline = s.opts.Deadlines.Until(domain.StateTerminating, now)
+		})
+		if err != nil && !errors.Is(err, domain.ErrConflict) {
+			return fmt.Errorf("deregistered %s: %w", in.ID, err)
+		}
 		return reject(domain.SignalDeregistered, "release timed out at %s", in.Deadline.Format(time.RFC3339))
 	}
 	p := s.opts.Policy(in)
@@ -379,7 +398,7 @@ func (s *Service) deregistered(ctx context.Context, in domain.Instance) error {
 	deadline := now.Add(idle)
 	if p.MaxAge > 0 && in.CreatedAt.Add(p.MaxAge).Before(deadline) {
 		// An instance at its max-age takes no new job: its idle time ends
-		// there, and the reaper retires it.
+		// there, and the reaper terminates it at its deadline.
 		deadline = in.CreatedAt.Add(p.MaxAge)
 	}
 	entry := domain.ResourcePoolEntry{
@@ -405,7 +424,7 @@ func (s *Service) deregistered(ctx context.Context, in domain.Instance) error {
 // failed: the agent gave up. The instance goes to error (the converger or
 // the reaper terminates it); a job it had not started goes back to its queue.
 func (s *Service) failed(ctx context.Context, in domain.Instance, sig domain.Signal) error {
-	if sig.Job != "" && in.Job != "" && sig.Job != in.Job {
+	if sig.Job != "" && in.Job != "" && sig.Job != in.Job && sig.Job != runnerJob(in) {
 		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
 	}
 	reason := sig.Reason

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
 )
 
 func TestNextStartsTheRunnerRegisteredForTheInstance(t *testing.T) {
@@ -109,5 +110,38 @@ func TestNextAfterARebindStartsTheInstancesOwnRunner(t *testing.T) {
 			t.Fatalf("%s %s bound to %q, want releasing, unbound", id, in.State, in.Job)
 		}
 		f.wantNoRunner(id)
+	}
+}
+
+// A real agent cannot know which job GitHub gave its runner: it reports
+// its assignment. After the in_progress webhook rebound the instance, such
+// reports must apply to the job the runner actually runs, never undo the
+// rebind.
+func TestRealAgentReportsFollowTheWebhooksRebind(t *testing.T) {
+	f := newFixture(t)
+	f.policy = agentsPolicy(true, 0)
+	x, _ := f.bound("bp-1", domain.StateClaimed, 42) // runner bp-1-42
+	f.bound("bp-2", domain.StateClaimed, 43)         // runner bp-2-43
+	// GitHub: bp-1's runner took job 43 (the in_progress webhook's rebind).
+	if err := jobs.Rebind(f.ctx, f.store, 43, "bp-1"); err != nil {
+		t.Fatal(err)
+	}
+	// bp-1's agent reports under its assignment, 42.
+	for _, kind := range []domain.SignalKind{domain.SignalRegistered, domain.SignalJobStarted} {
+		if err := f.signal(f.get(x.ID), kind, "42"); err != nil {
+			t.Fatalf("%s 42 from bp-1: %v", kind, err)
+		}
+	}
+	if in := f.get("bp-1"); in.Job != "43" || in.State != domain.StateRunning || !in.JobStarted {
+		t.Fatalf("bp-1 is %s bound to %q (started %t), want running job 43", in.State, in.Job, in.JobStarted)
+	}
+	if err := f.signal(f.get(x.ID), domain.SignalJobFinished, "42"); err != nil {
+		t.Fatal(err)
+	}
+	if j43, j42 := f.getJob(43), f.getJob(42); j43.Status != domain.JobCompleted || j42.Status == domain.JobCompleted {
+		t.Fatalf("job 43 is %s and job 42 %s: the report finished the wrong job", j43.Status, j42.Status)
+	}
+	if in := f.get("bp-1"); in.State != domain.StateReleasing {
+		t.Fatalf("bp-1 is %s after its runner's job, want releasing", in.State)
 	}
 }

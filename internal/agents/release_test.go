@@ -67,7 +67,10 @@ func TestLateDeregisteredNeverPoolsTheInstance(t *testing.T) {
 			in := f.releasing("bp-1")
 			f.clk.AdvanceTo(in.Deadline.Add(late))
 			wantRejected(t, f.signal(in, domain.SignalDeregistered, ""))
-			f.wantUnchanged(in)
+			// Terminated now, so its agent stops releasing; never ready.
+			if after := f.get(in.ID); after.State != domain.StateTerminating || after.Job != "" {
+				t.Fatalf("expired release became %s job %q, want terminating", after.State, after.Job)
+			}
 			if got := f.resourcePool("medium"); len(got) != 0 {
 				t.Fatalf("expired instance pooled: %+v", got)
 			}

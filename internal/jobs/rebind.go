@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
@@ -69,4 +71,18 @@ func Rebind(ctx context.Context, st domain.Store, id int64, y string) error {
 		return fmt.Errorf("bind job %d to %s: %w", id, y, err)
 	}
 	return nil
+}
+
+// ParseRunnerName reads a runner name as the dispatcher and the provisioner
+// make them, "<instance id>-<job id>" (instance ids start "bp-").
+func ParseRunnerName(name string) (instanceID string, jobID int64, ok bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= len("bp-") || i == len(name)-1 || !strings.HasPrefix(name, "bp-") {
+		return "", 0, false
+	}
+	id, err := strconv.ParseInt(name[i+1:], 10, 64)
+	if err != nil || id <= 0 {
+		return "", 0, false
+	}
+	return name[:i], id, true
 }
