@@ -181,6 +181,11 @@ func (p *Provisioner) awaitRegistration(ctx context.Context, j domain.Job, id st
 			return fmt.Errorf("%w for job %d within %s", errNotRegistered, j.ID, timeout)
 		case <-quit:
 			stopRecheck()
+			// It may have registered since the last look: undoing that
+			// would delete a runner that may have taken the job already.
+			if ok, err := p.registeredFor(ctx, j, id); ok || err != nil {
+				return err
+			}
 			return errStopped
 		}
 		stopRecheck()
@@ -303,12 +308,18 @@ func (p *Provisioner) giveBack(ctx context.Context, in domain.Instance, threshol
 
 // terminate marks instances terminating (the terminator carries out the
 // cloud calls in batches) with the reason. Each row is re-read so that the
-// guard is on its current version.
+// guard is on its current version; one that has meanwhile been bound to
+// another job, or whose job started, is no longer provisioning's to end.
 func (p *Provisioner) terminate(ctx context.Context, insts []domain.Instance, why string) {
 	now := p.Clock.Now()
 	for _, in := range insts {
 		cur, err := p.Store.GetInstance(ctx, in.ID)
 		if err != nil || cur.State == domain.StateTerminating || cur.State == domain.StateTerminated {
+			continue
+		}
+		if cur.Job != in.Job || cur.JobStarted {
+			p.Log.Info("instance moved on; not terminating it", "instance", in.ID,
+				"job", in.Job, "now_job", cur.Job, "job_started", cur.JobStarted, "reason", why)
 			continue
 		}
 		_, err = p.Store.Transition(ctx, cur.ID, domain.GuardOf(cur), func(x *domain.Instance) {

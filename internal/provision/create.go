@@ -77,9 +77,10 @@ func (p *Provisioner) noteFulfilled(class string, got, asked int, err error) {
 // moment it is written, so a panic on the way still closes it.
 func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request, led *ledger) ([]domain.Instance, error) {
 	spec := reqs[0].job.Spec
-	imageID, err := p.image(ctx, spec.Image)
+	imageID, err := led.images.resolve(ctx, spec.Image)
 	if err != nil {
-		return nil, fmt.Errorf("resolve image %q: %w", spec.Image, err)
+		return nil, rejectable(fmt.Errorf("resolve image %q: %w", spec.Image, err),
+			class, fmt.Sprintf("image %q of runner %s does not resolve", spec.Image, class))
 	}
 	launch, secret := domain.NewID("lt"), domain.NewSecret()
 	rows, err := p.recordRows(ctx, class, spec, imageID, launch, domain.HashSecret(secret), reqs, led)
@@ -101,7 +102,8 @@ func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request,
 			err = fmt.Errorf("fleet returned %d of %d machines", len(machines), len(rows))
 		}
 		p.abandon(ctx, rows, machines, err, led)
-		return nil, fmt.Errorf("create %d %s instances: %w", len(rows), class, err)
+		return nil, rejectable(fmt.Errorf("create %d %s instances: %w", len(rows), class, err),
+			class, fmt.Sprintf("image %q (%s) of runner %s is unknown to the cloud", spec.Image, imageID, class))
 	}
 	p.metrics.fleets.WithLabelValues("fulfilled").Inc()
 	out, err := p.boot(ctx, rows, machines)
@@ -231,24 +233,20 @@ func (p *Provisioner) validate(ctx context.Context, rq *request, in domain.Insta
 	}
 }
 
-// image resolves an image name once per process.
-func (p *Provisioner) image(ctx context.Context, name string) (string, error) {
-	if id, ok := p.images.Load(name); ok {
-		return id.(string), nil
-	}
-	id, err := p.Cloud.ResolveImage(ctx, name)
-	if err != nil {
-		return "", err
-	}
-	p.images.Store(name, id)
-	return id, nil
-}
-
 // assignMany registers a runner for each new instance's job, then records
 // every assignment in one batch and every runner on its instance in
 // another, then wakes the agents: a fleet costs two writes, not two per
 // instance. It returns each request's error.
 func (p *Provisioner) assignMany(ctx context.Context, reqs []*request, insts []domain.Instance) []error {
+	errs := p.registerRunners(ctx, reqs, insts)
+	assigned := p.recordAssignments(ctx, reqs, insts, errs)
+	p.giveRunners(ctx, reqs, insts, assigned, errs)
+	return errs
+}
+
+// registerRunners registers the just-in-time runner of each request's job
+// for its instance, a few at a time, keeping it on the request.
+func (p *Provisioner) registerRunners(ctx context.Context, reqs []*request, insts []domain.Instance) []error {
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
@@ -266,6 +264,13 @@ func (p *Provisioner) assignMany(ctx context.Context, reqs []*request, insts []d
 		}()
 	}
 	wg.Wait()
+	return errs
+}
+
+// recordAssignments binds each job whose runner registered to its instance,
+// in one batch, and returns the indices of those recorded; the others get
+// their error in errs.
+func (p *Provisioner) recordAssignments(ctx context.Context, reqs []*request, insts []domain.Instance, errs []error) []int {
 	now := p.Clock.Now()
 	var jreqs []domain.JobTransitionRequest
 	var idx []int
@@ -281,11 +286,10 @@ func (p *Provisioner) assignMany(ctx context.Context, reqs []*request, insts []d
 		idx = append(idx, i)
 	}
 	if len(jreqs) == 0 {
-		return errs
+		return nil
 	}
 	jres, err := p.Store.TransitionJobs(ctx, jreqs)
-	var ireqs []domain.TransitionRequest
-	var given []int
+	var assigned []int
 	for k, i := range idx {
 		switch {
 		case err != nil:
@@ -294,20 +298,29 @@ func (p *Provisioner) assignMany(ctx context.Context, reqs []*request, insts []d
 			errs[i] = fmt.Errorf("record assignment: %w", jres[k].Err)
 		default:
 			reqs[i].job = jres[k].Job
-			reg := reqs[i].reg
-			// The runner goes on the instance last: its agent starts it as
-			// soon as it is there, so the job must already be the instance's.
-			ireqs = append(ireqs, domain.TransitionRequest{ID: insts[i].ID, Guard: domain.GuardOf(insts[i]), Apply: func(x *domain.Instance) {
-				x.RunnerName, x.RunnerConfig = reg.Name, reg.JITConfig
-			}})
-			given = append(given, i)
+			assigned = append(assigned, i)
 		}
 	}
-	if len(ireqs) == 0 {
-		return errs
+	return assigned
+}
+
+// giveRunners records on each assigned instance its runner, in one batch,
+// and wakes its agent. The runner goes on the instance last: its agent
+// starts it as soon as it is there, so the job must already be the
+// instance's.
+func (p *Provisioner) giveRunners(ctx context.Context, reqs []*request, insts []domain.Instance, assigned []int, errs []error) {
+	if len(assigned) == 0 {
+		return
+	}
+	ireqs := make([]domain.TransitionRequest, len(assigned))
+	for k, i := range assigned {
+		reg := reqs[i].reg
+		ireqs[k] = domain.TransitionRequest{ID: insts[i].ID, Guard: domain.GuardOf(insts[i]), Apply: func(x *domain.Instance) {
+			x.RunnerName, x.RunnerConfig = reg.Name, reg.JITConfig
+		}}
 	}
 	ires, err := p.Store.TransitionBatch(ctx, ireqs)
-	for k, i := range given {
+	for k, i := range assigned {
 		switch {
 		case err != nil:
 			errs[i] = fmt.Errorf("record runner: %w", err)
@@ -317,5 +330,4 @@ func (p *Provisioner) assignMany(ctx context.Context, reqs []*request, insts []d
 			p.Notify(insts[i].CloudID)
 		}
 	}
-	return errs
 }

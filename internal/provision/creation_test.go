@@ -244,3 +244,29 @@ func TestAFleetThatCannotBeRecordedLeavesNoRowBehind(t *testing.T) {
 		}
 	}
 }
+
+// Pools roll onto a newly published image; cold starts must too, so an
+// image is resolved afresh for every batch served, and once within it.
+func TestColdStartsUseTheImageCurrentWhenTheirBatchIsServed(t *testing.T) {
+	var rc *recordingCloud
+	f := newFixture(t, withRecordingCloud(&rc), withOptions(func(o *Options) { o.CreateBatch = 1 }))
+	f.queueJobs(small, 100, 2)
+	f.serve()
+	first := rc.imageIDs()
+	if len(first) != 2 || first[0] != first[1] {
+		t.Fatalf("fleets of one batch launched images %v, want one image twice", first)
+	}
+	if n := f.cloud.Calls()[sim.OpDescribeImages]; n != 1 {
+		t.Fatalf("%d image look-ups for one batch, want 1", n)
+	}
+
+	published := f.cloud.PublishImage(small.Image)
+	f.queueJobs(small, 200, 1)
+	f.serve()
+	if got := rc.imageIDs(); len(got) != 3 || got[2] != published {
+		t.Fatalf("after a new image was published the next cold start launched %v, want %s", got[2:], published)
+	}
+	if j := f.job(200); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
+		t.Fatalf("job 200: %s via %q (%s)", j.Status, j.Via, j.Reason)
+	}
+}

@@ -1,6 +1,7 @@
 package provision
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -339,12 +340,14 @@ type recordingCloud struct {
 	domain.Cloud
 	mu       sync.Mutex
 	counts   []int
+	images   []string
 	onCreate func(domain.LaunchSpec)
 }
 
 func (c *recordingCloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.CloudInstance, error) {
 	c.mu.Lock()
 	c.counts = append(c.counts, spec.Count)
+	c.images = append(c.images, spec.ImageID)
 	hook := c.onCreate
 	c.mu.Unlock()
 	if hook != nil {
@@ -359,6 +362,13 @@ func (c *recordingCloud) fleets() []int {
 	return append([]int(nil), c.counts...)
 }
 
+// imageIDs returns the image id of every fleet request, in order.
+func (c *recordingCloud) imageIDs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.images...)
+}
+
 // withRecordingCloud wraps the fixture's cloud.
 func withRecordingCloud(rc **recordingCloud) fixtureOption {
 	return func(_ *fixture, d *Deps, _ *Options) {
@@ -369,4 +379,39 @@ func withRecordingCloud(rc **recordingCloud) fixtureOption {
 
 func withOptions(edit func(*Options)) fixtureOption {
 	return func(_ *fixture, _ *Deps, o *Options) { edit(o) }
+}
+
+// withImages replaces the fixture's cloud by one that knows only these
+// images (name → id). It must come before options that wrap the cloud.
+func withImages(images map[string]string) fixtureOption {
+	return func(f *fixture, d *Deps, _ *Options) {
+		f.cloud.Close()
+		f.cloud = sim.New(f.clk, sim.Options{Images: images})
+		d.Cloud = f.cloud
+	}
+}
+
+// syncBuffer is a log sink that tests read while loggers may write.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// withLog sends the provisioner's log to buf.
+func withLog(buf *syncBuffer) fixtureOption {
+	return func(_ *fixture, d *Deps, _ *Options) {
+		d.Log = slog.New(slog.NewTextHandler(buf, nil))
+	}
 }

@@ -11,10 +11,11 @@ import (
 )
 
 // ledger is one class's provisioning in flight: what it holds, for the dump,
-// whether its caller has given up, and the first panic of any of its
-// goroutines.
+// whether its caller has given up, the first panic of any of its
+// goroutines, and the image ids of the batch it belongs to.
 type ledger struct {
-	quit <-chan struct{} // closed when the caller's context ends
+	quit   <-chan struct{} // closed when the caller's context ends
+	images *images         // shared by the classes of one batch
 
 	mu       sync.Mutex
 	held     map[string]holding // by instance id
@@ -33,8 +34,8 @@ type holding struct {
 	threshold time.Time
 }
 
-func newLedger(quit <-chan struct{}) *ledger {
-	return &ledger{quit: quit, held: map[string]holding{}}
+func newLedger(quit <-chan struct{}, imgs *images) *ledger {
+	return &ledger{quit: quit, images: imgs, held: map[string]holding{}}
 }
 
 func (l *ledger) hold(h holding) {

@@ -20,7 +20,9 @@
 // provisioning dumps what it holds (claimed instances back to the pool,
 // created ones terminated, their jobs unbound and requeued); jobs already
 // served keep their instances. A runner registered for an instance that
-// will not run it is deleted.
+// will not run it is deleted. A job the cloud will never serve as it asks
+// (its image does not resolve, or the cloud refuses the launch as invalid)
+// is rejected with the reason instead of being retried.
 package provision
 
 import (
@@ -43,6 +45,11 @@ type Options struct {
 	BatchMax   int           // jobs received per cycle; default 100
 	Visibility time.Duration // default 5 min
 	Wait       time.Duration // long poll; default 1 s; negative: none, and Run pauses 1 s after an empty receive
+	// Batches bounds the received batches served at once; default 4.
+	// Each may hold Parallelism workers for up to CreationTimeout; at the
+	// bound Run receives no more, so jobs wait in the launch queue (where
+	// another replica may take them), not in this process.
+	Batches int
 	// Parallelism bounds jobs provisioned at once; default 64.
 	Parallelism int
 	// HeartbeatMaxAge: a reused instance whose last heartbeat is older
@@ -83,6 +90,9 @@ func (o *Options) defaults() {
 	set(&o.RequeueDelay, 3*time.Second)
 	if o.BatchMax <= 0 {
 		o.BatchMax = 100
+	}
+	if o.Batches <= 0 {
+		o.Batches = 4
 	}
 	if o.Parallelism <= 0 {
 		o.Parallelism = 64
@@ -154,7 +164,6 @@ type Provisioner struct {
 	// fleetCap remembers, per class, how many machines the last partially
 	// fulfilled fleet got, so the next request asks for what can come.
 	fleetCap map[string]int
-	images   sync.Map // image name → id, resolved once per process
 }
 
 // New returns a provisioner; reg may be nil.
@@ -194,33 +203,48 @@ func (p *Provisioner) pickupFor(class string) *pickup {
 // long-poll (Options.Wait negative), so that it never spins.
 const idlePoll = time.Second
 
-// Run serves the launch queue until ctx ends; jobs already received are
-// provisioned to the end.
+// Run serves the launch queue until ctx ends, at most Options.Batches
+// received batches at once; jobs already received are provisioned to the
+// end.
 func (p *Provisioner) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	slots := make(chan struct{}, p.opts.Batches)
 	for ctx.Err() == nil {
-		msgs, err := p.Queue.Receive(ctx, domain.QueueLaunch, p.opts.BatchMax, p.opts.Visibility, max(p.opts.Wait, 0))
-		if err != nil {
-			if ctx.Err() == nil {
-				p.Log.Warn("launch queue receive failed", "err", err)
-				p.sleep(ctx, time.Second)
-			}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
 			continue
 		}
+		msgs := p.receive(ctx)
 		if len(msgs) == 0 {
-			if p.opts.Wait < 0 {
-				p.sleep(ctx, idlePoll)
-			}
+			<-slots
 			continue
 		}
 		wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer func() { <-slots; wg.Done() }()
 			p.Serve(context.WithoutCancel(ctx), msgs)
 		}()
 	}
 	return nil
+}
+
+// receive takes the next batch from the launch queue. After a failure, or
+// an empty receive without a long poll, it pauses so that Run never spins.
+func (p *Provisioner) receive(ctx context.Context) []domain.Message {
+	msgs, err := p.Queue.Receive(ctx, domain.QueueLaunch, p.opts.BatchMax, p.opts.Visibility, max(p.opts.Wait, 0))
+	switch {
+	case err != nil && ctx.Err() == nil:
+		p.Log.Warn("launch queue receive failed", "err", err)
+		p.sleep(ctx, time.Second)
+	case err == nil && len(msgs) == 0 && p.opts.Wait < 0:
+		p.sleep(ctx, idlePoll)
+	}
+	if err != nil {
+		return nil
+	}
+	return msgs
 }
 
 // after returns a channel closed once d has passed on the clock, and a
@@ -302,12 +326,13 @@ func (p *Provisioner) Serve(ctx context.Context, msgs []domain.Message) {
 	if err := p.Queue.Delete(ctx, domain.QueueLaunch, done); err != nil {
 		p.Log.Warn("delete settled launch messages", "err", err)
 	}
+	imgs := newImages(p.Cloud)
 	var wg sync.WaitGroup
 	for class, reqs := range byClass {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.serveClass(ctx, quit, class, reqs)
+			p.serveClass(ctx, newLedger(quit, imgs), class, reqs)
 		}()
 	}
 	wg.Wait()
@@ -318,8 +343,7 @@ func waiting(j domain.Job) bool { return j.Status == domain.JobQueued && j.Insta
 
 // serveClass provisions one class's requests, dumps what it holds if
 // anything panicked, and settles every request.
-func (p *Provisioner) serveClass(ctx context.Context, quit <-chan struct{}, class string, reqs []*request) {
-	led := newLedger(quit)
+func (p *Provisioner) serveClass(ctx context.Context, led *ledger, class string, reqs []*request) {
 	led.guard(func() { p.provisionClass(ctx, class, reqs, led) })
 	if led.failure() != nil {
 		p.dump(ctx, class, led, reqs)
@@ -351,59 +375,4 @@ func (p *Provisioner) provisionClass(ctx context.Context, class string, reqs []*
 		}
 	}
 	p.create(ctx, class, rest, led)
-}
-
-// settle deletes the messages of served jobs and sends the others back to
-// the launch queue with a backoff.
-func (p *Provisioner) settle(ctx context.Context, reqs []*request) {
-	var done []string
-	for _, rq := range reqs {
-		done = append(done, rq.msg.Receipt)
-		switch rq.outcome {
-		case domain.ViaReuse, domain.ViaCold:
-			p.metrics.jobs.WithLabelValues(string(rq.outcome)).Inc()
-			continue
-		}
-		requeued, err := p.requeue(ctx, rq)
-		if err != nil {
-			p.Log.Warn("requeue launch job", "job", rq.job.ID, "err", err)
-			done = done[:len(done)-1] // keep its message: it comes back after the visibility timeout
-			continue
-		}
-		if requeued {
-			p.metrics.jobs.WithLabelValues("requeued").Inc()
-		} else {
-			p.metrics.jobs.WithLabelValues("dropped").Inc()
-		}
-	}
-	if err := p.Queue.Delete(ctx, domain.QueueLaunch, done); err != nil {
-		p.Log.Warn("delete provisioned launch messages", "err", err)
-	}
-}
-
-// requeue sends an unserved job back with a growing delay; it reports
-// false for a job that no longer waits.
-func (p *Provisioner) requeue(ctx context.Context, rq *request) (bool, error) {
-	j, err := p.Store.GetJob(ctx, rq.job.ID)
-	if errors.Is(err, domain.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if !waiting(j) {
-		return false, nil // it moved on: nothing to requeue
-	}
-	j, err = p.Store.TransitionJob(ctx, j.ID, domain.JobGuardOf(j), func(x *domain.Job) {
-		x.Attempts++
-		if rq.err != nil {
-			x.Reason = rq.err.Error()
-		}
-	})
-	if err != nil {
-		return false, err
-	}
-	delay := min(time.Duration(1<<min(j.Attempts, 6))*time.Second, time.Minute)
-	p.Log.Warn("launch job not served; retrying", "job", j.ID, "attempt", j.Attempts, "in", delay, "reason", j.Reason)
-	return true, p.Queue.Send(ctx, domain.QueueLaunch, []domain.SendRequest{jobs.SendRequest(j, delay)})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 )
@@ -19,9 +20,10 @@ import (
 func TestSettleDeletesServedMessagesAndRequeuesTheOthers(t *testing.T) {
 	f := newFixture(t)
 	in := f.reusable(small, 1, nil)[0]
-	noImage := domain.RunnerSpec{Name: "odd", CPU: domain.Range{Min: 2}}
+	odd := domain.RunnerSpec{Name: "odd", Image: "ubuntu-24.04", CPU: domain.Range{Min: 2}}
+	f.cloud.FailNext(sim.OpDescribeImages, 2, domain.ErrThrottled) // the odd job's two attempts
 	f.queueJobs(small, 100, 1)
-	f.queueJobs(noImage, 101, 1)
+	f.queueJobs(odd, 101, 1)
 	f.queueJobs(small, 102, 1)
 	if err := f.agents.Finish(f.ctx, 102, "cancelled"); err != nil {
 		t.Fatal(err)
@@ -34,7 +36,7 @@ func TestSettleDeletesServedMessagesAndRequeuesTheOthers(t *testing.T) {
 	f.serve()
 
 	f.wantJob(100, domain.JobAssigned, domain.ViaReuse, in.ID)
-	f.wantRequeued(101, "resolve image")
+	f.wantRequeued(101, "throttled")
 	if st := f.stats(domain.QueueLaunch); st.Visible != 0 || st.InFlight != 0 || st.Delayed != 1 {
 		t.Fatalf("launch queue %+v: only the unserved job may come back", st)
 	}
@@ -70,8 +72,8 @@ func TestRequeueBackoffIsCappedAtAMinute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := f.p.requeue(f.ctx, &request{job: j}); !ok || err != nil {
-		t.Fatalf("requeue = %v, %v", ok, err)
+	if outcome, err := f.p.requeue(f.ctx, &request{job: j}); outcome != outcomeRequeued || err != nil {
+		t.Fatalf("requeue = %q, %v", outcome, err)
 	}
 	f.clk.Advance(time.Minute - time.Millisecond)
 	if st := f.stats(domain.QueueLaunch); st.Delayed != 1 {
@@ -100,7 +102,8 @@ func TestAJobThatCannotBeRequeuedKeepsItsMessage(t *testing.T) {
 	f := newFixture(t, func(_ *fixture, d *Deps, _ *Options) {
 		d.Queue = failingSends{Queue: d.Queue, queue: domain.QueueLaunch}
 	})
-	f.queueJobs(domain.RunnerSpec{Name: "odd"}, 100, 1) // no image: never served
+	f.cloud.FailNext(sim.OpDescribeImages, 1, domain.ErrThrottled) // not served, to be retried
+	f.queueJobs(small, 100, 1)
 	f.serve()
 	if st := f.stats(domain.QueueLaunch); st.InFlight != 1 {
 		t.Fatalf("launch queue %+v: the message must stay in flight", st)
@@ -242,5 +245,91 @@ func TestNewChecksItsDependencies(t *testing.T) {
 	f.newProvisioner(reg, Options{ControllerID: "c"})
 	if _, err := New(f.deps, reg, Options{ControllerID: "c"}); err == nil {
 		t.Fatal("metrics registered twice without an error")
+	}
+}
+
+// inFlightAtReceive notes, at every receive from the launch queue, how
+// many launch messages were received and not yet settled: the jobs of the
+// batches in flight.
+type inFlightAtReceive struct {
+	domain.Queue
+	mu   *sync.Mutex
+	seen *[]int
+}
+
+func (q inFlightAtReceive) Receive(ctx context.Context, name string, max int, vis, wait time.Duration) ([]domain.Message, error) {
+	if name == domain.QueueLaunch {
+		st, err := q.Queue.Stats(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		q.mu.Lock()
+		*q.seen = append(*q.seen, st.InFlight)
+		q.mu.Unlock()
+	}
+	return q.Queue.Receive(ctx, name, max, vis, wait)
+}
+
+// Each batch may hold Parallelism workers for CreationTimeout, so Run
+// serves a bounded number at once and, at the bound, leaves the rest of
+// the launch queue where it is.
+func TestRunServesABoundedNumberOfBatchesAtOnce(t *testing.T) {
+	var mu sync.Mutex
+	var seen []int
+	f := newFixture(t, func(_ *fixture, d *Deps, o *Options) {
+		d.Queue = inFlightAtReceive{Queue: d.Queue, mu: &mu, seen: &seen}
+		o.Batches, o.BatchMax = 1, 1
+	})
+	holding, release, served := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	f.setAgent(func(f *fixture, cloudID string) {
+		if f.instances(domain.InstanceFilter{CloudID: cloudID})[0].Job == "101" {
+			close(served)
+			registerAtOnce(f, cloudID)
+			return
+		}
+		// Job 100's agent registers only when the test says: until then its
+		// batch is in flight and holds the bound.
+		close(holding)
+		f.agentW.Add(1)
+		go func() {
+			defer f.agentW.Done()
+			<-release
+			f.register(cloudID)
+		}()
+	})
+	f.queueJobs(small, 100, 2)
+	ctx, cancel := context.WithCancel(f.ctx)
+	stopped := make(chan error)
+	go func() { stopped <- f.p.Run(ctx) }()
+	<-holding
+	select {
+	case <-served:
+		t.Error("job 101 was served while job 100's batch held the bound")
+	default:
+	}
+	close(release)
+	<-served // the bound freed up: job 101 was received and served
+	cancel()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	for i, n := range seen {
+		if n > 0 {
+			t.Fatalf("receive %d came with %d launch jobs in flight, beyond the bound of 1 batch (all: %v)", i+1, n, seen)
+		}
+	}
+	for _, id := range []int64{100, 101} {
+		if j := f.job(id); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
+			t.Fatalf("job %d: %s via %q (%s)", id, j.Status, j.Via, j.Reason)
+		}
+	}
+}
+
+func TestBatchesInFlightDefaultToFour(t *testing.T) {
+	if got := newFixture(t).p.opts.Batches; got != 4 {
+		t.Fatalf("Batches defaults to %d, want 4", got)
 	}
 }

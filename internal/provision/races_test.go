@@ -1,0 +1,94 @@
+package provision
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// deafRegistrations never delivers the registered signal, so that a
+// waiter learns of a registration only by reading the store: as when the
+// signal reached another replica.
+type deafRegistrations struct{}
+
+func (deafRegistrations) Wait(string) <-chan struct{} { return nil }
+func (deafRegistrations) Forget(string)               {}
+
+// An instance that registered just before Serve was told to stop keeps its
+// job: undoing it would delete a runner that may have taken the job, and
+// give the job a second instance after a restart.
+func TestARegistrationJustBeforeStoppingIsKept(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		reused bool
+		via    domain.Via
+	}{
+		{"reused instance", true, domain.ViaReuse},
+		{"created instance", false, domain.ViaCold},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, func(_ *fixture, d *Deps, _ *Options) { d.Registrations = deafRegistrations{} })
+			if tc.reused {
+				f.reusable(small, 1, nil)
+			}
+			f.setAgent(silent)
+			f.queueJobs(small, 100, 1)
+			ctx, cancel := context.WithCancel(f.ctx)
+			msgs := f.receive()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				f.p.Serve(ctx, msgs)
+			}()
+			f.clk.BlockUntil(2) // waiting for the registration
+			in := f.instances(domain.InstanceFilter{Job: "100"})[0]
+			f.register(in.CloudID)
+			cancel()
+			<-done
+
+			j := f.wantJob(100, domain.JobAssigned, tc.via, in.ID)
+			f.wantState(in.ID, domain.StateRunning)
+			f.wantRunner(in.ID, j)
+			if rs := f.runners(); len(rs) != 1 || rs[0].Name != j.RunnerName {
+				t.Fatalf("runners %+v, want the job's %q kept", rs, j.RunnerName)
+			}
+			if st := f.stats(domain.QueueLaunch); st != (domain.QueueStats{}) {
+				t.Fatalf("launch queue %+v: a served job must not come back", st)
+			}
+		})
+	}
+}
+
+// terminate acts only on an instance still bound, as it was seen, to a job
+// that has not started: it may have moved on meanwhile.
+func TestTerminateLeavesAnInstanceThatMovedOn(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		now  func(*domain.Instance) // the row as it is when terminate looks
+		want domain.State
+	}{
+		{"still bound to the job", func(*domain.Instance) {}, domain.StateTerminating},
+		{"bound to another job since", func(in *domain.Instance) { in.Job = "200" }, domain.StateClaimed},
+		{"its job started", func(in *domain.Instance) {
+			in.State, in.JobStarted = domain.StateRunning, true
+		}, domain.StateRunning},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			seen := domain.Instance{ID: "bp-1", CloudID: "i-1", Runner: "small", State: domain.StateClaimed,
+				Job: "100", Version: 1, Deadline: t0.Add(5 * time.Minute)}
+			row := seen
+			tc.now(&row)
+			if err := f.store.CreateInstances(f.ctx, []domain.Instance{row}); err != nil {
+				t.Fatal(err)
+			}
+			f.p.terminate(f.ctx, []domain.Instance{seen}, "post-claim check failed")
+			got := f.wantState(seen.ID, tc.want)
+			if tc.want != domain.StateTerminating && got.Version != 1 {
+				t.Fatalf("instance rewritten (version %d, reason %q)", got.Version, got.Reason)
+			}
+		})
+	}
+}

@@ -1,0 +1,127 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
+)
+
+// rejection is a launch no retry will mend: the job's image does not
+// resolve, or the cloud refuses the request as invalid. Its jobs are
+// rejected with Error() as their reason instead of being retried until
+// GitHub gives up on them.
+type rejection struct {
+	reason string // what is wrong, in the operator's terms
+	err    error
+}
+
+func (r *rejection) Error() string { return r.reason + ": " + r.err.Error() }
+func (r *rejection) Unwrap() error { return r.err }
+
+// rejectable wraps a launch error of class in a *rejection when the cloud
+// says it will never succeed as asked; unknownImage says which image it
+// did not know. Other errors are returned as they are.
+func rejectable(err error, class, unknownImage string) error {
+	switch {
+	case errors.Is(err, domain.ErrUnknownImage):
+		return &rejection{reason: unknownImage, err: err}
+	case errors.Is(err, domain.ErrInvalidRequest):
+		return &rejection{reason: fmt.Sprintf("the cloud refuses the launch of runner %s as invalid", class), err: err}
+	}
+	return err
+}
+
+// Outcomes of a launch job, as the jobs metric counts them.
+const (
+	outcomeRequeued = "requeued"
+	outcomeRejected = "rejected"
+	outcomeDropped  = "dropped" // it no longer waits for a runner
+)
+
+// settle deletes the messages of served and rejected jobs and sends the
+// others back to the launch queue with a backoff. A job whose fate could
+// not be recorded keeps its message, which comes back after the
+// visibility timeout.
+func (p *Provisioner) settle(ctx context.Context, reqs []*request) {
+	var done []string
+	for _, rq := range reqs {
+		outcome, err := p.settleOne(ctx, rq)
+		if err != nil {
+			p.Log.Warn("settle launch job", "job", rq.job.ID, "err", err)
+			continue
+		}
+		p.metrics.jobs.WithLabelValues(outcome).Inc()
+		done = append(done, rq.msg.Receipt)
+	}
+	if err := p.Queue.Delete(ctx, domain.QueueLaunch, done); err != nil {
+		p.Log.Warn("delete provisioned launch messages", "err", err)
+	}
+}
+
+func (p *Provisioner) settleOne(ctx context.Context, rq *request) (string, error) {
+	switch rq.outcome {
+	case domain.ViaReuse, domain.ViaCold:
+		return string(rq.outcome), nil
+	}
+	if rej := (*rejection)(nil); errors.As(rq.err, &rej) {
+		return p.reject(ctx, rq.job.ID, rej)
+	}
+	return p.requeue(ctx, rq)
+}
+
+// stillWaiting re-reads job id; ok is false when it no longer waits for a
+// runner (gone, cancelled, or served elsewhere).
+func (p *Provisioner) stillWaiting(ctx context.Context, id int64) (j domain.Job, ok bool, err error) {
+	j, err = p.Store.GetJob(ctx, id)
+	if errors.Is(err, domain.ErrNotFound) {
+		return j, false, nil
+	}
+	if err != nil {
+		return j, false, fmt.Errorf("re-read job: %w", err)
+	}
+	return j, waiting(j), nil
+}
+
+// reject records that the job will not be served, and why, so that nobody
+// waits for a runner that never comes.
+func (p *Provisioner) reject(ctx context.Context, id int64, rej *rejection) (string, error) {
+	j, ok, err := p.stillWaiting(ctx, id)
+	if err != nil || !ok {
+		return outcomeDropped, err
+	}
+	j, err = p.Store.TransitionJob(ctx, j.ID, domain.JobGuardOf(j), func(x *domain.Job) {
+		x.Status, x.Reason = domain.JobRejected, rej.Error()
+	})
+	if err != nil {
+		return "", fmt.Errorf("reject job: %w", err)
+	}
+	p.Log.Warn("launch job rejected", "job", j.ID, "repo", j.Repo, "run", j.RunID, "runner", j.Runner, "reason", j.Reason)
+	return outcomeRejected, nil
+}
+
+// requeue sends an unserved job back with a growing delay.
+func (p *Provisioner) requeue(ctx context.Context, rq *request) (string, error) {
+	j, ok, err := p.stillWaiting(ctx, rq.job.ID)
+	if err != nil || !ok {
+		return outcomeDropped, err
+	}
+	j, err = p.Store.TransitionJob(ctx, j.ID, domain.JobGuardOf(j), func(x *domain.Job) {
+		x.Attempts++
+		if rq.err != nil {
+			x.Reason = rq.err.Error()
+		}
+	})
+	if err != nil {
+		return "", fmt.Errorf("requeue job: %w", err)
+	}
+	delay := min(time.Duration(1<<min(j.Attempts, 6))*time.Second, time.Minute)
+	p.Log.Warn("launch job not served; retrying", "job", j.ID, "attempt", j.Attempts, "in", delay, "reason", j.Reason)
+	if err := p.Queue.Send(ctx, domain.QueueLaunch, []domain.SendRequest{jobs.SendRequest(j, delay)}); err != nil {
+		return "", fmt.Errorf("requeue job: %w", err)
+	}
+	return outcomeRequeued, nil
+}
