@@ -92,6 +92,11 @@ type Converger struct {
 	pools   func() []PoolSpec
 	opts    Options
 	metrics *metrics
+	// targeted are the pools whose target gauges have been set.
+	targeted struct {
+		sync.Mutex
+		pools map[string]bool
+	}
 }
 
 // New returns a converger over the pools that pools returns at each cycle
@@ -106,7 +111,9 @@ func New(store domain.Store, cloud domain.Cloud, clk domain.Clock, pools func() 
 	if err != nil {
 		return nil, err
 	}
-	return &Converger{store: store, cloud: cloud, clock: clk, log: log, pools: pools, opts: opts, metrics: m}, nil
+	c := &Converger{store: store, cloud: cloud, clock: clk, log: log, pools: pools, opts: opts, metrics: m}
+	c.targeted.pools = map[string]bool{}
+	return c, nil
 }
 
 // PoolReport is what one cycle saw and did for one pool.
@@ -183,22 +190,42 @@ func (c *Converger) Cycle(ctx context.Context) (Report, error) {
 	if err != nil {
 		c.log.Warn("cloud listing failed; converging without it", "err", err)
 	}
-	images := newImageCache(c.cloud)
+	rep.Pools = c.convergeAll(ctx, now, specs, byPool, view)
+	sort.Slice(rep.Pools, func(a, b int) bool { return rep.Pools[a].Pool < rep.Pools[b].Pool })
+	return rep, nil
+}
 
-	rep.Pools = make([]PoolReport, len(specs))
+// convergeAll converges the configured pools and drains removed ones, at
+// most Parallelism at a time.
+func (c *Converger) convergeAll(ctx context.Context, now time.Time, specs []PoolSpec,
+	byPool map[string][]domain.Instance, view map[string]domain.CloudInstance) []PoolReport {
+	images := newImageCache(c.cloud)
+	reports := make([]PoolReport, len(specs))
+	configured := make(map[string]bool, len(specs))
+	for _, ps := range specs {
+		configured[ps.Pool.Name] = true
+	}
+	c.forgetRemoved(configured)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, c.opts.Parallelism)
-	for i, ps := range specs {
+	spawn := func(fn func()) {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			rep.Pools[i] = c.convergePool(ctx, now, ps, byPool[ps.Pool.Name], view, images)
+			fn()
 		}()
 	}
+	for i, ps := range specs {
+		spawn(func() { reports[i] = c.convergePool(ctx, now, ps, byPool[ps.Pool.Name], view, images) })
+	}
+	for name, rows := range byPool {
+		if !configured[name] {
+			spawn(func() { c.drainRemoved(ctx, now, name, rows, view) })
+		}
+	}
 	wg.Wait()
-	sort.Slice(rep.Pools, func(a, b int) bool { return rep.Pools[a].Pool < rep.Pools[b].Pool })
-	return rep, nil
+	return reports
 }
 
 // liveStates are all but terminated.
@@ -256,6 +283,49 @@ func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec
 	}
 	c.recordStatus(ctx, r, now)
 	return r
+}
+
+// drainRemoved retires the members of a pool that is no longer configured:
+// with a zero target and a spec hash no instance carries, every idle member
+// is planned for termination, and machines the cloud lost are forgotten.
+// Instances bound to a job are left to finish it; released, they are idle
+// members again, and a later cycle terminates them.
+func (c *Converger) drainRemoved(ctx context.Context, now time.Time, name string, rows []domain.Instance,
+	view map[string]domain.CloudInstance) {
+	plan := rebalance.Compute(rebalance.Snapshot{
+		Pool: name, Now: now, SpecHash: removedPoolHash,
+		DanglingAfter: c.opts.DanglingAfter, GoneGrace: c.opts.GoneGrace,
+		Instances: rows, Cloud: view,
+	})
+	if plan.Empty() {
+		return
+	}
+	c.log.Info("pool removed from configuration; draining", "pool", name, "plan", Describe(plan))
+	a := applier{c: c, now: now, spec: PoolSpec{Pool: domain.Pool{Name: name}}}
+	if err := a.apply(ctx, plan); err != nil && ctx.Err() == nil {
+		c.log.Warn("draining a removed pool failed; next cycle retries", "pool", name, "err", err)
+	}
+}
+
+// removedPoolHash is the spec hash a removed pool is planned against; it
+// is not a hash, so every member counts as outdated.
+const removedPoolHash = "removed-from-configuration"
+
+// forgetRemoved drops the target gauges of pools no longer configured, so
+// dashboards do not keep showing a target nobody holds.
+func (c *Converger) forgetRemoved(configured map[string]bool) {
+	c.targeted.Lock()
+	defer c.targeted.Unlock()
+	for name := range c.targeted.pools {
+		if !configured[name] {
+			c.metrics.target.DeleteLabelValues(name, string(domain.RoleHot))
+			c.metrics.target.DeleteLabelValues(name, string(domain.RoleStopped))
+			delete(c.targeted.pools, name)
+		}
+	}
+	for name := range configured {
+		c.targeted.pools[name] = true
+	}
 }
 
 func (c *Converger) recordStatus(ctx context.Context, r PoolReport, now time.Time) {

@@ -35,8 +35,9 @@ type world struct {
 	conv  *Converger
 	reg   *prometheus.Registry
 
-	mu   sync.Mutex
-	spec PoolSpec
+	mu      sync.Mutex
+	spec    PoolSpec
+	removed bool // the pool is no longer configured
 }
 
 func newWorld(t testing.TB, target domain.Target, simOpts sim.Options, opts Options) *world {
@@ -77,6 +78,9 @@ func newWorld(t testing.TB, target domain.Target, simOpts sim.Options, opts Opti
 func (w *world) pools() []PoolSpec {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.removed {
+		return nil
+	}
 	return []PoolSpec{w.spec}
 }
 
@@ -253,6 +257,47 @@ func TestInstanceClaimedMidCycleIsNeverTerminated(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(w.conv.metrics.conflicts); got != 1 {
 		t.Fatalf("conflicts counted %v", got)
+	}
+}
+
+func TestPoolRemovedFromConfigurationIsDrained(t *testing.T) {
+	w := newWorld(t, domain.Target{Hot: 2, Stopped: 1}, sim.Options{Latency: latency}, Options{})
+	w.converge(10)
+	hot := w.rows(domain.StateReady)
+	busy, err := w.store.Transition(context.Background(), hot[0].ID, domain.GuardOf(hot[0]), func(i *domain.Instance) {
+		i.State, i.Job = domain.StateClaimed, "job-1"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(w.conv.metrics.target); n != 2 {
+		t.Fatalf("%d target series while the pool is configured", n)
+	}
+	w.edit(func(*PoolSpec) { w.removed = true })
+	rep, err := w.conv.Cycle(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Pools) != 0 {
+		t.Fatalf("report lists removed pools: %+v", rep.Pools)
+	}
+	for _, in := range w.rows() {
+		want := domain.StateTerminated
+		if in.ID == busy.ID {
+			want = domain.StateClaimed
+		}
+		if in.State != want {
+			t.Errorf("%s (%s) is %s, want %s", in.ID, in.Role, in.State, want)
+		}
+	}
+	if m, _ := w.cloud.Get(busy.CloudID); m.State != domain.CloudRunning {
+		t.Fatalf("the busy instance's machine is %s", m.State)
+	}
+	if n := testutil.CollectAndCount(w.conv.metrics.target); n != 0 {
+		t.Fatalf("%d target series left for a removed pool", n)
+	}
+	if got := testutil.ToFloat64(w.conv.metrics.actions.WithLabelValues("p", "terminate", "outdated")); got != 2 {
+		t.Fatalf("outdated terminations counted %v, want 2", got)
 	}
 }
 
