@@ -309,7 +309,7 @@ func (s *Service) followRunner(ctx context.Context, in domain.Instance, sig doma
 		if err != nil {
 			return in, reject(sig.Kind, "%v", err)
 		}
-		if err := jobs.Rebind(ctx, s.store, id, in.ID); err != nil {
+		if err := jobs.Rebind(ctx, s.store, s.queue, id, in.ID); err != nil {
 			return in, err
 		}
 		if in, err = s.store.GetInstance(ctx, in.ID); err != nil {

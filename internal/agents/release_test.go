@@ -238,8 +238,8 @@ func TestJobFinishedFromAStaleInstanceIsRejected(t *testing.T) {
 
 // A runner that took another job than the one assigned (its job-started
 // report lost) says so at the end: the job it ran is finished and the
-// instance that ran it released; the job it was assigned waits, bound where
-// it was, for the runner that is left.
+// instance that ran it released; the job it was assigned is handed to the
+// runner that is left.
 func TestJobFinishedForASwappedJobReleasesTheInstanceThatRanIt(t *testing.T) {
 	f := newFixture(t)
 	f.policy = agentsPolicy(true, 0)
@@ -256,8 +256,8 @@ func TestJobFinishedForASwappedJobReleasesTheInstanceThatRanIt(t *testing.T) {
 		t.Fatalf("bp-1 %s bound to %q, want releasing", in.State, in.Job)
 	}
 	f.wantNoRunner("bp-1")
-	if in, j := f.get("bp-2"), f.getJob(42); in.Job != "43" || in.RunnerConfig != configOf("bp-2") ||
-		j.Status != domain.JobAssigned || j.InstanceID != "bp-1" {
-		t.Fatalf("bp-2 bound to %q, job 42 %s on %q: want both left as they were", in.Job, j.Status, j.InstanceID)
+	if in, j := f.get("bp-2"), f.getJob(42); in.Job != "42" || in.RunnerConfig != configOf("bp-2") ||
+		j.Status != domain.JobAssigned || j.InstanceID != "bp-2" {
+		t.Fatalf("bp-2 bound to %q, job 42 %s on %q: want each other, bp-2 keeping its runner", in.Job, j.Status, j.InstanceID)
 	}
 }

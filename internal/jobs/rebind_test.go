@@ -80,7 +80,7 @@ func TestRebindFollowsTheRunnerThatTookTheJob(t *testing.T) {
 	f := newFixture(t)
 	swapPair(f)
 	// bp-1's runner took job 43.
-	if err := jobs.Rebind(f.ctx, f.store, 43, "bp-1"); err != nil {
+	if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1"); err != nil {
 		t.Fatal(err)
 	}
 	wantBound(t, f, "bp-1", 43)
@@ -90,21 +90,75 @@ func TestRebindFollowsTheRunnerThatTookTheJob(t *testing.T) {
 	if j := f.get(43); j.Status != domain.JobAssigned || j.RunnerName != "bp-2-43" || j.Attempts != 1 {
 		t.Fatalf("job 43 %s runner %q attempt %d: only its instance should change", j.Status, j.RunnerName, j.Attempts)
 	}
-	// Job 42 waits for the runner that is left, where it was, until GitHub
-	// says which runner took it; bp-2 is not moved either.
-	if j := f.get(42); j.Status != domain.JobAssigned || j.InstanceID != "bp-1" {
-		t.Fatalf("job 42 %s on %q, want still assigned to bp-1", j.Status, j.InstanceID)
-	}
-	if in := f.getInstance("bp-2"); in.Job != "43" || in.State != domain.StateClaimed || in.RunnerName != "bp-2-43" {
-		t.Fatalf("bp-2 %s bound to %q runner %q, want untouched", in.State, in.Job, in.RunnerName)
+	// Job 42 is handed to the runner that is left, bp-2's, whose labels
+	// cover it; bp-2 keeps its own registration.
+	wantBound(t, f, "bp-2", 42)
+	if j := f.get(42); j.Status != domain.JobAssigned || j.RunnerName != "bp-1-42" || j.Attempts != 1 {
+		t.Fatalf("job 42 %s runner %q attempt %d: only its instance should change", j.Status, j.RunnerName, j.Attempts)
 	}
 
-	// bp-2's runner took job 42.
-	if err := jobs.Rebind(f.ctx, f.store, 42, "bp-2"); err != nil {
+	// bp-2's runner took job 42, as expected: nothing more to do.
+	before := f.getInstance("bp-2")
+	if err := jobs.Rebind(f.ctx, f.store, f.queue, 42, "bp-2"); err != nil {
 		t.Fatal(err)
 	}
 	wantBound(t, f, "bp-2", 42)
 	wantBound(t, f, "bp-1", 43)
+	if after := f.getInstance("bp-2"); after.Version != before.Version {
+		t.Fatalf("bp-2 written again: v%d → v%d", before.Version, after.Version)
+	}
+	f.wantQueued(0)
+}
+
+// A displaced job whose labels the left runner does not carry can only be
+// served by a new runner: it is requeued, and the left instance keeps
+// waiting with its runner for a job it can take.
+func TestRebindRequeuesADisplacedJobNoLeftRunnerCanTake(t *testing.T) {
+	f := newFixture(t)
+	f.instance("bp-1", domain.StateRunning, 42)
+	f.instance("bp-2", domain.StateClaimed, 43)
+	f.job(domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: "bp-1", RunnerName: "bp-1-42", Attempts: 1,
+		Labels: []string{"self-hosted", "Linux", "gpu"}})
+	f.job(domain.Job{ID: 43, Status: domain.JobAssigned, InstanceID: "bp-2", RunnerName: "bp-2-43", Attempts: 1,
+		Labels: []string{"self-hosted", "linux"}})
+	if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1"); err != nil {
+		t.Fatal(err)
+	}
+	wantBound(t, f, "bp-1", 43)
+	if j := f.get(42); j.Status != domain.JobQueued || j.InstanceID != "" || j.RunnerName != "" || j.Attempts != 2 {
+		t.Fatalf("job 42 %s on %q runner %q attempt %d, want queued again, unbound", j.Status, j.InstanceID, j.RunnerName, j.Attempts)
+	}
+	f.wantQueued(1)
+	if in := f.getInstance("bp-2"); in.Job != "43" || in.State != domain.StateClaimed {
+		t.Fatalf("bp-2 %s bound to %q, want left waiting", in.State, in.Job)
+	}
+}
+
+// The left instance may have moved on before the report arrives (its
+// runner started another job, or it failed): the displaced job is requeued.
+func TestRebindRequeuesADisplacedJobWhenTheLeftInstanceMovedOn(t *testing.T) {
+	for name, move := range map[string]func(*domain.Instance){
+		"started": func(i *domain.Instance) { i.JobStarted, i.State = true, domain.StateRunning },
+		"failed":  func(i *domain.Instance) { i.State = domain.StateError },
+		"rebound": func(i *domain.Instance) { i.Job = "44" },
+		"gone":    func(i *domain.Instance) { i.State = domain.StateTerminating },
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			swapPair(f)
+			in := f.getInstance("bp-2")
+			if _, err := f.store.Transition(f.ctx, in.ID, domain.GuardOf(in), move); err != nil {
+				t.Fatal(err)
+			}
+			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1"); err != nil {
+				t.Fatal(err)
+			}
+			if j := f.get(42); j.Status != domain.JobQueued || j.InstanceID != "" {
+				t.Fatalf("job 42 %s on %q, want queued again", j.Status, j.InstanceID)
+			}
+			f.wantQueued(1)
+		})
+	}
 }
 
 func TestRebindAlreadyBoundChangesNothing(t *testing.T) {
@@ -114,7 +168,7 @@ func TestRebindAlreadyBoundChangesNothing(t *testing.T) {
 	}{
 		{"job started on the instance it was assigned", func(*fixture) {}},
 		{"repeated report of a swap", func(f *fixture) {
-			if err := jobs.Rebind(f.ctx, f.store, 43, "bp-1"); err != nil {
+			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1"); err != nil {
 				f.t.Fatal(err)
 			}
 		}},
@@ -126,7 +180,7 @@ func TestRebindAlreadyBoundChangesNothing(t *testing.T) {
 			tc.setup(f)
 			id := f.get(43).InstanceID
 			in, j := f.getInstance(id), f.get(43)
-			if err := jobs.Rebind(f.ctx, f.store, 43, id); err != nil {
+			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, id); err != nil {
 				t.Fatal(err)
 			}
 			if after, jafter := f.getInstance(id), f.get(43); after.Version != in.Version || jafter.Version != j.Version {
@@ -169,7 +223,7 @@ func TestRebindLeavesAlone(t *testing.T) {
 				tc.job.ID = 43
 				jbefore = f.job(*tc.job)
 			}
-			if err := jobs.Rebind(f.ctx, f.store, 43, "bp-1"); err != nil {
+			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1"); err != nil {
 				t.Fatal(err)
 			}
 			if tc.inst != "" {
@@ -211,7 +265,7 @@ func TestRebindRetriesLostRaces(t *testing.T) {
 	t.Run("on the instance", func(t *testing.T) {
 		f := newFixture(t)
 		swapPair(f)
-		if err := jobs.Rebind(f.ctx, &instanceRacer{Store: f.store, n: 3}, 43, "bp-1"); err != nil {
+		if err := jobs.Rebind(f.ctx, &instanceRacer{Store: f.store, n: 3}, f.queue, 43, "bp-1"); err != nil {
 			t.Fatal(err)
 		}
 		wantBound(t, f, "bp-1", 43)
@@ -222,7 +276,7 @@ func TestRebindRetriesLostRaces(t *testing.T) {
 	t.Run("on the job", func(t *testing.T) {
 		f := newFixture(t)
 		swapPair(f)
-		if err := jobs.Rebind(f.ctx, &racingStore{Store: f.store, n: 3}, 43, "bp-1"); err != nil {
+		if err := jobs.Rebind(f.ctx, &racingStore{Store: f.store, n: 3}, f.queue, 43, "bp-1"); err != nil {
 			t.Fatal(err)
 		}
 		wantBound(t, f, "bp-1", 43)
@@ -235,7 +289,7 @@ func TestRebindRetriesLostRaces(t *testing.T) {
 		swapPair(f)
 		// The job is read once by Rebind itself: completed on its next read.
 		racer := &racingStore{Store: f.store, n: 1, final: true}
-		if err := jobs.Rebind(f.ctx, racer, 43, "bp-1"); err != nil {
+		if err := jobs.Rebind(f.ctx, racer, f.queue, 43, "bp-1"); err != nil {
 			t.Fatal(err)
 		}
 		if j := f.get(43); j.Status != domain.JobCompleted || j.InstanceID != "bp-2" {
@@ -245,11 +299,25 @@ func TestRebindRetriesLostRaces(t *testing.T) {
 	t.Run("gives up on an instance that never stops changing", func(t *testing.T) {
 		f := newFixture(t)
 		swapPair(f)
-		if err := jobs.Rebind(f.ctx, &instanceRacer{Store: f.store, n: 100}, 43, "bp-1"); err == nil {
+		if err := jobs.Rebind(f.ctx, &instanceRacer{Store: f.store, n: 100}, f.queue, 43, "bp-1"); err == nil {
 			t.Fatal("no error, though bp-1 was never bound to job 43")
 		}
 		if in, j := f.getInstance("bp-1"), f.get(43); in.Job != "42" || j.InstanceID != "bp-2" {
 			t.Fatalf("bp-1 bound to %q, job 43 to %q: half a rebind, want neither changed", in.Job, j.InstanceID)
 		}
 	})
+}
+
+// wantQueued fails unless job 42's queue holds n messages, each job 42.
+func (f *fixture) wantQueued(n int) {
+	f.t.Helper()
+	msgs := f.messages(jobs.QueueFor(f.get(42).Route))
+	if len(msgs) != n {
+		f.t.Fatalf("%d messages queued, want %d", len(msgs), n)
+	}
+	for _, m := range msgs {
+		if id, err := jobs.Decode(m.Body); err != nil || id != 42 {
+			f.t.Fatalf("queued %q, want job 42", m.Body)
+		}
+	}
 }

@@ -215,8 +215,9 @@ func (p *Provisioner) registeredFor(ctx context.Context, j domain.Job, id string
 	}
 	if cur.State == domain.StateRunning && cur.Job != "" {
 		// Its runner registered, and GitHub gave it another queued job
-		// with the same labels (jobs.Rebind): this job waits for the
-		// runner that job was assigned, which is as good.
+		// with the same labels: jobs.Rebind handed this job to the runner
+		// that job leaves, or requeued it. Either way it is not ours to
+		// wait for any more.
 		return true, nil
 	}
 	now, err := p.Store.GetJob(ctx, j.ID)
