@@ -131,3 +131,31 @@ func TestDeadlineFlag(t *testing.T) {
 		t.Errorf("an unknown state must list the states and their defaults: %v", err)
 	}
 }
+
+// Secrets in the environment must not become flag defaults: -h and every
+// flag error print the defaults.
+func TestServeHelpAndFlagErrorsDoNotShowSecrets(t *testing.T) {
+	const secret, token = "whsec-do-not-print", "tok-do-not-print"
+	getenv := func(k string) string {
+		return map[string]string{"BULLPEN_WEBHOOK_SECRET": secret, "BULLPEN_ADMIN_TOKEN": token}[k]
+	}
+	for _, args := range [][]string{{"serve", "-h"}, {"serve", "--no-such-flag"}, {"serve", "--converge-every", "soon"}} {
+		var out, errb bytes.Buffer
+		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: getenv}
+		if code := run(context.Background(), e, args); code == 1 {
+			t.Fatalf("%v: exit 1", args)
+		}
+		all := out.String() + errb.String()
+		if strings.Contains(all, secret) || strings.Contains(all, token) {
+			t.Fatalf("%v printed a secret:\n%s", args, all)
+		}
+		if !strings.Contains(all, "BULLPEN_WEBHOOK_SECRET") {
+			t.Fatalf("%v: usage does not name the secret's variable:\n%s", args, all)
+		}
+	}
+	// The environment still supplies them.
+	f := serveFlags{getenv: getenv}
+	if s, tk, err := f.secrets(); err != nil || s != secret || tk != token {
+		t.Fatalf("secrets from the environment: %v", err)
+	}
+}

@@ -41,6 +41,7 @@ type serveFlags struct {
 	heartbeatFlush                        time.Duration
 	deadlines                             domain.Deadlines
 	cancelRejected                        bool
+	getenv                                func(string) string
 }
 
 func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
@@ -63,9 +64,12 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.localDir, "local-dir", "BULLPEN_LOCAL_DIR", "", "with --cloud local: where machines keep their files (default: a temporary directory)")
 	str(&f.agentURL, "agent-url", "BULLPEN_AGENT_URL", "", "where machines' agents reach this control plane (default: http:// and the listen address)")
 	str(&f.github, "github", "BULLPEN_GITHUB", "sim", "GitHub: sim")
-	str(&f.secret, "webhook-secret", "BULLPEN_WEBHOOK_SECRET", "", "GitHub webhook secret (prefer the environment variable or --webhook-secret-file)")
+	// Secrets are read from the environment after parsing, never as flag
+	// defaults, which -h and every flag error would print.
+	f.getenv = getenv
+	fs.StringVar(&f.secret, "webhook-secret", "", "GitHub webhook secret (prefer $BULLPEN_WEBHOOK_SECRET or --webhook-secret-file)")
 	str(&f.secretFile, "webhook-secret-file", "BULLPEN_WEBHOOK_SECRET_FILE", "", "file holding the webhook secret")
-	str(&f.token, "admin-token", "BULLPEN_ADMIN_TOKEN", "", "bearer token for /api/v1 (prefer the environment variable or --admin-token-file)")
+	fs.StringVar(&f.token, "admin-token", "", "bearer token for /api/v1 (prefer $BULLPEN_ADMIN_TOKEN or --admin-token-file)")
 	str(&f.tokenFile, "admin-token-file", "BULLPEN_ADMIN_TOKEN_FILE", "", "file holding the admin token")
 	str(&f.environment, "environment", "BULLPEN_ENVIRONMENT", "production", "which pools this stack serves (pools without environment: belong to all)")
 	str(&f.controllerID, "controller-id", "BULLPEN_CONTROLLER_ID", "", "tag value marking this stack's machines (default bullpen-ENVIRONMENT)")
@@ -110,6 +114,9 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 // them. A secret never appears in a message.
 func (f *serveFlags) secrets() (secret, token string, err error) {
 	read := func(value, file, what, env, flagName string) (string, error) {
+		if value == "" && file == "" && f.getenv != nil {
+			value = f.getenv(env)
+		}
 		if file != "" {
 			b, err := os.ReadFile(file)
 			if err != nil {
@@ -218,8 +225,10 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 }
 
 // serveUntilDone serves HTTP and runs the loops; on a signal it stops
-// intake first (no new deliveries), then lets every loop finish the work in
-// hand, so nothing is left half-claimed.
+// intake first (no new deliveries), then cancels the loops and waits (at
+// most loopsShutdownLimit) for them to return. Work cut short is not lost:
+// a claim that did not finish is given back or expires at its deadline, and
+// an unacknowledged message is received again after a restart.
 func serveUntilDone(ctx context.Context, a *app.App, ln net.Listener, log *slog.Logger) int {
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	// Idle agents hold long polls open: answer them at once on shutdown.
@@ -248,10 +257,20 @@ func serveUntilDone(ctx context.Context, a *app.App, ln net.Listener, log *slog.
 		log.Warn("HTTP shutdown", "err", err)
 	}
 	stopLoops()
-	<-loopsDone
+	select {
+	case <-loopsDone:
+	case <-time.After(loopsShutdownLimit):
+		// A loop stuck in a call that ignores cancellation: exit anyway,
+		// so a supervisor can restart; the store keeps what was accepted.
+		log.Error("loops did not stop in time; exiting with work in hand", "waited", loopsShutdownLimit)
+		return 1
+	}
 	log.Info("bullpen stopped")
 	return code
 }
+
+// loopsShutdownLimit bounds how long serve waits for its loops to stop.
+const loopsShutdownLimit = time.Minute
 
 func newLogger(e *env, level, format string) (*slog.Logger, error) {
 	var lv slog.Level

@@ -34,8 +34,7 @@ func (a *App) Handler() http.Handler {
 	return mux
 }
 
-// Run runs every loop until ctx ends, then waits for each to finish the work
-// in hand.
+// Run runs every loop until ctx ends, then waits for each to return.
 func (a *App) Run(ctx context.Context) error {
 	reports := make(chan converger.Report)
 	loops := append(a.jobPath(), a.Reconciler.Run, func(ctx context.Context) error { return a.Converger.Run(ctx, reports) },

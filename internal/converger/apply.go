@@ -188,8 +188,9 @@ func cloudIDs(insts []domain.Instance) []string {
 }
 
 // create launches n members of role in calls of at most CreateBatch. Rows are
-// written as pending before each call, carrying the call's launch id, so a
-// crash between the two leaves a record to reconcile by tag.
+// written as pending before each call, carrying the call's launch id; after
+// a crash between the two they expire, and the machines are reaped as
+// orphans (see domain.StatePending).
 func (a applier) create(ctx context.Context, role domain.Role, n int) error {
 	var errs []error
 	for n > 0 {

@@ -15,8 +15,10 @@ import (
 type State string
 
 const (
-	// StatePending: the row is written before the cloud call, so a crash
-	// between the two leaves a record the reaper can match by launch id.
+	// StatePending: the row is written before the cloud call. After a
+	// crash between the two, the row expires at its deadline, and a machine
+	// the call did launch carries the stack's tag and is reaped as an
+	// orphan (no row knows its cloud id).
 	StatePending State = "pending"
 	// StateBooting: the cloud id is known; the agent is not ready yet
 	// (pools call this warming-up).
