@@ -1,0 +1,92 @@
+package agents
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Heartbeat records that the instance's agent is alive.
+func (s *Service) Heartbeat(ctx context.Context, cloudID string) error {
+	id, ok := s.idOf.get(cloudID)
+	if !ok {
+		in, err := s.lookup(ctx, cloudID)
+		if err != nil {
+			return err
+		}
+		id = in.ID
+		s.idOf.put(cloudID, in.ID)
+	}
+	s.metrics.heartbeats.Inc()
+	if s.opts.HeartbeatFlush <= 0 {
+		return s.store.RecordHeartbeat(ctx, id, s.clock.Now())
+	}
+	s.beatsMu.Lock()
+	s.beats[id] = s.clock.Now()
+	s.beatsMu.Unlock()
+	return nil
+}
+
+// FlushHeartbeats writes the heartbeats kept in memory.
+func (s *Service) FlushHeartbeats(ctx context.Context) error {
+	s.beatsMu.Lock()
+	pending := s.beats
+	s.beats = make(map[string]time.Time, len(pending))
+	s.beatsMu.Unlock()
+	if len(pending) == 0 {
+		return nil
+	}
+	batch := make([]domain.Heartbeat, 0, len(pending))
+	for id, at := range pending {
+		batch = append(batch, domain.Heartbeat{ID: id, At: at})
+	}
+	return s.store.RecordHeartbeats(ctx, batch)
+}
+
+// Run writes batched heartbeats every HeartbeatFlush until ctx ends, then
+// once more.
+func (s *Service) Run(ctx context.Context) error {
+	if s.opts.HeartbeatFlush <= 0 {
+		<-ctx.Done()
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return s.FlushHeartbeats(context.WithoutCancel(ctx))
+		case <-s.clock.After(s.opts.HeartbeatFlush):
+		}
+		if err := s.FlushHeartbeats(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("write heartbeats", "err", err)
+		}
+	}
+}
+
+// idCache maps cloud ids to instance ids, which never change once recorded,
+// so that a heartbeat costs no store read. It is emptied when full: machines
+// come and go, and a forgotten entry only costs one lookup.
+type idCache struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+// maxCachedIDs bounds the cache: far more than the live fleet of one stack.
+const maxCachedIDs = 50_000
+
+func (c *idCache) get(cloudID string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.m[cloudID]
+	return id, ok
+}
+
+func (c *idCache) put(cloudID, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedIDs {
+		c.m = make(map[string]string)
+	}
+	c.m[cloudID] = id
+}
