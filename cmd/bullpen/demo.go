@@ -35,18 +35,8 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	var cfg *config.Config
-	var err error
-	if *cfgPath == "" {
-		cfg, err = config.Parse("examples/runs-on.yml", examples.RunsOn)
-	} else {
-		var ok bool
-		if cfg, ok = loadConfig(e, *cfgPath); !ok {
-			return 1
-		}
-	}
-	if err != nil {
-		fmt.Fprintln(e.stderr, "bullpen demo: built-in example:", err)
+	cfg, ok := demoConfig(e, *cfgPath)
+	if !ok {
 		return 1
 	}
 	o := demo.Options{
@@ -60,6 +50,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	if *verbose {
 		o.Log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
+	o.Start = time.Now().UTC().Truncate(time.Second)
 	if *start != "" {
 		t, err := time.Parse(time.RFC3339, *start)
 		if err != nil {
@@ -67,8 +58,6 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 			return 2
 		}
 		o.Start = t
-	} else {
-		o.Start = time.Now().UTC().Truncate(time.Second)
 	}
 	if *duration <= 0 || *speed < 0 || *interval <= 0 || *perMinute < 0 {
 		fmt.Fprintln(e.stderr, "bullpen demo: --duration and --interval must be positive, --speed and --jobs-per-minute not negative")
@@ -84,12 +73,25 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(o.Lines, "\ninterrupted; final state below")
 	}
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		if err := enc.Encode(res); err != nil {
+		if err := json.NewEncoder(e.stdout).Encode(res); err != nil {
 			return 1
 		}
 		return 0
 	}
 	demo.Summary(e.stdout, res)
 	return 0
+}
+
+// demoConfig loads the configuration the demo runs, the built-in example
+// unless a file is named; problems are reported on stderr.
+func demoConfig(e *env, path string) (*config.Config, bool) {
+	if path != "" {
+		return loadConfig(e, path)
+	}
+	cfg, err := config.Parse("examples/runs-on.yml", examples.RunsOn)
+	if err != nil {
+		fmt.Fprintln(e.stderr, "bullpen demo: built-in example:", err)
+		return nil, false
+	}
+	return cfg, true
 }

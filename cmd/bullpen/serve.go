@@ -51,12 +51,6 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 		}
 		fs.StringVar(p, name, def, usage+" ($"+env+")")
 	}
-	dur := func(p *time.Duration, name, env string, def time.Duration, usage string) {
-		if v, err := time.ParseDuration(getenv(env)); err == nil {
-			def = v
-		}
-		fs.DurationVar(p, name, def, usage+" ($"+env+")")
-	}
 	str(&f.config, "config", "BULLPEN_CONFIG", "", "pool configuration file (runs-on.yml format), re-read every --reload")
 	str(&f.listen, "listen", "BULLPEN_LISTEN", "127.0.0.1:8080", "HTTP address for /webhook, /api/v1, /metrics, /healthz")
 	str(&f.store, "store", "BULLPEN_STORE", "sqlite://bullpen.db", "state store: sqlite://PATH")
@@ -77,21 +71,7 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.logLevel, "log-level", "BULLPEN_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&f.logFormat, "log-format", "BULLPEN_LOG_FORMAT", "text", "text or json")
 	str(&f.simLatency, "sim-latency", "BULLPEN_SIM_LATENCY", "realistic", "simulated cloud timings: realistic (boot 15s, warm-up 30s, …) or zero")
-	dur(&f.convergeEvery, "converge-every", "BULLPEN_CONVERGE_EVERY", 30*time.Second, "pool convergence interval")
-	dur(&f.terminateEvery, "terminate-every", "BULLPEN_TERMINATE_EVERY", 5*time.Second, "terminator interval")
-	dur(&f.reload, "reload", "BULLPEN_RELOAD", 30*time.Second, "configuration re-read interval")
-	dur(&f.reapEvery, "reap-every", "BULLPEN_REAP_EVERY", time.Minute, "reaper interval (orphans, gone machines, silent agents, dead runners, missed webhooks, retention)")
-	dur(&f.orphanGrace, "orphan-grace", "BULLPEN_ORPHAN_GRACE", 10*time.Minute, "a machine with this stack's tag that no instance knows is terminated once this old")
-	dur(&f.goneGrace, "gone-grace", "BULLPEN_GONE_GRACE", 2*time.Minute, "an instance whose machine the cloud no longer lists is closed once its state is this old")
-	dur(&f.silentAfter, "silent-after", "BULLPEN_SILENT_AFTER", 3*time.Minute, "an instance whose agent has not been heard from for this long is terminated")
-	dur(&f.jobRetention, "job-retention", "BULLPEN_JOB_RETENTION", 72*time.Hour, "completed and rejected jobs are deleted this long after they ended")
-	dur(&f.instanceRetention, "instance-retention", "BULLPEN_INSTANCE_RETENTION", 24*time.Hour, "terminated instances are deleted from the store this long after they ended")
-	dur(&f.danglingAfter, "dangling-after", "BULLPEN_DANGLING_AFTER", 10*time.Minute, "a pool instance running this long without a job (warm-up never finished, never parked) is replaced")
-	dur(&f.claimHeartbeat, "claim-heartbeat-max-age", "BULLPEN_CLAIM_HEARTBEAT_MAX_AGE", 15*time.Second, "a reused instance whose last heartbeat is older fails its post-claim check")
-	dur(&f.claimRegistration, "claim-registration-timeout", "BULLPEN_CLAIM_REGISTRATION_TIMEOUT", 10*time.Second, "a reused instance must register for its job within this")
-	dur(&f.creationTimeout, "creation-timeout", "BULLPEN_CREATION_TIMEOUT", 5*time.Minute, "a new instance must boot and register for its job within this")
-	dur(&f.rpRequeueDelay, "resource-pool-requeue-delay", "BULLPEN_RESOURCE_POOL_REQUEUE_DELAY", 3*time.Second, "an idle instance that does not fit a job goes back to the resource pool with this delay")
-	dur(&f.heartbeatFlush, "heartbeat-flush", "BULLPEN_HEARTBEAT_FLUSH", time.Second, "agent heartbeats are written to the store together at this interval")
+	f.defineIntervals(fs, getenv)
 	f.deadlines = domain.DefaultDeadlines()
 	fs.Func("deadline", "STATE=DURATION: how long an instance may stay in a state before it is terminated (repeatable; "+deadlineDefaults()+")", func(v string) error {
 		return setDeadline(&f.deadlines, v)
@@ -108,6 +88,31 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 		return nil
 	})
 	fs.BoolVar(&f.cancelRejected, "cancel-rejected", getenv("BULLPEN_CANCEL_REJECTED") == "true", "cancel the workflow run of a rejected job ($BULLPEN_CANCEL_REJECTED=true)")
+}
+
+// defineIntervals defines the loops' intervals and allowances.
+func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) string) {
+	dur := func(p *time.Duration, name, env string, def time.Duration, usage string) {
+		if v, err := time.ParseDuration(getenv(env)); err == nil {
+			def = v
+		}
+		fs.DurationVar(p, name, def, usage+" ($"+env+")")
+	}
+	dur(&f.convergeEvery, "converge-every", "BULLPEN_CONVERGE_EVERY", 30*time.Second, "pool convergence interval")
+	dur(&f.terminateEvery, "terminate-every", "BULLPEN_TERMINATE_EVERY", 5*time.Second, "terminator interval")
+	dur(&f.reload, "reload", "BULLPEN_RELOAD", 30*time.Second, "configuration re-read interval")
+	dur(&f.reapEvery, "reap-every", "BULLPEN_REAP_EVERY", time.Minute, "reaper interval (orphans, gone machines, silent agents, dead runners, missed webhooks, retention)")
+	dur(&f.orphanGrace, "orphan-grace", "BULLPEN_ORPHAN_GRACE", 10*time.Minute, "a machine with this stack's tag that no instance knows is terminated once this old")
+	dur(&f.goneGrace, "gone-grace", "BULLPEN_GONE_GRACE", 2*time.Minute, "an instance whose machine the cloud no longer lists is closed once its state is this old")
+	dur(&f.silentAfter, "silent-after", "BULLPEN_SILENT_AFTER", 3*time.Minute, "an instance whose agent has not been heard from for this long is terminated")
+	dur(&f.jobRetention, "job-retention", "BULLPEN_JOB_RETENTION", 72*time.Hour, "completed and rejected jobs are deleted this long after they ended")
+	dur(&f.instanceRetention, "instance-retention", "BULLPEN_INSTANCE_RETENTION", 24*time.Hour, "terminated instances are deleted from the store this long after they ended")
+	dur(&f.danglingAfter, "dangling-after", "BULLPEN_DANGLING_AFTER", 10*time.Minute, "a pool instance running this long without a job (warm-up never finished, never parked) is replaced")
+	dur(&f.claimHeartbeat, "claim-heartbeat-max-age", "BULLPEN_CLAIM_HEARTBEAT_MAX_AGE", 15*time.Second, "a reused instance whose last heartbeat is older fails its post-claim check")
+	dur(&f.claimRegistration, "claim-registration-timeout", "BULLPEN_CLAIM_REGISTRATION_TIMEOUT", 10*time.Second, "a reused instance must register for its job within this")
+	dur(&f.creationTimeout, "creation-timeout", "BULLPEN_CREATION_TIMEOUT", 5*time.Minute, "a new instance must boot and register for its job within this")
+	dur(&f.rpRequeueDelay, "resource-pool-requeue-delay", "BULLPEN_RESOURCE_POOL_REQUEUE_DELAY", 3*time.Second, "an idle instance that does not fit a job goes back to the resource pool with this delay")
+	dur(&f.heartbeatFlush, "heartbeat-flush", "BULLPEN_HEARTBEAT_FLUSH", time.Second, "agent heartbeats are written to the store together at this interval")
 }
 
 // secrets resolves the webhook secret and admin token, or says how to set

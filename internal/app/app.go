@@ -221,6 +221,29 @@ func (a *App) wire() error {
 	if a.Converger, err = converger.New(a.Store, a.Cloud, clk, a.poolSpecs, log.With("loop", "converger"), reg, conv); err != nil {
 		return err
 	}
+	if err := a.wireJobPath(); err != nil {
+		return err
+	}
+	a.Terminator = &reaper.Terminator{Store: a.Store, Cloud: a.Cloud, Clock: clk, Log: log.With("loop", "terminator"),
+		Interval: o.TerminateEvery, Deadlines: o.Deadlines}
+	o.Reaper.TerminatingAllowance = o.Deadlines.Terminating
+	a.Reconciler = &reaper.Reconciler{
+		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "reaper"),
+		ControllerID: o.ControllerID, Scopes: a.scopes, Options: o.Reaper,
+	}
+	if err := a.Reconciler.Init(reg); err != nil {
+		return err
+	}
+	a.API = &api.Server{Store: a.Store, Token: o.AdminToken, Log: log.With("loop", "api"), Pools: a.poolInfos}
+	return nil
+}
+
+// wireJobPath builds the loops that serve jobs: intake, pool dispatch and
+// provisioning.
+func (a *App) wireJobPath() error {
+	o := a.opts
+	log, reg, clk := o.Log, o.Registry, o.Clock
+	var err error
 	a.Dispatcher, err = dispatch.New(dispatch.Deps{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "dispatch"),
 		Scope: a.scope, SpecHash: a.specHash, Notify: a.Agents.Notify,
@@ -244,17 +267,6 @@ func (a *App) wire() error {
 	if err != nil {
 		return err
 	}
-	a.Terminator = &reaper.Terminator{Store: a.Store, Cloud: a.Cloud, Clock: clk, Log: log.With("loop", "terminator"),
-		Interval: o.TerminateEvery, Deadlines: o.Deadlines}
-	o.Reaper.TerminatingAllowance = o.Deadlines.Terminating
-	a.Reconciler = &reaper.Reconciler{
-		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "reaper"),
-		ControllerID: o.ControllerID, Scopes: a.scopes, Options: o.Reaper,
-	}
-	if err := a.Reconciler.Init(reg); err != nil {
-		return err
-	}
-	a.API = &api.Server{Store: a.Store, Token: o.AdminToken, Log: log.With("loop", "api"), Pools: a.poolInfos}
 	return nil
 }
 
