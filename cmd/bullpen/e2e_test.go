@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/testfixtures"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 const e2eConfig = `runners:
@@ -41,25 +42,8 @@ type server struct {
 	base   string
 	token  string
 	secret string
-	logs   *syncBuffer
+	logs   *testlog.Buffer
 	done   chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // buildBinary compiles bullpen once per test binary.
@@ -93,7 +77,7 @@ func startServerWith(t *testing.T, config string, extra ...string) *server {
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := &server{t: t, token: "e2e-admin-token", secret: "e2e webhook secret", logs: &syncBuffer{}, done: make(chan error, 1)}
+	s := &server{t: t, token: "e2e-admin-token", secret: "e2e webhook secret", logs: &testlog.Buffer{}, done: make(chan error, 1)}
 	args := append([]string{"serve", "--config", cfg, "--store", "sqlite://" + filepath.Join(dir, "bullpen.db"),
 		"--listen", "127.0.0.1:0"}, extra...)
 	s.cmd = exec.Command(bin, args...)

@@ -7,13 +7,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 const (
@@ -33,12 +33,12 @@ type rig struct {
 	clk   *clock.Virtual
 	store *sqlite.Store
 	srv   *Server
-	logs  *syncBuffer
+	logs  *testlog.Buffer
 }
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	r := &rig{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0), logs: &syncBuffer{}}
+	r := &rig{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0), logs: &testlog.Buffer{}}
 	st, err := sqlite.Open(r.ctx, t.TempDir()+"/api.db", r.clk)
 	if err != nil {
 		t.Fatal(err)
@@ -176,21 +176,4 @@ func (r *rig) wantError(rec *httptest.ResponseRecorder, code int, parts ...strin
 			r.t.Errorf("error %q does not mention %q", body.Error, p)
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -46,7 +46,7 @@ func TestUndecodableMessagesAreDeadLettered(t *testing.T) {
 			if got := testutil.ToFloat64(f.in.metrics.deadLettered); got != 1 {
 				t.Errorf("dead-lettered counted %v, want 1", got)
 			}
-			if l := f.logs.lines("level=ERROR", "dead-lettered"); len(l) != 1 {
+			if l := f.logs.Lines("level=ERROR", "dead-lettered"); len(l) != 1 {
 				t.Errorf("want one ERROR, got %q", l)
 			}
 		})

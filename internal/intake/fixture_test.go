@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 	"github.com/bullpen-ci/bullpen/internal/testfixtures"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
@@ -42,7 +42,7 @@ type fixture struct {
 	queue *countingQueue
 	fin   *recordingFinisher
 	gh    *recordingGitHub
-	logs  *syncBuffer
+	logs  *testlog.Buffer
 	in    *Intake
 	seq   int // delivery ids
 }
@@ -50,7 +50,7 @@ type fixture struct {
 func newFixture(t *testing.T, o Options) *fixture {
 	t.Helper()
 	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0),
-		fin: &recordingFinisher{fail: map[int64]error{}}, gh: &recordingGitHub{}, logs: &syncBuffer{}}
+		fin: &recordingFinisher{fail: map[int64]error{}}, gh: &recordingGitHub{}, logs: &testlog.Buffer{}}
 	db, err := sqlite.Open(f.ctx, t.TempDir()+"/intake.db", f.clk)
 	if err != nil {
 		t.Fatal(err)
@@ -383,33 +383,4 @@ func (g *recordingGitHub) cancelled() []cancelCall {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return append([]cancelCall(nil), g.cancels...)
-}
-
-// syncBuffer is a log destination safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the log lines containing every one of parts.
-func (b *syncBuffer) lines(parts ...string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for _, l := range strings.Split(b.buf.String(), "\n") {
-		all := l != ""
-		for _, p := range parts {
-			all = all && strings.Contains(l, p)
-		}
-		if all {
-			out = append(out, l)
-		}
-	}
-	return out
 }

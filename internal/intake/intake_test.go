@@ -109,7 +109,7 @@ func TestUnknownPoolIsRejected(t *testing.T) {
 				!strings.Contains(j.Reason, `pool "large-arm"`) || !strings.Contains(j.Reason, `environment "dev"`) {
 				t.Fatalf("job %s pool %q reason %q; want rejected naming the pool and the environment", j.Status, j.Pool, j.Reason)
 			}
-			if l := f.logs.lines("level=WARN", "job rejected", "job=3001", `large-arm`); len(l) != 1 {
+			if l := f.logs.Lines("level=WARN", "job rejected", "job=3001", `large-arm`); len(l) != 1 {
 				t.Errorf("want one WARN naming the job and the pool, got %q", l)
 			}
 			if got := f.events("queued", "rejected"); got != 1 {
@@ -130,7 +130,7 @@ func TestUnknownPoolIsRejected(t *testing.T) {
 			// A redelivery is a duplicate: no second warning, count or cancel.
 			f.deliver(jobEvent{action: "queued", id: 3001, runID: 31, labels: []string{"runs-on=31/pool=large-arm"}})
 			f.step()
-			if l := f.logs.lines("job rejected"); len(l) != 1 || f.events("queued", "rejected") != 1 || len(f.gh.cancelled()) != len(want) {
+			if l := f.logs.Lines("job rejected"); len(l) != 1 || f.events("queued", "rejected") != 1 || len(f.gh.cancelled()) != len(want) {
 				t.Errorf("redelivery: %d warnings, %v counted, %d cancels", len(l), f.events("queued", "rejected"), len(f.gh.cancelled()))
 			}
 		})
@@ -147,7 +147,7 @@ func TestRejectionSurvivesAFailedCancel(t *testing.T) {
 	if j := f.job(3002); j.Status != domain.JobRejected {
 		t.Fatalf("job %s, want rejected", j.Status)
 	}
-	if l := f.logs.lines("level=WARN", "cancel the run of a rejected job", "github is down"); len(l) != 1 {
+	if l := f.logs.Lines("level=WARN", "cancel the run of a rejected job", "github is down"); len(l) != 1 {
 		t.Errorf("want one WARN about the failed cancel, got %q", l)
 	}
 	f.inboxEmpty()

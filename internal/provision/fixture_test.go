@@ -1,7 +1,6 @@
 package provision
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
@@ -391,26 +391,8 @@ func withImages(images map[string]string) fixtureOption {
 	}
 }
 
-// syncBuffer is a log sink that tests read while loggers may write.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // withLog sends the provisioner's log to buf.
-func withLog(buf *syncBuffer) fixtureOption {
+func withLog(buf *testlog.Buffer) fixtureOption {
 	return func(_ *fixture, d *Deps, _ *Options) {
 		d.Log = slog.New(slog.NewTextHandler(buf, nil))
 	}

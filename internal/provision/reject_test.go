@@ -8,6 +8,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 // A job the cloud will never serve as it asks is rejected with the reason,
@@ -29,7 +30,7 @@ func TestJobsTheCloudCannotServeAreRejected(t *testing.T) {
 			why:   []string{"invalid", "small"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var log syncBuffer
+			var log testlog.Buffer
 			f := newFixture(t, withImages(known), withLog(&log))
 			if tc.setup != nil {
 				tc.setup(f)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 const testSecret = "It's a Secret to Everybody"
@@ -86,35 +87,17 @@ type noopQueue struct{ *fakeQueue }
 
 func (noopQueue) Send(context.Context, string, []domain.SendRequest) error { return nil }
 
-// syncBuffer collects log lines from concurrent requests.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type rig struct {
 	h     *Handler
 	queue *fakeQueue
 	clock *clock.Virtual
 	reg   *prometheus.Registry
-	logs  *syncBuffer
+	logs  *testlog.Buffer
 }
 
 func newRig(t testing.TB) *rig {
 	t.Helper()
-	r := &rig{queue: newFakeQueue(), clock: clock.NewVirtual(testStart), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	r := &rig{queue: newFakeQueue(), clock: clock.NewVirtual(testStart), reg: prometheus.NewRegistry(), logs: &testlog.Buffer{}}
 	log := slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h, err := New(testSecret, r.queue, r.clock, log, r.reg)
 	if err != nil {

@@ -1,11 +1,9 @@
 package appplatform
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/github/fakegh"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 // Credentials the fakes require: they must reach the APIs and never a log.
@@ -27,24 +26,6 @@ const (
 
 var epoch = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 
-// syncBuffer is a log sink the scaler and the test share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // rig is a scaler wired to a fake GitHub and a fake App Platform on a
 // virtual clock.
 type rig struct {
@@ -56,7 +37,7 @@ type rig struct {
 	env    map[string]string
 	cfg    Config
 	reg    *prometheus.Registry
-	logs   *syncBuffer
+	logs   *testlog.Buffer
 	scaler *Scaler
 }
 
@@ -89,7 +70,7 @@ func testSpec() map[string]any {
 // environment, with env overriding the defaults.
 func newRig(t *testing.T, env map[string]string) *rig {
 	t.Helper()
-	r := &rig{t: t, gh: fakegh.New(), do: fakedo.New(), clk: clock.NewVirtual(epoch), reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	r := &rig{t: t, gh: fakegh.New(), do: fakedo.New(), clk: clock.NewVirtual(epoch), reg: prometheus.NewRegistry(), logs: &testlog.Buffer{}}
 	t.Cleanup(r.gh.Close)
 	t.Cleanup(r.do.Close)
 	r.gh.SetClock(r.clk)

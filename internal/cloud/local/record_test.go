@@ -1,7 +1,6 @@
 package local
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"maps"
@@ -9,12 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 func TestAdoptedStateFollowsTheRecordAndWhatIsLeft(t *testing.T) {
@@ -213,24 +212,6 @@ func wantRecord(t *testing.T, dir string, want Record, hasStart bool) {
 	}
 }
 
-// syncBuffer is a log destination that tests read while a Cloud writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestUnusableRecordsAreSkippedWithAWarning(t *testing.T) {
 	dir := t.TempDir()
 	put := func(name, content string) {
@@ -251,7 +232,7 @@ func TestUnusableRecordsAreSkippedWithAWarning(t *testing.T) {
 	put("l-norecord", "")
 	put(".hidden", `{"id": ".hidden"}`)
 	put("l-good", `{"id": "l-good", "tags": {"k": "v"}}`)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	c := newCloud(t, Options{Dir: dir, Command: newHelpers(t, "sleep").command,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 
