@@ -15,6 +15,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/agent"
 	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
 	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 // rig is a control plane (the real agent API, agents.Service and SQLite
@@ -25,7 +26,7 @@ type rig struct {
 	cp   *agentapitest.ControlPlane
 	srv  *httptest.Server
 	dir  string
-	logs *agentapitest.Buffer // every agent's log, at debug level
+	logs *testlog.Buffer // every agent's log, at debug level
 
 	mu   sync.Mutex
 	hits map[string]int // requests by path
@@ -49,7 +50,7 @@ exec sleep 1000
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	t.Parallel()
-	r := &rig{t: t, cp: agentapitest.New(t), dir: t.TempDir(), logs: &agentapitest.Buffer{}, hits: map[string]int{}}
+	r := &rig{t: t, cp: agentapitest.New(t), dir: t.TempDir(), logs: &testlog.Buffer{}, hits: map[string]int{}}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
 		r.hits[req.URL.Path]++

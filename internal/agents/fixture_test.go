@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 )
 
 var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
@@ -41,7 +41,7 @@ func newFixture(t *testing.T) *fixture {
 	// is most of a test's time under the race detector.
 	t.Parallel()
 	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0)}
-	st, err := sqlite.Open(f.ctx, freshDatabase(t), f.clk)
+	st, err := sqlite.Open(f.ctx, sqlitetest.Path(t), f.clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,43 +55,6 @@ func newFixture(t *testing.T) *fixture {
 	}
 	f.svc.SetNotifier(f)
 	return f
-}
-
-// template is an empty, migrated database, made once: copying it is a
-// third of the cost of migrating a new file under the race detector.
-var template struct {
-	once sync.Once
-	db   []byte
-	err  error
-}
-
-// freshDatabase returns the path of a new empty database for t.
-func freshDatabase(t *testing.T) string {
-	t.Helper()
-	template.once.Do(func() {
-		dir, err := os.MkdirTemp("", "agents-template-")
-		if err != nil {
-			template.err = err
-			return
-		}
-		defer os.RemoveAll(dir)
-		st, err := sqlite.Open(context.Background(), dir+"/t.db", clock.NewVirtual(t0))
-		if err != nil {
-			template.err = err
-			return
-		}
-		if template.err = st.Close(); template.err == nil {
-			template.db, template.err = os.ReadFile(dir + "/t.db")
-		}
-	})
-	if template.err != nil {
-		t.Fatal(template.err)
-	}
-	path := t.TempDir() + "/agents.db"
-	if err := os.WriteFile(path, template.db, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // Assigned implements domain.AssignmentNotifier.

@@ -5,11 +5,9 @@
 package agentapitest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +17,8 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 // T0 is when every control plane's clock starts.
@@ -36,7 +36,7 @@ type ControlPlane struct {
 	Calls   *Recorder
 	// Logs holds everything the server and the service logged, at every
 	// level, so a test can check that no credential was.
-	Logs *Buffer
+	Logs *testlog.Buffer
 
 	mu     sync.Mutex
 	policy agents.Policy
@@ -46,8 +46,8 @@ type ControlPlane struct {
 // until SetPolicy says otherwise.
 func New(t testing.TB) *ControlPlane {
 	t.Helper()
-	c := &ControlPlane{t: t, Ctx: context.Background(), Clock: clock.NewVirtual(T0), Logs: &Buffer{}}
-	st, err := sqlite.Open(c.Ctx, freshDatabase(t), c.Clock)
+	c := &ControlPlane{t: t, Ctx: context.Background(), Clock: clock.NewVirtual(T0), Logs: &testlog.Buffer{}}
+	st, err := sqlite.Open(c.Ctx, sqlitetest.Path(t), c.Clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,58 +166,4 @@ func (c *ControlPlane) ResourcePool(class string) []domain.ResourcePoolEntry {
 		}
 	}
 	return out
-}
-
-// Buffer is a bytes.Buffer safe for concurrent writers.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *Buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *Buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// template is an empty, migrated database, made once per test binary:
-// copying it is much cheaper than migrating a new file under -race.
-var template struct {
-	once sync.Once
-	db   []byte
-	err  error
-}
-
-func freshDatabase(t testing.TB) string {
-	t.Helper()
-	template.once.Do(func() {
-		dir, err := os.MkdirTemp("", "agentapitest-")
-		if err != nil {
-			template.err = err
-			return
-		}
-		defer os.RemoveAll(dir)
-		st, err := sqlite.Open(context.Background(), dir+"/t.db", clock.NewVirtual(T0))
-		if err != nil {
-			template.err = err
-			return
-		}
-		if template.err = st.Close(); template.err == nil {
-			template.db, template.err = os.ReadFile(dir + "/t.db")
-		}
-	})
-	if template.err != nil {
-		t.Fatal(template.err)
-	}
-	path := t.TempDir() + "/agents.db"
-	if err := os.WriteFile(path, template.db, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
