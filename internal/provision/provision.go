@@ -45,10 +45,13 @@ type Options struct {
 	BatchMax   int           // jobs received per cycle; default 100
 	Visibility time.Duration // default 5 min
 	Wait       time.Duration // long poll; default 1 s; negative: none, and Run pauses 1 s after an empty receive
-	// Batches bounds the received batches served at once; default 4.
+	// Batches bounds the received batches served at once; default 64.
 	// Each may hold Parallelism workers for up to CreationTimeout; at the
 	// bound Run receives no more, so jobs wait in the launch queue (where
-	// another replica may take them), not in this process.
+	// another replica may take them), not in this process. A batch holds
+	// its slot until its slowest machine registers (a minute, for a cold
+	// start), so the bound must be wide enough for a whole burst: at 4,
+	// a burst of 1,000 cold starts took three boot times instead of one.
 	Batches int
 	// Parallelism bounds jobs provisioned at once; default 64.
 	Parallelism int
@@ -92,7 +95,7 @@ func (o *Options) defaults() {
 		o.BatchMax = 100
 	}
 	if o.Batches <= 0 {
-		o.Batches = 4
+		o.Batches = 64
 	}
 	if o.Parallelism <= 0 {
 		o.Parallelism = 64

@@ -328,8 +328,8 @@ func TestRunServesABoundedNumberOfBatchesAtOnce(t *testing.T) {
 	}
 }
 
-func TestBatchesInFlightDefaultToFour(t *testing.T) {
-	if got := newFixture(t).p.opts.Batches; got != 4 {
-		t.Fatalf("Batches defaults to %d, want 4", got)
+func TestBatchesInFlightDefaultTo64(t *testing.T) {
+	if got := newFixture(t).p.opts.Batches; got != 64 {
+		t.Fatalf("Batches defaults to %d, want 64", got)
 	}
 }
