@@ -38,7 +38,7 @@ type serveFlags struct {
 	instanceRetention, danglingAfter      time.Duration
 	claimHeartbeat, claimRegistration     time.Duration
 	creationTimeout, rpRequeueDelay       time.Duration
-	heartbeatFlush                        time.Duration
+	heartbeatFlush, shutdownGrace         time.Duration
 	deadlines                             domain.Deadlines
 	cancelRejected                        bool
 	getenv                                func(string) string
@@ -113,6 +113,7 @@ func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) strin
 	dur(&f.creationTimeout, "creation-timeout", "BULLPEN_CREATION_TIMEOUT", 5*time.Minute, "a new instance must boot and register for its job within this")
 	dur(&f.rpRequeueDelay, "resource-pool-requeue-delay", "BULLPEN_RESOURCE_POOL_REQUEUE_DELAY", 3*time.Second, "an idle instance that does not fit a job goes back to the resource pool with this delay")
 	dur(&f.heartbeatFlush, "heartbeat-flush", "BULLPEN_HEARTBEAT_FLUSH", time.Second, "agent heartbeats are written to the store together at this interval")
+	dur(&f.shutdownGrace, "shutdown-grace", "BULLPEN_SHUTDOWN_GRACE", time.Minute, "on SIGTERM, how long open requests and then the loops get to finish before serve exits anyway")
 }
 
 // secrets resolves the webhook secret and admin token, or says how to set
@@ -172,7 +173,7 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	defer a.Close()
-	return serveUntilDone(ctx, a, ln, log)
+	return serveUntilDone(ctx, a, ln, log, f.shutdownGrace)
 }
 
 // options turns the flags into the app's options, naming every problem.
@@ -231,10 +232,10 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 
 // serveUntilDone serves HTTP and runs the loops; on a signal it stops
 // intake first (no new deliveries), then cancels the loops and waits (at
-// most loopsShutdownLimit) for them to return. Work cut short is not lost:
+// most grace) for them to return. Work cut short is not lost:
 // a claim that did not finish is given back or expires at its deadline, and
 // an unacknowledged message is received again after a restart.
-func serveUntilDone(ctx context.Context, a *app.App, ln net.Listener, log *slog.Logger) int {
+func serveUntilDone(ctx context.Context, a *app.App, ln net.Listener, log *slog.Logger, grace time.Duration) int {
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	// Idle agents hold long polls open: answer them at once on shutdown.
 	srv.RegisterOnShutdown(a.AgentAPI.Drain)
@@ -256,7 +257,7 @@ func serveUntilDone(ctx context.Context, a *app.App, ln net.Listener, log *slog.
 		log.Error("HTTP server failed", "err", err)
 		code = 1
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		log.Warn("HTTP shutdown", "err", err)
@@ -264,18 +265,15 @@ func serveUntilDone(ctx context.Context, a *app.App, ln net.Listener, log *slog.
 	stopLoops()
 	select {
 	case <-loopsDone:
-	case <-time.After(loopsShutdownLimit):
+	case <-time.After(grace):
 		// A loop stuck in a call that ignores cancellation: exit anyway,
 		// so a supervisor can restart; the store keeps what was accepted.
-		log.Error("loops did not stop in time; exiting with work in hand", "waited", loopsShutdownLimit)
+		log.Error("loops did not stop in time; exiting with work in hand", "waited", grace)
 		return 1
 	}
 	log.Info("bullpen stopped")
 	return code
 }
-
-// loopsShutdownLimit bounds how long serve waits for its loops to stop.
-const loopsShutdownLimit = time.Minute
 
 func newLogger(e *env, level, format string) (*slog.Logger, error) {
 	var lv slog.Level
