@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -189,4 +190,18 @@ func NewSecret() string {
 func HashSecret(secret string) string {
 	sum := sha256.Sum256([]byte(secret))
 	return hex.EncodeToString(sum[:])
+}
+
+// MachineSecret is the bootstrap secret of one machine of a launch: an
+// HMAC of its cloud id under the launch's secret. A provider that launches
+// machines one by one gives each only its own machine secret, so a machine
+// cannot introduce itself as a sibling; a provider whose machines share
+// launch data gives them the launch secret, and each agent derives its own
+// (then only a proof the provider signs, such as EC2's identity document,
+// tells siblings apart). The control plane stores only its hash, set when
+// the machine's cloud id is recorded.
+func MachineSecret(launchSecret, cloudID string) string {
+	mac := hmac.New(sha256.New, []byte(launchSecret))
+	mac.Write([]byte("bullpen machine\x00" + cloudID))
+	return hex.EncodeToString(mac.Sum(nil))
 }
