@@ -95,7 +95,12 @@ type Job struct {
 	Reason     string
 	Conclusion string
 	Attempts   int // times it was sent to be served
-	Version    int64
+	// SendPending: the job went back to queued in a change that also
+	// touched its instance, and its queue message may not be sent yet. The
+	// sender clears it once the message is out; the reaper sends it again
+	// for a job left with it set (a crash between the two writes).
+	SendPending bool
+	Version     int64
 
 	CreatedAt   time.Time
 	UpdatedAt   time.Time

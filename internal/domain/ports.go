@@ -107,6 +107,10 @@ type Store interface {
 	// deciding with ApplyJobTransition.
 	TransitionJob(ctx context.Context, id int64, g JobGuard, fn func(*Job)) (Job, error)
 	TransitionJobs(ctx context.Context, reqs []JobTransitionRequest) ([]JobTransitionResult, error)
+	// Commit applies every transition of c in one atomic step: if any is
+	// refused (ErrNotFound, a conflict, an illegal transition) nothing is
+	// written and the error is that refusal, which names the row.
+	Commit(ctx context.Context, c Change) (Changed, error)
 	// DeleteJobs removes final jobs (completed, rejected) last changed
 	// before the instant, and reports how many.
 	DeleteJobs(ctx context.Context, before time.Time) (int, error)
@@ -243,4 +247,22 @@ func Chunk[T any](items []T, n int) [][]T {
 		items = items[k:]
 	}
 	return out
+}
+
+// Change is guarded transitions of instances and jobs that belong together
+// (a job and the instance it is bound to): a store writes all of them or
+// none. Requests are applied in order, so a later request on the same row
+// sees the earlier one's write.
+type Change struct {
+	Instances []TransitionRequest
+	Jobs      []JobTransitionRequest
+}
+
+// Empty reports whether the change holds no transition.
+func (c Change) Empty() bool { return len(c.Instances) == 0 && len(c.Jobs) == 0 }
+
+// Changed is what a committed Change wrote, in request order.
+type Changed struct {
+	Instances []Instance
+	Jobs      []Job
 }

@@ -48,6 +48,7 @@ func Run(t *testing.T, open Opener) {
 	all = append(all, jobTransitionContracts()...)
 	all = append(all, jobConcurrencyContracts()...)
 	all = append(all, heartbeatContracts()...)
+	all = append(all, commitContracts()...)
 	for _, c := range all {
 		t.Run(c.name, func(t *testing.T) {
 			clk := clock.NewVirtual(start)
