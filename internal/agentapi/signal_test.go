@@ -11,13 +11,15 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-// running gives an introduced instance job 101 and has it register.
+// running gives an introduced instance job 101 and has it register and
+// start the job.
 func (h *harness) running(id string) (domain.Instance, string) {
 	h.t.Helper()
 	in, token := h.launched(id)
 	h.Move(in.ID, func(i *domain.Instance) { i.State = domain.StateReady })
 	h.Assign(in.ID, 101, "jit-"+id)
 	wantStatus(h.t, h.signal(token, agentapi.SignalRequest{Kind: "registered", Job: "101"}), http.StatusNoContent, "")
+	wantStatus(h.t, h.signal(token, agentapi.SignalRequest{Kind: "job-started", Job: "101"}), http.StatusNoContent, "")
 	return h.Get(in.ID), token
 }
 
@@ -103,7 +105,7 @@ func TestMalformedSignalsAreRefusedAndChangeNothing(t *testing.T) {
 				t.Fatalf("message %q does not say %q", e.Error, tc.want)
 			}
 			h.wantUnchanged(before)
-			if n := h.Calls.Count(func(c agentapiCall) bool { return c.Op == "signal" && c.Signal.Kind != "registered" }); n != 0 {
+			if n := h.Calls.Count(func(c agentapiCall) bool { return c.Op == "signal" && c.Signal.Kind != "registered" && c.Signal.Kind != "job-started" }); n != 0 {
 				t.Fatalf("%d malformed signals reached the control plane", n)
 			}
 		})

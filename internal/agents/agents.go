@@ -213,11 +213,22 @@ func (s *Service) warm(ctx context.Context, in domain.Instance) error {
 	return err
 }
 
-func (s *Service) registered(ctx context.Context, in domain.Instance, sig domain.Signal) error {
-	// An agent names the job its runner was registered for; GitHub may
-	// since have given that runner another job (jobs.Rebind).
+// ownJob checks that a report names the instance's own job: the one it is
+// bound to, or the one its runner was registered for (a real agent names its
+// assignment and cannot know which job GitHub gave its runner). A report
+// about any other job is refused: only GitHub's own reports move a job
+// between instances (jobs.Rebind), so a token cannot act on another
+// instance's job.
+func ownJob(in domain.Instance, sig domain.Signal) error {
 	if in.Job == "" || sig.Job == "" || (sig.Job != in.Job && sig.Job != runnerJob(in)) {
 		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
+	}
+	return nil
+}
+
+func (s *Service) registered(ctx context.Context, in domain.Instance, sig domain.Signal) error {
+	if err := ownJob(in, sig); err != nil {
+		return err
 	}
 	switch in.State {
 	case domain.StateRunning:
@@ -236,35 +247,6 @@ func (s *Service) registered(ctx context.Context, in domain.Instance, sig domain
 	return nil
 }
 
-// followRunner handles a report about another job than the instance's:
-// GitHub gave its runner another queued job with the same labels, and
-// bullpen follows GitHub (jobs.Rebind). It returns the instance as it now
-// is, or rejects a report that still does not fit.
-func (s *Service) followRunner(ctx context.Context, in domain.Instance, sig domain.Signal) (domain.Instance, error) {
-	if in.Job != "" && sig.Job != "" && sig.Job == runnerJob(in) {
-		// A real agent cannot know which job GitHub gave its runner: it
-		// names its assignment. The instance's job (as GitHub reported it)
-		// is the one its runner runs.
-		return in, nil
-	}
-	if in.Job != "" && sig.Job != in.Job && jobs.ServesJob(in.State) {
-		id, err := domain.ParseJobKey(sig.Job)
-		if err != nil {
-			return in, reject(sig.Kind, "%v", err)
-		}
-		if err := jobs.Rebind(ctx, s.store, s.queue, id, in.ID); err != nil {
-			return in, err
-		}
-		if in, err = s.store.GetInstance(ctx, in.ID); err != nil {
-			return in, err
-		}
-	}
-	if in.Job == "" || sig.Job != in.Job {
-		return in, reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
-	}
-	return in, nil
-}
-
 // runnerJob is the job the instance's runner was registered for.
 func runnerJob(in domain.Instance) string {
 	if _, job, ok := jobs.ParseRunnerName(in.RunnerName); ok {
@@ -273,31 +255,47 @@ func runnerJob(in domain.Instance) string {
 	return ""
 }
 
-func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain.Signal) error {
-	in, err := s.followRunner(ctx, in, sig)
-	if err != nil {
+// inOrder refuses a runner report that comes before its runner registered:
+// the agent reports registered, job-started and job-finished in that order.
+func inOrder(in domain.Instance, sig domain.Signal) error {
+	if err := ownJob(in, sig); err != nil {
 		return err
 	}
+	switch in.State {
+	case domain.StateRunning:
+		return nil
+	case domain.StateClaimed, domain.StateBooting:
+		return reject(sig.Kind, "the instance's runner has not registered")
+	}
 	// A failed instance's job may already be back in its queue: a late
-	// job-started must not mark it running with nobody serving it.
-	if !jobs.ServesJob(in.State) {
-		return reject(sig.Kind, "instance is %s", in.State)
+	// report must not mark it running, or finished, with nobody serving it.
+	return reject(sig.Kind, "instance is %s", in.State)
+}
+
+func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain.Signal) error {
+	if err := inOrder(in, sig); err != nil {
+		return err
 	}
 	if !in.JobStarted {
 		if _, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) { i.JobStarted = true }); err != nil {
 			return fmt.Errorf("job-started %s: %w", in.ID, err)
 		}
 	}
-	id, _ := domain.ParseJobKey(in.Job)
+	id, err := domain.ParseJobKey(in.Job)
+	if err != nil {
+		return reject(sig.Kind, "%v", err)
+	}
 	return jobs.MarkRunning(ctx, s.store, id, s.clock.Now(), "")
 }
 
 // jobFinished finishes the instance's job, but only while the job is still
 // bound to this instance: a stale report from an instance that failed must
-// not complete a job another instance now serves, nor release that one.
+// not complete a job another instance now serves, nor release that one. A
+// runner that ends before anyone saw its job start (neither its agent nor
+// GitHub) did not run it: the job goes back to its queue and the instance,
+// which cannot serve it, is terminated, as for a failure.
 func (s *Service) jobFinished(ctx context.Context, in domain.Instance, sig domain.Signal) error {
-	in, err := s.followRunner(ctx, in, sig)
-	if err != nil {
+	if err := inOrder(in, sig); err != nil {
 		return err
 	}
 	id, err := domain.ParseJobKey(in.Job)
@@ -311,11 +309,19 @@ func (s *Service) jobFinished(ctx context.Context, in domain.Instance, sig domai
 	if err == nil && job.InstanceID != in.ID {
 		return reject(sig.Kind, "job %s is no longer bound to this instance", in.Job)
 	}
+	if !in.JobStarted && (err != nil || job.Status != domain.JobRunning) {
+		why := "the runner ended before its job started"
+		if sig.Reason != "" {
+			why += ": " + sig.Reason
+		}
+		return s.failed(ctx, in, domain.Signal{Kind: domain.SignalFailed, Job: in.Job, Reason: why})
+	}
 	return s.Finish(ctx, id, sig.Reason)
 }
 
 // failed: the agent gave up. The instance goes to error (the converger or
-// the reaper terminates it); a job it had not started goes back to its queue.
+// the reaper terminates it) and, in the same change, a job it had not
+// started goes back to its queue.
 func (s *Service) failed(ctx context.Context, in domain.Instance, sig domain.Signal) error {
 	if sig.Job != "" && in.Job != "" && sig.Job != in.Job && sig.Job != runnerJob(in) {
 		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
@@ -329,20 +335,21 @@ func (s *Service) failed(ctx context.Context, in domain.Instance, sig domain.Sig
 		return nil
 	case domain.StateError:
 		// A repeat, maybe of a report whose requeue failed: requeue again
-		// below (it does nothing once the job has moved on).
-	default:
-		_, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
-			i.State, i.Reason = domain.StateError, reason
-			i.Deadline = s.opts.Deadlines.Until(domain.StateError, s.clock.Now())
-		})
-		if err != nil {
-			return fmt.Errorf("failed %s: %w", in.ID, err)
+		// (it does nothing once the job has moved on).
+		if in.Job != "" && !in.JobStarted {
+			id, _ := domain.ParseJobKey(in.Job)
+			return jobs.Requeue(ctx, s.store, s.queue, id, in.ID, "instance failed: "+reason)
 		}
-		s.log.Warn("instance failed", "instance", in.ID, "state", in.State, "reason", reason)
+		return nil
 	}
-	if in.Job != "" && !in.JobStarted {
-		id, _ := domain.ParseJobKey(in.Job)
-		return jobs.Requeue(ctx, s.store, s.queue, id, in.ID, "instance failed: "+reason)
+	_, retired, err := jobs.Retire(ctx, s.store, s.queue, in, domain.StateError, reason,
+		s.opts.Deadlines.Until(domain.StateError, s.clock.Now()))
+	if err != nil {
+		return fmt.Errorf("failed %s: %w", in.ID, err)
 	}
+	if !retired {
+		return fmt.Errorf("failed %s: %w", in.ID, domain.ErrConflict) // changed meanwhile: the agent retries
+	}
+	s.log.Warn("instance failed", "instance", in.ID, "state", in.State, "reason", reason)
 	return nil
 }

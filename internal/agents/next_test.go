@@ -70,8 +70,13 @@ func TestNextAfterARebindStartsTheInstancesOwnRunner(t *testing.T) {
 	f.policy = agentsPolicy(true, 0)
 	x, _ := f.bound("bp-1", domain.StateRunning, 42)
 	y, _ := f.bound("bp-2", domain.StateClaimed, 43)
-	if err := f.signal(x, domain.SignalJobStarted, "43"); err != nil {
-		t.Fatalf("bp-1 started job 43: %v", err)
+	// GitHub's in_progress webhook says bp-1's runner took job 43; then
+	// bp-1's agent reports its start, naming its own assignment.
+	if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", f.clk.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.signal(f.get("bp-1"), domain.SignalJobStarted, "42"); err != nil {
+		t.Fatalf("bp-1 started its job: %v", err)
 	}
 	if in, j := f.get("bp-1"), f.getJob(43); in.Job != "43" || j.InstanceID != "bp-1" || j.Status != domain.JobRunning {
 		t.Fatalf("after the swap bp-1 is bound to %q and job 43 (%s) to %q, want each other", in.Job, j.Status, j.InstanceID)
@@ -125,7 +130,7 @@ func TestRealAgentReportsFollowTheWebhooksRebind(t *testing.T) {
 	x, _ := f.bound("bp-1", domain.StateClaimed, 42) // runner bp-1-42
 	f.bound("bp-2", domain.StateClaimed, 43)         // runner bp-2-43
 	// GitHub: bp-1's runner took job 43 (the in_progress webhook's rebind).
-	if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1"); err != nil {
+	if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", f.clk.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// bp-1's agent reports under its assignment, 42.

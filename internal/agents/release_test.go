@@ -207,6 +207,9 @@ func TestRepeatedFailedFinishesTheRequeue(t *testing.T) {
 func TestJobFinishedFinishesTheInstancesJob(t *testing.T) {
 	f := newFixture(t)
 	in, _ := f.bound("bp-1", domain.StateRunning, 42)
+	if err := f.signal(in, domain.SignalJobStarted, "42"); err != nil {
+		t.Fatal(err)
+	}
 	err := f.svc.Signal(f.ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalJobFinished, Job: "42", Reason: "success"})
 	if err != nil {
 		t.Fatal(err)
@@ -236,28 +239,67 @@ func TestJobFinishedFromAStaleInstanceIsRejected(t *testing.T) {
 	}
 }
 
-// A runner that took another job than the one assigned (its job-started
-// report lost) says so at the end: the job it ran is finished and the
-// instance that ran it released; the job it was assigned is handed to the
-// runner that is left.
-func TestJobFinishedForASwappedJobReleasesTheInstanceThatRanIt(t *testing.T) {
-	f := newFixture(t)
-	f.policy = agentsPolicy(true, 0)
-	x, _ := f.bound("bp-1", domain.StateRunning, 42)
-	f.bound("bp-2", domain.StateRunning, 43)
-	err := f.svc.Signal(f.ctx, domain.Signal{CloudID: x.CloudID, Kind: domain.SignalJobFinished, Job: "43", Reason: "success"})
-	if err != nil {
-		t.Fatal(err)
+// An agent cannot move a job: a report naming another instance's job, even
+// one with the same labels, is refused and changes neither instance nor
+// either job; the other instance's own reports still work.
+func TestReportsAboutAnotherInstancesJobAreRefused(t *testing.T) {
+	for _, kind := range []domain.SignalKind{domain.SignalRegistered, domain.SignalJobStarted,
+		domain.SignalJobFinished, domain.SignalFailed} {
+		t.Run(string(kind), func(t *testing.T) {
+			f := newFixture(t)
+			f.policy = agentsPolicy(true, 0)
+			a, _ := f.bound("bp-1", domain.StateRunning, 42)
+			b, _ := f.bound("bp-2", domain.StateClaimed, 43)
+			j42, j43 := f.getJob(42), f.getJob(43)
+			wantRejected(t, f.signal(a, kind, "43"))
+			f.wantUnchanged(a)
+			f.wantUnchanged(b)
+			if got := f.getJob(43); got.Version != j43.Version || got.InstanceID != "bp-2" {
+				t.Fatalf("job 43 changed to %s on %q", got.Status, got.InstanceID)
+			}
+			if got := f.getJob(42); got.Version != j42.Version {
+				t.Fatalf("job 42 changed to %s on %q", got.Status, got.InstanceID)
+			}
+			for _, k := range []domain.SignalKind{domain.SignalRegistered, domain.SignalJobStarted, domain.SignalJobFinished} {
+				if err := f.signal(f.get("bp-2"), k, "43"); err != nil {
+					t.Fatalf("bp-2's own %s: %v", k, err)
+				}
+			}
+			if j := f.getJob(43); j.Status != domain.JobCompleted || j.InstanceID != "bp-2" {
+				t.Fatalf("job 43 %s on %q, want completed by bp-2", j.Status, j.InstanceID)
+			}
+		})
 	}
-	if j := f.getJob(43); j.Status != domain.JobCompleted || j.InstanceID != "bp-1" {
-		t.Fatalf("job 43 %s on %q, want completed on bp-1", j.Status, j.InstanceID)
-	}
-	if in := f.get("bp-1"); in.State != domain.StateReleasing || in.Job != "" {
-		t.Fatalf("bp-1 %s bound to %q, want releasing", in.State, in.Job)
-	}
-	f.wantNoRunner("bp-1")
-	if in, j := f.get("bp-2"), f.getJob(42); in.Job != "42" || in.RunnerConfig != configOf("bp-2") ||
-		j.Status != domain.JobAssigned || j.InstanceID != "bp-2" {
-		t.Fatalf("bp-2 bound to %q, job 42 %s on %q: want each other, bp-2 keeping its runner", in.Job, j.Status, j.InstanceID)
-	}
+}
+
+// The agent reports registered, job-started and job-finished in that order;
+// a report that comes too early changes nothing, and a runner that ends
+// before its job started did not run it: the job goes back to its queue.
+func TestRunnerReportsAreTakenInOrder(t *testing.T) {
+	t.Run("before registered", func(t *testing.T) {
+		for _, kind := range []domain.SignalKind{domain.SignalJobStarted, domain.SignalJobFinished} {
+			t.Run(string(kind), func(t *testing.T) {
+				f := newFixture(t)
+				in, _ := f.bound("bp-1", domain.StateClaimed, 42)
+				wantRejected(t, f.signal(in, kind, "42"))
+				f.wantUnchanged(in)
+				if j := f.getJob(42); j.Status != domain.JobAssigned {
+					t.Fatalf("%s before registered: job %s, want still assigned", kind, j.Status)
+				}
+			})
+		}
+	})
+	t.Run("finished before started", func(t *testing.T) {
+		f := newFixture(t)
+		in, _ := f.bound("bp-1", domain.StateRunning, 42)
+		if err := f.signal(in, domain.SignalJobFinished, "42"); err != nil {
+			t.Fatal(err)
+		}
+		if j := f.getJob(42); j.Status != domain.JobQueued || j.InstanceID != "" || j.CompletedAt != (time.Time{}) {
+			t.Fatalf("job %s on %q, want queued again, never completed", j.Status, j.InstanceID)
+		}
+		if after := f.get(in.ID); after.State != domain.StateError || after.Job != "" {
+			t.Fatalf("instance %s bound to %q, want error, unbound", after.State, after.Job)
+		}
+	})
 }

@@ -337,7 +337,7 @@ func (in *Intake) progress(ctx context.Context, e event) error {
 		// GitHub says which runner took the job; with several jobs of the
 		// same labels it may not be the one bullpen assigned.
 		if inst, ok := dispatch.InstanceOfRunner(w.RunnerName); ok {
-			if err := jobs.Rebind(ctx, in.Store, in.Queue, w.ID, inst); err != nil {
+			if err := jobs.Rebind(ctx, in.Store, in.Queue, w.ID, inst, in.Clock.Now()); err != nil {
 				return fmt.Errorf("job %d started on %s: %w", w.ID, w.RunnerName, err)
 			}
 		}
@@ -349,7 +349,7 @@ func (in *Intake) progress(ctx context.Context, e event) error {
 	case webhook.ActionCompleted:
 		// Release the instance whose runner ran the job.
 		if inst, ok := dispatch.InstanceOfRunner(w.RunnerName); ok {
-			if err := jobs.Rebind(ctx, in.Store, in.Queue, w.ID, inst); err != nil {
+			if err := jobs.Rebind(ctx, in.Store, in.Queue, w.ID, inst, in.Clock.Now()); err != nil {
 				return fmt.Errorf("job %d completed on %s: %w", w.ID, w.RunnerName, err)
 			}
 		}

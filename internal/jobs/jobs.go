@@ -116,23 +116,27 @@ func MarkCompleted(ctx context.Context, st domain.Store, id int64, at time.Time,
 // RequeueDelay is how long a requeued job waits before it is tried again.
 const RequeueDelay = 2 * time.Second
 
+// requeue is the change that sends an assigned job back to its queue,
+// unbound: its message is still to be sent (SendPending) when the change
+// is committed.
+func requeue(reason string) func(*domain.Job) {
+	return func(x *domain.Job) {
+		x.Status, x.Reason, x.SendPending = domain.JobQueued, reason, true
+		x.InstanceID, x.RunnerName, x.RunnerID = "", "", 0
+		x.AssignedAt, x.Via = time.Time{}, ""
+		x.Attempts++
+	}
+}
+
 // Requeue sends a job that was assigned to instanceID back to its queue,
 // unbound, because that instance cannot serve it. It does nothing if the
 // job has moved on (started, finished, bound elsewhere, or no longer
-// stored). A job it finds already queued and unbound is sent again, so that
-// a caller retrying after a failed send does not strand it; the dedup id of
-// the same attempt keeps the queue from holding it twice.
+// stored). A job it finds already queued with its message still to send is
+// sent again, so that a caller retrying after a failed send does not strand
+// it; the dedup id of the same attempt keeps the queue from holding it twice.
 func Requeue(ctx context.Context, st domain.Store, q domain.Queue, id int64, instanceID, reason string) error {
 	j, err := update(ctx, st, id, func(j domain.Job) (func(*domain.Job), bool) {
-		if j.Status != domain.JobAssigned || j.InstanceID != instanceID {
-			return nil, false
-		}
-		return func(x *domain.Job) {
-			x.Status, x.Reason = domain.JobQueued, reason
-			x.InstanceID, x.RunnerName, x.RunnerID = "", "", 0
-			x.AssignedAt, x.Via = time.Time{}, ""
-			x.Attempts++
-		}, true
+		return requeue(reason), j.Status == domain.JobAssigned && j.InstanceID == instanceID
 	})
 	if errors.Is(err, domain.ErrNotFound) {
 		return nil
@@ -140,13 +144,88 @@ func Requeue(ctx context.Context, st domain.Store, q domain.Queue, id int64, ins
 	if err != nil {
 		return fmt.Errorf("requeue job %d: %w", id, err)
 	}
-	if j.Status != domain.JobQueued || j.InstanceID != "" {
-		return nil
+	return sendRequeued(ctx, st, q, []domain.Job{j})
+}
+
+// sendRequeued sends the queue message of each job a change sent back to
+// its queue, then clears the job's SendPending. A job whose message could
+// not be sent keeps it: SendPending re-sends it.
+func sendRequeued(ctx context.Context, st domain.Store, q domain.Queue, changed []domain.Job) error {
+	var errs []error
+	for _, j := range changed {
+		if j.Status != domain.JobQueued || j.InstanceID != "" || !j.SendPending {
+			continue
+		}
+		if err := q.Send(ctx, QueueFor(j.Route), []domain.SendRequest{SendRequest(j, RequeueDelay)}); err != nil {
+			errs = append(errs, fmt.Errorf("requeue job %d: %w", j.ID, err))
+			continue
+		}
+		_, err := st.TransitionJob(ctx, j.ID, domain.JobGuardOf(j), func(x *domain.Job) { x.SendPending = false })
+		if err != nil && !errors.Is(err, domain.ErrConflict) {
+			// The message is out; a second one, should the reaper send
+			// it, is dropped by its dedup id or by the consumer.
+			errs = append(errs, fmt.Errorf("requeue job %d: clear pending send: %w", j.ID, err))
+		}
 	}
-	if err := q.Send(ctx, QueueFor(j.Route), []domain.SendRequest{SendRequest(j, RequeueDelay)}); err != nil {
-		return fmt.Errorf("requeue job %d: %w", id, err)
+	return errors.Join(errs...)
+}
+
+// SendPending sends the queue message of every queued job whose message a
+// crash (or a failed send) left unsent for at least after, and reports how
+// many it sent.
+func SendPending(ctx context.Context, st domain.Store, q domain.Queue, now time.Time, after time.Duration) (int, error) {
+	queued, err := st.ListJobs(ctx, domain.JobFilter{Statuses: []domain.JobStatus{domain.JobQueued}})
+	if err != nil {
+		return 0, fmt.Errorf("list queued jobs: %w", err)
 	}
-	return nil
+	var due []domain.Job
+	for _, j := range queued {
+		if j.SendPending && j.InstanceID == "" && now.Sub(j.UpdatedAt) >= after {
+			due = append(due, j)
+		}
+	}
+	return len(due), sendRequeued(ctx, st, q, due)
+}
+
+// Retire takes instance in out of service (to state to, with reason and
+// deadline) and, in the same atomic change, sends the job it was serving
+// back to its queue if that job had not started: no job is ever left bound
+// to an instance that will not run it. retired is false when in changed
+// since it was read (the caller decides again on what it is now);
+// retired is the instance as written.
+func Retire(ctx context.Context, st domain.Store, q domain.Queue, in domain.Instance, to domain.State, reason string, deadline time.Time) (retired domain.Instance, ok bool, err error) {
+	for range retries {
+		c := domain.Change{Instances: []domain.TransitionRequest{{ID: in.ID, Guard: domain.GuardOf(in),
+			Apply: func(x *domain.Instance) {
+				x.State, x.Reason, x.Deadline = to, reason, deadline
+				if !x.JobStarted {
+					x.Job = "" // its job, if still bound to it, goes back to the queue below
+				}
+			}}}}
+		if !in.JobStarted {
+			j, err := boundJob(ctx, st, in)
+			if err != nil {
+				return domain.Instance{}, false, fmt.Errorf("retire %s: %w", in.ID, err)
+			}
+			if j != nil {
+				c.Jobs = []domain.JobTransitionRequest{{ID: j.ID, Guard: domain.JobGuardOf(*j),
+					Apply: requeue("its instance stopped serving it: " + reason)}}
+			}
+		}
+		done, err := st.Commit(ctx, c)
+		if errors.Is(err, domain.ErrConflict) {
+			cur, gerr := st.GetInstance(ctx, in.ID)
+			if gerr != nil || !domain.GuardOf(in).Matches(cur) {
+				return domain.Instance{}, false, nil // the instance moved on
+			}
+			continue // its job moved on: decide again
+		}
+		if err != nil {
+			return domain.Instance{}, false, fmt.Errorf("retire %s: %w", in.ID, err)
+		}
+		return done.Instances[0], true, sendRequeued(ctx, st, q, done.Jobs)
+	}
+	return domain.Instance{}, false, fmt.Errorf("retire %s: its job keeps changing", in.ID)
 }
 
 // OfferToResourcePool puts one idle instance's entry in its class's queue.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
@@ -21,126 +22,205 @@ func ServesJob(s domain.State) bool {
 	return false
 }
 
-// Rebind records that GitHub gave job id to the runner on instance y. That
-// is not always the instance bullpen assigned the job to: a just-in-time
-// runner takes any queued job whose labels it carries, so jobs with the same
-// labels (two dependabot jobs, two jobs of one run) can swap runners. From
-// then on y is bound to the job and the job to y, so that the job's end
-// releases the instance that ran it.
+// UnboundWait is how long an instance whose runner's job another runner
+// took may keep its runner waiting, unbound, for GitHub to hand it another
+// job with the same labels, before the reaper terminates it.
+const UnboundWait = 5 * time.Minute
+
+// rebindAttempts bounds how often Rebind reads and decides again when a
+// concurrent writer changed one of the rows it read.
+const rebindAttempts = 8
+
+// Rebind records GitHub's report that the runner on instance taker runs
+// job id. That is not always the instance bullpen assigned the job to: a
+// just-in-time runner takes any queued job whose labels it carries, so jobs
+// with the same labels (two dependabot jobs, two jobs of one run) can swap
+// runners. Only GitHub's own reports (a webhook, the jobs API) are followed:
+// an agent cannot know which job its runner took, so it cannot move one.
 //
-// The job y had been assigned (the displaced job) still needs a runner. If
-// the job's previous instance x still holds a runner waiting for it, and
-// that runner's labels cover the displaced job's, x is bound to the
-// displaced job: GitHub will most likely give it to x's runner, and a report
-// that says otherwise is rebound in turn. Otherwise no runner of bullpen's
-// can take the displaced job and it is requeued for a new one.
-func Rebind(ctx context.Context, st domain.Store, q domain.Queue, id int64, y string) error {
-	j, err := st.GetJob(ctx, id)
-	if errors.Is(err, domain.ErrNotFound) {
-		return nil
-	}
-	if err != nil || j.Status.Final() {
-		return err
-	}
-	displaced, bound, err := bindInstance(ctx, st, j, y)
-	if err != nil || !bound {
-		return err
-	}
-	_, err = update(ctx, st, id, func(cur domain.Job) (func(*domain.Job), bool) {
-		return func(c *domain.Job) { c.InstanceID = y }, cur.InstanceID != y && !cur.Status.Final()
-	})
-	if err != nil {
-		return fmt.Errorf("bind job %d to %s: %w", id, y, err)
-	}
-	if displaced == "" || displaced == j.Key() {
-		return nil
-	}
-	return placeDisplaced(ctx, st, q, j, displaced, y)
-}
-
-// bindInstance binds y to job j, returning the job it was bound to before.
-// bound is false when y serves no job of bullpen's (nothing to follow).
-func bindInstance(ctx context.Context, st domain.Store, j domain.Job, y string) (displaced string, bound bool, err error) {
-	key := j.Key()
-	for range retries {
-		in, err := st.GetInstance(ctx, y)
-		if errors.Is(err, domain.ErrNotFound) {
-			return "", false, nil
-		}
-		if err != nil {
-			return "", false, err
-		}
-		if !ServesJob(in.State) {
-			return "", false, nil // not running a job of ours
-		}
-		if in.Job == key {
-			return "", true, nil
-		}
-		_, err = st.Transition(ctx, y, domain.GuardOf(in), func(x *domain.Instance) { x.Job, x.JobStarted = key, false })
-		if err == nil {
-			return in.Job, true, nil
-		}
-		if !errors.Is(err, domain.ErrConflict) {
-			return "", false, fmt.Errorf("bind %s to job %d: %w", y, j.ID, err)
-		}
-	}
-	return "", false, fmt.Errorf("bind %s to job %d: still changing after %d attempts", y, j.ID, retries)
-}
-
-// placeDisplaced finds the displaced job a runner: that of taken's previous
-// instance if it fits, else a new one through its queue.
-func placeDisplaced(ctx context.Context, st domain.Store, q domain.Queue, taken domain.Job, displacedKey, y string) error {
-	did, err := domain.ParseJobKey(displacedKey)
-	if err != nil {
-		return nil // not a job id bullpen wrote; nothing to place
-	}
-	d, err := st.GetJob(ctx, did)
-	if errors.Is(err, domain.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("job %d displaced from %s: %w", did, y, err)
-	}
-	if d.Status != domain.JobAssigned || d.InstanceID != y {
-		return nil // it has moved on
-	}
-	x := taken.InstanceID
-	if x != "" && x != y && labelsCover(taken.Labels, d.Labels) {
-		moved, err := handOver(ctx, st, x, taken.Key(), d)
-		if err != nil || moved {
+// Every row it changes is changed in one atomic step (domain.Change): the
+// job is bound to taker; the job taker held before (the displaced job) is
+// handed to the instance the reported job leaves (its holder) when that
+// holder's runner could take it, which makes a swap of two runners that
+// could each take both jobs; otherwise the displaced job goes back to its
+// queue and the holder is unbound, its runner left to wait UnboundWait for
+// another job. A job that is over, an instance that no longer serves a job
+// and rows bullpen does not know are left as they are.
+func Rebind(ctx context.Context, st domain.Store, q domain.Queue, id int64, taker string, now time.Time) error {
+	for range rebindAttempts {
+		rows, ok, err := readRebind(ctx, st, id, taker)
+		if err != nil || !ok {
 			return err
 		}
+		c := rows.plan(now)
+		if c.Empty() {
+			return nil
+		}
+		done, err := st.Commit(ctx, c)
+		if errors.Is(err, domain.ErrConflict) {
+			continue // a row moved on: read and decide again
+		}
+		if err != nil {
+			return fmt.Errorf("bind job %d to %s: %w", id, taker, err)
+		}
+		return sendRequeued(ctx, st, q, done.Jobs)
 	}
-	return Requeue(ctx, st, q, did, y, fmt.Sprintf("its runner took job %d", taken.ID))
+	return fmt.Errorf("bind job %d to %s: still changing after %d attempts", id, taker, rebindAttempts)
 }
 
-// handOver binds instance x, still waiting for job from with a runner
-// registered for it, to job d instead. moved is false when x has moved on.
-func handOver(ctx context.Context, st domain.Store, x, from string, d domain.Job) (moved bool, err error) {
-	in, err := st.GetInstance(ctx, x)
+// rebindRows are the rows a rebind reads: the reported job, its taker, its
+// previous holder and the job the taker held, with what their runners carry.
+type rebindRows struct {
+	job       domain.Job
+	taker     domain.Instance
+	holder    *domain.Instance // the instance still bound to job, when another
+	displaced *domain.Job      // the job still assigned to taker, when another
+	// holderTakes: the holder's runner carries the displaced job's labels
+	// and the taker's runner the reported job's: each could run both.
+	holderTakes bool
+}
+
+// readRebind reads what Rebind decides on; ok is false when there is
+// nothing to follow.
+func readRebind(ctx context.Context, st domain.Store, id int64, taker string) (rebindRows, bool, error) {
+	var r rebindRows
+	j, err := st.GetJob(ctx, id)
+	if errors.Is(err, domain.ErrNotFound) {
+		return r, false, nil
+	}
+	if err != nil || j.Status.Final() {
+		return r, false, err
+	}
+	in, err := st.GetInstance(ctx, taker)
+	if errors.Is(err, domain.ErrNotFound) {
+		return r, false, nil
+	}
+	if err != nil || !ServesJob(in.State) {
+		return r, false, err // not running a job of ours
+	}
+	r.job, r.taker = j, in
+	if j.InstanceID != "" && j.InstanceID != taker {
+		h, err := st.GetInstance(ctx, j.InstanceID)
+		if err != nil && !errors.Is(err, domain.ErrNotFound) {
+			return r, false, err
+		}
+		if err == nil && h.Job == j.Key() && ServesJob(h.State) {
+			r.holder = &h
+		}
+	}
+	if d, err := boundJob(ctx, st, in); err != nil {
+		return r, false, err
+	} else if d != nil && d.ID != id {
+		r.displaced = d
+	}
+	if r.holder != nil && r.displaced != nil {
+		if r.holderTakes, err = runnerTakes(ctx, st, *r.holder, r.displaced.Labels); err == nil {
+			var takerTakes bool
+			takerTakes, err = runnerTakes(ctx, st, in, j.Labels)
+			r.holderTakes = r.holderTakes && takerTakes
+		}
+		if err != nil {
+			return r, false, err
+		}
+	}
+	return r, true, nil
+}
+
+// boundJob returns the unstarted job assigned to in, if any.
+func boundJob(ctx context.Context, st domain.Store, in domain.Instance) (*domain.Job, error) {
+	id, err := domain.ParseJobKey(in.Job)
+	if err != nil {
+		return nil, nil // no job, or not one bullpen wrote
+	}
+	j, err := st.GetJob(ctx, id)
+	if errors.Is(err, domain.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if j.Status != domain.JobAssigned || j.InstanceID != in.ID {
+		return nil, nil
+	}
+	return &j, nil
+}
+
+// runnerTakes reports whether the runner registered on in could take a job
+// asking for want: its labels are those of the job it was registered for.
+func runnerTakes(ctx context.Context, st domain.Store, in domain.Instance, want []string) (bool, error) {
+	_, id, ok := ParseRunnerName(in.RunnerName)
+	if !ok {
+		return false, nil
+	}
+	j, err := st.GetJob(ctx, id)
 	if errors.Is(err, domain.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	if in.Job != from || in.JobStarted || !ServesJob(in.State) {
-		return false, nil
+	return labelsCover(j.Labels, want), nil
+}
+
+// plan is the change that follows the report, empty when the rows already
+// say what it says.
+func (r rebindRows) plan(now time.Time) domain.Change {
+	var c domain.Change
+	key, taker := r.job.Key(), r.taker.ID
+	if r.taker.Job != key {
+		c.Instances = append(c.Instances, domain.TransitionRequest{ID: taker, Guard: domain.GuardOf(r.taker),
+			Apply: func(i *domain.Instance) { i.Job = key }})
 	}
-	_, err = st.Transition(ctx, x, domain.GuardOf(in), func(i *domain.Instance) { i.Job = d.Key() })
-	if errors.Is(err, domain.ErrConflict) {
-		return false, nil
+	if r.job.InstanceID != taker {
+		c.Jobs = append(c.Jobs, domain.JobTransitionRequest{ID: r.job.ID, Guard: domain.JobGuardOf(r.job),
+			Apply: func(j *domain.Job) {
+				j.InstanceID = taker
+				if j.Status == domain.JobQueued {
+					j.Status, j.AssignedAt, j.SendPending = domain.JobAssigned, now, false
+				}
+			}})
 	}
-	if err != nil {
-		return false, fmt.Errorf("hand %s to job %d: %w", x, d.ID, err)
+	if r.displaced != nil {
+		c = r.placeDisplaced(c, now)
+	} else if r.holder != nil {
+		c.Instances = append(c.Instances, unbind(*r.holder, now))
 	}
-	_, err = update(ctx, st, d.ID, func(cur domain.Job) (func(*domain.Job), bool) {
-		return func(c *domain.Job) { c.InstanceID = x }, cur.Status == domain.JobAssigned && cur.InstanceID != x
-	})
-	if err != nil {
-		return true, fmt.Errorf("bind job %d to %s: %w", d.ID, x, err)
+	return c
+}
+
+// placeDisplaced hands the displaced job to the holder when each runner
+// could take both jobs, else sends it back to its queue and unbinds the
+// holder.
+func (r rebindRows) placeDisplaced(c domain.Change, now time.Time) domain.Change {
+	d := *r.displaced
+	if r.holder != nil && r.holderTakes {
+		h, dkey := r.holder.ID, d.Key()
+		c.Instances = append(c.Instances, domain.TransitionRequest{ID: h, Guard: domain.GuardOf(*r.holder),
+			Apply: func(i *domain.Instance) { i.Job = dkey }})
+		c.Jobs = append(c.Jobs, domain.JobTransitionRequest{ID: d.ID, Guard: domain.JobGuardOf(d),
+			Apply: func(j *domain.Job) { j.InstanceID = h }})
+		return c
 	}
-	return true, nil
+	if r.holder != nil {
+		c.Instances = append(c.Instances, unbind(*r.holder, now))
+	}
+	c.Jobs = append(c.Jobs, domain.JobTransitionRequest{ID: d.ID, Guard: domain.JobGuardOf(d),
+		Apply: requeue(fmt.Sprintf("its runner took job %d", r.job.ID))})
+	return c
+}
+
+// unbind takes in's job away: another runner runs it. An instance whose
+// runner started a job keeps that mark (GitHub will say which job it is)
+// and its deadline; one whose runner waits may do so for UnboundWait.
+func unbind(in domain.Instance, now time.Time) domain.TransitionRequest {
+	return domain.TransitionRequest{ID: in.ID, Guard: domain.GuardOf(in), Apply: func(i *domain.Instance) {
+		i.Job = ""
+		if !i.JobStarted {
+			if wait := now.Add(UnboundWait); i.Deadline.IsZero() || wait.Before(i.Deadline) {
+				i.Deadline = wait
+			}
+		}
+	}}
 }
 
 // labelsCover reports whether a runner registered with labels have can take

@@ -80,7 +80,7 @@ func TestRebindFollowsTheRunnerThatTookTheJob(t *testing.T) {
 	f := newFixture(t)
 	swapPair(f)
 	// bp-1's runner took job 43.
-	if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1"); err != nil {
+	if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", t0); err != nil {
 		t.Fatal(err)
 	}
 	wantBound(t, f, "bp-1", 43)
@@ -99,7 +99,7 @@ func TestRebindFollowsTheRunnerThatTookTheJob(t *testing.T) {
 
 	// bp-2's runner took job 42, as expected: nothing more to do.
 	before := f.getInstance("bp-2")
-	if err := jobs.Rebind(f.ctx, f.store, f.queue, 42, "bp-2"); err != nil {
+	if err := jobs.Rebind(f.ctx, f.store, f.queue, 42, "bp-2", t0); err != nil {
 		t.Fatal(err)
 	}
 	wantBound(t, f, "bp-2", 42)
@@ -111,8 +111,8 @@ func TestRebindFollowsTheRunnerThatTookTheJob(t *testing.T) {
 }
 
 // A displaced job whose labels the left runner does not carry can only be
-// served by a new runner: it is requeued, and the left instance keeps
-// waiting with its runner for a job it can take.
+// served by a new runner: it is requeued and, in the same change, the left
+// instance is unbound; its runner may wait a while for a job it can take.
 func TestRebindRequeuesADisplacedJobNoLeftRunnerCanTake(t *testing.T) {
 	f := newFixture(t)
 	f.instance("bp-1", domain.StateRunning, 42)
@@ -121,7 +121,7 @@ func TestRebindRequeuesADisplacedJobNoLeftRunnerCanTake(t *testing.T) {
 		Labels: []string{"self-hosted", "Linux", "gpu"}})
 	f.job(domain.Job{ID: 43, Status: domain.JobAssigned, InstanceID: "bp-2", RunnerName: "bp-2-43", Attempts: 1,
 		Labels: []string{"self-hosted", "linux"}})
-	if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1"); err != nil {
+	if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", t0); err != nil {
 		t.Fatal(err)
 	}
 	wantBound(t, f, "bp-1", 43)
@@ -129,8 +129,8 @@ func TestRebindRequeuesADisplacedJobNoLeftRunnerCanTake(t *testing.T) {
 		t.Fatalf("job 42 %s on %q runner %q attempt %d, want queued again, unbound", j.Status, j.InstanceID, j.RunnerName, j.Attempts)
 	}
 	f.wantQueued(1)
-	if in := f.getInstance("bp-2"); in.Job != "43" || in.State != domain.StateClaimed {
-		t.Fatalf("bp-2 %s bound to %q, want left waiting", in.State, in.Job)
+	if in := f.getInstance("bp-2"); in.Job != "" || in.State != domain.StateClaimed || in.Deadline.After(t0.Add(jobs.UnboundWait)) {
+		t.Fatalf("bp-2 %s bound to %q until %s, want unbound, waiting at most %s", in.State, in.Job, in.Deadline, jobs.UnboundWait)
 	}
 }
 
@@ -138,7 +138,6 @@ func TestRebindRequeuesADisplacedJobNoLeftRunnerCanTake(t *testing.T) {
 // runner started another job, or it failed): the displaced job is requeued.
 func TestRebindRequeuesADisplacedJobWhenTheLeftInstanceMovedOn(t *testing.T) {
 	for name, move := range map[string]func(*domain.Instance){
-		"started": func(i *domain.Instance) { i.JobStarted, i.State = true, domain.StateRunning },
 		"failed":  func(i *domain.Instance) { i.State = domain.StateError },
 		"rebound": func(i *domain.Instance) { i.Job = "44" },
 		"gone":    func(i *domain.Instance) { i.State = domain.StateTerminating },
@@ -150,7 +149,7 @@ func TestRebindRequeuesADisplacedJobWhenTheLeftInstanceMovedOn(t *testing.T) {
 			if _, err := f.store.Transition(f.ctx, in.ID, domain.GuardOf(in), move); err != nil {
 				t.Fatal(err)
 			}
-			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1"); err != nil {
+			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", t0); err != nil {
 				t.Fatal(err)
 			}
 			if j := f.get(42); j.Status != domain.JobQueued || j.InstanceID != "" {
@@ -161,6 +160,27 @@ func TestRebindRequeuesADisplacedJobWhenTheLeftInstanceMovedOn(t *testing.T) {
 	}
 }
 
+// The left instance's runner started a job, which cannot be the one GitHub
+// says another runner took: most likely the displaced one, which it is
+// handed; it keeps its started mark, so no loop touches it.
+func TestRebindHandsTheDisplacedJobToAStartedRunnerThatCanTakeIt(t *testing.T) {
+	f := newFixture(t)
+	swapPair(f)
+	in := f.getInstance("bp-2")
+	if _, err := f.store.Transition(f.ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
+		i.JobStarted, i.State = true, domain.StateRunning
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", t0); err != nil {
+		t.Fatal(err)
+	}
+	if in, j := f.getInstance("bp-2"), f.get(42); in.Job != "42" || !in.JobStarted || j.InstanceID != "bp-2" {
+		t.Fatalf("bp-2 bound to %q (started %t), job 42 to %q; want each other, still started", in.Job, in.JobStarted, j.InstanceID)
+	}
+	f.wantQueued(0)
+}
+
 func TestRebindAlreadyBoundChangesNothing(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -168,7 +188,7 @@ func TestRebindAlreadyBoundChangesNothing(t *testing.T) {
 	}{
 		{"job started on the instance it was assigned", func(*fixture) {}},
 		{"repeated report of a swap", func(f *fixture) {
-			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1"); err != nil {
+			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", t0); err != nil {
 				f.t.Fatal(err)
 			}
 		}},
@@ -180,7 +200,7 @@ func TestRebindAlreadyBoundChangesNothing(t *testing.T) {
 			tc.setup(f)
 			id := f.get(43).InstanceID
 			in, j := f.getInstance(id), f.get(43)
-			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, id); err != nil {
+			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, id, t0); err != nil {
 				t.Fatal(err)
 			}
 			if after, jafter := f.getInstance(id), f.get(43); after.Version != in.Version || jafter.Version != j.Version {
@@ -223,7 +243,7 @@ func TestRebindLeavesAlone(t *testing.T) {
 				tc.job.ID = 43
 				jbefore = f.job(*tc.job)
 			}
-			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1"); err != nil {
+			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", t0); err != nil {
 				t.Fatal(err)
 			}
 			if tc.inst != "" {
@@ -265,7 +285,7 @@ func TestRebindRetriesLostRaces(t *testing.T) {
 	t.Run("on the instance", func(t *testing.T) {
 		f := newFixture(t)
 		swapPair(f)
-		if err := jobs.Rebind(f.ctx, &instanceRacer{Store: f.store, n: 3}, f.queue, 43, "bp-1"); err != nil {
+		if err := jobs.Rebind(f.ctx, &instanceRacer{Store: f.store, n: 3}, f.queue, 43, "bp-1", t0); err != nil {
 			t.Fatal(err)
 		}
 		wantBound(t, f, "bp-1", 43)
@@ -276,7 +296,7 @@ func TestRebindRetriesLostRaces(t *testing.T) {
 	t.Run("on the job", func(t *testing.T) {
 		f := newFixture(t)
 		swapPair(f)
-		if err := jobs.Rebind(f.ctx, &racingStore{Store: f.store, n: 3}, f.queue, 43, "bp-1"); err != nil {
+		if err := jobs.Rebind(f.ctx, &racingStore{Store: f.store, n: 3}, f.queue, 43, "bp-1", t0); err != nil {
 			t.Fatal(err)
 		}
 		wantBound(t, f, "bp-1", 43)
@@ -289,7 +309,7 @@ func TestRebindRetriesLostRaces(t *testing.T) {
 		swapPair(f)
 		// The job is read once by Rebind itself: completed on its next read.
 		racer := &racingStore{Store: f.store, n: 1, final: true}
-		if err := jobs.Rebind(f.ctx, racer, f.queue, 43, "bp-1"); err != nil {
+		if err := jobs.Rebind(f.ctx, racer, f.queue, 43, "bp-1", t0); err != nil {
 			t.Fatal(err)
 		}
 		if j := f.get(43); j.Status != domain.JobCompleted || j.InstanceID != "bp-2" {
@@ -299,7 +319,7 @@ func TestRebindRetriesLostRaces(t *testing.T) {
 	t.Run("gives up on an instance that never stops changing", func(t *testing.T) {
 		f := newFixture(t)
 		swapPair(f)
-		if err := jobs.Rebind(f.ctx, &instanceRacer{Store: f.store, n: 100}, f.queue, 43, "bp-1"); err == nil {
+		if err := jobs.Rebind(f.ctx, &instanceRacer{Store: f.store, n: 100}, f.queue, 43, "bp-1", t0); err == nil {
 			t.Fatal("no error, though bp-1 was never bound to job 43")
 		}
 		if in, j := f.getInstance("bp-1"), f.get(43); in.Job != "42" || j.InstanceID != "bp-2" {

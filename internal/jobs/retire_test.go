@@ -1,0 +1,105 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
+)
+
+// An instance taken out of service with a job it had not started sends the
+// job back to its queue in the same change: never left assigned to an
+// instance that will not run it.
+func TestRetireRequeuesTheUnstartedJobInTheSameChange(t *testing.T) {
+	f := newFixture(t)
+	in := f.instance("bp-1", domain.StateClaimed, 42)
+	f.job(assigned())
+	deadline := t0.Add(10 * time.Minute)
+	_, retired, err := jobs.Retire(f.ctx, f.store, f.queue, in, domain.StateTerminating, "deadline passed", deadline)
+	if err != nil || !retired {
+		t.Fatalf("retire: %t, %v", retired, err)
+	}
+	got := f.getInstance("bp-1")
+	if got.State != domain.StateTerminating || got.Job != "" || got.Reason != "deadline passed" || !got.Deadline.Equal(deadline) {
+		t.Fatalf("instance %s bound to %q (%q, until %s), want terminating, unbound", got.State, got.Job, got.Reason, got.Deadline)
+	}
+	j := f.get(42)
+	if j.Status != domain.JobQueued || j.InstanceID != "" || j.Attempts != 2 || j.SendPending {
+		t.Fatalf("job %s on %q attempt %d pending %t, want queued, unbound, attempt 2, sent", j.Status, j.InstanceID, j.Attempts, j.SendPending)
+	}
+	wantRequeueMessage(t, f, jobs.QueueFor(j.Route))
+}
+
+func TestRetireLeavesAStartedJobAlone(t *testing.T) {
+	f := newFixture(t)
+	in := f.instance("bp-1", domain.StateRunning, 42)
+	if _, err := f.store.Transition(f.ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) { i.JobStarted = true }); err != nil {
+		t.Fatal(err)
+	}
+	f.job(assigned())
+	_, retired, err := jobs.Retire(f.ctx, f.store, f.queue, f.getInstance("bp-1"), domain.StateError, "boom", t0)
+	if err != nil || !retired {
+		t.Fatalf("retire: %t, %v", retired, err)
+	}
+	if got := f.getInstance("bp-1"); got.Job != "42" || got.State != domain.StateError {
+		t.Fatalf("instance %s bound to %q, want error, still bound to its started job", got.State, got.Job)
+	}
+	if j := f.get(42); j.Status != domain.JobAssigned || j.InstanceID != "bp-1" {
+		t.Fatalf("job %s on %q: a started job must not be requeued", j.Status, j.InstanceID)
+	}
+}
+
+func TestRetireOfAnInstanceThatMovedOnChangesNothing(t *testing.T) {
+	f := newFixture(t)
+	stale := f.instance("bp-1", domain.StateClaimed, 42)
+	f.job(assigned())
+	if _, err := f.store.Transition(f.ctx, stale.ID, domain.GuardOf(stale), func(i *domain.Instance) { i.State = domain.StateRunning }); err != nil {
+		t.Fatal(err)
+	}
+	_, retired, err := jobs.Retire(f.ctx, f.store, f.queue, stale, domain.StateTerminating, "late", t0)
+	if err != nil || retired {
+		t.Fatalf("retire of a stale read: %t, %v; want false and no error", retired, err)
+	}
+	if j := f.get(42); j.Status != domain.JobAssigned || j.InstanceID != "bp-1" {
+		t.Fatalf("job %s on %q: changed by a refused retire", j.Status, j.InstanceID)
+	}
+}
+
+// failingQueue refuses every send, as a queue that is down would.
+type failingQueue struct{ domain.Queue }
+
+func (failingQueue) Send(context.Context, string, []domain.SendRequest) error {
+	return errors.New("queue down")
+}
+
+// A requeue whose message could not be sent (or a crash between the change
+// and the send) keeps SendPending; the sweep sends the message later.
+func TestSendPendingSendsWhatACrashLeftUnsent(t *testing.T) {
+	f := newFixture(t)
+	in := f.instance("bp-1", domain.StateClaimed, 42)
+	f.job(assigned())
+	_, retired, err := jobs.Retire(f.ctx, f.store, failingQueue{f.queue}, in, domain.StateTerminating, "deadline passed", t0)
+	if !retired || err == nil {
+		t.Fatalf("retire with the queue down: %t, %v; want retired with the send's error", retired, err)
+	}
+	if j := f.get(42); j.Status != domain.JobQueued || !j.SendPending {
+		t.Fatalf("job %s pending %t, want queued with its message still to send", j.Status, j.SendPending)
+	}
+	if n, err := jobs.SendPending(f.ctx, f.store, f.queue, f.clk.Now(), time.Minute); err != nil || n != 0 {
+		t.Fatalf("sweep before the grace: %d sent, %v; want none (the sender may still be at it)", n, err)
+	}
+	f.clk.Advance(time.Minute)
+	if n, err := jobs.SendPending(f.ctx, f.store, f.queue, f.clk.Now(), time.Minute); err != nil || n != 1 {
+		t.Fatalf("sweep: %d sent, %v; want 1", n, err)
+	}
+	if j := f.get(42); j.SendPending {
+		t.Fatal("job still marked pending after the sweep sent it")
+	}
+	wantRequeueMessage(t, f, jobs.QueueFor(domain.RouteLaunch))
+	if n, err := jobs.SendPending(f.ctx, f.store, f.queue, f.clk.Now(), time.Minute); err != nil || n != 0 {
+		t.Fatalf("second sweep: %d sent, %v; want none", n, err)
+	}
+}
