@@ -224,7 +224,7 @@ func (a *App) wire() error {
 	if err := a.wireJobPath(); err != nil {
 		return err
 	}
-	a.Terminator = &reaper.Terminator{Store: a.Store, Cloud: a.Cloud, Clock: clk, Log: log.With("loop", "terminator"),
+	a.Terminator = &reaper.Terminator{Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, Clock: clk, Log: log.With("loop", "terminator"),
 		Interval: o.TerminateEvery, Deadlines: o.Deadlines}
 	o.Reaper.TerminatingAllowance = o.Deadlines.Terminating
 	a.Reconciler = &reaper.Reconciler{

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
 )
 
 // Expire marks every row past its deadline as terminating, in any state
@@ -27,6 +28,8 @@ func (t *Terminator) Expire(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("list instances: %w", err)
 	}
 	var reqs []domain.TransitionRequest
+	marked := 0
+	var errs []error
 	for _, in := range rows {
 		// A job that started is protected until its instance's own
 		// running deadline (the longest job bullpen lets run).
@@ -34,20 +37,30 @@ func (t *Terminator) Expire(ctx context.Context) (int, error) {
 			continue
 		}
 		why := fmt.Sprintf("deadline of state %s passed at %s", in.State, in.Deadline.UTC().Format(time.RFC3339))
+		until := t.deadlines().Until(domain.StateTerminating, now)
+		if in.Job != "" && !in.JobStarted {
+			// Its job goes back to its queue in the same change.
+			_, ok, err := jobs.Retire(ctx, t.Store, t.Queue, in, domain.StateTerminating, why, until)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if ok {
+				marked++
+				t.log().Info("instance past its deadline; terminating it, its job back in the queue", "instance", in.ID, "job", in.Job, "reason", why)
+			}
+			continue
+		}
 		reqs = append(reqs, domain.TransitionRequest{ID: in.ID, Guard: domain.GuardOf(in), Apply: func(x *domain.Instance) {
-			x.State, x.Reason = domain.StateTerminating, why
-			x.Deadline = t.deadlines().Until(domain.StateTerminating, now)
+			x.State, x.Reason, x.Deadline = domain.StateTerminating, why, until
 		}})
 	}
 	if len(reqs) == 0 {
-		return 0, nil
+		return marked, errors.Join(errs...)
 	}
 	res, err := t.Store.TransitionBatch(ctx, reqs)
 	if err != nil {
-		return 0, err
+		return marked, errors.Join(append(errs, err)...)
 	}
-	marked := 0
-	var errs []error
 	for i, r := range res {
 		switch {
 		case r.Err == nil:

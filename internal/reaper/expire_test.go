@@ -35,7 +35,7 @@ func TestRunTerminatesRowsPastTheirDeadline(t *testing.T) {
 	if err := st.CreateInstances(ctx, rows); err != nil {
 		t.Fatal(err)
 	}
-	term := &Terminator{Store: st, Cloud: cloud, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Interval: time.Minute}
+	term := &Terminator{Store: st, Queue: st.Queue(sqlite.QueueOptions{}), Cloud: cloud, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Interval: time.Minute}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- term.Run(runCtx) }()
@@ -54,5 +54,45 @@ func TestRunTerminatesRowsPastTheirDeadline(t *testing.T) {
 		if in, _ := st.GetInstance(ctx, id); in.State != state {
 			t.Errorf("%s is %s, want %s", id, in.State, state)
 		}
+	}
+}
+
+// An instance bound to a job it has not started, expiring at its deadline,
+// is terminated and its job goes back to its queue in the same change:
+// never left assigned to a terminated instance.
+func TestExpireSendsAnUnstartedJobBackToItsQueue(t *testing.T) {
+	ctx := context.Background()
+	clk := clock.NewVirtual(time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC))
+	st, err := sqlite.Open(ctx, t.TempDir()+"/e.db", clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	q := st.Queue(sqlite.QueueOptions{})
+	if err := st.CreateInstances(ctx, []domain.Instance{
+		{ID: "bp-1", CloudID: "i-1", State: domain.StateClaimed, Job: "7", RunnerName: "bp-1-7", Deadline: clk.Now().Add(time.Minute)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateJobs(ctx, []domain.Job{{ID: 7, Status: domain.JobAssigned, Route: domain.RouteLaunch,
+		InstanceID: "bp-1", RunnerName: "bp-1-7", Attempts: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	term := &Terminator{Store: st, Queue: q, Clock: clk, Log: slog.New(slog.DiscardHandler)}
+	clk.Advance(time.Minute)
+	if n, err := term.Expire(ctx); err != nil || n != 1 {
+		t.Fatalf("expire: %d marked, %v; want 1", n, err)
+	}
+	in, _ := st.GetInstance(ctx, "bp-1")
+	j, _ := st.GetJob(ctx, 7)
+	if in.State != domain.StateTerminating || in.Job != "" {
+		t.Fatalf("instance %s bound to %q, want terminating, unbound", in.State, in.Job)
+	}
+	if j.Status != domain.JobQueued || j.InstanceID != "" || j.Attempts != 2 || j.SendPending {
+		t.Fatalf("job %s on %q attempt %d pending %t, want queued again, its message sent", j.Status, j.InstanceID, j.Attempts, j.SendPending)
+	}
+	clk.Advance(domain.MaxQueueDelay)
+	if msgs, err := q.Receive(ctx, domain.QueueLaunch, 10, time.Minute, 0); err != nil || len(msgs) != 1 {
+		t.Fatalf("launch queue: %d messages, %v; want the job once", len(msgs), err)
 	}
 }

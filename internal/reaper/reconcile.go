@@ -92,7 +92,7 @@ func (r *Reconciler) Init(reg prometheus.Registerer) error {
 
 // Report counts what one cycle did.
 type Report struct {
-	Orphans, Gone, Silent, DeadRunners, Recovered, Requeued, JobsDeleted, RowsDeleted int
+	Orphans, Gone, Silent, DeadRunners, Recovered, Requeued, Resent, JobsDeleted, RowsDeleted int
 }
 
 // Run reconciles every Interval until ctx ends.
@@ -137,12 +137,15 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 		rep.Recovered, rep.Requeued = rep.Recovered+rec, rep.Requeued+req
 		errs = append(errs, err)
 	}
+	// A job sent back to its queue whose message a crash left unsent.
+	rep.Resent, err = jobs.SendPending(ctx, r.Store, r.Queue, r.Clock.Now(), r.Interval)
+	errs = append(errs, err)
 	rep.JobsDeleted, rep.RowsDeleted, err = r.retention(ctx, rows)
 	errs = append(errs, err)
 	r.metrics.count(rep)
 	if rep != (Report{}) {
 		r.Log.Info("reconciled", "orphans", rep.Orphans, "gone", rep.Gone, "silent", rep.Silent, "dead_runners", rep.DeadRunners,
-			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
+			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "resent_jobs", rep.Resent, "jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
 	}
 	return rep, errors.Join(errs...)
 }
@@ -212,11 +215,6 @@ func (r *Reconciler) gone(ctx context.Context, rows []domain.Instance, machines 
 			continue
 		}
 		closed++
-		if in.Job != "" && !in.JobStarted {
-			if id, err := domain.ParseJobKey(in.Job); err == nil {
-				errs = append(errs, jobs.Requeue(ctx, r.Store, r.Queue, id, in.ID, "its instance is gone"))
-			}
-		}
 	}
 	return closed, errors.Join(errs...)
 }
@@ -241,24 +239,16 @@ func (r *Reconciler) silent(ctx context.Context, rows []domain.Instance) (int, e
 			continue
 		}
 		why := fmt.Sprintf("agent silent since %s", heard.UTC().Format(time.RFC3339))
-		_, err := r.Store.Transition(ctx, in.ID, domain.GuardOf(in), func(x *domain.Instance) {
-			x.State, x.Reason = domain.StateTerminating, why
-			x.Deadline = now.Add(r.TerminatingAllowance)
-		})
-		if errors.Is(err, domain.ErrConflict) {
-			continue // it changed meanwhile: next cycle looks again
-		}
+		// A job it had not started goes back to its queue in the same change.
+		_, ok, err := jobs.Retire(ctx, r.Store, r.Queue, in, domain.StateTerminating, why, now.Add(r.TerminatingAllowance))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("terminate silent %s: %w", in.ID, err))
-			continue
+		}
+		if !ok {
+			continue // it changed meanwhile: next cycle looks again
 		}
 		marked++
 		r.Log.Warn("instance's agent is silent; terminating it", "instance", in.ID, "state", in.State, "since", heard)
-		if in.Job != "" && !in.JobStarted {
-			if id, err := domain.ParseJobKey(in.Job); err == nil {
-				errs = append(errs, jobs.Requeue(ctx, r.Store, r.Queue, id, in.ID, why))
-			}
-		}
 	}
 	return marked, errors.Join(errs...)
 }
@@ -273,19 +263,18 @@ func agentExpected(s domain.State) bool {
 	return false
 }
 
-// close records that a row's machine no longer exists: terminating, then
+// close records that a row's machine no longer exists: terminating (a job
+// it had not started back to its queue in the same change), then
 // terminated, each guarded on the version read.
 func (r *Reconciler) close(ctx context.Context, in domain.Instance, why string) error {
 	cur := in
 	if cur.State != domain.StateTerminating {
-		next, err := r.Store.Transition(ctx, in.ID, domain.GuardOf(in), func(x *domain.Instance) {
-			x.State, x.Reason = domain.StateTerminating, why
-		})
-		if errors.Is(err, domain.ErrConflict) {
-			return nil // it changed meanwhile: next cycle looks again
-		}
+		next, ok, err := jobs.Retire(ctx, r.Store, r.Queue, in, domain.StateTerminating, why, in.Deadline)
 		if err != nil {
 			return fmt.Errorf("close %s: %w", in.ID, err)
+		}
+		if !ok {
+			return nil // it changed meanwhile: next cycle looks again
 		}
 		cur = next
 	}
@@ -429,7 +418,7 @@ type reconcileMetrics struct {
 func newReconcileMetrics(reg prometheus.Registerer) (*reconcileMetrics, error) {
 	m := &reconcileMetrics{actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bullpen_reaper_actions_total",
-		Help: "What the reaper reconciled, by kind (orphan, gone, dead_runner, recovered_job, requeued_job, job_deleted, row_deleted).",
+		Help: "What the reaper reconciled, by kind (orphan, gone, dead_runner, recovered_job, requeued_job, resent_job, job_deleted, row_deleted).",
 	}, []string{"kind"})}
 	if reg != nil {
 		if err := reg.Register(m.actions); err != nil {
@@ -445,7 +434,7 @@ func (m *reconcileMetrics) count(r Report) {
 	}
 	for kind, n := range map[string]int{
 		"orphan": r.Orphans, "gone": r.Gone, "silent": r.Silent, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
-		"requeued_job": r.Requeued, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
+		"requeued_job": r.Requeued, "resent_job": r.Resent, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
 	} {
 		m.actions.WithLabelValues(kind).Add(float64(n))
 	}

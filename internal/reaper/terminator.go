@@ -16,7 +16,10 @@ import (
 
 // Terminator terminates the machines of rows marked terminating.
 type Terminator struct {
-	Store    domain.Store
+	Store domain.Store
+	// Queue takes the jobs of expired instances back (their unstarted job
+	// returns to its queue with the instance's expiry).
+	Queue    domain.Queue
 	Cloud    domain.Cloud
 	Clock    domain.Clock
 	Log      *slog.Logger

@@ -40,7 +40,7 @@ func newFixture(t *testing.T) *fixture {
 	f.store = st
 	f.cloud = sim.New(f.clk, sim.Options{})
 	t.Cleanup(f.cloud.Close)
-	f.term = &reaper.Terminator{Store: st, Cloud: f.cloud, Clock: f.clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	f.term = &reaper.Terminator{Store: st, Queue: st.Queue(sqlite.QueueOptions{}), Cloud: f.cloud, Clock: f.clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	return f
 }
 
