@@ -155,3 +155,19 @@ func TestResolveConfiguredImages(t *testing.T) {
 		}
 	}
 }
+
+// Like a real cloud, a sim never hands out an id again: a control plane
+// restarted on the same store starts a new sim, whose machines must not
+// share ids with the rows of the old one.
+func TestUnseededSimsNeverReissueIDs(t *testing.T) {
+	seen := map[string]bool{}
+	for range 3 {
+		c, _ := newSim(t, sim.Options{})
+		for _, id := range create(t, c, 3, nil) {
+			if seen[id] {
+				t.Fatalf("id %s handed out by two sims", id)
+			}
+			seen[id] = true
+		}
+	}
+}

@@ -15,6 +15,8 @@
 package sim
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"sync"
 	"time"
 
@@ -82,8 +84,10 @@ type Options struct {
 	// TerminatedRetention is how long terminated machines stay listable by
 	// id. Zero means DefaultTerminatedRetention.
 	TerminatedRetention time.Duration
-	// Seed varies the generated instance ids, so that two sims in one
-	// process do not hand out the same ids.
+	// Seed makes the generated instance ids reproducible (tests). Zero, the
+	// default, draws a random seed, so that like a real cloud the sim never
+	// hands out an id it gave before: a control plane restarted on the same
+	// store must not mistake a new machine for one it recorded before.
 	Seed uint64
 }
 
@@ -136,6 +140,11 @@ func New(clk domain.Clock, opts Options) *Cloud {
 	}
 	if opts.TerminatedRetention <= 0 {
 		opts.TerminatedRetention = DefaultTerminatedRetention
+	}
+	for opts.Seed == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // never fails on supported platforms
+		opts.Seed = binary.BigEndian.Uint64(b[:])
 	}
 	c := &Cloud{
 		clk:       clk,
