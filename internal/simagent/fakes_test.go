@@ -222,7 +222,7 @@ func newWorld(t *testing.T, lat sim.Latency, opts simagent.Options) *world {
 	clk := clock.NewVirtual(epoch)
 	w := &world{clk: clk, api: newFakeAPI(clk), host: newFakeHost(clk)}
 	w.fleet = simagent.New(clk, w.api, w.host, opts)
-	w.cloud = sim.New(clk, sim.Options{Latency: lat, Lifecycle: w.fleet})
+	w.cloud = sim.New(clk, sim.Options{Seed: 1, Latency: lat, Lifecycle: w.fleet})
 	t.Cleanup(func() {
 		w.cloud.Close()
 		w.fleet.Close()
