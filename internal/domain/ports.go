@@ -111,6 +111,11 @@ type Store interface {
 	// refused (ErrNotFound, a conflict, an illegal transition) nothing is
 	// written and the error is that refusal, which names the row.
 	Commit(ctx context.Context, c Change) (Changed, error)
+	// CommitEach applies each change as Commit does, independently of
+	// the others, as efficiently as the backend allows. The error is for
+	// the batch as a whole; per-change outcomes are in the results, in
+	// order.
+	CommitEach(ctx context.Context, cs []Change) ([]ChangeResult, error)
 	// DeleteJobs removes final jobs (completed, rejected) last changed
 	// before the instant, and reports how many.
 	DeleteJobs(ctx context.Context, before time.Time) (int, error)
@@ -265,4 +270,11 @@ func (c Change) Empty() bool { return len(c.Instances) == 0 && len(c.Jobs) == 0 
 type Changed struct {
 	Instances []Instance
 	Jobs      []Job
+}
+
+// ChangeResult is the outcome of one change of a CommitEach: what it wrote,
+// or why it was refused (then nothing of it was written).
+type ChangeResult struct {
+	Changed
+	Err error
 }

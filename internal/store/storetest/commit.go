@@ -15,6 +15,8 @@ func commitContracts() []contract {
 		{"CommitAppliesRequestsInOrder", testCommitInOrder},
 		{"CommitOfNothing", testCommitEmpty},
 		{"ConcurrentCommitsBindAJobOnce", testConcurrentCommits},
+		{"CommitEachRefusesOnlyTheChangeThatFails", testCommitEach},
+		{"CommitEachOfNothing", testCommitEachEmpty},
 	}
 }
 
@@ -145,5 +147,41 @@ func testConcurrentCommits(t *testing.T, e *env) {
 	}
 	if j := e.getJob(7); j.InstanceID != fmt.Sprintf("r%02d", winner) {
 		t.Errorf("job bound to %q; want the winner r%02d", j.InstanceID, winner)
+	}
+}
+
+// Each change of a batch stands or falls alone: a refused one leaves no
+// trace, even of its transitions that would have passed.
+func testCommitEach(t *testing.T, e *env) {
+	e.create(instance("a", domain.StateReady), instance("b", domain.StateReady), instance("c", domain.StateReady))
+	e.createJobs(job(1, domain.JobQueued), job(2, domain.JobQueued), job(3, domain.JobQueued))
+	bBefore := e.get("b")
+	bad := bind("b", 2)
+	bad.Jobs[0].Guard = domain.JobGuard{Status: domain.JobAssigned}
+	res, err := e.s.CommitEach(e.ctx, []domain.Change{bind("a", 1), bad, bind("c", 3)})
+	if err != nil {
+		t.Fatalf("commit each: %v", err)
+	}
+	if len(res) != 3 || res[0].Err != nil || !errors.Is(res[1].Err, domain.ErrConflict) || res[2].Err != nil {
+		t.Fatalf("results %+v; want ok, conflict, ok", res)
+	}
+	e.unchanged(bBefore)
+	if j := e.getJob(2); j.Status != domain.JobQueued || j.Version != 1 {
+		t.Fatalf("job 2 %s at version %d: the refused change was written", j.Status, j.Version)
+	}
+	for k, id := range []string{"a", "c"} {
+		in, j := e.get(id), e.getJob(int64(2*k+1))
+		if in.State != domain.StateClaimed || j.InstanceID != id {
+			t.Errorf("%s %s, its job on %q: want bound to each other", id, in.State, j.InstanceID)
+		}
+		sameInstance(t, "returned "+id, res[2*k].Instances[0], in)
+		sameJob(t, "returned job of "+id, res[2*k].Jobs[0], j)
+	}
+}
+
+func testCommitEachEmpty(t *testing.T, e *env) {
+	res, err := e.s.CommitEach(e.ctx, nil)
+	if err != nil || len(res) != 0 {
+		t.Fatalf("empty batch: %v, %v; want nothing and no error", res, err)
 	}
 }
