@@ -51,6 +51,7 @@ type Service struct {
 	metrics  *metrics
 	notifier domain.AssignmentNotifier
 	hub      *Hub
+	verbs    domain.Lifecycle
 	mu       sync.RWMutex
 
 	idOf    idCache
@@ -73,7 +74,7 @@ func New(store domain.Store, queue domain.Queue, clk domain.Clock, log *slog.Log
 		return nil, err
 	}
 	return &Service{store: store, queue: queue, clock: clk, log: log, opts: opts, metrics: m, hub: NewHub(),
-		beats: map[string]time.Time{}}, nil
+		verbs: domain.NewLifecycle(opts.Deadlines), beats: map[string]time.Time{}}, nil
 }
 
 // SetNotifier sets who is told when an agent has something new to do.
@@ -204,9 +205,8 @@ func (s *Service) warm(ctx context.Context, in domain.Instance) error {
 	if in.Role == domain.RoleHot && p.IdleLifetime > 0 {
 		deadline = now.Add(p.IdleLifetime)
 	}
-	_, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
-		i.State, i.Deadline = domain.StateReady, deadline
-	})
+	w := s.verbs.Warm(in, deadline)
+	_, err := s.store.Transition(ctx, w.ID, w.Guard, w.Apply)
 	if errors.Is(err, domain.ErrConflict) {
 		return nil // it moved on meanwhile; nothing to do
 	}
@@ -237,10 +237,8 @@ func (s *Service) registered(ctx context.Context, in domain.Instance, sig domain
 	default:
 		return reject(sig.Kind, "instance is %s", in.State)
 	}
-	_, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
-		i.State, i.Deadline = domain.StateRunning, s.opts.Deadlines.Until(domain.StateRunning, s.clock.Now())
-	})
-	if err != nil {
+	r := s.verbs.Register(in, s.clock.Now())
+	if _, err := s.store.Transition(ctx, r.ID, r.Guard, r.Apply); err != nil {
 		return fmt.Errorf("registered %s: %w", in.ID, err)
 	}
 	s.hub.Publish(in.ID)
@@ -249,7 +247,7 @@ func (s *Service) registered(ctx context.Context, in domain.Instance, sig domain
 
 // runnerJob is the job the instance's runner was registered for.
 func runnerJob(in domain.Instance) string {
-	if _, job, ok := jobs.ParseRunnerName(in.RunnerName); ok {
+	if _, job, ok := domain.ParseRunnerName(in.RunnerName); ok {
 		return domain.JobKey(job)
 	}
 	return ""
@@ -277,7 +275,8 @@ func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain
 		return err
 	}
 	if !in.JobStarted {
-		if _, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) { i.JobStarted = true }); err != nil {
+		r := s.verbs.JobStarted(in)
+		if _, err := s.store.Transition(ctx, r.ID, r.Guard, r.Apply); err != nil {
 			return fmt.Errorf("job-started %s: %w", in.ID, err)
 		}
 	}

@@ -12,80 +12,102 @@ import (
 )
 
 // Finish records a job's end (from the completed webhook or the agent) and
-// releases its instance: back toward the resource pool when the instance's
-// policy allows another job, else terminated. Repeats are harmless.
+// releases its instance, in one atomic change: back toward the resource pool
+// when the instance's policy allows another job, else terminated. Repeats
+// are harmless.
 func (s *Service) Finish(ctx context.Context, jobID int64, conclusion string) error {
 	now := s.clock.Now()
-	job, err := jobs.MarkCompleted(ctx, s.store, jobID, now, conclusion)
-	if err != nil || job.InstanceID == "" {
-		return err
-	}
-	// A lost race is retried on the row as it is now: the winner may have
-	// changed another field (JobStarted, from the in_progress webhook) and
-	// left the release to us.
 	for range releaseAttempts {
-		in, err := s.store.GetInstance(ctx, job.InstanceID)
+		job, err := s.store.GetJob(ctx, jobID)
 		if errors.Is(err, domain.ErrNotFound) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("release for job %d: %w", jobID, err)
+			return fmt.Errorf("finish job %d: %w", jobID, err)
 		}
-		if in.Job != job.Key() || !(jobs.ServesJob(in.State) || in.State == domain.StateError) {
-			return nil // already released, or being terminated
+		var c domain.Change
+		if !job.Status.Final() {
+			c.Jobs = append(c.Jobs, s.verbs.CompleteJob(job, now, conclusion))
 		}
-		err = s.release(ctx, in, now)
-		if !errors.Is(err, domain.ErrConflict) {
-			return err
+		in, why, ok, err := s.releasable(ctx, job, now)
+		if err != nil {
+			return fmt.Errorf("finish job %d: %w", jobID, err)
 		}
+		if ok {
+			c.Instances = append(c.Instances, s.verbs.Release(in, why, now))
+		}
+		if c.Empty() {
+			return nil
+		}
+		_, err = s.store.Commit(ctx, c)
+		if errors.Is(err, domain.ErrConflict) {
+			continue // a row moved on (the in_progress webhook, say): decide again
+		}
+		if err != nil {
+			return fmt.Errorf("finish job %d: %w", jobID, err)
+		}
+		if ok {
+			s.released(in, why)
+		}
+		return nil
 	}
-	return fmt.Errorf("release for job %d: instance %s keeps changing", jobID, job.InstanceID)
+	return fmt.Errorf("finish job %d: its rows keep changing", jobID)
 }
 
 // releaseAttempts bounds Finish's retries against concurrent writers.
 const releaseAttempts = 8
 
-func (s *Service) release(ctx context.Context, in domain.Instance, now time.Time) error {
+// releasable returns the instance that ran job, when it still holds it, and
+// why it retires after the job ("" when it goes back to the resource pool).
+func (s *Service) releasable(ctx context.Context, job domain.Job, now time.Time) (domain.Instance, string, bool, error) {
+	if job.InstanceID == "" {
+		return domain.Instance{}, "", false, nil
+	}
+	in, err := s.store.GetInstance(ctx, job.InstanceID)
+	if errors.Is(err, domain.ErrNotFound) {
+		return domain.Instance{}, "", false, nil
+	}
+	if err != nil {
+		return domain.Instance{}, "", false, err
+	}
+	if in.Job != job.Key() || !(jobs.ServesJob(in.State) || in.State == domain.StateError) {
+		return domain.Instance{}, "", false, nil // already released, or being terminated
+	}
+	return in, s.retireReason(in, now), true, nil
+}
+
+// retireReason says why in is terminated after its job rather than
+// released for another one, or "" when its policy reuses it.
+func (s *Service) retireReason(in domain.Instance, now time.Time) string {
 	p := s.opts.Policy(in)
 	served := in.JobsServed + 1
-	why := ""
 	switch {
 	case in.State == domain.StateError:
 		// It failed while its job ran: the job is over, so it can go now,
 		// for the reason it failed.
-		why = cmp.Or(in.Reason, "failed during its job")
+		return cmp.Or(in.Reason, "failed during its job")
 	case !p.Reuse:
-		why = "job done"
+		return "job done"
 	case in.State != domain.StateRunning:
-		why = "job ended before its runner registered"
+		return "job ended before its runner registered"
 	case p.MaxJobs > 0 && served >= p.MaxJobs:
-		why = fmt.Sprintf("served %d jobs (max-jobs-per-instance)", served)
+		return fmt.Sprintf("served %d jobs (max-jobs-per-instance)", served)
 	case p.MaxAge > 0 && now.Sub(in.CreatedAt) >= p.MaxAge:
-		why = "older than max-age"
+		return "older than max-age"
 	}
-	_, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
-		i.Job, i.JobStarted, i.JobsServed = "", false, served
-		i.RunnerName, i.RunnerConfig = "", "" // spent: a just-in-time runner serves one job
-		if why == "" {
-			// Clearing the job is the trigger of seed 003's handshake.
-			i.State = domain.StateReleasing
-			i.Deadline = s.opts.Deadlines.Until(domain.StateReleasing, now)
-			return
-		}
-		i.State, i.Reason = domain.StateTerminating, why
-		i.Deadline = s.opts.Deadlines.Until(domain.StateTerminating, now)
-	})
-	if err != nil {
-		return fmt.Errorf("release %s: %w", in.ID, err)
-	}
+	return ""
+}
+
+// released tells the agent of an instance released for reuse to
+// deregister, and counts the release.
+func (s *Service) released(in domain.Instance, why string) {
 	if why == "" {
 		s.metrics.releases.WithLabelValues("releasing").Inc()
 		s.Notify(in.CloudID)
-	} else {
-		s.metrics.releases.WithLabelValues("terminated").Inc()
-		s.log.Info("instance retired after its job", "instance", in.ID, "reason", why)
+		return
 	}
-	return nil
+	s.metrics.releases.WithLabelValues("terminated").Inc()
+	s.log.Info("instance retired after its job", "instance", in.ID, "reason", why)
 }
 
 // deregistered completes a release: the instance goes back to the resource
@@ -98,11 +120,8 @@ func (s *Service) deregistered(ctx context.Context, in domain.Instance) error {
 	if in.Expired(now) {
 		// Never pooled: terminated now, so the agent stops releasing.
 		s.metrics.releases.WithLabelValues("timed_out").Inc()
-		_, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(x *domain.Instance) {
-			x.State, x.Reason = domain.StateTerminating, "release timed out"
-			x.Deadline = s.opts.Deadlines.Until(domain.StateTerminating, now)
-		})
-		if err != nil && !errors.Is(err, domain.ErrConflict) {
+		r := s.verbs.Terminate(in, "release timed out", now)
+		if _, err := s.store.Transition(ctx, r.ID, r.Guard, r.Apply); err != nil && !errors.Is(err, domain.ErrConflict) {
 			return fmt.Errorf("deregistered %s: %w", in.ID, err)
 		}
 		return reject(domain.SignalDeregistered, "release timed out at %s", in.Deadline.Format(time.RFC3339))
@@ -127,10 +146,8 @@ func (s *Service) deregistered(ctx context.Context, in domain.Instance) error {
 	if err := jobs.OfferToResourcePool(ctx, s.queue, in.Runner, entry); err != nil {
 		return err
 	}
-	_, err := s.store.Transition(ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
-		i.State, i.Deadline = domain.StateReady, deadline
-	})
-	if err != nil {
+	r := s.verbs.Pool(in, deadline)
+	if _, err := s.store.Transition(ctx, r.ID, r.Guard, r.Apply); err != nil {
 		return fmt.Errorf("deregistered %s: %w", in.ID, err)
 	}
 	s.metrics.releases.WithLabelValues("pooled").Inc()

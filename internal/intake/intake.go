@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/bullpen-ci/bullpen/internal/dispatch"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
@@ -336,7 +335,7 @@ func (in *Intake) progress(ctx context.Context, e event) error {
 		}
 		// GitHub says which runner took the job; with several jobs of the
 		// same labels it may not be the one bullpen assigned.
-		if inst, ok := dispatch.InstanceOfRunner(w.RunnerName); ok {
+		if inst, _, ok := domain.ParseRunnerName(w.RunnerName); ok {
 			if err := jobs.Rebind(ctx, in.Store, in.Queue, w.ID, inst, in.Clock.Now()); err != nil {
 				return fmt.Errorf("job %d started on %s: %w", w.ID, w.RunnerName, err)
 			}
@@ -348,7 +347,7 @@ func (in *Intake) progress(ctx context.Context, e event) error {
 		return in.protect(ctx, w.ID)
 	case webhook.ActionCompleted:
 		// Release the instance whose runner ran the job.
-		if inst, ok := dispatch.InstanceOfRunner(w.RunnerName); ok {
+		if inst, _, ok := domain.ParseRunnerName(w.RunnerName); ok {
 			if err := jobs.Rebind(ctx, in.Store, in.Queue, w.ID, inst, in.Clock.Now()); err != nil {
 				return fmt.Errorf("job %d completed on %s: %w", w.ID, w.RunnerName, err)
 			}

@@ -54,19 +54,22 @@ func SendRequest(j domain.Job, delay time.Duration) domain.SendRequest {
 // retries bounds read-modify-write loops that lose to concurrent writers.
 const retries = 8
 
-// update reads job id, lets decide pick the change (or none), and writes it
+// verbs are the named transitions; none used here reads its deadlines.
+var verbs domain.Lifecycle
+
+// update reads job id, lets decide pick the verb (or none), and commits it
 // guarded by the version read, retrying when another writer won.
-func update(ctx context.Context, st domain.Store, id int64, decide func(j domain.Job) (func(*domain.Job), bool)) (domain.Job, error) {
+func update(ctx context.Context, st domain.Store, id int64, decide func(j domain.Job) (domain.JobTransitionRequest, bool)) (domain.Job, error) {
 	for range retries {
 		j, err := st.GetJob(ctx, id)
 		if err != nil {
 			return domain.Job{}, err
 		}
-		fn, ok := decide(j)
+		r, ok := decide(j)
 		if !ok {
 			return j, nil
 		}
-		next, err := st.TransitionJob(ctx, id, domain.JobGuardOf(j), fn)
+		next, err := st.TransitionJob(ctx, id, r.Guard, r.Apply)
 		if errors.Is(err, domain.ErrConflict) {
 			continue
 		}
@@ -79,16 +82,8 @@ func update(ctx context.Context, st domain.Store, id int64, decide func(j domain
 // A job already running or final is left alone; an unknown job is not an
 // error (it is not ours, or was never seen queued).
 func MarkRunning(ctx context.Context, st domain.Store, id int64, at time.Time, runnerName string) error {
-	_, err := update(ctx, st, id, func(j domain.Job) (func(*domain.Job), bool) {
-		if j.Status != domain.JobQueued && j.Status != domain.JobAssigned {
-			return nil, false
-		}
-		return func(x *domain.Job) {
-			x.Status, x.StartedAt = domain.JobRunning, at
-			if runnerName != "" {
-				x.RunnerName = runnerName
-			}
-		}, true
+	_, err := update(ctx, st, id, func(j domain.Job) (domain.JobTransitionRequest, bool) {
+		return verbs.StartJob(j, at, runnerName), j.Status == domain.JobQueued || j.Status == domain.JobAssigned
 	})
 	if errors.Is(err, domain.ErrNotFound) {
 		return nil
@@ -96,37 +91,8 @@ func MarkRunning(ctx context.Context, st domain.Store, id int64, at time.Time, r
 	return err
 }
 
-// MarkCompleted records the job's end and returns it. Repeats return the
-// job unchanged; an unknown job returns the zero Job and no error.
-func MarkCompleted(ctx context.Context, st domain.Store, id int64, at time.Time, conclusion string) (domain.Job, error) {
-	j, err := update(ctx, st, id, func(j domain.Job) (func(*domain.Job), bool) {
-		if j.Status.Final() {
-			return nil, false
-		}
-		return func(x *domain.Job) {
-			x.Status, x.CompletedAt, x.Conclusion = domain.JobCompleted, at, conclusion
-		}, true
-	})
-	if errors.Is(err, domain.ErrNotFound) {
-		return domain.Job{}, nil
-	}
-	return j, err
-}
-
 // RequeueDelay is how long a requeued job waits before it is tried again.
 const RequeueDelay = 2 * time.Second
-
-// requeue is the change that sends an assigned job back to its queue,
-// unbound: its message is still to be sent (SendPending) when the change
-// is committed.
-func requeue(reason string) func(*domain.Job) {
-	return func(x *domain.Job) {
-		x.Status, x.Reason, x.SendPending = domain.JobQueued, reason, true
-		x.InstanceID, x.RunnerName, x.RunnerID = "", "", 0
-		x.AssignedAt, x.Via = time.Time{}, ""
-		x.Attempts++
-	}
-}
 
 // Requeue sends a job that was assigned to instanceID back to its queue,
 // unbound, because that instance cannot serve it. It does nothing if the
@@ -135,8 +101,8 @@ func requeue(reason string) func(*domain.Job) {
 // sent again, so that a caller retrying after a failed send does not strand
 // it; the dedup id of the same attempt keeps the queue from holding it twice.
 func Requeue(ctx context.Context, st domain.Store, q domain.Queue, id int64, instanceID, reason string) error {
-	j, err := update(ctx, st, id, func(j domain.Job) (func(*domain.Job), bool) {
-		return requeue(reason), j.Status == domain.JobAssigned && j.InstanceID == instanceID
+	j, err := update(ctx, st, id, func(j domain.Job) (domain.JobTransitionRequest, bool) {
+		return verbs.RequeueJob(j, reason), j.Status == domain.JobAssigned && j.InstanceID == instanceID
 	})
 	if errors.Is(err, domain.ErrNotFound) {
 		return nil
@@ -160,7 +126,8 @@ func sendRequeued(ctx context.Context, st domain.Store, q domain.Queue, changed 
 			errs = append(errs, fmt.Errorf("requeue job %d: %w", j.ID, err))
 			continue
 		}
-		_, err := st.TransitionJob(ctx, j.ID, domain.JobGuardOf(j), func(x *domain.Job) { x.SendPending = false })
+		sent := verbs.MessageSent(j)
+		_, err := st.TransitionJob(ctx, j.ID, sent.Guard, sent.Apply)
 		if err != nil && !errors.Is(err, domain.ErrConflict) {
 			// The message is out; a second one, should the reaper send
 			// it, is dropped by its dedup id or by the consumer.
@@ -195,21 +162,14 @@ func SendPending(ctx context.Context, st domain.Store, q domain.Queue, now time.
 // retired is the instance as written.
 func Retire(ctx context.Context, st domain.Store, q domain.Queue, in domain.Instance, to domain.State, reason string, deadline time.Time) (retired domain.Instance, ok bool, err error) {
 	for range retries {
-		c := domain.Change{Instances: []domain.TransitionRequest{{ID: in.ID, Guard: domain.GuardOf(in),
-			Apply: func(x *domain.Instance) {
-				x.State, x.Reason, x.Deadline = to, reason, deadline
-				if !x.JobStarted {
-					x.Job = "" // its job, if still bound to it, goes back to the queue below
-				}
-			}}}}
+		c := domain.Change{Instances: []domain.TransitionRequest{verbs.Retire(in, to, reason, deadline)}}
 		if !in.JobStarted {
 			j, err := boundJob(ctx, st, in)
 			if err != nil {
 				return domain.Instance{}, false, fmt.Errorf("retire %s: %w", in.ID, err)
 			}
 			if j != nil {
-				c.Jobs = []domain.JobTransitionRequest{{ID: j.ID, Guard: domain.JobGuardOf(*j),
-					Apply: requeue("its instance stopped serving it: " + reason)}}
+				c.Jobs = []domain.JobTransitionRequest{verbs.RequeueJob(*j, "its instance stopped serving it: "+reason)}
 			}
 		}
 		done, err := st.Commit(ctx, c)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -148,7 +147,7 @@ func boundJob(ctx context.Context, st domain.Store, in domain.Instance) (*domain
 // runnerTakes reports whether the runner registered on in could take a job
 // asking for want: its labels are those of the job it was registered for.
 func runnerTakes(ctx context.Context, st domain.Store, in domain.Instance, want []string) (bool, error) {
-	_, id, ok := ParseRunnerName(in.RunnerName)
+	_, id, ok := domain.ParseRunnerName(in.RunnerName)
 	if !ok {
 		return false, nil
 	}
@@ -168,22 +167,15 @@ func (r rebindRows) plan(now time.Time) domain.Change {
 	var c domain.Change
 	key, taker := r.job.Key(), r.taker.ID
 	if r.taker.Job != key {
-		c.Instances = append(c.Instances, domain.TransitionRequest{ID: taker, Guard: domain.GuardOf(r.taker),
-			Apply: func(i *domain.Instance) { i.Job = key }})
+		c.Instances = append(c.Instances, verbs.Bind(r.taker, key))
 	}
 	if r.job.InstanceID != taker {
-		c.Jobs = append(c.Jobs, domain.JobTransitionRequest{ID: r.job.ID, Guard: domain.JobGuardOf(r.job),
-			Apply: func(j *domain.Job) {
-				j.InstanceID = taker
-				if j.Status == domain.JobQueued {
-					j.Status, j.AssignedAt, j.SendPending = domain.JobAssigned, now, false
-				}
-			}})
+		c.Jobs = append(c.Jobs, verbs.BindJob(r.job, taker, now))
 	}
 	if r.displaced != nil {
 		c = r.placeDisplaced(c, now)
 	} else if r.holder != nil {
-		c.Instances = append(c.Instances, unbind(*r.holder, now))
+		c.Instances = append(c.Instances, verbs.Unbind(*r.holder, now.Add(UnboundWait)))
 	}
 	return c
 }
@@ -194,33 +186,15 @@ func (r rebindRows) plan(now time.Time) domain.Change {
 func (r rebindRows) placeDisplaced(c domain.Change, now time.Time) domain.Change {
 	d := *r.displaced
 	if r.holder != nil && r.holderTakes {
-		h, dkey := r.holder.ID, d.Key()
-		c.Instances = append(c.Instances, domain.TransitionRequest{ID: h, Guard: domain.GuardOf(*r.holder),
-			Apply: func(i *domain.Instance) { i.Job = dkey }})
-		c.Jobs = append(c.Jobs, domain.JobTransitionRequest{ID: d.ID, Guard: domain.JobGuardOf(d),
-			Apply: func(j *domain.Job) { j.InstanceID = h }})
+		c.Instances = append(c.Instances, verbs.Bind(*r.holder, d.Key()))
+		c.Jobs = append(c.Jobs, verbs.BindJob(d, r.holder.ID, now))
 		return c
 	}
 	if r.holder != nil {
-		c.Instances = append(c.Instances, unbind(*r.holder, now))
+		c.Instances = append(c.Instances, verbs.Unbind(*r.holder, now.Add(UnboundWait)))
 	}
-	c.Jobs = append(c.Jobs, domain.JobTransitionRequest{ID: d.ID, Guard: domain.JobGuardOf(d),
-		Apply: requeue(fmt.Sprintf("its runner took job %d", r.job.ID))})
+	c.Jobs = append(c.Jobs, verbs.RequeueJob(d, fmt.Sprintf("its runner took job %d", r.job.ID)))
 	return c
-}
-
-// unbind takes in's job away: another runner runs it. An instance whose
-// runner started a job keeps that mark (GitHub will say which job it is)
-// and its deadline; one whose runner waits may do so for UnboundWait.
-func unbind(in domain.Instance, now time.Time) domain.TransitionRequest {
-	return domain.TransitionRequest{ID: in.ID, Guard: domain.GuardOf(in), Apply: func(i *domain.Instance) {
-		i.Job = ""
-		if !i.JobStarted {
-			if wait := now.Add(UnboundWait); i.Deadline.IsZero() || wait.Before(i.Deadline) {
-				i.Deadline = wait
-			}
-		}
-	}}
 }
 
 // labelsCover reports whether a runner registered with labels have can take
@@ -232,18 +206,4 @@ func labelsCover(have, want []string) bool {
 		}
 	}
 	return true
-}
-
-// ParseRunnerName reads a runner name as the dispatcher and the provisioner
-// make them, "<instance id>-<job id>" (instance ids start "bp-").
-func ParseRunnerName(name string) (instanceID string, jobID int64, ok bool) {
-	i := strings.LastIndexByte(name, '-')
-	if i <= len("bp-") || i == len(name)-1 || !strings.HasPrefix(name, "bp-") {
-		return "", 0, false
-	}
-	id, err := strconv.ParseInt(name[i+1:], 10, 64)
-	if err != nil || id <= 0 {
-		return "", 0, false
-	}
-	return name[:i], id, true
 }

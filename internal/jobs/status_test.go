@@ -60,49 +60,6 @@ func TestMarkRunning(t *testing.T) {
 	})
 }
 
-func TestMarkCompleted(t *testing.T) {
-	at := t0.Add(time.Hour)
-	for _, start := range []domain.Job{{Status: domain.JobQueued}, assigned(), {Status: domain.JobRunning, InstanceID: "bp-1", RunnerName: "bp-1-42"}} {
-		t.Run(string(start.Status), func(t *testing.T) {
-			f := newFixture(t)
-			f.job(start)
-			j, err := jobs.MarkCompleted(f.ctx, f.store, 42, at, "success")
-			if err != nil {
-				t.Fatal(err)
-			}
-			// The runner's name stays for the record; the instance that
-			// ran it is the one its end releases.
-			if j.Status != domain.JobCompleted || j.Conclusion != "success" || !j.CompletedAt.Equal(at) ||
-				j.InstanceID != start.InstanceID || j.RunnerName != start.RunnerName {
-				t.Fatalf("got %s (%q) at %s on %q by %q, want completed, still on %q by %q",
-					j.Status, j.Conclusion, j.CompletedAt, j.InstanceID, j.RunnerName, start.InstanceID, start.RunnerName)
-			}
-			if stored := f.get(42); stored.Version != j.Version || stored.Status != domain.JobCompleted {
-				t.Fatalf("stored %s v%d, want what was returned: %s v%d", stored.Status, stored.Version, j.Status, j.Version)
-			}
-			again, err := jobs.MarkCompleted(f.ctx, f.store, 42, at.Add(time.Minute), "failure")
-			if err != nil || again.Version != j.Version || again.Conclusion != "success" || again.InstanceID != start.InstanceID {
-				t.Fatalf("repeat: v%d %q on %q, %v; want the job unchanged", again.Version, again.Conclusion, again.InstanceID, err)
-			}
-		})
-	}
-	t.Run("rejected stays rejected", func(t *testing.T) {
-		f := newFixture(t)
-		before := f.job(domain.Job{Status: domain.JobRejected, Reason: "no such pool"})
-		j, err := jobs.MarkCompleted(f.ctx, f.store, 42, at, "cancelled")
-		if err != nil || j.Status != domain.JobRejected || j.Version != before.Version {
-			t.Fatalf("got %s v%d, %v", j.Status, j.Version, err)
-		}
-	})
-	t.Run("unknown job", func(t *testing.T) {
-		f := newFixture(t)
-		j, err := jobs.MarkCompleted(f.ctx, f.store, 99, at, "success")
-		if err != nil || j.ID != 0 {
-			t.Fatalf("got %+v, %v; want the zero job and no error", j, err)
-		}
-	})
-}
-
 func TestRequeue(t *testing.T) {
 	for _, route := range []domain.Route{domain.RouteLaunch, domain.RoutePool} {
 		t.Run(string(route), func(t *testing.T) {
@@ -241,14 +198,6 @@ func TestStatusChangesRetryLostRaces(t *testing.T) {
 			t.Fatalf("got %s attempt %d, want queued attempt 2", j.Status, j.Attempts)
 		}
 	})
-	t.Run("the other writer completes the job", func(t *testing.T) {
-		f := newFixture(t)
-		f.job(assigned())
-		j, err := jobs.MarkCompleted(f.ctx, &racingStore{Store: f.store, n: 1, final: true}, 42, t0, "success")
-		if err != nil || j.Status != domain.JobCompleted || j.Conclusion != "cancelled" {
-			t.Fatalf("got %s (%q), %v; want the other writer's completion kept", j.Status, j.Conclusion, err)
-		}
-	})
 	t.Run("gives up after bounded attempts", func(t *testing.T) {
 		f := newFixture(t)
 		f.job(assigned())
@@ -259,33 +208,4 @@ func TestStatusChangesRetryLostRaces(t *testing.T) {
 			t.Fatalf("got %s, want still assigned", j.Status)
 		}
 	})
-}
-
-// Many writers at once: every call succeeds and the job ends completed.
-func TestStatusChangesUnderConcurrency(t *testing.T) {
-	f := newFixture(t)
-	f.job(assigned())
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for i := range 16 {
-		wg.Go(func() {
-			var err error
-			if i%2 == 0 {
-				err = jobs.MarkRunning(f.ctx, f.store, 42, t0, "")
-			} else {
-				_, err = jobs.MarkCompleted(f.ctx, f.store, 42, t0, "success")
-			}
-			errs <- err
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if j := f.get(42); j.Status != domain.JobCompleted {
-		t.Fatalf("got %s, want completed", j.Status)
-	}
 }

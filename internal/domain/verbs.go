@@ -1,0 +1,283 @@
+package domain
+
+import "time"
+
+// Lifecycle names every change that can happen to an instance or a job.
+// Each verb returns the guarded request a store applies: the guard is the
+// row as it was read (state, job and version), and the verb sets the state
+// it leads to, the deadline of that state and the reason. Loops commit
+// verbs; they never edit a row by hand. Where an instance and a job change
+// together, the verbs make one Change that a store applies atomically.
+type Lifecycle struct {
+	Deadlines Deadlines
+}
+
+// NewLifecycle returns the verbs under d, or the default deadlines when d
+// is zero.
+func NewLifecycle(d Deadlines) Lifecycle {
+	if d == (Deadlines{}) {
+		d = DefaultDeadlines()
+	}
+	return Lifecycle{Deadlines: d}
+}
+
+func change(in Instance, fn func(*Instance)) TransitionRequest {
+	return TransitionRequest{ID: in.ID, Guard: GuardOf(in), Apply: fn}
+}
+
+func jobChange(j Job, fn func(*Job)) JobTransitionRequest {
+	return JobTransitionRequest{ID: j.ID, Guard: JobGuardOf(j), Apply: fn}
+}
+
+// enter moves i to state s with that state's deadline from now.
+func (l Lifecycle) enter(i *Instance, s State, now time.Time) {
+	i.State, i.Deadline = s, l.Deadlines.Until(s, now)
+}
+
+// Launched records that the create call returned machine m for the pending
+// row (written at version 1): the row is booting. bootstrapHash, when set,
+// is the hash of the machine's own bootstrap secret (MachineSecret).
+func (l Lifecycle) Launched(row Instance, m CloudInstance, bootstrapHash string, now time.Time) TransitionRequest {
+	if row.Version == 0 {
+		row.Version = 1 // a row as CreateInstances stamps it
+	}
+	return change(row, func(i *Instance) {
+		l.enter(i, StateBooting, now)
+		i.CloudID, i.RunningSince = m.ID, now
+		i.InstanceType, i.UsageClass = m.InstanceType, m.UsageClass
+		if bootstrapHash != "" {
+			i.BootstrapHash = bootstrapHash
+		}
+	})
+}
+
+// Warm: boot and warm-up finished; the instance is ready, until deadline
+// (a hot pool member's idle lifetime, or the ready allowance).
+func (l Lifecycle) Warm(in Instance, deadline time.Time) TransitionRequest {
+	return change(in, func(i *Instance) { i.State, i.Deadline = StateReady, deadline })
+}
+
+// Stop parks a warmed stopped-pool member; Stopped records that its machine
+// stopped.
+func (l Lifecycle) Stop(in Instance, now time.Time) TransitionRequest {
+	return change(in, func(i *Instance) { l.enter(i, StateStopping, now) })
+}
+
+// Stopped records that a member's machine is parked.
+func (l Lifecycle) Stopped(in Instance, now time.Time) TransitionRequest {
+	return change(in, func(i *Instance) {
+		l.enter(i, StateStopped, now)
+		i.RunningSince = time.Time{}
+	})
+}
+
+// Claim reserves an idle instance (ready or stopped) for job, guarded on
+// the row as read.
+func (l Lifecycle) Claim(in Instance, job string, now time.Time) TransitionRequest {
+	return change(in, func(i *Instance) {
+		l.enter(i, StateClaimed, now)
+		i.Job, i.Reason = job, ""
+	})
+}
+
+// ClaimIdle is the atomic idle → claimed transition of an instance known
+// only by id (a resource-pool entry): guarded on ready and no job, so of
+// many claimers exactly one wins.
+func (l Lifecycle) ClaimIdle(id, job string, now time.Time) TransitionRequest {
+	r := l.Claim(Instance{ID: id}, job, now)
+	r.Guard = Guard{State: StateReady}
+	return r
+}
+
+// Unclaim gives a claimed instance that will not serve its job back to
+// idle: state back (ready, or stopped if it never started) until deadline.
+func (l Lifecycle) Unclaim(in Instance, back State, deadline time.Time) TransitionRequest {
+	return change(in, func(i *Instance) {
+		i.State, i.Job, i.Deadline = back, "", deadline
+		i.RunnerName, i.RunnerConfig = "", ""
+	})
+}
+
+// GiveRunner records on an instance the just-in-time runner registered for
+// its job: its agent starts that runner.
+func (l Lifecycle) GiveRunner(in Instance, reg RunnerRegistration) TransitionRequest {
+	return change(in, func(i *Instance) { i.RunnerName, i.RunnerConfig = reg.Name, reg.JITConfig })
+}
+
+// IssueToken records the hash of the token an instance's agent was given.
+func (l Lifecycle) IssueToken(in Instance, tokenHash string) TransitionRequest {
+	return change(in, func(i *Instance) { i.AgentTokenHash = tokenHash })
+}
+
+// Register: the instance's runner registered for its job; it runs it.
+func (l Lifecycle) Register(in Instance, now time.Time) TransitionRequest {
+	return change(in, func(i *Instance) { l.enter(i, StateRunning, now) })
+}
+
+// JobStarted marks that the instance's job began: no loop may touch it.
+func (l Lifecycle) JobStarted(in Instance) TransitionRequest {
+	return change(in, func(i *Instance) { i.JobStarted = true })
+}
+
+// Bind binds an instance to job in place of the one it had, after GitHub
+// said which job its runner took.
+func (l Lifecycle) Bind(in Instance, job string) TransitionRequest {
+	return change(in, func(i *Instance) { i.Job = job })
+}
+
+// Unbind takes an instance's job away: another runner runs it. An instance
+// whose runner started a job keeps that mark and its deadline; one whose
+// runner waits may wait until wait at most.
+func (l Lifecycle) Unbind(in Instance, wait time.Time) TransitionRequest {
+	return change(in, func(i *Instance) {
+		i.Job = ""
+		if !i.JobStarted && (i.Deadline.IsZero() || wait.Before(i.Deadline)) {
+			i.Deadline = wait
+		}
+	})
+}
+
+// Release ends an instance's job: with reuse it is releasing (the trigger
+// of the release handshake: its agent deregisters), else, when retire
+// says why, it is terminated for that reason. Its runner is spent either
+// way: a just-in-time runner serves one job.
+func (l Lifecycle) Release(in Instance, retire string, now time.Time) TransitionRequest {
+	return change(in, func(i *Instance) {
+		i.Job, i.JobStarted, i.JobsServed = "", false, i.JobsServed+1
+		i.RunnerName, i.RunnerConfig = "", ""
+		if retire == "" {
+			l.enter(i, StateReleasing, now)
+			return
+		}
+		l.enter(i, StateTerminating, now)
+		i.Reason = retire
+	})
+}
+
+// Pool puts a released instance back to idle, in the resource pool of its
+// class, until deadline.
+func (l Lifecycle) Pool(in Instance, deadline time.Time) TransitionRequest {
+	return change(in, func(i *Instance) { i.State, i.Deadline = StateReady, deadline })
+}
+
+// Retire takes an instance out of service, to state to (error, or
+// terminating) for reason, until deadline. An instance whose job had not
+// started is unbound from it: its job must go back to its queue in the same
+// change (see RequeueJob).
+func (l Lifecycle) Retire(in Instance, to State, reason string, deadline time.Time) TransitionRequest {
+	return change(in, func(i *Instance) {
+		i.State, i.Reason, i.Deadline = to, reason, deadline
+		if !i.JobStarted {
+			i.Job = ""
+		}
+	})
+}
+
+// Fail takes an instance out of service in error, for reason.
+func (l Lifecycle) Fail(in Instance, reason string, now time.Time) TransitionRequest {
+	return l.Retire(in, StateError, reason, l.Deadlines.Until(StateError, now))
+}
+
+// Terminate marks an instance terminating, for reason: the terminator
+// makes the cloud call. An instance already terminating keeps its deadline
+// and takes the new reason.
+func (l Lifecycle) Terminate(in Instance, reason string, now time.Time) TransitionRequest {
+	if in.State == StateTerminating {
+		return change(in, func(i *Instance) { i.Reason = reason })
+	}
+	return l.Retire(in, StateTerminating, reason, l.Deadlines.Until(StateTerminating, now))
+}
+
+// Close records that an instance's machine is gone: the row is terminated.
+func (l Lifecycle) Close(in Instance) TransitionRequest {
+	return change(in, func(i *Instance) { i.State, i.Deadline = StateTerminated, time.Time{} })
+}
+
+// AssignJob binds a queued job to the instance that will serve it, with
+// the runner registered for it.
+func (l Lifecycle) AssignJob(j Job, instanceID string, via Via, reg RunnerRegistration, now time.Time) JobTransitionRequest {
+	return jobChange(j, func(x *Job) {
+		x.Status, x.Via, x.InstanceID, x.AssignedAt = JobAssigned, via, instanceID, now
+		x.RunnerName, x.RunnerID, x.Reason = reg.Name, reg.RunnerID, ""
+		x.SendPending = false
+	})
+}
+
+// Assign is the one atomic change that hands a claimed (or new) instance to
+// its job: the job is assigned with the runner registered for it, and the
+// instance gets that runner.
+func (l Lifecycle) Assign(in Instance, j Job, via Via, reg RunnerRegistration, now time.Time) Change {
+	return Change{
+		Instances: []TransitionRequest{l.GiveRunner(in, reg)},
+		Jobs:      []JobTransitionRequest{l.AssignJob(j, in.ID, via, reg, now)},
+	}
+}
+
+// BindJob records which instance runs a job, as GitHub reported it; a job
+// still queued is assigned.
+func (l Lifecycle) BindJob(j Job, instanceID string, now time.Time) JobTransitionRequest {
+	return jobChange(j, func(x *Job) {
+		x.InstanceID = instanceID
+		if x.Status == JobQueued {
+			x.Status, x.AssignedAt, x.SendPending = JobAssigned, now, false
+		}
+	})
+}
+
+// UnassignJob returns an assigned job to queued whose queue message is
+// still in flight (it comes back by itself): no new message is needed.
+func (l Lifecycle) UnassignJob(j Job, reason string) JobTransitionRequest {
+	return jobChange(j, func(x *Job) {
+		x.Status, x.Reason = JobQueued, reason
+		x.InstanceID, x.RunnerName, x.RunnerID, x.Via = "", "", 0, ""
+		x.AssignedAt = time.Time{}
+	})
+}
+
+// RequeueJob sends an assigned job back to its queue, unbound, as a new
+// attempt whose queue message is still to be sent (SendPending) when the
+// change is committed.
+func (l Lifecycle) RequeueJob(j Job, reason string) JobTransitionRequest {
+	return jobChange(j, func(x *Job) {
+		x.Status, x.Reason, x.SendPending = JobQueued, reason, true
+		x.InstanceID, x.RunnerName, x.RunnerID = "", "", 0
+		x.AssignedAt, x.Via = time.Time{}, ""
+		x.Attempts++
+	})
+}
+
+// MessageSent clears a job's SendPending once its queue message is out.
+func (l Lifecycle) MessageSent(j Job) JobTransitionRequest {
+	return jobChange(j, func(x *Job) { x.SendPending = false })
+}
+
+// Overflow sends a pool job no warm instance could take to the launch
+// queue.
+func (l Lifecycle) Overflow(j Job) JobTransitionRequest {
+	return jobChange(j, func(x *Job) { x.Route, x.Reason = RouteLaunch, "pool "+x.Pool+" had no idle instance" })
+}
+
+// StartJob records that GitHub (or the agent) reports the job started, on
+// the runner named when known.
+func (l Lifecycle) StartJob(j Job, at time.Time, runnerName string) JobTransitionRequest {
+	return jobChange(j, func(x *Job) {
+		x.Status, x.StartedAt = JobRunning, at
+		if runnerName != "" {
+			x.RunnerName = runnerName
+		}
+	})
+}
+
+// CompleteJob records a job's end.
+func (l Lifecycle) CompleteJob(j Job, at time.Time, conclusion string) JobTransitionRequest {
+	return jobChange(j, func(x *Job) { x.Status, x.CompletedAt, x.Conclusion = JobCompleted, at, conclusion })
+}
+
+// RejectJob records that bullpen will not serve a job, and why.
+func (l Lifecycle) RejectJob(j Job, reason string) JobTransitionRequest {
+	return jobChange(j, func(x *Job) {
+		x.Status, x.Reason = JobRejected, reason
+		x.InstanceID, x.RunnerName, x.RunnerID, x.Via = "", "", 0, ""
+		x.SendPending = false
+	})
+}

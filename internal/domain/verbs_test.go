@@ -1,0 +1,201 @@
+package domain_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+var (
+	now = time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	lc  = domain.NewLifecycle(domain.Deadlines{})
+	reg = domain.RunnerRegistration{RunnerID: 9, Name: "bp-1-42", JITConfig: "jit"}
+)
+
+// apply runs a verb's request on in as a store would.
+func apply(t *testing.T, in domain.Instance, r domain.TransitionRequest) domain.Instance {
+	t.Helper()
+	if r.ID != in.ID {
+		t.Fatalf("request for %q, want %q", r.ID, in.ID)
+	}
+	out, err := domain.ApplyTransition(in, r.Guard, now, r.Apply)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	return out
+}
+
+// Every instance verb leads where its name says, with that state's
+// deadline, through a transition the state machine allows.
+func TestInstanceVerbs(t *testing.T) {
+	d := domain.DefaultDeadlines()
+	bound := func(s domain.State) domain.Instance {
+		return domain.Instance{ID: "bp-1", State: s, Job: "42", Version: 3, RunnerName: "bp-1-42", RunnerConfig: "jit"}
+	}
+	idle := func(s domain.State) domain.Instance { return domain.Instance{ID: "bp-1", State: s, Version: 3} }
+	later := now.Add(time.Hour)
+	cases := []struct {
+		name  string
+		in    domain.Instance
+		req   func(domain.Instance) domain.TransitionRequest
+		check func(domain.Instance) bool
+	}{
+		{"launched", domain.Instance{ID: "bp-1", State: domain.StatePending, Version: 1},
+			func(in domain.Instance) domain.TransitionRequest {
+				return lc.Launched(in, domain.CloudInstance{ID: "i-1", InstanceType: "m7a.large"}, "h", now)
+			},
+			func(o domain.Instance) bool {
+				return o.State == domain.StateBooting && o.CloudID == "i-1" && o.BootstrapHash == "h" &&
+					o.Deadline.Equal(now.Add(d.Booting)) && o.InstanceType == "m7a.large"
+			}},
+		{"warm", idle(domain.StateBooting), func(in domain.Instance) domain.TransitionRequest { return lc.Warm(in, later) },
+			func(o domain.Instance) bool { return o.State == domain.StateReady && o.Deadline.Equal(later) }},
+		{"stop", idle(domain.StateReady), func(in domain.Instance) domain.TransitionRequest { return lc.Stop(in, now) },
+			func(o domain.Instance) bool { return o.State == domain.StateStopping }},
+		{"stopped", idle(domain.StateStopping), func(in domain.Instance) domain.TransitionRequest { return lc.Stopped(in, now) },
+			func(o domain.Instance) bool { return o.State == domain.StateStopped && o.RunningSince.IsZero() }},
+		{"claim", idle(domain.StateStopped), func(in domain.Instance) domain.TransitionRequest { return lc.Claim(in, "42", now) },
+			func(o domain.Instance) bool {
+				return o.State == domain.StateClaimed && o.Job == "42" && o.Deadline.Equal(now.Add(d.Claimed))
+			}},
+		{"unclaim", bound(domain.StateClaimed),
+			func(in domain.Instance) domain.TransitionRequest { return lc.Unclaim(in, domain.StateStopped, later) },
+			func(o domain.Instance) bool {
+				return o.State == domain.StateStopped && o.Job == "" && o.RunnerConfig == "" && o.Deadline.Equal(later)
+			}},
+		{"give runner", domain.Instance{ID: "bp-1", State: domain.StateClaimed, Job: "42"},
+			func(in domain.Instance) domain.TransitionRequest { return lc.GiveRunner(in, reg) },
+			func(o domain.Instance) bool { return o.RunnerName == reg.Name && o.RunnerConfig == reg.JITConfig }},
+		{"register", bound(domain.StateClaimed), func(in domain.Instance) domain.TransitionRequest { return lc.Register(in, now) },
+			func(o domain.Instance) bool { return o.State == domain.StateRunning && o.Deadline.Equal(now.Add(d.Running)) }},
+		{"job started", bound(domain.StateRunning), lc.JobStarted,
+			func(o domain.Instance) bool { return o.JobStarted }},
+		{"release for reuse", bound(domain.StateRunning), func(in domain.Instance) domain.TransitionRequest { return lc.Release(in, "", now) },
+			func(o domain.Instance) bool {
+				return o.State == domain.StateReleasing && o.Job == "" && o.RunnerConfig == "" && o.JobsServed == 1
+			}},
+		{"release to retire", bound(domain.StateRunning),
+			func(in domain.Instance) domain.TransitionRequest { return lc.Release(in, "job done", now) },
+			func(o domain.Instance) bool { return o.State == domain.StateTerminating && o.Reason == "job done" && o.Job == "" }},
+		{"pool", idle(domain.StateReleasing), func(in domain.Instance) domain.TransitionRequest { return lc.Pool(in, later) },
+			func(o domain.Instance) bool { return o.State == domain.StateReady && o.Deadline.Equal(later) }},
+		{"fail unbinds an unstarted job", bound(domain.StateClaimed),
+			func(in domain.Instance) domain.TransitionRequest { return lc.Fail(in, "boom", now) },
+			func(o domain.Instance) bool { return o.State == domain.StateError && o.Job == "" && o.Reason == "boom" }},
+		{"terminate keeps a started job", func() domain.Instance { in := bound(domain.StateRunning); in.JobStarted = true; return in }(),
+			func(in domain.Instance) domain.TransitionRequest { return lc.Terminate(in, "deadline", now) },
+			func(o domain.Instance) bool { return o.State == domain.StateTerminating && o.Job == "42" }},
+		{"terminate again keeps the deadline", domain.Instance{ID: "bp-1", State: domain.StateTerminating, Deadline: later},
+			func(in domain.Instance) domain.TransitionRequest { return lc.Terminate(in, "again", now) },
+			func(o domain.Instance) bool { return o.Reason == "again" && o.Deadline.Equal(later) }},
+		{"close", idle(domain.StateTerminating), lc.Close,
+			func(o domain.Instance) bool { return o.State == domain.StateTerminated && o.Deadline.IsZero() }},
+		{"unbind shortens a waiting runner's deadline", func() domain.Instance { in := bound(domain.StateClaimed); in.Deadline = later; return in }(),
+			func(in domain.Instance) domain.TransitionRequest { return lc.Unbind(in, now.Add(time.Minute)) },
+			func(o domain.Instance) bool { return o.Job == "" && o.Deadline.Equal(now.Add(time.Minute)) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out := apply(t, tc.in, tc.req(tc.in))
+			if !tc.check(out) {
+				t.Fatalf("after %s: %+v", tc.name, out)
+			}
+		})
+	}
+}
+
+// A verb is guarded on the row as read: once the row moved on, it is refused.
+func TestVerbsAreGuardedOnTheRowAsRead(t *testing.T) {
+	in := domain.Instance{ID: "bp-1", State: domain.StateReady, Version: 3}
+	moved := in
+	moved.Version = 4
+	r := lc.Claim(in, "42", now)
+	if _, err := domain.ApplyTransition(moved, r.Guard, now, r.Apply); !errors.Is(err, domain.ErrConflict) {
+		t.Fatalf("claim of a stale read: %v, want a conflict", err)
+	}
+	r = lc.ClaimIdle("bp-1", "42", now)
+	if _, err := domain.ApplyTransition(moved, r.Guard, now, r.Apply); err != nil {
+		t.Fatalf("claim of an idle instance by id: %v", err)
+	}
+	busy := moved
+	busy.Job = "7"
+	if _, err := domain.ApplyTransition(busy, r.Guard, now, r.Apply); !errors.Is(err, domain.ErrConflict) {
+		t.Fatalf("claim of a bound instance by id: %v, want a conflict", err)
+	}
+}
+
+func TestJobVerbs(t *testing.T) {
+	queued := domain.Job{ID: 42, Status: domain.JobQueued, Pool: "linux", Version: 2, Attempts: 1}
+	assigned := domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: "bp-1", RunnerName: "bp-1-42", RunnerID: 9,
+		Via: domain.ViaPool, AssignedAt: now, Version: 2, Attempts: 1}
+	cases := []struct {
+		name  string
+		in    domain.Job
+		req   domain.JobTransitionRequest
+		check func(domain.Job) bool
+	}{
+		{"assign", queued, lc.AssignJob(queued, "bp-1", domain.ViaPool, reg, now), func(j domain.Job) bool {
+			return j.Status == domain.JobAssigned && j.InstanceID == "bp-1" && j.RunnerID == 9 && j.AssignedAt.Equal(now)
+		}},
+		{"requeue", assigned, lc.RequeueJob(assigned, "gone"), func(j domain.Job) bool {
+			return j.Status == domain.JobQueued && j.InstanceID == "" && j.Attempts == 2 && j.SendPending && j.Reason == "gone"
+		}},
+		{"unassign", assigned, lc.UnassignJob(assigned, "retry"), func(j domain.Job) bool {
+			return j.Status == domain.JobQueued && j.InstanceID == "" && j.Attempts == 1 && !j.SendPending
+		}},
+		{"bind a queued job", queued, lc.BindJob(queued, "bp-2", now), func(j domain.Job) bool {
+			return j.Status == domain.JobAssigned && j.InstanceID == "bp-2"
+		}},
+		{"overflow", queued, lc.Overflow(queued), func(j domain.Job) bool {
+			return j.Route == domain.RouteLaunch && j.Reason == "pool linux had no idle instance"
+		}},
+		{"start", assigned, lc.StartJob(assigned, now, "bp-2-42"), func(j domain.Job) bool {
+			return j.Status == domain.JobRunning && j.RunnerName == "bp-2-42" && j.StartedAt.Equal(now)
+		}},
+		{"complete", assigned, lc.CompleteJob(assigned, now, "success"), func(j domain.Job) bool {
+			return j.Status == domain.JobCompleted && j.Conclusion == "success"
+		}},
+		{"reject", queued, lc.RejectJob(queued, "no pool"), func(j domain.Job) bool {
+			return j.Status == domain.JobRejected && j.Reason == "no pool"
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := domain.ApplyJobTransition(tc.in, tc.req.Guard, now, tc.req.Apply)
+			if err != nil {
+				t.Fatalf("apply: %v", err)
+			}
+			if !tc.check(out) {
+				t.Fatalf("after %s: %+v", tc.name, out)
+			}
+		})
+	}
+}
+
+// Assign is one change: the job is assigned and the instance gets its
+// runner together.
+func TestAssignIsOneChange(t *testing.T) {
+	in := domain.Instance{ID: "bp-1", State: domain.StateClaimed, Job: "42", Version: 2}
+	j := domain.Job{ID: 42, Status: domain.JobQueued, Version: 1}
+	c := lc.Assign(in, j, domain.ViaCold, reg, now)
+	if len(c.Instances) != 1 || len(c.Jobs) != 1 || c.Instances[0].ID != "bp-1" || c.Jobs[0].ID != 42 {
+		t.Fatalf("change %+v", c)
+	}
+}
+
+func TestRunnerNameRoundTrip(t *testing.T) {
+	for _, id := range []string{"bp-1", "bp-3f9a0b", "bp-a-b"} {
+		name := domain.RunnerName(id, 4242)
+		got, job, ok := domain.ParseRunnerName(name)
+		if !ok || got != id || job != 4242 {
+			t.Errorf("ParseRunnerName(%q) = %q, %d, %v", name, got, job, ok)
+		}
+	}
+	for _, name := range []string{"", "bp-", "bp-1", "bp-1-", "bp-1-x", "bp-1-0", "runner-1-5", "bp1-5"} {
+		if id, job, ok := domain.ParseRunnerName(name); ok {
+			t.Errorf("ParseRunnerName(%q) = %q, %d: want refused", name, id, job)
+		}
+	}
+}
