@@ -105,7 +105,9 @@ func TestMalformedSignalsAreRefusedAndChangeNothing(t *testing.T) {
 				t.Fatalf("message %q does not say %q", e.Error, tc.want)
 			}
 			h.wantUnchanged(before)
-			if n := h.Calls.Count(func(c agentapiCall) bool { return c.Op == "signal" && c.Signal.Kind != "registered" && c.Signal.Kind != "job-started" }); n != 0 {
+			if n := h.Calls.Count(func(c agentapiCall) bool {
+				return c.Op == "signal" && c.Signal.Kind != "registered" && c.Signal.Kind != "job-started"
+			}); n != 0 {
 				t.Fatalf("%d malformed signals reached the control plane", n)
 			}
 		})

@@ -69,7 +69,9 @@ func TestInstanceVerbs(t *testing.T) {
 			func(in domain.Instance) domain.TransitionRequest { return lc.GiveRunner(in, reg) },
 			func(o domain.Instance) bool { return o.RunnerName == reg.Name && o.RunnerConfig == reg.JITConfig }},
 		{"register", bound(domain.StateClaimed), func(in domain.Instance) domain.TransitionRequest { return lc.Register(in, now) },
-			func(o domain.Instance) bool { return o.State == domain.StateRunning && o.Deadline.Equal(now.Add(d.Running)) }},
+			func(o domain.Instance) bool {
+				return o.State == domain.StateRunning && o.Deadline.Equal(now.Add(d.Running))
+			}},
 		{"job started", bound(domain.StateRunning), lc.JobStarted,
 			func(o domain.Instance) bool { return o.JobStarted }},
 		{"release for reuse", bound(domain.StateRunning), func(in domain.Instance) domain.TransitionRequest { return lc.Release(in, "", now) },
@@ -78,7 +80,9 @@ func TestInstanceVerbs(t *testing.T) {
 			}},
 		{"release to retire", bound(domain.StateRunning),
 			func(in domain.Instance) domain.TransitionRequest { return lc.Release(in, "job done", now) },
-			func(o domain.Instance) bool { return o.State == domain.StateTerminating && o.Reason == "job done" && o.Job == "" }},
+			func(o domain.Instance) bool {
+				return o.State == domain.StateTerminating && o.Reason == "job done" && o.Job == ""
+			}},
 		{"pool", idle(domain.StateReleasing), func(in domain.Instance) domain.TransitionRequest { return lc.Pool(in, later) },
 			func(o domain.Instance) bool { return o.State == domain.StateReady && o.Deadline.Equal(later) }},
 		{"fail unbinds an unstarted job", bound(domain.StateClaimed),
