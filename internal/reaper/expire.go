@@ -37,9 +37,9 @@ func (t *Terminator) Expire(ctx context.Context) (int, error) {
 			continue
 		}
 		why := fmt.Sprintf("deadline of state %s passed at %s", in.State, in.Deadline.UTC().Format(time.RFC3339))
-		until := t.deadlines().Until(domain.StateTerminating, now)
 		if in.Job != "" && !in.JobStarted {
 			// Its job goes back to its queue in the same change.
+			until := t.verbs().Deadlines.Until(domain.StateTerminating, now)
 			_, ok, err := jobs.Retire(ctx, t.Store, t.Queue, in, domain.StateTerminating, why, until)
 			if err != nil {
 				errs = append(errs, err)
@@ -50,9 +50,7 @@ func (t *Terminator) Expire(ctx context.Context) (int, error) {
 			}
 			continue
 		}
-		reqs = append(reqs, domain.TransitionRequest{ID: in.ID, Guard: domain.GuardOf(in), Apply: func(x *domain.Instance) {
-			x.State, x.Reason, x.Deadline = domain.StateTerminating, why, until
-		}})
+		reqs = append(reqs, t.verbs().Terminate(in, why, now))
 	}
 	if len(reqs) == 0 {
 		return marked, errors.Join(errs...)

@@ -278,10 +278,8 @@ func (r *Reconciler) close(ctx context.Context, in domain.Instance, why string) 
 		}
 		cur = next
 	}
-	_, err := r.Store.Transition(ctx, cur.ID, domain.GuardOf(cur), func(x *domain.Instance) {
-		x.State, x.Deadline = domain.StateTerminated, time.Time{}
-	})
-	if err != nil && !errors.Is(err, domain.ErrConflict) {
+	c := domain.Lifecycle{}.Close(cur)
+	if _, err := r.Store.Transition(ctx, c.ID, c.Guard, c.Apply); err != nil && !errors.Is(err, domain.ErrConflict) {
 		return fmt.Errorf("close %s: %w", in.ID, err)
 	}
 	return nil

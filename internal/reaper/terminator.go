@@ -71,9 +71,7 @@ func (t *Terminator) Sweep(ctx context.Context) (int, error) {
 	}
 	reqs := make([]domain.TransitionRequest, len(done))
 	for i, in := range done {
-		reqs[i] = domain.TransitionRequest{ID: in.ID, Guard: domain.GuardOf(in), Apply: func(x *domain.Instance) {
-			x.State, x.Deadline = domain.StateTerminated, time.Time{}
-		}}
+		reqs[i] = t.verbs().Close(in)
 	}
 	closed := 0
 	if len(reqs) > 0 {
@@ -91,12 +89,7 @@ func (t *Terminator) Sweep(ctx context.Context) (int, error) {
 	return closed, errors.Join(errs...)
 }
 
-func (t *Terminator) deadlines() domain.Deadlines {
-	if t.Deadlines == (domain.Deadlines{}) {
-		return domain.DefaultDeadlines()
-	}
-	return t.Deadlines
-}
+func (t *Terminator) verbs() domain.Lifecycle { return domain.NewLifecycle(t.Deadlines) }
 
 func (t *Terminator) log() *slog.Logger {
 	if t.Log == nil {
