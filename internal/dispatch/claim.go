@@ -65,11 +65,7 @@ func (d *Dispatcher) claim(ctx context.Context, pool string, items []*item) (cla
 		try, rest := cands[:k], cands[k:]
 		reqs := make([]domain.TransitionRequest, k)
 		for i := range k {
-			key := waiting[i].job.Key()
-			reqs[i] = domain.TransitionRequest{ID: try[i].ID, Guard: domain.GuardOf(try[i]), Apply: func(in *domain.Instance) {
-				in.State, in.Job, in.Reason = domain.StateClaimed, key, ""
-				in.Deadline = d.opts.Deadlines.Until(domain.StateClaimed, now)
-			}}
+			reqs[i] = d.verbs.Claim(try[i], waiting[i].Job.Key(), now)
 		}
 		results, err := d.Store.TransitionBatch(ctx, reqs)
 		if err != nil {
@@ -85,7 +81,7 @@ func (d *Dispatcher) claim(ctx context.Context, pool string, items []*item) (cla
 				still = append(still, it)
 				continue
 			}
-			it.inst, it.wasStopped = r.Instance, try[i].State == domain.StateStopped
+			it.Inst, it.wasStopped = r.Instance, try[i].State == domain.StateStopped
 			claimed = append(claimed, it)
 		}
 		waiting, cands = append(still, waiting[k:]...), rest

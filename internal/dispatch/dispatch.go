@@ -17,6 +17,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/serving"
 )
 
 // Options tune the dispatcher; zero values take the defaults.
@@ -79,8 +80,10 @@ type Deps struct {
 // Dispatcher serves the pool queue.
 type Dispatcher struct {
 	Deps
-	opts    Options
-	metrics *metrics
+	opts     Options
+	metrics  *metrics
+	verbs    domain.Lifecycle
+	pipeline *serving.Pipeline
 }
 
 // New returns a dispatcher; reg may be nil.
@@ -96,7 +99,11 @@ func New(d Deps, reg prometheus.Registerer, opts Options) (*Dispatcher, error) {
 	if d.SpecHash == nil {
 		d.SpecHash = func(string) string { return "" }
 	}
-	return &Dispatcher{Deps: d, opts: opts, metrics: m}, nil
+	verbs := domain.NewLifecycle(opts.Deadlines)
+	return &Dispatcher{Deps: d, opts: opts, metrics: m, verbs: verbs, pipeline: &serving.Pipeline{
+		Store: d.Store, GitHub: d.GitHub, Clock: d.Clock, Log: d.Log, Verbs: verbs, Scope: d.Scope,
+		Notify: d.Notify, Parallelism: opts.RegisterParallelism,
+	}}, nil
 }
 
 // Run serves the queue until ctx ends. A batch already received is carried
@@ -137,16 +144,15 @@ type Result struct {
 	Received, Assigned, Overflowed, Skipped, Retried int
 }
 
-// item is one received job on its way through a step.
+// item is one received job on its way through a step: its handover to the
+// instance claimed for it (Err says why it failed and goes back to the
+// queue).
 type item struct {
-	msg  domain.Message
-	job  domain.Job
-	inst domain.Instance // claimed for the job
+	serving.Handover
+	msg domain.Message
 	// wasStopped: the instance must be started; started: it was, so it
 	// is no longer stopped should the job go back to the queue.
 	wasStopped, started bool
-	reg                 domain.RunnerRegistration
-	err                 error // why this item failed and goes back to the queue
 }
 
 // Step receives one batch and serves it.
@@ -187,7 +193,7 @@ func (d *Dispatcher) serve(ctx context.Context, msgs []domain.Message, res *Resu
 		// while the job's message came back to claim another. The other
 		// messages come back after the visibility timeout.
 		for _, it := range claimed {
-			it.err = fmt.Errorf("batch abandoned: %w", err)
+			it.Err = fmt.Errorf("batch abandoned: %w", err)
 			res.Retried++
 			d.retry(ctx, it)
 		}
@@ -196,16 +202,20 @@ func (d *Dispatcher) serve(ctx context.Context, msgs []domain.Message, res *Resu
 	claimed, unserved, done = d.fillLastStart(ctx, claimed, unserved, done, res)
 	d.detach(ctx, claimed)
 	d.start(ctx, claimed)
-	d.register(ctx, claimed)
-	assigned, failed := d.assign(ctx, claimed)
-	res.Assigned = len(assigned)
-	for _, it := range assigned {
-		done = append(done, it.msg.Receipt)
-		d.Notify(it.inst.CloudID)
+	byHandover := make(map[*serving.Handover]*item, len(claimed))
+	hs := make([]*serving.Handover, len(claimed))
+	for i, it := range claimed {
+		hs[i], byHandover[&it.Handover] = &it.Handover, it
 	}
-	for _, it := range failed {
+	assigned, failed := d.pipeline.HandOver(ctx, hs)
+	res.Assigned = len(assigned)
+	for _, h := range assigned {
+		h.Done()
+		done = append(done, byHandover[h].msg.Receipt)
+	}
+	for _, h := range failed {
 		res.Retried++
-		d.retry(ctx, it)
+		d.retry(ctx, byHandover[h])
 	}
 	over, err := d.overflow(ctx, unserved)
 	res.Overflowed = len(over)
@@ -267,7 +277,7 @@ func (d *Dispatcher) load(ctx context.Context, msgs []domain.Message, res *Resul
 			continue
 		}
 		seen[j.ID] = true
-		byPool[j.Pool] = append(byPool[j.Pool], &item{msg: m, job: j})
+		byPool[j.Pool] = append(byPool[j.Pool], &item{msg: m, Handover: serving.Handover{Job: j, Via: domain.ViaPool}})
 	}
 	return byPool, done
 }

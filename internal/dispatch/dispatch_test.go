@@ -142,7 +142,7 @@ func TestBatchPrefersRunningInstancesAndOverflowsTheRest(t *testing.T) {
 		t.Fatalf("the first job must get the running instance: %s, %s", j100.InstanceID, j101.InstanceID)
 	}
 	for _, j := range []domain.Job{j100, j101} {
-		if j.Status != domain.JobAssigned || j.Via != domain.ViaPool || j.RunnerName != RunnerName(j.InstanceID, j.ID) || j.RunnerID == 0 {
+		if j.Status != domain.JobAssigned || j.Via != domain.ViaPool || j.RunnerName != domain.RunnerName(j.InstanceID, j.ID) || j.RunnerID == 0 {
 			t.Fatalf("job %d: %+v", j.ID, j)
 		}
 		// The registration is the instance's: its agent starts that runner.
@@ -231,7 +231,8 @@ func TestCancelledJobIsSkipped(t *testing.T) {
 	f := newFixture(t)
 	hot := f.members("p", domain.RoleHot, domain.StateReady, 1)
 	f.queueJobs("p", 1, 1)
-	if _, err := jobs.MarkCompleted(f.ctx, f.store, 1, t0, "cancelled"); err != nil {
+	done := domain.Lifecycle{}.CompleteJob(f.job(1), t0, "cancelled")
+	if _, err := f.store.TransitionJob(f.ctx, 1, done.Guard, done.Apply); err != nil {
 		t.Fatal(err)
 	}
 	res, err := f.d.Step(f.ctx)

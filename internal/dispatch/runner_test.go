@@ -5,46 +5,8 @@ import (
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
-	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
-
-func TestInstanceOfRunnerReadsBackRunnerName(t *testing.T) {
-	for _, id := range []string{"bp-3f9a0c1d2e4b5a69", domain.NewID("bp"), "bp-a", "bp-with-dashes-7"} {
-		for _, job := range []int64{1, 42, 9_000_000_000_123} {
-			name := RunnerName(id, job)
-			got, ok := InstanceOfRunner(name)
-			if !ok || got != id {
-				t.Errorf("InstanceOfRunner(%q) = %q, %v; want %q", name, got, ok, id)
-			}
-		}
-	}
-}
-
-// GitHub reports whichever runner took a job: a hosted runner, another
-// tool's self-hosted runner, a name mangled in transit. None of them names
-// an instance of ours.
-func TestInstanceOfRunnerRefusesOtherNames(t *testing.T) {
-	for _, name := range []string{
-		"",
-		"GitHub Actions 2",
-		"ubuntu-latest-12",
-		"my-runner-7",
-		"BP-3f9a-42",                   // bullpen's prefix is lower case
-		"xbp-3f9a-42",                  // prefix not at the start
-		"bp-3f9a",                      // no job id
-		"bp-3f9a-",                     // empty job id
-		"bp-3f9a-x42",                  // job id not a number
-		"bp-3f9a-4.2",                  // nor a decimal
-		"bp-3f9a-99999999999999999999", // beyond int64
-		"-42",
-		"bp",
-	} {
-		if got, ok := InstanceOfRunner(name); ok {
-			t.Errorf("InstanceOfRunner(%q) = %q, want refused", name, got)
-		}
-	}
-}
 
 // cancellingStore cancels job cancel just before the dispatcher records its
 // assignment, as a cancelled webhook landing mid-batch does.
@@ -53,19 +15,24 @@ type cancellingStore struct {
 	cancel int64
 }
 
-func (s *cancellingStore) TransitionJobs(ctx context.Context, reqs []domain.JobTransitionRequest) ([]domain.JobTransitionResult, error) {
+func (s *cancellingStore) CommitEach(ctx context.Context, cs []domain.Change) ([]domain.ChangeResult, error) {
 	if s.cancel != 0 {
-		if _, err := jobs.MarkCompleted(ctx, s.Store, s.cancel, t0, "cancelled"); err != nil {
+		j, err := s.GetJob(ctx, s.cancel)
+		if err != nil {
+			return nil, err
+		}
+		done := domain.Lifecycle{}.CompleteJob(j, t0, "cancelled")
+		if _, err := s.TransitionJob(ctx, j.ID, done.Guard, done.Apply); err != nil {
 			return nil, err
 		}
 		s.cancel = 0
 	}
-	return s.Store.TransitionJobs(ctx, reqs)
+	return s.Store.CommitEach(ctx, cs)
 }
 
-// The registration is written on the instance before the job records its
-// assignment; a job that then fails to record it gives the instance back
-// without the runner, and the unused registration is removed.
+// The job and the instance's runner are recorded in one change: a job that
+// cannot record its assignment leaves its instance without the runner, the
+// instance is given back, and the unused registration is removed.
 func TestLostAssignmentTakesTheRunnerBack(t *testing.T) {
 	f := newFixture(t)
 	hot := f.members("p", domain.RoleHot, domain.StateReady, 2)
@@ -100,7 +67,7 @@ func TestLostAssignmentTakesTheRunnerBack(t *testing.T) {
 				in.ID, in.State, in.Job, in.RunnerName, in.RunnerConfig != "")
 		}
 	}
-	if j2.RunnerName != RunnerName(j2.InstanceID, 2) {
+	if j2.RunnerName != domain.RunnerName(j2.InstanceID, 2) {
 		t.Fatalf("job 2 got runner %q", j2.RunnerName)
 	}
 	runners, err := f.gh.ListRunners(f.ctx, f.d.Scope(j2))

@@ -189,17 +189,39 @@ func TestAssignIsOneChange(t *testing.T) {
 	}
 }
 
-func TestRunnerNameRoundTrip(t *testing.T) {
-	for _, id := range []string{"bp-1", "bp-3f9a0b", "bp-a-b"} {
-		name := domain.RunnerName(id, 4242)
-		got, job, ok := domain.ParseRunnerName(name)
-		if !ok || got != id || job != 4242 {
-			t.Errorf("ParseRunnerName(%q) = %q, %d, %v", name, got, job, ok)
+func TestParseRunnerNameReadsBackRunnerName(t *testing.T) {
+	for _, id := range []string{"bp-3f9a0c1d2e4b5a69", domain.NewID("bp"), "bp-a", "bp-with-dashes-7"} {
+		for _, job := range []int64{1, 42, 9_000_000_000_123} {
+			name := domain.RunnerName(id, job)
+			got, _, ok := domain.ParseRunnerName(name)
+			if !ok || got != id {
+				t.Errorf("ParseRunnerName(%q) = %q, %v; want %q", name, got, ok, id)
+			}
 		}
 	}
-	for _, name := range []string{"", "bp-", "bp-1", "bp-1-", "bp-1-x", "bp-1-0", "runner-1-5", "bp1-5"} {
-		if id, job, ok := domain.ParseRunnerName(name); ok {
-			t.Errorf("ParseRunnerName(%q) = %q, %d: want refused", name, id, job)
+}
+
+// GitHub reports whichever runner took a job: a hosted runner, another
+// tool's self-hosted runner, a name mangled in transit. None of them names
+// an instance of ours.
+func TestParseRunnerNameRefusesOtherNames(t *testing.T) {
+	for _, name := range []string{
+		"",
+		"GitHub Actions 2",
+		"ubuntu-latest-12",
+		"my-runner-7",
+		"BP-3f9a-42",                   // bullpen's prefix is lower case
+		"xbp-3f9a-42",                  // prefix not at the start
+		"bp-3f9a",                      // no job id
+		"bp-3f9a-",                     // empty job id
+		"bp-3f9a-x42",                  // job id not a number
+		"bp-3f9a-4.2",                  // nor a decimal
+		"bp-3f9a-99999999999999999999", // beyond int64
+		"-42",
+		"bp",
+	} {
+		if got, _, ok := domain.ParseRunnerName(name); ok {
+			t.Errorf("ParseRunnerName(%q) = %q, want refused", name, got)
 		}
 	}
 }

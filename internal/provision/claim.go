@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/bullpen-ci/bullpen/internal/dispatch"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 )
@@ -127,7 +126,7 @@ var errNotRegistered = errors.New("instance did not register")
 // assignAndWait registers a runner for the job, records the assignment,
 // wakes the instance's agent and waits for its registered signal.
 func (p *Provisioner) assignAndWait(ctx context.Context, rq *request, in domain.Instance, via domain.Via, timeout time.Duration, quit <-chan struct{}) error {
-	name := dispatch.RunnerName(in.ID, rq.job.ID)
+	name := domain.RunnerName(in.ID, rq.job.ID)
 	reg, err := p.GitHub.RegisterRunner(ctx, p.Scope(rq.job), name, rq.job.Labels)
 	if err != nil {
 		return fmt.Errorf("register runner: %w", err)

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bullpen-ci/bullpen/internal/dispatch"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -255,7 +254,7 @@ func (p *Provisioner) registerRunners(ctx context.Context, reqs []*request, inst
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			reg, err := p.GitHub.RegisterRunner(ctx, p.Scope(rq.job), dispatch.RunnerName(insts[i].ID, rq.job.ID), rq.job.Labels)
+			reg, err := p.GitHub.RegisterRunner(ctx, p.Scope(rq.job), domain.RunnerName(insts[i].ID, rq.job.ID), rq.job.Labels)
 			if err != nil {
 				errs[i] = fmt.Errorf("register runner: %w", err)
 				return

@@ -1,0 +1,177 @@
+package serving_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
+	"github.com/bullpen-ci/bullpen/internal/serving"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
+)
+
+var t0 = time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	t        *testing.T
+	ctx      context.Context
+	store    *sqlite.Store
+	gh       *ghsim.GitHub
+	p        *serving.Pipeline
+	notified []string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	clk := clock.NewVirtual(t0)
+	st, err := sqlite.Open(t.Context(), sqlitetest.Path(t), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f := &fixture{t: t, ctx: t.Context(), store: st, gh: ghsim.New(clk, ghsim.Options{})}
+	f.p = &serving.Pipeline{Store: st, GitHub: f.gh, Clock: clk, Log: slog.New(slog.DiscardHandler),
+		Verbs: domain.NewLifecycle(domain.Deadlines{}), Scope: func(domain.Job) domain.Scope { return domain.Scope{Owner: "acme", Repo: "w"} },
+		Notify: func(id string) { f.notified = append(f.notified, id) }}
+	return f
+}
+
+// claimed writes instance id claimed for job and the job queued, and
+// returns the handover of one to the other.
+func (f *fixture) claimed(id string, job int64) *serving.Handover {
+	f.t.Helper()
+	if err := f.store.CreateInstances(f.ctx, []domain.Instance{{ID: id, CloudID: "i-" + id, State: domain.StateClaimed,
+		Job: domain.JobKey(job), Deadline: t0.Add(time.Hour)}}); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.store.CreateJobs(f.ctx, []domain.Job{{ID: job, Status: domain.JobQueued, Labels: []string{"self-hosted"}}}); err != nil {
+		f.t.Fatal(err)
+	}
+	in, _ := f.store.GetInstance(f.ctx, id)
+	j, _ := f.store.GetJob(f.ctx, job)
+	return &serving.Handover{Job: j, Inst: in, Via: domain.ViaPool}
+}
+
+func (f *fixture) rows(id string, job int64) (domain.Instance, domain.Job) {
+	f.t.Helper()
+	in, err := f.store.GetInstance(f.ctx, id)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	j, err := f.store.GetJob(f.ctx, job)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return in, j
+}
+
+func TestHandOverAssignsTheJobAndGivesTheInstanceItsRunner(t *testing.T) {
+	f := newFixture(t)
+	hs := []*serving.Handover{f.claimed("bp-1", 1), f.claimed("bp-2", 2)}
+	ok, failed := f.p.HandOver(f.ctx, hs)
+	if len(ok) != 2 || len(failed) != 0 {
+		t.Fatalf("%d handed over, %d failed", len(ok), len(failed))
+	}
+	for k, id := range []string{"bp-1", "bp-2"} {
+		in, j := f.rows(id, int64(k+1))
+		name := domain.RunnerName(id, int64(k+1))
+		if j.Status != domain.JobAssigned || j.InstanceID != id || j.RunnerName != name || j.Via != domain.ViaPool {
+			t.Errorf("job %d %s on %q runner %q via %s", j.ID, j.Status, j.InstanceID, j.RunnerName, j.Via)
+		}
+		if in.RunnerName != name || in.RunnerConfig == "" {
+			t.Errorf("%s holds runner %q (config set: %t)", id, in.RunnerName, in.RunnerConfig != "")
+		}
+	}
+	if len(f.notified) != 2 {
+		t.Fatalf("notified %v, want both agents", f.notified)
+	}
+}
+
+// A job that changed before its assignment (cancelled, say) is not
+// assigned, and its instance is not given the runner: the change is one.
+func TestHandOverOfAChangedJobWritesNothing(t *testing.T) {
+	f := newFixture(t)
+	h := f.claimed("bp-1", 1)
+	done := domain.Lifecycle{}.CompleteJob(h.Job, t0, "cancelled")
+	if _, err := f.store.TransitionJob(f.ctx, 1, done.Guard, done.Apply); err != nil {
+		t.Fatal(err)
+	}
+	ok, failed := f.p.HandOver(f.ctx, []*serving.Handover{h})
+	if len(ok) != 0 || len(failed) != 1 || !errors.Is(h.Err, domain.ErrConflict) {
+		t.Fatalf("ok %d failed %d err %v; want a conflict", len(ok), len(failed), h.Err)
+	}
+	if in, _ := f.rows("bp-1", 1); in.RunnerName != "" || in.RunnerConfig != "" {
+		t.Fatalf("instance given runner %q for a job it will not run", in.RunnerName)
+	}
+	if h.Reg.RunnerID == 0 {
+		t.Fatal("the failed handover forgot its runner: nobody can delete it")
+	}
+	if _, _, err := f.p.RollBack(f.ctx, h, serving.Undo{Back: domain.StateReady, Deadline: t0.Add(time.Hour)}, "cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	if runners, _ := f.gh.ListRunners(f.ctx, f.p.Scope(h.Job)); len(runners) != 0 {
+		t.Fatalf("runners left after the roll back: %+v", runners)
+	}
+	if in, _ := f.rows("bp-1", 1); in.State != domain.StateReady || in.Job != "" {
+		t.Fatalf("instance %s bound to %q after the roll back, want ready, unbound", in.State, in.Job)
+	}
+}
+
+func TestRollBackUndoesTheJobAndTheInstanceTogether(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		undo  serving.Undo
+		state domain.State
+	}{
+		{"back to its pool", serving.Undo{Back: domain.StateStopped, Deadline: t0.Add(time.Hour)}, domain.StateStopped},
+		{"terminated", serving.Undo{Terminate: "did not register"}, domain.StateTerminating},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			h := f.claimed("bp-1", 1)
+			if ok, _ := f.p.HandOver(f.ctx, []*serving.Handover{h}); len(ok) != 1 {
+				t.Fatal(h.Err)
+			}
+			in, ok, err := f.p.RollBack(f.ctx, h, tc.undo, "did not register")
+			if err != nil || !ok || in.State != tc.state {
+				t.Fatalf("roll back: %s, %t, %v; want %s", in.State, ok, err, tc.state)
+			}
+			in, j := f.rows("bp-1", 1)
+			if j.Status != domain.JobQueued || j.InstanceID != "" || j.RunnerName != "" {
+				t.Fatalf("job %s on %q runner %q, want queued, unbound", j.Status, j.InstanceID, j.RunnerName)
+			}
+			if in.Job != "" || in.RunnerConfig != "" && tc.state != domain.StateTerminating {
+				t.Fatalf("instance bound to %q, config set %t", in.Job, in.RunnerConfig != "")
+			}
+			if runners, _ := f.gh.ListRunners(f.ctx, f.p.Scope(h.Job)); len(runners) != 0 {
+				t.Fatalf("runners left: %+v", runners)
+			}
+		})
+	}
+}
+
+// An instance whose job started meanwhile (GitHub says so) is not rolled
+// back: its runner runs the job.
+func TestRollBackLeavesAnInstanceThatMovedOn(t *testing.T) {
+	f := newFixture(t)
+	h := f.claimed("bp-1", 1)
+	if ok, _ := f.p.HandOver(f.ctx, []*serving.Handover{h}); len(ok) != 1 {
+		t.Fatal(h.Err)
+	}
+	started := domain.Lifecycle{}.JobStarted(h.Inst)
+	if _, err := f.store.Transition(f.ctx, started.ID, started.Guard, started.Apply); err != nil {
+		t.Fatal(err)
+	}
+	h.Done()
+	if _, ok, err := f.p.RollBack(f.ctx, h, serving.Undo{Terminate: "late"}, "late"); err != nil || ok {
+		t.Fatalf("roll back of a started instance: %t, %v; want left alone", ok, err)
+	}
+	if in, j := f.rows("bp-1", 1); in.State != domain.StateClaimed || in.Job != "1" || j.InstanceID != "bp-1" {
+		t.Fatalf("instance %s bound to %q, job on %q: want both left as they are", in.State, in.Job, j.InstanceID)
+	}
+}
