@@ -8,6 +8,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/serving"
 )
 
 // recheckEvery is how often a registration wait re-reads the instance, in
@@ -73,9 +74,7 @@ func (p *Provisioner) useClaimed(ctx context.Context, rq *request, in domain.Ins
 	default:
 		// Not the instance's fault (GitHub, the store, a cancelled job, a
 		// caller that gave up): give it back for another request.
-		p.unassign(ctx, rq, in.ID, err.Error())
-		p.dropRunner(ctx, rq)
-		p.giveBack(ctx, in, threshold)
+		p.giveBack(ctx, rq, in, threshold, err.Error())
 		rq.err = err
 		return true
 	}
@@ -102,11 +101,8 @@ func (p *Provisioner) gone(ctx context.Context, rq *request) bool {
 // whose claim failed for another reason than losing goes back to the
 // resource pool, since its instance may still be idle.
 func (p *Provisioner) claim(ctx context.Context, j domain.Job, e domain.ResourcePoolEntry, pm *pickup) (domain.Instance, bool) {
-	now := p.Clock.Now()
-	in, err := p.Store.Transition(ctx, e.InstanceID, domain.Guard{State: domain.StateReady}, func(in *domain.Instance) {
-		in.State, in.Job, in.Reason = domain.StateClaimed, j.Key(), ""
-		in.Deadline = p.opts.Deadlines.Until(domain.StateClaimed, now)
-	})
+	c := p.verbs.ClaimIdle(e.InstanceID, j.Key(), p.Clock.Now())
+	in, err := p.Store.Transition(ctx, c.ID, c.Guard, c.Apply)
 	if err != nil {
 		p.metrics.claims.WithLabelValues("lost").Inc()
 		if !errors.Is(err, domain.ErrConflict) && !errors.Is(err, domain.ErrNotFound) {
@@ -123,37 +119,21 @@ func (p *Provisioner) claim(ctx context.Context, j domain.Job, e domain.Resource
 
 var errNotRegistered = errors.New("instance did not register")
 
-// assignAndWait registers a runner for the job, records the assignment,
-// wakes the instance's agent and waits for its registered signal.
+// assignAndWait hands the instance to the job through the serving
+// pipeline (runner registered, job and runner recorded together, agent
+// woken) and waits for its registered signal.
 func (p *Provisioner) assignAndWait(ctx context.Context, rq *request, in domain.Instance, via domain.Via, timeout time.Duration, quit <-chan struct{}) error {
-	name := domain.RunnerName(in.ID, rq.job.ID)
-	reg, err := p.GitHub.RegisterRunner(ctx, p.Scope(rq.job), name, rq.job.Labels)
-	if err != nil {
-		return fmt.Errorf("register runner: %w", err)
-	}
-	rq.reg = reg
+	h := rq.attempt(in, via)
 	registered := p.Registrations.Wait(in.ID)
 	defer p.Registrations.Forget(in.ID)
-	now := p.Clock.Now()
-	j, err := p.Store.TransitionJob(ctx, rq.job.ID, domain.JobGuardOf(rq.job), func(j *domain.Job) {
-		j.Status, j.Via, j.InstanceID, j.AssignedAt = domain.JobAssigned, via, in.ID, now
-		j.RunnerName, j.RunnerID, j.Reason = reg.Name, reg.RunnerID, ""
-	})
-	if err != nil {
-		return fmt.Errorf("record assignment: %w", err)
+	if ok, _ := p.pipeline.HandOver(ctx, []*serving.Handover{h}); len(ok) == 0 {
+		return h.Err
 	}
-	rq.job = j
-	// The runner goes on the instance last: its agent starts it as soon as
-	// it is there, so the job must already be the instance's.
-	if err := p.giveRunner(ctx, in.ID, rq.job.Key(), reg); err != nil {
-		p.unassign(ctx, rq, in.ID, err.Error())
+	rq.job = h.Job
+	if err := p.awaitRegistration(ctx, rq.job, in.ID, timeout, quit, registered); err != nil {
 		return err
 	}
-	p.Notify(in.CloudID)
-	if err := p.awaitRegistration(ctx, j, in.ID, timeout, quit, registered); err != nil {
-		return err
-	}
-	rq.reg = domain.RunnerRegistration{} // the job's now
+	h.Done() // the runner is the job's now
 	return nil
 }
 
@@ -229,71 +209,39 @@ func (p *Provisioner) registeredFor(ctx context.Context, j domain.Job, id string
 	return false, fmt.Errorf("%w for job %d: the instance left the job (%s)", errNotRegistered, j.ID, cur.State)
 }
 
-// fail terminates an instance that failed its checks and unbinds its job
-// so that the worker can try another candidate.
+// fail terminates an instance that failed its checks and, in the same
+// change, unbinds its job so that the worker can try another candidate.
 func (p *Provisioner) fail(ctx context.Context, rq *request, in domain.Instance, why string) {
 	p.Log.Warn("reused instance failed its checks; terminating it", "instance", in.ID, "job", rq.job.ID, "reason", why)
 	p.metrics.postClaim.WithLabelValues("failed").Inc()
-	p.terminate(ctx, []domain.Instance{in}, why)
-	p.unassign(ctx, rq, in.ID, why)
-	p.dropRunner(ctx, rq)
+	p.rollBack(ctx, rq, in, serving.Undo{Terminate: why}, why)
 }
 
-// unassign returns the request's job to queued and unbound, if it is still
-// assigned to instance id. It re-reads the job, so it is safe whatever the
-// request last saw.
-func (p *Provisioner) unassign(ctx context.Context, rq *request, id, why string) {
-	j, err := p.Store.GetJob(ctx, rq.job.ID)
+// rollBack undoes the request's attempt on in: its job unbound and the
+// instance given back or terminated as undo says, in one change; the runner
+// registered for the attempt is deleted.
+func (p *Provisioner) rollBack(ctx context.Context, rq *request, in domain.Instance, undo serving.Undo, why string) (domain.Instance, bool) {
+	h := rq.h
+	if h == nil || h.Inst.ID != in.ID {
+		h = rq.attempt(in, "")
+	}
+	back, ok, err := p.pipeline.RollBack(ctx, h, undo, why)
+	rq.job, rq.h = h.Job, nil
 	if err != nil {
-		p.Log.Warn("unassign job: re-read", "job", rq.job.ID, "err", err)
-		return
+		p.Log.Warn("roll back instance", "instance", in.ID, "job", rq.job.ID, "err", err)
 	}
-	rq.job = j
-	if j.Status != domain.JobAssigned || j.InstanceID != id {
-		return
-	}
-	j, err = p.Store.TransitionJob(ctx, j.ID, domain.JobGuardOf(j), func(x *domain.Job) {
-		x.Status, x.Reason = domain.JobQueued, why
-		x.InstanceID, x.RunnerName, x.RunnerID, x.Via = "", "", 0, ""
-		x.AssignedAt = time.Time{}
-	})
-	if err != nil {
-		p.Log.Warn("unassign job", "job", rq.job.ID, "err", err)
-		return
-	}
-	rq.job = j
-}
-
-// dropRunner deletes the runner registered for the instance being tried,
-// which will never run it.
-func (p *Provisioner) dropRunner(ctx context.Context, rq *request) {
-	reg := rq.reg
-	rq.reg = domain.RunnerRegistration{}
-	if reg.RunnerID == 0 {
-		return
-	}
-	if err := p.GitHub.DeleteRunner(ctx, p.Scope(rq.job), reg.RunnerID); err != nil && !errors.Is(err, domain.ErrNotFound) {
-		p.Log.Warn("remove unused runner registration", "runner", reg.Name, "err", err)
-	}
+	return back, ok
 }
 
 // giveBack rolls a claimed instance back to idle and returns it to its
 // resource pool (seed 001's unsuccessful provisioning), with the expiry
 // its entry had: a failed claim does not extend an instance's idle life.
-func (p *Provisioner) giveBack(ctx context.Context, in domain.Instance, threshold time.Time) {
-	cur, err := p.Store.GetInstance(ctx, in.ID)
-	if err != nil || cur.State != domain.StateClaimed || cur.Job != in.Job {
-		return
-	}
+func (p *Provisioner) giveBack(ctx context.Context, rq *request, in domain.Instance, threshold time.Time, why string) {
 	if threshold.IsZero() {
 		threshold = p.opts.Deadlines.Until(domain.StateReady, p.Clock.Now())
 	}
-	back, err := p.Store.Transition(ctx, cur.ID, domain.GuardOf(cur), func(x *domain.Instance) {
-		x.State, x.Job, x.Deadline = domain.StateReady, "", threshold
-		x.RunnerName, x.RunnerConfig = "", ""
-	})
-	if err != nil {
-		p.Log.Warn("roll back claimed instance", "instance", in.ID, "err", err)
+	back, ok := p.rollBack(ctx, rq, in, serving.Undo{Back: domain.StateReady, Deadline: threshold}, why)
+	if !ok || back.State != domain.StateReady {
 		return
 	}
 	p.metrics.postClaim.WithLabelValues("rolled_back").Inc()
@@ -304,51 +252,4 @@ func (p *Provisioner) giveBack(ctx context.Context, in domain.Instance, threshol
 	if err := jobs.OfferToResourcePool(ctx, p.Queue, back.Runner, entry); err != nil {
 		p.Log.Warn("return instance to its resource pool", "instance", back.ID, "err", err)
 	}
-}
-
-// terminate marks instances terminating (the terminator carries out the
-// cloud calls in batches) with the reason. Each row is re-read so that the
-// guard is on its current version; one that has meanwhile been bound to
-// another job, or whose job started, is no longer provisioning's to end.
-func (p *Provisioner) terminate(ctx context.Context, insts []domain.Instance, why string) {
-	now := p.Clock.Now()
-	for _, in := range insts {
-		cur, err := p.Store.GetInstance(ctx, in.ID)
-		if err != nil || cur.State == domain.StateTerminating || cur.State == domain.StateTerminated {
-			continue
-		}
-		if cur.Job != in.Job || cur.JobStarted {
-			p.Log.Info("instance moved on; not terminating it", "instance", in.ID,
-				"job", in.Job, "now_job", cur.Job, "job_started", cur.JobStarted, "reason", why)
-			continue
-		}
-		_, err = p.Store.Transition(ctx, cur.ID, domain.GuardOf(cur), func(x *domain.Instance) {
-			x.State, x.Reason = domain.StateTerminating, why
-			x.Deadline = p.opts.Deadlines.Until(domain.StateTerminating, now)
-		})
-		if err != nil {
-			p.Log.Warn("mark instance for termination", "instance", in.ID, "err", err)
-		}
-	}
-}
-
-// giveRunner records on the instance the runner registered for it: its
-// agent starts that runner, whichever job GitHub then gives it.
-func (p *Provisioner) giveRunner(ctx context.Context, id, job string, reg domain.RunnerRegistration) error {
-	for range 8 {
-		cur, err := p.Store.GetInstance(ctx, id)
-		if err != nil {
-			return fmt.Errorf("record runner: %w", err)
-		}
-		if cur.Job != job {
-			return fmt.Errorf("record runner: instance %s left job %s", id, job)
-		}
-		_, err = p.Store.Transition(ctx, id, domain.GuardOf(cur), func(x *domain.Instance) {
-			x.RunnerName, x.RunnerConfig = reg.Name, reg.JITConfig
-		})
-		if !errors.Is(err, domain.ErrConflict) {
-			return err
-		}
-	}
-	return fmt.Errorf("record runner: instance %s keeps changing", id)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/serving"
 )
 
 // create is seed 001's creation: one fleet request for the requests the
@@ -215,118 +216,31 @@ func (p *Provisioner) validate(ctx context.Context, rq *request, in domain.Insta
 		p.Registrations.Forget(in.ID)
 	}
 	if err == nil {
-		rq.reg = domain.RunnerRegistration{} // the job's now
-	}
-	if err == nil {
+		rq.h.Done() // the runner is the job's now
 		rq.outcome, rq.inst = domain.ViaCold, in
 		led.release(in.ID)
 		return
 	}
 	rq.err = err
-	p.terminate(ctx, []domain.Instance{in}, err.Error())
-	p.unassign(ctx, rq, in.ID, err.Error())
-	p.dropRunner(ctx, rq)
+	p.rollBack(ctx, rq, in, serving.Undo{Terminate: err.Error()}, err.Error())
 	led.release(in.ID)
 	if !errors.Is(err, errNotRegistered) {
 		p.Log.Warn("new instance not handed to its job", "instance", in.ID, "job", rq.job.ID, "err", err)
 	}
 }
 
-// assignMany registers a runner for each new instance's job, then records
-// every assignment in one batch and every runner on its instance in
-// another, then wakes the agents: a fleet costs two writes, not two per
+// assignMany hands every new instance to its job through the serving
+// pipeline: a fleet's assignments cost one store batch, not one write per
 // instance. It returns each request's error.
 func (p *Provisioner) assignMany(ctx context.Context, reqs []*request, insts []domain.Instance) []error {
-	errs := p.registerRunners(ctx, reqs, insts)
-	assigned := p.recordAssignments(ctx, reqs, insts, errs)
-	p.giveRunners(ctx, reqs, insts, assigned, errs)
-	return errs
-}
-
-// registerRunners registers the just-in-time runner of each request's job
-// for its instance, a few at a time, keeping it on the request.
-func (p *Provisioner) registerRunners(ctx context.Context, reqs []*request, insts []domain.Instance) []error {
+	hs := make([]*serving.Handover, len(reqs))
+	for i, rq := range reqs {
+		hs[i] = rq.attempt(insts[i], domain.ViaCold)
+	}
+	p.pipeline.HandOver(ctx, hs)
 	errs := make([]error, len(reqs))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for i, rq := range reqs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			reg, err := p.GitHub.RegisterRunner(ctx, p.Scope(rq.job), domain.RunnerName(insts[i].ID, rq.job.ID), rq.job.Labels)
-			if err != nil {
-				errs[i] = fmt.Errorf("register runner: %w", err)
-				return
-			}
-			rq.reg = reg
-		}()
+	for i, h := range hs {
+		reqs[i].job, errs[i] = h.Job, h.Err
 	}
-	wg.Wait()
 	return errs
-}
-
-// recordAssignments binds each job whose runner registered to its instance,
-// in one batch, and returns the indices of those recorded; the others get
-// their error in errs.
-func (p *Provisioner) recordAssignments(ctx context.Context, reqs []*request, insts []domain.Instance, errs []error) []int {
-	now := p.Clock.Now()
-	var jreqs []domain.JobTransitionRequest
-	var idx []int
-	for i, rq := range reqs {
-		if errs[i] != nil {
-			continue
-		}
-		reg, instID := rq.reg, insts[i].ID
-		jreqs = append(jreqs, domain.JobTransitionRequest{ID: rq.job.ID, Guard: domain.JobGuardOf(rq.job), Apply: func(j *domain.Job) {
-			j.Status, j.Via, j.InstanceID, j.AssignedAt = domain.JobAssigned, domain.ViaCold, instID, now
-			j.RunnerName, j.RunnerID, j.Reason = reg.Name, reg.RunnerID, ""
-		}})
-		idx = append(idx, i)
-	}
-	if len(jreqs) == 0 {
-		return nil
-	}
-	jres, err := p.Store.TransitionJobs(ctx, jreqs)
-	var assigned []int
-	for k, i := range idx {
-		switch {
-		case err != nil:
-			errs[i] = fmt.Errorf("record assignment: %w", err)
-		case jres[k].Err != nil:
-			errs[i] = fmt.Errorf("record assignment: %w", jres[k].Err)
-		default:
-			reqs[i].job = jres[k].Job
-			assigned = append(assigned, i)
-		}
-	}
-	return assigned
-}
-
-// giveRunners records on each assigned instance its runner, in one batch,
-// and wakes its agent. The runner goes on the instance last: its agent
-// starts it as soon as it is there, so the job must already be the
-// instance's.
-func (p *Provisioner) giveRunners(ctx context.Context, reqs []*request, insts []domain.Instance, assigned []int, errs []error) {
-	if len(assigned) == 0 {
-		return
-	}
-	ireqs := make([]domain.TransitionRequest, len(assigned))
-	for k, i := range assigned {
-		reg := reqs[i].reg
-		ireqs[k] = domain.TransitionRequest{ID: insts[i].ID, Guard: domain.GuardOf(insts[i]), Apply: func(x *domain.Instance) {
-			x.RunnerName, x.RunnerConfig = reg.Name, reg.JITConfig
-		}}
-	}
-	ires, err := p.Store.TransitionBatch(ctx, ireqs)
-	for k, i := range assigned {
-		switch {
-		case err != nil:
-			errs[i] = fmt.Errorf("record runner: %w", err)
-		case ires[k].Err != nil:
-			errs[i] = fmt.Errorf("record runner: %w", ires[k].Err)
-		default:
-			p.Notify(insts[i].CloudID)
-		}
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/serving"
 )
 
 // ledger is one class's provisioning in flight: what it holds, for the dump,
@@ -104,12 +105,10 @@ func (p *Provisioner) dump(ctx context.Context, class string, l *ledger, reqs []
 	p.Log.Error("provisioning panicked; releasing everything it held", "class", class, "panic", why, "stack", stack)
 	reason := "provisioning failed: " + why
 	for _, h := range l.takeAll() {
-		p.unassign(ctx, h.rq, h.inst.ID, reason)
-		p.dropRunner(ctx, h.rq)
 		if h.created {
-			p.terminate(ctx, []domain.Instance{h.inst}, reason)
+			p.rollBack(ctx, h.rq, h.inst, serving.Undo{Terminate: reason}, reason)
 		} else {
-			p.giveBack(ctx, h.inst, h.threshold)
+			p.giveBack(ctx, h.rq, h.inst, h.threshold, reason)
 		}
 	}
 	for _, rq := range reqs {

@@ -37,6 +37,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/serving"
 )
 
 // Options tune provisioning; zero values take the defaults, which come from
@@ -162,6 +163,9 @@ type Provisioner struct {
 	opts    Options
 	metrics *metrics
 
+	verbs    domain.Lifecycle
+	pipeline *serving.Pipeline
+
 	mu      sync.Mutex
 	pickups map[string]*pickup
 	// fleetCap remembers, per class, how many machines the last partially
@@ -188,7 +192,10 @@ func New(d Deps, reg prometheus.Registerer, opts Options) (*Provisioner, error) 
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	return &Provisioner{Deps: d, opts: opts, metrics: m, pickups: map[string]*pickup{}, fleetCap: map[string]int{}}, nil
+	verbs := domain.NewLifecycle(opts.Deadlines)
+	return &Provisioner{Deps: d, opts: opts, metrics: m, pickups: map[string]*pickup{}, fleetCap: map[string]int{},
+		verbs: verbs, pipeline: &serving.Pipeline{Store: d.Store, GitHub: d.GitHub, Clock: d.Clock, Log: d.Log,
+			Verbs: verbs, Scope: d.Scope, Notify: d.Notify}}, nil
 }
 
 func (p *Provisioner) pickupFor(class string) *pickup {
@@ -272,12 +279,18 @@ type request struct {
 	msg  domain.Message
 	job  domain.Job
 	inst domain.Instance // the instance serving it, once found
-	// reg is the runner registered for the instance being tried, until
-	// the job has it for good or it is deleted.
-	reg domain.RunnerRegistration
+	// h is the handover of the instance being tried, with the runner
+	// registered for it until the job has it for good or it is deleted.
+	h *serving.Handover
 	// outcome: "reuse", "cold", or "" (not served: requeue).
 	outcome domain.Via
 	err     error
+}
+
+// attempt starts the handover of instance in to the request's job.
+func (rq *request) attempt(in domain.Instance, via domain.Via) *serving.Handover {
+	rq.h = &serving.Handover{Job: rq.job, Inst: in, Via: via}
+	return rq.h
 }
 
 // errGone: the job no longer waits for a runner (cancelled, or served

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/serving"
 )
 
 // deafRegistrations never delivers the registered signal, so that a
@@ -61,8 +62,8 @@ func TestARegistrationJustBeforeStoppingIsKept(t *testing.T) {
 	}
 }
 
-// terminate acts only on an instance still bound, as it was seen, to a job
-// that has not started: it may have moved on meanwhile.
+// A roll back terminates only an instance still bound, as it was seen, to a
+// job that has not started: it may have moved on meanwhile.
 func TestTerminateLeavesAnInstanceThatMovedOn(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -84,7 +85,7 @@ func TestTerminateLeavesAnInstanceThatMovedOn(t *testing.T) {
 			if err := f.store.CreateInstances(f.ctx, []domain.Instance{row}); err != nil {
 				t.Fatal(err)
 			}
-			f.p.terminate(f.ctx, []domain.Instance{seen}, "post-claim check failed")
+			f.p.rollBack(f.ctx, &request{job: domain.Job{ID: 100}}, seen, serving.Undo{Terminate: "post-claim check failed"}, "post-claim check failed")
 			got := f.wantState(seen.ID, tc.want)
 			if tc.want != domain.StateTerminating && got.Version != 1 {
 				t.Fatalf("instance rewritten (version %d, reason %q)", got.Version, got.Reason)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bullpen-ci/bullpen/internal/dispatch"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -29,11 +28,11 @@ func TestReuseHandsAReadyInstanceToTheJob(t *testing.T) {
 		t.Fatalf("instance when its agent was woken: %s job %q deadline %s", atNotify.State, atNotify.Job, atNotify.Deadline)
 	}
 	// The agent, once woken, finds the runner registered for it.
-	if atNotify.RunnerName != dispatch.RunnerName(in.ID, 100) || atNotify.RunnerConfig == "" {
+	if atNotify.RunnerName != domain.RunnerName(in.ID, 100) || atNotify.RunnerConfig == "" {
 		t.Fatalf("instance when its agent was woken: runner %q (config set: %t)", atNotify.RunnerName, atNotify.RunnerConfig != "")
 	}
 	j := f.wantJob(100, domain.JobAssigned, domain.ViaReuse, in.ID)
-	if j.RunnerName != dispatch.RunnerName(in.ID, 100) || j.RunnerID == 0 || !j.AssignedAt.Equal(t0) {
+	if j.RunnerName != domain.RunnerName(in.ID, 100) || j.RunnerID == 0 || !j.AssignedAt.Equal(t0) {
 		t.Fatalf("assignment %+v", j)
 	}
 	f.wantRunner(in.ID, j)
@@ -142,7 +141,7 @@ func TestPostClaimHeartbeatCheck(t *testing.T) {
 				return
 			}
 			got := f.wantState(first.ID, domain.StateTerminating)
-			if got.Job != "100" || !strings.Contains(got.Reason, "heartbeat") {
+			if got.Job != "" || !strings.Contains(got.Reason, "heartbeat") {
 				t.Fatalf("failed instance: job %q reason %q", got.Job, got.Reason)
 			}
 			f.wantJob(100, domain.JobAssigned, domain.ViaReuse, second.ID)
