@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/launch"
 	"github.com/bullpen-ci/bullpen/internal/rebalance"
 )
 
@@ -78,13 +77,13 @@ func repeat[T any](v T, n int) []T {
 	return out
 }
 
-// transition applies one guarded change to each instance and returns those
+// transition applies verb to each instance (the i-th) and returns those
 // that won; conflicts are expected (a job claimed the instance) and only
 // counted.
-func (a applier) transition(ctx context.Context, insts []domain.Instance, fn func(i int, in *domain.Instance)) ([]domain.Instance, error) {
+func (a applier) transition(ctx context.Context, insts []domain.Instance, verb func(i int, in domain.Instance) domain.TransitionRequest) ([]domain.Instance, error) {
 	reqs := make([]domain.TransitionRequest, len(insts))
 	for i, in := range insts {
-		reqs[i] = domain.TransitionRequest{ID: in.ID, Guard: domain.GuardOf(in), Apply: func(x *domain.Instance) { fn(i, x) }}
+		reqs[i] = verb(i, in)
 	}
 	res, err := a.c.store.TransitionBatch(ctx, reqs)
 	if err != nil {
@@ -106,30 +105,23 @@ func (a applier) transition(ctx context.Context, insts []domain.Instance, fn fun
 	return won, errors.Join(errs...)
 }
 
-func (a applier) enter(in *domain.Instance, s domain.State) {
-	in.State = s
-	in.Deadline = a.c.opts.Deadlines.Until(s, a.now)
-}
-
 func (a applier) settle(ctx context.Context, insts []domain.Instance) error {
-	_, err := a.transition(ctx, insts, func(_ int, in *domain.Instance) {
-		a.enter(in, domain.StateStopped)
-		in.RunningSince = time.Time{}
+	_, err := a.transition(ctx, insts, func(_ int, in domain.Instance) domain.TransitionRequest {
+		return a.c.verbs.Stopped(in, a.now)
 	})
 	return err
 }
 
 // forget closes rows whose machine the cloud no longer has.
 func (a applier) forget(ctx context.Context, insts []domain.Instance, why rebalance.Reason) error {
-	marked, err := a.transition(ctx, insts, func(_ int, in *domain.Instance) {
-		a.enter(in, domain.StateTerminating)
-		in.Reason = string(why)
+	marked, err := a.transition(ctx, insts, func(_ int, in domain.Instance) domain.TransitionRequest {
+		return a.c.verbs.Terminate(in, string(why), a.now)
 	})
 	return errors.Join(err, a.closeRows(ctx, marked))
 }
 
 func (a applier) closeRows(ctx context.Context, insts []domain.Instance) error {
-	_, err := a.transition(ctx, insts, func(_ int, in *domain.Instance) { a.enter(in, domain.StateTerminated) })
+	_, err := a.transition(ctx, insts, func(_ int, in domain.Instance) domain.TransitionRequest { return a.c.verbs.Close(in) })
 	return err
 }
 
@@ -138,11 +130,8 @@ func (a applier) closeRows(ctx context.Context, insts []domain.Instance) error {
 // whose call succeeded. Rows of a failed call stay terminating and are
 // retried next cycle.
 func (a applier) terminate(ctx context.Context, insts []domain.Instance, why []rebalance.Reason) error {
-	marked, err := a.transition(ctx, insts, func(i int, in *domain.Instance) {
-		if in.State != domain.StateTerminating {
-			a.enter(in, domain.StateTerminating)
-		}
-		in.Reason = string(why[i])
+	marked, err := a.transition(ctx, insts, func(i int, in domain.Instance) domain.TransitionRequest {
+		return a.c.verbs.Terminate(in, string(why[i]), a.now)
 	})
 	errs := []error{err}
 	var done []domain.Instance
@@ -168,7 +157,9 @@ func (a applier) terminate(ctx context.Context, insts []domain.Instance, why []r
 
 // stop parks warmed stopped-pool members: rows first, then the cloud.
 func (a applier) stop(ctx context.Context, insts []domain.Instance) error {
-	marked, err := a.transition(ctx, insts, func(_ int, in *domain.Instance) { a.enter(in, domain.StateStopping) })
+	marked, err := a.transition(ctx, insts, func(_ int, in domain.Instance) domain.TransitionRequest {
+		return a.c.verbs.Stop(in, a.now)
+	})
 	errs := []error{err}
 	for _, batch := range domain.Chunk(marked, domain.MaxBatch) {
 		if err := a.c.cloud.Stop(ctx, cloudIDs(batch)); err != nil {
@@ -206,58 +197,23 @@ func (a applier) create(ctx context.Context, role domain.Role, n int) error {
 
 func (a applier) createBatch(ctx context.Context, role domain.Role, n int) error {
 	p, r := a.spec.Pool, a.spec.Runner
-	launch, secret := domain.NewID("lt"), domain.NewSecret()
 	rows := make([]domain.Instance, n)
 	for i := range rows {
 		rows[i] = domain.Instance{
-			ID: domain.NewID("bp"), Pool: p.Name, Role: role, Runner: r.Name, SpecHash: a.hash, LaunchID: launch,
-			State: domain.StatePending, Deadline: a.c.opts.Deadlines.Until(domain.StatePending, a.now),
-			CreatedAt: a.now, UpdatedAt: a.now, StateSince: a.now,
-			CPU: r.CPU.Min, MemoryMiB: r.RAM.Min * 1024, BootstrapHash: domain.HashSecret(secret),
+			ID: domain.NewID("bp"), Pool: p.Name, Role: role, Runner: r.Name, SpecHash: a.hash,
+			CPU: r.CPU.Min, MemoryMiB: r.RAM.Min * 1024,
 		}
 	}
-	if err := a.c.store.CreateInstances(ctx, rows); err != nil {
-		return fmt.Errorf("pool %s: record %d new instances: %w", p.Name, n, err)
-	}
-	machines, cerr := a.c.cloud.Create(ctx, domain.LaunchSpec{
-		Runner: r, ImageID: a.imageID, Count: n, ClientToken: launch,
-		Agent: domain.AgentBootstrap{URL: a.c.opts.AgentURL, LaunchID: launch, Secret: secret},
-		Tags: map[string]string{
-			domain.TagController: a.c.opts.ControllerID, domain.TagPool: p.Name, domain.TagRole: string(role),
-			domain.TagRunner: r.Name, domain.TagLaunch: launch, domain.TagSpecHash: a.hash,
-		},
-	})
-	if cerr != nil {
-		a.c.metrics.cloudErrors.WithLabelValues("CreateFleet").Inc()
-		cerr = fmt.Errorf("pool %s: create %d %s instances (got %d): %w", p.Name, n, role, len(machines), cerr)
-	}
-	if len(machines) > n { // never expected; do not leave strays
-		extra := machines[n:]
-		machines = machines[:n]
-		var ids []string
-		for _, m := range extra {
-			ids = append(ids, m.ID)
+	res, err := a.c.launch.Launch(ctx, launch.Fleet{Rows: rows, Spec: r, Image: a.imageID, Tags: map[string]string{
+		domain.TagPool: p.Name, domain.TagRole: string(role), domain.TagRunner: r.Name, domain.TagSpecHash: a.hash,
+	}})
+	if err != nil {
+		if _, ok := errors.AsType[*domain.CloudError](err); ok {
+			a.c.metrics.cloudErrors.WithLabelValues("CreateFleet").Inc()
 		}
-		if err := a.c.cloud.Terminate(ctx, ids); err != nil {
-			cerr = errors.Join(cerr, fmt.Errorf("terminate %d surplus machines: %w", len(ids), err))
-		}
+		err = fmt.Errorf("pool %s: create %d %s instances (got %d): %w", p.Name, n, role, len(res.Booted), err)
 	}
-	booted, err := a.transition(ctx, rows[:len(machines)], func(i int, in *domain.Instance) {
-		m := machines[i]
-		a.enter(in, domain.StateBooting)
-		in.CloudID, in.RunningSince = m.ID, a.now
-		in.InstanceType, in.UsageClass = m.InstanceType, m.UsageClass
-	})
-	unfulfilled := rows[len(machines):]
-	reason := "not fulfilled"
-	if cerr != nil {
-		reason = cerr.Error()
-	}
-	abandoned, err2 := a.transition(ctx, unfulfilled, func(_ int, in *domain.Instance) {
-		a.enter(in, domain.StateTerminating)
-		in.Reason = reason
-	})
-	a.c.log.Debug("created instances", "pool", p.Name, "role", role, "asked", n, "booting", len(booted),
-		"abandoned", strconv.Itoa(len(abandoned)))
-	return errors.Join(cerr, err, err2, a.closeRows(ctx, abandoned))
+	a.c.log.Debug("created instances", "pool", p.Name, "role", role, "asked", n, "booting", len(res.Booted),
+		"abandoned", len(res.Closed))
+	return err
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/launch"
 	"github.com/bullpen-ci/bullpen/internal/rebalance"
 	"github.com/bullpen-ci/bullpen/internal/schedule"
 )
@@ -92,6 +93,8 @@ type Converger struct {
 	pools   func() []PoolSpec
 	opts    Options
 	metrics *metrics
+	verbs   domain.Lifecycle
+	launch  *launch.Launcher
 	// targeted are the pools whose target gauges have been set.
 	targeted struct {
 		sync.Mutex
@@ -111,7 +114,10 @@ func New(store domain.Store, cloud domain.Cloud, clk domain.Clock, pools func() 
 	if err != nil {
 		return nil, err
 	}
-	c := &Converger{store: store, cloud: cloud, clock: clk, log: log, pools: pools, opts: opts, metrics: m}
+	verbs := domain.NewLifecycle(opts.Deadlines)
+	c := &Converger{store: store, cloud: cloud, clock: clk, log: log, pools: pools, opts: opts, metrics: m, verbs: verbs,
+		launch: &launch.Launcher{Store: store, Cloud: cloud, Clock: clk, Verbs: verbs,
+			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL}}
 	c.targeted.pools = map[string]bool{}
 	return c, nil
 }

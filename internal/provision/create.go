@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/launch"
 	"github.com/bullpen-ci/bullpen/internal/serving"
 )
 
@@ -71,10 +72,11 @@ func (p *Provisioner) noteFulfilled(class string, got, asked int, err error) {
 	}
 }
 
-// launch writes one pending row per request and makes one fleet request.
-// It returns the booting instances in request order, or an error after
-// cleaning up everything it made. Every row is in the ledger from the
-// moment it is written, so a panic on the way still closes it.
+// launch writes one pending row per request, bound to its job, and makes
+// one fleet request. It returns the booting instances in request order, or
+// an error after cleaning up everything it made: a partially fulfilled
+// fleet is terminated whole. Every row is in the ledger from the moment it
+// is written, so a panic on the way still closes it.
 func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request, led *ledger) ([]domain.Instance, error) {
 	spec := reqs[0].job.Spec
 	imageID, err := led.images.resolve(ctx, spec.Image)
@@ -82,129 +84,106 @@ func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request,
 		return nil, rejectable(fmt.Errorf("resolve image %q: %w", spec.Image, err),
 			class, fmt.Sprintf("image %q of runner %s does not resolve", spec.Image, class))
 	}
-	launch, secret := domain.NewID("lt"), domain.NewSecret()
-	rows, err := p.recordRows(ctx, class, spec, imageID, launch, domain.HashSecret(secret), reqs, led)
-	if err != nil {
-		return nil, err
-	}
-	machines, err := p.Cloud.Create(ctx, domain.LaunchSpec{
-		Runner: spec, ImageID: imageID, Count: len(rows), ClientToken: launch,
-		Agent: domain.AgentBootstrap{URL: p.opts.AgentURL, LaunchID: launch, Secret: secret},
-		Tags: map[string]string{
-			domain.TagController: p.opts.ControllerID, domain.TagRole: string(domain.RoleOnDemand),
-			domain.TagRunner: class, domain.TagLaunch: launch, domain.TagStatus: "detached",
-		},
-	})
-	p.noteFulfilled(class, len(machines), len(rows), err)
-	if err != nil || len(machines) != len(rows) {
-		p.metrics.fleets.WithLabelValues("failed").Inc()
-		if err == nil {
-			err = fmt.Errorf("fleet returned %d of %d machines", len(machines), len(rows))
-		}
-		p.abandon(ctx, rows, machines, err, led)
-		return nil, rejectable(fmt.Errorf("create %d %s instances: %w", len(rows), class, err),
-			class, fmt.Sprintf("image %q (%s) of runner %s is unknown to the cloud", spec.Image, imageID, class))
-	}
-	p.metrics.fleets.WithLabelValues("fulfilled").Inc()
-	out, err := p.boot(ctx, rows, machines)
-	if err != nil {
-		p.abandon(ctx, rows, machines, err, led)
-		return nil, fmt.Errorf("record created instances: %w", err)
-	}
-	for i, in := range out {
-		led.hold(holding{inst: in, rq: reqs[i], created: true})
-	}
-	return out, nil
-}
-
-// recordRows writes the pending rows of one fleet request, bound to their
-// jobs, before the cloud is called.
-func (p *Provisioner) recordRows(ctx context.Context, class string, spec domain.RunnerSpec, imageID, launch, bootstrapHash string, reqs []*request, led *ledger) ([]domain.Instance, error) {
-	now := p.Clock.Now()
 	rows := make([]domain.Instance, len(reqs))
 	for i, rq := range reqs {
 		rows[i] = domain.Instance{
 			ID: domain.NewID("bp"), Pool: rq.job.Pool, Role: domain.RoleOnDemand, Runner: class,
-			SpecHash: domain.SpecHash(spec, imageID, domain.Pool{}), LaunchID: launch,
-			State: domain.StatePending, Job: rq.job.Key(), Deadline: p.opts.Deadlines.Until(domain.StatePending, now),
-			CPU: spec.CPU.Min, MemoryMiB: spec.RAM.Min * 1024, BootstrapHash: bootstrapHash,
+			SpecHash: domain.SpecHash(spec, imageID, domain.Pool{}), Job: rq.job.Key(),
+			CPU: spec.CPU.Min, MemoryMiB: spec.RAM.Min * 1024,
 		}
 	}
-	if err := p.Store.CreateInstances(ctx, rows); err != nil {
-		return nil, fmt.Errorf("record %d new instances: %w", len(rows), err)
-	}
-	for i, rq := range reqs {
-		led.hold(holding{inst: rows[i], rq: rq, created: true})
-	}
-	return rows, nil
-}
-
-// boot records the machines' cloud ids: the rows move to booting.
-func (p *Provisioner) boot(ctx context.Context, rows []domain.Instance, machines []domain.CloudInstance) ([]domain.Instance, error) {
-	now := p.Clock.Now()
-	reqs := make([]domain.TransitionRequest, len(rows))
-	for i := range rows {
-		m := machines[i]
-		reqs[i] = domain.TransitionRequest{ID: rows[i].ID, Guard: domain.GuardOf(withVersion(rows[i])), Apply: func(x *domain.Instance) {
-			x.State, x.CloudID, x.RunningSince = domain.StateBooting, m.ID, now
-			x.InstanceType, x.UsageClass = m.InstanceType, m.UsageClass
-			x.Deadline = p.opts.Deadlines.Until(domain.StateBooting, now)
-		}}
-	}
-	results, err := p.Store.TransitionBatch(ctx, reqs)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]domain.Instance, len(rows))
-	for i, r := range results {
-		if r.Err != nil {
-			return nil, r.Err
+	res, err := p.launcher.Launch(ctx, launch.Fleet{Rows: rows, Spec: spec, Image: imageID,
+		Tags: map[string]string{domain.TagRole: string(domain.RoleOnDemand), domain.TagRunner: class, domain.TagStatus: "detached"},
+		Recorded: func(rows []domain.Instance) {
+			for i, rq := range reqs {
+				led.hold(holding{inst: rows[i], rq: rq, created: true})
+			}
+		}})
+	p.noteFulfilled(class, len(res.Booted), len(rows), err)
+	if err != nil || len(res.Booted) != len(rows) {
+		p.metrics.fleets.WithLabelValues("failed").Inc()
+		if err == nil {
+			err = fmt.Errorf("fleet returned %d of %d machines", len(res.Booted), len(rows))
 		}
-		out[i] = r.Instance
+		p.abandon(ctx, rows, res.Booted, err, led)
+		return nil, rejectable(fmt.Errorf("create %d %s instances: %w", len(rows), class, err),
+			class, fmt.Sprintf("image %q (%s) of runner %s is unknown to the cloud", spec.Image, imageID, class))
 	}
-	return out, nil
+	p.metrics.fleets.WithLabelValues("fulfilled").Inc()
+	for i, in := range res.Booted {
+		led.hold(holding{inst: in, rq: reqs[i], created: true})
+	}
+	return res.Booted, nil
 }
 
-// withVersion is a new row as the store stamps it (version 1).
-func withVersion(in domain.Instance) domain.Instance {
-	in.Version = 1
-	return in
-}
-
-// abandon terminates every machine of a failed fleet and closes its rows:
-// a row that never got a cloud id is closed at once, one that did is left
-// terminating for the terminator to confirm. Machines whose terminate call
-// fails carry the launch tag; the reaper finds them.
-func (p *Provisioner) abandon(ctx context.Context, rows []domain.Instance, machines []domain.CloudInstance, cause error, led *ledger) {
-	var ids []string
-	for _, m := range machines {
-		ids = append(ids, m.ID)
-	}
-	for _, batch := range domain.Chunk(ids, domain.MaxBatch) {
-		if err := p.Cloud.Terminate(ctx, batch); err != nil {
-			p.Log.Warn("terminate failed fleet", "count", len(batch), "err", err)
-		}
-	}
-	now := p.Clock.Now()
+// abandon terminates the machines of a failed fleet and closes their rows
+// (the launcher closed those it could not fill). A row whose terminate call
+// failed is left terminating, for the terminator to retry; its machine
+// carries the launch tag, so the reaper finds it too.
+func (p *Provisioner) abandon(ctx context.Context, rows, booted []domain.Instance, cause error, led *ledger) {
 	for _, r := range rows {
 		led.release(r.ID)
-		cur, err := p.Store.GetInstance(ctx, r.ID)
-		if err != nil || cur.State == domain.StateTerminating || cur.State == domain.StateTerminated {
+	}
+	now := p.Clock.Now()
+	var done []domain.TransitionRequest
+	for _, batch := range domain.Chunk(booted, domain.MaxBatch) {
+		reqs := make([]domain.TransitionRequest, len(batch))
+		ids := make([]string, len(batch))
+		for i, in := range batch {
+			ids[i], reqs[i] = in.CloudID, p.verbs.Terminate(in, cause.Error(), now)
+		}
+		terminated := p.Cloud.Terminate(ctx, ids)
+		if terminated != nil {
+			p.Log.Warn("terminate failed fleet", "count", len(batch), "err", terminated)
+		}
+		res, err := p.Store.TransitionBatch(ctx, reqs)
+		if err != nil {
+			p.Log.Warn("close rows of failed fleet", "count", len(reqs), "err", err)
 			continue
 		}
-		closed, err := p.Store.Transition(ctx, cur.ID, domain.GuardOf(cur), func(x *domain.Instance) {
-			x.State, x.Reason = domain.StateTerminating, cause.Error()
-			x.Deadline = p.opts.Deadlines.Until(domain.StateTerminating, now)
-		})
-		if err == nil && closed.CloudID == "" {
-			_, err = p.Store.Transition(ctx, closed.ID, domain.GuardOf(closed), func(x *domain.Instance) {
-				x.State, x.Deadline = domain.StateTerminated, time.Time{}
-			})
-		}
-		if err != nil {
-			p.Log.Warn("close row of failed fleet", "instance", r.ID, "err", err)
+		for i, r := range res {
+			switch {
+			case r.Err != nil:
+				p.Log.Warn("close row of failed fleet", "instance", reqs[i].ID, "err", r.Err)
+			case terminated == nil:
+				done = append(done, p.verbs.Close(r.Instance))
+			}
 		}
 	}
+	done = append(done, p.pendingLeft(ctx, rows, booted, cause, now)...)
+	for _, c := range done {
+		if _, err := p.Store.Transition(ctx, c.ID, c.Guard, c.Apply); err != nil {
+			p.Log.Warn("close row of failed fleet", "instance", c.ID, "err", err)
+		}
+	}
+}
+
+// pendingLeft marks terminating the rows of a failed fleet still pending (a
+// machine whose record failed: the launcher terminated it) and returns the
+// closes that follow.
+func (p *Provisioner) pendingLeft(ctx context.Context, rows, booted []domain.Instance, cause error, now time.Time) []domain.TransitionRequest {
+	launched := make(map[string]bool, len(booted))
+	for _, in := range booted {
+		launched[in.ID] = true
+	}
+	var out []domain.TransitionRequest
+	for _, r := range rows {
+		if launched[r.ID] {
+			continue
+		}
+		cur, err := p.Store.GetInstance(ctx, r.ID)
+		if err != nil || cur.State != domain.StatePending {
+			continue
+		}
+		t := p.verbs.Terminate(cur, cause.Error(), now)
+		marked, err := p.Store.Transition(ctx, t.ID, t.Guard, t.Apply)
+		if err != nil {
+			p.Log.Warn("close row of failed fleet", "instance", r.ID, "err", err)
+			continue
+		}
+		out = append(out, p.verbs.Close(marked))
+	}
+	return out
 }
 
 // validate waits for a new instance to register for its job; on failure

@@ -37,6 +37,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/launch"
 	"github.com/bullpen-ci/bullpen/internal/serving"
 )
 
@@ -165,6 +166,7 @@ type Provisioner struct {
 
 	verbs    domain.Lifecycle
 	pipeline *serving.Pipeline
+	launcher *launch.Launcher
 
 	mu      sync.Mutex
 	pickups map[string]*pickup
@@ -195,7 +197,9 @@ func New(d Deps, reg prometheus.Registerer, opts Options) (*Provisioner, error) 
 	verbs := domain.NewLifecycle(opts.Deadlines)
 	return &Provisioner{Deps: d, opts: opts, metrics: m, pickups: map[string]*pickup{}, fleetCap: map[string]int{},
 		verbs: verbs, pipeline: &serving.Pipeline{Store: d.Store, GitHub: d.GitHub, Clock: d.Clock, Log: d.Log,
-			Verbs: verbs, Scope: d.Scope, Notify: d.Notify}}, nil
+			Verbs: verbs, Scope: d.Scope, Notify: d.Notify},
+		launcher: &launch.Launcher{Store: d.Store, Cloud: d.Cloud, Clock: d.Clock, Verbs: verbs,
+			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL}}, nil
 }
 
 func (p *Provisioner) pickupFor(class string) *pickup {

@@ -48,7 +48,8 @@ func TestDefaultCommandRunsTheAgentWithItsEnvFile(t *testing.T) {
 		t.Errorf("env file mode %o, want 600", mode)
 	}
 	got := sourceEnv(t, m.EnvFile, EnvURL, EnvLaunch, EnvBootstrap, EnvCloudID, EnvStateDir)
-	want := []string{boot.URL, boot.LaunchID, boot.Secret, id, m.StateDir}
+	// The machine holds its own secret, never the launch's.
+	want := []string{boot.URL, boot.LaunchID, domain.MachineSecret(boot.Secret, id), id, m.StateDir}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("env file value %d = %q, want %q", i, got[i], want[i])

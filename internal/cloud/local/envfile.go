@@ -13,7 +13,7 @@ import (
 const (
 	EnvURL       = "BULLPEN_AGENT_URL"       // the control plane's base URL
 	EnvLaunch    = "BULLPEN_AGENT_LAUNCH_ID" // the launch id
-	EnvBootstrap = "BULLPEN_AGENT_BOOTSTRAP" // the launch's bootstrap secret
+	EnvBootstrap = "BULLPEN_AGENT_BOOTSTRAP" // the machine's own bootstrap secret
 	EnvCloudID   = "BULLPEN_AGENT_CLOUD_ID"  // the machine's cloud id
 	EnvStateDir  = "BULLPEN_AGENT_STATE_DIR" // where the agent keeps its token
 )

@@ -82,7 +82,11 @@ func (c *Cloud) newMachine(spec domain.LaunchSpec, now time.Time) (*machine, err
 		extra[k] = v
 	}
 	extra[EnvCloudID], extra[EnvStateDir] = id, paths.StateDir
-	env, err := renderEnv(spec.Agent, extra)
+	// Each machine is started on its own: it gets its own secret, never
+	// the launch's, so it cannot introduce itself as a sibling.
+	agent := spec.Agent
+	agent.Secret = domain.MachineSecret(agent.Secret, id)
+	env, err := renderEnv(agent, extra)
 	if err == nil {
 		err = writeEnvFile(paths.EnvFile, env)
 	}

@@ -1,0 +1,167 @@
+// Package launch makes the create calls of the cloud for every loop that
+// launches machines (the converger for pool members, the provisioner for
+// jobs): the rows are written pending before the call, so that a crash
+// leaves a record the reaper can match by the launch tag; each machine is
+// recorded on its row with the hash of its own bootstrap secret; and rows
+// the cloud did not fill are closed.
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Store is what a launch needs of the store.
+type Store interface {
+	CreateInstances(ctx context.Context, insts []domain.Instance) error
+	TransitionBatch(ctx context.Context, reqs []domain.TransitionRequest) ([]domain.TransitionResult, error)
+}
+
+// Cloud is what a launch needs of the cloud.
+type Cloud interface {
+	Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.CloudInstance, error)
+	Terminate(ctx context.Context, ids []string) error
+}
+
+// Launcher launches fleets.
+type Launcher struct {
+	Store        Store
+	Cloud        Cloud
+	Clock        domain.Clock
+	Verbs        domain.Lifecycle
+	ControllerID string
+	// AgentURL is where the new machines' agents reach the control plane.
+	AgentURL string
+}
+
+// Fleet is one create call: a row per machine (id, pool, role, runner, spec
+// hash, job, size: the caller's; state, launch and times: the launcher's),
+// the machine's spec and image, and tags besides the controller and launch.
+type Fleet struct {
+	Rows  []domain.Instance
+	Spec  domain.RunnerSpec
+	Image string
+	Tags  map[string]string
+	// Recorded, when set, is told the pending rows as soon as they are
+	// written, before the cloud is called.
+	Recorded func(rows []domain.Instance)
+}
+
+// Result is what a launch made: the rows the cloud filled, now booting, in
+// row order, and the rows it did not fill, now closed.
+type Result struct {
+	Booted, Closed []domain.Instance
+}
+
+// Launch writes the fleet's rows as pending, makes one create call, records
+// each machine on its row (booting) and closes the rows left unfilled. The
+// error is the create call's (a partial fleet wraps ErrInsufficientCapacity
+// and still returns what booted) or the store's.
+func (l *Launcher) Launch(ctx context.Context, f Fleet) (Result, error) {
+	launch, secret := domain.NewID("lt"), domain.NewSecret()
+	now := l.Clock.Now()
+	rows := make([]domain.Instance, len(f.Rows))
+	for i, r := range f.Rows {
+		r.State, r.LaunchID = domain.StatePending, launch
+		r.Deadline = l.Verbs.Deadlines.Until(domain.StatePending, now)
+		r.BootstrapHash = "" // set per machine once its id is known
+		rows[i] = r
+	}
+	if err := l.Store.CreateInstances(ctx, rows); err != nil {
+		return Result{}, fmt.Errorf("record %d new instances: %w", len(rows), err)
+	}
+	if f.Recorded != nil {
+		f.Recorded(rows)
+	}
+	tags := map[string]string{domain.TagController: l.ControllerID, domain.TagLaunch: launch}
+	for k, v := range f.Tags {
+		tags[k] = v
+	}
+	machines, cerr := l.Cloud.Create(ctx, domain.LaunchSpec{
+		Runner: f.Spec, ImageID: f.Image, Count: len(rows), ClientToken: launch, Tags: tags,
+		Agent: domain.AgentBootstrap{URL: l.AgentURL, LaunchID: launch, Secret: secret},
+	})
+	if len(machines) > len(rows) { // never expected; leave no strays
+		extra := machines[len(rows):]
+		machines = machines[:len(rows)]
+		ids := make([]string, len(extra))
+		for i, m := range extra {
+			ids[i] = m.ID
+		}
+		if err := l.Cloud.Terminate(ctx, ids); err != nil {
+			cerr = errors.Join(cerr, fmt.Errorf("terminate %d surplus machines: %w", len(ids), err))
+		}
+	}
+	reqs := make([]domain.TransitionRequest, 0, len(rows))
+	for i, m := range machines {
+		hash := domain.HashSecret(domain.MachineSecret(secret, m.ID))
+		reqs = append(reqs, l.Verbs.Launched(rows[i], m, hash, now))
+	}
+	reason := "not fulfilled"
+	if cerr != nil {
+		reason = cerr.Error()
+	}
+	for _, r := range rows[len(machines):] {
+		reqs = append(reqs, l.Verbs.Terminate(withVersion(r), reason, now))
+	}
+	res, err := l.Store.TransitionBatch(ctx, reqs)
+	if err != nil {
+		ids := make([]string, len(machines))
+		for i, m := range machines {
+			ids[i] = m.ID
+		}
+		return Result{}, errors.Join(cerr, fmt.Errorf("record %d launched instances: %w", len(machines), err),
+			l.terminate(ctx, ids))
+	}
+	var out Result
+	var closing []domain.TransitionRequest
+	var unrecorded []string
+	errs := []error{cerr}
+	for i, r := range res {
+		switch {
+		case r.Err != nil:
+			errs = append(errs, fmt.Errorf("record instance %s: %w", reqs[i].ID, r.Err))
+			if i < len(machines) {
+				unrecorded = append(unrecorded, machines[i].ID)
+			}
+		case i < len(machines):
+			out.Booted = append(out.Booted, r.Instance)
+		default:
+			closing = append(closing, l.Verbs.Close(r.Instance)) // no machine to wait for
+		}
+	}
+	errs = append(errs, l.terminate(ctx, unrecorded))
+	if len(closing) > 0 {
+		res, err := l.Store.TransitionBatch(ctx, closing)
+		errs = append(errs, err)
+		for _, r := range res {
+			if r.Err != nil {
+				errs = append(errs, r.Err)
+				continue
+			}
+			out.Closed = append(out.Closed, r.Instance)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// withVersion is a new row as the store stamps it (version 1).
+func withVersion(in domain.Instance) domain.Instance {
+	in.Version = 1
+	return in
+}
+
+// terminate ends machines no row could record, rather than leave them to
+// the reaper's orphan sweep.
+func (l *Launcher) terminate(ctx context.Context, ids []string) error {
+	var errs []error
+	for _, batch := range domain.Chunk(ids, domain.MaxBatch) {
+		if err := l.Cloud.Terminate(ctx, batch); err != nil {
+			errs = append(errs, fmt.Errorf("terminate %d unrecorded machines: %w", len(batch), err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,127 @@
+package launch_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/launch"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
+)
+
+var t0 = time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+
+// spyCloud remembers the launch data of each create call.
+type spyCloud struct {
+	*sim.Cloud
+	specs []domain.LaunchSpec
+}
+
+func (c *spyCloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.CloudInstance, error) {
+	c.specs = append(c.specs, spec)
+	return c.Cloud.Create(ctx, spec)
+}
+
+func newLauncher(t *testing.T, store launch.Store) (*launch.Launcher, *spyCloud, *sqlite.Store) {
+	t.Helper()
+	clk := clock.NewVirtual(t0)
+	st, err := sqlite.Open(t.Context(), sqlitetest.Path(t), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	c := &spyCloud{Cloud: sim.New(clk, sim.Options{Seed: 1})}
+	t.Cleanup(c.Close)
+	if store == nil {
+		store = st
+	}
+	return &launch.Launcher{Store: store, Cloud: c, Clock: clk, Verbs: domain.NewLifecycle(domain.Deadlines{}),
+		ControllerID: "bullpen-test", AgentURL: "http://127.0.0.1:1"}, c, st
+}
+
+func fleet(n int) launch.Fleet {
+	rows := make([]domain.Instance, n)
+	for i := range rows {
+		rows[i] = domain.Instance{ID: domain.NewID("bp"), Pool: "linux", Role: domain.RoleHot, Runner: "small"}
+	}
+	return launch.Fleet{Rows: rows, Spec: domain.RunnerSpec{Name: "small"}, Image: "ami-1",
+		Tags: map[string]string{domain.TagPool: "linux"}}
+}
+
+// Each machine's row holds the hash of its own machine secret, derived
+// from the launch's: a sibling's secret does not match it, nor does the
+// launch secret itself.
+func TestEachMachineGetsItsOwnBootstrapSecret(t *testing.T) {
+	l, c, st := newLauncher(t, nil)
+	res, err := l.Launch(t.Context(), fleet(3))
+	if err != nil || len(res.Booted) != 3 {
+		t.Fatalf("launch: %d booted, %v", len(res.Booted), err)
+	}
+	spec := c.specs[0]
+	if spec.Tags[domain.TagController] != "bullpen-test" || spec.Tags[domain.TagLaunch] != spec.Agent.LaunchID ||
+		spec.ClientToken != spec.Agent.LaunchID || spec.Tags[domain.TagPool] != "linux" {
+		t.Fatalf("launch spec tags %v token %q", spec.Tags, spec.ClientToken)
+	}
+	seen := map[string]bool{}
+	for _, in := range res.Booted {
+		row, err := st.GetInstance(t.Context(), in.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.State != domain.StateBooting || row.CloudID == "" || row.LaunchID != spec.Agent.LaunchID {
+			t.Fatalf("row %s %s cloud id %q launch %q", row.ID, row.State, row.CloudID, row.LaunchID)
+		}
+		if row.BootstrapHash != domain.HashSecret(domain.MachineSecret(spec.Agent.Secret, row.CloudID)) {
+			t.Fatalf("row %s does not hold its machine's own secret hash", row.ID)
+		}
+		if row.BootstrapHash == domain.HashSecret(spec.Agent.Secret) || seen[row.BootstrapHash] {
+			t.Fatalf("row %s accepts the launch secret or a sibling's", row.ID)
+		}
+		seen[row.BootstrapHash] = true
+	}
+}
+
+// A fleet the cloud fills partly boots what came and closes the rest.
+func TestAPartialFleetClosesTheRowsLeftUnfilled(t *testing.T) {
+	l, c, _ := newLauncher(t, nil)
+	c.SetCapacity(2)
+	res, err := l.Launch(t.Context(), fleet(5))
+	if !errors.Is(err, domain.ErrInsufficientCapacity) {
+		t.Fatalf("err %v, want insufficient capacity", err)
+	}
+	if len(res.Booted) != 2 || len(res.Closed) != 3 {
+		t.Fatalf("%d booted, %d closed; want 2 and 3", len(res.Booted), len(res.Closed))
+	}
+	for _, in := range res.Closed {
+		if in.State != domain.StateTerminated || in.CloudID != "" {
+			t.Fatalf("unfilled row %s %s with cloud id %q", in.ID, in.State, in.CloudID)
+		}
+	}
+}
+
+// failingRecords refuses to record any launched machine, as a full disk
+// would once the create call went through.
+type failingRecords struct{ *sqlite.Store }
+
+func (s failingRecords) TransitionBatch(context.Context, []domain.TransitionRequest) ([]domain.TransitionResult, error) {
+	return nil, errors.New("disk full")
+}
+
+// Machines no row could record are not left running for the orphan sweep.
+func TestMachinesThatCannotBeRecordedAreTerminated(t *testing.T) {
+	l, c, _ := newLauncher(t, nil)
+	l.Store = failingRecords{l.Store.(*sqlite.Store)}
+	if _, err := l.Launch(t.Context(), fleet(2)); err == nil {
+		t.Fatal("no error, though no machine was recorded")
+	}
+	for _, m := range c.Instances() {
+		if m.State != domain.CloudTerminated && m.State != domain.CloudShuttingDown {
+			t.Fatalf("machine %s left %s", m.ID, m.State)
+		}
+	}
+}
