@@ -23,7 +23,7 @@ import (
 // Server is the agent API. It is an http.Handler for the paths under
 // Prefix, and the domain.AssignmentNotifier that wakes long polls.
 type Server struct {
-	store   domain.Store
+	store   Store
 	api     domain.AgentAPI
 	clk     domain.Clock
 	log     *slog.Logger
@@ -41,7 +41,7 @@ var (
 
 // New returns the agent API over api (the control plane's side of the
 // handshakes) and store (where the agents' credentials are). reg may be nil.
-func New(store domain.Store, api domain.AgentAPI, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer) *Server {
+func New(store Store, api domain.AgentAPI, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer) *Server {
 	if log == nil {
 		log = slog.Default()
 	}

@@ -43,7 +43,7 @@ type Options struct {
 
 // Service implements domain.AgentAPI and the release of instances.
 type Service struct {
-	store    domain.Store
+	store    Store
 	queue    domain.Queue
 	clock    domain.Clock
 	log      *slog.Logger
@@ -62,7 +62,7 @@ type Service struct {
 var _ domain.AgentAPI = (*Service)(nil)
 
 // New returns a service; reg may be nil.
-func New(store domain.Store, queue domain.Queue, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer, opts Options) (*Service, error) {
+func New(store Store, queue domain.Queue, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer, opts Options) (*Service, error) {
 	if opts.Deadlines == (domain.Deadlines{}) {
 		opts.Deadlines = domain.DefaultDeadlines()
 	}

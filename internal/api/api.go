@@ -30,7 +30,7 @@ type PoolInfo struct {
 
 // Server is the status API.
 type Server struct {
-	Store domain.Store
+	Store Store
 	Token string
 	Log   *slog.Logger // nil: slog.Default()
 	// Pools lists the configured pools of this environment; nil lists none.

@@ -86,7 +86,7 @@ func (o *Options) defaults() {
 
 // Converger keeps pools at their targets.
 type Converger struct {
-	store   domain.Store
+	store   Store
 	cloud   domain.Cloud
 	clock   domain.Clock
 	log     *slog.Logger
@@ -104,7 +104,7 @@ type Converger struct {
 
 // New returns a converger over the pools that pools returns at each cycle
 // (so a configuration reload takes effect on the next cycle).
-func New(store domain.Store, cloud domain.Cloud, clk domain.Clock, pools func() []PoolSpec,
+func New(store Store, cloud domain.Cloud, clk domain.Clock, pools func() []PoolSpec,
 	log *slog.Logger, reg prometheus.Registerer, opts Options) (*Converger, error) {
 	if opts.ControllerID == "" {
 		return nil, errors.New("converger: a controller id is required to tag machines")

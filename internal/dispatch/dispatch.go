@@ -62,7 +62,7 @@ func (o *Options) defaults() {
 
 // Deps are the dispatcher's collaborators.
 type Deps struct {
-	Store  domain.Store
+	Store  Store
 	Queue  domain.Queue
 	Cloud  domain.Cloud
 	GitHub domain.GitHub

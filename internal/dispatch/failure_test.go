@@ -17,7 +17,7 @@ var errStoreDown = errors.New("store is down")
 // failingStore fails the failOn-th TransitionBatch call from now on (1 is
 // the next one), as a store that breaks mid-batch does.
 type failingStore struct {
-	domain.Store
+	Store
 	mu     sync.Mutex
 	calls  int
 	failOn int

@@ -278,7 +278,7 @@ func (f *fixture) setJob(id int64, fn func(*domain.Job)) domain.Job {
 
 // countingStore counts the batch writes of jobs and can fail them.
 type countingStore struct {
-	domain.Store
+	Store
 	mu         sync.Mutex
 	createCall []int // jobs per CreateJobs call
 	failCreate func(batch []domain.Job) error

@@ -40,7 +40,7 @@ type Options struct {
 
 // Deps are the intake's collaborators.
 type Deps struct {
-	Store    domain.Store
+	Store    Store
 	Queue    domain.Queue
 	Clock    domain.Clock
 	Log      *slog.Logger

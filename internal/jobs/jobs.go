@@ -59,7 +59,7 @@ var verbs domain.Lifecycle
 
 // update reads job id, lets decide pick the verb (or none), and commits it
 // guarded by the version read, retrying when another writer won.
-func update(ctx context.Context, st domain.Store, id int64, decide func(j domain.Job) (domain.JobTransitionRequest, bool)) (domain.Job, error) {
+func update(ctx context.Context, st Store, id int64, decide func(j domain.Job) (domain.JobTransitionRequest, bool)) (domain.Job, error) {
 	for range retries {
 		j, err := st.GetJob(ctx, id)
 		if err != nil {
@@ -81,7 +81,7 @@ func update(ctx context.Context, st domain.Store, id int64, decide func(j domain
 // MarkRunning records that GitHub (or the agent) reports the job started.
 // A job already running or final is left alone; an unknown job is not an
 // error (it is not ours, or was never seen queued).
-func MarkRunning(ctx context.Context, st domain.Store, id int64, at time.Time, runnerName string) error {
+func MarkRunning(ctx context.Context, st Store, id int64, at time.Time, runnerName string) error {
 	_, err := update(ctx, st, id, func(j domain.Job) (domain.JobTransitionRequest, bool) {
 		return verbs.StartJob(j, at, runnerName), j.Status == domain.JobQueued || j.Status == domain.JobAssigned
 	})
@@ -100,7 +100,7 @@ const RequeueDelay = 2 * time.Second
 // stored). A job it finds already queued with its message still to send is
 // sent again, so that a caller retrying after a failed send does not strand
 // it; the dedup id of the same attempt keeps the queue from holding it twice.
-func Requeue(ctx context.Context, st domain.Store, q domain.Queue, id int64, instanceID, reason string) error {
+func Requeue(ctx context.Context, st Store, q domain.Queue, id int64, instanceID, reason string) error {
 	j, err := update(ctx, st, id, func(j domain.Job) (domain.JobTransitionRequest, bool) {
 		return verbs.RequeueJob(j, reason), j.Status == domain.JobAssigned && j.InstanceID == instanceID
 	})
@@ -116,7 +116,7 @@ func Requeue(ctx context.Context, st domain.Store, q domain.Queue, id int64, ins
 // sendRequeued sends the queue message of each job a change sent back to
 // its queue, then clears the job's SendPending. A job whose message could
 // not be sent keeps it: SendPending re-sends it.
-func sendRequeued(ctx context.Context, st domain.Store, q domain.Queue, changed []domain.Job) error {
+func sendRequeued(ctx context.Context, st Store, q domain.Queue, changed []domain.Job) error {
 	var errs []error
 	for _, j := range changed {
 		if j.Status != domain.JobQueued || j.InstanceID != "" || !j.SendPending {
@@ -140,7 +140,7 @@ func sendRequeued(ctx context.Context, st domain.Store, q domain.Queue, changed 
 // SendPending sends the queue message of every queued job whose message a
 // crash (or a failed send) left unsent for at least after, and reports how
 // many it sent.
-func SendPending(ctx context.Context, st domain.Store, q domain.Queue, now time.Time, after time.Duration) (int, error) {
+func SendPending(ctx context.Context, st Store, q domain.Queue, now time.Time, after time.Duration) (int, error) {
 	queued, err := st.ListJobs(ctx, domain.JobFilter{Statuses: []domain.JobStatus{domain.JobQueued}})
 	if err != nil {
 		return 0, fmt.Errorf("list queued jobs: %w", err)
@@ -160,7 +160,7 @@ func SendPending(ctx context.Context, st domain.Store, q domain.Queue, now time.
 // to an instance that will not run it. retired is false when in changed
 // since it was read (the caller decides again on what it is now);
 // retired is the instance as written.
-func Retire(ctx context.Context, st domain.Store, q domain.Queue, in domain.Instance, to domain.State, reason string, deadline time.Time) (retired domain.Instance, ok bool, err error) {
+func Retire(ctx context.Context, st Store, q domain.Queue, in domain.Instance, to domain.State, reason string, deadline time.Time) (retired domain.Instance, ok bool, err error) {
 	for range retries {
 		c := domain.Change{Instances: []domain.TransitionRequest{verbs.Retire(in, to, reason, deadline)}}
 		if !in.JobStarted {

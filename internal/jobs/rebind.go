@@ -45,7 +45,7 @@ const rebindAttempts = 8
 // queue and the holder is unbound, its runner left to wait UnboundWait for
 // another job. A job that is over, an instance that no longer serves a job
 // and rows bullpen does not know are left as they are.
-func Rebind(ctx context.Context, st domain.Store, q domain.Queue, id int64, taker string, now time.Time) error {
+func Rebind(ctx context.Context, st Store, q domain.Queue, id int64, taker string, now time.Time) error {
 	for range rebindAttempts {
 		rows, ok, err := readRebind(ctx, st, id, taker)
 		if err != nil || !ok {
@@ -81,7 +81,7 @@ type rebindRows struct {
 
 // readRebind reads what Rebind decides on; ok is false when there is
 // nothing to follow.
-func readRebind(ctx context.Context, st domain.Store, id int64, taker string) (rebindRows, bool, error) {
+func readRebind(ctx context.Context, st Store, id int64, taker string) (rebindRows, bool, error) {
 	var r rebindRows
 	j, err := st.GetJob(ctx, id)
 	if errors.Is(err, domain.ErrNotFound) {
@@ -126,7 +126,7 @@ func readRebind(ctx context.Context, st domain.Store, id int64, taker string) (r
 }
 
 // boundJob returns the unstarted job assigned to in, if any.
-func boundJob(ctx context.Context, st domain.Store, in domain.Instance) (*domain.Job, error) {
+func boundJob(ctx context.Context, st Store, in domain.Instance) (*domain.Job, error) {
 	id, err := domain.ParseJobKey(in.Job)
 	if err != nil {
 		return nil, nil // no job, or not one bullpen wrote
@@ -146,7 +146,7 @@ func boundJob(ctx context.Context, st domain.Store, in domain.Instance) (*domain
 
 // runnerTakes reports whether the runner registered on in could take a job
 // asking for want: its labels are those of the job it was registered for.
-func runnerTakes(ctx context.Context, st domain.Store, in domain.Instance, want []string) (bool, error) {
+func runnerTakes(ctx context.Context, st Store, in domain.Instance, want []string) (bool, error) {
 	_, id, ok := domain.ParseRunnerName(in.RunnerName)
 	if !ok {
 		return false, nil

@@ -211,7 +211,7 @@ func TestAFleetRefusedForOtherReasonsDoesNotShrinkTheNext(t *testing.T) {
 
 // halfRecorded fails every transition of a batch after the first, as a
 // store might when the fleet call went through but the write did not.
-type halfRecorded struct{ domain.Store }
+type halfRecorded struct{ Store }
 
 func (s halfRecorded) TransitionBatch(ctx context.Context, reqs []domain.TransitionRequest) ([]domain.TransitionResult, error) {
 	res, err := s.Store.TransitionBatch(ctx, reqs[:1])

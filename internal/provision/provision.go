@@ -123,7 +123,7 @@ type Registrations interface {
 // Deps are the provisioner's collaborators. Notify may be nil; Log nil
 // logs to slog's default.
 type Deps struct {
-	Store         domain.Store
+	Store         Store
 	Queue         domain.Queue
 	Cloud         domain.Cloud
 	GitHub        domain.GitHub

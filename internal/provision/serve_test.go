@@ -136,7 +136,7 @@ func TestLocalExhaustionSendsTheJobToCreation(t *testing.T) {
 // flakyTransition fails the first transition of one instance with an
 // error that is neither a conflict nor not-found.
 type flakyTransition struct {
-	domain.Store
+	Store
 	id   string
 	once *sync.Once
 }

@@ -20,7 +20,7 @@ import (
 // store, the cloud and GitHub agree, and keeps the store bounded. Every
 // change it makes is a guarded write, so it is safe on any replica.
 type Reconciler struct {
-	Store        domain.Store
+	Store        Store
 	Queue        domain.Queue
 	Cloud        domain.Cloud
 	GitHub       domain.GitHub

@@ -16,7 +16,7 @@ import (
 
 // Terminator terminates the machines of rows marked terminating.
 type Terminator struct {
-	Store domain.Store
+	Store Store
 	// Queue takes the jobs of expired instances back (their unstarted job
 	// returns to its queue with the instance's expiry).
 	Queue    domain.Queue

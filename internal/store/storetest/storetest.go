@@ -38,28 +38,47 @@ type contract struct {
 
 // Run runs the whole contract suite against the stores open returns.
 func Run(t *testing.T, open Opener) {
-	var all []contract
-	all = append(all, instanceContracts()...)
-	all = append(all, transitionContracts()...)
-	all = append(all, batchContracts()...)
-	all = append(all, leaseContracts()...)
-	all = append(all, concurrencyContracts()...)
-	all = append(all, jobContracts()...)
-	all = append(all, jobTransitionContracts()...)
-	all = append(all, jobConcurrencyContracts()...)
-	all = append(all, heartbeatContracts()...)
-	all = append(all, commitContracts()...)
-	for _, c := range all {
-		t.Run(c.name, func(t *testing.T) {
-			clk := clock.NewVirtual(start)
-			s := open(t, clk)
-			t.Cleanup(func() {
-				if err := s.Close(); err != nil {
-					t.Errorf("close: %v", err)
-				}
+	RunInstances(t, open)
+	RunHeartbeats(t, open)
+	RunJobs(t, open)
+	RunChanges(t, open)
+	RunLeases(t, open)
+}
+
+// RunInstances is the contract of domain.Instances (concurrent claims and
+// batches included).
+func RunInstances(t *testing.T, open Opener) {
+	run(t, open, instanceContracts(), transitionContracts(), batchContracts(), concurrencyContracts())
+}
+
+// RunHeartbeats is the contract of domain.Heartbeats.
+func RunHeartbeats(t *testing.T, open Opener) { run(t, open, heartbeatContracts()) }
+
+// RunJobs is the contract of domain.Jobs.
+func RunJobs(t *testing.T, open Opener) {
+	run(t, open, jobContracts(), jobTransitionContracts(), jobConcurrencyContracts())
+}
+
+// RunChanges is the contract of domain.Changes.
+func RunChanges(t *testing.T, open Opener) { run(t, open, commitContracts()) }
+
+// RunLeases is the contract of domain.Leases and domain.PoolStatuses.
+func RunLeases(t *testing.T, open Opener) { run(t, open, leaseContracts()) }
+
+func run(t *testing.T, open Opener, groups ...[]contract) {
+	for _, g := range groups {
+		for _, c := range g {
+			t.Run(c.name, func(t *testing.T) {
+				clk := clock.NewVirtual(start)
+				s := open(t, clk)
+				t.Cleanup(func() {
+					if err := s.Close(); err != nil {
+						t.Errorf("close: %v", err)
+					}
+				})
+				c.run(t, &env{t: t, s: s, clk: clk, ctx: t.Context()})
 			})
-			c.run(t, &env{t: t, s: s, clk: clk, ctx: t.Context()})
-		})
+		}
 	}
 }
 
