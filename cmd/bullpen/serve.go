@@ -217,7 +217,7 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 		Config: cfg, ConfigPath: f.config, ConfigInterval: f.reload, Environment: f.environment, StorePath: path,
 		ControllerID: f.controllerID, WebhookSecret: secret, AdminToken: token, RunnerScope: f.scope,
 		CancelRejected: f.cancelRejected, Clock: clock.Real{}, Log: log, Latency: latency, Agent: agent,
-		TerminateEvery: f.terminateEvery, Cloud: f.cloud, LocalDir: f.localDir, AgentURL: f.agentURL,
+		TerminateEvery: f.terminateEvery, Cloud: f.cloud, GitHub: f.github, LocalDir: f.localDir, AgentURL: f.agentURL,
 		LocalAgentEnv: f.localEnv,
 	}
 	o.Converger.Interval = f.convergeEvery

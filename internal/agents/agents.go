@@ -36,23 +36,24 @@ type Options struct {
 	// means terminate after one job.
 	Policy func(in domain.Instance) Policy
 	// HeartbeatFlush > 0 batches heartbeats: they are kept in memory and
-	// written together at this interval by Run (a fleet's heartbeats cost
-	// one write a second, not one each). Zero writes each one at once.
+	// written together at this interval by the loop (a fleet's heartbeats
+	// cost one write a second, not one each). Zero writes each one at once.
 	HeartbeatFlush time.Duration
+	// Notices is told when an agent has something new to do, so that the
+	// agent waiting for it wakes at once; nil tells nobody.
+	Notices domain.AssignmentNotifier
 }
 
 // Service implements domain.AgentAPI and the release of instances.
 type Service struct {
-	store    Store
-	queue    domain.Queue
-	clock    domain.Clock
-	log      *slog.Logger
-	opts     Options
-	metrics  *metrics
-	notifier domain.AssignmentNotifier
-	hub      *Hub
-	verbs    domain.Lifecycle
-	mu       sync.RWMutex
+	store   Store
+	queue   domain.Queue
+	clock   domain.Clock
+	log     *slog.Logger
+	opts    Options
+	metrics *metrics
+	hub     *Hub
+	verbs   domain.Lifecycle
 
 	idOf    idCache
 	beatsMu sync.Mutex
@@ -77,20 +78,10 @@ func New(store Store, queue domain.Queue, clk domain.Clock, log *slog.Logger, re
 		verbs: domain.NewLifecycle(opts.Deadlines), beats: map[string]time.Time{}}, nil
 }
 
-// SetNotifier sets who is told when an agent has something new to do.
-func (s *Service) SetNotifier(n domain.AssignmentNotifier) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.notifier = n
-}
-
 // Notify tells the instance's agent to ask for its next instruction.
 func (s *Service) Notify(cloudID string) {
-	s.mu.RLock()
-	n := s.notifier
-	s.mu.RUnlock()
-	if n != nil && cloudID != "" {
-		n.Assigned(cloudID)
+	if s.opts.Notices != nil && cloudID != "" {
+		s.opts.Notices.Assigned(cloudID)
 	}
 }
 

@@ -48,12 +48,11 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(func() { st.Close() })
 	f.store, f.queue = st, st.Queue(sqlite.QueueOptions{})
 	f.svc, err = agents.New(st, f.queue, f.clk, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, agents.Options{
-		Policy: func(domain.Instance) agents.Policy { return f.policy },
+		Policy: func(domain.Instance) agents.Policy { return f.policy }, Notices: f,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.svc.SetNotifier(f)
 	return f
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/loop"
 )
 
 // Heartbeat records that the instance's agent is alive.
@@ -45,23 +46,13 @@ func (s *Service) FlushHeartbeats(ctx context.Context) error {
 	return s.store.RecordHeartbeats(ctx, batch)
 }
 
-// Run writes batched heartbeats every HeartbeatFlush until ctx ends, then
-// once more.
-func (s *Service) Run(ctx context.Context) error {
+// Loop writes batched heartbeats every HeartbeatFlush, and once more when
+// it ends.
+func (s *Service) Loop() loop.Loop {
 	if s.opts.HeartbeatFlush <= 0 {
-		<-ctx.Done()
-		return nil
+		return loop.Loop{Name: "heartbeats", Step: func(ctx context.Context) error { <-ctx.Done(); return nil }}
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return s.FlushHeartbeats(context.WithoutCancel(ctx))
-		case <-s.clock.After(s.opts.HeartbeatFlush):
-		}
-		if err := s.FlushHeartbeats(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("write heartbeats", "err", err)
-		}
-	}
+	return loop.Loop{Name: "heartbeats", Every: s.opts.HeartbeatFlush, Step: s.FlushHeartbeats, Final: s.FlushHeartbeats}
 }
 
 // idCache maps cloud ids to instance ids, which never change once recorded,

@@ -21,14 +21,13 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/api"
 	"github.com/bullpen-ci/bullpen/internal/autoscale"
-	"github.com/bullpen-ci/bullpen/internal/cloud/local"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/converger"
 	"github.com/bullpen-ci/bullpen/internal/dispatch"
 	"github.com/bullpen-ci/bullpen/internal/domain"
-	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/intake"
+	"github.com/bullpen-ci/bullpen/internal/loop"
 	"github.com/bullpen-ci/bullpen/internal/provision"
 	"github.com/bullpen-ci/bullpen/internal/reaper"
 	"github.com/bullpen-ci/bullpen/internal/simagent"
@@ -59,6 +58,9 @@ type Options struct {
 	// Cloud is "sim" (the default: simulated machines and agents, in this
 	// process) or "local" (every machine a `bullpen agent` process).
 	Cloud string
+	// GitHub is "sim" (the default: a simulated GitHub in this process,
+	// whose deliveries go straight to the inbox).
+	GitHub string
 	// LocalDir holds the local machines' directories; default a temporary
 	// directory.
 	LocalDir string
@@ -92,20 +94,23 @@ type Options struct {
 	OnCycle func(converger.Report)
 }
 
-// App is a running control plane.
+// App is a running control plane. It holds ports, not adapters: which
+// adapter stands behind each is chosen from the options, in New.
 type App struct {
 	opts Options
 	cfg  atomic.Pointer[config.Config]
 
-	Store     *sqlite.Store
-	Queue     *sqlite.Queue
-	Cloud     domain.Cloud
-	Sim       *sim.Cloud   // when Cloud is "sim"
-	Local     *local.Cloud // when Cloud is "local"
-	GitHub    *ghsim.GitHub
-	Agents    *agents.Service
-	SimAgents *simagent.Fleet  // the simulated machines' agents (sim only)
-	AgentAPI  *agentapi.Server // the HTTP API of real agents
+	Store  domain.Store
+	Queue  domain.Queue
+	Cloud  domain.Cloud
+	GitHub domain.GitHub
+	// Sim is the simulation profile: the simulated cloud, GitHub and
+	// agents that the options chose, each nil when a real one is used.
+	Sim Simulation
+
+	Notices  *agents.Notices // wakes every agent transport
+	Agents   *agents.Service
+	AgentAPI *agentapi.Server // the HTTP API of real agents
 
 	Converger   *converger.Converger
 	Dispatcher  *dispatch.Dispatcher
@@ -116,7 +121,9 @@ type App struct {
 	Reconciler  *reaper.Reconciler
 	Webhook     *webhook.Handler
 	API         *api.Server
+	Loops       *loop.Runner
 
+	closers   []func() error // released by Close, last first
 	specMu    sync.RWMutex
 	specHashs map[string]string
 }
@@ -126,18 +133,27 @@ func New(ctx context.Context, o Options) (*App, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	a := &App{opts: o, specHashs: map[string]string{}}
+	a := &App{opts: o, specHashs: map[string]string{}, Notices: &agents.Notices{}}
 	a.cfg.Store(o.Config)
-	st, err := sqlite.Open(ctx, o.StorePath, o.Clock)
-	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
+	if err := a.openStore(ctx); err != nil {
+		return nil, err
 	}
-	a.Store, a.Queue = st, st.Queue(sqlite.QueueOptions{})
 	if err := a.wire(); err != nil {
 		a.Close()
 		return nil, err
 	}
 	return a, nil
+}
+
+// openStore opens the store and its queues: the embedded SQLite file.
+func (a *App) openStore(ctx context.Context) error {
+	st, err := sqlite.Open(ctx, a.opts.StorePath, a.opts.Clock)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	a.Store, a.Queue = st, st.Queue(sqlite.QueueOptions{})
+	a.closers = append(a.closers, st.Close)
+	return nil
 }
 
 func (o *Options) check() error {
@@ -160,6 +176,13 @@ func (o *Options) check() error {
 	case "sim", "local":
 	default:
 		problems = append(problems, fmt.Sprintf("cloud %q: want sim or local", o.Cloud))
+	}
+	switch o.GitHub {
+	case "":
+		o.GitHub = "sim"
+	case "sim":
+	default:
+		problems = append(problems, fmt.Sprintf("github %q: want sim", o.GitHub))
 	}
 	switch o.RunnerScope {
 	case "":
@@ -193,257 +216,16 @@ func (o *Options) check() error {
 	return nil
 }
 
-func (a *App) wire() error {
-	o := a.opts
-	log, reg, clk := o.Log, o.Registry, o.Clock
-	var err error
-	a.Agents, err = agents.New(a.Store, a.Queue, clk, log.With("loop", "agents"), reg, agents.Options{Policy: a.policy, HeartbeatFlush: o.HeartbeatFlush, Deadlines: o.Deadlines})
-	if err != nil {
-		return err
-	}
-	a.Webhook, err = webhook.New(o.WebhookSecret, a.Queue, clk, log.With("loop", "webhook"), reg)
-	if err != nil {
-		return err
-	}
-	a.GitHub = ghsim.New(clk, ghsim.Options{Deliver: a.deliverSimulated})
-	a.AgentAPI = agentapi.New(a.Store, a.Agents, clk, log.With("loop", "agentapi"), reg)
-	if err := a.newCloud(); err != nil {
-		return err
-	}
-
-	conv := o.Converger
-	conv.ControllerID, conv.AgentURL = o.ControllerID, o.AgentURL
-	a.Scaler = &autoscale.PoolScaler{Demand: a.demand, Log: log.With("loop", "autoscale")}
-	conv.Targeter = func(p domain.Pool, at time.Time) (string, domain.Target) {
-		entry, t := converger.ScheduleTarget(p, at)
-		return a.Scaler.Adjust(context.Background(), p, at, entry, t)
-	}
-	if a.Converger, err = converger.New(a.Store, a.Cloud, clk, a.poolSpecs, log.With("loop", "converger"), reg, conv); err != nil {
-		return err
-	}
-	if err := a.wireJobPath(); err != nil {
-		return err
-	}
-	a.Terminator = &reaper.Terminator{Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, Clock: clk, Log: log.With("loop", "terminator"),
-		Interval: o.TerminateEvery, Deadlines: o.Deadlines}
-	o.Reaper.TerminatingAllowance = o.Deadlines.Terminating
-	a.Reconciler = &reaper.Reconciler{
-		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "reaper"),
-		ControllerID: o.ControllerID, Scopes: a.scopes, Options: o.Reaper,
-	}
-	if err := a.Reconciler.Init(reg); err != nil {
-		return err
-	}
-	a.API = &api.Server{Store: a.Store, Token: o.AdminToken, Log: log.With("loop", "api"), Pools: a.poolInfos}
-	return nil
-}
-
-// wireJobPath builds the loops that serve jobs: intake, pool dispatch and
-// provisioning.
-func (a *App) wireJobPath() error {
-	o := a.opts
-	log, reg, clk := o.Log, o.Registry, o.Clock
-	var err error
-	a.Dispatcher, err = dispatch.New(dispatch.Deps{
-		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "dispatch"),
-		Scope: a.scope, SpecHash: a.specHash, Notify: a.Agents.Notify,
-	}, reg, o.Dispatch)
-	if err != nil {
-		return err
-	}
-	prov := o.Provision
-	prov.ControllerID, prov.AgentURL = o.ControllerID, o.AgentURL
-	a.Provisioner, err = provision.New(provision.Deps{
-		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "provision"),
-		Scope: a.scope, Notify: a.Agents.Notify, Registrations: a.Agents.Registrations(), ReuseAllowed: a.reuseAllowed,
-	}, reg, prov)
-	if err != nil {
-		return err
-	}
-	a.Intake, err = intake.New(intake.Deps{
-		Store: a.Store, Queue: a.Queue, Clock: clk, Log: log.With("loop", "intake"),
-		Routing: a.routing, Finisher: a.Agents, GitHub: a.GitHub,
-	}, reg, withCancel(o.Intake, o.CancelRejected))
-	if err != nil {
-		return err
-	}
-	return nil
-}
-
-// newCloud builds the compute provider and wires its agents: simulated ones
-// in this process, or real ones over the agent API.
-func (a *App) newCloud() error {
-	o := a.opts
-	notify := notifiers{a.AgentAPI}
-	switch o.Cloud {
-	case "sim":
-		a.SimAgents = simagent.New(o.Clock, a.Agents, a.GitHub, withLog(o.Agent, o.Log))
-		a.Sim = sim.New(o.Clock, sim.Options{Latency: o.Latency, Lifecycle: a.SimAgents, Capacity: o.SimCapacity})
-		a.Cloud = a.Sim
-		notify = append(notify, a.SimAgents)
-	case "local":
-		env := map[string]string{
-			// "Shutting the machine down" is the agent exiting: never the host.
-			"BULLPEN_AGENT_SHUTDOWN_COMMAND": "true",
-		}
-		for k, v := range o.LocalAgentEnv {
-			env[k] = v
-		}
-		l, err := local.New(local.Options{Dir: o.LocalDir, Clock: o.Clock, Log: o.Log.With("loop", "local-cloud"), AgentEnv: env})
-		if err != nil {
-			return fmt.Errorf("local cloud: %w", err)
-		}
-		a.Local, a.Cloud = l, l
-	}
-	a.Agents.SetNotifier(notify)
-	return nil
-}
-
-// notifiers tells every agent transport that an instance has news.
-type notifiers []domain.AssignmentNotifier
-
-func (ns notifiers) Assigned(cloudID string) {
-	for _, n := range ns {
-		n.Assigned(cloudID)
-	}
-}
-
-func withLog(o simagent.Options, log *slog.Logger) simagent.Options {
-	if o.Log == nil {
-		o.Log = log.With("loop", "simagent")
-	}
-	return o
-}
-
-func withCancel(o intake.Options, cancel bool) intake.Options {
-	o.CancelRejected = o.CancelRejected || cancel
-	return o
-}
-
-// Config returns the configuration in force.
-func (a *App) Config() *config.Config { return a.cfg.Load() }
-
-// SetConfig replaces the configuration; loops see it on their next cycle.
-func (a *App) SetConfig(c *config.Config) { a.cfg.Store(c) }
-
-func (a *App) pools() []domain.Pool { return a.Config().PoolsFor(a.opts.Environment) }
-
-func (a *App) poolSpecs() []converger.PoolSpec {
-	cfg := a.Config()
-	var out []converger.PoolSpec
-	for _, p := range cfg.PoolsFor(a.opts.Environment) {
-		r, ok := cfg.Runner(p.Runner)
-		if !ok {
-			continue // config validation makes this impossible
-		}
-		out = append(out, converger.PoolSpec{Pool: p, Runner: r})
-	}
-	return out
-}
-
-func (a *App) poolInfos() []api.PoolInfo {
-	var out []api.PoolInfo
-	for _, p := range a.pools() {
-		out = append(out, api.PoolInfo{Name: p.Name, Environment: p.Environment, Runner: p.Runner, Timezone: p.Timezone})
-	}
-	return out
-}
-
-func (a *App) routing() intake.Routing {
-	cfg := a.Config()
-	r := intake.Routing{Environment: a.opts.Environment, Pools: map[string]domain.Pool{}, Runners: cfg.Runners}
-	for _, p := range cfg.PoolsFor(a.opts.Environment) {
-		r.Pools[p.Name] = p
-	}
-	if d, ok := cfg.Runner("default"); ok {
-		r.Default = d
-	}
-	return r
-}
-
-// reuseAllowed: a job of a pool that does not reuse instances gets a fresh
-// machine; other jobs may take an idle reused one.
-func (a *App) reuseAllowed(j domain.Job) bool {
-	p, ok := a.Config().Pool(j.Pool)
-	return !ok || p.Reuse
-}
-
-// policy is an instance's after-job policy: its pool's settings.
-func (a *App) policy(in domain.Instance) agents.Policy {
-	p, ok := a.Config().Pool(in.Pool)
-	if !ok {
-		return agents.Policy{}
-	}
-	return agents.Policy{Reuse: p.Reuse, MaxJobs: p.MaxJobsPerInstance, MaxAge: p.MaxAge, IdleLifetime: p.HotIdleLifetime}
-}
-
-func (a *App) scope(j domain.Job) domain.Scope {
-	owner, repo, _ := strings.Cut(j.Repo, "/")
-	if a.opts.RunnerScope == "org" {
-		return domain.Scope{Owner: owner}
-	}
-	return domain.Scope{Owner: owner, Repo: repo}
-}
-
-// demand is what a pool's autoscaler follows: the jobs routed to the pool
-// that are queued or in progress.
-func (a *App) demand(ctx context.Context, pool string) (int, error) {
-	list, err := a.Store.ListJobs(ctx, domain.JobFilter{Pool: pool,
-		Statuses: []domain.JobStatus{domain.JobQueued, domain.JobAssigned, domain.JobRunning}})
-	return len(list), err
-}
-
-// scopes are where the reaper looks for queued jobs and dead runners: the
-// repositories (or organisations) of the jobs seen lately.
-func (a *App) scopes(ctx context.Context) []domain.Scope {
-	recent, err := a.Store.ListJobs(ctx, domain.JobFilter{Limit: 1000, Newest: true})
-	if err != nil {
-		a.opts.Log.Warn("list recent jobs for reconciliation", "err", err)
-		return nil
-	}
-	seen := map[domain.Scope]bool{}
-	var out []domain.Scope
-	for _, j := range recent {
-		s := a.scope(j)
-		if s.Owner != "" && !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-func (a *App) specHash(pool string) string {
-	a.specMu.RLock()
-	defer a.specMu.RUnlock()
-	return a.specHashs[pool]
-}
-
-func (a *App) noteSpecHashes(r converger.Report) {
-	a.specMu.Lock()
-	defer a.specMu.Unlock()
-	for _, p := range r.Pools {
-		if p.SpecHash != "" {
-			a.specHashs[p.Pool] = p.SpecHash
-		}
-	}
-}
-
-// Close releases the machines (a local cloud stops every agent process)
-// and the store. Call it after Run has returned.
+// Close releases what New opened, last first: the machines (a local cloud
+// stops every agent process, a simulated one its agents), then the store.
+// Call it after Run has returned.
 func (a *App) Close() error {
-	if a.Sim != nil {
-		a.Sim.Close()
+	var errs []error
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		errs = append(errs, a.closers[i]())
 	}
-	if a.Local != nil {
-		if err := a.Local.Close(); err != nil {
-			a.opts.Log.Warn("stop local machines", "err", err)
-		}
-	}
-	if a.Store != nil {
-		return a.Store.Close()
-	}
-	return nil
+	a.closers = nil
+	return errors.Join(errs...)
 }
 
 // Registry is where every loop's metrics are registered.

@@ -3,18 +3,16 @@ package app
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/converger"
+	"github.com/bullpen-ci/bullpen/internal/loop"
 )
 
 // Handler is the control plane's HTTP surface.
@@ -24,46 +22,56 @@ func (a *App) Handler() http.Handler {
 	mux.Handle("/api/v1/", a.API.Handler())
 	mux.Handle("/agent/v1/", a.AgentAPI)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if _, err := a.Store.ListPoolStatus(r.Context()); err != nil {
-			http.Error(w, "store unavailable", http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ok\n"))
-	})
+	mux.HandleFunc("GET /healthz", a.health)
 	return mux
 }
 
-// Run runs every loop until ctx ends, then waits for each to return.
+// health answers 200 when the store answers and no loop keeps failing, 503
+// otherwise, with each loop's status.
+func (a *App) health(w http.ResponseWriter, r *http.Request) {
+	status, store := http.StatusOK, "ok"
+	if _, err := a.Store.ListPoolStatus(r.Context()); err != nil {
+		status, store = http.StatusServiceUnavailable, "unavailable"
+	}
+	if !a.Loops.Healthy() {
+		status = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(struct {
+		Store string        `json:"store"`
+		Loops []loop.Status `json:"loops"`
+	}{store, a.Loops.Statuses()})
+}
+
+// Run runs every loop until ctx ends, then waits for each to finish what it
+// holds. Its error says what a loop could not carry out (a panic, a last
+// flush that failed); failing steps are retried, logged and reported by
+// the health endpoint instead.
 func (a *App) Run(ctx context.Context) error {
 	reports := make(chan converger.Report)
-	loops := append(a.jobPath(), a.Reconciler.Run, func(ctx context.Context) error { return a.Converger.Run(ctx, reports) },
-		func(ctx context.Context) error {
-			for {
-				select {
-				case r := <-reports:
-					a.noteSpecHashes(r)
-					if a.opts.OnCycle != nil {
-						a.opts.OnCycle(r)
-					}
-				case <-ctx.Done():
-					return nil
-				}
+	loops := append(a.jobPath(), a.Reconciler.Loop(), a.Converger.Loop(reports), loop.Loop{Name: "reports",
+		Step: func(ctx context.Context) error {
+			select {
+			case r := <-reports:
+				a.NoteCycle(r)
+			case <-ctx.Done():
 			}
-		})
+			return nil
+		}})
 	if a.opts.ConfigPath != "" {
-		loops = append(loops, a.watchConfig)
+		loops = append(loops, a.configLoop())
 	}
-	return a.run(ctx, loops)
+	return a.Loops.Run(ctx, loops...)
 }
 
 // RunJobPath runs only the loops that serve jobs (intake, pool dispatch,
-// provisioning, terminator): pools keep what they hold. The benchmark uses
-// it so that its figures are the job path's alone.
-func (a *App) RunJobPath(ctx context.Context) error { return a.run(ctx, a.jobPath()) }
+// provisioning, terminator, heartbeats): pools keep what they hold. The
+// benchmark uses it so that its figures are the job path's alone.
+func (a *App) RunJobPath(ctx context.Context) error { return a.Loops.Run(ctx, a.jobPath()...) }
 
-// NoteCycle records what a converger cycle run outside Run found (the demo's
-// step driver runs cycles itself).
+// NoteCycle records what a converger cycle found (the demo's step driver
+// runs cycles itself).
 func (a *App) NoteCycle(r converger.Report) {
 	a.noteSpecHashes(r)
 	if a.opts.OnCycle != nil {
@@ -71,68 +79,30 @@ func (a *App) NoteCycle(r converger.Report) {
 	}
 }
 
-func (a *App) jobPath() []func(context.Context) error {
-	return []func(context.Context) error{a.Intake.Run, a.Dispatcher.Run, a.Provisioner.Run, a.Terminator.Run, a.Agents.Run}
+func (a *App) jobPath() []loop.Loop {
+	return []loop.Loop{a.Intake.Loop(), a.Dispatcher.Loop(), a.Provisioner.Loop(), a.Terminator.Loop(), a.Agents.Loop()}
 }
 
-func (a *App) run(ctx context.Context, loops []func(context.Context) error) error {
-	var wg sync.WaitGroup
-	for _, loop := range loops {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := loop(ctx); err != nil {
-				a.opts.Log.Error("loop stopped", "err", err)
-			}
-		}()
-	}
-	wg.Wait()
-	return nil
-}
-
-// watchConfig re-reads the configuration file; a file that does not
-// validate is reported and the configuration in force is kept.
-func (a *App) watchConfig(ctx context.Context) error {
+// configLoop re-reads the configuration file every ConfigInterval; a file
+// that does not validate is reported and the configuration in force kept.
+func (a *App) configLoop() loop.Loop {
 	last, _ := os.ReadFile(a.opts.ConfigPath)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-a.opts.Clock.After(a.opts.ConfigInterval):
-		}
+	return loop.Loop{Name: "config", Every: a.opts.ConfigInterval, Step: func(context.Context) error {
 		data, err := os.ReadFile(a.opts.ConfigPath)
 		if err != nil {
-			a.opts.Log.Error("configuration unreadable; keeping the one in force", "path", a.opts.ConfigPath, "err", err)
-			continue
+			return fmt.Errorf("configuration %s unreadable; keeping the one in force: %w", a.opts.ConfigPath, err)
 		}
 		if bytes.Equal(data, last) {
-			continue
+			return nil
 		}
+		last = data
 		cfg, err := config.Parse(a.opts.ConfigPath, data)
 		if err != nil {
 			a.opts.Log.Error("configuration invalid; keeping the one in force", "path", a.opts.ConfigPath, "problems", err.Error())
-			last = data
-			continue
+			return nil // a human must fix the file: retrying the same bytes cannot help
 		}
-		last = data
 		a.SetConfig(cfg)
 		a.opts.Log.Info("configuration reloaded", "path", a.opts.ConfigPath, "pools", len(cfg.PoolsFor(a.opts.Environment)))
-	}
-}
-
-// deliverSimulated posts a webhook of the simulated GitHub to the webhook
-// handler, signed as GitHub signs, so simulated jobs take the real path.
-func (a *App) deliverSimulated(event, deliveryID string, payload []byte) {
-	mac := hmac.New(sha256.New, []byte(a.opts.WebhookSecret))
-	mac.Write(payload)
-	req := httptest.NewRequest(http.MethodPost, "/webhook", bytes.NewReader(payload))
-	req.Header.Set("X-GitHub-Event", event)
-	req.Header.Set("X-GitHub-Delivery", deliveryID)
-	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
-	req.Header.Set("Content-Type", "application/json")
-	rec := httptest.NewRecorder()
-	a.Webhook.ServeHTTP(rec, req)
-	if rec.Code >= 300 {
-		a.opts.Log.Warn("simulated delivery refused", "delivery", deliveryID, "status", rec.Code, "body", rec.Body.String())
-	}
+		return nil
+	}}
 }

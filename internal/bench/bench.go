@@ -193,7 +193,7 @@ func (w *world) fillPool(ctx context.Context, n int, timeout time.Duration) erro
 
 // burst posts n signed queued webhooks and waits until every job is assigned.
 func (w *world) burst(ctx context.Context, labelFmt string, first int64, n int, timeout time.Duration) (Scenario, error) {
-	w.a.Sim.ResetCalls()
+	w.a.Sim.Cloud.ResetCalls()
 	startedBefore, detachedBefore := counter(w.a, "bullpen_pool_instances_started_total"), counter(w.a, "bullpen_pool_instances_detached_total")
 	h := w.a.Handler()
 	begin := time.Now()
@@ -226,7 +226,7 @@ func (w *world) burst(ctx context.Context, labelFmt string, first int64, n int, 
 	s.WebhookSeconds = posted.Seconds()
 	s.InstancesStarted = int(counter(w.a, "bullpen_pool_instances_started_total") - startedBefore)
 	s.InstancesDetached = int(counter(w.a, "bullpen_pool_instances_detached_total") - detachedBefore)
-	calls := w.a.Sim.Calls()
+	calls := w.a.Sim.Cloud.Calls()
 	s.APICalls = map[string]int{}
 	for _, op := range ec2Ops {
 		s.APICalls[op] = calls[op]

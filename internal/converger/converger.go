@@ -16,6 +16,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/launch"
+	"github.com/bullpen-ci/bullpen/internal/loop"
 	"github.com/bullpen-ci/bullpen/internal/rebalance"
 	"github.com/bullpen-ci/bullpen/internal/schedule"
 )
@@ -140,26 +141,19 @@ type Report struct {
 	Pools   []PoolReport
 }
 
-// Run converges every interval until ctx ends; reports (if non-nil) receives
-// each cycle's report and must be drained.
-func (c *Converger) Run(ctx context.Context, reports chan<- Report) error {
-	for {
+// Loop converges every interval; reports (if non-nil) receives each
+// cycle's report and must be drained.
+func (c *Converger) Loop(reports chan<- Report) loop.Loop {
+	return loop.Loop{Name: "converger", Every: c.opts.Interval, Step: func(ctx context.Context) error {
 		r, err := c.Cycle(ctx)
-		if err != nil && ctx.Err() == nil {
-			c.log.Warn("converger cycle failed", "err", err)
-		}
 		if reports != nil && err == nil {
 			select {
 			case reports <- r:
 			case <-ctx.Done():
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-c.clock.After(c.opts.Interval):
-		}
-	}
+		return err
+	}}
 }
 
 // Cycle runs one convergence pass over every pool.

@@ -160,7 +160,7 @@ func newWorld(ctx context.Context, o Options, clk domain.Clock, stepped bool) (*
 		return nil, fmt.Errorf("demo: %w", err)
 	}
 	w.a = a
-	w.gen = ghsim.NewGenerator(a.GitHub, clk, ghsim.GeneratorOptions{
+	w.gen = ghsim.NewGenerator(a.Sim.GitHub, clk, ghsim.GeneratorOptions{
 		Seed: o.Seed, PerMinute: o.JobsPerMinute, Mix: o.Mix, MinDuration: time.Minute, MaxDuration: 3 * time.Minute,
 	})
 	return w, nil
@@ -224,7 +224,7 @@ func (w *world) roll(lines io.Writer) {
 		r, _ := cfg.Runner(p.Runner)
 		if img := r.Image; img != "" && !seen[img] {
 			seen[img] = true
-			w.a.Sim.PublishImage(img)
+			w.a.Sim.Cloud.PublishImage(img)
 			if lines != nil {
 				fmt.Fprintf(lines, "        ⟳ new image published for %s: pools using it roll to a new spec\n", img)
 			}
@@ -261,7 +261,7 @@ func (w *world) result(ctx context.Context, res Result, last converger.Report, e
 		return res, err
 	}
 	res.Virtual = elapsed.Round(time.Second).String()
-	res.CloudCalls = w.a.Sim.Calls()
+	res.CloudCalls = w.a.Sim.Cloud.Calls()
 	return res, nil
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/loop"
 	"github.com/bullpen-ci/bullpen/internal/serving"
 )
 
@@ -106,22 +107,18 @@ func New(d Deps, reg prometheus.Registerer, opts Options) (*Dispatcher, error) {
 	}}, nil
 }
 
-// Run serves the queue until ctx ends. A batch already received is carried
-// through to the end, so a shutdown leaves nothing half-claimed.
-func (d *Dispatcher) Run(ctx context.Context) error {
-	for ctx.Err() == nil {
+// Loop serves the queue, a batch a step. A batch already received is
+// carried through to the end, so a shutdown leaves nothing half-claimed.
+func (d *Dispatcher) Loop() loop.Loop {
+	return loop.Loop{Name: "dispatch", Step: func(ctx context.Context) error {
 		res, err := d.Step(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			d.Log.Warn("pool dispatch failed", "err", err)
-			d.sleep(ctx, time.Second)
-		case err == nil && res.Received == 0 && d.opts.Wait < 0:
+		if err == nil && res.Received == 0 && d.opts.Wait < 0 {
 			// No long poll to wait in: without a pause an empty queue
 			// would be received from in a tight loop.
 			d.sleep(ctx, idlePoll)
 		}
-	}
-	return nil
+		return err
+	}}
 }
 
 // idlePoll is how long Run waits after an empty receive when it does not

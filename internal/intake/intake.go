@@ -11,6 +11,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/loop"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
@@ -80,18 +81,13 @@ func New(d Deps, reg prometheus.Registerer, o Options) (*Intake, error) {
 	return &Intake{Deps: d, opts: o, metrics: m}, nil
 }
 
-// Run consumes the inbox until ctx ends, finishing the batch in hand.
-func (in *Intake) Run(ctx context.Context) error {
-	for ctx.Err() == nil {
-		if _, err := in.Step(ctx); err != nil && ctx.Err() == nil {
-			in.Log.Warn("intake step failed", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-in.Clock.After(time.Second):
-			}
-		}
-	}
-	return nil
+// Loop consumes the inbox, a batch a step (each long-polls the queue and
+// finishes the batch in hand).
+func (in *Intake) Loop() loop.Loop {
+	return loop.Loop{Name: "intake", Step: func(ctx context.Context) error {
+		_, err := in.Step(ctx)
+		return err
+	}}
 }
 
 // event is one decoded delivery of a batch.

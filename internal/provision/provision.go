@@ -38,6 +38,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/launch"
+	"github.com/bullpen-ci/bullpen/internal/loop"
 	"github.com/bullpen-ci/bullpen/internal/serving"
 )
 
@@ -217,48 +218,46 @@ func (p *Provisioner) pickupFor(class string) *pickup {
 // long-poll (Options.Wait negative), so that it never spins.
 const idlePoll = time.Second
 
-// Run serves the launch queue until ctx ends, at most Options.Batches
-// received batches at once; jobs already received are provisioned to the
-// end.
-func (p *Provisioner) Run(ctx context.Context) error {
+// Loop serves the launch queue, at most Options.Batches received batches at
+// once: a step waits for a free slot, receives a batch and provisions it in
+// the background. When the loop ends, the batches in hand are provisioned to
+// the end.
+func (p *Provisioner) Loop() loop.Loop {
 	var wg sync.WaitGroup
-	defer wg.Wait()
 	slots := make(chan struct{}, p.opts.Batches)
-	for ctx.Err() == nil {
+	return loop.Loop{Name: "provision", Step: func(ctx context.Context) error {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
-			continue
+			return nil
 		}
-		msgs := p.receive(ctx)
+		msgs, err := p.receive(ctx)
 		if len(msgs) == 0 {
 			<-slots
-			continue
+			return err
 		}
-		wg.Add(1)
-		go func() {
-			defer func() { <-slots; wg.Done() }()
+		wg.Go(func() {
+			defer func() { <-slots }()
 			p.Serve(context.WithoutCancel(ctx), msgs)
-		}()
-	}
-	return nil
+		})
+		return nil
+	}, Final: func(context.Context) error { wg.Wait(); return nil }}
 }
 
-// receive takes the next batch from the launch queue. After a failure, or
-// an empty receive without a long poll, it pauses so that Run never spins.
-func (p *Provisioner) receive(ctx context.Context) []domain.Message {
+// receive takes the next batch from the launch queue. After an empty
+// receive without a long poll, it pauses so that the loop never spins.
+func (p *Provisioner) receive(ctx context.Context) ([]domain.Message, error) {
 	msgs, err := p.Queue.Receive(ctx, domain.QueueLaunch, p.opts.BatchMax, p.opts.Visibility, max(p.opts.Wait, 0))
-	switch {
-	case err != nil && ctx.Err() == nil:
-		p.Log.Warn("launch queue receive failed", "err", err)
-		p.sleep(ctx, time.Second)
-	case err == nil && len(msgs) == 0 && p.opts.Wait < 0:
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("receive from the launch queue: %w", err)
+	}
+	if len(msgs) == 0 && p.opts.Wait < 0 {
 		p.sleep(ctx, idlePoll)
 	}
-	if err != nil {
-		return nil
-	}
-	return msgs
+	return msgs, nil
 }
 
 // after returns a channel closed once d has passed on the clock, and a

@@ -2,7 +2,6 @@ package reaper
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/loop"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
@@ -95,18 +95,12 @@ type Report struct {
 	Orphans, Gone, Silent, DeadRunners, Recovered, Requeued, Resent, JobsDeleted, RowsDeleted int
 }
 
-// Run reconciles every Interval until ctx ends.
-func (r *Reconciler) Run(ctx context.Context) error {
-	for {
-		if _, err := r.Cycle(ctx); err != nil && ctx.Err() == nil {
-			r.Log.Warn("reconcile cycle", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.Clock.After(r.Interval):
-		}
-	}
+// Loop reconciles every Interval.
+func (r *Reconciler) Loop() loop.Loop {
+	return loop.Loop{Name: "reaper", Every: r.Interval, Step: func(ctx context.Context) error {
+		_, err := r.Cycle(ctx)
+		return err
+	}}
 }
 
 // Cycle runs every reconciliation once; a step that fails does not stop the
@@ -362,29 +356,13 @@ func (r *Reconciler) serving(ctx context.Context, j domain.Job) bool {
 // admit puts a synthetic queued delivery in the inbox, so that the intake
 // routes the job as it routes every other.
 func (r *Reconciler) admit(ctx context.Context, gj domain.GitHubJob) error {
-	created := gj.CreatedAt
-	if created.IsZero() {
-		created = r.Clock.Now()
-	}
-	payload, err := json.Marshal(map[string]any{
-		"action": "queued",
-		"workflow_job": map[string]any{
-			"id": gj.ID, "run_id": gj.RunID, "run_attempt": max(gj.RunAttempt, 1), "name": gj.Name,
-			"workflow_name": gj.Workflow, "labels": gj.Labels, "status": "queued",
-			"created_at": created.UTC().Format(time.RFC3339),
-		},
-		"repository": map[string]any{"full_name": gj.Repo},
-	})
+	now := r.Clock.Now()
+	payload, err := webhook.QueuedPayload(gj, now)
 	if err != nil {
-		return err
-	}
-	id := fmt.Sprintf("reconcile-%d", gj.ID)
-	body, err := webhook.EncodeDelivery(webhook.Delivery{ID: id, Event: "workflow_job", ReceivedAt: r.Clock.Now(), Payload: payload})
-	if err != nil {
-		return err
+		return fmt.Errorf("admit job %d: %w", gj.ID, err)
 	}
 	r.Log.Info("queued job without a webhook; admitting it", "job", gj.ID, "repo", gj.Repo)
-	return r.Queue.Send(ctx, domain.QueueInbox, []domain.SendRequest{{Body: body, DedupID: id}})
+	return webhook.Enqueue(ctx, r.Queue, now, fmt.Sprintf("reconcile-%d", gj.ID), payload)
 }
 
 // retention deletes old final jobs and old terminated rows.

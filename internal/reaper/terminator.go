@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/loop"
 )
 
 // Terminator terminates the machines of rows marked terminating.
@@ -28,25 +29,21 @@ type Terminator struct {
 	Deadlines domain.Deadlines
 }
 
-// Run terminates every interval until ctx ends.
-func (t *Terminator) Run(ctx context.Context) error {
+// Loop marks what is past its deadline and terminates what is marked, every
+// Interval (default 5 s).
+func (t *Terminator) Loop() loop.Loop {
 	every := t.Interval
 	if every <= 0 {
 		every = 5 * time.Second
 	}
-	for {
-		if _, err := t.Expire(ctx); err != nil && ctx.Err() == nil {
-			t.log().Warn("deadline sweep failed", "err", err)
+	return loop.Loop{Name: "terminator", Every: every, Step: func(ctx context.Context) error {
+		_, err := t.Expire(ctx)
+		if err != nil {
+			err = fmt.Errorf("deadline sweep: %w", err)
 		}
-		if n, err := t.Sweep(ctx); err != nil && ctx.Err() == nil {
-			t.log().Warn("terminator sweep failed", "err", err, "terminated", n)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.Clock.After(every):
-		}
-	}
+		_, serr := t.Sweep(ctx)
+		return errors.Join(err, serr)
+	}}
 }
 
 // Sweep terminates what is marked now and reports how many rows it closed.

@@ -12,6 +12,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/loop"
 	"github.com/bullpen-ci/bullpen/internal/reaper"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
@@ -200,7 +201,7 @@ func TestRunSweepsEveryInterval(t *testing.T) {
 	f.term.Interval = time.Minute
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)
-	go func() { done <- f.term.Run(ctx) }()
+	go func() { done <- loop.Run(ctx, f.clk, nil, f.term.Loop()) }()
 	f.clk.BlockUntil(1) // the first sweep is over; the loop waits
 	rows := f.machines(2, domain.StateTerminating)
 	f.clk.Advance(time.Minute - time.Second)

@@ -54,13 +54,14 @@ func New(t testing.TB) *ControlPlane {
 	t.Cleanup(func() { st.Close() })
 	c.Store, c.Queue = st, st.Queue(sqlite.QueueOptions{})
 	log := slog.New(slog.NewTextHandler(c.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c.Service, err = agents.New(st, c.Queue, c.Clock, log, nil, agents.Options{Policy: c.currentPolicy})
+	notices := &agents.Notices{}
+	c.Service, err = agents.New(st, c.Queue, c.Clock, log, nil, agents.Options{Policy: c.currentPolicy, Notices: notices})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Calls = &Recorder{api: c.Service, changed: make(chan struct{})}
 	c.Server = agentapi.New(st, c.Calls, c.Clock, log, nil)
-	c.Service.SetNotifier(c.Server)
+	notices.Subscribe(c.Server)
 	return c
 }
 

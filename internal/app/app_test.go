@@ -1,0 +1,98 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/app"
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/loop"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
+)
+
+const example = `
+runners:
+  small:
+    image: ubuntu-24.04
+    cpu: 2
+    ram: 4
+pools:
+  linux:
+    runner: small
+    schedule:
+      - name: default
+        hot: 1
+`
+
+func newApp(t *testing.T, o app.Options) *app.App {
+	t.Helper()
+	cfg, err := config.Parse("runs-on.yml", []byte(example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Config, o.StorePath, o.WebhookSecret, o.AdminToken = cfg, sqlitetest.Path(t), "secret", "token"
+	o.Clock, o.Log = clock.NewVirtual(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)), slog.New(slog.DiscardHandler)
+	a, err := app.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+// The embedded default builds the whole simulation profile: a simulated
+// GitHub, cloud and agents.
+func TestTheEmbeddedDefaultIsTheSimulationProfile(t *testing.T) {
+	a := newApp(t, app.Options{})
+	if a.Sim.GitHub == nil || a.Sim.Cloud == nil || a.Sim.Agents == nil {
+		t.Fatalf("simulation profile %+v, want GitHub, cloud and agents", a.Sim)
+	}
+	if a.GitHub == nil || a.Cloud == nil || a.Store == nil || a.Queue == nil {
+		t.Fatal("a port has no adapter")
+	}
+}
+
+func TestUnknownProvidersAreRefusedByName(t *testing.T) {
+	for _, o := range []app.Options{{Cloud: "ec3"}, {GitHub: "gitlab"}} {
+		cfg, _ := config.Parse("runs-on.yml", []byte(example))
+		o.Config, o.StorePath, o.WebhookSecret, o.AdminToken = cfg, sqlitetest.Path(t), "s", "t"
+		o.Clock = clock.NewVirtual(time.Now())
+		if _, err := app.New(context.Background(), o); err == nil {
+			t.Fatalf("options %+v accepted", o)
+		}
+	}
+}
+
+// /healthz answers with every loop's status.
+func TestHealthReportsTheLoops(t *testing.T) {
+	a := newApp(t, app.Options{})
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error)
+	started := make(chan struct{})
+	probe := loop.Loop{Name: "probe", Step: func(ctx context.Context) error {
+		close(started)
+		<-ctx.Done()
+		return nil
+	}}
+	go func() { done <- a.Loops.Run(ctx, probe) }()
+	defer func() { stop(); <-done }()
+	<-started
+	rec := httptest.NewRecorder()
+	a.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	var body struct {
+		Store string        `json:"store"`
+		Loops []loop.Status `json:"loops"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("status %d body %s (%v)", rec.Code, rec.Body, err)
+	}
+	if body.Store != "ok" || len(body.Loops) != 1 || body.Loops[0].Name != "probe" || !body.Loops[0].Healthy {
+		t.Fatalf("health %+v", body)
+	}
+}

@@ -1,0 +1,124 @@
+package app
+
+import (
+	"context"
+	"strings"
+
+	"github.com/bullpen-ci/bullpen/internal/agents"
+	"github.com/bullpen-ci/bullpen/internal/api"
+	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/converger"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/intake"
+)
+
+// The configuration in force, and what each loop reads of it.
+
+// Config returns the configuration in force.
+func (a *App) Config() *config.Config { return a.cfg.Load() }
+
+// SetConfig replaces the configuration; loops see it on their next cycle.
+func (a *App) SetConfig(c *config.Config) { a.cfg.Store(c) }
+
+func (a *App) pools() []domain.Pool { return a.Config().PoolsFor(a.opts.Environment) }
+
+func (a *App) poolSpecs() []converger.PoolSpec {
+	cfg := a.Config()
+	var out []converger.PoolSpec
+	for _, p := range cfg.PoolsFor(a.opts.Environment) {
+		r, ok := cfg.Runner(p.Runner)
+		if !ok {
+			continue // config validation makes this impossible
+		}
+		out = append(out, converger.PoolSpec{Pool: p, Runner: r})
+	}
+	return out
+}
+
+func (a *App) poolInfos() []api.PoolInfo {
+	var out []api.PoolInfo
+	for _, p := range a.pools() {
+		out = append(out, api.PoolInfo{Name: p.Name, Environment: p.Environment, Runner: p.Runner, Timezone: p.Timezone})
+	}
+	return out
+}
+
+func (a *App) routing() intake.Routing {
+	cfg := a.Config()
+	r := intake.Routing{Environment: a.opts.Environment, Pools: map[string]domain.Pool{}, Runners: cfg.Runners}
+	for _, p := range cfg.PoolsFor(a.opts.Environment) {
+		r.Pools[p.Name] = p
+	}
+	if d, ok := cfg.Runner("default"); ok {
+		r.Default = d
+	}
+	return r
+}
+
+// reuseAllowed: a job of a pool that does not reuse instances gets a fresh
+// machine; other jobs may take an idle reused one.
+func (a *App) reuseAllowed(j domain.Job) bool {
+	p, ok := a.Config().Pool(j.Pool)
+	return !ok || p.Reuse
+}
+
+// policy is an instance's after-job policy: its pool's settings.
+func (a *App) policy(in domain.Instance) agents.Policy {
+	p, ok := a.Config().Pool(in.Pool)
+	if !ok {
+		return agents.Policy{}
+	}
+	return agents.Policy{Reuse: p.Reuse, MaxJobs: p.MaxJobsPerInstance, MaxAge: p.MaxAge, IdleLifetime: p.HotIdleLifetime}
+}
+
+func (a *App) scope(j domain.Job) domain.Scope {
+	owner, repo, _ := strings.Cut(j.Repo, "/")
+	if a.opts.RunnerScope == "org" {
+		return domain.Scope{Owner: owner}
+	}
+	return domain.Scope{Owner: owner, Repo: repo}
+}
+
+// demand is what a pool's autoscaler follows: the jobs routed to the pool
+// that are queued or in progress.
+func (a *App) demand(ctx context.Context, pool string) (int, error) {
+	list, err := a.Store.ListJobs(ctx, domain.JobFilter{Pool: pool,
+		Statuses: []domain.JobStatus{domain.JobQueued, domain.JobAssigned, domain.JobRunning}})
+	return len(list), err
+}
+
+// scopes are where the reaper looks for queued jobs and dead runners: the
+// repositories (or organisations) of the jobs seen lately.
+func (a *App) scopes(ctx context.Context) []domain.Scope {
+	recent, err := a.Store.ListJobs(ctx, domain.JobFilter{Limit: 1000, Newest: true})
+	if err != nil {
+		a.opts.Log.Warn("list recent jobs for reconciliation", "err", err)
+		return nil
+	}
+	seen := map[domain.Scope]bool{}
+	var out []domain.Scope
+	for _, j := range recent {
+		s := a.scope(j)
+		if s.Owner != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (a *App) specHash(pool string) string {
+	a.specMu.RLock()
+	defer a.specMu.RUnlock()
+	return a.specHashs[pool]
+}
+
+func (a *App) noteSpecHashes(r converger.Report) {
+	a.specMu.Lock()
+	defer a.specMu.Unlock()
+	for _, p := range r.Pools {
+		if p.SpecHash != "" {
+			a.specHashs[p.Pool] = p.SpecHash
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/bullpen-ci/bullpen/internal/cloud/local"
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
+	"github.com/bullpen-ci/bullpen/internal/simagent"
+	"github.com/bullpen-ci/bullpen/internal/webhook"
+)
+
+// Simulation is the embedded default's profile: a GitHub, a cloud and the
+// agents of its machines simulated in this process. Each is nil when the
+// options chose a real one.
+type Simulation struct {
+	GitHub *ghsim.GitHub   // with --github sim
+	Cloud  *sim.Cloud      // with --cloud sim
+	Agents *simagent.Fleet // the simulated machines' agents
+}
+
+// newGitHub builds the GitHub the options chose. The simulated one's
+// deliveries go straight to the inbox, as a verified webhook would.
+func (a *App) newGitHub() error {
+	switch a.opts.GitHub {
+	case "sim":
+		a.Sim.GitHub = ghsim.New(a.opts.Clock, ghsim.Options{Deliver: a.deliverSimulated})
+		a.GitHub = a.Sim.GitHub
+		return nil
+	}
+	return errNoProvider("github", a.opts.GitHub)
+}
+
+// deliverSimulated puts a delivery of the simulated GitHub in the inbox.
+func (a *App) deliverSimulated(_, deliveryID string, payload []byte) {
+	err := webhook.Enqueue(context.Background(), a.Queue, a.opts.Clock.Now(), deliveryID, payload)
+	if err != nil {
+		a.opts.Log.Warn("simulated delivery refused", "delivery", deliveryID, "err", err)
+	}
+}
+
+// newCloud builds the compute provider the options chose, and the agents of
+// simulated machines.
+func (a *App) newCloud() error {
+	o := a.opts
+	switch o.Cloud {
+	case "sim":
+		if a.Sim.GitHub == nil {
+			return fmt.Errorf("app: the simulated cloud's agents run their jobs on the simulated GitHub (--github sim)")
+		}
+		agentOpts := o.Agent
+		if agentOpts.Log == nil {
+			agentOpts.Log = o.Log.With("loop", "simagent")
+		}
+		a.Sim.Agents = simagent.New(o.Clock, a.Agents, a.Sim.GitHub, agentOpts)
+		a.Notices.Subscribe(a.Sim.Agents)
+		a.Sim.Cloud = sim.New(o.Clock, sim.Options{Latency: o.Latency, Lifecycle: a.Sim.Agents, Capacity: o.SimCapacity})
+		a.Cloud = a.Sim.Cloud
+		a.closers = append(a.closers, func() error { a.Sim.Cloud.Close(); return nil })
+		return nil
+	case "local":
+		env := map[string]string{
+			// "Shutting the machine down" is the agent exiting: never the host.
+			"BULLPEN_AGENT_SHUTDOWN_COMMAND": "true",
+		}
+		for k, v := range o.LocalAgentEnv {
+			env[k] = v
+		}
+		l, err := local.New(local.Options{Dir: o.LocalDir, Clock: o.Clock, Log: o.Log.With("loop", "local-cloud"), AgentEnv: env})
+		if err != nil {
+			return fmt.Errorf("local cloud: %w", err)
+		}
+		a.Cloud = l
+		a.closers = append(a.closers, func() error {
+			if err := l.Close(); err != nil {
+				a.opts.Log.Warn("stop local machines", "err", err)
+			}
+			return nil
+		})
+		return nil
+	}
+	return errNoProvider("cloud", o.Cloud)
+}

@@ -1,0 +1,121 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/agentapi"
+	"github.com/bullpen-ci/bullpen/internal/agents"
+	"github.com/bullpen-ci/bullpen/internal/api"
+	"github.com/bullpen-ci/bullpen/internal/autoscale"
+	"github.com/bullpen-ci/bullpen/internal/converger"
+	"github.com/bullpen-ci/bullpen/internal/dispatch"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/intake"
+	"github.com/bullpen-ci/bullpen/internal/loop"
+	"github.com/bullpen-ci/bullpen/internal/provision"
+	"github.com/bullpen-ci/bullpen/internal/reaper"
+	"github.com/bullpen-ci/bullpen/internal/webhook"
+)
+
+// wire builds every part, each given its collaborators when it is built.
+func (a *App) wire() error {
+	o := a.opts
+	log, reg, clk := o.Log, o.Registry, o.Clock
+	var err error
+	if a.Loops, err = loop.NewRunner(clk, log.With("loop", "runner"), reg); err != nil {
+		return err
+	}
+	a.Agents, err = agents.New(a.Store, a.Queue, clk, log.With("loop", "agents"), reg, agents.Options{
+		Policy: a.policy, HeartbeatFlush: o.HeartbeatFlush, Deadlines: o.Deadlines, Notices: a.Notices})
+	if err != nil {
+		return err
+	}
+	a.AgentAPI = agentapi.New(a.Store, a.Agents, clk, log.With("loop", "agentapi"), reg)
+	a.Notices.Subscribe(a.AgentAPI)
+	if a.Webhook, err = webhook.New(o.WebhookSecret, a.Queue, clk, log.With("loop", "webhook"), reg); err != nil {
+		return err
+	}
+	if err := a.newGitHub(); err != nil {
+		return err
+	}
+	if err := a.newCloud(); err != nil {
+		return err
+	}
+	if err := a.wireConverger(); err != nil {
+		return err
+	}
+	if err := a.wireJobPath(); err != nil {
+		return err
+	}
+	return a.wireReaper()
+}
+
+func (a *App) wireConverger() error {
+	o := a.opts
+	conv := o.Converger
+	conv.ControllerID, conv.AgentURL = o.ControllerID, o.AgentURL
+	a.Scaler = &autoscale.PoolScaler{Demand: a.demand, Log: o.Log.With("loop", "autoscale")}
+	conv.Targeter = func(p domain.Pool, at time.Time) (string, domain.Target) {
+		entry, t := converger.ScheduleTarget(p, at)
+		return a.Scaler.Adjust(context.Background(), p, at, entry, t)
+	}
+	var err error
+	a.Converger, err = converger.New(a.Store, a.Cloud, o.Clock, a.poolSpecs, o.Log.With("loop", "converger"), o.Registry, conv)
+	return err
+}
+
+// wireJobPath builds the loops that serve jobs: intake, pool dispatch and
+// provisioning.
+func (a *App) wireJobPath() error {
+	o := a.opts
+	log, reg, clk := o.Log, o.Registry, o.Clock
+	var err error
+	a.Dispatcher, err = dispatch.New(dispatch.Deps{
+		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "dispatch"),
+		Scope: a.scope, SpecHash: a.specHash, Notify: a.Agents.Notify,
+	}, reg, o.Dispatch)
+	if err != nil {
+		return err
+	}
+	prov := o.Provision
+	prov.ControllerID, prov.AgentURL = o.ControllerID, o.AgentURL
+	a.Provisioner, err = provision.New(provision.Deps{
+		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "provision"),
+		Scope: a.scope, Notify: a.Agents.Notify, Registrations: a.Agents.Registrations(), ReuseAllowed: a.reuseAllowed,
+	}, reg, prov)
+	if err != nil {
+		return err
+	}
+	a.Intake, err = intake.New(intake.Deps{
+		Store: a.Store, Queue: a.Queue, Clock: clk, Log: log.With("loop", "intake"),
+		Routing: a.routing, Finisher: a.Agents, GitHub: a.GitHub,
+	}, reg, withCancel(o.Intake, o.CancelRejected))
+	return err
+}
+
+func (a *App) wireReaper() error {
+	o := a.opts
+	a.Terminator = &reaper.Terminator{Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, Clock: o.Clock,
+		Log: o.Log.With("loop", "terminator"), Interval: o.TerminateEvery, Deadlines: o.Deadlines}
+	rp := o.Reaper
+	rp.TerminatingAllowance = o.Deadlines.Terminating
+	a.Reconciler = &reaper.Reconciler{
+		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: o.Clock, Log: o.Log.With("loop", "reaper"),
+		ControllerID: o.ControllerID, Scopes: a.scopes, Options: rp,
+	}
+	if err := a.Reconciler.Init(o.Registry); err != nil {
+		return err
+	}
+	a.API = &api.Server{Store: a.Store, Token: o.AdminToken, Log: o.Log.With("loop", "api"), Pools: a.poolInfos}
+	return nil
+}
+
+func withCancel(o intake.Options, cancel bool) intake.Options {
+	o.CancelRejected = o.CancelRejected || cancel
+	return o
+}
+
+// errNoProvider is a choice the options validated but New cannot honour.
+func errNoProvider(kind, name string) error { return fmt.Errorf("app: no %s provider %q", kind, name) }

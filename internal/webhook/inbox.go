@@ -1,0 +1,67 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Enqueue puts a workflow_job delivery that needs no signature (one this
+// process made: the simulated GitHub's, or the reaper's for a job no webhook
+// announced) in the inbox exactly as the handler puts a verified one: it is
+// validated, and deduplicated by its delivery id. Other actions than the
+// handled ones are dropped, as the handler drops them.
+func Enqueue(ctx context.Context, q domain.Queue, receivedAt time.Time, deliveryID string, payload []byte) error {
+	if !validDeliveryID(deliveryID) {
+		return fmt.Errorf("delivery id %q: %w", clip(deliveryID), ErrInvalidDelivery)
+	}
+	if _, err := ParseWorkflowJob(payload); err != nil {
+		if errors.Is(err, ErrUnhandledAction) {
+			return nil
+		}
+		return fmt.Errorf("delivery %s: %w", deliveryID, err)
+	}
+	env := encodeDelivery(Delivery{ID: deliveryID, Event: EventWorkflowJob, ReceivedAt: receivedAt, Payload: payload})
+	return q.Send(ctx, domain.QueueInbox, []domain.SendRequest{{Body: env, DedupID: deliveryID}})
+}
+
+// QueuedPayload is the workflow_job payload GitHub would have sent when job
+// was queued: what the reaper admits for a job GitHub lists as queued but no
+// webhook announced. A job without its creation time is dated at now.
+func QueuedPayload(job domain.GitHubJob, now time.Time) ([]byte, error) {
+	created := job.CreatedAt
+	if created.IsZero() {
+		created = now
+	}
+	type wireRepo struct {
+		FullName string `json:"full_name"`
+	}
+	type queuedJob struct {
+		ID           int64    `json:"id"`
+		RunID        int64    `json:"run_id"`
+		RunAttempt   int      `json:"run_attempt"`
+		Name         string   `json:"name"`
+		WorkflowName string   `json:"workflow_name"`
+		Status       string   `json:"status"`
+		Labels       []string `json:"labels"`
+		CreatedAt    string   `json:"created_at"`
+	}
+	labels := job.Labels
+	if labels == nil {
+		labels = []string{}
+	}
+	return json.Marshal(struct {
+		Action      string    `json:"action"`
+		WorkflowJob queuedJob `json:"workflow_job"`
+		Repository  wireRepo  `json:"repository"`
+	}{
+		Action: ActionQueued,
+		WorkflowJob: queuedJob{ID: job.ID, RunID: job.RunID, RunAttempt: max(job.RunAttempt, 1), Name: job.Name,
+			WorkflowName: job.Workflow, Status: ActionQueued, Labels: labels, CreatedAt: created.UTC().Format(time.RFC3339)},
+		Repository: wireRepo{FullName: job.Repo},
+	})
+}
