@@ -233,3 +233,18 @@ func ApplyTransition(cur Instance, g Guard, now time.Time, fn func(*Instance)) (
 	}
 	return next, nil
 }
+
+// MachineGone is the one rule that says an instance's machine no longer
+// exists: the cloud lists it terminated or shutting down, or does not list
+// it although the row has existed for grace (listings are eventually
+// consistent: a machine just created may not be listed yet). A row without
+// a cloud id has no machine to lose.
+func MachineGone(in Instance, m CloudInstance, listed bool, now time.Time, grace time.Duration) bool {
+	if in.CloudID == "" || in.State == StateTerminated {
+		return false
+	}
+	if listed {
+		return m.State == CloudTerminated || m.State == CloudShuttingDown
+	}
+	return !now.Before(in.CreatedAt.Add(grace))
+}

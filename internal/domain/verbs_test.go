@@ -225,3 +225,31 @@ func TestParseRunnerNameRefusesOtherNames(t *testing.T) {
 		}
 	}
 }
+
+func TestMachineGoneIsOneRule(t *testing.T) {
+	grace := 2 * time.Minute
+	young := domain.Instance{ID: "bp-1", CloudID: "i-1", State: domain.StateBooting, CreatedAt: now.Add(-time.Minute)}
+	old := young
+	old.CreatedAt = now.Add(-grace)
+	cases := []struct {
+		name   string
+		in     domain.Instance
+		m      domain.CloudState
+		listed bool
+		want   bool
+	}{
+		{"listed running", old, domain.CloudRunning, true, false},
+		{"listed terminated, however young", young, domain.CloudTerminated, true, true},
+		{"listed shutting down", young, domain.CloudShuttingDown, true, true},
+		{"unlisted within the grace", young, "", false, false},
+		{"unlisted past the grace", old, "", false, true},
+		{"no cloud id yet", domain.Instance{ID: "bp-2", State: domain.StatePending, CreatedAt: now.Add(-time.Hour)}, "", false, false},
+		{"already closed", domain.Instance{ID: "bp-3", CloudID: "i-3", State: domain.StateTerminated}, "", false, false},
+	}
+	for _, tc := range cases {
+		m := domain.CloudInstance{ID: tc.in.CloudID, State: tc.m}
+		if got := domain.MachineGone(tc.in, m, tc.listed, now, grace); got != tc.want {
+			t.Errorf("%s: gone = %t, want %t", tc.name, got, tc.want)
+		}
+	}
+}

@@ -197,11 +197,8 @@ func (r *Reconciler) gone(ctx context.Context, rows []domain.Instance, machines 
 	var errs []error
 	closed := 0
 	for _, in := range rows {
-		if in.CloudID == "" || in.State == domain.StateTerminated || now.Sub(in.StateSince) < r.GoneGrace {
-			continue
-		}
 		m, ok := listed[in.CloudID]
-		if ok && m.State != domain.CloudTerminated && m.State != domain.CloudShuttingDown {
+		if !domain.MachineGone(in, m, ok, now, r.GoneGrace) {
 			continue
 		}
 		if err := r.close(ctx, in, "machine gone from the cloud"); err != nil {

@@ -190,16 +190,9 @@ func categorize(s Snapshot) categories {
 	return c
 }
 
-// gone: the cloud listing no longer shows the machine, or shows it on its way
-// out, and the row is old enough for the listing to be trusted.
+// gone: domain.MachineGone, when the snapshot has a cloud listing.
 func gone(in domain.Instance, m domain.CloudInstance, known bool, s Snapshot) bool {
-	if s.Cloud == nil || in.CloudID == "" {
-		return false
-	}
-	if known {
-		return m.State == domain.CloudTerminated || m.State == domain.CloudShuttingDown
-	}
-	return !s.Now.Before(in.CreatedAt.Add(s.GoneGrace))
+	return s.Cloud != nil && domain.MachineGone(in, m, known, s.Now, s.GoneGrace)
 }
 
 // dangling: a machine that has been running for DanglingAfter without a job
