@@ -74,7 +74,7 @@ func (l *localStack) queue(pool string) int64 {
 	l.seq++
 	id := 5_000_000 + l.seq
 	body := queuedFor(l.t, 1, id, "runs-on=%d/pool="+pool)[0]
-	if code, resp := l.post(fmt.Sprintf("q-%d", id), body, testfixtures.Sign(l.t, l.secret, body)); code != http.StatusAccepted {
+	if code, resp := l.post(fmt.Sprintf("q-%d", id), body, testfixtures.GoSign(l.secret, body)); code != http.StatusAccepted {
 		l.t.Fatalf("queue job %d: %d %s", id, code, resp)
 	}
 	return int64(id)
@@ -85,7 +85,7 @@ func (l *localStack) complete(id int64, conclusion string) {
 	l.t.Helper()
 	body := []byte(fmt.Sprintf(`{"action":"completed","workflow_job":{"id":%d,"run_id":%d,"labels":[],"status":"completed","conclusion":%q},"repository":{"full_name":"octo-org/octo-repo"}}`,
 		id, id+1_000_000, conclusion))
-	if code, resp := l.post(fmt.Sprintf("c-%d", id), body, testfixtures.Sign(l.t, l.secret, body)); code != http.StatusAccepted {
+	if code, resp := l.post(fmt.Sprintf("c-%d", id), body, testfixtures.GoSign(l.secret, body)); code != http.StatusAccepted {
 		l.t.Fatalf("complete job %d: %d %s", id, code, resp)
 	}
 }

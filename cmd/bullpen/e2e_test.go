@@ -195,24 +195,10 @@ func queuedPayloads(t *testing.T, n int) [][]byte {
 // queuedFor is queuedPayloads with the first job id and a label format
 // (%d is the run id).
 func queuedFor(t *testing.T, n int, first int, label string) [][]byte {
-	examples := testfixtures.WorkflowJobExamples(t)
 	var out [][]byte
 	for i := range n {
-		var p map[string]any
-		if err := json.Unmarshal(examples[i%len(examples)], &p); err != nil {
-			t.Fatal(err)
-		}
-		job := p["workflow_job"].(map[string]any)
-		id, run := first+i, first+1_000_000+i
-		p["action"] = "queued"
-		job["id"], job["run_id"], job["status"] = id, run, "queued"
-		job["labels"] = []string{fmt.Sprintf(label, run)}
-		job["conclusion"], job["runner_id"], job["runner_name"], job["started_at"], job["completed_at"] = nil, nil, nil, nil, nil
-		b, err := json.Marshal(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, b)
+		id, run := int64(first+i), int64(first+1_000_000+i)
+		out = append(out, testfixtures.Payload(testfixtures.Job{ID: id, RunID: run, Labels: []string{fmt.Sprintf(label, run)}}))
 	}
 	return out
 }
@@ -232,7 +218,7 @@ func TestServeEndToEnd(t *testing.T) {
 
 	const n = 5 // three served by the pool, two overflow to cold starts
 	bodies := queuedPayloads(t, n)
-	sigs := testfixtures.SignAll(t, s.secret, bodies)
+	sigs := signAll(s.secret, bodies)
 
 	// A tampered body is refused and changes nothing.
 	tampered := bytes.Replace(bodies[0], []byte(`"queued"`), []byte(`"queueD"`), 1)
@@ -308,4 +294,13 @@ func TestServeRefusesToStartWithoutSecrets(t *testing.T) {
 			t.Errorf("message lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// signAll signs bodies as GitHub does (HMAC-SHA256 under the secret).
+func signAll(secret string, bodies [][]byte) []string {
+	sigs := make([]string, len(bodies))
+	for i, b := range bodies {
+		sigs[i] = testfixtures.GoSign(secret, b)
+	}
+	return sigs
 }

@@ -145,7 +145,7 @@ func TestMixedBatch(t *testing.T) {
 	if got := f.fin.recorded(); !slices.Equal(got, []finishCall{{12_002, "success"}, {12_099, "failure"}}) {
 		t.Errorf("Finish calls %v", got)
 	}
-	if got := f.gh.cancelled(); !slices.Equal(got, []cancelCall{{"Codertocat/Hello-World", 134}}) {
+	if got := f.gh.cancelled(); !slices.Equal(got, []cancelCall{{"acme/widgets", 134}}) {
 		t.Errorf("CancelRun calls %v", got)
 	}
 	if dl := f.deadLetters(); len(dl) != 1 || string(dl[0]) != `{"not":"an envelope"}` {

@@ -1,9 +1,7 @@
 package intake
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,10 +23,11 @@ import (
 
 var t0 = time.Date(2026, 6, 1, 9, 0, 0, 0, time.UTC)
 
-// The real examples' values the tests rely on (@octokit/webhooks-examples).
+// When the payloads say GitHub queued their job, and started it (in_progress
+// and completed ones).
 var (
-	exampleQueuedCreatedAt  = time.Date(2021, 9, 13, 2, 21, 13, 0, time.UTC)
-	exampleWaitingCreatedAt = time.Date(2023, 4, 19, 21, 12, 12, 0, time.UTC)
+	createdAt = time.Date(2026, 5, 31, 21, 12, 12, 0, time.UTC)
+	startedAt = createdAt.Add(30 * time.Second)
 )
 
 // fixture is an intake on the real SQLite store and queue, a virtual clock,
@@ -94,70 +93,24 @@ func launchLabels(runID int64) []string {
 type jobEvent struct {
 	action     string
 	id, runID  int64
-	labels     []string // nil keeps the example's own labels
+	labels     []string // nil: a label that is not bullpen's
 	conclusion string
 	runnerName string
 }
 
-// examples caches the real examples by action: the package's index is
-// large, and reading it per delivery would dominate the tests' time.
-var examples struct {
-	sync.Mutex
-	byAction map[string]json.RawMessage // the first example of each action
-}
-
-func exampleFor(t *testing.T, action string) json.RawMessage {
-	t.Helper()
-	examples.Lock()
-	defer examples.Unlock()
-	if examples.byAction == nil {
-		m := map[string]json.RawMessage{}
-		for _, raw := range testfixtures.WorkflowJobExamples(t) {
-			var head struct{ Action string }
-			if err := json.Unmarshal(raw, &head); err != nil {
-				t.Fatal(err)
-			}
-			if _, ok := m[head.Action]; !ok {
-				m[head.Action] = raw
-			}
-		}
-		examples.byAction = m
-	}
-	raw, ok := examples.byAction[action]
-	if !ok {
-		t.Fatalf("no workflow_job example with action %q", action)
-	}
-	return raw
-}
-
-// payload returns the first real example with e's action, rewritten to e.
+// payload builds e's workflow_job payload. A job without labels carries
+// ["ubuntu-latest"], as GitHub's own examples do: not bullpen's.
 func (f *fixture) payload(e jobEvent) []byte {
-	f.t.Helper()
-	dec := json.NewDecoder(bytes.NewReader(exampleFor(f.t, e.action)))
-	dec.UseNumber() // keep GitHub's ids exact
-	var doc map[string]any
-	if err := dec.Decode(&doc); err != nil {
-		f.t.Fatal(err)
+	labels := e.labels
+	if labels == nil {
+		labels = []string{"ubuntu-latest"}
 	}
-	job := doc["workflow_job"].(map[string]any)
-	set := map[string]any{"id": e.id, "run_id": e.runID}
-	if e.labels != nil {
-		set["labels"] = e.labels
+	j := testfixtures.Job{Action: e.action, ID: e.id, RunID: e.runID, Labels: labels,
+		Conclusion: e.conclusion, RunnerName: e.runnerName, Created: createdAt}
+	if e.action == "in_progress" || e.action == "completed" {
+		j.Started = startedAt
 	}
-	if e.conclusion != "" {
-		set["conclusion"] = e.conclusion
-	}
-	if e.runnerName != "" {
-		set["runner_name"] = e.runnerName
-	}
-	for k, v := range set {
-		job[k] = v
-	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return b
+	return testfixtures.Payload(j)
 }
 
 // deliver puts e in the inbox as the webhook handler would, under a new

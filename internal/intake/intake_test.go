@@ -42,13 +42,13 @@ func TestQueuedJobIsRecordedAndSentToItsQueue(t *testing.T) {
 				Pool                 string
 				Version              int64
 			}
-			want := fields{1001, 700, 1, "Codertocat/Hello-World", "update", "CodeQL", domain.JobQueued, c.route, c.pool, 1}
+			want := fields{1001, 700, 1, "acme/widgets", "build", "CI", domain.JobQueued, c.route, c.pool, 1}
 			got := fields{j.ID, j.RunID, j.RunAttempt, j.Repo, j.Name, j.Workflow, j.Status, j.Route, j.Pool, j.Version}
 			if got != want || !slices.Equal(j.Labels, c.labels) || j.Reason != "" || !strings.HasPrefix(j.Runner, c.runner) || j.Spec.Image == "" {
 				t.Fatalf("job %+v\nwant %+v, labels %q, runner %s…", j, want, c.labels, c.runner)
 			}
-			if !j.QueuedAt.Equal(exampleQueuedCreatedAt) {
-				t.Errorf("queued at %v, want the payload's created_at %v", j.QueuedAt, exampleQueuedCreatedAt)
+			if !j.QueuedAt.Equal(createdAt) {
+				t.Errorf("queued at %v, want the payload's created_at %v", j.QueuedAt, createdAt)
 			}
 			other := domain.QueueLaunch
 			if c.queue == domain.QueueLaunch {
@@ -120,7 +120,7 @@ func TestUnknownPoolIsRejected(t *testing.T) {
 			}
 			var want []cancelCall
 			if cancel {
-				want = []cancelCall{{"Codertocat/Hello-World", 31}}
+				want = []cancelCall{{"acme/widgets", 31}}
 			}
 			if got := f.gh.cancelled(); !slices.Equal(got, want) {
 				t.Errorf("CancelRun calls %v, want %v", got, want)
@@ -246,7 +246,7 @@ func TestWaitingJobIsRecordedAndSentOnceQueued(t *testing.T) {
 	f.deliver(waiting)
 	f.step()
 	j := f.job(6001)
-	if j.Status != domain.JobQueued || j.Reason != ReasonWaiting || !j.QueuedAt.Equal(exampleWaitingCreatedAt) {
+	if j.Status != domain.JobQueued || j.Reason != ReasonWaiting || !j.QueuedAt.Equal(createdAt) {
 		t.Fatalf("waiting job %s %q queued %v", j.Status, j.Reason, j.QueuedAt)
 	}
 	if n := f.queue.sent(domain.QueuePool); n != 0 || f.stats(domain.QueuePool).Visible != 0 {
@@ -307,7 +307,7 @@ func TestInProgressMarksTheJobRunning(t *testing.T) {
 	f.deliver(jobEvent{action: "in_progress", id: 7003, runID: 73, labels: poolLabels(73)}) // never seen queued
 	f.step()
 
-	started := time.Date(2021, 6, 15, 19, 22, 27, 0, time.UTC) // the first in_progress example's started_at
+	started := startedAt
 	for id, runner := range map[int64]string{7001: "bullpen-i-assigned", 7002: "elsewhere"} {
 		if j := f.job(id); j.Status != domain.JobRunning || j.RunnerName != runner || !j.StartedAt.Equal(started) {
 			t.Errorf("job %d: %s runner %q started %v; want running on %q at %v", id, j.Status, j.RunnerName, j.StartedAt, runner, started)

@@ -1,18 +1,16 @@
 package testfixtures
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
-func TestSignMatchesHMACSHA256(t *testing.T) {
+// GitHub's own signing code and Go's HMAC agree.
+func TestGoSignMatchesGitHubsSigningCode(t *testing.T) {
 	body := []byte(`{"action":"queued"}`)
-	got := Sign(t, "It's a Secret to Everybody", body)
-	mac := hmac.New(sha256.New, []byte("It's a Secret to Everybody"))
-	mac.Write(body)
-	if want := "sha256=" + hex.EncodeToString(mac.Sum(nil)); got != want {
+	if got, want := Sign(t, "It's a Secret to Everybody", body), GoSign("It's a Secret to Everybody", body); got != want {
 		t.Fatalf("node signed %s, Go computes %s", got, want)
 	}
 }
@@ -20,5 +18,20 @@ func TestSignMatchesHMACSHA256(t *testing.T) {
 func TestWorkflowJobExamples(t *testing.T) {
 	if n := len(WorkflowJobExamples(t)); n < 4 {
 		t.Fatalf("only %d workflow_job examples", n)
+	}
+}
+
+// A payload built here reads back as the job it describes.
+func TestPayloadParses(t *testing.T) {
+	started := time.Date(2026, 11, 24, 9, 1, 0, 0, time.UTC)
+	ev, err := webhook.ParseWorkflowJob(Payload(Job{Action: "in_progress", ID: 7, RunID: 8, Labels: []string{"a", "b"},
+		RunnerName: "bp-1-7", RunnerID: 3, Started: started}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := ev.Job
+	if ev.Action != "in_progress" || j.ID != 7 || j.RunID != 8 || j.RunAttempt != 1 || len(j.Labels) != 2 ||
+		j.RunnerName != "bp-1-7" || !j.StartedAt.Equal(started) || ev.Repo != "acme/widgets" {
+		t.Fatalf("parsed %+v", ev)
 	}
 }
