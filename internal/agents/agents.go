@@ -137,6 +137,8 @@ func (s *Service) Next(ctx context.Context, cloudID string) (domain.Instruction,
 	case in.RunnerConfig != "" && in.Job != "" && (in.State == domain.StateClaimed || in.State == domain.StateBooting):
 		id, err := domain.ParseJobKey(in.Job)
 		if err != nil {
+			// Only bullpen writes job keys: a row holding another is broken.
+			s.log.Error("instance bound to something that is not a job key; its agent waits", "instance", in.ID, "err", err)
 			return domain.Instruction{Kind: domain.InstructionWait}, nil
 		}
 		return domain.Instruction{Kind: domain.InstructionRun, Assignment: domain.Assignment{
@@ -324,13 +326,18 @@ func (s *Service) failed(ctx context.Context, in domain.Instance, sig domain.Sig
 	case domain.StateTerminating, domain.StateTerminated:
 		return nil
 	case domain.StateError:
-		// A repeat, maybe of a report whose requeue failed: requeue again
-		// (it does nothing once the job has moved on).
-		if in.Job != "" && !in.JobStarted {
-			id, _ := domain.ParseJobKey(in.Job)
-			return jobs.Requeue(ctx, s.store, s.queue, id, in.ID, "instance failed: "+reason)
+		// A repeat. The first report took the instance out of service and
+		// its unstarted job back to its queue in one change; a row that
+		// still holds an unstarted job (written by an older bullpen, in
+		// two steps) has its job requeued now.
+		if in.Job == "" || in.JobStarted {
+			return nil
 		}
-		return nil
+		id, err := domain.ParseJobKey(in.Job)
+		if err != nil {
+			return reject(sig.Kind, "%v", err)
+		}
+		return jobs.Requeue(ctx, s.store, s.queue, id, in.ID, "instance failed: "+reason)
 	}
 	_, retired, err := jobs.Retire(ctx, s.store, s.queue, in, domain.StateError, reason,
 		s.opts.Deadlines.Until(domain.StateError, s.clock.Now()))
