@@ -1,12 +1,13 @@
-// Package jobs holds the small operations on jobs that several loops share:
-// the queue messages that carry them, and the guarded status changes that
-// must be retried when another writer got there first.
+// Package jobs holds the operations on jobs that several loops share: the
+// queue messages that carry them (jobs.go), their status as GitHub reports
+// it (status.go), taking an instance out of service with the job it held
+// and sending that job back to its queue (requeue.go), and following
+// GitHub's report of which runner took a job (rebind.go).
 package jobs
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -52,141 +53,6 @@ func SendRequest(j domain.Job, delay time.Duration) domain.SendRequest {
 }
 
 // retries bounds read-modify-write loops that lose to concurrent writers.
-const retries = 8
-
-// verbs are the named transitions; none used here reads its deadlines.
-var verbs domain.Lifecycle
-
-// update reads job id, lets decide pick the verb (or none), and commits it
-// guarded by the version read, retrying when another writer won.
-func update(ctx context.Context, st Store, id int64, decide func(j domain.Job) (domain.JobTransitionRequest, bool)) (domain.Job, error) {
-	for range retries {
-		j, err := st.GetJob(ctx, id)
-		if err != nil {
-			return domain.Job{}, err
-		}
-		r, ok := decide(j)
-		if !ok {
-			return j, nil
-		}
-		next, err := st.TransitionJob(ctx, id, r.Guard, r.Apply)
-		if errors.Is(err, domain.ErrConflict) {
-			continue
-		}
-		return next, err
-	}
-	return domain.Job{}, fmt.Errorf("job %d: still changing after %d attempts", id, retries)
-}
-
-// MarkRunning records that GitHub (or the agent) reports the job started.
-// A job already running or final is left alone; an unknown job is not an
-// error (it is not ours, or was never seen queued).
-func MarkRunning(ctx context.Context, st Store, id int64, at time.Time, runnerName string) error {
-	_, err := update(ctx, st, id, func(j domain.Job) (domain.JobTransitionRequest, bool) {
-		return verbs.StartJob(j, at, runnerName), j.Status == domain.JobQueued || j.Status == domain.JobAssigned
-	})
-	if errors.Is(err, domain.ErrNotFound) {
-		return nil
-	}
-	return err
-}
-
-// RequeueDelay is how long a requeued job waits before it is tried again.
-const RequeueDelay = 2 * time.Second
-
-// Requeue sends a job that was assigned to instanceID back to its queue,
-// unbound, because that instance cannot serve it. It does nothing if the
-// job has moved on (started, finished, bound elsewhere, or no longer
-// stored). A job it finds already queued with its message still to send is
-// sent again, so that a caller retrying after a failed send does not strand
-// it; the dedup id of the same attempt keeps the queue from holding it twice.
-func Requeue(ctx context.Context, st Store, q domain.Queue, id int64, instanceID, reason string) error {
-	j, err := update(ctx, st, id, func(j domain.Job) (domain.JobTransitionRequest, bool) {
-		return verbs.RequeueJob(j, reason), j.Status == domain.JobAssigned && j.InstanceID == instanceID
-	})
-	if errors.Is(err, domain.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("requeue job %d: %w", id, err)
-	}
-	return sendRequeued(ctx, st, q, []domain.Job{j})
-}
-
-// sendRequeued sends the queue message of each job a change sent back to
-// its queue, then clears the job's SendPending. A job whose message could
-// not be sent keeps it: SendPending re-sends it.
-func sendRequeued(ctx context.Context, st Store, q domain.Queue, changed []domain.Job) error {
-	var errs []error
-	for _, j := range changed {
-		if j.Status != domain.JobQueued || j.InstanceID != "" || !j.SendPending {
-			continue
-		}
-		if err := q.Send(ctx, QueueFor(j.Route), []domain.SendRequest{SendRequest(j, RequeueDelay)}); err != nil {
-			errs = append(errs, fmt.Errorf("requeue job %d: %w", j.ID, err))
-			continue
-		}
-		sent := verbs.MessageSent(j)
-		_, err := st.TransitionJob(ctx, j.ID, sent.Guard, sent.Apply)
-		if err != nil && !errors.Is(err, domain.ErrConflict) {
-			// The message is out; a second one, should the reaper send
-			// it, is dropped by its dedup id or by the consumer.
-			errs = append(errs, fmt.Errorf("requeue job %d: clear pending send: %w", j.ID, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// SendPending sends the queue message of every queued job whose message a
-// crash (or a failed send) left unsent for at least after, and reports how
-// many it sent.
-func SendPending(ctx context.Context, st Store, q domain.Queue, now time.Time, after time.Duration) (int, error) {
-	queued, err := st.ListJobs(ctx, domain.JobFilter{Statuses: []domain.JobStatus{domain.JobQueued}})
-	if err != nil {
-		return 0, fmt.Errorf("list queued jobs: %w", err)
-	}
-	var due []domain.Job
-	for _, j := range queued {
-		if j.SendPending && j.InstanceID == "" && now.Sub(j.UpdatedAt) >= after {
-			due = append(due, j)
-		}
-	}
-	return len(due), sendRequeued(ctx, st, q, due)
-}
-
-// Retire takes instance in out of service (to state to, with reason and
-// deadline) and, in the same atomic change, sends the job it was serving
-// back to its queue if that job had not started: no job is ever left bound
-// to an instance that will not run it. retired is false when in changed
-// since it was read (the caller decides again on what it is now);
-// retired is the instance as written.
-func Retire(ctx context.Context, st Store, q domain.Queue, in domain.Instance, to domain.State, reason string, deadline time.Time) (retired domain.Instance, ok bool, err error) {
-	for range retries {
-		c := domain.Change{Instances: []domain.TransitionRequest{verbs.Retire(in, to, reason, deadline)}}
-		if !in.JobStarted {
-			j, err := boundJob(ctx, st, in)
-			if err != nil {
-				return domain.Instance{}, false, fmt.Errorf("retire %s: %w", in.ID, err)
-			}
-			if j != nil {
-				c.Jobs = []domain.JobTransitionRequest{verbs.RequeueJob(*j, "its instance stopped serving it: "+reason)}
-			}
-		}
-		done, err := st.Commit(ctx, c)
-		if errors.Is(err, domain.ErrConflict) {
-			cur, gerr := st.GetInstance(ctx, in.ID)
-			if gerr != nil || !domain.GuardOf(in).Matches(cur) {
-				return domain.Instance{}, false, nil // the instance moved on
-			}
-			continue // its job moved on: decide again
-		}
-		if err != nil {
-			return domain.Instance{}, false, fmt.Errorf("retire %s: %w", in.ID, err)
-		}
-		return done.Instances[0], true, sendRequeued(ctx, st, q, done.Jobs)
-	}
-	return domain.Instance{}, false, fmt.Errorf("retire %s: its job keeps changing", in.ID)
-}
 
 // OfferToResourcePool puts one idle instance's entry in its class's queue.
 func OfferToResourcePool(ctx context.Context, q domain.Queue, class string, e domain.ResourcePoolEntry) error {
