@@ -30,11 +30,15 @@ func CloudInit(b domain.AgentBootstrap, o CloudInitOptions) (string, error) {
 	extra[EnvStateDir] = o.StateDir
 	extra[EnvCloudIDFrom] = o.CloudIDFrom
 	unitPath := path.Join(o.UnitDir, UnitName)
+	env, err := EnvFile(b, extra)
+	if err != nil {
+		return "", err
+	}
 	var sb strings.Builder
-	err := script.Execute(&sb, map[string]string{
+	err = script.Execute(&sb, map[string]string{
 		"EnvDir":   shellQuote(path.Dir(o.EnvPath)),
 		"EnvPath":  shellQuote(o.EnvPath),
-		"EnvFile":  shellQuote(EnvFile(b, extra)),
+		"EnvFile":  shellQuote(env),
 		"Bin":      shellQuote(o.InstallPath),
 		"URL":      shellQuote(o.AgentURL),
 		"SHA256":   shellQuote(o.AgentSHA256),

@@ -10,9 +10,10 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -32,34 +33,43 @@ const (
 // EnvFile renders the agent's environment file: the bootstrap's settings,
 // then extra's in name order. Every value is single-quoted, so the file
 // means the same to `bullpen agent --config` and to a shell that sources
-// it, whatever the values hold. Extra names that are not shell names, or
-// that would override the bootstrap's settings, are left out.
-func EnvFile(b domain.AgentBootstrap, extra map[string]string) string {
+// it, whatever the values hold. An extra name that is not a shell name, or
+// that would override the bootstrap's settings, and a value holding a NUL
+// byte (which no shell string can hold) are refused; the error names the
+// setting, never its value (it may be a credential).
+func EnvFile(b domain.AgentBootstrap, extra map[string]string) (string, error) {
 	var sb strings.Builder
 	sb.WriteString("# bullpen agent settings, written by the launch data.\n")
-	sb.WriteString("# This file holds a credential (the launch's bootstrap secret): keep it 0600.\n")
-	line := func(k, v string) { sb.WriteString(k + "=" + shellQuote(v) + "\n") }
+	sb.WriteString("# This file holds a credential (the machine's bootstrap secret): keep it 0600.\n")
+	var errs []error
+	line := func(k, v string) {
+		if strings.ContainsRune(v, 0) {
+			errs = append(errs, fmt.Errorf("agent setting %s: the value holds a NUL byte", k))
+		}
+		sb.WriteString(k + "=" + shellQuote(v) + "\n")
+	}
 	line(EnvURL, b.URL)
 	line(EnvLaunchID, b.LaunchID)
 	line(EnvBootstrap, b.Secret)
-	keys := make([]string, 0, len(extra))
-	for k := range extra {
-		if validName(k) && k != EnvURL && k != EnvLaunchID && k != EnvBootstrap {
-			keys = append(keys, k)
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
+		switch {
+		case !validName(k):
+			errs = append(errs, fmt.Errorf("agent setting %q: not a shell variable name", k))
+		case k == EnvURL || k == EnvLaunchID || k == EnvBootstrap:
+			errs = append(errs, fmt.Errorf("agent setting %s: set by the launch itself", k))
+		default:
+			line(k, extra[k])
 		}
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		line(k, extra[k])
+	if err := errors.Join(errs...); err != nil {
+		return "", err
 	}
-	return sb.String()
+	return sb.String(), nil
 }
 
 // shellQuote quotes s as one shell word: inside single quotes nothing is
 // special but the single quote itself, which is closed, escaped, reopened.
-// NUL bytes, which no shell string can hold, are dropped.
 func shellQuote(s string) string {
-	s = strings.ReplaceAll(s, "\x00", "")
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 

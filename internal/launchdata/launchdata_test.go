@@ -36,12 +36,11 @@ func bootstrap(secret string) domain.AgentBootstrap {
 }
 
 func TestEnvFile(t *testing.T) {
-	got := launchdata.EnvFile(bootstrap("s3cret"), map[string]string{
-		"BULLPEN_AGENT_STATE_DIR": "/var/lib/x", "A_SETTING": "it's", "BULLPEN_AGENT_URL": "https://evil",
-		"not a name": "x", "1BAD": "x",
+	got := envFile(t, bootstrap("s3cret"), map[string]string{
+		"BULLPEN_AGENT_STATE_DIR": "/var/lib/x", "A_SETTING": "it's",
 	})
 	want := `# bullpen agent settings, written by the launch data.
-# This file holds a credential (the launch's bootstrap secret): keep it 0600.
+# This file holds a credential (the machine's bootstrap secret): keep it 0600.
 BULLPEN_AGENT_URL='https://cp.example:8443'
 BULLPEN_AGENT_LAUNCH_ID='lt-0a1b'
 BULLPEN_AGENT_BOOTSTRAP='s3cret'
@@ -59,7 +58,7 @@ func TestEnvFileValuesSurviveQuoting(t *testing.T) {
 	dir := t.TempDir()
 	for name, v := range oddValues {
 		t.Run(name, func(t *testing.T) {
-			text := launchdata.EnvFile(bootstrap(v), map[string]string{"ODD": v, "BULLPEN_AGENT_WORK_DIR": v})
+			text := envFile(t, bootstrap(v), map[string]string{"ODD": v, "BULLPEN_AGENT_WORK_DIR": v})
 			vars, err := agent.ParseEnvFile(text)
 			if err != nil {
 				t.Fatal(err)
@@ -92,10 +91,28 @@ func TestEnvFileValuesSurviveQuoting(t *testing.T) {
 	}
 }
 
-func TestEnvFileDropsNULs(t *testing.T) {
-	vars, err := agent.ParseEnvFile(launchdata.EnvFile(bootstrap("a\x00b"), nil))
-	if err != nil || vars["BULLPEN_AGENT_BOOTSTRAP"] != "ab" {
-		t.Fatalf("%q, %v", vars["BULLPEN_AGENT_BOOTSTRAP"], err)
+// envFile is launchdata.EnvFile for settings that must be accepted.
+func envFile(t *testing.T, b domain.AgentBootstrap, extra map[string]string) string {
+	t.Helper()
+	text, err := launchdata.EnvFile(b, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return text
+}
+
+// What a shell cannot carry, or what would let a setting replace the
+// launch's own, is refused, naming the setting but never the value.
+func TestEnvFileRefuses(t *testing.T) {
+	for name, extra := range map[string]map[string]string{
+		"a name no shell takes":     {"not a name": "x"},
+		"a name starting a number":  {"1BAD": "x"},
+		"the launch's own settings": {"BULLPEN_AGENT_URL": "https://evil"},
+		"a NUL byte":                {"ODD": "se\x00cret"},
+	} {
+		if _, err := launchdata.EnvFile(bootstrap("s3cret"), extra); err == nil || strings.Contains(err.Error(), "cret") {
+			t.Errorf("%s: %v, want a refusal that names the setting only", name, err)
+		}
 	}
 }
 
@@ -160,9 +177,9 @@ func TestScriptsPassShellcheck(t *testing.T) {
 		}
 	}
 	// The env file is only ever sourced: its variables are used elsewhere.
-	shellcheck(t, "sh", launchdata.EnvFile(bootstrap(domain.NewSecret()), map[string]string{"A": "/x"}), "--exclude=SC2034")
+	shellcheck(t, "sh", envFile(t, bootstrap(domain.NewSecret()), map[string]string{"A": "/x"}), "--exclude=SC2034")
 	for _, v := range oddValues {
-		shellcheck(t, "sh", launchdata.EnvFile(bootstrap(v), map[string]string{"ODD": v}), "--exclude=SC2034", literalNotes)
+		shellcheck(t, "sh", envFile(t, bootstrap(v), map[string]string{"ODD": v}), "--exclude=SC2034", literalNotes)
 	}
 }
 

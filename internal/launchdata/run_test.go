@@ -109,7 +109,7 @@ func TestCloudInitInstallsAndStartsTheAgent(t *testing.T) {
 			}
 			// The settings file is exactly the env file, private to root.
 			extra := map[string]string{"ODD": v, launchdata.EnvStateDir: o.StateDir, launchdata.EnvCloudIDFrom: "imds"}
-			if got, want := m.read("etc/bullpen/agent.env"), launchdata.EnvFile(b, extra); got != want {
+			if got, want := m.read("etc/bullpen/agent.env"), envFile(t, b, extra); got != want {
 				t.Fatalf("env file:\n%q\nwant\n%q", got, want)
 			}
 			if m.mode("etc/bullpen/agent.env") != 0o600 || m.mode("etc/bullpen") != 0o700 {

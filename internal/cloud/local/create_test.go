@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/launchdata"
 )
 
 func TestDefaultCommandRunsTheAgentWithItsEnvFile(t *testing.T) {
@@ -47,7 +48,8 @@ func TestDefaultCommandRunsTheAgentWithItsEnvFile(t *testing.T) {
 	if mode := info.Mode().Perm(); mode != 0o600 {
 		t.Errorf("env file mode %o, want 600", mode)
 	}
-	got := sourceEnv(t, m.EnvFile, EnvURL, EnvLaunch, EnvBootstrap, EnvCloudID, EnvStateDir)
+	got := sourceEnv(t, m.EnvFile, launchdata.EnvURL, launchdata.EnvLaunchID, launchdata.EnvBootstrap,
+		launchdata.EnvCloudID, launchdata.EnvStateDir)
 	// The machine holds its own secret, never the launch's.
 	want := []string{boot.URL, boot.LaunchID, domain.MachineSecret(boot.Secret, id), id, m.StateDir}
 	for i := range want {
@@ -73,10 +75,10 @@ func sourceEnv(t *testing.T, file string, keys ...string) []string {
 	return vals[:len(keys)]
 }
 
-func TestBootstrapWithALineBreakIsRefused(t *testing.T) {
+func TestBootstrapNoFileCanHoldIsRefused(t *testing.T) {
 	c := newCloud(t, Options{Command: newHelpers(t, "sleep").command})
 	_, err := c.Create(t.Context(), domain.LaunchSpec{ImageID: "local-x", Count: 1,
-		Agent: domain.AgentBootstrap{URL: "http://127.0.0.1", Secret: "xyzzy\nplugh"}})
+		Agent: domain.AgentBootstrap{URL: "http://127.0.0.1", Secret: "xyzzy\x00plugh"}})
 	wantCode(t, err, domain.ErrInvalidRequest, CodeInvalidParameter)
 	if strings.Contains(err.Error(), "xyzzy") || strings.Contains(err.Error(), "plugh") {
 		t.Errorf("error %q shows the secret", err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/launchdata"
 )
 
 // machine is one local instance. proc is its process while it has one:
@@ -81,12 +82,12 @@ func (c *Cloud) newMachine(spec domain.LaunchSpec, now time.Time) (*machine, err
 	for k, v := range c.opts.AgentEnv {
 		extra[k] = v
 	}
-	extra[EnvCloudID], extra[EnvStateDir] = id, paths.StateDir
+	extra[launchdata.EnvCloudID], extra[launchdata.EnvStateDir] = id, paths.StateDir
 	// Each machine is started on its own: it gets its own secret, never
 	// the launch's, so it cannot introduce itself as a sibling.
 	agent := spec.Agent
 	agent.Secret = domain.MachineSecret(agent.Secret, id)
-	env, err := renderEnv(agent, extra)
+	env, err := launchdata.EnvFile(agent, extra)
 	if err == nil {
 		err = writeEnvFile(paths.EnvFile, env)
 	}

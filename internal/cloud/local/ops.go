@@ -9,6 +9,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/launchdata"
 )
 
 // EC2 error codes the local cloud returns, as the simulated cloud does.
@@ -81,7 +82,7 @@ func validateLaunch(spec domain.LaunchSpec) error {
 	if err := ec2like.CheckLaunch(spec, MaxPerCall); err != nil {
 		return err
 	}
-	if _, err := renderEnv(spec.Agent, nil); err != nil {
+	if _, err := launchdata.EnvFile(spec.Agent, nil); err != nil {
 		return ec2like.Errorf(OpCreateFleet, CodeInvalidParameter, domain.ErrInvalidRequest, "%v", err)
 	}
 	return nil
