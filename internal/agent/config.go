@@ -147,15 +147,6 @@ var settings = []setting{
 	{"log-level", "debug, info, warn or error (default info)", func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
 }
 
-// EnvNames lists the environment names the agent reads.
-func EnvNames() []string {
-	out := make([]string, len(settings))
-	for i, s := range settings {
-		out[i] = s.env()
-	}
-	return out
-}
-
 // LoadConfig builds the configuration from, in increasing precedence, the
 // defaults, the --config file (an environment file as launchdata.EnvFile
 // writes it), the environment (BULLPEN_AGENT_*), and flags. It returns

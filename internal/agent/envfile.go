@@ -67,19 +67,6 @@ func isNameByte(c byte, first bool) bool {
 	return c == '_' || ('A' <= c && c <= 'Z') || ('a' <= c && c <= 'z') || (!first && '0' <= c && c <= '9')
 }
 
-// ValidName reports whether k can be assigned in a shell.
-func ValidName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i := range len(k) {
-		if !isNameByte(k[i], i == 0) {
-			return false
-		}
-	}
-	return true
-}
-
 func (p *envParser) name() string {
 	start := p.i
 	for !p.eof() && isNameByte(p.peek(), p.i == start) {

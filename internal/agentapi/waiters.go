@@ -48,10 +48,3 @@ func (w *waiters) wake(id string) {
 		close(e.ch)
 	}
 }
-
-// len reports how many instances have waiters (for tests).
-func (w *waiters) len() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.m)
-}

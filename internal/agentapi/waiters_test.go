@@ -34,3 +34,10 @@ func TestWaitersHoldNothingBetweenPolls(t *testing.T) {
 	}
 	w.wake("i-c") // nobody waits: nothing happens
 }
+
+// len reports how many instances have waiters (for tests).
+func (w *waiters) len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.m)
+}

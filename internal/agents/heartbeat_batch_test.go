@@ -9,7 +9,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
-	"github.com/bullpen-ci/bullpen/internal/loop"
+	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
 
@@ -38,7 +38,7 @@ func TestBatchedHeartbeatsAreWrittenByRun(t *testing.T) {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error)
-	go func() { done <- loop.Run(runCtx, clk, nil, s.Loop()) }()
+	go func() { done <- looptest.Run(runCtx, clk, s.Loop()) }()
 	clk.BlockUntil(1)
 	clk.Advance(time.Second)
 	clk.BlockUntil(1) // the next flush is scheduled: the first one is written

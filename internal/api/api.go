@@ -26,6 +26,11 @@ type PoolInfo struct {
 	Environment string
 	Runner      string
 	Timezone    string
+	// NextChange is when the schedule next changes the pool's target, and
+	// Next the entry that applies then; zero when nothing changes within a
+	// week.
+	NextChange time.Time
+	Next       string
 }
 
 // Server is the status API.
@@ -238,6 +243,10 @@ type PoolView struct {
 	SpecHash    string         `json:"spec_hash,omitempty"`
 	LastCycle   *time.Time     `json:"last_cycle,omitempty"`
 	LastError   string         `json:"last_error,omitempty"`
+	// NextChange is when the schedule next changes the target, to the
+	// entry NextSchedule.
+	NextChange   *time.Time `json:"next_change,omitempty"`
+	NextSchedule string     `json:"next_schedule,omitempty"`
 }
 
 func (s *Server) pools(w http.ResponseWriter, r *http.Request) {
@@ -263,7 +272,7 @@ func (s *Server) pools(w http.ResponseWriter, r *http.Request) {
 		}
 		out = append(out, PoolView{Name: p.Name, Environment: p.Environment, Runner: p.Runner, Timezone: p.Timezone,
 			Schedule: st.Schedule, Target: st.Target, Counts: counts, SpecHash: st.SpecHash,
-			LastCycle: ts(st.LastCycle), LastError: st.LastError})
+			LastCycle: ts(st.LastCycle), LastError: st.LastError, NextChange: ts(p.NextChange), NextSchedule: p.Next})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"pools": out})
 }

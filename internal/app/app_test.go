@@ -28,6 +28,10 @@ pools:
     schedule:
       - name: default
         hot: 1
+      - name: office
+        match:
+          time: ["08:00", "18:00"]
+        hot: 3
 `
 
 func newApp(t *testing.T, o app.Options) *app.App {
@@ -94,5 +98,28 @@ func TestHealthReportsTheLoops(t *testing.T) {
 	}
 	if body.Store != "ok" || len(body.Loops) != 1 || body.Loops[0].Name != "probe" || !body.Loops[0].Healthy {
 		t.Fatalf("health %+v", body)
+	}
+}
+
+// The status API says when each pool's schedule next changes its target.
+func TestPoolsShowTheNextScheduleChange(t *testing.T) {
+	a := newApp(t, app.Options{}) // the clock starts at 09:00 UTC, inside "office"
+	req := httptest.NewRequest(http.MethodGet, "/api/v1/pools", nil)
+	req.Header.Set("Authorization", "Bearer token")
+	rec := httptest.NewRecorder()
+	a.Handler().ServeHTTP(rec, req)
+	var body struct {
+		Pools []struct {
+			Name         string    `json:"name"`
+			NextChange   time.Time `json:"next_change"`
+			NextSchedule string    `json:"next_schedule"`
+		} `json:"pools"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || len(body.Pools) != 1 {
+		t.Fatalf("status %d body %s (%v)", rec.Code, rec.Body, err)
+	}
+	p := body.Pools[0]
+	if want := time.Date(2026, 11, 24, 18, 0, 0, 0, time.UTC); !p.NextChange.Equal(want) || p.NextSchedule != "default" {
+		t.Fatalf("next change %s to %q, want %s to default", p.NextChange, p.NextSchedule, want)
 	}
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/api"
@@ -10,6 +11,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/converger"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/intake"
+	"github.com/bullpen-ci/bullpen/internal/schedule"
 )
 
 // The configuration in force, and what each loop reads of it.
@@ -37,8 +39,13 @@ func (a *App) poolSpecs() []converger.PoolSpec {
 
 func (a *App) poolInfos() []api.PoolInfo {
 	var out []api.PoolInfo
+	now := a.opts.Clock.Now()
 	for _, p := range a.pools() {
-		out = append(out, api.PoolInfo{Name: p.Name, Environment: p.Environment, Runner: p.Runner, Timezone: p.Timezone})
+		info := api.PoolInfo{Name: p.Name, Environment: p.Environment, Runner: p.Runner, Timezone: p.Timezone}
+		if at, ok := schedule.NextChange(p, now, 7*24*time.Hour); ok {
+			info.NextChange, info.Next = at, schedule.Resolve(p, at).Entry
+		}
+		out = append(out, info)
 	}
 	return out
 }

@@ -86,15 +86,6 @@ func DefaultParams() Params {
 	}
 }
 
-// SeedParams are seed 002's defaults exactly as its table gives them. They
-// do not validate: their threshold is unreachable (see DefaultParams).
-func SeedParams() Params {
-	p := DefaultParams()
-	p.DecayHalfLife = 30 * time.Second
-	p.BreachThreshold = 2.0
-	return p
-}
-
 // Problem is one thing wrong with one parameter.
 type Problem struct {
 	Param  string // the seed's environment variable name

@@ -3,6 +3,7 @@ package autoscale
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 // seedPoll is one line of a seed 002 example timeline, with what Decide
@@ -117,4 +118,13 @@ func runSeedTimeline(t *testing.T, p Params, tl seedTimeline, seed bool) {
 		}
 		current = d.New
 	}
+}
+
+// SeedParams are seed 002's defaults exactly as its table gives them. They
+// do not validate: their threshold is unreachable (see DefaultParams).
+func SeedParams() Params {
+	p := DefaultParams()
+	p.DecayHalfLife = 30 * time.Second
+	p.BreachThreshold = 2.0
+	return p
 }

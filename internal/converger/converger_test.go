@@ -17,7 +17,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
-	"github.com/bullpen-ci/bullpen/internal/loop"
+	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
 	"github.com/bullpen-ci/bullpen/internal/reaper"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
@@ -421,7 +421,7 @@ func TestRunStopsWhenContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	reports := make(chan Report)
 	done := make(chan error)
-	go func() { done <- loop.Run(ctx, w.clk, nil, w.conv.Loop(reports)) }()
+	go func() { done <- looptest.Run(ctx, w.clk, w.conv.Loop(reports)) }()
 	<-reports
 	w.clk.BlockUntil(1) // parked until the next interval
 	w.clk.Advance(30 * time.Second)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
-	"github.com/bullpen-ci/bullpen/internal/loop"
+	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
 )
 
 var errStoreDown = errors.New("store is down")
@@ -178,7 +178,7 @@ func TestRunWithoutLongPollWaitsBetweenEmptyReceives(t *testing.T) {
 	d := f.dispatcherWith(func(d *Deps) { d.Queue = countingReceives{Queue: d.Queue, n: &n} }, Options{Wait: -1})
 	ctx, cancel := context.WithCancel(f.ctx)
 	stopped := make(chan error)
-	go func() { stopped <- loop.Run(ctx, d.Clock, nil, d.Loop()) }()
+	go func() { stopped <- looptest.Run(ctx, d.Clock, d.Loop()) }()
 	waitForTimer := func() {
 		t.Helper()
 		parked := make(chan struct{})

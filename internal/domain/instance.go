@@ -90,9 +90,6 @@ func CanTransition(from, to State) bool {
 	return slices.Contains(next, to)
 }
 
-// Next returns the states reachable from s in one step (excluding s itself).
-func Next(s State) []State { return slices.Clone(transitions[s]) }
-
 // Role says why an instance exists.
 type Role string
 

@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -119,7 +120,7 @@ func (f *fixture) deliver(e jobEvent) []byte {
 	f.t.Helper()
 	f.seq++
 	id := fmt.Sprintf("delivery-%d", f.seq)
-	body, err := webhook.EncodeDelivery(webhook.Delivery{ID: id, Event: "workflow_job", ReceivedAt: f.clk.Now(), Payload: f.payload(e)})
+	body, err := json.Marshal(webhook.Delivery{ID: id, Event: "workflow_job", ReceivedAt: f.clk.Now(), Payload: f.payload(e)})
 	if err != nil {
 		f.t.Fatal(err)
 	}

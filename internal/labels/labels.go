@@ -61,12 +61,6 @@ type SpecOverrides struct {
 	Volume domain.Volume // volume=gp3:30gb:125mbps:3000iops
 }
 
-// IsZero reports whether the overrides leave a runner spec as it is.
-func (o SpecOverrides) IsZero() bool {
-	return o.CPU == domain.Range{} && o.RAM == domain.Range{} && len(o.Family) == 0 &&
-		o.Image == "" && o.Spot == nil && o.Volume == domain.Volume{}
-}
-
 // ErrUnknownPool is wrapped by the Error for a pool= naming a pool that the
 // environment does not have: such a job is rejected, never left waiting.
 var ErrUnknownPool = errors.New("unknown pool")

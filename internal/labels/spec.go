@@ -22,16 +22,6 @@ func (r Request) ColdSpec(base domain.RunnerSpec) domain.RunnerSpec {
 	return spec
 }
 
-// Class is the resource-pool class of the job's machine over base: jobs of
-// one class can reuse each other's idle instances. It is base.Name when the
-// labels leave the machine as base describes it, and otherwise "adhoc-"
-// followed by a fingerprint of the machine, so that two jobs asking for the
-// same machine in different words (cpu=2+8, cpu=8+2) share a class, and a
-// change to the base runner's configuration starts a new one.
-func (r Request) Class(base domain.RunnerSpec) string {
-	return r.class(base, r.apply(base))
-}
-
 func (r Request) class(base, spec domain.RunnerSpec) string {
 	if base.Name != "" && sameMachine(base, spec) {
 		return base.Name

@@ -140,3 +140,19 @@ func TestClassFollowsTheBase(t *testing.T) {
 		t.Errorf("two runners describing one machine give classes %s and %s", r.Class(small), r.Class(renamed))
 	}
 }
+
+// IsZero reports whether the overrides leave a runner spec as it is.
+func (o SpecOverrides) IsZero() bool {
+	return o.CPU == domain.Range{} && o.RAM == domain.Range{} && len(o.Family) == 0 &&
+		o.Image == "" && o.Spot == nil && o.Volume == domain.Volume{}
+}
+
+// Class is the resource-pool class of the job's machine over base: jobs of
+// one class can reuse each other's idle instances. It is base.Name when the
+// labels leave the machine as base describes it, and otherwise "adhoc-"
+// followed by a fingerprint of the machine, so that two jobs asking for the
+// same machine in different words (cpu=2+8, cpu=8+2) share a class, and a
+// change to the base runner's configuration starts a new one.
+func (r Request) Class(base domain.RunnerSpec) string {
+	return r.class(base, r.apply(base))
+}

@@ -201,12 +201,3 @@ func (r *Runner) Healthy() bool {
 	}
 	return true
 }
-
-// Run runs loops with a runner of its own that registers no metrics.
-func Run(ctx context.Context, clk domain.Clock, log *slog.Logger, loops ...Loop) error {
-	r, err := NewRunner(clk, log, nil)
-	if err != nil {
-		return err
-	}
-	return r.Run(ctx, loops...)
-}

@@ -15,7 +15,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
-	"github.com/bullpen-ci/bullpen/internal/loop"
+	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
 )
 
 func TestSettleDeletesServedMessagesAndRequeuesTheOthers(t *testing.T) {
@@ -183,7 +183,7 @@ func TestRunServesUntilCancelledAndFinishesWhatItReceived(t *testing.T) {
 	f.queueJobs(small, 100, 1)
 	ctx, cancel := context.WithCancel(f.ctx)
 	stopped := make(chan error)
-	go func() { stopped <- loop.Run(ctx, f.clk, nil, f.p.Loop()) }()
+	go func() { stopped <- looptest.Run(ctx, f.clk, f.p.Loop()) }()
 	<-notified
 	cancel()
 	if err := <-stopped; err != nil {
@@ -216,7 +216,7 @@ func TestRunWithoutLongPollWaitsBetweenEmptyReceives(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(f.ctx)
 	stopped := make(chan error)
-	go func() { stopped <- loop.Run(ctx, f.clk, nil, f.p.Loop()) }()
+	go func() { stopped <- looptest.Run(ctx, f.clk, f.p.Loop()) }()
 	f.clk.BlockUntil(1)
 	if got := n.Load(); got != 1 {
 		t.Fatalf("%d receives before the clock moved", got)
@@ -301,7 +301,7 @@ func TestRunServesABoundedNumberOfBatchesAtOnce(t *testing.T) {
 	f.queueJobs(small, 100, 2)
 	ctx, cancel := context.WithCancel(f.ctx)
 	stopped := make(chan error)
-	go func() { stopped <- loop.Run(ctx, f.clk, nil, f.p.Loop()) }()
+	go func() { stopped <- looptest.Run(ctx, f.clk, f.p.Loop()) }()
 	<-holding
 	select {
 	case <-served:

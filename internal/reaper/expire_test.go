@@ -10,7 +10,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
-	"github.com/bullpen-ci/bullpen/internal/loop"
+	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
 
@@ -39,7 +39,7 @@ func TestRunTerminatesRowsPastTheirDeadline(t *testing.T) {
 	term := &Terminator{Store: st, Queue: st.Queue(sqlite.QueueOptions{}), Cloud: cloud, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Interval: time.Minute}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error)
-	go func() { done <- loop.Run(runCtx, clk, nil, term.Loop()) }()
+	go func() { done <- looptest.Run(runCtx, clk, term.Loop()) }()
 	clk.BlockUntil(1) // the first sweep ran; nothing was due
 	clk.Advance(time.Minute)
 	clk.BlockUntil(1) // the second sweep ran

@@ -12,7 +12,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
-	"github.com/bullpen-ci/bullpen/internal/loop"
+	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
 	"github.com/bullpen-ci/bullpen/internal/reaper"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
@@ -201,7 +201,7 @@ func TestRunSweepsEveryInterval(t *testing.T) {
 	f.term.Interval = time.Minute
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)
-	go func() { done <- loop.Run(ctx, f.clk, nil, f.term.Loop()) }()
+	go func() { done <- looptest.Run(ctx, f.clk, f.term.Loop()) }()
 	f.clk.BlockUntil(1) // the first sweep is over; the loop waits
 	rows := f.machines(2, domain.StateTerminating)
 	f.clk.Advance(time.Minute - time.Second)

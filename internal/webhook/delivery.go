@@ -23,21 +23,10 @@ type Delivery struct {
 // ErrInvalidDelivery: an inbox message is not a Delivery envelope.
 var ErrInvalidDelivery = errors.New("invalid delivery envelope")
 
-// EncodeDelivery renders d for the inbox. Unlike json.Marshal, which
-// compacts a RawMessage and escapes HTML characters, it keeps the payload
-// byte for byte, so what the consumer reads is what GitHub signed. Whitespace
-// around the payload is dropped.
-func EncodeDelivery(d Delivery) ([]byte, error) {
-	if d.ID == "" || d.Event == "" {
-		return nil, fmt.Errorf("%w: id and event are required", ErrInvalidDelivery)
-	}
-	if !json.Valid(d.Payload) {
-		return nil, fmt.Errorf("%w: payload is not JSON", ErrInvalidDelivery)
-	}
-	return encodeDelivery(d), nil
-}
-
-// encodeDelivery is EncodeDelivery for a payload already known to be JSON.
+// encodeDelivery renders d, whose payload is JSON, for the inbox. Unlike
+// json.Marshal, which compacts a RawMessage and escapes HTML characters, it
+// keeps the payload byte for byte, so what the consumer reads is what GitHub
+// signed. Whitespace around the payload is dropped.
 func encodeDelivery(d Delivery) []byte {
 	d.Payload = trimJSONSpace(d.Payload)
 	var b bytes.Buffer

@@ -83,11 +83,7 @@ func TestDeliveryRoundTripKeepsPayloadBytes(t *testing.T) {
 	payload := []byte("{\"a\" : \"<b>&\\u00e9é\",\n  \"n\": 1.50}")
 	at := time.Date(2025, 1, 2, 3, 4, 5, 6, time.FixedZone("x", 3600))
 	for _, p := range [][]byte{payload, append(append([]byte(" \n"), payload...), "\r\n"...)} {
-		env, err := EncodeDelivery(Delivery{ID: "d\"1", Event: "workflow_job", ReceivedAt: at, Payload: p})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := DecodeDelivery(env)
+		d, err := DecodeDelivery(encodeDelivery(Delivery{ID: "d\"1", Event: "workflow_job", ReceivedAt: at, Payload: p}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,9 +94,6 @@ func TestDeliveryRoundTripKeepsPayloadBytes(t *testing.T) {
 }
 
 func TestDeliveryErrors(t *testing.T) {
-	if _, err := EncodeDelivery(Delivery{ID: "1", Event: "e", Payload: []byte("{")}); !errors.Is(err, ErrInvalidDelivery) {
-		t.Errorf("encode invalid payload: %v", err)
-	}
 	for _, body := range []string{``, `[]`, `{"event":"e","payload":{}}`, `{"id":"1","payload":{}}`, `{"id":"1","event":"e"}`, `{"id":"1","event":"e","payload":null}`} {
 		if _, err := DecodeDelivery([]byte(body)); !errors.Is(err, ErrInvalidDelivery) {
 			t.Errorf("DecodeDelivery(%s) = %v, want ErrInvalidDelivery", body, err)

@@ -2,6 +2,8 @@ package appplatform
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -167,4 +169,13 @@ func setWorkerField(worker, field string, value any) func(map[string]any) {
 			}
 		}
 	}
+}
+
+// canonical is the spec as JSON with sorted keys: equal specs, equal text.
+func canonical(spec map[string]any) string {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Sprintf("unencodable spec: %v", err)
+	}
+	return string(b)
 }

@@ -29,15 +29,6 @@ func decodeSpec(raw []byte) (map[string]any, error) {
 	return spec, nil
 }
 
-// canonical is the spec as JSON with sorted keys: equal specs, equal text.
-func canonical(spec map[string]any) string {
-	b, err := json.Marshal(spec)
-	if err != nil {
-		return fmt.Sprintf("unencodable spec: %v", err)
-	}
-	return string(b)
-}
-
 // cloneSpec copies a spec deeply.
 func cloneSpec(spec map[string]any) (map[string]any, error) {
 	b, err := json.Marshal(spec)
