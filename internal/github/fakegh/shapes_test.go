@@ -17,12 +17,13 @@ import (
 )
 
 // The OpenAPI description of GitHub's REST API, from the npm package
-// @octokit/openapi (385 MB, so never a dependency). When it is installed,
+// @octokit/openapi (under testdata/npm, or where BULLPEN_OPENAPI says). When
+// it is installed,
 // the fake's answers are checked against its examples and schemas, and
 // testdata/openapi-shapes.txt against its examples; without it, against
 // testdata/openapi-shapes.txt alone.
 var (
-	specPath = envOr("BULLPEN_OPENAPI", "/tmp/oapi/node_modules/@octokit/openapi/generated/api.github.com.json")
+	specPath = envOr("BULLPEN_OPENAPI", "../../../testdata/npm/node_modules/@octokit/openapi/generated/api.github.com.json")
 	update   = flag.Bool("update", false, "rewrite testdata/openapi-shapes.txt from the OpenAPI description")
 )
 
