@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register("autoscale", "demand autoscaler (seed 002): run it on an App Platform worker, or replay a trace", cmdAutoscale)
+	register("autoscale", "demand autoscaler: run it on an App Platform worker, or replay a trace", cmdAutoscale)
 }
 
 func autoscaleUsage(w io.Writer) {
@@ -28,7 +28,7 @@ func autoscaleUsage(w io.Writer) {
 
 subcommands:
   run      scale a DigitalOcean App Platform worker with GitHub job demand,
-           configured by seed 002's environment variables (GITHUB_TOKEN,
+           configured by the autoscaler's environment variables (GITHUB_TOKEN,
            DO_API_TOKEN, APP_ID, OWNER and REPO or ORG, WORKER_NAME,
            RUNNER_NAME_PREFIX, MIN_INSTANCES, ...); runs until interrupted
   replay   replay a CSV trace of t,demand through the decision:
@@ -72,7 +72,7 @@ func autoscaleRun(ctx context.Context, e *env, args []string) int {
 	logFormat := str("log-format", "BULLPEN_LOG_FORMAT", "text", "text or json")
 	metricsAddr := str("metrics-listen", "BULLPEN_METRICS_LISTEN", "", "HTTP address for /metrics and /healthz; empty: none")
 	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "usage: bullpen autoscale run [flags]\n\nConfigured by seed 002's environment variables; see internal/autoscale/README.md.")
+		fmt.Fprintln(e.stderr, "usage: bullpen autoscale run [flags]\n\nConfigured by the autoscaler's environment variables; see internal/autoscale/README.md.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -23,7 +23,7 @@ func (h *harness) running(id string) (domain.Instance, string) {
 	return h.Get(in.ID), token
 }
 
-// The explicit "Done when" of the release issue, through the API: a
+// The release timeout, through the API: a
 // deregistered signal after the releasing deadline is refused, and the
 // expired instance is neither made ready nor put in the resource pool: it is
 // terminated, so the agent stops releasing a machine nobody will reuse.

@@ -2,7 +2,7 @@
 // instance's agent: it turns signals (warm, registered, job-started,
 // job-finished, deregistered, failed) and heartbeats into guarded state
 // changes, tells agents what to do next, and releases instances when their
-// job ends (seed 003).
+// job ends.
 package agents
 
 import (

@@ -180,7 +180,7 @@ func TestFinishRetriesALostRace(t *testing.T) {
 	}
 }
 
-// Seed 003 end to end: the job's end clears the job (the trigger), the
+// The release end to end: the job's end clears the job (the trigger), the
 // agent is told to release, deregisters, and the instance is pooled and
 // can be claimed for the next job.
 func TestReleaseHandshake(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-// releasing writes an instance in the middle of seed 003's handshake: its
+// releasing writes an instance in the middle of the release handshake: its
 // job cleared, waiting for the agent to deregister until the default
 // releasing deadline.
 func (f *fixture) releasing(id string) domain.Instance {
@@ -57,7 +57,7 @@ func TestDeregisteredPoolsTheInstance(t *testing.T) {
 	}
 }
 
-// The explicit "Done when" of the release issue: a deregistered signal
+// The release timeout: a deregistered signal
 // that comes after the releasing deadline never pools the instance.
 func TestLateDeregisteredNeverPoolsTheInstance(t *testing.T) {
 	for _, late := range []time.Duration{0, time.Second, time.Hour} {

@@ -13,7 +13,7 @@ const (
 	ActionNone = "none"
 )
 
-// scoreTolerance absorbs floating-point error where the seed compares
+// scoreTolerance absorbs floating-point error where the specification compares
 // decimal numbers: a score that is mathematically equal to the threshold
 // triggers, and a demand mathematically equal to capacity × threshold is not
 // a breach even when the binary product comes out a hair off (100 × 0.29 is
@@ -50,7 +50,7 @@ type direction struct {
 }
 
 // Decide records this poll's breach, if any, in st and says whether to
-// scale, following seed 002's formulas as issue 5 pins them down:
+// scale, following the demand autoscaler's formulas with the open points DESIGN fixes:
 //
 //   - capacity = current × RUNNERS_PER_INSTANCE; an up breach when demand >
 //     capacity × SCALE_UP_THRESHOLD, otherwise a down breach when demand <
@@ -60,7 +60,7 @@ type direction struct {
 //     Σ 0.5^((now − tᵢ)/DECAY_HALF_LIFE_SECONDS) over that direction's rest;
 //   - scaling triggers when score ≥ BREACH_THRESHOLD unless that direction
 //     scaled less than its cooldown ago;
-//   - the step and the new count are the seed's formulas, int(x + 0.5)
+//   - the step and the new count are the specification's formulas, int(x + 0.5)
 //     included; a decision that would not move the count toward its
 //     direction is no action and starts no cooldown; scaling keeps the
 //     breach history.
@@ -123,7 +123,7 @@ func Decide(p Params, st *State, now time.Time, demand, current int) Decision {
 	return d
 }
 
-// scaleUp is the seed's scale-up formula; working shows its arithmetic.
+// scaleUp is the specification's scale-up formula; working shows its arithmetic.
 func scaleUp(p Params, demand, capacity, current int) (newCount, step int, working string) {
 	deficit := demand - capacity
 	raw := int(float64(deficit)*p.ScaleUpProportion/float64(p.RunnersPerInstance) + 0.5)
@@ -132,7 +132,7 @@ func scaleUp(p Params, demand, capacity, current int) (newCount, step int, worki
 	return min(current+step, p.MaxInstances), step, working
 }
 
-// scaleDown is the seed's scale-down formula; working shows its arithmetic.
+// scaleDown is the specification's scale-down formula; working shows its arithmetic.
 func scaleDown(p Params, demand, capacity, current int) (newCount, step int, working string) {
 	excess := capacity - demand
 	raw := int(float64(excess)*p.ScaleDownProportion/float64(p.RunnersPerInstance) + 0.5)
@@ -143,7 +143,7 @@ func scaleDown(p Params, demand, capacity, current int) (newCount, step int, wor
 
 // boundReason explains a triggered decision that the bounds turned into no
 // action. A count already outside the bounds is not dragged back by a
-// decision in the other direction: the seed's formula would, say, "scale
+// decision in the other direction: the specification's formula would, say, "scale
 // up" from 7 to a MAX_INSTANCES of 5, which bullpen refuses to call a
 // scale-up.
 func boundReason(p Params, name string, current int) string {

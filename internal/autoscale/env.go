@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// ParamsFromEnv reads seed 002's environment variables over DefaultParams;
+// ParamsFromEnv reads the autoscaler's environment variables over DefaultParams;
 // a variable that is unset or empty keeps its default. Durations are
-// numbers in the unit the seed's table gives: seconds, except
+// numbers in the unit the specification's table gives: seconds, except
 // STABILIZATION_WINDOW_MINUTES. The result is then validated as Validate
 // does, and every problem, unreadable and invalid values alike, comes back
 // in one *ParamsError together with the parameters as far as they were
@@ -42,7 +42,7 @@ func ParamsFromEnv(getenv func(string) string) (Params, error) {
 	return p, nil
 }
 
-// paramOrder is the seed's table order, in which problems are listed.
+// paramOrder is the specification's table order, in which problems are listed.
 var paramOrder = func() map[string]int {
 	names := []string{
 		EnvRunnersPerInstance, EnvMinInstances, EnvMaxInstances, EnvPollInterval,

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Environment variable names of seed 002's configuration table. They are
+// Environment variable names of the demand autoscaler's configuration table. They are
 // also the names problems are reported under, whatever the source.
 const (
 	EnvRunnersPerInstance  = "RUNNERS_PER_INSTANCE"
@@ -28,7 +28,7 @@ const (
 	EnvBreachThreshold     = "BREACH_THRESHOLD"
 )
 
-// Params are the tunables of seed 002's autoscaler.
+// Params are the tunables of the demand autoscaler.
 type Params struct {
 	RunnersPerInstance  int           // runner processes per instance
 	MinInstances        int           // lower bound of the count
@@ -47,12 +47,12 @@ type Params struct {
 	BreachThreshold     float64       // score that triggers scaling
 }
 
-// DefaultParams are seed 002's defaults with two departures, because the
+// DefaultParams are the demand autoscaler's defaults with two departures, because the
 // seed's own defaults never scale: with a 60 s poll, a 30 s half-life and a
 // 3 minute window a sustained breach scores at most 1 + 0.25 + 0.0625 =
 // 1.3125, short of the 2.0 threshold.
 //
-// The seed's timelines scale on the second consecutive breach ("score ~2.0
+// The specification's timelines scale on the second consecutive breach ("score ~2.0
 // → scale"). No half-life gets two decayed breaches to 2.0 (1 + 0.5^(60/h)
 // < 2 for every finite h), so the threshold has to come down. A threshold
 // of 1.5 with a 60 s half-life would be met exactly by two polls 60 s
@@ -63,7 +63,7 @@ type Params struct {
 //   - BREACH_THRESHOLD = 1.5 (seed: 2.0)
 //
 // One breach (1.0) never scales; two breaches up to 120 s apart do (1.707 at
-// 60 s apart, exactly 1.5 at 120 s), which keeps the seed's timelines and is
+// 60 s apart, exactly 1.5 at 120 s), which keeps the specification's timelines and is
 // stricter than its intent, where any two breaches in the window added up
 // to 2.0. A sustained breach scores at most 1 + 0.707 + 0.5 = 2.207.
 func DefaultParams() Params {
@@ -88,7 +88,7 @@ func DefaultParams() Params {
 
 // Problem is one thing wrong with one parameter.
 type Problem struct {
-	Param  string // the seed's environment variable name
+	Param  string // the specification's environment variable name
 	Value  string // the value as given or as it reads back
 	Reason string // what is wrong and what was expected
 }
@@ -232,7 +232,7 @@ func sumTerms(ratio float64, n int64) string {
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
-// num formats a multiplier or threshold the way the seed writes them: 2.0,
+// num formats a multiplier or threshold the way the specification writes them: 2.0,
 // 1.5, 0.25.
 func num(x float64) string {
 	s := strconv.FormatFloat(x, 'f', -1, 64)

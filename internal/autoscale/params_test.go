@@ -37,7 +37,7 @@ func TestDefaultsValidate(t *testing.T) {
 	wantProblems(t, DefaultParams().ValidateFloor(0))
 }
 
-// The seed's own table describes an autoscaler that never scales.
+// The specification's own table describes an autoscaler that never scales.
 func TestSeedDefaultsAreRejected(t *testing.T) {
 	wantProblems(t, SeedParams().Validate(),
 		"BREACH_THRESHOLD=2.0 is unreachable: with POLL_INTERVAL=60s, DECAY_HALF_LIFE_SECONDS=30 and "+

@@ -98,7 +98,7 @@ func TestReadmeParameterTable(t *testing.T) {
 	if len(seedEnv) != len(paramOrder) {
 		t.Errorf("README lists %d parameters, want %d", len(seedEnv), len(paramOrder))
 	}
-	// The seed's values do not validate; the error is beside the point here.
+	// The specification's values do not validate; the error is beside the point here.
 	seed, _ := ParamsFromEnv(func(k string) string { return seedEnv[k] })
 	ours, err := ParamsFromEnv(func(k string) string { return ourEnv[k] })
 	if seed != SeedParams() {

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// The seed's burst timeline under bullpen's defaults, with a header, a
+// The specification's burst timeline under bullpen's defaults, with a header, a
 // blank line, CRLF endings and spaces around fields.
 const burstTrace = "t,demand\r\n0,0\r\n60, 5\r\n\r\n120,8\r\n 180 ,6\r\n240,5\r\n"
 

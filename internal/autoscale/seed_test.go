@@ -6,13 +6,13 @@ import (
 	"time"
 )
 
-// seedPoll is one line of a seed 002 example timeline, with what Decide
-// does under the seed's own parameters (nothing ever scales: every score is
+// seedPoll is one line of an example timeline of the specification, with what Decide
+// does under the specification's own parameters (nothing ever scales: every score is
 // printed so the decay is visible) and under bullpen's defaults.
 type seedPoll struct {
 	t         int64
 	demand    int
-	seedScore float64 // breach score with the seed's parameters; 0 when stable
+	seedScore float64 // breach score with the specification's parameters; 0 when stable
 	action    string  // with bullpen's defaults
 	newCount  int     // with bullpen's defaults
 	score     float64 // with bullpen's defaults; 0 when stable
@@ -25,7 +25,7 @@ type seedTimeline struct {
 	polls   []seedPoll
 }
 
-// The seed's "Scaling Behavior Examples", poll by poll. Where its prose and
+// The specification's "Scaling Behavior Examples", poll by poll. Where its prose and
 // its formulas disagree, the formulas win and the comment says why.
 var seedTimelines = []seedTimeline{
 	{
@@ -66,9 +66,9 @@ var seedTimelines = []seedTimeline{
 		},
 	},
 	{
-		// The same, polling only where the seed's text shows a poll: at t=360 the breaches at
+		// The same, polling only where the specification's text shows a poll: at t=360 the breaches at
 		// t=120 and t=180 are at least one window old and pruned, so the "~2.0" is 1.0.
-		name: "jobs complete, only the polls the seed shows", initial: 3, start: fresh(),
+		name: "jobs complete, only the polls the specification shows", initial: 3, start: fresh(),
 		polls: []seedPoll{
 			{t: 0, demand: 3, action: ActionNone, newCount: 3},
 			{t: 60, demand: 1, action: ActionNone, newCount: 3},
@@ -120,7 +120,7 @@ func runSeedTimeline(t *testing.T, p Params, tl seedTimeline, seed bool) {
 	}
 }
 
-// SeedParams are seed 002's defaults exactly as its table gives them. They
+// SeedParams are the specification's defaults exactly as its table gives them. They
 // do not validate: their threshold is unreachable (see DefaultParams).
 func SeedParams() Params {
 	p := DefaultParams()

@@ -12,7 +12,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-// autoscaleKeys maps the seed's parameter names (what autoscale reports
+// autoscaleKeys maps the specification's parameter names (what autoscale reports
 // problems with) to the keys of a pool's autoscale block.
 var autoscaleKeys = map[string]string{
 	"MIN_INSTANCES": "min", "MAX_INSTANCES": "max", "RUNNERS_PER_INSTANCE": "runners-per-instance",
@@ -72,11 +72,11 @@ func (p *parser) autoscaleBlock(path string, at, n *yaml.Node) *domain.Autoscale
 	return &spec
 }
 
-// unitless are the seed's variables whose values are plain numbers of a
+// unitless are the specification's variables whose values are plain numbers of a
 // unit; the block writes them as durations.
 var unitless = regexp.MustCompile(`(DECAY_HALF_LIFE_SECONDS|STABILIZATION_WINDOW_MINUTES)=([0-9.]+)`)
 
-// keyed rewrites the seed's variable names in a message to the block's keys.
+// keyed rewrites the specification's variable names in a message to the block's keys.
 func keyed(msg string) string {
 	msg = unitless.ReplaceAllStringFunc(msg, func(m string) string {
 		sub := unitless.FindStringSubmatch(m)

@@ -25,7 +25,7 @@ type applier struct {
 func (a applier) apply(ctx context.Context, p rebalance.Plan) error {
 	var errs []error
 	// Terminations that free quota are merged into as few calls as possible;
-	// they all precede the first create, as the seed's order requires.
+	// they all precede the first create, as the rebalance order requires.
 	var early []domain.Instance
 	var earlyReasons []rebalance.Reason
 	flush := func() {

@@ -1,4 +1,4 @@
-// Package converger runs seed 000's pool convergence loop: every interval it
+// Package converger runs the pool convergence loop: every interval it
 // matches each pool's schedule, computes a rebalance plan from a snapshot of
 // the store and the cloud, and applies it.
 package converger
@@ -31,7 +31,7 @@ type PoolSpec struct {
 // entry says so. The default is the pool's schedule; the autoscaler wraps it.
 type Targeter func(p domain.Pool, at time.Time) (entry string, t domain.Target)
 
-// ScheduleTarget is the Targeter of seed 000: the pool's schedule alone.
+// ScheduleTarget is the Targeter of the warm-pool design: the pool's schedule alone.
 func ScheduleTarget(p domain.Pool, at time.Time) (string, domain.Target) {
 	r := schedule.Resolve(p, at)
 	return r.Entry, r.Target
@@ -39,10 +39,10 @@ func ScheduleTarget(p domain.Pool, at time.Time) (string, domain.Target) {
 
 // Options tune the loop; zero values take the documented defaults.
 type Options struct {
-	Interval      time.Duration    // between cycles; default 30 s (seed 000)
+	Interval      time.Duration    // between cycles; default 30 s
 	ControllerID  string           // tags every machine; required
 	Deadlines     domain.Deadlines // per-state allowances; default domain.DefaultDeadlines()
-	DanglingAfter time.Duration    // default 10 min (seed 000)
+	DanglingAfter time.Duration    // default 10 min
 	GoneGrace     time.Duration    // default rebalance.DefaultGoneGrace
 	CreateBatch   int              // most machines per create call; default 100
 	Parallelism   int              // pools converged at once; default 8

@@ -1,4 +1,4 @@
-// Package dispatch serves the pool queue (seed 000, "Pool Queue
+// Package dispatch serves the pool queue (DESIGN: Warm pools, "Pool Queue
 // Processing"): it receives jobs in batches, groups them by pool, claims warm
 // instances for all of them at once (running before stopped), detaches them
 // with one tag call, starts the stopped ones at most 50 per call, registers
@@ -23,7 +23,7 @@ import (
 
 // Options tune the dispatcher; zero values take the defaults.
 type Options struct {
-	// BatchMax is the most jobs taken per cycle. Seed 000 takes 10; that
+	// BatchMax is the most jobs taken per cycle. The warm-pool design takes 10; that
 	// is a floor: under a burst a larger batch costs far fewer cloud calls.
 	BatchMax   int           // default 500
 	Visibility time.Duration // default 60 s

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Deadlines says how long an instance may stay in each state (the seeds'
+// Deadlines says how long an instance may stay in each state (the design's
 // "threshold"). A row past its deadline is terminated: by the converger for
 // pool members, by the reaper for everything else.
 type Deadlines struct {
@@ -75,7 +75,7 @@ func (d Deadlines) Until(s State, now time.Time) time.Time {
 }
 
 // SignalKind names what an instance's agent reports about itself. The
-// meanings follow the seeds: registered is UD_REG_OK, deregistered is
+// meanings follow the design: registered is UD_REG_OK, deregistered is
 // UD_REMOVE_REG_OK.
 type SignalKind string
 

@@ -16,7 +16,7 @@ type Range struct {
 	Max int `json:"max,omitempty"`
 }
 
-// Volume is the root disk, written in the seed as "gp3:30gb:125mbps:3000iops".
+// Volume is the root disk, written in the configuration as "gp3:30gb:125mbps:3000iops".
 type Volume struct {
 	Type           string `json:"type,omitempty"`
 	SizeGB         int    `json:"size_gb,omitempty"`
@@ -98,11 +98,11 @@ type Pool struct {
 	MaxJobsPerInstance int           // 0 = unlimited (only with Reuse)
 	MaxAge             time.Duration // 0 = unlimited (only with Reuse)
 	// Autoscale, when set, lets the pool's hot target follow job demand
-	// (seed 002's algorithm), never below the schedule's hot value.
+	// (the demand autoscaler's algorithm), never below the schedule's hot value.
 	Autoscale *AutoscaleSpec
 }
 
-// AutoscaleSpec is a pool's `autoscale:` block: seed 002's parameters
+// AutoscaleSpec is a pool's `autoscale:` block: the demand autoscaler's parameters
 // (internal/autoscale.Params holds the same, with the decision function).
 type AutoscaleSpec struct {
 	Min, Max                               int

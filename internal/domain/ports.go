@@ -94,7 +94,7 @@ type Cloud interface {
 }
 
 // MaxBatch is the most ids bullpen sends in one start, stop, terminate or
-// tag call (seed 000: terminations in groups of 50).
+// tag call (terminations in groups of 50).
 const MaxBatch = 50
 
 // Cloud errors, wrapped by *CloudError.

@@ -78,7 +78,7 @@ const (
 var ErrStaleReceipt = errors.New("stale receipt")
 
 // ResourcePoolEntry is the message that stands for one idle reusable
-// instance in its class's resource-pool queue (seed 004's format, plus the
+// instance in its class's resource-pool queue (the provisioning design's format, plus the
 // cloud id; InstanceID is bullpen's id, the key for store look-ups).
 type ResourcePoolEntry struct {
 	InstanceID    string    `json:"instanceId"`

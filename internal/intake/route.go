@@ -1,6 +1,6 @@
 // Package intake turns accepted webhook deliveries into jobs: it decides
 // whether a job is bullpen's, routes it to the pool queue or the launch
-// queue (seed 000's "Webhook-Level Routing"), rejects jobs that name a pool
+// queue ("Webhook-Level Routing"), rejects jobs that name a pool
 // this environment does not have, and records jobs starting and finishing.
 package intake
 

@@ -136,7 +136,7 @@ func TestOfferToResourcePool(t *testing.T) {
 	}
 	for _, key := range []string{`"instanceId"`, `"usageClass"`, `"resourceClass"`, `"threshold"`} {
 		if !strings.Contains(string(msgs[0].Body), key) {
-			t.Errorf("body %s lacks seed 004's key %s", msgs[0].Body, key)
+			t.Errorf("body %s lacks the resource-pool entry's key %s", msgs[0].Body, key)
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 // case the registered signal reached another replica.
 const recheckEvery = time.Second
 
-// selectFor is one claim worker (seed 001): it asks the class's pickup
+// selectFor is one claim worker: it asks the class's pickup
 // manager for candidates until one is claimed and passes its post-claim
 // checks, or the pool is exhausted. A candidate that fails a check is
 // terminated and the worker tries the next one, as long as the job still
@@ -96,7 +96,7 @@ func (p *Provisioner) gone(ctx context.Context, rq *request) bool {
 	return false
 }
 
-// claim is the atomic idle → claimed transition of seed 001: guarded on
+// claim is the atomic idle → claimed transition: guarded on
 // state ready and no job, so of many claimers exactly one wins. An entry
 // whose claim failed for another reason than losing goes back to the
 // resource pool, since its instance may still be idle.
@@ -234,7 +234,7 @@ func (p *Provisioner) rollBack(ctx context.Context, rq *request, in domain.Insta
 }
 
 // giveBack rolls a claimed instance back to idle and returns it to its
-// resource pool (seed 001's unsuccessful provisioning), with the expiry
+// resource pool (unsuccessful provisioning), with the expiry
 // its entry had: a failed claim does not extend an instance's idle life.
 func (p *Provisioner) giveBack(ctx context.Context, rq *request, in domain.Instance, threshold time.Time, why string) {
 	if threshold.IsZero() {

@@ -12,7 +12,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/serving"
 )
 
-// create is seed 001's creation: one fleet request for the requests the
+// create is the creation step: one fleet request for the requests the
 // resource pool could not serve (split at CreateBatch, or at what the last
 // partially fulfilled fleet of this class got). Rows are written before the
 // call, bound to their jobs; a partially fulfilled fleet is terminated whole

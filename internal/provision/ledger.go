@@ -94,7 +94,7 @@ func (l *ledger) failure() any {
 	return l.panicked
 }
 
-// dump is seed 001's safety net after an unexpected failure: every claimed
+// dump is the safety net after an unexpected failure: every claimed
 // instance still held goes back to its resource pool, every created one is
 // terminated, and their jobs are unbound so that they are requeued. Jobs
 // already served keep their instances.

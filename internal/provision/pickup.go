@@ -11,7 +11,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-// Requirements are what a job asks of a reused instance (seed 004's
+// Requirements are what a job asks of a reused instance (the resource-pool
 // filters). Zero fields do not constrain.
 type Requirements struct {
 	UsageClass    string   // "spot" or "on-demand"
@@ -90,7 +90,7 @@ func matchesAny(s string, patterns []string) bool {
 	return false
 }
 
-// pickup is seed 004's pickup manager for one runner class: it takes a
+// pickup is the pickup manager for one runner class: it takes a
 // candidate off the resource-pool queue, deletes it at once (so other
 // pickups do not contend for it), filters it in memory, and re-queues misses
 // with a short delay. A search ends globally exhausted (the queue gave
@@ -101,7 +101,7 @@ type pickup struct {
 	class        string
 	requeueDelay time.Duration
 	seenLimit    int
-	mu           sync.Mutex // one receiver per class, as the seed's singleton
+	mu           sync.Mutex // one receiver per class, a singleton per class
 }
 
 // search is one request's walk through the queue.

@@ -1,5 +1,5 @@
-// Package provision serves the launch queue the way seeds 001 and 004
-// describe: reuse first (the pickup manager takes idle instances of the
+// Package provision serves the launch queue the way DESIGN
+// describes (Provisioning): reuse first (the pickup manager takes idle instances of the
 // job's class off the resource-pool queue, claim workers claim them with one
 // guarded transition and check heartbeat and registration), then creation
 // for whatever is left (one fleet request, all-or-nothing), then
@@ -43,7 +43,7 @@ import (
 )
 
 // Options tune provisioning; zero values take the defaults, which come from
-// the seeds where they give one.
+// the design where it gives one.
 type Options struct {
 	BatchMax   int           // jobs received per cycle; default 100
 	Visibility time.Duration // default 5 min
@@ -59,18 +59,18 @@ type Options struct {
 	// Parallelism bounds jobs provisioned at once; default 64.
 	Parallelism int
 	// HeartbeatMaxAge: a reused instance whose last heartbeat is older
-	// fails its post-claim check (seed 001: ~15 s).
+	// fails its post-claim check (about 15 s).
 	HeartbeatMaxAge time.Duration
 	// RegistrationTimeout: a reused instance must register for the job
-	// within this (seed 001: ~10 s).
+	// within this (about 10 s).
 	RegistrationTimeout time.Duration
 	// CreationTimeout: a new instance must boot and register within this.
 	CreationTimeout time.Duration // default 5 min
 	// RequeueDelay: a resource-pool entry that does not fit goes back with
-	// this delay (seed 004: e.g. 3 s).
+	// this delay (for example 3 s).
 	RequeueDelay time.Duration
 	// SeenLimit: the same instance seen this many times in one search
-	// means the pool is locally exhausted (seed 004: default 5).
+	// means the pool is locally exhausted (default 5).
 	SeenLimit int
 	// CreateBatch caps machines per fleet request; default 100.
 	CreateBatch  int

@@ -11,7 +11,7 @@ import (
 )
 
 // Expire marks every row past its deadline as terminating, in any state
-// (seed 001: "expired instances are terminated asynchronously by other
+// (the provisioning design: "expired instances are terminated asynchronously by other
 // components"), guarded on the version read so that a claim racing the
 // sweep wins or loses cleanly. The terminator then makes the cloud calls.
 // It reports how many rows it marked.

@@ -16,7 +16,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
-// Reconciler is the reaper's slow loop (seed 001's "refresh"): it makes the
+// Reconciler is the reaper's slow loop (the provisioning design's "refresh"): it makes the
 // store, the cloud and GitHub agree, and keeps the store bounded. Every
 // change it makes is a guarded write, so it is safe on any replica.
 type Reconciler struct {

@@ -1,6 +1,6 @@
 // Package rebalance decides, as a pure function of a snapshot, what the pool
 // converger must do to bring one pool to its target. The order of the plan is
-// seed 000's rebalance algorithm: terminate error instances, terminate
+// the warm-pool design's: terminate error instances, terminate
 // dangling ones, terminate outdated ones (before creating, to free quota),
 // stop warmed stopped-pool members, create what is missing, and last
 // terminate the excess. Instances bound to a job are never touched.
@@ -85,7 +85,7 @@ type Snapshot struct {
 
 // Defaults for the snapshot's durations.
 const (
-	// DefaultDanglingAfter is seed 000's limit for a machine running
+	// DefaultDanglingAfter is the limit for a machine running
 	// without a job.
 	DefaultDanglingAfter = 10 * time.Minute
 	DefaultGoneGrace     = 2 * time.Minute
@@ -142,7 +142,7 @@ func Compute(s Snapshot) Plan {
 	return p
 }
 
-// categories sorts a pool's rows into the seed's groups. An instance lands in
+// categories sorts a pool's rows into the rebalance groups. An instance lands in
 // the first group that claims it.
 type categories struct {
 	gone, errored, expired, dangling, idle, outdated []domain.Instance

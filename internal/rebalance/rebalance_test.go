@@ -209,7 +209,7 @@ func TestCompute(t *testing.T) {
 	}
 }
 
-func TestComputeFollowsTheSeedsOrder(t *testing.T) {
+func TestComputeFollowsTheRebalanceOrder(t *testing.T) {
 	H, S := domain.RoleHot, domain.RoleStopped
 	insts := []domain.Instance{
 		inst("gone", H, domain.StateReady),

@@ -69,7 +69,7 @@ func days(d ...time.Weekday) []time.Weekday { return d }
 var everyDay = days(time.Monday, time.Tuesday, time.Wednesday, time.Thursday,
 	time.Friday, time.Saturday, time.Sunday)
 
-// seedPool is the example configuration of seed 000.
+// seedPool is the example configuration of the warm-pool design.
 func seedPool(loc *time.Location) domain.Pool {
 	return domain.Pool{
 		Name:     "small-x64",

@@ -87,7 +87,7 @@ func (e *ConfigError) Error() string {
 	return "invalid configuration: " + strings.Join(e.Problems, "; ")
 }
 
-// ConfigFromEnv reads the configuration from seed 002's environment
+// ConfigFromEnv reads the configuration from the autoscaler's environment
 // variables and reports every problem at once in a *ConfigError: missing
 // required variables, an ambiguous or missing scope, malformed URLs, and
 // every autoscaler parameter problem (autoscale.ParamsFromEnv, which

@@ -10,7 +10,7 @@ import (
 // asking for it is one this autoscaler's runners may serve.
 const SelfHostedLabel = "self-hosted"
 
-// Demand is the job demand of one poll, as seed 002 counts it.
+// Demand is the job demand of one poll, as the autoscaler counts it.
 type Demand struct {
 	Queued     int // queued jobs asking for a self-hosted runner
 	InProgress int // in-progress jobs on this deployment's runners
@@ -19,7 +19,7 @@ type Demand struct {
 // Total is the demand the autoscaler decides on.
 func (d Demand) Total() int { return d.Queued + d.InProgress }
 
-// CountDemand applies the seed's job filtering: a queued job counts when
+// CountDemand applies the specification's job filtering: a queued job counts when
 // its labels include self-hosted (in any case, as GitHub matches labels);
 // an in-progress job counts when its runner's name starts with prefix,
 // or, with an empty prefix, when it asked for a self-hosted runner (so

@@ -24,7 +24,7 @@ func TestCountDemand(t *testing.T) {
 		{"the label matches in any case", []domain.GitHubJob{q("Self-Hosted"), q("SELF-HOSTED", "x64")}, nil, "", Demand{Queued: 2}},
 		{"a label containing self-hosted is not it", []domain.GitHubJob{q("self-hosted-gpu"), q("not-self-hosted")}, nil, "", Demand{}},
 		{"the prefix picks in-progress jobs", nil, []domain.GitHubJob{run("do-1", "self-hosted"), run("do-2"), run("other-1", "self-hosted"), run("")}, "do-", Demand{InProgress: 2}},
-		{"the prefix is case-sensitive, as the seed's startswith", nil, []domain.GitHubJob{run("DO-1", "self-hosted")}, "do-", Demand{}},
+		{"the prefix is case-sensitive, as the specification's startswith", nil, []domain.GitHubJob{run("DO-1", "self-hosted")}, "do-", Demand{}},
 		{"without a prefix every self-hosted in-progress job counts", nil, []domain.GitHubJob{run("any", "self-hosted"), run("", "self-hosted"), run("GitHub Actions 3", "ubuntu-latest")}, "", Demand{InProgress: 2}},
 		{"a job in the wrong list by status is not counted", []domain.GitHubJob{run("do-1", "self-hosted")}, []domain.GitHubJob{q("self-hosted")}, "do-", Demand{}},
 		{"both", []domain.GitHubJob{q("self-hosted"), q("self-hosted")}, []domain.GitHubJob{run("do-a", "self-hosted")}, "do-", Demand{Queued: 2, InProgress: 1}},

@@ -1,4 +1,4 @@
-// Package appplatform is seed 002's autoscaler as a standalone service: it
+// Package appplatform is the demand autoscaler as a standalone service: it
 // keeps the instance count of a DigitalOcean App Platform worker, whose
 // containers run self-hosted GitHub Actions runners, in step with GitHub
 // job demand (`bullpen autoscale run`).

@@ -38,7 +38,7 @@ type Deps struct {
 	OnCycle func(CycleReport, error)
 }
 
-// Scaler is seed 002's standalone autoscaler: it polls GitHub job demand,
+// Scaler is the standalone demand autoscaler: it polls GitHub job demand,
 // scales an App Platform worker with autoscale.Decide, and removes dead
 // runners. Cycle is safe to call from one goroutine at a time; Run does
 // that every POLL_INTERVAL.

@@ -31,7 +31,7 @@ func race(n int, fn func(k int)) {
 	wg.Wait()
 }
 
-// The seeds' claim workers: many workflows race the same idle instance with
+// The provisioning claim workers: many workflows race the same idle instance with
 // the condition state == idle && runId == "". Exactly one may win.
 func testConcurrentClaims(t *testing.T, e *env) {
 	const racers = 64

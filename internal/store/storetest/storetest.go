@@ -154,7 +154,7 @@ func instance(id string, state domain.State) domain.Instance {
 	}
 }
 
-// claim is the seeds' idle→claimed mutation: bind the instance to job.
+// claim is the idle→claimed mutation: bind the instance to job.
 func claim(job string) func(*domain.Instance) {
 	return func(i *domain.Instance) { i.State, i.Job = domain.StateClaimed, job }
 }
