@@ -32,9 +32,8 @@ func (s *Server) hello(w http.ResponseWriter, r *http.Request) (any, error) {
 			return nil, err
 		}
 		token := domain.NewSecret()
-		_, err = s.store.Transition(r.Context(), in.ID, domain.GuardOf(in), func(i *domain.Instance) {
-			i.AgentTokenHash = domain.HashSecret(token)
-		})
+		issue := domain.Lifecycle{}.IssueToken(in, domain.HashSecret(token))
+		_, err = s.store.Transition(r.Context(), issue.ID, issue.Guard, issue.Apply)
 		if errors.Is(err, domain.ErrConflict) {
 			continue // the row moved on: decide again on what it is now
 		}

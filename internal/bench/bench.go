@@ -349,26 +349,28 @@ func MeasureCAS(ctx context.Context, s domain.Store, n int) (float64, error) {
 	if err := s.CreateInstances(ctx, rows); err != nil {
 		return 0, err
 	}
+	verbs := domain.NewLifecycle(domain.Deadlines{})
 	start := time.Now()
 	for i := range rows {
-		_, err := s.Transition(ctx, rows[i].ID, domain.Guard{State: domain.StateReady}, func(in *domain.Instance) {
-			in.State, in.Job = domain.StateClaimed, "cas"
-		})
-		if err != nil {
+		c := verbs.ClaimIdle(rows[i].ID, "cas", start)
+		if _, err := s.Transition(ctx, c.ID, c.Guard, c.Apply); err != nil {
 			return 0, err
 		}
 	}
 	rate := float64(n) / time.Since(start).Seconds()
 	// Leave no trace the loops would act on.
 	for i := range rows {
-		for _, st := range []domain.State{domain.StateTerminating, domain.StateTerminated} {
-			cur, err := s.GetInstance(ctx, rows[i].ID)
-			if err != nil {
-				return 0, err
-			}
-			if _, err := s.Transition(ctx, cur.ID, domain.GuardOf(cur), func(in *domain.Instance) { in.State = st }); err != nil {
-				return 0, err
-			}
+		cur, err := s.GetInstance(ctx, rows[i].ID)
+		if err != nil {
+			return 0, err
+		}
+		t := verbs.Terminate(cur, "store measurement", start)
+		if cur, err = s.Transition(ctx, t.ID, t.Guard, t.Apply); err != nil {
+			return 0, err
+		}
+		c := verbs.Close(cur)
+		if _, err := s.Transition(ctx, c.ID, c.Guard, c.Apply); err != nil {
+			return 0, err
 		}
 	}
 	ids := make([]string, n)

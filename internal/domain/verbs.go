@@ -246,6 +246,23 @@ func (l Lifecycle) RequeueJob(j Job, reason string) JobTransitionRequest {
 	})
 }
 
+// Approve records that a job waiting for approval (an environment's
+// reviewers) was queued: it waits for a runner now.
+func (l Lifecycle) Approve(j Job) JobTransitionRequest {
+	return jobChange(j, func(x *Job) { x.Reason = "" })
+}
+
+// RetryJob records another attempt at serving a queued job, and why the
+// last one failed.
+func (l Lifecycle) RetryJob(j Job, reason string) JobTransitionRequest {
+	return jobChange(j, func(x *Job) {
+		x.Attempts++
+		if reason != "" {
+			x.Reason = reason
+		}
+	})
+}
+
 // MessageSent clears a job's SendPending once its queue message is out.
 func (l Lifecycle) MessageSent(j Job) JobTransitionRequest {
 	return jobChange(j, func(x *Job) { x.SendPending = false })

@@ -252,7 +252,8 @@ func (in *Intake) admit(ctx context.Context, events []event) ([]string, error) {
 				return nil, fmt.Errorf("read job %d: %w", j.ID, err)
 			}
 			if j.Reason != ReasonWaiting && cur.Reason == ReasonWaiting && cur.Status == domain.JobQueued {
-				cur, err = in.Store.TransitionJob(ctx, cur.ID, domain.JobGuardOf(cur), func(x *domain.Job) { x.Reason = "" })
+				ok := domain.Lifecycle{}.Approve(cur)
+				cur, err = in.Store.TransitionJob(ctx, cur.ID, ok.Guard, ok.Apply)
 				if err != nil {
 					return nil, fmt.Errorf("release job %d from waiting: %w", j.ID, err)
 				}
@@ -378,7 +379,8 @@ func (in *Intake) protect(ctx context.Context, jobID int64) error {
 		if inst.Job != j.Key() || inst.JobStarted || inst.State.Terminal() {
 			return nil
 		}
-		_, err = in.Store.Transition(ctx, inst.ID, domain.GuardOf(inst), func(x *domain.Instance) { x.JobStarted = true })
+		started := domain.Lifecycle{}.JobStarted(inst)
+		_, err = in.Store.Transition(ctx, started.ID, started.Guard, started.Apply)
 		if !errors.Is(err, domain.ErrConflict) {
 			return err
 		}

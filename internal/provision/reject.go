@@ -93,9 +93,8 @@ func (p *Provisioner) reject(ctx context.Context, id int64, rej *rejection) (str
 	if err != nil || !ok {
 		return outcomeDropped, err
 	}
-	j, err = p.Store.TransitionJob(ctx, j.ID, domain.JobGuardOf(j), func(x *domain.Job) {
-		x.Status, x.Reason = domain.JobRejected, rej.Error()
-	})
+	r := p.verbs.RejectJob(j, rej.Error())
+	j, err = p.Store.TransitionJob(ctx, r.ID, r.Guard, r.Apply)
 	if err != nil {
 		return "", fmt.Errorf("reject job: %w", err)
 	}
@@ -109,12 +108,12 @@ func (p *Provisioner) requeue(ctx context.Context, rq *request) (string, error) 
 	if err != nil || !ok {
 		return outcomeDropped, err
 	}
-	j, err = p.Store.TransitionJob(ctx, j.ID, domain.JobGuardOf(j), func(x *domain.Job) {
-		x.Attempts++
-		if rq.err != nil {
-			x.Reason = rq.err.Error()
-		}
-	})
+	why := ""
+	if rq.err != nil {
+		why = rq.err.Error()
+	}
+	r := p.verbs.RetryJob(j, why)
+	j, err = p.Store.TransitionJob(ctx, r.ID, r.Guard, r.Apply)
 	if err != nil {
 		return "", fmt.Errorf("requeue job: %w", err)
 	}
