@@ -41,12 +41,9 @@ func newFixture(t *testing.T) *fixture {
 	// is most of a test's time under the race detector.
 	t.Parallel()
 	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0)}
-	st, err := sqlite.Open(f.ctx, sqlitetest.Path(t), f.clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	f.store, f.queue = st, st.Queue(sqlite.QueueOptions{})
+	f.store, f.queue = sqlitetest.Open(t, f.clk)
+	st := f.store
+	var err error
 	f.svc, err = agents.New(st, f.queue, f.clk, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, agents.Options{
 		Policy: func(domain.Instance) agents.Policy { return f.policy }, Notices: f,
 	})

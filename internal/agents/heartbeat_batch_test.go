@@ -11,16 +11,13 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 )
 
 func TestBatchedHeartbeatsAreWrittenByRun(t *testing.T) {
 	ctx := context.Background()
 	clk := clock.NewVirtual(time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC))
-	st, err := sqlite.Open(ctx, t.TempDir()+"/hb.db", clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, _ := sqlitetest.Open(t, clk)
 	if err := st.CreateInstances(ctx, []domain.Instance{{ID: "bp-1", CloudID: "i-1", State: domain.StateReady}}); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
@@ -39,11 +40,7 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	r := &rig{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0), logs: &testlog.Buffer{}}
-	st, err := sqlite.Open(r.ctx, t.TempDir()+"/api.db", r.clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st, _ := sqlitetest.Open(t, r.clk)
 	r.store = st
 	r.srv = &Server{Store: st, Token: adminToken, Log: slog.New(slog.NewTextHandler(r.logs, nil)), Pools: func() []PoolInfo {
 		return []PoolInfo{

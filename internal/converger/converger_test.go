@@ -20,6 +20,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
 	"github.com/bullpen-ci/bullpen/internal/reaper"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 )
 
 var start = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
@@ -44,10 +45,7 @@ type world struct {
 func newWorld(t testing.TB, target domain.Target, simOpts sim.Options, opts Options) *world {
 	t.Helper()
 	w := &world{t: t, clk: clock.NewVirtual(start), reg: prometheus.NewRegistry()}
-	st, err := sqlite.Open(context.Background(), t.TempDir()+"/bullpen.db", w.clk)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, _ := sqlitetest.Open(t, w.clk)
 	w.store = st
 	t.Cleanup(func() { st.Close() })
 	w.spec = PoolSpec{

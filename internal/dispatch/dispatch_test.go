@@ -16,6 +16,7 @@ import (
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 )
 
 var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
@@ -36,12 +37,9 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0)}
-	st, err := sqlite.Open(f.ctx, t.TempDir()+"/d.db", f.clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	f.store, f.queue = st, st.Queue(sqlite.QueueOptions{})
+	f.store, f.queue = sqlitetest.Open(t, f.clk)
+	st := f.store
+	var err error
 	f.cloud = sim.New(f.clk, sim.Options{})
 	t.Cleanup(f.cloud.Close)
 	f.gh = ghsim.New(f.clk, ghsim.Options{})

@@ -17,6 +17,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 	"github.com/bullpen-ci/bullpen/internal/testlog"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
@@ -51,12 +52,9 @@ func newFixture(t *testing.T, o Options) *fixture {
 	t.Helper()
 	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0),
 		fin: &recordingFinisher{fail: map[int64]error{}}, gh: &recordingGitHub{}, logs: &testlog.Buffer{}}
-	db, err := sqlite.Open(f.ctx, t.TempDir()+"/intake.db", f.clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db, _ := sqlitetest.Open(t, f.clk)
 	f.db = db
+	var err error
 	f.store = &countingStore{Store: db}
 	f.queue = &countingQueue{Queue: db.Queue(sqlite.QueueOptions{}), sends: map[string]int{}, fail: map[string]error{}}
 	if o.Wait == 0 {

@@ -11,6 +11,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 )
 
 var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
@@ -27,12 +28,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	t.Parallel() // each fixture has its own database and clock
 	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0)}
-	st, err := sqlite.Open(f.ctx, t.TempDir()+"/jobs.db", f.clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	f.store, f.queue = st, st.Queue(sqlite.QueueOptions{})
+	f.store, f.queue = sqlitetest.Open(t, f.clk)
 	return f
 }
 

@@ -30,11 +30,7 @@ func (c *spyCloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain
 func newLauncher(t *testing.T, store launch.Store) (*launch.Launcher, *spyCloud, *sqlite.Store) {
 	t.Helper()
 	clk := clock.NewVirtual(t0)
-	st, err := sqlite.Open(t.Context(), sqlitetest.Path(t), clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st, _ := sqlitetest.Open(t, clk)
 	c := &spyCloud{Cloud: sim.New(clk, sim.Options{Seed: 1})}
 	t.Cleanup(c.Close)
 	if store == nil {

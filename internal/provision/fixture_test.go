@@ -20,6 +20,7 @@ import (
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
@@ -58,11 +59,9 @@ type fixtureOption func(*fixture, *Deps, *Options)
 func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
 	t.Helper()
 	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0), agent: registerAtOnce}
-	st, err := sqlite.Open(f.ctx, t.TempDir()+"/p.db", f.clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.store, f.queue = st, st.Queue(sqlite.QueueOptions{})
+	f.store, f.queue = sqlitetest.Open(t, f.clk)
+	st := f.store
+	var err error
 	f.cloud = sim.New(f.clk, sim.Options{})
 	f.gh = ghsim.New(f.clk, ghsim.Options{})
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))

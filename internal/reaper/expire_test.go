@@ -12,16 +12,13 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 )
 
 func TestRunTerminatesRowsPastTheirDeadline(t *testing.T) {
 	ctx := context.Background()
 	clk := clock.NewVirtual(time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC))
-	st, err := sqlite.Open(ctx, t.TempDir()+"/e.db", clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, _ := sqlitetest.Open(t, clk)
 	cloud := sim.New(clk, sim.Options{})
 	defer cloud.Close()
 	soon, later := clk.Now().Add(time.Minute), clk.Now().Add(time.Hour)
@@ -64,11 +61,7 @@ func TestRunTerminatesRowsPastTheirDeadline(t *testing.T) {
 func TestExpireSendsAnUnstartedJobBackToItsQueue(t *testing.T) {
 	ctx := context.Background()
 	clk := clock.NewVirtual(time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC))
-	st, err := sqlite.Open(ctx, t.TempDir()+"/e.db", clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, _ := sqlitetest.Open(t, clk)
 	q := st.Queue(sqlite.QueueOptions{})
 	if err := st.CreateInstances(ctx, []domain.Instance{
 		{ID: "bp-1", CloudID: "i-1", State: domain.StateClaimed, Job: "7", RunnerName: "bp-1-7", Deadline: clk.Now().Add(time.Minute)},

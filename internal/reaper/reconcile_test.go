@@ -13,6 +13,7 @@ import (
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
@@ -32,12 +33,8 @@ var scope = domain.Scope{Owner: "acme", Repo: "app"}
 func newRecon(t *testing.T) *recon {
 	t.Helper()
 	x := &recon{t: t, ctx: context.Background(), clk: clock.NewVirtual(time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC))}
-	st, err := sqlite.Open(x.ctx, t.TempDir()+"/r.db", x.clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	x.store, x.queue = st, st.Queue(sqlite.QueueOptions{})
+	x.store, x.queue = sqlitetest.Open(t, x.clk)
+	st := x.store
 	x.cloud = sim.New(x.clk, sim.Options{})
 	t.Cleanup(x.cloud.Close)
 	x.gh = ghsim.New(x.clk, ghsim.Options{})

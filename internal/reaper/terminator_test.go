@@ -15,6 +15,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
 	"github.com/bullpen-ci/bullpen/internal/reaper"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 )
 
 var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
@@ -33,11 +34,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	t.Parallel() // each fixture has its own database, cloud and clock
 	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0)}
-	st, err := sqlite.Open(f.ctx, t.TempDir()+"/reaper.db", f.clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st, _ := sqlitetest.Open(t, f.clk)
 	f.store = st
 	f.cloud = sim.New(f.clk, sim.Options{})
 	t.Cleanup(f.cloud.Close)

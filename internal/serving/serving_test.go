@@ -29,11 +29,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	clk := clock.NewVirtual(t0)
-	st, err := sqlite.Open(t.Context(), sqlitetest.Path(t), clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st, _ := sqlitetest.Open(t, clk)
 	f := &fixture{t: t, ctx: t.Context(), store: st, gh: ghsim.New(clk, ghsim.Options{})}
 	f.p = &serving.Pipeline{Store: st, GitHub: f.gh, Clock: clk, Log: slog.New(slog.DiscardHandler),
 		Verbs: domain.NewLifecycle(domain.Deadlines{}), Scope: func(domain.Job) domain.Scope { return domain.Scope{Owner: "acme", Repo: "w"} },

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
 
@@ -48,4 +49,16 @@ func Path(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// Open opens a new, empty store on clk for the test and closes it when the
+// test ends; the queues are on the same store.
+func Open(t testing.TB, clk domain.Clock) (*sqlite.Store, *sqlite.Queue) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), Path(t), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, st.Queue(sqlite.QueueOptions{})
 }
