@@ -76,8 +76,10 @@ type CloudFilter struct {
 	Tags map[string]string
 }
 
-// Cloud is the compute provider. Batch calls take at most MaxBatch ids; the
-// caller splits larger sets.
+// Cloud is the compute provider. Batch calls (Start, Stop, Terminate, Tag)
+// take at most MaxBatch ids; the caller splits larger sets. A batch with ids
+// the cloud does not know acts on the others and returns an
+// *UnknownInstancesError naming the unknown ones.
 type Cloud interface {
 	// Create launches machines like an instant fleet. On partial fulfilment
 	// it returns the machines it did create together with an error that

@@ -95,30 +95,17 @@ func (t *Terminator) log() *slog.Logger {
 	return t.Log
 }
 
-// terminate makes one batched call; if the provider refuses the batch
-// because an id is unknown (EC2 fails the whole call), it retries the ids
-// one by one and counts unknown ones as already gone. Any other failure
-// ends the one-by-one pass: the provider is throttling or failing, and the
-// rows left wait for the next sweep rather than add to its load.
+// terminate makes one batched call. The provider acts on the ids it knows
+// and names the others: those machines are gone already, so their rows are
+// done too.
 func (t *Terminator) terminate(ctx context.Context, batch []domain.Instance) ([]domain.Instance, error) {
 	ids := make([]string, len(batch))
 	for i, in := range batch {
 		ids[i] = in.CloudID
 	}
 	err := t.Cloud.Terminate(ctx, ids)
-	if err == nil {
+	if err == nil || errors.Is(err, domain.ErrUnknownInstance) {
 		return batch, nil
 	}
-	if !errors.Is(err, domain.ErrUnknownInstance) {
-		return nil, fmt.Errorf("terminate %d instances: %w", len(ids), err)
-	}
-	var ok []domain.Instance
-	for _, in := range batch {
-		err := t.Cloud.Terminate(ctx, []string{in.CloudID})
-		if err != nil && !errors.Is(err, domain.ErrUnknownInstance) {
-			return ok, fmt.Errorf("terminate %s: %w", in.CloudID, err)
-		}
-		ok = append(ok, in)
-	}
-	return ok, nil
+	return nil, fmt.Errorf("terminate %d instances: %w", len(ids), err)
 }

@@ -2,7 +2,6 @@ package reaper_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -145,16 +144,13 @@ func TestSweepClosesRowsWithoutAMachineWithoutACall(t *testing.T) {
 	}
 }
 
-// EC2 refuses a whole batch when one id is unknown: the terminator falls
-// back to one call per id and counts the unknown machine as gone.
-func TestSweepFallsBackOneByOneOnAnUnknownID(t *testing.T) {
+// A machine the cloud no longer knows does not hold back its batch: the
+// provider terminates the others and names it, and its row is closed too.
+func TestSweepClosesTheRowOfAnUnknownMachineWithTheRest(t *testing.T) {
 	f := newFixture(t)
 	real := f.machines(3, domain.StateTerminating)
 	gone := f.rowsFor([]string{"i-0000000000000dead"}, domain.StateTerminating)
 	f.sweep(4, false)
-	if calls, _ := f.terminateCalls(); calls != 1+4 {
-		t.Fatalf("%d terminate calls, want the refused batch and one per id (5)", calls)
-	}
 	f.wantStates(append(real, gone...), domain.StateTerminated)
 	f.wantMachines(real, domain.CloudTerminated)
 }
@@ -169,27 +165,6 @@ func TestSweepLeavesRowsForTheNextSweepWhenACallFails(t *testing.T) {
 	f.wantStates(rows[50:], domain.StateTerminated)
 	f.sweep(50, false)
 	f.wantStates(rows, domain.StateTerminated)
-	f.wantMachines(rows, domain.CloudTerminated)
-}
-
-// Throttled while falling back one by one: the terminator stops calling
-// and leaves the rest for the next sweep.
-func TestSweepStopsFallingBackWhenThrottled(t *testing.T) {
-	f := newFixture(t)
-	gone := f.rowsFor([]string{"i-0000000000000dead"}, domain.StateTerminating)
-	rows := f.machines(3, domain.StateTerminating)
-	f.cloud.Throttle(sim.OpTerminateInstances, 0, 2) // two calls, then never again
-	n, err := f.term.Sweep(f.ctx)
-	if n != 1 || !errors.Is(err, domain.ErrThrottled) {
-		t.Fatalf("closed %d, err %v; want the unknown row closed and the throttling reported", n, err)
-	}
-	if calls, _ := f.terminateCalls(); calls != 3 {
-		t.Fatalf("%d terminate calls, want 3: batch, unknown id, throttled id", calls)
-	}
-	f.wantStates(gone, domain.StateTerminated)
-	f.wantStates(rows, domain.StateTerminating)
-	f.cloud.Throttle(sim.OpTerminateInstances, 0, 0)
-	f.sweep(3, false)
 	f.wantMachines(rows, domain.CloudTerminated)
 }
 

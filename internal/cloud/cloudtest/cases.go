@@ -3,6 +3,8 @@ package cloudtest
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
@@ -133,15 +135,25 @@ func testUnknownIDsAreErrors(f *fixture) {
 	checkUnknown(f.t, "List", err)
 }
 
-func testMixedUnknownIDChangesNothing(f *fixture) {
-	ms := f.create(1, f.tags(), "")
-	mixed := []string{ms[0].ID, UnknownID}
-	checkUnknown(f.t, "Terminate known and unknown", f.cloud.Terminate(f.ctx, mixed))
-	checkUnknown(f.t, "Tag known and unknown", f.cloud.Tag(f.ctx, mixed, map[string]string{domain.TagRole: "x"}))
+// A machine gone does not hold back the rest of its batch: the known ids
+// are acted on, and the error names the unknown one.
+func testMixedUnknownIDActsOnTheOthers(f *fixture) {
+	ms := f.create(2, f.tags(), "")
+	tagged := []string{ms[0].ID, UnknownID}
+	checkUnknownNamed(f.t, "Tag known and unknown", f.cloud.Tag(f.ctx, tagged, map[string]string{domain.TagRole: "x"}))
+	checkUnknownNamed(f.t, "Terminate known and unknown", f.cloud.Terminate(f.ctx, []string{ms[1].ID, UnknownID}))
 	got := f.list(domain.CloudFilter{IDs: ids(ms)})
-	checkState(f.t, got[0], domain.CloudPending, domain.CloudRunning)
-	if _, ok := got[0].Tags[domain.TagRole]; ok {
-		f.t.Errorf("%s was tagged by a failed call", ms[0].ID)
+	if got[0].Tags[domain.TagRole] != "x" {
+		f.t.Errorf("%s was not tagged beside an unknown id", ms[0].ID)
+	}
+	checkState(f.t, got[1], domain.CloudShuttingDown, domain.CloudTerminated)
+}
+
+func checkUnknownNamed(t *testing.T, what string, err error) {
+	t.Helper()
+	checkUnknown(t, what, err)
+	if ids := domain.UnknownIDs(err); !slices.Equal(ids, []string{UnknownID}) {
+		t.Errorf("%s: error names %v as unknown, want [%s]", what, ids, UnknownID)
 	}
 }
 

@@ -55,7 +55,7 @@ func Run(t *testing.T, newCloud func(t *testing.T) domain.Cloud) {
 		{"TerminateLeavesTagListings", testTerminateLeavesTagListings},
 		{"BatchOfMaxBatch", testBatchOfMaxBatch},
 		{"UnknownIDsAreErrors", testUnknownIDsAreErrors},
-		{"MixedUnknownIDChangesNothing", testMixedUnknownIDChangesNothing},
+		{"MixedUnknownIDActsOnTheOthers", testMixedUnknownIDActsOnTheOthers},
 		{"ClientTokenIsIdempotent", testClientTokenIsIdempotent},
 		{"ResolveImage", testResolveImage},
 	}

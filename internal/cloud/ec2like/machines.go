@@ -3,7 +3,6 @@ package ec2like
 import (
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -54,8 +53,7 @@ func Resolve[M any](op string, ids []string, max int, find func(id string) (M, b
 		}
 	}
 	if len(unknown) > 0 {
-		return nil, Errorf(op, CodeNotFound, domain.ErrUnknownInstance,
-			"the instance ids %s do not exist", strings.Join(unknown, ", "))
+		return nil, &domain.CloudError{Op: op, Code: CodeNotFound, Err: &domain.UnknownInstancesError{Op: op, IDs: unknown}}
 	}
 	return ms, nil
 }

@@ -211,7 +211,9 @@ func TestStateChangeRulesFollowEC2(t *testing.T) {
 	}
 }
 
-func TestBatchFailsWholeAndChangesNothing(t *testing.T) {
+// A machine in a state a batch refuses fails the whole batch, as on EC2;
+// an unknown id is skipped and the rest goes on, as every provider does.
+func TestBatchRefusalsAndUnknownIDs(t *testing.T) {
 	c, clk := newSim(t, sim.Options{Latency: latency})
 	ctx := t.Context()
 	running := create(t, c, 2, nil)
@@ -220,15 +222,18 @@ func TestBatchFailsWholeAndChangesNothing(t *testing.T) {
 
 	err := c.Stop(ctx, append([]string{pending}, running...))
 	wantCode(t, err, domain.ErrInvalidRequest, sim.CodeIncorrectState)
-	err = c.Stop(ctx, append(running, "i-0000000000000dead"))
-	wantCode(t, err, domain.ErrUnknownInstance, sim.CodeNotFound)
 	for _, id := range running {
 		wantState(t, c, id, domain.CloudRunning)
 	}
 	err = c.Tag(ctx, []string{running[0], "i-nope"}, map[string]string{"a": "b"})
 	wantCode(t, err, domain.ErrUnknownInstance, sim.CodeNotFound)
-	if m, _ := c.Get(running[0]); m.Tags["a"] != "" {
-		t.Fatalf("failed Tag call tagged %s", running[0])
+	if m, _ := c.Get(running[0]); m.Tags["a"] != "b" {
+		t.Fatalf("%s was not tagged beside an unknown id", running[0])
+	}
+	err = c.Stop(ctx, append(running, "i-0000000000000dead"))
+	wantCode(t, err, domain.ErrUnknownInstance, sim.CodeNotFound)
+	for _, id := range running {
+		wantState(t, c, id, domain.CloudStopping)
 	}
 }
 
