@@ -106,6 +106,9 @@ var (
 	ErrUnknownInstance      = errors.New("unknown instance")
 	ErrUnknownImage         = errors.New("unknown image")
 	ErrInvalidRequest       = errors.New("invalid request")
+	// ErrUnauthorized: the provider refuses the caller's credentials or
+	// permissions (an IAM policy that lacks an action, say).
+	ErrUnauthorized = errors.New("not authorized")
 )
 
 // CloudError says which call failed and why; Code is the provider's code.

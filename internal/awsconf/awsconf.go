@@ -1,0 +1,55 @@
+// Package awsconf loads the AWS configuration every bullpen backend on AWS
+// shares: credentials from the SDK's default chain only (environment,
+// shared files, instance role; never flags), the region, an endpoint for
+// emulators, and the SDK's own retryer for throttling.
+package awsconf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/config"
+)
+
+// Options select the region and, for emulators, the endpoint.
+type Options struct {
+	Region string
+	// Endpoint, when set, is where every AWS call goes (moto, LocalStack).
+	Endpoint string
+	// MaxAttempts bounds the SDK's attempts of a throttled or failed call;
+	// default 5. Mutating calls are retried by the SDK only when they carry
+	// an idempotency token or are idempotent by nature.
+	MaxAttempts int
+	// MaxBackoff caps the SDK's wait between attempts; default 20 s.
+	MaxBackoff time.Duration
+}
+
+// Load returns the configuration the backends build their clients from.
+func Load(ctx context.Context, o Options) (aws.Config, error) {
+	if o.Region == "" {
+		return aws.Config{}, errors.New("aws: no region (--aws-region, or AWS_REGION)")
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 5
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 20 * time.Second
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(o.Region),
+		config.WithRetryer(func() aws.Retryer {
+			return retry.NewStandard(func(s *retry.StandardOptions) {
+				s.MaxAttempts, s.MaxBackoff = o.MaxAttempts, o.MaxBackoff
+			})
+		}))
+	if err != nil {
+		return aws.Config{}, fmt.Errorf("aws: load configuration: %w", err)
+	}
+	if o.Endpoint != "" {
+		cfg.BaseEndpoint = aws.String(o.Endpoint)
+	}
+	return cfg, nil
+}

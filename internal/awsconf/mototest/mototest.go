@@ -1,0 +1,118 @@
+// Package mototest runs moto_server, the AWS emulator, for a test package:
+// started on a free loopback port on first use and stopped when the
+// package's tests end. Where moto_server is missing, tests that need it
+// skip with the reason, or fail under CI=true.
+package mototest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+)
+
+// Region is the region the emulator is used in.
+const Region = "us-east-1"
+
+var server struct {
+	once     sync.Once
+	endpoint string
+	cmd      *exec.Cmd
+	err      error
+}
+
+// Main runs a test package's tests and stops the emulator after them. Call
+// it from TestMain: os.Exit(mototest.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	if server.cmd != nil {
+		_ = syscall.Kill(-server.cmd.Process.Pid, syscall.SIGTERM)
+		_ = server.cmd.Wait()
+	}
+	return code
+}
+
+// Endpoint returns the emulator's URL, starting it on first use. Each
+// caller should work under names of its own: the emulator is shared by
+// the package's tests.
+func Endpoint(t testing.TB) string {
+	t.Helper()
+	server.once.Do(start)
+	if server.err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("moto_server: %v; scripts/test installs it", server.err)
+		}
+		t.Skipf("skipped: moto_server: %v (scripts/test installs it)", server.err)
+	}
+	return server.endpoint
+}
+
+// Config is an AWS configuration for the emulator, with fixed dummy
+// credentials.
+func Config(t testing.TB) aws.Config {
+	t.Helper()
+	return aws.Config{
+		Region:       Region,
+		BaseEndpoint: aws.String(Endpoint(t)),
+		Credentials:  credentials.NewStaticCredentialsProvider("testing", "testing", ""),
+	}
+}
+
+func start() {
+	path, err := exec.LookPath("moto_server")
+	if err != nil {
+		server.err = fmt.Errorf("not installed: %w", err)
+		return
+	}
+	port, err := freePort()
+	if err != nil {
+		server.err = err
+		return
+	}
+	cmd := exec.Command(path, "-H", "127.0.0.1", "-p", fmt.Sprint(port))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		server.err = fmt.Errorf("start: %w", err)
+		return
+	}
+	server.cmd = cmd
+	server.endpoint = fmt.Sprintf("http://127.0.0.1:%d", port)
+	server.err = waitReady(server.endpoint, 60*time.Second)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitReady polls the emulator until it answers: it starts in a second or
+// two, and nothing signals when it is up.
+func waitReady(endpoint string, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/moto-api/", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not answering on %s after %s", endpoint, limit)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

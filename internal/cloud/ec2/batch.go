@@ -1,0 +1,187 @@
+package ec2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// EC2 operation names, as the port's errors and the metrics give them.
+const (
+	OpCreateFleet        = "CreateFleet"
+	OpStartInstances     = "StartInstances"
+	OpStopInstances      = "StopInstances"
+	OpTerminateInstances = "TerminateInstances"
+	OpCreateTags         = "CreateTags"
+	OpDescribeInstances  = "DescribeInstances"
+	OpDescribeImages     = "DescribeImages"
+)
+
+// Start starts stopped machines; pending and running ones are left as they
+// are.
+func (c *Cloud) Start(ctx context.Context, ids []string) error {
+	return c.batch(ctx, OpStartInstances, ids, func(ids []string) error {
+		_, err := c.api.StartInstances(ctx, &ec2.StartInstancesInput{InstanceIds: ids})
+		return err
+	})
+}
+
+// Stop stops running machines; stopping and stopped ones are left as they
+// are.
+func (c *Cloud) Stop(ctx context.Context, ids []string) error {
+	return c.batch(ctx, OpStopInstances, ids, func(ids []string) error {
+		_, err := c.api.StopInstances(ctx, &ec2.StopInstancesInput{InstanceIds: ids})
+		return err
+	})
+}
+
+// Terminate terminates machines in any state.
+func (c *Cloud) Terminate(ctx context.Context, ids []string) error {
+	return c.batch(ctx, OpTerminateInstances, ids, func(ids []string) error {
+		_, err := c.api.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: ids})
+		return err
+	})
+}
+
+// Tag adds tags to machines, overwriting the values of keys they have.
+func (c *Cloud) Tag(ctx context.Context, ids []string, tags map[string]string) error {
+	if len(tags) == 0 {
+		return &domain.CloudError{Op: OpCreateTags, Code: "MissingParameter", Err: fmt.Errorf("%w: no tags given", domain.ErrInvalidRequest)}
+	}
+	return c.batch(ctx, OpCreateTags, ids, func(ids []string) error {
+		// CreateTags takes any resource id, and not every endpoint refuses
+		// an unknown one: the machines are checked first, with one describe
+		// per batch.
+		if gone := c.missing(ctx, ids); len(gone) > 0 {
+			return &domain.CloudError{Op: OpCreateTags, Code: "InvalidInstanceID.NotFound",
+				Err: &domain.UnknownInstancesError{Op: OpCreateTags, IDs: gone}}
+		}
+		_, err := c.api.CreateTags(ctx, &ec2.CreateTagsInput{Resources: ids, Tags: ec2Tags(tags)})
+		return err
+	})
+}
+
+// batch makes a call on at most domain.MaxBatch ids. EC2 fails the whole
+// call when one id is unknown: the unknown ids are skipped and the call
+// made again with the rest (domain.SkipUnknown). Where EC2 does not say
+// which ids (or an emulator fails otherwise), the ids are checked with
+// DescribeInstances before giving up.
+func (c *Cloud) batch(ctx context.Context, op string, ids []string, call func([]string) error) error {
+	if len(ids) == 0 {
+		return &domain.CloudError{Op: op, Code: "MissingParameter", Err: fmt.Errorf("%w: no instance ids", domain.ErrInvalidRequest)}
+	}
+	if len(ids) > domain.MaxBatch {
+		return &domain.CloudError{Op: op, Code: "InvalidParameterValue",
+			Err: fmt.Errorf("%w: %d instance ids, at most %d per call", domain.ErrInvalidRequest, len(ids), domain.MaxBatch)}
+	}
+	return domain.SkipUnknown(op, ids, func(ids []string) error {
+		err := mapError(op, call(ids))
+		if err == nil || len(unknownIDs(err)) > 0 || errors.Is(err, domain.ErrThrottled) || errors.Is(err, domain.ErrUnauthorized) {
+			return err
+		}
+		if gone := c.missing(ctx, ids); len(gone) > 0 {
+			return &domain.CloudError{Op: op, Code: "InvalidInstanceID.NotFound", Err: &domain.UnknownInstancesError{Op: op, IDs: gone}}
+		}
+		return err
+	}, func(err error) []string {
+		if ids := domain.UnknownIDs(err); len(ids) > 0 {
+			return ids
+		}
+		return unknownIDs(err)
+	})
+}
+
+// missing returns the ids of ids EC2 does not describe, asking one id at a
+// time only when the whole set is refused.
+func (c *Cloud) missing(ctx context.Context, ids []string) []string {
+	if _, err := c.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: ids}); err == nil {
+		return nil
+	} else if found := unknownIDs(err); len(found) > 0 {
+		return found
+	}
+	var out []string
+	for _, id := range ids {
+		if _, err := c.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}}); errors.Is(err, domain.ErrUnknownInstance) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// List describes machines: with IDs, exactly those (terminated ones
+// included; an unknown id is an error); without, every machine not
+// terminated. Every tag of the filter must match. Every page is read.
+func (c *Cloud) List(ctx context.Context, f domain.CloudFilter) ([]domain.CloudInstance, error) {
+	in := &ec2.DescribeInstancesInput{}
+	for k, v := range f.Tags {
+		in.Filters = append(in.Filters, types.Filter{Name: aws.String("tag:" + k), Values: []string{v}})
+	}
+	if len(f.IDs) > 0 {
+		in.InstanceIds = f.IDs
+	} else {
+		in.Filters = append(in.Filters, types.Filter{Name: aws.String("instance-state-name"),
+			Values: []string{"pending", "running", "stopping", "stopped", "shutting-down"}})
+	}
+	out, err := c.describe(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(out, func(a, b domain.CloudInstance) int { return a.LaunchedAt.Compare(b.LaunchedAt) })
+	return out, nil
+}
+
+// describe reads every page of DescribeInstances.
+func (c *Cloud) describe(ctx context.Context, in *ec2.DescribeInstancesInput) ([]domain.CloudInstance, error) {
+	var out []domain.CloudInstance
+	p := ec2.NewDescribeInstancesPaginator(c.api, in)
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, mapError(OpDescribeInstances, err)
+		}
+		for _, r := range page.Reservations {
+			for _, i := range r.Instances {
+				out = append(out, view(i))
+			}
+		}
+	}
+	return out, nil
+}
+
+// view is a machine as the port describes it.
+func view(i types.Instance) domain.CloudInstance {
+	usage := "on-demand"
+	if i.InstanceLifecycle == types.InstanceLifecycleTypeSpot {
+		usage = "spot"
+	}
+	var state domain.CloudState
+	if i.State != nil {
+		state = domain.CloudState(i.State.Name)
+	}
+	tags := make(map[string]string, len(i.Tags))
+	for _, t := range i.Tags {
+		tags[deref(t.Key)] = deref(t.Value)
+	}
+	return domain.CloudInstance{ID: deref(i.InstanceId), State: state, Tags: tags,
+		InstanceType: string(i.InstanceType), UsageClass: usage, LaunchedAt: deref(i.LaunchTime)}
+}
+
+func ec2Tags(tags map[string]string) []types.Tag {
+	keys := make([]string, 0, len(tags))
+	for k := range tags {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]types.Tag, len(keys))
+	for i, k := range keys {
+		out[i] = types.Tag{Key: aws.String(k), Value: aws.String(tags[k])}
+	}
+	return out
+}

@@ -1,0 +1,303 @@
+package ec2
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Create launches spec.Count machines with one instant fleet. The launch's
+// own template version carries what every machine of the launch shares
+// (image, volume, security groups, instance profile, user data with the
+// launch's bootstrap, IMDSv2 required, shutdown terminates); the fleet's
+// overrides give one per subnet and allowed instance type, and its tags go
+// on the instances and their volumes in the same call. A retried call finds
+// the machines of its launch by the launch tag and returns them rather
+// than launch again. When spot capacity is refused, what is missing is
+// launched on-demand (unless DisableSpotFallback). A partly fulfilled fleet
+// returns what it launched with an error wrapping ErrInsufficientCapacity.
+func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.CloudInstance, error) {
+	if spec.Count <= 0 {
+		return nil, &domain.CloudError{Op: OpCreateFleet, Code: "InvalidParameterValue",
+			Err: fmt.Errorf("%w: count %d", domain.ErrInvalidRequest, spec.Count)}
+	}
+	if spec.ClientToken != "" && spec.Tags[domain.TagLaunch] == "" {
+		// The launch tag is what finds a launch again: a call with a
+		// token and no launch of bullpen's is its own launch.
+		spec.Tags = cloneTags(spec.Tags)
+		spec.Tags[domain.TagLaunch] = spec.ClientToken
+	}
+	if launched, err := c.launched(ctx, spec); err != nil || len(launched) > 0 {
+		return launched, err
+	}
+	img, err := c.image(ctx, spec.ImageID)
+	if err != nil {
+		return nil, err
+	}
+	instanceTypes, err := c.InstanceTypes(ctx, spec.Runner, img.architecture)
+	if err != nil {
+		return nil, err
+	}
+	version, err := c.templateVersion(ctx, spec, img)
+	if err != nil {
+		return nil, err
+	}
+	defer c.dropVersion(ctx, version)
+
+	capacity := types.DefaultTargetCapacityTypeOnDemand
+	if spec.Runner.Spot != "" {
+		capacity = types.DefaultTargetCapacityTypeSpot
+	}
+	out, err := c.fleet(ctx, spec, version, instanceTypes, spec.Count, capacity, spec.ClientToken)
+	spotShort := err == nil || errors.Is(err, domain.ErrInsufficientCapacity)
+	if spotShort && len(out) < spec.Count && capacity == types.DefaultTargetCapacityTypeSpot && !c.opts.DisableSpotFallback {
+		c.opts.Log.Info("spot capacity short; launching the rest on-demand", "runner", spec.Runner.Name,
+			"spot", len(out), "on_demand", spec.Count-len(out))
+		more, ferr := c.fleet(ctx, spec, version, instanceTypes, spec.Count-len(out),
+			types.DefaultTargetCapacityTypeOnDemand, suffixed(spec.ClientToken, "-on-demand"))
+		out, err = append(out, more...), ferr
+	}
+	if err != nil && len(out) == 0 {
+		return nil, err
+	}
+	if len(out) < spec.Count {
+		cause := err
+		if cause == nil {
+			cause = &domain.CloudError{Op: OpCreateFleet, Code: "InsufficientInstanceCapacity",
+				Err: fmt.Errorf("%w: %d of %d machines", domain.ErrInsufficientCapacity, len(out), spec.Count)}
+		}
+		return out, cause
+	}
+	return out, nil
+}
+
+func suffixed(token, suffix string) string {
+	if token == "" {
+		return ""
+	}
+	return token + suffix
+}
+
+// launched returns the live machines of spec's launch, found by its tag: a
+// create call that went through before (a retry after a lost answer, or
+// after a crash) is not made twice.
+func (c *Cloud) launched(ctx context.Context, spec domain.LaunchSpec) ([]domain.CloudInstance, error) {
+	launch := spec.Tags[domain.TagLaunch]
+	if launch == "" {
+		return nil, nil
+	}
+	return c.List(ctx, domain.CloudFilter{Tags: map[string]string{domain.TagLaunch: launch}})
+}
+
+// fleet makes one instant fleet request for n machines.
+func (c *Cloud) fleet(ctx context.Context, spec domain.LaunchSpec, version templateRef, instanceTypes []string,
+	n int, capacity types.DefaultTargetCapacityType, token string) ([]domain.CloudInstance, error) {
+	in := &ec2.CreateFleetInput{
+		Type: types.FleetTypeInstant,
+		LaunchTemplateConfigs: []types.FleetLaunchTemplateConfigRequest{{
+			LaunchTemplateSpecification: &types.FleetLaunchTemplateSpecificationRequest{
+				LaunchTemplateId: aws.String(version.id), Version: aws.String(strconv.FormatInt(version.number, 10)),
+			},
+			Overrides: c.overrides(instanceTypes),
+		}},
+		TargetCapacitySpecification: &types.TargetCapacitySpecificationRequest{
+			TotalTargetCapacity: aws.Int32(int32(n)), DefaultTargetCapacityType: capacity,
+		},
+		TagSpecifications: []types.TagSpecification{
+			{ResourceType: types.ResourceTypeInstance, Tags: ec2Tags(spec.Tags)},
+			{ResourceType: types.ResourceTypeVolume, Tags: ec2Tags(spec.Tags)},
+		},
+	}
+	if token != "" {
+		in.ClientToken = aws.String(token)
+	}
+	if capacity == types.DefaultTargetCapacityTypeSpot {
+		in.SpotOptions = &types.SpotOptionsRequest{AllocationStrategy: types.SpotAllocationStrategy(spec.Runner.Spot)}
+	}
+	res, err := c.api.CreateFleet(ctx, in)
+	if err != nil {
+		return nil, mapError(OpCreateFleet, err)
+	}
+	now := c.opts.Clock.Now()
+	usage := "on-demand"
+	if capacity == types.DefaultTargetCapacityTypeSpot {
+		usage = "spot"
+	}
+	var out []domain.CloudInstance
+	for _, fi := range res.Instances {
+		for _, id := range fi.InstanceIds {
+			out = append(out, domain.CloudInstance{ID: id, State: domain.CloudPending, Tags: cloneTags(spec.Tags),
+				InstanceType: string(fi.InstanceType), UsageClass: usage, LaunchedAt: now})
+		}
+	}
+	if len(out) < n && len(res.Errors) > 0 {
+		e := res.Errors[0]
+		code := deref(e.ErrorCode)
+		return out, &domain.CloudError{Op: OpCreateFleet, Code: code,
+			Err: fmt.Errorf("%w: %s", sentinelOf(code), deref(e.ErrorMessage))}
+	}
+	return out[:min(len(out), n)], nil
+}
+
+// overrides gives one override per subnet and instance type, within EC2's
+// limit.
+func (c *Cloud) overrides(instanceTypes []string) []types.FleetLaunchTemplateOverridesRequest {
+	var out []types.FleetLaunchTemplateOverridesRequest
+	for _, t := range instanceTypes {
+		for _, s := range c.opts.Subnets {
+			if len(out) == maxOverrides {
+				return out
+			}
+			out = append(out, types.FleetLaunchTemplateOverridesRequest{
+				InstanceType: types.InstanceType(t), SubnetId: aws.String(s)})
+		}
+	}
+	return out
+}
+
+func cloneTags(tags map[string]string) map[string]string {
+	out := make(map[string]string, len(tags))
+	for k, v := range tags {
+		out[k] = v
+	}
+	return out
+}
+
+// templateRef is one version of a launch template.
+type templateRef struct {
+	id     string
+	number int64
+}
+
+// templateVersion makes the launch's own version of its runner's launch
+// template (created on first use).
+func (c *Cloud) templateVersion(ctx context.Context, spec domain.LaunchSpec, img image) (templateRef, error) {
+	id, err := c.template(ctx, spec.Runner.Name)
+	if err != nil {
+		return templateRef{}, err
+	}
+	data, err := c.templateData(spec, img)
+	if err != nil {
+		return templateRef{}, err
+	}
+	out, err := c.api.CreateLaunchTemplateVersion(ctx, &ec2.CreateLaunchTemplateVersionInput{
+		LaunchTemplateId: aws.String(id), LaunchTemplateData: data,
+		VersionDescription: aws.String("launch " + spec.Agent.LaunchID),
+	})
+	if err != nil {
+		return templateRef{}, mapError("CreateLaunchTemplateVersion", err)
+	}
+	if out.LaunchTemplateVersion == nil {
+		return templateRef{}, fmt.Errorf("CreateLaunchTemplateVersion: no version in the answer")
+	}
+	return templateRef{id: id, number: deref(out.LaunchTemplateVersion.VersionNumber)}, nil
+}
+
+// dropVersion deletes a launch's template version once its fleet request
+// is made: the machines keep their user data, and the template keeps no
+// more than its first version between launches.
+func (c *Cloud) dropVersion(ctx context.Context, v templateRef) {
+	_, err := c.api.DeleteLaunchTemplateVersions(context.WithoutCancel(ctx), &ec2.DeleteLaunchTemplateVersionsInput{
+		LaunchTemplateId: aws.String(v.id), Versions: []string{strconv.FormatInt(v.number, 10)}})
+	if err != nil {
+		c.opts.Log.Warn("delete a launch template version", "template", v.id, "version", v.number, "err", err)
+	}
+}
+
+// template returns the id of runner's launch template, creating it (with a
+// first version that launches nothing by itself) when it does not exist.
+func (c *Cloud) template(ctx context.Context, runner string) (string, error) {
+	name := c.opts.TemplatePrefix + "-" + runner
+	c.mu.Lock()
+	id, ok := c.templates[name]
+	c.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	found, err := c.api.DescribeLaunchTemplates(ctx, &ec2.DescribeLaunchTemplatesInput{LaunchTemplateNames: []string{name}})
+	switch {
+	case err == nil && len(found.LaunchTemplates) > 0:
+		id = deref(found.LaunchTemplates[0].LaunchTemplateId)
+	case err == nil || isCode(err, "InvalidLaunchTemplateName.NotFoundException"):
+		created, cerr := c.api.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
+			LaunchTemplateName: aws.String(name),
+			LaunchTemplateData: &types.RequestLaunchTemplateData{
+				InstanceInitiatedShutdownBehavior: types.ShutdownBehaviorTerminate,
+				MetadataOptions:                   metadataOptions(),
+			},
+			VersionDescription: aws.String("bullpen: each launch adds its own version"),
+		})
+		if cerr != nil {
+			return "", mapError("CreateLaunchTemplate", cerr)
+		}
+		id = deref(created.LaunchTemplate.LaunchTemplateId)
+	default:
+		return "", mapError("DescribeLaunchTemplates", err)
+	}
+	c.mu.Lock()
+	c.templates[name] = id
+	c.mu.Unlock()
+	return id, nil
+}
+
+func isCode(err error, code string) bool {
+	var ce *domain.CloudError
+	return errors.As(mapError("", err), &ce) && ce.Code == code
+}
+
+// templateData is what every machine of a launch shares.
+func (c *Cloud) templateData(spec domain.LaunchSpec, img image) (*types.RequestLaunchTemplateData, error) {
+	d := &types.RequestLaunchTemplateData{
+		ImageId:                           aws.String(img.id),
+		InstanceInitiatedShutdownBehavior: types.ShutdownBehaviorTerminate,
+		MetadataOptions:                   metadataOptions(),
+		SecurityGroupIds:                  c.opts.SecurityGroups,
+	}
+	if c.opts.InstanceProfile != "" {
+		d.IamInstanceProfile = &types.LaunchTemplateIamInstanceProfileSpecificationRequest{}
+		if len(c.opts.InstanceProfile) > 4 && c.opts.InstanceProfile[:4] == "arn:" {
+			d.IamInstanceProfile.Arn = aws.String(c.opts.InstanceProfile)
+		} else {
+			d.IamInstanceProfile.Name = aws.String(c.opts.InstanceProfile)
+		}
+	}
+	if v := spec.Runner.Volume; v.SizeGB > 0 && img.rootDevice != "" {
+		ebs := &types.LaunchTemplateEbsBlockDeviceRequest{VolumeSize: aws.Int32(int32(v.SizeGB)),
+			DeleteOnTermination: aws.Bool(true), Encrypted: aws.Bool(true)}
+		if v.Type != "" {
+			ebs.VolumeType = types.VolumeType(v.Type)
+		}
+		if v.ThroughputMBps > 0 {
+			ebs.Throughput = aws.Int32(int32(v.ThroughputMBps))
+		}
+		if v.IOPS > 0 {
+			ebs.Iops = aws.Int32(int32(v.IOPS))
+		}
+		d.BlockDeviceMappings = []types.LaunchTemplateBlockDeviceMappingRequest{{DeviceName: aws.String(img.rootDevice), Ebs: ebs}}
+	}
+	if c.opts.UserData != nil {
+		ud, err := c.opts.UserData(spec.Agent)
+		if err != nil {
+			return nil, &domain.CloudError{Op: OpCreateFleet, Code: "InvalidUserData.Malformed",
+				Err: fmt.Errorf("%w: user data: %w", domain.ErrInvalidRequest, err)}
+		}
+		d.UserData = aws.String(base64.StdEncoding.EncodeToString([]byte(ud)))
+	}
+	return d, nil
+}
+
+// metadataOptions require IMDSv2 (session tokens) on every machine.
+func metadataOptions() *types.LaunchTemplateInstanceMetadataOptionsRequest {
+	return &types.LaunchTemplateInstanceMetadataOptionsRequest{
+		HttpTokens: types.LaunchTemplateHttpTokensStateRequired, HttpEndpoint: types.LaunchTemplateInstanceMetadataEndpointStateEnabled,
+		HttpPutResponseHopLimit: aws.Int32(1), // a job's containers cannot reach it
+	}
+}
