@@ -148,7 +148,7 @@ func typeList(entries ...string) []types.InstanceTypeInfo {
 		fmt.Sscan(parts[2], &mib)
 		out = append(out, types.InstanceTypeInfo{InstanceType: types.InstanceType(parts[0]),
 			VCpuInfo: &types.VCpuInfo{DefaultVCpus: aws.Int32(vcpus)}, MemoryInfo: &types.MemoryInfo{SizeInMiB: aws.Int64(mib)},
-			ProcessorInfo: &types.ProcessorInfo{SupportedArchitectures: []types.ArchitectureType{"x86_64"}},
+			ProcessorInfo:         &types.ProcessorInfo{SupportedArchitectures: []types.ArchitectureType{"x86_64"}},
 			SupportedUsageClasses: []types.UsageClassType{"on-demand", "spot"}, CurrentGeneration: aws.Bool(true)})
 	}
 	return out
