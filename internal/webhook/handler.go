@@ -5,7 +5,6 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -13,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -37,9 +35,6 @@ const (
 	EventWorkflowJob = "workflow_job"
 )
 
-// MaxBody is the largest body accepted: GitHub caps payloads at 25 MB.
-const MaxBody = 25 << 20
-
 const (
 	// sendTimeout bounds the inbox write so that GitHub (which gives up
 	// after 10 s) gets an answer even when the queue is stuck.
@@ -49,9 +44,6 @@ const (
 	retryAfter = "10"
 	// maxDeliveryID bounds the dedup id; GitHub's are 36-character GUIDs.
 	maxDeliveryID = 128
-	// initialBuffer is what a body buffer starts at, whatever the
-	// Content-Length claims, so a slow sender cannot reserve 25 MiB.
-	initialBuffer = 64 << 10
 )
 
 // Handler is the http.Handler for POST /webhook. It is safe for concurrent use.
@@ -61,12 +53,23 @@ type Handler struct {
 	clock   domain.Clock
 	log     *slog.Logger
 	metrics *metrics
+	opts    Options
+	// slots holds a token per body being read: until its signature is
+	// checked, a request is anyone's, and what it may cost is bounded here.
+	slots chan struct{}
 }
 
 // New returns a handler that verifies deliveries with secret (the webhook
 // secret configured on GitHub) and persists accepted ones to
-// domain.QueueInbox. Metrics are registered with reg when it is not nil.
+// domain.QueueInbox, with the default Options. Metrics are registered with
+// reg when it is not nil.
 func New(secret string, queue domain.Queue, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer) (*Handler, error) {
+	return NewWithOptions(secret, queue, clk, log, reg, Options{})
+}
+
+// NewWithOptions is New with the limits of opts; its zero fields take the
+// defaults.
+func NewWithOptions(secret string, queue domain.Queue, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer, opts Options) (*Handler, error) {
 	switch {
 	case secret == "":
 		return nil, errors.New("webhook: a secret is required")
@@ -80,7 +83,9 @@ func New(secret string, queue domain.Queue, clk domain.Clock, log *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{secret: []byte(secret), queue: queue, clock: clk, log: log, metrics: m}, nil
+	opts = opts.withDefaults()
+	return &Handler{secret: []byte(secret), queue: queue, clock: clk, log: log, metrics: m,
+		opts: opts, slots: make(chan struct{}, opts.Readers)}, nil
 }
 
 // response is the handler's decision about one request.
@@ -122,21 +127,23 @@ func (h *Handler) handle(r *http.Request, now time.Time) response {
 	if !ok {
 		return refuse(http.StatusUnauthorized, OutcomeUnauthorized, "malformed "+HeaderSignature)
 	}
-	body, res, ok := readBody(r)
+	event := r.Header.Get(HeaderEvent)
+	b, res, ok := h.readSigned(r, want, keepFor(event))
 	if !ok {
 		return res
 	}
 	// Nothing from the request is trusted, parsed or echoed before this.
-	if !h.signed(body, want) {
-		return refuse(http.StatusUnauthorized, OutcomeUnauthorized, "signature does not match")
-	}
-	switch event := r.Header.Get(HeaderEvent); event {
+	switch event {
 	case "":
 		return refuse(http.StatusBadRequest, OutcomeBadRequest, "missing "+HeaderEvent)
 	case EventPing:
 		return response{status: http.StatusOK, outcome: OutcomeIgnored, body: map[string]bool{"ok": true}}
 	case EventWorkflowJob:
-		return h.workflowJob(r, body, now)
+		if !b.complete() {
+			return refuse(http.StatusRequestEntityTooLarge, OutcomeTooLarge,
+				fmt.Sprintf("a %s payload may not exceed %d bytes", EventWorkflowJob, MaxPayload))
+		}
+		return h.workflowJob(r, b.kept, now)
 	default:
 		return response{status: http.StatusAccepted, outcome: OutcomeIgnored, body: map[string]string{"ignored": event}}
 	}
@@ -152,28 +159,32 @@ func parseSignature(v string) ([]byte, bool) {
 	return sum, err == nil
 }
 
-func (h *Handler) signed(body, want []byte) bool {
-	mac := hmac.New(sha256.New, h.secret)
-	mac.Write(body)
-	return hmac.Equal(mac.Sum(nil), want)
-}
-
-// readBody reads at most MaxBody+1 bytes, so an oversized body costs no
-// more than that however long it is.
-func readBody(r *http.Request) ([]byte, response, bool) {
+// readSigned reads the body in one of the handler's read slots, hashing
+// all of it and keeping its first keep bytes, and checks its signature.
+func (h *Handler) readSigned(r *http.Request, want []byte, keep int) (body, response, bool) {
 	tooLarge := refuse(http.StatusRequestEntityTooLarge, OutcomeTooLarge, fmt.Sprintf("body exceeds %d bytes", MaxBody))
 	if r.ContentLength > MaxBody {
-		return nil, tooLarge, false
+		return body{}, tooLarge, false
 	}
-	var buf bytes.Buffer
-	buf.Grow(int(min(max(r.ContentLength, 0)+1, initialBuffer)))
-	if _, err := buf.ReadFrom(io.LimitReader(r.Body, MaxBody+1)); err != nil {
-		return nil, refuse(http.StatusBadRequest, OutcomeBadRequest, "cannot read the body"), false
+	if !h.acquire(r.Context()) {
+		res := refuse(http.StatusServiceUnavailable, OutcomeBusy, "too many deliveries being read, redeliver later")
+		res.header = map[string]string{"Retry-After": retryAfter}
+		return body{}, res, false
 	}
-	if buf.Len() > MaxBody {
-		return nil, tooLarge, false
+	mac := hmac.New(sha256.New, h.secret)
+	b, err := func() (body, error) {
+		defer h.release() // even if a body's reader panics
+		return readBody(r.Body, r.ContentLength, mac, keep)
+	}()
+	switch {
+	case errors.Is(err, errTooLarge):
+		return body{}, tooLarge, false
+	case err != nil:
+		return body{}, refuse(http.StatusBadRequest, OutcomeBadRequest, "cannot read the body"), false
+	case !hmac.Equal(mac.Sum(nil), want):
+		return body{}, refuse(http.StatusUnauthorized, OutcomeUnauthorized, "signature does not match"), false
 	}
-	return buf.Bytes(), response{}, true
+	return b, response{}, true
 }
 
 func (h *Handler) workflowJob(r *http.Request, body []byte, now time.Time) response {

@@ -97,9 +97,14 @@ type rig struct {
 
 func newRig(t testing.TB) *rig {
 	t.Helper()
+	return newRigWith(t, Options{})
+}
+
+func newRigWith(t testing.TB, opts Options) *rig {
+	t.Helper()
 	r := &rig{queue: newFakeQueue(), clock: clock.NewVirtual(testStart), reg: prometheus.NewRegistry(), logs: &testlog.Buffer{}}
 	log := slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h, err := New(testSecret, r.queue, r.clock, log, r.reg)
+	h, err := NewWithOptions(testSecret, r.queue, r.clock, log, r.reg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

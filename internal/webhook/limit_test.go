@@ -21,24 +21,59 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// A body of exactly MaxBody is accepted whole.
-func TestBodyOfMaxSizeIsAccepted(t *testing.T) {
-	r := newRig(t)
-	// Built by hand: encoding/json takes seconds over 25 MiB under -race.
+// paddedJob is a valid workflow_job payload of exactly size bytes.
+func paddedJob(t *testing.T, size int) []byte {
+	t.Helper()
+	// Built by hand: encoding/json takes seconds over megabytes under -race.
 	small := encode(t, validJob())
-	pad := bytes.Repeat([]byte("x"), MaxBody-len(small)-len(`"padding":"",`))
+	pad := bytes.Repeat([]byte("x"), size-len(small)-len(`"padding":"",`))
 	body := append(append(append([]byte(`{"padding":"`), pad...), `",`...), small[1:]...)
-	if len(body) != MaxBody {
-		t.Fatalf("built %d bytes, want %d", len(body), MaxBody)
+	if len(body) != size {
+		t.Fatalf("built %d bytes, want %d", len(body), size)
 	}
-	rec := r.post(headers("workflow_job", "d-big", goSign(testSecret, body)), bytes.NewReader(body))
-	if rec.Code != http.StatusAccepted {
-		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	return body
+}
+
+// Every body up to MaxBody is read and verified whole; only the payloads
+// bullpen parses are kept, up to MaxPayload.
+func TestBodySizeLimits(t *testing.T) {
+	cases := []struct {
+		name   string
+		event  string
+		body   []byte
+		secret string
+		status int
+		want   string
+		stored bool
+	}{
+		{name: "workflow_job of MaxPayload is accepted whole", event: EventWorkflowJob, body: paddedJob(t, MaxPayload),
+			secret: testSecret, status: http.StatusAccepted, want: `"accepted"`, stored: true},
+		{name: "signed workflow_job over MaxPayload names the limit", event: EventWorkflowJob, body: paddedJob(t, MaxPayload+1),
+			secret: testSecret, status: http.StatusRequestEntityTooLarge, want: "workflow_job payload may not exceed 1048576 bytes"},
+		{name: "unsigned workflow_job of MaxBody is unauthorized", event: EventWorkflowJob, body: paddedJob(t, MaxBody),
+			secret: "not the secret", status: http.StatusUnauthorized, want: "signature does not match"},
+		{name: "signed other event of MaxBody is verified whole and ignored", event: "push", body: bytes.Repeat([]byte(" "), MaxBody),
+			secret: testSecret, status: http.StatusAccepted, want: `"ignored":"push"`},
 	}
-	// The envelope ends with the payload; decoding it is tested elsewhere.
-	stored := r.queue.sent(domain.QueueInbox)[0].Body
-	if !bytes.HasSuffix(stored, append(body, '}')) {
-		t.Fatal("stored payload differs from the body")
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			rec := r.post(headers(tc.event, "d-big", goSign(tc.secret, tc.body)), bytes.NewReader(tc.body))
+			if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.want) {
+				t.Fatalf("status %d: %s, want %d with %q", rec.Code, rec.Body, tc.status, tc.want)
+			}
+			sent := r.queue.sent(domain.QueueInbox)
+			if !tc.stored {
+				if len(sent) != 0 {
+					t.Fatalf("%d messages stored, want none", len(sent))
+				}
+				return
+			}
+			// The envelope ends with the payload; decoding it is tested elsewhere.
+			if len(sent) != 1 || !bytes.HasSuffix(sent[0].Body, append(tc.body, '}')) {
+				t.Fatal("stored payload differs from the body")
+			}
+		})
 	}
 }
 

@@ -12,8 +12,9 @@ const (
 	OutcomeIgnored      = "ignored"      // valid, but nothing for bullpen to do (ping included)
 	OutcomeUnauthorized = "unauthorized" // signature missing, malformed or wrong
 	OutcomeBadRequest   = "bad_request"  // wrong method, missing header, invalid payload
-	OutcomeTooLarge     = "too_large"    // body over MaxBody
+	OutcomeTooLarge     = "too_large"    // body over MaxBody, or a payload over its event's limit
 	OutcomeUnavailable  = "unavailable"  // the inbox refused it
+	OutcomeBusy         = "busy"         // every read slot stayed taken: 503, not read
 )
 
 type metrics struct {
