@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/app"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
@@ -39,6 +40,7 @@ type serveFlags struct {
 	claimHeartbeat, claimRegistration     time.Duration
 	creationTimeout, rpRequeueDelay       time.Duration
 	heartbeatFlush, shutdownGrace         time.Duration
+	http                                  httpSettings
 	deadlines                             domain.Deadlines
 	cancelRejected                        bool
 	getenv                                func(string) string
@@ -113,7 +115,10 @@ func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) strin
 	dur(&f.creationTimeout, "creation-timeout", "BULLPEN_CREATION_TIMEOUT", 5*time.Minute, "a new instance must boot and register for its job within this")
 	dur(&f.rpRequeueDelay, "resource-pool-requeue-delay", "BULLPEN_RESOURCE_POOL_REQUEUE_DELAY", 3*time.Second, "an idle instance that does not fit a job goes back to the resource pool with this delay")
 	dur(&f.heartbeatFlush, "heartbeat-flush", "BULLPEN_HEARTBEAT_FLUSH", time.Second, "agent heartbeats are written to the store together at this interval")
-	dur(&f.shutdownGrace, "shutdown-grace", "BULLPEN_SHUTDOWN_GRACE", time.Minute, "on SIGTERM, how long open requests and then the loops get to finish before serve exits anyway")
+	dur(&f.shutdownGrace, "shutdown-grace", "BULLPEN_SHUTDOWN_GRACE", time.Minute, "on SIGTERM, how long open requests and then the loops get to finish before serve exits anyway, with status 1")
+	dur(&f.http.read, "http-read-timeout", "BULLPEN_HTTP_READ_TIMEOUT", defaultHTTPRead, "a request's headers and body must arrive within this (GitHub gives up on a delivery after 10s)")
+	dur(&f.http.write, "http-write-timeout", "BULLPEN_HTTP_WRITE_TIMEOUT", defaultHTTPWrite, "a request must be answered within this once its headers are read (agents' long polls get their wait on top)")
+	dur(&f.http.idle, "http-idle-timeout", "BULLPEN_HTTP_IDLE_TIMEOUT", defaultHTTPIdle, "a keep-alive connection with no request is closed after this")
 }
 
 // secrets resolves the webhook secret and admin token, or says how to set
@@ -173,7 +178,9 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	defer a.Close()
-	return serveUntilDone(ctx, a, ln, log, f.shutdownGrace)
+	settings := f.http
+	settings.grace = f.shutdownGrace
+	return serveUntilDone(ctx, a, ln, log, settings)
 }
 
 // options turns the flags into the app's options, naming every problem.
@@ -190,6 +197,14 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	}
 	if f.cloud != "sim" && f.cloud != "local" {
 		problems = append(problems, fmt.Errorf("--cloud %q: want sim or local", f.cloud))
+	}
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{{"http-read-timeout", f.http.read}, {"http-write-timeout", f.http.write}, {"http-idle-timeout", f.http.idle}} {
+		if t.d <= 0 {
+			problems = append(problems, fmt.Errorf("--%s %s: want a positive duration", t.name, t.d))
+		}
 	}
 	if f.github != "sim" {
 		problems = append(problems, fmt.Errorf("--github %q: this build supports sim", f.github))
@@ -230,13 +245,71 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	return o, nil
 }
 
+// The HTTP server's limits. Until a request is authenticated it is
+// anyone's: these bound how long it may hold a connection.
+const (
+	// defaultHTTPRead bounds a request's headers and body together: GitHub
+	// gives up on a delivery after 10 s, and the agents' bodies are small.
+	// A slow sender holds a webhook read slot, or delays shutdown, at most
+	// this long.
+	defaultHTTPRead = 10 * time.Second
+	// defaultHTTPWrite bounds the time from a request's headers to the end
+	// of its answer: a webhook waits at most 2 s for a read slot and 5 s
+	// for the inbox, the API answers from the store, and the agents give
+	// their own calls 30 s. Long polls are extended (withLongPollDeadlines).
+	defaultHTTPWrite = 30 * time.Second
+	// defaultHTTPIdle bounds a keep-alive connection between requests:
+	// agents heartbeat every 5 s and keep theirs; anything idler is closed.
+	defaultHTTPIdle = 60 * time.Second
+	// maxReadHeader bounds the headers alone, within the read timeout.
+	maxReadHeader = 10 * time.Second
+	// maxHeaderBytes: GitHub's and the agents' headers are a few KB.
+	maxHeaderBytes = 64 << 10
+)
+
+// httpSettings are the HTTP server's timeouts and the shutdown grace.
+type httpSettings struct {
+	read, write, idle, grace time.Duration
+}
+
+// newHTTPServer serves h with s's timeouts.
+func newHTTPServer(h http.Handler, s httpSettings) *http.Server {
+	return &http.Server{
+		Handler:           withLongPollDeadlines(h, s),
+		ReadHeaderTimeout: min(maxReadHeader, s.read),
+		ReadTimeout:       s.read,
+		WriteTimeout:      s.write,
+		IdleTimeout:       s.idle,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
+}
+
+// withLongPollDeadlines moves the write deadline of an agent's long poll
+// (GET /agent/v1/next, held up to agentapi.MaxWait) past its longest wait,
+// rather than raising the write timeout of every route above a minute. The
+// read timeout does not reach it: the poll has no body, and net/http lifts
+// the read deadline once a body is read. The server sets the write deadline
+// afresh for the connection's next request.
+func withLongPollDeadlines(h http.Handler, s httpSettings) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == agentapi.PathNext {
+			// Only a writer without deadlines (a test recorder) refuses.
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(agentapi.MaxWait + s.write))
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // serveUntilDone serves HTTP and runs the loops; on a signal it stops
-// intake first (no new deliveries), then cancels the loops and waits (at
-// most grace) for them to return. Work cut short is not lost:
-// a claim that did not finish is given back or expires at its deadline, and
-// an unacknowledged message is received again after a restart.
-func serveUntilDone(ctx context.Context, a *app.App, ln net.Listener, log *slog.Logger, grace time.Duration) int {
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+// intake first (no new deliveries; idle connections closed, long polls
+// answered at once), lets open requests finish (at most grace: past it they
+// are cut and serve exits 1), then cancels the loops and waits (at most
+// grace again) for them to return. Work cut short is not lost: a delivery
+// is answered 202 only once stored, a claim that did not finish is given
+// back or expires at its deadline, and an unacknowledged message is
+// received again after a restart.
+func serveUntilDone(ctx context.Context, a *app.App, ln net.Listener, log *slog.Logger, s httpSettings) int {
+	srv := newHTTPServer(a.Handler(), s)
 	// Idle agents hold long polls open: answer them at once on shutdown.
 	srv.RegisterOnShutdown(a.AgentAPI.Drain)
 	loopsCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
@@ -257,22 +330,36 @@ func serveUntilDone(ctx context.Context, a *app.App, ln net.Listener, log *slog.
 		log.Error("HTTP server failed", "err", err)
 		code = 1
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		log.Warn("HTTP shutdown", "err", err)
+	if !drainHTTP(srv, s.grace, log) {
+		code = 1
 	}
 	stopLoops()
 	select {
 	case <-loopsDone:
-	case <-time.After(grace):
+	case <-time.After(s.grace):
 		// A loop stuck in a call that ignores cancellation: exit anyway,
 		// so a supervisor can restart; the store keeps what was accepted.
-		log.Error("loops did not stop in time; exiting with work in hand", "waited", grace)
+		log.Error("loops did not stop in time; exiting with work in hand", "waited", s.grace)
 		return 1
 	}
 	log.Info("bullpen stopped")
 	return code
+}
+
+// drainHTTP stops the server, waiting at most grace for the requests in
+// progress; past it, their connections are closed. It reports whether
+// every request finished in time. A slow sender holds it at most the read
+// timeout, which is why that is short.
+func drainHTTP(srv *http.Server, grace time.Duration, log *slog.Logger) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := srv.Shutdown(ctx)
+	if err == nil {
+		return true
+	}
+	log.Error("requests still open after the shutdown grace; closing their connections", "waited", grace, "err", err)
+	_ = srv.Close()
+	return false
 }
 
 func newLogger(e *env, level, format string) (*slog.Logger, error) {
