@@ -197,10 +197,21 @@ func (a *Agent) identify(ctx context.Context) error {
 }
 
 func (a *Agent) hello(ctx context.Context) error {
-	if a.cfg.LaunchID == "" || a.cfg.Bootstrap == "" {
+	bootstrap := a.cfg.Bootstrap
+	if bootstrap == "" && a.cfg.LaunchSecret != "" {
+		bootstrap = domain.MachineSecret(a.cfg.LaunchSecret, a.cloudID)
+	}
+	if a.cfg.LaunchID == "" || bootstrap == "" {
 		return fmt.Errorf("no saved token and no bootstrap credentials (launch id and secret): %w", ErrUnauthorized)
 	}
-	req := agentapi.HelloRequest{CloudID: a.cloudID, LaunchID: a.cfg.LaunchID, Bootstrap: a.cfg.Bootstrap}
+	req := agentapi.HelloRequest{CloudID: a.cloudID, LaunchID: a.cfg.LaunchID, Bootstrap: bootstrap}
+	if a.cfg.CloudIDFrom == "imds" {
+		doc, sig, err := IdentityFromIMDS(ctx, a.hc, a.cfg.MetadataURL)
+		if err != nil {
+			return fmt.Errorf("hello: instance identity document: %w", err)
+		}
+		req.IdentityDocument, req.IdentitySignature = doc, sig
+	}
 	var resp agentapi.HelloResponse
 	err := a.retry(ctx, "hello", func(ctx context.Context) error {
 		var err error

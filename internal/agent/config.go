@@ -38,8 +38,12 @@ const (
 type Config struct {
 	URL       string // the control plane's base URL (the API is under /agent/v1/)
 	LaunchID  string
-	Bootstrap string // the launch's bootstrap secret: a credential
-	CloudID   string
+	Bootstrap string // the machine's own bootstrap secret: a credential
+	// LaunchSecret is a launch's secret shared by its machines (an EC2
+	// fleet's user data): the agent derives its machine's bootstrap secret
+	// from it and its cloud id. A credential.
+	LaunchSecret string
+	CloudID      string
 	// CloudIDFrom reads the cloud id from the machine's metadata service
 	// when CloudID is empty: "imds" (EC2, IMDSv2) or "digitalocean".
 	CloudIDFrom string
@@ -130,7 +134,8 @@ func dur(field func(*Config) *time.Duration) func(*Config, string) error {
 var settings = []setting{
 	{"url", "control plane base URL", str(func(c *Config) *string { return &c.URL })},
 	{"launch-id", "launch id, from the launch data", str(func(c *Config) *string { return &c.LaunchID })},
-	{"bootstrap", "launch bootstrap secret (prefer the config file: command lines are visible to other users)", str(func(c *Config) *string { return &c.Bootstrap })},
+	{"bootstrap", "this machine's bootstrap secret (prefer the config file: command lines are visible to other users)", str(func(c *Config) *string { return &c.Bootstrap })},
+	{"launch-secret", "the launch's secret, shared by its machines: the agent derives its machine's own (prefer the config file)", str(func(c *Config) *string { return &c.LaunchSecret })},
 	{"cloud-id", "this machine's cloud id", str(func(c *Config) *string { return &c.CloudID })},
 	{"cloud-id-from", "read the cloud id from the metadata service: imds (EC2) or digitalocean", str(func(c *Config) *string { return &c.CloudIDFrom })},
 	{"metadata-url", "metadata service base URL (default " + DefaultMetadataURL + ")", str(func(c *Config) *string { return &c.MetadataURL })},

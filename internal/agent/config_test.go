@@ -11,10 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/agent"
+	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 func TestParseEnvFile(t *testing.T) {
@@ -203,6 +205,48 @@ func TestAgentReadsItsCloudIDFromMetadata(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// On EC2 the user data holds the launch's secret, shared by the fleet's
+// machines: the agent derives its machine's own from it and the instance id
+// it reads from IMDSv2, and presents the instance identity document too.
+func TestAgentDerivesItsMachineSecretFromTheLaunchSecret(t *testing.T) {
+	r := newRig(t)
+	var sawDocument atomic.Bool
+	imds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		switch req.URL.Path {
+		case "/latest/api/token":
+			io.WriteString(w, "session")
+		case "/latest/meta-data/instance-id":
+			io.WriteString(w, "i-bp-1")
+		case "/latest/dynamic/instance-identity/document":
+			sawDocument.Store(true)
+			io.WriteString(w, `{"instanceId":"i-bp-1","region":"us-east-1"}`)
+		case "/latest/dynamic/instance-identity/signature":
+			io.WriteString(w, "c2lnbmVk")
+		}
+	}))
+	defer imds.Close()
+	launch := domain.NewSecret()
+	r.cp.Instance(domain.Instance{ID: "bp-1", State: domain.StateBooting, LaunchID: "lt-bp-1",
+		BootstrapHash: domain.HashSecret(domain.MachineSecret(launch, "i-bp-1"))})
+	cfg := r.config("bp-1", "")
+	cfg.LaunchSecret, cfg.CloudID, cfg.CloudIDFrom, cfg.MetadataURL = launch, "", "imds", imds.URL
+	a, err := agent.New(cfg, agent.Deps{Clock: r.cp.Clock, HTTP: r.srv.Client(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	r.cp.Calls.Await(t, 1, func(c agentapitestCall) bool { return c.Op == "signal" && c.CloudID == "i-bp-1" })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !sawDocument.Load() {
+		t.Fatal("the agent said hello without its identity document")
 	}
 }
 

@@ -15,17 +15,44 @@ func CloudIDFromMetadata(ctx context.Context, hc *http.Client, base, source stri
 	base = strings.TrimRight(base, "/")
 	switch source {
 	case "imds":
-		token, err := metadataGet(ctx, hc, http.MethodPut, base+"/latest/api/token",
-			map[string]string{"X-aws-ec2-metadata-token-ttl-seconds": "300"})
+		vals, err := imdsGet(ctx, hc, base, "meta-data/instance-id")
 		if err != nil {
-			return "", fmt.Errorf("IMDSv2 token: %w", err)
+			return "", err
 		}
-		return metadataGet(ctx, hc, http.MethodGet, base+"/latest/meta-data/instance-id",
-			map[string]string{"X-aws-ec2-metadata-token": token})
+		return vals[0], nil
 	case "digitalocean":
 		return metadataGet(ctx, hc, http.MethodGet, base+"/metadata/v1/id", nil)
 	}
 	return "", fmt.Errorf("unknown metadata source %q (want imds or digitalocean)", source)
+}
+
+// IdentityFromIMDS reads EC2's instance identity document and its base64
+// RSA-SHA256 signature: the control plane checks them before it gives the
+// machine its token.
+func IdentityFromIMDS(ctx context.Context, hc *http.Client, base string) (doc, signature string, err error) {
+	vals, err := imdsGet(ctx, hc, strings.TrimRight(base, "/"),
+		"dynamic/instance-identity/document", "dynamic/instance-identity/signature")
+	if err != nil {
+		return "", "", err
+	}
+	return vals[0], vals[1], nil
+}
+
+// imdsGet reads paths under /latest/ with one IMDSv2 session token.
+func imdsGet(ctx context.Context, hc *http.Client, base string, paths ...string) ([]string, error) {
+	token, err := metadataGet(ctx, hc, http.MethodPut, base+"/latest/api/token",
+		map[string]string{"X-aws-ec2-metadata-token-ttl-seconds": "300"})
+	if err != nil {
+		return nil, fmt.Errorf("IMDSv2 token: %w", err)
+	}
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		if out[i], err = metadataGet(ctx, hc, http.MethodGet, base+"/latest/"+p,
+			map[string]string{"X-aws-ec2-metadata-token": token}); err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	return out, nil
 }
 
 func metadataGet(ctx context.Context, hc *http.Client, method, url string, header map[string]string) (string, error) {

@@ -26,6 +26,12 @@ func (s *Server) hello(w http.ResponseWriter, r *http.Request) (any, error) {
 		[2]string{"bootstrap", req.Bootstrap}); err != nil {
 		return nil, err
 	}
+	if s.identity != nil {
+		if err := s.identity.Verify(req.CloudID, req.IdentityDocument, req.IdentitySignature); err != nil {
+			s.log.Warn("agent hello refused: the machine's identity proof does not hold", "cloud_id", req.CloudID, "err", err)
+			return nil, fail(http.StatusUnauthorized, CodeUnauthorized, "identity proof refused: %v", err)
+		}
+	}
 	for range helloAttempts {
 		in, err := s.helloCandidate(r.Context(), req)
 		if err != nil {

@@ -1,7 +1,11 @@
 package agentapi_test
 
 import (
+	"encoding/json"
+	"errors"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/agentapi"
@@ -34,4 +38,40 @@ func TestASiblingCannotTakeAnotherMachinesIdentity(t *testing.T) {
 	h.wantUnchanged(b)
 	w := h.do(http.MethodPost, agentapi.PathHello, "", helloBody(b.CloudID, b.LaunchID, domain.MachineSecret(launch, b.CloudID)))
 	wantStatus(t, w, http.StatusOK, "")
+}
+
+// stubProof accepts a document equal to "proof of " and the cloud id.
+type stubProof struct{}
+
+func (stubProof) Verify(cloudID, document, signature string) error {
+	if document != "proof of "+cloudID || signature == "" {
+		return errors.New("not this machine's")
+	}
+	return nil
+}
+
+// Where the provider signs a proof of the machine (EC2's identity
+// document), hello requires it, so a sibling that could derive another's
+// bootstrap secret still cannot take its identity.
+func TestHelloRequiresTheProvidersProofWhenItHasOne(t *testing.T) {
+	h := newHarness(t)
+	srv := agentapi.New(h.Store, h.Service, h.Clock, nil, nil, agentapi.WithIdentity(stubProof{}))
+	secret := domain.NewSecret()
+	in := h.Launch("bp-1", domain.StateBooting, secret)
+	hello := func(doc string) int {
+		b, _ := json.Marshal(agentapi.HelloRequest{CloudID: in.CloudID, LaunchID: in.LaunchID, Bootstrap: secret,
+			IdentityDocument: doc, IdentitySignature: "sig"})
+		w := httptest.NewRecorder()
+		srv.ServeHTTP(w, httptest.NewRequest(http.MethodPost, agentapi.PathHello, strings.NewReader(string(b))))
+		return w.Code
+	}
+	for _, doc := range []string{"", "proof of i-bp-2"} {
+		if code := hello(doc); code != http.StatusUnauthorized {
+			t.Fatalf("hello with proof %q: %d, want 401", doc, code)
+		}
+	}
+	h.wantUnchanged(in)
+	if code := hello("proof of " + in.CloudID); code != http.StatusOK {
+		t.Fatalf("hello with its own proof: %d, want 200", code)
+	}
 }

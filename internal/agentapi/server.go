@@ -23,12 +23,13 @@ import (
 // Server is the agent API. It is an http.Handler for the paths under
 // Prefix, and the domain.AssignmentNotifier that wakes long polls.
 type Server struct {
-	store   Store
-	api     domain.AgentAPI
-	clk     domain.Clock
-	log     *slog.Logger
-	metrics *metrics
-	waiters waiters
+	store    Store
+	api      domain.AgentAPI
+	clk      domain.Clock
+	log      *slog.Logger
+	metrics  *metrics
+	waiters  waiters
+	identity domain.IdentityVerifier // nil: no provider proof asked
 
 	drainOnce sync.Once
 	drained   chan struct{} // closed by Drain
@@ -41,13 +42,24 @@ var (
 
 // New returns the agent API over api (the control plane's side of the
 // handshakes) and store (where the agents' credentials are). reg may be nil.
-func New(store Store, api domain.AgentAPI, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer) *Server {
+func New(store Store, api domain.AgentAPI, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer, opts ...Option) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{store: store, api: api, clk: clk, log: log, metrics: newMetrics(reg),
+	s := &Server{store: store, api: api, clk: clk, log: log, metrics: newMetrics(reg),
 		waiters: waiters{m: map[string]*waitEntry{}}, drained: make(chan struct{})}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
+
+// Option adds to the agent API what its provider offers.
+type Option func(*Server)
+
+// WithIdentity makes hello require the provider's signed proof of the
+// machine (see domain.IdentityVerifier) besides its bootstrap secret.
+func WithIdentity(v domain.IdentityVerifier) Option { return func(s *Server) { s.identity = v } }
 
 // Drain ends the long polls in progress with a 503 (the agents retry, with
 // another replica or after the restart) and holds no new one, so that an

@@ -37,6 +37,11 @@ type HelloRequest struct {
 	CloudID   string `json:"cloud_id"`
 	LaunchID  string `json:"launch_id"`
 	Bootstrap string `json:"bootstrap"`
+	// The provider's signed proof of which machine asks, where it gives
+	// one: on EC2 the instance identity document and its base64 RSA-SHA256
+	// signature, from the metadata service.
+	IdentityDocument  string `json:"identity_document,omitempty"`
+	IdentitySignature string `json:"identity_signature,omitempty"`
 }
 
 // HelloResponse carries the instance's token: given once, never again.

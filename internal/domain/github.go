@@ -118,3 +118,10 @@ type AgentAPI interface {
 type AssignmentNotifier interface {
 	Assigned(cloudID string)
 }
+
+// IdentityVerifier checks a provider's signed proof that a machine is the
+// one it says (EC2's instance identity document), before the control plane
+// gives it a token. The error says why a proof is refused.
+type IdentityVerifier interface {
+	Verify(cloudID, document, signature string) error
+}

@@ -30,7 +30,9 @@ func CloudInit(b domain.AgentBootstrap, o CloudInitOptions) (string, error) {
 	extra[EnvStateDir] = o.StateDir
 	extra[EnvCloudIDFrom] = o.CloudIDFrom
 	unitPath := path.Join(o.UnitDir, UnitName)
-	env, err := EnvFile(b, extra)
+	// The user data is every machine's of a launch: it holds the launch's
+	// secret, and each agent derives its own machine's.
+	env, err := envFile(b, EnvLaunchSecret, extra)
 	if err != nil {
 		return "", err
 	}
@@ -40,7 +42,7 @@ func CloudInit(b domain.AgentBootstrap, o CloudInitOptions) (string, error) {
 		"EnvPath":  shellQuote(o.EnvPath),
 		"EnvFile":  shellQuote(env),
 		"Bin":      shellQuote(o.InstallPath),
-		"URL":      shellQuote(o.AgentURL),
+		"URL":      quoteIfSet(o.AgentURL),
 		"SHA256":   shellQuote(o.AgentSHA256),
 		"UnitPath": shellQuote(unitPath),
 		"Unit":     shellQuote(unit(o)),
@@ -91,7 +93,7 @@ chmod 0600 "$env_path.tmp"
 mv -f "$env_path.tmp" "$env_path"
 {{.End}}
 
-# The agent binary, refused unless its checksum matches.
+{{if .URL}}# The agent binary, refused unless its checksum matches.
 command -v curl >/dev/null || { echo "bullpen: curl is required" >&2; exit 1; }
 download="$(mktemp)"
 trap 'rm -f "$download"' EXIT
@@ -102,7 +104,9 @@ if ! printf '%s  %s\n' {{.SHA256}} "$download" | sha256sum --check --status; the
 fi
 mkdir -p "$(dirname {{.Bin}})"
 install -m 0755 "$download" {{.Bin}}
-
+{{else}}# The agent binary is baked into the image.
+[ -x {{.Bin}} ] || { echo "bullpen: no agent binary at "{{.Bin}} >&2; exit 1; }
+{{end}}
 # The agent runs as a service, restarted if it fails.
 unit_path={{.UnitPath}}
 mkdir -p "$(dirname "$unit_path")"
@@ -111,3 +115,11 @@ chmod 0644 "$unit_path"
 systemctl daemon-reload
 systemctl enable --now {{.UnitName}}
 `))
+
+// quoteIfSet quotes s, or leaves it empty for the script to test.
+func quoteIfSet(s string) string {
+	if s == "" {
+		return ""
+	}
+	return shellQuote(s)
+}

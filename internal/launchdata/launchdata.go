@@ -22,12 +22,13 @@ import (
 // Names of the agent's settings written here; the agent reads them (see
 // internal/agent's EnvNames).
 const (
-	EnvURL         = "BULLPEN_AGENT_URL"
-	EnvLaunchID    = "BULLPEN_AGENT_LAUNCH_ID"
-	EnvBootstrap   = "BULLPEN_AGENT_BOOTSTRAP"
-	EnvCloudID     = "BULLPEN_AGENT_CLOUD_ID"
-	EnvCloudIDFrom = "BULLPEN_AGENT_CLOUD_ID_FROM"
-	EnvStateDir    = "BULLPEN_AGENT_STATE_DIR"
+	EnvURL          = "BULLPEN_AGENT_URL"
+	EnvLaunchID     = "BULLPEN_AGENT_LAUNCH_ID"
+	EnvBootstrap    = "BULLPEN_AGENT_BOOTSTRAP"     // the machine's own bootstrap secret
+	EnvLaunchSecret = "BULLPEN_AGENT_LAUNCH_SECRET" // a launch's secret, shared by its machines
+	EnvCloudID      = "BULLPEN_AGENT_CLOUD_ID"
+	EnvCloudIDFrom  = "BULLPEN_AGENT_CLOUD_ID_FROM"
+	EnvStateDir     = "BULLPEN_AGENT_STATE_DIR"
 )
 
 // EnvFile renders the agent's environment file: the bootstrap's settings,
@@ -38,9 +39,16 @@ const (
 // byte (which no shell string can hold) are refused; the error names the
 // setting, never its value (it may be a credential).
 func EnvFile(b domain.AgentBootstrap, extra map[string]string) (string, error) {
+	return envFile(b, EnvBootstrap, extra)
+}
+
+// envFile is EnvFile with the bootstrap secret under secretKey: a machine's
+// own secret (EnvBootstrap), or a launch's shared one (EnvLaunchSecret), from
+// which the agent derives its machine's.
+func envFile(b domain.AgentBootstrap, secretKey string, extra map[string]string) (string, error) {
 	var sb strings.Builder
 	sb.WriteString("# bullpen agent settings, written by the launch data.\n")
-	sb.WriteString("# This file holds a credential (the machine's bootstrap secret): keep it 0600.\n")
+	sb.WriteString("# This file holds a credential (a bootstrap secret): keep it 0600.\n")
 	var errs []error
 	line := func(k, v string) {
 		if strings.ContainsRune(v, 0) {
@@ -50,12 +58,12 @@ func EnvFile(b domain.AgentBootstrap, extra map[string]string) (string, error) {
 	}
 	line(EnvURL, b.URL)
 	line(EnvLaunchID, b.LaunchID)
-	line(EnvBootstrap, b.Secret)
+	line(secretKey, b.Secret)
 	for _, k := range slices.Sorted(maps.Keys(extra)) {
 		switch {
 		case !validName(k):
 			errs = append(errs, fmt.Errorf("agent setting %q: not a shell variable name", k))
-		case k == EnvURL || k == EnvLaunchID || k == EnvBootstrap:
+		case k == EnvURL || k == EnvLaunchID || k == EnvBootstrap || k == EnvLaunchSecret:
 			errs = append(errs, fmt.Errorf("agent setting %s: set by the launch itself", k))
 		default:
 			line(k, extra[k])
@@ -80,7 +88,10 @@ func validName(k string) bool { return nameRE.MatchString(k) }
 // CloudInitOptions shape the user-data script. Paths must be absolute and
 // plain (letters, digits, . _ - /): they also appear in the systemd unit.
 type CloudInitOptions struct {
-	AgentURL    string // where the bullpen binary is downloaded from (http or https)
+	// AgentURL is where the bullpen binary is downloaded from (http or
+	// https), checked against AgentSHA256; empty when it is baked into the
+	// image at InstallPath.
+	AgentURL    string
 	AgentSHA256 string // the binary's SHA-256, hex: the script refuses any other
 	// CloudIDFrom is where the agent reads the machine's cloud id:
 	// "imds" (EC2, the default) or "digitalocean".
@@ -123,10 +134,12 @@ func (o *CloudInitOptions) normalize() error {
 	u, err := url.Parse(o.AgentURL)
 	switch {
 	case o.AgentURL == "":
-		return errors.New("launch data: no agent binary URL")
+		if o.AgentSHA256 != "" {
+			return errors.New("launch data: an agent binary checksum without a URL to download it from")
+		}
 	case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || strings.ContainsAny(o.AgentURL, " \t\r\n"):
 		return fmt.Errorf("launch data: agent binary URL %q: want http(s)://host/path", o.AgentURL)
-	case !sha256Hex.MatchString(o.AgentSHA256):
+	case o.AgentURL != "" && !sha256Hex.MatchString(o.AgentSHA256):
 		return errors.New("launch data: the agent binary's SHA-256 must be 64 hex digits")
 	case o.CloudIDFrom != "imds" && o.CloudIDFrom != "digitalocean":
 		return fmt.Errorf("launch data: cloud id source %q: want imds or digitalocean", o.CloudIDFrom)

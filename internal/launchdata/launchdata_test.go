@@ -40,7 +40,7 @@ func TestEnvFile(t *testing.T) {
 		"BULLPEN_AGENT_STATE_DIR": "/var/lib/x", "A_SETTING": "it's",
 	})
 	want := `# bullpen agent settings, written by the launch data.
-# This file holds a credential (the machine's bootstrap secret): keep it 0600.
+# This file holds a credential (a bootstrap secret): keep it 0600.
 BULLPEN_AGENT_URL='https://cp.example:8443'
 BULLPEN_AGENT_LAUNCH_ID='lt-0a1b'
 BULLPEN_AGENT_BOOTSTRAP='s3cret'
@@ -207,7 +207,7 @@ func TestCloudInitRefusesBadOptions(t *testing.T) {
 		edit func(*launchdata.CloudInitOptions)
 		want string
 	}{
-		{"no URL", func(o *launchdata.CloudInitOptions) { o.AgentURL = "" }, "no agent binary URL"},
+		{"a checksum without a URL", func(o *launchdata.CloudInitOptions) { o.AgentURL = "" }, "checksum without a URL"},
 		{"relative URL", func(o *launchdata.CloudInitOptions) { o.AgentURL = "downloads/bullpen" }, "want http(s)"},
 		{"URL with a space", func(o *launchdata.CloudInitOptions) { o.AgentURL = "https://x/a b" }, "want http(s)"},
 		{"short checksum", func(o *launchdata.CloudInitOptions) { o.AgentSHA256 = "abc" }, "64 hex"},

@@ -109,7 +109,10 @@ func TestCloudInitInstallsAndStartsTheAgent(t *testing.T) {
 			}
 			// The settings file is exactly the env file, private to root.
 			extra := map[string]string{"ODD": v, launchdata.EnvStateDir: o.StateDir, launchdata.EnvCloudIDFrom: "imds"}
-			if got, want := m.read("etc/bullpen/agent.env"), envFile(t, b, extra); got != want {
+			// Machines of a launch share its user data: the launch secret,
+			// from which each agent derives its own.
+			want := strings.Replace(envFile(t, b, extra), launchdata.EnvBootstrap+"=", launchdata.EnvLaunchSecret+"=", 1)
+			if got := m.read("etc/bullpen/agent.env"); got != want {
 				t.Fatalf("env file:\n%q\nwant\n%q", got, want)
 			}
 			if m.mode("etc/bullpen/agent.env") != 0o600 || m.mode("etc/bullpen") != 0o700 {
@@ -138,7 +141,7 @@ func TestCloudInitInstallsAndStartsTheAgent(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.Bootstrap != v || cfg.CloudIDFrom != "imds" || cfg.StateDir != o.StateDir || cfg.URL != b.URL {
+			if cfg.LaunchSecret != v || cfg.Bootstrap != "" || cfg.CloudIDFrom != "imds" || cfg.StateDir != o.StateDir || cfg.URL != b.URL {
 				t.Fatalf("the agent read %+v", cfg)
 			}
 		})
@@ -159,5 +162,35 @@ func TestCloudInitRefusesABinaryWithAnotherChecksum(t *testing.T) {
 		if _, err := os.Stat(m.path(p)); err == nil {
 			t.Fatalf("%s exists after a refused download", p)
 		}
+	}
+}
+
+// Without a download URL the binary is the one baked into the image: the
+// script checks it is there and starts it.
+func TestCloudInitWithTheBinaryBakedIn(t *testing.T) {
+	m := newMachine(t)
+	o := m.options()
+	o.AgentURL, o.AgentSHA256 = "", ""
+	script, err := launchdata.CloudInit(bootstrap("s3cret"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(script, "curl") {
+		t.Fatal("the script downloads a binary it was told is in the image")
+	}
+	if out, err := m.run(script, m.binary); err == nil {
+		t.Fatalf("the script ran without a binary in the image:\n%s", out)
+	}
+	if err := os.MkdirAll(m.path("usr/local/bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.path("usr/local/bin/bullpen"), m.binary, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := m.run(script, m.binary); err != nil {
+		t.Fatalf("script failed with the binary in the image: %v\n%s", err, out)
+	}
+	if got := m.read("systemctl.log"); !strings.Contains(got, "enable --now bullpen-agent.service") {
+		t.Fatalf("systemctl calls:\n%s", got)
 	}
 }
