@@ -1,0 +1,160 @@
+package dashboard
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stream is one open /events connection; its updates arrive on versions.
+type stream struct {
+	versions chan string
+	body     io.ReadCloser
+}
+
+func openStream(t *testing.T, base string) *stream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+viewerToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("/events: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	s := &stream{versions: make(chan string, 64), body: resp.Body}
+	go func() {
+		defer close(s.versions)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				s.versions <- v
+			}
+		}
+	}()
+	return s
+}
+
+// next waits for the stream's next update; the deadline only bounds a
+// failure.
+func (s *stream) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case v, ok := <-s.versions:
+		if !ok {
+			t.Fatal("the stream ended")
+		}
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal("no update within 10 s")
+	}
+	return ""
+}
+
+// fragment fetches a page's content the way the page's script does.
+func fragment(t *testing.T, base, path string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+viewerToken)
+	req.Header.Set("X-Fragment", "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("fragment %s: %d", path, resp.StatusCode)
+	}
+}
+
+// However many pages are open, live updates read the store at most once
+// per refresh interval: one snapshot of snapshotQueries queries, shared.
+func TestLiveUpdatesCostLessThanAQueryPerSecondPerPage(t *testing.T) {
+	t.Parallel()
+	for _, pages := range []int{1, 8} {
+		r := newRig(t)
+		r.seed()
+		srv := httptest.NewServer(r.d)
+		r.page("/") // the first snapshot
+		streams := make([]*stream, pages)
+		paths := []string{"/", "/jobs", "/instances", "/jobs/102"}
+		for k := range streams {
+			streams[k] = openStream(t, srv.URL)
+			streams[k].next(t) // the version in hand on connecting
+		}
+		before := r.counting.n.Load()
+		const ticks = 24 // two minutes of updates
+		for range ticks {
+			r.clk.BlockUntil(1) // the hub waits for its next tick
+			r.clk.Advance(DefaultRefresh)
+			for k, s := range streams {
+				s.next(t)
+				fragment(t, srv.URL, paths[k%len(paths)])
+			}
+		}
+		queries := r.counting.n.Load() - before
+		elapsed := (ticks * DefaultRefresh).Seconds()
+		perPage := float64(queries) / elapsed / float64(pages)
+		t.Logf("%d pages: %d queries in %.0f s: %.3f per second per page", pages, queries, elapsed, perPage)
+		if queries > ticks*snapshotQueries || perPage >= 1 {
+			t.Errorf("%d pages: %d queries in %.0f s (%.2f per second per page), want at most %d",
+				pages, queries, elapsed, perPage, ticks*snapshotQueries)
+		}
+		srv.CloseClientConnections()
+		srv.Close()
+	}
+}
+
+func TestPagesWithinTheIntervalShareOneSnapshot(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed()
+	r.page("/")
+	before := r.counting.n.Load()
+	for _, p := range pagePaths {
+		r.page(p)
+	}
+	if n := r.counting.n.Load() - before; n != 0 {
+		t.Errorf("%d queries for pages within the interval, want none", n)
+	}
+	r.later()
+	r.page("/jobs")
+	if n := r.counting.n.Load() - before; n != snapshotQueries {
+		t.Errorf("%d queries after the interval, want one snapshot (%d)", n, snapshotQueries)
+	}
+}
+
+func TestDrainEndsTheStreams(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed()
+	r.page("/")
+	srv := httptest.NewServer(r.d)
+	defer srv.Close()
+	s := openStream(t, srv.URL)
+	s.next(t)
+	r.d.Drain()
+	select {
+	case _, ok := <-s.versions:
+		if ok {
+			t.Fatal("an update after the drain")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream is still open after the drain")
+	}
+	rec := r.do(httptest.NewRequest(http.MethodGet, "/events", nil), "Bearer "+adminToken)
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("/events after the drain: %d, want 503", rec.Code)
+	}
+	if n := r.d.hub.listeners(); n != 0 {
+		t.Errorf("%d listeners left", n)
+	}
+}

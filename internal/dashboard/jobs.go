@@ -1,0 +1,138 @@
+package dashboard
+
+import (
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Limits of the lists of the jobs page; the counts above them are exact.
+const (
+	maxActiveRows   = 200
+	maxRecentRows   = 100
+	maxRejectedRows = 50
+)
+
+// waitingReason marks a queued job GitHub holds for an approval (a
+// deployment protection rule): it is not waiting for a runner yet.
+const waitingReason = "waiting for approval"
+
+// jobRow is a job as the lists show it.
+type jobRow struct {
+	domain.Job
+	Served     string // hot, stopped, reuse, cold; "" before it has an instance
+	Queue      time.Duration
+	HasQueue   bool
+	Run        time.Duration
+	HasRun     bool
+	WaitingFor time.Time // since when it has waited for a runner
+}
+
+type jobsView struct {
+	Pool                         string // the filter; "" for all
+	Pools                        []string
+	Queued, Assigned, Running    int
+	Approval                     int // queued, held by GitHub for an approval
+	OldestQueued                 time.Time
+	Active, Recent, Rejected     []jobRow
+	MoreActive, RecentConsidered int
+	QueueChart                   svgChart
+}
+
+func (d *Dashboard) jobsPage(r *http.Request, s *snapshot) (pageResult, error) {
+	v := jobsView{Pool: r.URL.Query().Get("pool")}
+	for _, p := range d.opts.Pools() {
+		v.Pools = append(v.Pools, p.Name)
+	}
+	keep := func(j domain.Job) bool { return v.Pool == "" || j.Pool == v.Pool }
+	for _, j := range s.active {
+		if !keep(j) {
+			continue
+		}
+		switch {
+		case j.Status == domain.JobQueued && j.Reason == waitingReason:
+			v.Approval++
+		case j.Status == domain.JobQueued:
+			v.Queued++
+			if v.OldestQueued.IsZero() || j.QueuedAt.Before(v.OldestQueued) {
+				v.OldestQueued = j.QueuedAt
+			}
+		case j.Status == domain.JobAssigned:
+			v.Assigned++
+		case j.Status == domain.JobRunning:
+			v.Running++
+		}
+		if len(v.Active) < maxActiveRows {
+			v.Active = append(v.Active, rowOf(j, s))
+		} else {
+			v.MoreActive++
+		}
+	}
+	var finished []domain.Job
+	for _, j := range s.recent {
+		if !keep(j) {
+			continue
+		}
+		switch j.Status {
+		case domain.JobCompleted:
+			finished = append(finished, j)
+			if len(v.Recent) < maxRecentRows {
+				v.Recent = append(v.Recent, rowOf(j, s))
+			}
+		case domain.JobRejected:
+			if len(v.Rejected) < maxRejectedRows {
+				v.Rejected = append(v.Rejected, rowOf(j, s))
+			}
+		}
+	}
+	v.RecentConsidered = len(finished)
+	v.QueueChart = queueChart(byPath(finished, s))
+	return pageResult{Title: "Jobs", Data: v, Live: true}, nil
+}
+
+func rowOf(j domain.Job, s *snapshot) jobRow {
+	r := jobRow{Job: j, Served: served(j, s), WaitingFor: j.QueuedAt}
+	r.Queue, r.HasQueue = queueTime(j)
+	if !j.StartedAt.IsZero() && !j.CompletedAt.IsZero() {
+		r.Run, r.HasRun = max(j.CompletedAt.Sub(j.StartedAt), 0), true
+	}
+	return r
+}
+
+// served says how a job got its instance: from a pool's hot or stopped
+// members, reused from the resource pool, or a cold start.
+func served(j domain.Job, s *snapshot) string {
+	switch j.Via {
+	case domain.ViaPool:
+		if in, ok := s.instance(j.InstanceID); ok && (in.Role == domain.RoleHot || in.Role == domain.RoleStopped) {
+			return string(in.Role)
+		}
+		return "pool" // the instance row is gone: hot or stopped is not known
+	case domain.ViaReuse, domain.ViaCold:
+		return string(j.Via)
+	}
+	return ""
+}
+
+// paths are the ways a job is served, in the order charts show them.
+var paths = []string{"hot", "stopped", "pool", "reuse", "cold"}
+
+// byPath groups queue times by how the jobs were served.
+func byPath(jobs []domain.Job, s *snapshot) map[string][]time.Duration {
+	out := map[string][]time.Duration{}
+	for _, j := range jobs {
+		if q, ok := queueTime(j); ok {
+			p := served(j, s)
+			if p == "" {
+				continue
+			}
+			out[p] = append(out[p], q)
+		}
+	}
+	for _, ds := range out {
+		slices.Sort(ds)
+	}
+	return out
+}

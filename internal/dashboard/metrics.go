@@ -1,0 +1,109 @@
+package dashboard
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/rebalance"
+)
+
+// collector exports what the pages show as gauges, from the same snapshot
+// (so a scrape costs at most one snapshot per interval too): what each pool
+// holds against its target, instances by state, jobs waiting and running,
+// and the oldest wait. The alert rules in deploy/ are written on them.
+type collector struct {
+	d                                       *Dashboard
+	ready, instances, jobs, oldest, queries *prometheus.Desc
+}
+
+func newCollector(d *Dashboard) *collector {
+	return &collector{d: d,
+		ready: prometheus.NewDesc("bullpen_pool_ready_instances",
+			"Instances that count toward each pool's target, by role: hot ones running idle, stopped ones parked.",
+			[]string{"pool", "role"}, nil),
+		instances: prometheus.NewDesc("bullpen_instances",
+			"Instances by pool (empty for those launched for jobs outside pools) and state; terminated ones are left out.",
+			[]string{"pool", "state"}, nil),
+		jobs: prometheus.NewDesc("bullpen_jobs",
+			"Jobs waiting for a runner or holding one, by status (queued, assigned, running).",
+			[]string{"status"}, nil),
+		oldest: prometheus.NewDesc("bullpen_job_oldest_queued_seconds",
+			"How long the oldest job still waiting for a runner has waited since GitHub queued it, by pool (empty: the launch queue); 0 when none waits.",
+			[]string{"pool"}, nil),
+		queries: prometheus.NewDesc("bullpen_dashboard_store_queries_total",
+			"Store queries made for the dashboard, its event streams and these gauges.", nil, nil),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.ready, c.instances, c.jobs, c.oldest, c.queries} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.queries, prometheus.CounterValue, float64(c.d.cache.queries.Load()))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := c.d.cache.get(ctx)
+	if s == nil || err != nil {
+		// No gauges rather than old ones: an alert must not hold on data
+		// the store no longer confirms.
+		return
+	}
+	now := c.d.opts.Clock.Now()
+	c.collectPools(ch, s)
+	type key struct{ pool, state string }
+	counts := map[key]int{}
+	for _, in := range s.instances {
+		if in.State != domain.StateTerminated {
+			counts[key{in.Pool, string(in.State)}]++
+		}
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.instances, prometheus.GaugeValue, float64(n), k.pool, k.state)
+	}
+	byStatus := map[domain.JobStatus]int{}
+	oldest := map[string]time.Time{}
+	for _, p := range c.d.opts.Pools() {
+		oldest[p.Name] = time.Time{}
+	}
+	for _, j := range s.active {
+		byStatus[j.Status]++
+		if j.Status == domain.JobQueued && j.Reason != waitingReason && !j.QueuedAt.IsZero() {
+			if t, seen := oldest[j.Pool]; !seen || t.IsZero() || j.QueuedAt.Before(t) {
+				oldest[j.Pool] = j.QueuedAt
+			}
+		}
+	}
+	for _, st := range activeStatuses {
+		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(byStatus[st]), string(st))
+	}
+	for pool, t := range oldest {
+		wait := 0.0
+		if !t.IsZero() {
+			wait = max(now.Sub(t).Seconds(), 0)
+		}
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, wait, pool)
+	}
+}
+
+// collectPools exports, for every configured pool, what counts toward its
+// target: ready hot and parked stopped members, compared by the alert rules
+// with bullpen_pool_target_instances{pool, role}.
+func (c *collector) collectPools(ch chan<- prometheus.Metric, s *snapshot) {
+	members := map[string][]domain.Instance{}
+	for _, in := range s.instances {
+		if in.Pool != "" {
+			members[in.Pool] = append(members[in.Pool], in)
+		}
+	}
+	for _, p := range c.d.opts.Pools() {
+		n := rebalance.Count(members[p.Name])
+		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(n.ReadyHot), p.Name, string(domain.RoleHot))
+		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(n.Stopped), p.Name, string(domain.RoleStopped))
+	}
+}

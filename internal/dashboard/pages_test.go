@@ -1,0 +1,232 @@
+package dashboard
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/bullpen-ci/bullpen/internal/config"
+)
+
+// Labels, repository names, runner names and reasons come from webhooks:
+// every page shows them as text, never as markup.
+func TestEveryValueFromAWebhookIsEscaped(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed()
+	shown := map[string]bool{}
+	for _, p := range append(pagePaths, "/jobs/105", "/jobs/103", "/jobs?pool=gpu") {
+		body := r.page(p)
+		if n := count(body, "<script"); n != 1 || !strings.Contains(body, `<script src="/assets/app.js" defer></script>`) {
+			t.Errorf("%s: %d script elements, want only the page's own", p, n)
+		}
+		for _, raw := range []string{"<img", "<b>", "<i>", "onerror=alert(1)>"} {
+			if strings.Contains(body, raw) {
+				t.Errorf("%s: %q reached the page unescaped", p, raw)
+			}
+		}
+		if strings.Contains(body, "&lt;script&gt;window.pwned=1&lt;/script&gt;") {
+			shown[p] = true
+		}
+		if strings.Contains(body, "JITCONFIG-SECRET") {
+			t.Errorf("%s: a runner configuration reached the page", p)
+		}
+	}
+	for _, p := range []string{"/jobs", "/jobs/105"} {
+		if !shown[p] {
+			t.Errorf("%s does not show the rejected job's label as text", p)
+		}
+	}
+}
+
+func TestPoolsPage(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed()
+	body := r.page("/")
+	for _, want := range []string{
+		`data-all-at-target="false"`, // burst holds nothing yet
+		`data-pool="small-x64" data-at-target="true"`,
+		`data-pool="burst" data-at-target="false"`,
+		`<dd class="hot">1<small>/1</small></dd>`, `<dd class="stopped">2<small>/2</small></dd>`,
+		// 10:00 in Paris: the nights entry starts at 22:00 local.
+		`Next: <strong>nights</strong> (hot 0, stopped 2) on Tue 22:00 CET, in <span data-until="2026-11-24T21:00:00Z">12h00m</span>`,
+		`Autoscaler: <strong>up</strong>, hot 3 (max 5); breach score 1.71 against 1.50.`,
+		"Tue 22:00–24:00 nights: hot 0, stopped 2", "Mon 06:00–22:00 default: hot 1, stopped 2",
+		`class="now"`, "p50 3.0s", // job 104 waited 3 s
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("pools page lacks %q", want)
+		}
+	}
+}
+
+func TestJobsPage(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed()
+	body := r.page("/jobs")
+	for _, want := range []string{
+		`<dd id="count-queued">1</dd>`, `<dd id="count-assigned">1</dd>`, `<dd id="count-running">1</dd>`,
+		`data-job="104" data-status="completed"`, `<span class="served path-hot">hot</span>`,
+		`data-job="105" data-status="rejected"`, `pool &#34;gpu&#34; is not configured`,
+		"1 jobs · p50 3.0s · p90 3.0s", `aria-label="Queue time (queued to started) by how jobs were served"`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("jobs page lacks %q", want)
+		}
+	}
+	small := r.page("/jobs?pool=small-x64")
+	if strings.Contains(small, `data-job="105"`) || strings.Contains(small, `data-job="103"`) {
+		t.Error("the pool filter lets through jobs of other pools")
+	}
+}
+
+func TestJobPageShowsItsTimeline(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed()
+	body := r.page("/jobs/104")
+	events := regexp.MustCompile(`data-event="([a-z]+)"`).FindAllStringSubmatch(body, -1)
+	var kinds []string
+	for _, e := range events {
+		kinds = append(kinds, e[1])
+	}
+	if got := strings.Join(kinds, ","); got != "queued,routed,assigned,started,finished,instance" {
+		t.Errorf("timeline %s", got)
+	}
+	for _, want := range []string{`data-status="completed"`, "finished: success", "instance bp-gone1 is terminated: job finished &lt;b&gt;",
+		"Not recorded by bullpen yet", `data-live="false"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("job page lacks %q", want)
+		}
+	}
+	if !strings.Contains(r.page("/jobs/102"), `data-live="true"`) {
+		t.Error("an assigned job's page is not live")
+	}
+	for _, p := range []string{"/jobs/999", "/jobs/x", "/jobs/-1", "/nowhere"} {
+		if rec := r.get(p); rec.Code != http.StatusNotFound {
+			t.Errorf("%s: %d, want 404", p, rec.Code)
+		}
+	}
+}
+
+func TestInstancesPage(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed()
+	r.d.cache.history.add(t0.Add(-time.Hour), nil) // an older, empty sample
+	body := r.page("/instances")
+	for _, want := range []string{
+		`data-instance="bp-hot1" data-state="ready"`, `data-instance="bp-cold1" data-state="running"`,
+		`<section id="ended"`, `data-instance="bp-gone1" data-state="terminated"`, "job finished &lt;b&gt;",
+		`<tr data-pool="small-x64">`, `<tr data-pool="">`, `aria-label="Instances by state over the last hours"`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("instances page lacks %q", want)
+		}
+	}
+	one := r.page("/instances?id=bp-stop1")
+	if !strings.Contains(one, `data-instance="bp-stop1"`) || strings.Contains(one, `data-instance="bp-hot1"`) {
+		t.Error("the id filter does not select one instance")
+	}
+}
+
+func TestConfigPageShowsTheFileAndTheRefusedReload(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	bad := []byte("runners:\n  small:\n    image: ubuntu\npools:\n  p:\n    runner: nope\n")
+	_, err := config.Parse("runs-on.yml", bad)
+	if err == nil {
+		t.Fatal("the bad file parses")
+	}
+	r.recorder.Refused("runs-on.yml", bad, err, t0.Add(-time.Minute))
+	body := r.page("/config")
+	for _, want := range []string{"The last reload was refused", `<li data-line="6"><strong>line 6, column 13</strong>`,
+		"<pre>    runner: nope</pre>", `<span id="L4" class="line"><span class="ln">4</span>    ram: 1</span>`,
+		"small-x64: runner small, env any, tz Europe/Paris"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("config page lacks %q", want)
+		}
+	}
+	r.recorder.Refused("runs-on.yml", nil, errors.New("open runs-on.yml: permission denied"), t0)
+	if body := r.page("/config"); !strings.Contains(body, "open runs-on.yml: permission denied") {
+		t.Error("an unreadable file is not reported")
+	}
+	r.recorder.Loaded("runs-on.yml", []byte(testConfig), r.cfg, t0)
+	if body := r.page("/config"); strings.Contains(body, "refused") {
+		t.Error("a successful reload leaves the refusal shown")
+	}
+}
+
+// A store that stops answering: the last snapshot is shown with a warning;
+// with none, a 503.
+func TestStoreFailure(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed()
+	r.page("/")
+	r.store.Close()
+	r.later()
+	rec := r.get("/jobs")
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "The store did not answer; this is what it held at") {
+		t.Errorf("stale page: %d", rec.Code)
+	}
+	fresh := newRig(t)
+	fresh.store.Close()
+	if rec := fresh.get("/"); rec.Code != http.StatusServiceUnavailable || strings.Contains(rec.Body.String(), "closed") {
+		t.Errorf("no snapshot at all: %d %s", rec.Code, rec.Body)
+	}
+}
+
+func TestGauges(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed()
+	want := `
+# HELP bullpen_pool_ready_instances Instances that count toward each pool's target, by role: hot ones running idle, stopped ones parked.
+# TYPE bullpen_pool_ready_instances gauge
+bullpen_pool_ready_instances{pool="burst",role="hot"} 0
+bullpen_pool_ready_instances{pool="burst",role="stopped"} 0
+bullpen_pool_ready_instances{pool="small-x64",role="hot"} 1
+bullpen_pool_ready_instances{pool="small-x64",role="stopped"} 2
+# HELP bullpen_jobs Jobs waiting for a runner or holding one, by status (queued, assigned, running).
+# TYPE bullpen_jobs gauge
+bullpen_jobs{status="assigned"} 1
+bullpen_jobs{status="queued"} 1
+bullpen_jobs{status="running"} 1
+# HELP bullpen_job_oldest_queued_seconds How long the oldest job still waiting for a runner has waited since GitHub queued it, by pool (empty: the launch queue); 0 when none waits.
+# TYPE bullpen_job_oldest_queued_seconds gauge
+bullpen_job_oldest_queued_seconds{pool="burst"} 0
+bullpen_job_oldest_queued_seconds{pool="small-x64"} 600
+`
+	if err := testutil.GatherAndCompare(r.reg, strings.NewReader(want), "bullpen_pool_ready_instances", "bullpen_jobs",
+		"bullpen_job_oldest_queued_seconds"); err != nil {
+		t.Error(err)
+	}
+	if n, err := testutil.GatherAndCount(r.reg, "bullpen_instances"); err != nil || n != 3 {
+		t.Errorf("%d instance series (%v), want 3: pool ready, pool stopped, on-demand running; terminated left out", n, err)
+	}
+}
+
+func TestFragmentsAreTheContentAlone(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed()
+	req := httptest.NewRequest(http.MethodGet, "/jobs", nil)
+	req.Header.Set("X-Fragment", "1")
+	rec := r.do(req, "Bearer "+viewerToken)
+	body := rec.Body.String()
+	if rec.Code != http.StatusOK || strings.Contains(body, "<html") || !strings.HasPrefix(body, "<h1>Jobs") {
+		t.Errorf("fragment: %d %.80s", rec.Code, body)
+	}
+	if rec.Header().Get("X-Content-Version") == "" || rec.Header().Get("X-Server-Now") == "" {
+		t.Errorf("fragment headers %v", rec.Header())
+	}
+}
