@@ -1,0 +1,236 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+)
+
+func init() {
+	register("status", "print the pools and jobs of a running control plane (from its status API)", cmdStatus)
+}
+
+// statusPool is what status reads of /api/v1/pools.
+type statusPool struct {
+	Name     string `json:"name"`
+	Timezone string `json:"timezone"`
+	Schedule string `json:"schedule"`
+	Target   struct{ Hot, Stopped int }
+	Counts   map[string]int `json:"counts"`
+	LastErr  string         `json:"last_error"`
+	Next     *time.Time     `json:"next_change"`
+	NextName string         `json:"next_schedule"`
+}
+
+// statusJob is what status reads of /api/v1/jobs.
+type statusJob struct {
+	ID        int64      `json:"id"`
+	Repo      string     `json:"repo"`
+	Name      string     `json:"name"`
+	Status    string     `json:"status"`
+	Via       string     `json:"via"`
+	Reason    string     `json:"reason"`
+	QueuedAt  *time.Time `json:"queued_at"`
+	StartedAt *time.Time `json:"started_at"`
+}
+
+func cmdStatus(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	server := cmp.Or(e.getenv("BULLPEN_SERVER"), "http://127.0.0.1:8080")
+	fs.StringVar(&server, "server", server, "base URL of bullpen serve ($BULLPEN_SERVER)")
+	tokenFile := fs.String("admin-token-file", e.getenv("BULLPEN_ADMIN_TOKEN_FILE"), "file holding the admin token (else $BULLPEN_ADMIN_TOKEN)")
+	recent := fs.Int("jobs", 200, "how many of the latest jobs to summarise (1..1000)")
+	timeout := fs.Duration("timeout", 10*time.Second, "give up on the server after this long")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	token, err := statusToken(e, *tokenFile)
+	if err == nil && (*recent < 1 || *recent > 1000) {
+		err = fmt.Errorf("--jobs %d: want 1..1000", *recent)
+	}
+	if err != nil {
+		fmt.Fprintln(e.stderr, "bullpen status:", err)
+		return 2
+	}
+	c := &statusClient{base: strings.TrimRight(server, "/"), token: token, http: &http.Client{Timeout: *timeout}}
+	var pools struct{ Pools []statusPool }
+	var active, latest struct{ Jobs []statusJob }
+	for _, q := range []struct {
+		path string
+		into any
+	}{
+		{"/api/v1/pools", &pools},
+		{"/api/v1/jobs?status=queued,assigned,running&limit=1000", &active},
+		{fmt.Sprintf("/api/v1/jobs?limit=%d", *recent), &latest},
+	} {
+		if err := c.get(ctx, q.path, q.into); err != nil {
+			fmt.Fprintln(e.stderr, "bullpen status:", err)
+			return 1
+		}
+	}
+	printStatus(e.stdout, server, time.Now(), pools.Pools, active.Jobs, latest.Jobs)
+	return 0
+}
+
+// statusToken reads the admin token from the file, else the environment.
+func statusToken(e *env, file string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("read the admin token file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	if t := e.getenv("BULLPEN_ADMIN_TOKEN"); t != "" {
+		return t, nil
+	}
+	return "", errors.New("no admin token: set $BULLPEN_ADMIN_TOKEN, or pass --admin-token-file FILE")
+}
+
+type statusClient struct {
+	base, token string
+	http        *http.Client
+}
+
+func (c *statusClient) get(ctx context.Context, path string, into any) error {
+	u, err := url.Parse(c.base + path)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return fmt.Errorf("--server %q: want http://HOST:PORT or https://…", c.base)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		_ = json.Unmarshal(body, &e)
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, cmp.Or(e.Error, "no message"))
+	}
+	if err := json.Unmarshal(body, into); err != nil {
+		return fmt.Errorf("GET %s: not the status API's answer: %w", path, err)
+	}
+	return nil
+}
+
+// printStatus writes the pools as the demo's table, then the jobs: what
+// waits and runs, and how the latest were served.
+func printStatus(w io.Writer, server string, now time.Time, pools []statusPool, active, latest []statusJob) {
+	fmt.Fprintf(w, "bullpen at %s, %s\n\n", server, now.UTC().Format("2006-01-02 15:04:05 UTC"))
+	fmt.Fprintf(w, "  %-14s %-17s %-9s %-9s %-8s %-8s %s\n", "pool", "schedule", "hot", "stopped", "warming", "serving", "next change")
+	var problems []string
+	for _, p := range pools {
+		mark := " "
+		if p.Counts["ready_hot"] == p.Target.Hot && p.Counts["stopped"] == p.Target.Stopped && p.Counts["warming"] == 0 {
+			mark = "✓"
+		}
+		fmt.Fprintf(w, "%s %-14s %-17s %-9s %-9s %-8d %-8d %s\n", mark, p.Name, cmp.Or(p.Schedule, "(none)"),
+			fmt.Sprintf("%d/%d", p.Counts["ready_hot"], p.Target.Hot), fmt.Sprintf("%d/%d", p.Counts["stopped"], p.Target.Stopped),
+			p.Counts["warming"], p.Counts["detached"], nextChange(p, now))
+		if p.LastErr != "" {
+			problems = append(problems, fmt.Sprintf("  ! %s: %s", p.Name, clean(p.LastErr)))
+		}
+	}
+	if len(pools) == 0 {
+		fmt.Fprintln(w, "  (no pool configured for this environment)")
+	}
+	for _, l := range problems {
+		fmt.Fprintln(w, l)
+	}
+	printJobs(w, now, active, latest)
+}
+
+func nextChange(p statusPool, now time.Time) string {
+	if p.Next == nil {
+		return "-"
+	}
+	at := *p.Next
+	if loc, err := time.LoadLocation(cmp.Or(p.Timezone, "UTC")); err == nil {
+		at = at.In(loc)
+	}
+	in := p.Next.Sub(now).Round(time.Minute)
+	return fmt.Sprintf("%s in %dh%02dm (%s)", cmp.Or(p.NextName, "(none)"), int(in.Hours()), int(in.Minutes())%60, at.Format("Mon 15:04 MST"))
+}
+
+func printJobs(w io.Writer, now time.Time, active, latest []statusJob) {
+	counts := map[string]int{}
+	var oldest time.Time
+	for _, j := range active {
+		counts[j.Status]++
+		if j.Status == "queued" && j.QueuedAt != nil && (oldest.IsZero() || j.QueuedAt.Before(oldest)) {
+			oldest = *j.QueuedAt
+		}
+	}
+	wait := ""
+	if !oldest.IsZero() {
+		wait = fmt.Sprintf(" (the oldest for %s)", now.Sub(oldest).Round(time.Second))
+	}
+	fmt.Fprintf(w, "\njobs: %d queued%s, %d assigned, %d running\n", counts["queued"], wait, counts["assigned"], counts["running"])
+	byVia := map[string][]time.Duration{}
+	var rejected []statusJob
+	done := 0
+	for _, j := range latest {
+		switch {
+		case j.Status == "rejected":
+			rejected = append(rejected, j)
+		case j.Status == "completed":
+			done++
+		}
+		if j.QueuedAt != nil && j.StartedAt != nil && j.Via != "" {
+			byVia[j.Via] = append(byVia[j.Via], max(j.StartedAt.Sub(*j.QueuedAt), 0))
+		}
+	}
+	fmt.Fprintf(w, "of the latest %d: %d completed, %d rejected; queue time (queued → started) by how they were served:\n",
+		len(latest), done, len(rejected))
+	for _, via := range []string{"pool", "reuse", "cold"} {
+		ds := byVia[via]
+		if len(ds) == 0 {
+			continue
+		}
+		slices.Sort(ds)
+		at := func(q float64) float64 { return ds[int(q*float64(len(ds)-1)+0.5)].Seconds() }
+		fmt.Fprintf(w, "  %-6s %3d jobs   p50 %5.1fs   p90 %5.1fs   max %5.1fs\n", via, len(ds), at(0.5), at(0.9), at(1))
+	}
+	for k, j := range rejected {
+		if k == 0 {
+			fmt.Fprintln(w, "rejected lately:")
+		}
+		if k == 5 {
+			fmt.Fprintf(w, "  and %d more\n", len(rejected)-k)
+			break
+		}
+		fmt.Fprintf(w, "  %d  %s  %s\n", j.ID, clean(j.Repo), clean(j.Reason))
+	}
+}
+
+// clean keeps what a webhook sent from driving the terminal: control
+// characters (escape sequences included) are dropped.
+func clean(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, s)
+}

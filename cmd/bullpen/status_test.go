@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/api"
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
+)
+
+const statusAdminToken = "status-admin-token-4e1f"
+
+// statusServer is the real status API on a store holding two pools and
+// jobs of every status.
+func statusServer(t *testing.T) string {
+	t.Helper()
+	now := time.Now().UTC()
+	st, _ := sqlitetest.Open(t, clock.NewVirtual(now))
+	ctx := context.Background()
+	for _, ps := range []domain.PoolStatus{
+		{Name: "small-x64", Schedule: "default", Target: domain.Target{Hot: 1, Stopped: 2},
+			Counts: map[string]int{"ready_hot": 1, "stopped": 2}, LastCycle: now},
+		{Name: "burst", Schedule: "default+autoscale", Target: domain.Target{Hot: 3},
+			Counts: map[string]int{"ready_hot": 1, "warming": 2, "detached": 1}, LastCycle: now, LastError: "StartInstances: throttled\x1b[31m"},
+	} {
+		if err := st.PutPoolStatus(ctx, ps); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := now.Add(-time.Minute)
+	jobs := []domain.Job{
+		{ID: 1, Status: domain.JobQueued, Repo: "acme/app", QueuedAt: q},
+		{ID: 2, Status: domain.JobRejected, Repo: "acme/app", QueuedAt: q, Reason: "pool \"gpu\" is not configured\x1b]0;pwned\x07"},
+	}
+	if _, err := st.CreateJobs(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	for k, wait := range []time.Duration{2 * time.Second, 4 * time.Second, 40 * time.Second} {
+		j := domain.Job{ID: int64(10 + k), Status: domain.JobQueued, Repo: "acme/app", QueuedAt: q}
+		if _, err := st.CreateJobs(ctx, []domain.Job{j}); err != nil {
+			t.Fatal(err)
+		}
+		via := []domain.Via{domain.ViaPool, domain.ViaPool, domain.ViaCold}[k]
+		_, err := st.TransitionJob(ctx, j.ID, domain.JobGuard{Status: domain.JobQueued}, func(n *domain.Job) {
+			n.Status, n.Via, n.InstanceID, n.AssignedAt, n.StartedAt = domain.JobRunning, via, "bp-1", q, q.Add(wait)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := &api.Server{Store: st, Token: statusAdminToken, Pools: func() []api.PoolInfo {
+		return []api.PoolInfo{{Name: "small-x64", Timezone: "Europe/Paris", NextChange: now.Add(2 * time.Hour), Next: "nights"}, {Name: "burst"}}
+	}}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+func runStatus(t *testing.T, environ map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return environ[k] }}
+	code := run(context.Background(), e, append([]string{"status"}, args...))
+	return code, out.String(), errb.String()
+}
+
+func TestStatusPrintsThePoolsAndJobs(t *testing.T) {
+	base := statusServer(t)
+	code, out, errs := runStatus(t, map[string]string{"BULLPEN_ADMIN_TOKEN": statusAdminToken}, "--server", base)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{
+		"  pool           schedule          hot       stopped   warming  serving  next change",
+		"✓ small-x64      default           1/1       2/2       0        0        nights in 2h00m (",
+		"  burst          default+autoscale 1/3       0/0       2        1        -",
+		"  ! burst: StartInstances: throttled[31m",
+		"jobs: 1 queued (the oldest for 1m0s), 0 assigned, 3 running",
+		"of the latest 5: 0 completed, 1 rejected",
+		"  pool     2 jobs   p50   4.0s   p90   4.0s   max   4.0s",
+		"  cold     1 jobs   p50  40.0s   p90  40.0s   max  40.0s",
+		`  2  acme/app  pool "gpu" is not configured]0;pwned`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.ContainsAny(out, "\x1b\x07") {
+		t.Error("control characters from the store reached the terminal")
+	}
+}
+
+func TestStatusRefusals(t *testing.T) {
+	base := statusServer(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(statusAdminToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name    string
+		environ map[string]string
+		args    []string
+		code    int
+		want    string
+	}{
+		{"no token", nil, []string{"--server", base}, 2, "no admin token: set $BULLPEN_ADMIN_TOKEN"},
+		{"wrong token", map[string]string{"BULLPEN_ADMIN_TOKEN": "nope"}, []string{"--server", base}, 1, "401 Unauthorized: missing or wrong admin token"},
+		{"token file", nil, []string{"--server", base, "--admin-token-file", tokenFile}, 0, ""},
+		{"server from the environment", map[string]string{"BULLPEN_SERVER": base, "BULLPEN_ADMIN_TOKEN_FILE": tokenFile}, nil, 0, ""},
+		{"no server there", map[string]string{"BULLPEN_ADMIN_TOKEN": statusAdminToken}, []string{"--server", "http://127.0.0.1:1"}, 1, "GET /api/v1/pools"},
+		{"not a URL", map[string]string{"BULLPEN_ADMIN_TOKEN": statusAdminToken}, []string{"--server", "localhost:8080"}, 1, "want http://HOST:PORT"},
+		{"bad --jobs", map[string]string{"BULLPEN_ADMIN_TOKEN": statusAdminToken}, []string{"--jobs", "0"}, 2, "--jobs 0: want 1..1000"},
+	}
+	for _, c := range cases {
+		code, _, errs := runStatus(t, c.environ, c.args...)
+		if code != c.code || !strings.Contains(errs, c.want) {
+			t.Errorf("%s: exit %d, %q; want %d and %q", c.name, code, errs, c.code, c.want)
+		}
+		if strings.Contains(errs, statusAdminToken) {
+			t.Errorf("%s: the token is in the message", c.name)
+		}
+	}
+}
