@@ -1,11 +1,11 @@
 // Package agent is the process that runs on each of bullpen's instances
 // (`bullpen agent`): the other half of every handshake with the control
-// plane. It introduces itself with its launch's bootstrap secret and keeps
-// the token it gets, heartbeats, long-polls for instructions, runs the
-// runner for each assigned job and reports every step, cleans up and
-// signals deregistered when the instance is released for reuse, and shuts
-// the machine down if the control plane stays unreachable too long (seed
-// 001's self-termination safety net).
+// plane. It introduces itself with its machine's bootstrap secret (given,
+// or derived from its launch's) and keeps the token it gets, heartbeats,
+// long-polls for instructions, runs the runner for each assigned job and
+// reports every step, cleans up and signals deregistered when the instance
+// is released for reuse, and shuts the machine down if the control plane
+// stays unreachable too long (the self-termination safety net).
 package agent
 
 import (
@@ -197,10 +197,7 @@ func (a *Agent) identify(ctx context.Context) error {
 }
 
 func (a *Agent) hello(ctx context.Context) error {
-	bootstrap := a.cfg.Bootstrap
-	if bootstrap == "" && a.cfg.LaunchSecret != "" {
-		bootstrap = domain.MachineSecret(a.cfg.LaunchSecret, a.cloudID)
-	}
+	bootstrap := a.cfg.machineSecret(a.cloudID)
 	if a.cfg.LaunchID == "" || bootstrap == "" {
 		return fmt.Errorf("no saved token and no bootstrap credentials (launch id and secret): %w", ErrUnauthorized)
 	}

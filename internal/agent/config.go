@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 // Defaults of the agent's settings.
@@ -92,6 +94,11 @@ func (c Config) Validate() error {
 		return errors.New("no cloud id (--cloud-id, or --cloud-id-from imds|digitalocean)")
 	case c.CloudID == "" && c.CloudIDFrom != "imds" && c.CloudIDFrom != "digitalocean":
 		return fmt.Errorf("--cloud-id-from %q: want imds or digitalocean", c.CloudIDFrom)
+	case c.Bootstrap != "" && c.LaunchSecret != "":
+		// The launch data says which secret the machine holds: its own, or
+		// the launch's to derive it from. Both is a mistake, not a choice.
+		return errors.New("both a machine bootstrap secret (" + EnvPrefix + "BOOTSTRAP) and a launch secret (" +
+			EnvPrefix + "LAUNCH_SECRET): the launch data gives one")
 	case c.StateDir == "":
 		return errors.New("no state directory (--state-dir)")
 	case c.RunnerCommand == "" || c.ShutdownCommand == "":
@@ -103,6 +110,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("job-started pattern %q: not a regular expression", c.JobStartedPattern)
 	}
 	return nil
+}
+
+// machineSecret is the bootstrap secret hello presents for the machine
+// cloudID: the machine's own when the launch data holds it, else derived
+// from the launch's secret; "" when there is neither.
+func (c Config) machineSecret(cloudID string) string {
+	if c.Bootstrap != "" || c.LaunchSecret == "" {
+		return c.Bootstrap
+	}
+	return domain.MachineSecret(c.LaunchSecret, cloudID)
 }
 
 // setting is one configuration value with its flag and environment name.

@@ -250,7 +250,7 @@ func TestAgentDerivesItsMachineSecretFromTheLaunchSecret(t *testing.T) {
 	}
 }
 
-// The local provider's env file: bare safe values, single-quoted others.
+// A hand-written file: bare safe values read as launchdata's quoted ones do.
 func TestLoadConfigReadsTheLocalProvidersFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "agent.env")
 	os.WriteFile(file, []byte("BULLPEN_AGENT_URL=http://127.0.0.1:8080\nBULLPEN_AGENT_LAUNCH_ID=lt-1\n"+

@@ -14,9 +14,12 @@ import (
 // helloAttempts bounds hello's retries against concurrent writers of the row.
 const helloAttempts = 5
 
-// hello exchanges a launch's bootstrap secret for the instance's own token,
-// once. The token's hash goes on the row with a guarded in-place rewrite,
-// so of two concurrent hellos one wins and the other finds the token issued.
+// hello exchanges a machine's own bootstrap secret (domain.MachineSecret of
+// its launch's and its cloud id, checked against the hash on the row found
+// by that cloud id, so a sibling's secret or the launch's never matches)
+// for the instance's own token, once. The token's hash goes on the row with
+// a guarded in-place rewrite, so of two concurrent hellos one wins and the
+// other finds the token issued.
 func (s *Server) hello(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req HelloRequest
 	if err := decode(w, r, &req); err != nil {

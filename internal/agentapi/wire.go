@@ -1,6 +1,6 @@
 // Package agentapi serves the agent API (/agent/v1/) to the agents running
-// on bullpen's instances: hello (a launch's bootstrap secret exchanged once
-// for the instance's own token), heartbeats, a long poll for the next
+// on bullpen's instances: hello (a machine's own bootstrap secret exchanged
+// once for the instance's own token), heartbeats, a long poll for the next
 // instruction, and signals. The token is the caller's identity: every call
 // acts for the one instance whose row holds the token's hash, so an agent
 // can neither read nor change another instance.
@@ -31,8 +31,9 @@ const (
 	RetryAfter = 2
 )
 
-// HelloRequest introduces a new machine: its cloud id and its launch's
-// credentials, from its launch data.
+// HelloRequest introduces a new machine: its cloud id, its launch, and its
+// own bootstrap secret (from its launch data, or derived from the launch's
+// secret there).
 type HelloRequest struct {
 	CloudID   string `json:"cloud_id"`
 	LaunchID  string `json:"launch_id"`

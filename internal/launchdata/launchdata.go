@@ -1,9 +1,17 @@
 // Package launchdata renders what a provider puts in a machine's launch
 // data so that its agent can find the control plane: the agent's
-// environment file (BULLPEN_AGENT_* settings, including the launch's
-// bootstrap secret), and for cloud machines a bash user-data script that
-// writes that file, installs the bullpen binary after checking its
-// checksum, and runs `bullpen agent` as a systemd service.
+// environment file (BULLPEN_AGENT_* settings, including one bootstrap
+// secret), and for cloud machines a bash user-data script that writes that
+// file, installs the bullpen binary after checking its checksum (or finds
+// it in the image), and runs `bullpen agent` as a systemd service. It is
+// the one renderer of that file: every provider writes through it, and the
+// agent's parser reads exactly what it writes.
+//
+// Which secret the file holds depends on how the provider launches: a
+// provider that writes each machine its own launch data gives EnvFile that
+// machine's own secret (domain.MachineSecret), written as EnvBootstrap;
+// CloudInit, whose user data every machine of a fleet shares, writes the
+// launch's secret as EnvLaunchSecret, and each agent derives its own.
 package launchdata
 
 import (
@@ -31,8 +39,9 @@ const (
 	EnvStateDir     = "BULLPEN_AGENT_STATE_DIR"
 )
 
-// EnvFile renders the agent's environment file: the bootstrap's settings,
-// then extra's in name order. Every value is single-quoted, so the file
+// EnvFile renders the agent's environment file for one machine: the
+// bootstrap's settings, b.Secret being that machine's own bootstrap secret
+// (never the launch's), then extra's in name order. Every value is single-quoted, so the file
 // means the same to `bullpen agent --config` and to a shell that sources
 // it, whatever the values hold. An extra name that is not a shell name, or
 // that would override the bootstrap's settings, and a value holding a NUL

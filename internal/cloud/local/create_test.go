@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/bullpen-ci/bullpen/internal/agent"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/launchdata"
 )
@@ -56,6 +57,56 @@ func TestDefaultCommandRunsTheAgentWithItsEnvFile(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("env file value %d = %q, want %q", i, got[i], want[i])
 		}
+	}
+}
+
+// Two machines of one create call: each env file holds that machine's own
+// secret, MachineSecret(launch secret, its id), as the agent reads it, and
+// neither holds the launch's secret, so neither can introduce itself as the
+// other.
+func TestEachMachineOfALaunchHoldsOnlyItsOwnSecret(t *testing.T) {
+	c := newCloud(t, Options{Command: newHelpers(t, "sleep").command})
+	launch := domain.NewSecret()
+	ms, err := c.Create(t.Context(), domain.LaunchSpec{ImageID: "local-x", Count: 2,
+		Agent: domain.AgentBootstrap{URL: "http://127.0.0.1:8080", LaunchID: "lt-1", Secret: launch}})
+	if err != nil || len(ms) != 2 {
+		t.Fatalf("Create: %d machines, %v", len(ms), err)
+	}
+	secrets := map[string]string{}
+	for _, in := range ms {
+		m, _ := c.Machine(in.ID)
+		text, err := os.ReadFile(m.EnvFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(text), launch) {
+			t.Fatalf("the env file of %s holds the launch's secret", in.ID)
+		}
+		vars, err := agent.ParseEnvFile(string(text))
+		if err != nil {
+			t.Fatalf("the agent cannot read the env file of %s: %v", in.ID, err)
+		}
+		if _, ok := vars[launchdata.EnvLaunchSecret]; ok {
+			t.Fatalf("the env file of %s names a launch secret", in.ID)
+		}
+		if vars[launchdata.EnvBootstrap] != domain.MachineSecret(launch, in.ID) {
+			t.Fatalf("the env file of %s does not hold its machine's own secret", in.ID)
+		}
+		secrets[vars[launchdata.EnvBootstrap]] = in.ID
+	}
+	if len(secrets) != 2 {
+		t.Fatal("the two machines hold the same secret")
+	}
+}
+
+// A launch without a secret gives its machines none, rather than one
+// anyone could derive from the cloud id.
+func TestALaunchWithoutASecretGivesNone(t *testing.T) {
+	c := newCloud(t, Options{Command: newHelpers(t, "sleep").command})
+	ms := create(t, c, 1, nil)
+	m, _ := c.Machine(ms[0])
+	if got := sourceEnv(t, m.EnvFile, launchdata.EnvBootstrap)[0]; got != "" {
+		t.Fatalf("the machine holds a bootstrap secret %q its launch never had", got)
 	}
 }
 

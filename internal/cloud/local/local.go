@@ -6,10 +6,12 @@
 // ClientToken idempotency, partial fulfilment under a Capacity) with real
 // processes behind them:
 //
-//   - Create writes <Dir>/<id>/agent.env (the launch data: the control
-//     plane's URL, the launch id and its bootstrap secret, the cloud id and
-//     the agent's state directory) and starts the machine's Command in a
-//     process group of its own, output appended to <Dir>/<id>/agent.log.
+//   - Create writes <Dir>/<id>/agent.env (the launch data, rendered by
+//     internal/launchdata: the control plane's URL, the launch id, the
+//     machine's own bootstrap secret derived from the launch's, never the
+//     launch's itself, the cloud id and the agent's state directory) and
+//     starts the machine's Command in a process group of its own, output
+//     appended to <Dir>/<id>/agent.log.
 //     Machines are spawned within the call, so Create returns them running.
 //   - Stop sends SIGTERM to the machine's process group and SIGKILL after
 //     StopGrace; the machine is stopping until every process of the group

@@ -84,9 +84,13 @@ func (c *Cloud) newMachine(spec domain.LaunchSpec, now time.Time) (*machine, err
 	}
 	extra[launchdata.EnvCloudID], extra[launchdata.EnvStateDir] = id, paths.StateDir
 	// Each machine is started on its own: it gets its own secret, never
-	// the launch's, so it cannot introduce itself as a sibling.
+	// the launch's, so it cannot introduce itself as a sibling. A launch
+	// without a secret gives none: one derived from nothing but the id
+	// would be anyone's.
 	agent := spec.Agent
-	agent.Secret = domain.MachineSecret(agent.Secret, id)
+	if agent.Secret != "" {
+		agent.Secret = domain.MachineSecret(agent.Secret, id)
+	}
 	env, err := launchdata.EnvFile(agent, extra)
 	if err == nil {
 		err = writeEnvFile(paths.EnvFile, env)
