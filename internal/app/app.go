@@ -24,6 +24,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/converger"
+	"github.com/bullpen-ci/bullpen/internal/dashboard"
 	"github.com/bullpen-ci/bullpen/internal/dispatch"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/intake"
@@ -46,6 +47,8 @@ type Options struct {
 	ControllerID   string // tags every machine; default "bullpen-" + Environment
 	WebhookSecret  string
 	AdminToken     string
+	// ViewerToken, when set, signs in to the dashboard read-only.
+	ViewerToken string
 	// RunnerScope is "repo" (runners register per repository, the default)
 	// or "org".
 	RunnerScope    string
@@ -121,9 +124,11 @@ type App struct {
 	Reconciler  *reaper.Reconciler
 	Webhook     *webhook.Handler
 	API         *api.Server
+	Dashboard   *dashboard.Dashboard
 	Loops       *loop.Runner
 
 	closers   []func() error // released by Close, last first
+	configs   *dashboard.ConfigRecorder
 	specMu    sync.RWMutex
 	specHashs map[string]string
 }

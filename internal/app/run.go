@@ -23,6 +23,7 @@ func (a *App) Handler() http.Handler {
 	mux.Handle("/agent/v1/", a.AgentAPI)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", a.health)
+	mux.Handle("/", a.Dashboard)
 	return mux
 }
 
@@ -50,7 +51,7 @@ func (a *App) health(w http.ResponseWriter, r *http.Request) {
 // the health endpoint instead.
 func (a *App) Run(ctx context.Context) error {
 	reports := make(chan converger.Report)
-	loops := append(a.jobPath(), a.Reconciler.Loop(), a.Converger.Loop(reports), loop.Loop{Name: "reports",
+	loops := append(a.jobPath(), a.Reconciler.Loop(), a.Converger.Loop(reports), a.Dashboard.Loop(), loop.Loop{Name: "reports",
 		Step: func(ctx context.Context) error {
 			select {
 			case r := <-reports:
@@ -90,6 +91,7 @@ func (a *App) configLoop() loop.Loop {
 	return loop.Loop{Name: "config", Every: a.opts.ConfigInterval, Step: func(context.Context) error {
 		data, err := os.ReadFile(a.opts.ConfigPath)
 		if err != nil {
+			a.configs.Refused(a.opts.ConfigPath, nil, err, a.opts.Clock.Now())
 			return fmt.Errorf("configuration %s unreadable; keeping the one in force: %w", a.opts.ConfigPath, err)
 		}
 		if bytes.Equal(data, last) {
@@ -98,10 +100,12 @@ func (a *App) configLoop() loop.Loop {
 		last = data
 		cfg, err := config.Parse(a.opts.ConfigPath, data)
 		if err != nil {
+			a.configs.Refused(a.opts.ConfigPath, data, err, a.opts.Clock.Now())
 			a.opts.Log.Error("configuration invalid; keeping the one in force", "path", a.opts.ConfigPath, "problems", err.Error())
 			return nil // a human must fix the file: retrying the same bytes cannot help
 		}
 		a.SetConfig(cfg)
+		a.configs.Loaded(a.opts.ConfigPath, data, cfg, a.opts.Clock.Now())
 		a.opts.Log.Info("configuration reloaded", "path", a.opts.ConfigPath, "pools", len(cfg.PoolsFor(a.opts.Environment)))
 		return nil
 	}}

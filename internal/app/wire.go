@@ -49,7 +49,10 @@ func (a *App) wire() error {
 	if err := a.wireJobPath(); err != nil {
 		return err
 	}
-	return a.wireReaper()
+	if err := a.wireReaper(); err != nil {
+		return err
+	}
+	return a.wireDashboard()
 }
 
 func (a *App) wireConverger() error {
