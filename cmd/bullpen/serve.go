@@ -31,6 +31,7 @@ type serveFlags struct {
 	localDir, agentURL                    string
 	localEnv                              map[string]string
 	secret, secretFile, token, tokenFile  string
+	viewer, viewerFile                    string
 	environment, controllerID, scope      string
 	logLevel, logFormat, simLatency       string
 	convergeEvery, terminateEvery, reload time.Duration
@@ -67,6 +68,8 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.secretFile, "webhook-secret-file", "BULLPEN_WEBHOOK_SECRET_FILE", "", "file holding the webhook secret")
 	fs.StringVar(&f.token, "admin-token", "", "bearer token for /api/v1 (prefer $BULLPEN_ADMIN_TOKEN or --admin-token-file)")
 	str(&f.tokenFile, "admin-token-file", "BULLPEN_ADMIN_TOKEN_FILE", "", "file holding the admin token")
+	fs.StringVar(&f.viewer, "viewer-token", "", "optional read-only token for the dashboard (prefer $BULLPEN_VIEWER_TOKEN or --viewer-token-file)")
+	str(&f.viewerFile, "viewer-token-file", "BULLPEN_VIEWER_TOKEN_FILE", "", "file holding the viewer token")
 	str(&f.environment, "environment", "BULLPEN_ENVIRONMENT", "production", "which pools this stack serves (pools without environment: belong to all)")
 	str(&f.controllerID, "controller-id", "BULLPEN_CONTROLLER_ID", "", "tag value marking this stack's machines (default bullpen-ENVIRONMENT)")
 	str(&f.scope, "runner-scope", "BULLPEN_RUNNER_SCOPE", "repo", "where runners register: repo or org")
@@ -145,6 +148,26 @@ func (f *serveFlags) secrets() (secret, token string, err error) {
 	return secret, token, errors.Join(err1, err2)
 }
 
+// viewerToken resolves the optional viewer token, which must not be the
+// admin token: it would sign in as admin.
+func (f *serveFlags) viewerToken(admin string) (string, error) {
+	v := f.viewer
+	if v == "" && f.viewerFile == "" && f.getenv != nil {
+		v = f.getenv("BULLPEN_VIEWER_TOKEN")
+	}
+	if f.viewerFile != "" {
+		b, err := os.ReadFile(f.viewerFile)
+		if err != nil {
+			return "", fmt.Errorf("read the viewer token file: %w", err)
+		}
+		v = strings.TrimSpace(string(b))
+	}
+	if v != "" && v == admin {
+		return "", errors.New("the viewer token is the admin token: give viewers a token of their own")
+	}
+	return v, nil
+}
+
 func cmdServe(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
@@ -187,6 +210,8 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	var problems []error
 	secret, token, err := f.secrets()
+	problems = append(problems, err)
+	viewer, err := f.viewerToken(token)
 	problems = append(problems, err)
 	if f.config == "" {
 		problems = append(problems, errors.New("no configuration: pass --config FILE or set $BULLPEN_CONFIG"))
@@ -233,7 +258,7 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 		ControllerID: f.controllerID, WebhookSecret: secret, AdminToken: token, RunnerScope: f.scope,
 		CancelRejected: f.cancelRejected, Clock: clock.Real{}, Log: log, Latency: latency, Agent: agent,
 		TerminateEvery: f.terminateEvery, Cloud: f.cloud, GitHub: f.github, LocalDir: f.localDir, AgentURL: f.agentURL,
-		LocalAgentEnv: f.localEnv,
+		LocalAgentEnv: f.localEnv, ViewerToken: viewer,
 	}
 	o.Converger.Interval = f.convergeEvery
 	o.Reaper.Interval, o.Reaper.OrphanGrace, o.Reaper.GoneGrace = f.reapEvery, f.orphanGrace, f.goneGrace
@@ -312,6 +337,7 @@ func serveUntilDone(ctx context.Context, a *app.App, ln net.Listener, log *slog.
 	srv := newHTTPServer(a.Handler(), s)
 	// Idle agents hold long polls open: answer them at once on shutdown.
 	srv.RegisterOnShutdown(a.AgentAPI.Drain)
+	srv.RegisterOnShutdown(a.Dashboard.Drain) // open event streams end, or shutdown would wait for them
 	loopsCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	loopsDone := make(chan struct{})
 	go func() {

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestViewerToken(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "viewer")
+	if err := os.WriteFile(file, []byte(" from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "BULLPEN_VIEWER_TOKEN" {
+				return v
+			}
+			return ""
+		}
+	}
+	cases := []struct {
+		name string
+		f    serveFlags
+		want string
+		err  string
+	}{
+		{"none", serveFlags{getenv: env("")}, "", ""},
+		{"environment", serveFlags{getenv: env("from-env")}, "from-env", ""},
+		{"flag over environment", serveFlags{viewer: "from-flag", getenv: env("from-env")}, "from-flag", ""},
+		{"file over environment", serveFlags{viewerFile: file, getenv: env("from-env")}, "from-file", ""},
+		{"missing file", serveFlags{viewerFile: file + ".nope", getenv: env("")}, "", "read the viewer token file"},
+		{"the admin token", serveFlags{viewer: "admin-secret", getenv: env("")}, "", "the viewer token is the admin token"},
+	}
+	for _, c := range cases {
+		got, err := c.f.viewerToken("admin-secret")
+		if got != c.want || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("%s: %q, %v; want %q, %q", c.name, got, err, c.want, c.err)
+		}
+		if err != nil && strings.Contains(err.Error(), "admin-secret") {
+			t.Errorf("%s: the message carries the token", c.name)
+		}
+	}
+}
