@@ -43,6 +43,7 @@ type serveFlags struct {
 	heartbeatFlush, shutdownGrace         time.Duration
 	http                                  httpSettings
 	deadlines                             domain.Deadlines
+	aws                                   awsFlags
 	cancelRejected                        bool
 	getenv                                func(string) string
 }
@@ -57,7 +58,7 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.config, "config", "BULLPEN_CONFIG", "", "pool configuration file (runs-on.yml format), re-read every --reload")
 	str(&f.listen, "listen", "BULLPEN_LISTEN", "127.0.0.1:8080", "HTTP address for /webhook, /api/v1, /metrics, /healthz")
 	str(&f.store, "store", "BULLPEN_STORE", "sqlite://bullpen.db", "state store: sqlite://PATH")
-	str(&f.cloud, "cloud", "BULLPEN_CLOUD", "sim", "compute provider: sim (simulated, in this process) or local (each machine a bullpen agent process here)")
+	str(&f.cloud, "cloud", "BULLPEN_CLOUD", "sim", "compute provider: sim (simulated, in this process), local (each machine a bullpen agent process here) or aws (EC2)")
 	str(&f.localDir, "local-dir", "BULLPEN_LOCAL_DIR", "", "with --cloud local: where machines keep their files (default: a temporary directory)")
 	str(&f.agentURL, "agent-url", "BULLPEN_AGENT_URL", "", "where machines' agents reach this control plane (default: http:// and the listen address)")
 	str(&f.github, "github", "BULLPEN_GITHUB", "sim", "GitHub: sim")
@@ -77,6 +78,7 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.logFormat, "log-format", "BULLPEN_LOG_FORMAT", "text", "text or json")
 	str(&f.simLatency, "sim-latency", "BULLPEN_SIM_LATENCY", "realistic", "simulated cloud timings: realistic (boot 15s, warm-up 30s, …) or zero")
 	f.defineIntervals(fs, getenv)
+	f.aws.define(fs, getenv)
 	f.deadlines = domain.DefaultDeadlines()
 	fs.Func("deadline", "STATE=DURATION: how long an instance may stay in a state before it is terminated (repeatable; "+deadlineDefaults()+")", func(v string) error {
 		return setDeadline(&f.deadlines, v)
@@ -220,8 +222,14 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	if !ok || path == "" {
 		problems = append(problems, fmt.Errorf("--store %q: want sqlite://PATH", f.store))
 	}
-	if f.cloud != "sim" && f.cloud != "local" {
-		problems = append(problems, fmt.Errorf("--cloud %q: want sim or local", f.cloud))
+	var aws app.AWS
+	switch f.cloud {
+	case "sim", "local":
+	case "aws":
+		aws, err = f.aws.options(f.agentURL)
+		problems = append(problems, err)
+	default:
+		problems = append(problems, fmt.Errorf("--cloud %q: want sim, local or aws", f.cloud))
 	}
 	for _, t := range []struct {
 		name string
@@ -258,7 +266,7 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 		ControllerID: f.controllerID, WebhookSecret: secret, AdminToken: token, RunnerScope: f.scope,
 		CancelRejected: f.cancelRejected, Clock: clock.Real{}, Log: log, Latency: latency, Agent: agent,
 		TerminateEvery: f.terminateEvery, Cloud: f.cloud, GitHub: f.github, LocalDir: f.localDir, AgentURL: f.agentURL,
-		LocalAgentEnv: f.localEnv, ViewerToken: viewer,
+		LocalAgentEnv: f.localEnv, ViewerToken: viewer, AWS: aws,
 	}
 	o.Converger.Interval = f.convergeEvery
 	o.Reaper.Interval, o.Reaper.OrphanGrace, o.Reaper.GoneGrace = f.reapEvery, f.orphanGrace, f.goneGrace

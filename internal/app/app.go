@@ -59,7 +59,8 @@ type Options struct {
 	Registry *prometheus.Registry
 
 	// Cloud is "sim" (the default: simulated machines and agents, in this
-	// process) or "local" (every machine a `bullpen agent` process).
+	// process), "local" (every machine a `bullpen agent` process) or "aws"
+	// (EC2).
 	Cloud string
 	// GitHub is "sim" (the default: a simulated GitHub in this process,
 	// whose deliveries go straight to the inbox).
@@ -71,6 +72,8 @@ type Options struct {
 	AgentURL string
 	// LocalAgentEnv adds agent settings to local machines' launch data.
 	LocalAgentEnv map[string]string
+	// AWS configures --cloud aws.
+	AWS AWS
 
 	// Simulation (the embedded default: --cloud sim, --github sim).
 	Latency     sim.Latency
@@ -143,7 +146,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	if err := a.openStore(ctx); err != nil {
 		return nil, err
 	}
-	if err := a.wire(); err != nil {
+	if err := a.wire(ctx); err != nil {
 		a.Close()
 		return nil, err
 	}
@@ -179,8 +182,10 @@ func (o *Options) check() error {
 	case "":
 		o.Cloud = "sim"
 	case "sim", "local":
+	case "aws":
+		problems = append(problems, o.AWS.check()...)
 	default:
-		problems = append(problems, fmt.Sprintf("cloud %q: want sim or local", o.Cloud))
+		problems = append(problems, fmt.Sprintf("cloud %q: want sim, local or aws", o.Cloud))
 	}
 	switch o.GitHub {
 	case "":

@@ -6,6 +6,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/cloud/local"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/simagent"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
@@ -41,13 +42,16 @@ func (a *App) deliverSimulated(_, deliveryID string, payload []byte) {
 }
 
 // newCloud builds the compute provider the options chose, and the agents of
-// simulated machines.
-func (a *App) newCloud() error {
+// simulated machines. It returns the verifier of the machines' identity
+// proofs, when the provider has one.
+func (a *App) newCloud(ctx context.Context) (domain.IdentityVerifier, error) {
 	o := a.opts
 	switch o.Cloud {
+	case "aws":
+		return a.newEC2(ctx)
 	case "sim":
 		if a.Sim.GitHub == nil {
-			return fmt.Errorf("app: the simulated cloud's agents run their jobs on the simulated GitHub (--github sim)")
+			return nil, fmt.Errorf("app: the simulated cloud's agents run their jobs on the simulated GitHub (--github sim)")
 		}
 		agentOpts := o.Agent
 		if agentOpts.Log == nil {
@@ -58,7 +62,7 @@ func (a *App) newCloud() error {
 		a.Sim.Cloud = sim.New(o.Clock, sim.Options{Latency: o.Latency, Lifecycle: a.Sim.Agents, Capacity: o.SimCapacity})
 		a.Cloud = a.Sim.Cloud
 		a.closers = append(a.closers, func() error { a.Sim.Cloud.Close(); return nil })
-		return nil
+		return nil, nil
 	case "local":
 		env := map[string]string{
 			// "Shutting the machine down" is the agent exiting: never the host.
@@ -69,7 +73,7 @@ func (a *App) newCloud() error {
 		}
 		l, err := local.New(local.Options{Dir: o.LocalDir, Clock: o.Clock, Log: o.Log.With("loop", "local-cloud"), AgentEnv: env})
 		if err != nil {
-			return fmt.Errorf("local cloud: %w", err)
+			return nil, fmt.Errorf("local cloud: %w", err)
 		}
 		a.Cloud = l
 		a.closers = append(a.closers, func() error {
@@ -78,7 +82,7 @@ func (a *App) newCloud() error {
 			}
 			return nil
 		})
-		return nil
+		return nil, nil
 	}
-	return errNoProvider("cloud", o.Cloud)
+	return nil, errNoProvider("cloud", o.Cloud)
 }

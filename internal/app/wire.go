@@ -20,7 +20,7 @@ import (
 )
 
 // wire builds every part, each given its collaborators when it is built.
-func (a *App) wire() error {
+func (a *App) wire(ctx context.Context) error {
 	o := a.opts
 	log, reg, clk := o.Log, o.Registry, o.Clock
 	var err error
@@ -32,17 +32,22 @@ func (a *App) wire() error {
 	if err != nil {
 		return err
 	}
-	a.AgentAPI = agentapi.New(a.Store, a.Agents, clk, log.With("loop", "agentapi"), reg)
-	a.Notices.Subscribe(a.AgentAPI)
 	if a.Webhook, err = webhook.New(o.WebhookSecret, a.Queue, clk, log.With("loop", "webhook"), reg); err != nil {
 		return err
 	}
 	if err := a.newGitHub(); err != nil {
 		return err
 	}
-	if err := a.newCloud(); err != nil {
+	identity, err := a.newCloud(ctx)
+	if err != nil {
 		return err
 	}
+	var apiOpts []agentapi.Option
+	if identity != nil {
+		apiOpts = append(apiOpts, agentapi.WithIdentity(identity))
+	}
+	a.AgentAPI = agentapi.New(a.Store, a.Agents, clk, log.With("loop", "agentapi"), reg, apiOpts...)
+	a.Notices.Subscribe(a.AgentAPI)
 	if err := a.wireConverger(); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -203,13 +204,25 @@ func (c *Cloud) templateVersion(ctx context.Context, spec domain.LaunchSpec, img
 
 // dropVersion deletes a launch's template version once its fleet request
 // is made: the machines keep their user data, and the template keeps no
-// more than its first version between launches.
+// more than its first version between launches. It is tried once, not
+// retried: the launch is done, and a version left behind costs nothing
+// but a copy of user data whose secret is spent once.
 func (c *Cloud) dropVersion(ctx context.Context, v templateRef) {
 	_, err := c.api.DeleteLaunchTemplateVersions(context.WithoutCancel(ctx), &ec2.DeleteLaunchTemplateVersionsInput{
-		LaunchTemplateId: aws.String(v.id), Versions: []string{strconv.FormatInt(v.number, 10)}})
-	if err != nil {
-		c.opts.Log.Warn("delete a launch template version", "template", v.id, "version", v.number, "err", err)
+		LaunchTemplateId: aws.String(v.id), Versions: []string{strconv.FormatInt(v.number, 10)}},
+		func(o *ec2.Options) { o.RetryMaxAttempts = 1 })
+	if err == nil {
+		return
 	}
+	c.mu.Lock()
+	first := !c.keptVersions[v.id]
+	c.keptVersions[v.id] = true
+	c.mu.Unlock()
+	level := slog.LevelDebug
+	if first {
+		level = slog.LevelWarn // once per template: an emulator may not support it at all
+	}
+	c.opts.Log.Log(ctx, level, "delete a launch template version; it is kept", "template", v.id, "version", v.number, "err", err)
 }
 
 // template returns the id of runner's launch template, creating it (with a

@@ -80,6 +80,9 @@ type Cloud struct {
 	templates map[string]string // launch template id by name
 	images    map[string]image  // by the name asked for
 	types     []typeInfo        // every instance type, once read
+	// keptVersions are the templates whose launch versions could not be
+	// deleted, so that the failure is a warning once, not per launch.
+	keptVersions map[string]bool
 }
 
 var _ domain.Cloud = (*Cloud)(nil)
@@ -107,7 +110,7 @@ func New(api API, o Options) (*Cloud, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Cloud{api: api, opts: o, templates: map[string]string{}, images: map[string]image{}}, nil
+	return &Cloud{api: api, opts: o, templates: map[string]string{}, images: map[string]image{}, keptVersions: map[string]bool{}}, nil
 }
 
 // Check verifies that the configured subnets and security groups exist,

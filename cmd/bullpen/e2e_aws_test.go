@@ -1,0 +1,223 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsec2 "github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/testfixtures"
+)
+
+func TestMain(m *testing.M) { os.Exit(mototest.Main(m)) }
+
+const awsConfig = `runners:
+  small:
+    image: %s
+    ram: 1
+    family: [t3]
+pools:
+  warm:
+    runner: small
+    schedule:
+      - name: default
+        hot: 1
+        stopped: 1
+`
+
+// awsStack is bullpen serve --cloud aws on moto, with machines played by
+// ec2Machines.
+type awsStack struct {
+	*server
+	api      *awsec2.Client
+	run      string // names this run's images, group and controller: moto outlives a test
+	config   string // the --config file, rewritten to roll the pool
+	machines *ec2Machines
+}
+
+func startAWS(t *testing.T) *awsStack {
+	t.Helper()
+	endpoint := mototest.Endpoint(t)
+	api := awsec2.NewFromConfig(mototest.Config(t))
+	run := fmt.Sprintf("%x", time.Now().UnixNano())
+	for _, v := range []string{"v1", "v2"} {
+		if _, err := api.RegisterImage(t.Context(), &awsec2.RegisterImageInput{
+			Name: aws.String("e2e-" + run + "-" + v), RootDeviceName: aws.String("/dev/xvda"), Architecture: types.ArchitectureValuesX8664}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	subnets, group := motoNetwork(t, api, "bullpen-e2e-"+run)
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	runner := filepath.Join(dir, "fake-runner.sh")
+	if err := os.WriteFile(runner, []byte(fakeRunner), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	controller := "bullpen-e2e-" + run
+	machines := newEC2Machines(t, api, bin, controller, runner)
+	cfg := filepath.Join(dir, "runs-on.yml")
+	writeConfig(t, cfg, "e2e-"+run+"-v1")
+	// The SDK in serve reads the emulator's dummy credentials from the
+	// environment, and must not look for an instance role.
+	t.Setenv("AWS_ACCESS_KEY_ID", "testing")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "testing")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	s := startServerWith(t, "", "--config", cfg, "--environment", "e2e-aws", "--controller-id", controller,
+		"--cloud", "aws", "--aws-region", mototest.Region, "--aws-endpoint", endpoint,
+		"--aws-subnets", strings.Join(subnets, ","), "--aws-security-groups", group,
+		"--aws-identity-certificate", machines.certPath, "--aws-account-id", motoAccount,
+		"--converge-every", "500ms", "--terminate-every", "500ms", "--reap-every", "1s", "--reload", "500ms")
+	return &awsStack{server: s, api: api, run: run, config: cfg, machines: machines}
+}
+
+func writeConfig(t *testing.T, path, image string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(awsConfig, image)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// motoNetwork returns two of the emulator's default subnets and a security
+// group of their VPC, made for the test.
+func motoNetwork(t *testing.T, api *awsec2.Client, group string) ([]string, string) {
+	t.Helper()
+	out, err := api.DescribeSubnets(t.Context(), &awsec2.DescribeSubnetsInput{})
+	if err != nil || len(out.Subnets) == 0 {
+		t.Fatalf("describe subnets: %v (%d)", err, len(out.Subnets))
+	}
+	var ids []string
+	for _, s := range out.Subnets[:min(2, len(out.Subnets))] {
+		ids = append(ids, aws.ToString(s.SubnetId))
+	}
+	sg, err := api.CreateSecurityGroup(t.Context(), &awsec2.CreateSecurityGroupInput{GroupName: aws.String(group),
+		Description: aws.String("bullpen e2e runners"), VpcId: out.Subnets[0].VpcId})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids, aws.ToString(sg.GroupId)
+}
+
+// poolInstances returns the stack's live instances of pool by EC2 state,
+// as `aws ec2 describe-instances` filtered on bullpen's tags shows them.
+func (s *awsStack) poolInstances(pool string) []types.Instance {
+	s.t.Helper()
+	out, err := s.api.DescribeInstances(s.t.Context(), &awsec2.DescribeInstancesInput{Filters: []types.Filter{
+		{Name: aws.String("tag:" + domain.TagController), Values: []string{"bullpen-e2e-" + s.run}},
+		{Name: aws.String("tag:" + domain.TagPool), Values: []string{pool}},
+		{Name: aws.String("instance-state-name"), Values: []string{"pending", "running", "stopping", "stopped"}}}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var list []types.Instance
+	for _, r := range out.Reservations {
+		list = append(list, r.Instances...)
+	}
+	return list
+}
+
+func tag(in types.Instance, key string) string {
+	for _, t := range in.Tags {
+		if aws.ToString(t.Key) == key {
+			return aws.ToString(t.Value)
+		}
+	}
+	return ""
+}
+
+// warmOn reports whether pool holds one hot instance running and one
+// stopped instance stopped on EC2, both of image, and the control plane
+// counts them ready.
+func (s *awsStack) warmOn(pool, image string) bool {
+	var hot, stopped int
+	for _, in := range s.poolInstances(pool) {
+		if aws.ToString(in.ImageId) != image {
+			return false
+		}
+		switch role, state := tag(in, domain.TagRole), in.State.Name; {
+		case role == "hot" && state == types.InstanceStateNameRunning:
+			hot++
+		case role == "stopped" && state == types.InstanceStateNameStopped:
+			stopped++
+		default:
+			return false // still warming, or on its way out
+		}
+	}
+	var pools struct {
+		Pools []struct {
+			Name   string
+			Counts map[string]int
+		}
+	}
+	s.get("/api/v1/pools", &pools)
+	for _, p := range pools.Pools {
+		if p.Name == pool {
+			return hot == 1 && stopped == 1 && p.Counts["ready_hot"] == 1 && p.Counts["stopped"] == 1
+		}
+	}
+	return false
+}
+
+func imageID(t *testing.T, api *awsec2.Client, name string) string {
+	t.Helper()
+	out, err := api.DescribeImages(t.Context(), &awsec2.DescribeImagesInput{Filters: []types.Filter{
+		{Name: aws.String("name"), Values: []string{name}}}})
+	if err != nil || len(out.Images) != 1 {
+		t.Fatalf("image %s: %v (%d found)", name, err, len(out.Images))
+	}
+	return aws.ToString(out.Images[0].ImageId)
+}
+
+// TestServeOnEC2 runs serve --cloud aws against moto: it converges a pool
+// (the hot instance running, the stopped one stopped, as EC2 shows them),
+// serves two signed pool jobs (the second by starting the stopped
+// instance), and rolls the pool when its image changes.
+func TestServeOnEC2(t *testing.T) {
+	s := startAWS(t)
+	v1, v2 := imageID(t, s.api, "e2e-"+s.run+"-v1"), imageID(t, s.api, "e2e-"+s.run+"-v2")
+	s.eventually("the pool converges on EC2", 90*time.Second, func() bool { return s.warmOn("warm", v1) })
+	var stoppedID string
+	for _, in := range s.poolInstances("warm") {
+		if tag(in, domain.TagRole) == "stopped" {
+			stoppedID = aws.ToString(in.InstanceId)
+		}
+	}
+
+	const first = 6_100_001
+	for i, body := range queuedFor(t, 2, first, "runs-on=%d/pool=warm") {
+		id := fmt.Sprintf("aws-q-%d", first+i)
+		if code, resp := s.post(id, body, testfixtures.GoSign(s.secret, body)); code != http.StatusAccepted {
+			t.Fatalf("deliver %s: %d %s", id, code, resp)
+		}
+	}
+	l := &localStack{server: s.server}
+	var served []string
+	for i := range 2 {
+		j := l.waitJob(int64(first+i), "completed")
+		served = append(served, l.instance(j.InstanceID).CloudID)
+	}
+	if served[0] == served[1] {
+		t.Fatalf("both jobs ran on %s", served[0])
+	}
+	if served[0] != stoppedID && served[1] != stoppedID {
+		t.Errorf("jobs ran on %v; want one on the started stopped instance %s", served, stoppedID)
+	}
+	s.eventually("the pool refills", 90*time.Second, func() bool { return s.warmOn("warm", v1) })
+
+	writeConfig(t, s.config, "e2e-"+s.run+"-v2")
+	s.eventually("the pool rolls to the new image", 120*time.Second, func() bool { return s.warmOn("warm", v2) })
+	if strings.Contains(s.logs.String(), "level=ERROR") {
+		t.Errorf("serve logged errors:\n%s", s.logs.String())
+	}
+}
