@@ -69,7 +69,7 @@ func (a *App) newEC2(ctx context.Context) (domain.IdentityVerifier, error) {
 	}
 	c, err := ec2.New(awsec2.NewFromConfig(cfg), ec2.Options{
 		Subnets: o.Subnets, SecurityGroups: o.SecurityGroups, InstanceProfile: o.InstanceProfile,
-		ImageOwners: o.ImageOwners, TemplatePrefix: prefix, DisableSpotFallback: o.DisableSpotFallback,
+		ImageOwners: o.ImageOwners, TemplatePrefix: prefix, ControllerID: a.opts.ControllerID, DisableSpotFallback: o.DisableSpotFallback,
 		UserData: func(b domain.AgentBootstrap) (string, error) { return launchdata.CloudInit(b, cloudInit) },
 		Clock:    a.opts.Clock, Log: a.opts.Log.With("loop", "ec2"),
 	})

@@ -225,6 +225,15 @@ func (c *Cloud) dropVersion(ctx context.Context, v templateRef) {
 	c.opts.Log.Log(ctx, level, "delete a launch template version; it is kept", "template", v.id, "version", v.number, "err", err)
 }
 
+// templateTags mark a launch template as this controller's.
+func (c *Cloud) templateTags() []types.TagSpecification {
+	if c.opts.ControllerID == "" {
+		return nil
+	}
+	return []types.TagSpecification{{ResourceType: types.ResourceTypeLaunchTemplate,
+		Tags: ec2Tags(map[string]string{domain.TagController: c.opts.ControllerID})}}
+}
+
 // template returns the id of runner's launch template, creating it (with a
 // first version that launches nothing by itself) when it does not exist.
 func (c *Cloud) template(ctx context.Context, runner string) (string, error) {
@@ -247,6 +256,7 @@ func (c *Cloud) template(ctx context.Context, runner string) (string, error) {
 				MetadataOptions:                   metadataOptions(),
 			},
 			VersionDescription: aws.String("bullpen: each launch adds its own version"),
+			TagSpecifications:  c.templateTags(),
 		})
 		if cerr != nil {
 			return "", mapError("CreateLaunchTemplate", cerr)

@@ -59,6 +59,9 @@ type Options struct {
 	// UserData renders a launch's user data (cloud-init that starts the
 	// agent) from its bootstrap; nil launches machines without any.
 	UserData func(domain.AgentBootstrap) (string, error)
+	// ControllerID tags the launch templates bullpen creates, so that its
+	// IAM policy can limit new versions to its own templates.
+	ControllerID string
 	// TemplatePrefix names the launch templates: PREFIX-RUNNER. Default
 	// "bullpen"; give each stack its own when several share an account.
 	TemplatePrefix string

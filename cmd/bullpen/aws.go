@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/bullpen-ci/bullpen/internal/cloud/ec2"
+)
+
+func init() {
+	register("aws", "AWS helpers: the IAM policies bullpen needs", cmdAWS)
+}
+
+func awsUsage(w io.Writer) {
+	fmt.Fprint(w, `usage: bullpen aws iam-policy [flags]
+
+Prints the least-privilege IAM policy of the control plane as JSON: it reads
+instances, images, instance types, subnets and security groups; it creates
+only machines, volumes and launch templates carrying its controller tag, and
+starts, stops, terminates and tags only those; it passes only the machines'
+instance role. With --instance-role it prints the trust policy of that role
+instead: the agent calls no AWS API, so the role needs no permission of
+bullpen's.
+
+Run 'bullpen aws iam-policy -h' for its flags.
+`)
+}
+
+func cmdAWS(_ context.Context, e *env, args []string) int {
+	if len(args) == 0 {
+		awsUsage(e.stderr)
+		return 2
+	}
+	switch args[0] {
+	case "iam-policy":
+		return awsIAMPolicy(e, args[1:])
+	case "help", "-h", "--help":
+		awsUsage(e.stdout)
+		return 0
+	}
+	fmt.Fprintf(e.stderr, "bullpen aws: unknown subcommand %q\n", args[0])
+	awsUsage(e.stderr)
+	return 2
+}
+
+func awsIAMPolicy(e *env, args []string) int {
+	fs := flag.NewFlagSet("aws iam-policy", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	environment := fs.String("environment", or(e.getenv("BULLPEN_ENVIRONMENT"), "production"), "the stack's environment, as given to serve")
+	controller := fs.String("controller-id", e.getenv("BULLPEN_CONTROLLER_ID"), "the stack's controller id, as given to serve (default bullpen-ENVIRONMENT)")
+	region := fs.String("region", or(e.getenv("BULLPEN_AWS_REGION"), e.getenv("AWS_REGION")), "limit the policy to this region (default any)")
+	account := fs.String("account", "", "limit the policy to this account id (default any)")
+	role := fs.String("instance-role-arn", "", "ARN of the role of the machines' instance profile (--aws-instance-profile), the only role serve may pass")
+	trust := fs.Bool("instance-role", false, "print the machines' role trust policy instead")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *trust {
+		fmt.Fprintf(e.stdout, "%s\n", ec2.InstanceRoleTrustPolicy())
+		return 0
+	}
+	id := *controller
+	if id == "" {
+		id = "bullpen-" + *environment
+	}
+	out, err := ec2.ControlPlanePolicy(ec2.PolicyParams{ControllerID: id, Region: *region, Account: *account, InstanceRoleARN: *role})
+	if err != nil {
+		fmt.Fprintln(e.stderr, "bullpen aws iam-policy:", err)
+		return 2
+	}
+	fmt.Fprintf(e.stdout, "%s\n", out)
+	return 0
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestAWSIAMPolicy(t *testing.T) {
+	code, out, errOut := runCmd(t, "aws", "iam-policy", "--environment", "dev", "--region", "eu-west-1",
+		"--instance-role-arn", "arn:aws:iam::123456789012:role/runner")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var p struct{ Statement []json.RawMessage }
+	if err := json.Unmarshal([]byte(out), &p); err != nil || len(p.Statement) == 0 {
+		t.Fatalf("not a policy (%v):\n%s", err, out)
+	}
+	for _, want := range []string{`"aws:RequestTag/bullpen:controller": "bullpen-dev"`, "arn:aws:ec2:eu-west-1:*:instance/*", "role/runner"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the policy lacks %s:\n%s", want, out)
+		}
+	}
+	if code, _, errOut := runCmd(t, "aws", "iam-policy", "--instance-role-arn", "runner"); code != 2 || !strings.Contains(errOut, "not a role ARN") {
+		t.Errorf("a role name instead of an ARN: exit %d, %q", code, errOut)
+	}
+	if code, out, _ := runCmd(t, "aws", "iam-policy", "--instance-role"); code != 0 || !strings.Contains(out, "ec2.amazonaws.com") {
+		t.Errorf("trust policy: exit %d\n%s", code, out)
+	}
+}
