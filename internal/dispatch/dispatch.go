@@ -31,7 +31,8 @@ type Options struct {
 	Deadlines  domain.Deadlines
 	// RegisterParallelism bounds concurrent runner registrations.
 	RegisterParallelism int // default 16
-	// TagBatch is the most ids per tag call; default 1000.
+	// TagBatch is the most ids per tag call; default domain.MaxBatch, the
+	// most a provider takes in one call.
 	TagBatch int
 	// Linger: see jobs.BatchOptions. Default 20 ms; negative: none.
 	Linger time.Duration
@@ -54,7 +55,7 @@ func (o *Options) defaults() {
 		o.RegisterParallelism = 16
 	}
 	if o.TagBatch <= 0 {
-		o.TagBatch = 1000
+		o.TagBatch = domain.MaxBatch
 	}
 	if o.Linger == 0 {
 		o.Linger = 20 * time.Millisecond

@@ -22,7 +22,7 @@ import (
 var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	ctx   context.Context
 	clk   *clock.Virtual
 	store *sqlite.Store
