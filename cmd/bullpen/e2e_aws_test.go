@@ -169,6 +169,22 @@ func (s *awsStack) warmOn(pool, image string) bool {
 	return false
 }
 
+func (s *awsStack) poolError(pool string) string {
+	var pools struct {
+		Pools []struct {
+			Name      string
+			LastError string `json:"last_error"`
+		}
+	}
+	s.get("/api/v1/pools", &pools)
+	for _, p := range pools.Pools {
+		if p.Name == pool {
+			return p.LastError
+		}
+	}
+	return ""
+}
+
 func imageID(t *testing.T, api *awsec2.Client, name string) string {
 	t.Helper()
 	out, err := api.DescribeImages(t.Context(), &awsec2.DescribeImagesInput{Filters: []types.Filter{
@@ -217,7 +233,19 @@ func TestServeOnEC2(t *testing.T) {
 
 	writeConfig(t, s.config, "e2e-"+s.run+"-v2")
 	s.eventually("the pool rolls to the new image", 120*time.Second, func() bool { return s.warmOn("warm", v2) })
+
 	if strings.Contains(s.logs.String(), "level=ERROR") {
 		t.Errorf("serve logged errors:\n%s", s.logs.String())
+	}
+
+	// An image name that matches no AMI: the pool says so (an ERROR: a
+	// human must fix the configuration) and keeps what it has.
+	missing := "e2e-" + s.run + "-v3"
+	writeConfig(t, s.config, missing)
+	s.eventually("the pool reports the missing image", 30*time.Second, func() bool {
+		return strings.Contains(s.poolError("warm"), missing)
+	})
+	if !s.warmOn("warm", v2) {
+		t.Error("the pool let its instances go for an image that does not exist")
 	}
 }

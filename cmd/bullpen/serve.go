@@ -83,18 +83,23 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	fs.Func("deadline", "STATE=DURATION: how long an instance may stay in a state before it is terminated (repeatable; "+deadlineDefaults()+")", func(v string) error {
 		return setDeadline(&f.deadlines, v)
 	})
-	fs.Func("local-agent-env", "with --cloud local: KEY=VALUE added to every machine's agent settings (repeatable), e.g. BULLPEN_AGENT_RUNNER_COMMAND=...", func(v string) error {
+	fs.Func("local-agent-env", "with --cloud local: KEY=VALUE added to every machine's agent settings (repeatable), e.g. BULLPEN_AGENT_RUNNER_COMMAND=...", keyValue(&f.localEnv))
+	fs.BoolVar(&f.cancelRejected, "cancel-rejected", getenv("BULLPEN_CANCEL_REJECTED") == "true", "cancel the workflow run of a rejected job ($BULLPEN_CANCEL_REJECTED=true)")
+}
+
+// keyValue parses a repeatable KEY=VALUE flag into *m.
+func keyValue(m *map[string]string) func(string) error {
+	return func(v string) error {
 		k, val, ok := strings.Cut(v, "=")
 		if !ok || k == "" {
 			return fmt.Errorf("want KEY=VALUE, got %q", v)
 		}
-		if f.localEnv == nil {
-			f.localEnv = map[string]string{}
+		if *m == nil {
+			*m = map[string]string{}
 		}
-		f.localEnv[k] = val
+		(*m)[k] = val
 		return nil
-	})
-	fs.BoolVar(&f.cancelRejected, "cancel-rejected", getenv("BULLPEN_CANCEL_REJECTED") == "true", "cancel the workflow run of a rejected job ($BULLPEN_CANCEL_REJECTED=true)")
+	}
 }
 
 // defineIntervals defines the loops' intervals and allowances.

@@ -18,6 +18,7 @@ type awsFlags struct {
 	owners, prefix, agentURL, agentSHA256      string
 	identityCert, account                      string
 	noSpotFallback                             bool
+	agentEnv                                   map[string]string
 }
 
 func (f *awsFlags) define(fs *flag.FlagSet, getenv func(string) string) {
@@ -39,6 +40,7 @@ func (f *awsFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.agentSHA256, "aws-agent-sha256", "BULLPEN_AWS_AGENT_SHA256", "", "with --aws-agent-url: the binary's SHA-256 (hex); machines refuse any other")
 	str(&f.identityCert, "aws-identity-certificate", "BULLPEN_AWS_IDENTITY_CERTIFICATE", "", "with --cloud aws: AWS's RSA certificate for the region (PEM file): hellos must then carry the machine's signed identity document")
 	str(&f.account, "aws-account-id", "BULLPEN_AWS_ACCOUNT_ID", "", "with --aws-identity-certificate: the account identity documents must name")
+	fs.Func("aws-agent-env", "with --cloud aws: KEY=VALUE added to every machine's agent settings (repeatable), e.g. BULLPEN_AGENT_RUNNER_COMMAND=...; the runner runs in "+app.DefaultRunnerDir+" unless BULLPEN_AGENT_WORK_DIR says otherwise", keyValue(&f.agentEnv))
 	fs.BoolVar(&f.noSpotFallback, "aws-no-spot-fallback", getenv("BULLPEN_AWS_NO_SPOT_FALLBACK") == "true",
 		"with --cloud aws: never launch on-demand what spot capacity could not give ($BULLPEN_AWS_NO_SPOT_FALLBACK=true)")
 }
@@ -49,7 +51,7 @@ func (f *awsFlags) options(agentURL string) (app.AWS, error) {
 	o := app.AWS{
 		Region: f.region, Endpoint: f.endpoint, Subnets: list(f.subnets), SecurityGroups: list(f.groups),
 		InstanceProfile: f.profile, ImageOwners: list(f.owners), TemplatePrefix: f.prefix,
-		AgentURL: f.agentURL, AgentSHA256: f.agentSHA256, AccountID: f.account, DisableSpotFallback: f.noSpotFallback,
+		AgentURL: f.agentURL, AgentSHA256: f.agentSHA256, AccountID: f.account, DisableSpotFallback: f.noSpotFallback, AgentEnv: f.agentEnv,
 	}
 	if o.Region == "" {
 		problems = append(problems, errors.New("--cloud aws needs --aws-region (or $AWS_REGION)"))

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	awsec2 "github.com/aws/aws-sdk-go-v2/service/ec2"
 
@@ -35,7 +36,14 @@ type AWS struct {
 	IdentityCertificate []byte
 	AccountID           string // the account identity documents must name; "" for any
 	DisableSpotFallback bool
+	// AgentEnv adds settings to the machines' agent (BULLPEN_AGENT_*), over
+	// the default work directory, DefaultRunnerDir.
+	AgentEnv map[string]string
 }
+
+// DefaultRunnerDir is where the image keeps GitHub's runner: the agent
+// runs its runner command there.
+const DefaultRunnerDir = "/home/runner"
 
 func (o AWS) check() []string {
 	var problems []string
@@ -59,7 +67,9 @@ func (a *App) newEC2(ctx context.Context) (domain.IdentityVerifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	cloudInit := launchdata.CloudInitOptions{AgentURL: o.AgentURL, AgentSHA256: o.AgentSHA256, CloudIDFrom: "imds"}
+	extra := map[string]string{"BULLPEN_AGENT_WORK_DIR": DefaultRunnerDir}
+	maps.Copy(extra, o.AgentEnv)
+	cloudInit := launchdata.CloudInitOptions{AgentURL: o.AgentURL, AgentSHA256: o.AgentSHA256, CloudIDFrom: "imds", Extra: extra}
 	if _, err := launchdata.CloudInit(domain.AgentBootstrap{URL: "http://check.invalid", LaunchID: "check", Secret: "check"}, cloudInit); err != nil {
 		return nil, fmt.Errorf("aws: agent launch data: %w", err)
 	}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,10 +99,14 @@ func (p *parser) sizeRange(path, key string, n *yaml.Node) domain.Range {
 	return r
 }
 
+// familyRE is an instance family (c7a, m7i-flex), a type (t3.micro) or a
+// pattern of either (m7*): what a provider can match instance types by.
+var familyRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.*?-]*$`)
+
 func (p *parser) family(path string, n *yaml.Node) []string {
 	n = deref(n)
 	if n == nil || n.Kind != yaml.SequenceNode {
-		if s, ok := p.str(path, n); ok {
+		if s, ok := p.familyName(path, n); ok {
 			return []string{s}
 		}
 		return nil
@@ -112,11 +117,20 @@ func (p *parser) family(path string, n *yaml.Node) []string {
 	}
 	var out []string
 	for i, item := range n.Content {
-		if s, ok := p.str(index(path, i), item); ok {
+		if s, ok := p.familyName(index(path, i), item); ok {
 			out = append(out, s)
 		}
 	}
 	return out
+}
+
+func (p *parser) familyName(path string, n *yaml.Node) (string, bool) {
+	s, ok := p.str(path, n)
+	if ok && !familyRE.MatchString(s) {
+		p.errorf(n, path, "family %q: want an instance family, a type or a pattern like m7* (lower-case letters, digits, '-', '.', '*', '?')", s)
+		return "", false
+	}
+	return s, ok
 }
 
 const volumeForm = "TYPE:SIZEgb[:THROUGHPUTmbps][:IOPSiops], e.g. gp3:30gb:125mbps:3000iops"
