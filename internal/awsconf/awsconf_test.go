@@ -1,0 +1,77 @@
+package awsconf_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	awsec2 "github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/bullpen-ci/bullpen/internal/awsconf"
+)
+
+const throttled = `<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>r</RequestID></Response>`
+
+const described = `<DescribeInstancesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"><requestId>r</requestId><reservationSet/></DescribeInstancesResponse>`
+
+// ec2Answering serves the first throttle answers as EC2's throttling
+// error, then success, and counts the requests.
+func ec2Answering(t *testing.T, throttles int32) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) <= throttles {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, throttled)
+			return
+		}
+		fmt.Fprint(w, described)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &n
+}
+
+func client(t *testing.T, endpoint string, attempts int) *awsec2.Client {
+	t.Helper()
+	t.Setenv("AWS_ACCESS_KEY_ID", "testing")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "testing")
+	cfg, err := awsconf.Load(t.Context(), awsconf.Options{Region: "eu-west-1", Endpoint: endpoint, MaxAttempts: attempts, MaxBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return awsec2.NewFromConfig(cfg)
+}
+
+// Throttling is retried by the SDK's retryer, within its attempts.
+func TestThrottledCallsAreRetriedBySDK(t *testing.T) {
+	srv, n := ec2Answering(t, 2)
+	if _, err := client(t, srv.URL, 3).DescribeInstances(t.Context(), &awsec2.DescribeInstancesInput{}); err != nil {
+		t.Fatalf("after two throttles: %v", err)
+	}
+	if got := n.Load(); got != 3 {
+		t.Fatalf("%d requests, want 3", got)
+	}
+}
+
+// The attempts are bounded: a call throttled for good fails with EC2's
+// code after MaxAttempts requests.
+func TestRetriesAreBounded(t *testing.T) {
+	srv, n := ec2Answering(t, 100)
+	_, err := client(t, srv.URL, 4).DescribeInstances(t.Context(), &awsec2.DescribeInstancesInput{})
+	if err == nil {
+		t.Fatal("a call throttled for good succeeded")
+	}
+	if got := n.Load(); got != 4 {
+		t.Fatalf("%d requests, want 4", got)
+	}
+}
+
+func TestLoadNeedsARegion(t *testing.T) {
+	if _, err := awsconf.Load(t.Context(), awsconf.Options{}); err == nil {
+		t.Fatal("no region accepted")
+	}
+}
