@@ -44,6 +44,7 @@ type serveFlags struct {
 	http                                  httpSettings
 	deadlines                             domain.Deadlines
 	aws                                   awsFlags
+	gh                                    githubFlags
 	cancelRejected                        bool
 	getenv                                func(string) string
 }
@@ -61,7 +62,7 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.cloud, "cloud", "BULLPEN_CLOUD", "sim", "compute provider: sim (simulated, in this process), local (each machine a bullpen agent process here) or aws (EC2)")
 	str(&f.localDir, "local-dir", "BULLPEN_LOCAL_DIR", "", "with --cloud local: where machines keep their files (default: a temporary directory)")
 	str(&f.agentURL, "agent-url", "BULLPEN_AGENT_URL", "", "where machines' agents reach this control plane (default: http:// and the listen address)")
-	str(&f.github, "github", "BULLPEN_GITHUB", "sim", "GitHub: sim")
+	str(&f.github, "github", "BULLPEN_GITHUB", "sim", "GitHub: sim (simulated, in this process), app (a GitHub App) or token (a token from $BULLPEN_GITHUB_TOKEN)")
 	// Secrets are read from the environment after parsing, never as flag
 	// defaults, which -h and every flag error would print.
 	f.getenv = getenv
@@ -79,6 +80,7 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.simLatency, "sim-latency", "BULLPEN_SIM_LATENCY", "realistic", "simulated cloud timings: realistic (boot 15s, warm-up 30s, …) or zero")
 	f.defineIntervals(fs, getenv)
 	f.aws.define(fs, getenv)
+	f.gh.define(fs, getenv)
 	f.deadlines = domain.DefaultDeadlines()
 	fs.Func("deadline", "STATE=DURATION: how long an instance may stay in a state before it is terminated (repeatable; "+deadlineDefaults()+")", func(v string) error {
 		return setDeadline(&f.deadlines, v)
@@ -244,8 +246,17 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 			problems = append(problems, fmt.Errorf("--%s %s: want a positive duration", t.name, t.d))
 		}
 	}
-	if f.github != "sim" {
-		problems = append(problems, fmt.Errorf("--github %q: this build supports sim", f.github))
+	var gh app.GitHubAPI
+	switch f.github {
+	case "sim":
+	case "app", "token":
+		gh, err = f.gh.options(f.github)
+		problems = append(problems, err)
+		if f.cloud == "sim" {
+			problems = append(problems, errors.New("--github "+f.github+" with --cloud sim: the simulated cloud's agents cannot run a real GitHub's jobs; use --cloud local or aws"))
+		}
+	default:
+		problems = append(problems, fmt.Errorf("--github %q: want sim, app or token", f.github))
 	}
 	latency := demo.DefaultLatency
 	switch f.simLatency {
@@ -271,7 +282,7 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 		ControllerID: f.controllerID, WebhookSecret: secret, AdminToken: token, RunnerScope: f.scope,
 		CancelRejected: f.cancelRejected, Clock: clock.Real{}, Log: log, Latency: latency, Agent: agent,
 		TerminateEvery: f.terminateEvery, Cloud: f.cloud, GitHub: f.github, LocalDir: f.localDir, AgentURL: f.agentURL,
-		LocalAgentEnv: f.localEnv, ViewerToken: viewer, AWS: aws,
+		LocalAgentEnv: f.localEnv, ViewerToken: viewer, AWS: aws, GitHubAPI: gh,
 	}
 	o.Converger.Interval = f.convergeEvery
 	o.Reaper.Interval, o.Reaper.OrphanGrace, o.Reaper.GoneGrace = f.reapEvery, f.orphanGrace, f.goneGrace

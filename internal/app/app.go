@@ -63,8 +63,10 @@ type Options struct {
 	// (EC2).
 	Cloud string
 	// GitHub is "sim" (the default: a simulated GitHub in this process,
-	// whose deliveries go straight to the inbox).
-	GitHub string
+	// whose deliveries go straight to the inbox), "app" (a GitHub App) or
+	// "token".
+	GitHub    string
+	GitHubAPI GitHubAPI
 	// LocalDir holds the local machines' directories; default a temporary
 	// directory.
 	LocalDir string
@@ -191,8 +193,13 @@ func (o *Options) check() error {
 	case "":
 		o.GitHub = "sim"
 	case "sim":
+	case "app", "token":
+		problems = append(problems, o.GitHubAPI.check(o.GitHub)...)
+		if o.Cloud == "sim" {
+			problems = append(problems, errSimCloudNeedsSimGitHub)
+		}
 	default:
-		problems = append(problems, fmt.Sprintf("github %q: want sim", o.GitHub))
+		problems = append(problems, fmt.Sprintf("github %q: want sim, app or token", o.GitHub))
 	}
 	switch o.RunnerScope {
 	case "":

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,6 +70,33 @@ func TestUnknownProvidersAreRefusedByName(t *testing.T) {
 		o.Clock = clock.NewVirtual(time.Now())
 		if _, err := app.New(context.Background(), o); err == nil {
 			t.Fatalf("options %+v accepted", o)
+		}
+	}
+}
+
+// Options a real provider cannot work with are refused at once, each
+// problem named.
+func TestRealProvidersNeedTheirSettings(t *testing.T) {
+	for _, tc := range []struct {
+		o    app.Options
+		want []string
+	}{
+		{app.Options{GitHub: "app", Cloud: "local"}, []string{"an App id and its private key are required"}},
+		{app.Options{GitHub: "token", Cloud: "local"}, []string{"no token"}},
+		{app.Options{GitHub: "token", GitHubAPI: app.GitHubAPI{Token: "t"}}, []string{"the simulated cloud's agents cannot run a real GitHub's jobs"}},
+		{app.Options{Cloud: "aws"}, []string{"aws: no region", "aws: no subnet"}},
+		{app.Options{Cloud: "aws", AWS: app.AWS{Region: "eu-west-1", Subnets: []string{"subnet-1"}, AgentURL: "https://x/bullpen"}},
+			[]string{"--aws-agent-url and --aws-agent-sha256 go together"}},
+	} {
+		cfg, _ := config.Parse("runs-on.yml", []byte(example))
+		o := tc.o
+		o.Config, o.StorePath, o.WebhookSecret, o.AdminToken = cfg, sqlitetest.Path(t), "s", "t"
+		o.Clock = clock.NewVirtual(time.Now())
+		_, err := app.New(context.Background(), o)
+		for _, want := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%+v: error %v, want it to say %q", tc.o, err, want)
+			}
 		}
 	}
 }

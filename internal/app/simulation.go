@@ -23,14 +23,13 @@ type Simulation struct {
 
 // newGitHub builds the GitHub the options chose. The simulated one's
 // deliveries go straight to the inbox, as a verified webhook would.
-func (a *App) newGitHub() error {
-	switch a.opts.GitHub {
-	case "sim":
-		a.Sim.GitHub = ghsim.New(a.opts.Clock, ghsim.Options{Deliver: a.deliverSimulated})
-		a.GitHub = a.Sim.GitHub
-		return nil
+func (a *App) newGitHub(ctx context.Context) error {
+	if a.opts.GitHub != "sim" {
+		return a.newRealGitHub(ctx)
 	}
-	return errNoProvider("github", a.opts.GitHub)
+	a.Sim.GitHub = ghsim.New(a.opts.Clock, ghsim.Options{Deliver: a.deliverSimulated})
+	a.GitHub = a.Sim.GitHub
+	return nil
 }
 
 // deliverSimulated puts a delivery of the simulated GitHub in the inbox.

@@ -35,7 +35,7 @@ func (a *App) wire(ctx context.Context) error {
 	if a.Webhook, err = webhook.New(o.WebhookSecret, a.Queue, clk, log.With("loop", "webhook"), reg); err != nil {
 		return err
 	}
-	if err := a.newGitHub(); err != nil {
+	if err := a.newGitHub(ctx); err != nil {
 		return err
 	}
 	identity, err := a.newCloud(ctx)

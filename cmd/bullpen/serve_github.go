@@ -1,0 +1,58 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/bullpen-ci/bullpen/internal/app"
+)
+
+// githubFlags are serve's settings of a real GitHub (--github app or
+// token). The token comes from the environment only.
+type githubFlags struct {
+	url, appID, keyFile string
+	runnerGroupID       int64
+	getenv              func(string) string
+}
+
+func (f *githubFlags) define(fs *flag.FlagSet, getenv func(string) string) {
+	str := func(p *string, name, env, usage string) {
+		fs.StringVar(p, name, getenv(env), usage+" ($"+env+")")
+	}
+	f.getenv = getenv
+	str(&f.url, "github-url", "BULLPEN_GITHUB_URL", "with --github app or token: the API root, for GitHub Enterprise Server https://HOST/api/v3/ (default GitHub.com's)")
+	str(&f.appID, "github-app-id", "BULLPEN_GITHUB_APP_ID", "with --github app: the App's id")
+	str(&f.keyFile, "github-app-key-file", "BULLPEN_GITHUB_APP_KEY_FILE", "with --github app: the App's private key (PEM file)")
+	fs.Int64Var(&f.runnerGroupID, "runner-group-id", 0, "with --runner-scope org: the runner group organisation runners join (default: the Default group)")
+}
+
+// options returns the GitHub settings for kind (app or token).
+func (f *githubFlags) options(kind string) (app.GitHubAPI, error) {
+	o := app.GitHubAPI{URL: f.url, RunnerGroupID: f.runnerGroupID}
+	var problems []error
+	switch kind {
+	case "app":
+		id, err := strconv.ParseInt(f.appID, 10, 64)
+		if err != nil || id <= 0 {
+			problems = append(problems, fmt.Errorf("--github app needs --github-app-id, a positive number (got %q)", f.appID))
+		}
+		o.AppID = id
+		if f.keyFile == "" {
+			problems = append(problems, errors.New("--github app needs --github-app-key-file, the App's private key"))
+		} else if o.PrivateKey, err = os.ReadFile(f.keyFile); err != nil {
+			problems = append(problems, fmt.Errorf("--github-app-key-file: %w", err))
+		}
+	case "token":
+		o.Token = f.getenv("BULLPEN_GITHUB_TOKEN")
+		if o.Token == "" {
+			o.Token = f.getenv("GITHUB_TOKEN")
+		}
+		if o.Token == "" {
+			problems = append(problems, errors.New("--github token needs a token in $BULLPEN_GITHUB_TOKEN or $GITHUB_TOKEN (never a flag)"))
+		}
+	}
+	return o, errors.Join(problems...)
+}

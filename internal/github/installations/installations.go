@@ -1,0 +1,222 @@
+// Package installations is the GitHub port for a GitHub App installed on
+// several accounts. Each call concerns one account (the owner of a
+// repository, or an organisation) and goes to that account's installation
+// with its own token: an App is installed at most once per account, so the
+// owner names the installation. Installations are looked up with the App's
+// own credentials when first needed, and their clients kept.
+package installations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bradleyfalzon/ghinstallation/v2"
+	"github.com/google/go-github/v88/github"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/github/rest"
+)
+
+// ErrNotInstalled: the App has no usable installation on the account (it
+// was never installed, was removed, or is suspended). Jobs of that account
+// cannot get runners until an administrator installs the App again.
+var ErrNotInstalled = errors.New("the GitHub App is not installed on this account")
+
+const (
+	// foundFor is how long a found installation is trusted before it is
+	// looked up again (it may have been removed).
+	foundFor = time.Hour
+	// missingFor is how long a missing one is remembered: a new
+	// installation is noticed this soon.
+	missingFor = time.Minute
+)
+
+// Options configure the App.
+type Options struct {
+	// BaseURL is the API root (rest.DefaultBaseURL; a GitHub Enterprise
+	// Server's https://HOST/api/v3/).
+	BaseURL    string
+	AppID      int64
+	PrivateKey []byte // PEM; a credential, never logged
+	// Client configures each installation's REST client (timeouts,
+	// runner group, transport, clock); its credentials are set here.
+	Client rest.Options
+	Clock  domain.Clock
+	Log    *slog.Logger
+}
+
+// GitHub routes each call to its account's installation.
+type GitHub struct {
+	o   Options
+	app *github.Client // authenticated as the App itself (JWT)
+
+	mu      sync.Mutex
+	owners  map[string]lookup
+	clients map[int64]*rest.Client
+}
+
+type lookup struct {
+	id  int64
+	err error
+	at  time.Time
+}
+
+// New checks the key and returns the App's GitHub; it makes no request.
+func New(o Options) (*GitHub, error) {
+	if o.AppID <= 0 {
+		return nil, errors.New("github app: no App id (--github-app-id)")
+	}
+	if o.BaseURL == "" {
+		o.BaseURL = rest.DefaultBaseURL
+	}
+	if !strings.HasSuffix(o.BaseURL, "/") {
+		o.BaseURL += "/"
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	next := o.Client.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	atr, err := ghinstallation.NewAppsTransport(next, o.AppID, o.PrivateKey)
+	if err != nil {
+		// The message names what is wrong with the key, never the key.
+		return nil, fmt.Errorf("github app %d: the private key is not a PEM RSA key: %w", o.AppID, err)
+	}
+	atr.BaseURL = strings.TrimSuffix(o.BaseURL, "/")
+	app, err := github.NewClient(github.WithHTTPClient(&http.Client{Transport: atr, Timeout: or(o.Client.Timeout, rest.DefaultTimeout)}),
+		github.WithURLs(&o.BaseURL, nil), github.WithUserAgent("bullpen"))
+	if err != nil {
+		return nil, fmt.Errorf("github app client for %s: %w", o.BaseURL, err)
+	}
+	return &GitHub{o: o, app: app, owners: map[string]lookup{}, clients: map[int64]*rest.Client{}}, nil
+}
+
+// Check asks GitHub who the App is: it fails, saying what to fix, when
+// the key is not the App's or the App id is wrong.
+func (g *GitHub) Check(ctx context.Context) (string, error) {
+	app, resp, err := g.app.Apps.Get(ctx, "")
+	switch {
+	case resp != nil && resp.StatusCode == http.StatusUnauthorized:
+		return "", fmt.Errorf("GitHub refused the App's credentials: check that --github-app-id %d is the App whose private key --github-app-key-file holds", g.o.AppID)
+	case err != nil:
+		return "", fmt.Errorf("ask GitHub for App %d: %w", g.o.AppID, err)
+	case app.GetID() != 0 && app.GetID() != g.o.AppID:
+		return "", fmt.Errorf("the private key is App %d's, not App %d's (--github-app-id)", app.GetID(), g.o.AppID)
+	}
+	return app.GetSlug(), nil
+}
+
+// client returns the REST client of owner's installation.
+func (g *GitHub) client(ctx context.Context, owner string) (*rest.Client, error) {
+	if owner == "" {
+		return nil, fmt.Errorf("%w: no account named", domain.ErrInvalidRequest)
+	}
+	id, err := g.installation(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c, ok := g.clients[id]; ok {
+		return c, nil
+	}
+	o := g.o.Client
+	o.BaseURL, o.AppID, o.InstallationID, o.PrivateKey, o.Token = g.o.BaseURL, g.o.AppID, id, g.o.PrivateKey, ""
+	c, err := rest.New(o)
+	if err != nil {
+		return nil, err
+	}
+	g.clients[id] = c
+	return c, nil
+}
+
+// installation finds owner's installation: the organisation's, else the
+// user's. Answers are kept (foundFor, missingFor).
+func (g *GitHub) installation(ctx context.Context, owner string) (int64, error) {
+	key := strings.ToLower(owner)
+	now := g.now()
+	g.mu.Lock()
+	l, ok := g.owners[key]
+	g.mu.Unlock()
+	if ok && (l.err == nil && now.Sub(l.at) < foundFor || l.err != nil && now.Sub(l.at) < missingFor) {
+		return l.id, l.err
+	}
+	inst, resp, err := g.app.Apps.GetOrganizationInstallation(ctx, owner)
+	if resp != nil && resp.StatusCode == http.StatusNotFound {
+		inst, resp, err = g.app.Apps.GetUserInstallation(ctx, owner)
+	}
+	switch {
+	case resp != nil && resp.StatusCode == http.StatusNotFound:
+		err = fmt.Errorf("%w: %s (install it on the account, or check its repository selection)", ErrNotInstalled, owner)
+	case err != nil:
+		return 0, fmt.Errorf("find the App's installation on %s: %w", owner, err) // not kept: transient
+	case inst.SuspendedAt != nil:
+		err = fmt.Errorf("%w: %s suspended it on %s", ErrNotInstalled, owner, inst.SuspendedAt.Format(time.DateOnly))
+	}
+	l = lookup{id: inst.GetID(), err: err, at: now}
+	if err != nil {
+		l.id = 0
+		g.o.Log.Warn("no GitHub App installation for an account", "account", owner, "err", err)
+	}
+	g.mu.Lock()
+	g.owners[key] = l
+	g.mu.Unlock()
+	return l.id, l.err
+}
+
+func (g *GitHub) now() time.Time {
+	if g.o.Clock == nil {
+		return time.Now()
+	}
+	return g.o.Clock.Now()
+}
+
+func ownerOf(repo string) string {
+	owner, _, _ := strings.Cut(repo, "/")
+	return owner
+}
+
+func or(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// CheckToken asks GitHub whose a token is: it fails, saying what to fix,
+// when GitHub refuses it.
+func CheckToken(ctx context.Context, o rest.Options) (string, error) {
+	if o.BaseURL == "" {
+		o.BaseURL = rest.DefaultBaseURL
+	}
+	if !strings.HasSuffix(o.BaseURL, "/") {
+		o.BaseURL += "/"
+	}
+	next := o.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	gh, err := github.NewClient(github.WithHTTPClient(&http.Client{Transport: next, Timeout: or(o.Timeout, rest.DefaultTimeout)}),
+		github.WithURLs(&o.BaseURL, nil), github.WithUserAgent("bullpen"), github.WithAuthToken(o.Token))
+	if err != nil {
+		return "", err
+	}
+	user, resp, err := gh.Users.Get(ctx, "")
+	switch {
+	case resp != nil && resp.StatusCode == http.StatusUnauthorized:
+		return "", errors.New("GitHub refused the token ($BULLPEN_GITHUB_TOKEN or $GITHUB_TOKEN): it is wrong, expired or revoked")
+	case resp != nil && resp.StatusCode == http.StatusForbidden:
+		return "", nil // a token that may not read its user (an installation token) can still do bullpen's work
+	case err != nil:
+		return "", fmt.Errorf("ask GitHub whose token this is: %w", err)
+	}
+	return user.GetLogin(), nil
+}
