@@ -16,6 +16,8 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/app"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/configsource"
 	"github.com/bullpen-ci/bullpen/internal/demo"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/simagent"
@@ -56,7 +58,7 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 		}
 		fs.StringVar(p, name, def, usage+" ($"+env+")")
 	}
-	str(&f.config, "config", "BULLPEN_CONFIG", "", "pool configuration file (runs-on.yml format), re-read every --reload")
+	str(&f.config, "config", "BULLPEN_CONFIG", "", "pool configuration (runs-on.yml format), re-read every --reload: a file, or github://OWNER/REPO/PATH in a repository")
 	str(&f.listen, "listen", "BULLPEN_LISTEN", "127.0.0.1:8080", "HTTP address for /webhook, /api/v1, /metrics, /healthz")
 	str(&f.store, "store", "BULLPEN_STORE", "sqlite://bullpen.db", "state store: sqlite://PATH")
 	str(&f.cloud, "cloud", "BULLPEN_CLOUD", "sim", "compute provider: sim (simulated, in this process), local (each machine a bullpen agent process here) or aws (EC2)")
@@ -269,9 +271,13 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	if err := errors.Join(problems...); err != nil {
 		return app.Options{}, err
 	}
-	cfg, ok := loadConfig(e, f.config)
-	if !ok {
-		return app.Options{}, errors.New("the configuration is invalid (see above)")
+	var cfg *config.Config // one in a repository is read once GitHub's credentials are
+	if !strings.HasPrefix(f.config, configsource.Scheme) {
+		if cfg, ok = loadConfig(e, f.config); !ok {
+			return app.Options{}, errors.New("the configuration is invalid (see above)")
+		}
+	} else if f.github == "sim" {
+		return app.Options{}, fmt.Errorf("--config %s: a configuration in a GitHub repository needs --github app or token", f.config)
 	}
 	agent := simagent.Options{WarmUp: latency.WarmUp}
 	if f.simLatency == "zero" {

@@ -23,6 +23,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/autoscale"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/configsource"
 	"github.com/bullpen-ci/bullpen/internal/converger"
 	"github.com/bullpen-ci/bullpen/internal/dashboard"
 	"github.com/bullpen-ci/bullpen/internal/dispatch"
@@ -38,8 +39,10 @@ import (
 
 // Options configure the control plane. Zero values take the defaults.
 type Options struct {
-	Config     *config.Config // the configuration to start with
-	ConfigPath string         // when set, re-read every ConfigInterval
+	Config *config.Config // the configuration to start with; read from ConfigPath when nil
+	// ConfigPath, when set, is re-read every ConfigInterval: a file, or a
+	// file in a GitHub repository (github://OWNER/REPO/PATH).
+	ConfigPath string
 	// ConfigInterval is how often ConfigPath is re-read; default 30 s.
 	ConfigInterval time.Duration
 	Environment    string // which pools this stack serves
@@ -132,10 +135,12 @@ type App struct {
 	Dashboard   *dashboard.Dashboard
 	Loops       *loop.Runner
 
-	closers   []func() error // released by Close, last first
-	configs   *dashboard.ConfigRecorder
-	specMu    sync.RWMutex
-	specHashs map[string]string
+	closers    []func() error // released by Close, last first
+	source     configsource.Source
+	configData []byte // as first read from source
+	configs    *dashboard.ConfigRecorder
+	specMu     sync.RWMutex
+	specHashs  map[string]string
 }
 
 // New builds the control plane; nothing runs until Run.
@@ -168,7 +173,7 @@ func (a *App) openStore(ctx context.Context) error {
 
 func (o *Options) check() error {
 	var problems []string
-	if o.Config == nil {
+	if o.Config == nil && !strings.HasPrefix(o.ConfigPath, configsource.Scheme) {
 		problems = append(problems, "no configuration")
 	}
 	if o.StorePath == "" {

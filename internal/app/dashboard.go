@@ -1,8 +1,6 @@
 package app
 
 import (
-	"os"
-
 	"github.com/bullpen-ci/bullpen/internal/dashboard"
 )
 
@@ -11,10 +9,8 @@ import (
 func (a *App) wireDashboard() error {
 	o := a.opts
 	a.configs = &dashboard.ConfigRecorder{}
-	if o.ConfigPath != "" {
-		if data, err := os.ReadFile(o.ConfigPath); err == nil {
-			a.configs.Loaded(o.ConfigPath, data, o.Config, o.Clock.Now())
-		}
+	if a.source != nil && a.configData != nil {
+		a.configs.Loaded(a.source.Name(), a.configData, a.Config(), o.Clock.Now())
 	}
 	var err error
 	a.Dashboard, err = dashboard.New(dashboard.Options{

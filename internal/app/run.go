@@ -1,12 +1,10 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -60,7 +58,7 @@ func (a *App) Run(ctx context.Context) error {
 			}
 			return nil
 		}})
-	if a.opts.ConfigPath != "" {
+	if a.source != nil {
 		loops = append(loops, a.configLoop())
 	}
 	return a.Loops.Run(ctx, loops...)
@@ -84,29 +82,28 @@ func (a *App) jobPath() []loop.Loop {
 	return []loop.Loop{a.Intake.Loop(), a.Dispatcher.Loop(), a.Provisioner.Loop(), a.Terminator.Loop(), a.Agents.Loop()}
 }
 
-// configLoop re-reads the configuration file every ConfigInterval; a file
-// that does not validate is reported and the configuration in force kept.
+// configLoop re-reads the configuration every ConfigInterval; one that
+// does not validate is reported and the configuration in force kept.
 func (a *App) configLoop() loop.Loop {
-	last, _ := os.ReadFile(a.opts.ConfigPath)
-	return loop.Loop{Name: "config", Every: a.opts.ConfigInterval, Step: func(context.Context) error {
-		data, err := os.ReadFile(a.opts.ConfigPath)
+	return loop.Loop{Name: "config", Every: a.opts.ConfigInterval, Step: func(ctx context.Context) error {
+		name := a.source.Name()
+		data, changed, err := a.source.Read(ctx)
 		if err != nil {
-			a.configs.Refused(a.opts.ConfigPath, nil, err, a.opts.Clock.Now())
-			return fmt.Errorf("configuration %s unreadable; keeping the one in force: %w", a.opts.ConfigPath, err)
+			a.configs.Refused(name, nil, err, a.opts.Clock.Now())
+			return fmt.Errorf("configuration %s unreadable; keeping the one in force: %w", name, err)
 		}
-		if bytes.Equal(data, last) {
+		if !changed {
 			return nil
 		}
-		last = data
-		cfg, err := config.Parse(a.opts.ConfigPath, data)
+		cfg, err := config.Parse(name, data)
 		if err != nil {
-			a.configs.Refused(a.opts.ConfigPath, data, err, a.opts.Clock.Now())
-			a.opts.Log.Error("configuration invalid; keeping the one in force", "path", a.opts.ConfigPath, "problems", err.Error())
+			a.configs.Refused(name, data, err, a.opts.Clock.Now())
+			a.opts.Log.Error("configuration invalid; keeping the one in force", "path", name, "problems", err.Error())
 			return nil // a human must fix the file: retrying the same bytes cannot help
 		}
 		a.SetConfig(cfg)
-		a.configs.Loaded(a.opts.ConfigPath, data, cfg, a.opts.Clock.Now())
-		a.opts.Log.Info("configuration reloaded", "path", a.opts.ConfigPath, "pools", len(cfg.PoolsFor(a.opts.Environment)))
+		a.configs.Loaded(name, data, cfg, a.opts.Clock.Now())
+		a.opts.Log.Info("configuration reloaded", "path", name, "pools", len(cfg.PoolsFor(a.opts.Environment)))
 		return nil
 	}}
 }

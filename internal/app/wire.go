@@ -38,6 +38,9 @@ func (a *App) wire(ctx context.Context) error {
 	if err := a.newGitHub(ctx); err != nil {
 		return err
 	}
+	if err := a.newConfigSource(ctx); err != nil {
+		return err
+	}
 	identity, err := a.newCloud(ctx)
 	if err != nil {
 		return err

@@ -59,6 +59,7 @@ type GitHub struct {
 	mu      sync.Mutex
 	owners  map[string]lookup
 	clients map[int64]*rest.Client
+	http    map[int64]*http.Client
 }
 
 type lookup struct {
@@ -96,7 +97,8 @@ func New(o Options) (*GitHub, error) {
 	if err != nil {
 		return nil, fmt.Errorf("github app client for %s: %w", o.BaseURL, err)
 	}
-	return &GitHub{o: o, app: app, owners: map[string]lookup{}, clients: map[int64]*rest.Client{}}, nil
+	return &GitHub{o: o, app: app, owners: map[string]lookup{}, clients: map[int64]*rest.Client{},
+		http: map[int64]*http.Client{}}, nil
 }
 
 // Check asks GitHub who the App is: it fails, saying what to fix, when
@@ -220,3 +222,32 @@ func CheckToken(ctx context.Context, o rest.Options) (string, error) {
 	}
 	return user.GetLogin(), nil
 }
+
+// HTTPClient returns an HTTP client authenticated as owner's installation,
+// for the calls the REST client does not make (a configuration file).
+func (g *GitHub) HTTPClient(ctx context.Context, owner string) (*http.Client, error) {
+	id, err := g.installation(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if hc, ok := g.http[id]; ok {
+		return hc, nil
+	}
+	next := g.o.Client.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	itr, err := ghinstallation.New(next, g.o.AppID, id, g.o.PrivateKey)
+	if err != nil {
+		return nil, fmt.Errorf("github app %d: %w", g.o.AppID, err)
+	}
+	itr.BaseURL = strings.TrimSuffix(g.o.BaseURL, "/")
+	hc := &http.Client{Transport: itr, Timeout: or(g.o.Client.Timeout, rest.DefaultTimeout)}
+	g.http[id] = hc
+	return hc, nil
+}
+
+// BaseURL is the API root the App calls, ending in /.
+func (g *GitHub) BaseURL() string { return g.o.BaseURL }

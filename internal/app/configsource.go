@@ -1,0 +1,94 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/configsource"
+	"github.com/bullpen-ci/bullpen/internal/github/installations"
+	"github.com/bullpen-ci/bullpen/internal/github/rest"
+)
+
+// newConfigSource builds the source ConfigPath names — a file, or a file
+// in a GitHub repository read through the GitHub the options chose — and
+// reads it once: the first configuration when none was given, else the
+// baseline later reads compare with.
+func (a *App) newConfigSource(ctx context.Context) error {
+	path := a.opts.ConfigPath
+	if path == "" {
+		return nil
+	}
+	if !strings.HasPrefix(path, configsource.Scheme) {
+		a.source = &configsource.File{Path: path}
+	} else {
+		src, err := a.repositorySource(path)
+		if err != nil {
+			return err
+		}
+		a.source = src
+	}
+	data, _, err := a.source.Read(ctx)
+	if err != nil {
+		if a.Config() != nil {
+			a.opts.Log.Warn("configuration unreadable; keeping the one given", "path", a.source.Name(), "err", err)
+			return nil
+		}
+		return fmt.Errorf("configuration: %w", err)
+	}
+	a.configData = data
+	if a.Config() != nil {
+		return nil
+	}
+	cfg, err := config.Parse(a.source.Name(), data)
+	if err != nil {
+		return fmt.Errorf("configuration %s is invalid:\n%w", a.source.Name(), err)
+	}
+	a.SetConfig(cfg)
+	return nil
+}
+
+// repositorySource reads a configuration from GitHub with this app's
+// credentials.
+func (a *App) repositorySource(path string) (configsource.Source, error) {
+	loc, err := configsource.ParseLocation(path)
+	if err != nil {
+		return nil, err
+	}
+	src := &configsource.GitHubFile{At: loc}
+	switch g := a.GitHub.(type) {
+	case *installations.GitHub:
+		src.BaseURL, src.Client = g.BaseURL(), g.HTTPClient
+	case *rest.Client:
+		src.BaseURL = baseURL(a.opts.GitHubAPI.URL)
+		hc := &http.Client{Transport: bearer{token: a.opts.GitHubAPI.Token, next: http.DefaultTransport}, Timeout: rest.DefaultTimeout}
+		src.Client = func(context.Context, string) (*http.Client, error) { return hc, nil }
+	default:
+		return nil, fmt.Errorf("configuration %s: a configuration in a GitHub repository needs --github app or token", path)
+	}
+	return src, nil
+}
+
+func baseURL(u string) string {
+	if u == "" {
+		u = rest.DefaultBaseURL
+	}
+	if !strings.HasSuffix(u, "/") {
+		u += "/"
+	}
+	return u
+}
+
+// bearer sends a token.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}

@@ -1,0 +1,151 @@
+// Package configsource reads the pool configuration from where the
+// operator keeps it: a local file, or a file in a GitHub repository
+// (github://OWNER/REPO/PATH, RunsOn's place being
+// OWNER/.github-private/.github/runs-on.yml), read with conditional
+// requests so an unchanged file costs GitHub nothing.
+package configsource
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+)
+
+// Source is where the configuration is read from.
+type Source interface {
+	// Name says where, for logs and errors.
+	Name() string
+	// Read returns the file and whether it changed since the last Read
+	// (the first Read is always a change).
+	Read(ctx context.Context) (data []byte, changed bool, err error)
+}
+
+// Scheme marks a configuration in a GitHub repository.
+const Scheme = "github://"
+
+// Location is a file in a GitHub repository.
+type Location struct {
+	Owner, Repo, Path string
+	Ref               string // branch, tag or commit; the default branch when empty
+}
+
+// String is the github:// form of the location.
+func (l Location) String() string {
+	s := Scheme + l.Owner + "/" + l.Repo + "/" + l.Path
+	if l.Ref != "" {
+		s += "@" + l.Ref
+	}
+	return s
+}
+
+// ParseLocation reads github://OWNER/REPO/PATH[@REF].
+func ParseLocation(s string) (Location, error) {
+	rest, ok := strings.CutPrefix(s, Scheme)
+	if !ok {
+		return Location{}, fmt.Errorf("%q: not a %sOWNER/REPO/PATH location", s, Scheme)
+	}
+	rest, ref, _ := strings.Cut(rest, "@")
+	parts := strings.SplitN(rest, "/", 3)
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" || strings.HasSuffix(parts[2], "/") {
+		return Location{}, fmt.Errorf("%q: want %sOWNER/REPO/PATH, e.g. %sacme/.github-private/.github/runs-on.yml", s, Scheme, Scheme)
+	}
+	return Location{Owner: parts[0], Repo: parts[1], Path: parts[2], Ref: ref}, nil
+}
+
+// File is a local file.
+type File struct {
+	Path string
+	last []byte
+	read bool
+}
+
+func (f *File) Name() string { return f.Path }
+
+func (f *File) Read(context.Context) ([]byte, bool, error) {
+	data, err := os.ReadFile(f.Path)
+	if err != nil {
+		return nil, false, err
+	}
+	changed := !f.read || !bytes.Equal(data, f.last)
+	f.last, f.read = data, true
+	return data, changed, nil
+}
+
+// ErrNotFound: the repository or the file does not exist, or the
+// credentials cannot see them (GitHub answers 404 for both).
+var ErrNotFound = errors.New("not found")
+
+// GitHubFile is a file in a GitHub repository, read through the contents
+// API with If-None-Match: a 304 answer means unchanged and costs no rate
+// limit.
+type GitHubFile struct {
+	At      Location
+	BaseURL string // the API root, ending in /
+	// Client returns an HTTP client authenticated for the location's
+	// owner (the App's installation there, or a token).
+	Client func(ctx context.Context, owner string) (*http.Client, error)
+
+	etag string
+	last []byte
+}
+
+func (g *GitHubFile) Name() string { return g.At.String() }
+
+func (g *GitHubFile) Read(ctx context.Context) ([]byte, bool, error) {
+	hc, err := g.Client(ctx, g.At.Owner)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", g.Name(), err)
+	}
+	u := g.BaseURL + "repos/" + url.PathEscape(g.At.Owner) + "/" + url.PathEscape(g.At.Repo) + "/contents/" + escapePath(g.At.Path)
+	if g.At.Ref != "" {
+		u += "?ref=" + url.QueryEscape(g.At.Ref)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	req.Header.Set("Accept", "application/vnd.github.raw+json")
+	req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
+	if g.etag != "" {
+		req.Header.Set("If-None-Match", g.etag)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", g.Name(), err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20+1))
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", g.Name(), err)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+		if len(body) > 1<<20 {
+			return nil, false, fmt.Errorf("%s: larger than 1 MiB", g.Name())
+		}
+		changed := g.last == nil || !bytes.Equal(body, g.last)
+		g.etag, g.last = resp.Header.Get("ETag"), body
+		return body, changed, nil
+	case http.StatusNotModified:
+		return g.last, false, nil
+	case http.StatusNotFound:
+		return nil, false, fmt.Errorf("%s: %w: the repository or the file does not exist, or the credentials cannot read it (a GitHub App needs contents: read and the repository among its installation's)", g.Name(), ErrNotFound)
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return nil, false, fmt.Errorf("%s: GitHub refused to read it (%d): the credentials lack contents: read on %s/%s", g.Name(), resp.StatusCode, g.At.Owner, g.At.Repo)
+	}
+	return nil, false, fmt.Errorf("%s: GitHub answered %d", g.Name(), resp.StatusCode)
+}
+
+func escapePath(p string) string {
+	parts := strings.Split(p, "/")
+	for i, s := range parts {
+		parts[i] = url.PathEscape(s)
+	}
+	return strings.Join(parts, "/")
+}

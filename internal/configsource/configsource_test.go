@@ -1,0 +1,99 @@
+package configsource_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/bullpen-ci/bullpen/internal/configsource"
+)
+
+func TestParseLocation(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want configsource.Location
+		err  string
+	}{
+		{in: "github://acme/.github-private/.github/runs-on.yml", want: configsource.Location{Owner: "acme", Repo: ".github-private", Path: ".github/runs-on.yml"}},
+		{in: "github://acme/infra/runs-on.yml@v2", want: configsource.Location{Owner: "acme", Repo: "infra", Path: "runs-on.yml", Ref: "v2"}},
+		{in: "github://acme/infra", err: "want github://OWNER/REPO/PATH"},
+		{in: "github://acme//x.yml", err: "want github://OWNER/REPO/PATH"},
+		{in: "https://github.com/acme/infra", err: "not a github://"},
+	} {
+		got, err := configsource.ParseLocation(tc.in)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: error %v, want %q", tc.in, err, tc.err)
+		case tc.err == "" && (err != nil || got != tc.want):
+			t.Errorf("%s: %+v, %v", tc.in, got, err)
+		case tc.err == "" && got.String() != tc.in:
+			t.Errorf("%s: String() = %s", tc.in, got.String())
+		}
+	}
+}
+
+func TestFileReportsChanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runs-on.yml")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a")
+	f := &configsource.File{Path: path}
+	for i, want := range []struct {
+		write   string
+		changed bool
+	}{{"", true}, {"", false}, {"b", true}, {"b", false}} {
+		if want.write != "" {
+			write(want.write)
+		}
+		if _, changed, err := f.Read(context.Background()); err != nil || changed != want.changed {
+			t.Fatalf("read %d: changed %t, %v", i, changed, err)
+		}
+	}
+}
+
+// A file in a repository is read with If-None-Match: an unchanged file is
+// a 304, not a change.
+func TestGitHubFileReadsConditionally(t *testing.T) {
+	body, etag := "pools: {}\n", `"v1"`
+	var conditional int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/repos/acme/.github-private/contents/.github/runs-on.yml" {
+			http.NotFound(w, r)
+			return
+		}
+		if r.Header.Get("If-None-Match") == etag {
+			conditional++
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Header().Set("ETag", etag)
+		w.Write([]byte(body))
+	}))
+	defer srv.Close()
+	loc, _ := configsource.ParseLocation("github://acme/.github-private/.github/runs-on.yml")
+	g := &configsource.GitHubFile{At: loc, BaseURL: srv.URL + "/",
+		Client: func(context.Context, string) (*http.Client, error) { return srv.Client(), nil }}
+	ctx := context.Background()
+	if data, changed, err := g.Read(ctx); err != nil || !changed || string(data) != body {
+		t.Fatalf("first read: %q %t %v", data, changed, err)
+	}
+	if data, changed, err := g.Read(ctx); err != nil || changed || string(data) != body || conditional != 1 {
+		t.Fatalf("second read: %q %t %v (conditional %d)", data, changed, err, conditional)
+	}
+	body, etag = "pools: {a: {}}\n", `"v2"`
+	if data, changed, err := g.Read(ctx); err != nil || !changed || string(data) != body {
+		t.Fatalf("after a push: %q %t %v", data, changed, err)
+	}
+	missing := &configsource.GitHubFile{At: configsource.Location{Owner: "acme", Repo: "nope", Path: "x.yml"}, BaseURL: srv.URL + "/", Client: g.Client}
+	if _, _, err := missing.Read(ctx); !errors.Is(err, configsource.ErrNotFound) || !strings.Contains(err.Error(), "contents: read") {
+		t.Fatalf("missing repository: %v", err)
+	}
+}
