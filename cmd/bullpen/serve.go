@@ -43,6 +43,7 @@ type serveFlags struct {
 	claimHeartbeat, claimRegistration     time.Duration
 	creationTimeout, rpRequeueDelay       time.Duration
 	heartbeatFlush, shutdownGrace         time.Duration
+	redelivery                            time.Duration
 	http                                  httpSettings
 	deadlines                             domain.Deadlines
 	aws                                   awsFlags
@@ -128,6 +129,7 @@ func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) strin
 	dur(&f.claimRegistration, "claim-registration-timeout", "BULLPEN_CLAIM_REGISTRATION_TIMEOUT", 10*time.Second, "a reused instance must register for its job within this")
 	dur(&f.creationTimeout, "creation-timeout", "BULLPEN_CREATION_TIMEOUT", 5*time.Minute, "a new instance must boot and register for its job within this")
 	dur(&f.rpRequeueDelay, "resource-pool-requeue-delay", "BULLPEN_RESOURCE_POOL_REQUEUE_DELAY", 3*time.Second, "an idle instance that does not fit a job goes back to the resource pool with this delay")
+	dur(&f.redelivery, "redelivery-after", "BULLPEN_REDELIVERY_AFTER", 0, "a queued message taken by a loop that died is taken again after this (default: intake 30s, pool dispatch 1m, provisioning 1m; messages in hand are kept)")
 	dur(&f.heartbeatFlush, "heartbeat-flush", "BULLPEN_HEARTBEAT_FLUSH", time.Second, "agent heartbeats are written to the store together at this interval")
 	dur(&f.shutdownGrace, "shutdown-grace", "BULLPEN_SHUTDOWN_GRACE", time.Minute, "on SIGTERM, how long open requests and then the loops get to finish before serve exits anyway, with status 1")
 	dur(&f.http.read, "http-read-timeout", "BULLPEN_HTTP_READ_TIMEOUT", defaultHTTPRead, "a request's headers and body must arrive within this (GitHub gives up on a delivery after 10s)")
@@ -231,6 +233,9 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	if !ok || path == "" {
 		problems = append(problems, fmt.Errorf("--store %q: want sqlite://PATH", f.store))
 	}
+	if f.redelivery < 0 {
+		problems = append(problems, fmt.Errorf("--redelivery-after %s: want a positive duration", f.redelivery))
+	}
 	var aws app.AWS
 	switch f.cloud {
 	case "sim", "local":
@@ -297,6 +302,7 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	o.Provision.HeartbeatMaxAge, o.Provision.RegistrationTimeout = f.claimHeartbeat, f.claimRegistration
 	o.Provision.CreationTimeout, o.Provision.RequeueDelay = f.creationTimeout, f.rpRequeueDelay
 	o.HeartbeatFlush, o.Deadlines = f.heartbeatFlush, f.deadlines
+	o.Intake.Visibility, o.Dispatch.Visibility, o.Provision.Visibility = f.redelivery, f.redelivery, f.redelivery
 	return o, nil
 }
 

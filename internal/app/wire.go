@@ -15,6 +15,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/intake"
 	"github.com/bullpen-ci/bullpen/internal/loop"
 	"github.com/bullpen-ci/bullpen/internal/provision"
+	"github.com/bullpen-ci/bullpen/internal/queue/keepalive"
 	"github.com/bullpen-ci/bullpen/internal/reaper"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
@@ -95,6 +96,9 @@ func (a *App) wireJobPath() error {
 	a.Provisioner, err = provision.New(provision.Deps{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "provision"),
 		Scope: a.scope, Notify: a.Agents.Notify, Registrations: a.Agents.Registrations(), ReuseAllowed: a.reuseAllowed,
+		Hold: func(queue string, receipts []string, visibility time.Duration) func() {
+			return keepalive.Hold(a.Queue, clk, queue, receipts, visibility, log.With("loop", "provision"))
+		},
 	}, reg, prov)
 	if err != nil {
 		return err

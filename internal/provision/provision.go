@@ -45,8 +45,11 @@ import (
 // Options tune provisioning; zero values take the defaults, which come from
 // the design where it gives one.
 type Options struct {
-	BatchMax   int           // jobs received per cycle; default 100
-	Visibility time.Duration // default 5 min
+	BatchMax int // jobs received per cycle; default 100
+	// Visibility is how long a received message stays invisible; with
+	// Deps.Hold, messages in hand are kept invisible, so this is how soon
+	// one held by a process that died is taken again. Default 1 min.
+	Visibility time.Duration
 	Wait       time.Duration // long poll; default 1 s; negative: none, and Run pauses 1 s after an empty receive
 	// Batches bounds the received batches served at once; default 64.
 	// Each may hold Parallelism workers for up to CreationTimeout; at the
@@ -86,7 +89,7 @@ func (o *Options) defaults() {
 			*d = v
 		}
 	}
-	set(&o.Visibility, 5*time.Minute)
+	set(&o.Visibility, time.Minute)
 	if o.Wait == 0 {
 		o.Wait = time.Second
 	}
@@ -137,6 +140,11 @@ type Deps struct {
 	// ran on. A pool that does not reuse its instances promises its jobs a
 	// fresh machine, even when they overflow. Nil allows every job.
 	ReuseAllowed func(j domain.Job) bool
+	// Hold keeps the launch messages in hand invisible until the returned
+	// stop is called (keepalive.Hold), so the visibility timeout only says
+	// how soon a message held by a process that died is taken again. Nil
+	// holds nothing: a batch must then settle within the visibility.
+	Hold func(queue string, receipts []string, visibility time.Duration) (stop func())
 }
 
 func (d Deps) missing() string {
@@ -344,6 +352,18 @@ func (p *Provisioner) Serve(ctx context.Context, msgs []domain.Message) {
 	}
 	if err := p.Queue.Delete(ctx, domain.QueueLaunch, done); err != nil {
 		p.Log.Warn("delete settled launch messages", "err", err)
+	}
+	// A job waits here through its machine's boot: its message is kept
+	// invisible meanwhile, so the visibility timeout only says how soon a
+	// message held by a process that died is taken again.
+	var held []string
+	for _, reqs := range byClass {
+		for _, rq := range reqs {
+			held = append(held, rq.msg.Receipt)
+		}
+	}
+	if p.Hold != nil {
+		defer p.Hold(domain.QueueLaunch, held, p.opts.Visibility)()
 	}
 	imgs := newImages(p.Cloud)
 	var wg sync.WaitGroup

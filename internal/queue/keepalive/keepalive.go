@@ -1,0 +1,66 @@
+// Package keepalive keeps received queue messages invisible for as long as
+// they are being worked on. A loop can then receive with a short
+// visibility timeout — what a message taken by a process that died waits
+// before another takes it — and still hold a message through work that
+// lasts longer (a machine booting for its job).
+package keepalive
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Hold extends the visibility of the messages behind receipts by
+// visibility every third of it, until stop is called; stop returns once
+// the holder has stopped. A receipt the queue no longer knows (its
+// message settled, or taken again after a stall) is dropped from the hold.
+func Hold(q domain.Queue, clk domain.Clock, queue string, receipts []string, visibility time.Duration, log *slog.Logger) (stop func()) {
+	if len(receipts) == 0 || visibility <= 0 {
+		return func() {}
+	}
+	held := append([]string(nil), receipts...)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-clk.After(visibility / 3):
+			}
+			held = extend(q, queue, held, visibility, log)
+			if len(held) == 0 {
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(quit) })
+		<-done
+	}
+}
+
+// extend extends each receipt's visibility and returns those still held.
+func extend(q domain.Queue, queue string, receipts []string, visibility time.Duration, log *slog.Logger) []string {
+	ctx, cancel := context.WithTimeout(context.Background(), visibility/3)
+	defer cancel()
+	kept := receipts[:0]
+	for _, r := range receipts {
+		err := q.ChangeVisibility(ctx, queue, r, visibility)
+		switch {
+		case err == nil:
+			kept = append(kept, r)
+		case errors.Is(err, domain.ErrStaleReceipt):
+		default:
+			kept = append(kept, r) // tried again next time; the message may come back meanwhile
+			log.Warn("keep a message in hand invisible", "queue", queue, "err", err)
+		}
+	}
+	return kept
+}
