@@ -39,6 +39,7 @@ type apiInstance struct {
 	ID         string `json:"id"`
 	CloudID    string `json:"cloud_id"`
 	State      string `json:"state"`
+	Pool       string `json:"pool"`
 	Job        string `json:"job"`
 	JobsServed int    `json:"jobs_served"`
 	Reason     string `json:"reason"`

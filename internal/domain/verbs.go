@@ -99,9 +99,13 @@ func (l Lifecycle) Unclaim(in Instance, back State, deadline time.Time) Transiti
 }
 
 // GiveRunner records on an instance the just-in-time runner registered for
-// its job: its agent starts that runner.
+// its job: its agent starts that runner. It is guarded by state and job,
+// not version: a new machine's agent may say hello (its token recorded)
+// while the runner is being registered, and that changes nothing the
+// handover relies on.
 func (l Lifecycle) GiveRunner(in Instance, reg RunnerRegistration) TransitionRequest {
-	return change(in, func(i *Instance) { i.RunnerName, i.RunnerConfig = reg.Name, reg.JITConfig })
+	return TransitionRequest{ID: in.ID, Guard: Guard{State: in.State, Job: in.Job},
+		Apply: func(i *Instance) { i.RunnerName, i.RunnerConfig = reg.Name, reg.JITConfig }}
 }
 
 // IssueToken records the hash of the token an instance's agent was given.
@@ -195,12 +199,17 @@ func (l Lifecycle) Close(in Instance) TransitionRequest {
 
 // AssignJob binds a queued job to the instance that will serve it, with
 // the runner registered for it.
+//
+// It is guarded by the job's status alone: a job still waiting for a runner
+// may be assigned whatever else was recorded on it meanwhile (a duplicate
+// delivery, an overflow to the launch queue), and a job that was assigned,
+// started or cancelled meanwhile has left that status.
 func (l Lifecycle) AssignJob(j Job, instanceID string, via Via, reg RunnerRegistration, now time.Time) JobTransitionRequest {
-	return jobChange(j, func(x *Job) {
+	return JobTransitionRequest{ID: j.ID, Guard: JobGuard{Status: j.Status}, Apply: func(x *Job) {
 		x.Status, x.Via, x.InstanceID, x.AssignedAt = JobAssigned, via, instanceID, now
 		x.RunnerName, x.RunnerID, x.Reason = reg.Name, reg.RunnerID, ""
 		x.SendPending = false
-	})
+	}}
 }
 
 // Assign is the one atomic change that hands a claimed (or new) instance to

@@ -253,3 +253,42 @@ func TestMachineGoneIsOneRule(t *testing.T) {
 		}
 	}
 }
+
+// A new machine's agent may say hello while its runner is registered: the
+// runner is given all the same, but not to an instance that moved on.
+func TestGiveRunnerSurvivesAHelloButNotAnotherJob(t *testing.T) {
+	in := domain.Instance{ID: "bp-1", State: domain.StateBooting, Job: "42", Version: 2}
+	r := lc.GiveRunner(in, reg)
+	hello := in
+	hello.Version, hello.AgentTokenHash = 3, "h"
+	got, err := domain.ApplyTransition(hello, r.Guard, now, r.Apply)
+	if err != nil || got.RunnerName != reg.Name {
+		t.Fatalf("after a hello: %+v, %v", got, err)
+	}
+	for _, moved := range []domain.Instance{
+		{ID: "bp-1", State: domain.StateBooting, Job: "43", Version: 3},
+		{ID: "bp-1", State: domain.StateTerminating, Job: "42", Version: 3},
+	} {
+		if _, err := domain.ApplyTransition(moved, r.Guard, now, r.Apply); !errors.Is(err, domain.ErrConflict) {
+			t.Errorf("runner given to %+v: %v", moved, err)
+		}
+	}
+}
+
+// A job still waiting is assigned whatever else was recorded on it
+// meanwhile; one assigned elsewhere meanwhile is not taken again.
+func TestAssignJobTakesAWaitingJobOnly(t *testing.T) {
+	j := domain.Job{ID: 42, Status: domain.JobQueued, Version: 1}
+	r := lc.AssignJob(j, "bp-1", domain.ViaCold, reg, now)
+	redelivered := j
+	redelivered.Version = 2
+	got, err := domain.ApplyJobTransition(redelivered, r.Guard, now, r.Apply)
+	if err != nil || got.InstanceID != "bp-1" || got.Status != domain.JobAssigned {
+		t.Fatalf("a waiting job touched meanwhile: %+v, %v", got, err)
+	}
+	taken := redelivered
+	taken.Status, taken.InstanceID = domain.JobAssigned, "bp-2"
+	if _, err := domain.ApplyJobTransition(taken, r.Guard, now, r.Apply); !errors.Is(err, domain.ErrConflict) {
+		t.Fatalf("a job assigned elsewhere meanwhile: %v, want a conflict", err)
+	}
+}
