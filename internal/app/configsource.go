@@ -10,6 +10,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/configsource"
 	"github.com/bullpen-ci/bullpen/internal/github/installations"
 	"github.com/bullpen-ci/bullpen/internal/github/rest"
+	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
 // newConfigSource builds the source ConfigPath names — a file, or a file
@@ -91,4 +92,27 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return b.next.RoundTrip(r)
+}
+
+// configPushed reads the configuration at once when a push changes the
+// branch it is read from; the read is conditional, so a push that did not
+// touch the file costs a 304.
+func (a *App) configPushed(p webhook.Push) {
+	src, ok := a.source.(*configsource.GitHubFile)
+	if !ok || !strings.EqualFold(p.Repo, src.At.Owner+"/"+src.At.Repo) {
+		return
+	}
+	switch ref := src.At.Ref; {
+	case ref != "" && p.Ref != "refs/heads/"+ref && p.Ref != "refs/tags/"+ref:
+		return
+	case ref == "" && p.DefaultBranch != "" && p.Ref != "refs/heads/"+p.DefaultBranch:
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), rest.DefaultTimeout)
+		defer cancel()
+		if err := a.reloadConfig(ctx); err != nil {
+			a.opts.Log.Warn("read the configuration after a push", "repo", p.Repo, "err", err)
+		}
+	}()
 }

@@ -82,28 +82,34 @@ func (a *App) jobPath() []loop.Loop {
 	return []loop.Loop{a.Intake.Loop(), a.Dispatcher.Loop(), a.Provisioner.Loop(), a.Terminator.Loop(), a.Agents.Loop()}
 }
 
-// configLoop re-reads the configuration every ConfigInterval; one that
-// does not validate is reported and the configuration in force kept.
+// configLoop re-reads the configuration every ConfigInterval.
 func (a *App) configLoop() loop.Loop {
-	return loop.Loop{Name: "config", Every: a.opts.ConfigInterval, Step: func(ctx context.Context) error {
-		name := a.source.Name()
-		data, changed, err := a.source.Read(ctx)
-		if err != nil {
-			a.configs.Refused(name, nil, err, a.opts.Clock.Now())
-			return fmt.Errorf("configuration %s unreadable; keeping the one in force: %w", name, err)
-		}
-		if !changed {
-			return nil
-		}
-		cfg, err := config.Parse(name, data)
-		if err != nil {
-			a.configs.Refused(name, data, err, a.opts.Clock.Now())
-			a.opts.Log.Error("configuration invalid; keeping the one in force", "path", name, "problems", err.Error())
-			return nil // a human must fix the file: retrying the same bytes cannot help
-		}
-		a.SetConfig(cfg)
-		a.configs.Loaded(name, data, cfg, a.opts.Clock.Now())
-		a.opts.Log.Info("configuration reloaded", "path", name, "pools", len(cfg.PoolsFor(a.opts.Environment)))
+	return loop.Loop{Name: "config", Every: a.opts.ConfigInterval, Step: a.reloadConfig}
+}
+
+// reloadConfig reads the configuration and puts it in force when it
+// changed; one that does not validate is reported and the configuration in
+// force kept. The loop and pushes to a configuration repository call it.
+func (a *App) reloadConfig(ctx context.Context) error {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	name := a.source.Name()
+	data, changed, err := a.source.Read(ctx)
+	if err != nil {
+		a.configs.Refused(name, nil, err, a.opts.Clock.Now())
+		return fmt.Errorf("configuration %s unreadable; keeping the one in force: %w", name, err)
+	}
+	if !changed {
 		return nil
-	}}
+	}
+	cfg, err := config.Parse(name, data)
+	if err != nil {
+		a.configs.Refused(name, data, err, a.opts.Clock.Now())
+		a.opts.Log.Error("configuration invalid; keeping the one in force", "path", name, "problems", err.Error())
+		return nil // a human must fix the file: retrying the same bytes cannot help
+	}
+	a.SetConfig(cfg)
+	a.configs.Loaded(name, data, cfg, a.opts.Clock.Now())
+	a.opts.Log.Info("configuration reloaded", "path", name, "pools", len(cfg.PoolsFor(a.opts.Environment)))
+	return nil
 }

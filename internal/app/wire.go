@@ -33,7 +33,8 @@ func (a *App) wire(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if a.Webhook, err = webhook.New(o.WebhookSecret, a.Queue, clk, log.With("loop", "webhook"), reg); err != nil {
+	if a.Webhook, err = webhook.NewWithOptions(o.WebhookSecret, a.Queue, clk, log.With("loop", "webhook"), reg,
+		webhook.Options{OnPush: a.configPushed}); err != nil {
 		return err
 	}
 	if err := a.newGitHub(ctx); err != nil {

@@ -40,6 +40,9 @@ type Options struct {
 	// ReaderWait is how long a request waits for a slot before it is
 	// answered 503 with Retry-After (DefaultReaderWait when zero).
 	ReaderWait time.Duration
+	// OnPush, when set, is told of every signed push delivery; it must not
+	// block (the delivery's answer waits for it).
+	OnPush func(Push)
 }
 
 func (o Options) withDefaults() Options {
@@ -53,10 +56,10 @@ func (o Options) withDefaults() Options {
 }
 
 // keepFor is how much of a body of event is kept in memory: only payloads
-// the handler parses are kept. A future event whose payload may be used
-// truncated (push, say) gets its own limit here and reads body.complete.
+// the handler parses are kept, and a push cut at MaxPayload is not parsed
+// (body.complete).
 func keepFor(event string) int {
-	if event == EventWorkflowJob {
+	if event == EventWorkflowJob || event == EventPush {
 		return MaxPayload
 	}
 	return 0

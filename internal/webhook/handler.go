@@ -144,6 +144,8 @@ func (h *Handler) handle(r *http.Request, now time.Time) response {
 				fmt.Sprintf("a %s payload may not exceed %d bytes", EventWorkflowJob, MaxPayload))
 		}
 		return h.workflowJob(r, b.kept, now)
+	case EventPush:
+		return h.push(b)
 	default:
 		return response{status: http.StatusAccepted, outcome: OutcomeIgnored, body: map[string]string{"ignored": event}}
 	}

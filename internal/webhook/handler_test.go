@@ -246,7 +246,7 @@ func TestNewRefusesAnEmptySecret(t *testing.T) {
 }
 
 func TestEventLabelIsBounded(t *testing.T) {
-	for event, want := range map[string]string{"ping": "ping", "workflow_job": "workflow_job", "": "none", "push": "other", strings.Repeat("x", 1000): "other"} {
+	for event, want := range map[string]string{"ping": "ping", "workflow_job": "workflow_job", "": "none", "push": "push", "issues": "other", strings.Repeat("x", 1000): "other"} {
 		if got := eventLabel(event); got != want {
 			t.Errorf("eventLabel(%q) = %q, want %q", event, got, want)
 		}

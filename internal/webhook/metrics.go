@@ -49,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // the request, so only the events bullpen knows get a value of their own.
 func eventLabel(event string) string {
 	switch event {
-	case EventPing, EventWorkflowJob:
+	case EventPing, EventWorkflowJob, EventPush:
 		return event
 	case "":
 		return "none"
