@@ -138,7 +138,7 @@ type App struct {
 	closers    []func() error // released by Close, last first
 	source     configsource.Source
 	reloadMu   sync.Mutex // one configuration read at a time
-	configData []byte // as first read from source
+	configData []byte     // as first read from source
 	configs    *dashboard.ConfigRecorder
 	specMu     sync.RWMutex
 	specHashs  map[string]string
