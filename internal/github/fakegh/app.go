@@ -20,15 +20,22 @@ const installationTokenTTL = time.Hour
 // auth is the credentials the fake accepts, guarded by Server.mu. With
 // neither a token nor an app configured, every request is accepted.
 type auth struct {
-	token          string
-	appID          int64
-	installationID int64
-	appKey         *rsa.PublicKey
-	issued         map[string]time.Time // installation token → expiry
-	tokenRequests  int
+	token         string
+	appID         int64
+	appKey        *rsa.PublicKey
+	installations map[int64]*installation
+	issued        map[string]issuedToken // by installation token
+	tokenRequests int
 }
 
-func newAuth() auth { return auth{issued: map[string]time.Time{}} }
+type issuedToken struct {
+	expires      time.Time
+	installation int64
+}
+
+func newAuth() auth {
+	return auth{issued: map[string]issuedToken{}, installations: map[int64]*installation{}}
+}
 
 // RequireToken makes the fake accept only this token (a PAT), sent as
 // "Bearer TOKEN" or "token TOKEN", besides installation tokens it issued.
@@ -46,7 +53,8 @@ func (s *Server) RequireToken(token string) {
 func (s *Server) RequireApp(appID, installationID int64, key *rsa.PublicKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.auth.appID, s.auth.installationID, s.auth.appKey = appID, installationID, key
+	s.auth.appID, s.auth.appKey = appID, key
+	s.auth.installations[installationID] = &installation{id: installationID, created: s.clk.Now()}
 }
 
 // TokenRequests is how many installation tokens the fake has issued.
@@ -67,8 +75,8 @@ func (a *auth) accepts(header string, now time.Time) bool {
 	if a.token != "" && cred == a.token {
 		return true
 	}
-	exp, ok := a.issued[cred]
-	return ok && now.Before(exp)
+	t, ok := a.issued[cred]
+	return ok && now.Before(t.expires)
 }
 
 func (s *Server) handleAccessToken(w http.ResponseWriter, r *http.Request) {
@@ -89,13 +97,18 @@ func (s *Server) handleAccessToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, err := strconv.ParseInt(r.PathValue("installation_id"), 10, 64)
-	if err != nil || id != s.auth.installationID {
+	in := s.auth.installations[id]
+	if err != nil || in == nil {
 		writeError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	if !in.suspended.IsZero() {
+		writeError(w, http.StatusForbidden, "This installation has been suspended")
 		return
 	}
 	token := "ghs_" + strings.ReplaceAll(rand.Text(), "=", "")
 	expires := now.Add(installationTokenTTL)
-	s.auth.issued[token] = expires
+	s.auth.issued[token] = issuedToken{expires: expires, installation: id}
 	s.auth.tokenRequests++
 	writeJSON(w, http.StatusCreated, map[string]any{
 		"token":                token,

@@ -17,6 +17,10 @@
 //	POST   /repos/{owner}/{repo}/actions/runs/{run_id}/cancel
 //	GET    /orgs/{org}/repos
 //	POST   /app/installations/{installation_id}/access_tokens
+//	GET    /app, /orgs/{org}/installation, /users/{username}/installation,
+//	       /repos/{owner}/{repo}/installation    (the App's JWT)
+//	GET    /repos/{owner}/{repo}/contents/{path} (raw, with an ETag)
+//	GET    /user
 //
 // Lists paginate with page and per_page (default 30, at most 100, and at
 // most PageSize) and Link headers. Errors come as GitHub sends them: 404 for
@@ -26,7 +30,9 @@
 // whatever FailNext injects.
 //
 // The state is seeded and driven through methods: AddRepo, QueueJob,
-// StartJob, CompleteJob, AddRunner, SetBusy, SetOnline, RunJIT. Accounts
+// StartJob, CompleteJob, AddRunner, SetBusy, SetOnline, RunJIT, and for a
+// GitHub App RequireApp, AddInstallation, SuspendInstallation; PutFile
+// writes a repository's file. Accounts
 // named by AddRepo or QueueJob are organisations. With AutoCreate, every
 // owner and repository a request names exists too.
 package fakegh
@@ -74,6 +80,7 @@ type Server struct {
 	requests   []string
 	counts     map[string]int // requests by route, with and without method
 	labelIDs   map[string]int64
+	files      map[string]string // by lower-case repository full name + "/" + path
 }
 
 type account struct {
@@ -127,6 +134,8 @@ type runner struct {
 	jit       string
 	job       *job
 	started   bool // a process ran its JIT config
+	// installation is the installation whose token registered the runner.
+	installation int64
 }
 
 // RunnerSpec is a runner for AddRunner to register.

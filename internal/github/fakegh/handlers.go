@@ -30,6 +30,12 @@ func (s *Server) routes() map[string]http.HandlerFunc {
 		"POST /repos/{owner}/{repo}/actions/runs/{run_id}/cancel":       s.locked(s.handleCancel),
 		"GET /orgs/{org}/repos":                                         s.locked(s.handleOrgRepos),
 		routeAccessTokens:                                               s.handleAccessToken,
+		routeApp:                                                        s.locked(s.handleApp),
+		routeOrgInstallation:                                            s.locked(s.handleInstallation),
+		routeUserInstallation:                                           s.locked(s.handleInstallation),
+		routeRepoInstallation:                                           s.locked(s.handleInstallation),
+		"GET /repos/{owner}/{repo}/contents/{path...}":                  s.locked(s.handleFile),
+		"GET /user": s.locked(s.handleUser),
 	}
 }
 
@@ -114,6 +120,7 @@ func (s *Server) handleJIT(w http.ResponseWriter, r *http.Request) {
 	}
 	rn := s.newRunner(scopeFromRef(sc), body.Name, body.Labels)
 	rn.ephemeral, rn.jit = true, newJITConfig(body.Name, rn.id)
+	rn.installation = s.requestInstallation(r)
 	writeJSON(w, http.StatusCreated, map[string]any{"runner": s.runnerJSON(rn), "encoded_jit_config": rn.jit})
 }
 

@@ -110,8 +110,10 @@ func (s *Server) intercept(w http.ResponseWriter, r *http.Request, pattern strin
 	switch {
 	case pattern == "":
 		writeError(w, http.StatusNotFound, "Not Found")
-	case pattern != routeAccessTokens && !s.auth.accepts(r.Header.Get("Authorization"), now):
+	case !isAppRoute(pattern) && !s.auth.accepts(r.Header.Get("Authorization"), now):
 		writeError(w, http.StatusUnauthorized, "Bad credentials")
+	case !isAppRoute(pattern) && s.outOfReach(r):
+		writeError(w, http.StatusNotFound, "Not Found")
 	case now.Before(s.faults.rateReset):
 		s.rateHeaders(w, now)
 		writeError(w, http.StatusForbidden, "API rate limit exceeded for installation. If you reach out to GitHub Support for help, please include the request ID.")

@@ -45,6 +45,7 @@ type endpoint struct {
 	// than the schema (an installation token's permissions and
 	// repositories depend on what was asked).
 	ignore []string
+	asApp  bool // authenticated by the App's JWT
 }
 
 func (e endpoint) key() string { return e.method + " " + e.route + " " + e.status }
@@ -98,6 +99,7 @@ func shapesFixture(t *testing.T) (*fakegh.Server, []endpoint, string) {
 	t.Cleanup(srv.Close)
 	key, jwt := appKeyAndJWT(t, 4242)
 	srv.RequireApp(4242, 77, &key.PublicKey)
+	srv.AddInstallation(78, "octo-org")
 	srv.RequireToken("ghp_shapes")
 	const repo = "octo-org/octo-repo"
 	srv.AddRepo(repo)
@@ -139,6 +141,11 @@ func shapesFixture(t *testing.T) (*fakegh.Server, []endpoint, string) {
 		{method: "GET", route: "/orgs/{org}/repos", status: "200", path: "/orgs/octo-org/repos"},
 		{method: "POST", route: "/app/installations/{installation_id}/access_tokens", status: "201",
 			path: "/app/installations/77/access_tokens", ignore: []string{"permissions.", "repositories"}},
+		{method: "GET", route: "/app", status: "200", path: "/app", ignore: []string{"permissions."}, asApp: true},
+		{method: "GET", route: "/orgs/{org}/installation", status: "200", path: "/orgs/octo-org/installation",
+			ignore: []string{"permissions.", "events[]", "single_file_paths[]"}, asApp: true},
+		{method: "GET", route: "/repos/{owner}/{repo}/installation", status: "200", path: "/repos/" + repo + "/installation",
+			ignore: []string{"permissions.", "events[]", "single_file_paths[]"}, asApp: true},
 	}, "Bearer " + jwt
 }
 
@@ -154,7 +161,7 @@ func call(t *testing.T, srv *fakegh.Server, e endpoint, auth string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(e.route, "/app/") {
+	if !e.asApp && !strings.HasPrefix(e.route, "/app/") {
 		auth = "Bearer ghp_shapes"
 	}
 	req.Header.Set("Authorization", auth)

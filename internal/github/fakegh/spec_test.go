@@ -133,7 +133,9 @@ func requireFields(spec map[string]any, schema, v any, at string, ignore []strin
 				requireFields(spec, sub, xv, strings.TrimPrefix(at+"."+name, "."), ignore, problems, depth+1)
 			}
 		}
-		if _, composed := s["allOf"]; len(props) > 0 && !composed {
+		_, composed := s["allOf"]
+		_, open := s["additionalProperties"].(map[string]any) // any key, of that schema
+		if len(props) > 0 && !composed && !open {
 			for name := range x {
 				if _, ok := props[name]; !ok {
 					*problems = append(*problems, fmt.Sprintf("%s: not a field of the schema", strings.TrimPrefix(at+"."+name, ".")))

@@ -1,0 +1,115 @@
+package installations_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/bullpen-ci/bullpen/internal/configsource"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/github/fakegh"
+	"github.com/bullpen-ci/bullpen/internal/github/installations"
+	"github.com/bullpen-ci/bullpen/internal/github/rest"
+)
+
+const appID = 4242
+
+// twoAccounts is a fake GitHub where the App is installed on acme (101)
+// and globex (102), and not on initech.
+func twoAccounts(t *testing.T) (*fakegh.Server, []byte) {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh := fakegh.New()
+	t.Cleanup(gh.Close)
+	gh.RequireApp(appID, 100, &key.PublicKey)
+	gh.AddInstallation(101, "acme")
+	gh.AddInstallation(102, "globex")
+	for _, r := range []string{"acme/app", "globex/app", "initech/app"} {
+		gh.AddRepo(r)
+	}
+	return gh, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+}
+
+func newApp(t *testing.T, gh *fakegh.Server, id int64, key []byte) *installations.GitHub {
+	t.Helper()
+	g, err := installations.New(installations.Options{BaseURL: gh.URL() + "/", AppID: id, PrivateKey: key,
+		Client: rest.Options{}, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// Each account's calls carry its own installation's token.
+func TestEachAccountUsesItsInstallation(t *testing.T) {
+	gh, key := twoAccounts(t)
+	g := newApp(t, gh, appID, key)
+	ctx := context.Background()
+	if slug, err := g.Check(ctx); err != nil || slug == "" {
+		t.Fatalf("check: %q, %v", slug, err)
+	}
+	for i, tc := range []struct {
+		owner string
+		want  int64
+	}{{"acme", 101}, {"globex", 102}, {"ACME", 101}} {
+		name := fmt.Sprintf("runner-%d-%s", i, tc.owner)
+		if _, err := g.RegisterRunner(ctx, domain.Scope{Owner: tc.owner, Repo: "app"}, name, []string{"linux"}); err != nil {
+			t.Fatalf("register on %s: %v", tc.owner, err)
+		}
+		if got := gh.RunnerInstallation(name); got != tc.want {
+			t.Errorf("runner of %s registered by installation %d, want %d", tc.owner, got, tc.want)
+		}
+	}
+	_, err := g.RegisterRunner(ctx, domain.Scope{Owner: "initech", Repo: "app"}, "r", []string{"linux"})
+	if !errors.Is(err, installations.ErrNotInstalled) || !strings.Contains(err.Error(), "initech") {
+		t.Fatalf("an account without the App: %v", err)
+	}
+	gh.SuspendInstallation(102)
+	suspended := newApp(t, gh, appID, key)
+	if _, err := suspended.ListRunners(ctx, domain.Scope{Owner: "globex", Repo: "app"}); !errors.Is(err, installations.ErrNotInstalled) || !strings.Contains(err.Error(), "suspended") {
+		t.Fatalf("a suspended installation: %v", err)
+	}
+}
+
+func TestBadCredentialsSayWhatToFix(t *testing.T) {
+	gh, key := twoAccounts(t)
+	if _, err := installations.New(installations.Options{BaseURL: gh.URL(), AppID: appID, PrivateKey: []byte("not a key")}); err == nil ||
+		!strings.Contains(err.Error(), "not a PEM RSA key") || strings.Contains(err.Error(), "not a key") {
+		t.Fatalf("a key that is not PEM: %v", err)
+	}
+	if _, err := newApp(t, gh, 999, key).Check(context.Background()); err == nil || !strings.Contains(err.Error(), "--github-app-id 999") {
+		t.Fatalf("an App id that is not the key's: %v", err)
+	}
+}
+
+// A configuration file is read with the account's installation, and an
+// unchanged one costs a 304.
+func TestConfigurationReadWithTheInstallation(t *testing.T) {
+	gh, key := twoAccounts(t)
+	gh.PutFile("acme/.github-private", ".github/runs-on.yml", "pools: {}\n")
+	g := newApp(t, gh, appID, key)
+	src := &configsource.GitHubFile{At: configsource.Location{Owner: "acme", Repo: ".github-private", Path: ".github/runs-on.yml"},
+		BaseURL: g.BaseURL(), Client: g.HTTPClient}
+	ctx := context.Background()
+	if data, changed, err := src.Read(ctx); err != nil || !changed || string(data) != "pools: {}\n" {
+		t.Fatalf("first read: %q %t %v", data, changed, err)
+	}
+	if _, changed, err := src.Read(ctx); err != nil || changed {
+		t.Fatalf("second read: changed %t, %v", changed, err)
+	}
+	other := &configsource.GitHubFile{At: configsource.Location{Owner: "globex", Repo: "app", Path: "runs-on.yml"},
+		BaseURL: g.BaseURL(), Client: g.HTTPClient}
+	if _, _, err := other.Read(ctx); !errors.Is(err, configsource.ErrNotFound) {
+		t.Fatalf("a file that does not exist: %v", err)
+	}
+}
