@@ -81,6 +81,10 @@ type Server struct {
 	counts     map[string]int // requests by route, with and without method
 	labelIDs   map[string]int64
 	files      map[string]string // by lower-case repository full name + "/" + path
+	hook       *sender           // where job events are delivered, once SendDeliveries names it
+	// registeredBy is the installation that registered each runner, by
+	// lower-case name.
+	registeredBy map[string]int64
 }
 
 type account struct {
@@ -171,8 +175,16 @@ func New() *Server {
 // URL is the API's base URL, without a trailing slash.
 func (s *Server) URL() string { return s.srv.URL }
 
-// Close shuts the server down.
-func (s *Server) Close() { s.srv.Close() }
+// Close shuts the server down, and stops its deliveries.
+func (s *Server) Close() {
+	s.mu.Lock()
+	if s.hook != nil && !s.hook.closed {
+		close(s.hook.done)
+		s.hook.closed = true
+	}
+	s.mu.Unlock()
+	s.srv.Close()
+}
 
 // SetClock makes the fake read time from clk: record times, token expiry
 // and the end of a rate limit.
@@ -278,6 +290,7 @@ func (s *Server) QueueJob(repoName string, labels []string, opts ...JobOption) d
 	j := &job{id: s.lastJob, run: ru, name: spec.name, labels: append([]string{}, labels...), status: "queued", created: s.clk.Now()}
 	ru.jobs = append(ru.jobs, j)
 	s.jobs[j.id] = j
+	s.announce(j, "queued")
 	if rn := s.waitingRunnerFor(j); rn != nil {
 		s.start(j, rn.name, rn)
 	}
@@ -336,6 +349,7 @@ func (s *Server) start(j *job, name string, rn *runner) {
 		j.runner = rn
 		rn.job, rn.busy, rn.online = j, true, true
 	}
+	s.announce(j, "in_progress")
 }
 
 // CompleteJob ends a queued or in-progress job with conclusion. Its runner
@@ -353,6 +367,7 @@ func (s *Server) CompleteJob(jobID int64, conclusion string) error {
 
 func (s *Server) complete(j *job, conclusion string) {
 	j.status, j.conclusion, j.completed = "completed", conclusion, s.clk.Now()
+	s.announce(j, "completed")
 	rn := j.runner
 	j.runner = nil
 	if rn == nil {

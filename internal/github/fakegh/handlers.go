@@ -35,7 +35,9 @@ func (s *Server) routes() map[string]http.HandlerFunc {
 		routeUserInstallation:                                           s.locked(s.handleInstallation),
 		routeRepoInstallation:                                           s.locked(s.handleInstallation),
 		"GET /repos/{owner}/{repo}/contents/{path...}":                  s.locked(s.handleFile),
-		"GET /user": s.locked(s.handleUser),
+		"GET /user":  s.locked(s.handleUser),
+		routeRunJIT:  s.handleRunJIT,
+		routeDoneJIT: s.locked(s.handleDoneJIT),
 	}
 }
 
@@ -120,7 +122,10 @@ func (s *Server) handleJIT(w http.ResponseWriter, r *http.Request) {
 	}
 	rn := s.newRunner(scopeFromRef(sc), body.Name, body.Labels)
 	rn.ephemeral, rn.jit = true, newJITConfig(body.Name, rn.id)
-	rn.installation = s.requestInstallation(r)
+	if s.registeredBy == nil {
+		s.registeredBy = map[string]int64{}
+	}
+	s.registeredBy[strings.ToLower(body.Name)] = s.requestInstallation(r)
 	writeJSON(w, http.StatusCreated, map[string]any{"runner": s.runnerJSON(rn), "encoded_jit_config": rn.jit})
 }
 

@@ -59,16 +59,12 @@ func (s *Server) SuspendInstallation(id int64) {
 }
 
 // RunnerInstallation is the installation whose token registered the runner
-// named name; 0 when it was not an installation token.
+// named name (even once it is gone); 0 when it was not an installation
+// token.
 func (s *Server) RunnerInstallation(name string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, r := range s.runners {
-		if r.name == name {
-			return r.installation
-		}
-	}
-	return 0
+	return s.registeredBy[strings.ToLower(name)]
 }
 
 // PutFile writes a repository's file, as a push would.

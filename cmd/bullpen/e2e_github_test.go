@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/github/fakegh"
+	"github.com/bullpen-ci/bullpen/internal/testfixtures"
+)
+
+const githubConfig = `runners:
+  small:
+    image: ubuntu24-full-x64
+pools:
+  linux:
+    runner: small
+    schedule:
+      - name: default
+        hot: %d
+`
+
+// ghRunner stands in for GitHub's runner on a machine: it connects to the
+// fake GitHub with its just-in-time config, which hands it a queued job
+// with its labels, works, and reports the job done.
+const ghRunner = `#!/bin/sh
+set -e
+curl -sf -X POST --data "$1" "%[1]s/_fake/jit/run" >/dev/null
+echo "Running job: $1"
+sleep 1
+curl -sf -X POST --data "$1" "%[1]s/_fake/jit/done" >/dev/null
+`
+
+// TestServeWithAGitHubApp runs serve as a GitHub App installed on two
+// organisations of a fake GitHub, with machines as local processes and
+// the configuration in a repository: each organisation's jobs get runners
+// registered with its own installation's token, a job whose webhook was
+// missed is found, and a configuration pushed to the repository changes a
+// pool's target.
+func TestServeWithAGitHubApp(t *testing.T) {
+	gh := fakegh.New()
+	t.Cleanup(gh.Close)
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const appID = 4242
+	gh.RequireApp(appID, 100, &key.PublicKey)
+	gh.AddInstallation(101, "acme")
+	gh.AddInstallation(102, "globex")
+	gh.AddRepo("acme/app")
+	gh.AddRepo("globex/app")
+	gh.PutFile("acme/.github-private", ".github/runs-on.yml", fmt.Sprintf(githubConfig, 1))
+	dir := t.TempDir()
+	keyFile, runner := filepath.Join(dir, "app.pem"), filepath.Join(dir, "runner.sh")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(runner, []byte(fmt.Sprintf(ghRunner, gh.URL())), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startServerWith(t, "", "--config", "github://acme/.github-private/.github/runs-on.yml",
+		"--github", "app", "--github-app-id", fmt.Sprint(appID), "--github-app-key-file", keyFile, "--github-url", gh.URL()+"/",
+		"--cloud", "local", "--local-dir", filepath.Join(dir, "machines"), "--environment", "e2e",
+		"--converge-every", "500ms", "--terminate-every", "500ms", "--reap-every", "1s", "--reload", "1h",
+		"--local-agent-env", "BULLPEN_AGENT_RUNNER_COMMAND="+runner+" {jitconfig}",
+		"--local-agent-env", "BULLPEN_AGENT_HEARTBEAT_INTERVAL=500ms", "--local-agent-env", "BULLPEN_AGENT_POLL_WAIT=2s")
+	gh.SendDeliveries(s.base+"/webhook", s.secret)
+	l := &localStack{server: s}
+
+	// One job in each organisation: each runner is registered by the
+	// organisation's own installation.
+	for _, tc := range []struct {
+		repo string
+		want int64
+	}{{"acme/app", 101}, {"globex/app", 102}} {
+		queued := gh.QueueJob(tc.repo, []string{"runs-on/pool=linux"})
+		j := l.waitJob(queued.ID, "completed")
+		var view struct {
+			RunnerName string `json:"runner_name"`
+		}
+		s.get(fmt.Sprintf("/api/v1/jobs/%d", j.ID), &view)
+		if got := gh.RunnerInstallation(view.RunnerName); got != tc.want {
+			t.Errorf("the runner of %s's job was registered by installation %d, want %d", tc.repo, got, tc.want)
+		}
+		if done, _ := gh.Job(queued.ID); done.Status != "completed" || done.Conclusion != "success" {
+			t.Errorf("GitHub sees %s's job %s/%s", tc.repo, done.Status, done.Conclusion)
+		}
+	}
+
+	// A job whose queued delivery never came: reconciliation finds it.
+	gh.MissNextDeliveries(1)
+	missed := gh.QueueJob("acme/app", []string{"runs-on/pool=linux"})
+	l.waitJob(missed.ID, "completed")
+
+	// A configuration pushed to its repository is in force at once.
+	gh.PutFile("acme/.github-private", ".github/runs-on.yml", fmt.Sprintf(githubConfig, 2))
+	push := []byte(`{"ref":"refs/heads/main","repository":{"full_name":"acme/.github-private","default_branch":"main"}}`)
+	req, _ := http.NewRequest(http.MethodPost, s.base+"/webhook", bytes.NewReader(push))
+	req.Header.Set("X-GitHub-Event", "push")
+	req.Header.Set("X-GitHub-Delivery", "push-1")
+	req.Header.Set("X-Hub-Signature-256", testfixtures.GoSign(s.secret, push))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("push: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	s.eventually("the pushed target is in force", 30*time.Second, func() bool {
+		var pools struct {
+			Pools []struct {
+				Name   string
+				Target struct{ Hot int }
+			}
+		}
+		s.get("/api/v1/pools", &pools)
+		return len(pools.Pools) == 1 && pools.Pools[0].Target.Hot == 2
+	})
+}
