@@ -100,6 +100,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer cancel(nil) // stops the heartbeats before waiting for them
 	wg.Go(func() { a.heartbeats(ctx, cancel) })
+	if a.cfg.CloudIDFrom == "imds" && a.cfg.SpotWatchEvery > 0 {
+		wg.Go(func() { a.watchSpot(ctx) })
+	}
 	if err := a.recoverInterruptedJob(ctx); err != nil {
 		return a.finish(ctx, err)
 	}

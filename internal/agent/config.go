@@ -24,6 +24,7 @@ const (
 	DefaultShutdownCommand     = "shutdown -h now"
 	DefaultUnreachableDeadline = 20 * time.Minute
 	DefaultHeartbeatEvery      = 5 * time.Second
+	DefaultSpotWatchEvery      = 5 * time.Second
 	DefaultPollWait            = 30 * time.Second
 	DefaultBackoffMin          = time.Second
 	DefaultBackoffMax          = 30 * time.Second
@@ -61,9 +62,12 @@ type Config struct {
 
 	UnreachableDeadline time.Duration // shut down after this long without the control plane
 	HeartbeatEvery      time.Duration
-	PollWait            time.Duration // how long each long poll for an instruction is held
-	BackoffMin          time.Duration
-	BackoffMax          time.Duration
+	// SpotWatchEvery is how often EC2's spot interruption notice is looked
+	// for (with cloud-id-from imds); 0 never.
+	SpotWatchEvery time.Duration
+	PollWait       time.Duration // how long each long poll for an instruction is held
+	BackoffMin     time.Duration
+	BackoffMax     time.Duration
 
 	// Env holds KEY=VALUE pairs for the commands: the settings of the
 	// config file that are not the agent's own (RUNNER_ALLOW_RUNASROOT, …).
@@ -77,7 +81,7 @@ func Defaults() Config {
 		MetadataURL: DefaultMetadataURL, StateDir: DefaultStateDir,
 		RunnerCommand: DefaultRunnerCommand, JobStartedPattern: DefaultJobStartedPattern,
 		ShutdownCommand: DefaultShutdownCommand, UnreachableDeadline: DefaultUnreachableDeadline,
-		HeartbeatEvery: DefaultHeartbeatEvery, PollWait: DefaultPollWait,
+		HeartbeatEvery: DefaultHeartbeatEvery, PollWait: DefaultPollWait, SpotWatchEvery: DefaultSpotWatchEvery,
 		BackoffMin: DefaultBackoffMin, BackoffMax: DefaultBackoffMax, LogLevel: slog.LevelInfo,
 	}
 }
@@ -165,6 +169,7 @@ var settings = []setting{
 	{"shutdown-command", "command run when the control plane stays unreachable (default \"" + DefaultShutdownCommand + "\")", str(func(c *Config) *string { return &c.ShutdownCommand })},
 	{"unreachable-deadline", "shut the machine down after the control plane is unreachable this long (default 20m)", dur(func(c *Config) *time.Duration { return &c.UnreachableDeadline })},
 	{"heartbeat-interval", "time between heartbeats (default 5s)", dur(func(c *Config) *time.Duration { return &c.HeartbeatEvery })},
+	{"spot-watch-interval", "with cloud-id-from imds: how often EC2's spot interruption notice is looked for (default 5s)", dur(func(c *Config) *time.Duration { return &c.SpotWatchEvery })},
 	{"poll-wait", "how long each long poll for an instruction is held (default 30s, at most 60s)", dur(func(c *Config) *time.Duration { return &c.PollWait })},
 	{"log-level", "debug, info, warn or error (default info)", func(c *Config, v string) error { return c.LogLevel.UnmarshalText([]byte(v)) }},
 }

@@ -194,6 +194,7 @@ var signalKinds = map[domain.SignalKind]bool{
 	domain.SignalJobFinished:  true,
 	domain.SignalDeregistered: false,
 	domain.SignalFailed:       false,
+	domain.SignalInterrupted:  false,
 }
 
 func (s *Server) signal(w http.ResponseWriter, r *http.Request) (any, error) {

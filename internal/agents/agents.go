@@ -42,6 +42,9 @@ type Options struct {
 	// Notices is told when an agent has something new to do, so that the
 	// agent waiting for it wakes at once; nil tells nobody.
 	Notices domain.AssignmentNotifier
+	// Interrupted, when set, is told of every machine the cloud takes back
+	// (the spot circuit breaker counts them by runner class).
+	Interrupted func(runner string, at time.Time)
 }
 
 // Service implements domain.AgentAPI and the release of instances.
@@ -154,7 +157,7 @@ func (s *Service) Next(ctx context.Context, cloudID string) (domain.Instruction,
 var knownSignals = map[domain.SignalKind]bool{
 	domain.SignalWarm: true, domain.SignalHeartbeat: true, domain.SignalRegistered: true,
 	domain.SignalJobStarted: true, domain.SignalJobFinished: true, domain.SignalDeregistered: true,
-	domain.SignalFailed: true,
+	domain.SignalFailed: true, domain.SignalInterrupted: true,
 }
 
 // Signal applies one signal from an instance's agent.
@@ -182,6 +185,8 @@ func (s *Service) Signal(ctx context.Context, sig domain.Signal) error {
 		return s.deregistered(ctx, in)
 	case domain.SignalFailed:
 		return s.failed(ctx, in, sig)
+	case domain.SignalInterrupted:
+		return s.interrupted(ctx, in)
 	}
 	return reject(sig.Kind, "unknown signal")
 }
@@ -314,6 +319,31 @@ func (s *Service) jobFinished(ctx context.Context, in domain.Instance, sig domai
 // failed: the agent gave up. The instance goes to error (the converger or
 // the reaper terminates it) and, in the same change, a job it had not
 // started goes back to its queue.
+// interrupted: the cloud is taking the machine back (a spot interruption
+// notice gives it two minutes). The instance leaves service at once; a job
+// it had not started goes back to its queue, and one it had started is
+// marked interrupted, in the same change: GitHub fails that job, and the
+// reaper re-runs it once its run completes.
+func (s *Service) interrupted(ctx context.Context, in domain.Instance) error {
+	if in.State == domain.StateTerminating || in.State == domain.StateTerminated {
+		return nil
+	}
+	now := s.clock.Now()
+	const reason = "spot interruption: the cloud is taking the machine back"
+	_, ok, err := jobs.Interrupt(ctx, s.store, s.queue, in, reason, s.opts.Deadlines.Until(domain.StateTerminating, now))
+	if err != nil {
+		return fmt.Errorf("interrupted %s: %w", in.ID, err)
+	}
+	if !ok {
+		return fmt.Errorf("interrupted %s: %w", in.ID, domain.ErrConflict) // changed meanwhile: the agent retries
+	}
+	s.log.Warn("instance interrupted by the cloud", "instance", in.ID, "runner", in.Runner, "job", in.Job, "job_started", in.JobStarted)
+	if s.opts.Interrupted != nil {
+		s.opts.Interrupted(in.Runner, now)
+	}
+	return nil
+}
+
 func (s *Service) failed(ctx context.Context, in domain.Instance, sig domain.Signal) error {
 	if sig.Job != "" && in.Job != "" && sig.Job != in.Job && sig.Job != runnerJob(in) {
 		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)

@@ -87,6 +87,9 @@ const (
 	SignalJobFinished  SignalKind = "job-finished"
 	SignalDeregistered SignalKind = "deregistered"
 	SignalFailed       SignalKind = "failed"
+	// SignalInterrupted: the cloud gave the machine notice that it is being
+	// taken back (a spot interruption); it has about two minutes.
+	SignalInterrupted SignalKind = "interrupted"
 )
 
 // Signal is one report from an instance, identified by its cloud id.

@@ -100,6 +100,12 @@ type Job struct {
 	// sender clears it once the message is out; the reaper sends it again
 	// for a job left with it set (a crash between the two writes).
 	SendPending bool
+	// Interrupted: the job's machine was taken back by the cloud (a spot
+	// interruption) after the job started; GitHub fails the job, and it is
+	// re-run once its run completes when its runner allows (Rerun once
+	// asked).
+	Interrupted bool
+	Rerun       bool
 	Version     int64
 
 	CreatedAt   time.Time

@@ -35,7 +35,21 @@ type RunnerSpec struct {
 	Volume Volume   `json:"volume"`
 	// Spot is "" for on-demand, or the spot allocation strategy.
 	Spot string `json:"spot,omitempty"`
+	// Retry is RunsOn's retry: "" or RetryWhenInterrupted re-runs a job
+	// whose spot machine was taken back after it started, RetryNever
+	// does not.
+	Retry string `json:"retry,omitempty"`
 }
+
+// Retry settings of a runner.
+const (
+	RetryWhenInterrupted = "when-interrupted"
+	RetryNever           = "false"
+)
+
+// RerunsInterrupted reports whether a job whose machine was interrupted
+// after it started is re-run.
+func (r RunnerSpec) RerunsInterrupted() bool { return r.Retry != RetryNever }
 
 // Weekdays in the order the configuration names them.
 var dayNames = map[string]time.Weekday{

@@ -212,6 +212,17 @@ func (l Lifecycle) AssignJob(j Job, instanceID string, via Via, reg RunnerRegist
 	}}
 }
 
+// InterruptJob records that a started job's machine was taken back by the
+// cloud: the job is GitHub's to fail, and may be re-run.
+func (l Lifecycle) InterruptJob(j Job) JobTransitionRequest {
+	return jobChange(j, func(x *Job) { x.Interrupted = true })
+}
+
+// RerunJob records that GitHub was asked to re-run an interrupted job.
+func (l Lifecycle) RerunJob(j Job) JobTransitionRequest {
+	return jobChange(j, func(x *Job) { x.Rerun = true })
+}
+
 // Assign is the one atomic change that hands a claimed (or new) instance to
 // its job: the job is assigned with the runner registered for it, and the
 // instance gets that runner.

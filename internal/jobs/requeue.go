@@ -79,15 +79,35 @@ func SendPending(ctx context.Context, st Store, q domain.Queue, now time.Time, a
 // since it was read (the caller decides again on what it is now);
 // retired is the instance as written.
 func Retire(ctx context.Context, st Store, q domain.Queue, in domain.Instance, to domain.State, reason string, deadline time.Time) (retired domain.Instance, ok bool, err error) {
+	return retire(ctx, st, q, in, to, reason, deadline, false)
+}
+
+// Interrupt is Retire for a machine the cloud is taking back: a job it had
+// started is marked interrupted (GitHub fails it; it may be re-run once its
+// run completes), in the same change.
+func Interrupt(ctx context.Context, st Store, q domain.Queue, in domain.Instance, reason string, deadline time.Time) (retired domain.Instance, ok bool, err error) {
+	return retire(ctx, st, q, in, domain.StateTerminating, reason, deadline, true)
+}
+
+func retire(ctx context.Context, st Store, q domain.Queue, in domain.Instance, to domain.State, reason string, deadline time.Time, interrupted bool) (domain.Instance, bool, error) {
 	for range retries {
 		c := domain.Change{Instances: []domain.TransitionRequest{verbs.Retire(in, to, reason, deadline)}}
-		if !in.JobStarted {
+		switch {
+		case !in.JobStarted:
 			j, err := boundJob(ctx, st, in)
 			if err != nil {
 				return domain.Instance{}, false, fmt.Errorf("retire %s: %w", in.ID, err)
 			}
 			if j != nil {
 				c.Jobs = []domain.JobTransitionRequest{verbs.RequeueJob(*j, "its instance stopped serving it: "+reason)}
+			}
+		case interrupted:
+			j, err := startedJob(ctx, st, in)
+			if err != nil {
+				return domain.Instance{}, false, fmt.Errorf("retire %s: %w", in.ID, err)
+			}
+			if j != nil {
+				c.Jobs = []domain.JobTransitionRequest{verbs.InterruptJob(*j)}
 			}
 		}
 		done, err := st.Commit(ctx, c)
@@ -104,4 +124,20 @@ func Retire(ctx context.Context, st Store, q domain.Queue, in domain.Instance, t
 		return done.Instances[0], true, sendRequeued(ctx, st, q, done.Jobs)
 	}
 	return domain.Instance{}, false, fmt.Errorf("retire %s: its job keeps changing", in.ID)
+}
+
+// startedJob returns the job in started, if it is still that instance's.
+func startedJob(ctx context.Context, st Store, in domain.Instance) (*domain.Job, error) {
+	id, err := domain.ParseJobKey(in.Job)
+	if err != nil {
+		return nil, nil
+	}
+	j, err := st.GetJob(ctx, id)
+	if errors.Is(err, domain.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil || j.InstanceID != in.ID || j.Status == domain.JobCompleted {
+		return nil, err
+	}
+	return &j, nil
 }
