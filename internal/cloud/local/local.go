@@ -85,17 +85,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-// EC2 operation names, the keys of Calls.
-const (
-	OpCreateFleet        = ec2like.OpCreateFleet
-	OpStartInstances     = ec2like.OpStartInstances
-	OpStopInstances      = ec2like.OpStopInstances
-	OpTerminateInstances = ec2like.OpTerminateInstances
-	OpCreateTags         = ec2like.OpCreateTags
-	OpDescribeInstances  = ec2like.OpDescribeInstances
-	OpDescribeImages     = ec2like.OpDescribeImages
-)
-
 // Defaults for zero Options fields.
 const (
 	DefaultStopGrace           = 10 * time.Second

@@ -12,19 +12,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/launchdata"
 )
 
-// EC2 error codes the local cloud returns, as the simulated cloud does.
-const (
-	CodeIncorrectState     = ec2like.CodeIncorrectState
-	CodeNotFound           = ec2like.CodeNotFound
-	CodeAMINotFound        = ec2like.CodeAMINotFound
-	CodeAMIMalformed       = ec2like.CodeAMIMalformed
-	CodeInsufficient       = ec2like.CodeInsufficient
-	CodeInvalidParameter   = ec2like.CodeInvalidParameter
-	CodeMissingParameter   = ec2like.CodeMissingParameter
-	CodeIdempotentMismatch = ec2like.CodeIdempotentMismatch
-	CodeInternal           = ec2like.CodeInternal
-)
-
 // Create launches spec.Count machines, each a process started before the
 // call returns. When Capacity leaves room for fewer, it launches those that
 // fit and returns them with an error wrapping domain.ErrInsufficientCapacity.
@@ -39,12 +26,12 @@ const (
 func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.CloudInstance, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now, err := c.call(ctx, OpCreateFleet, spec.Count)
+	now, err := c.call(ctx, ec2like.OpCreateFleet, spec.Count)
 	if err != nil {
 		return nil, err
 	}
 	if c.closed {
-		return nil, &domain.CloudError{Op: OpCreateFleet, Code: CodeInternal, Err: ErrClosed}
+		return nil, &domain.CloudError{Op: ec2like.OpCreateFleet, Code: ec2like.CodeInternal, Err: ErrClosed}
 	}
 	fp := ec2like.Fingerprint(spec)
 	done, err := c.tokens.Recall(spec.ClientToken, fp)
@@ -60,10 +47,10 @@ func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.Cl
 	n := ec2like.Fit(spec.Count, c.opts.Capacity, ec2like.Live(c.machines))
 	ms, err := c.launch(spec, n, now)
 	if err != nil {
-		return nil, &domain.CloudError{Op: OpCreateFleet, Code: CodeInternal, Err: err}
+		return nil, &domain.CloudError{Op: ec2like.OpCreateFleet, Code: ec2like.CodeInternal, Err: err}
 	}
 	if n < spec.Count {
-		err = ec2like.Errorf(OpCreateFleet, CodeInsufficient, domain.ErrInsufficientCapacity,
+		err = ec2like.Errorf(ec2like.OpCreateFleet, ec2like.CodeInsufficient, domain.ErrInsufficientCapacity,
 			"launched %d of %d local machines (capacity %d)", n, spec.Count, c.opts.Capacity)
 	}
 	if n == 0 {
@@ -83,7 +70,7 @@ func validateLaunch(spec domain.LaunchSpec) error {
 		return err
 	}
 	if _, err := launchdata.EnvFile(spec.Agent, nil); err != nil {
-		return ec2like.Errorf(OpCreateFleet, CodeInvalidParameter, domain.ErrInvalidRequest, "%v", err)
+		return ec2like.Errorf(ec2like.OpCreateFleet, ec2like.CodeInvalidParameter, domain.ErrInvalidRequest, "%v", err)
 	}
 	return nil
 }
@@ -138,7 +125,7 @@ func (c *Cloud) launchOne(spec domain.LaunchSpec, now time.Time) (*machine, erro
 // the call (InternalError) after the others have started.
 func (c *Cloud) Start(ctx context.Context, ids []string) error {
 	var failed []error
-	err := c.batch(ctx, OpStartInstances, ids, ec2like.StartRules, func(m *machine, now time.Time) {
+	err := c.batch(ctx, ec2like.OpStartInstances, ids, ec2like.StartRules, func(m *machine, now time.Time) {
 		if c.closed {
 			failed = append(failed, fmt.Errorf("start %s: %w", m.inst.ID, ErrClosed))
 			return
@@ -154,7 +141,7 @@ func (c *Cloud) Start(ctx context.Context, ids []string) error {
 		return err
 	}
 	if len(failed) > 0 {
-		return &domain.CloudError{Op: OpStartInstances, Code: CodeInternal, Err: errors.Join(failed...)}
+		return &domain.CloudError{Op: ec2like.OpStartInstances, Code: ec2like.CodeInternal, Err: errors.Join(failed...)}
 	}
 	return nil
 }
@@ -163,7 +150,7 @@ func (c *Cloud) Start(ctx context.Context, ids []string) error {
 // are left as they are. A machine is stopping until its process group is
 // gone, then stopped.
 func (c *Cloud) Stop(ctx context.Context, ids []string) error {
-	return c.batch(ctx, OpStopInstances, ids, ec2like.StopRules, func(m *machine, _ time.Time) {
+	return c.batch(ctx, ec2like.OpStopInstances, ids, ec2like.StopRules, func(m *machine, _ time.Time) {
 		m.inst.State = domain.CloudStopping
 		c.halt(m, m.proc)
 		_ = c.save(m)
@@ -173,26 +160,17 @@ func (c *Cloud) Stop(ctx context.Context, ids []string) error {
 // Terminate halts machines in any state and removes their directories;
 // terminating them again is a no-op.
 func (c *Cloud) Terminate(ctx context.Context, ids []string) error {
-	return c.batch(ctx, OpTerminateInstances, ids, ec2like.TerminateRules, func(m *machine, _ time.Time) {
+	return c.batch(ctx, ec2like.OpTerminateInstances, ids, ec2like.TerminateRules, func(m *machine, _ time.Time) {
 		c.terminate(m)
 	})
 }
 
-// batch runs a state change over ids. Each call has EC2's all-or-nothing
-// semantics (an unknown id, or a state the rules refuse, changes nothing);
-// like every provider, the batch skips unknown ids and goes on with the
-// rest.
+// batch runs a state change over ids (see ec2like.Batch).
 func (c *Cloud) batch(ctx context.Context, op string, ids []string,
 	rules ec2like.Rules, apply func(*machine, time.Time)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return domain.SkipUnknown(op, ids, func(ids []string) error {
-		now, err := c.call(ctx, op, len(ids))
-		if err != nil {
-			return err
-		}
-		return ec2like.Apply(op, ids, c.lookup, rules, func(m *machine) { apply(m, now) })
-	}, domain.UnknownIDs)
+	return ec2like.Batch(ctx, op, ids, c.call, c.lookup, rules, apply)
 }
 
 // Tag adds tags to machines, overwriting values of keys they already have,
@@ -200,16 +178,11 @@ func (c *Cloud) batch(ctx context.Context, op string, ids []string,
 func (c *Cloud) Tag(ctx context.Context, ids []string, tags map[string]string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return domain.SkipUnknown(OpCreateTags, ids, func(ids []string) error {
-		if _, err := c.call(ctx, OpCreateTags, len(ids)); err != nil {
-			return err
-		}
-		ms, err := ec2like.AddTags(ids, tags, c.lookup)
-		for _, m := range ms {
-			_ = c.save(m)
-		}
-		return err
-	}, domain.UnknownIDs)
+	ms, err := ec2like.Tag(ctx, ids, tags, c.call, c.lookup)
+	for _, m := range ms {
+		_ = c.save(m)
+	}
+	return err
 }
 
 // List describes machines. With IDs, exactly those (terminated ones
@@ -221,7 +194,7 @@ func (c *Cloud) Tag(ctx context.Context, ids []string, tags map[string]string) e
 func (c *Cloud) List(ctx context.Context, f domain.CloudFilter) ([]domain.CloudInstance, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, err := c.call(ctx, OpDescribeInstances, len(f.IDs)); err != nil {
+	if _, err := c.call(ctx, ec2like.OpDescribeInstances, len(f.IDs)); err != nil {
 		return nil, err
 	}
 	if len(f.IDs) == 0 {
@@ -235,10 +208,7 @@ func (c *Cloud) List(ctx context.Context, f domain.CloudFilter) ([]domain.CloudI
 func (c *Cloud) ResolveImage(ctx context.Context, name string) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, err := c.call(ctx, OpDescribeImages, 1); err != nil {
-		return "", err
-	}
-	if err := ec2like.RequireImageName(name); err != nil {
+	if err := ec2like.DescribeImage(ctx, c.call, name); err != nil {
 		return "", err
 	}
 	return "local-" + name, nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/cloudtest"
+	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -64,8 +65,8 @@ func TestStopReapsTheProcessAndStartRunsANewOne(t *testing.T) {
 	if _, err := os.Stat(m.Dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("terminated machine's directory: %v, want it removed", err)
 	}
-	want := map[string]int{OpCreateFleet: 1, OpStopInstances: 1, OpStartInstances: 1,
-		OpTerminateInstances: 1, OpDescribeInstances: 1}
+	want := map[string]int{ec2like.OpCreateFleet: 1, ec2like.OpStopInstances: 1, ec2like.OpStartInstances: 1,
+		ec2like.OpTerminateInstances: 1, ec2like.OpDescribeInstances: 1}
 	for op, n := range want {
 		if got := c.Calls()[op]; got != n {
 			t.Errorf("Calls[%s] = %d, want %d", op, got, n)
@@ -104,7 +105,7 @@ func TestMachineIsStoppingUntilItsProcessesAreGone(t *testing.T) {
 	if got := stateOf(t, c, id); got != domain.CloudStopping {
 		t.Fatalf("%s is %s right after Stop, want stopping", id, got)
 	}
-	wantCode(t, c.Start(t.Context(), []string{id}), domain.ErrInvalidRequest, CodeIncorrectState)
+	wantCode(t, c.Start(t.Context(), []string{id}), domain.ErrInvalidRequest, ec2like.CodeIncorrectState)
 	if err := c.Stop(t.Context(), []string{id}); err != nil {
 		t.Errorf("Stop of a stopping machine: %v", err)
 	}
@@ -229,7 +230,7 @@ func TestTerminatedMachinesAreListedByIDForTheRetention(t *testing.T) {
 	}
 	clk.Advance(time.Second)
 	_, err := c.List(t.Context(), domain.CloudFilter{IDs: []string{id}})
-	wantCode(t, err, domain.ErrUnknownInstance, CodeNotFound)
+	wantCode(t, err, domain.ErrUnknownInstance, ec2like.CodeNotFound)
 }
 
 func TestStateChangeRulesFollowEC2(t *testing.T) {
@@ -242,10 +243,10 @@ func TestStateChangeRulesFollowEC2(t *testing.T) {
 		t.Fatalf("Terminate: %v", err)
 	}
 	waitState(t, c, id, domain.CloudTerminated)
-	wantCode(t, c.Stop(t.Context(), []string{id}), domain.ErrInvalidRequest, CodeIncorrectState)
-	wantCode(t, c.Start(t.Context(), []string{id}), domain.ErrInvalidRequest, CodeIncorrectState)
-	wantCode(t, c.Stop(t.Context(), nil), domain.ErrInvalidRequest, CodeMissingParameter)
-	wantCode(t, c.Tag(t.Context(), []string{id}, nil), domain.ErrInvalidRequest, CodeMissingParameter)
+	wantCode(t, c.Stop(t.Context(), []string{id}), domain.ErrInvalidRequest, ec2like.CodeIncorrectState)
+	wantCode(t, c.Start(t.Context(), []string{id}), domain.ErrInvalidRequest, ec2like.CodeIncorrectState)
+	wantCode(t, c.Stop(t.Context(), nil), domain.ErrInvalidRequest, ec2like.CodeMissingParameter)
+	wantCode(t, c.Tag(t.Context(), []string{id}, nil), domain.ErrInvalidRequest, ec2like.CodeMissingParameter)
 }
 
 func TestAgentKilledBehindTheProvidersBackLeavesTheMachineStopped(t *testing.T) {

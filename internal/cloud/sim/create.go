@@ -117,10 +117,7 @@ func (c *Cloud) newID() string {
 func (c *Cloud) ResolveImage(ctx context.Context, name string) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, err := c.call(ctx, OpDescribeImages, 1); err != nil {
-		return "", err
-	}
-	if err := ec2like.RequireImageName(name); err != nil {
+	if err := ec2like.DescribeImage(ctx, c.call, name); err != nil {
 		return "", err
 	}
 	if c.images == nil {

@@ -38,34 +38,20 @@ func (c *Cloud) Terminate(ctx context.Context, ids []string) error {
 	})
 }
 
-// batch runs a state change over ids. Each call has EC2's all-or-nothing
-// semantics (an unknown id, or a state the rules refuse, changes nothing);
-// like every provider, the batch skips unknown ids and goes on with the
-// rest.
+// batch runs a state change over ids (see ec2like.Batch).
 func (c *Cloud) batch(ctx context.Context, op string, ids []string,
 	rules ec2like.Rules, apply func(*machine, time.Time)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return domain.SkipUnknown(op, ids, func(ids []string) error {
-		now, err := c.call(ctx, op, len(ids))
-		if err != nil {
-			return err
-		}
-		return ec2like.Apply(op, ids, c.lookup, rules, func(m *machine) { apply(m, now) })
-	}, domain.UnknownIDs)
+	return ec2like.Batch(ctx, op, ids, c.call, c.lookup, rules, apply)
 }
 
 // Tag adds tags to machines, overwriting values of keys they already have.
 func (c *Cloud) Tag(ctx context.Context, ids []string, tags map[string]string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return domain.SkipUnknown(OpCreateTags, ids, func(ids []string) error {
-		if _, err := c.call(ctx, OpCreateTags, len(ids)); err != nil {
-			return err
-		}
-		_, err := ec2like.AddTags(ids, tags, c.lookup)
-		return err
-	}, domain.UnknownIDs)
+	_, err := ec2like.Tag(ctx, ids, tags, c.call, c.lookup)
+	return err
 }
 
 // List describes machines. With IDs, exactly those (terminated ones
