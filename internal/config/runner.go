@@ -47,6 +47,7 @@ func (p *parser) runner(path string, at, n *yaml.Node) domain.RunnerSpec {
 		{key: "family", parse: func(path string, v *yaml.Node) { r.Family = p.family(path, v) }},
 		{key: "volume", parse: func(path string, v *yaml.Node) { r.Volume = p.volume(path, v) }},
 		{key: "spot", parse: func(path string, v *yaml.Node) { r.Spot = p.spot(path, v) }},
+		{key: "retry", parse: func(path string, v *yaml.Node) { r.Retry = p.retry(path, v) }},
 	}, runsOnOnlyRunnerKeys...))
 	return r
 }
@@ -55,7 +56,7 @@ func (p *parser) runner(path string, at, n *yaml.Node) domain.RunnerSpec {
 // act on; files that use them still load, with a warning for each.
 var runsOnOnlyRunnerKeys = func() []field {
 	var fs []field
-	for _, k := range []string{"ami", "disk", "hdd", "ssh", "private", "retry", "extras", "tags", "preinstall", "gpu"} {
+	for _, k := range []string{"ami", "disk", "hdd", "ssh", "private", "extras", "tags", "preinstall", "gpu"} {
 		fs = append(fs, field{key: k, ignored: true})
 	}
 	return fs
@@ -202,6 +203,22 @@ func (p *parser) spot(path string, n *yaml.Node) string {
 		}
 	}
 	p.errorf(n, path, "bad spot value %s (expected true, false, price-capacity-optimized, pco, lowest-price or capacity-optimized)", describe(n))
+	return ""
+}
+
+// retry reads RunsOn's retry: when-interrupted (the default) re-runs a job
+// whose spot machine was taken back after it started; false does not.
+func (p *parser) retry(path string, n *yaml.Node) string {
+	n = deref(n)
+	if n != nil && n.Kind == yaml.ScalarNode {
+		switch strings.ToLower(n.Value) {
+		case domain.RetryWhenInterrupted:
+			return "" // the default, kept out of the spec hash
+		case "false", "no", "off":
+			return domain.RetryNever
+		}
+	}
+	p.errorf(n, path, "bad retry value %s (expected when-interrupted or false)", describe(n))
 	return ""
 }
 

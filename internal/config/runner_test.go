@@ -35,6 +35,8 @@ func TestRunnerForms(t *testing.T) {
 		{"spot pco is normalised", "spot: pco", domain.RunnerSpec{Spot: "price-capacity-optimized"}},
 		{"spot strategy", "spot: price-capacity-optimized", domain.RunnerSpec{Spot: "price-capacity-optimized"}},
 		{"spot lowest-price", "spot: lowest-price", domain.RunnerSpec{Spot: "lowest-price"}},
+		{"retry when interrupted is the default", "retry: when-interrupted", domain.RunnerSpec{}},
+		{"retry false", "retry: false", domain.RunnerSpec{Retry: domain.RetryNever}},
 		{"spot capacity-optimized", "spot: capacity-optimized", domain.RunnerSpec{Spot: "capacity-optimized"}},
 	}
 	for _, c := range cases {
@@ -89,7 +91,8 @@ func TestRunnerProblems(t *testing.T) {
 		{"volume not a string", "volume: [gp3]", []string{"4:13: runners.r.volume: expected a non-empty string, got a list"}},
 		{"spot unknown strategy", "spot: cheapest", []string{`4:11: runners.r.spot: bad spot value "cheapest" ` + spotExpected}},
 		{"spot number", "spot: 1", []string{`4:11: runners.r.spot: bad spot value 1 ` + spotExpected}},
-		{"unknown key", "colour: red", []string{`4:5: runners.r: unknown key "colour" in runner (known: image, cpu, ram, family, volume, spot)`}},
+		{"retry unknown", "retry: always", []string{`4:12: runners.r.retry: bad retry value "always" (expected when-interrupted or false)`}},
+		{"unknown key", "colour: red", []string{`4:5: runners.r: unknown key "colour" in runner (known: image, cpu, ram, family, volume, spot, retry)`}},
 		{"duplicate key", "image: debian", []string{`4:5: runners.r: duplicate key "image" in runner (first at line 3)`}},
 	}
 	for _, c := range cases {
