@@ -1,32 +1,25 @@
 package dispatch
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
+	"github.com/bullpen-ci/bullpen/internal/testworld"
 )
 
 var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 
+// fixture is a dispatcher on the test world, the simulated cloud and
+// GitHub; it notes the agents the dispatcher wakes.
 type fixture struct {
-	t     testing.TB
-	ctx   context.Context
-	clk   *clock.Virtual
-	store *sqlite.Store
-	queue *sqlite.Queue
+	*testworld.World
 	cloud *sim.Cloud
 	gh    *ghsim.GitHub
 	d     *Dispatcher
@@ -36,17 +29,18 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0)}
-	f.store, f.queue = sqlitetest.Open(t, f.clk)
-	st := f.store
-	var err error
-	f.cloud = sim.New(f.clk, sim.Options{})
-	t.Cleanup(f.cloud.Close)
-	f.gh = ghsim.New(f.clk, ghsim.Options{})
-	f.d, err = New(Deps{
-		Store: st, Queue: f.queue, Cloud: f.cloud, GitHub: f.gh, Clock: f.clk,
-		Log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Scope: func(j domain.Job) domain.Scope { return domain.Scope{Owner: "acme", Repo: "app"} },
+	f := &fixture{World: testworld.New(t, t0)}
+	f.cloud = f.NewCloud(sim.Options{})
+	f.d = f.newDispatcher(f.cloud)
+	return f
+}
+
+// newDispatcher sets the fixture's dispatcher up on cloud.
+func (f *fixture) newDispatcher(cloud domain.Cloud) *Dispatcher {
+	f.T.Helper()
+	f.gh = ghsim.New(f.Clock, ghsim.Options{})
+	d, err := New(Deps{
+		Store: f.Store, Queue: f.Queue, Cloud: cloud, GitHub: f.gh, Clock: f.Clock, Log: f.Log, Scope: testworld.Scope,
 		Notify: func(id string) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
@@ -54,22 +48,22 @@ func newFixture(t *testing.T) *fixture {
 		},
 	}, nil, Options{Wait: -1})
 	if err != nil {
-		t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	return f
+	return d
 }
 
 // members launches n machines and records them as pool members in state.
 func (f *fixture) members(pool string, role domain.Role, state domain.State, n int) []domain.Instance {
-	f.t.Helper()
-	ms, err := f.cloud.Create(f.ctx, domain.LaunchSpec{Runner: domain.RunnerSpec{Name: "small"}, ImageID: "ami-1", Count: n})
+	f.T.Helper()
+	ms, err := f.cloud.Create(f.Ctx, domain.LaunchSpec{Runner: domain.RunnerSpec{Name: "small"}, ImageID: "ami-1", Count: n})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	if state == domain.StateStopped {
 		for _, b := range domain.Chunk(cloudIDsOf(ms), domain.MaxBatch) {
-			if err := f.cloud.Stop(f.ctx, b); err != nil {
-				f.t.Fatal(err)
+			if err := f.cloud.Stop(f.Ctx, b); err != nil {
+				f.T.Fatal(err)
 			}
 		}
 	}
@@ -78,8 +72,8 @@ func (f *fixture) members(pool string, role domain.Role, state domain.State, n i
 		rows[i] = domain.Instance{ID: fmt.Sprintf("%s-%s-%03d", pool, role, i), CloudID: m.ID, Pool: pool, Role: role,
 			Runner: "small", State: state, Deadline: t0.Add(time.Hour)}
 	}
-	if err := f.store.CreateInstances(f.ctx, rows); err != nil {
-		f.t.Fatal(err)
+	if err := f.Store.CreateInstances(f.Ctx, rows); err != nil {
+		f.T.Fatal(err)
 	}
 	f.cloud.ResetCalls()
 	return rows
@@ -95,31 +89,13 @@ func cloudIDsOf(ms []domain.CloudInstance) []string {
 
 // queueJobs records n queued pool jobs and sends them to the pool queue.
 func (f *fixture) queueJobs(pool string, first int64, n int) []domain.Job {
-	f.t.Helper()
-	var js []domain.Job
-	var sends []domain.SendRequest
-	for i := range n {
-		j := domain.Job{ID: first + int64(i), RunID: 7, Repo: "acme/app", Labels: []string{"runs-on=7/pool=" + pool},
+	f.T.Helper()
+	js := make([]domain.Job, n)
+	for i := range js {
+		js[i] = domain.Job{ID: first + int64(i), RunID: 7, Repo: "acme/app", Labels: []string{"runs-on=7/pool=" + pool},
 			Status: domain.JobQueued, Route: domain.RoutePool, Pool: pool, Runner: "small"}
-		js = append(js, j)
-		sends = append(sends, jobs.SendRequest(j, 0))
 	}
-	if _, err := f.store.CreateJobs(f.ctx, js); err != nil {
-		f.t.Fatal(err)
-	}
-	if err := f.queue.Send(f.ctx, domain.QueuePool, sends); err != nil {
-		f.t.Fatal(err)
-	}
-	return js
-}
-
-func (f *fixture) job(id int64) domain.Job {
-	f.t.Helper()
-	j, err := f.store.GetJob(f.ctx, id)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return j
+	return f.Enqueue(domain.QueuePool, js)
 }
 
 func TestBatchPrefersRunningInstancesAndOverflowsTheRest(t *testing.T) {
@@ -128,14 +104,14 @@ func TestBatchPrefersRunningInstancesAndOverflowsTheRest(t *testing.T) {
 	stopped := f.members("p", domain.RoleStopped, domain.StateStopped, 1)
 	f.queueJobs("p", 100, 3)
 
-	res, err := f.d.Step(f.ctx)
+	res, err := f.d.Step(f.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Received != 3 || res.Assigned != 2 || res.Overflowed != 1 {
 		t.Fatalf("result %+v", res)
 	}
-	j100, j101, j102 := f.job(100), f.job(101), f.job(102)
+	j100, j101, j102 := f.Job(100), f.Job(101), f.Job(102)
 	if j100.InstanceID != hot[0].ID || j101.InstanceID != stopped[0].ID {
 		t.Fatalf("the first job must get the running instance: %s, %s", j100.InstanceID, j101.InstanceID)
 	}
@@ -144,7 +120,7 @@ func TestBatchPrefersRunningInstancesAndOverflowsTheRest(t *testing.T) {
 			t.Fatalf("job %d: %+v", j.ID, j)
 		}
 		// The registration is the instance's: its agent starts that runner.
-		in, err := f.store.GetInstance(f.ctx, j.InstanceID)
+		in, err := f.Store.GetInstance(f.Ctx, j.InstanceID)
 		if err != nil || in.RunnerName != j.RunnerName || in.RunnerConfig == "" {
 			t.Fatalf("instance %s holds runner %q (config set: %t) %v, want job %d's %q with its config",
 				j.InstanceID, in.RunnerName, in.RunnerConfig != "", err, j.ID, j.RunnerName)
@@ -153,10 +129,10 @@ func TestBatchPrefersRunningInstancesAndOverflowsTheRest(t *testing.T) {
 	if j102.Status != domain.JobQueued || j102.Route != domain.RouteLaunch {
 		t.Fatalf("overflow job %+v", j102)
 	}
-	if st, _ := f.queue.Stats(f.ctx, domain.QueueLaunch); st.Visible != 1 {
+	if st, _ := f.Queue.Stats(f.Ctx, domain.QueueLaunch); st.Visible != 1 {
 		t.Fatalf("launch queue %+v", st)
 	}
-	if st, _ := f.queue.Stats(f.ctx, domain.QueuePool); st.Visible+st.InFlight+st.Delayed != 0 {
+	if st, _ := f.Queue.Stats(f.Ctx, domain.QueuePool); st.Visible+st.InFlight+st.Delayed != 0 {
 		t.Fatalf("pool queue not drained: %+v", st)
 	}
 	calls := f.cloud.Calls()
@@ -167,7 +143,7 @@ func TestBatchPrefersRunningInstancesAndOverflowsTheRest(t *testing.T) {
 		t.Fatal("the stopped instance was not started")
 	}
 	for _, in := range append(hot, stopped...) {
-		got, _ := f.store.GetInstance(f.ctx, in.ID)
+		got, _ := f.Store.GetInstance(f.Ctx, in.ID)
 		if got.State != domain.StateClaimed || got.Job == "" {
 			t.Fatalf("instance %s: %s job %q", in.ID, got.State, got.Job)
 		}
@@ -183,7 +159,7 @@ func TestBurstOf1000CostsFewCloudCalls(t *testing.T) {
 	f.queueJobs("p", 1, 1000)
 	total := 0
 	for total < 1000 {
-		res, err := f.d.Step(f.ctx)
+		res, err := f.d.Step(f.Ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,19 +183,19 @@ func TestFailedStartGivesTheInstanceBackAndRetriesTheJob(t *testing.T) {
 	stopped := f.members("p", domain.RoleStopped, domain.StateStopped, 1)
 	f.queueJobs("p", 1, 1)
 	f.cloud.FailNext(sim.OpStartInstances, 1, errors.New("InsufficientInstanceCapacity"))
-	res, err := f.d.Step(f.ctx)
+	res, err := f.d.Step(f.Ctx)
 	if err != nil || res.Retried != 1 || res.Assigned != 0 {
 		t.Fatalf("result %+v err %v", res, err)
 	}
-	in, _ := f.store.GetInstance(f.ctx, stopped[0].ID)
+	in, _ := f.Store.GetInstance(f.Ctx, stopped[0].ID)
 	if in.State != domain.StateStopped || in.Job != "" || in.RunnerName != "" || in.RunnerConfig != "" {
 		t.Fatalf("instance after a failed start: %s job %q runner %q", in.State, in.Job, in.RunnerName)
 	}
-	if j := f.job(1); j.Status != domain.JobQueued || j.InstanceID != "" {
+	if j := f.Job(1); j.Status != domain.JobQueued || j.InstanceID != "" {
 		t.Fatalf("job after a failed start: %+v", j)
 	}
-	f.clk.Advance(jobs.RequeueDelay)
-	res, err = f.d.Step(f.ctx)
+	f.Clock.Advance(jobs.RequeueDelay)
+	res, err = f.d.Step(f.Ctx)
 	if err != nil || res.Assigned != 1 {
 		t.Fatalf("retry: %+v %v", res, err)
 	}
@@ -229,15 +205,15 @@ func TestCancelledJobIsSkipped(t *testing.T) {
 	f := newFixture(t)
 	hot := f.members("p", domain.RoleHot, domain.StateReady, 1)
 	f.queueJobs("p", 1, 1)
-	done := domain.Lifecycle{}.CompleteJob(f.job(1), t0, "cancelled")
-	if _, err := f.store.TransitionJob(f.ctx, 1, done.Guard, done.Apply); err != nil {
+	done := domain.Lifecycle{}.CompleteJob(f.Job(1), t0, "cancelled")
+	if _, err := f.Store.TransitionJob(f.Ctx, 1, done.Guard, done.Apply); err != nil {
 		t.Fatal(err)
 	}
-	res, err := f.d.Step(f.ctx)
+	res, err := f.d.Step(f.Ctx)
 	if err != nil || res.Skipped != 1 || res.Assigned != 0 {
 		t.Fatalf("result %+v err %v", res, err)
 	}
-	if in, _ := f.store.GetInstance(f.ctx, hot[0].ID); in.State != domain.StateReady {
+	if in, _ := f.Store.GetInstance(f.Ctx, hot[0].ID); in.State != domain.StateReady {
 		t.Fatalf("instance claimed for a cancelled job: %s", in.State)
 	}
 }
@@ -257,7 +233,7 @@ func TestConcurrentDispatchersNeverShareAnInstance(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				res, err := d.Step(f.ctx)
+				res, err := d.Step(f.Ctx)
 				if err != nil {
 					t.Error(err)
 					return
@@ -269,7 +245,7 @@ func TestConcurrentDispatchersNeverShareAnInstance(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	list, _ := f.store.ListJobs(f.ctx, domain.JobFilter{})
+	list, _ := f.Store.ListJobs(f.Ctx, domain.JobFilter{})
 	assigned, overflowed := 0, 0
 	for _, j := range list {
 		switch {
@@ -289,7 +265,7 @@ func TestConcurrentDispatchersNeverShareAnInstance(t *testing.T) {
 
 func assertNoDoubleAssignment(t *testing.T, f *fixture) {
 	t.Helper()
-	list, err := f.store.ListJobs(f.ctx, domain.JobFilter{Statuses: []domain.JobStatus{domain.JobAssigned}})
+	list, err := f.Store.ListJobs(f.Ctx, domain.JobFilter{Statuses: []domain.JobStatus{domain.JobAssigned}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +275,7 @@ func assertNoDoubleAssignment(t *testing.T, f *fixture) {
 			t.Fatalf("instance %s assigned to jobs %d and %d", j.InstanceID, other, j.ID)
 		}
 		seen[j.InstanceID] = j.ID
-		in, err := f.store.GetInstance(f.ctx, j.InstanceID)
+		in, err := f.Store.GetInstance(f.Ctx, j.InstanceID)
 		if err != nil || in.Job != j.Key() {
 			t.Fatalf("job %d's instance %s is bound to %q", j.ID, j.InstanceID, in.Job)
 		}

@@ -3,8 +3,6 @@ package dispatch
 import (
 	"context"
 	"fmt"
-
-	"log/slog"
 	"os"
 	"sync"
 	"testing"
@@ -16,11 +14,9 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
-	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/ec2"
 	"github.com/bullpen-ci/bullpen/internal/domain"
-	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
+	"github.com/bullpen-ci/bullpen/internal/testworld"
 )
 
 func TestMain(m *testing.M) { os.Exit(mototest.Main(m)) }
@@ -54,7 +50,8 @@ func (c *ec2Calls) reset() map[string]int {
 // by operation.
 func ec2Burst(tb testing.TB, n int) map[string]int {
 	tb.Helper()
-	ctx, clk := context.Background(), clock.NewVirtual(t0)
+	f := &fixture{World: testworld.New(tb, t0)}
+	ctx, clk := f.Ctx, f.Clock
 	calls := &ec2Calls{by: map[string]int{}}
 	api := awsec2.NewFromConfig(mototest.Config(tb), func(o *awsec2.Options) { o.APIOptions = append(o.APIOptions, calls.middleware) })
 	image, err := api.RegisterImage(ctx, &awsec2.RegisterImageInput{Name: aws.String(fmt.Sprintf("burst-%p", calls)),
@@ -66,14 +63,11 @@ func ec2Burst(tb testing.TB, n int) map[string]int {
 	if err != nil || len(subnets.Subnets) == 0 {
 		tb.Fatalf("subnets: %v", err)
 	}
-	log := slog.New(slog.DiscardHandler)
-	cloud, err := ec2.New(api, ec2.Options{Subnets: []string{aws.ToString(subnets.Subnets[0].SubnetId)}, Clock: clk, Log: log,
+	cloud, err := ec2.New(api, ec2.Options{Subnets: []string{aws.ToString(subnets.Subnets[0].SubnetId)}, Clock: clk, Log: f.Log,
 		TemplatePrefix: fmt.Sprintf("burst-%p", calls)})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	f := &fixture{t: tb, ctx: ctx, clk: clk}
-	f.store, f.queue = sqlitetest.Open(tb, clk)
 	ms, err := cloud.Create(ctx, domain.LaunchSpec{Runner: domain.RunnerSpec{Name: "small", Family: []string{"t3"}},
 		ImageID: aws.ToString(image.ImageId), Count: n, Tags: map[string]string{domain.TagController: "burst"}})
 	if err != nil || len(ms) != n {
@@ -89,15 +83,10 @@ func ec2Burst(tb testing.TB, n int) map[string]int {
 		rows[i] = domain.Instance{ID: fmt.Sprintf("p-stopped-%04d", i), CloudID: m.ID, Pool: "p", Role: domain.RoleStopped,
 			Runner: "small", State: domain.StateStopped, Deadline: t0.Add(24 * time.Hour)}
 	}
-	if err := f.store.CreateInstances(ctx, rows); err != nil {
+	if err := f.Store.CreateInstances(ctx, rows); err != nil {
 		tb.Fatal(err)
 	}
-	f.d, err = New(Deps{Store: f.store, Queue: f.queue, Cloud: cloud, GitHub: ghsim.New(clk, ghsim.Options{}), Clock: clk, Log: log,
-		Scope:  func(domain.Job) domain.Scope { return domain.Scope{Owner: "acme", Repo: "app"} },
-		Notify: func(string) {}}, nil, Options{Wait: -1})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	f.d = f.newDispatcher(cloud)
 	f.queueJobs("p", 1, n)
 	calls.reset()
 	for total := 0; total < n; {

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/loop"
 	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
 )
 
@@ -38,12 +37,12 @@ func (s *failingStore) TransitionBatch(ctx context.Context, reqs []domain.Transi
 // dispatcherWith returns a dispatcher like the fixture's, with the store
 // and queue wrapped.
 func (f *fixture) dispatcherWith(wrap func(*Deps), o Options) *Dispatcher {
-	f.t.Helper()
+	f.T.Helper()
 	deps := f.d.Deps
 	wrap(&deps)
 	d, err := New(deps, nil, o)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return d
 }
@@ -53,7 +52,7 @@ func (f *fixture) dispatcherWith(wrap func(*Deps), o Options) *Dispatcher {
 // the job's runner.
 func assertNoInstanceHeldForNothing(t *testing.T, f *fixture) {
 	t.Helper()
-	insts, err := f.store.ListInstances(f.ctx, domain.InstanceFilter{})
+	insts, err := f.Store.ListInstances(f.Ctx, domain.InstanceFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +64,7 @@ func assertNoInstanceHeldForNothing(t *testing.T, f *fixture) {
 		if err != nil {
 			t.Fatalf("instance %s is %s with job %q", in.ID, in.State, in.Job)
 		}
-		j := f.job(id)
+		j := f.Job(id)
 		if j.Status != domain.JobAssigned || j.InstanceID != in.ID || in.RunnerName == "" || in.RunnerName != j.RunnerName {
 			t.Fatalf("instance %s (%s, runner %q) bound to job %d, which is %s on %q with runner %q",
 				in.ID, in.State, in.RunnerName, id, j.Status, j.InstanceID, j.RunnerName)
@@ -86,15 +85,15 @@ func TestClaimFailureGivesBackTheBatchsClaims(t *testing.T) {
 	}
 	f.queueJobs("a", 1, 2)
 	f.queueJobs("b", 11, 2)
-	st := &failingStore{Store: f.store, failOn: 2} // the second pool's claim
+	st := &failingStore{Store: f.Store, failOn: 2} // the second pool's claim
 	d := f.dispatcherWith(func(d *Deps) { d.Store = st }, Options{Wait: -1})
 
-	res, err := d.Step(f.ctx)
+	res, err := d.Step(f.Ctx)
 	if !errors.Is(err, errStoreDown) || res.Assigned != 0 || res.Retried != 2 {
 		t.Fatalf("result %+v err %v; want the store's error and the first pool's 2 claims retried", res, err)
 	}
 	for id, state := range before {
-		in, err := f.store.GetInstance(f.ctx, id)
+		in, err := f.Store.GetInstance(f.Ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,18 +105,18 @@ func TestClaimFailureGivesBackTheBatchsClaims(t *testing.T) {
 		t.Errorf("cloud calls %v, want none for an abandoned batch", calls)
 	}
 	for _, id := range []int64{1, 2, 11, 12} {
-		if j := f.job(id); j.Status != domain.JobQueued || j.InstanceID != "" {
+		if j := f.Job(id); j.Status != domain.JobQueued || j.InstanceID != "" {
 			t.Errorf("job %d %s on %q; want queued, unbound", id, j.Status, j.InstanceID)
 		}
 	}
 	// The given-back jobs are visible again after the requeue delay, the
 	// others once their visibility times out; then all four are served.
-	f.clk.Advance(jobs.RequeueDelay)
-	if res, err := f.d.Step(f.ctx); err != nil || res.Received != 2 || res.Assigned != 2 {
+	f.Clock.Advance(jobs.RequeueDelay)
+	if res, err := f.d.Step(f.Ctx); err != nil || res.Received != 2 || res.Assigned != 2 {
 		t.Fatalf("after the requeue delay: %+v %v; want the 2 given-back jobs served", res, err)
 	}
-	f.clk.Advance(f.d.opts.Visibility)
-	if res, err := f.d.Step(f.ctx); err != nil || res.Assigned != 2 {
+	f.Clock.Advance(f.d.opts.Visibility)
+	if res, err := f.d.Step(f.Ctx); err != nil || res.Assigned != 2 {
 		t.Fatalf("after the visibility timeout: %+v %v; want the other 2 served", res, err)
 	}
 	assertNoInstanceHeldForNothing(t, f)
@@ -135,71 +134,33 @@ func TestClaimFailureWhileToppingUpKeepsItsClaims(t *testing.T) {
 	f.queueJobs("b", 11, 1)
 	// Call 1 claims the batch's one job; the top-up brings jobs 2 and 11,
 	// and the claim for its second pool (call 3) fails.
-	st := &failingStore{Store: f.store, failOn: 3}
+	st := &failingStore{Store: f.Store, failOn: 3}
 	d := f.dispatcherWith(func(d *Deps) { d.Store = st }, Options{Wait: -1, BatchMax: 1})
 
-	res, err := d.Step(f.ctx)
+	res, err := d.Step(f.Ctx)
 	if err != nil || res.Received != 3 || res.Assigned != 2 {
 		t.Fatalf("result %+v err %v; want 3 received, the batch's job and the top-up's claimed one served", res, err)
 	}
 	assertNoInstanceHeldForNothing(t, f)
-	if j := f.job(1); j.Status != domain.JobAssigned {
+	if j := f.Job(1); j.Status != domain.JobAssigned {
 		t.Fatalf("the batch's own job is %s", j.Status)
 	}
-	if f.job(2).Status == f.job(11).Status {
-		t.Fatalf("jobs 2 and 11 both %s; want one served, one left for later", f.job(2).Status)
+	if f.Job(2).Status == f.Job(11).Status {
+		t.Fatalf("jobs 2 and 11 both %s; want one served, one left for later", f.Job(2).Status)
 	}
-	f.clk.Advance(f.d.opts.Visibility)
-	if res, err := f.d.Step(f.ctx); err != nil || res.Assigned != 1 {
+	f.Clock.Advance(f.d.opts.Visibility)
+	if res, err := f.d.Step(f.Ctx); err != nil || res.Assigned != 1 {
 		t.Fatalf("after the visibility timeout: %+v %v; want the last job served", res, err)
 	}
 	assertNoInstanceHeldForNothing(t, f)
 	assertNoDoubleAssignment(t, f)
 }
 
-// countingReceives counts the receives from the pool queue.
-type countingReceives struct {
-	domain.Queue
-	n *atomic.Int64
-}
-
-func (q countingReceives) Receive(ctx context.Context, name string, max int, vis, wait time.Duration) ([]domain.Message, error) {
-	if name == domain.QueuePool {
-		q.n.Add(1)
-	}
-	return q.Queue.Receive(ctx, name, max, vis, wait)
-}
-
 // Without a long poll (tests, the simulator) an empty queue must not make
 // Run spin: it waits a little on its clock between receives.
 func TestRunWithoutLongPollWaitsBetweenEmptyReceives(t *testing.T) {
 	f := newFixture(t)
-	var n atomic.Int64
-	d := f.dispatcherWith(func(d *Deps) { d.Queue = countingReceives{Queue: d.Queue, n: &n} }, Options{Wait: -1})
-	ctx, cancel := context.WithCancel(f.ctx)
-	stopped := make(chan error)
-	go func() { stopped <- looptest.Run(ctx, d.Clock, d.Loop()) }()
-	waitForTimer := func() {
-		t.Helper()
-		parked := make(chan struct{})
-		go func() { f.clk.BlockUntil(1); close(parked) }()
-		select {
-		case <-parked:
-		case <-time.After(10 * time.Second): // a watchdog: Run spinning never parks
-			t.Fatalf("Run never waited on its clock (%d receives)", n.Load())
-		}
-	}
-	waitForTimer()
-	if got := n.Load(); got != 1 {
-		t.Fatalf("%d receives before the clock moved, want 1", got)
-	}
-	f.clk.Advance(idlePoll)
-	waitForTimer()
-	if got := n.Load(); got != 2 {
-		t.Fatalf("%d receives after one idle poll, want 2", got)
-	}
-	cancel()
-	if err := <-stopped; err != nil {
-		t.Fatal(err)
-	}
+	looptest.CheckIdlePolls(t, f.Clock, domain.QueuePool, idlePoll, func(wrap func(domain.Queue) domain.Queue) loop.Loop {
+		return f.dispatcherWith(func(d *Deps) { d.Queue = wrap(d.Queue) }, Options{Wait: -1}).Loop()
+	})
 }

@@ -37,23 +37,17 @@ func TestLostAssignmentTakesTheRunnerBack(t *testing.T) {
 	f := newFixture(t)
 	hot := f.members("p", domain.RoleHot, domain.StateReady, 2)
 	f.queueJobs("p", 1, 2)
-	d, err := New(Deps{
-		Store: &cancellingStore{Store: f.store, cancel: 1}, Queue: f.queue, Cloud: f.cloud, GitHub: f.gh, Clock: f.clk,
-		Log: f.d.Log, Scope: f.d.Scope, Notify: f.d.Notify,
-	}, nil, Options{Wait: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := d.Step(f.ctx)
+	d := f.dispatcherWith(func(d *Deps) { d.Store = &cancellingStore{Store: f.Store, cancel: 1} }, Options{Wait: -1})
+	res, err := d.Step(f.Ctx)
 	if err != nil || res.Assigned != 1 || res.Retried != 1 {
 		t.Fatalf("result %+v err %v", res, err)
 	}
-	if j := f.job(1); j.Status != domain.JobCompleted || j.InstanceID != "" || j.RunnerName != "" {
+	if j := f.Job(1); j.Status != domain.JobCompleted || j.InstanceID != "" || j.RunnerName != "" {
 		t.Fatalf("cancelled job %s on %q runner %q", j.Status, j.InstanceID, j.RunnerName)
 	}
-	j2 := f.job(2)
+	j2 := f.Job(2)
 	for _, m := range hot {
-		in, err := f.store.GetInstance(f.ctx, m.ID)
+		in, err := f.Store.GetInstance(f.Ctx, m.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +64,7 @@ func TestLostAssignmentTakesTheRunnerBack(t *testing.T) {
 	if j2.RunnerName != domain.RunnerName(j2.InstanceID, 2) {
 		t.Fatalf("job 2 got runner %q", j2.RunnerName)
 	}
-	runners, err := f.gh.ListRunners(f.ctx, f.d.Scope(j2))
+	runners, err := f.gh.ListRunners(f.Ctx, f.d.Scope(j2))
 	if err != nil {
 		t.Fatal(err)
 	}

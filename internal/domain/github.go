@@ -67,12 +67,18 @@ type GitHub interface {
 	QueuedJobs(ctx context.Context, s Scope) ([]GitHubJob, error)
 	GetJob(ctx context.Context, repo string, id int64) (GitHubJob, error)
 	CancelRun(ctx context.Context, repo string, runID int64) error
+	// RerunJob asks GitHub to run a completed job again (a new attempt of
+	// its run); ErrRunInProgress while its run has not completed, which
+	// GitHub refuses.
+	RerunJob(ctx context.Context, repo string, jobID int64) error
 }
 
 // GitHub errors.
 var (
 	ErrRunnerBusy  = errors.New("runner is busy")
 	ErrRateLimited = errors.New("rate limited")
+	// ErrRunInProgress: GitHub re-runs a job only once its run completed.
+	ErrRunInProgress = errors.New("workflow run not completed")
 )
 
 // Assignment is what an instance's agent needs to serve its job.

@@ -92,7 +92,7 @@ func (r *Reconciler) Init(reg prometheus.Registerer) error {
 
 // Report counts what one cycle did.
 type Report struct {
-	Orphans, Gone, Silent, DeadRunners, Recovered, Requeued, Resent, JobsDeleted, RowsDeleted int
+	Orphans, Gone, Silent, DeadRunners, Recovered, Requeued, Resent, Rerun, JobsDeleted, RowsDeleted int
 }
 
 // Loop reconciles every Interval.
@@ -131,6 +131,8 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 		rep.Recovered, rep.Requeued = rep.Recovered+rec, rep.Requeued+req
 		errs = append(errs, err)
 	}
+	rep.Rerun, err = r.rerunInterrupted(ctx)
+	errs = append(errs, err)
 	// A job sent back to its queue whose message a crash left unsent.
 	rep.Resent, err = jobs.SendPending(ctx, r.Store, r.Queue, r.Clock.Now(), r.Interval)
 	errs = append(errs, err)
@@ -139,7 +141,7 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	r.metrics.count(rep)
 	if rep != (Report{}) {
 		r.Log.Info("reconciled", "orphans", rep.Orphans, "gone", rep.Gone, "silent", rep.Silent, "dead_runners", rep.DeadRunners,
-			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "resent_jobs", rep.Resent, "jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
+			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "resent_jobs", rep.Resent, "rerun_jobs", rep.Rerun, "jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
 	}
 	return rep, errors.Join(errs...)
 }
@@ -407,7 +409,7 @@ func (m *reconcileMetrics) count(r Report) {
 	}
 	for kind, n := range map[string]int{
 		"orphan": r.Orphans, "gone": r.Gone, "silent": r.Silent, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
-		"requeued_job": r.Requeued, "resent_job": r.Resent, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
+		"requeued_job": r.Requeued, "resent_job": r.Resent, "rerun_job": r.Rerun, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
 	} {
 		m.actions.WithLabelValues(kind).Add(float64(n))
 	}

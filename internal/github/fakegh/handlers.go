@@ -35,7 +35,8 @@ func (s *Server) routes() map[string]http.HandlerFunc {
 		routeUserInstallation:                                           s.locked(s.handleInstallation),
 		routeRepoInstallation:                                           s.locked(s.handleInstallation),
 		"GET /repos/{owner}/{repo}/contents/{path...}":                  s.locked(s.handleFile),
-		"GET /user":  s.locked(s.handleUser),
+		"GET /user": s.locked(s.handleUser),
+		"POST /repos/{owner}/{repo}/actions/jobs/{job_id}/rerun": s.locked(s.handleRerun),
 		routeRunJIT:  s.handleRunJIT,
 		routeDoneJIT: s.locked(s.handleDoneJIT),
 	}
@@ -241,6 +242,30 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{})
+}
+
+// handleRerun queues a completed job again as a new job of its run, as
+// GitHub re-runs it; a job of a run still in progress is refused (403).
+func (s *Server) handleRerun(w http.ResponseWriter, r *http.Request) {
+	rp := s.repoOf(r)
+	old := s.jobs[pathID(r, "job_id")]
+	if rp == nil || old == nil || old.run.repo != rp {
+		writeError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	if status, _ := old.run.status(); status != "completed" {
+		writeError(w, http.StatusForbidden, "Cannot rerun a job of a workflow run that is not completed.")
+		return
+	}
+	s.lastJob++
+	j := &job{id: s.lastJob, run: old.run, name: old.name, labels: append([]string{}, old.labels...), status: "queued", created: s.clk.Now()}
+	old.run.jobs = append(old.run.jobs, j)
+	s.jobs[j.id] = j
+	s.announce(j, "queued")
+	if rn := s.waitingRunnerFor(j); rn != nil {
+		s.start(j, rn.name, rn)
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{})
 }
 
 func (s *Server) handleOrgRepos(w http.ResponseWriter, r *http.Request) {

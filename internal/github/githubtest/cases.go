@@ -166,6 +166,34 @@ func testCancelRun(f *fixture) {
 	f.wantErr("CancelRun of an unknown run", f.GitHub.CancelRun(f.ctx, repo, 987654321), domain.ErrNotFound)
 }
 
+// A job is re-run only once its run completed: as a new queued job of the
+// same run with the same labels.
+func testRerunJob(f *fixture) {
+	repo := f.repo("app")
+	first := f.queue(repo, "linux", "spot")
+	f.wantErr("RerunJob while its run is in progress", f.GitHub.RerunJob(f.ctx, repo, first.ID), domain.ErrRunInProgress)
+	if err := f.GitHub.CancelRun(f.ctx, repo, first.RunID); err != nil {
+		f.t.Fatalf("CancelRun: %v", err)
+	}
+	if err := f.GitHub.RerunJob(f.ctx, repo, first.ID); err != nil {
+		f.t.Fatalf("RerunJob of a completed run: %v", err)
+	}
+	queued, err := f.GitHub.QueuedJobs(f.ctx, domain.Scope{Owner: f.Owner, Repo: "app"})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var again []domain.GitHubJob
+	for _, j := range queued {
+		if j.RunID == first.RunID {
+			again = append(again, j)
+		}
+	}
+	if len(again) != 1 || again[0].ID == first.ID || !slices.Equal(again[0].Labels, first.Labels) {
+		f.t.Fatalf("after the re-run the run's queued jobs are %+v, want one new job with labels %v", again, first.Labels)
+	}
+	f.wantErr("RerunJob of an unknown job", f.GitHub.RerunJob(f.ctx, repo, 987654321), domain.ErrNotFound)
+}
+
 func testLabelsRoundTrip(f *fixture) {
 	runnerLabels := []string{"runs-on=4242/pool=small", "env=production", "GPU", "region=eu-west-1"}
 	reg := f.register(f.org, runnerLabels...)

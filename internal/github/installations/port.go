@@ -57,3 +57,11 @@ func (g *GitHub) CancelRun(ctx context.Context, repo string, runID int64) error 
 	}
 	return c.CancelRun(ctx, repo, runID)
 }
+
+func (g *GitHub) RerunJob(ctx context.Context, repo string, jobID int64) error {
+	c, err := g.client(ctx, ownerOf(repo))
+	if err != nil {
+		return err
+	}
+	return c.RerunJob(ctx, repo, jobID)
+}

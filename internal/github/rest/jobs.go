@@ -163,6 +163,21 @@ func (c *Client) CancelRun(ctx context.Context, repo string, runID int64) error 
 	return c.classify(op, err, nil)
 }
 
+// RerunJob asks GitHub to re-run a job. GitHub answers 403 while the job's
+// run is still in progress: domain.ErrRunInProgress.
+func (c *Client) RerunJob(ctx context.Context, repo string, jobID int64) error {
+	op := fmt.Sprintf("re-run job %d in %s", jobID, repo)
+	owner, name, err := splitRepo(repo)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	_, err = c.gh.Actions.RerunJobByID(ctx, owner, name, jobID)
+	return c.classify(op, err, statusErrors{http.StatusForbidden: domain.ErrRunInProgress})
+}
+
 func toJob(repo string, j *github.WorkflowJob) domain.GitHubJob {
 	return domain.GitHubJob{
 		ID:         j.GetID(),

@@ -18,6 +18,7 @@ const (
 	OpQueuedJobs     = "QueuedJobs"
 	OpGetJob         = "GetJob"
 	OpCancelRun      = "CancelRun"
+	OpRerunJob       = "RerunJob"
 	OpRunJIT         = "RunJIT"
 )
 

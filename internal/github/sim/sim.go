@@ -331,6 +331,39 @@ func (g *GitHub) cancelRun(ctx context.Context, repo string, runID int64) error 
 	return nil
 }
 
+// RerunJob queues a completed job again, as a new attempt of its run;
+// domain.ErrRunInProgress while its run has a job not completed.
+func (g *GitHub) RerunJob(ctx context.Context, repo string, jobID int64) error {
+	g.mu.Lock()
+	err := g.rerun(ctx, repo, jobID)
+	g.mu.Unlock()
+	g.flush()
+	return err
+}
+
+func (g *GitHub) rerun(ctx context.Context, repo string, jobID int64) error {
+	if err := g.call(ctx, OpRerunJob); err != nil {
+		return fmt.Errorf("re-run job %d: %w", jobID, err)
+	}
+	old := g.jobs[jobID]
+	if old == nil || !strings.EqualFold(old.Repo, repo) {
+		return fmt.Errorf("re-run job %d in %s: %w", jobID, repo, domain.ErrNotFound)
+	}
+	for _, j := range g.runs[old.RunID].jobs {
+		if j.Status != StatusCompleted {
+			return fmt.Errorf("re-run job %d in %s: %w", jobID, repo, domain.ErrRunInProgress)
+		}
+	}
+	j := g.newJob(JobSpec{Repo: old.Repo, Name: old.Name, Workflow: old.Workflow, Labels: old.Labels, RunID: old.RunID,
+		Duration: old.duration, Conclusion: old.outcome}, g.clk.Now())
+	j.RunAttempt = old.RunAttempt + 1
+	g.emit("queued", j)
+	if r := g.idleRunnerFor(j); r != nil {
+		g.start(j, r)
+	}
+	return nil
+}
+
 // Jobs returns every job the sim has seen, in the order they were queued.
 func (g *GitHub) Jobs() []JobRecord {
 	g.mu.Lock()
