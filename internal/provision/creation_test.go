@@ -18,7 +18,7 @@ func TestCreationMakesOneFleetForTheRestOfAClass(t *testing.T) {
 	f := newFixture(t, withRecordingCloud(&rc))
 	var pendingAtCall []domain.Instance
 	rc.onCreate = func(spec domain.LaunchSpec) {
-		for _, in := range f.instances(domain.InstanceFilter{Runner: "small"}) {
+		for _, in := range f.Instances(domain.InstanceFilter{Runner: "small"}) {
 			if in.LaunchID == spec.ClientToken {
 				pendingAtCall = append(pendingAtCall, in)
 			}
@@ -27,7 +27,7 @@ func TestCreationMakesOneFleetForTheRestOfAClass(t *testing.T) {
 	var mu sync.Mutex
 	atNotify := map[string]domain.Instance{}
 	f.setAgent(func(f *fixture, cloudID string) {
-		in := f.instances(domain.InstanceFilter{CloudID: cloudID})[0]
+		in := f.Instances(domain.InstanceFilter{CloudID: cloudID})[0]
 		mu.Lock()
 		atNotify[cloudID] = in
 		mu.Unlock()
@@ -46,7 +46,7 @@ func TestCreationMakesOneFleetForTheRestOfAClass(t *testing.T) {
 	}
 	wantPendingRowsPerJob(t, pendingAtCall)
 	for id := int64(100); id < 103; id++ {
-		j := f.job(id)
+		j := f.Job(id)
 		if j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
 			t.Fatalf("job %d: %s via %q (%s)", id, j.Status, j.Via, j.Reason)
 		}
@@ -99,7 +99,7 @@ func TestCreationSplitsFleetsByClassAndBatchSize(t *testing.T) {
 		t.Fatalf("fleet requests %v, want small 2+1 and large 1", got)
 	}
 	for _, id := range []int64{100, 101, 102, 200} {
-		if j := f.job(id); j.Via != domain.ViaCold || j.Status != domain.JobAssigned {
+		if j := f.Job(id); j.Via != domain.ViaCold || j.Status != domain.JobAssigned {
 			t.Fatalf("job %d: %s via %q", id, j.Status, j.Via)
 		}
 	}
@@ -110,30 +110,30 @@ func TestCreatedInstancesThatNeverRegisterAreTerminated(t *testing.T) {
 	f.setAgent(silent)
 	f.queueJobs(small, 100, 2)
 	done := f.serveAsync(f.p, f.receive())
-	f.clk.BlockUntil(4)
-	f.clk.Advance(5*time.Minute - time.Second)
-	f.clk.BlockUntil(4)
-	if j := f.job(100); j.Status != domain.JobAssigned {
+	f.Clock.BlockUntil(4)
+	f.Clock.Advance(5*time.Minute - time.Second)
+	f.Clock.BlockUntil(4)
+	if j := f.Job(100); j.Status != domain.JobAssigned {
 		t.Fatalf("job gave up before the creation timeout: %s", j.Status)
 	}
-	f.clk.Advance(time.Second)
+	f.Clock.Advance(time.Second)
 	<-done
 
 	for id := int64(100); id < 102; id++ {
-		j := f.job(id)
+		j := f.Job(id)
 		if j.Status != domain.JobQueued || j.InstanceID != "" || j.Attempts != 1 || !strings.Contains(j.Reason, "did not register") {
 			t.Fatalf("job %d: %s on %q, attempts %d: %s", id, j.Status, j.InstanceID, j.Attempts, j.Reason)
 		}
 	}
-	for _, in := range f.instances(domain.InstanceFilter{Runner: "small"}) {
+	for _, in := range f.Instances(domain.InstanceFilter{Runner: "small"}) {
 		if in.State != domain.StateTerminating {
 			t.Fatalf("instance %s is %s", in.ID, in.State)
 		}
 	}
-	if st := f.stats(domain.QueueLaunch); st.Delayed != 2 || st.InFlight != 0 {
+	if st := f.Stats(domain.QueueLaunch); st.Delayed != 2 || st.InFlight != 0 {
 		t.Fatalf("launch queue %+v: both jobs go back with a delay", st)
 	}
-	if runners, _ := f.gh.ListRunners(f.ctx, domain.Scope{Owner: "acme", Repo: "app"}); len(runners) != 0 {
+	if runners, _ := f.gh.ListRunners(f.Ctx, domain.Scope{Owner: "acme", Repo: "app"}); len(runners) != 0 {
 		t.Fatalf("runner registrations left behind: %+v", runners)
 	}
 }
@@ -157,7 +157,7 @@ func TestPartiallyFulfilledFleetIsTerminatedWhole(t *testing.T) {
 	if n := len(f.cloud.Instances()); n != 2 {
 		t.Fatalf("%d machines launched, want the 2 that fitted", n)
 	}
-	rows := f.instances(domain.InstanceFilter{Runner: "small"})
+	rows := f.Instances(domain.InstanceFilter{Runner: "small"})
 	if len(rows) != 5 {
 		t.Fatalf("%d rows", len(rows))
 	}
@@ -167,12 +167,12 @@ func TestPartiallyFulfilledFleetIsTerminatedWhole(t *testing.T) {
 		}
 	}
 	for id := int64(100); id < 105; id++ {
-		j := f.job(id)
+		j := f.Job(id)
 		if j.Status != domain.JobQueued || j.Attempts != 1 || !strings.Contains(j.Reason, "insufficient capacity") {
 			t.Fatalf("job %d: %s attempts %d: %s", id, j.Status, j.Attempts, j.Reason)
 		}
 	}
-	if st := f.stats(domain.QueueLaunch); st.Delayed != 5 {
+	if st := f.Stats(domain.QueueLaunch); st.Delayed != 5 {
 		t.Fatalf("launch queue %+v", st)
 	}
 	if counter(t, f.p.metrics.fleets, "failed") != 1 || counter(t, f.p.metrics.jobs, "requeued") != 5 {
@@ -181,13 +181,13 @@ func TestPartiallyFulfilledFleetIsTerminatedWhole(t *testing.T) {
 
 	// The next fleet of the class asks for no more than came last time.
 	f.cloud.SetCapacity(0)
-	f.clk.Advance(2 * time.Second) // the first retry's backoff
+	f.Clock.Advance(2 * time.Second) // the first retry's backoff
 	f.serve()
 	if got := rc.fleets(); len(got) < 2 || got[1] > 2 {
 		t.Fatalf("fleet requests %v: the second asked for more than the 2 that came", got)
 	}
 	for id := int64(100); id < 105; id++ {
-		if j := f.job(id); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
+		if j := f.Job(id); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
 			t.Fatalf("job %d: %s via %q", id, j.Status, j.Via)
 		}
 	}
@@ -199,12 +199,12 @@ func TestAFleetRefusedForOtherReasonsDoesNotShrinkTheNext(t *testing.T) {
 	f.cloud.FailNext(sim.OpCreateFleet, 1, domain.ErrThrottled)
 	f.queueJobs(small, 100, 3)
 	f.serve()
-	f.clk.Advance(2 * time.Second)
+	f.Clock.Advance(2 * time.Second)
 	f.serve()
 	if got := rc.fleets(); !slices.Equal(got, []int{3, 3}) {
 		t.Fatalf("fleet requests %v, want 3 then 3", got)
 	}
-	for _, in := range f.instances(domain.InstanceFilter{Runner: "small", States: []domain.State{domain.StatePending}}) {
+	for _, in := range f.Instances(domain.InstanceFilter{Runner: "small", States: []domain.State{domain.StatePending}}) {
 		t.Fatalf("row %s of the refused fleet left pending", in.ID)
 	}
 }
@@ -233,13 +233,13 @@ func TestAFleetThatCannotBeRecordedLeavesNoRowBehind(t *testing.T) {
 			t.Fatalf("machine %s left %s", m.ID, m.State)
 		}
 	}
-	for _, in := range f.instances(domain.InstanceFilter{Runner: "small"}) {
+	for _, in := range f.Instances(domain.InstanceFilter{Runner: "small"}) {
 		if in.State != domain.StateTerminating && in.State != domain.StateTerminated {
 			t.Fatalf("row %s (cloud id %q) left %s for job %q", in.ID, in.CloudID, in.State, in.Job)
 		}
 	}
 	for id := int64(100); id < 102; id++ {
-		if j := f.job(id); j.Status != domain.JobQueued || j.Attempts != 1 {
+		if j := f.Job(id); j.Status != domain.JobQueued || j.Attempts != 1 {
 			t.Fatalf("job %d: %s attempts %d", id, j.Status, j.Attempts)
 		}
 	}
@@ -266,7 +266,7 @@ func TestColdStartsUseTheImageCurrentWhenTheirBatchIsServed(t *testing.T) {
 	if got := rc.imageIDs(); len(got) != 3 || got[2] != published {
 		t.Fatalf("after a new image was published the next cold start launched %v, want %s", got[2:], published)
 	}
-	if j := f.job(200); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
+	if j := f.Job(200); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
 		t.Fatalf("job 200: %s via %q (%s)", j.Status, j.Via, j.Reason)
 	}
 }

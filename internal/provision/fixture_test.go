@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -14,14 +13,12 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/bullpen-ci/bullpen/internal/agents"
-	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 	"github.com/bullpen-ci/bullpen/internal/testlog"
+	"github.com/bullpen-ci/bullpen/internal/testworld"
 )
 
 var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
@@ -33,15 +30,11 @@ var small = domain.RunnerSpec{Name: "small", Image: "ubuntu-24.04", CPU: domain.
 // agentFunc plays an instance's agent when the provisioner wakes it.
 type agentFunc func(f *fixture, cloudID string)
 
-// fixture is a provisioner on the real SQLite store and queue, the
-// simulated cloud and GitHub, and the agents service that turns registered
-// signals into state changes and registration wake-ups.
+// fixture is a provisioner on the test world, the simulated cloud and
+// GitHub, and the agents service that turns registered signals into state
+// changes and registration wake-ups.
 type fixture struct {
-	t      *testing.T
-	ctx    context.Context
-	clk    *clock.Virtual
-	store  *sqlite.Store
-	queue  *sqlite.Queue
+	*testworld.World
 	cloud  *sim.Cloud
 	gh     *ghsim.GitHub
 	agents *agents.Service
@@ -58,25 +51,18 @@ type fixtureOption func(*fixture, *Deps, *Options)
 
 func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
 	t.Helper()
-	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0), agent: registerAtOnce}
-	f.store, f.queue = sqlitetest.Open(t, f.clk)
-	st := f.store
+	f := &fixture{World: testworld.New(t, t0), agent: registerAtOnce}
+	f.cloud = f.NewCloud(sim.Options{})
+	f.gh = ghsim.New(f.Clock, ghsim.Options{})
 	var err error
-	f.cloud = sim.New(f.clk, sim.Options{})
-	f.gh = ghsim.New(f.clk, ghsim.Options{})
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	f.agents, err = agents.New(st, f.queue, f.clk, log, nil, agents.Options{})
+	f.agents, err = agents.New(f.Store, f.Queue, f.Clock, f.Log, nil, agents.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		f.agentW.Wait()
-		f.cloud.Close()
-		st.Close()
-	})
+	t.Cleanup(f.agentW.Wait)
 	f.deps = Deps{
-		Store: st, Queue: f.queue, Cloud: f.cloud, GitHub: f.gh, Clock: f.clk, Log: log,
-		Scope:         func(domain.Job) domain.Scope { return domain.Scope{Owner: "acme", Repo: "app"} },
+		Store: f.Store, Queue: f.Queue, Cloud: f.cloud, GitHub: f.gh, Clock: f.Clock, Log: f.Log,
+		Scope:         testworld.Scope,
 		Notify:        f.notify,
 		Registrations: f.agents.Registrations(),
 	}
@@ -91,10 +77,10 @@ func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
 // newProvisioner builds another provisioner on the fixture's world (a
 // second replica).
 func (f *fixture) newProvisioner(reg prometheus.Registerer, o Options) *Provisioner {
-	f.t.Helper()
+	f.T.Helper()
 	p, err := New(f.deps, reg, o)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return p
 }
@@ -145,26 +131,26 @@ func silentFor(cloudIDs ...string) agentFunc {
 }
 
 func (f *fixture) register(cloudID string) {
-	ins, err := f.agents.Next(f.ctx, cloudID)
+	ins, err := f.agents.Next(f.Ctx, cloudID)
 	if err != nil || ins.Kind != domain.InstructionRun {
-		f.t.Errorf("agent %s: instruction %+v, err %v", cloudID, ins, err)
+		f.T.Errorf("agent %s: instruction %+v, err %v", cloudID, ins, err)
 		return
 	}
 	sig := domain.Signal{CloudID: cloudID, Kind: domain.SignalRegistered, Job: domain.JobKey(ins.Assignment.JobID)}
-	if err := f.agents.Signal(f.ctx, sig); err != nil {
-		f.t.Errorf("agent %s: registered: %v", cloudID, err)
+	if err := f.agents.Signal(f.Ctx, sig); err != nil {
+		f.T.Errorf("agent %s: registered: %v", cloudID, err)
 	}
 }
 
 // reusable records n ready instances of class spec, each with a live machine
 // and a fresh heartbeat, and offers them to the class's resource pool.
 func (f *fixture) reusable(spec domain.RunnerSpec, n int, edit func(*domain.Instance)) []domain.Instance {
-	f.t.Helper()
-	ms, err := f.cloud.Create(f.ctx, domain.LaunchSpec{Runner: spec, ImageID: "ami-1", Count: n})
+	f.T.Helper()
+	ms, err := f.cloud.Create(f.Ctx, domain.LaunchSpec{Runner: spec, ImageID: "ami-1", Count: n})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	now := f.clk.Now()
+	now := f.Clock.Now()
 	rows := make([]domain.Instance, n)
 	for i, m := range ms {
 		rows[i] = domain.Instance{ID: fmt.Sprintf("bp-%s-%d-%s", spec.Name, i, m.ID[2:8]), CloudID: m.ID, Role: domain.RoleOnDemand,
@@ -174,8 +160,8 @@ func (f *fixture) reusable(spec domain.RunnerSpec, n int, edit func(*domain.Inst
 			edit(&rows[i])
 		}
 	}
-	if err := f.store.CreateInstances(f.ctx, rows); err != nil {
-		f.t.Fatal(err)
+	if err := f.Store.CreateInstances(f.Ctx, rows); err != nil {
+		f.T.Fatal(err)
 	}
 	for _, in := range rows {
 		f.offer(in)
@@ -192,47 +178,38 @@ func entryOf(in domain.Instance) domain.ResourcePoolEntry {
 
 // offer puts in's entry in its class's resource pool.
 func (f *fixture) offer(in domain.Instance) {
-	f.t.Helper()
-	if err := jobs.OfferToResourcePool(f.ctx, f.queue, in.Runner, entryOf(in)); err != nil {
-		f.t.Fatal(err)
+	f.T.Helper()
+	if err := jobs.OfferToResourcePool(f.Ctx, f.Queue, in.Runner, entryOf(in)); err != nil {
+		f.T.Fatal(err)
 	}
 }
 
 // queueJobs records n queued launch jobs of spec and sends them to the
 // launch queue.
 func (f *fixture) queueJobs(spec domain.RunnerSpec, first int64, n int) []domain.Job {
-	f.t.Helper()
-	var js []domain.Job
-	var sends []domain.SendRequest
-	for i := range n {
-		j := domain.Job{ID: first + int64(i), RunID: 7, Repo: "acme/app", Labels: []string{"runs-on=7/runner=" + spec.Name},
+	f.T.Helper()
+	js := make([]domain.Job, n)
+	for i := range js {
+		js[i] = domain.Job{ID: first + int64(i), RunID: 7, Repo: "acme/app", Labels: []string{"runs-on=7/runner=" + spec.Name},
 			Status: domain.JobQueued, Route: domain.RouteLaunch, Runner: spec.Name, Spec: spec}
-		js = append(js, j)
-		sends = append(sends, jobs.SendRequest(j, 0))
 	}
-	if _, err := f.store.CreateJobs(f.ctx, js); err != nil {
-		f.t.Fatal(err)
-	}
-	if err := f.queue.Send(f.ctx, domain.QueueLaunch, sends); err != nil {
-		f.t.Fatal(err)
-	}
-	return js
+	return f.Enqueue(domain.QueueLaunch, js)
 }
 
 // receive takes every visible launch-queue message, as Run would.
 func (f *fixture) receive() []domain.Message {
-	f.t.Helper()
-	msgs, err := f.queue.Receive(f.ctx, domain.QueueLaunch, 1000, 5*time.Minute, 0)
+	f.T.Helper()
+	msgs, err := f.Queue.Receive(f.Ctx, domain.QueueLaunch, 1000, 5*time.Minute, 0)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return msgs
 }
 
 // serve receives the launch queue and serves it to the end.
 func (f *fixture) serve() {
-	f.t.Helper()
-	f.p.Serve(f.ctx, f.receive())
+	f.T.Helper()
+	f.p.Serve(f.Ctx, f.receive())
 }
 
 // serveAsync serves in the background; the channel closes when Serve returns.
@@ -240,85 +217,41 @@ func (f *fixture) serveAsync(p *Provisioner, msgs []domain.Message) <-chan struc
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		p.Serve(f.ctx, msgs)
+		p.Serve(f.Ctx, msgs)
 	}()
 	return done
 }
 
-func (f *fixture) job(id int64) domain.Job {
-	f.t.Helper()
-	j, err := f.store.GetJob(f.ctx, id)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return j
-}
-
-func (f *fixture) instance(id string) domain.Instance {
-	f.t.Helper()
-	in, err := f.store.GetInstance(f.ctx, id)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return in
-}
-
-func (f *fixture) instances(filter domain.InstanceFilter) []domain.Instance {
-	f.t.Helper()
-	ins, err := f.store.ListInstances(f.ctx, filter)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return ins
-}
-
-func (f *fixture) stats(queue string) domain.QueueStats {
-	f.t.Helper()
-	st, err := f.queue.Stats(f.ctx, queue)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return st
-}
-
-// poolEntries drains the class's visible resource-pool entries and puts
-// them back, returning their instance ids.
+// poolEntries returns the instance ids of the class's visible
+// resource-pool entries, leaving them there.
 func (f *fixture) poolEntries(class string) []string {
-	f.t.Helper()
-	q := domain.ResourcePoolQueue(class)
-	msgs, err := f.queue.Receive(f.ctx, q, 100, time.Second, 0)
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	f.T.Helper()
 	var ids []string
-	for _, m := range msgs {
+	for _, m := range f.Peek(domain.ResourcePoolQueue(class), 100) {
 		var e domain.ResourcePoolEntry
 		if err := json.Unmarshal(m.Body, &e); err != nil {
-			f.t.Fatal(err)
+			f.T.Fatal(err)
 		}
 		ids = append(ids, e.InstanceID)
-		if err := f.queue.ChangeVisibility(f.ctx, q, m.Receipt, 0); err != nil {
-			f.t.Fatal(err)
-		}
 	}
 	return ids
 }
 
 func (f *fixture) wantJob(id int64, status domain.JobStatus, via domain.Via, instanceID string) domain.Job {
-	f.t.Helper()
-	j := f.job(id)
+	f.T.Helper()
+	j := f.Job(id)
 	if j.Status != status || j.Via != via || j.InstanceID != instanceID {
-		f.t.Fatalf("job %d: status %s via %q instance %q; want %s via %q instance %q (reason %q)",
+		f.T.Fatalf("job %d: status %s via %q instance %q; want %s via %q instance %q (reason %q)",
 			id, j.Status, j.Via, j.InstanceID, status, via, instanceID, j.Reason)
 	}
 	return j
 }
 
 func (f *fixture) wantState(id string, want domain.State) domain.Instance {
-	f.t.Helper()
-	in := f.instance(id)
+	f.T.Helper()
+	in := f.Instance(id)
 	if in.State != want {
-		f.t.Fatalf("instance %s: %s (job %q, reason %q), want %s", id, in.State, in.Job, in.Reason, want)
+		f.T.Fatalf("instance %s: %s (job %q, reason %q), want %s", id, in.State, in.Job, in.Reason, want)
 	}
 	return in
 }
@@ -385,7 +318,7 @@ func withOptions(edit func(*Options)) fixtureOption {
 func withImages(images map[string]string) fixtureOption {
 	return func(f *fixture, d *Deps, _ *Options) {
 		f.cloud.Close()
-		f.cloud = sim.New(f.clk, sim.Options{Images: images})
+		f.cloud = f.NewCloud(sim.Options{Images: images})
 		d.Cloud = f.cloud
 	}
 }

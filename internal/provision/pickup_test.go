@@ -90,7 +90,7 @@ func newSearch(spec domain.RunnerSpec) *search {
 func TestPickupTakesAMatchOffTheQueue(t *testing.T) {
 	f := newFixture(t)
 	in := f.reusable(small, 1, nil)[0]
-	e, exhausted, err := f.p.pickupFor("small").next(f.ctx, newSearch(small))
+	e, exhausted, err := f.p.pickupFor("small").next(f.Ctx, newSearch(small))
 	if err != nil || e == nil || exhausted != "" {
 		t.Fatalf("next = %+v, %q, %v", e, exhausted, err)
 	}
@@ -98,11 +98,11 @@ func TestPickupTakesAMatchOffTheQueue(t *testing.T) {
 		t.Fatalf("entry %+v, want %+v", *e, entryOf(in))
 	}
 	// Deleted at once, not merely hidden: no other pickup can see it again.
-	if st := f.stats(domain.ResourcePoolQueue("small")); st != (domain.QueueStats{}) {
+	if st := f.Stats(domain.ResourcePoolQueue("small")); st != (domain.QueueStats{}) {
 		t.Fatalf("resource pool after pickup: %+v", st)
 	}
-	f.clk.Advance(time.Hour)
-	if st := f.stats(domain.ResourcePoolQueue("small")); st != (domain.QueueStats{}) {
+	f.Clock.Advance(time.Hour)
+	if st := f.Stats(domain.ResourcePoolQueue("small")); st != (domain.QueueStats{}) {
 		t.Fatalf("the entry came back after its visibility: %+v", st)
 	}
 }
@@ -115,37 +115,30 @@ func TestPickupRequeuesMissesWithTheConfiguredDelay(t *testing.T) {
 	q := domain.ResourcePoolQueue("small")
 	before := f.rawBodies(q)
 
-	e, _, err := f.p.pickupFor("small").next(f.ctx, newSearch(small))
+	e, _, err := f.p.pickupFor("small").next(f.Ctx, newSearch(small))
 	if err != nil || e == nil || e.InstanceID != fits.ID {
 		t.Fatalf("next = %+v, %v; want %s behind two misses", e, err, fits.ID)
 	}
-	if st := f.stats(q); st.Delayed != 2 || st.Visible != 0 || st.InFlight != 0 {
+	if st := f.Stats(q); st.Delayed != 2 || st.Visible != 0 || st.InFlight != 0 {
 		t.Fatalf("misses not requeued with a delay: %+v", st)
 	}
-	f.clk.Advance(7*time.Second - time.Millisecond)
-	if st := f.stats(q); st.Visible != 0 {
+	f.Clock.Advance(7*time.Second - time.Millisecond)
+	if st := f.Stats(q); st.Visible != 0 {
 		t.Fatalf("misses visible before the delay: %+v", st)
 	}
-	f.clk.Advance(time.Millisecond)
+	f.Clock.Advance(time.Millisecond)
 	after := f.rawBodies(q)
 	if len(after) != 2 || after[0] != before[0] || after[1] != before[1] {
 		t.Fatalf("requeued bodies differ from the originals (%s, %s):\n%q\n%q", big.ID, spot.ID, before[:2], after)
 	}
 }
 
-// rawBodies receives every visible message of q and makes it visible again.
+// rawBodies returns the bodies of q's visible messages, leaving them there.
 func (f *fixture) rawBodies(q string) []string {
-	f.t.Helper()
-	msgs, err := f.queue.Receive(f.ctx, q, 100, time.Second, 0)
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	f.T.Helper()
 	var out []string
-	for _, m := range msgs {
+	for _, m := range f.Peek(q, 100) {
 		out = append(out, string(m.Body))
-		if err := f.queue.ChangeVisibility(f.ctx, q, m.Receipt, 0); err != nil {
-			f.t.Fatal(err)
-		}
 	}
 	return out
 }
@@ -153,13 +146,13 @@ func (f *fixture) rawBodies(q string) []string {
 func TestPickupDropsExpiredEntries(t *testing.T) {
 	f := newFixture(t)
 	f.reusable(small, 1, func(in *domain.Instance) { in.Deadline = t0.Add(time.Second) })
-	f.clk.Advance(time.Second)
-	e, exhausted, err := f.p.pickupFor("small").next(f.ctx, newSearch(small))
+	f.Clock.Advance(time.Second)
+	e, exhausted, err := f.p.pickupFor("small").next(f.Ctx, newSearch(small))
 	if err != nil || e != nil || exhausted != "global" {
 		t.Fatalf("next = %+v, %q, %v; want global exhaustion", e, exhausted, err)
 	}
-	f.clk.Advance(time.Hour)
-	if st := f.stats(domain.ResourcePoolQueue("small")); st != (domain.QueueStats{}) {
+	f.Clock.Advance(time.Hour)
+	if st := f.Stats(domain.ResourcePoolQueue("small")); st != (domain.QueueStats{}) {
 		t.Fatalf("an expired entry was requeued: %+v", st)
 	}
 }
@@ -168,22 +161,22 @@ func TestPickupDropsUnreadableEntries(t *testing.T) {
 	f := newFixture(t)
 	q := domain.ResourcePoolQueue("small")
 	noID, _ := json.Marshal(domain.ResourcePoolEntry{CPU: 2})
-	if err := f.queue.Send(f.ctx, q, []domain.SendRequest{{Body: []byte("{not json")}, {Body: noID}}); err != nil {
+	if err := f.Queue.Send(f.Ctx, q, []domain.SendRequest{{Body: []byte("{not json")}, {Body: noID}}); err != nil {
 		t.Fatal(err)
 	}
 	fits := f.reusable(small, 1, nil)[0]
-	e, _, err := f.p.pickupFor("small").next(f.ctx, newSearch(small))
+	e, _, err := f.p.pickupFor("small").next(f.Ctx, newSearch(small))
 	if err != nil || e == nil || e.InstanceID != fits.ID {
 		t.Fatalf("next = %+v, %v", e, err)
 	}
-	if st := f.stats(q); st != (domain.QueueStats{}) {
+	if st := f.Stats(q); st != (domain.QueueStats{}) {
 		t.Fatalf("unreadable entries kept: %+v", st)
 	}
 }
 
 func TestPickupIsGloballyExhaustedByAnEmptyQueue(t *testing.T) {
 	f := newFixture(t)
-	e, exhausted, err := f.p.pickupFor("small").next(f.ctx, newSearch(small))
+	e, exhausted, err := f.p.pickupFor("small").next(f.Ctx, newSearch(small))
 	if err != nil || e != nil || exhausted != "global" {
 		t.Fatalf("next = %+v, %q, %v", e, exhausted, err)
 	}
@@ -215,9 +208,9 @@ func TestPickupIsLocallyExhaustedAfterSeeingAnInstanceNTimes(t *testing.T) {
 			if pm.seenLimit != tt.want {
 				t.Fatalf("seen limit %d, want %d", pm.seenLimit, tt.want)
 			}
-			pm.queue = undelayed{f.queue}
+			pm.queue = undelayed{f.Queue}
 			s := newSearch(small)
-			e, exhausted, err := pm.next(f.ctx, s)
+			e, exhausted, err := pm.next(f.Ctx, s)
 			if err != nil || e != nil || exhausted != "local" {
 				t.Fatalf("next = %+v, %q, %v; want local exhaustion", e, exhausted, err)
 			}

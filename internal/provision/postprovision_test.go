@@ -14,10 +14,10 @@ import (
 )
 
 func (f *fixture) runners() []domain.GitHubRunner {
-	f.t.Helper()
-	rs, err := f.gh.ListRunners(f.ctx, domain.Scope{Owner: "acme", Repo: "app"})
+	f.T.Helper()
+	rs, err := f.gh.ListRunners(f.Ctx, domain.Scope{Owner: "acme", Repo: "app"})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return rs
 }
@@ -25,11 +25,11 @@ func (f *fixture) runners() []domain.GitHubRunner {
 // wantRequeued checks that job id went back to the launch queue unbound,
 // once, with why in its reason.
 func (f *fixture) wantRequeued(id int64, why string) {
-	f.t.Helper()
-	j := f.job(id)
+	f.T.Helper()
+	j := f.Job(id)
 	if j.Status != domain.JobQueued || j.InstanceID != "" || j.RunnerName != "" || j.RunnerID != 0 || j.Via != "" ||
 		j.Attempts != 1 || !strings.Contains(j.Reason, why) {
-		f.t.Fatalf("job %d: %s on %q via %q runner %q, attempts %d, reason %q; want requeued for %q",
+		f.T.Fatalf("job %d: %s on %q via %q runner %q, attempts %d, reason %q; want requeued for %q",
 			id, j.Status, j.InstanceID, j.Via, j.RunnerName, j.Attempts, j.Reason, why)
 	}
 }
@@ -37,19 +37,19 @@ func (f *fixture) wantRequeued(id int64, why string) {
 // wantRunner checks that instance id holds the runner registered for job j:
 // its agent starts that runner, whichever job GitHub then gives it.
 func (f *fixture) wantRunner(id string, j domain.Job) {
-	f.t.Helper()
-	in := f.instance(id)
+	f.T.Helper()
+	in := f.Instance(id)
 	if in.RunnerName == "" || in.RunnerName != j.RunnerName || in.RunnerConfig == "" {
-		f.t.Fatalf("instance %s holds runner %q (config set: %t), want job %d's %q with its config",
+		f.T.Fatalf("instance %s holds runner %q (config set: %t), want job %d's %q with its config",
 			id, in.RunnerName, in.RunnerConfig != "", j.ID, j.RunnerName)
 	}
 }
 
 // wantNoRunner checks that instance id, given back, holds no registration.
 func (f *fixture) wantNoRunner(id string) {
-	f.t.Helper()
-	if in := f.instance(id); in.RunnerName != "" || in.RunnerConfig != "" {
-		f.t.Fatalf("instance %s (%s) keeps runner %q (config set: %t), want none", id, in.State, in.RunnerName, in.RunnerConfig != "")
+	f.T.Helper()
+	if in := f.Instance(id); in.RunnerName != "" || in.RunnerConfig != "" {
+		f.T.Fatalf("instance %s (%s) keeps runner %q (config set: %t), want none", id, in.State, in.RunnerName, in.RunnerConfig != "")
 	}
 }
 
@@ -70,7 +70,7 @@ func TestRollbackWhenGitHubRefusesTheRunner(t *testing.T) {
 		t.Fatalf("resource pool holds %v, want the rolled-back instance", got)
 	}
 	f.wantRequeued(100, "register runner")
-	if st := f.stats(domain.QueueLaunch); st.Delayed != 1 || st.InFlight != 0 || st.Visible != 0 {
+	if st := f.Stats(domain.QueueLaunch); st.Delayed != 1 || st.InFlight != 0 || st.Visible != 0 {
 		t.Fatalf("launch queue %+v", st)
 	}
 	if n := f.cloud.Calls()["CreateFleet"]; n != 0 {
@@ -81,7 +81,7 @@ func TestRollbackWhenGitHubRefusesTheRunner(t *testing.T) {
 	}
 
 	// The retry finds the instance again.
-	f.clk.Advance(2 * time.Second)
+	f.Clock.Advance(2 * time.Second)
 	f.serve()
 	f.wantRunner(in.ID, f.wantJob(100, domain.JobAssigned, domain.ViaReuse, in.ID))
 }
@@ -89,13 +89,13 @@ func TestRollbackWhenGitHubRefusesTheRunner(t *testing.T) {
 // cancelOnWake is an agent whose job is cancelled (the completed webhook
 // reaches the agents service) as soon as it is woken with it.
 func cancelOnWake(f *fixture, cloudID string) {
-	ins, err := f.agents.Next(f.ctx, cloudID)
+	ins, err := f.agents.Next(f.Ctx, cloudID)
 	if err != nil {
-		f.t.Error(err)
+		f.T.Error(err)
 		return
 	}
-	if err := f.agents.Finish(f.ctx, ins.Assignment.JobID, "cancelled"); err != nil {
-		f.t.Error(err)
+	if err := f.agents.Finish(f.Ctx, ins.Assignment.JobID, "cancelled"); err != nil {
+		f.T.Error(err)
 	}
 }
 
@@ -103,11 +103,11 @@ func TestAJobCancelledBeforeItIsServedIsDropped(t *testing.T) {
 	f := newFixture(t)
 	in := f.reusable(small, 1, nil)[0]
 	f.queueJobs(small, 100, 1)
-	if err := f.agents.Finish(f.ctx, 100, "cancelled"); err != nil {
+	if err := f.agents.Finish(f.Ctx, 100, "cancelled"); err != nil {
 		t.Fatal(err)
 	}
 	f.serve()
-	if got := f.instance(in.ID); got.Version != 1 {
+	if got := f.Instance(in.ID); got.Version != 1 {
 		t.Fatalf("instance touched for a cancelled job: %s v%d", got.State, got.Version)
 	}
 	f.wantNothingLeft()
@@ -119,13 +119,13 @@ func TestAJobCancelledWhileItsReusedInstanceRegisters(t *testing.T) {
 	f.setAgent(cancelOnWake)
 	f.queueJobs(small, 100, 1)
 	f.serve()
-	if j := f.job(100); j.Status != domain.JobCompleted {
+	if j := f.Job(100); j.Status != domain.JobCompleted {
 		t.Fatalf("job %s", j.Status)
 	}
 	f.wantState(ins[0].ID, domain.StateTerminating)
 	f.wantNoRunner(ins[0].ID) // released by the job's end
 	// The job is gone: no other instance is claimed for it.
-	if got := f.instance(ins[1].ID); got.Version != 1 || got.State != domain.StateReady {
+	if got := f.Instance(ins[1].ID); got.Version != 1 || got.State != domain.StateReady {
 		t.Fatalf("second instance %s v%d: claimed for a cancelled job", got.State, got.Version)
 	}
 	if got := f.poolEntries("small"); !slices.Equal(got, []string{ins[1].ID}) {
@@ -142,10 +142,10 @@ func TestAJobCancelledWhileItsNewInstanceBoots(t *testing.T) {
 	f.setAgent(cancelOnWake)
 	f.queueJobs(small, 100, 1)
 	f.serve()
-	if j := f.job(100); j.Status != domain.JobCompleted {
+	if j := f.Job(100); j.Status != domain.JobCompleted {
 		t.Fatalf("job %s", j.Status)
 	}
-	for _, in := range f.instances(domain.InstanceFilter{Runner: "small"}) {
+	for _, in := range f.Instances(domain.InstanceFilter{Runner: "small"}) {
 		if in.State != domain.StateTerminating {
 			t.Fatalf("instance %s is %s", in.ID, in.State)
 		}
@@ -158,8 +158,8 @@ func TestAJobCancelledBetweenSelectionAndCreationGetsNoMachine(t *testing.T) {
 	f := newFixture(t, func(f *fixture, d *Deps, _ *Options) {
 		d.Queue = onEmptyReceive{Queue: d.Queue, queue: domain.ResourcePoolQueue("small"), hook: func() {
 			once.Do(func() {
-				if err := f.agents.Finish(f.ctx, 100, "cancelled"); err != nil {
-					f.t.Error(err)
+				if err := f.agents.Finish(f.Ctx, 100, "cancelled"); err != nil {
+					f.T.Error(err)
 				}
 			})
 		}}
@@ -175,12 +175,12 @@ func TestAJobCancelledBetweenSelectionAndCreationGetsNoMachine(t *testing.T) {
 // wantNothingLeft checks that the launch queue is empty and no runner
 // registration was left behind.
 func (f *fixture) wantNothingLeft() {
-	f.t.Helper()
-	if st := f.stats(domain.QueueLaunch); st != (domain.QueueStats{}) {
-		f.t.Fatalf("launch queue %+v", st)
+	f.T.Helper()
+	if st := f.Stats(domain.QueueLaunch); st != (domain.QueueStats{}) {
+		f.T.Fatalf("launch queue %+v", st)
 	}
 	if rs := f.runners(); len(rs) != 0 {
-		f.t.Fatalf("runner registrations left: %+v", rs)
+		f.T.Fatalf("runner registrations left: %+v", rs)
 	}
 }
 
@@ -204,14 +204,14 @@ func TestCancellingServeLeavesNothingHalfClaimed(t *testing.T) {
 	in := f.reusable(small, 1, nil)[0]
 	f.setAgent(silent)
 	f.queueJobs(small, 100, 1)
-	ctx, cancel := context.WithCancel(f.ctx)
+	ctx, cancel := context.WithCancel(f.Ctx)
 	done := make(chan struct{})
 	msgs := f.receive()
 	go func() {
 		defer close(done)
 		f.p.Serve(ctx, msgs)
 	}()
-	f.clk.BlockUntil(2)
+	f.Clock.BlockUntil(2)
 	cancel()
 	<-done
 
@@ -262,14 +262,14 @@ func TestDumpOnPanic(t *testing.T) {
 		})
 		f.queueJobs(small, 100, 2)
 		f.serve()
-		served, dumped := f.job(100), int64(101)
+		served, dumped := f.Job(100), int64(101)
 		if served.Via != domain.ViaReuse {
-			served, dumped = f.job(101), 100
+			served, dumped = f.Job(101), 100
 		}
 		f.wantRunner(reused.ID, f.wantJob(served.ID, domain.JobAssigned, domain.ViaReuse, reused.ID))
 		f.wantState(reused.ID, domain.StateRunning)
 		f.wantRequeued(dumped, "boom")
-		created := f.instances(domain.InstanceFilter{Runner: "small", States: []domain.State{domain.StateTerminating}})
+		created := f.Instances(domain.InstanceFilter{Runner: "small", States: []domain.State{domain.StateTerminating}})
 		if len(created) != 1 || created[0].ID == reused.ID {
 			t.Fatalf("terminating %+v, want the new instance", created)
 		}
@@ -283,7 +283,7 @@ func TestDumpOnPanic(t *testing.T) {
 		rc.onCreate = func(domain.LaunchSpec) { panic("cloud client bug") }
 		f.queueJobs(small, 100, 2)
 		f.serve()
-		for _, in := range f.instances(domain.InstanceFilter{Runner: "small"}) {
+		for _, in := range f.Instances(domain.InstanceFilter{Runner: "small"}) {
 			if in.State != domain.StateTerminating {
 				t.Fatalf("row %s left %s", in.ID, in.State)
 			}

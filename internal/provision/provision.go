@@ -81,6 +81,9 @@ type Options struct {
 	// AgentURL is where new machines' agents reach the control plane.
 	AgentURL  string
 	Deadlines domain.Deadlines
+	// SpotAllowed, when set, says whether a runner class may launch spot
+	// machines now (the spot circuit breaker).
+	SpotAllowed func(runner string) bool
 }
 
 func (o *Options) defaults() {
@@ -208,7 +211,7 @@ func New(d Deps, reg prometheus.Registerer, opts Options) (*Provisioner, error) 
 		verbs: verbs, pipeline: &serving.Pipeline{Store: d.Store, GitHub: d.GitHub, Clock: d.Clock, Log: d.Log,
 			Verbs: verbs, Scope: d.Scope, Notify: d.Notify},
 		launcher: &launch.Launcher{Store: d.Store, Cloud: d.Cloud, Clock: d.Clock, Verbs: verbs,
-			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL}}, nil
+			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL, SpotAllowed: opts.SpotAllowed}}, nil
 }
 
 func (p *Provisioner) pickupFor(class string) *pickup {

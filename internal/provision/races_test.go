@@ -36,15 +36,15 @@ func TestARegistrationJustBeforeStoppingIsKept(t *testing.T) {
 			}
 			f.setAgent(silent)
 			f.queueJobs(small, 100, 1)
-			ctx, cancel := context.WithCancel(f.ctx)
+			ctx, cancel := context.WithCancel(f.Ctx)
 			msgs := f.receive()
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
 				f.p.Serve(ctx, msgs)
 			}()
-			f.clk.BlockUntil(2) // waiting for the registration
-			in := f.instances(domain.InstanceFilter{Job: "100"})[0]
+			f.Clock.BlockUntil(2) // waiting for the registration
+			in := f.Instances(domain.InstanceFilter{Job: "100"})[0]
 			f.register(in.CloudID)
 			cancel()
 			<-done
@@ -55,7 +55,7 @@ func TestARegistrationJustBeforeStoppingIsKept(t *testing.T) {
 			if rs := f.runners(); len(rs) != 1 || rs[0].Name != j.RunnerName {
 				t.Fatalf("runners %+v, want the job's %q kept", rs, j.RunnerName)
 			}
-			if st := f.stats(domain.QueueLaunch); st != (domain.QueueStats{}) {
+			if st := f.Stats(domain.QueueLaunch); st != (domain.QueueStats{}) {
 				t.Fatalf("launch queue %+v: a served job must not come back", st)
 			}
 		})
@@ -82,10 +82,10 @@ func TestTerminateLeavesAnInstanceThatMovedOn(t *testing.T) {
 				Job: "100", Version: 1, Deadline: t0.Add(5 * time.Minute)}
 			row := seen
 			tc.now(&row)
-			if err := f.store.CreateInstances(f.ctx, []domain.Instance{row}); err != nil {
+			if err := f.Store.CreateInstances(f.Ctx, []domain.Instance{row}); err != nil {
 				t.Fatal(err)
 			}
-			f.p.rollBack(f.ctx, &request{job: domain.Job{ID: 100}}, seen, serving.Undo{Terminate: "post-claim check failed"}, "post-claim check failed")
+			f.p.rollBack(f.Ctx, &request{job: domain.Job{ID: 100}}, seen, serving.Undo{Terminate: "post-claim check failed"}, "post-claim check failed")
 			got := f.wantState(seen.ID, tc.want)
 			if tc.want != domain.StateTerminating && got.Version != 1 {
 				t.Fatalf("instance rewritten (version %d, reason %q)", got.Version, got.Reason)

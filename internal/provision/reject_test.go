@@ -42,7 +42,7 @@ func TestJobsTheCloudCannotServeAreRejected(t *testing.T) {
 			f.serve()
 
 			for id := int64(100); id < 102; id++ {
-				j := f.job(id)
+				j := f.Job(id)
 				if j.Status != domain.JobRejected || j.InstanceID != "" || j.Attempts != 0 {
 					t.Fatalf("job %d: %s on %q, attempts %d (%s); want rejected", id, j.Status, j.InstanceID, j.Attempts, j.Reason)
 				}
@@ -53,20 +53,20 @@ func TestJobsTheCloudCannotServeAreRejected(t *testing.T) {
 				}
 			}
 			line := logLine(log.String(), "launch job rejected")
-			if reason := "reason=" + strconv.Quote(f.job(100).Reason); !strings.Contains(line, "level=WARN") || !strings.Contains(line, reason) {
+			if reason := "reason=" + strconv.Quote(f.Job(100).Reason); !strings.Contains(line, "level=WARN") || !strings.Contains(line, reason) {
 				t.Fatalf("no warning with %s in the log:\n%s", reason, log.String())
 			}
 			if got := counter(t, f.p.metrics.jobs, "rejected"); got != 2 || counter(t, f.p.metrics.jobs, "requeued") != 0 {
 				t.Fatalf("metrics: %v rejected, want 2 and none requeued", got)
 			}
-			for _, in := range f.instances(domain.InstanceFilter{Runner: "small"}) {
+			for _, in := range f.Instances(domain.InstanceFilter{Runner: "small"}) {
 				if in.State != domain.StateTerminated {
 					t.Fatalf("row %s of the refused fleet left %s", in.ID, in.State)
 				}
 			}
 			// Never requeued: nothing comes back, however long one waits.
-			f.clk.Advance(time.Hour)
-			if st := f.stats(domain.QueueLaunch); st != (domain.QueueStats{}) {
+			f.Clock.Advance(time.Hour)
+			if st := f.Stats(domain.QueueLaunch); st != (domain.QueueStats{}) {
 				t.Fatalf("launch queue %+v: a rejected job must not come back", st)
 			}
 		})
@@ -102,14 +102,14 @@ func TestARejectionDoesNotOverrideAJobThatMovedOn(t *testing.T) {
 	var rc *recordingCloud
 	f := newFixture(t, withRecordingCloud(&rc))
 	rc.onCreate = func(domain.LaunchSpec) {
-		if err := f.agents.Finish(f.ctx, 100, "cancelled"); err != nil {
+		if err := f.agents.Finish(f.Ctx, 100, "cancelled"); err != nil {
 			t.Error(err)
 		}
 	}
 	f.cloud.FailNext(sim.OpCreateFleet, 1, domain.ErrInvalidRequest)
 	f.queueJobs(small, 100, 1)
 	f.serve()
-	if j := f.job(100); j.Status != domain.JobCompleted {
+	if j := f.Job(100); j.Status != domain.JobCompleted {
 		t.Fatalf("job %s (%s), want it completed as cancelled", j.Status, j.Reason)
 	}
 	if counter(t, f.p.metrics.jobs, "rejected") != 0 || counter(t, f.p.metrics.jobs, "dropped") != 1 {

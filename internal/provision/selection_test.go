@@ -16,7 +16,7 @@ func TestReuseHandsAReadyInstanceToTheJob(t *testing.T) {
 	f.queueJobs(small, 100, 1)
 	var atNotify domain.Instance
 	f.setAgent(func(f *fixture, cloudID string) {
-		atNotify = f.instance(in.ID)
+		atNotify = f.Instance(in.ID)
 		registerAtOnce(f, cloudID)
 	})
 
@@ -40,16 +40,16 @@ func TestReuseHandsAReadyInstanceToTheJob(t *testing.T) {
 	if woken := f.wokenIDs(); !slices.Equal(woken, []string{in.CloudID}) {
 		t.Fatalf("agents woken: %v", woken)
 	}
-	if st := f.stats(domain.QueueLaunch); st != (domain.QueueStats{}) {
+	if st := f.Stats(domain.QueueLaunch); st != (domain.QueueStats{}) {
 		t.Fatalf("launch queue after serving: %+v", st)
 	}
-	if st := f.stats(domain.ResourcePoolQueue("small")); st != (domain.QueueStats{}) {
+	if st := f.Stats(domain.ResourcePoolQueue("small")); st != (domain.QueueStats{}) {
 		t.Fatalf("resource pool after reuse: %+v", st)
 	}
 	if n := f.cloud.Calls()["CreateFleet"]; n != 0 {
 		t.Fatalf("%d fleets created although an instance was free", n)
 	}
-	runners, _ := f.gh.ListRunners(f.ctx, domain.Scope{Owner: "acme", Repo: "app"})
+	runners, _ := f.gh.ListRunners(f.Ctx, domain.Scope{Owner: "acme", Repo: "app"})
 	if len(runners) != 1 || runners[0].Name != j.RunnerName {
 		t.Fatalf("runners %+v", runners)
 	}
@@ -70,7 +70,7 @@ func TestClaimIsExclusive(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if got, ok := f.p.claim(f.ctx, domain.Job{ID: int64(200 + i)}, e, f.p.pickupFor("small")); ok {
+			if got, ok := f.p.claim(f.Ctx, domain.Job{ID: int64(200 + i)}, e, f.p.pickupFor("small")); ok {
 				won.Store(i, got)
 			}
 		}()
@@ -98,7 +98,7 @@ func TestTwoRequestsRacingForOneInstanceOneWinsTheOtherMovesOn(t *testing.T) {
 
 	f.serve()
 
-	a, b := f.job(100), f.job(101)
+	a, b := f.Job(100), f.Job(101)
 	if a.Status != domain.JobAssigned || b.Status != domain.JobAssigned {
 		t.Fatalf("jobs %s, %s; both should be served", a.Status, b.Status)
 	}
@@ -110,7 +110,7 @@ func TestTwoRequestsRacingForOneInstanceOneWinsTheOtherMovesOn(t *testing.T) {
 	if counter(t, f.p.metrics.claims, "won") != 1 || counter(t, f.p.metrics.claims, "lost") != 1 {
 		t.Fatal("want one won and one lost claim")
 	}
-	if st := f.stats(domain.ResourcePoolQueue("small")); st != (domain.QueueStats{}) {
+	if st := f.Stats(domain.ResourcePoolQueue("small")); st != (domain.QueueStats{}) {
 		t.Fatalf("the losing entry was kept: %+v", st)
 	}
 }
@@ -162,12 +162,12 @@ func TestRegistrationCheckTerminatesASilentInstanceAndTriesTheNext(t *testing.T)
 	f.queueJobs(small, 100, 1)
 	done := f.serveAsync(f.p, f.receive())
 
-	f.clk.BlockUntil(2) // the registration deadline and the re-check
-	f.clk.Advance(9 * time.Second)
-	f.clk.BlockUntil(2)
+	f.Clock.BlockUntil(2) // the registration deadline and the re-check
+	f.Clock.Advance(9 * time.Second)
+	f.Clock.BlockUntil(2)
 	j := f.wantJob(100, domain.JobAssigned, domain.ViaReuse, ins[0].ID)
 	firstRunner := j.RunnerID
-	f.clk.Advance(time.Second) // the default 10 s registration timeout
+	f.Clock.Advance(time.Second) // the default 10 s registration timeout
 	<-done
 
 	got := f.wantState(ins[0].ID, domain.StateTerminating)
@@ -176,7 +176,7 @@ func TestRegistrationCheckTerminatesASilentInstanceAndTriesTheNext(t *testing.T)
 	}
 	f.wantRunner(ins[1].ID, f.wantJob(100, domain.JobAssigned, domain.ViaReuse, ins[1].ID))
 	f.wantState(ins[1].ID, domain.StateRunning)
-	runners, _ := f.gh.ListRunners(f.ctx, domain.Scope{Owner: "acme", Repo: "app"})
+	runners, _ := f.gh.ListRunners(f.Ctx, domain.Scope{Owner: "acme", Repo: "app"})
 	for _, r := range runners {
 		if r.ID == firstRunner {
 			t.Fatalf("the silent instance's runner registration %d was left behind", firstRunner)
@@ -185,8 +185,8 @@ func TestRegistrationCheckTerminatesASilentInstanceAndTriesTheNext(t *testing.T)
 	if counter(t, f.p.metrics.postClaim, "failed") != 1 || counter(t, f.p.metrics.jobs, "reuse") != 1 {
 		t.Fatal("metrics do not show one failed post-claim check and one reuse")
 	}
-	if f.clk.Pending() != 0 {
-		t.Fatalf("%d timers left on the clock", f.clk.Pending())
+	if f.Clock.Pending() != 0 {
+		t.Fatalf("%d timers left on the clock", f.Clock.Pending())
 	}
 }
 
@@ -196,12 +196,12 @@ func TestRegistrationTimeoutIsConfigurable(t *testing.T) {
 	f.setAgent(silentFor(in.CloudID))
 	f.queueJobs(small, 100, 1)
 	done := f.serveAsync(f.p, f.receive())
-	f.clk.BlockUntil(2)
-	f.clk.Advance(3 * time.Second)
+	f.Clock.BlockUntil(2)
+	f.Clock.Advance(3 * time.Second)
 	<-done
 	f.wantState(in.ID, domain.StateTerminating)
 	// No candidate was left, so the job got a new instance.
-	j := f.job(100)
+	j := f.Job(100)
 	if j.Status != domain.JobAssigned || j.Via != domain.ViaCold || j.InstanceID == in.ID {
 		t.Fatalf("job %s via %q on %q: %s", j.Status, j.Via, j.InstanceID, j.Reason)
 	}
@@ -225,7 +225,7 @@ func TestManyConcurrentJobsNeverShareAnInstance(t *testing.T) {
 	byInstance := map[string]int64{}
 	reused := 0
 	for id := int64(1000); id < 1000+n; id++ {
-		j := f.job(id)
+		j := f.Job(id)
 		if j.Status != domain.JobAssigned || j.InstanceID == "" {
 			t.Fatalf("job %d: %s %q (%s)", id, j.Status, j.InstanceID, j.Reason)
 		}
@@ -233,7 +233,7 @@ func TestManyConcurrentJobsNeverShareAnInstance(t *testing.T) {
 			t.Fatalf("instance %s serves jobs %d and %d", j.InstanceID, prev, id)
 		}
 		byInstance[j.InstanceID] = id
-		if in := f.instance(j.InstanceID); in.Job != j.Key() || in.State != domain.StateRunning {
+		if in := f.Instance(j.InstanceID); in.Job != j.Key() || in.State != domain.StateRunning {
 			t.Fatalf("instance %s: %s bound to %q, job %d", in.ID, in.State, in.Job, id)
 		}
 		f.wantRunner(j.InstanceID, j)
@@ -248,10 +248,10 @@ func TestManyConcurrentJobsNeverShareAnInstance(t *testing.T) {
 	if won != float64(len(ins)) {
 		t.Fatalf("%v claims won, want %d", won, len(ins))
 	}
-	if st := f.stats(domain.QueueLaunch); st != (domain.QueueStats{}) {
+	if st := f.Stats(domain.QueueLaunch); st != (domain.QueueStats{}) {
 		t.Fatalf("launch queue %+v", st)
 	}
-	if live := f.instances(domain.InstanceFilter{States: []domain.State{domain.StateRunning}}); len(live) != n {
+	if live := f.Instances(domain.InstanceFilter{States: []domain.State{domain.StateRunning}}); len(live) != n {
 		t.Fatalf("%d running instances for %d jobs", len(live), n)
 	}
 }

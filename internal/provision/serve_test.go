@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/loop"
 	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
 )
 
@@ -26,11 +26,11 @@ func TestSettleDeletesServedMessagesAndRequeuesTheOthers(t *testing.T) {
 	f.queueJobs(small, 100, 1)
 	f.queueJobs(odd, 101, 1)
 	f.queueJobs(small, 102, 1)
-	if err := f.agents.Finish(f.ctx, 102, "cancelled"); err != nil {
+	if err := f.agents.Finish(f.Ctx, 102, "cancelled"); err != nil {
 		t.Fatal(err)
 	}
 	extra := []domain.SendRequest{{Body: []byte("junk")}, {Body: jobs.Encode(999)}, {Body: jobs.Encode(100)}}
-	if err := f.queue.Send(f.ctx, domain.QueueLaunch, extra); err != nil {
+	if err := f.Queue.Send(f.Ctx, domain.QueueLaunch, extra); err != nil {
 		t.Fatal(err)
 	}
 
@@ -38,7 +38,7 @@ func TestSettleDeletesServedMessagesAndRequeuesTheOthers(t *testing.T) {
 
 	f.wantJob(100, domain.JobAssigned, domain.ViaReuse, in.ID)
 	f.wantRequeued(101, "throttled")
-	if st := f.stats(domain.QueueLaunch); st.Visible != 0 || st.InFlight != 0 || st.Delayed != 1 {
+	if st := f.Stats(domain.QueueLaunch); st.Visible != 0 || st.InFlight != 0 || st.Delayed != 1 {
 		t.Fatalf("launch queue %+v: only the unserved job may come back", st)
 	}
 	if counter(t, f.p.metrics.jobs, "reuse") != 1 || counter(t, f.p.metrics.jobs, "requeued") != 1 {
@@ -50,17 +50,17 @@ func TestSettleDeletesServedMessagesAndRequeuesTheOthers(t *testing.T) {
 
 	// Each retry waits twice as long: 2 s after the first attempt, 4 s
 	// after the second.
-	f.clk.Advance(2 * time.Second)
+	f.Clock.Advance(2 * time.Second)
 	f.serve()
-	if j := f.job(101); j.Attempts != 2 {
+	if j := f.Job(101); j.Attempts != 2 {
 		t.Fatalf("attempts %d", j.Attempts)
 	}
-	f.clk.Advance(4*time.Second - time.Millisecond)
-	if st := f.stats(domain.QueueLaunch); st.Visible != 0 || st.Delayed != 1 {
+	f.Clock.Advance(4*time.Second - time.Millisecond)
+	if st := f.Stats(domain.QueueLaunch); st.Visible != 0 || st.Delayed != 1 {
 		t.Fatalf("retry visible before its backoff: %+v", st)
 	}
-	f.clk.Advance(time.Millisecond)
-	if st := f.stats(domain.QueueLaunch); st.Visible != 1 {
+	f.Clock.Advance(time.Millisecond)
+	if st := f.Stats(domain.QueueLaunch); st.Visible != 1 {
 		t.Fatalf("retry not visible after its backoff: %+v", st)
 	}
 }
@@ -69,19 +69,19 @@ func TestRequeueBackoffIsCappedAtAMinute(t *testing.T) {
 	f := newFixture(t)
 	j := f.queueJobs(small, 100, 1)[0]
 	f.receive()
-	j, err := f.store.TransitionJob(f.ctx, j.ID, domain.JobGuardOf(j), func(x *domain.Job) { x.Attempts = 9 })
+	j, err := f.Store.TransitionJob(f.Ctx, j.ID, domain.JobGuardOf(j), func(x *domain.Job) { x.Attempts = 9 })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if outcome, err := f.p.requeue(f.ctx, &request{job: j}); outcome != outcomeRequeued || err != nil {
+	if outcome, err := f.p.requeue(f.Ctx, &request{job: j}); outcome != outcomeRequeued || err != nil {
 		t.Fatalf("requeue = %q, %v", outcome, err)
 	}
-	f.clk.Advance(time.Minute - time.Millisecond)
-	if st := f.stats(domain.QueueLaunch); st.Delayed != 1 {
+	f.Clock.Advance(time.Minute - time.Millisecond)
+	if st := f.Stats(domain.QueueLaunch); st.Delayed != 1 {
 		t.Fatalf("launch queue %+v", st)
 	}
-	f.clk.Advance(time.Millisecond)
-	if st := f.stats(domain.QueueLaunch); st.Visible != 1 {
+	f.Clock.Advance(time.Millisecond)
+	if st := f.Stats(domain.QueueLaunch); st.Visible != 1 {
 		t.Fatalf("launch queue %+v", st)
 	}
 }
@@ -106,11 +106,11 @@ func TestAJobThatCannotBeRequeuedKeepsItsMessage(t *testing.T) {
 	f.cloud.FailNext(sim.OpDescribeImages, 1, domain.ErrThrottled) // not served, to be retried
 	f.queueJobs(small, 100, 1)
 	f.serve()
-	if st := f.stats(domain.QueueLaunch); st.InFlight != 1 {
+	if st := f.Stats(domain.QueueLaunch); st.InFlight != 1 {
 		t.Fatalf("launch queue %+v: the message must stay in flight", st)
 	}
-	f.clk.Advance(5 * time.Minute)
-	if st := f.stats(domain.QueueLaunch); st.Visible != 1 {
+	f.Clock.Advance(5 * time.Minute)
+	if st := f.Stats(domain.QueueLaunch); st.Visible != 1 {
 		t.Fatalf("launch queue %+v: the message must come back after its visibility", st)
 	}
 }
@@ -121,7 +121,7 @@ func TestLocalExhaustionSendsTheJobToCreation(t *testing.T) {
 	misses := f.reusable(spot, 2, nil)
 	f.queueJobs(small, 100, 1)
 	f.serve()
-	if j := f.job(100); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
+	if j := f.Job(100); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
 		t.Fatalf("job %s via %q", j.Status, j.Via)
 	}
 	if counter(t, f.p.metrics.exhausted, "local") != 1 {
@@ -164,10 +164,10 @@ func TestAClaimThatErrsPutsTheEntryBack(t *testing.T) {
 	f.queueJobs(small, 100, 1)
 	f.serve()
 	f.wantState(in.ID, domain.StateReady)
-	if st := f.stats(domain.ResourcePoolQueue("small")); st.Delayed != 1 {
+	if st := f.Stats(domain.ResourcePoolQueue("small")); st.Delayed != 1 {
 		t.Fatalf("resource pool %+v: the entry must come back", st)
 	}
-	if j := f.job(100); j.Via != domain.ViaCold {
+	if j := f.Job(100); j.Via != domain.ViaCold {
 		t.Fatalf("job via %q", j.Via)
 	}
 }
@@ -181,55 +181,26 @@ func TestRunServesUntilCancelledAndFinishesWhatItReceived(t *testing.T) {
 		registerAtOnce(f, cloudID)
 	})
 	f.queueJobs(small, 100, 1)
-	ctx, cancel := context.WithCancel(f.ctx)
+	ctx, cancel := context.WithCancel(f.Ctx)
 	stopped := make(chan error)
-	go func() { stopped <- looptest.Run(ctx, f.clk, f.p.Loop()) }()
+	go func() { stopped <- looptest.Run(ctx, f.Clock, f.p.Loop()) }()
 	<-notified
 	cancel()
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
 	f.wantJob(100, domain.JobAssigned, domain.ViaReuse, in.ID)
-	if st := f.stats(domain.QueueLaunch); st != (domain.QueueStats{}) {
+	if st := f.Stats(domain.QueueLaunch); st != (domain.QueueStats{}) {
 		t.Fatalf("launch queue %+v", st)
 	}
 }
 
-// countingReceives counts receives from one queue.
-type countingReceives struct {
-	domain.Queue
-	queue string
-	n     *atomic.Int64
-}
-
-func (q countingReceives) Receive(ctx context.Context, name string, max int, vis, wait time.Duration) ([]domain.Message, error) {
-	if name == q.queue {
-		q.n.Add(1)
-	}
-	return q.Queue.Receive(ctx, name, max, vis, wait)
-}
-
 func TestRunWithoutLongPollWaitsBetweenEmptyReceives(t *testing.T) {
-	var n atomic.Int64
-	f := newFixture(t, func(_ *fixture, d *Deps, _ *Options) {
-		d.Queue = countingReceives{Queue: d.Queue, queue: domain.QueueLaunch, n: &n}
+	f := newFixture(t)
+	looptest.CheckIdlePolls(t, f.Clock, domain.QueueLaunch, idlePoll, func(wrap func(domain.Queue) domain.Queue) loop.Loop {
+		f.deps.Queue = wrap(f.deps.Queue)
+		return f.newProvisioner(nil, Options{ControllerID: "ctl-test", Wait: -1}).Loop()
 	})
-	ctx, cancel := context.WithCancel(f.ctx)
-	stopped := make(chan error)
-	go func() { stopped <- looptest.Run(ctx, f.clk, f.p.Loop()) }()
-	f.clk.BlockUntil(1)
-	if got := n.Load(); got != 1 {
-		t.Fatalf("%d receives before the clock moved", got)
-	}
-	f.clk.Advance(time.Second)
-	f.clk.BlockUntil(1)
-	if got := n.Load(); got != 2 {
-		t.Fatalf("%d receives after one idle poll", got)
-	}
-	cancel()
-	if err := <-stopped; err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestNewChecksItsDependencies(t *testing.T) {
@@ -283,7 +254,7 @@ func TestRunServesABoundedNumberOfBatchesAtOnce(t *testing.T) {
 	})
 	holding, release, served := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	f.setAgent(func(f *fixture, cloudID string) {
-		if f.instances(domain.InstanceFilter{CloudID: cloudID})[0].Job == "101" {
+		if f.Instances(domain.InstanceFilter{CloudID: cloudID})[0].Job == "101" {
 			close(served)
 			registerAtOnce(f, cloudID)
 			return
@@ -299,9 +270,9 @@ func TestRunServesABoundedNumberOfBatchesAtOnce(t *testing.T) {
 		}()
 	})
 	f.queueJobs(small, 100, 2)
-	ctx, cancel := context.WithCancel(f.ctx)
+	ctx, cancel := context.WithCancel(f.Ctx)
 	stopped := make(chan error)
-	go func() { stopped <- looptest.Run(ctx, f.clk, f.p.Loop()) }()
+	go func() { stopped <- looptest.Run(ctx, f.Clock, f.p.Loop()) }()
 	<-holding
 	select {
 	case <-served:
@@ -323,7 +294,7 @@ func TestRunServesABoundedNumberOfBatchesAtOnce(t *testing.T) {
 		}
 	}
 	for _, id := range []int64{100, 101} {
-		if j := f.job(id); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
+		if j := f.Job(id); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
 			t.Fatalf("job %d: %s via %q (%s)", id, j.Status, j.Via, j.Reason)
 		}
 	}
