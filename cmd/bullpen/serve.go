@@ -21,6 +21,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/demo"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/simagent"
+	"github.com/bullpen-ci/bullpen/internal/spotbreaker"
 )
 
 func init() {
@@ -44,6 +45,7 @@ type serveFlags struct {
 	creationTimeout, rpRequeueDelay       time.Duration
 	heartbeatFlush, shutdownGrace         time.Duration
 	redelivery                            time.Duration
+	spotBreaker                           spotbreaker.Options
 	http                                  httpSettings
 	deadlines                             domain.Deadlines
 	aws                                   awsFlags
@@ -130,6 +132,10 @@ func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) strin
 	dur(&f.creationTimeout, "creation-timeout", "BULLPEN_CREATION_TIMEOUT", 5*time.Minute, "a new instance must boot and register for its job within this")
 	dur(&f.rpRequeueDelay, "resource-pool-requeue-delay", "BULLPEN_RESOURCE_POOL_REQUEUE_DELAY", 3*time.Second, "an idle instance that does not fit a job goes back to the resource pool with this delay")
 	dur(&f.redelivery, "redelivery-after", "BULLPEN_REDELIVERY_AFTER", 0, "a queued message taken by a loop that died is taken again after this (default: intake 30s, pool dispatch 1m, provisioning 1m; messages in hand are kept)")
+	fs.IntVar(&f.spotBreaker.Interruptions, "spot-breaker-interruptions", spotbreaker.DefaultInterruptions,
+		"spot interruptions of a runner class within --spot-breaker-window that switch it to on-demand")
+	dur(&f.spotBreaker.Window, "spot-breaker-window", "BULLPEN_SPOT_BREAKER_WINDOW", spotbreaker.DefaultWindow, "the window in which spot interruptions are counted")
+	dur(&f.spotBreaker.Cooldown, "spot-breaker-cooldown", "BULLPEN_SPOT_BREAKER_COOLDOWN", spotbreaker.DefaultCooldown, "how long a runner class stays on-demand once switched")
 	dur(&f.heartbeatFlush, "heartbeat-flush", "BULLPEN_HEARTBEAT_FLUSH", time.Second, "agent heartbeats are written to the store together at this interval")
 	dur(&f.shutdownGrace, "shutdown-grace", "BULLPEN_SHUTDOWN_GRACE", time.Minute, "on SIGTERM, how long open requests and then the loops get to finish before serve exits anyway, with status 1")
 	dur(&f.http.read, "http-read-timeout", "BULLPEN_HTTP_READ_TIMEOUT", defaultHTTPRead, "a request's headers and body must arrive within this (GitHub gives up on a delivery after 10s)")
@@ -233,6 +239,9 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	if !ok || path == "" {
 		problems = append(problems, fmt.Errorf("--store %q: want sqlite://PATH", f.store))
 	}
+	if f.spotBreaker.Interruptions < 1 || f.spotBreaker.Window <= 0 || f.spotBreaker.Cooldown <= 0 {
+		problems = append(problems, fmt.Errorf("--spot-breaker-*: want at least 1 interruption and positive durations"))
+	}
 	if f.redelivery < 0 {
 		problems = append(problems, fmt.Errorf("--redelivery-after %s: want a positive duration", f.redelivery))
 	}
@@ -303,6 +312,7 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	o.Provision.CreationTimeout, o.Provision.RequeueDelay = f.creationTimeout, f.rpRequeueDelay
 	o.HeartbeatFlush, o.Deadlines = f.heartbeatFlush, f.deadlines
 	o.Intake.Visibility, o.Dispatch.Visibility, o.Provision.Visibility = f.redelivery, f.redelivery, f.redelivery
+	o.SpotBreaker = f.spotBreaker
 	return o, nil
 }
 

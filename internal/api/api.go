@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/bullpen-ci/bullpen/internal/httpauth"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -17,7 +16,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/httpauth"
+
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/spotbreaker"
 )
 
 // PoolInfo is what the configuration says of a pool, for /pools.
@@ -40,6 +42,9 @@ type Server struct {
 	Log   *slog.Logger // nil: slog.Default()
 	// Pools lists the configured pools of this environment; nil lists none.
 	Pools func() []PoolInfo
+	// SpotBreakers lists the runner classes the spot circuit breaker keeps
+	// on-demand now; nil lists none.
+	SpotBreakers func() []spotbreaker.Open
 }
 
 // Handler returns the API's routes, all behind the admin token.
@@ -49,6 +54,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/jobs/{id}", s.job)
 	mux.HandleFunc("GET /api/v1/instances", s.instances)
 	mux.HandleFunc("GET /api/v1/pools", s.pools)
+	mux.HandleFunc("GET /api/v1/spot", s.spot)
 	return s.authorize(mux)
 }
 
@@ -353,4 +359,14 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// spot lists the runner classes launching on-demand after repeated spot
+// interruptions.
+func (s *Server) spot(w http.ResponseWriter, _ *http.Request) {
+	open := []spotbreaker.Open{}
+	if s.SpotBreakers != nil {
+		open = append(open, s.SpotBreakers()...)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"open": open})
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/provision"
 	"github.com/bullpen-ci/bullpen/internal/reaper"
 	"github.com/bullpen-ci/bullpen/internal/simagent"
+	"github.com/bullpen-ci/bullpen/internal/spotbreaker"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
@@ -79,6 +80,8 @@ type Options struct {
 	LocalAgentEnv map[string]string
 	// AWS configures --cloud aws.
 	AWS AWS
+	// SpotBreaker tunes the spot circuit breaker.
+	SpotBreaker spotbreaker.Options
 
 	// Simulation (the embedded default: --cloud sim, --github sim).
 	Latency     sim.Latency
@@ -129,6 +132,7 @@ type App struct {
 	Intake      *intake.Intake
 	Terminator  *reaper.Terminator
 	Scaler      *autoscale.PoolScaler
+	SpotBreaker *spotbreaker.Breaker
 	Reconciler  *reaper.Reconciler
 	Webhook     *webhook.Handler
 	API         *api.Server

@@ -17,6 +17,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/provision"
 	"github.com/bullpen-ci/bullpen/internal/queue/keepalive"
 	"github.com/bullpen-ci/bullpen/internal/reaper"
+	"github.com/bullpen-ci/bullpen/internal/spotbreaker"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
@@ -28,8 +29,12 @@ func (a *App) wire(ctx context.Context) error {
 	if a.Loops, err = loop.NewRunner(clk, log.With("loop", "runner"), reg); err != nil {
 		return err
 	}
+	if a.SpotBreaker, err = spotbreaker.New(o.SpotBreaker, clk, log.With("loop", "spot"), reg); err != nil {
+		return err
+	}
 	a.Agents, err = agents.New(a.Store, a.Queue, clk, log.With("loop", "agents"), reg, agents.Options{
-		Policy: a.policy, HeartbeatFlush: o.HeartbeatFlush, Deadlines: o.Deadlines, Notices: a.Notices})
+		Policy: a.policy, HeartbeatFlush: o.HeartbeatFlush, Deadlines: o.Deadlines, Notices: a.Notices,
+		Interrupted: a.SpotBreaker.Record})
 	if err != nil {
 		return err
 	}
@@ -68,7 +73,7 @@ func (a *App) wire(ctx context.Context) error {
 func (a *App) wireConverger() error {
 	o := a.opts
 	conv := o.Converger
-	conv.ControllerID, conv.AgentURL = o.ControllerID, o.AgentURL
+	conv.ControllerID, conv.AgentURL, conv.SpotAllowed = o.ControllerID, o.AgentURL, a.SpotBreaker.SpotAllowed
 	a.Scaler = &autoscale.PoolScaler{Demand: a.demand, Log: o.Log.With("loop", "autoscale")}
 	conv.Targeter = func(p domain.Pool, at time.Time) (string, domain.Target) {
 		entry, t := converger.ScheduleTarget(p, at)
@@ -93,7 +98,7 @@ func (a *App) wireJobPath() error {
 		return err
 	}
 	prov := o.Provision
-	prov.ControllerID, prov.AgentURL = o.ControllerID, o.AgentURL
+	prov.ControllerID, prov.AgentURL, prov.SpotAllowed = o.ControllerID, o.AgentURL, a.SpotBreaker.SpotAllowed
 	a.Provisioner, err = provision.New(provision.Deps{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "provision"),
 		Scope: a.scope, Notify: a.Agents.Notify, Registrations: a.Agents.Registrations(), ReuseAllowed: a.reuseAllowed,
@@ -124,7 +129,8 @@ func (a *App) wireReaper() error {
 	if err := a.Reconciler.Init(o.Registry); err != nil {
 		return err
 	}
-	a.API = &api.Server{Store: a.Store, Token: o.AdminToken, Log: o.Log.With("loop", "api"), Pools: a.poolInfos}
+	a.API = &api.Server{Store: a.Store, Token: o.AdminToken, Log: o.Log.With("loop", "api"), Pools: a.poolInfos,
+		SpotBreakers: a.SpotBreaker.Opened}
 	return nil
 }
 

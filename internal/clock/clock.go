@@ -157,6 +157,23 @@ func (v *Virtual) AdvanceTo(t time.Time) {
 	v.changed.Broadcast()
 }
 
+// Pass lets d go by timer by timer: each timer fires at its own instant,
+// and its effects settle (see Settle) before the next one fires, so that
+// chains of callbacks happen at their exact instants.
+func (v *Virtual) Pass(d time.Duration) {
+	end := v.Now().Add(d)
+	for {
+		v.Settle()
+		next, ok := v.Next()
+		if !ok || next.After(end) {
+			break
+		}
+		v.AdvanceTo(next)
+	}
+	v.AdvanceTo(end)
+	v.Settle()
+}
+
 // Next reports when the earliest pending timer is due.
 func (v *Virtual) Next() (time.Time, bool) {
 	v.mu.Lock()

@@ -1,6 +1,8 @@
 package clock
 
 import (
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -94,5 +96,30 @@ func TestVirtualSettleWaitsForCallbacksAndTheirChildren(t *testing.T) {
 	v.Settle()
 	if done.Load() != 2 {
 		t.Fatalf("settled with %d of 2 callbacks done", done.Load())
+	}
+}
+
+// Each timer of a chain is set by the callback of the one before: Pass
+// fires every one at its own instant, not all at the end of the span.
+func TestVirtualPassFiresChainsAtTheirInstants(t *testing.T) {
+	v := NewVirtual(epoch)
+	var mu sync.Mutex
+	var fired []time.Duration
+	var tick func()
+	tick = func() {
+		mu.Lock()
+		fired = append(fired, v.Now().Sub(epoch))
+		mu.Unlock()
+		v.AfterFunc(time.Second, tick)
+	}
+	v.AfterFunc(time.Second, tick)
+	v.Pass(3*time.Second + time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}; !slices.Equal(fired, want) {
+		t.Fatalf("fired at %v, want %v", fired, want)
+	}
+	if now := v.Now().Sub(epoch); now != 3*time.Second+time.Millisecond {
+		t.Fatalf("clock at %v after the pass", now)
 	}
 }

@@ -39,8 +39,11 @@ func ScheduleTarget(p domain.Pool, at time.Time) (string, domain.Target) {
 
 // Options tune the loop; zero values take the documented defaults.
 type Options struct {
-	Interval      time.Duration    // between cycles; default 30 s
-	ControllerID  string           // tags every machine; required
+	Interval     time.Duration // between cycles; default 30 s
+	ControllerID string        // tags every machine; required
+	// SpotAllowed, when set, says whether a runner class may launch spot
+	// machines now (the spot circuit breaker).
+	SpotAllowed   func(runner string) bool
 	Deadlines     domain.Deadlines // per-state allowances; default domain.DefaultDeadlines()
 	DanglingAfter time.Duration    // default 10 min
 	GoneGrace     time.Duration    // default rebalance.DefaultGoneGrace
@@ -118,7 +121,7 @@ func New(store Store, cloud domain.Cloud, clk domain.Clock, pools func() []PoolS
 	verbs := domain.NewLifecycle(opts.Deadlines)
 	c := &Converger{store: store, cloud: cloud, clock: clk, log: log, pools: pools, opts: opts, metrics: m, verbs: verbs,
 		launch: &launch.Launcher{Store: store, Cloud: cloud, Clock: clk, Verbs: verbs,
-			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL}}
+			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL, SpotAllowed: opts.SpotAllowed}}
 	c.targeted.pools = map[string]bool{}
 	return c, nil
 }

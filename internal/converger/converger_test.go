@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -14,25 +12,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bullpen-ci/bullpen/internal/agents"
-	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
 	"github.com/bullpen-ci/bullpen/internal/reaper"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
+	"github.com/bullpen-ci/bullpen/internal/testworld"
 )
 
 var start = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 
 var latency = sim.Latency{Boot: 15 * time.Second, WarmUp: 30 * time.Second, Stop: 10 * time.Second, Start: 10 * time.Second, Terminate: 5 * time.Second}
 
-// world is a converger over the SQLite store and the simulated cloud on a
-// virtual clock, with one pool whose target and runner a test can change.
+// world is a converger on the test world and the simulated cloud, with
+// one pool whose target and runner a test can change.
 type world struct {
-	t     testing.TB
-	clk   *clock.Virtual
-	store domain.Store
+	*testworld.World
 	cloud *sim.Cloud
 	conv  *Converger
 	reg   *prometheus.Registry
@@ -44,30 +38,25 @@ type world struct {
 
 func newWorld(t testing.TB, target domain.Target, simOpts sim.Options, opts Options) *world {
 	t.Helper()
-	w := &world{t: t, clk: clock.NewVirtual(start), reg: prometheus.NewRegistry()}
-	st, _ := sqlitetest.Open(t, w.clk)
-	w.store = st
-	t.Cleanup(func() { st.Close() })
+	w := &world{World: testworld.New(t, start), reg: prometheus.NewRegistry()}
 	w.spec = PoolSpec{
 		Pool: domain.Pool{Name: "p", Runner: "small", HotIdleLifetime: 10 * time.Minute,
 			Schedule: []domain.ScheduleEntry{{Name: "default", Hot: target.Hot, Stopped: target.Stopped}}},
 		Runner: domain.RunnerSpec{Name: "small", Image: "ubuntu24", CPU: domain.Range{Min: 2, Max: 2}, RAM: domain.Range{Min: 4, Max: 4}},
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	warm, err := agents.New(st, st.Queue(sqlite.QueueOptions{}), w.clk, log, nil, agents.Options{
+	warm, err := agents.New(w.Store, w.Queue, w.Clock, w.Log, nil, agents.Options{
 		Policy: func(domain.Instance) agents.Policy { return agents.Policy{IdleLifetime: 10 * time.Minute} },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	simOpts.Signals = warm
-	w.cloud = sim.New(w.clk, simOpts)
-	t.Cleanup(w.cloud.Close)
+	w.cloud = w.NewCloud(simOpts)
 	opts.ControllerID = "test"
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = -1
 	}
-	w.conv, err = New(st, w.cloud, w.clk, w.pools, log, w.reg, opts)
+	w.conv, err = New(w.Store, w.cloud, w.Clock, w.pools, w.Log, w.reg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,36 +84,21 @@ func (w *world) setTarget(t domain.Target) {
 
 // cycle runs one convergence pass and returns the pool's report.
 func (w *world) cycle() PoolReport {
-	w.t.Helper()
+	w.T.Helper()
 	rep, err := w.conv.Cycle(context.Background())
 	if err != nil {
-		w.t.Fatal(err)
+		w.T.Fatal(err)
 	}
 	if len(rep.Pools) != 1 {
-		w.t.Fatalf("report has %d pools", len(rep.Pools))
+		w.T.Fatalf("report has %d pools", len(rep.Pools))
 	}
 	return rep.Pools[0]
-}
-
-// pass lets d of virtual time go by, with every signal it triggers applied.
-func (w *world) pass(d time.Duration) {
-	end := w.clk.Now().Add(d)
-	for {
-		next, ok := w.clk.Next()
-		if !ok || next.After(end) {
-			break
-		}
-		w.clk.AdvanceTo(next)
-		w.clk.Settle()
-	}
-	w.clk.AdvanceTo(end)
-	w.clk.Settle()
 }
 
 // converge runs cycles 30 s apart until the pool is at target with nothing
 // left to do, failing after n cycles.
 func (w *world) converge(n int) PoolReport {
-	w.t.Helper()
+	w.T.Helper()
 	var r PoolReport
 	for range n {
 		r = w.cycle()
@@ -132,17 +106,17 @@ func (w *world) converge(n int) PoolReport {
 		if r.Plan.Empty() && c.ReadyHot == r.Target.Hot && c.Stopped == r.Target.Stopped && c.Warming == 0 && c.Other == 0 {
 			return r
 		}
-		w.pass(30 * time.Second)
+		w.Clock.Pass(30 * time.Second)
 	}
-	w.t.Fatalf("pool not at target after %d cycles: %+v, last plan %s", n, r.Counts, Describe(r.Plan))
+	w.T.Fatalf("pool not at target after %d cycles: %+v, last plan %s", n, r.Counts, Describe(r.Plan))
 	return r
 }
 
 func (w *world) rows(states ...domain.State) []domain.Instance {
-	w.t.Helper()
-	rows, err := w.store.ListInstances(context.Background(), domain.InstanceFilter{Pool: "p", States: states})
+	w.T.Helper()
+	rows, err := w.Store.ListInstances(context.Background(), domain.InstanceFilter{Pool: "p", States: states})
 	if err != nil {
-		w.t.Fatal(err)
+		w.T.Fatal(err)
 	}
 	return rows
 }
@@ -156,15 +130,15 @@ func TestConvergerFillsThenParksAPool(t *testing.T) {
 	if n := len(w.rows(domain.StateBooting)); n != 3 {
 		t.Fatalf("%d booting after the first cycle", n)
 	}
-	w.pass(30 * time.Second) // boot 15 s, warm-up due at 45 s
+	w.Clock.Pass(30 * time.Second) // boot 15 s, warm-up due at 45 s
 	if r := w.cycle(); !r.Plan.Empty() || r.Counts.Warming != 3 {
 		t.Fatalf("at 30 s: plan %s, counts %+v", Describe(r.Plan), r.Counts)
 	}
-	w.pass(30 * time.Second)
+	w.Clock.Pass(30 * time.Second)
 	if got := Describe(w.cycle().Plan); got != "stop/warm×2" {
 		t.Fatalf("at 60 s plan %q", got)
 	}
-	w.pass(30 * time.Second)
+	w.Clock.Pass(30 * time.Second)
 	if got := Describe(w.cycle().Plan); got != "settle/stopped×2" {
 		t.Fatalf("at 90 s plan %q", got)
 	}
@@ -200,7 +174,7 @@ func TestRollTerminatesOutdatedBeforeCreatingInBatchesOf50(t *testing.T) {
 		t.Fatalf("CreateFleet calls %d", calls[sim.OpCreateFleet])
 	}
 	for _, in := range old {
-		got, err := w.store.GetInstance(context.Background(), in.ID)
+		got, err := w.Store.GetInstance(context.Background(), in.ID)
 		if err != nil || got.State != domain.StateTerminated || got.Reason != "outdated" {
 			t.Fatalf("old instance %s: %+v %v", in.ID, got, err)
 		}
@@ -233,7 +207,7 @@ func TestInstanceClaimedMidCycleIsNeverTerminated(t *testing.T) {
 	w := newWorld(t, domain.Target{Hot: 2}, sim.Options{}, Options{})
 	w.converge(5)
 	hot := w.rows(domain.StateReady)
-	rs := &raceStore{Store: w.store, victim: hot[0].ID}
+	rs := &raceStore{Store: w.Store, victim: hot[0].ID}
 	w.conv.store = rs
 	w.setTarget(domain.Target{}) // both are now excess
 	r := w.cycle()
@@ -243,14 +217,14 @@ func TestInstanceClaimedMidCycleIsNeverTerminated(t *testing.T) {
 	if got := Describe(r.Plan); got != "terminate/excess×2" {
 		t.Fatalf("plan %q", got)
 	}
-	claimed, _ := w.store.GetInstance(context.Background(), hot[0].ID)
+	claimed, _ := w.Store.GetInstance(context.Background(), hot[0].ID)
 	if claimed.State != domain.StateClaimed || claimed.Job != "job-1" {
 		t.Fatalf("claimed instance became %+v", claimed)
 	}
 	if m, _ := w.cloud.Get(claimed.CloudID); m.State != domain.CloudRunning {
 		t.Fatalf("claimed instance's machine is %s", m.State)
 	}
-	other, _ := w.store.GetInstance(context.Background(), hot[1].ID)
+	other, _ := w.Store.GetInstance(context.Background(), hot[1].ID)
 	if other.State != domain.StateTerminated {
 		t.Fatalf("unclaimed excess instance is %s", other.State)
 	}
@@ -263,7 +237,7 @@ func TestPoolRemovedFromConfigurationIsDrained(t *testing.T) {
 	w := newWorld(t, domain.Target{Hot: 2, Stopped: 1}, sim.Options{Latency: latency}, Options{})
 	w.converge(10)
 	hot := w.rows(domain.StateReady)
-	busy, err := w.store.Transition(context.Background(), hot[0].ID, domain.GuardOf(hot[0]), func(i *domain.Instance) {
+	busy, err := w.Store.Transition(context.Background(), hot[0].ID, domain.GuardOf(hot[0]), func(i *domain.Instance) {
 		i.State, i.Job = domain.StateClaimed, "job-1"
 	})
 	if err != nil {
@@ -315,7 +289,7 @@ func TestFailedTerminateIsLeftToTheTerminator(t *testing.T) {
 	if got := Describe(w.cycle().Plan); got != "" {
 		t.Fatalf("the converger must leave terminations under way alone, planned %q", got)
 	}
-	term := &reaper.Terminator{Store: w.store, Cloud: w.cloud, Clock: w.clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	term := &reaper.Terminator{Store: w.Store, Cloud: w.cloud, Clock: w.Clock, Log: w.Log}
 	if n, err := term.Sweep(context.Background()); err != nil || n != 1 {
 		t.Fatalf("terminator closed %d rows: %v", n, err)
 	}
@@ -336,12 +310,12 @@ func TestPartialFulfilmentLeavesNoStrayRows(t *testing.T) {
 	if n := len(w.rows(domain.StatePending, domain.StateTerminating)); n != 0 {
 		t.Fatalf("%d rows left pending or terminating", n)
 	}
-	st, err := w.store.ListPoolStatus(context.Background())
+	st, err := w.Store.ListPoolStatus(context.Background())
 	if err != nil || len(st) != 1 || st[0].LastError == "" {
 		t.Fatalf("pool status %+v %v", st, err)
 	}
 	w.cloud.SetCapacity(0)
-	w.pass(time.Minute)
+	w.Clock.Pass(time.Minute)
 	w.converge(3)
 }
 
@@ -351,7 +325,7 @@ func TestInstanceThatNeverWarmsIsReplacedAsDangling(t *testing.T) {
 	stuck := w.rows(domain.StateBooting)[0]
 	var r PoolReport
 	for range 25 {
-		w.pass(30 * time.Second)
+		w.Clock.Pass(30 * time.Second)
 		if r = w.cycle(); !r.Plan.Empty() {
 			break
 		}
@@ -359,10 +333,10 @@ func TestInstanceThatNeverWarmsIsReplacedAsDangling(t *testing.T) {
 	if got := Describe(r.Plan); got != "terminate/dangling×1 create/stopped×1" {
 		t.Fatalf("plan %q", got)
 	}
-	if el := w.clk.Now().Sub(start); el != 10*time.Minute {
+	if el := w.Clock.Now().Sub(start); el != 10*time.Minute {
 		t.Fatalf("replaced after %s, want 10m", el)
 	}
-	got, _ := w.store.GetInstance(context.Background(), stuck.ID)
+	got, _ := w.Store.GetInstance(context.Background(), stuck.ID)
 	if got.State != domain.StateTerminated || got.Reason != "dangling" {
 		t.Fatalf("stuck instance %+v", got)
 	}
@@ -386,7 +360,7 @@ func TestHotInstanceIsReplacedAfterItsIdleLifetime(t *testing.T) {
 	orig := w.rows(domain.StateReady)[0]
 	var r PoolReport
 	for range 30 {
-		w.pass(30 * time.Second)
+		w.Clock.Pass(30 * time.Second)
 		if r = w.cycle(); !r.Plan.Empty() {
 			break
 		}
@@ -394,21 +368,21 @@ func TestHotInstanceIsReplacedAfterItsIdleLifetime(t *testing.T) {
 	if got := Describe(r.Plan); got != "terminate/idle-lifetime×1 create/hot×1" {
 		t.Fatalf("plan %q", got)
 	}
-	if idle := w.clk.Now().Sub(orig.StateSince); idle < 10*time.Minute || idle >= 10*time.Minute+30*time.Second {
+	if idle := w.Clock.Now().Sub(orig.StateSince); idle < 10*time.Minute || idle >= 10*time.Minute+30*time.Second {
 		t.Fatalf("replaced after %s idle", idle)
 	}
 }
 
 func TestLeaseHeldByAnotherReplicaSkipsTheCycle(t *testing.T) {
 	w := newWorld(t, domain.Target{Hot: 1}, sim.Options{}, Options{LeaseTTL: time.Minute})
-	if _, ok, err := w.store.AcquireLease(context.Background(), "converger", "replica-2", time.Minute); err != nil || !ok {
+	if _, ok, err := w.Store.AcquireLease(context.Background(), "converger", "replica-2", time.Minute); err != nil || !ok {
 		t.Fatalf("lease: %v %v", ok, err)
 	}
 	rep, err := w.conv.Cycle(context.Background())
 	if err != nil || !rep.Skipped || len(rep.Pools) != 0 {
 		t.Fatalf("report %+v err %v", rep, err)
 	}
-	w.clk.Advance(time.Minute)
+	w.Clock.Advance(time.Minute)
 	if rep, _ := w.conv.Cycle(context.Background()); rep.Skipped {
 		t.Fatal("lease expired but the cycle was still skipped")
 	}
@@ -419,10 +393,10 @@ func TestRunStopsWhenContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	reports := make(chan Report)
 	done := make(chan error)
-	go func() { done <- looptest.Run(ctx, w.clk, w.conv.Loop(reports)) }()
+	go func() { done <- looptest.Run(ctx, w.Clock, w.conv.Loop(reports)) }()
 	<-reports
-	w.clk.BlockUntil(1) // parked until the next interval
-	w.clk.Advance(30 * time.Second)
+	w.Clock.BlockUntil(1) // parked until the next interval
+	w.Clock.Advance(30 * time.Second)
 	<-reports
 	cancel()
 	if err := <-done; err != nil {
@@ -448,9 +422,9 @@ func BenchmarkCycle(b *testing.B) {
 		if _, err := w.conv.Cycle(ctx); err != nil {
 			b.Fatal(err)
 		}
-		w.pass(30 * time.Second)
+		w.Clock.Pass(30 * time.Second)
 	}
-	rows, _ := w.store.ListInstances(ctx, domain.InstanceFilter{States: []domain.State{domain.StateReady, domain.StateStopped}})
+	rows, _ := w.Store.ListInstances(ctx, domain.InstanceFilter{States: []domain.State{domain.StateReady, domain.StateStopped}})
 	if len(rows) != pools*per {
 		b.Fatalf("setup reached %d instances, want %d", len(rows), pools*per)
 	}

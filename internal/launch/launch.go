@@ -35,6 +35,10 @@ type Launcher struct {
 	ControllerID string
 	// AgentURL is where the new machines' agents reach the control plane.
 	AgentURL string
+	// SpotAllowed, when set, says whether a runner class may launch spot
+	// machines now (the spot circuit breaker); when not, its spot fleets
+	// launch on-demand.
+	SpotAllowed func(runner string) bool
 }
 
 // Fleet is one create call: a row per machine (id, pool, role, runner, spec
@@ -80,8 +84,12 @@ func (l *Launcher) Launch(ctx context.Context, f Fleet) (Result, error) {
 	for k, v := range f.Tags {
 		tags[k] = v
 	}
+	spec := f.Spec
+	if spec.Spot != "" && l.SpotAllowed != nil && !l.SpotAllowed(spec.Name) {
+		spec.Spot = ""
+	}
 	machines, cerr := l.Cloud.Create(ctx, domain.LaunchSpec{
-		Runner: f.Spec, ImageID: f.Image, Count: len(rows), ClientToken: launch, Tags: tags,
+		Runner: spec, ImageID: f.Image, Count: len(rows), ClientToken: launch, Tags: tags,
 		Agent: domain.AgentBootstrap{URL: l.AgentURL, LaunchID: launch, Secret: secret},
 	})
 	if len(machines) > len(rows) { // never expected; leave no strays

@@ -121,3 +121,20 @@ func TestMachinesThatCannotBeRecordedAreTerminated(t *testing.T) {
 		}
 	}
 }
+
+// While the spot circuit breaker is open for a runner class, its spot
+// fleets launch on-demand; other classes and on-demand fleets are as asked.
+func TestAnOpenSpotBreakerLaunchesOnDemand(t *testing.T) {
+	l, c, _ := newLauncher(t, nil)
+	l.SpotAllowed = func(runner string) bool { return runner != "small" }
+	for _, name := range []string{"small", "large"} {
+		f := fleet(1)
+		f.Spec = domain.RunnerSpec{Name: name, Spot: "price-capacity-optimized"}
+		if _, err := l.Launch(t.Context(), f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := []string{c.specs[0].Runner.Spot, c.specs[1].Runner.Spot}; got[0] != "" || got[1] != "price-capacity-optimized" {
+		t.Fatalf("spot options %q, want on-demand for the open class only", got)
+	}
+}

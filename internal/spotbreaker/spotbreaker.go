@@ -1,0 +1,148 @@
+// Package spotbreaker is the spot circuit breaker: after Interruptions spot
+// interruptions of a runner class within Window, that class launches
+// on-demand for Cooldown, so that a region short of spot capacity does not
+// keep killing jobs. Its state is in memory: a restart forgets recent
+// interruptions, which costs at most the interruptions it takes to open
+// again.
+package spotbreaker
+
+import (
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Defaults of Options.
+const (
+	DefaultInterruptions = 2
+	DefaultWindow        = 15 * time.Minute
+	DefaultCooldown      = 30 * time.Minute
+)
+
+// Options tune the breaker; zero values take the defaults.
+type Options struct {
+	Interruptions int
+	Window        time.Duration
+	Cooldown      time.Duration
+}
+
+// Open is a runner class launching on-demand.
+type Open struct {
+	Runner        string    `json:"runner"`
+	OpenedAt      time.Time `json:"opened_at"`
+	Until         time.Time `json:"until"`
+	Interruptions int       `json:"interruptions"`
+}
+
+// Breaker counts interruptions by runner class. It is safe for concurrent
+// use.
+type Breaker struct {
+	opts  Options
+	clock domain.Clock
+	log   *slog.Logger
+
+	mu     sync.Mutex
+	recent map[string][]time.Time // interruptions within the window, by runner
+	open   map[string]Open
+
+	openGauge *prometheus.GaugeVec
+	openings  *prometheus.CounterVec
+}
+
+// New returns a closed breaker; its metrics are registered with reg when
+// it is not nil.
+func New(o Options, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer) (*Breaker, error) {
+	if o.Interruptions <= 0 {
+		o.Interruptions = DefaultInterruptions
+	}
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	if o.Cooldown <= 0 {
+		o.Cooldown = DefaultCooldown
+	}
+	if clk == nil || log == nil {
+		return nil, errors.New("spotbreaker: a clock and a logger are required")
+	}
+	b := &Breaker{opts: o, clock: clk, log: log, recent: map[string][]time.Time{}, open: map[string]Open{},
+		openGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "bullpen_spot_breaker_open",
+			Help: "1 while a runner class launches on-demand after repeated spot interruptions."}, []string{"runner"}),
+		openings: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bullpen_spot_breaker_openings_total",
+			Help: "Times a runner class was switched to on-demand by the spot circuit breaker."}, []string{"runner"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{b.openGauge, b.openings} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return b, nil
+}
+
+// Record counts a spot interruption of a machine of runner at at; the
+// breaker opens for runner when it is the Interruptions-th within Window.
+func (b *Breaker) Record(runner string, at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	kept := slices.DeleteFunc(append(b.recent[runner], at), func(t time.Time) bool { return at.Sub(t) >= b.opts.Window })
+	b.recent[runner] = kept
+	if _, open := b.open[runner]; open || len(kept) < b.opts.Interruptions {
+		return
+	}
+	o := Open{Runner: runner, OpenedAt: at, Until: at.Add(b.opts.Cooldown), Interruptions: len(kept)}
+	b.open[runner] = o
+	b.recent[runner] = nil
+	b.openGauge.WithLabelValues(runner).Set(1)
+	b.openings.WithLabelValues(runner).Inc()
+	b.log.Warn("spot circuit breaker open: launching on-demand", "runner", runner, "interruptions", o.Interruptions,
+		"window", b.opts.Window, "until", o.Until)
+}
+
+// SpotAllowed reports whether runner may launch spot machines now; an
+// open breaker whose cooldown ended closes.
+func (b *Breaker) SpotAllowed(runner string) bool {
+	now := b.clock.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o, open := b.open[runner]
+	if !open {
+		return true
+	}
+	if now.Before(o.Until) {
+		return false
+	}
+	delete(b.open, runner)
+	b.openGauge.WithLabelValues(runner).Set(0)
+	b.log.Info("spot circuit breaker closed: launching spot again", "runner", runner)
+	return true
+}
+
+// Opened lists the runner classes launching on-demand now, by name.
+func (b *Breaker) Opened() []Open {
+	now := b.clock.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []Open
+	for _, o := range b.open {
+		if now.Before(o.Until) {
+			out = append(out, o)
+		}
+	}
+	slices.SortFunc(out, func(a, b Open) int {
+		if a.Runner < b.Runner {
+			return -1
+		}
+		if a.Runner > b.Runner {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
