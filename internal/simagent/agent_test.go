@@ -12,7 +12,7 @@ import (
 func TestHeartbeatsWarmAndFirstAskAtExactTimes(t *testing.T) {
 	w := newWorld(t, sim.Latency{Boot: 30 * sec}, simagent.Options{WarmUp: 20 * sec})
 	id := w.create(t, 1)[0]
-	w.advance(30*sec - time.Nanosecond)
+	w.clk.Pass(30*sec - time.Nanosecond)
 	if got := w.api.of(id, ""); len(got) != 0 {
 		t.Fatalf("agent active before its machine runs: %+v", got)
 	}

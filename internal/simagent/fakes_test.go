@@ -245,24 +245,8 @@ func (w *world) create(t *testing.T, n int) []string {
 	return ids
 }
 
-// advance lets d pass, stopping at every timer and letting its effects
-// settle, so that chains of callbacks happen at their exact instants.
-func (w *world) advance(d time.Duration) {
-	target := w.clk.Now().Add(d)
-	for {
-		w.clk.Settle()
-		next, ok := w.clk.Next()
-		if !ok || next.After(target) {
-			break
-		}
-		w.clk.AdvanceTo(next)
-	}
-	w.clk.AdvanceTo(target)
-	w.clk.Settle()
-}
-
 // advanceTo lets time pass until the offset from epoch.
-func (w *world) advanceTo(d time.Duration) { w.advance(at(d).Sub(w.clk.Now())) }
+func (w *world) advanceTo(d time.Duration) { w.clk.Pass(at(d).Sub(w.clk.Now())) }
 
 // act runs f now, as a control plane or GitHub would, and settles.
 func (w *world) act(f func()) {

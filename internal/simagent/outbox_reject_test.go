@@ -91,29 +91,14 @@ func TestRestartWarmUpAppliesAfterTheFirstRun(t *testing.T) {
 	f := New(clk, api, idleHost{}, Options{WarmUp: 30 * time.Second, RestartWarmUp: 3 * time.Second, PollEvery: time.Hour})
 	defer f.Close()
 	f.Running(domain.CloudInstance{ID: "i-1"}, start)
-	step(clk, time.Minute)
+	clk.Pass(time.Minute)
 	f.Halted("i-1", clk.Now())
 	restart := clk.Now()
 	f.Running(domain.CloudInstance{ID: "i-1"}, restart)
-	step(clk, time.Minute)
+	clk.Pass(time.Minute)
 	api.mu.Lock()
 	defer api.mu.Unlock()
 	if len(api.warms) != 2 || !api.warms[0].Equal(start.Add(30*time.Second)) || !api.warms[1].Equal(restart.Add(3*time.Second)) {
 		t.Fatalf("warm signals at %v", api.warms)
 	}
-}
-
-// step lets d pass timer by timer, each one's effects settled before the next.
-func step(clk *clock.Virtual, d time.Duration) {
-	end := clk.Now().Add(d)
-	for {
-		next, ok := clk.Next()
-		if !ok || next.After(end) {
-			break
-		}
-		clk.AdvanceTo(next)
-		clk.Settle()
-	}
-	clk.AdvanceTo(end)
-	clk.Settle()
 }
