@@ -28,11 +28,11 @@ func TestBatchRecordsOnceAndSendsOncePerQueue(t *testing.T) {
 	if n := f.step(); n != 40 {
 		t.Fatalf("step handled %d, want 40", n)
 	}
-	if got := f.store.createCall; !slices.Equal(got, []int{40}) {
+	if got := f.writes.createCall; !slices.Equal(got, []int{40}) {
 		t.Errorf("CreateJobs calls (jobs each) %v, want one call of 40", got)
 	}
 	for q, want := range map[string][]int64{domain.QueuePool: pool, domain.QueueLaunch: launch} {
-		if n := f.queue.sent(q); n != 1 {
+		if n := f.sends.sent(q); n != 1 {
 			t.Errorf("%d sends to the %s queue, want 1", n, q)
 		}
 		got := f.queued(q)
@@ -60,7 +60,7 @@ func TestBatchMaxBoundsAStep(t *testing.T) {
 	if n := f.step(); n != 0 {
 		t.Fatalf("third step handled %d, want 0", n)
 	}
-	if got := f.store.createCall; !slices.Equal(got, []int{3, 2}) {
+	if got := f.writes.createCall; !slices.Equal(got, []int{3, 2}) {
 		t.Errorf("CreateJobs calls %v, want [3 2]", got)
 	}
 }
@@ -69,7 +69,7 @@ func TestBatchMaxBoundsAStep(t *testing.T) {
 // puts in the inbox one delivery of every kind, the last an envelope that
 // does not decode; the Finisher fails job 12099.
 func (f *fixture) deliverMixedBatch() {
-	f.t.Helper()
+	f.T.Helper()
 	f.deliver(jobEvent{action: "queued", id: 12_001, runID: 121, labels: poolLabels(121)})
 	f.deliver(jobEvent{action: "queued", id: 12_002, runID: 122, labels: poolLabels(122)})
 	f.step()
@@ -97,7 +97,7 @@ func TestMixedBatch(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{Visibility: 30 * time.Second, CancelRejected: true})
 	f.deliverMixedBatch()
-	if n, err := f.in.Step(f.ctx); n != 11 || err == nil {
+	if n, err := f.in.Step(f.Ctx); n != 11 || err == nil {
 		t.Fatalf("step handled %d (err %v), want 11 and the Finisher's error", n, err)
 	}
 
@@ -115,21 +115,21 @@ func TestMixedBatch(t *testing.T) {
 		{12_099, domain.JobCompleted, ""}, // its completion came first
 	}
 	for _, c := range checks {
-		if j := f.job(c.id); j.Status != c.status || j.Reason != c.reason {
+		if j := f.Job(c.id); j.Status != c.status || j.Reason != c.reason {
 			t.Errorf("job %d: %s %q, want %s %q", c.id, j.Status, j.Reason, c.status, c.reason)
 		}
 	}
 	f.noJob(12_012)
-	if !f.getInstance("i-7").JobStarted {
+	if !f.Instance("i-7").JobStarted {
 		t.Error("instance i-7 not marked job-started")
 	}
 	// The set-up's step wrote 2 jobs; the batch's 6 arrivals (the
 	// not-ours one aside) take one more write and one send per queue, and
 	// the completion of a job never seen queued one more.
-	if got := f.store.createCall; !slices.Equal(got, []int{2, 6, 1}) {
+	if got := f.writes.createCall; !slices.Equal(got, []int{2, 6, 1}) {
 		t.Errorf("CreateJobs calls (jobs each) %v, want [2 6 1]", got)
 	}
-	if p, l := f.queue.sent(domain.QueuePool), f.queue.sent(domain.QueueLaunch); p != 2 || l != 1 {
+	if p, l := f.sends.sent(domain.QueuePool), f.sends.sent(domain.QueueLaunch); p != 2 || l != 1 {
 		t.Errorf("sends to pool %d, launch %d; want 2 (one per step) and 1", p, l)
 	}
 	// 12_001 and 12_002 were received from the pool queue by no one: they
@@ -151,7 +151,7 @@ func TestMixedBatch(t *testing.T) {
 	if dl := f.deadLetters(); len(dl) != 1 || string(dl[0]) != `{"not":"an envelope"}` {
 		t.Errorf("dead letters %q", dl)
 	}
-	if s := f.stats(domain.QueueInbox); s.InFlight != 1 || s.Visible != 0 {
+	if s := f.Stats(domain.QueueInbox); s.InFlight != 1 || s.Visible != 0 {
 		t.Errorf("inbox %+v, want only the failed completion kept", s)
 	}
 }

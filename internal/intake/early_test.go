@@ -31,7 +31,7 @@ func TestProgressBeforeQueuedRecordsTheJob(t *testing.T) {
 			f := newFixture(t, Options{})
 			f.deliver(jobEvent{action: c.action, id: 9001, runID: 91, labels: c.labels, runnerName: c.runnerName, conclusion: c.conclusion})
 			f.step()
-			j := f.job(9001)
+			j := f.Job(9001)
 			if j.Status != c.want || j.RunID != 91 || j.Route == "" || j.Runner == "" {
 				t.Fatalf("job %s route %q runner %q run %d; want %s and routed", j.Status, j.Route, j.Runner, j.RunID, c.want)
 			}
@@ -49,10 +49,10 @@ func TestProgressBeforeQueuedRecordsTheJob(t *testing.T) {
 
 			f.deliver(jobEvent{action: "queued", id: 9001, runID: 91, labels: c.labels})
 			f.step()
-			if again := f.job(9001); again.Status != c.want || again.Version != j.Version {
+			if again := f.Job(9001); again.Status != c.want || again.Version != j.Version {
 				t.Fatalf("late queued delivery left the job %s v%d, want %s v%d", again.Status, again.Version, c.want, j.Version)
 			}
-			if n := f.queue.sent(c.queue); n != 0 || f.stats(c.queue) != (domain.QueueStats{}) {
+			if n := f.sends.sent(c.queue); n != 0 || f.Stats(c.queue) != (domain.QueueStats{}) {
 				t.Errorf("%d sends to the %s queue, want none", n, c.queue)
 			}
 			if got := f.events("queued", "duplicate"); got != 1 {
@@ -81,7 +81,7 @@ func TestProgressBeforeQueuedOfJobsThatAreNotOurs(t *testing.T) {
 				f.deliver(jobEvent{action: action, id: 9101, runID: 5, labels: labels})
 				f.step()
 				f.noJob(9101)
-				if n := f.store.createCall; len(n) != 0 {
+				if n := f.writes.createCall; len(n) != 0 {
 					t.Errorf("CreateJobs called %v, want never", n)
 				}
 				f.inboxEmpty()
@@ -98,15 +98,15 @@ func TestEarlyStartOnOurRunnerBindsItsInstance(t *testing.T) {
 	f.instance("bp-early", domain.StateClaimed, 9299) // assigned another job
 	f.deliver(jobEvent{action: "in_progress", id: 9201, runID: 92, labels: poolLabels(92), runnerName: "bp-early-9299"})
 	f.step()
-	if j := f.job(9201); j.Status != domain.JobRunning || j.InstanceID != "bp-early" {
+	if j := f.Job(9201); j.Status != domain.JobRunning || j.InstanceID != "bp-early" {
 		t.Fatalf("job %s on %q, want running on bp-early", j.Status, j.InstanceID)
 	}
-	if in := f.getInstance("bp-early"); in.Job != "9201" || !in.JobStarted {
+	if in := f.Instance("bp-early"); in.Job != "9201" || !in.JobStarted {
 		t.Errorf("instance bound to %q, job-started %v; want 9201, started", in.Job, in.JobStarted)
 	}
 	f.deliver(jobEvent{action: "queued", id: 9201, runID: 92, labels: poolLabels(92)})
 	f.step()
-	if n := f.queue.sent(domain.QueuePool); n != 0 {
+	if n := f.sends.sent(domain.QueuePool); n != 0 {
 		t.Errorf("%d sends to the pool queue, want none", n)
 	}
 	f.inboxEmpty()

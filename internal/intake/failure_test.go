@@ -72,13 +72,13 @@ func TestUndecodableMessageIsKeptWhenDeadLetteringFails(t *testing.T) {
 	f := newFixture(t, Options{Visibility: 30 * time.Second})
 	body := []byte("garbage")
 	f.sendRaw(body, "")
-	f.queue.failSends(DeadLetterQueue, errors.New("queue unavailable"))
+	f.sends.failSends(DeadLetterQueue, errors.New("queue unavailable"))
 	f.step()
-	if s := f.stats(domain.QueueInbox); s.InFlight != 1 {
+	if s := f.Stats(domain.QueueInbox); s.InFlight != 1 {
 		t.Fatalf("inbox %+v, want the message kept", s)
 	}
-	f.queue.failSends(DeadLetterQueue, nil)
-	f.clk.Advance(30 * time.Second)
+	f.sends.failSends(DeadLetterQueue, nil)
+	f.Clock.Advance(30 * time.Second)
 	f.step()
 	f.inboxEmpty()
 	if dl := f.deadLetters(); len(dl) != 1 || !bytes.Equal(dl[0], body) {
@@ -92,7 +92,7 @@ func TestFailingFinisherRetriesThenDeadLetters(t *testing.T) {
 	f.fin.failJob(9001, errors.New("store busy"))
 	body := f.deliver(jobEvent{action: "completed", id: 9001, runID: 91, labels: poolLabels(91), conclusion: "success"})
 	for round := 1; round <= 3; round++ {
-		_, err := f.in.Step(f.ctx)
+		_, err := f.in.Step(f.Ctx)
 		if err == nil || !strings.Contains(err.Error(), "job 9001 completed") {
 			t.Fatalf("round %d: error %v, want the Finisher's", round, err)
 		}
@@ -100,10 +100,10 @@ func TestFailingFinisherRetriesThenDeadLetters(t *testing.T) {
 			t.Fatalf("round %d: %d Finish calls", round, n)
 		}
 		if round < 3 {
-			if s := f.stats(domain.QueueInbox); s.InFlight != 1 || len(f.deadLetters()) != 0 {
+			if s := f.Stats(domain.QueueInbox); s.InFlight != 1 || len(f.deadLetters()) != 0 {
 				t.Fatalf("round %d: inbox %+v; want the message kept for retry", round, s)
 			}
-			f.clk.Advance(30 * time.Second)
+			f.Clock.Advance(30 * time.Second)
 		}
 	}
 	f.inboxEmpty()
@@ -120,11 +120,11 @@ func TestFinisherThatRecoversIsRetriedOnce(t *testing.T) {
 	f := newFixture(t, Options{Visibility: 30 * time.Second, MaxReceives: 3})
 	f.fin.failJob(9002, errors.New("transient"))
 	f.deliver(jobEvent{action: "completed", id: 9002, runID: 92, labels: poolLabels(92), conclusion: "success"})
-	if _, err := f.in.Step(f.ctx); err == nil {
+	if _, err := f.in.Step(f.Ctx); err == nil {
 		t.Fatal("want the Finisher's error")
 	}
 	f.fin.failJob(9002, nil)
-	f.clk.Advance(30 * time.Second)
+	f.Clock.Advance(30 * time.Second)
 	f.step()
 	f.inboxEmpty()
 	if n := len(f.fin.recorded()); n != 2 || len(f.deadLetters()) != 0 {
@@ -142,7 +142,7 @@ func TestRefusedArrivalHoldsBackOnlyItsOwnJob(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{Visibility: 30 * time.Second, MaxReceives: 3})
 	refused := true
-	f.store.failCreate = func(batch []domain.Job) error {
+	f.writes.failCreate = func(batch []domain.Job) error {
 		for _, j := range batch {
 			if j.ID == 9102 && refused {
 				return errors.New("disk full")
@@ -154,24 +154,24 @@ func TestRefusedArrivalHoldsBackOnlyItsOwnJob(t *testing.T) {
 	f.deliver(jobEvent{action: "queued", id: 9102, runID: 912, labels: poolLabels(912)})
 	f.deliver(jobEvent{action: "in_progress", id: 9102, runID: 912, labels: poolLabels(912), runnerName: "r-9102"})
 	f.deliver(jobEvent{action: "completed", id: 9102, runID: 912, labels: poolLabels(912), conclusion: "success"})
-	if _, err := f.in.Step(f.ctx); err == nil || !strings.Contains(err.Error(), "disk full") {
+	if _, err := f.in.Step(f.Ctx); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("step error %v, want the store's", err)
 	}
-	if j := f.job(9101); j.Status != domain.JobQueued {
+	if j := f.Job(9101); j.Status != domain.JobQueued {
 		t.Fatalf("job 9101 %s, want recorded despite its neighbour", j.Status)
 	}
 	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{9101}) {
 		t.Fatalf("pool queue %v, want [9101]", ids)
 	}
-	if s := f.stats(domain.QueueInbox); s.InFlight != 3 || len(f.fin.recorded()) != 0 {
+	if s := f.Stats(domain.QueueInbox); s.InFlight != 3 || len(f.fin.recorded()) != 0 {
 		t.Fatalf("inbox %+v, %d Finish calls; want job 9102's three deliveries kept, unapplied", s, len(f.fin.recorded()))
 	}
 
 	refused = false
-	f.clk.Advance(30 * time.Second)
+	f.Clock.Advance(30 * time.Second)
 	f.step()
 	f.inboxEmpty()
-	if j := f.job(9102); j.Status != domain.JobRunning || j.RunnerName != "r-9102" {
+	if j := f.Job(9102); j.Status != domain.JobRunning || j.RunnerName != "r-9102" {
 		t.Fatalf("job 9102 %s on %q, want running", j.Status, j.RunnerName)
 	}
 	if got := f.fin.recorded(); !slices.Equal(got, []finishCall{{9102, "success"}}) {
@@ -184,13 +184,13 @@ func TestRefusedArrivalHoldsBackOnlyItsOwnJob(t *testing.T) {
 func TestArrivalTheStoreAlwaysRefusesIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{Visibility: 30 * time.Second, MaxReceives: 2})
-	f.store.failCreate = func([]domain.Job) error { return errors.New("constraint failed") }
+	f.writes.failCreate = func([]domain.Job) error { return errors.New("constraint failed") }
 	body := f.deliver(jobEvent{action: "queued", id: 9201, runID: 921, labels: poolLabels(921)})
-	if _, err := f.in.Step(f.ctx); err == nil {
+	if _, err := f.in.Step(f.Ctx); err == nil {
 		t.Fatal("want the store's error")
 	}
-	f.clk.Advance(30 * time.Second)
-	if _, err := f.in.Step(f.ctx); err == nil {
+	f.Clock.Advance(30 * time.Second)
+	if _, err := f.in.Step(f.Ctx); err == nil {
 		t.Fatal("want the store's error")
 	}
 	f.inboxEmpty()
@@ -204,13 +204,13 @@ func TestArrivalTheStoreAlwaysRefusesIsDeadLettered(t *testing.T) {
 func TestFailedSendIsRetried(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{Visibility: 30 * time.Second})
-	f.queue.failSends(domain.QueuePool, errors.New("queue unavailable"))
+	f.sends.failSends(domain.QueuePool, errors.New("queue unavailable"))
 	f.deliver(jobEvent{action: "queued", id: 9301, runID: 931, labels: poolLabels(931)})
-	if _, err := f.in.Step(f.ctx); err == nil {
+	if _, err := f.in.Step(f.Ctx); err == nil {
 		t.Fatal("want the send error")
 	}
-	f.queue.failSends(domain.QueuePool, nil)
-	f.clk.Advance(30 * time.Second)
+	f.sends.failSends(domain.QueuePool, nil)
+	f.Clock.Advance(30 * time.Second)
 	f.step()
 	f.inboxEmpty()
 	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{9301}) {

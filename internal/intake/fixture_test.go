@@ -13,13 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 	"github.com/bullpen-ci/bullpen/internal/testlog"
+	"github.com/bullpen-ci/bullpen/internal/testworld"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
@@ -32,36 +30,31 @@ var (
 	startedAt = createdAt.Add(30 * time.Second)
 )
 
-// fixture is an intake on the real SQLite store and queue, a virtual clock,
-// a recording Finisher and GitHub, and a log and registry to inspect.
+// fixture is an intake on the test world's store and queue, counted, a
+// recording Finisher and GitHub, and a log and registry to inspect.
 type fixture struct {
-	t     *testing.T
-	ctx   context.Context
-	clk   *clock.Virtual
-	db    *sqlite.Store
-	store *countingStore
-	queue *countingQueue
-	fin   *recordingFinisher
-	gh    *recordingGitHub
-	logs  *testlog.Buffer
-	in    *Intake
-	seq   int // delivery ids
+	*testworld.World
+	writes *countingStore
+	sends  *countingQueue
+	fin    *recordingFinisher
+	gh     *recordingGitHub
+	logs   *testlog.Buffer
+	in     *Intake
+	seq    int // delivery ids
 }
 
 func newFixture(t *testing.T, o Options) *fixture {
 	t.Helper()
-	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0),
+	f := &fixture{World: testworld.New(t, t0),
 		fin: &recordingFinisher{fail: map[int64]error{}}, gh: &recordingGitHub{}, logs: &testlog.Buffer{}}
-	db, _ := sqlitetest.Open(t, f.clk)
-	f.db = db
-	var err error
-	f.store = &countingStore{Store: db}
-	f.queue = &countingQueue{Queue: db.Queue(sqlite.QueueOptions{}), sends: map[string]int{}, fail: map[string]error{}}
+	f.writes = &countingStore{Store: f.Store}
+	f.sends = &countingQueue{Queue: f.Queue, sends: map[string]int{}, fail: map[string]error{}}
 	if o.Wait == 0 {
 		o.Wait = -1 // never long-poll: the tests send before they step
 	}
+	var err error
 	f.in, err = New(Deps{
-		Store: f.store, Queue: f.queue, Clock: f.clk,
+		Store: f.writes, Queue: f.sends, Clock: f.Clock,
 		Log:     slog.New(slog.NewTextHandler(f.logs, nil)),
 		Routing: fixtureRouting, Finisher: f.fin, GitHub: f.gh,
 	}, prometheus.NewRegistry(), o)
@@ -115,89 +108,62 @@ func (f *fixture) payload(e jobEvent) []byte {
 // deliver puts e in the inbox as the webhook handler would, under a new
 // delivery id, and returns the message body.
 func (f *fixture) deliver(e jobEvent) []byte {
-	f.t.Helper()
+	f.T.Helper()
 	f.seq++
 	id := fmt.Sprintf("delivery-%d", f.seq)
-	body, err := json.Marshal(webhook.Delivery{ID: id, Event: "workflow_job", ReceivedAt: f.clk.Now(), Payload: f.payload(e)})
+	body, err := json.Marshal(webhook.Delivery{ID: id, Event: "workflow_job", ReceivedAt: f.Clock.Now(), Payload: f.payload(e)})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	f.sendRaw(body, id)
 	return body
 }
 
 func (f *fixture) sendRaw(body []byte, dedup string) {
-	f.t.Helper()
-	if err := f.db.Queue(sqlite.QueueOptions{}).Send(f.ctx, domain.QueueInbox, []domain.SendRequest{{Body: body, DedupID: dedup}}); err != nil {
-		f.t.Fatal(err)
+	f.T.Helper()
+	if err := f.Queue.Send(f.Ctx, domain.QueueInbox, []domain.SendRequest{{Body: body, DedupID: dedup}}); err != nil {
+		f.T.Fatal(err)
 	}
 }
 
 // step runs one Step and fails the test if it fails.
 func (f *fixture) step() int {
-	f.t.Helper()
-	n, err := f.in.Step(f.ctx)
+	f.T.Helper()
+	n, err := f.in.Step(f.Ctx)
 	if err != nil {
-		f.t.Fatalf("step: %v", err)
+		f.T.Fatalf("step: %v", err)
 	}
 	return n
 }
 
-func (f *fixture) job(id int64) domain.Job {
-	f.t.Helper()
-	j, err := f.db.GetJob(f.ctx, id)
-	if err != nil {
-		f.t.Fatalf("job %d: %v", id, err)
-	}
-	return j
-}
-
 func (f *fixture) noJob(id int64) {
-	f.t.Helper()
-	if j, err := f.db.GetJob(f.ctx, id); !errors.Is(err, domain.ErrNotFound) {
-		f.t.Fatalf("job %d: %+v, %v; want none", id, j, err)
+	f.T.Helper()
+	if j, err := f.Store.GetJob(f.Ctx, id); !errors.Is(err, domain.ErrNotFound) {
+		f.T.Fatalf("job %d: %+v, %v; want none", id, j, err)
 	}
-}
-
-// stats counts a queue's messages in every state.
-func (f *fixture) stats(queue string) domain.QueueStats {
-	f.t.Helper()
-	s, err := f.db.Queue(sqlite.QueueOptions{}).Stats(f.ctx, queue)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return s
 }
 
 // queued returns the job ids visible in a pool or launch queue, leaving the
 // messages there.
 func (f *fixture) queued(queue string) []int64 {
-	f.t.Helper()
-	q := f.db.Queue(sqlite.QueueOptions{})
-	msgs, err := q.Receive(f.ctx, queue, 1000, time.Minute, 0)
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	f.T.Helper()
 	var ids []int64
-	for _, m := range msgs {
+	for _, m := range f.Peek(queue, 1000) {
 		id, err := jobs.Decode(m.Body)
 		if err != nil {
-			f.t.Fatal(err)
+			f.T.Fatal(err)
 		}
 		ids = append(ids, id)
-		if err := q.ChangeVisibility(f.ctx, queue, m.Receipt, 0); err != nil {
-			f.t.Fatal(err)
-		}
 	}
 	return ids
 }
 
 // deadLetters returns the bodies in the dead-letter queue.
 func (f *fixture) deadLetters() [][]byte {
-	f.t.Helper()
-	msgs, err := f.db.Queue(sqlite.QueueOptions{}).Receive(f.ctx, DeadLetterQueue, 1000, time.Minute, 0)
+	f.T.Helper()
+	msgs, err := f.Queue.Receive(f.Ctx, DeadLetterQueue, 1000, time.Minute, 0)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	var out [][]byte
 	for _, m := range msgs {
@@ -207,9 +173,9 @@ func (f *fixture) deadLetters() [][]byte {
 }
 
 func (f *fixture) inboxEmpty() {
-	f.t.Helper()
-	if s := f.stats(domain.QueueInbox); s != (domain.QueueStats{}) {
-		f.t.Fatalf("inbox holds %+v, want nothing", s)
+	f.T.Helper()
+	if s := f.Stats(domain.QueueInbox); s != (domain.QueueStats{}) {
+		f.T.Fatalf("inbox holds %+v, want nothing", s)
 	}
 }
 
@@ -219,11 +185,11 @@ func (f *fixture) events(action, outcome string) float64 {
 
 // setJob rewrites a recorded job as another loop would.
 func (f *fixture) setJob(id int64, fn func(*domain.Job)) domain.Job {
-	f.t.Helper()
-	j := f.job(id)
-	j, err := f.db.TransitionJob(f.ctx, id, domain.JobGuardOf(j), fn)
+	f.T.Helper()
+	j := f.Job(id)
+	j, err := f.Store.TransitionJob(f.Ctx, id, domain.JobGuardOf(j), fn)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return j
 }

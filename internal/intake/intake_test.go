@@ -32,7 +32,7 @@ func TestQueuedJobIsRecordedAndSentToItsQueue(t *testing.T) {
 			if n := f.step(); n != 1 {
 				t.Fatalf("step handled %d messages, want 1", n)
 			}
-			j := f.job(1001)
+			j := f.Job(1001)
 			type fields struct {
 				ID, RunID            int64
 				RunAttempt           int
@@ -57,7 +57,7 @@ func TestQueuedJobIsRecordedAndSentToItsQueue(t *testing.T) {
 			if ids := f.queued(c.queue); !slices.Equal(ids, []int64{1001}) {
 				t.Errorf("%s queue holds %v, want [1001]", c.queue, ids)
 			}
-			if s := f.stats(other); s != (domain.QueueStats{}) {
+			if s := f.Stats(other); s != (domain.QueueStats{}) {
 				t.Errorf("%s queue holds %+v, want nothing", other, s)
 			}
 			f.inboxEmpty()
@@ -83,10 +83,10 @@ func TestJobsThatAreNotOursAreIgnored(t *testing.T) {
 			f.step()
 			f.noJob(2001)
 			f.inboxEmpty()
-			if n := f.store.createCall; len(n) != 0 {
+			if n := f.writes.createCall; len(n) != 0 {
 				t.Errorf("CreateJobs called %v, want never", n)
 			}
-			if s := f.queue.sent(domain.QueuePool) + f.queue.sent(domain.QueueLaunch); s != 0 {
+			if s := f.sends.sent(domain.QueuePool) + f.sends.sent(domain.QueueLaunch); s != 0 {
 				t.Errorf("%d sends, want none", s)
 			}
 			if got := f.events("queued", "not_ours"); got != 1 {
@@ -104,7 +104,7 @@ func TestUnknownPoolIsRejected(t *testing.T) {
 			f := newFixture(t, Options{CancelRejected: cancel})
 			f.deliver(jobEvent{action: "queued", id: 3001, runID: 31, labels: []string{"runs-on=31/pool=large-arm"}})
 			f.step()
-			j := f.job(3001)
+			j := f.Job(3001)
 			if j.Status != domain.JobRejected || j.Pool != "large-arm" ||
 				!strings.Contains(j.Reason, `pool "large-arm"`) || !strings.Contains(j.Reason, `environment "dev"`) {
 				t.Fatalf("job %s pool %q reason %q; want rejected naming the pool and the environment", j.Status, j.Pool, j.Reason)
@@ -115,7 +115,7 @@ func TestUnknownPoolIsRejected(t *testing.T) {
 			if got := f.events("queued", "rejected"); got != 1 {
 				t.Errorf("rejected counted %v, want 1", got)
 			}
-			if s := f.stats(domain.QueuePool).Visible + f.stats(domain.QueueLaunch).Visible; s != 0 {
+			if s := f.Stats(domain.QueuePool).Visible + f.Stats(domain.QueueLaunch).Visible; s != 0 {
 				t.Errorf("%d jobs sent to be served, want none", s)
 			}
 			var want []cancelCall
@@ -144,7 +144,7 @@ func TestRejectionSurvivesAFailedCancel(t *testing.T) {
 	f.gh.err = errors.New("github is down")
 	f.deliver(jobEvent{action: "queued", id: 3002, runID: 32, labels: []string{"runs-on/pool=nope"}})
 	f.step()
-	if j := f.job(3002); j.Status != domain.JobRejected {
+	if j := f.Job(3002); j.Status != domain.JobRejected {
 		t.Fatalf("job %s, want rejected", j.Status)
 	}
 	if l := f.logs.Lines("level=WARN", "cancel the run of a rejected job", "github is down"); len(l) != 1 {
@@ -159,15 +159,15 @@ func TestRedeliveredQueuedEventCreatesNothing(t *testing.T) {
 	ev := jobEvent{action: "queued", id: 4001, runID: 41, labels: poolLabels(41)}
 	f.deliver(ev)
 	f.step()
-	first := f.job(4001)
+	first := f.Job(4001)
 
-	f.clk.Advance(time.Minute)
+	f.Clock.Advance(time.Minute)
 	f.deliver(ev) // GitHub's redelivery: same payload, new delivery id
 	f.step()
-	if again := f.job(4001); again.Version != first.Version || !again.UpdatedAt.Equal(first.UpdatedAt) {
+	if again := f.Job(4001); again.Version != first.Version || !again.UpdatedAt.Equal(first.UpdatedAt) {
 		t.Fatalf("redelivery changed the job: version %d -> %d", first.Version, again.Version)
 	}
-	if n := f.queue.sent(domain.QueuePool); n != 2 {
+	if n := f.sends.sent(domain.QueuePool); n != 2 {
 		t.Errorf("%d sends to the pool queue, want 2 (the second deduplicated)", n)
 	}
 	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{4001}) {
@@ -188,7 +188,7 @@ func TestDuplicatesWithinOneBatchMakeOneJob(t *testing.T) {
 	if n := f.step(); n != 2 {
 		t.Fatalf("step handled %d, want both deliveries", n)
 	}
-	if j := f.job(4002); j.Version != 1 {
+	if j := f.Job(4002); j.Version != 1 {
 		t.Fatalf("job version %d, want 1", j.Version)
 	}
 	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{4002}) {
@@ -216,22 +216,22 @@ func TestQueuedEventDoesNotReopenAJob(t *testing.T) {
 			f.deliver(ev)
 			f.step()
 			moved := f.setJob(5001, c.move)
-			sends := f.queue.sent(domain.QueuePool)
+			sends := f.sends.sent(domain.QueuePool)
 			// Past the dedup window: only the intake's own choice can keep
 			// the job out of the queue now.
-			f.clk.Advance(10 * time.Minute)
+			f.Clock.Advance(10 * time.Minute)
 			f.queued(domain.QueuePool)
 
 			f.deliver(ev)
 			f.step()
-			if j := f.job(5001); j.Version != moved.Version || j.Status != moved.Status {
+			if j := f.Job(5001); j.Version != moved.Version || j.Status != moved.Status {
 				t.Fatalf("job %s v%d, want it left %s v%d", j.Status, j.Version, moved.Status, moved.Version)
 			}
 			wantSends := sends
 			if moved.Status == domain.JobQueued {
 				wantSends++ // still waiting for a runner: sent again, with its attempt's dedup id
 			}
-			if n := f.queue.sent(domain.QueuePool); n != wantSends {
+			if n := f.sends.sent(domain.QueuePool); n != wantSends {
 				t.Errorf("%d sends to the pool queue, want %d", n, wantSends)
 			}
 			f.inboxEmpty()
@@ -245,11 +245,11 @@ func TestWaitingJobIsRecordedAndSentOnceQueued(t *testing.T) {
 	waiting := jobEvent{action: "waiting", id: 6001, runID: 61, labels: poolLabels(61)}
 	f.deliver(waiting)
 	f.step()
-	j := f.job(6001)
+	j := f.Job(6001)
 	if j.Status != domain.JobQueued || j.Reason != ReasonWaiting || !j.QueuedAt.Equal(createdAt) {
 		t.Fatalf("waiting job %s %q queued %v", j.Status, j.Reason, j.QueuedAt)
 	}
-	if n := f.queue.sent(domain.QueuePool); n != 0 || f.stats(domain.QueuePool).Visible != 0 {
+	if n := f.sends.sent(domain.QueuePool); n != 0 || f.Stats(domain.QueuePool).Visible != 0 {
 		t.Fatalf("a waiting job was sent to be served (%d sends)", n)
 	}
 	if got := f.events("waiting", "recorded"); got != 1 {
@@ -258,7 +258,7 @@ func TestWaitingJobIsRecordedAndSentOnceQueued(t *testing.T) {
 
 	f.deliver(jobEvent{action: "queued", id: 6001, runID: 61, labels: poolLabels(61)})
 	f.step()
-	if j := f.job(6001); j.Status != domain.JobQueued || j.Reason != "" {
+	if j := f.Job(6001); j.Status != domain.JobQueued || j.Reason != "" {
 		t.Fatalf("approved job %s %q, want queued without a reason", j.Status, j.Reason)
 	}
 	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{6001}) {
@@ -268,7 +268,7 @@ func TestWaitingJobIsRecordedAndSentOnceQueued(t *testing.T) {
 	// A late redelivery of the waiting event does not hold the job back again.
 	f.deliver(waiting)
 	f.step()
-	if j := f.job(6001); j.Reason != "" {
+	if j := f.Job(6001); j.Reason != "" {
 		t.Errorf("late waiting event set reason %q", j.Reason)
 	}
 	f.inboxEmpty()
@@ -276,21 +276,12 @@ func TestWaitingJobIsRecordedAndSentOnceQueued(t *testing.T) {
 
 // instance records a pool member bound to job id, in state.
 func (f *fixture) instance(id string, state domain.State, job int64) {
-	f.t.Helper()
+	f.T.Helper()
 	in := domain.Instance{ID: id, CloudID: "cloud-" + id, Pool: "small-x64", Role: domain.RoleHot, Runner: "small-x64",
 		State: state, Job: domain.JobKey(job)}
-	if err := f.db.CreateInstances(f.ctx, []domain.Instance{in}); err != nil {
-		f.t.Fatal(err)
+	if err := f.Store.CreateInstances(f.Ctx, []domain.Instance{in}); err != nil {
+		f.T.Fatal(err)
 	}
-}
-
-func (f *fixture) getInstance(id string) domain.Instance {
-	f.t.Helper()
-	in, err := f.db.GetInstance(f.ctx, id)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return in
 }
 
 func TestInProgressMarksTheJobRunning(t *testing.T) {
@@ -309,16 +300,16 @@ func TestInProgressMarksTheJobRunning(t *testing.T) {
 
 	started := startedAt
 	for id, runner := range map[int64]string{7001: "bullpen-i-assigned", 7002: "elsewhere"} {
-		if j := f.job(id); j.Status != domain.JobRunning || j.RunnerName != runner || !j.StartedAt.Equal(started) {
+		if j := f.Job(id); j.Status != domain.JobRunning || j.RunnerName != runner || !j.StartedAt.Equal(started) {
 			t.Errorf("job %d: %s runner %q started %v; want running on %q at %v", id, j.Status, j.RunnerName, j.StartedAt, runner, started)
 		}
 	}
-	if in := f.getInstance("i-assigned"); !in.JobStarted || in.State != domain.StateClaimed {
+	if in := f.Instance("i-assigned"); !in.JobStarted || in.State != domain.StateClaimed {
 		t.Errorf("instance %s job-started %v, want its job marked started", in.State, in.JobStarted)
 	}
 	// Never seen queued: recorded as it is, so that its late queued
 	// delivery does not send it to be served.
-	if j := f.job(7003); j.Status != domain.JobRunning || !j.StartedAt.Equal(started) {
+	if j := f.Job(7003); j.Status != domain.JobRunning || !j.StartedAt.Equal(started) {
 		t.Errorf("job 7003: %s started %v; want running since %v", j.Status, j.StartedAt, started)
 	}
 	if got := f.events("in_progress", "recorded"); got != 3 {
@@ -339,10 +330,10 @@ func TestLateInProgressLeavesAFinishedJobsInstanceAlone(t *testing.T) {
 
 	f.deliver(jobEvent{action: "in_progress", id: 7101, runID: 711, labels: poolLabels(711)})
 	f.step()
-	if j := f.job(7101); j.Status != domain.JobCompleted {
+	if j := f.Job(7101); j.Status != domain.JobCompleted {
 		t.Fatalf("job %s, want it left completed", j.Status)
 	}
-	if in := f.getInstance("i-done"); in.JobStarted || in.Version != 1 {
+	if in := f.Instance("i-done"); in.JobStarted || in.Version != 1 {
 		t.Errorf("instance changed (job-started %v, version %d)", in.JobStarted, in.Version)
 	}
 	f.inboxEmpty()
@@ -377,10 +368,10 @@ func TestInProgressForAJobWhoseInstanceIsTerminated(t *testing.T) {
 
 	f.deliver(jobEvent{action: "in_progress", id: 7201, runID: 721, labels: poolLabels(721)})
 	f.step()
-	if j := f.job(7201); j.Status != domain.JobRunning {
+	if j := f.Job(7201); j.Status != domain.JobRunning {
 		t.Fatalf("job %s, want running", j.Status)
 	}
-	if in := f.getInstance("i-gone"); in.JobStarted || in.Version != 1 {
+	if in := f.Instance("i-gone"); in.JobStarted || in.Version != 1 {
 		t.Errorf("terminated instance changed (job-started %v, version %d)", in.JobStarted, in.Version)
 	}
 	f.inboxEmpty()
