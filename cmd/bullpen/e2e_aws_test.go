@@ -238,6 +238,27 @@ func TestServeOnEC2(t *testing.T) {
 		t.Errorf("serve logged errors:\n%s", s.logs.String())
 	}
 
+	// A spot interruption notice on the hot instance: it leaves the pool at
+	// once and the pool is refilled.
+	var hot string
+	for _, in := range s.poolInstances("warm") {
+		if tag(in, domain.TagRole) == "hot" {
+			hot = aws.ToString(in.InstanceId)
+		}
+	}
+	s.machines.interrupt(hot)
+	s.eventually("the interrupted instance leaves the pool, which is refilled", 60*time.Second, func() bool {
+		for _, in := range s.poolInstances("warm") {
+			if aws.ToString(in.InstanceId) == hot {
+				return false
+			}
+		}
+		return s.warmOn("warm", v2)
+	})
+	if !strings.Contains(s.logs.String(), "instance interrupted by the cloud") {
+		t.Error("serve did not log the interruption")
+	}
+
 	// An image name that matches no AMI: the pool says so (an ERROR: a
 	// human must fix the configuration) and keeps what it has.
 	missing := "e2e-" + s.run + "-v3"

@@ -51,11 +51,12 @@ type ec2Machines struct {
 	key        *rsa.PrivateKey
 	certPath   string // the key's certificate, for --aws-identity-certificate
 
-	mu    sync.Mutex
-	procs map[string]*ec2Machine
-	imds  map[string]*httptest.Server
-	stop  chan struct{}
-	done  chan struct{}
+	mu          sync.Mutex
+	procs       map[string]*ec2Machine
+	imds        map[string]*httptest.Server
+	interrupted map[string]bool // instances given a spot interruption notice
+	stop        chan struct{}
+	done        chan struct{}
 }
 
 type ec2Machine struct {
@@ -80,7 +81,7 @@ func newEC2Machines(t *testing.T, api *awsec2.Client, bin, controller, runner st
 	dir := t.TempDir()
 	m := &ec2Machines{t: t, api: api, bin: bin, dir: dir, controller: controller, runner: runner, account: motoAccount,
 		key: key, certPath: filepath.Join(dir, "identity.pem"), procs: map[string]*ec2Machine{},
-		imds: map[string]*httptest.Server{}, stop: make(chan struct{}), done: make(chan struct{})}
+		imds: map[string]*httptest.Server{}, interrupted: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
 	if err := os.WriteFile(m.certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func (m *ec2Machines) boot(ctx context.Context, id string) error {
 	cmd := exec.Command(m.bin, "agent", "--config", envPath, "--metadata-url", m.metadata(id),
 		"--state-dir", filepath.Join(home, "state"), "--work-dir", home,
 		"--runner-command", m.runner+" {jitconfig}", "--shutdown-command", "true",
-		"--heartbeat-interval", "500ms", "--poll-wait", "2s")
+		"--heartbeat-interval", "500ms", "--poll-wait", "2s", "--spot-watch-interval", "200ms")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the runner dies with its machine
 	if err := cmd.Start(); err != nil {
@@ -211,6 +212,10 @@ func (m *ec2Machines) metadata(id string) string {
 			fmt.Fprint(w, "imds-session")
 			return
 		}
+		if r.URL.Path == "/latest/meta-data/spot/instance-action" && m.isInterrupted(id) {
+			fmt.Fprint(w, `{"action": "terminate", "time": "2026-11-24T08:22:00Z"}`)
+			return
+		}
 		v, ok := answers[r.URL.Path]
 		if !ok || r.Header.Get("X-aws-ec2-metadata-token") != "imds-session" {
 			http.NotFound(w, r)
@@ -220,6 +225,20 @@ func (m *ec2Machines) metadata(id string) string {
 	}))
 	m.imds[id] = s
 	return s.URL
+}
+
+// interrupt gives id a spot interruption notice, as EC2 does two minutes
+// before it takes a spot machine back.
+func (m *ec2Machines) interrupt(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.interrupted[id] = true
+}
+
+func (m *ec2Machines) isInterrupted(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.interrupted[id]
 }
 
 // running returns the instances whose agents run.
