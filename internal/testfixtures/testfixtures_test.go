@@ -7,11 +7,19 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
-// GitHub's own signing code and Go's HMAC agree.
+// GitHub's own signing code and Go's HMAC agree, on GitHub's example
+// payloads and on bodies of other shapes.
 func TestGoSignMatchesGitHubsSigningCode(t *testing.T) {
-	body := []byte(`{"action":"queued"}`)
-	if got, want := Sign(t, "It's a Secret to Everybody", body), GoSign("It's a Secret to Everybody", body); got != want {
-		t.Fatalf("node signed %s, Go computes %s", got, want)
+	const secret = "It's a Secret to Everybody"
+	var bodies [][]byte
+	for _, e := range WorkflowJobExamples(t) {
+		bodies = append(bodies, e)
+	}
+	bodies = append(bodies, []byte(`{"action":"queued"}`), []byte(`{}`), []byte("{\"a\":\"<é>\"}\n"))
+	for i, sig := range SignAll(t, secret, bodies) {
+		if want := GoSign(secret, bodies[i]); sig != want {
+			t.Errorf("body %d: @octokit/webhooks-methods signs %s, Go computes %s", i, sig, want)
+		}
 	}
 }
 

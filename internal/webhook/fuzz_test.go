@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 )
 
 func addSeeds(f *testing.F, add func(body []byte)) {
@@ -54,7 +55,7 @@ func FuzzHandler(f *testing.F) {
 		if err != nil {
 			t.Skip()
 		}
-		req.Header = http.Header{HeaderEvent: {event}, HeaderDelivery: {delivery}, HeaderSignature: {goSign(testSecret, body)}}
+		req.Header = http.Header{HeaderEvent: {event}, HeaderDelivery: {delivery}, HeaderSignature: {testfixtures.GoSign(testSecret, body)}}
 		rec := newRecorder()
 		r.h.ServeHTTP(rec, req)
 		sent := r.queue.sent(domain.QueueInbox)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 )
 
 type handlerCase struct {
@@ -44,7 +45,7 @@ func routingCases(t *testing.T) []handlerCase {
 		m["action"] = action
 		return encode(t, m)
 	}
-	wrong := goSign("not the secret", valid)
+	wrong := testfixtures.GoSign("not the secret", valid)
 	return []handlerCase{
 		{name: "accepted", event: "workflow_job", delivery: "d-1", body: valid, status: 202, outcome: OutcomeAccepted, want: `{"accepted":"d-1"}`, sent: 1},
 		{name: "each action accepted: waiting", event: "workflow_job", delivery: "d-1", body: withAction("waiting"), status: 202, outcome: OutcomeAccepted, sent: 1},
@@ -126,7 +127,7 @@ func TestHandlerStatusCodes(t *testing.T) {
 			sig := tc.signature
 			switch sig {
 			case "":
-				sig = goSign(testSecret, tc.body)
+				sig = testfixtures.GoSign(testSecret, tc.body)
 			case "-":
 				sig = ""
 			}
@@ -181,7 +182,7 @@ func checkHeaders(t *testing.T, tc handlerCase, rec *httptest.ResponseRecorder) 
 // may appear in an answer or a log line.
 func checkNoSecrets(t *testing.T, body []byte, out ...string) {
 	t.Helper()
-	expected := strings.TrimPrefix(goSign(testSecret, body), "sha256=")
+	expected := strings.TrimPrefix(testfixtures.GoSign(testSecret, body), "sha256=")
 	for _, s := range out {
 		if strings.Contains(s, testSecret) || strings.Contains(s, expected) {
 			t.Errorf("secret or expected signature leaked: %s", s)
@@ -204,7 +205,7 @@ func TestQueueFailureIsLoggedWithTheDelivery(t *testing.T) {
 	r := newRig(t)
 	r.queue.fail = errors.New("database is locked")
 	body := encode(t, validJob())
-	rec := r.post(headers("workflow_job", "d-503", goSign(testSecret, body)), bytes.NewReader(body))
+	rec := r.post(headers("workflow_job", "d-503", testfixtures.GoSign(testSecret, body)), bytes.NewReader(body))
 	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != retryAfter {
 		t.Fatalf("status %d, Retry-After %q", rec.Code, rec.Header().Get("Retry-After"))
 	}
@@ -224,7 +225,7 @@ func TestAcceptedLogNamesIDsNotContents(t *testing.T) {
 	m := validJob()
 	jobField(m)["name"] = "secret-step-name"
 	body := encode(t, m)
-	rec := r.post(headers("workflow_job", "d-log", goSign(testSecret, body)), bytes.NewReader(body))
+	rec := r.post(headers("workflow_job", "d-log", testfixtures.GoSign(testSecret, body)), bytes.NewReader(body))
 	if rec.Code != http.StatusAccepted {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}

@@ -3,9 +3,6 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -110,14 +107,6 @@ func newRigWith(t testing.TB, opts Options) *rig {
 	}
 	r.h = h
 	return r
-}
-
-// goSign is the signature computed in Go; TestGoSignMatchesGitHub checks it
-// against GitHub's code, so tests that sign many or huge bodies may use it.
-func goSign(secret string, body []byte) string {
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write(body)
-	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
 }
 
 // headers for a delivery; empty values are left out.

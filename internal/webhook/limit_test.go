@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 )
 
 // countingReader is an endless body that counts what was read from it.
@@ -58,7 +59,7 @@ func TestBodySizeLimits(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t)
-			rec := r.post(headers(tc.event, "d-big", goSign(tc.secret, tc.body)), bytes.NewReader(tc.body))
+			rec := r.post(headers(tc.event, "d-big", testfixtures.GoSign(tc.secret, tc.body)), bytes.NewReader(tc.body))
 			if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.want) {
 				t.Fatalf("status %d: %s, want %d with %q", rec.Code, rec.Body, tc.status, tc.want)
 			}
@@ -78,7 +79,7 @@ func TestBodySizeLimits(t *testing.T) {
 }
 
 func TestBodyOverMaxSizeIsRefused(t *testing.T) {
-	sig := goSign(testSecret, []byte("whatever"))
+	sig := testfixtures.GoSign(testSecret, []byte("whatever"))
 	t.Run("declared length", func(t *testing.T) {
 		r := newRig(t)
 		body := &countingReader{}
@@ -112,7 +113,7 @@ func TestBodyOverMaxSizeIsRefused(t *testing.T) {
 	t.Run("one byte over, correctly signed", func(t *testing.T) {
 		r := newRig(t)
 		body := bytes.Repeat([]byte(" "), MaxBody+1)
-		rec := r.post(headers("workflow_job", "d-1", goSign(testSecret, body)), bytes.NewReader(body))
+		rec := r.post(headers("workflow_job", "d-1", testfixtures.GoSign(testSecret, body)), bytes.NewReader(body))
 		if rec.Code != http.StatusRequestEntityTooLarge || !strings.Contains(rec.Body.String(), "exceeds") {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}

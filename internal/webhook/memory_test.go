@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 )
 
 // Unsigned bodies of the largest size, sent by many connections at once over
@@ -99,7 +100,7 @@ func peakHeapGrowth(t *testing.T, bound uint64, load func(context.Context)) uint
 // another secret, and checks each is refused 401 (unless ctx ended first).
 func postUnsigned(ctx context.Context, t *testing.T, srv *httptest.Server, conns int, size int64) {
 	t.Helper()
-	sig := goSign("not the secret", nil)
+	sig := testfixtures.GoSign("not the secret", nil)
 	var wg sync.WaitGroup
 	errs := make(chan error, conns)
 	for i := range conns {

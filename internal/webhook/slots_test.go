@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 )
 
 // stalledBody is a body whose sender sends nothing until released.
@@ -39,7 +40,7 @@ func fillSlots(t *testing.T, r *rig, readers int) (release chan struct{}, wait f
 	t.Helper()
 	release = make(chan struct{})
 	var wg sync.WaitGroup
-	sig := goSign("not the secret", nil)
+	sig := testfixtures.GoSign("not the secret", nil)
 	for range readers {
 		body := newStalledBody(release)
 		wg.Go(func() { r.post(headers(EventWorkflowJob, "d-stalled", sig), body) })
@@ -63,7 +64,7 @@ func signedRequest(t *testing.T, ctx context.Context, delivery string) *http.Req
 	t.Helper()
 	body := encode(t, validJob())
 	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/webhook", bytes.NewReader(body))
-	req.Header = headers(EventWorkflowJob, delivery, goSign(testSecret, body))
+	req.Header = headers(EventWorkflowJob, delivery, testfixtures.GoSign(testSecret, body))
 	return req
 }
 
@@ -77,7 +78,7 @@ func TestRequestBeyondTheReadSlotsWaitsThenIsRefused(t *testing.T) {
 
 	unread := &countingReader{}
 	req := httptest.NewRequest(http.MethodPost, "/webhook", unread)
-	req.Header = headers(EventWorkflowJob, "d-late", goSign("not the secret", nil))
+	req.Header = headers(EventWorkflowJob, "d-late", testfixtures.GoSign("not the secret", nil))
 	answer := serveAsync(r, req)
 	r.clock.BlockUntil(1) // waiting for a slot
 	select {
