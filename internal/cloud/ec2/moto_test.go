@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 
@@ -83,4 +84,20 @@ func TestContractOnMoto(t *testing.T) {
 		c, _ := newMotoCloud(t, ec2.Options{})
 		return c
 	})
+}
+
+// serve refuses to start on a subnet or security group that does not
+// exist, naming it.
+func TestCheckNamesWhatDoesNotExist(t *testing.T) {
+	api := motoClient(t)
+	good := motoSubnets(t, api)[0]
+	c, _ := newMotoCloud(t, ec2.Options{Subnets: []string{good, "subnet-0bad0000000000000"}, SecurityGroups: []string{"sg-0bad0000000000000"}})
+	err := c.Check(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "subnet-0bad0000000000000") || !strings.Contains(err.Error(), "sg-0bad0000000000000") {
+		t.Fatalf("check: %v, want both missing ids named", err)
+	}
+	ok, _ := newMotoCloud(t, ec2.Options{Subnets: []string{good}})
+	if err := ok.Check(t.Context()); err != nil {
+		t.Fatalf("check of an existing subnet: %v", err)
+	}
 }
