@@ -1,26 +1,20 @@
 package serving_test
 
 import (
-	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/serving"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
+	"github.com/bullpen-ci/bullpen/internal/testworld"
 )
 
 var t0 = time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
 
 type fixture struct {
-	t        *testing.T
-	ctx      context.Context
-	store    *sqlite.Store
+	*testworld.World
 	gh       *ghsim.GitHub
 	p        *serving.Pipeline
 	notified []string
@@ -28,10 +22,9 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	clk := clock.NewVirtual(t0)
-	st, _ := sqlitetest.Open(t, clk)
-	f := &fixture{t: t, ctx: t.Context(), store: st, gh: ghsim.New(clk, ghsim.Options{})}
-	f.p = &serving.Pipeline{Store: st, GitHub: f.gh, Clock: clk, Log: slog.New(slog.DiscardHandler),
+	f := &fixture{World: testworld.New(t, t0)}
+	f.gh = ghsim.New(f.Clock, ghsim.Options{})
+	f.p = &serving.Pipeline{Store: f.Store, GitHub: f.gh, Clock: f.Clock, Log: f.Log,
 		Verbs: domain.NewLifecycle(domain.Deadlines{}), Scope: func(domain.Job) domain.Scope { return domain.Scope{Owner: "acme", Repo: "w"} },
 		Notify: func(id string) { f.notified = append(f.notified, id) }}
 	return f
@@ -40,36 +33,27 @@ func newFixture(t *testing.T) *fixture {
 // claimed writes instance id claimed for job and the job queued, and
 // returns the handover of one to the other.
 func (f *fixture) claimed(id string, job int64) *serving.Handover {
-	f.t.Helper()
-	if err := f.store.CreateInstances(f.ctx, []domain.Instance{{ID: id, CloudID: "i-" + id, State: domain.StateClaimed,
+	f.T.Helper()
+	if err := f.Store.CreateInstances(f.Ctx, []domain.Instance{{ID: id, CloudID: "i-" + id, State: domain.StateClaimed,
 		Job: domain.JobKey(job), Deadline: t0.Add(time.Hour)}}); err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	if _, err := f.store.CreateJobs(f.ctx, []domain.Job{{ID: job, Status: domain.JobQueued, Labels: []string{"self-hosted"}}}); err != nil {
-		f.t.Fatal(err)
+	if _, err := f.Store.CreateJobs(f.Ctx, []domain.Job{{ID: job, Status: domain.JobQueued, Labels: []string{"self-hosted"}}}); err != nil {
+		f.T.Fatal(err)
 	}
-	in, _ := f.store.GetInstance(f.ctx, id)
-	j, _ := f.store.GetJob(f.ctx, job)
+	in, j := f.rows(id, job)
 	return &serving.Handover{Job: j, Inst: in, Via: domain.ViaPool}
 }
 
 func (f *fixture) rows(id string, job int64) (domain.Instance, domain.Job) {
-	f.t.Helper()
-	in, err := f.store.GetInstance(f.ctx, id)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	j, err := f.store.GetJob(f.ctx, job)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return in, j
+	f.T.Helper()
+	return f.Instance(id), f.Job(job)
 }
 
 func TestHandOverAssignsTheJobAndGivesTheInstanceItsRunner(t *testing.T) {
 	f := newFixture(t)
 	hs := []*serving.Handover{f.claimed("bp-1", 1), f.claimed("bp-2", 2)}
-	ok, failed := f.p.HandOver(f.ctx, hs)
+	ok, failed := f.p.HandOver(f.Ctx, hs)
 	if len(ok) != 2 || len(failed) != 0 {
 		t.Fatalf("%d handed over, %d failed", len(ok), len(failed))
 	}
@@ -94,10 +78,10 @@ func TestHandOverOfAChangedJobWritesNothing(t *testing.T) {
 	f := newFixture(t)
 	h := f.claimed("bp-1", 1)
 	done := domain.Lifecycle{}.CompleteJob(h.Job, t0, "cancelled")
-	if _, err := f.store.TransitionJob(f.ctx, 1, done.Guard, done.Apply); err != nil {
+	if _, err := f.Store.TransitionJob(f.Ctx, 1, done.Guard, done.Apply); err != nil {
 		t.Fatal(err)
 	}
-	ok, failed := f.p.HandOver(f.ctx, []*serving.Handover{h})
+	ok, failed := f.p.HandOver(f.Ctx, []*serving.Handover{h})
 	if len(ok) != 0 || len(failed) != 1 || !errors.Is(h.Err, domain.ErrConflict) {
 		t.Fatalf("ok %d failed %d err %v; want a conflict", len(ok), len(failed), h.Err)
 	}
@@ -107,10 +91,10 @@ func TestHandOverOfAChangedJobWritesNothing(t *testing.T) {
 	if h.Reg.RunnerID == 0 {
 		t.Fatal("the failed handover forgot its runner: nobody can delete it")
 	}
-	if _, _, err := f.p.RollBack(f.ctx, h, serving.Undo{Back: domain.StateReady, Deadline: t0.Add(time.Hour)}, "cancelled"); err != nil {
+	if _, _, err := f.p.RollBack(f.Ctx, h, serving.Undo{Back: domain.StateReady, Deadline: t0.Add(time.Hour)}, "cancelled"); err != nil {
 		t.Fatal(err)
 	}
-	if runners, _ := f.gh.ListRunners(f.ctx, f.p.Scope(h.Job)); len(runners) != 0 {
+	if runners, _ := f.gh.ListRunners(f.Ctx, f.p.Scope(h.Job)); len(runners) != 0 {
 		t.Fatalf("runners left after the roll back: %+v", runners)
 	}
 	if in, _ := f.rows("bp-1", 1); in.State != domain.StateReady || in.Job != "" {
@@ -130,10 +114,10 @@ func TestRollBackUndoesTheJobAndTheInstanceTogether(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			h := f.claimed("bp-1", 1)
-			if ok, _ := f.p.HandOver(f.ctx, []*serving.Handover{h}); len(ok) != 1 {
+			if ok, _ := f.p.HandOver(f.Ctx, []*serving.Handover{h}); len(ok) != 1 {
 				t.Fatal(h.Err)
 			}
-			in, ok, err := f.p.RollBack(f.ctx, h, tc.undo, "did not register")
+			in, ok, err := f.p.RollBack(f.Ctx, h, tc.undo, "did not register")
 			if err != nil || !ok || in.State != tc.state {
 				t.Fatalf("roll back: %s, %t, %v; want %s", in.State, ok, err, tc.state)
 			}
@@ -144,7 +128,7 @@ func TestRollBackUndoesTheJobAndTheInstanceTogether(t *testing.T) {
 			if in.Job != "" || in.RunnerConfig != "" && tc.state != domain.StateTerminating {
 				t.Fatalf("instance bound to %q, config set %t", in.Job, in.RunnerConfig != "")
 			}
-			if runners, _ := f.gh.ListRunners(f.ctx, f.p.Scope(h.Job)); len(runners) != 0 {
+			if runners, _ := f.gh.ListRunners(f.Ctx, f.p.Scope(h.Job)); len(runners) != 0 {
 				t.Fatalf("runners left: %+v", runners)
 			}
 		})
@@ -156,15 +140,15 @@ func TestRollBackUndoesTheJobAndTheInstanceTogether(t *testing.T) {
 func TestRollBackLeavesAnInstanceThatMovedOn(t *testing.T) {
 	f := newFixture(t)
 	h := f.claimed("bp-1", 1)
-	if ok, _ := f.p.HandOver(f.ctx, []*serving.Handover{h}); len(ok) != 1 {
+	if ok, _ := f.p.HandOver(f.Ctx, []*serving.Handover{h}); len(ok) != 1 {
 		t.Fatal(h.Err)
 	}
 	started := domain.Lifecycle{}.JobStarted(h.Inst)
-	if _, err := f.store.Transition(f.ctx, started.ID, started.Guard, started.Apply); err != nil {
+	if _, err := f.Store.Transition(f.Ctx, started.ID, started.Guard, started.Apply); err != nil {
 		t.Fatal(err)
 	}
 	h.Done()
-	if _, ok, err := f.p.RollBack(f.ctx, h, serving.Undo{Terminate: "late"}, "late"); err != nil || ok {
+	if _, ok, err := f.p.RollBack(f.Ctx, h, serving.Undo{Terminate: "late"}, "late"); err != nil || ok {
 		t.Fatalf("roll back of a started instance: %t, %v; want left alone", ok, err)
 	}
 	if in, j := f.rows("bp-1", 1); in.State != domain.StateClaimed || in.Job != "1" || j.InstanceID != "bp-1" {
