@@ -57,15 +57,7 @@ func (a *agent) deliver(due time.Time) {
 		// control plane say what to do once nothing else is queued.
 		f.stats.Rejected[sig.Kind]++
 		f.log.Debug("signal rejected", "instance", a.id, "kind", sig.Kind, "err", err)
-		if a.dead {
-			f.mu.Unlock()
-			return
-		}
-		a.queue = a.queue[1:]
-		if len(a.queue) > 0 {
-			f.after(due, 0, a.deliver)
-		} else {
-			a.sending = false
+		if !a.dead && a.sent(due) {
 			a.step = f.after(due, 0, a.askNext)
 		}
 		f.mu.Unlock()
@@ -85,14 +77,22 @@ func (a *agent) deliver(due time.Time) {
 		f.mu.Unlock()
 		return
 	}
-	a.queue = a.queue[1:]
-	if len(a.queue) > 0 {
-		f.after(due, 0, a.deliver)
-	} else {
-		a.sending = false
-	}
+	a.sent(due)
 	f.mu.Unlock()
 	if o.then != nil {
 		o.then(due)
 	}
+}
+
+// sent drops the signal at the head of the outbox, done with, and delivers
+// the next one; it reports whether the outbox is empty, and sending over.
+// Called under f.mu, for an agent still alive.
+func (a *agent) sent(due time.Time) (empty bool) {
+	a.queue = a.queue[1:]
+	if len(a.queue) > 0 {
+		a.f.after(due, 0, a.deliver)
+		return false
+	}
+	a.sending = false
+	return true
 }
