@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -60,28 +61,40 @@ func BenchmarkTransition(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "transitions/s")
 }
 
+// batchSize is how many requests each call of the batch benchmarks carries.
+const batchSize = 100
+
 // BenchmarkTransitionBatch claims 100 instances per TransitionBatch call.
 func BenchmarkTransitionBatch(b *testing.B) {
-	const batch = 100
 	s := benchStore(b)
-	ids := readyInstances(b, s, b.N*batch)
-	reqs := make([]domain.TransitionRequest, batch)
+	ids := readyInstances(b, s, b.N*batchSize)
+	benchBatches(b, func(n int) domain.TransitionRequest {
+		return domain.TransitionRequest{ID: ids[n], Guard: domain.Guard{State: domain.StateReady}, Apply: claimFor("job")}
+	}, s.TransitionBatch, func(r domain.TransitionResult) error { return r.Err })
+}
+
+// benchBatches sends b.N batches of batchSize requests, the nth request of
+// the run being request(n), and reports the transitions made per second.
+// Every request must succeed.
+func benchBatches[Req, Res any](b *testing.B, request func(n int) Req,
+	send func(context.Context, []Req) ([]Res, error), errOf func(Res) error) {
+	reqs := make([]Req, batchSize)
 	b.ResetTimer()
 	for k := range b.N {
 		for j := range reqs {
-			reqs[j] = domain.TransitionRequest{ID: ids[k*batch+j], Guard: domain.Guard{State: domain.StateReady}, Apply: claimFor("job")}
+			reqs[j] = request(k*batchSize + j)
 		}
-		results, err := s.TransitionBatch(b.Context(), reqs)
+		results, err := send(b.Context(), reqs)
 		if err != nil {
 			b.Fatal(err)
 		}
 		for _, r := range results {
-			if r.Err != nil {
-				b.Fatal(r.Err)
+			if err := errOf(r); err != nil {
+				b.Fatal(err)
 			}
 		}
 	}
-	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "transitions/s")
+	b.ReportMetric(float64(b.N*batchSize)/b.Elapsed().Seconds(), "transitions/s")
 }
 
 func TestMeasureCASRateLeavesNoRows(t *testing.T) {
@@ -135,26 +148,11 @@ func BenchmarkJobTransition(b *testing.B) {
 
 // BenchmarkJobTransitions assigns 100 jobs per TransitionJobs call.
 func BenchmarkJobTransitions(b *testing.B) {
-	const batch = 100
 	s := benchStore(b)
-	queuedJobs(b, s, b.N*batch)
-	reqs := make([]domain.JobTransitionRequest, batch)
-	b.ResetTimer()
-	for k := range b.N {
-		for j := range reqs {
-			reqs[j] = domain.JobTransitionRequest{ID: int64(k*batch + j + 1), Guard: domain.JobGuard{Status: domain.JobQueued}, Apply: assignTo("i")}
-		}
-		results, err := s.TransitionJobs(b.Context(), reqs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, r := range results {
-			if r.Err != nil {
-				b.Fatal(r.Err)
-			}
-		}
-	}
-	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "transitions/s")
+	queuedJobs(b, s, b.N*batchSize)
+	benchBatches(b, func(n int) domain.JobTransitionRequest {
+		return domain.JobTransitionRequest{ID: int64(n + 1), Guard: domain.JobGuard{Status: domain.JobQueued}, Apply: assignTo("i")}
+	}, s.TransitionJobs, func(r domain.JobTransitionResult) error { return r.Err })
 }
 
 // benchQueueRound sends n messages in one call, receives them in one call
