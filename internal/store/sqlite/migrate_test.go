@@ -60,6 +60,17 @@ func applied(t *testing.T, s *Store) []int {
 	return out
 }
 
+// migrateTo opens the store at path with only the given migrations, and
+// closes it.
+func migrateTo(t *testing.T, path string, clk *clock.Virtual, files ...string) {
+	t.Helper()
+	s, err := open(t.Context(), path, clk, migrationFiles(files...))
+	if err != nil {
+		t.Fatalf("migrate to %v: %v", files, err)
+	}
+	s.Close()
+}
+
 func TestEmbeddedMigrationsIdempotentOnReopen(t *testing.T) {
 	path, clk := tempPath(t), clock.NewVirtual(epoch)
 	known, err := loadMigrations(migrationsFS())
@@ -80,13 +91,9 @@ func TestEmbeddedMigrationsIdempotentOnReopen(t *testing.T) {
 
 func TestReopenAppliesOnlyNewMigrations(t *testing.T) {
 	path, clk := tempPath(t), clock.NewVirtual(epoch)
-	s, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
+	migrateTo(t, path, clk, "9001_a.sql")
 	// Were 9001 run again, CREATE TABLE would fail on the existing table.
-	s, err = open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9002_b.sql", "9003_c.sql"))
+	s, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9002_b.sql", "9003_c.sql"))
 	if err != nil {
 		t.Fatalf("reopen with new migrations: %v", err)
 	}
@@ -99,12 +106,8 @@ func TestReopenAppliesOnlyNewMigrations(t *testing.T) {
 
 func TestNewerSchemaRefused(t *testing.T) {
 	path, clk := tempPath(t), clock.NewVirtual(epoch)
-	s, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9002_b.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	_, err = open(t.Context(), path, clk, migrationFiles("9001_a.sql"))
+	migrateTo(t, path, clk, "9001_a.sql", "9002_b.sql")
+	_, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql"))
 	if !errors.Is(err, ErrNewerSchema) {
 		t.Fatalf("got %v, want ErrNewerSchema", err)
 	}
@@ -121,12 +124,8 @@ func TestNewerSchemaRefused(t *testing.T) {
 
 func TestMigrationAddedBelowAppliedOneRefused(t *testing.T) {
 	path, clk := tempPath(t), clock.NewVirtual(epoch)
-	s, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9003_c.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	_, err = open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9002_b.sql", "9003_c.sql"))
+	migrateTo(t, path, clk, "9001_a.sql", "9003_c.sql")
+	_, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9002_b.sql", "9003_c.sql"))
 	if err == nil || !strings.Contains(err.Error(), "9002_b is pending") {
 		t.Fatalf("got %v, want a refusal naming 9002_b", err)
 	}

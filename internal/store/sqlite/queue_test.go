@@ -49,6 +49,18 @@ func (e *queueEnv) receive(queue string, max int, vis time.Duration) []domain.Me
 	return msgs
 }
 
+// deleteLast deletes the last message of queue by its receipt and checks
+// that nothing is left.
+func (e *queueEnv) deleteLast(queue, receipt string) {
+	e.t.Helper()
+	if err := e.q.Delete(e.t.Context(), queue, []string{receipt}); err != nil {
+		e.t.Fatalf("delete: %v", err)
+	}
+	if st, err := e.q.Stats(e.t.Context(), queue); err != nil || st != (domain.QueueStats{}) {
+		e.t.Fatalf("after delete: %+v, %v", st, err)
+	}
+}
+
 func body(s string) domain.SendRequest { return domain.SendRequest{Body: []byte(s)} }
 
 func bodiesOf(msgs []domain.Message) []string {
@@ -106,12 +118,7 @@ func TestQueueStaleAndForeignReceiptsDeleteNothing(t *testing.T) {
 	if st, _ := e.q.Stats(t.Context(), "other"); st.InFlight != 1 {
 		t.Fatalf("other queue: %+v, want its message in flight", st)
 	}
-	if err := e.q.Delete(t.Context(), "q", []string{second.Receipt}); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := e.q.Stats(t.Context(), "q"); st != (domain.QueueStats{}) {
-		t.Fatalf("after delete: %+v", st)
-	}
+	e.deleteLast("q", second.Receipt)
 }
 
 // As on SQS, a receipt changes visibility only while its message is in
@@ -125,12 +132,7 @@ func TestQueueChangeVisibilityNeedsMessageInFlight(t *testing.T) {
 		t.Fatalf("got %v, want ErrStaleReceipt", err)
 	}
 	// Not received again, the receipt still deletes (the port's rule).
-	if err := e.q.Delete(t.Context(), "q", []string{m.Receipt}); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := e.q.Stats(t.Context(), "q"); st != (domain.QueueStats{}) {
-		t.Fatalf("after delete: %+v", st)
-	}
+	e.deleteLast("q", m.Receipt)
 }
 
 func TestQueueRefusesWhatSQSWouldRefuse(t *testing.T) {
