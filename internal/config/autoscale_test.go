@@ -6,15 +6,19 @@ import (
 	"time"
 )
 
-func TestAutoscaleBlock(t *testing.T) {
-	cfg, err := Parse("a.yml", []byte(`runners:
+// autoscaleBase is a file whose pool "p" has an autoscale block that
+// continues on line 8 at column 7, where tests add its keys.
+const autoscaleBase = `runners:
   r:
     image: x
 pools:
   p:
     runner: r
     autoscale:
-      max: 6
+`
+
+func TestAutoscaleBlock(t *testing.T) {
+	cfg, err := Parse("a.yml", []byte(autoscaleBase+`      max: 6
       poll-interval: 30s
       breach-threshold: 1.2
 `))
@@ -32,14 +36,7 @@ pools:
 }
 
 func TestAutoscaleBlockErrors(t *testing.T) {
-	_, err := Parse("a.yml", []byte(`runners:
-  r:
-    image: x
-pools:
-  p:
-    runner: r
-    autoscale:
-      max: -2
+	_, err := Parse("a.yml", []byte(autoscaleBase+`      max: -2
       decay-half-life: 30s
       breach-threshold: 2.0
       poll-interval: 60s
@@ -62,14 +59,7 @@ pools:
 }
 
 func TestAutoscaleUnreachableThresholdIsRefusedWithTheArithmetic(t *testing.T) {
-	_, err := Parse("a.yml", []byte(`runners:
-  r:
-    image: x
-pools:
-  p:
-    runner: r
-    autoscale:
-      max: 3
+	_, err := Parse("a.yml", []byte(autoscaleBase+`      max: 3
       decay-half-life: 30s
       breach-threshold: 2.0
       poll-interval: 60s

@@ -113,10 +113,7 @@ func TestInvalidExampleReportsEveryProblem(t *testing.T) {
 }
 
 func TestDocumentProblems(t *testing.T) {
-	cases := []struct {
-		name, src string
-		want      []string
-	}{
+	cases := []problemCase{
 		{"empty file", "", nil},
 		{"comments only", "# nothing yet\n", nil},
 		{"empty sections", "runners:\npools:\nimages:\n", nil},
@@ -153,11 +150,7 @@ func TestDocumentProblems(t *testing.T) {
 			`4:12: runners.x.cpu: cpu must be > 0, got 0`,
 		}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			sameLines(t, c.src, problems(t, c.src), c.want)
-		})
-	}
+	checkProblems(t, asIs, cases)
 }
 
 func TestAliasesAndMergeKeys(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 // poolBase is a valid file with a runner "small" and a pool "p" whose
@@ -22,6 +24,50 @@ const runnerBase = `runners:
   r:
     image: ubuntu
 `
+
+// withKeys returns the file base is with keys added where its cases add
+// theirs, indented by 4; with no keys, base itself.
+func withKeys(base string) func(keys string) string {
+	return func(keys string) string {
+		if keys == "" {
+			return base
+		}
+		return base + "    " + keys + "\n"
+	}
+}
+
+// asIs takes a case's text as the whole file.
+func asIs(text string) string { return text }
+
+// poolWith parses poolBase with keys added to pool "p", and returns the
+// pool.
+func poolWith(t *testing.T, keys string) domain.Pool {
+	t.Helper()
+	p, ok := mustParse(t, withKeys(poolBase)(keys)).Pool("p")
+	if !ok {
+		t.Fatal("pool p missing")
+	}
+	return p
+}
+
+// problemCase is a configuration text and the problems Parse must report
+// for it, in order.
+type problemCase struct {
+	name, text string
+	want       []string
+}
+
+// checkProblems parses the file each case's text makes and wants exactly
+// its problems.
+func checkProblems(t *testing.T, file func(text string) string, cases []problemCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			src := file(c.text)
+			sameLines(t, src, problems(t, src), c.want)
+		})
+	}
+}
 
 // problems parses src and returns its problems as "LINE:COL: message".
 func problems(t *testing.T, src string) []string {

@@ -42,15 +42,7 @@ func TestScheduleForms(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			src := poolBase
-			if c.schedule != "" {
-				src += "    " + c.schedule + "\n"
-			}
-			p, ok := mustParse(t, src).Pool("p")
-			if !ok {
-				t.Fatal("pool p missing")
-			}
-			if !reflect.DeepEqual(p.Schedule, c.want) {
+			if p := poolWith(t, c.schedule); !reflect.DeepEqual(p.Schedule, c.want) {
 				t.Errorf("got  %#v\nwant %#v", p.Schedule, c.want)
 			}
 		})
@@ -111,25 +103,14 @@ func TestPoolSettings(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			src := poolBase
-			if c.keys != "" {
-				src += "    " + c.keys + "\n"
-			}
-			p, ok := mustParse(t, src).Pool("p")
-			if !ok {
-				t.Fatal("pool p missing")
-			}
-			c.check(t, p)
+			c.check(t, poolWith(t, c.keys))
 		})
 	}
 }
 
 func TestPoolProblems(t *testing.T) {
 	const emptyMatch = "match has neither day nor time (give at least one, or omit match to make this the default entry)"
-	cases := []struct {
-		name, keys string // added to pool "p" on line 7, column 5
-		want       []string
-	}{
+	cases := []problemCase{
 		{"runner given twice", "runner: smal",
 			[]string{`7:5: pools.p: duplicate key "runner" in pool (first at line 6)`}},
 		{"bad timezone", "timezone: Europe/Pariss",
@@ -210,19 +191,11 @@ func TestPoolProblems(t *testing.T) {
 		{"time as a string", `schedule: [{name: n, match: {time: "09:00-17:00"}}]`,
 			[]string{`7:40: pools.p.schedule[0].match.time: expected a list of two times [start, end] such as ["22:00", "06:00"], got "09:00-17:00"`}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			src := poolBase + "    " + c.keys + "\n"
-			sameLines(t, src, problems(t, src), c.want)
-		})
-	}
+	checkProblems(t, withKeys(poolBase), cases)
 }
 
 func TestPoolSectionProblems(t *testing.T) {
-	cases := []struct {
-		name, src string
-		want      []string
-	}{
+	cases := []problemCase{
 		{"unknown runner lists the known ones", "runners:\n  small-x64: {image: u}\n  large-x64: {image: u}\npools:\n  p:\n    runner: smal-x64\n",
 			[]string{`6:13: pools.p.runner: unknown runner "smal-x64" (known: small-x64, large-x64)`}},
 		{"unknown runner without runners", "pools:\n  p:\n    runner: small\n",
@@ -237,11 +210,7 @@ func TestPoolSectionProblems(t *testing.T) {
 		{"pool name unusable in a label", "runners:\n  small: {image: u}\npools:\n  a=b:\n    runner: small\n",
 			[]string{`4:3: pools.a=b: bad pool name "a=b" (names may not be empty or contain spaces, "/", "=" or ",")`}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			sameLines(t, c.src, problems(t, c.src), c.want)
-		})
-	}
+	checkProblems(t, asIs, cases)
 }
 
 func TestPoolsForEnvironment(t *testing.T) {

@@ -41,11 +41,7 @@ func TestRunnerForms(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			src := runnerBase
-			if c.keys != "" {
-				src += "    " + c.keys + "\n"
-			}
-			cfg := mustParse(t, src)
+			cfg := mustParse(t, withKeys(runnerBase)(c.keys))
 			got, ok := cfg.Runner("r")
 			if !ok {
 				t.Fatal("runner r missing")
@@ -61,11 +57,7 @@ func TestRunnerForms(t *testing.T) {
 
 func TestRunnerProblems(t *testing.T) {
 	const spotExpected = "(expected true, false, price-capacity-optimized, pco, lowest-price or capacity-optimized)"
-	cases := []struct {
-		name string
-		keys string // added to runner "r" on line 4, column 5
-		want []string
-	}{
+	cases := []problemCase{
 		{"cpu zero", "cpu: 0", []string{"4:10: runners.r.cpu: cpu must be > 0, got 0"}},
 		{"cpu negative in list", "cpu: [2, -4]", []string{"4:14: runners.r.cpu[1]: cpu must be > 0, got -4"}},
 		{"cpu not a number", "cpu: two", []string{`4:10: runners.r.cpu: expected an integer, got "two"`}},
@@ -95,19 +87,11 @@ func TestRunnerProblems(t *testing.T) {
 		{"unknown key", "colour: red", []string{`4:5: runners.r: unknown key "colour" in runner (known: image, cpu, ram, family, volume, spot, retry)`}},
 		{"duplicate key", "image: debian", []string{`4:5: runners.r: duplicate key "image" in runner (first at line 3)`}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			src := runnerBase + "    " + c.keys + "\n"
-			sameLines(t, src, problems(t, src), c.want)
-		})
-	}
+	checkProblems(t, withKeys(runnerBase), cases)
 }
 
 func TestRunnerSectionProblems(t *testing.T) {
-	cases := []struct {
-		name, src string
-		want      []string
-	}{
+	cases := []problemCase{
 		{"missing image", "runners:\n  r:\n    cpu: 2\n",
 			[]string{`2:3: runners.r: missing required key "image" in runner`}},
 		{"empty image", "runners:\n  r:\n    image: \"\"\n",
@@ -121,11 +105,7 @@ func TestRunnerSectionProblems(t *testing.T) {
 		{"runner name unusable in a label", "runners:\n  a/b:\n    image: a\n",
 			[]string{`2:3: runners.a/b: bad runner name "a/b" (names may not be empty or contain spaces, "/", "=" or ",")`}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			sameLines(t, c.src, problems(t, c.src), c.want)
-		})
-	}
+	checkProblems(t, asIs, cases)
 }
 
 func TestImages(t *testing.T) {
