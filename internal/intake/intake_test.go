@@ -318,25 +318,44 @@ func TestInProgressMarksTheJobRunning(t *testing.T) {
 	f.inboxEmpty()
 }
 
-// GitHub may deliver in_progress after completed: the instance being
-// released must not be marked as running a job again.
-func TestLateInProgressLeavesAFinishedJobsInstanceAlone(t *testing.T) {
+// An in_progress delivery leaves alone an instance done with its job:
+// GitHub may deliver in_progress after completed, while the instance is
+// being released; and the instance can be gone (terminated, still naming
+// its last job). The job's start is recorded when it still waits for one,
+// and the delivery done, not retried against a row that must not change.
+func TestInProgressLeavesAnInstanceDoneWithItsJobAlone(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, Options{})
-	f.deliver(jobEvent{action: "queued", id: 7101, runID: 711, labels: poolLabels(711)})
-	f.step()
-	f.instance("i-done", domain.StateRunning, 7101)
-	f.setJob(7101, func(j *domain.Job) { j.Status, j.InstanceID, j.Conclusion = domain.JobCompleted, "i-done", "success" })
+	cases := []struct {
+		name     string
+		instance domain.State
+		job      func(*domain.Job) // what became of the job meanwhile
+		want     domain.JobStatus
+	}{
+		{"late, after completed", domain.StateRunning,
+			func(j *domain.Job) { j.Status, j.Conclusion = domain.JobCompleted, "success" }, domain.JobCompleted},
+		{"instance terminated", domain.StateTerminated,
+			func(j *domain.Job) { j.Status = domain.JobAssigned }, domain.JobRunning},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, Options{})
+			f.deliver(jobEvent{action: "queued", id: 7101, runID: 711, labels: poolLabels(711)})
+			f.step()
+			f.instance("i-1", c.instance, 7101)
+			f.setJob(7101, func(j *domain.Job) { c.job(j); j.InstanceID = "i-1" })
 
-	f.deliver(jobEvent{action: "in_progress", id: 7101, runID: 711, labels: poolLabels(711)})
-	f.step()
-	if j := f.Job(7101); j.Status != domain.JobCompleted {
-		t.Fatalf("job %s, want it left completed", j.Status)
+			f.deliver(jobEvent{action: "in_progress", id: 7101, runID: 711, labels: poolLabels(711)})
+			f.step()
+			if j := f.Job(7101); j.Status != c.want {
+				t.Fatalf("job %s, want %s", j.Status, c.want)
+			}
+			if in := f.Instance("i-1"); in.JobStarted || in.Version != 1 {
+				t.Errorf("instance changed (job-started %v, version %d)", in.JobStarted, in.Version)
+			}
+			f.inboxEmpty()
+		})
 	}
-	if in := f.Instance("i-done"); in.JobStarted || in.Version != 1 {
-		t.Errorf("instance changed (job-started %v, version %d)", in.JobStarted, in.Version)
-	}
-	f.inboxEmpty()
 }
 
 func TestCompletedCallsTheFinisher(t *testing.T) {
@@ -355,24 +374,3 @@ func TestCompletedCallsTheFinisher(t *testing.T) {
 	f.inboxEmpty()
 }
 
-// The instance of a job can be gone by the time GitHub says the job
-// started (terminated, still naming its last job): the start is recorded
-// and the delivery done, not retried against a row that cannot change.
-func TestInProgressForAJobWhoseInstanceIsTerminated(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, Options{})
-	f.deliver(jobEvent{action: "queued", id: 7201, runID: 721, labels: poolLabels(721)})
-	f.step()
-	f.instance("i-gone", domain.StateTerminated, 7201)
-	f.setJob(7201, func(j *domain.Job) { j.Status, j.InstanceID = domain.JobAssigned, "i-gone" })
-
-	f.deliver(jobEvent{action: "in_progress", id: 7201, runID: 721, labels: poolLabels(721)})
-	f.step()
-	if j := f.Job(7201); j.Status != domain.JobRunning {
-		t.Fatalf("job %s, want running", j.Status)
-	}
-	if in := f.Instance("i-gone"); in.JobStarted || in.Version != 1 {
-		t.Errorf("terminated instance changed (job-started %v, version %d)", in.JobStarted, in.Version)
-	}
-	f.inboxEmpty()
-}
