@@ -53,41 +53,37 @@ func (w *World) NewCloud(o sim.Options) *sim.Cloud {
 // Job returns a recorded job.
 func (w *World) Job(id int64) domain.Job {
 	w.T.Helper()
-	j, err := w.Store.GetJob(w.Ctx, id)
-	if err != nil {
-		w.T.Fatalf("job %d: %v", id, err)
-	}
-	return j
+	return must[domain.Job](w, "job %d", id)(w.Store.GetJob(w.Ctx, id))
 }
 
 // Instance returns a recorded instance.
 func (w *World) Instance(id string) domain.Instance {
 	w.T.Helper()
-	in, err := w.Store.GetInstance(w.Ctx, id)
-	if err != nil {
-		w.T.Fatalf("instance %s: %v", id, err)
-	}
-	return in
+	return must[domain.Instance](w, "instance %s", id)(w.Store.GetInstance(w.Ctx, id))
 }
 
 // Instances returns the recorded instances filter selects.
 func (w *World) Instances(filter domain.InstanceFilter) []domain.Instance {
 	w.T.Helper()
-	ins, err := w.Store.ListInstances(w.Ctx, filter)
-	if err != nil {
-		w.T.Fatalf("instances %+v: %v", filter, err)
-	}
-	return ins
+	return must[[]domain.Instance](w, "instances %+v", filter)(w.Store.ListInstances(w.Ctx, filter))
 }
 
 // Stats counts a queue's messages in every state.
 func (w *World) Stats(queue string) domain.QueueStats {
 	w.T.Helper()
-	st, err := w.Queue.Stats(w.Ctx, queue)
-	if err != nil {
-		w.T.Fatalf("stats of %s: %v", queue, err)
+	return must[domain.QueueStats](w, "stats of %s", queue)(w.Queue.Stats(w.Ctx, queue))
+}
+
+// must returns what a call returned, failing the test, with what the call
+// was for, when it failed.
+func must[T any](w *World, format string, args ...any) func(T, error) T {
+	return func(v T, err error) T {
+		w.T.Helper()
+		if err != nil {
+			w.T.Fatalf(format+": %v", append(args, err)...)
+		}
+		return v
 	}
-	return st
 }
 
 // Enqueue records js and sends them to queue, as the intake does.
