@@ -4,9 +4,15 @@
 // keep killing jobs. Its state is in memory: a restart forgets recent
 // interruptions, which costs at most the interruptions it takes to open
 // again.
+//
+// The breaker keeps no timers: an open breaker whose cooldown has ended is
+// closed by the next call that looks at it, a metrics scrape included, so
+// the gauge is right at every scrape and the close is logged within a
+// scrape interval (with the instant it ended).
 package spotbreaker
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"slices"
@@ -34,10 +40,11 @@ type Options struct {
 
 // Open is a runner class launching on-demand.
 type Open struct {
-	Runner        string    `json:"runner"`
-	OpenedAt      time.Time `json:"opened_at"`
-	Until         time.Time `json:"until"`
-	Interruptions int       `json:"interruptions"`
+	Runner   string    `json:"runner"`
+	OpenedAt time.Time `json:"opened_at"`
+	Until    time.Time `json:"until"`
+	// Interruptions is how many, within the window, opened it.
+	Interruptions int `json:"interruptions"`
 }
 
 // Breaker counts interruptions by runner class. It is safe for concurrent
@@ -77,10 +84,8 @@ func New(o Options, clk domain.Clock, log *slog.Logger, reg prometheus.Registere
 			Help: "Times a runner class was switched to on-demand by the spot circuit breaker."}, []string{"runner"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{b.openGauge, b.openings} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
+		if err := reg.Register(collector{b}); err != nil {
+			return nil, err
 		}
 	}
 	return b, nil
@@ -88,15 +93,27 @@ func New(o Options, clk domain.Clock, log *slog.Logger, reg prometheus.Registere
 
 // Record counts a spot interruption of a machine of runner at at; the
 // breaker opens for runner when it is the Interruptions-th within Window.
+// Interruptions while it is open are counted towards the next opening but
+// neither reopen nor prolong it. A report older than the window counts for
+// nothing.
 func (b *Breaker) Record(runner string, at time.Time) {
+	now := b.clock.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	kept := slices.DeleteFunc(append(b.recent[runner], at), func(t time.Time) bool { return at.Sub(t) >= b.opts.Window })
+	b.closeEnded(now)
+	cutoff := now.Add(-b.opts.Window)
+	if at.After(now) {
+		cutoff = at.Add(-b.opts.Window)
+	}
+	kept := slices.DeleteFunc(b.recent[runner], func(t time.Time) bool { return !t.After(cutoff) })
+	if at.After(cutoff) {
+		kept = append(kept, at)
+	}
 	b.recent[runner] = kept
 	if _, open := b.open[runner]; open || len(kept) < b.opts.Interruptions {
 		return
 	}
-	o := Open{Runner: runner, OpenedAt: at, Until: at.Add(b.opts.Cooldown), Interruptions: len(kept)}
+	o := Open{Runner: runner, OpenedAt: now, Until: now.Add(b.opts.Cooldown), Interruptions: len(kept)}
 	b.open[runner] = o
 	b.recent[runner] = nil
 	b.openGauge.WithLabelValues(runner).Set(1)
@@ -105,23 +122,14 @@ func (b *Breaker) Record(runner string, at time.Time) {
 		"window", b.opts.Window, "until", o.Until)
 }
 
-// SpotAllowed reports whether runner may launch spot machines now; an
-// open breaker whose cooldown ended closes.
+// SpotAllowed reports whether runner may launch spot machines now.
 func (b *Breaker) SpotAllowed(runner string) bool {
 	now := b.clock.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	o, open := b.open[runner]
-	if !open {
-		return true
-	}
-	if now.Before(o.Until) {
-		return false
-	}
-	delete(b.open, runner)
-	b.openGauge.WithLabelValues(runner).Set(0)
-	b.log.Info("spot circuit breaker closed: launching spot again", "runner", runner)
-	return true
+	b.closeEnded(now)
+	_, open := b.open[runner]
+	return !open
 }
 
 // Opened lists the runner classes launching on-demand now, by name.
@@ -129,20 +137,43 @@ func (b *Breaker) Opened() []Open {
 	now := b.clock.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []Open
+	b.closeEnded(now)
+	out := make([]Open, 0, len(b.open))
 	for _, o := range b.open {
-		if now.Before(o.Until) {
-			out = append(out, o)
-		}
+		out = append(out, o)
 	}
-	slices.SortFunc(out, func(a, b Open) int {
-		if a.Runner < b.Runner {
-			return -1
-		}
-		if a.Runner > b.Runner {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(x, y Open) int { return cmp.Compare(x.Runner, y.Runner) })
 	return out
+}
+
+// closeEnded closes the breakers whose cooldown has ended by now; b.mu is
+// held.
+func (b *Breaker) closeEnded(now time.Time) {
+	for runner, o := range b.open {
+		if now.Before(o.Until) {
+			continue
+		}
+		delete(b.open, runner)
+		b.openGauge.WithLabelValues(runner).Set(0)
+		b.log.Info("spot circuit breaker closed: launching spot again", "runner", runner,
+			"opened_at", o.OpenedAt, "closed_at", o.Until)
+	}
+}
+
+// collector closes the breakers that have ended before their gauge is
+// read, so that a scrape never shows a breaker open past its cooldown.
+type collector struct{ b *Breaker }
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	c.b.openGauge.Describe(ch)
+	c.b.openings.Describe(ch)
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	now := c.b.clock.Now()
+	c.b.mu.Lock()
+	c.b.closeEnded(now)
+	c.b.mu.Unlock()
+	c.b.openGauge.Collect(ch)
+	c.b.openings.Collect(ch)
 }
