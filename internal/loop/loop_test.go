@@ -80,13 +80,16 @@ func TestAPanicStopsOneLoopAndIsReturned(t *testing.T) {
 	r, _, reg := newRunner(t)
 	ctx, stop := context.WithCancel(t.Context())
 	finals := make(chan string, 2)
+	panicking := make(chan struct{})
 	go func() {
-		// The healthy loop steps once, then the test ends the run.
+		// Once the healthy loop stepped and the broken one panicked, the
+		// test ends the run.
 		<-finals
+		<-panicking
 		stop()
 	}()
 	err := r.Run(ctx,
-		loop.Loop{Name: "broken", Step: func(context.Context) error { panic("nil map") }},
+		loop.Loop{Name: "broken", Step: func(context.Context) error { close(panicking); panic("nil map") }},
 		loop.Loop{Name: "fine", Every: time.Hour, Step: func(context.Context) error {
 			finals <- "fine"
 			<-ctx.Done()
