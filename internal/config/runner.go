@@ -187,13 +187,13 @@ func suffixed(s, suffix string) (int, bool) {
 // price-capacity-optimized.
 func (p *parser) spot(path string, n *yaml.Node) string {
 	n = deref(n)
-	if n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool" {
+	if isScalar(n, "!!bool") {
 		if on, ok := p.boolean(path, n); ok && on {
 			return spotStrategies[0]
 		}
 		return ""
 	}
-	if n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!str" {
+	if isScalar(n, "!!str") {
 		s := strings.ToLower(n.Value)
 		if s == "pco" {
 			return spotStrategies[0]

@@ -26,13 +26,7 @@ func (p *parser) str(path string, n *yaml.Node) (string, bool) {
 }
 
 func (p *parser) integer(path string, n *yaml.Node) (int, bool) {
-	n = deref(n)
-	var v int
-	if n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!int" && n.Decode(&v) == nil {
-		return v, true
-	}
-	p.errorf(n, path, "expected an integer, got %s", describe(n))
-	return 0, false
+	return decodeScalar[int](p, path, n, "!!int", "an integer")
 }
 
 // count reads an integer >= 0; key names it in the message.
@@ -46,13 +40,20 @@ func (p *parser) count(path, key string, n *yaml.Node) int {
 }
 
 func (p *parser) boolean(path string, n *yaml.Node) (bool, bool) {
+	return decodeScalar[bool](p, path, n, "!!bool", "true or false")
+}
+
+// decodeScalar reads n, a scalar tagged tag, as a T, and reports anything
+// else as not being what want names.
+func decodeScalar[T any](p *parser, path string, n *yaml.Node, tag, want string) (T, bool) {
 	n = deref(n)
-	var v bool
-	if n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == "!!bool" && n.Decode(&v) == nil {
+	var v T
+	if isScalar(n, tag) && n.Decode(&v) == nil {
 		return v, true
 	}
-	p.errorf(n, path, "expected true or false, got %s", describe(n))
-	return false, false
+	p.errorf(n, path, "expected %s, got %s", want, describe(n))
+	var zero T
+	return zero, false
 }
 
 func (p *parser) duration(path string, n *yaml.Node) (time.Duration, bool) {
@@ -84,13 +85,16 @@ func deref(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-func isNull(n *yaml.Node) bool {
-	return n == nil || n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null")
+// isScalar reports whether n is a scalar tagged tag ("!!str", "!!int", …).
+func isScalar(n *yaml.Node, tag string) bool {
+	return n != nil && n.Kind == yaml.ScalarNode && n.ShortTag() == tag
 }
 
-func isMerge(k *yaml.Node) bool {
-	return k != nil && k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge"
+func isNull(n *yaml.Node) bool {
+	return n == nil || n.Kind == 0 || isScalar(n, "!!null")
 }
+
+func isMerge(k *yaml.Node) bool { return isScalar(k, "!!merge") }
 
 // describe names what a node is, for "expected X, got Y" messages.
 func describe(n *yaml.Node) string {
