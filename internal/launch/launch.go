@@ -2,8 +2,9 @@
 // launches machines (the converger for pool members, the provisioner for
 // jobs): the rows are written pending before the call, so that a crash
 // leaves a record the reaper can match by the launch tag; each machine is
-// recorded on its row with the hash of its own bootstrap secret; and rows
-// the cloud did not fill are closed.
+// recorded on its row with the hash of its own bootstrap secret; rows the
+// cloud did not fill are closed; and a spot runner class the spot circuit
+// breaker keeps on-demand launches on-demand, whichever loop launches it.
 package launch
 
 import (

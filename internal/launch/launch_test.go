@@ -3,6 +3,7 @@ package launch_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/launch"
+	"github.com/bullpen-ci/bullpen/internal/spotbreaker"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 )
@@ -122,19 +124,53 @@ func TestMachinesThatCannotBeRecordedAreTerminated(t *testing.T) {
 	}
 }
 
-// While the spot circuit breaker is open for a runner class, its spot
-// fleets launch on-demand; other classes and on-demand fleets are as asked.
-func TestAnOpenSpotBreakerLaunchesOnDemand(t *testing.T) {
-	l, c, _ := newLauncher(t, nil)
-	l.SpotAllowed = func(runner string) bool { return runner != "small" }
-	for _, name := range []string{"small", "large"} {
-		f := fleet(1)
-		f.Spec = domain.RunnerSpec{Name: name, Spot: "price-capacity-optimized"}
-		if _, err := l.Launch(t.Context(), f); err != nil {
-			t.Fatal(err)
-		}
+// The spot circuit breaker is asked at every launch: while it is open for
+// a runner class, that class's spot fleets launch on-demand, and the rows
+// say so; other classes, on-demand fleets and the class once its cooldown
+// has ended launch as their spec asks.
+func TestTheSpotBreakerDecidesEachLaunch(t *testing.T) {
+	const pco = "price-capacity-optimized"
+	cases := []struct {
+		name   string
+		runner string
+		spot   string
+		after  time.Duration // from the breaker's opening
+		want   string        // usage class of the machine
+	}{
+		{"open class, spot asked", "small", pco, 0, "on-demand"},
+		{"open class, near the end of the cooldown", "small", pco, 30*time.Minute - time.Second, "on-demand"},
+		{"open class, cooldown ended", "small", pco, 30 * time.Minute, "spot"},
+		{"closed class", "large", pco, 0, "spot"},
+		{"open class, on-demand asked", "small", "", 0, "on-demand"},
 	}
-	if got := []string{c.specs[0].Runner.Spot, c.specs[1].Runner.Spot}; got[0] != "" || got[1] != "price-capacity-optimized" {
-		t.Fatalf("spot options %q, want on-demand for the open class only", got)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l, cloud, st := newLauncher(t, nil)
+			clk := l.Clock.(*clock.Virtual)
+			b, err := spotbreaker.New(spotbreaker.Options{}, clk, slog.New(slog.DiscardHandler), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.SpotAllowed = b.SpotAllowed
+			b.Record("small", clk.Now())
+			b.Record("small", clk.Now())
+			clk.Advance(c.after)
+			f := fleet(1)
+			f.Rows[0].Runner, f.Spec = c.runner, domain.RunnerSpec{Name: c.runner, Spot: c.spot}
+			res, err := l.Launch(t.Context(), f)
+			if err != nil || len(res.Booted) != 1 {
+				t.Fatalf("launch: %d booted, %v", len(res.Booted), err)
+			}
+			if asked := cloud.specs[0].Runner.Spot; (asked != "") != (c.want == "spot") {
+				t.Errorf("create call asked spot %q, want %s", asked, c.want)
+			}
+			row, err := st.GetInstance(t.Context(), res.Booted[0].ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if row.UsageClass != c.want {
+				t.Errorf("row usage class %q, want %q", row.UsageClass, c.want)
+			}
+		})
 	}
 }
