@@ -1,5 +1,5 @@
-// Package api serves bullpen's status API (/api/v1/jobs, /instances, /pools)
-// to operators holding the admin token. Responses never carry a credential:
+// Package api serves bullpen's status API (/api/v1/jobs, /instances, /pools,
+// /spot) to operators holding the admin token. Responses never carry a credential:
 // runner configurations and tokens stay out.
 package api
 
@@ -16,9 +16,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bullpen-ci/bullpen/internal/httpauth"
-
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/httpauth"
 	"github.com/bullpen-ci/bullpen/internal/spotbreaker"
 )
 

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"log/slog"
 	"net/http"
 	"testing"
 	"time"
@@ -8,21 +9,38 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/spotbreaker"
 )
 
+// /spot lists each open breaker (runner, opened_at, until, interruptions)
+// until its cooldown ends, and an empty list, not null, when none is open.
 func TestSpotListsOpenBreakers(t *testing.T) {
 	r := newRig(t)
-	var empty struct{ Open []spotbreaker.Open }
-	r.getJSON("/api/v1/spot", &empty)
-	if empty.Open == nil || len(empty.Open) != 0 {
-		t.Fatalf("no breaker: %+v, want an empty list", empty)
+	b, err := spotbreaker.New(spotbreaker.Options{}, r.clk, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	until := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
-	r.srv.SpotBreakers = func() []spotbreaker.Open {
-		return []spotbreaker.Open{{Runner: "spot-x64", OpenedAt: until.Add(-30 * time.Minute), Until: until, Interruptions: 2}}
+	r.srv.SpotBreakers = b.Opened
+	var empty struct{ Open []map[string]any }
+	if r.getJSON("/api/v1/spot", &empty); empty.Open == nil || len(empty.Open) != 0 {
+		t.Fatalf("no breaker open: %+v, want an empty list", empty)
 	}
-	var got struct{ Open []spotbreaker.Open }
+	opened := r.clk.Now()
+	b.Record("spot-x64", opened)
+	b.Record("spot-x64", opened)
+	var got struct{ Open []map[string]any }
 	r.getJSON("/api/v1/spot", &got)
-	if len(got.Open) != 1 || got.Open[0].Runner != "spot-x64" || !got.Open[0].Until.Equal(until) {
-		t.Fatalf("open breakers %+v", got)
+	want := map[string]any{"runner": "spot-x64", "opened_at": opened.Format(time.RFC3339),
+		"until": opened.Add(30 * time.Minute).Format(time.RFC3339), "interruptions": float64(2)}
+	if len(got.Open) != 1 || len(got.Open[0]) != len(want) {
+		t.Fatalf("open breakers %+v, want %+v", got.Open, want)
+	}
+	for k, v := range want {
+		if got.Open[0][k] != v {
+			t.Errorf("%s: %v, want %v", k, got.Open[0][k], v)
+		}
+	}
+	r.clk.Advance(30 * time.Minute)
+	var after struct{ Open []map[string]any }
+	if r.getJSON("/api/v1/spot", &after); len(after.Open) != 0 {
+		t.Fatalf("open breakers %+v after the cooldown", after.Open)
 	}
 	if rec := r.getAs("/api/v1/spot", ""); rec.Code != http.StatusUnauthorized {
 		t.Fatalf("without the token: %d", rec.Code)
