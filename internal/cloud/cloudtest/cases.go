@@ -1,6 +1,7 @@
 package cloudtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -66,28 +67,26 @@ func testStopThenStart(f *fixture) {
 	ms := f.create(2, f.tags(), "")
 	f.waitState(ms, domain.CloudRunning)
 
-	if err := f.cloud.Stop(f.ctx, ids(ms)); err != nil {
-		f.t.Fatalf("Stop: %v", err)
-	}
-	for _, m := range f.list(domain.CloudFilter{IDs: ids(ms)}) {
-		checkState(f.t, m, domain.CloudStopping, domain.CloudStopped)
-	}
-	f.waitState(ms, domain.CloudStopped)
-	if err := f.cloud.Stop(f.ctx, ids(ms)); err != nil {
-		f.t.Fatalf("Stop of stopped machines: %v", err)
-	}
-
-	if err := f.cloud.Start(f.ctx, ids(ms)); err != nil {
-		f.t.Fatalf("Start: %v", err)
-	}
-	for _, m := range f.list(domain.CloudFilter{IDs: ids(ms)}) {
-		checkState(f.t, m, domain.CloudPending, domain.CloudRunning)
-	}
-	f.waitState(ms, domain.CloudRunning)
-	if err := f.cloud.Start(f.ctx, ids(ms)); err != nil {
-		f.t.Fatalf("Start of running machines: %v", err)
-	}
+	f.change("Stop", f.cloud.Stop, ms, domain.CloudStopping, domain.CloudStopped)
+	f.change("Start", f.cloud.Start, ms, domain.CloudPending, domain.CloudRunning)
 	checkIDs(f.t, "list by tag after restart", f.list(domain.CloudFilter{Tags: f.tags()}), ids(ms))
+}
+
+// change calls op, named name, on ms and wants each machine on its way
+// (passing) or at target, then waits for target: calling op again then
+// succeeds and changes nothing.
+func (f *fixture) change(name string, op func(context.Context, []string) error, ms []domain.CloudInstance, passing, target domain.CloudState) {
+	f.t.Helper()
+	if err := op(f.ctx, ids(ms)); err != nil {
+		f.t.Fatalf("%s: %v", name, err)
+	}
+	for _, m := range f.list(domain.CloudFilter{IDs: ids(ms)}) {
+		checkState(f.t, m, passing, target)
+	}
+	f.waitState(ms, target)
+	if err := op(f.ctx, ids(ms)); err != nil {
+		f.t.Fatalf("%s of %s machines: %v", name, target, err)
+	}
 }
 
 func testTerminateLeavesTagListings(f *fixture) {
