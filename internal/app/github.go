@@ -2,8 +2,10 @@ package app
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/bullpen-ci/bullpen/internal/github/installations"
+	"github.com/bullpen-ci/bullpen/internal/github/ratelimit"
 	"github.com/bullpen-ci/bullpen/internal/github/rest"
 )
 
@@ -33,10 +35,14 @@ func (o GitHubAPI) check(kind string) []string {
 func (a *App) newRealGitHub(ctx context.Context) error {
 	o := a.opts.GitHubAPI
 	client := rest.Options{BaseURL: o.URL, RunnerGroupID: o.RunnerGroupID, Clock: a.opts.Clock}
+	limits, err := ratelimit.NewMetrics(a.opts.Registry)
+	if err != nil {
+		return err
+	}
 	switch a.opts.GitHub {
 	case "app":
 		g, err := installations.New(installations.Options{BaseURL: o.URL, AppID: o.AppID, PrivateKey: o.PrivateKey,
-			Client: client, Clock: a.opts.Clock, Log: a.opts.Log.With("loop", "github")})
+			Client: client, Clock: a.opts.Clock, Log: a.opts.Log.With("loop", "github"), RateLimits: limits})
 		if err != nil {
 			return err
 		}
@@ -48,6 +54,7 @@ func (a *App) newRealGitHub(ctx context.Context) error {
 		a.GitHub = g
 	case "token":
 		client.Token = o.Token
+		client.Transport = ratelimit.NewBudget("token", a.opts.Clock, limits).Transport(http.DefaultTransport)
 		login, err := installations.CheckToken(ctx, client)
 		if err != nil {
 			return err

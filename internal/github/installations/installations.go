@@ -19,7 +19,9 @@ import (
 	"github.com/bradleyfalzon/ghinstallation/v2"
 	"github.com/google/go-github/v88/github"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/github/ratelimit"
 	"github.com/bullpen-ci/bullpen/internal/github/rest"
 )
 
@@ -49,6 +51,9 @@ type Options struct {
 	Client rest.Options
 	Clock  domain.Clock
 	Log    *slog.Logger
+	// RateLimits counts each installation's budget and pauses; nil counts
+	// nothing (the budgets are kept all the same).
+	RateLimits *ratelimit.Metrics
 }
 
 // GitHub routes each call to its account's installation.
@@ -60,6 +65,7 @@ type GitHub struct {
 	owners  map[string]lookup
 	clients map[int64]*rest.Client
 	http    map[int64]*http.Client
+	budgets map[int64]*ratelimit.Budget
 }
 
 type lookup struct {
@@ -98,7 +104,7 @@ func New(o Options) (*GitHub, error) {
 		return nil, fmt.Errorf("github app client for %s: %w", o.BaseURL, err)
 	}
 	return &GitHub{o: o, app: app, owners: map[string]lookup{}, clients: map[int64]*rest.Client{},
-		http: map[int64]*http.Client{}}, nil
+		http: map[int64]*http.Client{}, budgets: map[int64]*ratelimit.Budget{}}, nil
 }
 
 // Check asks GitHub who the App is: it fails, saying what to fix, when
@@ -132,6 +138,7 @@ func (g *GitHub) client(ctx context.Context, owner string) (*rest.Client, error)
 	}
 	o := g.o.Client
 	o.BaseURL, o.AppID, o.InstallationID, o.PrivateKey, o.Token = g.o.BaseURL, g.o.AppID, id, g.o.PrivateKey, ""
+	o.Transport = g.budget(id, owner).Transport(g.next())
 	c, err := rest.New(o)
 	if err != nil {
 		return nil, err
@@ -174,12 +181,7 @@ func (g *GitHub) installation(ctx context.Context, owner string) (int64, error) 
 	return l.id, l.err
 }
 
-func (g *GitHub) now() time.Time {
-	if g.o.Clock == nil {
-		return time.Now()
-	}
-	return g.o.Clock.Now()
-}
+func (g *GitHub) now() time.Time { return g.clock().Now() }
 
 func ownerOf(repo string) string {
 	owner, _, _ := strings.Cut(repo, "/")
@@ -235,11 +237,7 @@ func (g *GitHub) HTTPClient(ctx context.Context, owner string) (*http.Client, er
 	if hc, ok := g.http[id]; ok {
 		return hc, nil
 	}
-	next := g.o.Client.Transport
-	if next == nil {
-		next = http.DefaultTransport
-	}
-	itr, err := ghinstallation.New(next, g.o.AppID, id, g.o.PrivateKey)
+	itr, err := ghinstallation.New(g.budget(id, owner).Transport(g.next()), g.o.AppID, id, g.o.PrivateKey)
 	if err != nil {
 		return nil, fmt.Errorf("github app %d: %w", g.o.AppID, err)
 	}
@@ -247,6 +245,31 @@ func (g *GitHub) HTTPClient(ctx context.Context, owner string) (*http.Client, er
 	hc := &http.Client{Transport: itr, Timeout: or(g.o.Client.Timeout, rest.DefaultTimeout)}
 	g.http[id] = hc
 	return hc, nil
+}
+
+// budget is installation id's rate limit, shared by its clients; called
+// with g.mu held.
+func (g *GitHub) budget(id int64, owner string) *ratelimit.Budget {
+	b, ok := g.budgets[id]
+	if !ok {
+		b = ratelimit.NewBudget(strings.ToLower(owner), g.clock(), g.o.RateLimits)
+		g.budgets[id] = b
+	}
+	return b
+}
+
+func (g *GitHub) next() http.RoundTripper {
+	if g.o.Client.Transport != nil {
+		return g.o.Client.Transport
+	}
+	return http.DefaultTransport
+}
+
+func (g *GitHub) clock() domain.Clock {
+	if g.o.Clock != nil {
+		return g.o.Clock
+	}
+	return clock.Real{}
 }
 
 // BaseURL is the API root the App calls, ending in /.

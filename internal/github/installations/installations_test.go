@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -111,5 +112,28 @@ func TestConfigurationReadWithTheInstallation(t *testing.T) {
 		BaseURL: g.BaseURL(), Client: g.HTTPClient}
 	if _, _, err := other.Read(ctx); !errors.Is(err, configsource.ErrNotFound) {
 		t.Fatalf("a file that does not exist: %v", err)
+	}
+}
+
+// A secondary rate limit met by one installation pauses its calls only:
+// none reaches GitHub until the pause ends, and other accounts go on.
+func TestASecondaryLimitPausesOneInstallation(t *testing.T) {
+	gh, key := twoAccounts(t)
+	g := newApp(t, gh, appID, key)
+	ctx := context.Background()
+	gh.FailNext("POST /repos/acme/app/actions/runners/generate-jitconfig", http.StatusTooManyRequests, 1)
+	acme := domain.Scope{Owner: "acme", Repo: "app"}
+	if _, err := g.RegisterRunner(ctx, acme, "r1", []string{"linux"}); !errors.Is(err, domain.ErrRateLimited) {
+		t.Fatalf("the limited call: %v", err)
+	}
+	before := gh.Count("POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig")
+	if _, err := g.RegisterRunner(ctx, acme, "r2", []string{"linux"}); !errors.Is(err, domain.ErrRateLimited) {
+		t.Fatalf("during the pause: %v", err)
+	}
+	if after := gh.Count("POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig"); after != before {
+		t.Fatalf("%d calls reached GitHub during the pause", after-before)
+	}
+	if _, err := g.RegisterRunner(ctx, domain.Scope{Owner: "globex", Repo: "app"}, "r3", []string{"linux"}); err != nil {
+		t.Fatalf("another installation during acme's pause: %v", err)
 	}
 }
