@@ -32,11 +32,7 @@ func BenchmarkHandler(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		req := httptest.NewRequest(http.MethodPost, "/webhook", bytes.NewReader(body))
-		req.Header = hdr
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != http.StatusAccepted {
+		if rec := serve(h, deliveryRequest(hdr, bytes.NewReader(body))); rec.Code != http.StatusAccepted {
 			b.Fatalf("status %d", rec.Code)
 		}
 	}
@@ -50,11 +46,7 @@ func BenchmarkHandlerParallel(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			req := httptest.NewRequest(http.MethodPost, "/webhook", bytes.NewReader(body))
-			req.Header = hdr
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
-			if rec.Code != http.StatusAccepted {
+			if rec := serve(h, deliveryRequest(hdr, bytes.NewReader(body))); rec.Code != http.StatusAccepted {
 				b.Errorf("status %d", rec.Code)
 				return
 			}

@@ -122,10 +122,20 @@ func headers(event, delivery, signature string) http.Header {
 }
 
 func (r *rig) post(h http.Header, body io.Reader) *httptest.ResponseRecorder {
+	return serve(r.h, deliveryRequest(h, body))
+}
+
+// deliveryRequest is a delivery of body, with headers hdr, as GitHub posts it.
+func deliveryRequest(hdr http.Header, body io.Reader) *http.Request {
 	req := httptest.NewRequest(http.MethodPost, "/webhook", body)
-	req.Header = h
+	req.Header = hdr
+	return req
+}
+
+// serve has h answer req.
+func serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
-	r.h.ServeHTTP(rec, req)
+	h.ServeHTTP(rec, req)
 	return rec
 }
 

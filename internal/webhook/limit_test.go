@@ -3,7 +3,6 @@ package webhook
 import (
 	"bytes"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -83,11 +82,9 @@ func TestBodyOverMaxSizeIsRefused(t *testing.T) {
 	t.Run("declared length", func(t *testing.T) {
 		r := newRig(t)
 		body := &countingReader{}
-		req := httptest.NewRequest(http.MethodPost, "/webhook", body)
-		req.Header = headers("workflow_job", "d-1", sig)
+		req := deliveryRequest(headers("workflow_job", "d-1", sig), body)
 		req.ContentLength = MaxBody + 1
-		rec := httptest.NewRecorder()
-		r.h.ServeHTTP(rec, req)
+		rec := serve(r.h, req)
 		if rec.Code != http.StatusRequestEntityTooLarge || body.n != 0 {
 			t.Fatalf("status %d after reading %d bytes, want 413 after none", rec.Code, body.n)
 		}
@@ -95,11 +92,9 @@ func TestBodyOverMaxSizeIsRefused(t *testing.T) {
 	t.Run("endless body of unknown length", func(t *testing.T) {
 		r := newRig(t)
 		body := &countingReader{}
-		req := httptest.NewRequest(http.MethodPost, "/webhook", body)
-		req.Header = headers("workflow_job", "d-1", sig)
+		req := deliveryRequest(headers("workflow_job", "d-1", sig), body)
 		req.ContentLength = -1
-		rec := httptest.NewRecorder()
-		r.h.ServeHTTP(rec, req)
+		rec := serve(r.h, req)
 		if rec.Code != http.StatusRequestEntityTooLarge {
 			t.Fatalf("status %d, want 413", rec.Code)
 		}

@@ -77,8 +77,7 @@ func TestRequestBeyondTheReadSlotsWaitsThenIsRefused(t *testing.T) {
 	release, wait := fillSlots(t, r, readers)
 
 	unread := &countingReader{}
-	req := httptest.NewRequest(http.MethodPost, "/webhook", unread)
-	req.Header = headers(EventWorkflowJob, "d-late", testfixtures.GoSign("not the secret", nil))
+	req := deliveryRequest(headers(EventWorkflowJob, "d-late", testfixtures.GoSign("not the secret", nil)), unread)
 	answer := serveAsync(r, req)
 	r.clock.BlockUntil(1) // waiting for a slot
 	select {
