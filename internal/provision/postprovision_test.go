@@ -53,6 +53,27 @@ func (f *fixture) wantNoRunner(id string) {
 	}
 }
 
+// wantGivenBack checks that the claim of instance in for job id was undone
+// whole: the instance ready again, without a runner, back in its resource
+// pool; the job requeued for why; no runner left registered and no fleet
+// launched instead. It returns the instance.
+func (f *fixture) wantGivenBack(in domain.Instance, id int64, why string) domain.Instance {
+	f.T.Helper()
+	back := f.wantState(in.ID, domain.StateReady)
+	f.wantNoRunner(in.ID)
+	if got := f.poolEntries(in.Runner); !slices.Equal(got, []string{in.ID}) {
+		f.T.Fatalf("resource pool holds %v, want instance %s back", got, in.ID)
+	}
+	f.wantRequeued(id, why)
+	if rs := f.runners(); len(rs) != 0 {
+		f.T.Fatalf("runner registrations left: %+v", rs)
+	}
+	if n := f.cloud.Calls()["CreateFleet"]; n != 0 {
+		f.T.Fatalf("%d fleets launched for the job", n)
+	}
+	return back
+}
+
 func TestRollbackWhenGitHubRefusesTheRunner(t *testing.T) {
 	f := newFixture(t)
 	in := f.reusable(small, 1, func(in *domain.Instance) { in.Deadline = t0.Add(3 * time.Minute) })[0]
@@ -61,20 +82,12 @@ func TestRollbackWhenGitHubRefusesTheRunner(t *testing.T) {
 
 	f.serve()
 
-	back := f.wantState(in.ID, domain.StateReady)
+	back := f.wantGivenBack(in, 100, "register runner")
 	if back.Job != "" || !back.Deadline.Equal(in.Deadline) {
 		t.Fatalf("rolled back instance: job %q deadline %s (was %s)", back.Job, back.Deadline, in.Deadline)
 	}
-	f.wantNoRunner(in.ID)
-	if got := f.poolEntries("small"); !slices.Equal(got, []string{in.ID}) {
-		t.Fatalf("resource pool holds %v, want the rolled-back instance", got)
-	}
-	f.wantRequeued(100, "register runner")
 	if st := f.Stats(domain.QueueLaunch); st.Delayed != 1 || st.InFlight != 0 || st.Visible != 0 {
 		t.Fatalf("launch queue %+v", st)
-	}
-	if n := f.cloud.Calls()["CreateFleet"]; n != 0 {
-		t.Fatalf("%d fleets for a job GitHub would not take", n)
 	}
 	if counter(t, f.p.metrics.postClaim, "rolled_back") != 1 || counter(t, f.p.metrics.jobs, "requeued") != 1 {
 		t.Fatal("metrics do not show the rollback")
@@ -215,18 +228,7 @@ func TestCancellingServeLeavesNothingHalfClaimed(t *testing.T) {
 	cancel()
 	<-done
 
-	f.wantState(in.ID, domain.StateReady)
-	f.wantNoRunner(in.ID)
-	if got := f.poolEntries("small"); !slices.Equal(got, []string{in.ID}) {
-		t.Fatalf("resource pool %v", got)
-	}
-	f.wantRequeued(100, "stopped")
-	if rs := f.runners(); len(rs) != 0 {
-		t.Fatalf("runner registrations left: %+v", rs)
-	}
-	if n := f.cloud.Calls()["CreateFleet"]; n != 0 {
-		t.Fatalf("%d fleets after the caller gave up", n)
-	}
+	f.wantGivenBack(in, 100, "stopped")
 }
 
 var errBoom = errors.New("boom")
@@ -238,18 +240,7 @@ func TestDumpOnPanic(t *testing.T) {
 		f.setAgent(func(*fixture, string) { panic(errBoom) })
 		f.queueJobs(small, 100, 1)
 		f.serve()
-		f.wantState(in.ID, domain.StateReady)
-		f.wantNoRunner(in.ID)
-		if got := f.poolEntries("small"); !slices.Equal(got, []string{in.ID}) {
-			t.Fatalf("resource pool %v", got)
-		}
-		f.wantRequeued(100, "boom")
-		if rs := f.runners(); len(rs) != 0 {
-			t.Fatalf("runner registrations left: %+v", rs)
-		}
-		if n := f.cloud.Calls()["CreateFleet"]; n != 0 {
-			t.Fatalf("%d fleets created after the panic", n)
-		}
+		f.wantGivenBack(in, 100, "boom")
 	})
 	t.Run("a created instance is terminated, a served job kept", func(t *testing.T) {
 		f := newFixture(t)
