@@ -14,6 +14,7 @@ import (
 // token). The token comes from the environment only.
 type githubFlags struct {
 	url, appID, keyFile string
+	runnerGroup         string
 	runnerGroupID       int64
 	getenv              func(string) string
 }
@@ -26,13 +27,17 @@ func (f *githubFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.url, "github-url", "BULLPEN_GITHUB_URL", "with --github app or token: the API root, for GitHub Enterprise Server https://HOST/api/v3/ (default GitHub.com's)")
 	str(&f.appID, "github-app-id", "BULLPEN_GITHUB_APP_ID", "with --github app: the App's id")
 	str(&f.keyFile, "github-app-key-file", "BULLPEN_GITHUB_APP_KEY_FILE", "with --github app: the App's private key (PEM file)")
-	fs.Int64Var(&f.runnerGroupID, "runner-group-id", 0, "with --runner-scope org: the runner group organisation runners join (default: the Default group)")
+	str(&f.runnerGroup, "runner-group", "BULLPEN_RUNNER_GROUP", "with --runner-scope org: the runner group organisation runners join, by name (default: the Default group)")
+	fs.Int64Var(&f.runnerGroupID, "runner-group-id", 0, "with --runner-scope org: the runner group by id, instead of --runner-group")
 }
 
 // options returns the GitHub settings for kind (app or token).
 func (f *githubFlags) options(kind string) (app.GitHubAPI, error) {
-	o := app.GitHubAPI{URL: f.url, RunnerGroupID: f.runnerGroupID}
+	o := app.GitHubAPI{URL: f.url, RunnerGroupID: f.runnerGroupID, RunnerGroup: f.runnerGroup}
 	var problems []error
+	if f.runnerGroup != "" && f.runnerGroupID != 0 {
+		problems = append(problems, errors.New("--runner-group and --runner-group-id name the same thing: give one"))
+	}
 	switch kind {
 	case "app":
 		id, err := strconv.ParseInt(f.appID, 10, 64)

@@ -18,6 +18,8 @@ type GitHubAPI struct {
 	// RunnerGroupID is the runner group organisation runners join; the
 	// default group when zero.
 	RunnerGroupID int64
+	// RunnerGroup names it instead, resolved in each organisation.
+	RunnerGroup string
 }
 
 func (o GitHubAPI) check(kind string) []string {
@@ -34,7 +36,7 @@ func (o GitHubAPI) check(kind string) []string {
 // credentials with GitHub before anything else starts.
 func (a *App) newRealGitHub(ctx context.Context) error {
 	o := a.opts.GitHubAPI
-	client := rest.Options{BaseURL: o.URL, RunnerGroupID: o.RunnerGroupID, Clock: a.opts.Clock}
+	client := rest.Options{BaseURL: o.URL, RunnerGroupID: o.RunnerGroupID, RunnerGroup: o.RunnerGroup, Clock: a.opts.Clock}
 	limits, err := ratelimit.NewMetrics(a.opts.Registry)
 	if err != nil {
 		return err

@@ -85,6 +85,7 @@ type Server struct {
 	// registeredBy is the installation that registered each runner, by
 	// lower-case name.
 	registeredBy map[string]int64
+	groups       map[string][]runnerGroup // organisations' runner groups besides Default, by lower-case login
 }
 
 type account struct {

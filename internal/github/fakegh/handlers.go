@@ -37,8 +37,9 @@ func (s *Server) routes() map[string]http.HandlerFunc {
 		"GET /repos/{owner}/{repo}/contents/{path...}":                  s.locked(s.handleFile),
 		"GET /user": s.locked(s.handleUser),
 		"POST /repos/{owner}/{repo}/actions/jobs/{job_id}/rerun": s.locked(s.handleRerun),
-		routeRunJIT:  s.handleRunJIT,
-		routeDoneJIT: s.locked(s.handleDoneJIT),
+		"GET /orgs/{org}/actions/runner-groups":                  s.locked(s.handleRunnerGroups),
+		routeRunJIT:                                              s.handleRunJIT,
+		routeDoneJIT:                                             s.locked(s.handleDoneJIT),
 	}
 }
 
@@ -113,6 +114,10 @@ func (s *Server) handleJIT(w http.ResponseWriter, r *http.Request) {
 	}
 	if body.Name == "" || body.RunnerGroupID < 1 || len(body.Labels) == 0 || len(body.Labels) > 100 {
 		writeError(w, http.StatusUnprocessableEntity, "Validation Failed")
+		return
+	}
+	if sc.repo == "" && !s.hasGroup(sc.owner, body.RunnerGroupID) {
+		writeError(w, http.StatusNotFound, "Not Found")
 		return
 	}
 	for _, rn := range s.runners {

@@ -139,6 +139,8 @@ func shapesFixture(t *testing.T) (*fakegh.Server, []endpoint, string) {
 		{method: "GET", route: "/repos/{owner}/{repo}/actions/jobs/{job_id}", status: "200",
 			path: fmt.Sprintf("/repos/%s/actions/jobs/%d", repo, running)},
 		{method: "GET", route: "/orgs/{org}/repos", status: "200", path: "/orgs/octo-org/repos"},
+		{method: "GET", route: "/orgs/{org}/actions/runner-groups", status: "200", path: "/orgs/octo-org/actions/runner-groups",
+			ignore: []string{"runner_groups[].selected_"}},
 		{method: "POST", route: "/app/installations/{installation_id}/access_tokens", status: "201",
 			path: "/app/installations/77/access_tokens", ignore: []string{"permissions.", "repositories"}},
 		{method: "GET", route: "/app", status: "200", path: "/app", ignore: []string{"permissions."}, asApp: true},

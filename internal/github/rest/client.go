@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bradleyfalzon/ghinstallation/v2"
@@ -58,6 +59,9 @@ type Options struct {
 	// RunnerGroupID is the group JIT runners join; DefaultRunnerGroupID
 	// when zero.
 	RunnerGroupID int64
+	// RunnerGroup, when set, is the group organisation runners join, by
+	// name: resolved to its id in each organisation, once.
+	RunnerGroup string
 	// Transport is the HTTP transport under authentication;
 	// http.DefaultTransport when nil.
 	Transport http.RoundTripper
@@ -91,6 +95,10 @@ type Client struct {
 	gh          *github.Client
 	clk         domain.Clock
 	runnerGroup int64
+	groupName   string
+
+	mu       sync.Mutex
+	groupIDs map[string]int64 // RunnerGroup's id by lower-case organisation
 }
 
 var _ domain.GitHub = (*Client)(nil)
@@ -128,7 +136,8 @@ func New(opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("github client for %s: %w", opts.BaseURL, err)
 	}
-	return &Client{gh: gh, clk: opts.Clock, runnerGroup: opts.RunnerGroupID}, nil
+	return &Client{gh: gh, clk: opts.Clock, runnerGroup: opts.RunnerGroupID, groupName: opts.RunnerGroup,
+		groupIDs: map[string]int64{}}, nil
 }
 
 // authTransport adds the credentials to every request.

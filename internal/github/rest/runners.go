@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/google/go-github/v88/github"
 
@@ -22,7 +23,15 @@ func (c *Client) RegisterRunner(ctx context.Context, s domain.Scope, name string
 	if s.Owner == "" || name == "" || len(labels) == 0 {
 		return domain.RunnerRegistration{}, fmt.Errorf("%s: %w: owner, name and at least one label are required", op, domain.ErrInvalidRequest)
 	}
-	req := &github.GenerateJITConfigRequest{Name: name, RunnerGroupID: c.runnerGroup, Labels: labels}
+	group := c.runnerGroup
+	if s.Repo == "" && c.groupName != "" {
+		id, err := c.groupID(ctx, s.Owner)
+		if err != nil {
+			return domain.RunnerRegistration{}, fmt.Errorf("%s: %w", op, err)
+		}
+		group = id
+	}
+	req := &github.GenerateJITConfigRequest{Name: name, RunnerGroupID: group, Labels: labels}
 	var cfg *github.JITRunnerConfig
 	var err error
 	if s.Repo == "" {
@@ -124,4 +133,38 @@ func collect[T any](ctx context.Context, fetch func(page int) ([]T, *github.Resp
 		}
 		page = resp.NextPage
 	}
+}
+
+// groupID resolves RunnerGroup in org, once: a group that does not exist is
+// an error that lists the groups there are.
+func (c *Client) groupID(ctx context.Context, org string) (int64, error) {
+	key := strings.ToLower(org)
+	c.mu.Lock()
+	id, ok := c.groupIDs[key]
+	c.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	groups, err := collect(ctx, func(page int) ([]*github.RunnerGroup, *github.Response, error) {
+		list, resp, err := c.gh.Actions.ListOrganizationRunnerGroups(ctx, org,
+			&github.ListOrgRunnerGroupOptions{ListOptions: github.ListOptions{Page: page, PerPage: perPage}})
+		if err != nil {
+			return nil, resp, err
+		}
+		return list.RunnerGroups, resp, nil
+	})
+	if err != nil {
+		return 0, c.classify(fmt.Sprintf("list the runner groups of %s", org), err, nil)
+	}
+	var names []string
+	for _, g := range groups {
+		if strings.EqualFold(g.GetName(), c.groupName) {
+			c.mu.Lock()
+			c.groupIDs[key] = g.GetID()
+			c.mu.Unlock()
+			return g.GetID(), nil
+		}
+		names = append(names, g.GetName())
+	}
+	return 0, fmt.Errorf("%w: runner group %q does not exist in %s (its groups: %s)", domain.ErrNotFound, c.groupName, org, strings.Join(names, ", "))
 }

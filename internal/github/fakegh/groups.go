@@ -1,0 +1,68 @@
+package fakegh
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Runner groups of organisations: every organisation has the Default group
+// (DefaultRunnerGroupID); AddRunnerGroup adds others. A just-in-time runner
+// of an organisation must name one of its groups (404 otherwise, as GitHub
+// answers).
+
+type runnerGroup struct {
+	id   int64
+	name string
+}
+
+// AddRunnerGroup adds a runner group to org and returns its id.
+func (s *Server) AddRunnerGroup(org, name string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.account(org)
+	s.lastID++
+	if s.groups == nil {
+		s.groups = map[string][]runnerGroup{}
+	}
+	key := strings.ToLower(org)
+	s.groups[key] = append(s.groups[key], runnerGroup{id: s.lastID, name: name})
+	return s.lastID
+}
+
+// groupsOf lists org's runner groups, Default first.
+func (s *Server) groupsOf(org string) []runnerGroup {
+	return append([]runnerGroup{{id: DefaultRunnerGroupID, name: DefaultRunnerGroupName}}, s.groups[strings.ToLower(org)]...)
+}
+
+func (s *Server) hasGroup(org string, id int64) bool {
+	for _, g := range s.groupsOf(org) {
+		if g.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) handleRunnerGroups(w http.ResponseWriter, r *http.Request) {
+	sc, ok := s.scopeOf(r)
+	if !ok {
+		writeError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	groups := s.groupsOf(sc.owner)
+	lo, hi := s.paginate(w, r, len(groups))
+	items := make([]map[string]any, 0, hi-lo)
+	for _, g := range groups[lo:hi] {
+		items = append(items, map[string]any{
+			"id": g.id, "name": g.name, "visibility": "all", "default": g.id == DefaultRunnerGroupID,
+			"runners_url":                     s.srv.URL + "/orgs/" + sc.owner + "/actions/runner-groups/" + strconv.FormatInt(g.id, 10) + "/runners",
+			"inherited":                       false,
+			"allows_public_repositories":      false,
+			"restricted_to_workflows":         false,
+			"selected_workflows":              []string{},
+			"workflow_restrictions_read_only": false,
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(groups), "runner_groups": items})
+}
