@@ -186,6 +186,26 @@ func (h *helpers) ready(id string) string {
 	return ""
 }
 
+// running creates one machine on c and waits until its process is ready;
+// it returns the machine's id and its process's.
+func (h *helpers) running(c *Cloud) (string, int) {
+	h.t.Helper()
+	id := create(h.t, c, 1, nil)[0]
+	h.ready(id)
+	return id, pidOf(h.t, c, id)
+}
+
+// stopped stops machine id and waits until it is stopped and its process
+// pid gone (what names the process in a failure).
+func stopped(t *testing.T, c *Cloud, id, what string, pid int) {
+	t.Helper()
+	if err := c.Stop(t.Context(), []string{id}); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	waitState(t, c, id, domain.CloudStopped)
+	wantGone(t, what, pid)
+}
+
 // create launches n machines tagged with tags and returns their ids.
 func create(t *testing.T, c *Cloud, n int, tags map[string]string) []string {
 	t.Helper()

@@ -28,16 +28,10 @@ func TestContract(t *testing.T) {
 func TestStopReapsTheProcessAndStartRunsANewOne(t *testing.T) {
 	h := newHelpers(t, "sleep")
 	c := newCloud(t, Options{Command: h.command})
-	id := create(t, c, 1, nil)[0]
-	h.ready(id)
-	first := pidOf(t, c, id)
+	id, first := h.running(c)
 	m, _ := c.Machine(id)
 
-	if err := c.Stop(t.Context(), []string{id}); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	waitState(t, c, id, domain.CloudStopped)
-	wantGone(t, "stopped machine's process", first)
+	stopped(t, c, id, "stopped machine's process", first)
 	if _, ok := c.PID(id); ok {
 		t.Errorf("stopped machine still has a process")
 	}
@@ -77,16 +71,10 @@ func TestStopReapsTheProcessAndStartRunsANewOne(t *testing.T) {
 func TestStopKillsAProcessThatIgnoresSIGTERMAfterTheGrace(t *testing.T) {
 	h := newHelpers(t, "ignore-term")
 	c := newCloud(t, Options{Command: h.command, StopGrace: 100 * time.Millisecond})
-	id := create(t, c, 1, nil)[0]
-	h.ready(id)
-	pid := pidOf(t, c, id)
+	id, pid := h.running(c)
 	m, _ := c.Machine(id)
 
-	if err := c.Stop(t.Context(), []string{id}); err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	waitState(t, c, id, domain.CloudStopped)
-	wantGone(t, "process ignoring SIGTERM", pid)
+	stopped(t, c, id, "process ignoring SIGTERM", pid)
 	if _, err := os.Stat(filepath.Join(m.StateDir, "got-term")); err != nil {
 		t.Errorf("the process was not sent SIGTERM first: %v", err)
 	}
@@ -95,9 +83,7 @@ func TestStopKillsAProcessThatIgnoresSIGTERMAfterTheGrace(t *testing.T) {
 func TestMachineIsStoppingUntilItsProcessesAreGone(t *testing.T) {
 	h := newHelpers(t, "ignore-term")
 	c := newCloud(t, Options{Command: h.command, StopGrace: time.Hour})
-	id := create(t, c, 1, nil)[0]
-	h.ready(id)
-	pid := pidOf(t, c, id)
+	id, pid := h.running(c)
 
 	if err := c.Stop(t.Context(), []string{id}); err != nil {
 		t.Fatalf("Stop: %v", err)
