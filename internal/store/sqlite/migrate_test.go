@@ -179,26 +179,41 @@ func TestMigrationNamesChecked(t *testing.T) {
 	}
 }
 
-// A database written by the first release (instances only) opens with jobs,
-// heartbeats and queues added, and its rows read back unchanged.
-func TestUpgradeFromFirstSchema(t *testing.T) {
-	path, clk := tempPath(t), clock.NewVirtual(epoch)
-	first, err := fs.ReadFile(migrationsFS(), "0001_initial.sql")
-	if err != nil {
-		t.Fatal(err)
+// oldRelease writes the database an older release left at path: the
+// embedded migrations named, and rows inserted with epoch as both their
+// created_at and updated_at.
+func oldRelease(t *testing.T, path string, clk *clock.Virtual, migrations []string, rows ...string) {
+	t.Helper()
+	old := fstest.MapFS{}
+	for _, name := range migrations {
+		data, err := fs.ReadFile(migrationsFS(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old[name] = &fstest.MapFile{Data: data}
 	}
 	db, err := sql.Open("sqlite", path+"?_journal_mode=WAL")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := migrate(t.Context(), db, fstest.MapFS{"0001_initial.sql": {Data: first}}, clk.Now); err != nil {
+	defer db.Close()
+	if err := migrate(t.Context(), db, old, clk.Now); err != nil {
 		t.Fatal(err)
 	}
-	const row = `INSERT INTO instances (id, state, version, created_at, updated_at) VALUES ('old', 'ready', 3, ?, ?)`
-	if _, err := db.ExecContext(t.Context(), row, formatTime(epoch), formatTime(epoch)); err != nil {
-		t.Fatal(err)
+	at := formatTime(epoch)
+	for _, row := range rows {
+		if _, err := db.ExecContext(t.Context(), row, at, at); err != nil {
+			t.Fatal(err)
+		}
 	}
-	db.Close()
+}
+
+// A database written by the first release (instances only) opens with jobs,
+// heartbeats and queues added, and its rows read back unchanged.
+func TestUpgradeFromFirstSchema(t *testing.T) {
+	path, clk := tempPath(t), clock.NewVirtual(epoch)
+	oldRelease(t, path, clk, []string{"0001_initial.sql"},
+		`INSERT INTO instances (id, state, version, created_at, updated_at) VALUES ('old', 'ready', 3, ?, ?)`)
 
 	s := openAt(t, path, clk)
 	got, err := s.GetInstance(t.Context(), "old")
@@ -225,33 +240,10 @@ func TestUpgradeFromFirstSchema(t *testing.T) {
 // gone from the file.
 func TestUpgradeFromJobRunnerConfig(t *testing.T) {
 	path, clk := tempPath(t), clock.NewVirtual(epoch)
-	old := fstest.MapFS{}
-	for _, name := range []string{"0001_initial.sql", "0002_instance_heartbeat.sql", "0003_jobs.sql", "0004_queues.sql"} {
-		data, err := fs.ReadFile(migrationsFS(), name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		old[name] = &fstest.MapFile{Data: data}
-	}
-	db, err := sql.Open("sqlite", path+"?_journal_mode=WAL")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrate(t.Context(), db, old, clk.Now); err != nil {
-		t.Fatal(err)
-	}
-	at := formatTime(epoch)
-	rows := []string{
+	oldRelease(t, path, clk, []string{"0001_initial.sql", "0002_instance_heartbeat.sql", "0003_jobs.sql", "0004_queues.sql"},
 		`INSERT INTO instances (id, state, job, version, created_at, updated_at) VALUES ('bp-1', 'claimed', '42', 2, ?, ?)`,
 		`INSERT INTO jobs (id, status, instance_id, runner_name, runner_id, runner_config, attempts, version, created_at, updated_at)
-			VALUES (42, 'assigned', 'bp-1', 'bp-1-42', 7, 'jit-SECRET', 1, 3, ?, ?)`,
-	}
-	for _, row := range rows {
-		if _, err := db.ExecContext(t.Context(), row, at, at); err != nil {
-			t.Fatal(err)
-		}
-	}
-	db.Close()
+			VALUES (42, 'assigned', 'bp-1', 'bp-1-42', 7, 'jit-SECRET', 1, 3, ?, ?)`)
 
 	s := openAt(t, path, clk)
 	in, err := s.GetInstance(t.Context(), "bp-1")
