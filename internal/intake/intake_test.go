@@ -373,4 +373,3 @@ func TestCompletedCallsTheFinisher(t *testing.T) {
 	}
 	f.inboxEmpty()
 }
-
