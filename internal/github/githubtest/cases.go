@@ -230,6 +230,7 @@ func testEndedContext(f *fixture) {
 	_, calls["QueuedJobs"] = gh.QueuedJobs(ctx, f.org)
 	_, calls["GetJob"] = gh.GetJob(ctx, job.Repo, job.ID)
 	calls["CancelRun"] = gh.CancelRun(ctx, job.Repo, job.RunID)
+	calls["RerunJob"] = gh.RerunJob(ctx, job.Repo, job.ID)
 	for op, err := range calls {
 		f.wantErr(op+" with an ended context", err, context.Canceled)
 	}

@@ -66,6 +66,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"QueuedJobsListsOnlyQueued", testQueuedJobsListsOnlyQueued},
 		{"GetJob", testGetJob},
 		{"CancelRunCancelsQueuedJobs", testCancelRun},
+		{"RerunJobOnceItsRunCompleted", testRerunJob},
 		{"LabelsRoundTrip", testLabelsRoundTrip},
 		{"EndedContextIsAnError", testEndedContext},
 	}
