@@ -78,6 +78,21 @@ func TestErrorMapping(t *testing.T) {
 			}
 			return c.CancelRun(t.Context(), repo, j.RunID)
 		}},
+		{name: "re-running a job of a run in progress is ErrRunInProgress", call: func(t *testing.T, c *rest.Client, srv *fakegh.Server) error {
+			return c.RerunJob(t.Context(), repo, srv.QueueJob(repo, []string{"x"}).ID)
+		}, want: domain.ErrRunInProgress, status: 403},
+		{name: "a re-run refused for want of permission is not a run in progress",
+			setup: fail("POST /repos/{owner}/{repo}/actions/jobs/{job_id}/rerun", 403),
+			call: func(t *testing.T, c *rest.Client, srv *fakegh.Server) error {
+				err := c.RerunJob(t.Context(), repo, srv.QueueJob(repo, []string{"x"}).ID)
+				if errors.Is(err, domain.ErrRunInProgress) {
+					t.Errorf("%v is taken for a run in progress", err)
+				}
+				return err
+			}, status: 403},
+		{name: "re-running an unknown job is ErrNotFound", call: func(t *testing.T, c *rest.Client, _ *fakegh.Server) error {
+			return c.RerunJob(t.Context(), repo, 42)
+		}, want: domain.ErrNotFound, status: 404},
 		{name: "500 is transient", setup: fail("GET /repos/{owner}/{repo}/actions/runs", 500), call: listRuns, status: 500, transient: true},
 		{name: "502 is transient", setup: fail("GET /repos/{owner}/{repo}/actions/runs", 502), call: listRuns, status: 502, transient: true},
 		{name: "503 on a page of jobs fails the whole listing", setup: func(t *testing.T, srv *fakegh.Server) {

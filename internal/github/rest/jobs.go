@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/google/go-github/v88/github"
 
@@ -164,7 +165,9 @@ func (c *Client) CancelRun(ctx context.Context, repo string, runID int64) error 
 }
 
 // RerunJob asks GitHub to re-run a job. GitHub answers 403 while the job's
-// run is still in progress: domain.ErrRunInProgress.
+// run is still in progress: domain.ErrRunInProgress. A 403 saying the
+// resource is not accessible is a missing permission (actions: write), not
+// a run to wait for.
 func (c *Client) RerunJob(ctx context.Context, repo string, jobID int64) error {
 	op := fmt.Sprintf("re-run job %d in %s", jobID, repo)
 	owner, name, err := splitRepo(repo)
@@ -175,6 +178,10 @@ func (c *Client) RerunJob(ctx context.Context, repo string, jobID int64) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	_, err = c.gh.Actions.RerunJobByID(ctx, owner, name, jobID)
+	var answer *github.ErrorResponse
+	if errors.As(err, &answer) && strings.Contains(answer.Message, "not accessible") {
+		return c.classify(op, err, nil)
+	}
 	return c.classify(op, err, statusErrors{http.StatusForbidden: domain.ErrRunInProgress})
 }
 
