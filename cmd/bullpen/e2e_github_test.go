@@ -42,9 +42,10 @@ curl -sf -X POST --data "$1" "%[1]s/_fake/jit/done" >/dev/null
 // TestServeWithAGitHubApp runs serve as a GitHub App installed on two
 // organisations of a fake GitHub, with machines as local processes and
 // the configuration in a repository: each organisation's jobs get runners
-// registered with its own installation's token, a job whose webhook was
-// missed is found, and a configuration pushed to the repository changes a
-// pool's target.
+// registered with its own installation's token, jobs whose webhook was
+// missed are found (in a repository bullpen had seen, and in one it had
+// not), and a configuration pushed to the repository changes a pool's
+// target.
 func TestServeWithAGitHubApp(t *testing.T) {
 	gh := fakegh.New()
 	t.Cleanup(gh.Close)
@@ -58,6 +59,7 @@ func TestServeWithAGitHubApp(t *testing.T) {
 	gh.AddInstallation(102, "globex")
 	gh.AddRepo("acme/app")
 	gh.AddRepo("globex/app")
+	gh.AddRepo("globex/never-seen") // no job of it comes by webhook
 	gh.PutFile("acme/.github-private", ".github/runs-on.yml", fmt.Sprintf(githubConfig, 1))
 	dir := t.TempDir()
 	keyFile, runner := filepath.Join(dir, "app.pem"), filepath.Join(dir, "runner.sh")
@@ -100,6 +102,12 @@ func TestServeWithAGitHubApp(t *testing.T) {
 	gh.MissNextDeliveries(1)
 	missed := gh.QueueJob("acme/app", []string{"runs-on/pool=linux"})
 	l.waitJob(missed.ID, "completed")
+
+	// A missed job in a repository no job of bullpen's ever came from: the
+	// installation's repository list brings reconciliation there.
+	gh.MissNextDeliveries(1)
+	unseen := gh.QueueJob("globex/never-seen", []string{"runs-on/pool=linux"})
+	l.waitJob(unseen.ID, "completed")
 
 	// A configuration pushed to its repository is in force at once.
 	gh.PutFile("acme/.github-private", ".github/runs-on.yml", fmt.Sprintf(githubConfig, 2))

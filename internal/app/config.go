@@ -95,7 +95,9 @@ func (a *App) demand(ctx context.Context, pool string) (int, error) {
 }
 
 // scopes are where the reaper looks for queued jobs and dead runners: the
-// repositories (or organisations) of the jobs seen lately.
+// repositories (or organisations) of the jobs seen lately, every cycle, and
+// with a GitHub App a tenth of its installations' repositories in turn, so
+// that every one is looked at every ten cycles.
 func (a *App) scopes(ctx context.Context) []domain.Scope {
 	recent, err := a.Store.ListJobs(ctx, domain.JobFilter{Limit: 1000, Newest: true})
 	if err != nil {
@@ -104,12 +106,53 @@ func (a *App) scopes(ctx context.Context) []domain.Scope {
 	}
 	seen := map[domain.Scope]bool{}
 	var out []domain.Scope
-	for _, j := range recent {
-		s := a.scope(j)
+	add := func(s domain.Scope) {
+		if a.opts.RunnerScope == "org" {
+			s.Repo = ""
+		}
 		if s.Owner != "" && !seen[s] {
 			seen[s] = true
 			out = append(out, s)
 		}
+	}
+	for _, j := range recent {
+		add(a.scope(j))
+	}
+	for _, s := range a.installedRepositories(ctx) {
+		add(s)
+	}
+	return out
+}
+
+// reconcileTurns is how many cycles it takes to look at every repository of
+// the App's installations.
+const reconcileTurns = 10
+
+// installedRepositories is this cycle's share of the App's installations'
+// repositories; none with a token or the simulated GitHub.
+func (a *App) installedRepositories(ctx context.Context) []domain.Scope {
+	lister, ok := a.GitHub.(interface {
+		Repositories(context.Context) ([]domain.Scope, error)
+	})
+	if !ok {
+		return nil
+	}
+	all, err := lister.Repositories(ctx)
+	if err != nil {
+		a.opts.Log.Warn("list the installations' repositories for reconciliation", "err", err)
+		return nil
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	share := (len(all) + reconcileTurns - 1) / reconcileTurns
+	a.specMu.Lock()
+	start := a.reconcileCursor % len(all)
+	a.reconcileCursor = start + share
+	a.specMu.Unlock()
+	out := make([]domain.Scope, 0, share)
+	for i := range share {
+		out = append(out, all[(start+i)%len(all)])
 	}
 	return out
 }

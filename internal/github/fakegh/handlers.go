@@ -38,6 +38,8 @@ func (s *Server) routes() map[string]http.HandlerFunc {
 		"GET /user": s.locked(s.handleUser),
 		"POST /repos/{owner}/{repo}/actions/jobs/{job_id}/rerun": s.locked(s.handleRerun),
 		"GET /orgs/{org}/actions/runner-groups":                  s.locked(s.handleRunnerGroups),
+		routeInstallations:                                       s.locked(s.handleInstallations),
+		"GET /installation/repositories":                         s.locked(s.handleInstallationRepos),
 		routeRunJIT:                                              s.handleRunJIT,
 		routeDoneJIT:                                             s.locked(s.handleDoneJIT),
 	}

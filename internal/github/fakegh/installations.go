@@ -1,9 +1,11 @@
 package fakegh
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -16,6 +18,7 @@ const appSlug = "bullpen-fake"
 // Routes authenticated by the App's JWT rather than a token.
 const (
 	routeApp              = "GET /app"
+	routeInstallations    = "GET /app/installations"
 	routeOrgInstallation  = "GET /orgs/{org}/installation"
 	routeUserInstallation = "GET /users/{username}/installation"
 	routeRepoInstallation = "GET /repos/{owner}/{repo}/installation"
@@ -23,7 +26,7 @@ const (
 
 func isAppRoute(pattern string) bool {
 	switch pattern {
-	case routeAccessTokens, routeApp, routeOrgInstallation, routeUserInstallation, routeRepoInstallation:
+	case routeAccessTokens, routeApp, routeInstallations, routeOrgInstallation, routeUserInstallation, routeRepoInstallation:
 		return true
 	}
 	return false
@@ -216,4 +219,47 @@ func cmpOr(vals ...string) string {
 		}
 	}
 	return ""
+}
+
+// handleInstallations lists the App's installations (GET /app/installations).
+func (s *Server) handleInstallations(w http.ResponseWriter, r *http.Request) {
+	if !s.checkAppJWT(w, r) {
+		return
+	}
+	var list []*installation
+	for _, in := range s.auth.installations {
+		if in.account != "" {
+			list = append(list, in)
+		}
+	}
+	slices.SortFunc(list, func(a, b *installation) int { return cmp.Compare(a.id, b.id) })
+	lo, hi := s.paginate(w, r, len(list))
+	page := []any{}
+	for _, in := range list[lo:hi] {
+		page = append(page, s.installationJSON(in, s.account(in.account)))
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// handleInstallationRepos lists the repositories the requesting
+// installation's token reaches (GET /installation/repositories).
+func (s *Server) handleInstallationRepos(w http.ResponseWriter, r *http.Request) {
+	in := s.auth.installations[s.requestInstallation(r)]
+	if in == nil {
+		writeError(w, http.StatusForbidden, "This endpoint requires an installation token")
+		return
+	}
+	var listed []*repo
+	for _, rp := range s.repos {
+		if in.account == "" || strings.EqualFold(rp.owner.login, in.account) {
+			listed = append(listed, rp)
+		}
+	}
+	slices.SortFunc(listed, func(a, b *repo) int { return cmp.Compare(a.id, b.id) })
+	lo, hi := s.paginate(w, r, len(listed))
+	page := []any{}
+	for _, rp := range listed[lo:hi] {
+		page = append(page, s.repoJSON(rp))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(listed), "repository_selection": "all", "repositories": page})
 }

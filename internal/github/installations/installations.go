@@ -66,6 +66,8 @@ type GitHub struct {
 	clients map[int64]*rest.Client
 	http    map[int64]*http.Client
 	budgets map[int64]*ratelimit.Budget
+	repos   []domain.Scope // every installation's repositories, as of reposAt
+	reposAt time.Time
 }
 
 type lookup struct {

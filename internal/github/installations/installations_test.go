@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -135,5 +136,31 @@ func TestASecondaryLimitPausesOneInstallation(t *testing.T) {
 	}
 	if _, err := g.RegisterRunner(ctx, domain.Scope{Owner: "globex", Repo: "app"}, "r3", []string{"linux"}); err != nil {
 		t.Fatalf("another installation during acme's pause: %v", err)
+	}
+}
+
+// Reconciliation covers every repository of every installation, listed
+// with each installation's own token, once an hour.
+func TestRepositoriesOfEveryInstallation(t *testing.T) {
+	gh, key := twoAccounts(t)
+	gh.AddRepo("acme/infra")
+	g := newApp(t, gh, appID, key)
+	got, err := g.Repositories(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range got {
+		names = append(names, s.Owner+"/"+s.Repo)
+	}
+	slices.Sort(names)
+	if want := []string{"acme/app", "acme/infra", "globex/app"}; !slices.Equal(names, want) {
+		t.Fatalf("repositories %v, want %v (initech has no installation)", names, want)
+	}
+	if _, err := g.Repositories(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := gh.Count("GET /app/installations"); n != 1 {
+		t.Fatalf("the installations were listed %d times within the hour", n)
 	}
 }
