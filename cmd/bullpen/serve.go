@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -132,8 +133,12 @@ func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) strin
 	dur(&f.creationTimeout, "creation-timeout", "BULLPEN_CREATION_TIMEOUT", 5*time.Minute, "a new instance must boot and register for its job within this")
 	dur(&f.rpRequeueDelay, "resource-pool-requeue-delay", "BULLPEN_RESOURCE_POOL_REQUEUE_DELAY", 3*time.Second, "an idle instance that does not fit a job goes back to the resource pool with this delay")
 	dur(&f.redelivery, "redelivery-after", "BULLPEN_REDELIVERY_AFTER", 0, "a queued message taken by a loop that died is taken again after this (default: intake 30s, pool dispatch 1m, provisioning 1m; messages in hand are kept)")
-	fs.IntVar(&f.spotBreaker.Interruptions, "spot-breaker-interruptions", spotbreaker.DefaultInterruptions,
-		"spot interruptions of a runner class within --spot-breaker-window that switch it to on-demand")
+	interruptions := spotbreaker.DefaultInterruptions
+	if n, err := strconv.Atoi(getenv("BULLPEN_SPOT_BREAKER_INTERRUPTIONS")); err == nil {
+		interruptions = n
+	}
+	fs.IntVar(&f.spotBreaker.Interruptions, "spot-breaker-interruptions", interruptions,
+		"spot interruptions of a runner class within --spot-breaker-window that switch it to on-demand ($BULLPEN_SPOT_BREAKER_INTERRUPTIONS)")
 	dur(&f.spotBreaker.Window, "spot-breaker-window", "BULLPEN_SPOT_BREAKER_WINDOW", spotbreaker.DefaultWindow, "the window in which spot interruptions are counted")
 	dur(&f.spotBreaker.Cooldown, "spot-breaker-cooldown", "BULLPEN_SPOT_BREAKER_COOLDOWN", spotbreaker.DefaultCooldown, "how long a runner class stays on-demand once switched")
 	dur(&f.heartbeatFlush, "heartbeat-flush", "BULLPEN_HEARTBEAT_FLUSH", time.Second, "agent heartbeats are written to the store together at this interval")
