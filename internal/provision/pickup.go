@@ -26,7 +26,11 @@ func RequirementsOf(s domain.RunnerSpec) Requirements {
 	r := Requirements{UsageClass: "on-demand", CPU: s.CPU,
 		MemMiB: domain.Range{Min: s.RAM.Min * 1024, Max: s.RAM.Max * 1024}}
 	if s.Spot != "" {
-		r.UsageClass = "spot"
+		// A spot job takes an idle machine of either kind: an on-demand one
+		// (launched by the spot circuit breaker or the on-demand fallback)
+		// is already paid for, and only costs less to reuse than to leave
+		// idle while a new one boots. An on-demand job never takes spot.
+		r.UsageClass = ""
 	}
 	for _, f := range s.Family {
 		if f == "" {

@@ -17,7 +17,7 @@ func TestRequirementsOfASpec(t *testing.T) {
 		want Requirements
 	}{
 		{"bare spec: on-demand, nothing else constrained", domain.RunnerSpec{}, Requirements{UsageClass: "on-demand"}},
-		{"spot strategy asks for spot", domain.RunnerSpec{Spot: "price-capacity-optimized"}, Requirements{UsageClass: "spot"}},
+		{"a spot job takes an idle machine of either kind", domain.RunnerSpec{Spot: "price-capacity-optimized"}, Requirements{UsageClass: ""}},
 		{"ram in GiB becomes MiB", domain.RunnerSpec{CPU: domain.Range{Min: 2, Max: 4}, RAM: domain.Range{Min: 4, Max: 16}},
 			Requirements{UsageClass: "on-demand", CPU: domain.Range{Min: 2, Max: 4}, MemMiB: domain.Range{Min: 4096, Max: 16384}}},
 		{"a family matches every size of it; sizes and patterns stay as written",
