@@ -225,7 +225,7 @@ func validSignal(req SignalRequest) error {
 	}
 	needsJob, known := signalKinds[domain.SignalKind(req.Kind)]
 	if !known {
-		return badRequest("kind: unknown signal %q (want warm, registered, job-started, job-finished, deregistered or failed)", req.Kind)
+		return badRequest("kind: unknown signal %q (want warm, registered, job-started, job-finished, deregistered, failed or interrupted)", req.Kind)
 	}
 	if needsJob && req.Job == "" {
 		return badRequest("missing field(s): job (a %s signal names its job)", req.Kind)

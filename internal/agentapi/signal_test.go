@@ -82,6 +82,7 @@ func TestMalformedSignalsAreRefusedAndChangeNothing(t *testing.T) {
 		{"wrong type", `{"kind":"job-finished","job":101}`, http.StatusBadRequest, "malformed JSON"},
 		{"missing kind", `{"job":"101"}`, http.StatusBadRequest, "missing field(s): kind"},
 		{"unknown kind", `{"kind":"finished","job":"101"}`, http.StatusBadRequest, `unknown signal "finished"`},
+		{"unknown kind names every kind", `{"kind":"spot"}`, http.StatusBadRequest, "deregistered, failed or interrupted"},
 		{"heartbeat as a signal", `{"kind":"heartbeat"}`, http.StatusBadRequest, "unknown signal"},
 		{"job-finished without job", `{"kind":"job-finished"}`, http.StatusBadRequest, "missing field(s): job"},
 		{"registered without job", `{"kind":"registered","reason":"x"}`, http.StatusBadRequest, "missing field(s): job"},
@@ -164,4 +165,23 @@ func TestUnknownPathsAndMethods(t *testing.T) {
 	if w.Header().Get("Allow") != http.MethodPost {
 		t.Fatalf("Allow: %q", w.Header().Get("Allow"))
 	}
+}
+
+// A spot interruption notice, through the API: it names no job, is
+// accepted, and takes the instance out of service with its started job
+// marked interrupted. The instance's token dies with it: a repeat is told
+// the instance ended.
+func TestInterruptedSignal(t *testing.T) {
+	h := newHarness(t)
+	in, token := h.running("bp-1")
+	notice := agentapi.SignalRequest{Kind: "interrupted", Reason: "terminate at 2026-11-23T09:02:00Z"}
+	wantStatus(t, h.signal(token, notice), http.StatusNoContent, "")
+	if got := h.Get(in.ID); got.State != domain.StateTerminating || got.Job != "101" {
+		t.Fatalf("instance %s bound to %q, want terminating, still bound to its started job", got.State, got.Job)
+	}
+	j, err := h.Store.GetJob(h.Ctx, 101)
+	if err != nil || !j.Interrupted {
+		t.Fatalf("job %+v (%v), want it marked interrupted", j, err)
+	}
+	wantStatus(t, h.signal(token, notice), http.StatusUnauthorized, agentapi.CodeInstanceEnded)
 }

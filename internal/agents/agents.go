@@ -1,6 +1,6 @@
 // Package agents is the control plane's side of every handshake with an
 // instance's agent: it turns signals (warm, registered, job-started,
-// job-finished, deregistered, failed) and heartbeats into guarded state
+// job-finished, deregistered, failed, interrupted) and heartbeats into guarded state
 // changes, tells agents what to do next, and releases instances when their
 // job ends.
 package agents
@@ -186,7 +186,7 @@ func (s *Service) Signal(ctx context.Context, sig domain.Signal) error {
 	case domain.SignalFailed:
 		return s.failed(ctx, in, sig)
 	case domain.SignalInterrupted:
-		return s.interrupted(ctx, in)
+		return s.interrupted(ctx, in, sig)
 	}
 	return reject(sig.Kind, "unknown signal")
 }
@@ -316,34 +316,62 @@ func (s *Service) jobFinished(ctx context.Context, in domain.Instance, sig domai
 	return s.Finish(ctx, id, sig.Reason)
 }
 
-// failed: the agent gave up. The instance goes to error (the converger or
-// the reaper terminates it) and, in the same change, a job it had not
-// started goes back to its queue.
 // interrupted: the cloud is taking the machine back (a spot interruption
-// notice gives it two minutes). The instance leaves service at once; a job
-// it had not started goes back to its queue, and one it had started is
-// marked interrupted, in the same change: GitHub fails that job, and the
-// reaper re-runs it once its run completes.
-func (s *Service) interrupted(ctx context.Context, in domain.Instance) error {
-	if in.State == domain.StateTerminating || in.State == domain.StateTerminated {
+// notice gives it two minutes). The instance leaves service at once; in the
+// same change a job it had not started goes back to its queue, and one it
+// had started is marked interrupted: GitHub fails that job, and the reaper
+// re-runs it once its run completes. A repeated notice changes nothing.
+func (s *Service) interrupted(ctx context.Context, in domain.Instance, sig domain.Signal) error {
+	if in.State == domain.StateTerminating || in.State.Terminal() {
 		return nil
 	}
 	now := s.clock.Now()
 	const reason = "spot interruption: the cloud is taking the machine back"
-	_, ok, err := jobs.Interrupt(ctx, s.store, s.queue, in, reason, s.opts.Deadlines.Until(domain.StateTerminating, now))
-	if err != nil {
+	done, ok, err := jobs.Interrupt(ctx, s.store, s.queue, in, reason, s.opts.Deadlines.Until(domain.StateTerminating, now))
+	switch {
+	case !ok && err != nil:
 		return fmt.Errorf("interrupted %s: %w", in.ID, err)
+	case !ok:
+		// It changed meanwhile: the agent retries, and this decides again.
+		return fmt.Errorf("interrupted %s: %w", in.ID, domain.ErrConflict)
 	}
-	if !ok {
-		return fmt.Errorf("interrupted %s: %w", in.ID, domain.ErrConflict) // changed meanwhile: the agent retries
+	job := "none"
+	attrs := []any{"instance", in.ID, "runner", in.Runner, "state", in.State, "notice", sig.Reason}
+	if j := done.Job; j != nil {
+		job = "requeued"
+		if j.Interrupted {
+			job = "started"
+		}
+		attrs = append(attrs, "job", j.ID, "repo", j.Repo, "job_outcome", interruptedJobOutcome(*j))
 	}
-	s.log.Warn("instance interrupted by the cloud", "instance", in.ID, "runner", in.Runner, "job", in.Job, "job_started", in.JobStarted)
+	s.metrics.interruptions.WithLabelValues(job).Inc()
+	s.log.Warn("spot interruption: instance out of service", attrs...)
 	if s.opts.Interrupted != nil {
 		s.opts.Interrupted(in.Runner, now)
+	}
+	// The job is in the database: a failed send of its queue message is
+	// the reaper's to repeat, not a reason for the agent to report again.
+	if err != nil {
+		s.log.Warn("interrupted instance's job is back in its queue, its message not sent yet", "instance", in.ID, "err", err)
 	}
 	return nil
 }
 
+// interruptedJobOutcome says, for the log, what becomes of the job of an
+// interrupted instance.
+func interruptedJobOutcome(j domain.Job) string {
+	switch {
+	case !j.Interrupted:
+		return "back in its queue"
+	case j.Spec.RerunsInterrupted():
+		return "fails on GitHub; re-run once its workflow run completes"
+	}
+	return "fails on GitHub; not re-run (retry: false)"
+}
+
+// failed: the agent gave up. The instance goes to error (the converger or
+// the reaper terminates it) and, in the same change, a job it had not
+// started goes back to its queue.
 func (s *Service) failed(ctx context.Context, in domain.Instance, sig domain.Signal) error {
 	if sig.Job != "" && in.Job != "" && sig.Job != in.Job && sig.Job != runnerJob(in) {
 		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)

@@ -1,48 +1,218 @@
 package agents_test
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
 
-// A spot interruption notice takes the instance out of service at once;
-// a job it had not started goes back to its queue in the same change.
-func TestInterruptedRequeuesAnUnstartedJob(t *testing.T) {
-	f := newFixture(t)
-	in := f.instance(domain.Instance{ID: "bp-1", State: domain.StateClaimed, Job: "42", Runner: "spot-x64"})
-	f.job(domain.Job{ID: 42, Status: domain.JobAssigned, Route: domain.RouteLaunch, InstanceID: in.ID, Via: domain.ViaCold, Attempts: 1})
-	if err := f.svc.Signal(f.ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalInterrupted}); err != nil {
+// writeLog is the fixture's store, recording every write that changes an
+// instance or a job.
+type writeLog struct {
+	*sqlite.Store
+	mu     sync.Mutex
+	writes []string // "commit 1+1" (instances+jobs), "instance", "job"
+}
+
+func (w *writeLog) note(s string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writes = append(w.writes, s)
+}
+
+func (w *writeLog) Commit(ctx context.Context, c domain.Change) (domain.Changed, error) {
+	done, err := w.Store.Commit(ctx, c)
+	if err == nil {
+		w.note(fmt.Sprintf("commit %d+%d", len(c.Instances), len(c.Jobs)))
+	}
+	return done, err
+}
+
+func (w *writeLog) Transition(ctx context.Context, id string, g domain.Guard, fn func(*domain.Instance)) (domain.Instance, error) {
+	in, err := w.Store.Transition(ctx, id, g, fn)
+	if err == nil {
+		w.note("instance")
+	}
+	return in, err
+}
+
+func (w *writeLog) TransitionJob(ctx context.Context, id int64, g domain.JobGuard, fn func(*domain.Job)) (domain.Job, error) {
+	j, err := w.Store.TransitionJob(ctx, id, g, fn)
+	if err == nil {
+		w.note("job")
+	}
+	return j, err
+}
+
+// spotRig is the fixture with a service over a writeLog, its metrics, and
+// the runner classes the spot circuit breaker was told of.
+type spotRig struct {
+	*fixture
+	svc    *agents.Service
+	writes *writeLog
+	reg    *prometheus.Registry
+	told   []string
+}
+
+func newSpotRig(t *testing.T) *spotRig {
+	r := &spotRig{fixture: newFixture(t), reg: prometheus.NewRegistry()}
+	r.writes = &writeLog{Store: r.store}
+	var err error
+	r.svc, err = agents.New(r.writes, r.queue, r.clk, slog.New(slog.NewTextHandler(io.Discard, nil)), r.reg, agents.Options{
+		Interrupted: func(runner string, at time.Time) { r.told = append(r.told, runner) },
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if after := f.get(in.ID); after.State != domain.StateTerminating {
-		t.Fatalf("instance %s, want terminating", after.State)
+	return r
+}
+
+func (r *spotRig) interrupt(in domain.Instance) {
+	r.t.Helper()
+	err := r.svc.Signal(r.ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalInterrupted, Reason: "terminate at 09:02:00"})
+	if err != nil {
+		r.t.Fatal(err)
 	}
-	wantRequeued(t, f, domain.RouteLaunch)
-	if j := f.getJob(42); j.Interrupted {
+}
+
+// wantFirstWrite fails unless the first write was one change of the
+// instance and its job together.
+func (r *spotRig) wantFirstWrite(want string) {
+	r.t.Helper()
+	r.writes.mu.Lock()
+	defer r.writes.mu.Unlock()
+	if len(r.writes.writes) == 0 || r.writes.writes[0] != want {
+		r.t.Fatalf("writes %v, want the first to be %q", r.writes.writes, want)
+	}
+}
+
+// counted reads bullpen_spot_interruptions_total{job=job}.
+func (r *spotRig) counted(job string) float64 {
+	r.t.Helper()
+	families, err := r.reg.Gather()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "bullpen_spot_interruptions_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == job {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// A spot interruption notice takes the instance out of service at once;
+// the job it had not started goes back to its queue in the same change.
+func TestInterruptedRequeuesAnUnstartedJobInTheSameChange(t *testing.T) {
+	r := newSpotRig(t)
+	in := r.instance(domain.Instance{ID: "bp-1", State: domain.StateClaimed, Job: "42", Runner: "spot-x64"})
+	r.job(domain.Job{ID: 42, Status: domain.JobAssigned, Route: domain.RouteLaunch, InstanceID: in.ID, Via: domain.ViaCold, Attempts: 1})
+	r.interrupt(in)
+	r.wantFirstWrite("commit 1+1")
+	if after := r.get(in.ID); after.State != domain.StateTerminating || after.Job != "" {
+		t.Fatalf("instance %s bound to %q, want terminating, unbound", after.State, after.Job)
+	}
+	wantRequeued(t, r.fixture, domain.RouteLaunch)
+	if j := r.getJob(42); j.Interrupted {
 		t.Fatal("an unstarted job was marked interrupted")
+	}
+	if got := r.counted("requeued"); got != 1 {
+		t.Fatalf("%v interruptions with a requeued job counted, want 1", got)
 	}
 }
 
 // A job that had started is GitHub's: it is marked interrupted (to be
-// re-run), not requeued, and the instance still leaves service.
+// re-run), not requeued, in the same change that takes the instance out of
+// service; its instance keeps it, so that the completed webhook finds it.
+// GitHub's in_progress alone says it started, as does the agent's report.
 func TestInterruptedMarksAStartedJob(t *testing.T) {
-	f := newFixture(t)
-	in := f.instance(domain.Instance{ID: "bp-1", State: domain.StateRunning, Job: "42", JobStarted: true, Runner: "spot-x64"})
-	f.job(domain.Job{ID: 42, Status: domain.JobRunning, Route: domain.RouteLaunch, InstanceID: in.ID, Via: domain.ViaCold, Attempts: 1})
-	for range 2 { // a repeated notice changes nothing more
-		if err := f.svc.Signal(f.ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalInterrupted}); err != nil {
-			t.Fatal(err)
-		}
+	for _, tc := range []struct {
+		name         string
+		agentStarted bool // the agent reported job-started
+		status       domain.JobStatus
+	}{
+		{"started by the agent's report", true, domain.JobAssigned},
+		{"started by the agent's and GitHub's reports", true, domain.JobRunning},
+		{"started by GitHub's report alone", false, domain.JobRunning},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newSpotRig(t)
+			in := r.instance(domain.Instance{ID: "bp-1", State: domain.StateRunning, Job: "42", JobStarted: tc.agentStarted, Runner: "spot-x64"})
+			r.job(domain.Job{ID: 42, Status: tc.status, Route: domain.RouteLaunch, InstanceID: in.ID, Via: domain.ViaCold, Attempts: 1})
+			r.interrupt(in)
+			r.wantFirstWrite("commit 1+1")
+			if after := r.get(in.ID); after.State != domain.StateTerminating || after.Job != "42" || !after.JobStarted {
+				t.Fatalf("instance %s bound to %q (started %t), want terminating, still bound to its started job",
+					after.State, after.Job, after.JobStarted)
+			}
+			j := r.getJob(42)
+			if !j.Interrupted || j.Status != tc.status || j.InstanceID != in.ID || j.Attempts != 1 {
+				t.Fatalf("job %+v, want it %s on %s, marked interrupted", j, tc.status, in.ID)
+			}
+			if visible, delayed := r.queued(domain.QueueLaunch); visible+delayed != 0 {
+				t.Fatal("a started job was sent back to its queue")
+			}
+			if got := r.counted("started"); got != 1 {
+				t.Fatalf("%v interruptions with a started job counted, want 1", got)
+			}
+		})
 	}
-	if after := f.get(in.ID); after.State != domain.StateTerminating {
-		t.Fatalf("instance %s, want terminating", after.State)
-	}
-	j := f.getJob(42)
-	if !j.Interrupted || j.Status != domain.JobRunning || j.InstanceID != in.ID || j.Attempts != 1 {
-		t.Fatalf("job %+v, want it running on %s, marked interrupted", j, in.ID)
-	}
-	if visible, delayed := f.queued(domain.QueueLaunch); visible+delayed != 0 {
-		t.Fatal("a started job was sent back to its queue")
+}
+
+// Whatever the instance was doing, it leaves service at once: an idle pool
+// member can no longer be claimed from its pool or its resource-pool entry.
+// One already terminating is left as it is; a repeated notice is counted
+// and told to the spot circuit breaker once.
+func TestInterruptedInEachState(t *testing.T) {
+	for _, tc := range []struct {
+		state   domain.State
+		changed bool
+	}{
+		{domain.StateBooting, true},
+		{domain.StateReady, true},
+		{domain.StateReleasing, true},
+		{domain.StateError, true},
+		{domain.StateTerminating, false},
+	} {
+		t.Run(string(tc.state), func(t *testing.T) {
+			r := newSpotRig(t)
+			in := r.instance(domain.Instance{ID: "bp-1", State: tc.state, Runner: "spot-x64"})
+			for range 2 {
+				r.interrupt(r.get(in.ID))
+			}
+			after := r.get(in.ID)
+			if after.State != domain.StateTerminating {
+				t.Fatalf("instance %s, want terminating", after.State)
+			}
+			if !tc.changed {
+				r.wantUnchanged(in)
+				if len(r.told) != 0 || r.counted("none") != 0 {
+					t.Fatalf("an instance already leaving was counted (breaker told %v)", r.told)
+				}
+				return
+			}
+			if len(r.told) != 1 || r.told[0] != "spot-x64" || r.counted("none") != 1 {
+				t.Fatalf("breaker told %v, %v counted; want spot-x64 once", r.told, r.counted("none"))
+			}
+			claim := domain.NewLifecycle(domain.Deadlines{}).ClaimIdle(in.ID, "7", r.clk.Now())
+			if _, err := r.store.Transition(r.ctx, claim.ID, claim.Guard, claim.Apply); err == nil {
+				t.Fatal("an interrupted instance was claimed from its resource-pool entry")
+			}
+		})
 	}
 }

@@ -10,6 +10,9 @@ type metrics struct {
 	signals    *prometheus.CounterVec
 	heartbeats prometheus.Counter
 	releases   *prometheus.CounterVec
+	// interruptions counts machines the cloud took back, by what became
+	// of their job.
+	interruptions *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -23,11 +26,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bullpen_releases_total", Help: "Instances after their job, by outcome (releasing, pooled, terminated, timed_out).",
 		}, []string{"outcome"}),
+		interruptions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_spot_interruptions_total",
+			Help: "Instances taken out of service by a spot interruption notice, by what became of their job (none, requeued, started).",
+		}, []string{"job"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.signals, m.heartbeats, m.releases} {
+	for _, c := range []prometheus.Collector{m.signals, m.heartbeats, m.releases, m.interruptions} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("agent metrics: %w", err)
 		}

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -179,13 +180,22 @@ func ApplyJobTransition(cur Job, g JobGuard, now time.Time, fn func(*Job)) (Job,
 	next := cur
 	next.Labels = slices.Clone(cur.Labels)
 	fn(&next)
-	if !CanJobTransition(cur.Status, next.Status) {
+	if !CanJobTransition(cur.Status, next.Status) && !onlyRerunMarked(cur, next) {
 		return Job{}, &JobTransitionError{ID: cur.ID, From: cur.Status, To: next.Status}
 	}
 	next.ID, next.CreatedAt = cur.ID, cur.CreatedAt
 	next.Version = cur.Version + 1
 	next.UpdatedAt = now
 	return next, nil
+}
+
+// onlyRerunMarked reports whether next differs from cur in its re-run mark
+// alone: the one change a final job takes, since an interrupted job is
+// re-run once GitHub has completed it (and its run).
+func onlyRerunMarked(cur, next Job) bool {
+	probe := next
+	probe.Rerun = cur.Rerun
+	return reflect.DeepEqual(probe, cur)
 }
 
 // JobFilter selects jobs; zero fields do not constrain.

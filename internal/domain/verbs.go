@@ -177,6 +177,23 @@ func (l Lifecycle) Retire(in Instance, to State, reason string, deadline time.Ti
 	})
 }
 
+// Interrupt takes an instance whose machine the cloud is taking back out of
+// service: terminating, for reason, until deadline. A job that started (as
+// its agent or GitHub reported) stays bound to it and is marked started, so
+// that its completion finds it; one that had not is unbound, and must go
+// back to its queue in the same change.
+func (l Lifecycle) Interrupt(in Instance, jobStarted bool, reason string, deadline time.Time) TransitionRequest {
+	return change(in, func(i *Instance) {
+		i.State, i.Reason, i.Deadline = StateTerminating, reason, deadline
+		switch {
+		case jobStarted:
+			i.JobStarted = true
+		case !i.JobStarted:
+			i.Job = ""
+		}
+	})
+}
+
 // Fail takes an instance out of service in error, for reason.
 func (l Lifecycle) Fail(in Instance, reason string, now time.Time) TransitionRequest {
 	return l.Retire(in, StateError, reason, l.Deadlines.Until(StateError, now))
@@ -218,9 +235,18 @@ func (l Lifecycle) InterruptJob(j Job) JobTransitionRequest {
 	return jobChange(j, func(x *Job) { x.Interrupted = true })
 }
 
-// RerunJob records that GitHub was asked to re-run an interrupted job.
+// RerunJob records that GitHub is about to be asked to re-run an
+// interrupted job. It is written before the request, guarded on the job as
+// read, so that of several reapers one asks, and a job is re-run at most
+// once.
 func (l Lifecycle) RerunJob(j Job) JobTransitionRequest {
 	return jobChange(j, func(x *Job) { x.Rerun = true })
+}
+
+// RerunRefused takes RerunJob back when GitHub would not re-run the job
+// (its run is still in progress): it is asked again later.
+func (l Lifecycle) RerunRefused(j Job) JobTransitionRequest {
+	return jobChange(j, func(x *Job) { x.Rerun = false })
 }
 
 // Assign is the one atomic change that hands a claimed (or new) instance to

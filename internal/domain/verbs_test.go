@@ -94,6 +94,16 @@ func TestInstanceVerbs(t *testing.T) {
 		{"terminate again keeps the deadline", domain.Instance{ID: "bp-1", State: domain.StateTerminating, Deadline: later},
 			func(in domain.Instance) domain.TransitionRequest { return lc.Terminate(in, "again", now) },
 			func(o domain.Instance) bool { return o.Reason == "again" && o.Deadline.Equal(later) }},
+		{"interrupt unbinds an unstarted job", bound(domain.StateClaimed),
+			func(in domain.Instance) domain.TransitionRequest { return lc.Interrupt(in, false, "spot", later) },
+			func(o domain.Instance) bool {
+				return o.State == domain.StateTerminating && o.Job == "" && o.Reason == "spot" && o.Deadline.Equal(later)
+			}},
+		{"interrupt keeps a job GitHub saw start", bound(domain.StateRunning),
+			func(in domain.Instance) domain.TransitionRequest { return lc.Interrupt(in, true, "spot", later) },
+			func(o domain.Instance) bool {
+				return o.State == domain.StateTerminating && o.Job == "42" && o.JobStarted
+			}},
 		{"close", idle(domain.StateTerminating), lc.Close,
 			func(o domain.Instance) bool { return o.State == domain.StateTerminated && o.Deadline.IsZero() }},
 		{"unbind shortens a waiting runner's deadline", func() domain.Instance { in := bound(domain.StateClaimed); in.Deadline = later; return in }(),
@@ -134,6 +144,9 @@ func TestJobVerbs(t *testing.T) {
 	queued := domain.Job{ID: 42, Status: domain.JobQueued, Pool: "linux", Version: 2, Attempts: 1}
 	assigned := domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: "bp-1", RunnerName: "bp-1-42", RunnerID: 9,
 		Via: domain.ViaPool, AssignedAt: now, Version: 2, Attempts: 1}
+	interrupted := domain.Job{ID: 42, Status: domain.JobCompleted, Interrupted: true, Version: 5}
+	rerun := interrupted
+	rerun.Rerun = true
 	cases := []struct {
 		name  string
 		in    domain.Job
@@ -164,6 +177,11 @@ func TestJobVerbs(t *testing.T) {
 		{"reject", queued, lc.RejectJob(queued, "no pool"), func(j domain.Job) bool {
 			return j.Status == domain.JobRejected && j.Reason == "no pool"
 		}},
+		{"interrupt", assigned, lc.InterruptJob(assigned), func(j domain.Job) bool {
+			return j.Interrupted && !j.Rerun && j.Status == domain.JobAssigned && j.InstanceID == "bp-1"
+		}},
+		{"re-run", interrupted, lc.RerunJob(interrupted), func(j domain.Job) bool { return j.Interrupted && j.Rerun }},
+		{"re-run refused", rerun, lc.RerunRefused(rerun), func(j domain.Job) bool { return j.Interrupted && !j.Rerun }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -175,6 +193,25 @@ func TestJobVerbs(t *testing.T) {
 				t.Fatalf("after %s: %+v", tc.name, out)
 			}
 		})
+	}
+}
+
+// A final job is never rewritten, except for its re-run mark: an
+// interrupted job is re-run once GitHub has completed it.
+func TestACompletedJobTakesOnlyItsRerunMark(t *testing.T) {
+	done := domain.Job{ID: 42, Status: domain.JobCompleted, Interrupted: true, Labels: []string{"spot"}, Version: 5}
+	if _, err := domain.ApplyJobTransition(done, domain.JobGuardOf(done), now, lc.RerunJob(done).Apply); err != nil {
+		t.Fatalf("re-run mark on a completed job: %v", err)
+	}
+	for name, fn := range map[string]func(*domain.Job){
+		"reason":          func(j *domain.Job) { j.Reason = "x" },
+		"re-run and more": func(j *domain.Job) { j.Rerun, j.Attempts = true, 2 },
+		"labels":          func(j *domain.Job) { j.Labels[0] = "other" },
+	} {
+		var te *domain.JobTransitionError
+		if _, err := domain.ApplyJobTransition(done, domain.JobGuardOf(done), now, fn); !errors.As(err, &te) {
+			t.Errorf("%s of a completed job: %v, want an illegal transition", name, err)
+		}
 	}
 }
 

@@ -79,65 +79,99 @@ func SendPending(ctx context.Context, st Store, q domain.Queue, now time.Time, a
 // since it was read (the caller decides again on what it is now);
 // retired is the instance as written.
 func Retire(ctx context.Context, st Store, q domain.Queue, in domain.Instance, to domain.State, reason string, deadline time.Time) (retired domain.Instance, ok bool, err error) {
-	return retire(ctx, st, q, in, to, reason, deadline, false)
-}
-
-// Interrupt is Retire for a machine the cloud is taking back: a job it had
-// started is marked interrupted (GitHub fails it; it may be re-run once its
-// run completes), in the same change.
-func Interrupt(ctx context.Context, st Store, q domain.Queue, in domain.Instance, reason string, deadline time.Time) (retired domain.Instance, ok bool, err error) {
-	return retire(ctx, st, q, in, domain.StateTerminating, reason, deadline, true)
-}
-
-func retire(ctx context.Context, st Store, q domain.Queue, in domain.Instance, to domain.State, reason string, deadline time.Time, interrupted bool) (domain.Instance, bool, error) {
-	for range retries {
+	done, ok, err := takeOut(ctx, st, q, in, func(j *domain.Job) domain.Change {
 		c := domain.Change{Instances: []domain.TransitionRequest{verbs.Retire(in, to, reason, deadline)}}
-		switch {
-		case !in.JobStarted:
-			j, err := boundJob(ctx, st, in)
-			if err != nil {
-				return domain.Instance{}, false, fmt.Errorf("retire %s: %w", in.ID, err)
-			}
-			if j != nil {
-				c.Jobs = []domain.JobTransitionRequest{verbs.RequeueJob(*j, "its instance stopped serving it: "+reason)}
-			}
-		case interrupted:
-			j, err := startedJob(ctx, st, in)
-			if err != nil {
-				return domain.Instance{}, false, fmt.Errorf("retire %s: %w", in.ID, err)
-			}
-			if j != nil {
-				c.Jobs = []domain.JobTransitionRequest{verbs.InterruptJob(*j)}
-			}
+		if !in.JobStarted && j != nil && j.Status == domain.JobAssigned {
+			c.Jobs = []domain.JobTransitionRequest{verbs.RequeueJob(*j, "its instance stopped serving it: "+reason)}
 		}
-		done, err := st.Commit(ctx, c)
+		return c
+	})
+	if !ok {
+		return domain.Instance{}, ok, err
+	}
+	return done.Instances[0], true, err
+}
+
+// Interruption is what Interrupt wrote.
+type Interruption struct {
+	Instance domain.Instance
+	// Job is the job the instance was serving, as written: back in its
+	// queue (it had not started) or marked interrupted (it had); nil when
+	// the instance served none.
+	Job *domain.Job
+}
+
+// Interrupt takes an instance whose machine the cloud is taking back (a
+// spot interruption) out of service at once: terminating, for reason,
+// until deadline. In the same change, a job it had not started goes back
+// to its queue, and one that had started (as its agent or GitHub reported)
+// is marked interrupted: GitHub fails it, and it may be re-run once its run
+// completes. ok is false when in changed since it was read.
+func Interrupt(ctx context.Context, st Store, q domain.Queue, in domain.Instance, reason string, deadline time.Time) (Interruption, bool, error) {
+	done, ok, err := takeOut(ctx, st, q, in, func(j *domain.Job) domain.Change {
+		started := in.JobStarted || (j != nil && j.Status == domain.JobRunning)
+		c := domain.Change{Instances: []domain.TransitionRequest{verbs.Interrupt(in, started, reason, deadline)}}
+		switch {
+		case j == nil:
+		case started:
+			c.Jobs = []domain.JobTransitionRequest{verbs.InterruptJob(*j)}
+		default:
+			c.Jobs = []domain.JobTransitionRequest{verbs.RequeueJob(*j, "its instance stopped serving it: "+reason)}
+		}
+		return c
+	})
+	if !ok {
+		return Interruption{}, ok, err
+	}
+	out := Interruption{Instance: done.Instances[0]}
+	if len(done.Jobs) > 0 {
+		out.Job = &done.Jobs[0]
+	}
+	return out, true, err
+}
+
+// takeOut commits the change plan makes of in and the job it serves (nil
+// when none), then sends a job the change sent back to its queue. A
+// conflict on the job (it moved on meanwhile) is decided again; one on the
+// instance is not: ok is false.
+func takeOut(ctx context.Context, st Store, q domain.Queue, in domain.Instance, plan func(j *domain.Job) domain.Change) (domain.Changed, bool, error) {
+	for range retries {
+		j, err := servedJob(ctx, st, in)
+		if err != nil {
+			return domain.Changed{}, false, fmt.Errorf("retire %s: %w", in.ID, err)
+		}
+		done, err := st.Commit(ctx, plan(j))
 		if errors.Is(err, domain.ErrConflict) {
 			cur, gerr := st.GetInstance(ctx, in.ID)
 			if gerr != nil || !domain.GuardOf(in).Matches(cur) {
-				return domain.Instance{}, false, nil // the instance moved on
+				return domain.Changed{}, false, nil // the instance moved on
 			}
 			continue // its job moved on: decide again
 		}
 		if err != nil {
-			return domain.Instance{}, false, fmt.Errorf("retire %s: %w", in.ID, err)
+			return domain.Changed{}, false, fmt.Errorf("retire %s: %w", in.ID, err)
 		}
-		return done.Instances[0], true, sendRequeued(ctx, st, q, done.Jobs)
+		return done, true, sendRequeued(ctx, st, q, done.Jobs)
 	}
-	return domain.Instance{}, false, fmt.Errorf("retire %s: its job keeps changing", in.ID)
+	return domain.Changed{}, false, fmt.Errorf("retire %s: its job keeps changing", in.ID)
 }
 
-// startedJob returns the job in started, if it is still that instance's.
-func startedJob(ctx context.Context, st Store, in domain.Instance) (*domain.Job, error) {
+// servedJob returns the job in is bound to while it is still that
+// instance's and not over (assigned or running), else nil.
+func servedJob(ctx context.Context, st Store, in domain.Instance) (*domain.Job, error) {
 	id, err := domain.ParseJobKey(in.Job)
 	if err != nil {
-		return nil, nil
+		return nil, nil // no job, or not one bullpen wrote
 	}
 	j, err := st.GetJob(ctx, id)
 	if errors.Is(err, domain.ErrNotFound) {
 		return nil, nil
 	}
-	if err != nil || j.InstanceID != in.ID || j.Status == domain.JobCompleted {
+	if err != nil {
 		return nil, err
+	}
+	if j.InstanceID != in.ID || (j.Status != domain.JobAssigned && j.Status != domain.JobRunning) {
+		return nil, nil
 	}
 	return &j, nil
 }

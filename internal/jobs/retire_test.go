@@ -103,3 +103,23 @@ func TestSendPendingSendsWhatACrashLeftUnsent(t *testing.T) {
 		t.Fatalf("second sweep: %d sent, %v; want none", n, err)
 	}
 }
+
+// An interruption leaves a job that has ended alone: it completed before
+// the machine was taken back, so there is nothing to re-run.
+func TestInterruptLeavesACompletedJobAlone(t *testing.T) {
+	f := newFixture(t)
+	in := f.instance("bp-1", domain.StateRunning, 42)
+	j := assigned()
+	j.Status = domain.JobCompleted
+	f.job(j)
+	done, ok, err := jobs.Interrupt(f.ctx, f.store, f.queue, in, "spot", t0.Add(time.Minute))
+	if err != nil || !ok {
+		t.Fatalf("interrupt: %t, %v", ok, err)
+	}
+	if done.Job != nil || done.Instance.State != domain.StateTerminating {
+		t.Fatalf("interruption %+v, want the instance terminating and no job", done)
+	}
+	if got := f.get(42); got.Interrupted || got.Status != domain.JobCompleted {
+		t.Fatalf("completed job became %s, interrupted %t", got.Status, got.Interrupted)
+	}
+}
