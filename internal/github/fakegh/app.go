@@ -131,6 +131,7 @@ func verifyAppJWT(token string, key *rsa.PublicKey, appID int64, now time.Time) 
 	}
 	var claims struct {
 		Iss json.RawMessage `json:"iss"`
+		Iat int64           `json:"iat"`
 		Exp int64           `json:"exp"`
 	}
 	if decodeSegment(parts[0], &header) != nil || decodeSegment(parts[1], &claims) != nil {
@@ -149,6 +150,14 @@ func verifyAppJWT(token string, key *rsa.PublicKey, appID int64, now time.Time) 
 	}
 	if claims.Exp <= now.Unix() {
 		return "'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires"
+	}
+	// GitHub allows an App's token at most ten minutes of life, and its
+	// issue time a minute of clock drift.
+	if claims.Exp > now.Add(10*time.Minute+time.Minute).Unix() {
+		return "'Expiration time' claim ('exp') is too far in the future"
+	}
+	if claims.Iat == 0 || claims.Iat > now.Add(time.Minute).Unix() {
+		return "'Issued at' claim ('iat') must be an Integer representing the time that the assertion was issued"
 	}
 	return ""
 }
