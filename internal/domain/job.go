@@ -206,6 +206,8 @@ type JobFilter struct {
 	Instance string
 	// UpdatedBefore keeps jobs last changed before this instant.
 	UpdatedBefore time.Time
+	// ToRerun keeps the interrupted jobs not re-run yet.
+	ToRerun bool
 	// Limit caps the result (0 = no cap); the newest jobs come first
 	// when Newest is set, else the oldest.
 	Limit  int

@@ -217,6 +217,9 @@ func listJobsQuery(f domain.JobFilter) (string, []any) {
 	if !f.UpdatedBefore.IsZero() {
 		conds, args = append(conds, "updated_at < ?"), append(args, formatTime(f.UpdatedBefore))
 	}
+	if f.ToRerun {
+		conds = append(conds, "interrupted != 0 AND rerun = 0") // as the index jobs_to_rerun says
+	}
 	if len(f.Statuses) > 0 {
 		conds = append(conds, "status IN ("+placeholders(len(f.Statuses))+")")
 		for _, st := range f.Statuses {

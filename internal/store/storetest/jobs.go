@@ -207,8 +207,8 @@ func testJobGetUnknown(t *testing.T, e *env) {
 }
 
 // jobBoard creates jobs 1..6 spread over statuses, pools and instances,
-// each a millisecond after the last; a minute later 2 is touched and 5
-// rejected.
+// each a millisecond after the last (3 and 4 interrupted, 4 re-run); a
+// minute later 2 is touched and 5 rejected.
 func jobBoard(e *env) {
 	e.t.Helper()
 	rows := []struct {
@@ -226,6 +226,8 @@ func jobBoard(e *env) {
 	for _, r := range rows {
 		j := job(r.id, r.status)
 		j.Pool, j.InstanceID = r.pool, r.at
+		// 3 and 4 were interrupted; 4 has been re-run.
+		j.Interrupted, j.Rerun = r.id == 3 || r.id == 4, r.id == 4
 		e.createJobs(j)
 		e.clk.Advance(time.Millisecond)
 	}
@@ -261,6 +263,8 @@ func testJobListFilters(t *testing.T, e *env) {
 		{"newest with filter", domain.JobFilter{Statuses: []domain.JobStatus{domain.JobQueued, domain.JobRunning}, Newest: true}, []int64{6, 3, 1}},
 		{"limit above count", domain.JobFilter{Pool: "linux", Limit: 10}, []int64{1, 2}},
 		{"no match", domain.JobFilter{Pool: "windows"}, nil},
+		{"to re-run", domain.JobFilter{ToRerun: true}, []int64{3}},
+		{"to re-run and status", domain.JobFilter{ToRerun: true, Statuses: []domain.JobStatus{domain.JobCompleted}}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
