@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,6 +109,24 @@ func TestServeWithAGitHubApp(t *testing.T) {
 	gh.MissNextDeliveries(1)
 	unseen := gh.QueueJob("globex/never-seen", []string{"runs-on/pool=linux"})
 	l.waitJob(unseen.ID, "completed")
+
+	// A job of an account the App is not installed on is rejected at once,
+	// with the reason, rather than retried for ever.
+	gh.AddRepo("initech/app")
+	stray := gh.QueueJob("initech/app", []string{"runs-on/pool=linux"})
+	var rejected struct {
+		Status, Reason string
+	}
+	s.eventually("the stray job is rejected", 30*time.Second, func() bool {
+		if l.job(stray.ID).Status != "rejected" {
+			return false
+		}
+		s.get(fmt.Sprintf("/api/v1/jobs/%d", stray.ID), &rejected)
+		return true
+	})
+	if !strings.Contains(rejected.Reason, "not installed") || !strings.Contains(rejected.Reason, "initech") {
+		t.Errorf("rejected for %q, want the missing installation named", rejected.Reason)
+	}
 
 	// A configuration pushed to its repository is in force at once.
 	gh.PutFile("acme/.github-private", ".github/runs-on.yml", fmt.Sprintf(githubConfig, 2))

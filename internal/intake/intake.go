@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -218,6 +219,28 @@ func (in *Intake) deadLetter(ctx context.Context, m domain.Message) []string {
 	return []string{m.Receipt}
 }
 
+// AccountChecker is a GitHub that can tell up front that it cannot act for
+// an account (a GitHub App not installed there, or suspended).
+type AccountChecker interface {
+	CheckAccount(ctx context.Context, owner string) error
+}
+
+// unservable is why a job of repo cannot get a runner whatever is done, or
+// "": the GitHub App has no installation on its owner. Other errors (GitHub
+// unreachable) say nothing, and the job goes on.
+func (in *Intake) unservable(ctx context.Context, repo string) string {
+	checker, ok := in.GitHub.(AccountChecker)
+	if !ok {
+		return ""
+	}
+	owner, _, _ := strings.Cut(repo, "/")
+	err := checker.CheckAccount(ctx, owner)
+	if err == nil || !errors.Is(err, domain.ErrUnauthorized) {
+		return ""
+	}
+	return err.Error()
+}
+
 // admit records the batch's queued and waiting jobs (events holds only
 // those) and sends the queued ones
 // to their queues. Redeliveries find their job already recorded; a job
@@ -233,6 +256,9 @@ func (in *Intake) admit(ctx context.Context, events []event) ([]string, error) {
 		if !d.Ours {
 			in.metrics.events.WithLabelValues(e.ev.Action, "not_ours").Inc()
 			continue
+		}
+		if d.Reject == "" {
+			d.Reject = in.unservable(ctx, e.ev.Repo)
 		}
 		j := newJob(e, d, in.Clock.Now())
 		batch = append(batch, j)

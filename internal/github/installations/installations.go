@@ -28,7 +28,7 @@ import (
 // ErrNotInstalled: the App has no usable installation on the account (it
 // was never installed, was removed, or is suspended). Jobs of that account
 // cannot get runners until an administrator installs the App again.
-var ErrNotInstalled = errors.New("the GitHub App is not installed on this account")
+var ErrNotInstalled = fmt.Errorf("%w: the GitHub App is not installed on this account", domain.ErrUnauthorized)
 
 const (
 	// foundFor is how long a found installation is trusted before it is
@@ -122,6 +122,13 @@ func (g *GitHub) Check(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("the private key is App %d's, not App %d's (--github-app-id)", app.GetID(), g.o.AppID)
 	}
 	return app.GetSlug(), nil
+}
+
+// CheckAccount says whether the App can act for owner: ErrNotInstalled
+// when it has no usable installation there (the answer is kept a minute).
+func (g *GitHub) CheckAccount(ctx context.Context, owner string) error {
+	_, err := g.installation(ctx, owner)
+	return err
 }
 
 // client returns the REST client of owner's installation.
