@@ -393,7 +393,7 @@ type reconcileMetrics struct {
 func newReconcileMetrics(reg prometheus.Registerer) (*reconcileMetrics, error) {
 	m := &reconcileMetrics{actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bullpen_reaper_actions_total",
-		Help: "What the reaper reconciled, by kind (orphan, gone, dead_runner, recovered_job, requeued_job, resent_job, job_deleted, row_deleted).",
+		Help: "What the reaper reconciled, by kind (orphan, gone, silent, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, job_deleted, row_deleted).",
 	}, []string{"kind"})}
 	if reg != nil {
 		if err := reg.Register(m.actions); err != nil {

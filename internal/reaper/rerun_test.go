@@ -1,53 +1,204 @@
 package reaper
 
 import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 )
 
-// An interrupted job is re-run once, after its run completed, when its
-// runner allows it; never a job that was not interrupted.
-func TestInterruptedJobIsRerunOnceItsRunCompleted(t *testing.T) {
+const spotRepo = "acme/app"
+
+// spotJob is a job of its own run in the simulated GitHub, taken by a
+// runner whose machine is then taken back (the runner dies) unless running
+// says it goes on; GitHub fails the job of a dead runner at once. The store
+// holds the job as the control plane recorded it: status, interrupted,
+// retry. more adds a second, queued job to the run, so the run stays in
+// progress.
+type spotJob struct {
+	running     bool
+	more        bool
+	status      domain.JobStatus
+	interrupted bool
+	retry       string
+}
+
+func (x *recon) spotJob(s spotJob) domain.GitHubJob {
+	x.t.Helper()
+	labels := []string{"spot", x.t.Name()}
+	g := x.gh.QueueJob(ghsim.JobSpec{Repo: spotRepo, Labels: labels, Duration: time.Hour})
+	reg, err := x.gh.RegisterRunner(x.ctx, domain.Scope{Owner: "acme", Repo: "app"}, "bp-"+x.t.Name(), labels)
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	if err := x.gh.RunJIT(x.ctx, reg.JITConfig, nil, nil); err != nil {
+		x.t.Fatal(err)
+	}
+	if !s.running && !x.gh.Kill(reg.RunnerID) {
+		x.t.Fatal("no runner process to kill")
+	}
+	if s.more {
+		x.gh.QueueJob(ghsim.JobSpec{Repo: spotRepo, RunID: g.RunID, Labels: []string{"linux"}})
+	}
+	j := domain.Job{ID: g.ID, RunID: g.RunID, Repo: spotRepo, Name: g.Name, Status: s.status, Route: domain.RouteLaunch,
+		Interrupted: s.interrupted, Spec: domain.RunnerSpec{Name: "spot", Spot: "price-capacity-optimized", Retry: s.retry}}
+	if _, err := x.store.CreateJobs(x.ctx, []domain.Job{j}); err != nil {
+		x.t.Fatal(err)
+	}
+	return g
+}
+
+// reruns is how many times GitHub was asked to re-run a job.
+func (x *recon) reruns() int { return x.gh.Calls()[ghsim.OpRerunJob] }
+
+// attempts lists the jobs of a run in GitHub: a re-run adds one.
+func (x *recon) attempts(runID int64) int {
+	n := 0
+	for _, j := range x.gh.Jobs() {
+		if j.RunID == runID {
+			n++
+		}
+	}
+	return n
+}
+
+// An interrupted job is re-run once its run completed, when its runner
+// allows it; GitHub is not even asked while the job itself has not ended,
+// nor for a job that was not interrupted.
+func TestInterruptedJobIsRerunOnlyOnceItsRunCompleted(t *testing.T) {
+	interrupted := spotJob{status: domain.JobRunning, interrupted: true}
+	for _, tc := range []struct {
+		name   string
+		job    spotJob
+		age    time.Duration // how long ago the job was recorded
+		asked  int           // RerunJob calls
+		rerun  bool
+		marked bool // recorded as re-run
+	}{
+		{"run completed", interrupted, 0, 1, true, true},
+		{"run completed, bullpen saw the job complete", spotJob{status: domain.JobCompleted, interrupted: true}, 0, 1, true, true},
+		{"job still running on GitHub", spotJob{running: true, status: domain.JobRunning, interrupted: true}, 0, 0, false, false},
+		{"run in progress", spotJob{more: true, status: domain.JobCompleted, interrupted: true}, 0, 1, false, false},
+		{"retry false", spotJob{status: domain.JobCompleted, interrupted: true, retry: domain.RetryNever}, 0, 0, false, false},
+		{"not interrupted", spotJob{status: domain.JobCompleted}, 0, 0, false, false},
+		{"interrupted more than a day ago", interrupted, rerunWithin, 0, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := newRecon(t)
+			g := x.spotJob(tc.job)
+			x.clk.Advance(tc.age)
+			rep := x.cycle()
+			if got := x.reruns(); got != tc.asked {
+				t.Fatalf("GitHub asked to re-run %d times, want %d", got, tc.asked)
+			}
+			if rerun := x.attempts(g.RunID) > 1+btoi(tc.job.more); rerun != tc.rerun || (rep.Rerun == 1) != tc.rerun {
+				t.Fatalf("re-run %t (reported %d), want %t", rerun, rep.Rerun, tc.rerun)
+			}
+			if j, _ := x.store.GetJob(x.ctx, g.ID); j.Rerun != tc.marked || j.Interrupted != tc.job.interrupted {
+				t.Fatalf("job recorded re-run %t (interrupted %t), want %t", j.Rerun, j.Interrupted, tc.marked)
+			}
+		})
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Asked each cycle while its run goes on, a job is re-run when the run
+// completes, and never again: not on later cycles, not once the re-run
+// itself has completed.
+func TestInterruptedJobIsRerunOnce(t *testing.T) {
 	x := newRecon(t)
-	var ids []int64
-	for _, spec := range []struct {
-		interrupted bool
-		retry       string
-	}{{true, ""}, {true, domain.RetryNever}, {false, ""}} {
-		g := x.gh.QueueJob(ghsim.JobSpec{Repo: "acme/app", Labels: []string{"spot"}})
-		j := domain.Job{ID: g.ID, RunID: g.RunID, Repo: "acme/app", Status: domain.JobRunning, Route: domain.RouteLaunch,
-			Interrupted: spec.interrupted, Spec: domain.RunnerSpec{Name: "spot", Spot: "price-capacity-optimized", Retry: spec.retry}}
-		if _, err := x.store.CreateJobs(x.ctx, []domain.Job{j}); err != nil {
-			t.Fatal(err)
+	g := x.spotJob(spotJob{more: true, status: domain.JobCompleted, interrupted: true})
+	for range 3 {
+		if rep := x.cycle(); rep.Rerun != 0 {
+			t.Fatal("re-run while its run was in progress")
 		}
-		ids = append(ids, g.ID)
+		x.clk.Advance(time.Minute)
 	}
-	if rep := x.cycle(); rep.Rerun != 0 {
-		t.Fatalf("re-ran %d jobs while their runs were in progress", rep.Rerun)
+	if got := x.reruns(); got != 3 {
+		t.Fatalf("asked %d times while the run was in progress, want each cycle", got)
 	}
-	for _, id := range ids {
-		g, _ := x.gh.GetJob(x.ctx, "acme/app", id)
-		if err := x.gh.CancelRun(x.ctx, "acme/app", g.RunID); err != nil {
-			t.Fatal(err)
-		}
+	if err := x.gh.CancelRun(x.ctx, spotRepo, g.RunID); err != nil {
+		t.Fatal(err)
 	}
 	if rep := x.cycle(); rep.Rerun != 1 {
-		t.Fatalf("re-ran %d jobs, want the interrupted one that allows it", rep.Rerun)
+		t.Fatalf("re-ran %d jobs once the run completed, want 1", rep.Rerun)
 	}
-	if j, _ := x.store.GetJob(x.ctx, ids[0]); !j.Rerun {
-		t.Fatal("the re-run was not recorded")
+	if err := x.gh.CancelRun(x.ctx, spotRepo, g.RunID); err != nil { // the re-run ends too
+		t.Fatal(err)
 	}
-	if rep := x.cycle(); rep.Rerun != 0 {
-		t.Fatalf("re-ran %d jobs again", rep.Rerun)
+	for range 3 {
+		if rep := x.cycle(); rep.Rerun != 0 {
+			t.Fatal("re-run twice")
+		}
 	}
-	attempts := map[int64]int{}
-	for _, j := range x.gh.Jobs() {
-		attempts[j.RunID]++
+	if got, runJobs := x.reruns(), x.attempts(g.RunID); got != 4 || runJobs != 3 {
+		t.Fatalf("asked %d times, run has %d jobs; want 4 and the two jobs with one re-run", got, runJobs)
 	}
-	first, _ := x.gh.GetJob(x.ctx, "acme/app", ids[0])
-	if attempts[first.RunID] != 2 {
-		t.Fatalf("the interrupted job's run has %d jobs, want the job and its re-run", attempts[first.RunID])
+}
+
+// GitHub's answers: a job it no longer has is settled (never asked again),
+// a failure is an error of the cycle and tried again the next.
+func TestRerunWhenGitHubFails(t *testing.T) {
+	x := newRecon(t)
+	g := x.spotJob(spotJob{status: domain.JobCompleted, interrupted: true})
+	x.gh.FailNext(ghsim.OpRerunJob, 1, nil)
+	if _, err := x.r.Cycle(x.ctx); !errors.Is(err, ghsim.ErrInjected) {
+		t.Fatalf("cycle: %v, want the failure", err)
+	}
+	if j, _ := x.store.GetJob(x.ctx, g.ID); j.Rerun {
+		t.Fatal("a failed re-run stays recorded")
+	}
+	if rep := x.cycle(); rep.Rerun != 1 {
+		t.Fatalf("re-ran %d jobs after the failure passed, want 1", rep.Rerun)
+	}
+
+	gone := x.spotJob(spotJob{status: domain.JobCompleted, interrupted: true})
+	x.gh.FailNext(ghsim.OpRerunJob, 1, domain.ErrNotFound)
+	before := x.reruns()
+	for range 2 {
+		if rep := x.cycle(); rep.Rerun != 0 {
+			t.Fatal("a job GitHub does not have was counted as re-run")
+		}
+	}
+	if got := x.reruns() - before; got != 1 {
+		t.Fatalf("asked %d times for a job GitHub does not have, want once", got)
+	}
+	if j, _ := x.store.GetJob(x.ctx, gone.ID); !j.Rerun {
+		t.Fatal("a job GitHub does not have is not settled")
+	}
+}
+
+// Reapers of several control planes on one store: one asks.
+func TestConcurrentReapersRerunOnce(t *testing.T) {
+	x := newRecon(t)
+	g := x.spotJob(spotJob{status: domain.JobCompleted, interrupted: true})
+	var wg sync.WaitGroup
+	for range 4 {
+		other := &Reconciler{Store: x.store, Queue: x.queue, Cloud: x.cloud, GitHub: x.gh, Clock: x.clk,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), ControllerID: "ctl"}
+		if err := other.Init(nil); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			if _, err := other.rerunInterrupted(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if got, runJobs := x.reruns(), x.attempts(g.RunID); got != 1 || runJobs != 2 {
+		t.Fatalf("asked %d times, run has %d jobs; want one re-run", got, runJobs)
 	}
 }
