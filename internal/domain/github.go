@@ -78,6 +78,7 @@ var (
 	ErrRunnerBusy  = errors.New("runner is busy")
 	ErrRateLimited = errors.New("rate limited")
 	// ErrRunInProgress: GitHub re-runs a job only once its run completed.
+	// (An error wrapping ErrRateLimited may say when to try again: RetryAt.)
 	ErrRunInProgress = errors.New("workflow run not completed")
 )
 
@@ -130,4 +131,10 @@ type AssignmentNotifier interface {
 // gives it a token. The error says why a proof is refused.
 type IdentityVerifier interface {
 	Verify(cloudID, document, signature string) error
+}
+
+// RetryAt is implemented by errors that know when a refused call may be
+// made again (a rate limit's reset).
+type RetryAt interface {
+	RetryAt() time.Time
 }

@@ -190,6 +190,9 @@ func (p *Provisioner) pendingLeft(ctx context.Context, rows, booted []domain.Ins
 // the instance is terminated and the job unbound, to be requeued.
 func (p *Provisioner) validate(ctx context.Context, rq *request, in domain.Instance, assignErr error, led *ledger) {
 	err := assignErr
+	if errors.Is(err, domain.ErrRateLimited) {
+		err = p.retryRateLimited(ctx, rq, err, led)
+	}
 	if err == nil {
 		err = p.awaitRegistration(ctx, rq.job, in.ID, p.opts.CreationTimeout, led.quit, p.Registrations.Wait(in.ID))
 		p.Registrations.Forget(in.ID)
@@ -222,4 +225,37 @@ func (p *Provisioner) assignMany(ctx context.Context, reqs []*request, insts []d
 		reqs[i].job, errs[i] = h.Job, h.Err
 	}
 	return errs
+}
+
+// rateLimitPoll is how long a handover refused for GitHub's rate limit
+// waits before it is tried again, when the refusal does not say.
+const rateLimitPoll = 30 * time.Second
+
+// retryRateLimited tries again a handover GitHub refused for its rate
+// limit, once the limit lifts, within the instance's creation timeout: the
+// machine is up, and terminating it to requeue its job would only launch
+// another into the same limit.
+func (p *Provisioner) retryRateLimited(ctx context.Context, rq *request, err error, led *ledger) error {
+	deadline := p.Clock.Now().Add(p.opts.CreationTimeout)
+	for errors.Is(err, domain.ErrRateLimited) {
+		now := p.Clock.Now()
+		wait := rateLimitPoll
+		var at domain.RetryAt
+		if errors.As(err, &at) && at.RetryAt().After(now) {
+			wait = at.RetryAt().Sub(now)
+		}
+		if now.Add(wait).After(deadline) {
+			return err
+		}
+		p.Log.Info("runner registration refused for GitHub's rate limit; the new instance waits", "job", rq.job.ID, "wait", wait)
+		select {
+		case <-p.Clock.After(wait):
+		case <-led.quit:
+			return err
+		}
+		rq.h.Err = nil
+		p.pipeline.HandOver(ctx, []*serving.Handover{rq.h})
+		rq.job, err = rq.h.Job, rq.h.Err
+	}
+	return err
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 )
 
 func TestCreationMakesOneFleetForTheRestOfAClass(t *testing.T) {
@@ -268,5 +269,34 @@ func TestColdStartsUseTheImageCurrentWhenTheirBatchIsServed(t *testing.T) {
 	}
 	if j := f.Job(200); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
 		t.Fatalf("job 200: %s via %q (%s)", j.Status, j.Via, j.Reason)
+	}
+}
+
+// A new machine whose runner registration GitHub refuses for its rate
+// limit waits for the limit to lift and gets its runner then: it is not
+// terminated, and its job is not requeued to launch another.
+func TestARateLimitedRegistrationDoesNotChurnTheNewMachine(t *testing.T) {
+	f := newFixture(t)
+	f.setAgent(registerAtOnce)
+	f.gh.FailNext(ghsim.OpRegisterRunner, 1, &ghsim.RateLimitError{Reset: t0.Add(45 * time.Second)})
+	f.queueJobs(small, 100, 1)
+	done := f.serveAsync(f.p, f.receive())
+	waiting := make(chan struct{})
+	go func() { f.Clock.BlockUntil(1); close(waiting) }() // the wait for the limit to lift
+	select {
+	case <-done:
+		j := f.Job(100)
+		t.Fatalf("served without waiting for the limit: job %s, attempts %d (%s)", j.Status, j.Attempts, j.Reason)
+	case <-waiting:
+	}
+	f.Clock.Advance(45 * time.Second)
+	<-done
+	j := f.Job(100)
+	if j.Status != domain.JobAssigned || j.Via != domain.ViaCold || j.Attempts != 0 {
+		t.Fatalf("job %s via %q, attempts %d (%s), want assigned on its first machine", j.Status, j.Via, j.Attempts, j.Reason)
+	}
+	insts := f.Instances(domain.InstanceFilter{Runner: "small"})
+	if len(insts) != 1 || insts[0].State != domain.StateRunning || insts[0].ID != j.InstanceID {
+		t.Fatalf("instances %+v, want the one machine running the job", insts)
 	}
 }

@@ -91,6 +91,9 @@ func (e *PausedError) Error() string {
 
 func (e *PausedError) Unwrap() error { return domain.ErrRateLimited }
 
+// RetryAt is when the account's calls go again (domain.RetryAt).
+func (e *PausedError) RetryAt() time.Time { return e.Until }
+
 // Transport is an http.RoundTripper over next that keeps b.
 func (b *Budget) Transport(next http.RoundTripper) http.RoundTripper {
 	return roundTripper(func(r *http.Request) (*http.Response, error) {

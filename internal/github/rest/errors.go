@@ -73,6 +73,9 @@ func (e *RateLimitError) Error() string {
 
 func (e *RateLimitError) Unwrap() error { return domain.ErrRateLimited }
 
+// RetryAt is when the limit lifts (domain.RetryAt).
+func (e *RateLimitError) RetryAt() time.Time { return e.Reset }
+
 // statusErrors says what an answer's status means for one call, where it
 // means more than the defaults of classify.
 type statusErrors map[int]error

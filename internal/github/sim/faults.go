@@ -37,6 +37,9 @@ func (e *RateLimitError) Error() string {
 
 func (e *RateLimitError) Unwrap() error { return domain.ErrRateLimited }
 
+// RetryAt is when the limit lifts (domain.RetryAt).
+func (e *RateLimitError) RetryAt() time.Time { return e.Reset }
+
 // faults is the injected trouble and the counters, guarded by GitHub.mu.
 type faults struct {
 	calls      map[string]int
