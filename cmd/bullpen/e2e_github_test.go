@@ -99,6 +99,18 @@ func TestServeWithAGitHubApp(t *testing.T) {
 		}
 	}
 
+	// A secondary rate limit on a runner registration: the job waits and
+	// is served once the limit lifts; nothing is lost.
+	gh.SecondaryRetryAfter(2 * time.Second)
+	gh.FailNext("POST /repos/acme/app/actions/runners/generate-jitconfig", http.StatusTooManyRequests, 1)
+	const jit = "POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig"
+	before := gh.Count(jit)
+	limited := gh.QueueJob("acme/app", []string{"runs-on/pool=linux"})
+	l.waitJob(limited.ID, "completed")
+	if n := gh.Count(jit) - before; n < 2 {
+		t.Errorf("%d registrations for the limited job, want the refused one and the one after", n)
+	}
+
 	// A job whose queued delivery never came: reconciliation finds it.
 	gh.MissNextDeliveries(1)
 	missed := gh.QueueJob("acme/app", []string{"runs-on/pool=linux"})

@@ -1,6 +1,7 @@
 package fakegh
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -29,6 +30,9 @@ type faults struct {
 	rateReset time.Time
 	pageSize  int
 	used      int
+	// retryAfter is what a secondary limit asks a client to wait, in
+	// seconds; secondaryRetry when zero.
+	retryAfter int
 }
 
 type injected struct {
@@ -59,6 +63,14 @@ func (s *Server) RateLimit(reset time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults.rateReset = reset
+}
+
+// SecondaryRetryAfter sets what an injected secondary limit (a 429) asks a
+// client to wait; GitHub asks a minute.
+func (s *Server) SecondaryRetryAfter(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults.retryAfter = max(int(d.Seconds()), 1)
 }
 
 // PageSize caps per_page, so that lists paginate with few records. Zero
@@ -119,7 +131,7 @@ func (s *Server) intercept(w http.ResponseWriter, r *http.Request, pattern strin
 		writeError(w, http.StatusForbidden, "API rate limit exceeded for installation. If you reach out to GitHub Support for help, please include the request ID.")
 	default:
 		if f := s.injectedFor(r, pattern); f != nil {
-			writeInjected(w, f.status)
+			writeInjected(w, f.status, cmp.Or(s.faults.retryAfter, secondaryRetry))
 			return true
 		}
 		s.faults.used++
@@ -182,10 +194,10 @@ func (s *Server) rateHeaders(w http.ResponseWriter, now time.Time) {
 	h.Set("x-ratelimit-resource", "core")
 }
 
-func writeInjected(w http.ResponseWriter, status int) {
+func writeInjected(w http.ResponseWriter, status, retryAfter int) {
 	switch status {
 	case http.StatusTooManyRequests:
-		w.Header().Set("retry-after", strconv.Itoa(secondaryRetry))
+		w.Header().Set("retry-after", strconv.Itoa(retryAfter))
 		writeErrorDoc(w, status, "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.", docsSecondaryRate)
 	case http.StatusForbidden:
 		writeError(w, status, "Resource not accessible by integration")
