@@ -15,6 +15,7 @@ import (
 type githubFlags struct {
 	url, appID, keyFile string
 	runnerGroup         string
+	workFolder          string
 	runnerGroupID       int64
 	getenv              func(string) string
 }
@@ -28,12 +29,13 @@ func (f *githubFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.appID, "github-app-id", "BULLPEN_GITHUB_APP_ID", "with --github app: the App's id")
 	str(&f.keyFile, "github-app-key-file", "BULLPEN_GITHUB_APP_KEY_FILE", "with --github app: the App's private key (PEM file)")
 	str(&f.runnerGroup, "runner-group", "BULLPEN_RUNNER_GROUP", "with --runner-scope org: the runner group organisation runners join, by name (default: the Default group)")
+	str(&f.workFolder, "runner-work-folder", "BULLPEN_RUNNER_WORK_FOLDER", "with --github app or token: the runners' work directory, relative to the runner's (GitHub's default: _work)")
 	fs.Int64Var(&f.runnerGroupID, "runner-group-id", 0, "with --runner-scope org: the runner group by id, instead of --runner-group")
 }
 
 // options returns the GitHub settings for kind (app or token).
 func (f *githubFlags) options(kind string) (app.GitHubAPI, error) {
-	o := app.GitHubAPI{URL: f.url, RunnerGroupID: f.runnerGroupID, RunnerGroup: f.runnerGroup}
+	o := app.GitHubAPI{URL: f.url, RunnerGroupID: f.runnerGroupID, RunnerGroup: f.runnerGroup, WorkFolder: f.workFolder}
 	var problems []error
 	if f.runnerGroup != "" && f.runnerGroupID != 0 {
 		problems = append(problems, errors.New("--runner-group and --runner-group-id name the same thing: give one"))

@@ -20,6 +20,8 @@ type GitHubAPI struct {
 	RunnerGroupID int64
 	// RunnerGroup names it instead, resolved in each organisation.
 	RunnerGroup string
+	// WorkFolder is the runners' work directory; GitHub's _work when empty.
+	WorkFolder string
 }
 
 func (o GitHubAPI) check(kind string) []string {
@@ -36,7 +38,7 @@ func (o GitHubAPI) check(kind string) []string {
 // credentials with GitHub before anything else starts.
 func (a *App) newRealGitHub(ctx context.Context) error {
 	o := a.opts.GitHubAPI
-	client := rest.Options{BaseURL: o.URL, RunnerGroupID: o.RunnerGroupID, RunnerGroup: o.RunnerGroup, Clock: a.opts.Clock}
+	client := rest.Options{BaseURL: o.URL, RunnerGroupID: o.RunnerGroupID, RunnerGroup: o.RunnerGroup, WorkFolder: o.WorkFolder, Clock: a.opts.Clock}
 	limits, err := ratelimit.NewMetrics(a.opts.Registry)
 	if err != nil {
 		return err

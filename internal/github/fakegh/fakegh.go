@@ -86,6 +86,7 @@ type Server struct {
 	// lower-case name.
 	registeredBy map[string]int64
 	groups       map[string][]runnerGroup // organisations' runner groups besides Default, by lower-case login
+	workFolders  map[string]string        // the work_folder each runner was registered with, by lower-case name
 }
 
 type account struct {

@@ -30,6 +30,14 @@ func (s *Server) AddRunnerGroup(org, name string) int64 {
 	return s.lastID
 }
 
+// RunnerWorkFolder is the work_folder the runner named name was registered
+// with ("" for GitHub's default).
+func (s *Server) RunnerWorkFolder(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.workFolders[strings.ToLower(name)]
+}
+
 // groupsOf lists org's runner groups, Default first.
 func (s *Server) groupsOf(org string) []runnerGroup {
 	return append([]runnerGroup{{id: DefaultRunnerGroupID, name: DefaultRunnerGroupName}}, s.groups[strings.ToLower(org)]...)

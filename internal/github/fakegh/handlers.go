@@ -134,6 +134,10 @@ func (s *Server) handleJIT(w http.ResponseWriter, r *http.Request) {
 		s.registeredBy = map[string]int64{}
 	}
 	s.registeredBy[strings.ToLower(body.Name)] = s.requestInstallation(r)
+	if s.workFolders == nil {
+		s.workFolders = map[string]string{}
+	}
+	s.workFolders[strings.ToLower(body.Name)] = body.WorkFolder
 	writeJSON(w, http.StatusCreated, map[string]any{"runner": s.runnerJSON(rn), "encoded_jit_config": rn.jit})
 }
 

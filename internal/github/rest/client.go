@@ -62,6 +62,9 @@ type Options struct {
 	// RunnerGroup, when set, is the group organisation runners join, by
 	// name: resolved to its id in each organisation, once.
 	RunnerGroup string
+	// WorkFolder is the runners' work directory, relative to the runner's
+	// own; GitHub's default (_work) when empty.
+	WorkFolder string
 	// Transport is the HTTP transport under authentication;
 	// http.DefaultTransport when nil.
 	Transport http.RoundTripper
@@ -96,6 +99,7 @@ type Client struct {
 	clk         domain.Clock
 	runnerGroup int64
 	groupName   string
+	workFolder  string
 
 	mu       sync.Mutex
 	groupIDs map[string]int64 // RunnerGroup's id by lower-case organisation
@@ -136,7 +140,7 @@ func New(opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("github client for %s: %w", opts.BaseURL, err)
 	}
-	return &Client{gh: gh, clk: opts.Clock, runnerGroup: opts.RunnerGroupID, groupName: opts.RunnerGroup,
+	return &Client{gh: gh, clk: opts.Clock, runnerGroup: opts.RunnerGroupID, groupName: opts.RunnerGroup, workFolder: opts.WorkFolder,
 		groupIDs: map[string]int64{}}, nil
 }
 

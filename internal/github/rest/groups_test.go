@@ -49,3 +49,20 @@ func TestRunnerGroupByName(t *testing.T) {
 		t.Fatalf("an unknown group id: %v", err)
 	}
 }
+
+func TestRunnerWorkFolder(t *testing.T) {
+	srv := fakegh.New()
+	t.Cleanup(srv.Close)
+	srv.RequireToken(testToken)
+	srv.AddRepo("acme/app")
+	c, err := rest.New(rest.Options{BaseURL: srv.URL(), Token: testToken, WorkFolder: "jobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RegisterRunner(context.Background(), domain.Scope{Owner: "acme", Repo: "app"}, "r1", []string{"linux"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.RunnerWorkFolder("r1"); got != "jobs" {
+		t.Fatalf("work folder %q, want jobs", got)
+	}
+}

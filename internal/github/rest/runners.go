@@ -32,6 +32,9 @@ func (c *Client) RegisterRunner(ctx context.Context, s domain.Scope, name string
 		group = id
 	}
 	req := &github.GenerateJITConfigRequest{Name: name, RunnerGroupID: group, Labels: labels}
+	if c.workFolder != "" {
+		req.WorkFolder = &c.workFolder
+	}
 	var cfg *github.JITRunnerConfig
 	var err error
 	if s.Repo == "" {
