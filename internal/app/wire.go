@@ -38,7 +38,7 @@ func (a *App) wire(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if a.Webhook, err = webhook.NewWithOptions(o.WebhookSecret, a.Queue, clk, log.With("loop", "webhook"), reg,
+	if a.Webhook, err = webhook.New(o.WebhookSecret, a.Queue, clk, log.With("loop", "webhook"), reg,
 		webhook.Options{OnPush: a.configPushed}); err != nil {
 		return err
 	}

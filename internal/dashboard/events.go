@@ -62,12 +62,6 @@ func (h *hub) unsubscribe(ch chan string) {
 	}
 }
 
-func (h *hub) listeners() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.clients)
-}
-
 func (h *hub) run(stop chan struct{}) {
 	for {
 		select {

@@ -158,3 +158,9 @@ func TestDrainEndsTheStreams(t *testing.T) {
 		t.Errorf("%d listeners left", n)
 	}
 }
+
+func (h *hub) listeners() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.clients)
+}

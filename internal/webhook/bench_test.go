@@ -16,7 +16,7 @@ func newRecorder() *httptest.ResponseRecorder { return httptest.NewRecorder() }
 
 func benchHandler(b *testing.B) (*Handler, []byte, string) {
 	h, err := New(testSecret, noopQueue{newFakeQueue()}, clock.NewVirtual(testStart),
-		slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+		slog.New(slog.DiscardHandler), prometheus.NewRegistry(), Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

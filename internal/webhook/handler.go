@@ -61,15 +61,9 @@ type Handler struct {
 
 // New returns a handler that verifies deliveries with secret (the webhook
 // secret configured on GitHub) and persists accepted ones to
-// domain.QueueInbox, with the default Options. Metrics are registered with
-// reg when it is not nil.
-func New(secret string, queue domain.Queue, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer) (*Handler, error) {
-	return NewWithOptions(secret, queue, clk, log, reg, Options{})
-}
-
-// NewWithOptions is New with the limits of opts; its zero fields take the
-// defaults.
-func NewWithOptions(secret string, queue domain.Queue, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer, opts Options) (*Handler, error) {
+// domain.QueueInbox, within the limits of opts (its zero fields take the
+// defaults). Metrics are registered with reg when it is not nil.
+func New(secret string, queue domain.Queue, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer, opts Options) (*Handler, error) {
 	switch {
 	case secret == "":
 		return nil, errors.New("webhook: a secret is required")

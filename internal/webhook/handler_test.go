@@ -241,7 +241,7 @@ func TestAcceptedLogNamesIDsNotContents(t *testing.T) {
 }
 
 func TestNewRefusesAnEmptySecret(t *testing.T) {
-	if _, err := New("", newFakeQueue(), newRig(t).clock, nil, nil); err == nil {
+	if _, err := New("", newFakeQueue(), newRig(t).clock, nil, nil, Options{}); err == nil {
 		t.Fatal("no error for an empty secret")
 	}
 }

@@ -101,7 +101,7 @@ func newRigWith(t testing.TB, opts Options) *rig {
 	t.Helper()
 	r := &rig{queue: newFakeQueue(), clock: clock.NewVirtual(testStart), reg: prometheus.NewRegistry(), logs: &testlog.Buffer{}}
 	log := slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	h, err := NewWithOptions(testSecret, r.queue, r.clock, log, r.reg, opts)
+	h, err := New(testSecret, r.queue, r.clock, log, r.reg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

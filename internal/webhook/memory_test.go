@@ -33,7 +33,7 @@ func TestUnsignedLargeBodiesHoldBoundedMemory(t *testing.T) {
 	bound := uint64(readers*2*MaxPayload + 24<<20)
 	for _, conns := range []int{10, 40} {
 		t.Run(fmt.Sprintf("%d connections", conns), func(t *testing.T) {
-			h, err := NewWithOptions(testSecret, newFakeQueue(), clock.NewVirtual(testStart),
+			h, err := New(testSecret, newFakeQueue(), clock.NewVirtual(testStart),
 				slog.New(slog.DiscardHandler), prometheus.NewRegistry(), Options{Readers: readers})
 			if err != nil {
 				t.Fatal(err)
