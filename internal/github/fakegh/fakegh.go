@@ -116,6 +116,7 @@ type run struct {
 
 type job struct {
 	id         int64
+	attempt    int // the run attempt it belongs to; a re-run makes a new job of the next
 	run        *run
 	name       string
 	labels     []string
@@ -262,7 +263,13 @@ type JobOption func(*jobSpec)
 type jobSpec struct {
 	name, workflow string
 	runID          int64
+	status         string // queued unless Held says otherwise
 }
+
+// Held queues the job in another of GitHub's statuses before queued:
+// waiting (for an environment's approval), requested or pending. Release
+// queues it.
+func Held(status string) JobOption { return func(j *jobSpec) { j.status = status } }
 
 // InRun adds the job to an existing run of the same repository.
 func InRun(runID int64) JobOption { return func(j *jobSpec) { j.runID = runID } }
@@ -280,7 +287,7 @@ func Workflow(name string) JobOption { return func(j *jobSpec) { j.workflow = na
 // name or an InRun of another repository's run is a bug in the test: it
 // panics.
 func (s *Server) QueueJob(repoName string, labels []string, opts ...JobOption) domain.GitHubJob {
-	spec := jobSpec{name: DefaultJobName, workflow: DefaultWorkflow}
+	spec := jobSpec{name: DefaultJobName, workflow: DefaultWorkflow, status: "queued"}
 	for _, o := range opts {
 		o(&spec)
 	}
@@ -289,14 +296,34 @@ func (s *Server) QueueJob(repoName string, labels []string, opts ...JobOption) d
 	r := s.repo(repoName)
 	ru := s.runFor(r, spec)
 	s.lastJob++
-	j := &job{id: s.lastJob, run: ru, name: spec.name, labels: append([]string{}, labels...), status: "queued", created: s.clk.Now()}
+	j := &job{id: s.lastJob, run: ru, name: spec.name, labels: append([]string{}, labels...), status: spec.status,
+		attempt: 1, created: s.clk.Now()}
 	ru.jobs = append(ru.jobs, j)
 	s.jobs[j.id] = j
+	s.announce(j, spec.status)
+	if j.status == "queued" {
+		if rn := s.waitingRunnerFor(j); rn != nil {
+			s.start(j, rn.name, rn)
+		}
+	}
+	return j.public()
+}
+
+// Release queues a job held in waiting, requested or pending, as GitHub
+// does once its environment is approved or its concurrency group frees.
+func (s *Server) Release(jobID int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.jobs[jobID]
+	if j == nil || (j.status != "waiting" && j.status != "requested" && j.status != "pending") {
+		return fmt.Errorf("fakegh: job %d is not held", jobID)
+	}
+	j.status = "queued"
 	s.announce(j, "queued")
 	if rn := s.waitingRunnerFor(j); rn != nil {
 		s.start(j, rn.name, rn)
 	}
-	return j.public()
+	return nil
 }
 
 func (s *Server) runFor(r *repo, spec jobSpec) *run {
@@ -394,7 +421,7 @@ func (s *Server) Job(id int64) (domain.GitHubJob, bool) {
 
 func (j *job) public() domain.GitHubJob {
 	return domain.GitHubJob{
-		ID: j.id, RunID: j.run.id, RunAttempt: 1, Repo: j.run.repo.fullName(), Name: j.name,
+		ID: j.id, RunID: j.run.id, RunAttempt: j.attempt, Repo: j.run.repo.fullName(), Name: j.name,
 		Workflow: j.run.workflow, Status: j.status, Conclusion: j.conclusion,
 		Labels: slices.Clone(j.labels), RunnerName: j.runnerName, CreatedAt: j.created,
 	}
@@ -402,13 +429,17 @@ func (j *job) public() domain.GitHubJob {
 
 // status is the run's status as GitHub derives it from its jobs.
 func (ru *run) status() (status, conclusion string) {
-	queued, done := 0, 0
+	queued, done, waiting, running := 0, 0, 0, 0
 	for _, j := range ru.jobs {
 		switch j.status {
 		case "queued":
 			queued++
 		case "completed":
 			done++
+		case "waiting":
+			waiting++
+		case "in_progress":
+			running++
 		}
 	}
 	switch {
@@ -416,6 +447,8 @@ func (ru *run) status() (status, conclusion string) {
 		return "completed", ru.conclusion()
 	case queued == len(ru.jobs):
 		return "queued", ""
+	case waiting > 0 && running == 0:
+		return "waiting", ""
 	default:
 		return "in_progress", ""
 	}
@@ -440,5 +473,28 @@ func (s *Server) sortedJobs() []*job {
 		out = append(out, j)
 	}
 	slices.SortFunc(out, func(a, b *job) int { return cmp.Compare(a.id, b.id) })
+	return out
+}
+
+// attempt is the run's latest attempt.
+func (ru *run) attempt() int {
+	n := 1
+	for _, j := range ru.jobs {
+		n = max(n, j.attempt)
+	}
+	return n
+}
+
+// latestJobs are the jobs of the run's latest attempt. (GitHub also shows
+// there, completed, the jobs a partial re-run did not run again; a re-run
+// needs its run completed, so those are never queued.)
+func (ru *run) latestJobs() []*job {
+	latest := ru.attempt()
+	var out []*job
+	for _, j := range ru.jobs {
+		if j.attempt == latest {
+			out = append(out, j)
+		}
+	}
 	return out
 }

@@ -218,12 +218,18 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "Not Found")
 		return
 	}
-	lo, hi := s.paginate(w, r, len(ru.jobs))
+	// filter=latest (the default) lists the jobs of the run's latest
+	// attempt, each job's newest; filter=all every attempt's.
+	listed := ru.jobs
+	if r.URL.Query().Get("filter") != "all" {
+		listed = ru.latestJobs()
+	}
+	lo, hi := s.paginate(w, r, len(listed))
 	page := []any{}
-	for _, j := range ru.jobs[lo:hi] {
+	for _, j := range listed[lo:hi] {
 		page = append(page, s.jobJSON(j))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(ru.jobs), "jobs": page})
+	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(listed), "jobs": page})
 }
 
 func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) {
@@ -269,7 +275,8 @@ func (s *Server) handleRerun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.lastJob++
-	j := &job{id: s.lastJob, run: old.run, name: old.name, labels: append([]string{}, old.labels...), status: "queued", created: s.clk.Now()}
+	j := &job{id: s.lastJob, run: old.run, name: old.name, labels: append([]string{}, old.labels...), status: "queued",
+		attempt: old.run.attempt() + 1, created: s.clk.Now()}
 	old.run.jobs = append(old.run.jobs, j)
 	s.jobs[j.id] = j
 	s.announce(j, "queued")

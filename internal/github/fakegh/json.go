@@ -140,7 +140,7 @@ func (s *Server) runJSON(ru *run) map[string]any {
 		"status": status, "conclusion": orNull(conclusion), "workflow_id": workflowID,
 		"url": api, "html_url": fmt.Sprintf("%s/%s/actions/runs/%d", htmlBase, full, ru.id),
 		"pull_requests": []any{}, "created_at": timestamp(ru.created), "updated_at": timestamp(updated),
-		"actor": s.userJSON(actor, "User"), "run_attempt": 1, "run_started_at": timestamp(ru.created),
+		"actor": s.userJSON(actor, "User"), "run_attempt": ru.attempt(), "run_started_at": timestamp(ru.created),
 		"triggering_actor": s.userJSON(actor, "User"),
 		"jobs_url":         api + "/jobs", "logs_url": api + "/logs",
 		"check_suite_url": fmt.Sprintf("%s/repos/%s/check-suites/%d", s.srv.URL, full, ru.id+1),
@@ -181,7 +181,7 @@ func (s *Server) jobJSON(j *job) map[string]any {
 	}
 	return map[string]any{
 		"id": j.id, "run_id": j.run.id, "run_url": fmt.Sprintf("%s/actions/runs/%d", api, j.run.id),
-		"run_attempt": 1, "node_id": nodeID("CheckRun", j.id), "head_sha": j.run.headSHA,
+		"run_attempt": j.attempt, "node_id": nodeID("CheckRun", j.id), "head_sha": j.run.headSHA,
 		"url":      fmt.Sprintf("%s/actions/jobs/%d", api, j.id),
 		"html_url": fmt.Sprintf("%s/%s/actions/runs/%d/job/%d", htmlBase, full, j.run.id, j.id),
 		"status":   j.status, "conclusion": orNull(j.conclusion),

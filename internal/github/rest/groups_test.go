@@ -3,6 +3,7 @@ package rest_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -64,5 +65,64 @@ func TestRunnerWorkFolder(t *testing.T) {
 	}
 	if got := srv.RunnerWorkFolder("r1"); got != "jobs" {
 		t.Fatalf("work folder %q, want jobs", got)
+	}
+}
+
+// Queued jobs are the queued ones of each run's latest attempt: not jobs
+// held waiting for an approval or pending, until GitHub queues them, and a
+// re-run's new attempt rather than the old.
+func TestQueuedJobsSkipHeldJobsAndOldAttempts(t *testing.T) {
+	srv := fakegh.New()
+	t.Cleanup(srv.Close)
+	srv.RequireToken(testToken)
+	ctx := context.Background()
+	c, err := rest.New(rest.Options{BaseURL: srv.URL(), Token: testToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := srv.QueueJob("acme/app", []string{"linux"}, fakegh.Named("build"))
+	waiting := srv.QueueJob("acme/app", []string{"linux"}, fakegh.Named("deploy"), fakegh.InRun(queued.RunID), fakegh.Held("waiting"))
+	pending := srv.QueueJob("acme/app", []string{"linux"}, fakegh.Held("pending"))
+	ids := func() []int64 {
+		t.Helper()
+		jobs, err := c.QueuedJobs(ctx, domain.Scope{Owner: "acme", Repo: "app"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []int64
+		for _, j := range jobs {
+			out = append(out, j.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := ids(); !slices.Equal(got, []int64{queued.ID}) {
+		t.Fatalf("queued %v, want only %d (not the held %d, %d)", got, queued.ID, waiting.ID, pending.ID)
+	}
+	if err := srv.Release(waiting.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(); !slices.Equal(got, []int64{queued.ID, waiting.ID}) {
+		t.Fatalf("after the approval, queued %v", got)
+	}
+	other := srv.QueueJob("acme/app", []string{"linux"})
+	if err := srv.CompleteJob(other.ID, "failure"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RerunJob(ctx, "acme/app", other.ID); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := c.QueuedJobs(ctx, domain.Scope{Owner: "acme", Repo: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rerun []domain.GitHubJob
+	for _, j := range jobs {
+		if j.RunID == other.RunID {
+			rerun = append(rerun, j)
+		}
+	}
+	if len(rerun) != 1 || rerun[0].ID == other.ID || rerun[0].RunAttempt != 2 {
+		t.Fatalf("the re-run run's queued jobs %+v, want its second attempt alone", rerun)
 	}
 }

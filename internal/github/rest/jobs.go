@@ -22,7 +22,8 @@ const (
 // run is in progress as soon as one of its jobs is, so its other jobs may
 // still be queued.
 var runStatuses = map[string][]string{
-	StatusQueued:     {StatusQueued, StatusInProgress},
+	// A run waiting for an environment's approval may hold queued jobs too.
+	StatusQueued:     {StatusQueued, StatusInProgress, "waiting"},
 	StatusInProgress: {StatusInProgress},
 }
 
