@@ -255,7 +255,7 @@ func TestServeOnEC2(t *testing.T) {
 		}
 		return s.warmOn("warm", v2)
 	})
-	if !strings.Contains(s.logs.String(), "instance interrupted by the cloud") {
+	if !strings.Contains(s.logs.String(), "spot interruption: instance out of service") {
 		t.Error("serve did not log the interruption")
 	}
 
