@@ -320,21 +320,37 @@ func (s *Service) jobFinished(ctx context.Context, in domain.Instance, sig domai
 // notice gives it two minutes). The instance leaves service at once; in the
 // same change a job it had not started goes back to its queue, and one it
 // had started is marked interrupted: GitHub fails that job, and the reaper
-// re-runs it once its run completes. A repeated notice changes nothing.
+// re-runs it once its run completes. An instance that changed meanwhile (a
+// warm signal, a claim) is read again: the notice does not wait for the
+// agent's retry. A repeated notice changes nothing.
 func (s *Service) interrupted(ctx context.Context, in domain.Instance, sig domain.Signal) error {
-	if in.State == domain.StateTerminating || in.State.Terminal() {
-		return nil
-	}
-	now := s.clock.Now()
 	const reason = "spot interruption: the cloud is taking the machine back"
-	done, ok, err := jobs.Interrupt(ctx, s.store, s.queue, in, reason, s.opts.Deadlines.Until(domain.StateTerminating, now))
-	switch {
-	case !ok && err != nil:
-		return fmt.Errorf("interrupted %s: %w", in.ID, err)
-	case !ok:
-		// It changed meanwhile: the agent retries, and this decides again.
-		return fmt.Errorf("interrupted %s: %w", in.ID, domain.ErrConflict)
+	id := in.ID
+	for range releaseAttempts {
+		if in.State == domain.StateTerminating || in.State.Terminal() {
+			return nil
+		}
+		now := s.clock.Now()
+		done, ok, err := jobs.Interrupt(ctx, s.store, s.queue, in, reason, s.opts.Deadlines.Until(domain.StateTerminating, now))
+		if ok {
+			s.noteInterruption(in, sig, done, err, now)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("interrupted %s: %w", id, err)
+		}
+		if in, err = s.store.GetInstance(ctx, id); err != nil {
+			return fmt.Errorf("interrupted %s: %w", id, err)
+		}
 	}
+	return fmt.Errorf("interrupted %s: %w", id, domain.ErrConflict) // the agent retries
+}
+
+// noteInterruption logs and counts an instance taken out of service by an
+// interruption, and tells the spot circuit breaker. sendErr is a failed
+// send of its requeued job's message: the job is in the database, and the
+// reaper sends it, so it is no reason for the agent to report again.
+func (s *Service) noteInterruption(in domain.Instance, sig domain.Signal, done jobs.Interruption, sendErr error, now time.Time) {
 	job := "none"
 	attrs := []any{"instance", in.ID, "runner", in.Runner, "state", in.State, "notice", sig.Reason}
 	if j := done.Job; j != nil {
@@ -346,15 +362,12 @@ func (s *Service) interrupted(ctx context.Context, in domain.Instance, sig domai
 	}
 	s.metrics.interruptions.WithLabelValues(job).Inc()
 	s.log.Warn("spot interruption: instance out of service", attrs...)
+	if sendErr != nil {
+		s.log.Warn("interrupted instance's job is back in its queue, its message not sent yet", "instance", in.ID, "err", sendErr)
+	}
 	if s.opts.Interrupted != nil {
 		s.opts.Interrupted(in.Runner, now)
 	}
-	// The job is in the database: a failed send of its queue message is
-	// the reaper's to repeat, not a reason for the agent to report again.
-	if err != nil {
-		s.log.Warn("interrupted instance's job is back in its queue, its message not sent yet", "instance", in.ID, "err", err)
-	}
-	return nil
 }
 
 // interruptedJobOutcome says, for the log, what becomes of the job of an

@@ -22,6 +22,9 @@ type writeLog struct {
 	*sqlite.Store
 	mu     sync.Mutex
 	writes []string // "commit 1+1" (instances+jobs), "instance", "job"
+	// before, when set, runs before the next commit: another writer
+	// getting there first.
+	before func()
 }
 
 func (w *writeLog) note(s string) {
@@ -31,6 +34,10 @@ func (w *writeLog) note(s string) {
 }
 
 func (w *writeLog) Commit(ctx context.Context, c domain.Change) (domain.Changed, error) {
+	if w.before != nil {
+		w.before()
+		w.before = nil
+	}
 	done, err := w.Store.Commit(ctx, c)
 	if err == nil {
 		w.note(fmt.Sprintf("commit %d+%d", len(c.Instances), len(c.Jobs)))
@@ -214,5 +221,22 @@ func TestInterruptedInEachState(t *testing.T) {
 				t.Fatal("an interrupted instance was claimed from its resource-pool entry")
 			}
 		})
+	}
+}
+
+// An instance that changes between the notice's read and its change (its
+// agent's warm signal, say) is read again: the notice takes effect at
+// once, without waiting for the agent to report again.
+func TestInterruptedDecidesAgainOnAnInstanceThatMovedOn(t *testing.T) {
+	r := newSpotRig(t)
+	in := r.instance(domain.Instance{ID: "bp-1", State: domain.StateBooting, Runner: "spot-x64"})
+	r.writes.before = func() {
+		if err := r.fixture.signal(in, domain.SignalWarm, ""); err != nil {
+			t.Error(err)
+		}
+	}
+	r.interrupt(in)
+	if after := r.get(in.ID); after.State != domain.StateTerminating {
+		t.Fatalf("instance %s, want terminating", after.State)
 	}
 }
