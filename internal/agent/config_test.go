@@ -98,7 +98,7 @@ func TestLoadConfigPrecedence(t *testing.T) {
 		t.Fatalf("precedence (defaults < file < environment < flags) broken: %+v", cfg)
 	}
 	if cfg.RunnerCommand != agent.DefaultRunnerCommand || cfg.ShutdownCommand != agent.DefaultShutdownCommand ||
-		cfg.UnreachableDeadline != 20*time.Minute || cfg.HeartbeatEvery != 5*time.Second {
+		cfg.UnreachableDeadline != 20*time.Minute || cfg.HeartbeatEvery != 5*time.Second || cfg.SpotWatchEvery != 5*time.Second {
 		t.Fatalf("defaults not applied: %+v", cfg)
 	}
 	if len(cfg.Env) != 1 || cfg.Env[0] != "RUNNER_ALLOW_RUNASROOT=1" {
@@ -122,6 +122,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"bad cloud id source", []string{"--url", "http://cp", "--cloud-id-from", "gcp"}, "want imds or digitalocean"},
 		{"bad duration", append(base, "--unreachable-deadline", "soon"), "--unreachable-deadline"},
 		{"bad pattern", append(base, "--job-started-pattern", "("), "not a regular expression"},
+		{"negative spot watch", append(base, "--spot-watch-interval", "-5s"), "--spot-watch-interval"},
 		{"bad log level", append(base, "--log-level", "loud"), "--log-level"},
 		{"stray argument", append(base, "extra"), "unexpected arguments"},
 		{"missing file", append(base, "--config", "/nonexistent/agent.env"), "read config"},
@@ -146,6 +147,7 @@ func TestEnvNames(t *testing.T) {
 		"BULLPEN_AGENT_CLOUD_ID_FROM", "BULLPEN_AGENT_STATE_DIR", "BULLPEN_AGENT_RUNNER_COMMAND",
 		"BULLPEN_AGENT_WARMUP_COMMAND", "BULLPEN_AGENT_CLEANUP_COMMAND", "BULLPEN_AGENT_SHUTDOWN_COMMAND",
 		"BULLPEN_AGENT_UNREACHABLE_DEADLINE", "BULLPEN_AGENT_WORK_DIR", "BULLPEN_AGENT_JOB_STARTED_PATTERN",
+		"BULLPEN_AGENT_SPOT_WATCH_INTERVAL",
 	} {
 		if !strings.Contains(" "+names+" ", " "+want+" ") {
 			t.Errorf("%s is not read", want)

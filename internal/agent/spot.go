@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -31,14 +32,16 @@ func SpotNotice(ctx context.Context, hc *http.Client, base string) (*InstanceAct
 	}
 	var act InstanceAction
 	if err := json.Unmarshal([]byte(vals[0]), &act); err != nil {
-		return nil, errors.New("the spot notice is not JSON")
+		return nil, fmt.Errorf("the spot notice is not JSON: %w", err)
 	}
 	return &act, nil
 }
 
 // watchSpot polls the metadata service for a spot interruption notice and,
 // on one, tells the control plane once (retrying until it is heard), which
-// takes the instance out of service before the machine goes.
+// takes the instance out of service before the machine goes. The agent
+// carries on: the control plane ends the instance, and the machine goes
+// by itself.
 func (a *Agent) watchSpot(ctx context.Context) {
 	for {
 		act, err := SpotNotice(ctx, a.hc, a.cfg.MetadataURL)
@@ -48,11 +51,12 @@ func (a *Agent) watchSpot(ctx context.Context) {
 		case err != nil:
 			a.log.Debug("spot notice unreadable", "err", err)
 		case act != nil:
-			a.log.Warn("spot interruption notice: the machine is being taken back", "action", act.Action, "at", act.Time)
-			err := a.retry(ctx, "interrupted", func(ctx context.Context) error {
-				return a.api.signal(ctx, agentapi.SignalRequest{Kind: string(domain.SignalInterrupted), Reason: act.Action + " at " + act.Time})
-			})
-			if err != nil && ctx.Err() == nil {
+			a.log.Warn("spot interruption notice: the cloud is taking the machine back", "action", act.Action, "at", act.Time)
+			err := a.signal(ctx, agentapi.SignalRequest{Kind: string(domain.SignalInterrupted), Reason: act.Action + " at " + act.Time})
+			switch {
+			case errors.Is(err, ErrInstanceEnded):
+				a.log.Info("the instance had already ended: nothing to report")
+			case err != nil && ctx.Err() == nil:
 				a.log.Warn("the control plane did not hear of the interruption", "err", err)
 			}
 			return

@@ -2,72 +2,244 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/agent"
+	"github.com/bullpen-ci/bullpen/internal/agentapi"
+	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-// spotIMDS is IMDSv2 with the instance's id, and a spot interruption
-// notice when notice is set.
-func spotIMDS(t *testing.T, notice string) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.Method == http.MethodPut && r.URL.Path == "/latest/api/token":
-			io.WriteString(w, "session")
-		case r.Header.Get("X-aws-ec2-metadata-token") != "session":
-			http.Error(w, "no token", http.StatusUnauthorized)
-		case r.URL.Path == "/latest/meta-data/instance-id":
-			io.WriteString(w, "i-bp-1")
-		case r.URL.Path == "/latest/dynamic/instance-identity/document", r.URL.Path == "/latest/dynamic/instance-identity/signature":
-			io.WriteString(w, "unchecked here")
-		case r.URL.Path == "/latest/meta-data/spot/instance-action" && notice != "":
-			io.WriteString(w, notice)
-		default:
-			http.NotFound(w, r)
+const notice = `{"action": "terminate", "time": "2026-11-24T08:22:00Z"}`
+
+// spotWorld is a machine's metadata service (IMDSv2, which serves nothing
+// without a session token) and a control plane that accepts everything but
+// answers the first interrupted signal 503, as a restarting one would. It
+// counts what the agent asked of each.
+type spotWorld struct {
+	mu      sync.Mutex
+	notice  string // the spot notice once EC2 gives one
+	polls   int    // reads of the spot notice
+	signals map[string]int
+	beats   int
+	changed chan struct{}
+}
+
+func newSpotWorld(t *testing.T) (w *spotWorld, imds, plane *httptest.Server) {
+	w = &spotWorld{signals: map[string]int{}, changed: make(chan struct{})}
+	imds = httptest.NewServer(http.HandlerFunc(w.metadata))
+	plane = httptest.NewServer(http.HandlerFunc(w.controlPlane))
+	t.Cleanup(imds.Close)
+	t.Cleanup(plane.Close)
+	return w, imds, plane
+}
+
+func (w *spotWorld) metadata(rw http.ResponseWriter, r *http.Request) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case r.Method == http.MethodPut && r.URL.Path == "/latest/api/token":
+		io.WriteString(rw, "session")
+	case r.Header.Get("X-aws-ec2-metadata-token") != "session":
+		http.Error(rw, "no token", http.StatusUnauthorized)
+	case r.URL.Path == "/latest/meta-data/instance-id":
+		io.WriteString(rw, "i-bp-1")
+	case r.URL.Path == "/latest/dynamic/instance-identity/document", r.URL.Path == "/latest/dynamic/instance-identity/signature":
+		io.WriteString(rw, "unchecked here")
+	case r.URL.Path == "/latest/meta-data/spot/instance-action":
+		w.polls++
+		w.notify()
+		if w.notice == "" {
+			http.NotFound(rw, r)
+			return
 		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+		io.WriteString(rw, w.notice)
+	default:
+		http.NotFound(rw, r)
+	}
+}
+
+func (w *spotWorld) controlPlane(rw http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case agentapi.PathHello:
+		json.NewEncoder(rw).Encode(agentapi.HelloResponse{Token: "tok", InstanceID: "bp-1", HeartbeatSeconds: 5})
+	case agentapi.PathHeartbeat:
+		w.count(func() { w.beats++ })
+		rw.WriteHeader(http.StatusNoContent)
+	case agentapi.PathNext:
+		<-r.Context().Done() // nothing to do
+	case agentapi.PathSignal:
+		var req agentapi.SignalRequest
+		json.NewDecoder(r.Body).Decode(&req)
+		var n int
+		w.count(func() { w.signals[req.Kind]++; n = w.signals[req.Kind] })
+		if req.Kind == string(domain.SignalInterrupted) && n == 1 {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+			json.NewEncoder(rw).Encode(agentapi.ErrorResponse{Error: "restarting", Code: agentapi.CodeUnavailable})
+			return
+		}
+		rw.WriteHeader(http.StatusNoContent)
+	}
+}
+
+func (w *spotWorld) count(f func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f()
+	w.notify()
+}
+
+func (w *spotWorld) notify() {
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+func (w *spotWorld) give(notice string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.notice = notice
+}
+
+// await waits until cond holds on the world's counts.
+func (w *spotWorld) await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	limit := time.After(30 * time.Second)
+	for {
+		w.mu.Lock()
+		ok, changed := cond(), w.changed
+		w.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-changed:
+		case <-limit:
+			t.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}
+
+func (w *spotWorld) read(f func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f()
+}
+
+// An agent whose cloud id comes from IMDS reads the spot notice at once
+// and then every interval, with a session token. On a notice it tells the
+// control plane, retrying until it is heard, once; then it stops looking
+// and carries on: the machine goes by itself.
+func TestAgentWatchesForASpotInterruption(t *testing.T) {
+	r := newRig(t)
+	w, imds, plane := newSpotWorld(t)
+	cfg := r.config("bp-1", "secret")
+	cfg.URL, cfg.CloudID, cfg.CloudIDFrom, cfg.MetadataURL = plane.URL, "", "imds", imds.URL
+	cfg.SpotWatchEvery = 7 * time.Second
+	clk := clock.NewVirtual(agentapitest.T0)
+	g := r.start(cfg, clk, plane.Client())
+
+	w.await(t, "the first look", func() bool { return w.polls == 1 && w.signals["warm"] == 1 })
+	clk.BlockUntil(2) // the heartbeat's interval and the watch's
+	clk.Advance(5 * time.Second)
+	clk.BlockUntil(2) // the next heartbeat's too
+	if next, _ := clk.Next(); next.Sub(agentapitest.T0) != 7*time.Second {
+		t.Fatalf("next look %s after the first, want 7s", next.Sub(agentapitest.T0))
+	}
+	clk.Advance(2 * time.Second)
+	w.await(t, "the second look", func() bool { return w.polls == 2 })
+
+	w.give(notice)
+	clk.BlockUntil(2)
+	clk.Advance(7 * time.Second)
+	w.await(t, "the report", func() bool { return w.signals["interrupted"] == 1 })
+	clk.BlockUntil(2) // the heartbeat's interval and the report's backoff
+	clk.Advance(time.Second)
+	w.await(t, "the report again", func() bool { return w.signals["interrupted"] == 2 })
+
+	beats := 0
+	w.read(func() { beats = w.beats })
+	for range 4 {
+		clk.BlockUntil(1)
+		clk.Advance(7 * time.Second)
+	}
+	w.await(t, "heartbeats after the notice", func() bool { return w.beats >= beats+4 })
+	w.read(func() {
+		if w.polls != 3 || w.signals["interrupted"] != 2 {
+			t.Errorf("after the notice: %d looks, %d reports; want 3 and 2 (the first refused)", w.polls, w.signals["interrupted"])
+		}
+	})
+	select {
+	case <-g.done:
+		t.Fatalf("the agent stopped after the notice: %v", g.err)
+	default:
+	}
+}
+
+// An agent told its cloud id does not look: the notice is EC2's, read
+// from the metadata service only an agent on EC2 uses.
+func TestAgentWithAGivenCloudIDDoesNotWatch(t *testing.T) {
+	r := newRig(t)
+	w, imds, plane := newSpotWorld(t)
+	w.give(notice)
+	cfg := r.config("bp-1", "secret")
+	cfg.URL, cfg.MetadataURL = plane.URL, imds.URL
+	clk := clock.NewVirtual(agentapitest.T0)
+	r.start(cfg, clk, plane.Client())
+	w.await(t, "warm", func() bool { return w.signals["warm"] == 1 })
+	clk.BlockUntil(1)
+	clk.Advance(time.Minute)
+	w.await(t, "a heartbeat", func() bool { return w.beats == 2 })
+	w.read(func() {
+		if w.polls != 0 || w.signals["interrupted"] != 0 {
+			t.Fatalf("%d looks, %d reports, want none", w.polls, w.signals["interrupted"])
+		}
+	})
 }
 
 func TestSpotNotice(t *testing.T) {
 	ctx := context.Background()
-	none, err := agent.SpotNotice(ctx, http.DefaultClient, spotIMDS(t, "").URL)
+	w, imds, _ := newSpotWorld(t)
+	none, err := agent.SpotNotice(ctx, http.DefaultClient, imds.URL)
 	if err != nil || none != nil {
 		t.Fatalf("without a notice: %+v, %v", none, err)
 	}
-	act, err := agent.SpotNotice(ctx, http.DefaultClient, spotIMDS(t, `{"action": "terminate", "time": "2026-11-24T08:22:00Z"}`).URL)
+	w.give(notice)
+	act, err := agent.SpotNotice(ctx, http.DefaultClient, imds.URL)
 	if err != nil || act == nil || act.Action != "terminate" || act.Time != "2026-11-24T08:22:00Z" {
 		t.Fatalf("with a notice: %+v, %v", act, err)
 	}
-	if _, err := agent.SpotNotice(ctx, http.DefaultClient, spotIMDS(t, "not json").URL); err == nil {
+	w.give("not json")
+	if _, err := agent.SpotNotice(ctx, http.DefaultClient, imds.URL); err == nil {
 		t.Fatal("a notice that is not JSON was accepted")
 	}
 }
 
-// An agent whose machine gets a spot interruption notice tells the control
-// plane, which takes the instance out of service.
+// Against the real control plane: the notice takes the instance out of
+// service, and the agent learns that its instance has ended.
 func TestAgentReportsASpotInterruption(t *testing.T) {
 	r := newRig(t)
-	imds := spotIMDS(t, `{"action": "terminate", "time": "2026-11-24T08:22:00Z"}`)
+	w, imds, _ := newSpotWorld(t)
+	w.give(notice)
 	cfg := r.config("bp-1", "secret")
-	r.cp.Launch("bp-1", "booting", "secret")
+	r.cp.Launch("bp-1", domain.StateBooting, "secret")
 	cfg.CloudID, cfg.CloudIDFrom, cfg.MetadataURL = "", "imds", imds.URL
-	a, err := agent.New(cfg, agent.Deps{Clock: r.cp.Clock, HTTP: r.srv.Client(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	g := r.run(cfg)
 	r.cp.Calls.Await(t, 1, func(c agentapitestCall) bool {
 		return c.Op == "signal" && c.Signal.Kind == domain.SignalInterrupted && c.Err == nil
 	})
-	cancel()
-	<-done
+	if got := r.cp.Get("bp-1").State; got != domain.StateTerminating {
+		t.Fatalf("instance %s, want terminating", got)
+	}
+	// Its next heartbeat or poll is told the instance ended.
+	if _, err := stepUntilDone(t, r.cp.Clock, g); !errors.Is(err, agent.ErrInstanceEnded) {
+		t.Fatalf("Run: %v, want ErrInstanceEnded", err)
+	}
 }
