@@ -213,7 +213,7 @@ func (p *parser) retry(path string, n *yaml.Node) string {
 	if n != nil && n.Kind == yaml.ScalarNode {
 		switch strings.ToLower(n.Value) {
 		case domain.RetryWhenInterrupted:
-			return "" // the default, kept out of the spec hash
+			return "" // the default: one spelling for it
 		case "false", "no", "off":
 			return domain.RetryNever
 		}

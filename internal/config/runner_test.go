@@ -37,6 +37,8 @@ func TestRunnerForms(t *testing.T) {
 		{"spot lowest-price", "spot: lowest-price", domain.RunnerSpec{Spot: "lowest-price"}},
 		{"retry when interrupted is the default", "retry: when-interrupted", domain.RunnerSpec{}},
 		{"retry false", "retry: false", domain.RunnerSpec{Retry: domain.RetryNever}},
+		{"retry false, quoted", `retry: "false"`, domain.RunnerSpec{Retry: domain.RetryNever}},
+		{"retry when interrupted, any case", "retry: When-Interrupted", domain.RunnerSpec{}},
 		{"spot capacity-optimized", "spot: capacity-optimized", domain.RunnerSpec{Spot: "capacity-optimized"}},
 	}
 	for _, c := range cases {
@@ -84,6 +86,8 @@ func TestRunnerProblems(t *testing.T) {
 		{"spot unknown strategy", "spot: cheapest", []string{`4:11: runners.r.spot: bad spot value "cheapest" ` + spotExpected}},
 		{"spot number", "spot: 1", []string{`4:11: runners.r.spot: bad spot value 1 ` + spotExpected}},
 		{"retry unknown", "retry: always", []string{`4:12: runners.r.retry: bad retry value "always" (expected when-interrupted or false)`}},
+		{"retry true", "retry: true", []string{`4:12: runners.r.retry: bad retry value true (expected when-interrupted or false)`}},
+		{"retry a list", "retry: [false]", []string{`4:12: runners.r.retry: bad retry value a list (expected when-interrupted or false)`}},
 		{"unknown key", "colour: red", []string{`4:5: runners.r: unknown key "colour" in runner (known: image, cpu, ram, family, volume, spot, retry)`}},
 		{"duplicate key", "image: debian", []string{`4:5: runners.r: duplicate key "image" in runner (first at line 3)`}},
 	}

@@ -163,4 +163,9 @@ func TestSpecHashCoversWhatShapesAnInstance(t *testing.T) {
 	if SpecHash(r, "ami-1", p3) != base {
 		t.Error("a schedule or timezone edit must not roll the pool")
 	}
+	r3 := r
+	r3.Retry = RetryNever
+	if SpecHash(r3, "ami-1", p) != base {
+		t.Error("retry is the control plane's, not the machine's: it must not roll the pool")
+	}
 }

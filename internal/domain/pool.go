@@ -137,9 +137,11 @@ const (
 
 // SpecHash fingerprints everything that shapes a pool's instances: the runner
 // spec, the image it resolved to, and the pool settings that reach the
-// machine. Schedules and timezones only change counts, so they are left out:
-// editing a schedule must not roll a pool.
+// machine. Schedules and timezones only change counts, and a runner's retry
+// only what the control plane does after an interruption, so they are left
+// out: editing them must not roll a pool.
 func SpecHash(r RunnerSpec, imageID string, p Pool) string {
+	r.Retry = ""
 	doc := struct {
 		Runner          RunnerSpec `json:"runner"`
 		ImageID         string     `json:"image_id"`

@@ -37,7 +37,7 @@ func job(id int64, status domain.JobStatus) domain.Job {
 		Spec: domain.RunnerSpec{
 			Name: "small", Image: "ubuntu-24.04", CPU: domain.Range{Min: 2, Max: 4}, RAM: domain.Range{Min: 4, Max: 8},
 			Family: []string{"c7i", "m7i"}, Volume: domain.Volume{Type: "gp3", SizeGB: 40, ThroughputMBps: 125, IOPS: 3000},
-			Spot: "price-capacity-optimized",
+			Spot: "price-capacity-optimized", Retry: domain.RetryNever,
 		},
 		InstanceID: fmt.Sprintf("inst-%d", id), RunnerName: fmt.Sprintf("bullpen-%d", id), RunnerID: 77 + id,
 		Reason: "because", Conclusion: "success", Attempts: 1, SendPending: true, Interrupted: true, Rerun: true,
