@@ -75,9 +75,9 @@ func SendPending(ctx context.Context, st Store, q domain.Queue, now time.Time, a
 // Retire takes instance in out of service (to state to, with reason and
 // deadline) and, in the same atomic change, sends the job it was serving
 // back to its queue if that job had not started: no job is ever left bound
-// to an instance that will not run it. retired is false when in changed
-// since it was read (the caller decides again on what it is now);
-// retired is the instance as written.
+// to an instance that will not run it. ok is false when in changed since
+// it was read (the caller decides again on what it is now); retired is the
+// instance as written.
 func Retire(ctx context.Context, st Store, q domain.Queue, in domain.Instance, to domain.State, reason string, deadline time.Time) (retired domain.Instance, ok bool, err error) {
 	done, ok, err := takeOut(ctx, st, q, in, func(j *domain.Job) domain.Change {
 		c := domain.Change{Instances: []domain.TransitionRequest{verbs.Retire(in, to, reason, deadline)}}
