@@ -3,8 +3,6 @@ package installations_test
 import (
 	"testing"
 
-	"github.com/bullpen-ci/bullpen/internal/domain"
-	"github.com/bullpen-ci/bullpen/internal/github/fakegh"
 	"github.com/bullpen-ci/bullpen/internal/github/githubtest"
 )
 
@@ -15,23 +13,6 @@ func TestContract(t *testing.T) {
 		gh, key := twoAccounts(t)
 		gh.AutoCreate() // the suite names repositories no job created
 		gh.AddInstallation(103, "acme-other")
-		return githubtest.Harness{
-			GitHub: newApp(t, gh, appID, key),
-			Owner:  "acme",
-			QueueJob: func(spec githubtest.JobSpec) domain.GitHubJob {
-				opts := []fakegh.JobOption{fakegh.Named(spec.Name)}
-				if spec.RunID != 0 {
-					opts = append(opts, fakegh.InRun(spec.RunID))
-				}
-				return gh.QueueJob(spec.Repo, spec.Labels, opts...)
-			},
-			StartRunner: func(reg domain.RunnerRegistration) int64 {
-				id, err := gh.RunJIT(reg.JITConfig)
-				if err != nil || id == 0 {
-					t.Fatalf("runner %d took no job: job %d, error %v", reg.RunnerID, id, err)
-				}
-				return id
-			},
-		}
+		return gh.Harness(t, newApp(t, gh, appID, key), "acme")
 	})
 }
