@@ -127,6 +127,12 @@ func readRebind(ctx context.Context, st Store, id int64, taker string) (rebindRo
 
 // boundJob returns the unstarted job assigned to in, if any.
 func boundJob(ctx context.Context, st Store, in domain.Instance) (*domain.Job, error) {
+	return jobOf(ctx, st, in, domain.JobAssigned)
+}
+
+// jobOf returns the job in is bound to when the job names in too and is
+// in one of statuses; nil otherwise.
+func jobOf(ctx context.Context, st Store, in domain.Instance, statuses ...domain.JobStatus) (*domain.Job, error) {
 	id, err := domain.ParseJobKey(in.Job)
 	if err != nil {
 		return nil, nil // no job, or not one bullpen wrote
@@ -138,7 +144,7 @@ func boundJob(ctx context.Context, st Store, in domain.Instance) (*domain.Job, e
 	if err != nil {
 		return nil, err
 	}
-	if j.Status != domain.JobAssigned || j.InstanceID != in.ID {
+	if j.InstanceID != in.ID || !slices.Contains(statuses, j.Status) {
 		return nil, nil
 	}
 	return &j, nil

@@ -159,19 +159,5 @@ func takeOut(ctx context.Context, st Store, q domain.Queue, in domain.Instance, 
 // servedJob returns the job in is bound to while it is still that
 // instance's and not over (assigned or running), else nil.
 func servedJob(ctx context.Context, st Store, in domain.Instance) (*domain.Job, error) {
-	id, err := domain.ParseJobKey(in.Job)
-	if err != nil {
-		return nil, nil // no job, or not one bullpen wrote
-	}
-	j, err := st.GetJob(ctx, id)
-	if errors.Is(err, domain.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if j.InstanceID != in.ID || (j.Status != domain.JobAssigned && j.Status != domain.JobRunning) {
-		return nil, nil
-	}
-	return &j, nil
+	return jobOf(ctx, st, in, domain.JobAssigned, domain.JobRunning)
 }
