@@ -85,20 +85,24 @@ func tokenMatches(got, want string) bool {
 // time not reached yet is null), so clients see one shape whatever the
 // job's status.
 type JobView struct {
-	ID          int64      `json:"id"`
-	RunID       int64      `json:"run_id"`
-	Repo        string     `json:"repo"`
-	Name        string     `json:"name"`
-	Labels      []string   `json:"labels"`
-	Status      string     `json:"status"`
-	Route       string     `json:"route"`
-	Via         string     `json:"via"`
-	Pool        string     `json:"pool"`
-	Runner      string     `json:"runner"`
-	InstanceID  string     `json:"instance_id"`
-	RunnerName  string     `json:"runner_name"`
-	Reason      string     `json:"reason"`
-	Conclusion  string     `json:"conclusion"`
+	ID         int64    `json:"id"`
+	RunID      int64    `json:"run_id"`
+	Repo       string   `json:"repo"`
+	Name       string   `json:"name"`
+	Labels     []string `json:"labels"`
+	Status     string   `json:"status"`
+	Route      string   `json:"route"`
+	Via        string   `json:"via"`
+	Pool       string   `json:"pool"`
+	Runner     string   `json:"runner"`
+	InstanceID string   `json:"instance_id"`
+	RunnerName string   `json:"runner_name"`
+	Reason     string   `json:"reason"`
+	Conclusion string   `json:"conclusion"`
+	// Interrupted: its spot machine was taken back after it started; Rerun:
+	// GitHub was asked to re-run it.
+	Interrupted bool       `json:"interrupted,omitempty"`
+	Rerun       bool       `json:"rerun,omitempty"`
 	Attempts    int        `json:"attempts"`
 	QueuedAt    *time.Time `json:"queued_at"`
 	AssignedAt  *time.Time `json:"assigned_at"`
@@ -118,6 +122,7 @@ func ViewJob(j domain.Job) JobView {
 		ID: j.ID, RunID: j.RunID, Repo: j.Repo, Name: j.Name, Labels: labels, Status: string(j.Status),
 		Route: string(j.Route), Via: string(j.Via), Pool: j.Pool, Runner: j.Runner, InstanceID: j.InstanceID,
 		RunnerName: j.RunnerName, Reason: j.Reason, Conclusion: j.Conclusion, Attempts: j.Attempts,
+		Interrupted: j.Interrupted, Rerun: j.Rerun,
 		QueuedAt: ts(j.QueuedAt), AssignedAt: ts(j.AssignedAt), StartedAt: ts(j.StartedAt),
 		CompletedAt: ts(j.CompletedAt), CreatedAt: ts(j.CreatedAt), UpdatedAt: ts(j.UpdatedAt),
 	}

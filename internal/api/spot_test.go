@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/spotbreaker"
 )
 
@@ -44,5 +45,21 @@ func TestSpotListsOpenBreakers(t *testing.T) {
 	}
 	if rec := r.getAs("/api/v1/spot", ""); rec.Code != http.StatusUnauthorized {
 		t.Fatalf("without the token: %d", rec.Code)
+	}
+}
+
+// A job whose spot machine was taken back says so, and whether it was
+// re-run; other jobs carry neither field.
+func TestAnInterruptedJobSaysSo(t *testing.T) {
+	r := newRig(t)
+	j := domain.Job{ID: 900, RunID: 9000, Repo: "acme/app", Status: domain.JobCompleted, Route: domain.RouteLaunch,
+		Interrupted: true, Rerun: true}
+	if _, err := r.store.CreateJobs(t.Context(), []domain.Job{j}); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	r.getJSON("/api/v1/jobs/900", &got)
+	if got["interrupted"] != true || got["rerun"] != true {
+		t.Fatalf("job %v, want interrupted and rerun", got)
 	}
 }
