@@ -39,6 +39,29 @@ type installation struct {
 	account   string
 	suspended time.Time
 	created   time.Time
+	// selected, when set, are the only repositories (lower-case names) the
+	// installation reaches: GitHub's "only select repositories".
+	selected []string
+}
+
+// SelectRepositories limits installation id to these repositories of its
+// account ("owner/name"), as an administrator choosing "only select
+// repositories" does.
+func (s *Server) SelectRepositories(id int64, repos ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in := s.auth.installations[id]; in != nil {
+		in.selected = nil
+		for _, r := range repos {
+			_, name, _ := strings.Cut(strings.ToLower(r), "/")
+			in.selected = append(in.selected, name)
+		}
+	}
+}
+
+// reaches reports whether in may see the repository named name (lower case).
+func (in *installation) reaches(name string) bool {
+	return in.selected == nil || slices.Contains(in.selected, strings.ToLower(name))
 }
 
 // AddInstallation installs the App (RequireApp) on account: tokens issued
@@ -98,6 +121,9 @@ func (s *Server) outOfReach(r *http.Request) bool {
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	if len(parts) < 2 || (parts[0] != "repos" && parts[0] != "orgs") {
 		return false
+	}
+	if parts[0] == "repos" && len(parts) > 2 && !in.reaches(parts[2]) {
+		return true
 	}
 	return strings.ToLower(parts[1]) != in.account
 }
@@ -169,7 +195,7 @@ func (s *Server) installationJSON(in *installation, a *account) map[string]any {
 		"id": in.id, "app_id": s.auth.appID, "app_slug": appSlug, "client_id": "Iv1.fake",
 		"target_id": a.id, "target_type": "Organization", "account": s.userJSON(a, "Organization"),
 		"single_file_name": nil, "has_multiple_single_files": false, "single_file_paths": []string{},
-		"repository_selection": "all",
+		"repository_selection": selection(in),
 		"access_tokens_url":    fmt.Sprintf("%s/app/installations/%d/access_tokens", s.srv.URL, in.id),
 		"html_url":             fmt.Sprintf("%s/organizations/%s/settings/installations/%d", htmlBase, a.login, in.id),
 		"repositories_url":     s.srv.URL + "/installation/repositories",
@@ -251,7 +277,7 @@ func (s *Server) handleInstallationRepos(w http.ResponseWriter, r *http.Request)
 	}
 	var listed []*repo
 	for _, rp := range s.repos {
-		if in.account == "" || strings.EqualFold(rp.owner.login, in.account) {
+		if (in.account == "" || strings.EqualFold(rp.owner.login, in.account)) && in.reaches(rp.name) {
 			listed = append(listed, rp)
 		}
 	}
@@ -261,5 +287,12 @@ func (s *Server) handleInstallationRepos(w http.ResponseWriter, r *http.Request)
 	for _, rp := range listed[lo:hi] {
 		page = append(page, s.repoJSON(rp))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(listed), "repository_selection": "all", "repositories": page})
+	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(listed), "repository_selection": selection(in), "repositories": page})
+}
+
+func selection(in *installation) string {
+	if in.selected != nil {
+		return "selected"
+	}
+	return "all"
 }

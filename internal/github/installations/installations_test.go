@@ -164,3 +164,28 @@ func TestRepositoriesOfEveryInstallation(t *testing.T) {
 		t.Fatalf("the installations were listed %d times within the hour", n)
 	}
 }
+
+// An installation limited to some repositories reaches only those: its
+// list holds them alone, and a runner cannot be registered elsewhere.
+func TestAnInstallationOfSelectedRepositories(t *testing.T) {
+	gh, key := twoAccounts(t)
+	gh.AddRepo("acme/infra")
+	gh.SelectRepositories(101, "acme/app")
+	g := newApp(t, gh, appID, key)
+	ctx := context.Background()
+	got, err := g.Repositories(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range got {
+		if s.Owner == "acme" && s.Repo != "app" {
+			t.Errorf("repository %s/%s listed, though not selected", s.Owner, s.Repo)
+		}
+	}
+	if _, err := g.RegisterRunner(ctx, domain.Scope{Owner: "acme", Repo: "infra"}, "r-infra", []string{"linux"}); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("a runner in a repository not selected: %v", err)
+	}
+	if _, err := g.RegisterRunner(ctx, domain.Scope{Owner: "acme", Repo: "app"}, "r-app", []string{"linux"}); err != nil {
+		t.Fatalf("a runner in the selected repository: %v", err)
+	}
+}
