@@ -1,20 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,13 +16,12 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
-	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 )
 
 // burstConfig has a pool that serves one job per machine, a pool whose
 // machines go back to the resource pool after a job (so one machine serves
-// several jobs, one after the other), and the runner ad-hoc runner= jobs
-// start from.
+// several jobs, one after the other), and the runner that ad-hoc runner=
+// jobs are created from.
 const burstConfig = `runners:
   small:
     image: ubuntu24-full-x64
@@ -47,33 +40,6 @@ pools:
         hot: 2
 `
 
-// timedRunner stands in for GitHub's runner and keeps the record the test
-// judges by, apart from the control plane's: when it started and ended, with
-// its just-in-time config (which names its instance and job). A machine
-// terminated under its job leaves a start without an end.
-const timedRunner = `#!/bin/sh
-log="$(dirname "$0")/runner.log"
-echo "start $(date +%s%N) $1" >> "$log"
-echo "Running job: $1"
-sleep 3
-echo "end $(date +%s%N) $1" >> "$log"
-`
-
-// runnerRun is one start of a runner, as its log tells it.
-type runnerRun struct {
-	instance   string
-	job        int64
-	start, end time.Time // end is zero while it runs
-}
-
-// hook is one webhook delivery, kept until serve answers it 202.
-type hook struct {
-	id       string
-	body     []byte
-	accepted bool
-	refused  bool // once not answered 202: GitHub redelivers it
-}
-
 // burstStack is serve --cloud local killed and restarted on one store and
 // one machine directory (a crashStack), with the test playing GitHub: it
 // sends jobs, tells serve when each runner starts and ends, and redelivers
@@ -83,12 +49,14 @@ type burstStack struct {
 	client     *http.Client
 	up         bool
 	hooks      []*hook
-	labels     map[int64][]string
+	labels     map[int64][]string // every job sent
 	runs       []*runnerRun
 	lines      int // runner log lines read
 	nextJob    int64
 	recovered  []string
 	duplicates int
+	lostHellos int
+	short      []string // what the last look found wanting
 }
 
 func newBurstStack(t *testing.T) *burstStack {
@@ -112,15 +80,42 @@ func newBurstStack(t *testing.T) *burstStack {
 func (b *burstStack) start() time.Time {
 	b.t.Helper()
 	b.starts++
+	if b.s != nil {
+		b.noteLostHellos()
+		b.s.eventually("the killed serve's port free again", 30*time.Second, b.portFree)
+	}
 	b.s = startServerWith(b.t, burstConfig, "--store", "sqlite://"+b.store, "--listen", "127.0.0.1:"+b.port,
 		"--cloud", "local", "--local-dir", b.machines, "--environment", "burst",
 		"--converge-every", "500ms", "--terminate-every", "500ms", "--reap-every", "1s", "--redelivery-after", "3s",
 		"--silent-after", "20s", "--orphan-grace", "5s", "--gone-grace", "5s",
+		// A claim, a create or a boot that a crash cut short holds its
+		// row, and a claimed or booting machine, until its state's
+		// deadline: 5 or 10 minutes by default.
+		"--deadline", "claimed=20s", "--deadline", "pending=20s", "--deadline", "booting=20s",
 		"--local-agent-env", "BULLPEN_AGENT_RUNNER_COMMAND="+b.runner+" {jitconfig}",
 		"--local-agent-env", "BULLPEN_AGENT_HEARTBEAT_INTERVAL=500ms",
 		"--local-agent-env", "BULLPEN_AGENT_POLL_WAIT=2s")
 	b.up = true
 	return time.Now()
+}
+
+// portFree says whether serve could listen on its port. A killed serve's
+// port can stay taken a moment after it died: by its connections that the
+// machines' agents have not closed their ends of yet, or by an agent's
+// reconnection that was given it as its own port.
+func (b *burstStack) portFree() bool {
+	l, err := net.Listen("tcp", "127.0.0.1:"+b.port)
+	if err != nil {
+		return false
+	}
+	return l.Close() == nil
+}
+
+// noteLostHellos counts, in the log of the serve that ran last, machines
+// refused a token because a serve killed meanwhile had issued one: they
+// never serve, and their rows wait for the booting deadline.
+func (b *burstStack) noteLostHellos() {
+	b.lostHellos += strings.Count(b.s.logs.String(), "agent hello refused: token already issued")
 }
 
 // restart starts serve again, redelivers what it refused, and waits until
@@ -132,7 +127,7 @@ func (b *burstStack) restart(what string) {
 	b.s.eventually("work taken up again after "+what, 90*time.Second, func() bool {
 		return b.takenUp(func(j crashJob) bool { return j.Status != string(domain.JobQueued) })
 	})
-	b.recovered = append(b.recovered, fmt.Sprintf("%s %s", what, time.Since(at).Round(time.Millisecond)))
+	b.recovered = append(b.recovered, fmt.Sprintf("%s: none queued after %s", what, time.Since(at).Round(time.Millisecond)))
 }
 
 // killNine kills serve, the process alone, and logs what it held.
@@ -143,286 +138,22 @@ func (b *burstStack) killNine(at string) {
 	b.snapshot(at)
 }
 
-// queue makes the queued deliveries of n jobs of each kind, interleaved.
-func (b *burstStack) queue(warm, reuse, adhoc int) []*hook {
-	var out []*hook
-	for i := 0; i < max(warm, reuse, adhoc); i++ {
-		for _, k := range []struct {
-			n     int
-			label string
-		}{{warm, "runs-on=%d/pool=warm"}, {reuse, "runs-on=%d/pool=reuse"}, {adhoc, "runs-on=%d/runner=small"}} {
-			if i >= k.n {
-				continue
-			}
-			id := b.nextJob
-			b.nextJob++
-			b.labels[id] = []string{fmt.Sprintf(k.label, id+1_000_000)}
-			body := testfixtures.Payload(testfixtures.Job{ID: id, RunID: id + 1_000_000, Labels: b.labels[id]})
-			out = append(out, b.hook(fmt.Sprintf("queued-%d", id), body))
-		}
-	}
-	return out
-}
-
-func (b *burstStack) hook(id string, body []byte) *hook {
-	h := &hook{id: id, body: body}
-	b.hooks = append(b.hooks, h)
-	return h
-}
-
-// post delivers h once; it says whether serve answered 202. Any other
-// answer from a serve that is up is a failure of the test's own deliveries.
-func (b *burstStack) post(h *hook) bool {
-	req, err := http.NewRequest(http.MethodPost, "http://127.0.0.1:"+b.port+"/webhook", bytes.NewReader(h.body))
-	if err != nil {
-		b.t.Errorf("delivery %s: %v", h.id, err)
-		return false
-	}
-	req.Header.Set("X-GitHub-Event", "workflow_job")
-	req.Header.Set("X-GitHub-Delivery", h.id)
-	req.Header.Set("X-Hub-Signature-256", testfixtures.GoSign(b.s.secret, h.body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := b.client.Do(req)
-	if err == nil {
-		defer resp.Body.Close()
-		msg, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode == http.StatusAccepted {
-			h.accepted = true
-			return true
-		}
-		b.t.Errorf("delivery %s: %d %s", h.id, resp.StatusCode, msg)
-	}
-	h.refused = true
-	return false
-}
-
-// sendKilling delivers hooks from several senders at once and kills serve
-// as soon as killAfter of them are accepted: some are stored and not yet
-// taken in, some in flight, the rest refused.
-func (b *burstStack) sendKilling(hooks []*hook, killAfter int, at string) {
-	b.t.Helper()
-	work := make(chan *hook, len(hooks))
-	for _, h := range hooks {
-		work <- h
-	}
-	close(work)
-	var accepted atomic.Int32
-	enough := make(chan struct{})
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range len(hooks) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for h := range work {
-				if b.post(h) && int(accepted.Add(1)) == killAfter {
-					once.Do(func() { close(enough) })
-				}
-			}
-		}()
-	}
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
-	select {
-	case <-enough:
-		b.killNine(at)
-		<-finished
-	case <-finished:
-		b.t.Fatalf("fewer than %d of %d deliveries accepted\n%s", killAfter, len(hooks), b.s.logs.String())
-	}
-}
-
-// send delivers hooks one after the other, as far as serve takes them.
-func (b *burstStack) send(hooks []*hook) {
-	for _, h := range hooks {
-		b.post(h)
-	}
-}
-
-// redeliver sends again every delivery serve has not accepted yet.
-func (b *burstStack) redeliver() {
-	for _, h := range b.hooks {
-		if !h.accepted {
-			b.post(h)
-		}
-	}
-}
-
-// sendAgain redelivers hooks serve already accepted, as GitHub may when
-// it saw no answer: serve must take each job once however often it hears
-// of it.
-func (b *burstStack) sendAgain(hooks []*hook) {
-	for _, h := range hooks {
-		if h.accepted && b.post(h) {
-			b.duplicates++
-		}
-	}
-}
-
-// observe reads the runners' log and reports as GitHub does: in_progress
-// when a runner starts its job, completed when it ends. Whatever serve does
-// not accept now is redelivered once it is up.
-func (b *burstStack) observe() {
-	b.t.Helper()
-	data, err := os.ReadFile(filepath.Join(filepath.Dir(b.runner), "runner.log"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return
-	}
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	lines := strings.Split(string(data), "\n")
-	for _, line := range lines[b.lines : len(lines)-1] { // the last is empty, or not written in full
-		b.lines++
-		if run, started := b.record(line); run != nil {
-			b.report(run, started)
-		}
-	}
-	if b.up {
-		b.redeliver()
-	}
-}
-
-// record notes one line of the runners' log; it returns the run it is
-// about and whether the line is its start.
-func (b *burstStack) record(line string) (*runnerRun, bool) {
-	b.t.Helper()
-	f := strings.Fields(line)
-	var ns int64
-	var name string
-	var err error
-	if len(f) == 3 {
-		ns, err = strconv.ParseInt(f[1], 10, 64)
-	} else {
-		err = errors.New("want 3 fields")
-	}
-	if err == nil {
-		name, err = jitRunnerName(f[2])
-	}
-	inst, job, ok := domain.ParseRunnerName(name)
-	if err != nil || !ok {
-		b.t.Errorf("runner log line %q: not a runner's start or end (%v)", line, err)
-		return nil, false
-	}
-	at := time.Unix(0, ns)
-	if f[0] == "start" {
-		run := &runnerRun{instance: inst, job: job, start: at}
-		b.runs = append(b.runs, run)
-		return run, true
-	}
-	for _, run := range b.runs {
-		if run.instance == inst && run.job == job && run.end.IsZero() {
-			run.end = at
-			return run, false
-		}
-	}
-	b.t.Errorf("runner log: %s ended job %d without starting it", inst, job)
-	return nil, false
-}
-
-// report makes GitHub's delivery for a runner's start or end.
-func (b *burstStack) report(run *runnerRun, started bool) {
-	j := testfixtures.Job{ID: run.job, RunID: run.job + 1_000_000, Labels: b.labels[run.job],
-		RunnerName: domain.RunnerName(run.instance, run.job), Started: run.start}
-	if started {
-		j.Action = "in_progress"
-	} else {
-		j.Action, j.Conclusion, j.Completed = "completed", "success", run.end
-	}
-	b.post(b.hook(fmt.Sprintf("%s-%d-%d", j.Action, run.job, len(b.hooks)), testfixtures.Payload(j)))
-}
-
-// takenUp: every job serve accepted is recorded and satisfies cond.
-func (b *burstStack) takenUp(cond func(crashJob) bool) bool {
-	b.observe()
-	want := 0
-	for _, h := range b.hooks {
-		if h.accepted && strings.HasPrefix(h.id, "queued-") {
-			want++
-		}
-	}
-	jobs := b.jobs()
-	if len(jobs) < want {
-		return false
-	}
-	for _, j := range jobs {
-		if !cond(j) {
-			return false
-		}
-	}
-	return true
-}
-
-// running is the number of runners started and not ended.
-func (b *burstStack) running() int {
-	b.observe()
-	return len(b.runs) - b.ended()
-}
-
-func (b *burstStack) ended() int {
-	b.observe()
-	n := 0
-	for _, run := range b.runs {
-		if !run.end.IsZero() {
-			n++
-		}
-	}
-	return n
-}
-
-// snapshot logs what a killed serve left in its store: deliveries not
-// taken in, jobs waiting for an instance, instances by state.
-func (b *burstStack) snapshot(at string) {
-	b.t.Helper()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, b.store, clock.Real{})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	defer st.Close()
-	q := st.Queue(sqlite.QueueOptions{})
-	var queues []string
-	for _, name := range []string{domain.QueueInbox, domain.QueuePool, domain.QueueLaunch} {
-		s, err := q.Stats(ctx, name)
-		if err != nil {
-			b.t.Fatal(err)
-		}
-		queues = append(queues, fmt.Sprintf("%s %d waiting + %d taken", name, s.Visible+s.Delayed, s.InFlight))
-	}
-	jobs, err := st.ListJobs(ctx, domain.JobFilter{})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	insts, err := st.ListInstances(ctx, domain.InstanceFilter{})
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	byStatus, byState := map[string]int{}, map[string]int{}
-	for _, j := range jobs {
-		byStatus[string(j.Status)]++
-	}
-	for _, in := range insts {
-		byState[string(in.State)]++
-	}
-	b.t.Logf("kill -9 %s: %d runners running; %s; jobs %v; instances %v",
-		at, b.running(), strings.Join(queues, ", "), byStatus, byState)
-}
-
 // TestServeSurvivesKillNineInABurst plays GitHub to serve on the local
-// cloud through a burst of 48 jobs — pool jobs, jobs on machines that
-// serve one after another, ad-hoc runner= jobs created for them — and kills
-// serve with SIGKILL three times: with deliveries accepted and not taken
-// in, with machines being created and claimed, with jobs running. Machines
-// live on. Deliveries refused while serve is down are redelivered. Judged
-// by the runners' own log, every job ran once and to its end, none is left
-// waiting, no machine ran two jobs at once, and every machine left running
-// is one the store holds live.
+// cloud through a burst of 48 jobs — pool jobs, jobs on machines that serve
+// one after another, ad-hoc runner= jobs on machines made for them — and
+// kills serve with SIGKILL three times: with deliveries accepted and not
+// taken in, with machines being created and claimed, with jobs running.
+// Machines live on. Deliveries refused while serve is down are redelivered.
+// Judged by the runners' own log, every job ran once and to its end, none
+// is left waiting, no machine ran two jobs at once, and the machines
+// running are exactly the instances the store holds live.
 func TestServeSurvivesKillNineInABurst(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts serve four times")
 	}
 	begin := time.Now()
 	b := newBurstStack(t)
+	defer b.explain()
 	b.start()
 	b.s.eventually("the pools are ready", 60*time.Second, func() bool { return b.readyHot("warm") == 2 && b.readyHot("reuse") == 2 })
 
@@ -444,10 +175,13 @@ func TestServeSurvivesKillNineInABurst(t *testing.T) {
 	at := b.start()
 	b.redeliver()
 	b.s.eventually("every job done", 90*time.Second, b.done)
-	b.recovered = append(b.recovered, fmt.Sprintf("restart (c) to every job done %s", time.Since(at).Round(time.Millisecond)))
+	b.recovered = append(b.recovered, fmt.Sprintf("restart (c): every job done after %s", time.Since(at).Round(time.Millisecond)))
 
 	b.checkServedOnce()
-	b.s.eventually("every machine running is live in the store, and no other", 60*time.Second, b.machinesMatchInstances)
+	b.s.eventually("no instance held for a job, every machine running live in the store and no other", 60*time.Second, func() bool {
+		return b.settled() && b.machinesMatchInstances()
+	})
+	b.recovered = append(b.recovered, fmt.Sprintf("every instance idle or gone after %s", time.Since(at).Round(time.Millisecond)))
 	b.logFigures(begin)
 	if err := b.s.stop(); err != nil {
 		t.Fatalf("serve did not stop cleanly: %v", err)
@@ -470,6 +204,27 @@ func (b *burstStack) launching() bool {
 	return false
 }
 
+// takenUp: every job serve accepted is recorded and satisfies cond. What
+// fell short is kept for the failure message.
+func (b *burstStack) takenUp(cond func(crashJob) bool) bool {
+	b.observe()
+	recorded := map[int64]bool{}
+	var short []string
+	for _, j := range b.jobs() {
+		recorded[j.ID] = true
+		if !cond(j) {
+			short = append(short, fmt.Sprintf("job %d %s on %q", j.ID, j.Status, j.InstanceID))
+		}
+	}
+	for _, h := range b.hooks {
+		if h.action == "queued" && h.accepted && !recorded[h.job] {
+			short = append(short, fmt.Sprintf("job %d accepted, not recorded", h.job))
+		}
+	}
+	b.short = short
+	return len(short) == 0
+}
+
 // done: every job completed, every runner ended, every delivery accepted.
 func (b *burstStack) done() bool {
 	if !b.takenUp(func(j crashJob) bool { return j.Status == string(domain.JobCompleted) }) || b.running() > 0 {
@@ -481,6 +236,26 @@ func (b *burstStack) done() bool {
 		}
 	}
 	return true
+}
+
+// settled: every instance is idle (ready, stopped) or terminated, bound to
+// no job: none is held by a claim, a create or a boot a crash cut short.
+func (b *burstStack) settled() bool {
+	var held []string
+	for _, in := range b.instances() {
+		switch domain.State(in.State) {
+		case domain.StateTerminated:
+		case domain.StateReady, domain.StateStopped:
+			if in.Job == "" {
+				continue
+			}
+			fallthrough
+		default:
+			held = append(held, fmt.Sprintf("instance %s (%s) %s for job %q: %s", in.ID, in.CloudID, in.State, in.Job, in.Reason))
+		}
+	}
+	b.short = held
+	return len(held) == 0
 }
 
 // checkServedOnce judges by the runners' log: each job's runner started
@@ -525,6 +300,66 @@ func (b *burstStack) checkServedOnce() {
 	}
 }
 
+// snapshot logs what a killed serve left in its store: deliveries not
+// taken in, jobs waiting for an instance, instances by state.
+func (b *burstStack) snapshot(at string) {
+	b.t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, b.store, clock.Real{})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer st.Close()
+	q := st.Queue(sqlite.QueueOptions{})
+	var queues []string
+	for _, name := range []string{domain.QueueInbox, domain.QueuePool, domain.QueueLaunch} {
+		s, err := q.Stats(ctx, name)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		queues = append(queues, fmt.Sprintf("%s %d waiting + %d taken", name, s.Visible+s.Delayed, s.InFlight))
+	}
+	jobs, err := st.ListJobs(ctx, domain.JobFilter{})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	insts, err := st.ListInstances(ctx, domain.InstanceFilter{})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	byStatus, byState := map[domain.JobStatus]int{}, map[domain.State]int{}
+	for _, j := range jobs {
+		byStatus[j.Status]++
+	}
+	for _, in := range insts {
+		byState[in.State]++
+	}
+	b.t.Logf("kill -9 %s: %d runners running; %s; jobs %v; instances %v",
+		at, b.running(), strings.Join(queues, ", "), byStatus, byState)
+}
+
+// explain says, when the test failed, what the last look at serve found
+// wanting (the failure itself comes with serve's log).
+func (b *burstStack) explain() {
+	if !b.t.Failed() {
+		return
+	}
+	var refused []string
+	for _, h := range b.hooks {
+		if !h.accepted {
+			refused = append(refused, fmt.Sprintf("%s %d", h.action, h.job))
+		}
+	}
+	var unfinished []string
+	for _, run := range b.runs {
+		if run.end.IsZero() {
+			unfinished = append(unfinished, fmt.Sprintf("job %d on %s since %s", run.job, run.instance, run.start.Format(time.TimeOnly)))
+		}
+	}
+	b.t.Logf("at the last look: short of the mark %v; deliveries not accepted %v; runners not ended %v",
+		b.short, refused, unfinished)
+}
+
 func (b *burstStack) logFigures(begin time.Time) {
 	refused := 0
 	for _, h := range b.hooks {
@@ -537,25 +372,18 @@ func (b *burstStack) logFigures(begin time.Time) {
 		via[j.Via]++
 	}
 	b.instanceFigures() // logs the instances that served no job, and why
-	served := map[int]int{}
+	byServed, created, several := map[int]int{}, 0, 0
 	for _, in := range b.instances() {
-		served[in.JobsServed]++
-	}
-	b.t.Logf("%d jobs accepted; %d deliveries (queued, in_progress, completed), %d of them refused or cut by a crash and redelivered, %d accepted ones sent again",
-		len(b.labels), len(b.hooks), refused, b.duplicates)
-	b.t.Logf("recovery: %s", strings.Join(b.recovered, "; "))
-	b.t.Logf("jobs served via %v; instances by jobs served %v (%d created, %d ran more than one job); %d starts of serve; %s in all",
-		via, served, sumValues(served), sumAbove(served, 1), b.starts, time.Since(begin).Round(time.Millisecond))
-}
-
-func sumValues(m map[int]int) int { return sumAbove(m, -1) }
-
-func sumAbove(m map[int]int, k int) int {
-	n := 0
-	for served, count := range m {
-		if served > k {
-			n += count
+		byServed[in.JobsServed]++
+		created++
+		if in.JobsServed > 1 {
+			several++
 		}
 	}
-	return n
+	b.noteLostHellos()
+	b.t.Logf("%d jobs accepted; %d deliveries (queued, in_progress, completed): %d refused or cut by a crash and redelivered, %d accepted ones sent again",
+		len(b.labels), len(b.hooks), refused, b.duplicates)
+	b.t.Logf("recovery: %s", strings.Join(b.recovered, "; "))
+	b.t.Logf("jobs served via %v; %d instances created, %d of them ran several jobs (instances by jobs served %v); %d machines refused a token a killed serve had issued; %d starts of serve; %s in all",
+		via, created, several, byServed, b.lostHellos, b.starts, time.Since(begin).Round(time.Millisecond))
 }
