@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/github/fakegh"
 	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 )
@@ -162,4 +163,25 @@ func TestServeWithAGitHubApp(t *testing.T) {
 		s.get("/api/v1/pools", &pools)
 		return len(pools.Pools) == 1 && pools.Pools[0].Target.Hot == 2
 	})
+
+	// Two jobs of one run with the same labels, whose runners take the
+	// newest job first: a runner may run the other job than its own, as
+	// GitHub allows. bullpen follows GitHub's reports: each job is recorded
+	// on the instance whose runner ran it.
+	gh.TakeNewestFirst()
+	a := gh.QueueJob("acme/app", []string{"runs-on/pool=linux"})
+	b := gh.QueueJob("acme/app", []string{"runs-on/pool=linux"}, fakegh.InRun(a.RunID))
+	swapped := 0
+	for _, id := range []int64{a.ID, b.ID} {
+		j := l.waitJob(id, "completed")
+		done, _ := gh.Job(id)
+		inst, registeredFor, ok := domain.ParseRunnerName(done.RunnerName)
+		if !ok || inst != j.InstanceID {
+			t.Errorf("job %d ran on runner %q but is recorded on %s", id, done.RunnerName, j.InstanceID)
+		}
+		if registeredFor != id {
+			swapped++
+		}
+	}
+	t.Logf("%d of 2 jobs ran on the runner registered for the other", swapped)
 }

@@ -82,6 +82,9 @@ type Server struct {
 	labelIDs   map[string]int64
 	files      map[string]string // by lower-case repository full name + "/" + path
 	hook       *sender           // where job events are delivered, once SendDeliveries names it
+	// newestFirst makes a starting runner take the newest queued job it may
+	// take instead of the oldest (TakeNewestFirst).
+	newestFirst bool
 	// registeredBy is the installation that registered each runner, by
 	// lower-case name.
 	registeredBy map[string]int64
@@ -195,6 +198,15 @@ func (s *Server) SetClock(clk domain.Clock) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.clk = clk
+}
+
+// TakeNewestFirst makes a starting runner process take the newest queued
+// job its labels cover, not the oldest: GitHub promises no order, and with
+// two jobs of the same labels this makes runners swap jobs for sure.
+func (s *Server) TakeNewestFirst() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.newestFirst = true
 }
 
 // AutoCreate makes every owner and repository a request names exist, as

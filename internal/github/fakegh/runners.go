@@ -72,7 +72,11 @@ func (s *Server) RunJIT(jitConfig string) (jobID int64, err error) {
 		return 0, ErrUnknownJITConfig
 	}
 	rn.started, rn.online = true, true
-	for _, j := range s.sortedJobs() {
+	jobs := s.sortedJobs()
+	if s.newestFirst {
+		slices.Reverse(jobs)
+	}
+	for _, j := range jobs {
 		if j.status == "queued" && rn.serves(j) {
 			s.start(j, rn.name, rn)
 			return j.id, nil
