@@ -14,19 +14,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-const crashConfig = `runners:
-  small:
-    image: ubuntu24-full-x64
-pools:
-  warm:
-    runner: small
-    schedule:
-      - name: default
-        hot: 2
-  cold:
-    runner: small
-`
-
 // crashStack is serve --cloud local on a fixed port, store and machine
 // directory, so that it can be killed and started again on them: the
 // machines (agent processes) outlive it and reach it at the same address.
@@ -45,19 +32,6 @@ func freePort(t *testing.T) string {
 	}
 	defer l.Close()
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
-func (c *crashStack) start() time.Time {
-	c.t.Helper()
-	c.starts++
-	c.s = startServerWith(c.t, crashConfig, "--store", "sqlite://"+c.store, "--listen", "127.0.0.1:"+c.port,
-		"--cloud", "local", "--local-dir", c.machines, "--environment", "crash",
-		"--converge-every", "500ms", "--terminate-every", "500ms", "--reap-every", "1s", "--redelivery-after", "3s",
-		"--silent-after", "20s", "--orphan-grace", "5s", "--gone-grace", "5s",
-		"--local-agent-env", "BULLPEN_AGENT_RUNNER_COMMAND="+c.runner+" {jitconfig}",
-		"--local-agent-env", "BULLPEN_AGENT_HEARTBEAT_INTERVAL=500ms",
-		"--local-agent-env", "BULLPEN_AGENT_POLL_WAIT=2s")
-	return time.Now()
 }
 
 // kill stops serve with SIGKILL, the process alone: its machines live on.
