@@ -10,24 +10,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
-)
-
-// EC2 operation names, as the port's errors and the metrics give them.
-const (
-	OpCreateFleet        = "CreateFleet"
-	OpStartInstances     = "StartInstances"
-	OpStopInstances      = "StopInstances"
-	OpTerminateInstances = "TerminateInstances"
-	OpCreateTags         = "CreateTags"
-	OpDescribeInstances  = "DescribeInstances"
-	OpDescribeImages     = "DescribeImages"
 )
 
 // Start starts stopped machines; pending and running ones are left as they
 // are.
 func (c *Cloud) Start(ctx context.Context, ids []string) error {
-	return c.batch(ctx, OpStartInstances, ids, func(ids []string) error {
+	return c.batch(ctx, ec2like.OpStartInstances, ids, func(ids []string) error {
 		_, err := c.api.StartInstances(ctx, &ec2.StartInstancesInput{InstanceIds: ids})
 		return err
 	})
@@ -36,7 +26,7 @@ func (c *Cloud) Start(ctx context.Context, ids []string) error {
 // Stop stops running machines; stopping and stopped ones are left as they
 // are.
 func (c *Cloud) Stop(ctx context.Context, ids []string) error {
-	return c.batch(ctx, OpStopInstances, ids, func(ids []string) error {
+	return c.batch(ctx, ec2like.OpStopInstances, ids, func(ids []string) error {
 		_, err := c.api.StopInstances(ctx, &ec2.StopInstancesInput{InstanceIds: ids})
 		return err
 	})
@@ -44,7 +34,7 @@ func (c *Cloud) Stop(ctx context.Context, ids []string) error {
 
 // Terminate terminates machines in any state.
 func (c *Cloud) Terminate(ctx context.Context, ids []string) error {
-	return c.batch(ctx, OpTerminateInstances, ids, func(ids []string) error {
+	return c.batch(ctx, ec2like.OpTerminateInstances, ids, func(ids []string) error {
 		_, err := c.api.TerminateInstances(ctx, &ec2.TerminateInstancesInput{InstanceIds: ids})
 		return err
 	})
@@ -53,15 +43,15 @@ func (c *Cloud) Terminate(ctx context.Context, ids []string) error {
 // Tag adds tags to machines, overwriting the values of keys they have.
 func (c *Cloud) Tag(ctx context.Context, ids []string, tags map[string]string) error {
 	if len(tags) == 0 {
-		return &domain.CloudError{Op: OpCreateTags, Code: "MissingParameter", Err: fmt.Errorf("%w: no tags given", domain.ErrInvalidRequest)}
+		return &domain.CloudError{Op: ec2like.OpCreateTags, Code: "MissingParameter", Err: fmt.Errorf("%w: no tags given", domain.ErrInvalidRequest)}
 	}
-	return c.batch(ctx, OpCreateTags, ids, func(ids []string) error {
+	return c.batch(ctx, ec2like.OpCreateTags, ids, func(ids []string) error {
 		// CreateTags takes any resource id, and not every endpoint refuses
 		// an unknown one: the machines are checked first, with one describe
 		// per batch.
 		if gone := c.missing(ctx, ids); len(gone) > 0 {
-			return &domain.CloudError{Op: OpCreateTags, Code: "InvalidInstanceID.NotFound",
-				Err: &domain.UnknownInstancesError{Op: OpCreateTags, IDs: gone}}
+			return &domain.CloudError{Op: ec2like.OpCreateTags, Code: "InvalidInstanceID.NotFound",
+				Err: &domain.UnknownInstancesError{Op: ec2like.OpCreateTags, IDs: gone}}
 		}
 		_, err := c.api.CreateTags(ctx, &ec2.CreateTagsInput{Resources: ids, Tags: ec2Tags(tags)})
 		return err
@@ -144,7 +134,7 @@ func (c *Cloud) describe(ctx context.Context, in *ec2.DescribeInstancesInput) ([
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return nil, mapError(OpDescribeInstances, err)
+			return nil, mapError(ec2like.OpDescribeInstances, err)
 		}
 		for _, r := range page.Reservations {
 			for _, i := range r.Instances {

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -27,7 +28,7 @@ import (
 // returns what it launched with an error wrapping ErrInsufficientCapacity.
 func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.CloudInstance, error) {
 	if spec.Count <= 0 {
-		return nil, &domain.CloudError{Op: OpCreateFleet, Code: "InvalidParameterValue",
+		return nil, &domain.CloudError{Op: ec2like.OpCreateFleet, Code: "InvalidParameterValue",
 			Err: fmt.Errorf("%w: count %d", domain.ErrInvalidRequest, spec.Count)}
 	}
 	if spec.ClientToken != "" && spec.Tags[domain.TagLaunch] == "" {
@@ -72,7 +73,7 @@ func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.Cl
 	if len(out) < spec.Count {
 		cause := err
 		if cause == nil {
-			cause = &domain.CloudError{Op: OpCreateFleet, Code: "InsufficientInstanceCapacity",
+			cause = &domain.CloudError{Op: ec2like.OpCreateFleet, Code: "InsufficientInstanceCapacity",
 				Err: fmt.Errorf("%w: %d of %d machines", domain.ErrInsufficientCapacity, len(out), spec.Count)}
 		}
 		return out, cause
@@ -125,7 +126,7 @@ func (c *Cloud) fleet(ctx context.Context, spec domain.LaunchSpec, version templ
 	}
 	res, err := c.api.CreateFleet(ctx, in)
 	if err != nil {
-		return nil, mapError(OpCreateFleet, err)
+		return nil, mapError(ec2like.OpCreateFleet, err)
 	}
 	now := c.opts.Clock.Now()
 	usage := "on-demand"
@@ -142,7 +143,7 @@ func (c *Cloud) fleet(ctx context.Context, spec domain.LaunchSpec, version templ
 	if len(out) < n && len(res.Errors) > 0 {
 		e := res.Errors[0]
 		code := deref(e.ErrorCode)
-		return out, &domain.CloudError{Op: OpCreateFleet, Code: code,
+		return out, &domain.CloudError{Op: ec2like.OpCreateFleet, Code: code,
 			Err: fmt.Errorf("%w: %s", sentinelOf(code), deref(e.ErrorMessage))}
 	}
 	return out[:min(len(out), n)], nil
@@ -309,7 +310,7 @@ func (c *Cloud) templateData(spec domain.LaunchSpec, img image) (*types.RequestL
 	if c.opts.UserData != nil {
 		ud, err := c.opts.UserData(spec.Agent)
 		if err != nil {
-			return nil, &domain.CloudError{Op: OpCreateFleet, Code: "InvalidUserData.Malformed",
+			return nil, &domain.CloudError{Op: ec2like.OpCreateFleet, Code: "InvalidUserData.Malformed",
 				Err: fmt.Errorf("%w: user data: %w", domain.ErrInvalidRequest, err)}
 		}
 		d.UserData = aws.String(base64.StdEncoding.EncodeToString([]byte(ud)))

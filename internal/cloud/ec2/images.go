@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -33,7 +34,7 @@ func (c *Cloud) ResolveImage(ctx context.Context, name string) (string, error) {
 
 func (c *Cloud) image(ctx context.Context, name string) (image, error) {
 	if name == "" {
-		return image{}, &domain.CloudError{Op: OpDescribeImages, Code: "InvalidAMIName.NotFound",
+		return image{}, &domain.CloudError{Op: ec2like.OpDescribeImages, Code: "InvalidAMIName.NotFound",
 			Err: fmt.Errorf("%w: no image name", domain.ErrUnknownImage)}
 	}
 	now := c.opts.Clock.Now()
@@ -68,7 +69,7 @@ func (c *Cloud) lookupImage(ctx context.Context, name string) (image, error) {
 	}
 	out, err := c.api.DescribeImages(ctx, in)
 	if err != nil {
-		return image{}, mapError(OpDescribeImages, err)
+		return image{}, mapError(ec2like.OpDescribeImages, err)
 	}
 	var best *types.Image
 	for i := range out.Images {
@@ -78,7 +79,7 @@ func (c *Cloud) lookupImage(ctx context.Context, name string) (image, error) {
 		}
 	}
 	if best == nil {
-		return image{}, &domain.CloudError{Op: OpDescribeImages, Code: "InvalidAMIName.NotFound",
+		return image{}, &domain.CloudError{Op: ec2like.OpDescribeImages, Code: "InvalidAMIName.NotFound",
 			Err: fmt.Errorf("%w: no available image %q owned by %v", domain.ErrUnknownImage, name, ownersOf(in))}
 	}
 	return image{id: deref(best.ImageId), rootDevice: deref(best.RootDeviceName), architecture: string(best.Architecture)}, nil

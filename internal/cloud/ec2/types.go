@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
+	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -50,7 +51,7 @@ func (c *Cloud) InstanceTypes(ctx context.Context, r domain.RunnerSpec, arch str
 		}
 	}
 	if len(fit) == 0 {
-		return nil, &domain.CloudError{Op: OpCreateFleet, Code: "Unsupported", Err: fmt.Errorf(
+		return nil, &domain.CloudError{Op: ec2like.OpCreateFleet, Code: "Unsupported", Err: fmt.Errorf(
 			"%w: no instance type of families %v with %s vCPUs and %s GiB for %s", domain.ErrInvalidRequest,
 			r.Family, rangeText(r.CPU), rangeText(r.RAM), cmp.Or(arch, "any architecture"))}
 	}

@@ -1,5 +1,5 @@
 // Package ec2like holds the EC2 semantics that bullpen's own providers
-// (internal/cloud/sim and internal/cloud/local) share, so that they cannot
+// (internal/cloud/sim and internal/cloud/local, and internal/cloud/ec2 its operation names) share, so that they cannot
 // drift apart from each other: operation names and error codes, which
 // state changes a batch call makes or refuses, all-or-nothing validation of
 // the ids a call names, ClientToken idempotency of CreateFleet, call
