@@ -63,35 +63,13 @@ func (a *App) repositorySource(path string) (configsource.Source, error) {
 	case *installations.GitHub:
 		src.BaseURL, src.Client = g.BaseURL(), g.HTTPClient
 	case *rest.Client:
-		src.BaseURL = baseURL(a.opts.GitHubAPI.URL)
-		hc := &http.Client{Transport: bearer{token: a.opts.GitHubAPI.Token, next: http.DefaultTransport}, Timeout: rest.DefaultTimeout}
+		src.BaseURL = rest.APIRoot(a.opts.GitHubAPI.URL)
+		hc := &http.Client{Transport: rest.TokenTransport(a.opts.GitHubAPI.Token, http.DefaultTransport), Timeout: rest.DefaultTimeout}
 		src.Client = func(context.Context, string) (*http.Client, error) { return hc, nil }
 	default:
 		return nil, fmt.Errorf("configuration %s: a configuration in a GitHub repository needs --github app or token", path)
 	}
 	return src, nil
-}
-
-func baseURL(u string) string {
-	if u == "" {
-		u = rest.DefaultBaseURL
-	}
-	if !strings.HasSuffix(u, "/") {
-		u += "/"
-	}
-	return u
-}
-
-// bearer sends a token.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
 }
 
 // configPushed reads the configuration at once when a push changes the

@@ -81,12 +81,7 @@ func New(o Options) (*GitHub, error) {
 	if o.AppID <= 0 {
 		return nil, errors.New("github app: no App id (--github-app-id)")
 	}
-	if o.BaseURL == "" {
-		o.BaseURL = rest.DefaultBaseURL
-	}
-	if !strings.HasSuffix(o.BaseURL, "/") {
-		o.BaseURL += "/"
-	}
+	o.BaseURL = rest.APIRoot(o.BaseURL)
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
@@ -207,12 +202,7 @@ func or(d, def time.Duration) time.Duration {
 // CheckToken asks GitHub whose a token is: it fails, saying what to fix,
 // when GitHub refuses it.
 func CheckToken(ctx context.Context, o rest.Options) (string, error) {
-	if o.BaseURL == "" {
-		o.BaseURL = rest.DefaultBaseURL
-	}
-	if !strings.HasSuffix(o.BaseURL, "/") {
-		o.BaseURL += "/"
-	}
+	o.BaseURL = rest.APIRoot(o.BaseURL)
 	next := o.Transport
 	if next == nil {
 		next = http.DefaultTransport

@@ -110,12 +110,7 @@ var _ domain.GitHub = (*Client)(nil)
 // New returns a client. It makes no request: bad credentials show on the
 // first call as ErrUnauthorized.
 func New(opts Options) (*Client, error) {
-	if opts.BaseURL == "" {
-		opts.BaseURL = DefaultBaseURL
-	}
-	if !strings.HasSuffix(opts.BaseURL, "/") {
-		opts.BaseURL += "/"
-	}
+	opts.BaseURL = APIRoot(opts.BaseURL)
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
@@ -165,6 +160,23 @@ func authTransport(opts Options) (http.RoundTripper, error) {
 	itr.BaseURL = strings.TrimSuffix(opts.BaseURL, "/")
 	itr.Client = &http.Client{Transport: opts.Transport, Timeout: opts.Timeout}
 	return itr, nil
+}
+
+// APIRoot is u as the clients use it: DefaultBaseURL when empty, ending in
+// a slash.
+func APIRoot(u string) string {
+	if u == "" {
+		u = DefaultBaseURL
+	}
+	if !strings.HasSuffix(u, "/") {
+		u += "/"
+	}
+	return u
+}
+
+// TokenTransport sends token as a bearer token on every request over next.
+func TokenTransport(token string, next http.RoundTripper) http.RoundTripper {
+	return &tokenTransport{token: token, next: next}
 }
 
 // tokenTransport sends a bearer token.
