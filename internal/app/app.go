@@ -146,9 +146,9 @@ type App struct {
 	configs    *dashboard.ConfigRecorder
 	specMu     sync.RWMutex
 	specHashs  map[string]string
-	// reconcileCursor is where the next share of the installations'
-	// repositories starts (guarded by specMu).
-	reconcileCursor int
+	// reconcileCursor counts the installations' repositories handed to
+	// reconciliation so far: the next share starts there.
+	reconcileCursor atomic.Int64
 }
 
 // New builds the control plane; nothing runs until Run.

@@ -146,10 +146,7 @@ func (a *App) installedRepositories(ctx context.Context) []domain.Scope {
 		return nil
 	}
 	share := (len(all) + reconcileTurns - 1) / reconcileTurns
-	a.specMu.Lock()
-	start := a.reconcileCursor % len(all)
-	a.reconcileCursor = start + share
-	a.specMu.Unlock()
+	start := int((a.reconcileCursor.Add(int64(share)) - int64(share)) % int64(len(all)))
 	out := make([]domain.Scope, 0, share)
 	for i := range share {
 		out = append(out, all[(start+i)%len(all)])
