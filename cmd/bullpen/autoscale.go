@@ -39,22 +39,12 @@ Run 'bullpen autoscale SUBCOMMAND -h' for its flags.
 }
 
 func cmdAutoscale(ctx context.Context, e *env, args []string) int {
-	if len(args) == 0 {
-		autoscaleUsage(e.stderr)
-		return 2
-	}
-	switch args[0] {
-	case "run":
-		return autoscaleRun(ctx, e, args[1:])
-	case "replay":
-		return autoscale.ReplayMain(args[1:], e.getenv, e.stdin, e.stdout, e.stderr)
-	case "help", "-h", "--help":
-		autoscaleUsage(e.stdout)
-		return 0
-	}
-	fmt.Fprintf(e.stderr, "bullpen autoscale: unknown subcommand %q\n\n", args[0])
-	autoscaleUsage(e.stderr)
-	return 2
+	return dispatch(ctx, e, "autoscale", args, autoscaleUsage, map[string]subcommand{
+		"run": autoscaleRun,
+		"replay": func(_ context.Context, e *env, args []string) int {
+			return autoscale.ReplayMain(args, e.getenv, e.stdin, e.stdout, e.stderr)
+		},
+	})
 }
 
 // autoscaleRun is `bullpen autoscale run`: exit 0 when interrupted, 1 when

@@ -29,21 +29,10 @@ Run 'bullpen aws iam-policy -h' for its flags.
 `)
 }
 
-func cmdAWS(_ context.Context, e *env, args []string) int {
-	if len(args) == 0 {
-		awsUsage(e.stderr)
-		return 2
-	}
-	switch args[0] {
-	case "iam-policy":
-		return awsIAMPolicy(e, args[1:])
-	case "help", "-h", "--help":
-		awsUsage(e.stdout)
-		return 0
-	}
-	fmt.Fprintf(e.stderr, "bullpen aws: unknown subcommand %q\n", args[0])
-	awsUsage(e.stderr)
-	return 2
+func cmdAWS(ctx context.Context, e *env, args []string) int {
+	return dispatch(ctx, e, "aws", args, awsUsage, map[string]subcommand{
+		"iam-policy": func(_ context.Context, e *env, args []string) int { return awsIAMPolicy(e, args) },
+	})
 }
 
 func awsIAMPolicy(e *env, args []string) int {

@@ -27,21 +27,10 @@ Run 'bullpen github app-manifest -h' for its flags.
 `)
 }
 
-func cmdGitHub(_ context.Context, e *env, args []string) int {
-	if len(args) == 0 {
-		githubUsage(e.stderr)
-		return 2
-	}
-	switch args[0] {
-	case "app-manifest":
-		return githubAppManifest(e, args[1:])
-	case "help", "-h", "--help":
-		githubUsage(e.stdout)
-		return 0
-	}
-	fmt.Fprintf(e.stderr, "bullpen github: unknown subcommand %q\n", args[0])
-	githubUsage(e.stderr)
-	return 2
+func cmdGitHub(ctx context.Context, e *env, args []string) int {
+	return dispatch(ctx, e, "github", args, githubUsage, map[string]subcommand{
+		"app-manifest": func(_ context.Context, e *env, args []string) int { return githubAppManifest(e, args) },
+	})
 }
 
 // manifestForm posts the manifest to GitHub's App creation page.

@@ -67,3 +67,26 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w, "\nRun 'bullpen COMMAND -h' for a command's flags.")
 }
+
+// subcommand is a command's subcommand.
+type subcommand func(ctx context.Context, e *env, args []string) int
+
+// dispatch runs the subcommand of name that args[0] names, printing usage
+// for help (exit 0), and for none or an unknown one (exit 2).
+func dispatch(ctx context.Context, e *env, name string, args []string, usage func(io.Writer), subs map[string]subcommand) int {
+	if len(args) == 0 {
+		usage(e.stderr)
+		return 2
+	}
+	if run, ok := subs[args[0]]; ok {
+		return run(ctx, e, args[1:])
+	}
+	switch args[0] {
+	case "help", "-h", "--help":
+		usage(e.stdout)
+		return 0
+	}
+	fmt.Fprintf(e.stderr, "bullpen %s: unknown subcommand %q\n\n", name, args[0])
+	usage(e.stderr)
+	return 2
+}
