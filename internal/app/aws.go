@@ -70,7 +70,7 @@ func (a *App) newEC2(ctx context.Context) (domain.IdentityVerifier, error) {
 	extra := map[string]string{"BULLPEN_AGENT_WORK_DIR": DefaultRunnerDir}
 	maps.Copy(extra, o.AgentEnv)
 	cloudInit := launchdata.CloudInitOptions{AgentURL: o.AgentURL, AgentSHA256: o.AgentSHA256, CloudIDFrom: "imds", Extra: extra}
-	if _, err := launchdata.CloudInit(domain.AgentBootstrap{URL: "http://check.invalid", LaunchID: "check", Secret: "check"}, cloudInit); err != nil {
+	if err := cloudInit.Check(); err != nil {
 		return nil, fmt.Errorf("aws: agent launch data: %w", err)
 	}
 	prefix := o.TemplatePrefix

@@ -69,12 +69,9 @@ func envFile(b domain.AgentBootstrap, secretKey string, extra map[string]string)
 	line(EnvLaunchID, b.LaunchID)
 	line(secretKey, b.Secret)
 	for _, k := range slices.Sorted(maps.Keys(extra)) {
-		switch {
-		case !validName(k):
-			errs = append(errs, fmt.Errorf("agent setting %q: not a shell variable name", k))
-		case k == EnvURL || k == EnvLaunchID || k == EnvBootstrap || k == EnvLaunchSecret:
-			errs = append(errs, fmt.Errorf("agent setting %s: set by the launch itself", k))
-		default:
+		if err := checkSetting(k); err != nil {
+			errs = append(errs, err)
+		} else {
 			line(k, extra[k])
 		}
 	}
@@ -93,6 +90,17 @@ func shellQuote(s string) string {
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 func validName(k string) bool { return nameRE.MatchString(k) }
+
+// checkSetting says why k cannot be an extra agent setting, or nil.
+func checkSetting(k string) error {
+	switch {
+	case !validName(k):
+		return fmt.Errorf("agent setting %q: not a shell variable name", k)
+	case k == EnvURL || k == EnvLaunchID || k == EnvBootstrap || k == EnvLaunchSecret:
+		return fmt.Errorf("agent setting %s: set by the launch itself", k)
+	}
+	return nil
+}
 
 // CloudInitOptions shape the user-data script. Paths must be absolute and
 // plain (letters, digits, . _ - /): they also appear in the systemd unit.
@@ -126,6 +134,16 @@ var (
 	plainPath = regexp.MustCompile(`^/[A-Za-z0-9._/-]*$`)
 	sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
 )
+
+// Check says what is wrong with the options (extra settings included),
+// before any launch renders them.
+func (o CloudInitOptions) Check() error {
+	errs := []error{o.normalize()}
+	for _, k := range slices.Sorted(maps.Keys(o.Extra)) {
+		errs = append(errs, checkSetting(k))
+	}
+	return errors.Join(errs...)
+}
 
 func (o *CloudInitOptions) normalize() error {
 	o.InstallPath = cmp.Or(o.InstallPath, DefaultInstallPath)

@@ -237,3 +237,20 @@ func sha(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
+
+// Check refuses what CloudInit would refuse, before any launch.
+func TestCheckRefusesWhatCloudInitWould(t *testing.T) {
+	if err := options().Check(); err != nil {
+		t.Fatalf("good options: %v", err)
+	}
+	bad := options()
+	bad.Extra = map[string]string{"NOT A NAME": "x"}
+	if err := bad.Check(); err == nil || !strings.Contains(err.Error(), "not a shell variable name") {
+		t.Fatalf("an extra setting that is no variable name: %v", err)
+	}
+	bad = options()
+	bad.AgentSHA256 = "abc"
+	if err := bad.Check(); err == nil {
+		t.Fatal("a short checksum passed")
+	}
+}
