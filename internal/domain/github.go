@@ -7,18 +7,39 @@ import (
 )
 
 // Scope is where runners register: an organisation (Repo empty) or one
-// repository.
+// repository; or, with Enterprise set, the enterprise, whose runners serve
+// the jobs of every organisation in it that their runner group admits.
+// GitHub lists no jobs of an enterprise, so an enterprise scope that is
+// also asked for jobs names the organisation or repository to look in.
 type Scope struct {
-	Owner string
-	Repo  string
+	Enterprise string
+	Owner      string
+	Repo       string
 }
 
-// String renders the scope as GitHub paths do: "org" or "owner/repo".
+// String renders the scope as GitHub paths do: "org" or "owner/repo", or
+// "enterprise SLUG" (followed by the jobs' owner or repository, if any).
 func (s Scope) String() string {
-	if s.Repo == "" {
-		return s.Owner
+	where := s.Owner
+	if s.Repo != "" {
+		where += "/" + s.Repo
 	}
-	return s.Owner + "/" + s.Repo
+	if s.Enterprise == "" {
+		return where
+	}
+	if where == "" {
+		return "enterprise " + s.Enterprise
+	}
+	return "enterprise " + s.Enterprise + " (" + where + ")"
+}
+
+// Runners is where the scope's runners are registered and listed: its
+// enterprise when it has one, else the scope itself.
+func (s Scope) Runners() Scope {
+	if s.Enterprise != "" {
+		return Scope{Enterprise: s.Enterprise}
+	}
+	return s
 }
 
 // RunnerRegistration is a just-in-time runner registered for one job.

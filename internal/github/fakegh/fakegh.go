@@ -21,6 +21,10 @@
 //	       /repos/{owner}/{repo}/installation    (the App's JWT)
 //	GET    /repos/{owner}/{repo}/contents/{path} (raw, with an ETag)
 //	GET    /user
+//	POST   /enterprises/{enterprise}/actions/runners/generate-jitconfig
+//	GET    /enterprises/{enterprise}/actions/runners
+//	DELETE /enterprises/{enterprise}/actions/runners/{runner_id}
+//	GET    /enterprises/{enterprise}/actions/runner-groups  (a token, never an installation's)
 //
 // Lists paginate with page and per_page (default 30, at most 100, and at
 // most PageSize) and Link headers. Errors come as GitHub sends them: 404 for
@@ -31,7 +35,8 @@
 //
 // The state is seeded and driven through methods: AddRepo, QueueJob,
 // StartJob, CompleteJob, AddRunner, SetBusy, SetOnline, RunJIT, and for a
-// GitHub App RequireApp, AddInstallation, SuspendInstallation; PutFile
+// GitHub App RequireApp, AddInstallation, SuspendInstallation; for
+// enterprise runners AddEnterprise, AddEnterpriseRunnerGroup; PutFile
 // writes a repository's file. Accounts
 // named by AddRepo or QueueJob are organisations. With AutoCreate, every
 // owner and repository a request names exists too.
@@ -88,13 +93,19 @@ type Server struct {
 	// registeredBy is the installation that registered each runner, by
 	// lower-case name.
 	registeredBy map[string]int64
-	groups       map[string][]runnerGroup // organisations' runner groups besides Default, by lower-case login
-	workFolders  map[string]string        // the work_folder each runner was registered with, by lower-case name
+	enterprises  map[string]string // slug by lower-case slug
+	// registeredGroups is each JIT runner's group id, by lower-case name.
+	registeredGroups map[string]int64
+	groups           map[string][]runnerGroup // organisations' runner groups besides Default, by lower-case login
+	workFolders      map[string]string        // the work_folder each runner was registered with, by lower-case name
 }
 
 type account struct {
 	id    int64
 	login string
+	// enterprise is the lower-case slug of the enterprise the account
+	// belongs to, if any.
+	enterprise string
 }
 
 type repo struct {
@@ -133,17 +144,21 @@ type job struct {
 }
 
 type runner struct {
-	id        int64
-	owner     string // the scope: an organisation, or with repo set a repository
-	repo      string
-	name      string
-	labels    []string
-	online    bool
-	busy      bool
-	ephemeral bool
-	jit       string
-	job       *job
-	started   bool // a process ran its JIT config
+	id    int64
+	owner string // the scope: an organisation, or with repo set a repository
+	repo  string
+	// enterprise, when set, is the scope instead: the runner is the
+	// enterprise's (owner and repo empty).
+	enterprise string
+	group      int64 // its runner group's id; the Default group when zero
+	name       string
+	labels     []string
+	online     bool
+	busy       bool
+	ephemeral  bool
+	jit        string
+	job        *job
+	started    bool // a process ran its JIT config
 	// installation is the installation whose token registered the runner.
 	installation int64
 }

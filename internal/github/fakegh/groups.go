@@ -21,11 +21,17 @@ func (s *Server) AddRunnerGroup(org, name string) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.account(org)
+	return s.addGroup(org, name)
+}
+
+// addGroup adds a group under key (an organisation's login or an
+// enterprise's groupsKey). Called under s.mu.
+func (s *Server) addGroup(key, name string) int64 {
 	s.lastID++
 	if s.groups == nil {
 		s.groups = map[string][]runnerGroup{}
 	}
-	key := strings.ToLower(org)
+	key = strings.ToLower(key)
 	s.groups[key] = append(s.groups[key], runnerGroup{id: s.lastID, name: name})
 	return s.lastID
 }
@@ -36,6 +42,14 @@ func (s *Server) RunnerWorkFolder(name string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.workFolders[strings.ToLower(name)]
+}
+
+// RunnerGroupOf is the id of the runner group the just-in-time runner
+// named name was registered in (even once it is gone); 0 when none was.
+func (s *Server) RunnerGroupOf(name string) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.registeredGroups[strings.ToLower(name)]
 }
 
 // groupsOf lists org's runner groups, Default first.
@@ -58,10 +72,14 @@ func (s *Server) handleRunnerGroups(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "Not Found")
 		return
 	}
-	groups := s.groupsOf(sc.owner)
+	groups := s.groupsOf(sc.groupsKey())
 	lo, hi := s.paginate(w, r, len(groups))
 	items := make([]map[string]any, 0, hi-lo)
 	for _, g := range groups[lo:hi] {
+		if sc.enterprise != "" {
+			items = append(items, s.enterpriseGroupJSON(sc.enterprise, g))
+			continue
+		}
 		items = append(items, map[string]any{
 			"id": g.id, "name": g.name, "visibility": "all", "default": g.id == DefaultRunnerGroupID,
 			"runners_url":                     s.srv.URL + "/orgs/" + sc.owner + "/actions/runner-groups/" + strconv.FormatInt(g.id, 10) + "/runners",

@@ -55,9 +55,12 @@ func (s *Server) locked(h http.HandlerFunc) http.HandlerFunc {
 
 // scopeOf is the organisation or repository a request names, and whether
 // it exists.
-type scopeRef struct{ owner, repo string }
+type scopeRef struct{ enterprise, owner, repo string }
 
 func (s *Server) scopeOf(r *http.Request) (scopeRef, bool) {
+	if ent := r.PathValue("enterprise"); ent != "" {
+		return s.enterpriseOf(ent)
+	}
 	if org := r.PathValue("org"); org != "" {
 		a := s.accounts[strings.ToLower(org)]
 		if a == nil && s.autoCreate {
@@ -84,10 +87,12 @@ func (s *Server) repoOf(r *http.Request) *repo {
 	return rp
 }
 
-func scopeFromRef(sc scopeRef) domain.Scope { return domain.Scope{Owner: sc.owner, Repo: sc.repo} }
+func scopeFromRef(sc scopeRef) domain.Scope {
+	return domain.Scope{Enterprise: sc.enterprise, Owner: sc.owner, Repo: sc.repo}
+}
 
 func (sc scopeRef) holds(rn *runner) bool {
-	return strings.EqualFold(rn.owner, sc.owner) && strings.EqualFold(rn.repo, sc.repo)
+	return rn.enterprise == sc.enterprise && strings.EqualFold(rn.owner, sc.owner) && strings.EqualFold(rn.repo, sc.repo)
 }
 
 func pathID(r *http.Request, name string) int64 {
@@ -118,7 +123,7 @@ func (s *Server) handleJIT(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnprocessableEntity, "Validation Failed")
 		return
 	}
-	if sc.repo == "" && !s.hasGroup(sc.owner, body.RunnerGroupID) {
+	if sc.repo == "" && !s.hasGroup(sc.groupsKey(), body.RunnerGroupID) {
 		writeError(w, http.StatusNotFound, "Not Found")
 		return
 	}
@@ -129,7 +134,7 @@ func (s *Server) handleJIT(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rn := s.newRunner(scopeFromRef(sc), body.Name, body.Labels)
-	rn.ephemeral, rn.jit = true, newJITConfig(body.Name, rn.id)
+	rn.ephemeral, rn.jit, rn.group = true, newJITConfig(body.Name, rn.id), body.RunnerGroupID
 	if s.registeredBy == nil {
 		s.registeredBy = map[string]int64{}
 	}
@@ -138,6 +143,10 @@ func (s *Server) handleJIT(w http.ResponseWriter, r *http.Request) {
 		s.workFolders = map[string]string{}
 	}
 	s.workFolders[strings.ToLower(body.Name)] = body.WorkFolder
+	if s.registeredGroups == nil {
+		s.registeredGroups = map[string]int64{}
+	}
+	s.registeredGroups[strings.ToLower(body.Name)] = body.RunnerGroupID
 	writeJSON(w, http.StatusCreated, map[string]any{"runner": s.runnerJSON(rn), "encoded_jit_config": rn.jit})
 }
 

@@ -102,6 +102,9 @@ func (s *Server) handler() http.Handler {
 	for pattern, h := range s.routes() {
 		mux.HandleFunc(pattern, h)
 	}
+	for pattern, h := range s.enterpriseRoutes() {
+		mux.HandleFunc(pattern, h)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, pattern := mux.Handler(r)
 		if s.intercept(w, r, pattern) {

@@ -1,6 +1,7 @@
 package fakegh
 
 import (
+	"cmp"
 	"encoding/base64"
 	"fmt"
 	"strings"
@@ -210,7 +211,7 @@ func (s *Server) runnerJSON(r *runner) map[string]any {
 		labels = append(labels, map[string]any{"id": s.labelID(l), "name": l, "type": kind})
 	}
 	return map[string]any{
-		"id": r.id, "runner_group_id": DefaultRunnerGroupID, "name": r.name, "os": osName,
+		"id": r.id, "runner_group_id": cmp.Or(r.group, DefaultRunnerGroupID), "name": r.name, "os": osName,
 		"status": status, "busy": r.busy, "ephemeral": r.ephemeral, "version": version, "labels": labels,
 	}
 }

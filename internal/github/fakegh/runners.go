@@ -25,7 +25,7 @@ func (s *Server) AddRunner(spec RunnerSpec) int64 {
 
 func (s *Server) newRunner(scope domain.Scope, name string, labels []string) *runner {
 	s.lastID++
-	r := &runner{id: s.lastID, owner: scope.Owner, repo: scope.Repo, name: name, labels: slices.Clone(labels)}
+	r := &runner{id: s.lastID, owner: scope.Owner, repo: scope.Repo, enterprise: strings.ToLower(scope.Enterprise), name: name, labels: slices.Clone(labels)}
 	s.runners[r.id] = r
 	return r
 }
@@ -97,6 +97,9 @@ func (s *Server) waitingRunnerFor(j *job) *runner {
 }
 
 func (r *runner) covers(rp *repo) bool {
+	if r.enterprise != "" {
+		return r.enterprise == rp.owner.enterprise
+	}
 	return strings.EqualFold(r.owner, rp.owner.login) && (r.repo == "" || strings.EqualFold(r.repo, rp.name))
 }
 

@@ -23,8 +23,9 @@ import (
 // testdata/openapi-shapes.txt against its examples; without it, against
 // testdata/openapi-shapes.txt alone.
 var (
-	specPath = envOr("BULLPEN_OPENAPI", "../../../testdata/npm/node_modules/@octokit/openapi/generated/api.github.com.json")
-	update   = flag.Bool("update", false, "rewrite testdata/openapi-shapes.txt from the OpenAPI description")
+	specPath     = envOr("BULLPEN_OPENAPI", "../../../testdata/npm/node_modules/@octokit/openapi/generated/api.github.com.json")
+	ghecSpecPath = envOr("BULLPEN_OPENAPI_GHEC", "../../../testdata/npm/node_modules/@octokit/openapi/generated/ghec.json")
+	update       = flag.Bool("update", false, "rewrite testdata/openapi-shapes.txt from the OpenAPI description")
 )
 
 const shapesFile = "testdata/openapi-shapes.txt"
@@ -58,7 +59,7 @@ func (e endpoint) key() string { return e.method + " " + e.route + " " + e.statu
 // every field its schemas require).
 func TestShapes(t *testing.T) {
 	srv, endpoints, auth := shapesFixture(t)
-	spec := loadSpec(t)
+	spec := loadSpecs(t)
 	var want map[string][]shapeLine
 	switch {
 	case spec != nil:
@@ -70,9 +71,9 @@ func TestShapes(t *testing.T) {
 			t.Errorf("%s differs from the OpenAPI description's examples; rerun with -update", shapesFile)
 		}
 	case *update:
-		t.Fatalf("-update needs the OpenAPI description at %s", specPath)
+		t.Fatalf("-update needs the OpenAPI descriptions at %s and %s", specPath, ghecSpecPath)
 	default:
-		t.Logf("no OpenAPI description at %s: checking against %s", specPath, shapesFile)
+		t.Logf("no OpenAPI descriptions at %s and %s: checking against %s", specPath, ghecSpecPath, shapesFile)
 		want = readShapes(t)
 	}
 	for _, e := range endpoints {
@@ -89,7 +90,7 @@ func TestShapes(t *testing.T) {
 				t.Error(problem)
 			}
 			if spec != nil {
-				for _, problem := range checkRequired(spec, e, got) {
+				for _, problem := range checkRequired(spec.of(e), e, got) {
 					t.Error(problem)
 				}
 			}
@@ -118,6 +119,8 @@ func shapesFixture(t *testing.T) (*fakegh.Server, []endpoint, string) {
 		t.Fatal(err)
 	}
 	srv.AddRunner(fakegh.RunnerSpec{Scope: domain.Scope{Owner: "octo-org"}, Name: "org-runner", Labels: []string{"gpu"}, Online: true})
+	srv.AddEnterprise("octo-enterprise", "octo-org")
+	srv.AddEnterpriseRunnerGroup("octo-enterprise", "gpu")
 
 	jit := endpoint{method: "POST", route: "/repos/{owner}/{repo}/actions/runners/generate-jitconfig", status: "201",
 		path: "/repos/" + repo + "/actions/runners/generate-jitconfig", body: `{"name":"r1","runner_group_id":1,"labels":["linux"]}`}
@@ -146,6 +149,11 @@ func shapesFixture(t *testing.T) (*fakegh.Server, []endpoint, string) {
 			path: fmt.Sprintf("/repos/%s/actions/jobs/%d", repo, running)},
 		{method: "GET", route: "/orgs/{org}/repos", status: "200", path: "/orgs/octo-org/repos"},
 		{method: "GET", route: "/orgs/{org}/actions/runner-groups", status: "200", path: "/orgs/octo-org/actions/runner-groups",
+			ignore: []string{"runner_groups[].selected_"}},
+		{method: "POST", route: "/enterprises/{enterprise}/actions/runners/generate-jitconfig", status: "201",
+			path: "/enterprises/octo-enterprise/actions/runners/generate-jitconfig", body: `{"name":"r4","runner_group_id":1,"labels":["x64"]}`},
+		{method: "GET", route: "/enterprises/{enterprise}/actions/runners", status: "200", path: "/enterprises/octo-enterprise/actions/runners"},
+		{method: "GET", route: "/enterprises/{enterprise}/actions/runner-groups", status: "200", path: "/enterprises/octo-enterprise/actions/runner-groups",
 			ignore: []string{"runner_groups[].selected_"}},
 		{method: "POST", route: "/app/installations/{installation_id}/access_tokens", status: "201",
 			path: "/app/installations/77/access_tokens", ignore: []string{"permissions.", "repositories"}},
@@ -322,7 +330,8 @@ func writeShapes(t *testing.T, endpoints []endpoint, shapes map[string][]shapeLi
 	t.Helper()
 	var b bytes.Buffer
 	b.WriteString("# Field paths and JSON types of the examples in GitHub's OpenAPI description\n")
-	b.WriteString("# (@octokit/openapi, generated/api.github.com.json) for the answers fakegh gives.\n")
+	b.WriteString("# (@octokit/openapi, generated/api.github.com.json, and ghec.json for the enterprise\n")
+	b.WriteString("# routes) for the answers fakegh gives.\n")
 	b.WriteString("# Regenerate: go test ./internal/github/fakegh -run TestShapes -update\n")
 	for _, e := range endpoints {
 		fmt.Fprintf(&b, "\n== %s\n", e.key())

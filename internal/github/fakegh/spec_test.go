@@ -18,9 +18,32 @@ import (
 	"time"
 )
 
-// loadSpec reads the OpenAPI description, or returns nil when it is not
+// descriptions are GitHub.com's OpenAPI description and, for the
+// enterprise routes it leaves out, GitHub Enterprise Cloud's.
+type descriptions struct{ dotcom, ghec map[string]any }
+
+// loadSpecs reads both descriptions, or returns nil when they are not
 // installed.
-func loadSpec(t *testing.T) map[string]any {
+func loadSpecs(t *testing.T) *descriptions {
+	t.Helper()
+	d := &descriptions{dotcom: loadSpec(t, specPath), ghec: loadSpec(t, ghecSpecPath)}
+	if d.dotcom == nil || d.ghec == nil {
+		return nil
+	}
+	return d
+}
+
+// of is the description that holds e's operation.
+func (d *descriptions) of(e endpoint) map[string]any {
+	if strings.HasPrefix(e.route, "/enterprises/") {
+		return d.ghec
+	}
+	return d.dotcom
+}
+
+// loadSpec reads an OpenAPI description, or returns nil when it is not
+// installed.
+func loadSpec(t *testing.T, specPath string) map[string]any {
 	t.Helper()
 	b, err := os.ReadFile(specPath)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -37,10 +60,11 @@ func loadSpec(t *testing.T) map[string]any {
 }
 
 // specShapes flattens the example of each endpoint's answer.
-func specShapes(t *testing.T, spec map[string]any, endpoints []endpoint) map[string][]shapeLine {
+func specShapes(t *testing.T, specs *descriptions, endpoints []endpoint) map[string][]shapeLine {
 	t.Helper()
 	out := map[string][]shapeLine{}
 	for _, e := range endpoints {
+		spec := specs.of(e)
 		examples, _ := dig(spec, responseOf(spec, e), "content", "application/json", "examples").(map[string]any)
 		names := make([]string, 0, len(examples))
 		for name := range examples {

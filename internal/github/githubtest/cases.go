@@ -65,6 +65,31 @@ func testDeleteRunner(f *fixture) {
 	}
 }
 
+func testEnterpriseRunners(f *fixture) {
+	if f.Enterprise == "" {
+		f.t.Skip("the harness names no enterprise")
+	}
+	ent := domain.Scope{Enterprise: f.Enterprise}
+	job := f.queue(f.repo("app"), "enterprise-case")
+	// A scope that also names where its jobs are registers at the enterprise.
+	reg := f.register(domain.Scope{Enterprise: f.Enterprise, Owner: f.Owner, Repo: "app"}, "enterprise-case")
+	if !f.listed(ent, reg.RunnerID) || f.listed(f.org, reg.RunnerID) {
+		f.t.Errorf("enterprise runner %d: listed in %s %t, in organisation %s %t; want the enterprise only",
+			reg.RunnerID, ent, f.listed(ent, reg.RunnerID), f.org, f.listed(f.org, reg.RunnerID))
+	}
+	_, err := f.GitHub.RegisterRunner(f.ctx, ent, reg.Name, []string{"enterprise-case"})
+	f.wantErr("RegisterRunner with a name the enterprise has", err, domain.ErrExists)
+	f.wantErr("DeleteRunner of an enterprise runner in its organisation", f.GitHub.DeleteRunner(f.ctx, f.org, reg.RunnerID), domain.ErrNotFound)
+	_, err = f.GitHub.QueuedJobs(f.ctx, ent)
+	f.wantErr("QueuedJobs of a whole enterprise", err, domain.ErrInvalidRequest)
+	if got := f.StartRunner(reg); got != job.ID {
+		f.t.Fatalf("the enterprise runner took job %d, want %d of %s", got, job.ID, job.Repo)
+	}
+	f.wantErr("DeleteRunner of a busy enterprise runner", f.GitHub.DeleteRunner(f.ctx, ent, reg.RunnerID), domain.ErrRunnerBusy)
+	_, err = f.GitHub.ListRunners(f.ctx, domain.Scope{Enterprise: "no-such-enterprise"})
+	f.wantErr("ListRunners of an unknown enterprise", err, domain.ErrNotFound)
+}
+
 func testDeleteBusyRunner(f *fixture) {
 	job := f.queue(f.repo("app"), "busy-case")
 	reg := f.register(f.org, "busy-case")

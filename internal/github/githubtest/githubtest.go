@@ -42,6 +42,9 @@ type Harness struct {
 	// Owner is an organisation the case may use; its repositories exist
 	// as soon as a job names them.
 	Owner string
+	// Enterprise is an enterprise Owner belongs to, for the case of
+	// enterprise runners; empty skips that case.
+	Enterprise string
 	// QueueJob makes a queued job, as a workflow run asking for a runner
 	// does, and returns it.
 	QueueJob func(spec JobSpec) domain.GitHubJob
@@ -63,6 +66,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"RepoScopeRunnersListedInRepoOnly", testRepoScopeRunners},
 		{"DeleteRunner", testDeleteRunner},
 		{"DeleteBusyRunner", testDeleteBusyRunner},
+		{"EnterpriseRunnersServeItsOrganisations", testEnterpriseRunners},
 		{"QueuedJobsListsOnlyQueued", testQueuedJobsListsOnlyQueued},
 		{"GetJob", testGetJob},
 		{"CancelRunCancelsQueuedJobs", testCancelRun},

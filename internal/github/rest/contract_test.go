@@ -18,6 +18,9 @@ func TestContract(t *testing.T) {
 		srv.RequireToken(testToken)
 		const owner = "contract-org"
 		srv.AddOrg(owner)
-		return srv.Harness(t, newClient(t, srv), owner)
+		srv.AddEnterprise("contract-enterprise", owner)
+		h := srv.Harness(t, newClient(t, srv), owner)
+		h.Enterprise = "contract-enterprise"
+		return h
 	})
 }

@@ -51,6 +51,42 @@ func TestRunnerGroupByName(t *testing.T) {
 	}
 }
 
+// Enterprise runners join the enterprise's runner group of that name, not
+// an organisation's.
+func TestEnterpriseRunnerGroupByName(t *testing.T) {
+	srv := fakegh.New()
+	t.Cleanup(srv.Close)
+	srv.RequireToken(testToken)
+	srv.AddOrg("acme")
+	srv.AddRunnerGroup("acme", "org-only")
+	srv.AddEnterprise("megacorp", "acme")
+	gpu := srv.AddEnterpriseRunnerGroup("megacorp", "GPU")
+	ctx := context.Background()
+	c, err := rest.New(rest.Options{BaseURL: srv.URL(), Token: testToken, RunnerGroup: "gpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ent := domain.Scope{Enterprise: "megacorp", Owner: "acme", Repo: "app"}
+	reg, err := c.RegisterRunner(ctx, ent, "r1", []string{"linux"})
+	if err != nil {
+		t.Fatalf("register in the enterprise's group: %v", err)
+	}
+	if n := srv.Count("GET /enterprises/{enterprise}/actions/runner-groups"); n != 1 {
+		t.Fatalf("the enterprise's groups were looked up %d times, want once", n)
+	}
+	if got := srv.RunnerGroupOf(reg.Name); got != gpu {
+		t.Errorf("the runner joined group %d, want the enterprise's GPU group %d", got, gpu)
+	}
+	orgOnly, err := rest.New(rest.Options{BaseURL: srv.URL(), Token: testToken, RunnerGroup: "org-only"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = orgOnly.RegisterRunner(ctx, ent, "r2", []string{"linux"})
+	if !errors.Is(err, domain.ErrNotFound) || !strings.Contains(err.Error(), `runner group "org-only" does not exist in enterprise megacorp (its groups: Default, GPU)`) {
+		t.Fatalf("an organisation's group named for enterprise runners: %v", err)
+	}
+}
+
 func TestRunnerWorkFolder(t *testing.T) {
 	srv := fakegh.New()
 	t.Cleanup(srv.Close)

@@ -39,6 +39,9 @@ func (c *Client) ListJobs(ctx context.Context, s domain.Scope, status string) ([
 	if runStatuses[status] == nil {
 		return nil, fmt.Errorf("%s: %w: status must be %q or %q", op, domain.ErrInvalidRequest, StatusQueued, StatusInProgress)
 	}
+	if s.Owner == "" && s.Enterprise != "" {
+		return nil, fmt.Errorf("%s: %w: GitHub lists no jobs of a whole enterprise; name an organisation or repository in it", op, domain.ErrInvalidRequest)
+	}
 	if s.Owner == "" {
 		return nil, fmt.Errorf("%s: %w: no owner", op, domain.ErrInvalidRequest)
 	}

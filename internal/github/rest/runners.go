@@ -20,12 +20,13 @@ func (c *Client) RegisterRunner(ctx context.Context, s domain.Scope, name string
 	if err := ctx.Err(); err != nil {
 		return domain.RunnerRegistration{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if s.Owner == "" || name == "" || len(labels) == 0 {
+	s = s.Runners()
+	if (s.Owner == "" && s.Enterprise == "") || name == "" || len(labels) == 0 {
 		return domain.RunnerRegistration{}, fmt.Errorf("%s: %w: owner, name and at least one label are required", op, domain.ErrInvalidRequest)
 	}
 	group := c.runnerGroup
 	if s.Repo == "" && c.groupName != "" {
-		id, err := c.groupID(ctx, s.Owner)
+		id, err := c.groupID(ctx, s)
 		if err != nil {
 			return domain.RunnerRegistration{}, fmt.Errorf("%s: %w", op, err)
 		}
@@ -37,9 +38,12 @@ func (c *Client) RegisterRunner(ctx context.Context, s domain.Scope, name string
 	}
 	var cfg *github.JITRunnerConfig
 	var err error
-	if s.Repo == "" {
+	switch {
+	case s.Enterprise != "":
+		cfg, _, err = c.gh.Enterprise.GenerateEnterpriseJITConfig(ctx, s.Enterprise, req)
+	case s.Repo == "":
 		cfg, _, err = c.gh.Actions.GenerateOrgJITConfig(ctx, s.Owner, req)
-	} else {
+	default:
 		cfg, _, err = c.gh.Actions.GenerateRepoJITConfig(ctx, s.Owner, s.Repo, req)
 	}
 	if err != nil {
@@ -63,17 +67,22 @@ func (c *Client) RegisterRunner(ctx context.Context, s domain.Scope, name string
 }
 
 // ListRunners lists the self-hosted runners registered at exactly the
-// scope (an organisation's list holds no repository's runners), all pages.
+// scope (an organisation's list holds no repository's runners, an
+// enterprise's none of its organisations'), all pages.
 func (c *Client) ListRunners(ctx context.Context, s domain.Scope) ([]domain.GitHubRunner, error) {
+	s = s.Runners()
 	op := "list runners of " + s.String()
 	runners, err := collect(ctx, func(page int) ([]*github.Runner, *github.Response, error) {
 		opts := &github.ListRunnersOptions{ListOptions: github.ListOptions{Page: page, PerPage: perPage}}
 		var rs *github.Runners
 		var resp *github.Response
 		var err error
-		if s.Repo == "" {
+		switch {
+		case s.Enterprise != "":
+			rs, resp, err = c.gh.Enterprise.ListRunners(ctx, s.Enterprise, opts)
+		case s.Repo == "":
 			rs, resp, err = c.gh.Actions.ListOrganizationRunners(ctx, s.Owner, opts)
-		} else {
+		default:
 			rs, resp, err = c.gh.Actions.ListRunners(ctx, s.Owner, s.Repo, opts)
 		}
 		if rs == nil {
@@ -101,14 +110,18 @@ func (c *Client) ListRunners(ctx context.Context, s domain.Scope) ([]domain.GitH
 // domain.ErrRunnerBusy when it is running a job (422), domain.ErrNotFound
 // when the scope has no such runner (404).
 func (c *Client) DeleteRunner(ctx context.Context, s domain.Scope, id int64) error {
+	s = s.Runners()
 	op := fmt.Sprintf("delete runner %d in %s", id, s)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	var err error
-	if s.Repo == "" {
+	switch {
+	case s.Enterprise != "":
+		_, err = c.gh.Enterprise.RemoveRunner(ctx, s.Enterprise, id)
+	case s.Repo == "":
 		_, err = c.gh.Actions.RemoveOrganizationRunner(ctx, s.Owner, id)
-	} else {
+	default:
 		_, err = c.gh.Actions.RemoveRunner(ctx, s.Owner, s.Repo, id)
 	}
 	return c.classify(op, err, statusErrors{http.StatusUnprocessableEntity: domain.ErrRunnerBusy})
@@ -138,36 +151,62 @@ func collect[T any](ctx context.Context, fetch func(page int) ([]T, *github.Resp
 	}
 }
 
-// groupID resolves RunnerGroup in org, once: a group that does not exist is
-// an error that lists the groups there are.
-func (c *Client) groupID(ctx context.Context, org string) (int64, error) {
-	key := strings.ToLower(org)
+// groupID resolves RunnerGroup in an organisation or an enterprise, once:
+// a group that does not exist is an error that lists the groups there are.
+func (c *Client) groupID(ctx context.Context, s domain.Scope) (int64, error) {
+	key := strings.ToLower(s.String())
 	c.mu.Lock()
 	id, ok := c.groupIDs[key]
 	c.mu.Unlock()
 	if ok {
 		return id, nil
 	}
-	groups, err := collect(ctx, func(page int) ([]*github.RunnerGroup, *github.Response, error) {
-		list, resp, err := c.gh.Actions.ListOrganizationRunnerGroups(ctx, org,
-			&github.ListOrgRunnerGroupOptions{ListOptions: github.ListOptions{Page: page, PerPage: perPage}})
-		if err != nil {
-			return nil, resp, err
-		}
-		return list.RunnerGroups, resp, nil
-	})
+	groups, err := c.runnerGroups(ctx, s)
 	if err != nil {
-		return 0, c.classify(fmt.Sprintf("list the runner groups of %s", org), err, nil)
+		return 0, c.classify(fmt.Sprintf("list the runner groups of %s", s), err, nil)
 	}
 	var names []string
 	for _, g := range groups {
-		if strings.EqualFold(g.GetName(), c.groupName) {
+		if strings.EqualFold(g.name, c.groupName) {
 			c.mu.Lock()
-			c.groupIDs[key] = g.GetID()
+			c.groupIDs[key] = g.id
 			c.mu.Unlock()
-			return g.GetID(), nil
+			return g.id, nil
 		}
-		names = append(names, g.GetName())
+		names = append(names, g.name)
 	}
-	return 0, fmt.Errorf("%w: runner group %q does not exist in %s (its groups: %s)", domain.ErrNotFound, c.groupName, org, strings.Join(names, ", "))
+	return 0, fmt.Errorf("%w: runner group %q does not exist in %s (its groups: %s)", domain.ErrNotFound, c.groupName, s, strings.Join(names, ", "))
+}
+
+type runnerGroup struct {
+	id   int64
+	name string
+}
+
+// runnerGroups lists an organisation's or an enterprise's runner groups,
+// all pages.
+func (c *Client) runnerGroups(ctx context.Context, s domain.Scope) ([]runnerGroup, error) {
+	page := github.ListOptions{PerPage: perPage}
+	return collect(ctx, func(n int) ([]runnerGroup, *github.Response, error) {
+		page.Page = n
+		var out []runnerGroup
+		if s.Enterprise != "" {
+			list, resp, err := c.gh.Enterprise.ListRunnerGroups(ctx, s.Enterprise, &github.ListEnterpriseRunnerGroupOptions{ListOptions: page})
+			if err != nil {
+				return nil, resp, err
+			}
+			for _, g := range list.RunnerGroups {
+				out = append(out, runnerGroup{g.GetID(), g.GetName()})
+			}
+			return out, resp, nil
+		}
+		list, resp, err := c.gh.Actions.ListOrganizationRunnerGroups(ctx, s.Owner, &github.ListOrgRunnerGroupOptions{ListOptions: page})
+		if err != nil {
+			return nil, resp, err
+		}
+		for _, g := range list.RunnerGroups {
+			out = append(out, runnerGroup{g.GetID(), g.GetName()})
+		}
+		return out, resp, nil
+	})
 }

@@ -15,10 +15,11 @@ var epoch = time.Date(2025, 3, 3, 9, 0, 0, 0, time.UTC)
 func TestContract(t *testing.T) {
 	githubtest.Run(t, func(t *testing.T) githubtest.Harness {
 		// The clock never moves, so a job a runner takes never ends.
-		gh := sim.New(clock.NewVirtual(epoch), sim.Options{})
+		gh := sim.New(clock.NewVirtual(epoch), sim.Options{Enterprise: "contract-enterprise"})
 		return githubtest.Harness{
-			GitHub: gh,
-			Owner:  "contract-org",
+			GitHub:     gh,
+			Owner:      "contract-org",
+			Enterprise: "contract-enterprise",
 			QueueJob: func(spec githubtest.JobSpec) domain.GitHubJob {
 				return gh.QueueJob(sim.JobSpec{Repo: spec.Repo, Name: spec.Name, Labels: spec.Labels, RunID: spec.RunID, Duration: time.Hour})
 			},

@@ -52,8 +52,12 @@ func (g *GitHub) RegisterRunner(ctx context.Context, s domain.Scope, name string
 	if err := g.call(ctx, OpRegisterRunner); err != nil {
 		return domain.RunnerRegistration{}, fmt.Errorf("register runner %q in %s: %w", name, s, err)
 	}
-	if s.Owner == "" || name == "" || len(labels) == 0 {
+	s = s.Runners()
+	if (s.Owner == "" && s.Enterprise == "") || name == "" || len(labels) == 0 {
 		return domain.RunnerRegistration{}, fmt.Errorf("register runner %q in %s: %w: owner, name and at least one label are required", name, s, domain.ErrInvalidRequest)
+	}
+	if err := g.knownEnterprise(s); err != nil {
+		return domain.RunnerRegistration{}, fmt.Errorf("register runner %q in %s: %w", name, s, err)
 	}
 	for _, r := range g.runners {
 		if sameScope(r.scope, s) && strings.EqualFold(r.name, name) {
@@ -85,6 +89,10 @@ func (g *GitHub) ListRunners(ctx context.Context, s domain.Scope) ([]domain.GitH
 	if err := g.call(ctx, OpListRunners); err != nil {
 		return nil, fmt.Errorf("list runners of %s: %w", s, err)
 	}
+	s = s.Runners()
+	if err := g.knownEnterprise(s); err != nil {
+		return nil, fmt.Errorf("list runners of %s: %w", s, err)
+	}
 	var out []domain.GitHubRunner
 	for _, r := range g.runners {
 		if sameScope(r.scope, s) {
@@ -112,6 +120,7 @@ func (g *GitHub) deleteRunner(ctx context.Context, s domain.Scope, id int64) err
 	if err := g.call(ctx, OpDeleteRunner); err != nil {
 		return fmt.Errorf("delete runner %d: %w", id, err)
 	}
+	s = s.Runners()
 	r := g.runners[id]
 	if r == nil || !sameScope(r.scope, s) {
 		return fmt.Errorf("delete runner %d in %s: %w", id, s, domain.ErrNotFound)
@@ -316,5 +325,14 @@ func (g *GitHub) notice(r *runner) {
 }
 
 func sameScope(a, b domain.Scope) bool {
-	return strings.EqualFold(a.Owner, b.Owner) && strings.EqualFold(a.Repo, b.Repo)
+	return strings.EqualFold(a.Enterprise, b.Enterprise) && strings.EqualFold(a.Owner, b.Owner) && strings.EqualFold(a.Repo, b.Repo)
+}
+
+// knownEnterprise refuses an enterprise other than Options.Enterprise, as
+// GitHub answers 404 for an enterprise it does not know.
+func (g *GitHub) knownEnterprise(s domain.Scope) error {
+	if s.Enterprise != "" && !strings.EqualFold(s.Enterprise, g.opts.Enterprise) {
+		return fmt.Errorf("%w: no enterprise %q", domain.ErrNotFound, s.Enterprise)
+	}
+	return nil
 }

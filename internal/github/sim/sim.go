@@ -75,6 +75,10 @@ type Options struct {
 	Seed uint64
 	// Sender is the login webhooks name as sender; DefaultSender when empty.
 	Sender string
+	// Enterprise is the enterprise every simulated organisation belongs
+	// to: runners registered there serve any repository's jobs. Empty: an
+	// enterprise scope is not found.
+	Enterprise string
 }
 
 // JobSpec describes a job to queue. Zero fields take the defaults above.
@@ -289,6 +293,9 @@ func (g *GitHub) QueuedJobs(ctx context.Context, s domain.Scope) ([]domain.GitHu
 	if err := g.call(ctx, OpQueuedJobs); err != nil {
 		return nil, fmt.Errorf("queued jobs of %s: %w", s, err)
 	}
+	if s.Owner == "" {
+		return nil, fmt.Errorf("queued jobs of %s: %w: GitHub lists jobs of an organisation or a repository only", s, domain.ErrInvalidRequest)
+	}
 	var out []domain.GitHubJob
 	for _, j := range g.queue {
 		if covers(s, j.Repo) {
@@ -406,6 +413,9 @@ func (g *GitHub) complete(j *job, conclusion string, at time.Time) {
 
 // covers reports whether a runner registered at s may serve repo's jobs.
 func covers(s domain.Scope, repo string) bool {
+	if s.Owner == "" && s.Enterprise != "" {
+		return true // every simulated organisation is in the enterprise
+	}
 	owner, name, _ := strings.Cut(repo, "/")
 	return strings.EqualFold(owner, s.Owner) && (s.Repo == "" || strings.EqualFold(name, s.Repo))
 }
