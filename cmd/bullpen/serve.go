@@ -80,7 +80,7 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.viewerFile, "viewer-token-file", "BULLPEN_VIEWER_TOKEN_FILE", "", "file holding the viewer token")
 	str(&f.environment, "environment", "BULLPEN_ENVIRONMENT", "production", "which pools this stack serves (pools without environment: belong to all)")
 	str(&f.controllerID, "controller-id", "BULLPEN_CONTROLLER_ID", "", "tag value marking this stack's machines (default bullpen-ENVIRONMENT)")
-	str(&f.scope, "runner-scope", "BULLPEN_RUNNER_SCOPE", "repo", "where runners register: repo or org")
+	str(&f.scope, "runner-scope", "BULLPEN_RUNNER_SCOPE", "repo", "where runners register: repo, org or enterprise (with --github-enterprise)")
 	str(&f.logLevel, "log-level", "BULLPEN_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&f.logFormat, "log-format", "BULLPEN_LOG_FORMAT", "text", "text or json")
 	str(&f.simLatency, "sim-latency", "BULLPEN_SIM_LATENCY", "realistic", "simulated cloud timings: realistic (boot 15s, warm-up 30s, …) or zero")
@@ -304,7 +304,7 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	}
 	o := app.Options{
 		Config: cfg, ConfigPath: f.config, ConfigInterval: f.reload, Environment: f.environment, StorePath: path,
-		ControllerID: f.controllerID, WebhookSecret: secret, AdminToken: token, RunnerScope: f.scope,
+		ControllerID: f.controllerID, WebhookSecret: secret, AdminToken: token, RunnerScope: f.scope, Enterprise: f.gh.enterprise,
 		CancelRejected: f.cancelRejected, Clock: clock.Real{}, Log: log, Latency: latency, Agent: agent,
 		TerminateEvery: f.terminateEvery, Cloud: f.cloud, GitHub: f.github, LocalDir: f.localDir, AgentURL: f.agentURL,
 		LocalAgentEnv: f.localEnv, ViewerToken: viewer, AWS: aws, GitHubAPI: gh,

@@ -15,6 +15,7 @@ import (
 type githubFlags struct {
 	url, appID, keyFile string
 	runnerGroup         string
+	enterprise          string
 	workFolder          string
 	runnerGroupID       int64
 	getenv              func(string) string
@@ -28,9 +29,10 @@ func (f *githubFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.url, "github-url", "BULLPEN_GITHUB_URL", "with --github app or token: the API root, for GitHub Enterprise Server https://HOST/api/v3/ (default GitHub.com's)")
 	str(&f.appID, "github-app-id", "BULLPEN_GITHUB_APP_ID", "with --github app: the App's id")
 	str(&f.keyFile, "github-app-key-file", "BULLPEN_GITHUB_APP_KEY_FILE", "with --github app: the App's private key (PEM file)")
-	str(&f.runnerGroup, "runner-group", "BULLPEN_RUNNER_GROUP", "with --runner-scope org: the runner group organisation runners join, by name (default: the Default group)")
+	str(&f.enterprise, "github-enterprise", "BULLPEN_GITHUB_ENTERPRISE", "with --runner-scope enterprise: the enterprise's slug (needs --github token: a classic token with manage_runners:enterprise)")
+	str(&f.runnerGroup, "runner-group", "BULLPEN_RUNNER_GROUP", "with --runner-scope org or enterprise: the runner group runners join, by name (default: the Default group)")
 	str(&f.workFolder, "runner-work-folder", "BULLPEN_RUNNER_WORK_FOLDER", "with --github app or token: the runners' work directory, relative to the runner's (GitHub's default: _work)")
-	fs.Int64Var(&f.runnerGroupID, "runner-group-id", 0, "with --runner-scope org: the runner group by id, instead of --runner-group")
+	fs.Int64Var(&f.runnerGroupID, "runner-group-id", 0, "with --runner-scope org or enterprise: the runner group by id, instead of --runner-group")
 }
 
 // options returns the GitHub settings for kind (app or token).

@@ -53,9 +53,12 @@ type Options struct {
 	AdminToken     string
 	// ViewerToken, when set, signs in to the dashboard read-only.
 	ViewerToken string
-	// RunnerScope is "repo" (runners register per repository, the default)
-	// or "org".
-	RunnerScope    string
+	// RunnerScope is "repo" (runners register per repository, the default),
+	// "org" or "enterprise" (runners of Enterprise, which serve every
+	// organisation of it that their runner group admits).
+	RunnerScope string
+	// Enterprise is the enterprise's slug, with RunnerScope "enterprise".
+	Enterprise     string
 	CancelRejected bool
 
 	Clock    domain.Clock
@@ -214,13 +217,7 @@ func (o *Options) check() error {
 	default:
 		problems = append(problems, fmt.Sprintf("github %q: want sim, app or token", o.GitHub))
 	}
-	switch o.RunnerScope {
-	case "":
-		o.RunnerScope = "repo"
-	case "repo", "org":
-	default:
-		problems = append(problems, fmt.Sprintf("runner scope %q: want repo or org", o.RunnerScope))
-	}
+	problems = append(problems, o.checkRunnerScope()...)
 	if len(problems) > 0 {
 		return errors.New("app: " + strings.Join(problems, "; "))
 	}

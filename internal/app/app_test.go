@@ -85,6 +85,11 @@ func TestRealProvidersNeedTheirSettings(t *testing.T) {
 		{app.Options{GitHub: "token", Cloud: "local"}, []string{"no token"}},
 		{app.Options{GitHub: "token", GitHubAPI: app.GitHubAPI{Token: "t"}}, []string{"the simulated cloud's agents cannot run a real GitHub's jobs"}},
 		{app.Options{Cloud: "aws"}, []string{"aws: no region", "aws: no subnet"}},
+		{app.Options{RunnerScope: "enterprise"}, []string{"runner scope enterprise needs the enterprise's slug (--github-enterprise)"}},
+		{app.Options{RunnerScope: "enterprise", Enterprise: "megacorp", GitHub: "app", Cloud: "local", GitHubAPI: app.GitHubAPI{AppID: 1, PrivateKey: []byte("k")}},
+			[]string{"runner scope enterprise needs --github token", "never an App's installation token"}},
+		{app.Options{Enterprise: "megacorp"}, []string{`an enterprise ("megacorp") is named but the runner scope is repo`}},
+		{app.Options{RunnerScope: "global"}, []string{`runner scope "global": want repo, org or enterprise`}},
 		{app.Options{Cloud: "aws", AWS: app.AWS{Region: "eu-west-1", Subnets: []string{"subnet-1"}, AgentURL: "https://x/bullpen"}},
 			[]string{"--aws-agent-url and --aws-agent-sha256 go together"}},
 	} {

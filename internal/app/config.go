@@ -80,8 +80,13 @@ func (a *App) policy(in domain.Instance) agents.Policy {
 
 func (a *App) scope(j domain.Job) domain.Scope {
 	owner, repo, _ := strings.Cut(j.Repo, "/")
-	if a.opts.RunnerScope == "org" {
+	switch a.opts.RunnerScope {
+	case "org":
 		return domain.Scope{Owner: owner}
+	case "enterprise":
+		// Runners register at the enterprise; its jobs are looked for in
+		// the repository, as GitHub lists none of a whole enterprise.
+		return domain.Scope{Enterprise: a.opts.Enterprise, Owner: owner, Repo: repo}
 	}
 	return domain.Scope{Owner: owner, Repo: repo}
 }
@@ -95,7 +100,9 @@ func (a *App) demand(ctx context.Context, pool string) (int, error) {
 }
 
 // scopes are where the reaper looks for queued jobs and dead runners: the
-// repositories (or organisations) of the jobs seen lately, every cycle, and
+// repositories (or organisations) of the jobs seen lately, every cycle
+// (with enterprise runners, the repositories, which share one home for
+// their runners), and
 // with a GitHub App a tenth of its installations' repositories in turn, so
 // that every one is looked at every ten cycles.
 func (a *App) scopes(ctx context.Context) []domain.Scope {
@@ -107,8 +114,11 @@ func (a *App) scopes(ctx context.Context) []domain.Scope {
 	seen := map[domain.Scope]bool{}
 	var out []domain.Scope
 	add := func(s domain.Scope) {
-		if a.opts.RunnerScope == "org" {
+		switch a.opts.RunnerScope {
+		case "org":
 			s.Repo = ""
+		case "enterprise":
+			s.Enterprise = a.opts.Enterprise
 		}
 		if s.Owner != "" && !seen[s] {
 			seen[s] = true

@@ -2,8 +2,10 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
+	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/github/installations"
 	"github.com/bullpen-ci/bullpen/internal/github/ratelimit"
 	"github.com/bullpen-ci/bullpen/internal/github/rest"
@@ -30,6 +32,47 @@ func (o GitHubAPI) check(kind string) []string {
 		return []string{"github app: an App id and its private key are required (--github-app-id, --github-app-key-file)"}
 	case kind == "token" && o.Token == "":
 		return []string{"github token: no token ($BULLPEN_GITHUB_TOKEN or $GITHUB_TOKEN)"}
+	}
+	return nil
+}
+
+// errEnterpriseNeedsToken: GitHub serves enterprise runners to a classic
+// personal access token only.
+const errEnterpriseNeedsToken = "runner scope enterprise needs --github token (or sim): GitHub lets only a classic personal access token with the manage_runners:enterprise scope manage an enterprise's runners, never an App's installation token"
+
+// checkRunnerScope validates RunnerScope and Enterprise together.
+func (o *Options) checkRunnerScope() []string {
+	switch o.RunnerScope {
+	case "":
+		o.RunnerScope = "repo"
+	case "repo", "org":
+	case "enterprise":
+		var problems []string
+		if o.Enterprise == "" {
+			problems = append(problems, "runner scope enterprise needs the enterprise's slug (--github-enterprise)")
+		}
+		if o.GitHub == "app" {
+			problems = append(problems, errEnterpriseNeedsToken)
+		}
+		return problems
+	default:
+		return []string{fmt.Sprintf("runner scope %q: want repo, org or enterprise", o.RunnerScope)}
+	}
+	if o.Enterprise != "" {
+		return []string{fmt.Sprintf("an enterprise (%q) is named but the runner scope is %s: give --runner-scope enterprise, or leave the enterprise out", o.Enterprise, o.RunnerScope)}
+	}
+	return nil
+}
+
+// checkEnterpriseAccess lists the enterprise's runners once, so that a
+// token that cannot manage them stops serve at start with what to fix.
+func (a *App) checkEnterpriseAccess(ctx context.Context, gh domain.GitHub) error {
+	if a.opts.RunnerScope != "enterprise" {
+		return nil
+	}
+	ent := domain.Scope{Enterprise: a.opts.Enterprise}
+	if _, err := gh.ListRunners(ctx, ent); err != nil {
+		return fmt.Errorf("the token cannot manage the runners of enterprise %q (it needs the manage_runners:enterprise scope, on a classic personal access token of an enterprise owner): %w", a.opts.Enterprise, err)
 	}
 	return nil
 }
@@ -65,6 +108,9 @@ func (a *App) newRealGitHub(ctx context.Context) error {
 		}
 		c, err := rest.New(client)
 		if err != nil {
+			return err
+		}
+		if err := a.checkEnterpriseAccess(ctx, c); err != nil {
 			return err
 		}
 		a.opts.Log.Info("GitHub token", "user", login, "url", client.BaseURL)

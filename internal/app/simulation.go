@@ -27,7 +27,7 @@ func (a *App) newGitHub(ctx context.Context) error {
 	if a.opts.GitHub != "sim" {
 		return a.newRealGitHub(ctx)
 	}
-	a.Sim.GitHub = ghsim.New(a.opts.Clock, ghsim.Options{Deliver: a.deliverSimulated})
+	a.Sim.GitHub = ghsim.New(a.opts.Clock, ghsim.Options{Deliver: a.deliverSimulated, Enterprise: a.opts.Enterprise})
 	a.GitHub = a.Sim.GitHub
 	return nil
 }

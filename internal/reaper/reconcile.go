@@ -123,10 +123,15 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	}
 	rep.Silent, err = r.silent(ctx, rows)
 	errs = append(errs, err)
+	// Scopes that share their runners' home (an enterprise's) list them once.
+	listed := map[domain.Scope]bool{}
 	for _, s := range r.scopes(ctx) {
-		n, err := r.deadRunners(ctx, s, rows)
-		rep.DeadRunners += n
-		errs = append(errs, err)
+		if home := s.Runners(); !listed[home] {
+			listed[home] = true
+			n, err := r.deadRunners(ctx, home, rows)
+			rep.DeadRunners += n
+			errs = append(errs, err)
+		}
 		rec, req, err := r.queuedJobs(ctx, s)
 		rep.Recovered, rep.Requeued = rep.Recovered+rec, rep.Requeued+req
 		errs = append(errs, err)

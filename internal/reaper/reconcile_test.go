@@ -149,6 +149,31 @@ func TestDeadRunnersAreDeregisteredButNotOnesAnInstanceHolds(t *testing.T) {
 	}
 }
 
+// Enterprise runners live in one place whatever repository a scope names
+// for its jobs: a cycle over two repositories lists them once.
+func TestEnterpriseRunnersAreListedOncePerCycle(t *testing.T) {
+	x := newRecon(t)
+	x.gh = ghsim.New(x.clk, ghsim.Options{Enterprise: "megacorp"})
+	x.r.GitHub = x.gh
+	ent := domain.Scope{Enterprise: "megacorp"}
+	x.r.Scopes = func(context.Context) []domain.Scope {
+		return []domain.Scope{{Enterprise: "megacorp", Owner: "acme", Repo: "app"}, {Enterprise: "megacorp", Owner: "acme", Repo: "lib"}}
+	}
+	dead, _ := x.gh.RegisterRunner(x.ctx, ent, "bp-dead-1", []string{"x"})
+	if rep := x.cycle(); rep.DeadRunners != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	if n := x.gh.Calls()[ghsim.OpListRunners]; n != 1 {
+		t.Errorf("the enterprise's runners were listed %d times in a cycle, want once", n)
+	}
+	if n := x.gh.Calls()[ghsim.OpQueuedJobs]; n != 2 {
+		t.Errorf("queued jobs were listed %d times, want once per repository", n)
+	}
+	if left, _ := x.gh.ListRunners(x.ctx, ent); len(left) != 0 {
+		t.Errorf("runner %s is still registered: %v", dead.Name, left)
+	}
+}
+
 func TestQueuedJobWithoutAWebhookIsAdmitted(t *testing.T) {
 	x := newRecon(t)
 	x.gh.DropDeliveries(1)
