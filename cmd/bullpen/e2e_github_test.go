@@ -164,11 +164,10 @@ func TestServeWithAGitHubApp(t *testing.T) {
 		return len(pools.Pools) == 1 && pools.Pools[0].Target.Hot == 2
 	})
 
-	// Two jobs of one run with the same labels, whose runners take the
-	// newest job first: a runner may run the other job than its own, as
-	// GitHub allows. bullpen follows GitHub's reports: each job is recorded
-	// on the instance whose runner ran it.
-	gh.TakeNewestFirst()
+	// Two jobs of one run with the same labels, whose runners each take
+	// the other's job: GitHub allows it, and bullpen follows GitHub's
+	// reports: each job is recorded on the instance whose runner ran it.
+	gh.TakeOthersJobsFirst()
 	a := gh.QueueJob("acme/app", []string{"runs-on/pool=linux"})
 	b := gh.QueueJob("acme/app", []string{"runs-on/pool=linux"}, fakegh.InRun(a.RunID))
 	swapped := 0
@@ -183,5 +182,7 @@ func TestServeWithAGitHubApp(t *testing.T) {
 			swapped++
 		}
 	}
-	t.Logf("%d of 2 jobs ran on the runner registered for the other", swapped)
+	if swapped != 2 {
+		t.Errorf("%d of 2 jobs ran on the runner registered for the other, want both", swapped)
+	}
 }

@@ -87,9 +87,9 @@ type Server struct {
 	labelIDs   map[string]int64
 	files      map[string]string // by lower-case repository full name + "/" + path
 	hook       *sender           // where job events are delivered, once SendDeliveries names it
-	// newestFirst makes a starting runner take the newest queued job it may
-	// take instead of the oldest (TakeNewestFirst).
-	newestFirst bool
+	// othersFirst makes a starting runner take a job other than the one it
+	// was registered for, when it may (TakeOthersJobsFirst).
+	othersFirst bool
 	// registeredBy is the installation that registered each runner, by
 	// lower-case name.
 	registeredBy map[string]int64
@@ -215,13 +215,15 @@ func (s *Server) SetClock(clk domain.Clock) {
 	s.clk = clk
 }
 
-// TakeNewestFirst makes a starting runner process take the newest queued
-// job its labels cover, not the oldest: GitHub promises no order, and with
-// two jobs of the same labels this makes runners swap jobs for sure.
-func (s *Server) TakeNewestFirst() {
+// TakeOthersJobsFirst makes a starting runner process whose name says
+// which job it was registered for (domain.RunnerName) take another queued
+// job its labels cover when there is one: GitHub promises no such match,
+// and with two queued jobs of the same labels this makes their runners
+// swap jobs for sure.
+func (s *Server) TakeOthersJobsFirst() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.newestFirst = true
+	s.othersFirst = true
 }
 
 // AutoCreate makes every owner and repository a request names exist, as

@@ -72,17 +72,21 @@ func (s *Server) RunJIT(jitConfig string) (jobID int64, err error) {
 		return 0, ErrUnknownJITConfig
 	}
 	rn.started, rn.online = true, true
-	jobs := s.sortedJobs()
-	if s.newestFirst {
-		slices.Reverse(jobs)
-	}
-	for _, j := range jobs {
-		if j.status == "queued" && rn.serves(j) {
-			s.start(j, rn.name, rn)
-			return j.id, nil
+	var take *job
+	_, own, named := domain.ParseRunnerName(rn.name)
+	for _, j := range s.sortedJobs() {
+		if j.status != "queued" || !rn.serves(j) {
+			continue
+		}
+		if take == nil || (s.othersFirst && named && take.id == own) {
+			take = j
 		}
 	}
-	return 0, nil
+	if take == nil {
+		return 0, nil
+	}
+	s.start(take, rn.name, rn)
+	return take.id, nil
 }
 
 // waitingRunnerFor returns the JIT runner process waiting for work that
