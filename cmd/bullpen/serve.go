@@ -37,6 +37,7 @@ type serveFlags struct {
 	secret, secretFile, token, tokenFile  string
 	viewer, viewerFile                    string
 	environment, controllerID, scope      string
+	replicaID                             string
 	logLevel, logFormat, simLatency       string
 	convergeEvery, terminateEvery, reload time.Duration
 	reapEvery, orphanGrace, goneGrace     time.Duration
@@ -45,7 +46,7 @@ type serveFlags struct {
 	claimHeartbeat, claimRegistration     time.Duration
 	creationTimeout, rpRequeueDelay       time.Duration
 	heartbeatFlush, shutdownGrace         time.Duration
-	redelivery                            time.Duration
+	redelivery, leasePeriod               time.Duration
 	spotBreaker                           spotbreaker.Options
 	http                                  httpSettings
 	deadlines                             domain.Deadlines
@@ -80,6 +81,7 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.viewerFile, "viewer-token-file", "BULLPEN_VIEWER_TOKEN_FILE", "", "file holding the viewer token")
 	str(&f.environment, "environment", "BULLPEN_ENVIRONMENT", "production", "which pools this stack serves (pools without environment: belong to all)")
 	str(&f.controllerID, "controller-id", "BULLPEN_CONTROLLER_ID", "", "tag value marking this stack's machines (default bullpen-ENVIRONMENT)")
+	str(&f.replicaID, "replica-id", "BULLPEN_REPLICA_ID", "", "this replica's name in the leases of the loops that run on one replica at a time (default: host name and a random suffix)")
 	str(&f.scope, "runner-scope", "BULLPEN_RUNNER_SCOPE", "repo", "where runners register: repo, org or enterprise (with --github-enterprise)")
 	str(&f.logLevel, "log-level", "BULLPEN_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&f.logFormat, "log-format", "BULLPEN_LOG_FORMAT", "text", "text or json")
@@ -141,6 +143,7 @@ func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) strin
 		"spot interruptions of a runner class within --spot-breaker-window that switch it to on-demand ($BULLPEN_SPOT_BREAKER_INTERRUPTIONS)")
 	dur(&f.spotBreaker.Window, "spot-breaker-window", "BULLPEN_SPOT_BREAKER_WINDOW", spotbreaker.DefaultWindow, "the window in which spot interruptions are counted")
 	dur(&f.spotBreaker.Cooldown, "spot-breaker-cooldown", "BULLPEN_SPOT_BREAKER_COOLDOWN", spotbreaker.DefaultCooldown, "how long a runner class stays on-demand once switched")
+	dur(&f.leasePeriod, "lease-period", "BULLPEN_LEASE_PERIOD", 30*time.Second, "the converger, reaper and terminator run on one replica at a time; another takes them over within this once it stops")
 	dur(&f.heartbeatFlush, "heartbeat-flush", "BULLPEN_HEARTBEAT_FLUSH", time.Second, "agent heartbeats are written to the store together at this interval")
 	dur(&f.shutdownGrace, "shutdown-grace", "BULLPEN_SHUTDOWN_GRACE", time.Minute, "on SIGTERM, how long open requests and then the loops get to finish before serve exits anyway, with status 1")
 	dur(&f.http.read, "http-read-timeout", "BULLPEN_HTTP_READ_TIMEOUT", defaultHTTPRead, "a request's headers and body must arrive within this (GitHub gives up on a delivery after 10s)")
@@ -318,6 +321,7 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	o.HeartbeatFlush, o.Deadlines = f.heartbeatFlush, f.deadlines
 	o.Intake.Visibility, o.Dispatch.Visibility, o.Provision.Visibility = f.redelivery, f.redelivery, f.redelivery
 	o.SpotBreaker = f.spotBreaker
+	o.ReplicaID, o.LeasePeriod = f.replicaID, f.leasePeriod
 	return o, nil
 }
 

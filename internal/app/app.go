@@ -104,6 +104,13 @@ type Options struct {
 	Intake    intake.Options
 	// TerminateEvery is the terminator's interval; default 5 s.
 	TerminateEvery time.Duration
+	// ReplicaID names this replica in the leases of the loops that run on
+	// one replica at a time; default the host name and a random suffix.
+	ReplicaID string
+	// LeasePeriod is how long such a loop stays with a replica that
+	// stopped renewing its lease (died): another takes it over within
+	// this. Default 30 s; at least twice the loop's interval.
+	LeasePeriod time.Duration
 	// Reaper tunes the reconciler (orphans, gone rows, dead runners, missed
 	// webhooks, retention).
 	Reaper reaper.Options
@@ -141,6 +148,8 @@ type App struct {
 	API         *api.Server
 	Dashboard   *dashboard.Dashboard
 	Loops       *loop.Runner
+	// Exclusive runs the loops that must act on one replica at a time.
+	Exclusive *loop.Exclusive
 
 	closers    []func() error // released by Close, last first
 	source     configsource.Source
@@ -229,6 +238,12 @@ func (o *Options) check() error {
 	}
 	if o.Deadlines == (domain.Deadlines{}) {
 		o.Deadlines = domain.DefaultDeadlines()
+	}
+	if o.ReplicaID == "" {
+		o.ReplicaID = defaultReplicaID()
+	}
+	if o.LeasePeriod <= 0 {
+		o.LeasePeriod = 30 * time.Second
 	}
 	if o.HeartbeatFlush <= 0 {
 		o.HeartbeatFlush = time.Second

@@ -2,9 +2,11 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -49,7 +51,7 @@ func (a *App) health(w http.ResponseWriter, r *http.Request) {
 // the health endpoint instead.
 func (a *App) Run(ctx context.Context) error {
 	reports := make(chan converger.Report)
-	loops := append(a.jobPath(), a.Reconciler.Loop(), a.Converger.Loop(reports), a.Dashboard.Loop(), loop.Loop{Name: "reports",
+	loops := append(a.jobPath(), a.oneReplica(a.Reconciler.Loop()), a.oneReplica(a.Converger.Loop(reports)), a.Dashboard.Loop(), loop.Loop{Name: "reports",
 		Step: func(ctx context.Context) error {
 			select {
 			case r := <-reports:
@@ -78,8 +80,26 @@ func (a *App) NoteCycle(r converger.Report) {
 	}
 }
 
+// jobPath is the loops that serve jobs: every replica runs them (the
+// terminator excepted, which runs on one at a time).
 func (a *App) jobPath() []loop.Loop {
-	return []loop.Loop{a.Intake.Loop(), a.Dispatcher.Loop(), a.Provisioner.Loop(), a.Terminator.Loop(), a.Agents.Loop()}
+	return []loop.Loop{a.Intake.Loop(), a.Dispatcher.Loop(), a.Provisioner.Loop(), a.oneReplica(a.Terminator.Loop()), a.Agents.Loop()}
+}
+
+// oneReplica makes l run on one replica at a time, under a lease of
+// LeasePeriod (at least twice its interval).
+func (a *App) oneReplica(l loop.Loop) loop.Loop {
+	return a.Exclusive.Wrap(l, max(a.opts.LeasePeriod, 2*l.Every))
+}
+
+// defaultReplicaID names a replica by its host and a random suffix, so
+// that two on one host differ.
+func defaultReplicaID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "bullpen"
+	}
+	return host + "-" + rand.Text()[:6]
 }
 
 // configLoop re-reads the configuration every ConfigInterval.

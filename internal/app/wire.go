@@ -29,6 +29,9 @@ func (a *App) wire(ctx context.Context) error {
 	if a.Loops, err = loop.NewRunner(clk, log.With("loop", "runner"), reg); err != nil {
 		return err
 	}
+	if a.Exclusive, err = loop.NewExclusive(a.Store, o.ReplicaID, clk, log.With("loop", "leases"), reg); err != nil {
+		return err
+	}
 	if a.SpotBreaker, err = spotbreaker.New(o.SpotBreaker, clk, log.With("loop", "spot"), reg); err != nil {
 		return err
 	}
@@ -74,6 +77,9 @@ func (a *App) wireConverger() error {
 	o := a.opts
 	conv := o.Converger
 	conv.ControllerID, conv.AgentURL, conv.SpotAllowed = o.ControllerID, o.AgentURL, a.SpotBreaker.SpotAllowed
+	if conv.LeaseTTL == 0 {
+		conv.LeaseTTL = -1 // Run holds the converger's lease around its loop (App.Exclusive)
+	}
 	a.Scaler = &autoscale.PoolScaler{Demand: a.demand, Log: o.Log.With("loop", "autoscale")}
 	conv.Targeter = func(p domain.Pool, at time.Time) (string, domain.Target) {
 		entry, t := converger.ScheduleTarget(p, at)

@@ -1,0 +1,179 @@
+package loop
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// Leases are what Exclusive needs of the store.
+type Leases interface {
+	AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (domain.Lease, bool, error)
+	ReleaseLease(ctx context.Context, name, holder string) error
+}
+
+// Exclusive runs loops that must act on one replica at a time (the
+// converger, the reaper, the terminator): a wrapped loop's step runs only
+// while this replica holds the lease named after the loop. The lease is
+// taken at each step and renewed while the step runs; a replica that dies
+// holds it until it expires, so another takes the loop over within one
+// lease period. A step whose lease could not be renewed is cancelled
+// rather than left acting beside the new holder.
+type Exclusive struct {
+	leases Leases
+	holder string
+	clock  domain.Clock
+	log    *slog.Logger
+
+	held    *prometheus.GaugeVec
+	changes *prometheus.CounterVec
+
+	mu    sync.Mutex
+	holds map[string]bool // by loop, as last seen
+}
+
+// NewExclusive returns an Exclusive for this replica (holder names it in
+// the leases), with its metrics registered on reg (nil: none).
+func NewExclusive(leases Leases, holder string, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer) (*Exclusive, error) {
+	if holder == "" {
+		return nil, fmt.Errorf("exclusive loops: the replica needs a name")
+	}
+	e := &Exclusive{leases: leases, holder: holder, clock: clk, log: log, holds: map[string]bool{},
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "bullpen_loop_lease_held",
+			Help: "1 while this replica holds the lease of a loop that runs on one replica at a time, by loop.",
+		}, []string{"loop"}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_loop_lease_changes_total",
+			Help: "Leases of one-replica loops this replica took (acquired) or gave up or lost (released), by loop.",
+		}, []string{"loop", "change"}),
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{e.held, e.changes} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("exclusive loop metrics: %w", err)
+			}
+		}
+	}
+	return e, nil
+}
+
+// Wrap returns l running only under its lease, taken for ttl. ttl must
+// exceed l.Every, or the lease lapses between steps and moves between
+// replicas (still one at a time). The loop's Final runs where the lease is
+// held, then gives the lease up so that another replica need not wait for
+// it to expire.
+func (e *Exclusive) Wrap(l Loop, ttl time.Duration) Loop {
+	step, final := l.Step, l.Final
+	l.Step = func(ctx context.Context) error {
+		lease, ok, err := e.leases.AcquireLease(ctx, l.Name, e.holder, ttl)
+		if err != nil {
+			return fmt.Errorf("take the %s lease: %w", l.Name, err)
+		}
+		e.note(l.Name, ok, lease)
+		if !ok {
+			return nil
+		}
+		return e.renewing(ctx, l.Name, ttl, step)
+	}
+	l.Final = func(ctx context.Context) error {
+		if !e.holding(l.Name) {
+			return nil
+		}
+		var err error
+		if final != nil {
+			err = final(ctx)
+		}
+		if rerr := e.leases.ReleaseLease(ctx, l.Name, e.holder); rerr != nil {
+			e.log.Warn("give up a lease", "loop", l.Name, "err", rerr)
+		} else {
+			e.note(l.Name, false, domain.Lease{})
+		}
+		return err
+	}
+	return l
+}
+
+// renewing runs step, renewing the lease every third of ttl; a renewal
+// refused or failing past the lease's end cancels the step.
+func (e *Exclusive) renewing(ctx context.Context, name string, ttl time.Duration, step func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		until := e.clock.Now().Add(ttl)
+		tick := make(chan struct{}, 1)
+		for {
+			// A timer stopped on the way out, so a short step leaves none
+			// behind on the clock.
+			t := e.clock.AfterFunc(ttl/3, func() { tick <- struct{}{} })
+			select {
+			case <-done:
+				t.Stop()
+				return
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-tick:
+			}
+			lease, ok, err := e.leases.AcquireLease(ctx, name, e.holder, ttl)
+			switch {
+			case err == nil && ok:
+				until = e.clock.Now().Add(ttl)
+				continue
+			case err != nil && e.clock.Now().Before(until):
+				e.log.Warn("renew a lease; retrying while it lasts", "loop", name, "err", err)
+				continue
+			}
+			e.log.Warn("lost a loop's lease during its step; stopping the step", "loop", name, "holder", lease.Holder, "err", err)
+			e.note(name, false, lease)
+			cancel()
+			return
+		}
+	})
+	err := step(ctx)
+	close(done)
+	wg.Wait()
+	return err
+}
+
+// note records whether this replica holds name's lease, logging a change.
+func (e *Exclusive) note(name string, held bool, lease domain.Lease) {
+	e.mu.Lock()
+	was, seen := e.holds[name]
+	e.holds[name] = held
+	e.mu.Unlock()
+	v := 0.0
+	if held {
+		v = 1
+	}
+	e.held.WithLabelValues(name).Set(v)
+	switch {
+	case !seen && !held:
+		e.log.Info("loop runs on another replica", "loop", name, "holder", lease.Holder, "until", lease.Expires)
+	case seen && was == held:
+	case held:
+		e.changes.WithLabelValues(name, "acquired").Inc()
+		e.log.Info("took a loop's lease: it runs here", "loop", name, "replica", e.holder)
+	default:
+		e.changes.WithLabelValues(name, "released").Inc()
+		e.log.Info("a loop's lease is no longer held here", "loop", name, "holder", lease.Holder)
+	}
+}
+
+// holding reports whether this replica held name's lease when last seen.
+func (e *Exclusive) holding(name string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.holds[name]
+}
