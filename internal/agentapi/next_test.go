@@ -3,6 +3,8 @@ package agentapi_test
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -59,6 +61,28 @@ func TestLongPollWokenByAnAssignment(t *testing.T) {
 	}
 	if !h.Clock.Now().Equal(start) || h.Clock.Pending() != 0 {
 		t.Fatalf("the answer waited for the clock (now %s, %d timers pending)", h.Clock.Now(), h.Clock.Pending())
+	}
+}
+
+// With a store several replicas share, an assignment made on another
+// replica sends this one no notice: the long poll finds it by re-asking the
+// store at the recheck interval, not at the end of its wait.
+func TestLongPollFindsAnAssignmentMadeOnAnotherReplica(t *testing.T) {
+	h := newHarness(t)
+	h.Server = agentapi.New(h.Store, h.Calls, h.Clock, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, agentapi.WithRecheck(2*time.Second))
+	in, token := h.idle("bp-1")
+	start := h.Clock.Now()
+	answer := h.poll(h.Ctx, token, "30s")
+	h.Calls.Await(t, 1, agentapitest.IsOp("next"))
+	h.Clock.BlockUntil(2) // the wait and the recheck
+	h.AssignElsewhere(in.ID, 101, "jit-1")
+	h.Clock.Advance(2 * time.Second)
+	ins := instructionOf(t, <-answer)
+	if ins.Kind != "run" || ins.JobID != 101 {
+		t.Fatalf("answered %+v, want to run job 101", ins)
+	}
+	if waited := h.Clock.Now().Sub(start); waited != 2*time.Second {
+		t.Errorf("the agent learnt of its job after %s, want the recheck interval", waited)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -30,6 +31,8 @@ type Server struct {
 	metrics  *metrics
 	waiters  waiters
 	identity domain.IdentityVerifier // nil: no provider proof asked
+	// recheck > 0: a long poll re-asks the store this often (WithRecheck).
+	recheckEvery time.Duration
 
 	drainOnce sync.Once
 	drained   chan struct{} // closed by Drain
@@ -60,6 +63,13 @@ type Option func(*Server)
 // WithIdentity makes hello require the provider's signed proof of the
 // machine (see domain.IdentityVerifier) besides its bootstrap secret.
 func WithIdentity(v domain.IdentityVerifier) Option { return func(s *Server) { s.identity = v } }
+
+// WithRecheck makes a waiting long poll re-ask the store every d besides
+// waiting for Assigned: with a store several replicas share, an instance
+// can be assigned on another replica, whose notice never reaches this one.
+// It bounds how late such an agent learns of its job, for one store read
+// per waiting agent per d.
+func WithRecheck(d time.Duration) Option { return func(s *Server) { s.recheckEvery = d } }
 
 // Drain ends the long polls in progress with a 503 (the agents retry, with
 // another replica or after the restart) and holds no new one, so that an

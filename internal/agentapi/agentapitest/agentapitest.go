@@ -134,6 +134,15 @@ func (c *ControlPlane) Move(id string, fn func(*domain.Instance)) domain.Instanc
 // agent.
 func (c *ControlPlane) Assign(id string, jobID int64, jit string) domain.Instance {
 	c.t.Helper()
+	in := c.AssignElsewhere(id, jobID, jit)
+	c.Server.Assigned(in.CloudID)
+	return in
+}
+
+// AssignElsewhere assigns as Assign does, as another replica sharing the
+// store would: no notice reaches this server.
+func (c *ControlPlane) AssignElsewhere(id string, jobID int64, jit string) domain.Instance {
+	c.t.Helper()
 	runner := RunnerName(id, jobID)
 	in := c.Move(id, func(i *domain.Instance) {
 		i.State, i.Job, i.RunnerName, i.RunnerConfig = domain.StateClaimed, domain.JobKey(jobID), runner, jit
@@ -146,7 +155,6 @@ func (c *ControlPlane) Assign(id string, jobID int64, jit string) domain.Instanc
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	c.Server.Assigned(in.CloudID)
 	return in
 }
 
