@@ -122,7 +122,12 @@ func (m *ec2Machines) sync() {
 			m.mu.Unlock()
 			switch running := in.State != nil && in.State.Name == types.InstanceStateNameRunning; {
 			case running && !on:
-				if err := m.boot(ctx, id); err != nil {
+				// Each boot has its own time: a slow emulator must not
+				// starve the machines that come after.
+				bootCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := m.boot(bootCtx, id)
+				cancel()
+				if err != nil {
 					m.t.Logf("machines: boot %s: %v", id, err)
 				}
 			case !running && on:

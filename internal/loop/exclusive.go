@@ -94,7 +94,7 @@ func (e *Exclusive) Wrap(l Loop, ttl time.Duration) Loop {
 			err = final(ctx)
 		}
 		if rerr := e.leases.ReleaseLease(ctx, l.Name, e.holder); rerr != nil {
-			e.log.Warn("give up a lease", "loop", l.Name, "err", rerr)
+			e.log.Warn("give up a lease", "lease", l.Name, "err", rerr)
 		} else {
 			e.note(l.Name, false, domain.Lease{})
 		}
@@ -132,10 +132,10 @@ func (e *Exclusive) renewing(ctx context.Context, name string, ttl time.Duration
 				until = e.clock.Now().Add(ttl)
 				continue
 			case err != nil && e.clock.Now().Before(until):
-				e.log.Warn("renew a lease; retrying while it lasts", "loop", name, "err", err)
+				e.log.Warn("renew a lease; retrying while it lasts", "lease", name, "err", err)
 				continue
 			}
-			e.log.Warn("lost a loop's lease during its step; stopping the step", "loop", name, "holder", lease.Holder, "err", err)
+			e.log.Warn("lost a loop's lease during its step; stopping the step", "lease", name, "holder", lease.Holder, "err", err)
 			e.note(name, false, lease)
 			cancel()
 			return
@@ -160,14 +160,14 @@ func (e *Exclusive) note(name string, held bool, lease domain.Lease) {
 	e.held.WithLabelValues(name).Set(v)
 	switch {
 	case !seen && !held:
-		e.log.Info("loop runs on another replica", "loop", name, "holder", lease.Holder, "until", lease.Expires)
+		e.log.Info("loop runs on another replica", "lease", name, "holder", lease.Holder, "until", lease.Expires)
 	case seen && was == held:
 	case held:
 		e.changes.WithLabelValues(name, "acquired").Inc()
-		e.log.Info("took a loop's lease: it runs here", "loop", name, "replica", e.holder)
+		e.log.Info("took a loop's lease: it runs here", "lease", name, "replica", e.holder)
 	default:
 		e.changes.WithLabelValues(name, "released").Inc()
-		e.log.Info("a loop's lease is no longer held here", "loop", name, "holder", lease.Holder)
+		e.log.Info("a loop's lease is no longer held here", "lease", name, "holder", lease.Holder)
 	}
 }
 

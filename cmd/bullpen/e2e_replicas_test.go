@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsec2 "github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
+	"github.com/bullpen-ci/bullpen/internal/testfixtures"
+)
+
+const replicasConfig = `runners:
+  small:
+    image: %s
+    ram: 1
+    family: [t3]
+pools:
+  warm:
+    runner: small
+    reuse: true
+    schedule:
+      - name: default
+        hot: %d
+`
+
+// replicaSet is two bullpen serve processes sharing a store, queues and
+// a cloud on one emulator, behind a load balancer their machines' agents
+// use.
+type replicaSet struct {
+	t        *testing.T
+	a, b     *server
+	lb       *spread
+	runs     runnerLog
+	machines *ec2Machines
+}
+
+func startReplicas(t *testing.T, hot int) *replicaSet {
+	t.Helper()
+	endpoint := mototest.Endpoint(t)
+	api := awsec2.NewFromConfig(mototest.Config(t))
+	run := fmt.Sprintf("%x", time.Now().UnixNano())
+	image := "replicas-" + run
+	if _, err := api.RegisterImage(t.Context(), &awsec2.RegisterImageInput{
+		Name: aws.String(image), RootDeviceName: aws.String("/dev/xvda"), Architecture: types.ArchitectureValuesX8664}); err != nil {
+		t.Fatal(err)
+	}
+	subnets, group := motoNetwork(t, api, "bullpen-replicas-"+run)
+	bin, err := buildBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rs := &replicaSet{t: t, lb: newSpread(t), runs: runnerLog{path: filepath.Join(dir, "runs.log")}}
+	runner := filepath.Join(dir, "runner.sh")
+	if err := os.WriteFile(runner, []byte(rs.runs.script()), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	controller := "bullpen-replicas-" + run
+	rs.machines = newEC2Machines(t, api, bin, controller, runner)
+	cfg := filepath.Join(dir, "runs-on.yml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(replicasConfig, image, hot)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "testing")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "testing")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	common := append([]string{"--config", cfg, "--environment", "replicas", "--controller-id", controller,
+		"--cloud", "aws", "--aws-region", mototest.Region, "--aws-endpoint", endpoint,
+		"--aws-subnets", strings.Join(subnets, ","), "--aws-security-groups", group,
+		"--aws-identity-certificate", rs.machines.certPath, "--aws-account-id", motoAccount, "--agent-url", rs.lb.URL,
+		"--converge-every", "500ms", "--terminate-every", "500ms", "--reap-every", "1s", "--lease-period", "3s"},
+		sharedState(t, bin, run, endpoint)...)
+	rs.a = startServerWith(t, "", append(common, "--replica-id", "replica-a")...)
+	rs.b = startServerWith(t, "", append(common, "--replica-id", "replica-b")...)
+	rs.lb.add(rs.a.base)
+	rs.lb.add(rs.b.base)
+	return rs
+}
+
+// readyHot is how many of the pool's instances the survivor counts ready.
+func (rs *replicaSet) readyHot(s *server) int {
+	var pools struct {
+		Pools []struct {
+			Name   string
+			Counts map[string]int
+		}
+	}
+	s.get("/api/v1/pools", &pools)
+	for _, p := range pools.Pools {
+		if p.Name == "warm" {
+			return p.Counts["ready_hot"]
+		}
+	}
+	return 0
+}
+
+// deliverTo posts a signed delivery to s; false when s cannot be reached or
+// refuses it.
+func deliverTo(s *server, id string, body []byte) bool {
+	req, _ := http.NewRequest(http.MethodPost, s.base+"/webhook", bytes.NewReader(body))
+	req.Header.Set("X-GitHub-Event", "workflow_job")
+	req.Header.Set("X-GitHub-Delivery", id)
+	req.Header.Set("X-Hub-Signature-256", testfixtures.GoSign(s.secret, body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusAccepted
+}
+
+// TestTwoReplicasServeABurstAndSurviveOneDying runs two replicas on one
+// emulator and sends a burst of pool jobs through both replicas' webhooks;
+// one replica is killed -9 mid-burst. Every job is served exactly once, no
+// instance runs two jobs at a time, one converger acts at a time (the
+// survivor takes the lease only once the dead one's has lapsed), and the
+// survivor refills the pool.
+func TestTwoReplicasServeABurstAndSurviveOneDying(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a burst through two replicas on the emulator")
+	}
+	const hot, jobs, first = 12, 300, 8_100_001
+	rs := startReplicas(t, hot)
+	rs.b.eventually("the pool converges", 120*time.Second, func() bool { return rs.readyHot(rs.b) == hot })
+
+	bodies := queuedFor(t, jobs, first, "runs-on=%d/pool=warm")
+	var killedAt time.Time
+	var refused atomic.Int64
+	for i, body := range bodies {
+		id := fmt.Sprintf("replicas-%d", first+i)
+		to := rs.a
+		if i%2 == 1 || !killedAt.IsZero() {
+			to = rs.b
+		}
+		if !deliverTo(to, id, body) {
+			refused.Add(1)
+			// GitHub redelivers a refused delivery; the balancer sends
+			// it to the survivor.
+			if !deliverTo(rs.b, id, body) {
+				t.Fatalf("the survivor refused delivery %s", id)
+			}
+		}
+		if i == jobs/3 {
+			if err := rs.a.cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			<-rs.a.done
+			killedAt = time.Now()
+			t.Logf("kill -9 replica a after %d deliveries", i+1)
+		}
+	}
+	l := &localStack{server: rs.b}
+	rs.b.eventually("every job completes", 240*time.Second, func() bool {
+		var list struct{ Jobs []apiJob }
+		rs.b.get("/api/v1/jobs?limit=1000", &list)
+		done := 0
+		for _, j := range list.Jobs {
+			if j.ID >= first && j.ID < first+jobs && j.Status == "completed" {
+				done++
+			}
+		}
+		return done == jobs
+	})
+	rs.b.eventually("the survivor refills the pool", 120*time.Second, func() bool { return rs.readyHot(rs.b) == hot })
+
+	rs.checkRuns(l, first, jobs)
+	rs.checkOneConverger(killedAt)
+	t.Logf("%d deliveries refused by the dead replica and redelivered", refused.Load())
+}
+
+// checkRuns: every job's runner ran once, on the instance bullpen records,
+// and no instance ran two jobs at a time.
+func (rs *replicaSet) checkRuns(l *localStack, first, jobs int) {
+	t := rs.t
+	spans := rs.runs.spans(t)
+	byJob := map[int64][]*runnerSpan{}
+	byInstance := map[string][]*runnerSpan{}
+	for _, sp := range spans {
+		byJob[sp.job] = append(byJob[sp.job], sp)
+		byInstance[sp.instance] = append(byInstance[sp.instance], sp)
+	}
+	for id := int64(first); id < int64(first+jobs); id++ {
+		if n := len(byJob[id]); n != 1 {
+			t.Errorf("job %d: %d runners ran it, want 1", id, n)
+			continue
+		}
+		if j := l.job(id); j.InstanceID != byJob[id][0].instance {
+			t.Errorf("job %d ran on %s but is recorded on %s", id, byJob[id][0].instance, j.InstanceID)
+		}
+	}
+	for inst, list := range byInstance {
+		sort.Slice(list, func(i, j int) bool { return list[i].start < list[j].start })
+		for i := 1; i < len(list); i++ {
+			if list[i].start < list[i-1].end {
+				t.Errorf("instance %s ran jobs %d and %d at once", inst, list[i-1].job, list[i].job)
+			}
+		}
+	}
+}
+
+// checkOneConverger: replica a took the converger's lease and held it until
+// it died; b took it only after a's lease had lapsed.
+func (rs *replicaSet) checkOneConverger(killedAt time.Time) {
+	t := rs.t
+	aTakes, bTakes := leaseTakes(rs.a.logs.String(), "converger"), leaseTakes(rs.b.logs.String(), "converger")
+	if len(aTakes)+len(bTakes) == 0 {
+		t.Fatal("no replica logged taking the converger's lease")
+	}
+	var beforeKill []time.Time
+	for _, at := range bTakes {
+		if at.Before(killedAt) {
+			beforeKill = append(beforeKill, at)
+		}
+	}
+	switch {
+	case len(aTakes) > 0 && len(beforeKill) > 0:
+		t.Errorf("both replicas took the converger's lease while both ran: a at %v, b at %v", aTakes, beforeKill)
+	case len(aTakes) > 0 && len(bTakes) == 0:
+		t.Error("the survivor never took the converger's lease over")
+	}
+	if len(aTakes) > 0 && len(bTakes) > 0 && bTakes[len(bTakes)-1].Sub(killedAt) > 10*time.Second {
+		t.Errorf("the survivor took the converger over %s after the kill, want within the lease period", bTakes[len(bTakes)-1].Sub(killedAt))
+	}
+}
