@@ -107,6 +107,10 @@ type Options struct {
 	// ReplicaID names this replica in the leases of the loops that run on
 	// one replica at a time; default the host name and a random suffix.
 	ReplicaID string
+	// AgentRecheck is how often an agent's long poll re-reads its
+	// instance, so that an assignment made on another replica reaches it
+	// within this; default 2 s, negative never.
+	AgentRecheck time.Duration
 	// LeasePeriod is how long such a loop stays with a replica that
 	// stopped renewing its lease (died): another takes it over within
 	// this. Default 30 s; at least twice the loop's interval.
@@ -241,6 +245,9 @@ func (o *Options) check() error {
 	}
 	if o.ReplicaID == "" {
 		o.ReplicaID = defaultReplicaID()
+	}
+	if o.AgentRecheck == 0 {
+		o.AgentRecheck = 2 * time.Second
 	}
 	if o.LeasePeriod <= 0 {
 		o.LeasePeriod = 30 * time.Second

@@ -55,7 +55,7 @@ func (a *App) wire(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var apiOpts []agentapi.Option
+	apiOpts := []agentapi.Option{agentapi.WithRecheck(o.AgentRecheck)}
 	if identity != nil {
 		apiOpts = append(apiOpts, agentapi.WithIdentity(identity))
 	}
