@@ -59,6 +59,10 @@ type Options struct {
 	// running, releasing) and has not been heard from for this long —
 	// neither a heartbeat nor a state change — is terminated. Default 3 min.
 	SilentAfter time.Duration
+	// StaleClaimAfter: an instance claimed this long for a job that another
+	// instance serves, or that has ended, is terminated (its claimer died).
+	// Default 1 min.
+	StaleClaimAfter time.Duration
 }
 
 func (o *Options) defaults() {
@@ -73,6 +77,7 @@ func (o *Options) defaults() {
 	def(&o.JobRetention, 72*time.Hour)
 	def(&o.InstanceRetention, 24*time.Hour)
 	def(&o.SilentAfter, 3*time.Minute)
+	def(&o.StaleClaimAfter, time.Minute)
 	def(&o.TerminatingAllowance, domain.DefaultDeadlines().Terminating)
 	if o.RunnerPrefix == "" {
 		o.RunnerPrefix = "bp-"
@@ -92,7 +97,7 @@ func (r *Reconciler) Init(reg prometheus.Registerer) error {
 
 // Report counts what one cycle did.
 type Report struct {
-	Orphans, Gone, Silent, DeadRunners, Recovered, Requeued, Resent, Rerun, JobsDeleted, RowsDeleted int
+	Orphans, Gone, Silent, StaleClaims, DeadRunners, Recovered, Requeued, Resent, Rerun, JobsDeleted, RowsDeleted int
 }
 
 // Loop reconciles every Interval.
@@ -123,6 +128,8 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	}
 	rep.Silent, err = r.silent(ctx, rows)
 	errs = append(errs, err)
+	rep.StaleClaims, err = r.staleClaims(ctx, rows)
+	errs = append(errs, err)
 	// Scopes that share their runners' home (an enterprise's) list them once.
 	listed := map[domain.Scope]bool{}
 	for _, s := range r.scopes(ctx) {
@@ -145,7 +152,7 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	errs = append(errs, err)
 	r.metrics.count(rep)
 	if rep != (Report{}) {
-		r.Log.Info("reconciled", "orphans", rep.Orphans, "gone", rep.Gone, "silent", rep.Silent, "dead_runners", rep.DeadRunners,
+		r.Log.Info("reconciled", "orphans", rep.Orphans, "gone", rep.Gone, "silent", rep.Silent, "stale_claims", rep.StaleClaims, "dead_runners", rep.DeadRunners,
 			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "resent_jobs", rep.Resent, "rerun_jobs", rep.Rerun, "jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
 	}
 	return rep, errors.Join(errs...)
@@ -413,7 +420,7 @@ func (m *reconcileMetrics) count(r Report) {
 		return
 	}
 	for kind, n := range map[string]int{
-		"orphan": r.Orphans, "gone": r.Gone, "silent": r.Silent, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
+		"orphan": r.Orphans, "gone": r.Gone, "silent": r.Silent, "stale_claim": r.StaleClaims, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
 		"requeued_job": r.Requeued, "resent_job": r.Resent, "rerun_job": r.Rerun, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
 	} {
 		m.actions.WithLabelValues(kind).Add(float64(n))
