@@ -44,42 +44,66 @@ type awsStack struct {
 	machines *ec2Machines
 }
 
-func startAWS(t *testing.T) *awsStack {
+// ec2World is what a serve on the EC2 emulator needs: images, a network,
+// the machines' player with its runner, and the flags that point serve at
+// them. run names this world's things (the emulator outlives a test).
+type ec2World struct {
+	endpoint, run, dir, bin, controller string
+	api                                 *awsec2.Client
+	subnets                             []string
+	group                               string
+	machines                            *ec2Machines
+}
+
+// newEC2World registers an image per name (prefix-RUN-name) and starts the
+// machines' player, whose machines run runnerScript as their runner.
+func newEC2World(t *testing.T, prefix, runnerScript string, images ...string) *ec2World {
 	t.Helper()
-	endpoint := mototest.Endpoint(t)
-	api := awsec2.NewFromConfig(mototest.Config(t))
-	run := fmt.Sprintf("%x", time.Now().UnixNano())
-	for _, v := range []string{"v1", "v2"} {
-		if _, err := api.RegisterImage(t.Context(), &awsec2.RegisterImageInput{
-			Name: aws.String("e2e-" + run + "-" + v), RootDeviceName: aws.String("/dev/xvda"), Architecture: types.ArchitectureValuesX8664}); err != nil {
+	w := &ec2World{endpoint: mototest.Endpoint(t), api: awsec2.NewFromConfig(mototest.Config(t)),
+		run: fmt.Sprintf("%x", time.Now().UnixNano()), dir: t.TempDir()}
+	for _, name := range images {
+		if _, err := w.api.RegisterImage(t.Context(), &awsec2.RegisterImageInput{
+			Name: aws.String(w.image(prefix, name)), RootDeviceName: aws.String("/dev/xvda"), Architecture: types.ArchitectureValuesX8664}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	subnets, group := motoNetwork(t, api, "bullpen-e2e-"+run)
-	bin, err := buildBinary()
-	if err != nil {
+	w.subnets, w.group = motoNetwork(t, w.api, "bullpen-"+prefix+"-"+w.run)
+	var err error
+	if w.bin, err = buildBinary(); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	runner := filepath.Join(dir, "fake-runner.sh")
-	if err := os.WriteFile(runner, []byte(fakeRunner), 0o755); err != nil {
+	runner := filepath.Join(w.dir, "runner.sh")
+	if err := os.WriteFile(runner, []byte(runnerScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	controller := "bullpen-e2e-" + run
-	machines := newEC2Machines(t, api, bin, controller, runner)
-	cfg := filepath.Join(dir, "runs-on.yml")
-	writeConfig(t, cfg, "e2e-"+run+"-v1")
+	w.controller = "bullpen-" + prefix + "-" + w.run
+	w.machines = newEC2Machines(t, w.api, w.bin, w.controller, runner)
 	// The SDK in serve reads the emulator's dummy credentials from the
 	// environment, and must not look for an instance role.
 	t.Setenv("AWS_ACCESS_KEY_ID", "testing")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "testing")
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	s := startServerWith(t, "", "--config", cfg, "--environment", "e2e-aws", "--controller-id", controller,
-		"--cloud", "aws", "--aws-region", mototest.Region, "--aws-endpoint", endpoint,
-		"--aws-subnets", strings.Join(subnets, ","), "--aws-security-groups", group,
-		"--aws-identity-certificate", machines.certPath, "--aws-account-id", motoAccount,
-		"--converge-every", "500ms", "--terminate-every", "500ms", "--reap-every", "1s", "--reload", "500ms")
-	return &awsStack{server: s, api: api, run: run, config: cfg, machines: machines}
+	return w
+}
+
+func (w *ec2World) image(prefix, name string) string { return prefix + "-" + w.run + "-" + name }
+
+// serveFlags point serve at the emulator, its network and machines.
+func (w *ec2World) serveFlags() []string {
+	return []string{"--controller-id", w.controller,
+		"--cloud", "aws", "--aws-region", mototest.Region, "--aws-endpoint", w.endpoint,
+		"--aws-subnets", strings.Join(w.subnets, ","), "--aws-security-groups", w.group,
+		"--aws-identity-certificate", w.machines.certPath, "--aws-account-id", motoAccount,
+		"--converge-every", "500ms", "--terminate-every", "500ms", "--reap-every", "1s"}
+}
+
+func startAWS(t *testing.T) *awsStack {
+	t.Helper()
+	w := newEC2World(t, "e2e", fakeRunner, "v1", "v2")
+	cfg := filepath.Join(w.dir, "runs-on.yml")
+	writeConfig(t, cfg, w.image("e2e", "v1"))
+	s := startServerWith(t, "", append([]string{"--config", cfg, "--environment", "e2e-aws", "--reload", "500ms"}, w.serveFlags()...)...)
+	return &awsStack{server: s, api: w.api, run: w.run, config: cfg, machines: w.machines}
 }
 
 func writeConfig(t *testing.T, path, image string) {

@@ -7,16 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsec2 "github.com/aws/aws-sdk-go-v2/service/ec2"
-	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
-
-	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
 	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 )
 
@@ -47,40 +41,15 @@ type replicaSet struct {
 
 func startReplicas(t *testing.T, hot int) *replicaSet {
 	t.Helper()
-	endpoint := mototest.Endpoint(t)
-	api := awsec2.NewFromConfig(mototest.Config(t))
-	run := fmt.Sprintf("%x", time.Now().UnixNano())
-	image := "replicas-" + run
-	if _, err := api.RegisterImage(t.Context(), &awsec2.RegisterImageInput{
-		Name: aws.String(image), RootDeviceName: aws.String("/dev/xvda"), Architecture: types.ArchitectureValuesX8664}); err != nil {
+	rs := &replicaSet{t: t, lb: newSpread(t), runs: runnerLog{path: filepath.Join(t.TempDir(), "runs.log")}}
+	w := newEC2World(t, "replicas", rs.runs.script(), "v1")
+	rs.machines = w.machines
+	cfg := filepath.Join(w.dir, "runs-on.yml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(replicasConfig, w.image("replicas", "v1"), hot)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	subnets, group := motoNetwork(t, api, "bullpen-replicas-"+run)
-	bin, err := buildBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	rs := &replicaSet{t: t, lb: newSpread(t), runs: runnerLog{path: filepath.Join(dir, "runs.log")}}
-	runner := filepath.Join(dir, "runner.sh")
-	if err := os.WriteFile(runner, []byte(rs.runs.script()), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	controller := "bullpen-replicas-" + run
-	rs.machines = newEC2Machines(t, api, bin, controller, runner)
-	cfg := filepath.Join(dir, "runs-on.yml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(replicasConfig, image, hot)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("AWS_ACCESS_KEY_ID", "testing")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "testing")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	common := append([]string{"--config", cfg, "--environment", "replicas", "--controller-id", controller,
-		"--cloud", "aws", "--aws-region", mototest.Region, "--aws-endpoint", endpoint,
-		"--aws-subnets", strings.Join(subnets, ","), "--aws-security-groups", group,
-		"--aws-identity-certificate", rs.machines.certPath, "--aws-account-id", motoAccount, "--agent-url", rs.lb.URL,
-		"--converge-every", "500ms", "--terminate-every", "500ms", "--reap-every", "1s", "--lease-period", "3s"},
-		sharedState(t, bin, run, endpoint)...)
+	common := append(append([]string{"--config", cfg, "--environment", "replicas", "--agent-url", rs.lb.URL, "--lease-period", "3s"},
+		w.serveFlags()...), sharedState(t, w.bin, w.run, w.endpoint)...)
 	rs.a = startServerWith(t, "", append(common, "--replica-id", "replica-a")...)
 	rs.b = startServerWith(t, "", append(common, "--replica-id", "replica-b")...)
 	rs.lb.add(rs.a.base)
