@@ -66,21 +66,7 @@ func (c *crashStack) instances() []apiInstance {
 	return list.Instances
 }
 
-func (c *crashStack) readyHot(pool string) int {
-	var pools struct {
-		Pools []struct {
-			Name   string
-			Counts map[string]int
-		}
-	}
-	c.s.get("/api/v1/pools", &pools)
-	for _, p := range pools.Pools {
-		if p.Name == pool {
-			return p.Counts["ready_hot"]
-		}
-	}
-	return 0
-}
+func (c *crashStack) readyHot(pool string) int { return c.s.poolCounts(pool)["ready_hot"] }
 
 // jitRunnerName reads the runner name out of a just-in-time config: base64
 // JSON of files, whose .runner is base64 JSON with agentName.

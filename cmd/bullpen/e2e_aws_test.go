@@ -178,19 +178,8 @@ func (s *awsStack) warmOn(pool, image string) bool {
 			return false // still warming, or on its way out
 		}
 	}
-	var pools struct {
-		Pools []struct {
-			Name   string
-			Counts map[string]int
-		}
-	}
-	s.get("/api/v1/pools", &pools)
-	for _, p := range pools.Pools {
-		if p.Name == pool {
-			return hot == 1 && stopped == 1 && p.Counts["ready_hot"] == 1 && p.Counts["stopped"] == 1
-		}
-	}
-	return false
+	counts := s.poolCounts(pool)
+	return hot == 1 && stopped == 1 && counts["ready_hot"] == 1 && counts["stopped"] == 1
 }
 
 func (s *awsStack) poolError(pool string) string {

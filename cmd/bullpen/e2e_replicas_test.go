@@ -57,23 +57,6 @@ func startReplicas(t *testing.T, hot int) *replicaSet {
 	return rs
 }
 
-// readyHot is how many of the pool's instances the survivor counts ready.
-func (rs *replicaSet) readyHot(s *server) int {
-	var pools struct {
-		Pools []struct {
-			Name   string
-			Counts map[string]int
-		}
-	}
-	s.get("/api/v1/pools", &pools)
-	for _, p := range pools.Pools {
-		if p.Name == "warm" {
-			return p.Counts["ready_hot"]
-		}
-	}
-	return 0
-}
-
 // deliverTo posts a signed delivery to s; false when s cannot be reached or
 // refuses it.
 func deliverTo(s *server, id string, body []byte) bool {
@@ -101,7 +84,7 @@ func TestTwoReplicasServeABurstAndSurviveOneDying(t *testing.T) {
 	}
 	const hot, jobs, first = 12, 300, 8_100_001
 	rs := startReplicas(t, hot)
-	rs.b.eventually("the pool converges", 120*time.Second, func() bool { return rs.readyHot(rs.b) == hot })
+	rs.b.eventually("the pool converges", 120*time.Second, func() bool { return rs.b.poolCounts("warm")["ready_hot"] == hot })
 
 	bodies := queuedFor(t, jobs, first, "runs-on=%d/pool=warm")
 	var killedAt time.Time
@@ -141,7 +124,7 @@ func TestTwoReplicasServeABurstAndSurviveOneDying(t *testing.T) {
 		}
 		return done == jobs
 	})
-	rs.b.eventually("the survivor refills the pool", 120*time.Second, func() bool { return rs.readyHot(rs.b) == hot })
+	rs.b.eventually("the survivor refills the pool", 120*time.Second, func() bool { return rs.b.poolCounts("warm")["ready_hot"] == hot })
 
 	rs.checkRuns(l, first, jobs)
 	rs.checkOneConverger(killedAt)

@@ -177,6 +177,25 @@ func (s *server) eventually(what string, timeout time.Duration, cond func() bool
 	}
 }
 
+// poolCounts is what serve counts of pool's instances, by kind
+// ("ready_hot", "stopped", …); nil when it has no such pool.
+func (s *server) poolCounts(pool string) map[string]int {
+	s.t.Helper()
+	var pools struct {
+		Pools []struct {
+			Name   string
+			Counts map[string]int
+		}
+	}
+	s.get("/api/v1/pools", &pools)
+	for _, p := range pools.Pools {
+		if p.Name == pool {
+			return p.Counts
+		}
+	}
+	return nil
+}
+
 type apiJob struct {
 	ID         int64  `json:"id"`
 	Status     string `json:"status"`
