@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
@@ -203,10 +204,15 @@ func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	want := r.URL.Query().Get("status")
+	since, ok := createdSince(r.URL.Query().Get("created"))
+	if !ok {
+		writeError(w, http.StatusUnprocessableEntity, "Validation Failed")
+		return
+	}
 	var listed []*run
 	for _, ru := range s.runs {
 		status, conclusion := ru.status()
-		if ru.repo == rp && (want == "" || want == status || want == conclusion) {
+		if ru.repo == rp && (want == "" || want == status || want == conclusion) && !ru.created.Before(since) {
 			listed = append(listed, ru)
 		}
 	}
@@ -218,6 +224,25 @@ func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
 		page = append(page, s.runJSON(ru))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(listed), "workflow_runs": page})
+}
+
+// createdSince reads the created filter of a runs listing in the one form
+// the fake supports, ">=DATE" (a date or an RFC 3339 time); "" is no
+// filter.
+func createdSince(q string) (time.Time, bool) {
+	if q == "" {
+		return time.Time{}, true
+	}
+	v, ok := strings.CutPrefix(q, ">=")
+	if !ok {
+		return time.Time{}, false
+	}
+	for _, layout := range []string{time.RFC3339, "2006-01-02"} {
+		if t, err := time.Parse(layout, v); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
 }
 
 func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {

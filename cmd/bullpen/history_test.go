@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/bullpen-ci/bullpen/internal/github/fakegh"
+	"github.com/bullpen-ci/bullpen/internal/history"
+)
+
+// runWithEnv runs the entry point in-process with these environment
+// variables.
+func runWithEnv(vars map[string]string, args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return vars[k] }}
+	return run(context.Background(), e, args), out.String(), errb.String()
+}
+
+// history export writes a repository's completed jobs to a file, and a
+// second run resumes it without writing any twice; a file with a bad line
+// is refused with the line named; the token never shows.
+func TestHistoryExport(t *testing.T) {
+	gh := fakegh.New()
+	t.Cleanup(gh.Close)
+	const token = "ghp_exportTokenNeverShown"
+	gh.RequireToken(token)
+	for range 3 {
+		j := gh.QueueJob("acme/app", []string{"linux"})
+		if err := gh.StartJob(j.ID, "r"); err != nil {
+			t.Fatal(err)
+		}
+		if err := gh.CompleteJob(j.ID, "success"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "history.jsonl")
+	vars := map[string]string{"BULLPEN_GITHUB_TOKEN": token}
+	args := []string{"history", "export", "--repo", "acme/app", "--since", "1d", "--out", out, "--github-url", gh.URL() + "/"}
+	code, _, errOut := runWithEnv(vars, args...)
+	if code != 0 || !strings.Contains(errOut, "3 written") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	code, _, errOut = runWithEnv(vars, args...)
+	if code != 0 || !strings.Contains(errOut, "0 written, 3 already in the file") {
+		t.Fatalf("resumed: exit %d: %s", code, errOut)
+	}
+	f, _ := os.Open(out)
+	jobs, err := history.Read(out, f)
+	f.Close()
+	if err != nil || len(jobs) != 3 {
+		t.Fatalf("%d jobs in the file (%v), want 3", len(jobs), err)
+	}
+	if err := os.WriteFile(out, append(mustRead(t, out), []byte("{oops\n")...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = runWithEnv(vars, args...)
+	if code != 2 || !strings.Contains(errOut, out+":4: not a job") {
+		t.Fatalf("a bad line: exit %d: %s", code, errOut)
+	}
+	code, _, errOut = runWithEnv(map[string]string{"BULLPEN_GITHUB_TOKEN": "ghp_wrong"}, "history", "export", "--repo", "acme/app", "--github-url", gh.URL()+"/")
+	if code != 1 || strings.Contains(errOut, "ghp_wrong") || !strings.Contains(errOut, "acme/app") {
+		t.Fatalf("a bad token: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := runWithEnv(nil, "history", "export", "--repo", "acme/app"); code != 2 || !strings.Contains(errOut, "no token") {
+		t.Fatalf("no token: exit %d: %s", code, errOut)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

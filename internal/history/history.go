@@ -1,0 +1,120 @@
+// Package history is a team's past workflow jobs as JSON lines: written by
+// `bullpen history export` from GitHub's REST API, read by the capacity
+// planner, which replays them against a pool configuration.
+package history
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Job is one line: a workflow job as GitHub recorded it.
+type Job struct {
+	// ID is GitHub's job id, unique across the export.
+	ID int64 `json:"id"`
+	// RunID and RunAttempt are the workflow run and its attempt (a re-run
+	// makes new jobs under the next attempt).
+	RunID      int64 `json:"run_id"`
+	RunAttempt int   `json:"run_attempt"`
+	// Repo is owner/name.
+	Repo     string `json:"repository"`
+	Workflow string `json:"workflow"`
+	Name     string `json:"name"`
+	// Labels are the job's runs-on labels.
+	Labels []string `json:"labels"`
+	// Created is when the job was queued.
+	Created time.Time `json:"created_at"`
+	// Started is when a runner took it; absent when none did (cancelled
+	// while queued).
+	Started *time.Time `json:"started_at,omitempty"`
+	// Completed is when it ended; absent while it runs.
+	Completed *time.Time `json:"completed_at,omitempty"`
+	// Conclusion is GitHub's: success, failure, cancelled, skipped, …
+	Conclusion string `json:"conclusion,omitempty"`
+	// RunnerName and RunnerGroup are where it ran, if it did.
+	RunnerName  string `json:"runner_name,omitempty"`
+	RunnerGroup string `json:"runner_group,omitempty"`
+}
+
+// QueueTime is how long the job waited for a runner; false when it never
+// got one.
+func (j Job) QueueTime() (time.Duration, bool) {
+	if j.Started == nil {
+		return 0, false
+	}
+	return j.Started.Sub(j.Created), true
+}
+
+// Check names what makes j unusable for a replay.
+func (j Job) Check() error {
+	var problems []string
+	if j.ID <= 0 {
+		problems = append(problems, "no job id")
+	}
+	if owner, name, ok := strings.Cut(j.Repo, "/"); !ok || owner == "" || name == "" {
+		problems = append(problems, fmt.Sprintf("repository %q is not owner/name", j.Repo))
+	}
+	if len(j.Labels) == 0 {
+		problems = append(problems, "no labels")
+	}
+	if j.Created.IsZero() {
+		problems = append(problems, "no created_at")
+	}
+	if j.Started != nil && j.Started.Before(j.Created) {
+		problems = append(problems, "started_at before created_at")
+	}
+	if j.Completed != nil && j.Started != nil && j.Completed.Before(*j.Started) {
+		problems = append(problems, "completed_at before started_at")
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// LineError is a line of a history file that is not a usable job.
+type LineError struct {
+	Name string // the file, as given to Read
+	Line int
+	Err  error
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %v", e.Name, e.Line, e.Err) }
+func (e *LineError) Unwrap() error { return e.Err }
+
+// Read reads every line of a history file (name is for errors) and checks
+// each; blank lines are skipped. Every bad line is reported, each with its
+// number.
+func Read(name string, r io.Reader) ([]Job, error) {
+	var jobs []Job
+	var errs []error
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		var j Job
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&j); err != nil {
+			errs = append(errs, &LineError{Name: name, Line: n, Err: fmt.Errorf("not a job: %w", err)})
+			continue
+		}
+		if err := j.Check(); err != nil {
+			errs = append(errs, &LineError{Name: name, Line: n, Err: err})
+			continue
+		}
+		jobs = append(jobs, j)
+	}
+	if err := sc.Err(); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", name, err))
+	}
+	return jobs, errors.Join(errs...)
+}
