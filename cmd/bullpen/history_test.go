@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,4 +79,51 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// The history a fake GitHub holds, exported, replays through simulate: its
+// report puts the simulated queue times next to the recorded ones, and
+// names the labels no pool serves.
+func TestSimulateAnExportedHistory(t *testing.T) {
+	gh := fakegh.New()
+	t.Cleanup(gh.Close)
+	const token = "ghp_simulateToken"
+	gh.RequireToken(token)
+	for i, labels := range [][]string{{"runs-on=1/pool=small-x64"}, {"runs-on=2/pool=small-x64"}, {"runs-on=3/pool=medium-x64"}, {"runs-on=4/pool=nowhere"}} {
+		j := gh.QueueJob("acme/app", labels, fakegh.Named(fmt.Sprint("job-", i)))
+		if err := gh.StartJob(j.ID, "r"); err != nil {
+			t.Fatal(err)
+		}
+		if err := gh.CompleteJob(j.ID, "success"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "history.jsonl")
+	code, _, errOut := runWithEnv(map[string]string{"BULLPEN_GITHUB_TOKEN": token},
+		"history", "export", "--repo", "acme/app", "--out", out, "--github-url", gh.URL()+"/")
+	if code != 0 {
+		t.Fatalf("export: exit %d: %s", code, errOut)
+	}
+	code, report, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", out)
+	if code != 0 {
+		t.Fatalf("simulate: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"4 jobs from", "4 replayed", "recorded", "simulated", "pool small-x64", "1 × runs-on=4/pool=nowhere", "cloud calls:"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("the report lacks %q:\n%s", want, report)
+		}
+	}
+	code, js, _ := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", out, "--json")
+	var rep struct {
+		Replayed  int
+		Simulated struct {
+			ByStatus map[string]int `json:"by_status"`
+		}
+	}
+	if code != 0 || json.Unmarshal([]byte(js), &rep) != nil || rep.Replayed != 4 || rep.Simulated.ByStatus["completed"] != 3 {
+		t.Fatalf("json: exit %d, %+v\n%s", code, rep, js)
+	}
+	if code, _, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", "history_test.go"); code != 2 || !strings.Contains(errOut, "history_test.go:1: not a job") {
+		t.Fatalf("a file that is no history: exit %d: %s", code, errOut)
+	}
 }

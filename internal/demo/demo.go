@@ -38,6 +38,9 @@ type Options struct {
 	RollAt time.Duration
 	// JobsPerMinute is the mean rate of simulated jobs (0: none).
 	JobsPerMinute float64
+	// Scheduled are jobs queued at given offsets from the start (a replayed
+	// history), besides the generated ones.
+	Scheduled []Scheduled
 	// Mix is the kinds of jobs; default DefaultMix(Config).
 	Mix       []ghsim.LabelChoice
 	Seed      uint64
@@ -72,6 +75,8 @@ type Result struct {
 	Virtual    string         `json:"virtual_duration"`
 	CloudCalls map[string]int `json:"cloud_calls"`
 	AllAtGoal  bool           `json:"all_at_target"`
+	// Stream is every job the simulated GitHub saw, with its times.
+	Stream []ghsim.JobRecord `json:"-"`
 }
 
 // Run runs the demo until the virtual duration has passed or ctx ends (a
@@ -114,10 +119,21 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		quiet := clk.AfterFunc(feedFor(o.Duration), w.gen.Stop)
 		defer quiet.Stop()
 	}
+	for _, sj := range o.Scheduled {
+		t := clk.AfterFunc(sj.At, func() { w.a.Sim.GitHub.QueueJob(sj.Job) })
+		defer t.Stop()
+	}
 	drv.run(ctx, w, o.Start.Add(o.Duration))
 	ctx = context.WithoutCancel(ctx)
 	res, err = w.result(ctx, res, last, clk.Now().Sub(o.Start))
 	return res, err
+}
+
+// Scheduled is a job the run queues on the simulated GitHub At after its
+// start.
+type Scheduled struct {
+	At  time.Duration
+	Job ghsim.JobSpec
 }
 
 // world is the embedded default wired together by internal/app.
@@ -262,6 +278,7 @@ func (w *world) result(ctx context.Context, res Result, last converger.Report, e
 	}
 	res.Virtual = elapsed.Round(time.Second).String()
 	res.CloudCalls = w.a.Sim.Cloud.Calls()
+	res.Stream = w.a.Sim.GitHub.Jobs()
 	return res, nil
 }
 

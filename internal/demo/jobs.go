@@ -15,6 +15,18 @@ type JobsReport struct {
 	Total      int                  `json:"total"`
 	ByStatus   map[string]int       `json:"by_status"`
 	QueueTimes map[string]Latencies `json:"queue_time_seconds"` // by via: pool, reuse, cold
+	// QueueTime is every served job's; ByPool the pool jobs', by pool.
+	QueueTime Latencies            `json:"queue_time_all_seconds"`
+	ByPool    map[string]Latencies `json:"queue_time_by_pool_seconds,omitempty"`
+	// Unserved counts the rejected jobs by their labels (joined by ","),
+	// with the reason of the first: labels no pool or runner serves.
+	Unserved map[string]Unserved `json:"unserved,omitempty"`
+}
+
+// Unserved is a set of labels whose jobs were rejected.
+type Unserved struct {
+	Jobs   int    `json:"jobs"`
+	Reason string `json:"reason"`
 }
 
 // Latencies are percentiles of a set of durations, in seconds.
@@ -22,6 +34,7 @@ type Latencies struct {
 	Count int     `json:"count"`
 	P50   float64 `json:"p50"`
 	P90   float64 `json:"p90"`
+	P99   float64 `json:"p99"`
 	Max   float64 `json:"max"`
 }
 
@@ -31,18 +44,53 @@ func (w *world) jobsReport(ctx context.Context) (JobsReport, error) {
 		return JobsReport{}, fmt.Errorf("demo: read jobs: %w", err)
 	}
 	r := JobsReport{Total: len(list), ByStatus: map[string]int{}, QueueTimes: map[string]Latencies{}}
-	waits := map[string][]float64{}
+	waits, byPool := map[string][]float64{}, map[string][]float64{}
+	var all []float64
 	for _, j := range list {
 		r.ByStatus[string(j.Status)]++
-		if j.Via != "" && !j.StartedAt.IsZero() && !j.QueuedAt.IsZero() {
-			waits[string(j.Via)] = append(waits[string(j.Via)], j.StartedAt.Sub(j.QueuedAt).Seconds())
+		if j.Status == domain.JobRejected {
+			r.unserved(j)
+		}
+		if j.Via == "" || j.StartedAt.IsZero() || j.QueuedAt.IsZero() {
+			continue
+		}
+		wait := j.StartedAt.Sub(j.QueuedAt).Seconds()
+		waits[string(j.Via)] = append(waits[string(j.Via)], wait)
+		all = append(all, wait)
+		if j.Pool != "" {
+			byPool[j.Pool] = append(byPool[j.Pool], wait)
 		}
 	}
 	for via, ws := range waits {
 		r.QueueTimes[via] = latencies(ws)
 	}
+	if len(all) > 0 {
+		r.QueueTime = latencies(all)
+	}
+	for pool, ws := range byPool {
+		if r.ByPool == nil {
+			r.ByPool = map[string]Latencies{}
+		}
+		r.ByPool[pool] = latencies(ws)
+	}
 	return r, nil
 }
+
+func (r *JobsReport) unserved(j domain.Job) {
+	if r.Unserved == nil {
+		r.Unserved = map[string]Unserved{}
+	}
+	key := strings.Join(j.Labels, ",")
+	u := r.Unserved[key]
+	u.Jobs++
+	if u.Reason == "" {
+		u.Reason = j.Reason
+	}
+	r.Unserved[key] = u
+}
+
+// LatenciesOf are the percentiles of durations in seconds (at least one).
+func LatenciesOf(seconds []float64) Latencies { return latencies(slices.Clone(seconds)) }
 
 func latencies(ws []float64) Latencies {
 	slices.Sort(ws)
@@ -50,7 +98,7 @@ func latencies(ws []float64) Latencies {
 		i := int(p*float64(len(ws))+0.5) - 1
 		return round1(ws[min(max(i, 0), len(ws)-1)])
 	}
-	return Latencies{Count: len(ws), P50: at(0.5), P90: at(0.9), Max: round1(ws[len(ws)-1])}
+	return Latencies{Count: len(ws), P50: at(0.5), P90: at(0.9), P99: at(0.99), Max: round1(ws[len(ws)-1])}
 }
 
 func round1(x float64) float64 { return float64(int(x*10+0.5)) / 10 }

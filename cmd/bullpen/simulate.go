@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/bullpen-ci/bullpen/internal/demo"
+	"github.com/bullpen-ci/bullpen/internal/history"
+	"github.com/bullpen-ci/bullpen/internal/simulate"
+)
+
+func init() {
+	register("simulate", "replay a job history against a pool configuration and report the queue times", cmdSimulate)
+}
+
+func cmdSimulate(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	cfgPath := fs.String("config", "", "the pool configuration (runs-on.yml format)")
+	jobsPath := fs.String("jobs", "", "the job history, as `bullpen history export` writes it (JSON lines)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	seed := fs.Uint64("seed", 1, "the simulation's seed")
+	fs.Usage = func() {
+		fmt.Fprint(e.stderr, `usage: bullpen simulate --config runs-on.yml --jobs history.jsonl [--json]
+
+Replays the history's jobs at their original arrival times and run times
+through bullpen's control plane (converger, dispatch, provisioning, release,
+autoscaling) on the simulated cloud and a virtual clock, and reports the
+queue times it gives — overall, by pool, and by how jobs were served — next
+to the queue times the history recorded.
+
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(e.stderr, "bullpen simulate:", err)
+		return 2
+	}
+	if *cfgPath == "" || *jobsPath == "" {
+		return fail(errors.New("give --config and --jobs"))
+	}
+	cfg, ok := loadConfig(e, *cfgPath)
+	if !ok {
+		return 2
+	}
+	f, err := os.Open(*jobsPath)
+	if err != nil {
+		return fail(err)
+	}
+	jobs, err := history.Read(*jobsPath, f)
+	f.Close()
+	if err != nil {
+		return fail(err)
+	}
+	rep, err := simulate.Run(ctx, simulate.Options{Config: cfg, Jobs: jobs, Seed: *seed})
+	if err != nil {
+		return fail(err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return fail(err)
+		}
+		return 0
+	}
+	printSimulation(e.stdout, rep)
+	return 0
+}
+
+func printSimulation(w io.Writer, r simulate.Report) {
+	fmt.Fprintf(w, "%d jobs from %s to %s, %d replayed (%s simulated)\n\n", r.Jobs,
+		r.From.Format("2006-01-02 15:04"), r.To.Format("2006-01-02 15:04"), r.Replayed, r.Virtual)
+	fmt.Fprintf(w, "queue time (s)        %6s %6s %6s %6s %6s\n", "jobs", "p50", "p90", "p99", "max")
+	row := func(name string, l demo.Latencies) {
+		fmt.Fprintf(w, "  %-19s %6d %6.1f %6.1f %6.1f %6.1f\n", name, l.Count, l.P50, l.P90, l.P99, l.Max)
+	}
+	row("recorded", r.Recorded)
+	row("simulated", r.Simulated.QueueTime)
+	for _, via := range []string{"pool", "reuse", "cold"} {
+		if l, ok := r.Simulated.QueueTimes[via]; ok {
+			row("  served by "+via, l)
+		}
+	}
+	for _, pool := range sortedKeys(r.Simulated.ByPool) {
+		row("  pool "+pool, r.Simulated.ByPool[pool])
+	}
+	if len(r.Simulated.Unserved) > 0 {
+		fmt.Fprintln(w, "\njobs no pool or runner serves:")
+		for _, labels := range sortedKeys(r.Simulated.Unserved) {
+			u := r.Simulated.Unserved[labels]
+			fmt.Fprintf(w, "  %d × %s: %s\n", u.Jobs, labels, u.Reason)
+		}
+	}
+	var calls []string
+	for _, op := range sortedKeys(r.CloudCalls) {
+		calls = append(calls, fmt.Sprintf("%s %d", op, r.CloudCalls[op]))
+	}
+	fmt.Fprintf(w, "\ncloud calls: %s\n", strings.Join(calls, ", "))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

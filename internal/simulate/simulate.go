@@ -1,0 +1,113 @@
+// Package simulate replays a team's job history against a pool
+// configuration through the real control plane — the converger, dispatch,
+// provisioning, release and autoscaling that serve runs — on the simulated
+// cloud and GitHub and a virtual clock, as fast as the machine allows,
+// and reports the queue times it would give next to the ones the history
+// recorded.
+package simulate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/demo"
+	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
+	"github.com/bullpen-ci/bullpen/internal/history"
+)
+
+// Options configure a replay.
+type Options struct {
+	Config *config.Config
+	Jobs   []history.Job
+	// Latency is the simulated cloud's timings; demo.DefaultLatency when
+	// zero.
+	Latency sim.Latency
+	// Interval is the converger's; 30 s when zero, as serve's default.
+	Interval time.Duration
+	Seed     uint64
+	// Tail is how long the replay runs after the last job's arrival and
+	// longest run, so that every job can finish; 15 min when zero.
+	Tail time.Duration
+	// Lead is how long the control plane runs before the first job
+	// arrives, so that pools have filled as they would have; 5 min when
+	// zero, none when negative.
+	Lead time.Duration
+}
+
+// Report is what a replay found.
+type Report struct {
+	// Jobs is the history's; Replayed those with a run time (completed
+	// after a start), which are replayed.
+	Jobs, Replayed int
+	// From and To bound the history's arrivals.
+	From, To time.Time
+	// Simulated is the replay's jobs as the control plane served them.
+	Simulated demo.JobsReport `json:"simulated"`
+	// Recorded is the queue time the history itself recorded.
+	Recorded   demo.Latencies `json:"recorded_queue_time_seconds"`
+	CloudCalls map[string]int `json:"cloud_calls"`
+	Virtual    string         `json:"virtual_duration"`
+}
+
+// Run replays o.Jobs: each is queued at its original arrival, relative to
+// the first, and runs as long as it ran.
+func Run(ctx context.Context, o Options) (Report, error) {
+	if o.Config == nil {
+		return Report{}, errors.New("simulate: no configuration")
+	}
+	if len(o.Jobs) == 0 {
+		return Report{}, errors.New("simulate: no jobs to replay")
+	}
+	if o.Latency == (sim.Latency{}) {
+		o.Latency = demo.DefaultLatency
+	}
+	if o.Tail <= 0 {
+		o.Tail = 15 * time.Minute
+	}
+	jobs := slices.Clone(o.Jobs)
+	slices.SortStableFunc(jobs, func(a, b history.Job) int { return a.Created.Compare(b.Created) })
+	rep := Report{Jobs: len(jobs), From: jobs[0].Created, To: jobs[len(jobs)-1].Created}
+	var scheduled []demo.Scheduled
+	var recorded []float64
+	var longest time.Duration
+	for _, j := range jobs {
+		if q, ok := j.QueueTime(); ok {
+			recorded = append(recorded, q.Seconds())
+		}
+		if j.Started == nil || j.Completed == nil {
+			continue // it never ran: nothing to replay
+		}
+		took := j.Completed.Sub(*j.Started)
+		longest = max(longest, took)
+		scheduled = append(scheduled, demo.Scheduled{At: j.Created.Sub(rep.From), Job: ghsim.JobSpec{
+			Repo: j.Repo, Name: j.Name, Workflow: j.Workflow, Labels: j.Labels, RunID: j.RunID, Duration: took}})
+	}
+	rep.Replayed = len(scheduled)
+	if len(recorded) > 0 {
+		rep.Recorded = demo.LatenciesOf(recorded)
+	}
+	warm := o.Lead
+	switch {
+	case warm == 0:
+		warm = 5 * time.Minute
+	case warm < 0:
+		warm = 0
+	}
+	for i := range scheduled {
+		scheduled[i].At += warm
+	}
+	res, err := demo.Run(ctx, demo.Options{
+		Config: o.Config, Duration: warm + rep.To.Sub(rep.From) + longest + o.Tail, Start: rep.From.Add(-warm),
+		Interval: o.Interval, Seed: o.Seed, Latency: o.Latency, Scheduled: scheduled,
+	})
+	if err != nil {
+		return rep, fmt.Errorf("simulate: %w", err)
+	}
+	rep.Simulated, rep.CloudCalls, rep.Virtual = res.Jobs, res.CloudCalls, res.Virtual
+	return rep, nil
+}

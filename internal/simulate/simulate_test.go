@@ -1,0 +1,103 @@
+package simulate_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/demo"
+	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
+	"github.com/bullpen-ci/bullpen/internal/history"
+	"github.com/bullpen-ci/bullpen/internal/simulate"
+)
+
+func example(t *testing.T) *config.Config {
+	t.Helper()
+	b, err := os.ReadFile("../../examples/runs-on.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("runs-on.yml", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// historyOf turns the simulated GitHub's record of a run into a history
+// file's jobs.
+func historyOf(stream []ghsim.JobRecord) []history.Job {
+	var out []history.Job
+	for _, r := range stream {
+		j := history.Job{ID: r.ID, RunID: r.RunID, RunAttempt: 1, Repo: r.Repo, Workflow: r.Workflow, Name: r.Name,
+			Labels: r.Labels, Created: r.CreatedAt, Conclusion: r.Conclusion, RunnerName: r.RunnerName}
+		if !r.StartedAt.IsZero() {
+			started, completed := r.StartedAt, r.CompletedAt
+			j.Started, j.Completed = &started, &completed
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+// The honesty check: the job stream `bullpen demo` generates, replayed
+// through simulate from the same start, gives the demo's own queue times.
+func TestReplayOfTheDemoGivesTheDemosFigures(t *testing.T) {
+	cfg := example(t)
+	start := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	res, err := demo.Run(context.Background(), demo.Options{Config: cfg, Duration: 30 * time.Minute, Start: start,
+		JobsPerMinute: 4, Seed: 7, Latency: demo.DefaultLatency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := historyOf(res.Stream)
+	if len(jobs) < 40 {
+		t.Fatalf("the demo generated %d jobs", len(jobs))
+	}
+	rep, err := simulate.Run(context.Background(), simulate.Options{Config: cfg, Jobs: jobs, Seed: 7,
+		Lead: jobs[0].Created.Sub(start)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Provisioning runs beside the virtual clock's steps, so jobs queued
+	// at one instant may be served in another order from run to run (the
+	// demo's own figures vary as much): the replay agrees on every job
+	// served, and on the queue times within a few seconds.
+	got, want := rep.Simulated.QueueTime, res.Jobs.QueueTime
+	if got.Count != want.Count || !near(got.P50, want.P50, 2) || !near(got.P90, want.P90, 8) {
+		t.Errorf("queue times: replay %+v, demo %+v", got, want)
+	}
+	if pool, demoPool := rep.Simulated.QueueTimes["pool"], res.Jobs.QueueTimes["pool"]; !near(pool.P50, demoPool.P50, 2) {
+		t.Errorf("pool jobs' queue times: replay %+v, demo %+v", pool, demoPool)
+	}
+	if rep.Replayed != len(jobs) || rep.Simulated.ByStatus["completed"] != len(jobs) {
+		t.Errorf("%d of %d jobs replayed, %d completed", rep.Replayed, len(jobs), rep.Simulated.ByStatus["completed"])
+	}
+}
+
+func near(a, b, within float64) bool { return a-b <= within && b-a <= within }
+
+// Jobs whose labels no pool or runner serves are counted and named, not
+// dropped silently.
+func TestUnservedLabelsAreReported(t *testing.T) {
+	cfg := example(t)
+	at := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	started, done := at.Add(5*time.Second), at.Add(time.Minute)
+	jobs := []history.Job{
+		{ID: 1, RunID: 11, Repo: "acme/app", Labels: []string{"runs-on=11/pool=nope"}, Created: at, Started: &started, Completed: &done},
+		{ID: 2, RunID: 12, Repo: "acme/app", Labels: []string{"runs-on=12/pool=small-x64"}, Created: at, Started: &started, Completed: &done},
+	}
+	rep, err := simulate.Run(context.Background(), simulate.Options{Config: cfg, Jobs: jobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, ok := rep.Simulated.Unserved["runs-on=11/pool=nope"]
+	if !ok || u.Jobs != 1 || u.Reason == "" {
+		t.Fatalf("unserved: %+v", rep.Simulated.Unserved)
+	}
+	if rep.Simulated.ByStatus["completed"] != 1 {
+		t.Errorf("by status %v, want the pool job completed", rep.Simulated.ByStatus)
+	}
+}
