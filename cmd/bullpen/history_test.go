@@ -123,6 +123,10 @@ func TestSimulateAnExportedHistory(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(js), &rep) != nil || rep.Replayed != 4 || rep.Simulated.ByStatus["completed"] != 3 {
 		t.Fatalf("json: exit %d, %+v\n%s", code, rep, js)
 	}
+	code, both, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", out, "--compare", "../../examples/runs-on.yml")
+	if code != 0 || !strings.Contains(both, "4 jobs replayed through ../../examples/runs-on.yml (A) and ../../examples/runs-on.yml (B)") || !strings.Contains(both, "B-A") {
+		t.Fatalf("compare: exit %d: %s\n%s", code, errOut, both)
+	}
 	if code, _, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", "history_test.go"); code != 2 || !strings.Contains(errOut, "history_test.go:1: not a job") {
 		t.Fatalf("a file that is no history: exit %d: %s", code, errOut)
 	}

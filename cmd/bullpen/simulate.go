@@ -26,9 +26,10 @@ func cmdSimulate(ctx context.Context, e *env, args []string) int {
 	cfgPath := fs.String("config", "", "the pool configuration (runs-on.yml format)")
 	jobsPath := fs.String("jobs", "", "the job history, as `bullpen history export` writes it (JSON lines)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	comparePath := fs.String("compare", "", "a second configuration: replay the same history through it and print both side by side")
 	seed := fs.Uint64("seed", 1, "the simulation's seed")
 	fs.Usage = func() {
-		fmt.Fprint(e.stderr, `usage: bullpen simulate --config runs-on.yml --jobs history.jsonl [--json]
+		fmt.Fprint(e.stderr, `usage: bullpen simulate --config runs-on.yml --jobs history.jsonl [--compare other.yml] [--json]
 
 Replays the history's jobs at their original arrival times and run times
 through bullpen's control plane (converger, dispatch, provisioning, release,
@@ -69,16 +70,62 @@ to the queue times the history recorded.
 	if err != nil {
 		return fail(err)
 	}
+	if *comparePath == "" {
+		return printReport(e, *asJSON, rep, fail)
+	}
+	other, ok := loadConfig(e, *comparePath)
+	if !ok {
+		return 2
+	}
+	alt, err := simulate.Run(ctx, simulate.Options{Config: other, Jobs: jobs, Seed: *seed})
+	if err != nil {
+		return fail(err)
+	}
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return fail(err)
-		}
+		return printReport(e, true, map[string]simulate.Report{*cfgPath: rep, *comparePath: alt}, fail)
+	}
+	printComparison(e.stdout, *cfgPath, *comparePath, rep, alt)
+	return 0
+}
+
+func printReport(e *env, asJSON bool, rep any, fail func(error) int) int {
+	if !asJSON {
+		printSimulation(e.stdout, rep.(simulate.Report))
 		return 0
 	}
-	printSimulation(e.stdout, rep)
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rep); err != nil {
+		return fail(err)
+	}
 	return 0
+}
+
+// printComparison puts two replays of one history side by side, with the
+// difference of the second from the first.
+func printComparison(w io.Writer, nameA, nameB string, a, b simulate.Report) {
+	fmt.Fprintf(w, "%d jobs replayed through %s (A) and %s (B)\n\n", a.Replayed, nameA, nameB)
+	fmt.Fprintf(w, "queue time (s)          %7s %7s %7s\n", "A", "B", "B-A")
+	row := func(name string, x, y float64) { fmt.Fprintf(w, "  %-21s %7.1f %7.1f %+7.1f\n", name, x, y, y-x) }
+	row("p50", a.Simulated.QueueTime.P50, b.Simulated.QueueTime.P50)
+	row("p90", a.Simulated.QueueTime.P90, b.Simulated.QueueTime.P90)
+	row("p99", a.Simulated.QueueTime.P99, b.Simulated.QueueTime.P99)
+	row("max", a.Simulated.QueueTime.Max, b.Simulated.QueueTime.Max)
+	for _, via := range []string{"pool", "reuse", "cold"} {
+		fmt.Fprintf(w, "  jobs served by %-6s %7d %7d %+7d\n", via, a.Simulated.QueueTimes[via].Count, b.Simulated.QueueTimes[via].Count,
+			b.Simulated.QueueTimes[via].Count-a.Simulated.QueueTimes[via].Count)
+	}
+	fmt.Fprintln(w, "\ncloud calls             A       B     B-A")
+	ops := map[string]bool{}
+	for op := range a.CloudCalls {
+		ops[op] = true
+	}
+	for op := range b.CloudCalls {
+		ops[op] = true
+	}
+	for _, op := range sortedKeys(ops) {
+		fmt.Fprintf(w, "  %-19s %7d %7d %+7d\n", op, a.CloudCalls[op], b.CloudCalls[op], b.CloudCalls[op]-a.CloudCalls[op])
+	}
 }
 
 func printSimulation(w io.Writer, r simulate.Report) {
