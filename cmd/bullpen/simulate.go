@@ -28,6 +28,7 @@ func cmdSimulate(ctx context.Context, e *env, args []string) int {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	comparePath := fs.String("compare", "", "a second configuration: replay the same history through it and print both side by side")
 	seed := fs.Uint64("seed", 1, "the simulation's seed")
+	pricesPath := fs.String("prices", "", "a price table (JSON, as internal/simulate/prices.json) instead of the one shipped")
 	fs.Usage = func() {
 		fmt.Fprint(e.stderr, `usage: bullpen simulate --config runs-on.yml --jobs history.jsonl [--compare other.yml] [--json]
 
@@ -66,7 +67,19 @@ to the queue times the history recorded.
 	if err != nil {
 		return fail(err)
 	}
-	rep, err := simulate.Run(ctx, simulate.Options{Config: cfg, Jobs: jobs, Seed: *seed})
+	var prices *simulate.Prices
+	if *pricesPath != "" {
+		b, err := os.ReadFile(*pricesPath)
+		if err != nil {
+			return fail(err)
+		}
+		p, err := simulate.ParsePrices(*pricesPath, b)
+		if err != nil {
+			return fail(err)
+		}
+		prices = &p
+	}
+	rep, err := simulate.Run(ctx, simulate.Options{Config: cfg, Jobs: jobs, Seed: *seed, Prices: prices})
 	if err != nil {
 		return fail(err)
 	}
@@ -77,7 +90,7 @@ to the queue times the history recorded.
 	if !ok {
 		return 2
 	}
-	alt, err := simulate.Run(ctx, simulate.Options{Config: other, Jobs: jobs, Seed: *seed})
+	alt, err := simulate.Run(ctx, simulate.Options{Config: other, Jobs: jobs, Seed: *seed, Prices: prices})
 	if err != nil {
 		return fail(err)
 	}
@@ -111,6 +124,10 @@ func printComparison(w io.Writer, nameA, nameB string, a, b simulate.Report) {
 	row("p90", a.Simulated.QueueTime.P90, b.Simulated.QueueTime.P90)
 	row("p99", a.Simulated.QueueTime.P99, b.Simulated.QueueTime.P99)
 	row("max", a.Simulated.QueueTime.Max, b.Simulated.QueueTime.Max)
+	fmt.Fprintf(w, "\ncost (USD, %s)\n", a.Bill.PriceTable)
+	row("total", a.Bill.Total, b.Bill.Total)
+	row("per job", a.Bill.PerJob, b.Bill.PerJob)
+	row("idle hot instances", a.Bill.HotIdle, b.Bill.HotIdle)
 	for _, via := range []string{"pool", "reuse", "cold"} {
 		fmt.Fprintf(w, "  jobs served by %-6s %7d %7d %+7d\n", via, a.Simulated.QueueTimes[via].Count, b.Simulated.QueueTimes[via].Count,
 			b.Simulated.QueueTimes[via].Count-a.Simulated.QueueTimes[via].Count)
@@ -151,6 +168,24 @@ func printSimulation(w io.Writer, r simulate.Report) {
 			u := r.Simulated.Unserved[labels]
 			fmt.Fprintf(w, "  %d × %s: %s\n", u.Jobs, labels, u.Reason)
 		}
+	}
+	fmt.Fprintf(w, "\ninstance-hours           %8s %8s %8s %8s %8s\n", "hot-idle", "busy", "warming", "stopped", "other")
+	byType := map[string]map[string]float64{}
+	for _, h := range r.InstanceHours {
+		k := h.Type + " " + h.Option
+		if byType[k] == nil {
+			byType[k] = map[string]float64{}
+		}
+		byType[k][h.State] += h.Hours
+	}
+	for _, k := range sortedKeys(byType) {
+		s := byType[k]
+		fmt.Fprintf(w, "  %-22s %8.2f %8.2f %8.2f %8.2f %8.2f\n", k, s["hot-idle"], s["busy"], s["warming"], s["stopped"], s["other"])
+	}
+	fmt.Fprintf(w, "\nestimated cost (USD, prices %s): %.2f — compute %.2f (idle hot instances %.2f), volumes %.2f; %.4f per job\n",
+		r.Bill.PriceTable, r.Bill.Total, r.Bill.Total-r.Bill.Volumes, r.Bill.HotIdle, r.Bill.Volumes, r.Bill.PerJob)
+	if len(r.Bill.Unpriced) > 0 {
+		fmt.Fprintf(w, "  not priced (no price in the table): %s\n", strings.Join(r.Bill.Unpriced, ", "))
 	}
 	var calls []string
 	for _, op := range sortedKeys(r.CloudCalls) {

@@ -75,6 +75,8 @@ type Result struct {
 	Virtual    string         `json:"virtual_duration"`
 	CloudCalls map[string]int `json:"cloud_calls"`
 	AllAtGoal  bool           `json:"all_at_target"`
+	// InstanceHours is the run's instance time by type, option and state.
+	InstanceHours []InstanceHours `json:"instance_hours"`
 	// Stream is every job the simulated GitHub saw, with its times.
 	Stream []ghsim.JobRecord `json:"-"`
 }
@@ -103,9 +105,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	var res Result
 	var last converger.Report
+	var used usage
 	w.onCycle = func(rep converger.Report) {
 		res.Cycles++
 		last = rep
+		used.sample(context.WithoutCancel(ctx), w.a.Store, w.a.Config().Runner, rep.At)
 		printCycle(o.Lines, o.Start, rep, w.jobLine(context.WithoutCancel(ctx)))
 	}
 	if o.RollAt > 0 {
@@ -126,6 +130,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	drv.run(ctx, w, o.Start.Add(o.Duration))
 	ctx = context.WithoutCancel(ctx)
 	res, err = w.result(ctx, res, last, clk.Now().Sub(o.Start))
+	res.InstanceHours = used.list()
 	return res, err
 }
 

@@ -33,6 +33,8 @@ type Options struct {
 	// Tail is how long the replay runs after the last job's arrival and
 	// longest run, so that every job can finish; 15 min when zero.
 	Tail time.Duration
+	// Prices price the instance-hours; DefaultPrices when nil.
+	Prices *Prices
 	// Lead is how long the control plane runs before the first job
 	// arrives, so that pools have filled as they would have; 5 min when
 	// zero, none when negative.
@@ -49,9 +51,13 @@ type Report struct {
 	// Simulated is the replay's jobs as the control plane served them.
 	Simulated demo.JobsReport `json:"simulated"`
 	// Recorded is the queue time the history itself recorded.
-	Recorded   demo.Latencies `json:"recorded_queue_time_seconds"`
-	CloudCalls map[string]int `json:"cloud_calls"`
-	Virtual    string         `json:"virtual_duration"`
+	Recorded demo.Latencies `json:"recorded_queue_time_seconds"`
+	// InstanceHours is the replay's instance time by type, option and
+	// state, and Bill its estimated cost.
+	InstanceHours []demo.InstanceHours `json:"instance_hours"`
+	Bill          Bill                 `json:"bill"`
+	CloudCalls    map[string]int       `json:"cloud_calls"`
+	Virtual       string               `json:"virtual_duration"`
 }
 
 // Run replays o.Jobs: each is queued at its original arrival, relative to
@@ -62,6 +68,13 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	if len(o.Jobs) == 0 {
 		return Report{}, errors.New("simulate: no jobs to replay")
+	}
+	prices := DefaultPrices()
+	if o.Prices != nil {
+		prices = *o.Prices
+	}
+	if err := prices.Covers(o.Config); err != nil {
+		return Report{}, fmt.Errorf("simulate: %w", err)
 	}
 	if o.Latency == (sim.Latency{}) {
 		o.Latency = demo.DefaultLatency
@@ -109,5 +122,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return rep, fmt.Errorf("simulate: %w", err)
 	}
 	rep.Simulated, rep.CloudCalls, rep.Virtual = res.Jobs, res.CloudCalls, res.Virtual
+	rep.InstanceHours = res.InstanceHours
+	rep.Bill = prices.bill(res.InstanceHours, rep.Simulated.ByStatus["completed"])
 	return rep, nil
 }

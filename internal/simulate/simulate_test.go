@@ -75,6 +75,16 @@ func TestReplayOfTheDemoGivesTheDemosFigures(t *testing.T) {
 	if rep.Replayed != len(jobs) || rep.Simulated.ByStatus["completed"] != len(jobs) {
 		t.Errorf("%d of %d jobs replayed, %d completed", rep.Replayed, len(jobs), rep.Simulated.ByStatus["completed"])
 	}
+	busy := 0.0
+	for _, h := range rep.InstanceHours {
+		if h.State == "busy" {
+			busy += h.Hours
+		}
+	}
+	// The jobs ran 1 to 3 minutes each; an instance is busy a little longer.
+	if min := float64(len(jobs)) / 60; busy < min || rep.Bill.Total <= 0 || rep.Bill.PerJob <= 0 || len(rep.Bill.Unpriced) > 0 {
+		t.Errorf("%.2f busy instance-hours (want at least %.2f), bill %+v", busy, min, rep.Bill)
+	}
 }
 
 func near(a, b, within float64) bool { return a-b <= within && b-a <= within }
