@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/demo"
 	"github.com/bullpen-ci/bullpen/internal/history"
@@ -79,7 +80,14 @@ to the queue times the history recorded.
 		}
 		prices = &p
 	}
-	rep, err := simulate.Run(ctx, simulate.Options{Config: cfg, Jobs: jobs, Seed: *seed, Prices: prices})
+	var progress func(time.Time, int, int)
+	if isTerminal(e.stderr) {
+		progress = replayProgress(e.stderr, time.Now())
+	}
+	rep, err := simulate.Run(ctx, simulate.Options{Config: cfg, Jobs: jobs, Seed: *seed, Prices: prices, Progress: progress})
+	if progress != nil {
+		fmt.Fprintln(e.stderr)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -112,6 +120,20 @@ func printReport(e *env, asJSON bool, rep any, fail func(error) int) int {
 		return fail(err)
 	}
 	return 0
+}
+
+// replayProgress prints how far a replay has come on one terminal line:
+// the virtual time reached, the jobs arrived, and an estimate of the time
+// left from the pace so far.
+func replayProgress(w io.Writer, began time.Time) func(time.Time, int, int) {
+	return func(at time.Time, arrived, total int) {
+		left := "?"
+		if arrived > 0 {
+			elapsed := time.Since(began)
+			left = (time.Duration(float64(elapsed) * float64(total-arrived) / float64(arrived))).Round(time.Second).String()
+		}
+		fmt.Fprintf(w, "\rreplayed to %s: %d of %d jobs arrived, about %s left   ", at.UTC().Format("Mon 15:04"), arrived, total, left)
+	}
 }
 
 // printComparison puts two replays of one history side by side, with the
@@ -162,6 +184,9 @@ func printSimulation(w io.Writer, r simulate.Report) {
 	for _, pool := range sortedKeys(r.Simulated.ByPool) {
 		row("  pool "+pool, r.Simulated.ByPool[pool])
 	}
+	for _, hour := range weekOrder(sortedKeys(r.Simulated.ByHour)) {
+		row("  queued "+hour+"h UTC", r.Simulated.ByHour[hour])
+	}
 	if len(r.Simulated.Unserved) > 0 {
 		fmt.Fprintln(w, "\njobs no pool or runner serves:")
 		for _, labels := range sortedKeys(r.Simulated.Unserved) {
@@ -192,6 +217,19 @@ func printSimulation(w io.Writer, r simulate.Report) {
 		calls = append(calls, fmt.Sprintf("%s %d", op, r.CloudCalls[op]))
 	}
 	fmt.Fprintf(w, "\ncloud calls: %s\n", strings.Join(calls, ", "))
+}
+
+// weekOrder sorts "Mon 09"-style hours of the week from Monday on.
+func weekOrder(hours []string) []string {
+	day := map[string]int{"Mon": 0, "Tue": 1, "Wed": 2, "Thu": 3, "Fri": 4, "Sat": 5, "Sun": 6}
+	sort.SliceStable(hours, func(i, j int) bool {
+		a, b := hours[i], hours[j]
+		if day[a[:3]] != day[b[:3]] {
+			return day[a[:3]] < day[b[:3]]
+		}
+		return a < b
+	})
+	return hours
 }
 
 func sortedKeys[V any](m map[string]V) []string {

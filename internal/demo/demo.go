@@ -41,6 +41,8 @@ type Options struct {
 	// Scheduled are jobs queued at given offsets from the start (a replayed
 	// history), besides the generated ones.
 	Scheduled []Scheduled
+	// Progress, when set, is told the virtual time every converger cycle.
+	Progress func(at time.Time)
 	// Mix is the kinds of jobs; default DefaultMix(Config).
 	Mix       []ghsim.LabelChoice
 	Seed      uint64
@@ -110,6 +112,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		res.Cycles++
 		last = rep
 		used.sample(context.WithoutCancel(ctx), w.a.Store, w.a.Config().Runner, rep.At)
+		if o.Progress != nil {
+			o.Progress(rep.At)
+		}
 		printCycle(o.Lines, o.Start, rep, w.jobLine(context.WithoutCancel(ctx)))
 	}
 	if o.RollAt > 0 {

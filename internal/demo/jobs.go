@@ -18,6 +18,9 @@ type JobsReport struct {
 	// QueueTime is every served job's; ByPool the pool jobs', by pool.
 	QueueTime Latencies            `json:"queue_time_all_seconds"`
 	ByPool    map[string]Latencies `json:"queue_time_by_pool_seconds,omitempty"`
+	// ByHour is the served jobs' queue times by the hour of the week they
+	// were queued in ("Mon 09", in UTC).
+	ByHour map[string]Latencies `json:"queue_time_by_hour_seconds,omitempty"`
 	// Unserved counts the rejected jobs by their labels (joined by ","),
 	// with the reason of the first: labels no pool or runner serves.
 	Unserved map[string]Unserved `json:"unserved,omitempty"`
@@ -44,7 +47,7 @@ func (w *world) jobsReport(ctx context.Context) (JobsReport, error) {
 		return JobsReport{}, fmt.Errorf("demo: read jobs: %w", err)
 	}
 	r := JobsReport{Total: len(list), ByStatus: map[string]int{}, QueueTimes: map[string]Latencies{}}
-	waits, byPool := map[string][]float64{}, map[string][]float64{}
+	waits, byPool, byHour := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 	var all []float64
 	for _, j := range list {
 		r.ByStatus[string(j.Status)]++
@@ -60,6 +63,14 @@ func (w *world) jobsReport(ctx context.Context) (JobsReport, error) {
 		if j.Pool != "" {
 			byPool[j.Pool] = append(byPool[j.Pool], wait)
 		}
+		hour := j.QueuedAt.UTC().Format("Mon 15")
+		byHour[hour] = append(byHour[hour], wait)
+	}
+	for hour, ws := range byHour {
+		if r.ByHour == nil {
+			r.ByHour = map[string]Latencies{}
+		}
+		r.ByHour[hour] = latencies(ws)
 	}
 	for via, ws := range waits {
 		r.QueueTimes[via] = latencies(ws)

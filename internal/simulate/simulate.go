@@ -7,6 +7,7 @@
 package simulate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,9 @@ type Options struct {
 	// Tail is how long the replay runs after the last job's arrival and
 	// longest run, so that every job can finish; 15 min when zero.
 	Tail time.Duration
+	// Progress, when set, is told how far the replay has come: the virtual
+	// time reached, the jobs arrived so far and in all.
+	Progress func(at time.Time, arrived, total int)
 	// Prices price the instance-hours; DefaultPrices when nil.
 	Prices *Prices
 	// Lead is how long the control plane runs before the first job
@@ -114,9 +118,19 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	for i := range scheduled {
 		scheduled[i].At += warm
 	}
+	start := rep.From.Add(-warm)
+	var progress func(time.Time)
+	if o.Progress != nil {
+		progress = func(at time.Time) {
+			arrived, _ := slices.BinarySearchFunc(scheduled, at.Sub(start), func(s demo.Scheduled, d time.Duration) int {
+				return cmp.Compare(s.At, d+1)
+			})
+			o.Progress(at, arrived, len(scheduled))
+		}
+	}
 	res, err := demo.Run(ctx, demo.Options{
-		Config: o.Config, Duration: warm + rep.To.Sub(rep.From) + longest + o.Tail, Start: rep.From.Add(-warm),
-		Interval: o.Interval, Seed: o.Seed, Latency: o.Latency, Scheduled: scheduled,
+		Config: o.Config, Duration: warm + rep.To.Sub(rep.From) + longest + o.Tail, Start: start,
+		Interval: o.Interval, Seed: o.Seed, Latency: o.Latency, Scheduled: scheduled, Progress: progress,
 	})
 	if err != nil {
 		return rep, fmt.Errorf("simulate: %w", err)

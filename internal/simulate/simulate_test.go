@@ -99,9 +99,14 @@ func TestUnservedLabelsAreReported(t *testing.T) {
 		{ID: 1, RunID: 11, Repo: "acme/app", Labels: []string{"runs-on=11/pool=nope"}, Created: at, Started: &started, Completed: &done},
 		{ID: 2, RunID: 12, Repo: "acme/app", Labels: []string{"runs-on=12/pool=small-x64"}, Created: at, Started: &started, Completed: &done},
 	}
-	rep, err := simulate.Run(context.Background(), simulate.Options{Config: cfg, Jobs: jobs})
+	var calls, arrived, total int
+	progress := func(_ time.Time, a, n int) { calls, arrived, total = calls+1, a, n }
+	rep, err := simulate.Run(context.Background(), simulate.Options{Config: cfg, Jobs: jobs, Progress: progress})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if calls == 0 || arrived != 2 || total != 2 {
+		t.Errorf("progress told %d times, last %d of %d jobs arrived; want every cycle, ending with 2 of 2", calls, arrived, total)
 	}
 	u, ok := rep.Simulated.Unserved["runs-on=11/pool=nope"]
 	if !ok || u.Jobs != 1 || u.Reason == "" {
