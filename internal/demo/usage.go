@@ -61,8 +61,8 @@ func (u *usage) sample(ctx context.Context, st interface {
 		u.hours = map[[3]string]*InstanceHours{}
 	}
 	for _, in := range rows {
-		if in.State == domain.StateTerminated {
-			continue
+		if in.State == domain.StateTerminated || in.InstanceType == "" {
+			continue // no machine (yet, or any more): nothing to bill
 		}
 		option := in.UsageClass
 		if option == "" {
