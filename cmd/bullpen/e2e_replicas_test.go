@@ -82,7 +82,7 @@ func TestTwoReplicasServeABurstAndSurviveOneDying(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a burst through two replicas on the emulator")
 	}
-	const hot, jobs, first = 12, 300, 8_100_001
+	const hot, jobs, first = 8, 300, 8_100_001
 	rs := startReplicas(t, hot)
 	rs.b.eventually("the pool converges", 120*time.Second, func() bool { return rs.b.poolCounts("warm")["ready_hot"] == hot })
 

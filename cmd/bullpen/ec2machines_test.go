@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -104,35 +105,44 @@ func (m *ec2Machines) run() {
 	}
 }
 
-// sync starts the agents of running instances and kills the others'.
+// sync starts the agents of running instances and kills the others'. It
+// lists running instances only: the emulator keeps every terminated one,
+// and a listing of all of them grows slow in a long test.
 func (m *ec2Machines) sync() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := m.api.DescribeInstances(ctx, &awsec2.DescribeInstancesInput{Filters: []types.Filter{
-		{Name: aws.String("tag:" + domain.TagController), Values: []string{m.controller}}}})
+		{Name: aws.String("tag:" + domain.TagController), Values: []string{m.controller}},
+		{Name: aws.String("instance-state-name"), Values: []string{string(types.InstanceStateNameRunning)}}}})
 	if err != nil {
 		m.t.Logf("machines: describe instances: %v", err)
 		return
 	}
+	running := map[string]bool{}
 	for _, r := range out.Reservations {
 		for _, in := range r.Instances {
-			id := aws.ToString(in.InstanceId)
-			m.mu.Lock()
-			p, on := m.procs[id]
-			m.mu.Unlock()
-			switch running := in.State != nil && in.State.Name == types.InstanceStateNameRunning; {
-			case running && !on:
-				// Each boot has its own time: a slow emulator must not
-				// starve the machines that come after.
-				bootCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				err := m.boot(bootCtx, id)
-				cancel()
-				if err != nil {
-					m.t.Logf("machines: boot %s: %v", id, err)
-				}
-			case !running && on:
-				m.powerOff(id, p)
-			}
+			running[aws.ToString(in.InstanceId)] = true
+		}
+	}
+	m.mu.Lock()
+	procs := maps.Clone(m.procs)
+	m.mu.Unlock()
+	for id, p := range procs {
+		if !running[id] {
+			m.powerOff(id, p)
+		}
+	}
+	for id := range running {
+		if _, on := procs[id]; on {
+			continue
+		}
+		// Each boot has its own time: a slow emulator must not starve
+		// the machines that come after.
+		bootCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := m.boot(bootCtx, id)
+		cancel()
+		if err != nil {
+			m.t.Logf("machines: boot %s: %v", id, err)
 		}
 	}
 }
