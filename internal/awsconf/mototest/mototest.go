@@ -67,18 +67,52 @@ func Config(t testing.TB) aws.Config {
 	}
 }
 
-func start() {
+// atomicDynamoDB starts moto's server with its DynamoDB requests handled
+// one at a time. moto evaluates a write's condition and applies the write
+// without a lock, so two concurrent conditional writes can both pass,
+// which DynamoDB itself never allows; the store's contract races writers
+// and would fail on the emulator's race rather than the store's. Other
+// services keep moto's threads (SQS long polls would otherwise block
+// everything).
+const atomicDynamoDB = `
+import sys, threading
+from moto.dynamodb import responses
+lock = threading.Lock()
+unlocked = responses.DynamoHandler.call_action
+def call_action(self):
+    with lock:
+        return unlocked(self)
+responses.DynamoHandler.call_action = call_action
+from moto.server import main
+main(sys.argv[1:])
+`
+
+// command is how the emulator is started: through Python with DynamoDB
+// made atomic where moto's package can be imported, else moto_server as
+// installed.
+func command(port int) (*exec.Cmd, error) {
+	args := []string{"-H", "127.0.0.1", "-p", fmt.Sprint(port)}
+	if py, err := exec.LookPath("python3"); err == nil && exec.Command(py, "-c", "import moto.server, moto.dynamodb.responses").Run() == nil {
+		return exec.Command(py, append([]string{"-c", atomicDynamoDB}, args...)...), nil
+	}
 	path, err := exec.LookPath("moto_server")
 	if err != nil {
-		server.err = fmt.Errorf("not installed: %w", err)
-		return
+		return nil, fmt.Errorf("not installed: %w", err)
 	}
+	return exec.Command(path, args...), nil
+}
+
+func start() {
 	port, err := freePort()
 	if err != nil {
 		server.err = err
 		return
 	}
-	cmd := exec.Command(path, "-H", "127.0.0.1", "-p", fmt.Sprint(port))
+	cmd, err := command(port)
+	if err != nil {
+		server.err = err
+		return
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		server.err = fmt.Errorf("start: %w", err)

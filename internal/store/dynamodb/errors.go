@@ -1,0 +1,75 @@
+package dynamodb
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+)
+
+// Errors a caller may want to tell apart; describe wraps them.
+var (
+	ErrNoTable   = errors.New("table not found (create it with `bullpen aws bootstrap`)")
+	ErrThrottled = errors.New("throttled by DynamoDB")
+	ErrDenied    = errors.New("access denied (see `bullpen aws policy` for the permissions bullpen needs)")
+)
+
+// describe names the operation and table of a failed call and, for the
+// failures an operator can act on, says what to do. Credentials never
+// appear: the SDK's messages do not carry them.
+func describe(op, table string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "ResourceNotFoundException":
+			return fmt.Errorf("dynamodb %s on %s: %w", op, table, ErrNoTable)
+		case "ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded":
+			return fmt.Errorf("dynamodb %s on %s: %w: %s", op, table, ErrThrottled, api.ErrorMessage())
+		case "AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException",
+			"ExpiredTokenException", "MissingAuthenticationTokenException":
+			return fmt.Errorf("dynamodb %s on %s: %w: %s", op, table, ErrDenied, api.ErrorCode())
+		}
+	}
+	return fmt.Errorf("dynamodb %s on %s: %w", op, table, err)
+}
+
+// isConditionFailed reports whether a single write was refused by its
+// condition: another writer changed the row since it was read.
+func isConditionFailed(err error) bool {
+	var ccf *types.ConditionalCheckFailedException
+	return errors.As(err, &ccf)
+}
+
+// cancelled returns the per-item reasons of a cancelled transaction, or
+// nil when err is something else.
+func cancelled(err error) []types.CancellationReason {
+	var tc *types.TransactionCanceledException
+	if errors.As(err, &tc) {
+		if tc.CancellationReasons == nil {
+			return []types.CancellationReason{}
+		}
+		return tc.CancellationReasons
+	}
+	return nil
+}
+
+// retryable reports whether a cancelled transaction may succeed when
+// decided again: a condition on a row that moved, or another transaction
+// on the same rows.
+func retryable(reasons []types.CancellationReason) bool {
+	for _, r := range reasons {
+		if r.Code == nil {
+			continue
+		}
+		switch *r.Code {
+		case "None", "ConditionalCheckFailed", "TransactionConflict":
+		default:
+			return false
+		}
+	}
+	return true
+}

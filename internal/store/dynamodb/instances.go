@@ -1,0 +1,248 @@
+package dynamodb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// maxTransact is the most items one TransactWriteItems takes.
+const maxTransact = 100
+
+// CreateInstances inserts the rows in transactions of up to 100, each put
+// conditioned on the id being free. Should a later transaction of a large
+// call fail, the rows of the earlier ones are deleted again, so the call
+// stays all-or-nothing to its caller.
+func (s *Store) CreateInstances(ctx context.Context, insts []domain.Instance) error {
+	if err := s.checkOpen(); err != nil {
+		return fmt.Errorf("create instances: %w", err)
+	}
+	seen := make(map[string]bool, len(insts))
+	for _, in := range insts {
+		if err := validateInstance(in); err != nil {
+			return fmt.Errorf("create instances: %w", err)
+		}
+		if seen[in.ID] {
+			return fmt.Errorf("create instances: instance %s twice: %w", in.ID, domain.ErrExists)
+		}
+		seen[in.ID] = true
+	}
+	now := s.now()
+	var done []string
+	for _, chunk := range domain.Chunk(insts, maxTransact) {
+		puts := make([]types.TransactWriteItem, len(chunk))
+		for k, in := range chunk {
+			in.Version = 1
+			in.CreatedAt, in.UpdatedAt, in.StateSince = now, now, now
+			utcTimes(&in)
+			item, err := s.instanceItem(in)
+			if err != nil {
+				return errors.Join(fmt.Errorf("create instances: %w", err), s.undoCreate(ctx, done))
+			}
+			puts[k] = types.TransactWriteItem{Put: &types.Put{
+				TableName: s.tbl(), Item: item, ConditionExpression: aws.String("attribute_not_exists(pk)"),
+			}}
+		}
+		if err := s.transact(ctx, puts); err != nil {
+			if reasons := cancelled(err); reasons != nil {
+				for k, r := range reasons {
+					if r.Code != nil && *r.Code == "ConditionalCheckFailed" && k < len(chunk) {
+						err = fmt.Errorf("instance %s: %w", chunk[k].ID, domain.ErrExists)
+					}
+				}
+			}
+			return errors.Join(fmt.Errorf("create instances: %w", err), s.undoCreate(ctx, done))
+		}
+		for _, in := range chunk {
+			done = append(done, in.ID)
+		}
+	}
+	return nil
+}
+
+// undoCreate deletes rows this call created before one of its later
+// transactions failed.
+func (s *Store) undoCreate(ctx context.Context, ids []string) error {
+	keys := make([]map[string]types.AttributeValue, len(ids))
+	for k, id := range ids {
+		keys[k] = instanceKey(id)
+	}
+	if err := s.deleteKeys(ctx, keys); err != nil {
+		return fmt.Errorf("undo the rows created before the failure: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) error {
+	_, err := s.api.TransactWriteItems(ctx, &awsdynamodb.TransactWriteItemsInput{TransactItems: items})
+	if err != nil && cancelled(err) == nil {
+		return describe("TransactWriteItems", s.table, err)
+	}
+	return err
+}
+
+// GetInstance reads the row consistently.
+func (s *Store) GetInstance(ctx context.Context, id string) (domain.Instance, error) {
+	if err := s.checkOpen(); err != nil {
+		return domain.Instance{}, fmt.Errorf("get instance %s: %w", id, err)
+	}
+	in, found, err := instanceKind.get(ctx, s, id)
+	if err != nil {
+		return domain.Instance{}, fmt.Errorf("get instance %s: %w", id, err)
+	}
+	if !found {
+		return domain.Instance{}, fmt.Errorf("instance %s: %w", id, domain.ErrNotFound)
+	}
+	s.sawBeat(in)
+	return in, nil
+}
+
+// ListInstances queries the index of the filter's most selective field and
+// checks the others on what it returns.
+func (s *Store) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, fmt.Errorf("list instances: %w", err)
+	}
+	var lookups []lookup
+	switch {
+	case f.TokenHash != "":
+		lookups = []lookup{{indexToken, attrToken, f.TokenHash}}
+	case f.CloudID != "":
+		lookups = []lookup{{indexCloud, attrCloud, f.CloudID}}
+	case f.Job != "":
+		lookups = []lookup{{indexLink, attrLink, kindInstance + "#" + f.Job}}
+	case f.Pool != "":
+		lookups = []lookup{{indexPool, attrPool, kindInstance + "#" + f.Pool}}
+	case len(f.States) > 0:
+		for _, st := range slices.Compact(slices.Sorted(slices.Values(f.States))) {
+			lookups = append(lookups, lookup{indexState, attrState, kindInstance + "#" + string(st)})
+		}
+	default:
+		lookups = []lookup{{indexKind, attrKind, kindInstance}}
+	}
+	var out []domain.Instance
+	for _, l := range lookups {
+		items, err := s.query(ctx, l)
+		if err != nil {
+			return nil, fmt.Errorf("list instances: %w", err)
+		}
+		for _, item := range items {
+			in, err := decodeInstance(item)
+			if err != nil {
+				return nil, fmt.Errorf("list instances: %w", err)
+			}
+			if matchesInstance(in, f) {
+				out = append(out, in)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b domain.Instance) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+func matchesInstance(in domain.Instance, f domain.InstanceFilter) bool {
+	for _, c := range [][2]string{{f.Pool, in.Pool}, {f.Runner, in.Runner}, {f.Job, in.Job}, {f.CloudID, in.CloudID}, {f.TokenHash, in.AgentTokenHash}} {
+		if c[0] != "" && c[0] != c[1] {
+			return false
+		}
+	}
+	return len(f.States) == 0 || slices.Contains(f.States, in.State)
+}
+
+// Transition is one guarded transition: a consistent read, the decision,
+// and an UpdateItem conditioned on the version read.
+func (s *Store) Transition(ctx context.Context, id string, g domain.Guard, fn func(*domain.Instance)) (domain.Instance, error) {
+	return instanceKind.transition(ctx, s, id, g, fn)
+}
+
+// TransitionBatch applies the requests as parallel conditional writes.
+func (s *Store) TransitionBatch(ctx context.Context, reqs []domain.TransitionRequest) ([]domain.TransitionResult, error) {
+	results := make([]domain.TransitionResult, len(reqs))
+	err := instanceKind.transitionBatch(ctx, s, len(reqs),
+		func(k int) (string, domain.Guard, func(*domain.Instance)) { return reqs[k].ID, reqs[k].Guard, reqs[k].Apply },
+		func(k int, in domain.Instance, err error) { results[k] = domain.TransitionResult{Instance: in, Err: err} })
+	if err != nil {
+		return nil, fmt.Errorf("transition batch: %w", err)
+	}
+	return results, nil
+}
+
+// DeleteInstances removes terminated rows. A terminated row never changes
+// again, so reading them and then deleting needs no transaction.
+func (s *Store) DeleteInstances(ctx context.Context, ids []string) error {
+	if err := s.checkOpen(); err != nil {
+		return fmt.Errorf("delete instances: %w", err)
+	}
+	var live []string
+	var keys []map[string]types.AttributeValue
+	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
+		in, found, err := instanceKind.get(ctx, s, id)
+		if err != nil {
+			return fmt.Errorf("delete instances: %w", err)
+		}
+		if !found {
+			continue
+		}
+		if in.State != domain.StateTerminated {
+			live = append(live, fmt.Sprintf("%s (%s)", id, in.State))
+			continue
+		}
+		keys = append(keys, instanceKey(id))
+	}
+	if len(live) > 0 {
+		return fmt.Errorf("delete instances: refusing to delete instances not in state %s: %s",
+			domain.StateTerminated, strings.Join(live, ", "))
+	}
+	if err := s.deleteKeys(ctx, keys); err != nil {
+		return fmt.Errorf("delete instances: %w", err)
+	}
+	for _, id := range ids {
+		s.beats.Delete(id)
+	}
+	return nil
+}
+
+// deleteKeys deletes rows in batches of 25, sending again what DynamoDB
+// left unprocessed.
+func (s *Store) deleteKeys(ctx context.Context, keys []map[string]types.AttributeValue) error {
+	for _, chunk := range domain.Chunk(keys, 25) {
+		reqs := make([]types.WriteRequest, len(chunk))
+		for k, key := range chunk {
+			reqs[k] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: key}}
+		}
+		if err := s.batchWrite(ctx, reqs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) batchWrite(ctx context.Context, reqs []types.WriteRequest) error {
+	for attempt := 1; len(reqs) > 0; attempt++ {
+		if attempt > maxAttempts {
+			return fmt.Errorf("dynamodb BatchWriteItem on %s: %d writes still unprocessed: %w", s.table, len(reqs), ErrThrottled)
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return err
+		}
+		out, err := s.api.BatchWriteItem(ctx, &awsdynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.table: reqs}})
+		if err != nil {
+			return describe("BatchWriteItem", s.table, err)
+		}
+		reqs = out.UnprocessedItems[s.table]
+	}
+	return nil
+}

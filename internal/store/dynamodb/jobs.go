@@ -1,0 +1,227 @@
+package dynamodb
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// CreateJobs puts each job on condition that its id is free, in parallel:
+// the port asks for no atomicity across jobs, and a job that exists is
+// left untouched.
+func (s *Store) CreateJobs(ctx context.Context, jobs []domain.Job) ([]bool, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, fmt.Errorf("create jobs: %w", err)
+	}
+	for _, j := range jobs {
+		if err := validateJob(j); err != nil {
+			return nil, fmt.Errorf("create jobs: %w", err)
+		}
+	}
+	now := s.now()
+	created := make([]bool, len(jobs))
+	errs := make([]error, len(jobs))
+	// A job named twice in one call is created by its first mention only,
+	// as if the puts ran in order.
+	first := make(map[int64]bool, len(jobs))
+	var puts []int
+	for k, j := range jobs {
+		if !first[j.ID] {
+			first[j.ID] = true
+			puts = append(puts, k)
+		}
+	}
+	s.parallel(len(puts), func(n int) {
+		k := puts[n]
+		j := jobs[k]
+		j.Version, j.CreatedAt, j.UpdatedAt = 1, now, now
+		utcTimes(&j)
+		item, err := s.jobItem(j)
+		if err != nil {
+			errs[k] = err
+			return
+		}
+		_, err = s.api.PutItem(ctx, &awsdynamodb.PutItemInput{TableName: s.tbl(), Item: item,
+			ConditionExpression: aws.String("attribute_not_exists(pk)")})
+		switch {
+		case isConditionFailed(err):
+		case err != nil:
+			errs[k] = fmt.Errorf("job %d: %w", j.ID, describe("PutItem", s.table, err))
+		default:
+			created[k] = true
+		}
+	})
+	for _, err := range errs {
+		if err != nil {
+			return created, fmt.Errorf("create jobs: %w", err)
+		}
+	}
+	return created, nil
+}
+
+// GetJob reads the row consistently.
+func (s *Store) GetJob(ctx context.Context, id int64) (domain.Job, error) {
+	if err := s.checkOpen(); err != nil {
+		return domain.Job{}, fmt.Errorf("get job %d: %w", id, err)
+	}
+	j, found, err := jobKind.get(ctx, s, id)
+	if err != nil {
+		return domain.Job{}, fmt.Errorf("get job %d: %w", id, err)
+	}
+	if !found {
+		return domain.Job{}, fmt.Errorf("job %d: %w", id, domain.ErrNotFound)
+	}
+	return j, nil
+}
+
+// ListJobs reads the jobs by id when the filter names them, else queries
+// the index of its most selective field, and checks the rest on the rows.
+func (s *Store) ListJobs(ctx context.Context, f domain.JobFilter) ([]domain.Job, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	var items []map[string]types.AttributeValue
+	var err error
+	if len(f.IDs) > 0 {
+		items, err = s.jobsByID(ctx, f.IDs)
+	} else {
+		items, err = s.queryAll(ctx, jobLookups(f))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	var out []domain.Job
+	for _, item := range items {
+		j, err := decodeJob(item)
+		if err != nil {
+			return nil, fmt.Errorf("list jobs: %w", err)
+		}
+		if matchesJob(j, f) {
+			out = append(out, j)
+		}
+	}
+	slices.SortFunc(out, func(a, b domain.Job) int {
+		c := cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+		if f.Newest {
+			return -c
+		}
+		return c
+	})
+	if f.Limit > 0 && len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
+	return out, nil
+}
+
+func jobLookups(f domain.JobFilter) []lookup {
+	switch {
+	case f.Instance != "":
+		return []lookup{{indexLink, attrLink, kindJob + "#" + f.Instance}}
+	case f.ToRerun:
+		return []lookup{{indexRerun, attrRerun, kindJob}}
+	case f.Pool != "":
+		return []lookup{{indexPool, attrPool, kindJob + "#" + f.Pool}}
+	case len(f.Statuses) > 0:
+		var out []lookup
+		for _, st := range slices.Compact(slices.Sorted(slices.Values(f.Statuses))) {
+			out = append(out, lookup{indexState, attrState, kindJob + "#" + string(st)})
+		}
+		return out
+	}
+	return []lookup{{indexKind, attrKind, kindJob}}
+}
+
+func (s *Store) queryAll(ctx context.Context, ls []lookup) ([]map[string]types.AttributeValue, error) {
+	var out []map[string]types.AttributeValue
+	for _, l := range ls {
+		items, err := s.query(ctx, l)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, items...)
+	}
+	return out, nil
+}
+
+func matchesJob(j domain.Job, f domain.JobFilter) bool {
+	switch {
+	case len(f.IDs) > 0 && !slices.Contains(f.IDs, j.ID),
+		len(f.Statuses) > 0 && !slices.Contains(f.Statuses, j.Status),
+		f.Pool != "" && j.Pool != f.Pool,
+		f.Instance != "" && j.InstanceID != f.Instance,
+		!f.UpdatedBefore.IsZero() && !j.UpdatedAt.Before(f.UpdatedBefore),
+		f.ToRerun && !(j.Interrupted && !j.Rerun):
+		return false
+	}
+	return true
+}
+
+// jobsByID reads jobs consistently in batches of 100, asking again for
+// what DynamoDB left unprocessed.
+func (s *Store) jobsByID(ctx context.Context, ids []int64) ([]map[string]types.AttributeValue, error) {
+	var out []map[string]types.AttributeValue
+	for _, chunk := range domain.Chunk(slices.Compact(slices.Sorted(slices.Values(ids))), 100) {
+		keys := make([]map[string]types.AttributeValue, len(chunk))
+		for k, id := range chunk {
+			keys[k] = jobKey(id)
+		}
+		for attempt := 1; len(keys) > 0; attempt++ {
+			if attempt > maxAttempts {
+				return nil, fmt.Errorf("dynamodb BatchGetItem on %s: %d reads still unprocessed: %w", s.table, len(keys), ErrThrottled)
+			}
+			if err := backoff(ctx, attempt); err != nil {
+				return nil, err
+			}
+			page, err := s.api.BatchGetItem(ctx, &awsdynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
+				s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}})
+			if err != nil {
+				return nil, describe("BatchGetItem", s.table, err)
+			}
+			out = append(out, page.Responses[s.table]...)
+			keys = page.UnprocessedKeys[s.table].Keys
+		}
+	}
+	return out, nil
+}
+
+// TransitionJob is one guarded job transition, as Transition for instances.
+func (s *Store) TransitionJob(ctx context.Context, id int64, g domain.JobGuard, fn func(*domain.Job)) (domain.Job, error) {
+	return jobKind.transition(ctx, s, id, g, fn)
+}
+
+// TransitionJobs applies the requests as parallel conditional writes.
+func (s *Store) TransitionJobs(ctx context.Context, reqs []domain.JobTransitionRequest) ([]domain.JobTransitionResult, error) {
+	results := make([]domain.JobTransitionResult, len(reqs))
+	err := jobKind.transitionBatch(ctx, s, len(reqs),
+		func(k int) (int64, domain.JobGuard, func(*domain.Job)) { return reqs[k].ID, reqs[k].Guard, reqs[k].Apply },
+		func(k int, j domain.Job, err error) { results[k] = domain.JobTransitionResult{Job: j, Err: err} })
+	if err != nil {
+		return nil, fmt.Errorf("transition jobs: %w", err)
+	}
+	return results, nil
+}
+
+// DeleteJobs deletes final jobs last changed before the instant. A final
+// job never changes again, so no condition is needed.
+func (s *Store) DeleteJobs(ctx context.Context, before time.Time) (int, error) {
+	old, err := s.ListJobs(ctx, domain.JobFilter{Statuses: []domain.JobStatus{domain.JobCompleted, domain.JobRejected}, UpdatedBefore: before})
+	if err != nil {
+		return 0, fmt.Errorf("delete jobs: %w", err)
+	}
+	keys := make([]map[string]types.AttributeValue, len(old))
+	for k, j := range old {
+		keys[k] = jobKey(j.ID)
+	}
+	if err := s.deleteKeys(ctx, keys); err != nil {
+		return 0, fmt.Errorf("delete jobs: %w", err)
+	}
+	return len(old), nil
+}
