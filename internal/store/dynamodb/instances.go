@@ -172,8 +172,12 @@ func (s *Store) Transition(ctx context.Context, id string, g domain.Guard, fn fu
 func (s *Store) TransitionBatch(ctx context.Context, reqs []domain.TransitionRequest) ([]domain.TransitionResult, error) {
 	results := make([]domain.TransitionResult, len(reqs))
 	err := instanceKind.transitionBatch(ctx, s, len(reqs),
-		func(k int) (string, domain.Guard, func(*domain.Instance)) { return reqs[k].ID, reqs[k].Guard, reqs[k].Apply },
-		func(k int, in domain.Instance, err error) { results[k] = domain.TransitionResult{Instance: in, Err: err} })
+		func(k int) (string, domain.Guard, func(*domain.Instance)) {
+			return reqs[k].ID, reqs[k].Guard, reqs[k].Apply
+		},
+		func(k int, in domain.Instance, err error) {
+			results[k] = domain.TransitionResult{Instance: in, Err: err}
+		})
 	if err != nil {
 		return nil, fmt.Errorf("transition batch: %w", err)
 	}
