@@ -13,9 +13,9 @@ import (
 
 func concurrencyContracts() []contract {
 	return []contract{
-		{"ConcurrentConsumersNeverOverlap", testConcurrentConsumers},
-		{"ConcurrentLongPollsShareTheSends", testConcurrentLongPolls},
-		{"BatchOfAThousand", testBatchOfAThousand},
+		{"ConcurrentConsumersNeverOverlap", testConcurrentConsumers, realTimeOK},
+		{"ConcurrentLongPollsShareTheSends", testConcurrentLongPolls, realTimeOK},
+		{"BatchOfAThousand", testBatchOfAThousand, realTimeOK},
 	}
 }
 

@@ -12,12 +12,12 @@ import (
 
 func longPollContracts() []contract {
 	return []contract{
-		{"LongPollReturnsEarlyOnSend", testLongPollSend},
-		{"LongPollReturnsEmptyAfterWait", testLongPollTimeout},
-		{"LongPollIgnoresOtherQueues", testLongPollOtherQueue},
-		{"LongPollWakesWhenDelayEnds", testLongPollDelay},
-		{"LongPollWakesWhenVisibilityEnds", testLongPollVisibility},
-		{"LongPollEndsWithContext", testLongPollCancel},
+		{"LongPollReturnsEarlyOnSend", testLongPollSend, needsClock},
+		{"LongPollReturnsEmptyAfterWait", testLongPollTimeout, needsClock},
+		{"LongPollIgnoresOtherQueues", testLongPollOtherQueue, needsClock},
+		{"LongPollWakesWhenDelayEnds", testLongPollDelay, needsClock},
+		{"LongPollWakesWhenVisibilityEnds", testLongPollVisibility, needsClock},
+		{"LongPollEndsWithContext", testLongPollCancel, needsClock},
 	}
 }
 

@@ -11,7 +11,9 @@
 // max above 10 (an implementation on SQS loops), on exact Stats in the
 // tests about them and about a batch of a thousand, and on the clock it
 // hands to open: time passes only when the suite advances it, and a long
-// poll waits on that clock's timers.
+// poll waits on that clock's timers. A queue that keeps its own time, as
+// SQS does, cannot follow that clock: RunWith with Options.RealTime runs
+// the contracts that never move it, unchanged, and skips the others.
 package queuetest
 
 import (
@@ -35,19 +37,88 @@ var start = time.Date(2025, 6, 2, 9, 30, 0, 0, time.UTC)
 type contract struct {
 	name string
 	run  func(t *testing.T, e *env)
+	// clock: what the contract asserts depends on time it moves on the
+	// clock, or on a long poll parking on it, so it cannot hold on a queue
+	// that keeps its own time. A contract that moves the clock only to
+	// show that nothing turns up later still holds there, sooner.
+	clock bool
 }
 
-// Run runs the whole contract suite against the queues open returns.
-func Run(t *testing.T, open Opener) {
+const (
+	needsClock = true
+	realTimeOK = false
+)
+
+// Options adapt the suite to an implementation that cannot take all of it
+// as is. The zero value runs every contract on the queue "work".
+type Options struct {
+	// RealTime: the queue keeps its own time (SQS, or an emulator of it)
+	// instead of the clock open is given. The contracts that need to move
+	// time are skipped; the others run unchanged.
+	RealTime bool
+	// Name names the implementation in skip messages.
+	Name string
+	// DedupQueue is the queue the deduplication contracts send to, one
+	// that honours dedup ids (on SQS, a FIFO queue). Default "work".
+	DedupQueue string
+	// Skip skips the named contracts, each with its reason: for gaps in an
+	// emulator an implementation is tested on, never in the
+	// implementation itself. A name that is no contract fails the suite.
+	Skip map[string]string
+}
+
+func (o Options) dedupQueue() string {
+	if o.DedupQueue == "" {
+		return "work"
+	}
+	return o.DedupQueue
+}
+
+// Queues lists every queue name the suite uses, for an implementation
+// whose queues must exist before they are used.
+func (o Options) Queues() []string {
+	names := []string{"work", "other", "elsewhere", "burst", "never-used",
+		domain.QueuePool, domain.QueueLaunch, domain.ResourcePoolQueue("small"), domain.ResourcePoolQueue("large")}
+	if d := o.dedupQueue(); !slices.Contains(names, d) {
+		names = append(names, d)
+	}
+	return names
+}
+
+func contracts() []contract {
 	var all []contract
 	all = append(all, basicContracts()...)
 	all = append(all, visibilityContracts()...)
 	all = append(all, longPollContracts()...)
 	all = append(all, concurrencyContracts()...)
+	return all
+}
+
+// Run runs the whole contract suite against the queues open returns.
+func Run(t *testing.T, open Opener) { RunWith(t, open, Options{}) }
+
+// RunWith runs the contract suite as opts adapt it.
+func RunWith(t *testing.T, open Opener, opts Options) {
+	all := contracts()
+	for name := range opts.Skip {
+		if !slices.ContainsFunc(all, func(c contract) bool { return c.name == name }) {
+			t.Fatalf("queuetest: Options.Skip names %q, which is no contract", name)
+		}
+	}
+	impl := opts.Name
+	if impl == "" {
+		impl = "the implementation"
+	}
 	for _, c := range all {
 		t.Run(c.name, func(t *testing.T) {
+			if c.clock && opts.RealTime {
+				t.Skipf("needs a clock the suite can move; %s runs in real time", impl)
+			}
+			if why, ok := opts.Skip[c.name]; ok {
+				t.Skip(why)
+			}
 			clk := clock.NewVirtual(start)
-			c.run(t, &env{t: t, q: open(t, clk), clk: clk, ctx: t.Context()})
+			c.run(t, &env{t: t, q: open(t, clk), clk: clk, ctx: t.Context(), dedup: opts.dedupQueue()})
 		})
 	}
 }
@@ -59,6 +130,8 @@ type env struct {
 	q   domain.Queue
 	clk *clock.Virtual
 	ctx context.Context
+	// dedup is the queue of the deduplication contracts.
+	dedup string
 }
 
 // emptyReceivesAllowed is how many short receives in a row may come back

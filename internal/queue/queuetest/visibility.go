@@ -7,11 +7,11 @@ import (
 
 func visibilityContracts() []contract {
 	return []contract{
-		{"VisibilityExpiryRedelivers", testVisibilityExpiry},
-		{"ChangeVisibilityToZeroRequeues", testChangeVisibilityZero},
-		{"ChangeVisibilityExtends", testChangeVisibilityExtends},
-		{"ChangeVisibilityShortens", testChangeVisibilityShortens},
-		{"DeletedMessageReceiptIsStale", testDeletedReceiptStale},
+		{"VisibilityExpiryRedelivers", testVisibilityExpiry, needsClock},
+		{"ChangeVisibilityToZeroRequeues", testChangeVisibilityZero, realTimeOK},
+		{"ChangeVisibilityExtends", testChangeVisibilityExtends, needsClock},
+		{"ChangeVisibilityShortens", testChangeVisibilityShortens, needsClock},
+		{"DeletedMessageReceiptIsStale", testDeletedReceiptStale, realTimeOK},
 	}
 }
 

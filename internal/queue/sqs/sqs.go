@@ -1,0 +1,230 @@
+// Package sqs is domain.Queue on Amazon SQS.
+//
+// Each bullpen queue is one SQS queue, named by a prefix (so several
+// installations share an account) and the bullpen name with "/" turned
+// into "-" (SQS allows no slash): "rp/small" under "bullpen-" is
+// "bullpen-rp-small".
+//
+// The port promises both per-message delays and deduplication ids, and no
+// SQS queue type keeps both: standard queues take DelaySeconds per message
+// but ignore deduplication ids, FIFO queues deduplicate but refuse
+// per-message delays. So each queue takes the type of the promise its
+// traffic needs. The inbox is FIFO: GitHub redelivers webhooks, and the
+// copies must not reach intake twice. The job and pool queues are
+// standard: requeues are delayed, and their consumers are idempotent, as
+// they must be anyway since SQS delivers at least once; their dedup ids are
+// dropped. Options.FIFO changes the split.
+//
+// A FIFO queue delivers one message group in order, holding back the rest
+// of a group while any of it is in flight. Bullpen never needs that order,
+// so messages are spread over a fixed number of groups by their dedup id,
+// and a burst of deliveries is consumed in parallel instead of one by one.
+//
+// Queues are not created on demand: an installation creates them once with
+// Ensure (bullpen aws bootstrap), and a missing queue is an error that says
+// so, rather than a silently created queue with the wrong type or
+// permissions.
+package sqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// API is the part of the SQS client the queue uses; *awssqs.Client has it.
+type API interface {
+	GetQueueUrl(context.Context, *awssqs.GetQueueUrlInput, ...func(*awssqs.Options)) (*awssqs.GetQueueUrlOutput, error)
+	CreateQueue(context.Context, *awssqs.CreateQueueInput, ...func(*awssqs.Options)) (*awssqs.CreateQueueOutput, error)
+	SendMessageBatch(context.Context, *awssqs.SendMessageBatchInput, ...func(*awssqs.Options)) (*awssqs.SendMessageBatchOutput, error)
+	ReceiveMessage(context.Context, *awssqs.ReceiveMessageInput, ...func(*awssqs.Options)) (*awssqs.ReceiveMessageOutput, error)
+	DeleteMessageBatch(context.Context, *awssqs.DeleteMessageBatchInput, ...func(*awssqs.Options)) (*awssqs.DeleteMessageBatchOutput, error)
+	ChangeMessageVisibility(context.Context, *awssqs.ChangeMessageVisibilityInput, ...func(*awssqs.Options)) (*awssqs.ChangeMessageVisibilityOutput, error)
+	GetQueueAttributes(context.Context, *awssqs.GetQueueAttributesInput, ...func(*awssqs.Options)) (*awssqs.GetQueueAttributesOutput, error)
+}
+
+var _ API = (*awssqs.Client)(nil)
+
+// Options tune a Queue. The zero value is bullpen's setup.
+type Options struct {
+	// FIFO lists the bullpen queues that are FIFO queues; nil means just
+	// domain.QueueInbox. Sends to them are deduplicated and may not be
+	// delayed; sends to the others may be delayed and are not deduplicated.
+	FIFO []string
+}
+
+// Queue is domain.Queue on SQS. It is safe for concurrent use.
+type Queue struct {
+	api    API
+	prefix string
+	fifo   []string
+	urls   sync.Map // bullpen name → queue URL
+}
+
+var _ domain.Queue = (*Queue)(nil)
+
+// New returns the queues named prefix+name in client's account and region.
+func New(client API, prefix string, opts Options) *Queue {
+	fifo := opts.FIFO
+	if fifo == nil {
+		fifo = []string{domain.QueueInbox}
+	}
+	return &Queue{api: client, prefix: prefix, fifo: slices.Clone(fifo)}
+}
+
+// Limits of SQS that shape requests.
+const (
+	// batchMax is the most entries one batch call takes, and the most
+	// messages one ReceiveMessage returns.
+	batchMax = 10
+	// MaxBody is the largest message body sent, and the most body bytes in
+	// one batch: SQS's limit on both for a queue created with defaults.
+	MaxBody = 256 << 10
+	// maxWait is SQS's longest long poll.
+	maxWait = 20 * time.Second
+	// maxNameLen bounds an SQS queue name, ".fifo" included.
+	maxNameLen = 80
+	// Groups is how many message groups a FIFO queue's messages are spread
+	// over: as many batches of one queue can be in flight at once.
+	Groups = 16
+)
+
+// ErrNoQueue: the SQS queue a bullpen queue maps to does not exist.
+var ErrNoQueue = errors.New("queue does not exist")
+
+var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// fifoQueue reports whether the bullpen queue name is a FIFO queue.
+func (q *Queue) fifoQueue(name string) bool { return slices.Contains(q.fifo, name) }
+
+// SQSName is the SQS queue name of the bullpen queue name. Distinct
+// bullpen names that differ only by "/" and "-" share one SQS queue;
+// bullpen's names never do.
+func (q *Queue) SQSName(name string) (string, error) {
+	if name == "" {
+		return "", errors.New("sqs: empty queue name")
+	}
+	s := q.prefix + strings.ReplaceAll(name, "/", "-")
+	if !validName.MatchString(s) {
+		return "", fmt.Errorf("sqs: queue %q: SQS queue name %q may hold only letters, digits, '-' and '_'", name, s)
+	}
+	if q.fifoQueue(name) {
+		s += ".fifo"
+	}
+	if len(s) > maxNameLen {
+		return "", fmt.Errorf("sqs: queue %q: SQS queue name %q is longer than %d characters", name, s, maxNameLen)
+	}
+	return s, nil
+}
+
+// url resolves a bullpen queue name to its queue URL, once per name.
+func (q *Queue) url(ctx context.Context, op, name string) (string, error) {
+	if u, ok := q.urls.Load(name); ok {
+		return u.(string), nil
+	}
+	sqsName, err := q.SQSName(name)
+	if err != nil {
+		return "", err
+	}
+	out, err := q.api.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(sqsName)})
+	if err != nil {
+		return "", q.wrap(op, name, err)
+	}
+	u := aws.ToString(out.QueueUrl)
+	q.urls.Store(name, u)
+	return u, nil
+}
+
+// Ensure creates the SQS queues of names that do not exist yet: FIFO ones
+// as FIFO queues deduplicating by explicit id only, the others as plain
+// standard queues. It returns the SQS names it created and those it found.
+// Running it again changes nothing.
+func (q *Queue) Ensure(ctx context.Context, names []string) (created, found []string, err error) {
+	for _, name := range names {
+		sqsName, err := q.SQSName(name)
+		if err != nil {
+			return created, found, err
+		}
+		out, err := q.api.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(sqsName)})
+		if err == nil {
+			q.urls.Store(name, aws.ToString(out.QueueUrl))
+			found = append(found, sqsName)
+			continue
+		}
+		if !queueMissing(err) {
+			return created, found, fmt.Errorf("sqs GetQueueUrl %s: %w", sqsName, err)
+		}
+		in := &awssqs.CreateQueueInput{QueueName: aws.String(sqsName)}
+		if q.fifoQueue(name) {
+			in.Attributes = map[string]string{
+				string(types.QueueAttributeNameFifoQueue):                 "true",
+				string(types.QueueAttributeNameContentBasedDeduplication): "false",
+			}
+		}
+		cout, err := q.api.CreateQueue(ctx, in)
+		if err != nil {
+			return created, found, fmt.Errorf("sqs CreateQueue %s: %w", sqsName, err)
+		}
+		q.urls.Store(name, aws.ToString(cout.QueueUrl))
+		created = append(created, sqsName)
+	}
+	return created, found, nil
+}
+
+// wrap names the operation and the queue in err. A missing queue becomes
+// ErrNoQueue, and its cached URL is forgotten so that a queue created
+// later is found.
+func (q *Queue) wrap(op, name string, err error) error {
+	sqsName, nerr := q.SQSName(name)
+	if nerr != nil {
+		sqsName = name
+	}
+	if queueMissing(err) {
+		q.urls.Delete(name)
+		return fmt.Errorf("sqs %s: SQS queue %s for bullpen queue %q: %w (run bullpen aws bootstrap to create it)", op, sqsName, name, ErrNoQueue)
+	}
+	return fmt.Errorf("sqs %s %s: %w", op, sqsName, err)
+}
+
+func errorCode(err error) (code, msg string) {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode(), ae.ErrorMessage()
+	}
+	return "", ""
+}
+
+func queueMissing(err error) bool {
+	var nq *types.QueueDoesNotExist
+	if errors.As(err, &nq) {
+		return true
+	}
+	code, _ := errorCode(err)
+	return code == "QueueDoesNotExist" || code == "AWS.SimpleQueueService.NonExistentQueue"
+}
+
+// staleCode reports whether an SQS error code (with its message) says a
+// receipt handle no longer identifies a message in flight.
+func staleCode(code, msg string) bool {
+	switch code {
+	case "ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight":
+		return true
+	case "InvalidParameterValue":
+		// SQS's answer for a receipt whose message is gone or no longer in
+		// flight; other parameters draw the same code.
+		return strings.Contains(msg, "ReceiptHandle") || strings.Contains(strings.ToLower(msg), "receipt handle")
+	}
+	return false
+}

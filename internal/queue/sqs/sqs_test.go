@@ -1,0 +1,292 @@
+package sqs_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/queue/queuetest"
+	"github.com/bullpen-ci/bullpen/internal/queue/sqs"
+)
+
+func TestMain(m *testing.M) { os.Exit(mototest.Main(m)) }
+
+// prefix is a queue-name prefix of the test's own: the emulator is shared
+// by the package's tests.
+func prefix(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return "t" + hex.EncodeToString(b) + "-"
+}
+
+// open returns queues under a fresh prefix on the emulator, with names
+// created as bootstrap would.
+func open(t *testing.T, names ...string) *sqs.Queue {
+	t.Helper()
+	q := sqs.New(awssqs.NewFromConfig(mototest.Config(t)), prefix(t), sqs.Options{})
+	if _, _, err := q.Ensure(t.Context(), names); err != nil {
+		t.Fatalf("ensure %v: %v", names, err)
+	}
+	return q
+}
+
+func TestQueueContract(t *testing.T) {
+	opts := queuetest.Options{
+		RealTime:   true,
+		Name:       "SQS",
+		DedupQueue: domain.QueueInbox,
+		Skip: map[string]string{
+			"DedupWithinWindowDrops": "moto forgets a deduplication id once its message is deleted, " +
+				"where SQS keeps it for five minutes; TestFIFODedup checks the rest",
+			"ChangeVisibilityToZeroRequeues": "moto takes a receipt from an earlier receive of a message " +
+				"as current in ChangeMessageVisibility",
+			"ConcurrentConsumersNeverOverlap": "moto_server's ReceiveMessage takes no lock: " +
+				"concurrent receives now and then hand one message to two consumers",
+			"BatchOfAThousand": "moto's sends and receives slow down with the length of the queue: " +
+				"a thousand messages take it over two minutes, past the contract's one-minute visibility; " +
+				"TestBatchesAndLoops checks a smaller burst",
+		},
+	}
+	queuetest.RunWith(t, func(t *testing.T, _ *clock.Virtual) domain.Queue {
+		return open(t, opts.Queues()...)
+	}, opts)
+}
+
+func TestEnsureIsIdempotent(t *testing.T) {
+	p := prefix(t)
+	q := sqs.New(awssqs.NewFromConfig(mototest.Config(t)), p, sqs.Options{})
+	names := []string{domain.QueueInbox, domain.QueueLaunch, domain.ResourcePoolQueue("small")}
+	want := []string{p + "inbox.fifo", p + "launch", p + "rp-small"}
+	created, found, err := q.Ensure(t.Context(), names)
+	if err != nil || !slices.Equal(created, want) || len(found) != 0 {
+		t.Fatalf("first ensure: created %v, found %v, %v; want created %v", created, found, err, want)
+	}
+	// A second process finds them all.
+	q = sqs.New(awssqs.NewFromConfig(mototest.Config(t)), p, sqs.Options{})
+	created, found, err = q.Ensure(t.Context(), names)
+	if err != nil || len(created) != 0 || !slices.Equal(found, want) {
+		t.Fatalf("second ensure: created %v, found %v, %v; want found %v", created, found, err, want)
+	}
+}
+
+func TestMissingQueueSaysToBootstrap(t *testing.T) {
+	q := open(t)
+	ctx := t.Context()
+	checks := map[string]error{
+		"send": q.Send(ctx, domain.QueueLaunch, []domain.SendRequest{{Body: []byte("x")}}),
+	}
+	_, checks["receive"] = q.Receive(ctx, domain.QueueInbox, 1, time.Minute, 0)
+	_, checks["stats"] = q.Stats(ctx, domain.ResourcePoolQueue("small"))
+	for what, err := range checks {
+		if !errors.Is(err, sqs.ErrNoQueue) || !strings.Contains(err.Error(), "bullpen aws bootstrap") {
+			t.Errorf("%s on a missing queue: got %v, want ErrNoQueue and the bootstrap hint", what, err)
+		}
+	}
+	if err := checks["receive"]; err != nil && !strings.Contains(err.Error(), "inbox.fifo") {
+		t.Errorf("receive: %v does not name the SQS queue", err)
+	}
+}
+
+// The parts of the send-receive contract that real time can check: SQS
+// stamps the send time itself, so it is checked against the wall clock.
+func TestSendReceiveDeleteInRealTime(t *testing.T) {
+	q := open(t, "work")
+	ctx := t.Context()
+	before := time.Now().Truncate(time.Millisecond)
+	if err := q.Send(ctx, "work", []domain.SendRequest{{Body: []byte("a")}, {Body: []byte("b")}}); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	var got []domain.Message
+	for tries := 0; len(got) < 2 && tries < 5; tries++ {
+		msgs, err := q.Receive(ctx, "work", 2-len(got), 30*time.Second, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, msgs...)
+	}
+	if len(got) != 2 {
+		t.Fatalf("got %d messages, want 2", len(got))
+	}
+	for _, m := range got {
+		if m.ID == "" || m.Receipt == "" || m.Receives != 1 || m.SentAt.Before(before) || m.SentAt.After(after) {
+			t.Fatalf("message %q: id %q receipt %q receives %d sent %v; want ids, 1 receive, sent between %v and %v",
+				m.Body, m.ID, m.Receipt, m.Receives, m.SentAt, before, after)
+		}
+	}
+	if err := q.Delete(ctx, "work", []string{got[0].Receipt, got[1].Receipt}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Stats(ctx, "work"); err != nil || st != (domain.QueueStats{}) {
+		t.Fatalf("after delete: %+v, %v", st, err)
+	}
+}
+
+func TestDelayCountsOnAStandardQueue(t *testing.T) {
+	q := open(t, "work")
+	ctx := t.Context()
+	if err := q.Send(ctx, "work", []domain.SendRequest{{Body: []byte("later"), Delay: 1500 * time.Millisecond}}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Stats(ctx, "work"); err != nil || st != (domain.QueueStats{Delayed: 1}) {
+		t.Fatalf("stats: %+v, %v; want one delayed", st, err)
+	}
+	// A delay rounds up to two seconds: the long poll gets it by then.
+	msgs, err := q.Receive(ctx, "work", 1, time.Minute, 5*time.Second)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("long poll: %v, %v", msgs, err)
+	}
+}
+
+func TestFIFORefusesDelays(t *testing.T) {
+	q := open(t, domain.QueueInbox)
+	err := q.Send(t.Context(), domain.QueueInbox, []domain.SendRequest{
+		{Body: []byte("fine"), DedupID: "a"},
+		{Body: []byte("delayed"), Delay: time.Second},
+	})
+	if err == nil || !strings.Contains(err.Error(), "inbox.fifo") {
+		t.Fatalf("got %v, want an error naming the FIFO queue", err)
+	}
+	if st, _ := q.Stats(t.Context(), domain.QueueInbox); st != (domain.QueueStats{}) {
+		t.Fatalf("a refused send left %+v", st)
+	}
+}
+
+// Standard queues drop dedup ids: the consumers of those queues are
+// idempotent, and SQS could not honour the ids there anyway.
+func TestStandardQueueIgnoresDedupIDs(t *testing.T) {
+	q := open(t, "work")
+	ctx := t.Context()
+	msgs := []domain.SendRequest{{Body: []byte("a"), DedupID: "same"}, {Body: []byte("b"), DedupID: "same"}}
+	if err := q.Send(ctx, "work", msgs); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Stats(ctx, "work"); err != nil || st.Visible != 2 {
+		t.Fatalf("stats: %+v, %v; want both messages", st, err)
+	}
+}
+
+// A burst to the FIFO inbox is spread over message groups, so consumers
+// are not held to one batch in flight at a time.
+func TestFIFOBurstIsNotSerialised(t *testing.T) {
+	q := open(t, domain.QueueInbox)
+	ctx := t.Context()
+	var msgs []domain.SendRequest
+	for k := range 40 {
+		id := "delivery-" + string(rune('a'+k%26)) + string(rune('a'+k/26))
+		msgs = append(msgs, domain.SendRequest{Body: []byte(id), DedupID: id})
+	}
+	if err := q.Send(ctx, domain.QueueInbox, msgs); err != nil {
+		t.Fatal(err)
+	}
+	first, err := q.Receive(ctx, domain.QueueInbox, 1, time.Hour, 0)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("first receive: %v, %v", first, err)
+	}
+	// With the first message's group held, the other groups still deliver.
+	second, err := q.Receive(ctx, domain.QueueInbox, 10, time.Hour, 0)
+	if err != nil || len(second) == 0 {
+		t.Fatalf("second receive, one message in flight: %d messages, %v; want some", len(second), err)
+	}
+}
+
+func TestChangeVisibilityRefusesStaleReceipts(t *testing.T) {
+	q := open(t, "work")
+	ctx := t.Context()
+	for _, r := range []string{"", "nonsense"} {
+		if err := q.ChangeVisibility(ctx, "work", r, time.Minute); !errors.Is(err, domain.ErrStaleReceipt) {
+			t.Errorf("change visibility with %q: got %v, want ErrStaleReceipt", r, err)
+		}
+	}
+	if err := q.Delete(ctx, "work", []string{"", "nonsense"}); err != nil {
+		t.Errorf("delete with stale receipts: %v", err)
+	}
+}
+
+// What of the dedup contract moto honours: copies are dropped while the
+// first is still in the queue, in the same batch or not; other ids and
+// messages without one are kept.
+func TestFIFODedup(t *testing.T) {
+	q := open(t, domain.QueueInbox)
+	ctx := t.Context()
+	send := func(msgs ...domain.SendRequest) {
+		t.Helper()
+		if err := q.Send(ctx, domain.QueueInbox, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(domain.SendRequest{Body: []byte("first"), DedupID: "d1"}, domain.SendRequest{Body: []byte("same batch"), DedupID: "d1"},
+		domain.SendRequest{Body: []byte("other id"), DedupID: "d2"},
+		domain.SendRequest{Body: []byte("plain")}, domain.SendRequest{Body: []byte("plain")})
+	send(domain.SendRequest{Body: []byte("later"), DedupID: "d1"})
+	if st, err := q.Stats(ctx, domain.QueueInbox); err != nil || st != (domain.QueueStats{Visible: 4}) {
+		t.Fatalf("stats: %+v, %v; want 4 visible", st, err)
+	}
+	msgs, err := q.Receive(ctx, domain.QueueInbox, 10, time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range msgs {
+		got = append(got, string(m.Body))
+	}
+	slices.Sort(got)
+	if want := []string{"first", "other id", "plain", "plain"}; !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+// A burst larger than a batch goes out in several SendMessageBatch calls
+// and comes back through Receive's loop, with exact counts on the way.
+func TestBatchesAndLoops(t *testing.T) {
+	const n = 95
+	q := open(t, "burst")
+	ctx := t.Context()
+	msgs := make([]domain.SendRequest, n)
+	for k := range msgs {
+		msgs[k] = domain.SendRequest{Body: fmt.Appendf(nil, "job-%03d", k)}
+	}
+	if err := q.Send(ctx, "burst", msgs); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Stats(ctx, "burst"); err != nil || st != (domain.QueueStats{Visible: n}) {
+		t.Fatalf("after send: %+v, %v", st, err)
+	}
+	got, err := q.Receive(ctx, "burst", n+10, time.Hour, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var receipts []string
+	for _, m := range got {
+		if seen[string(m.Body)] {
+			t.Fatalf("%s received twice", m.Body)
+		}
+		seen[string(m.Body)] = true
+		receipts = append(receipts, m.Receipt)
+	}
+	if len(got) != n {
+		t.Fatalf("one receive of up to %d: got %d, want all %d", n+10, len(got), n)
+	}
+	if st, err := q.Stats(ctx, "burst"); err != nil || st != (domain.QueueStats{InFlight: n}) {
+		t.Fatalf("after receive: %+v, %v", st, err)
+	}
+	if err := q.Delete(ctx, "burst", receipts); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := q.Stats(ctx, "burst"); err != nil || st != (domain.QueueStats{}) {
+		t.Fatalf("after delete: %+v, %v", st, err)
+	}
+}
