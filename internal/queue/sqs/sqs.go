@@ -20,10 +20,13 @@
 // so messages are spread over a fixed number of groups by their dedup id,
 // and a burst of deliveries is consumed in parallel instead of one by one.
 //
-// Queues are not created on demand: an installation creates them once with
-// Ensure (bullpen aws bootstrap), and a missing queue is an error that says
-// so, rather than a silently created queue with the wrong type or
-// permissions.
+// The fixed queues are not created on demand: an installation creates
+// them once with Ensure (bullpen aws bootstrap), and a missing one is an
+// error that says so, rather than a silently created queue with the wrong
+// type or permissions. Resource-pool queues are the exception: there is
+// one per runner class, and classes come and go with the configuration
+// and with jobs' labels, so the first use of one creates it (standard, as
+// Ensure would).
 package sqs
 
 import (
@@ -139,12 +142,35 @@ func (q *Queue) url(ctx context.Context, op, name string) (string, error) {
 		return "", err
 	}
 	out, err := q.api.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(sqsName)})
+	if queueMissing(err) && onDemand(name) {
+		if _, _, err := q.Ensure(ctx, []string{name}); err != nil {
+			return "", fmt.Errorf("sqs %s: create the queue of %q on first use: %w", op, name, err)
+		}
+		u, _ := q.urls.Load(name)
+		return u.(string), nil
+	}
 	if err != nil {
 		return "", q.wrap(op, name, err)
 	}
 	u := aws.ToString(out.QueueUrl)
 	q.urls.Store(name, u)
 	return u, nil
+}
+
+// onDemand reports whether the queue is created on first use: the
+// resource-pool queues, one per runner class.
+func onDemand(name string) bool { return strings.HasPrefix(name, domain.ResourcePoolQueue("")) }
+
+// Check resolves the queues of names, failing with every one that is
+// missing, so that bullpen reports them when it starts.
+func (q *Queue) Check(ctx context.Context, names []string) error {
+	var errs []error
+	for _, name := range names {
+		if _, err := q.url(ctx, "GetQueueUrl", name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Ensure creates the SQS queues of names that do not exist yet: FIFO ones

@@ -88,7 +88,7 @@ func TestMissingQueueSaysToBootstrap(t *testing.T) {
 		"send": q.Send(ctx, domain.QueueLaunch, []domain.SendRequest{{Body: []byte("x")}}),
 	}
 	_, checks["receive"] = q.Receive(ctx, domain.QueueInbox, 1, time.Minute, 0)
-	_, checks["stats"] = q.Stats(ctx, domain.ResourcePoolQueue("small"))
+	_, checks["stats"] = q.Stats(ctx, domain.QueuePool)
 	for what, err := range checks {
 		if !errors.Is(err, sqs.ErrNoQueue) || !strings.Contains(err.Error(), "bullpen aws bootstrap") {
 			t.Errorf("%s on a missing queue: got %v, want ErrNoQueue and the bootstrap hint", what, err)
@@ -96,6 +96,23 @@ func TestMissingQueueSaysToBootstrap(t *testing.T) {
 	}
 	if err := checks["receive"]; err != nil && !strings.Contains(err.Error(), "inbox.fifo") {
 		t.Errorf("receive: %v does not name the SQS queue", err)
+	}
+}
+
+// A resource-pool queue is one per runner class, and classes come with the
+// configuration and jobs' labels: its first use creates it.
+func TestResourcePoolQueueIsCreatedOnFirstUse(t *testing.T) {
+	q := open(t)
+	ctx := t.Context()
+	rp := domain.ResourcePoolQueue("adhoc-3f9a")
+	if err := q.Send(ctx, rp, []domain.SendRequest{{Body: []byte("idle instance"), Delay: time.Second}}); err != nil {
+		t.Fatalf("send to a resource-pool queue not created yet: %v", err)
+	}
+	if st, err := q.Stats(ctx, rp); err != nil || st.Delayed+st.Visible != 1 {
+		t.Fatalf("stats of the new resource-pool queue: %+v, %v; want the message", st, err)
+	}
+	if err := q.Check(ctx, []string{domain.QueueInbox}); !errors.Is(err, sqs.ErrNoQueue) {
+		t.Fatalf("check of a missing fixed queue: %v, want ErrNoQueue", err)
 	}
 }
 
