@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/smithy-go/middleware"
 )
 
 // Options select the region and, for emulators, the endpoint.
@@ -26,6 +28,10 @@ type Options struct {
 	MaxAttempts int
 	// MaxBackoff caps the SDK's wait between attempts; default 20 s.
 	MaxBackoff time.Duration
+	// OnCall, when set, is told of every call the clients make (each
+	// attempt of a retried one), by service and operation: what DynamoDB
+	// and SQS bill by.
+	OnCall func(service, operation string)
 }
 
 // Load returns the configuration the backends build their clients from.
@@ -51,5 +57,20 @@ func Load(ctx context.Context, o Options) (aws.Config, error) {
 	if o.Endpoint != "" {
 		cfg.BaseEndpoint = aws.String(o.Endpoint)
 	}
+	if o.OnCall != nil {
+		cfg.APIOptions = append(cfg.APIOptions, countCalls(o.OnCall))
+	}
 	return cfg, nil
+}
+
+// countCalls reports each attempt of each call: it sits in the finalize
+// step, which the retryer runs once per attempt.
+func countCalls(onCall func(service, operation string)) func(*middleware.Stack) error {
+	return func(stack *middleware.Stack) error {
+		return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("bullpenCountCalls",
+			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				onCall(awsmiddleware.GetServiceID(ctx), awsmiddleware.GetOperationName(ctx))
+				return next.HandleFinalize(ctx, in)
+			}), middleware.After)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/bullpen-ci/bullpen/internal/awsconf"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -17,15 +18,12 @@ type PolicyParams struct {
 	// InstanceRoleARN is the role of the machines' instance profile, the
 	// only role the control plane may pass; "" when machines have none.
 	InstanceRoleARN string
+	// Extra statements are appended: those of the DynamoDB store and the
+	// SQS queues when serve keeps its state there.
+	Extra []awsconf.Statement
 }
 
-type statement struct {
-	Sid       string                    `json:"Sid"`
-	Effect    string                    `json:"Effect"`
-	Action    []string                  `json:"Action"`
-	Resource  []string                  `json:"Resource"`
-	Condition map[string]map[string]any `json:"Condition,omitempty"`
-}
+type statement = awsconf.Statement
 
 type policy struct {
 	Version   string      `json:"Version"`
@@ -78,6 +76,7 @@ func ControlPlanePolicy(p PolicyParams) ([]byte, error) {
 			Resource:  []string{p.InstanceRoleARN},
 			Condition: map[string]map[string]any{"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}})
 	}
+	statements = append(statements, p.Extra...)
 	return json.MarshalIndent(policy{Version: "2012-10-17", Statement: statements}, "", "  ")
 }
 

@@ -1,0 +1,30 @@
+package dynamodb
+
+import (
+	"fmt"
+	"reflect"
+
+	"github.com/bullpen-ci/bullpen/internal/awsconf"
+)
+
+// Policy is the IAM statement that lets serve use table: the calls of API
+// (and the DescribeTable of Open) on the table and its indexes, nothing
+// else. Creating the table is `bullpen aws bootstrap`'s, run by an
+// administrator.
+func Policy(region, account, table string) awsconf.Statement {
+	arn := fmt.Sprintf("arn:aws:dynamodb:%s:%s:table/%s", or(region, "*"), or(account, "*"), table)
+	return awsconf.Statement{
+		Sid: "StateInDynamoDB", Effect: "Allow",
+		Action: append(awsconf.Actions("dynamodb", reflect.TypeFor[API](), map[string][]string{
+			"TransactWriteItems": {"PutItem", "UpdateItem"}, // what the store's transactions hold
+		}), "dynamodb:DescribeTable"),
+		Resource: []string{arn, arn + "/index/*"},
+	}
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
