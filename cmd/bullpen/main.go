@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+	"time"
 	_ "time/tzdata" // schedules resolve IANA zones even where the system has none
 )
 
@@ -26,6 +27,16 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// now is the wall clock; tests fix it.
+	now func() time.Time
+}
+
+// clock is e.now, or the wall clock.
+func (e *env) clock() time.Time {
+	if e.now != nil {
+		return e.now()
+	}
+	return time.Now()
 }
 
 var commands = map[string]command{}

@@ -80,7 +80,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) int {
 			return 1
 		}
 	}
-	printStatus(e.stdout, server, time.Now(), pools.Pools, active.Jobs, latest.Jobs)
+	printStatus(e.stdout, server, e.clock(), pools.Pools, active.Jobs, latest.Jobs)
 	return 0
 }
 

@@ -18,11 +18,15 @@ import (
 
 const statusAdminToken = "status-admin-token-4e1f"
 
+// statusNow is the instant of the status tests: the store's and the
+// command's clock.
+var statusNow = time.Now().UTC().Truncate(time.Second)
+
 // statusServer is the real status API on a store holding two pools and
 // jobs of every status.
 func statusServer(t *testing.T) string {
 	t.Helper()
-	now := time.Now().UTC()
+	now := statusNow
 	st, _ := sqlitetest.Open(t, clock.NewVirtual(now))
 	ctx := context.Background()
 	for _, ps := range []domain.PoolStatus{
@@ -67,7 +71,8 @@ func statusServer(t *testing.T) string {
 func runStatus(t *testing.T, environ map[string]string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return environ[k] }}
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return environ[k] },
+		now: func() time.Time { return statusNow }}
 	code := run(context.Background(), e, append([]string{"status"}, args...))
 	return code, out.String(), errb.String()
 }
