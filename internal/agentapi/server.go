@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +37,10 @@ type Server struct {
 
 	drainOnce sync.Once
 	drained   chan struct{} // closed by Drain
+
+	// owners maps a token's hash to its instance's id (tokenOwner).
+	owners     sync.Map
+	ownerCount atomic.Int64
 }
 
 var (
@@ -239,18 +244,50 @@ func (s *Server) authenticate(r *http.Request) (domain.Instance, error) {
 	if !ok {
 		return domain.Instance{}, fail(http.StatusUnauthorized, CodeUnauthorized, "missing token (Authorization: Bearer TOKEN)")
 	}
-	rows, err := s.store.ListInstances(r.Context(), domain.InstanceFilter{TokenHash: domain.HashSecret(token)})
+	hash := domain.HashSecret(token)
+	in, err := s.tokenOwner(r.Context(), hash)
+	if err != nil {
+		return domain.Instance{}, err
+	}
+	if ended(in.State) {
+		s.owners.Delete(hash)
+		return domain.Instance{}, fail(http.StatusUnauthorized, CodeInstanceEnded, "token expired with its instance")
+	}
+	return in, nil
+}
+
+// maxOwners bounds the token cache; past it, the cache starts over.
+const maxOwners = 100_000
+
+// tokenOwner returns the instance holding the token whose hash is hash. A
+// token never moves to another instance, so the instance found once is
+// remembered and read by id afterwards: a lookup by key, where finding the
+// token is a query of an index (on DynamoDB, every agent request would
+// otherwise be one). The row read must still hold the token.
+func (s *Server) tokenOwner(ctx context.Context, hash string) (domain.Instance, error) {
+	if id, ok := s.owners.Load(hash); ok {
+		in, err := s.store.GetInstance(ctx, id.(string))
+		if err == nil && in.AgentTokenHash != "" && subtle.ConstantTimeCompare([]byte(in.AgentTokenHash), []byte(hash)) == 1 {
+			return in, nil
+		}
+		if err != nil && !errors.Is(err, domain.ErrNotFound) {
+			return domain.Instance{}, fmt.Errorf("authenticate agent: %w", err)
+		}
+		s.owners.Delete(hash)
+	}
+	rows, err := s.store.ListInstances(ctx, domain.InstanceFilter{TokenHash: hash})
 	if err != nil {
 		return domain.Instance{}, fmt.Errorf("authenticate agent: %w", err)
 	}
 	if len(rows) != 1 {
 		return domain.Instance{}, fail(http.StatusUnauthorized, CodeUnauthorized, "unknown token")
 	}
-	in := rows[0]
-	if ended(in.State) {
-		return domain.Instance{}, fail(http.StatusUnauthorized, CodeInstanceEnded, "token expired with its instance")
+	if s.ownerCount.Add(1) > maxOwners {
+		s.owners.Clear()
+		s.ownerCount.Store(0)
 	}
-	return in, nil
+	s.owners.Store(hash, rows[0].ID)
+	return rows[0], nil
 }
 
 // hashMatches compares a stored hash with the hash of a presented secret in

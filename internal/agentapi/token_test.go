@@ -1,8 +1,12 @@
 package agentapi_test
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,4 +142,39 @@ func TestAnInstanceInErrorKeepsItsToken(t *testing.T) {
 	h.Move(in.ID, func(i *domain.Instance) { i.State = domain.StateError })
 	h.Clock.Advance(time.Second)
 	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
+}
+
+// tokenQueries counts the look-ups of instances by token hash.
+type tokenQueries struct {
+	agentapi.Store
+	n atomic.Int64
+}
+
+func (s *tokenQueries) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error) {
+	if f.TokenHash != "" {
+		s.n.Add(1)
+	}
+	return s.Store.ListInstances(ctx, f)
+}
+
+// A token is found by its hash once; later requests read its instance by
+// id, which on a store like DynamoDB is a key look-up instead of an index
+// query per request. The row read must still hold the token.
+func TestATokenIsLookedUpOnceThenReadByID(t *testing.T) {
+	h := newHarness(t)
+	in, token := h.launched("bp-1")
+	counted := &tokenQueries{Store: h.Store}
+	h.Server = agentapi.New(counted, h.Service, h.Clock, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	for range 3 {
+		wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
+	}
+	if got := counted.n.Load(); got != 1 {
+		t.Fatalf("%d look-ups by token for three requests, want 1", got)
+	}
+	if _, err := h.Store.Transition(t.Context(), in.ID, domain.GuardOf(h.Get(in.ID)), func(i *domain.Instance) {
+		i.State, i.Reason = domain.StateTerminating, "test"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusUnauthorized, agentapi.CodeInstanceEnded)
 }

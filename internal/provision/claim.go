@@ -55,8 +55,9 @@ func (p *Provisioner) selectFor(ctx context.Context, class string, rq *request, 
 // it failed for a reason that is not the instance's, or the job no longer
 // waits. A failed instance is terminated; an innocent one goes back.
 func (p *Provisioner) useClaimed(ctx context.Context, rq *request, in domain.Instance, threshold time.Time, led *ledger) bool {
-	if age := p.Clock.Now().Sub(in.Heartbeat); in.Heartbeat.IsZero() || age > p.opts.HeartbeatMaxAge {
-		why := fmt.Sprintf("post-claim check: last heartbeat %s ago (limit %s)", age.Round(time.Second), p.opts.HeartbeatMaxAge)
+	limit := p.opts.HeartbeatMaxAge + p.opts.HeartbeatLag
+	if age := p.Clock.Now().Sub(in.Heartbeat); in.Heartbeat.IsZero() || age > limit {
+		why := fmt.Sprintf("post-claim check: last heartbeat %s ago (limit %s)", age.Round(time.Second), limit)
 		if in.Heartbeat.IsZero() {
 			why = "post-claim check: no heartbeat ever"
 		}

@@ -64,6 +64,10 @@ type Options struct {
 	// HeartbeatMaxAge: a reused instance whose last heartbeat is older
 	// fails its post-claim check (about 15 s).
 	HeartbeatMaxAge time.Duration
+	// HeartbeatLag is how much older than the agent's last beat the store's
+	// heartbeat may be (a store that writes beats at a resolution): it is
+	// added to HeartbeatMaxAge.
+	HeartbeatLag time.Duration
 	// RegistrationTimeout: a reused instance must register for the job
 	// within this (about 10 s).
 	RegistrationTimeout time.Duration

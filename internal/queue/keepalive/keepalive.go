@@ -51,6 +51,8 @@ func extend(q domain.Queue, queue string, receipts []string, visibility time.Dur
 	ctx, cancel := context.WithTimeout(context.Background(), visibility/3)
 	defer cancel()
 	kept := receipts[:0]
+	failed := 0
+	var first error
 	for _, r := range receipts {
 		err := q.ChangeVisibility(ctx, queue, r, visibility)
 		switch {
@@ -59,8 +61,15 @@ func extend(q domain.Queue, queue string, receipts []string, visibility time.Dur
 		case errors.Is(err, domain.ErrStaleReceipt):
 		default:
 			kept = append(kept, r) // tried again next time; the message may come back meanwhile
-			log.Warn("keep a message in hand invisible", "queue", queue, "err", err)
+			if failed++; first == nil {
+				first = err
+			}
 		}
+	}
+	if failed > 0 {
+		// One line per round, however many messages are held: a queue that
+		// stopped answering would otherwise log once per message.
+		log.Warn("keep messages in hand invisible", "queue", queue, "failed", failed, "held", len(receipts), "err", first)
 	}
 	return kept
 }
