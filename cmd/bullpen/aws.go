@@ -11,11 +11,12 @@ import (
 )
 
 func init() {
-	register("aws", "AWS helpers: the IAM policies bullpen needs", cmdAWS)
+	register("aws", "AWS helpers: the IAM policies bullpen needs, and the table and queues of several replicas", cmdAWS)
 }
 
 func awsUsage(w io.Writer) {
 	fmt.Fprint(w, `usage: bullpen aws iam-policy [flags]
+       bullpen aws bootstrap --store dynamodb://TABLE --queue sqs://PREFIX [flags]
 
 Prints the least-privilege IAM policy of the control plane as JSON: it reads
 instances, images, instance types, subnets and security groups; it creates
@@ -32,6 +33,7 @@ Run 'bullpen aws iam-policy -h' for its flags.
 func cmdAWS(ctx context.Context, e *env, args []string) int {
 	return dispatch(ctx, e, "aws", args, awsUsage, map[string]subcommand{
 		"iam-policy": func(_ context.Context, e *env, args []string) int { return awsIAMPolicy(e, args) },
+		"bootstrap":  awsBootstrap,
 	})
 }
 
@@ -44,6 +46,8 @@ func awsIAMPolicy(e *env, args []string) int {
 	account := fs.String("account", "", "limit the policy to this account id (default any)")
 	role := fs.String("instance-role-arn", "", "ARN of the role of the machines' instance profile (--aws-instance-profile), the only role serve may pass")
 	trust := fs.Bool("instance-role", false, "print the machines' role trust policy instead")
+	store := fs.String("store", e.getenv("BULLPEN_STORE"), "with dynamodb://TABLE: allow the use of that table, as serve's --store")
+	queue := fs.String("queue", e.getenv("BULLPEN_QUEUE"), "with sqs://PREFIX: allow the use of the queues under that prefix, as serve's --queue")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -58,7 +62,12 @@ func awsIAMPolicy(e *env, args []string) int {
 	if id == "" {
 		id = "bullpen-" + *environment
 	}
-	out, err := ec2.ControlPlanePolicy(ec2.PolicyParams{ControllerID: id, Region: *region, Account: *account, InstanceRoleARN: *role})
+	extra, err := statePolicy(*store, *queue, *region, *account)
+	if err != nil {
+		fmt.Fprintln(e.stderr, "bullpen aws iam-policy:", err)
+		return 2
+	}
+	out, err := ec2.ControlPlanePolicy(ec2.PolicyParams{ControllerID: id, Region: *region, Account: *account, InstanceRoleARN: *role, Extra: extra})
 	if err != nil {
 		fmt.Fprintln(e.stderr, "bullpen aws iam-policy:", err)
 		return 2

@@ -24,7 +24,20 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up on a burst after this long")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	only := fs.String("only", "", "run one scenario: pool_burst or cold_burst")
+	var state stateFlags
+	fs.StringVar(&state.store, "store", "sqlite://", "sqlite:// (a temporary file), or dynamodb://TABLE to run on DynamoDB and SQS and count their calls per job (create it with `bullpen aws bootstrap`)")
+	fs.StringVar(&state.queue, "queue", "", "with --store dynamodb://: sqs://PREFIX")
+	fs.StringVar(&state.region, "aws-region", or(e.getenv("AWS_REGION"), "us-east-1"), "with --store dynamodb://: the region")
+	fs.StringVar(&state.endpoint, "aws-endpoint", e.getenv("BULLPEN_AWS_ENDPOINT"), "with --store dynamodb://: an emulator's URL (moto)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if state.store == "sqlite://" {
+		state.store = "sqlite://bench" // the bench's own temporary file
+	}
+	_, shared, err := state.parse()
+	if err != nil {
+		fmt.Fprintln(e.stderr, "bullpen bench:", err)
 		return 2
 	}
 	if *jobs <= 0 {
@@ -44,7 +57,7 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	res, err := bench.Run(ctx, bench.Options{Jobs: *jobs, Timeout: *timeout, Only: *only})
+	res, err := bench.Run(ctx, bench.Options{Jobs: *jobs, Timeout: *timeout, Only: *only, Shared: shared})
 	if err != nil {
 		fmt.Fprintln(e.stderr, "bullpen bench:", err)
 		return 1

@@ -31,29 +31,29 @@ func init() {
 
 // serveFlags are serve's settings; every flag has an environment variable.
 type serveFlags struct {
-	config, listen, store, cloud, github  string
-	localDir, agentURL                    string
-	localEnv                              map[string]string
-	secret, secretFile, token, tokenFile  string
-	viewer, viewerFile                    string
-	environment, controllerID, scope      string
-	replicaID                             string
-	logLevel, logFormat, simLatency       string
-	convergeEvery, terminateEvery, reload time.Duration
-	reapEvery, orphanGrace, goneGrace     time.Duration
-	silentAfter, jobRetention             time.Duration
-	instanceRetention, danglingAfter      time.Duration
-	claimHeartbeat, claimRegistration     time.Duration
-	creationTimeout, rpRequeueDelay       time.Duration
-	heartbeatFlush, shutdownGrace         time.Duration
-	redelivery, leasePeriod, recheck      time.Duration
-	spotBreaker                           spotbreaker.Options
-	http                                  httpSettings
-	deadlines                             domain.Deadlines
-	aws                                   awsFlags
-	gh                                    githubFlags
-	cancelRejected                        bool
-	getenv                                func(string) string
+	config, listen, store, queue, cloud, github string
+	localDir, agentURL                          string
+	localEnv                                    map[string]string
+	secret, secretFile, token, tokenFile        string
+	viewer, viewerFile                          string
+	environment, controllerID, scope            string
+	replicaID                                   string
+	logLevel, logFormat, simLatency             string
+	convergeEvery, terminateEvery, reload       time.Duration
+	reapEvery, orphanGrace, goneGrace           time.Duration
+	silentAfter, jobRetention                   time.Duration
+	instanceRetention, danglingAfter            time.Duration
+	claimHeartbeat, claimRegistration           time.Duration
+	creationTimeout, rpRequeueDelay             time.Duration
+	heartbeatFlush, shutdownGrace               time.Duration
+	redelivery, leasePeriod, recheck            time.Duration
+	spotBreaker                                 spotbreaker.Options
+	http                                        httpSettings
+	deadlines                                   domain.Deadlines
+	aws                                         awsFlags
+	gh                                          githubFlags
+	cancelRejected                              bool
+	getenv                                      func(string) string
 }
 
 func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
@@ -65,7 +65,8 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	}
 	str(&f.config, "config", "BULLPEN_CONFIG", "", "pool configuration (runs-on.yml format), re-read every --reload: a file, or github://OWNER/REPO/PATH in a repository")
 	str(&f.listen, "listen", "BULLPEN_LISTEN", "127.0.0.1:8080", "HTTP address for /webhook, /api/v1, /metrics, /healthz")
-	str(&f.store, "store", "BULLPEN_STORE", "sqlite://bullpen.db", "state store: sqlite://PATH")
+	str(&f.store, "store", "BULLPEN_STORE", "sqlite://bullpen.db", "state store: sqlite://PATH, or dynamodb://TABLE shared by several replicas (with --queue sqs://PREFIX)")
+	str(&f.queue, "queue", "BULLPEN_QUEUE", "", "message queues: in the store's SQLite file (the default), or sqs://PREFIX with --store dynamodb://TABLE")
 	str(&f.cloud, "cloud", "BULLPEN_CLOUD", "sim", "compute provider: sim (simulated, in this process), local (each machine a bullpen agent process here) or aws (EC2)")
 	str(&f.localDir, "local-dir", "BULLPEN_LOCAL_DIR", "", "with --cloud local: where machines keep their files (default: a temporary directory)")
 	str(&f.agentURL, "agent-url", "BULLPEN_AGENT_URL", "", "where machines' agents reach this control plane (default: http:// and the listen address)")
@@ -244,10 +245,8 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	if f.config == "" {
 		problems = append(problems, errors.New("no configuration: pass --config FILE or set $BULLPEN_CONFIG"))
 	}
-	path, ok := strings.CutPrefix(f.store, "sqlite://")
-	if !ok || path == "" {
-		problems = append(problems, fmt.Errorf("--store %q: want sqlite://PATH", f.store))
-	}
+	path, shared, err := f.state()
+	problems = append(problems, err)
 	if f.spotBreaker.Interruptions < 1 || f.spotBreaker.Window <= 0 || f.spotBreaker.Cooldown <= 0 {
 		problems = append(problems, fmt.Errorf("--spot-breaker-*: want at least 1 interruption and positive durations"))
 	}
@@ -295,6 +294,7 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 		return app.Options{}, err
 	}
 	var cfg *config.Config // one in a repository is read once GitHub's credentials are
+	var ok bool
 	if !strings.HasPrefix(f.config, configsource.Scheme) {
 		if cfg, ok = loadConfig(e, f.config); !ok {
 			return app.Options{}, errors.New("the configuration is invalid (see above)")
@@ -311,7 +311,7 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 		ControllerID: f.controllerID, WebhookSecret: secret, AdminToken: token, RunnerScope: f.scope, Enterprise: f.gh.enterprise,
 		CancelRejected: f.cancelRejected, Clock: clock.Real{}, Log: log, Latency: latency, Agent: agent,
 		TerminateEvery: f.terminateEvery, Cloud: f.cloud, GitHub: f.github, LocalDir: f.localDir, AgentURL: f.agentURL,
-		LocalAgentEnv: f.localEnv, ViewerToken: viewer, AWS: aws, GitHubAPI: gh,
+		LocalAgentEnv: f.localEnv, ViewerToken: viewer, AWS: aws, GitHubAPI: gh, Shared: shared,
 	}
 	o.Converger.Interval = f.convergeEvery
 	o.Reaper.Interval, o.Reaper.OrphanGrace, o.Reaper.GoneGrace = f.reapEvery, f.orphanGrace, f.goneGrace

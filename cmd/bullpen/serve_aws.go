@@ -29,8 +29,8 @@ func (f *awsFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 		fs.StringVar(p, name, def, usage+" ($"+env+")")
 	}
 	region := getenv("AWS_REGION")
-	str(&f.region, "aws-region", "BULLPEN_AWS_REGION", region, "with --cloud aws: the region (default $AWS_REGION)")
-	str(&f.endpoint, "aws-endpoint", "BULLPEN_AWS_ENDPOINT", "", "with --cloud aws: send every AWS call here (an emulator such as moto)")
+	str(&f.region, "aws-region", "BULLPEN_AWS_REGION", region, "with --cloud aws or --store dynamodb://: the region (default $AWS_REGION)")
+	str(&f.endpoint, "aws-endpoint", "BULLPEN_AWS_ENDPOINT", "", "with --cloud aws or --store dynamodb://: send every AWS call here (an emulator such as moto)")
 	str(&f.subnets, "aws-subnets", "BULLPEN_AWS_SUBNETS", "", "with --cloud aws: subnet ids, comma-separated: each is one availability zone of every fleet")
 	str(&f.groups, "aws-security-groups", "BULLPEN_AWS_SECURITY_GROUPS", "", "with --cloud aws: the machines' security group ids, comma-separated (default: the VPC's default group)")
 	str(&f.profile, "aws-instance-profile", "BULLPEN_AWS_INSTANCE_PROFILE", "", "with --cloud aws: the machines' IAM instance profile, by name or ARN")

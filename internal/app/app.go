@@ -48,9 +48,12 @@ type Options struct {
 	ConfigInterval time.Duration
 	Environment    string // which pools this stack serves
 	StorePath      string // SQLite file
-	ControllerID   string // tags every machine; default "bullpen-" + Environment
-	WebhookSecret  string
-	AdminToken     string
+	// Shared, when set, keeps the state in DynamoDB and SQS instead, for
+	// several replicas.
+	Shared        *Shared
+	ControllerID  string // tags every machine; default "bullpen-" + Environment
+	WebhookSecret string
+	AdminToken    string
 	// ViewerToken, when set, signs in to the dashboard read-only.
 	ViewerToken string
 	// RunnerScope is "repo" (runners register per repository, the default),
@@ -155,13 +158,16 @@ type App struct {
 	// Exclusive runs the loops that must act on one replica at a time.
 	Exclusive *loop.Exclusive
 
-	closers    []func() error // released by Close, last first
-	source     configsource.Source
-	reloadMu   sync.Mutex // one configuration read at a time
-	configData []byte     // as first read from source
-	configs    *dashboard.ConfigRecorder
-	specMu     sync.RWMutex
-	specHashs  map[string]string
+	closers      []func() error // released by Close, last first
+	source       configsource.Source
+	reloadMu     sync.Mutex // one configuration read at a time
+	configData   []byte     // as first read from source
+	configs      *dashboard.ConfigRecorder
+	specMu       sync.RWMutex
+	specHashs    map[string]string
+	awsCallsOnce sync.Once
+	awsCallsVec  *prometheus.CounterVec
+	awsCallsErr  error
 	// reconcileCursor counts the installations' repositories handed to
 	// reconciliation so far: the next share starts there.
 	reconcileCursor atomic.Int64
@@ -184,8 +190,12 @@ func New(ctx context.Context, o Options) (*App, error) {
 	return a, nil
 }
 
-// openStore opens the store and its queues: the embedded SQLite file.
+// openStore opens the store and its queues: the embedded SQLite file, or
+// DynamoDB and SQS.
 func (a *App) openStore(ctx context.Context) error {
+	if a.opts.Shared != nil {
+		return a.openShared(ctx, *a.opts.Shared)
+	}
 	st, err := sqlite.Open(ctx, a.opts.StorePath, a.opts.Clock)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
@@ -200,7 +210,7 @@ func (o *Options) check() error {
 	if o.Config == nil && !strings.HasPrefix(o.ConfigPath, configsource.Scheme) {
 		problems = append(problems, "no configuration")
 	}
-	if o.StorePath == "" {
+	if o.StorePath == "" && o.Shared == nil {
 		problems = append(problems, "no store path")
 	}
 	if o.WebhookSecret == "" {
@@ -254,6 +264,13 @@ func (o *Options) check() error {
 	}
 	if o.HeartbeatFlush <= 0 {
 		o.HeartbeatFlush = time.Second
+	}
+	if o.Shared != nil {
+		sh := *o.Shared
+		if sh.HeartbeatResolution <= 0 {
+			sh.HeartbeatResolution = DefaultHeartbeatResolution
+		}
+		o.Shared, o.Provision.HeartbeatLag = &sh, sh.HeartbeatResolution
 	}
 	o.Converger.Deadlines, o.Dispatch.Deadlines, o.Provision.Deadlines = o.Deadlines, o.Deadlines, o.Deadlines
 	if o.Registry == nil {

@@ -63,7 +63,11 @@ func (o AWS) check() []string {
 // and returns the verifier of instance identity documents, if any.
 func (a *App) newEC2(ctx context.Context) (domain.IdentityVerifier, error) {
 	o := a.opts.AWS
-	cfg, err := awsconf.Load(ctx, awsconf.Options{Region: o.Region, Endpoint: o.Endpoint})
+	onCall, err := a.awsCalls()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := awsconf.Load(ctx, awsconf.Options{Region: o.Region, Endpoint: o.Endpoint, OnCall: onCall})
 	if err != nil {
 		return nil, err
 	}

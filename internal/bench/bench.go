@@ -25,12 +25,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/bullpen-ci/bullpen/internal/app"
+	"github.com/bullpen-ci/bullpen/internal/awsconf"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/simagent"
+	"github.com/bullpen-ci/bullpen/internal/store/dynamodb"
 )
 
 // Options size a run.
@@ -41,6 +45,9 @@ type Options struct {
 	Dir     string        // for the store; default a temporary directory
 	// Only, when set, runs just the named scenario (pool_burst, cold_burst).
 	Only string
+	// Shared, when set, runs on DynamoDB and SQS (an emulator, usually)
+	// instead of SQLite, and reports their calls per job.
+	Shared *app.Shared
 }
 
 // Scenario is one burst's figures.
@@ -60,6 +67,9 @@ type Scenario struct {
 	Seconds    float64 `json:"seconds"`
 	// WebhookSeconds is how long posting the burst's webhooks took.
 	WebhookSeconds float64 `json:"webhook_seconds"`
+	// AWSCallsPerJob are the DynamoDB and SQS calls of the burst, by
+	// service and operation, per job: what those services bill by.
+	AWSCallsPerJob map[string]float64 `json:"aws_calls_per_job,omitempty"`
 }
 
 // Result is the whole report.
@@ -139,6 +149,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 type world struct {
 	a *app.App
+	// jobs is where the bench watches its jobs: on DynamoDB a store of its
+	// own, so that watching is not counted among the control plane's calls.
+	jobs interface {
+		ListJobs(context.Context, domain.JobFilter) ([]domain.Job, error)
+	}
 }
 
 const benchConfig = `runners:
@@ -162,7 +177,7 @@ func newWorld(ctx context.Context, o Options) (*world, error) {
 		return nil, err
 	}
 	a, err := app.New(ctx, app.Options{
-		Config: cfg, Environment: "bench", StorePath: filepath.Join(o.Dir, "bench.db"), WebhookSecret: secret,
+		Config: cfg, Environment: "bench", StorePath: filepath.Join(o.Dir, "bench.db"), Shared: o.Shared, WebhookSecret: secret,
 		AdminToken: "bench", Clock: clock.Real{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Registry: prometheus.NewRegistry(), Latency: sim.Latency{},
 		// The cloud is instant; a runner still takes the simulated agents' default
@@ -172,7 +187,23 @@ func newWorld(ctx context.Context, o Options) (*world, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &world{a: a}, nil
+	w := &world{a: a, jobs: a.Store}
+	if o.Shared != nil {
+		if w.jobs, err = watcher(ctx, *o.Shared); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// watcher opens the shared table a second time, uncounted.
+func watcher(ctx context.Context, sh app.Shared) (*dynamodb.Store, error) {
+	cfg, err := awsconf.Load(ctx, awsconf.Options{Region: sh.Region, Endpoint: sh.Endpoint})
+	if err != nil {
+		return nil, err
+	}
+	return dynamodb.New(awsdynamodb.NewFromConfig(cfg), sh.Table, clock.Real{}, dynamodb.Options{})
 }
 
 // fillPool converges the bench pool to n stopped instances.
@@ -195,6 +226,7 @@ func (w *world) fillPool(ctx context.Context, n int, timeout time.Duration) erro
 func (w *world) burst(ctx context.Context, labelFmt string, first int64, n int, timeout time.Duration) (Scenario, error) {
 	w.a.Sim.Cloud.ResetCalls()
 	startedBefore, detachedBefore := counter(w.a, "bullpen_pool_instances_started_total"), counter(w.a, "bullpen_pool_instances_detached_total")
+	awsBefore := awsCalls(w.a)
 	h := w.a.Handler()
 	begin := time.Now()
 	var wg sync.WaitGroup
@@ -221,6 +253,7 @@ func (w *world) burst(ctx context.Context, labelFmt string, first int64, n int, 
 	if err != nil {
 		return Scenario{}, err
 	}
+	awsAfter := awsCalls(w.a)
 	s := summarize(jobs)
 	s.Seconds = time.Since(begin).Seconds()
 	s.WebhookSeconds = posted.Seconds()
@@ -236,7 +269,42 @@ func (w *world) burst(ctx context.Context, labelFmt string, first int64, n int, 
 			s.InstancesCreated++
 		}
 	}
+	for op, c := range awsAfter {
+		if d := c - awsBefore[op]; d > 0 {
+			if s.AWSCallsPerJob == nil {
+				s.AWSCallsPerJob = map[string]float64{}
+			}
+			s.AWSCallsPerJob[op] = d / float64(n)
+		}
+	}
 	return s, nil
+}
+
+// awsCalls reads bullpen_aws_calls_total by "service:operation".
+func awsCalls(a *app.App) map[string]float64 {
+	out := map[string]float64{}
+	families, err := a.Registry().Gather()
+	if err != nil {
+		return out
+	}
+	for _, f := range families {
+		if f.GetName() != "bullpen_aws_calls_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var service, op string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "service":
+					service = l.GetValue()
+				case "operation":
+					op = l.GetValue()
+				}
+			}
+			out[service+":"+op] += m.GetCounter().GetValue()
+		}
+	}
+	return out
 }
 
 func post(h http.Handler, id int64, label string) error {
@@ -262,7 +330,7 @@ func post(h http.Handler, id int64, label string) error {
 func (w *world) waitAssigned(ctx context.Context, first int64, n int, timeout time.Duration) ([]domain.Job, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		list, err := w.a.Store.ListJobs(ctx, domain.JobFilter{})
+		list, err := w.jobs.ListJobs(ctx, domain.JobFilter{})
 		if err != nil {
 			return nil, err
 		}

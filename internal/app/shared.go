@@ -1,0 +1,85 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/bullpen-ci/bullpen/internal/awsconf"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/intake"
+	"github.com/bullpen-ci/bullpen/internal/queue/sqs"
+	"github.com/bullpen-ci/bullpen/internal/store/dynamodb"
+)
+
+// Shared keeps the state where several replicas share it: the store in a
+// DynamoDB table, the queues in SQS under a name prefix.
+type Shared struct {
+	Table       string
+	QueuePrefix string
+	Region      string
+	Endpoint    string // an emulator's URL (moto); "" for AWS itself
+	// HeartbeatResolution: see dynamodb.Options; default 30 s, well
+	// within the reaper's silence allowance. The provisioner's check of a
+	// reused instance's heartbeat allows for it.
+	HeartbeatResolution time.Duration
+}
+
+// DefaultHeartbeatResolution is Shared.HeartbeatResolution's default.
+const DefaultHeartbeatResolution = 30 * time.Second
+
+// FixedQueues are the queues every bullpen uses whatever its
+// configuration; resource-pool queues (one per runner class) come and go
+// with it.
+var FixedQueues = []string{domain.QueueInbox, domain.QueuePool, domain.QueueLaunch, intake.DeadLetterQueue}
+
+// openShared opens the DynamoDB store and the SQS queues, checking that
+// the table and the fixed queues exist, so that a missing one is named
+// when bullpen starts rather than at its first job.
+func (a *App) openShared(ctx context.Context, sh Shared) error {
+	onCall, err := a.awsCalls()
+	if err != nil {
+		return err
+	}
+	cfg, err := awsconf.Load(ctx, awsconf.Options{Region: sh.Region, Endpoint: sh.Endpoint, OnCall: onCall})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	st, err := dynamodb.Open(ctx, awsdynamodb.NewFromConfig(cfg), sh.Table, a.opts.Clock, dynamodb.Options{HeartbeatResolution: sh.HeartbeatResolution})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	q := sqs.New(awssqs.NewFromConfig(cfg), sh.QueuePrefix, sqs.Options{})
+	if err := q.Check(ctx, FixedQueues); err != nil {
+		return fmt.Errorf("open queues: %w", err)
+	}
+	a.Store, a.Queue = st, q
+	a.closers = append(a.closers, st.Close)
+	return nil
+}
+
+// awsCalls counts every AWS call by service and operation, for
+// bullpen_aws_calls_total: the figures DynamoDB and SQS bill by. One
+// counter serves the EC2 provider and the shared state alike.
+func (a *App) awsCalls() (func(service, operation string), error) {
+	a.awsCallsOnce.Do(func() {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_aws_calls_total",
+			Help: "AWS API calls (each attempt of a retried one), by service and operation.",
+		}, []string{"service", "operation"})
+		if err := a.opts.Registry.Register(c); err != nil {
+			a.awsCallsErr = fmt.Errorf("register bullpen_aws_calls_total: %w", err)
+			return
+		}
+		a.awsCallsVec = c
+	})
+	if a.awsCallsErr != nil {
+		return nil, a.awsCallsErr
+	}
+	return func(service, operation string) { a.awsCallsVec.WithLabelValues(service, operation).Inc() }, nil
+}
