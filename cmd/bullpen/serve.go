@@ -145,7 +145,7 @@ func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) strin
 	dur(&f.spotBreaker.Window, "spot-breaker-window", "BULLPEN_SPOT_BREAKER_WINDOW", spotbreaker.DefaultWindow, "the window in which spot interruptions are counted")
 	dur(&f.spotBreaker.Cooldown, "spot-breaker-cooldown", "BULLPEN_SPOT_BREAKER_COOLDOWN", spotbreaker.DefaultCooldown, "how long a runner class stays on-demand once switched")
 	dur(&f.leasePeriod, "lease-period", "BULLPEN_LEASE_PERIOD", 30*time.Second, "the converger, reaper and terminator run on one replica at a time; another takes them over within this once it stops")
-	dur(&f.recheck, "agent-recheck", "BULLPEN_AGENT_RECHECK", 2*time.Second, "an agent's long poll re-reads its instance this often, so a job assigned on another replica reaches it within this (0: only when this replica assigns)")
+	dur(&f.recheck, "agent-recheck", "BULLPEN_AGENT_RECHECK", 2*time.Second, "look this often for jobs and releases another replica gave the agents long-polling this one (one store query however many wait), so such a job reaches its agent within this (0: only this replica's assignments wake them)")
 	dur(&f.heartbeatFlush, "heartbeat-flush", "BULLPEN_HEARTBEAT_FLUSH", time.Second, "agent heartbeats are written to the store together at this interval")
 	dur(&f.shutdownGrace, "shutdown-grace", "BULLPEN_SHUTDOWN_GRACE", time.Minute, "on SIGTERM, how long open requests and then the loops get to finish before serve exits anyway, with status 1")
 	dur(&f.http.read, "http-read-timeout", "BULLPEN_HTTP_READ_TIMEOUT", defaultHTTPRead, "a request's headers and body must arrive within this (GitHub gives up on a delivery after 10s)")

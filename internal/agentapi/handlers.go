@@ -148,22 +148,15 @@ func (s *Server) next(_ http.ResponseWriter, r *http.Request) (any, error) {
 			s.waiters.unsubscribe(in.CloudID, sub)
 			return instruction(ins), err
 		}
-		recheck, stop := s.recheckTimer()
 		select {
 		case <-sub.ch:
-			stop()
-		case <-recheck:
-			s.waiters.unsubscribe(in.CloudID, sub)
 		case <-timeout:
-			stop()
 			s.waiters.unsubscribe(in.CloudID, sub)
 			return instruction(ins), nil
 		case <-ctx.Done():
-			stop()
 			s.waiters.unsubscribe(in.CloudID, sub)
 			return nil, ctx.Err()
 		case <-s.drained:
-			stop()
 			s.waiters.unsubscribe(in.CloudID, sub)
 			return nil, fail(http.StatusServiceUnavailable, CodeUnavailable, "the control plane is shutting down; retry")
 		}
@@ -172,17 +165,6 @@ func (s *Server) next(_ http.ResponseWriter, r *http.Request) (any, error) {
 			return nil, err
 		}
 	}
-}
-
-// recheckTimer fires once the recheck interval has passed (never without
-// one); stop releases it.
-func (s *Server) recheckTimer() (<-chan struct{}, func()) {
-	if s.recheckEvery <= 0 {
-		return nil, func() {}
-	}
-	fired := make(chan struct{})
-	t := s.clk.AfterFunc(s.recheckEvery, func() { close(fired) })
-	return fired, func() { t.Stop() }
 }
 
 // recheck re-reads the caller's row: its token expires with it.

@@ -65,24 +65,37 @@ func TestLongPollWokenByAnAssignment(t *testing.T) {
 }
 
 // With a store several replicas share, an assignment made on another
-// replica sends this one no notice: the long poll finds it by re-asking the
-// store at the recheck interval, not at the end of its wait.
-func TestLongPollFindsAnAssignmentMadeOnAnotherReplica(t *testing.T) {
+// replica sends this one no notice: the recheck finds it, with one listing
+// for all the agents waiting.
+func TestRecheckWakesAPollWhoseInstanceAnotherReplicaAssigned(t *testing.T) {
 	h := newHarness(t)
-	h.Server = agentapi.New(h.Store, h.Calls, h.Clock, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, agentapi.WithRecheck(2*time.Second))
+	counted := &tokenQueries{Store: h.Store}
+	h.Server = agentapi.New(counted, h.Calls, h.Clock, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, agentapi.WithRecheck(2*time.Second))
 	in, token := h.idle("bp-1")
-	start := h.Clock.Now()
+	_, other := h.idle("bp-2")
 	answer := h.poll(h.Ctx, token, "30s")
-	h.Calls.Await(t, 1, agentapitest.IsOp("next"))
-	h.Clock.BlockUntil(2) // the wait and the recheck
+	h.poll(h.Ctx, other, "30s")
+	h.Calls.Await(t, 2, agentapitest.IsOp("next"))
 	h.AssignElsewhere(in.ID, 101, "jit-1")
-	h.Clock.Advance(2 * time.Second)
+	if err := h.Server.Recheck(h.Ctx); err != nil {
+		t.Fatal(err)
+	}
 	ins := instructionOf(t, <-answer)
 	if ins.Kind != "run" || ins.JobID != 101 {
 		t.Fatalf("answered %+v, want to run job 101", ins)
 	}
-	if waited := h.Clock.Now().Sub(start); waited != 2*time.Second {
-		t.Errorf("the agent learnt of its job after %s, want the recheck interval", waited)
+	if got := counted.lists.Load(); got != 1 {
+		t.Errorf("the recheck listed instances %d times, want once for every waiting agent", got)
+	}
+}
+
+// Without a waiting agent, a recheck asks the store nothing.
+func TestRecheckWithoutWaitersReadsNothing(t *testing.T) {
+	h := newHarness(t)
+	counted := &tokenQueries{Store: h.Store}
+	srv := agentapi.New(counted, h.Calls, h.Clock, nil, nil, agentapi.WithRecheck(2*time.Second))
+	if err := srv.Recheck(h.Ctx); err != nil || counted.lists.Load() != 0 {
+		t.Fatalf("recheck with nobody waiting: %v, %d listings", err, counted.lists.Load())
 	}
 }
 

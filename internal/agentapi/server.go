@@ -32,7 +32,8 @@ type Server struct {
 	metrics  *metrics
 	waiters  waiters
 	identity domain.IdentityVerifier // nil: no provider proof asked
-	// recheck > 0: a long poll re-asks the store this often (WithRecheck).
+	// recheckEvery > 0: RecheckLoop wakes the long polls whose instance
+	// another replica changed (WithRecheck).
 	recheckEvery time.Duration
 
 	drainOnce sync.Once
@@ -69,11 +70,10 @@ type Option func(*Server)
 // machine (see domain.IdentityVerifier) besides its bootstrap secret.
 func WithIdentity(v domain.IdentityVerifier) Option { return func(s *Server) { s.identity = v } }
 
-// WithRecheck makes a waiting long poll re-ask the store every d besides
-// waiting for Assigned: with a store several replicas share, an instance
-// can be assigned on another replica, whose notice never reaches this one.
-// It bounds how late such an agent learns of its job, for one store read
-// per waiting agent per d.
+// WithRecheck makes RecheckLoop look, every d, for the instances of waiting
+// long polls that another replica has given a job or a release: with a
+// store several replicas share, that replica's notice never reaches this
+// one. It bounds how late such an agent learns of its job.
 func WithRecheck(d time.Duration) Option { return func(s *Server) { s.recheckEvery = d } }
 
 // Drain ends the long polls in progress with a 503 (the agents retry, with

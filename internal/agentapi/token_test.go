@@ -144,15 +144,19 @@ func TestAnInstanceInErrorKeepsItsToken(t *testing.T) {
 	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
 }
 
-// tokenQueries counts the look-ups of instances by token hash.
+// tokenQueries counts the look-ups of instances by token hash, and the
+// listings by state.
 type tokenQueries struct {
 	agentapi.Store
-	n atomic.Int64
+	n, lists atomic.Int64
 }
 
 func (s *tokenQueries) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error) {
 	if f.TokenHash != "" {
 		s.n.Add(1)
+	}
+	if len(f.States) > 0 {
+		s.lists.Add(1)
 	}
 	return s.Store.ListInstances(ctx, f)
 }

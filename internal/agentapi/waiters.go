@@ -48,3 +48,14 @@ func (w *waiters) wake(id string) {
 		close(e.ch)
 	}
 }
+
+// waiting returns the cloud ids that have a long poll waiting.
+func (w *waiters) waiting() map[string]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]bool, len(w.m))
+	for id := range w.m {
+		out[id] = true
+	}
+	return out
+}

@@ -117,6 +117,18 @@ func (s *Service) lookup(ctx context.Context, cloudID string) (domain.Instance, 
 	if cloudID == "" {
 		return domain.Instance{}, errors.New("empty cloud id")
 	}
+	// A machine's row is read by id once known: a look-up by key, where
+	// finding it by cloud id is an index query (on DynamoDB, one per agent
+	// request otherwise).
+	if id, ok := s.idOf.get(cloudID); ok {
+		in, err := s.store.GetInstance(ctx, id)
+		if err == nil && in.CloudID == cloudID {
+			return in, nil
+		}
+		if err != nil && !errors.Is(err, domain.ErrNotFound) {
+			return domain.Instance{}, fmt.Errorf("look up %s: %w", cloudID, err)
+		}
+	}
 	rows, err := s.store.ListInstances(ctx, domain.InstanceFilter{CloudID: cloudID})
 	if err != nil {
 		return domain.Instance{}, fmt.Errorf("look up %s: %w", cloudID, err)
@@ -124,7 +136,9 @@ func (s *Service) lookup(ctx context.Context, cloudID string) (domain.Instance, 
 	if len(rows) == 0 {
 		return domain.Instance{}, fmt.Errorf("%s: %w", cloudID, ErrUnknownInstance)
 	}
-	return rows[len(rows)-1], nil
+	in := rows[len(rows)-1]
+	s.idOf.put(cloudID, in.ID)
+	return in, nil
 }
 
 // Next tells the agent what to do: start the runner registered for it,

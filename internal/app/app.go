@@ -110,9 +110,9 @@ type Options struct {
 	// ReplicaID names this replica in the leases of the loops that run on
 	// one replica at a time; default the host name and a random suffix.
 	ReplicaID string
-	// AgentRecheck is how often an agent's long poll re-reads its
-	// instance, so that an assignment made on another replica reaches it
-	// within this; default 2 s, negative never.
+	// AgentRecheck is how often this replica looks for the instances of
+	// its waiting long polls that another replica assigned or released
+	// (agentapi.RecheckLoop); default 2 s, negative never.
 	AgentRecheck time.Duration
 	// LeasePeriod is how long such a loop stays with a replica that
 	// stopped renewing its lease (died): another takes it over within

@@ -83,7 +83,11 @@ func (a *App) NoteCycle(r converger.Report) {
 // jobPath is the loops that serve jobs: every replica runs them (the
 // terminator excepted, which runs on one at a time).
 func (a *App) jobPath() []loop.Loop {
-	return []loop.Loop{a.Intake.Loop(), a.Dispatcher.Loop(), a.Provisioner.Loop(), a.oneReplica(a.Terminator.Loop()), a.Agents.Loop()}
+	loops := []loop.Loop{a.Intake.Loop(), a.Dispatcher.Loop(), a.Provisioner.Loop(), a.oneReplica(a.Terminator.Loop()), a.Agents.Loop()}
+	if a.opts.AgentRecheck > 0 {
+		loops = append(loops, a.AgentAPI.RecheckLoop())
+	}
+	return loops
 }
 
 // oneReplica makes l run on one replica at a time, under a lease of
