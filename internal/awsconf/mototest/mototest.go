@@ -67,33 +67,51 @@ func Config(t testing.TB) aws.Config {
 	}
 }
 
-// atomicDynamoDB starts moto's server with its DynamoDB requests handled
-// one at a time. moto evaluates a write's condition and applies the write
-// without a lock, so two concurrent conditional writes can both pass,
-// which DynamoDB itself never allows; the store's contract races writers
-// and would fail on the emulator's race rather than the store's. Other
-// services keep moto's threads (SQS long polls would otherwise block
-// everything).
-const atomicDynamoDB = `
+// serialised starts moto's server with its DynamoDB and SQS requests each
+// handled one at a time. moto evaluates a write's condition and applies
+// the write without a lock, so two concurrent conditional writes can both
+// pass, which DynamoDB never allows; and two concurrent receives can take
+// one message twice or leave a FIFO message group locked for good, which
+// SQS never does. The contracts race writers and consumers, and would fail
+// on the emulator's races rather than the adapters'. A long poll lets go
+// of SQS's lock while it waits, as SQS serves other calls meanwhile; EC2
+// keeps moto's threads.
+const serialised = `
 import sys, threading
-from moto.dynamodb import responses
-lock = threading.Lock()
-unlocked = responses.DynamoHandler.call_action
-def call_action(self):
-    with lock:
-        return unlocked(self)
-responses.DynamoHandler.call_action = call_action
+from moto.dynamodb import responses as dynamodb
+from moto.sqs import responses as sqs, models as sqsmodels
+from moto.core.responses import BaseResponse
+
+def one_at_a_time(handler, lock):
+    unlocked = handler.call_action
+    def call_action(self):
+        with lock:
+            return unlocked(self)
+    handler.call_action = call_action
+
+one_at_a_time(dynamodb.DynamoHandler, threading.Lock())
+sqs_lock = threading.RLock()
+one_at_a_time(sqs.SQSResponse, sqs_lock)
+waiting = sqsmodels.Queue.wait_for_messages
+def wait_for_messages(self, timeout):
+    sqs_lock.release()
+    try:
+        return waiting(self, timeout)
+    finally:
+        sqs_lock.acquire()
+sqsmodels.Queue.wait_for_messages = wait_for_messages
+
 from moto.server import main
 main(sys.argv[1:])
 `
 
 // command is how the emulator is started: through Python with DynamoDB
-// made atomic where moto's package can be imported, else moto_server as
-// installed.
+// and SQS made atomic where moto's package can be imported, else
+// moto_server as installed.
 func command(port int) (*exec.Cmd, error) {
 	args := []string{"-H", "127.0.0.1", "-p", fmt.Sprint(port)}
-	if py, err := exec.LookPath("python3"); err == nil && exec.Command(py, "-c", "import moto.server, moto.dynamodb.responses").Run() == nil {
-		return exec.Command(py, append([]string{"-c", atomicDynamoDB}, args...)...), nil
+	if py, err := exec.LookPath("python3"); err == nil && exec.Command(py, "-c", "import moto.server, moto.dynamodb.responses, moto.sqs.models").Run() == nil {
+		return exec.Command(py, append([]string{"-c", serialised}, args...)...), nil
 	}
 	path, err := exec.LookPath("moto_server")
 	if err != nil {

@@ -52,8 +52,6 @@ func TestQueueContract(t *testing.T) {
 				"where SQS keeps it for five minutes; TestFIFODedup checks the rest",
 			"ChangeVisibilityToZeroRequeues": "moto takes a receipt from an earlier receive of a message " +
 				"as current in ChangeMessageVisibility",
-			"ConcurrentConsumersNeverOverlap": "moto_server's ReceiveMessage takes no lock: " +
-				"concurrent receives now and then hand one message to two consumers",
 			"BatchOfAThousand": "moto's sends and receives slow down with the length of the queue: " +
 				"a thousand messages take it over two minutes, past the contract's one-minute visibility; " +
 				"TestBatchesAndLoops checks a smaller burst",
