@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -129,6 +132,29 @@ func TestTwoReplicasServeABurstAndSurviveOneDying(t *testing.T) {
 	rs.checkRuns(l, first, jobs)
 	rs.checkOneConverger(killedAt)
 	t.Logf("%d deliveries refused by the dead replica and redelivered", refused.Load())
+	t.Logf("the survivor's DynamoDB and SQS calls, from start to the end of the burst, per job:\n%s", awsCallsPerJob(t, rs.b, jobs))
+}
+
+// awsCallsPerJob reads a replica's bullpen_aws_calls_total and divides each
+// DynamoDB and SQS series by jobs.
+func awsCallsPerJob(t *testing.T, s *server, jobs int) string {
+	resp, err := http.Get(s.base + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var b strings.Builder
+	for _, line := range strings.Split(string(body), "\n") {
+		rest, ok := strings.CutPrefix(line, "bullpen_aws_calls_total{")
+		if !ok || strings.Contains(rest, `service="EC2"`) {
+			continue
+		}
+		labels, value, _ := strings.Cut(rest, "} ")
+		n, _ := strconv.ParseFloat(value, 64)
+		fmt.Fprintf(&b, "  %-60s %7.0f  %6.2f per job\n", labels, n, n/float64(jobs))
+	}
+	return b.String()
 }
 
 // checkRuns: every job's runner ran once, on the instance bullpen records,
