@@ -89,7 +89,7 @@ func (s *Server) helloCandidate(ctx context.Context, req HelloRequest) (domain.I
 }
 
 func (s *Server) heartbeat(_ http.ResponseWriter, r *http.Request) (any, error) {
-	in, err := s.authenticate(r)
+	in, err := s.authenticateWithin(r, HeartbeatAuthFresh)
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,7 @@ type Server struct {
 	drainOnce sync.Once
 	drained   chan struct{} // closed by Drain
 
-	// owners maps a token's hash to its instance's id (tokenOwner).
+	// owners maps a token's hash to its instance as last read (tokenOwner).
 	owners     sync.Map
 	ownerCount atomic.Int64
 }
@@ -237,15 +237,26 @@ func ended(s domain.State) bool {
 	return s == domain.StateTerminating || s == domain.StateTerminated
 }
 
-// authenticate returns the instance the request's bearer token belongs to.
-// The token is the identity: nothing in the request can name another.
+// authenticate returns the instance the request's bearer token belongs to,
+// read from the store. The token is the identity: nothing in the request
+// can name another.
 func (s *Server) authenticate(r *http.Request) (domain.Instance, error) {
+	return s.authenticateWithin(r, 0)
+}
+
+// authenticateWithin is authenticate, content with a reading of the
+// token's instance up to fresh old. A heartbeat uses only the instance's
+// identity (id and cloud id, which never change) and comes every few
+// seconds from every agent: re-reading the row each time would make
+// heartbeats the store's largest load. What the window delays is only the
+// refusal of a heartbeat whose instance just ended, which is harmless.
+func (s *Server) authenticateWithin(r *http.Request, fresh time.Duration) (domain.Instance, error) {
 	token, ok := httpauth.Bearer(r.Header.Get("Authorization"))
 	if !ok {
 		return domain.Instance{}, fail(http.StatusUnauthorized, CodeUnauthorized, "missing token (Authorization: Bearer TOKEN)")
 	}
 	hash := domain.HashSecret(token)
-	in, err := s.tokenOwner(r.Context(), hash)
+	in, err := s.tokenOwner(r.Context(), hash, fresh)
 	if err != nil {
 		return domain.Instance{}, err
 	}
@@ -259,15 +270,32 @@ func (s *Server) authenticate(r *http.Request) (domain.Instance, error) {
 // maxOwners bounds the token cache; past it, the cache starts over.
 const maxOwners = 100_000
 
+// HeartbeatAuthFresh is how old a reading of a token's instance a
+// heartbeat is authenticated with (authenticateWithin).
+const HeartbeatAuthFresh = 15 * time.Second
+
+// owner is a token's instance as last read.
+type owner struct {
+	in      domain.Instance
+	checked time.Time
+}
+
 // tokenOwner returns the instance holding the token whose hash is hash. A
 // token never moves to another instance, so the instance found once is
-// remembered and read by id afterwards: a lookup by key, where finding the
-// token is a query of an index (on DynamoDB, every agent request would
-// otherwise be one). The row read must still hold the token.
-func (s *Server) tokenOwner(ctx context.Context, hash string) (domain.Instance, error) {
-	if id, ok := s.owners.Load(hash); ok {
-		in, err := s.store.GetInstance(ctx, id.(string))
+// remembered and read again by id (unless its last reading is within
+// fresh): on a store like DynamoDB, finding a token is an index query, and
+// every agent request would otherwise make one. The row read must still
+// hold the token.
+func (s *Server) tokenOwner(ctx context.Context, hash string, fresh time.Duration) (domain.Instance, error) {
+	now := s.clk.Now()
+	if v, ok := s.owners.Load(hash); ok {
+		o := v.(owner)
+		if now.Sub(o.checked) < fresh {
+			return o.in, nil
+		}
+		in, err := s.store.GetInstance(ctx, o.in.ID)
 		if err == nil && in.AgentTokenHash != "" && subtle.ConstantTimeCompare([]byte(in.AgentTokenHash), []byte(hash)) == 1 {
+			s.owners.Store(hash, owner{in: in, checked: now})
 			return in, nil
 		}
 		if err != nil && !errors.Is(err, domain.ErrNotFound) {
@@ -286,7 +314,7 @@ func (s *Server) tokenOwner(ctx context.Context, hash string) (domain.Instance, 
 		s.owners.Clear()
 		s.ownerCount.Store(0)
 	}
-	s.owners.Store(hash, rows[0].ID)
+	s.owners.Store(hash, owner{in: rows[0], checked: now})
 	return rows[0], nil
 }
 

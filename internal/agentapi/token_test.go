@@ -148,7 +148,12 @@ func TestAnInstanceInErrorKeepsItsToken(t *testing.T) {
 // listings by state.
 type tokenQueries struct {
 	agentapi.Store
-	n, lists atomic.Int64
+	n, lists, gets atomic.Int64
+}
+
+func (s *tokenQueries) GetInstance(ctx context.Context, id string) (domain.Instance, error) {
+	s.gets.Add(1)
+	return s.Store.GetInstance(ctx, id)
 }
 
 func (s *tokenQueries) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error) {
@@ -163,7 +168,8 @@ func (s *tokenQueries) ListInstances(ctx context.Context, f domain.InstanceFilte
 
 // A token is found by its hash once; later requests read its instance by
 // id, which on a store like DynamoDB is a key look-up instead of an index
-// query per request. The row read must still hold the token.
+// query per request, and a heartbeat reads it at most once per
+// HeartbeatAuthFresh. The row read must still hold the token.
 func TestATokenIsLookedUpOnceThenReadByID(t *testing.T) {
 	h := newHarness(t)
 	in, token := h.launched("bp-1")
@@ -172,13 +178,29 @@ func TestATokenIsLookedUpOnceThenReadByID(t *testing.T) {
 	for range 3 {
 		wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
 	}
-	if got := counted.n.Load(); got != 1 {
-		t.Fatalf("%d look-ups by token for three requests, want 1", got)
+	if got, reads := counted.n.Load(), counted.gets.Load(); got != 1 || reads != 0 {
+		t.Fatalf("three heartbeats: %d look-ups by token and %d reads by id, want 1 and 0", got, reads)
 	}
 	if _, err := h.Store.Transition(t.Context(), in.ID, domain.GuardOf(h.Get(in.ID)), func(i *domain.Instance) {
 		i.State, i.Reason = domain.StateTerminating, "test"
 	}); err != nil {
 		t.Fatal(err)
 	}
-	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusUnauthorized, agentapi.CodeInstanceEnded)
+	// A signal reads the row: the token died with its instance.
+	wantStatus(t, h.signal(token, agentapi.SignalRequest{Kind: "warm"}), http.StatusUnauthorized, agentapi.CodeInstanceEnded)
+	if got := counted.n.Load(); got != 1 {
+		t.Fatalf("%d look-ups by token, want still 1: the instance is read by id", got)
+	}
+	_, token2 := h.launched("bp-2")
+	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token2, ""), http.StatusNoContent, "")
+	h2 := h.Get("bp-2")
+	if _, err := h.Store.Transition(t.Context(), h2.ID, domain.GuardOf(h2), func(i *domain.Instance) {
+		i.State, i.Reason = domain.StateTerminating, "test"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A heartbeat is refused once its reading is older than the window.
+	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token2, ""), http.StatusNoContent, "")
+	h.Clock.Advance(agentapi.HeartbeatAuthFresh)
+	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token2, ""), http.StatusUnauthorized, agentapi.CodeInstanceEnded)
 }
