@@ -75,7 +75,9 @@ func Config(t testing.TB) aws.Config {
 // SQS never does. The contracts race writers and consumers, and would fail
 // on the emulator's races rather than the adapters'. A long poll lets go
 // of SQS's lock while it waits, as SQS serves other calls meanwhile; EC2
-// keeps moto's threads.
+// keeps moto's threads. Two costs of moto's server that grow with load
+// and mean nothing to the tests go too: the listing of its own package
+// directory to route each request, and a log line per request.
 const serialised = `
 import sys, threading
 from moto.dynamodb import responses as dynamodb
@@ -100,6 +102,13 @@ def wait_for_messages(self, timeout):
     finally:
         sqs_lock.acquire()
 sqsmodels.Queue.wait_for_messages = wait_for_messages
+
+# moto lists its own package directory, under a process-wide lock, to
+# route every request; the list never changes while it runs.
+import logging, moto.backends
+modules = tuple(moto.backends.list_of_moto_modules())
+moto.backends.list_of_moto_modules = lambda: modules
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
 from moto.server import main
 main(sys.argv[1:])
