@@ -79,7 +79,7 @@ func Config(t testing.TB) aws.Config {
 // and mean nothing to the tests go too: the listing of its own package
 // directory to route each request, and a log line per request.
 const serialised = `
-import sys, threading
+import sys, threading, time
 from moto.dynamodb import responses as dynamodb
 from moto.sqs import responses as sqs, models as sqsmodels
 from moto.core.responses import BaseResponse
@@ -98,6 +98,10 @@ waiting = sqsmodels.Queue.wait_for_messages
 def wait_for_messages(self, timeout):
     sqs_lock.release()
     try:
+        # moto's wait returns at once while any message is visible, even
+        # one a FIFO group holds back, and its long poll then spins: let
+        # the other requests in between turns.
+        time.sleep(0.05)
         return waiting(self, timeout)
     finally:
         sqs_lock.acquire()
