@@ -94,6 +94,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	if o.CASOps <= 0 {
 		o.CASOps = 2000
+		if o.Shared != nil {
+			o.CASOps = 200 // each is a network round trip, and an emulator's slow
+		}
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Minute
