@@ -3,6 +3,7 @@ package dynamodb
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -64,77 +65,78 @@ type pending[Row any] struct {
 	cur, next Row
 }
 
+// staged are the rows of one kind that a change touches, in the order it
+// first touches them.
+type staged[ID comparable, Row, Guard any] struct {
+	kind  *rowKind[ID, Row, Guard]
+	rows  map[ID]*pending[Row]
+	order []ID
+}
+
+func newStaged[ID comparable, Row, Guard any](k *rowKind[ID, Row, Guard]) *staged[ID, Row, Guard] {
+	return &staged[ID, Row, Guard]{kind: k, rows: map[ID]*pending[Row]{}}
+}
+
+// apply decides one transition on the row as the change has left it so
+// far, reading it first if the change has not touched it yet. refused is
+// the transition's refusal; err a failed read.
+func (st *staged[ID, Row, Guard]) apply(ctx context.Context, s *Store, now time.Time, id ID, g Guard, fn func(*Row)) (next Row, refused, err error) {
+	p, ok := st.rows[id]
+	if !ok {
+		cur, found, err := st.kind.get(ctx, s, id)
+		if err != nil {
+			return next, nil, fmt.Errorf("%s %v: %w", st.kind.noun, id, err)
+		}
+		if !found {
+			return next, fmt.Errorf("%s %v: %w", st.kind.noun, id, domain.ErrNotFound), nil
+		}
+		p = &pending[Row]{cur: cur, next: cur}
+		st.rows[id] = p
+		st.order = append(st.order, id)
+	}
+	if fn == nil {
+		fn = func(*Row) {}
+	}
+	if next, refused = st.kind.decide(p.next, g, now, fn); refused != nil {
+		return next, refused, nil
+	}
+	p.next = next
+	return next, nil, nil
+}
+
+// writes are the conditional updates that make the staged rows so.
+func (st *staged[ID, Row, Guard]) writes(s *Store) ([]types.TransactWriteItem, error) {
+	var out []types.TransactWriteItem
+	for _, id := range st.order {
+		u, err := st.kind.update(s, st.rows[id].cur, st.rows[id].next)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u.transact(s.table))
+	}
+	return out, nil
+}
+
 // decideChange reads the rows of c and applies its transitions in order,
 // each seeing the ones before it. writes are the conditional updates that
 // make it so; refused is the first transition refused.
 func (s *Store) decideChange(ctx context.Context, c domain.Change) (out domain.Changed, writes []types.TransactWriteItem, refused, err error) {
 	now := s.now()
 	out = domain.Changed{Instances: make([]domain.Instance, len(c.Instances)), Jobs: make([]domain.Job, len(c.Jobs))}
-	insts := map[string]*pending[domain.Instance]{}
-	var instOrder []string
+	insts, jobs := newStaged(&instanceKind), newStaged(&jobKind)
 	for n, r := range c.Instances {
-		p, ok := insts[r.ID]
-		if !ok {
-			cur, found, err := instanceKind.get(ctx, s, r.ID)
-			if err != nil {
-				return out, nil, nil, fmt.Errorf("instance %s: %w", r.ID, err)
-			}
-			if !found {
-				return out, nil, fmt.Errorf("instance %s: %w", r.ID, domain.ErrNotFound), nil
-			}
-			p = &pending[domain.Instance]{cur: cur, next: cur}
-			insts[r.ID] = p
-			instOrder = append(instOrder, r.ID)
+		if out.Instances[n], refused, err = insts.apply(ctx, s, now, r.ID, r.Guard, r.Apply); refused != nil || err != nil {
+			return out, nil, refused, err
 		}
-		fn := r.Apply
-		if fn == nil {
-			fn = func(*domain.Instance) {}
-		}
-		next, refusal := instanceKind.decide(p.next, r.Guard, now, fn)
-		if refusal != nil {
-			return out, nil, refusal, nil
-		}
-		p.next, out.Instances[n] = next, next
 	}
-	jobs := map[int64]*pending[domain.Job]{}
-	var jobOrder []int64
 	for n, r := range c.Jobs {
-		p, ok := jobs[r.ID]
-		if !ok {
-			cur, found, err := jobKind.get(ctx, s, r.ID)
-			if err != nil {
-				return out, nil, nil, fmt.Errorf("job %d: %w", r.ID, err)
-			}
-			if !found {
-				return out, nil, fmt.Errorf("job %d: %w", r.ID, domain.ErrNotFound), nil
-			}
-			p = &pending[domain.Job]{cur: cur, next: cur}
-			jobs[r.ID] = p
-			jobOrder = append(jobOrder, r.ID)
+		if out.Jobs[n], refused, err = jobs.apply(ctx, s, now, r.ID, r.Guard, r.Apply); refused != nil || err != nil {
+			return out, nil, refused, err
 		}
-		fn := r.Apply
-		if fn == nil {
-			fn = func(*domain.Job) {}
-		}
-		next, refusal := jobKind.decide(p.next, r.Guard, now, fn)
-		if refusal != nil {
-			return out, nil, refusal, nil
-		}
-		p.next, out.Jobs[n] = next, next
 	}
-	for _, id := range instOrder {
-		u, err := instanceKind.update(s, insts[id].cur, insts[id].next)
-		if err != nil {
-			return out, nil, nil, err
-		}
-		writes = append(writes, u.transact(s.table))
+	if writes, err = insts.writes(s); err != nil {
+		return out, nil, nil, err
 	}
-	for _, id := range jobOrder {
-		u, err := jobKind.update(s, jobs[id].cur, jobs[id].next)
-		if err != nil {
-			return out, nil, nil, err
-		}
-		writes = append(writes, u.transact(s.table))
-	}
-	return out, writes, nil, nil
+	jw, err := jobs.writes(s)
+	return out, append(writes, jw...), nil, err
 }

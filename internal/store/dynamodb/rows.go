@@ -19,7 +19,7 @@ import (
 // rowKind is one kind of row's guarded transition: how to find, decide
 // and encode it. The read, the conditional write and the retries are the
 // same for instances and jobs and are written once below.
-type rowKind[ID any, Row any, Guard any] struct {
+type rowKind[ID comparable, Row any, Guard any] struct {
 	noun    string
 	key     func(ID) map[string]types.AttributeValue
 	encode  func(*Store, Row) (map[string]types.AttributeValue, error)
