@@ -51,7 +51,14 @@ func startReplicas(t *testing.T, hot int) *replicaSet {
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(replicasConfig, w.image("replicas", "v1"), hot)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	common := append(append([]string{"--config", cfg, "--environment", "replicas", "--agent-url", rs.lb.URL, "--lease-period", "3s"},
+	// Every cloud call of both replicas and of the machines goes through
+	// one emulator process: a reused instance gets longer than its
+	// production 10 s to register. Rows the killed replica left pending
+	// (it died between launching machines and recording them) expire
+	// after a minute instead of five, and the reaper looks every 15 s,
+	// so their jobs are served again within the test.
+	common := append(append([]string{"--config", cfg, "--environment", "replicas", "--agent-url", rs.lb.URL, "--lease-period", "3s",
+		"--claim-registration-timeout", "30s", "--deadline", "pending=1m", "--reap-every", "15s"},
 		w.serveFlags()...), sharedState(t, w.bin, w.run, w.endpoint)...)
 	rs.a = startServerWith(t, "", append(common, "--replica-id", "replica-a")...)
 	rs.b = startServerWith(t, "", append(common, "--replica-id", "replica-b")...)
@@ -112,11 +119,12 @@ func TestTwoReplicasServeABurstAndSurviveOneDying(t *testing.T) {
 			}
 			<-rs.a.done
 			killedAt = time.Now()
+			rs.lb.remove(rs.a.base)
 			t.Logf("kill -9 replica a after %d deliveries", i+1)
 		}
 	}
 	l := &localStack{server: rs.b}
-	rs.b.eventually("every job completes", 240*time.Second, func() bool {
+	rs.b.eventually("every job completes", 360*time.Second, func() bool {
 		var list struct{ Jobs []apiJob }
 		rs.b.get("/api/v1/jobs?limit=1000", &list)
 		done := 0
@@ -127,12 +135,16 @@ func TestTwoReplicasServeABurstAndSurviveOneDying(t *testing.T) {
 		}
 		return done == jobs
 	})
-	rs.b.eventually("the survivor refills the pool", 120*time.Second, func() bool { return rs.b.poolCounts("warm")["ready_hot"] == hot })
+	// At least the target: instances the burst brought back to the pool
+	// beyond it stay until their idle lifetime (10 minutes) is over.
+	rs.b.eventually("the survivor refills the pool", 120*time.Second, func() bool { return rs.b.poolCounts("warm")["ready_hot"] >= hot })
 
 	rs.checkRuns(l, first, jobs)
 	rs.checkOneConverger(killedAt)
 	t.Logf("%d deliveries refused by the dead replica and redelivered", refused.Load())
-	t.Logf("the survivor's DynamoDB and SQS calls, from start to the end of the burst, per job:\n%s", awsCallsPerJob(t, rs.b, jobs))
+	if calls := awsCallsPerJob(t, rs.b, jobs); calls != "" {
+		t.Logf("the survivor's DynamoDB and SQS calls, from start to the end of the burst, per job:\n%s", calls)
+	}
 }
 
 // awsCallsPerJob reads a replica's bullpen_aws_calls_total and divides each

@@ -93,7 +93,10 @@ func newEC2Machines(t *testing.T, api *awsec2.Client, bin, controller, runner st
 
 func (m *ec2Machines) run() {
 	defer close(m.done)
-	tick := time.NewTicker(200 * time.Millisecond)
+	// A look a second: the emulator's DescribeInstances walks every
+	// instance it ever launched, and more often would make the player the
+	// emulator's largest load. EC2 takes longer than that to boot anyway.
+	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		m.sync()

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,15 @@ func (s *spread) add(base string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.backends = append(s.backends, base)
+}
+
+// remove takes base out of the rotation, as a balancer's health check
+// does once a backend stops answering: its port may soon be another
+// listener's.
+func (s *spread) remove(base string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.backends = slices.DeleteFunc(s.backends, func(b string) bool { return b == base })
 }
 
 // order is the backends to try for one request, starting at the next in

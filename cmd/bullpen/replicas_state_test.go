@@ -1,19 +1,25 @@
 package main
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
 )
 
-// sharedState creates, with `bullpen aws bootstrap`, a DynamoDB table and
-// SQS queues of the run's own on the emulator, and returns the flags that
-// put both replicas on them. The emulator's credentials are in the
-// environment already.
+// sharedState returns the flags that put both replicas on one store: a
+// SQLite file they share, or, with BULLPEN_REPLICAS_STATE=aws, a DynamoDB
+// table and SQS queues of the run's own on the emulator, created with
+// `bullpen aws bootstrap` (the emulator's credentials are in the
+// environment already).
 func sharedState(t *testing.T, bin, run, endpoint string) []string {
 	t.Helper()
+	if os.Getenv("BULLPEN_REPLICAS_STATE") != "aws" {
+		return []string{"--store", "sqlite://" + filepath.Join(t.TempDir(), "shared.db")}
+	}
 	flags := []string{"--store", "dynamodb://bullpen-replicas-" + run, "--queue", "sqs://bullpen-replicas-" + run + "-"}
 	cmd := exec.Command(bin, append([]string{"aws", "bootstrap", "--aws-region", mototest.Region, "--aws-endpoint", endpoint}, flags...)...)
 	out, err := cmd.CombinedOutput()
