@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/agent"
+	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -206,7 +207,8 @@ func TestAgentStoppedMidJobReportsItAtRestart(t *testing.T) {
 }
 
 // An idle agent learns from its heartbeats that its instance ended (the
-// reaper took it), and stops without waiting for its long poll.
+// reaper took it), and stops without waiting for its long poll: within
+// the age of the instance reading heartbeats are authenticated with.
 func TestIdleAgentLearnsItsInstanceEnded(t *testing.T) {
 	r := newRig(t)
 	cp := r.cp
@@ -217,8 +219,10 @@ func TestIdleAgentLearnsItsInstanceEnded(t *testing.T) {
 	cp.Calls.Await(t, 1, agentapitest.IsOp("next"))
 	cp.Calls.Await(t, 1, agentapitest.IsOp("heartbeat")) // the first one, sent at once
 	cp.Move("bp-1", func(i *domain.Instance) { i.State = domain.StateTerminating })
-	cp.Clock.BlockUntil(2) // the next heartbeat, and the long poll's wait
-	cp.Clock.Advance(agent.DefaultHeartbeatEvery)
+	for range agentapi.HeartbeatAuthFresh / agent.DefaultHeartbeatEvery {
+		cp.Clock.BlockUntil(2) // the next heartbeat, and the long poll's wait
+		cp.Clock.Advance(agent.DefaultHeartbeatEvery)
+	}
 	if err := result(t, g); !errors.Is(err, agent.ErrInstanceEnded) {
 		t.Fatalf("Run: %v, want ErrInstanceEnded", err)
 	}

@@ -9,12 +9,12 @@ import (
 )
 
 // changing are the states in which an instance's agent has news waiting:
-// a job assigned (claimed, or booting for a job it was created for), or
-// a release.
-var changing = []domain.State{domain.StateBooting, domain.StateClaimed, domain.StateReleasing}
+// a job assigned (claimed, or booting for a job it was created for), a
+// release, or its end (its token dies with it).
+var changing = []domain.State{domain.StateBooting, domain.StateClaimed, domain.StateReleasing, domain.StateTerminating}
 
 // RecheckLoop wakes, every WithRecheck interval, the long polls whose
-// instance another replica assigned a job or released. One listing of the
+// instance another replica assigned a job, released or ended. One listing of the
 // instances in those few states serves every waiting agent of this
 // replica, instead of one read per agent per interval. A woken poll reads
 // its instance and answers, or waits again. Without WithRecheck it does
@@ -34,7 +34,8 @@ func (s *Server) Recheck(ctx context.Context) error {
 		return fmt.Errorf("recheck waiting agents: %w", err)
 	}
 	for _, in := range rows {
-		if waiting[in.CloudID] && (in.State == domain.StateReleasing || in.RunnerConfig != "" && in.Job != "") {
+		news := in.State == domain.StateReleasing || in.State == domain.StateTerminating || in.RunnerConfig != "" && in.Job != ""
+		if waiting[in.CloudID] && news {
 			s.waiters.wake(in.CloudID)
 		}
 	}
