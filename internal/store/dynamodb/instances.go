@@ -128,20 +128,18 @@ func (s *Store) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]d
 	default:
 		lookups = []lookup{{indexKind, attrKind, kindInstance}}
 	}
+	items, err := s.queryAll(ctx, lookups)
+	if err != nil {
+		return nil, fmt.Errorf("list instances: %w", err)
+	}
 	var out []domain.Instance
-	for _, l := range lookups {
-		items, err := s.query(ctx, l)
+	for _, item := range items {
+		in, err := decodeInstance(item)
 		if err != nil {
 			return nil, fmt.Errorf("list instances: %w", err)
 		}
-		for _, item := range items {
-			in, err := decodeInstance(item)
-			if err != nil {
-				return nil, fmt.Errorf("list instances: %w", err)
-			}
-			if matchesInstance(in, f) {
-				out = append(out, in)
-			}
+		if matchesInstance(in, f) {
+			out = append(out, in)
 		}
 	}
 	slices.SortFunc(out, func(a, b domain.Instance) int {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -189,22 +190,11 @@ func newUpdate(before, after map[string]types.AttributeValue, version int64) upd
 			remove = append(remove, n)
 		}
 	}
-	u.expr = "SET " + join(set)
+	u.expr = "SET " + strings.Join(set, ", ")
 	if len(remove) > 0 {
-		u.expr += " REMOVE " + join(remove)
+		u.expr += " REMOVE " + strings.Join(remove, ", ")
 	}
 	return u
-}
-
-func join(parts []string) string {
-	out := ""
-	for k, p := range parts {
-		if k > 0 {
-			out += ", "
-		}
-		out += p
-	}
-	return out
 }
 
 func (u update) item(table string) *awsdynamodb.UpdateItemInput {
