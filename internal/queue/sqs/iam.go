@@ -1,6 +1,7 @@
 package sqs
 
 import (
+	"cmp"
 	"fmt"
 	"reflect"
 
@@ -11,18 +12,12 @@ import (
 // the calls of API on those queues only. CreateQueue is among them because
 // resource-pool queues are created on first use.
 func Policy(region, account, prefix string) awsconf.Statement {
-	if region == "" {
-		region = "*"
-	}
-	if account == "" {
-		account = "*"
-	}
 	return awsconf.Statement{
 		Sid: "QueuesInSQS", Effect: "Allow",
 		Action: awsconf.Actions("sqs", reflect.TypeFor[API](), map[string][]string{
 			"SendMessageBatch":   {"SendMessage"},
 			"DeleteMessageBatch": {"DeleteMessage"},
 		}),
-		Resource: []string{fmt.Sprintf("arn:aws:sqs:%s:%s:%s*", region, account, prefix)},
+		Resource: []string{fmt.Sprintf("arn:aws:sqs:%s:%s:%s*", cmp.Or(region, "*"), cmp.Or(account, "*"), prefix)},
 	}
 }

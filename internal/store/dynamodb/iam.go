@@ -1,6 +1,7 @@
 package dynamodb
 
 import (
+	"cmp"
 	"fmt"
 	"reflect"
 
@@ -12,7 +13,7 @@ import (
 // else. Creating the table is `bullpen aws bootstrap`'s, run by an
 // administrator.
 func Policy(region, account, table string) awsconf.Statement {
-	arn := fmt.Sprintf("arn:aws:dynamodb:%s:%s:table/%s", or(region, "*"), or(account, "*"), table)
+	arn := fmt.Sprintf("arn:aws:dynamodb:%s:%s:table/%s", cmp.Or(region, "*"), cmp.Or(account, "*"), table)
 	return awsconf.Statement{
 		Sid: "StateInDynamoDB", Effect: "Allow",
 		Action: append(awsconf.Actions("dynamodb", reflect.TypeFor[API](), map[string][]string{
@@ -20,11 +21,4 @@ func Policy(region, account, table string) awsconf.Statement {
 		}), "dynamodb:DescribeTable"),
 		Resource: []string{arn, arn + "/index/*"},
 	}
-}
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
