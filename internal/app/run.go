@@ -28,11 +28,11 @@ func (a *App) Handler() http.Handler {
 }
 
 // health answers 200 when the store answers and no loop keeps failing, 503
-// otherwise, with each loop's status.
+// otherwise, with each loop's status and why the store does not answer.
 func (a *App) health(w http.ResponseWriter, r *http.Request) {
-	status, store := http.StatusOK, "ok"
+	status, store, storeErr := http.StatusOK, "ok", ""
 	if _, err := a.Store.ListPoolStatus(r.Context()); err != nil {
-		status, store = http.StatusServiceUnavailable, "unavailable"
+		status, store, storeErr = http.StatusServiceUnavailable, "unavailable", err.Error()
 	}
 	if !a.Loops.Healthy() {
 		status = http.StatusServiceUnavailable
@@ -40,9 +40,10 @@ func (a *App) health(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(struct {
-		Store string        `json:"store"`
-		Loops []loop.Status `json:"loops"`
-	}{store, a.Loops.Statuses()})
+		Store      string        `json:"store"`
+		StoreError string        `json:"store_error,omitempty"`
+		Loops      []loop.Status `json:"loops"`
+	}{store, storeErr, a.Loops.Statuses()})
 }
 
 // Run runs every loop until ctx ends, then waits for each to finish what it

@@ -26,7 +26,7 @@ func (a *App) wire(ctx context.Context) error {
 	o := a.opts
 	log, reg, clk := o.Log, o.Registry, o.Clock
 	var err error
-	if a.Loops, err = loop.NewRunner(clk, log.With("loop", "runner"), reg); err != nil {
+	if a.Loops, err = loop.NewRunner(clk, log, reg); err != nil {
 		return err
 	}
 	if a.Exclusive, err = loop.NewExclusive(a.Store, o.ReplicaID, clk, log.With("loop", "leases"), reg); err != nil {

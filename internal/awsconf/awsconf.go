@@ -54,6 +54,14 @@ func Load(ctx context.Context, o Options) (aws.Config, error) {
 	if err != nil {
 		return aws.Config{}, fmt.Errorf("aws: load configuration: %w", err)
 	}
+	// Credentials are looked up now, once, so that a missing or broken
+	// chain is named at start rather than by the first call of each loop.
+	if cfg.Credentials == nil {
+		return aws.Config{}, fmt.Errorf("aws: no usable credentials: %w", ErrCredentials)
+	}
+	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
+		return aws.Config{}, fmt.Errorf("aws: no usable credentials: %w: %v", ErrCredentials, err)
+	}
 	if o.Endpoint != "" {
 		cfg.BaseEndpoint = aws.String(o.Endpoint)
 	}

@@ -1,14 +1,17 @@
 package awsconf_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	awsec2 "github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/smithy-go"
 
 	"github.com/bullpen-ci/bullpen/internal/awsconf"
 )
@@ -73,5 +76,47 @@ func TestRetriesAreBounded(t *testing.T) {
 func TestLoadNeedsARegion(t *testing.T) {
 	if _, err := awsconf.Load(t.Context(), awsconf.Options{}); err == nil {
 		t.Fatal("no region accepted")
+	}
+}
+
+// Without credentials Load fails at once and says where it looked, rather
+// than each client's first call failing later.
+func TestLoadNamesMissingCredentials(t *testing.T) {
+	home := t.TempDir()
+	for k, v := range map[string]string{
+		"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_SESSION_TOKEN": "", "AWS_PROFILE": "",
+		"AWS_WEB_IDENTITY_TOKEN_FILE": "", "AWS_CONTAINER_CREDENTIALS_FULL_URI": "", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "",
+		"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": home + "/config", "AWS_SHARED_CREDENTIALS_FILE": home + "/credentials",
+	} {
+		t.Setenv(k, v)
+	}
+	_, err := awsconf.Load(t.Context(), awsconf.Options{Region: "eu-west-1"})
+	if !errors.Is(err, awsconf.ErrCredentials) || !strings.Contains(err.Error(), "no usable credentials") {
+		t.Fatalf("load without credentials: %v, want ErrCredentials", err)
+	}
+}
+
+// Kind sorts the codes DynamoDB, SQS and EC2 answer with by what an
+// operator does about them.
+func TestKind(t *testing.T) {
+	for code, want := range map[string]error{
+		"ProvisionedThroughputExceededException": awsconf.ErrThrottled,
+		"RequestThrottled":                       awsconf.ErrThrottled,
+		"ThrottlingException":                    awsconf.ErrThrottled,
+		"UnrecognizedClientException":            awsconf.ErrCredentials,
+		"InvalidClientTokenId":                   awsconf.ErrCredentials,
+		"ExpiredTokenException":                  awsconf.ErrCredentials,
+		"AccessDeniedException":                  awsconf.ErrDenied,
+		"AccessDenied":                           awsconf.ErrDenied,
+		"ConditionalCheckFailedException":        nil,
+		"ResourceNotFoundException":              nil,
+	} {
+		err := fmt.Errorf("wrapped: %w", &smithy.GenericAPIError{Code: code, Message: "m"})
+		if got := awsconf.Kind(err); got != want {
+			t.Errorf("%s: %v, want %v", code, got, want)
+		}
+	}
+	if awsconf.Kind(errors.New("connection refused")) != nil {
+		t.Error("a network error has a kind")
 	}
 }

@@ -44,6 +44,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/bullpen-ci/bullpen/internal/awsconf"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -220,6 +221,9 @@ func (q *Queue) wrap(op, name string, err error) error {
 	if queueMissing(err) {
 		q.urls.Delete(name)
 		return fmt.Errorf("sqs %s: SQS queue %s for bullpen queue %q: %w (run bullpen aws bootstrap to create it)", op, sqsName, name, ErrNoQueue)
+	}
+	if kind := awsconf.Kind(err); kind != nil {
+		return fmt.Errorf("sqs %s %s: %w: %w", op, sqsName, kind, err)
 	}
 	return fmt.Errorf("sqs %s %s: %w", op, sqsName, err)
 }

@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/bullpen-ci/bullpen/internal/awsconf"
 	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -94,6 +96,53 @@ func TestMissingQueueSaysToBootstrap(t *testing.T) {
 	}
 	if err := checks["receive"]; err != nil && !strings.Contains(err.Error(), "inbox.fifo") {
 		t.Errorf("receive: %v does not name the SQS queue", err)
+	}
+}
+
+// SQS failing (down, throttling, refusing the credentials or a
+// permission) is an error naming the call, the queue and what to do; a
+// message sent while it fails is not half sent, and the same queue works
+// once SQS answers again.
+func TestFailuresAreNamedAndTheQueueRecovers(t *testing.T) {
+	gate := mototest.NewGate(t)
+	p := prefix(t)
+	if _, _, err := sqs.New(awssqs.NewFromConfig(mototest.Config(t)), p, sqs.Options{}).Ensure(t.Context(), []string{domain.QueueLaunch}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := mototest.Config(t)
+	cfg.BaseEndpoint, cfg.RetryMaxAttempts = aws.String(gate.URL), 1
+	q := sqs.New(awssqs.NewFromConfig(cfg), p, sqs.Options{})
+	ctx := t.Context()
+	for i, c := range []struct {
+		fault mototest.Fault
+		kind  error
+		says  string
+	}{
+		{mototest.Unavailable, nil, "503"},
+		{mototest.Throttled, awsconf.ErrThrottled, "throttled"},
+		{mototest.BadCredentials, awsconf.ErrCredentials, "instance role"},
+		{mototest.Denied, awsconf.ErrDenied, "bullpen aws iam-policy"},
+	} {
+		gate.Fail(c.fault)
+		err := q.Send(ctx, domain.QueueLaunch, []domain.SendRequest{{Body: []byte(fmt.Sprint("during ", i))}})
+		_, rerr := q.Receive(ctx, domain.QueueLaunch, 10, time.Minute, 0)
+		for what, err := range map[string]error{"SendMessageBatch": err, "ReceiveMessage": rerr} {
+			if err == nil || !strings.Contains(err.Error(), what) || !strings.Contains(err.Error(), p+"launch") ||
+				!strings.Contains(err.Error(), c.says) || (c.kind != nil && !errors.Is(err, c.kind)) {
+				t.Errorf("%s answered %s: %v; want an error naming the call, the queue and %q", what, c.fault.Code, err, c.says)
+			}
+		}
+		gate.Pass()
+		if err := q.Send(ctx, domain.QueueLaunch, []domain.SendRequest{{Body: []byte(fmt.Sprint("after ", i))}}); err != nil {
+			t.Fatalf("send once SQS answers again after %s: %v", c.fault.Code, err)
+		}
+		got, err := q.Receive(ctx, domain.QueueLaunch, 10, time.Minute, time.Second)
+		if err != nil || len(got) != 1 || string(got[0].Body) != fmt.Sprint("after ", i) {
+			t.Fatalf("receive after %s: %d messages, %v; want only the one sent after", c.fault.Code, len(got), err)
+		}
+		if err := q.Delete(ctx, domain.QueueLaunch, []string{got[0].Receipt}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

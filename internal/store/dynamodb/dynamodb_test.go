@@ -4,19 +4,16 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
+	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/bullpen-ci/bullpen/internal/awsconf"
 	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -75,41 +72,45 @@ func TestEnsureTwiceFindsTheTable(t *testing.T) {
 	}
 }
 
-// DynamoDB failing is an error naming the call and the table, and the
-// same store works again once DynamoDB answers: nothing is left half done
-// or cached as failed.
-func TestAnOutageIsReportedAndTheStoreRecovers(t *testing.T) {
+// DynamoDB failing (down, throttling, refusing the credentials or a
+// permission) is an error naming the call, the table and what to do, and
+// the same store works again once DynamoDB answers: nothing is left half
+// done or cached as failed.
+func TestFailuresAreNamedAndTheStoreRecovers(t *testing.T) {
 	_, table := newTable(t)
-	target, err := url.Parse(mototest.Endpoint(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var down atomic.Bool
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if down.Load() {
-			http.Error(w, "unavailable", http.StatusServiceUnavailable)
-			return
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(gate.Close)
+	gate := mototest.NewGate(t)
 	cfg := mototest.Config(t)
 	cfg.BaseEndpoint, cfg.RetryMaxAttempts = aws.String(gate.URL), 1
 	s, err := dynamodb.New(awsdynamodb.NewFromConfig(cfg), table, clock.NewVirtual(time.Now()), dynamodb.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := domain.Instance{ID: "bp-1", State: domain.StateReady, Runner: "small"}
-	down.Store(true)
-	if err := s.CreateInstances(t.Context(), []domain.Instance{in}); err == nil || !strings.Contains(err.Error(), "TransactWriteItems") || !strings.Contains(err.Error(), table) {
-		t.Fatalf("create during the outage: %v; want an error naming TransactWriteItems and the table", err)
-	}
-	down.Store(false)
-	if _, err := s.GetInstance(t.Context(), "bp-1"); !errors.Is(err, domain.ErrNotFound) {
-		t.Fatalf("the refused create left a row: %v", err)
-	}
-	if err := s.CreateInstances(t.Context(), []domain.Instance{in}); err != nil {
-		t.Fatalf("create once DynamoDB answers: %v", err)
+	for i, c := range []struct {
+		fault mototest.Fault
+		kind  error
+		says  string
+	}{
+		{mototest.Unavailable, nil, "503"},
+		{mototest.Throttled, awsconf.ErrThrottled, "request quotas"},
+		{mototest.BadCredentials, awsconf.ErrCredentials, "instance role"},
+		{mototest.Denied, awsconf.ErrDenied, "bullpen aws iam-policy"},
+	} {
+		in := domain.Instance{ID: fmt.Sprintf("bp-%d", i), State: domain.StateReady, Runner: "small"}
+		gate.Fail(c.fault)
+		err := s.CreateInstances(t.Context(), []domain.Instance{in})
+		if err == nil || !strings.Contains(err.Error(), "TransactWriteItems") || !strings.Contains(err.Error(), table) ||
+			!strings.Contains(err.Error(), c.says) || (c.kind != nil && !errors.Is(err, c.kind)) {
+			t.Errorf("create answered %s: %v; want an error naming TransactWriteItems, the table and %q", c.fault.Code, err, c.says)
+		}
+		if _, err := s.ListInstances(t.Context(), domain.InstanceFilter{}); err == nil || (c.kind != nil && !errors.Is(err, c.kind)) {
+			t.Errorf("list answered %s: %v", c.fault.Code, err)
+		}
+		gate.Pass()
+		if _, err := s.GetInstance(t.Context(), in.ID); !errors.Is(err, domain.ErrNotFound) {
+			t.Fatalf("the refused create left a row: %v", err)
+		}
+		if err := s.CreateInstances(t.Context(), []domain.Instance{in}); err != nil {
+			t.Fatalf("create once DynamoDB answers again after %s: %v", c.fault.Code, err)
+		}
 	}
 }

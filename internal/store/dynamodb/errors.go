@@ -6,14 +6,14 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/bullpen-ci/bullpen/internal/awsconf"
 )
 
-// Errors a caller may want to tell apart; describe wraps them.
-var (
-	ErrNoTable   = errors.New("table not found (create it with `bullpen aws bootstrap`)")
-	ErrThrottled = errors.New("throttled by DynamoDB")
-	ErrDenied    = errors.New("access denied (see `bullpen aws policy` for the permissions bullpen needs)")
-)
+// ErrNoTable: the table does not exist. Throttling and refused
+// credentials or permissions are awsconf's ErrThrottled, ErrCredentials
+// and ErrDenied.
+var ErrNoTable = errors.New("table not found (create it with `bullpen aws bootstrap`)")
 
 // describe names the operation and table of a failed call and, for the
 // failures an operator can act on, says what to do. Credentials never
@@ -23,16 +23,11 @@ func describe(op, table string, err error) error {
 		return nil
 	}
 	var api smithy.APIError
-	if errors.As(err, &api) {
-		switch api.ErrorCode() {
-		case "ResourceNotFoundException":
-			return fmt.Errorf("dynamodb %s on %s: %w", op, table, ErrNoTable)
-		case "ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded":
-			return fmt.Errorf("dynamodb %s on %s: %w: %s", op, table, ErrThrottled, api.ErrorMessage())
-		case "AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException",
-			"ExpiredTokenException", "MissingAuthenticationTokenException":
-			return fmt.Errorf("dynamodb %s on %s: %w: %s", op, table, ErrDenied, api.ErrorCode())
-		}
+	if errors.As(err, &api) && api.ErrorCode() == "ResourceNotFoundException" {
+		return fmt.Errorf("dynamodb %s on %s: %w", op, table, ErrNoTable)
+	}
+	if kind := awsconf.Kind(err); kind != nil {
+		return fmt.Errorf("dynamodb %s on %s: %w: %s: %s", op, table, kind, api.ErrorCode(), api.ErrorMessage())
 	}
 	return fmt.Errorf("dynamodb %s on %s: %w", op, table, err)
 }

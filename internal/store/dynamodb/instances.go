@@ -11,6 +11,7 @@ import (
 	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bullpen-ci/bullpen/internal/awsconf"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -235,7 +236,7 @@ func (s *Store) deleteKeys(ctx context.Context, keys []map[string]types.Attribut
 func (s *Store) batchWrite(ctx context.Context, reqs []types.WriteRequest) error {
 	for attempt := 1; len(reqs) > 0; attempt++ {
 		if attempt > maxAttempts {
-			return fmt.Errorf("dynamodb BatchWriteItem on %s: %d writes still unprocessed: %w", s.table, len(reqs), ErrThrottled)
+			return fmt.Errorf("dynamodb BatchWriteItem on %s: %d writes still unprocessed: %w", s.table, len(reqs), awsconf.ErrThrottled)
 		}
 		if err := backoff(ctx, attempt); err != nil {
 			return err

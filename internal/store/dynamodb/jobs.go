@@ -11,6 +11,7 @@ import (
 	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bullpen-ci/bullpen/internal/awsconf"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -175,7 +176,7 @@ func (s *Store) jobsByID(ctx context.Context, ids []int64) ([]map[string]types.A
 		}
 		for attempt := 1; len(keys) > 0; attempt++ {
 			if attempt > maxAttempts {
-				return nil, fmt.Errorf("dynamodb BatchGetItem on %s: %d reads still unprocessed: %w", s.table, len(keys), ErrThrottled)
+				return nil, fmt.Errorf("dynamodb BatchGetItem on %s: %d reads still unprocessed: %w", s.table, len(keys), awsconf.ErrThrottled)
 			}
 			if err := backoff(ctx, attempt); err != nil {
 				return nil, err

@@ -1,0 +1,71 @@
+package mototest
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"sync/atomic"
+	"testing"
+)
+
+// Fault is how AWS answers a call it refuses: an HTTP status and an error
+// code in the JSON protocol DynamoDB and SQS both speak.
+type Fault struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+// Faults AWS answers with, as the services document them.
+var (
+	Throttled      = Fault{http.StatusBadRequest, "ThrottlingException", "Rate of requests exceeds the allowed throughput."}
+	BadCredentials = Fault{http.StatusBadRequest, "UnrecognizedClientException", "The security token included in the request is invalid."}
+	Denied         = Fault{http.StatusBadRequest, "AccessDeniedException", "User is not authorized to perform this action"}
+	Unavailable    = Fault{http.StatusServiceUnavailable, "ServiceUnavailable", "Service is unavailable."}
+)
+
+// Gate sits between clients and the emulator and, while a fault is set,
+// answers every call with it instead of passing it on. Point a client's
+// endpoint at URL.
+type Gate struct {
+	URL     string
+	fault   atomic.Pointer[Fault]
+	refused atomic.Int64
+}
+
+// NewGate starts a gate in front of the package's emulator.
+func NewGate(t testing.TB) *Gate {
+	t.Helper()
+	target, err := url.Parse(Endpoint(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Gate{}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f := g.fault.Load()
+		if f == nil {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		g.refused.Add(1)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.Header().Set("X-Amzn-ErrorType", f.Code)
+		w.WriteHeader(f.Status)
+		_ = json.NewEncoder(w).Encode(map[string]string{"__type": f.Code, "message": f.Message})
+	}))
+	t.Cleanup(srv.Close)
+	g.URL = srv.URL
+	return g
+}
+
+// Fail answers every call with f from now on.
+func (g *Gate) Fail(f Fault) { g.fault.Store(&f) }
+
+// Pass lets calls through to the emulator again.
+func (g *Gate) Pass() { g.fault.Store(nil) }
+
+// Refused is how many calls the gate has answered with a fault.
+func (g *Gate) Refused() int64 { return g.refused.Load() }
