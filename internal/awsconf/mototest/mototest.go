@@ -6,6 +6,7 @@ package mototest
 
 import (
 	"context"
+	_ "embed"
 	"fmt"
 	"net"
 	"net/http"
@@ -75,48 +76,12 @@ func Config(t testing.TB) aws.Config {
 // SQS never does. The contracts race writers and consumers, and would fail
 // on the emulator's races rather than the adapters'. A long poll lets go
 // of SQS's lock while it waits, as SQS serves other calls meanwhile; EC2
-// keeps moto's threads. Two costs of moto's server that grow with load
+// keeps moto's threads. Three costs of moto's server that grow with load
 // and mean nothing to the tests go too: the listing of its own package
-// directory to route each request, and a log line per request.
-const serialised = `
-import sys, threading, time
-from moto.dynamodb import responses as dynamodb
-from moto.sqs import responses as sqs, models as sqsmodels
-from moto.core.responses import BaseResponse
-
-def one_at_a_time(handler, lock):
-    unlocked = handler.call_action
-    def call_action(self):
-        with lock:
-            return unlocked(self)
-    handler.call_action = call_action
-
-one_at_a_time(dynamodb.DynamoHandler, threading.Lock())
-sqs_lock = threading.RLock()
-one_at_a_time(sqs.SQSResponse, sqs_lock)
-waiting = sqsmodels.Queue.wait_for_messages
-def wait_for_messages(self, timeout):
-    sqs_lock.release()
-    try:
-        # moto's wait returns at once while any message is visible, even
-        # one a FIFO group holds back, and its long poll then spins: let
-        # the other requests in between turns.
-        time.sleep(0.05)
-        return waiting(self, timeout)
-    finally:
-        sqs_lock.acquire()
-sqsmodels.Queue.wait_for_messages = wait_for_messages
-
-# moto lists its own package directory, under a process-wide lock, to
-# route every request; the list never changes while it runs.
-import logging, moto.backends
-modules = tuple(moto.backends.list_of_moto_modules())
-moto.backends.list_of_moto_modules = lambda: modules
-logging.getLogger("werkzeug").setLevel(logging.ERROR)
-
-from moto.server import main
-main(sys.argv[1:])
-`
+// directory to route each request, a log line per request, and the copy
+// of a whole table behind each transaction.
+//go:embed serve.py
+var serialised string
 
 // command is how the emulator is started: through Python with DynamoDB
 // and SQS made atomic where moto's package can be imported, else
