@@ -80,6 +80,7 @@ func Config(t testing.TB) aws.Config {
 // and mean nothing to the tests go too: the listing of its own package
 // directory to route each request, a log line per request, and the copy
 // of a whole table behind each transaction.
+//
 //go:embed serve.py
 var serialised string
 
