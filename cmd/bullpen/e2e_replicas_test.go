@@ -124,16 +124,22 @@ func TestTwoReplicasServeABurstAndSurviveOneDying(t *testing.T) {
 		}
 	}
 	l := &localStack{server: rs.b}
+	var statuses map[string]int
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the burst's jobs by status when the test ended: %v", statuses)
+		}
+	})
 	rs.b.eventually("every job completes", 360*time.Second, func() bool {
 		var list struct{ Jobs []apiJob }
 		rs.b.get("/api/v1/jobs?limit=1000", &list)
-		done := 0
+		statuses = map[string]int{}
 		for _, j := range list.Jobs {
-			if j.ID >= first && j.ID < first+jobs && j.Status == "completed" {
-				done++
+			if j.ID >= first && j.ID < first+jobs {
+				statuses[j.Status]++
 			}
 		}
-		return done == jobs
+		return statuses["completed"] == jobs
 	})
 	// At least the target: instances the burst brought back to the pool
 	// beyond it stay until their idle lifetime (10 minutes) is over.

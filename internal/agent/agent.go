@@ -204,7 +204,9 @@ func (a *Agent) hello(ctx context.Context) error {
 	if a.cfg.LaunchID == "" || bootstrap == "" {
 		return fmt.Errorf("no saved token and no bootstrap credentials (launch id and secret): %w", ErrUnauthorized)
 	}
-	req := agentapi.HelloRequest{CloudID: a.cloudID, LaunchID: a.cfg.LaunchID, Bootstrap: bootstrap}
+	// The agent draws its token itself, so that a retry of a hello whose
+	// answer was lost is given it again rather than refused.
+	req := agentapi.HelloRequest{CloudID: a.cloudID, LaunchID: a.cfg.LaunchID, Bootstrap: bootstrap, Token: domain.NewSecret()}
 	if a.cfg.CloudIDFrom == "imds" {
 		doc, sig, err := IdentityFromIMDS(ctx, a.hc, a.cfg.MetadataURL)
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,5 +238,38 @@ func TestRejectedSignalsAreNotRetried(t *testing.T) {
 	}
 	if len(stub.signals) != len(want) {
 		t.Fatalf("signals %v, want %v", stub.signals, want)
+	}
+}
+
+// A hello whose answer is lost on the way back (the control plane issued
+// the token, a balancer in between answered 502) is retried with the same
+// proposed token and gets it: the agent serves, instead of finding its
+// token taken and giving its machine up.
+func TestALostHelloAnswerIsRetried(t *testing.T) {
+	r := newRig(t)
+	secret := domain.NewSecret()
+	r.cp.Launch("bp-1", domain.StateBooting, secret)
+	var lost atomic.Bool
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == agentapi.PathHello && lost.CompareAndSwap(false, true) {
+			r.srv.Config.Handler.ServeHTTP(httptest.NewRecorder(), req)
+			http.Error(w, "upstream connection reset", http.StatusBadGateway)
+			return
+		}
+		r.srv.Config.Handler.ServeHTTP(w, req)
+	}))
+	t.Cleanup(front.Close)
+	cfg := r.config("bp-1", secret)
+	cfg.URL = front.URL
+	clk := clock.NewVirtual(agentapitest.T0)
+	r.start(cfg, clk, front.Client())
+	clk.BlockUntil(1) // the hello's backoff
+	clk.Advance(time.Second)
+	r.cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalWarm))
+	if n := r.hitsOf(agentapi.PathHello); n != 2 {
+		t.Fatalf("%d hellos reached the control plane, want the lost one and its retry", n)
+	}
+	if in := r.cp.Get("bp-1"); in.AgentTokenHash == "" {
+		t.Fatal("no token on the row")
 	}
 }

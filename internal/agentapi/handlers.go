@@ -1,6 +1,7 @@
 package agentapi
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,7 +20,8 @@ const helloAttempts = 5
 // by that cloud id, so a sibling's secret or the launch's never matches)
 // for the instance's own token, once. The token's hash goes on the row with
 // a guarded in-place rewrite, so of two concurrent hellos one wins and the
-// other finds the token issued.
+// other finds the token issued, unless it is a retry proposing the token
+// the winner proposed.
 func (s *Server) hello(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req HelloRequest
 	if err := decode(w, r, &req); err != nil {
@@ -28,6 +30,9 @@ func (s *Server) hello(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err := missing([2]string{"cloud_id", req.CloudID}, [2]string{"launch_id", req.LaunchID},
 		[2]string{"bootstrap", req.Bootstrap}); err != nil {
 		return nil, err
+	}
+	if req.Token != "" && !domain.ValidSecret(req.Token) {
+		return nil, badRequest("token: a proposed token is 64 lowercase hex digits")
 	}
 	if s.identity != nil {
 		if err := s.identity.Verify(req.CloudID, req.IdentityDocument, req.IdentitySignature); err != nil {
@@ -40,7 +45,11 @@ func (s *Server) hello(w http.ResponseWriter, r *http.Request) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		token := domain.NewSecret()
+		if in.AgentTokenHash != "" { // a retry of the hello that was issued this token
+			s.log.Info("agent said hello again; its token stands", "instance", in.ID, "cloud_id", in.CloudID)
+			return s.helloResponse(in, req.Token), nil
+		}
+		token := cmp.Or(req.Token, domain.NewSecret())
 		issue := domain.Lifecycle{}.IssueToken(in, domain.HashSecret(token))
 		_, err = s.store.Transition(r.Context(), issue.ID, issue.Guard, issue.Apply)
 		if errors.Is(err, domain.ErrConflict) {
@@ -50,9 +59,13 @@ func (s *Server) hello(w http.ResponseWriter, r *http.Request) (any, error) {
 			return nil, fmt.Errorf("issue agent token for %s: %w", in.ID, err)
 		}
 		s.log.Info("agent said hello", "instance", in.ID, "cloud_id", in.CloudID, "state", in.State)
-		return HelloResponse{Token: token, InstanceID: in.ID, HeartbeatSeconds: int(HeartbeatEvery / time.Second)}, nil
+		return s.helloResponse(in, token), nil
 	}
 	return nil, errors.New("hello: the instance keeps changing")
+}
+
+func (s *Server) helloResponse(in domain.Instance, token string) HelloResponse {
+	return HelloResponse{Token: token, InstanceID: in.ID, HeartbeatSeconds: int(HeartbeatEvery / time.Second)}
 }
 
 // helloCandidate returns the row a hello may issue a token for, or why not.
@@ -81,7 +94,7 @@ func (s *Server) helloCandidate(ctx context.Context, req HelloRequest) (domain.I
 	if ended(in.State) || in.State == domain.StateError {
 		return domain.Instance{}, fail(http.StatusUnauthorized, CodeInstanceEnded, "instance is %s", in.State)
 	}
-	if in.AgentTokenHash != "" {
+	if in.AgentTokenHash != "" && (req.Token == "" || !hashMatches(in.AgentTokenHash, req.Token)) {
 		s.log.Warn("agent hello refused: token already issued", "instance", in.ID, "cloud_id", in.CloudID)
 		return domain.Instance{}, fail(http.StatusConflict, CodeTokenIssued, "a token was already issued for this instance")
 	}

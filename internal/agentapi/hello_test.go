@@ -41,6 +41,47 @@ func TestHelloIssuesTheTokenOnce(t *testing.T) {
 	h.wantUnchanged(after)
 }
 
+// An agent that proposes its token can retry a hello whose answer it lost:
+// the retry proposing the same token gets it again without a write, while
+// a hello proposing another token, or none, still finds it issued. A
+// proposed token must look drawn at random.
+func TestHelloWithAProposedTokenCanBeRetried(t *testing.T) {
+	h := newHarness(t)
+	secret := domain.NewSecret()
+	in := h.Launch("bp-1", domain.StateBooting, secret)
+	proposing := func(token string) string {
+		b, _ := json.Marshal(agentapi.HelloRequest{CloudID: in.CloudID, LaunchID: in.LaunchID, Bootstrap: secret, Token: token})
+		return string(b)
+	}
+	for _, bad := range []string{"short", strings.Repeat("G", 64), strings.Repeat("A", 64)} {
+		wantStatus(t, h.do(http.MethodPost, agentapi.PathHello, "", proposing(bad)), http.StatusBadRequest, agentapi.CodeBadRequest)
+	}
+	h.wantUnchanged(in)
+
+	token := domain.NewSecret()
+	for range 2 {
+		w := h.do(http.MethodPost, agentapi.PathHello, "", proposing(token))
+		wantStatus(t, w, http.StatusOK, "")
+		var resp agentapi.HelloResponse
+		if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || resp.Token != token || resp.InstanceID != "bp-1" {
+			t.Fatalf("hello proposing a token answered %+v, %v", resp, err)
+		}
+	}
+	issued := h.Get("bp-1")
+	if issued.AgentTokenHash != domain.HashSecret(token) || issued.Version != in.Version+1 {
+		t.Fatalf("row after a hello and its retry: version %d (want %d), hash of the proposed token %v",
+			issued.Version, in.Version+1, issued.AgentTokenHash == domain.HashSecret(token))
+	}
+	for _, other := range []string{domain.NewSecret(), ""} {
+		w := h.do(http.MethodPost, agentapi.PathHello, "", proposing(other))
+		wantStatus(t, w, http.StatusConflict, agentapi.CodeTokenIssued)
+		if strings.Contains(w.Body.String(), token) {
+			t.Fatal("a hello with another token was told the issued one")
+		}
+	}
+	h.wantUnchanged(issued)
+}
+
 // Of two hellos at once, one gets the token; the other learns it is taken.
 func TestConcurrentHellosIssueOneToken(t *testing.T) {
 	h := newHarness(t)

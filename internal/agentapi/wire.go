@@ -43,6 +43,12 @@ type HelloRequest struct {
 	// signature, from the metadata service.
 	IdentityDocument  string `json:"identity_document,omitempty"`
 	IdentitySignature string `json:"identity_signature,omitempty"`
+	// Token, when set, is the token the agent asks to be issued: 64 hex
+	// digits it drew at random. A hello whose answer was lost (a timeout,
+	// a balancer's error) can then be retried: the retry proposing the
+	// same token gets it again, while any other hello still finds the
+	// token issued. Without it the server draws the token.
+	Token string `json:"token,omitempty"`
 }
 
 // HelloResponse carries the instance's token: given once, never again.

@@ -201,6 +201,20 @@ func NewSecret() string {
 	return hex.EncodeToString(b[:])
 }
 
+// ValidSecret reports whether s has NewSecret's form: 64 lowercase hex
+// digits, so 256 bits when drawn at random.
+func ValidSecret(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := range len(s) {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // HashSecret is how credentials are stored: SHA-256, hex encoded. The
 // secrets are random, so no salt or stretching is needed.
 func HashSecret(secret string) string {
