@@ -15,18 +15,8 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
 )
 
-const faultsConfig = `runners:
-  small-x64:
-    image: ubuntu24-full-x64
-    ram: 1
-    family: [t3]
-pools:
-  small-x64:
-    runner: small-x64
-    schedule:
-      - name: default
-        hot: 2
-`
+// faultsConfig is the end-to-end configuration with a hot pool of two.
+var faultsConfig = strings.Replace(e2eConfig, "stopped: 3", "hot: 2", 1)
 
 // sharedOnGate bootstraps a table and queues of the test's own on the
 // emulator and returns the serve flags that reach them through gate.

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"sync/atomic"
 	"testing"
+
+	"github.com/bullpen-ci/bullpen/internal/awsconf"
 )
 
 // Fault is how AWS answers a call it refuses: an HTTP status and an error
@@ -25,6 +27,22 @@ var (
 	Denied         = Fault{http.StatusBadRequest, "AccessDeniedException", "User is not authorized to perform this action"}
 	Unavailable    = Fault{http.StatusServiceUnavailable, "ServiceUnavailable", "Service is unavailable."}
 )
+
+// Refusal is a fault with what a client's error must then say: its kind
+// (nil where retrying is all there is to do) and words of its hint.
+type Refusal struct {
+	Fault
+	Kind error
+	Says string
+}
+
+// Refusals are the faults an adapter's tests inject, one of each kind.
+var Refusals = []Refusal{
+	{Unavailable, nil, "503"},
+	{Throttled, awsconf.ErrThrottled, "request quotas"},
+	{BadCredentials, awsconf.ErrCredentials, "instance role"},
+	{Denied, awsconf.ErrDenied, "bullpen aws iam-policy"},
+}
 
 // Gate sits between clients and the emulator and, while a fault is set,
 // answers every call with it instead of passing it on. Point a client's

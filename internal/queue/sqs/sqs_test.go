@@ -14,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/bullpen-ci/bullpen/internal/awsconf"
 	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -113,32 +112,23 @@ func TestFailuresAreNamedAndTheQueueRecovers(t *testing.T) {
 	cfg.BaseEndpoint, cfg.RetryMaxAttempts = aws.String(gate.URL), 1
 	q := sqs.New(awssqs.NewFromConfig(cfg), p, sqs.Options{})
 	ctx := t.Context()
-	for i, c := range []struct {
-		fault mototest.Fault
-		kind  error
-		says  string
-	}{
-		{mototest.Unavailable, nil, "503"},
-		{mototest.Throttled, awsconf.ErrThrottled, "throttled"},
-		{mototest.BadCredentials, awsconf.ErrCredentials, "instance role"},
-		{mototest.Denied, awsconf.ErrDenied, "bullpen aws iam-policy"},
-	} {
-		gate.Fail(c.fault)
+	for i, c := range mototest.Refusals {
+		gate.Fail(c.Fault)
 		err := q.Send(ctx, domain.QueueLaunch, []domain.SendRequest{{Body: []byte(fmt.Sprint("during ", i))}})
 		_, rerr := q.Receive(ctx, domain.QueueLaunch, 10, time.Minute, 0)
 		for what, err := range map[string]error{"SendMessageBatch": err, "ReceiveMessage": rerr} {
 			if err == nil || !strings.Contains(err.Error(), what) || !strings.Contains(err.Error(), p+"launch") ||
-				!strings.Contains(err.Error(), c.says) || (c.kind != nil && !errors.Is(err, c.kind)) {
-				t.Errorf("%s answered %s: %v; want an error naming the call, the queue and %q", what, c.fault.Code, err, c.says)
+				!strings.Contains(err.Error(), c.Says) || (c.Kind != nil && !errors.Is(err, c.Kind)) {
+				t.Errorf("%s answered %s: %v; want an error naming the call, the queue and %q", what, c.Fault.Code, err, c.Says)
 			}
 		}
 		gate.Pass()
 		if err := q.Send(ctx, domain.QueueLaunch, []domain.SendRequest{{Body: []byte(fmt.Sprint("after ", i))}}); err != nil {
-			t.Fatalf("send once SQS answers again after %s: %v", c.fault.Code, err)
+			t.Fatalf("send once SQS answers again after %s: %v", c.Fault.Code, err)
 		}
 		got, err := q.Receive(ctx, domain.QueueLaunch, 10, time.Minute, time.Second)
 		if err != nil || len(got) != 1 || string(got[0].Body) != fmt.Sprint("after ", i) {
-			t.Fatalf("receive after %s: %d messages, %v; want only the one sent after", c.fault.Code, len(got), err)
+			t.Fatalf("receive after %s: %d messages, %v; want only the one sent after", c.Fault.Code, len(got), err)
 		}
 		if err := q.Delete(ctx, domain.QueueLaunch, []string{got[0].Receipt}); err != nil {
 			t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/bullpen-ci/bullpen/internal/awsconf"
 	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -85,32 +84,23 @@ func TestFailuresAreNamedAndTheStoreRecovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, c := range []struct {
-		fault mototest.Fault
-		kind  error
-		says  string
-	}{
-		{mototest.Unavailable, nil, "503"},
-		{mototest.Throttled, awsconf.ErrThrottled, "request quotas"},
-		{mototest.BadCredentials, awsconf.ErrCredentials, "instance role"},
-		{mototest.Denied, awsconf.ErrDenied, "bullpen aws iam-policy"},
-	} {
+	for i, c := range mototest.Refusals {
 		in := domain.Instance{ID: fmt.Sprintf("bp-%d", i), State: domain.StateReady, Runner: "small"}
-		gate.Fail(c.fault)
+		gate.Fail(c.Fault)
 		err := s.CreateInstances(t.Context(), []domain.Instance{in})
 		if err == nil || !strings.Contains(err.Error(), "TransactWriteItems") || !strings.Contains(err.Error(), table) ||
-			!strings.Contains(err.Error(), c.says) || (c.kind != nil && !errors.Is(err, c.kind)) {
-			t.Errorf("create answered %s: %v; want an error naming TransactWriteItems, the table and %q", c.fault.Code, err, c.says)
+			!strings.Contains(err.Error(), c.Says) || (c.Kind != nil && !errors.Is(err, c.Kind)) {
+			t.Errorf("create answered %s: %v; want an error naming TransactWriteItems, the table and %q", c.Fault.Code, err, c.Says)
 		}
-		if _, err := s.ListInstances(t.Context(), domain.InstanceFilter{}); err == nil || (c.kind != nil && !errors.Is(err, c.kind)) {
-			t.Errorf("list answered %s: %v", c.fault.Code, err)
+		if _, err := s.ListInstances(t.Context(), domain.InstanceFilter{}); err == nil || (c.Kind != nil && !errors.Is(err, c.Kind)) {
+			t.Errorf("list answered %s: %v", c.Fault.Code, err)
 		}
 		gate.Pass()
 		if _, err := s.GetInstance(t.Context(), in.ID); !errors.Is(err, domain.ErrNotFound) {
 			t.Fatalf("the refused create left a row: %v", err)
 		}
 		if err := s.CreateInstances(t.Context(), []domain.Instance{in}); err != nil {
-			t.Fatalf("create once DynamoDB answers again after %s: %v", c.fault.Code, err)
+			t.Fatalf("create once DynamoDB answers again after %s: %v", c.Fault.Code, err)
 		}
 	}
 }
