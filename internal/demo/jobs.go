@@ -21,6 +21,9 @@ type JobsReport struct {
 	// ByHour is the served jobs' queue times by the hour of the week they
 	// were queued in ("Mon 09", in UTC).
 	ByHour map[string]Latencies `json:"queue_time_by_hour_seconds,omitempty"`
+	// ByPoolHour is the pool jobs' queue times by pool and by the hour of
+	// the week they were queued in.
+	ByPoolHour map[string]map[string]Latencies `json:"queue_time_by_pool_and_hour_seconds,omitempty"`
 	// Unserved counts the rejected jobs by their labels (joined by ","),
 	// with the reason of the first: labels no pool or runner serves.
 	Unserved map[string]Unserved `json:"unserved,omitempty"`
@@ -48,6 +51,7 @@ func (w *world) jobsReport(ctx context.Context) (JobsReport, error) {
 	}
 	r := JobsReport{Total: len(list), ByStatus: map[string]int{}, QueueTimes: map[string]Latencies{}}
 	waits, byPool, byHour := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+	byPoolHour := map[string]map[string][]float64{}
 	var all []float64
 	for _, j := range list {
 		r.ByStatus[string(j.Status)]++
@@ -60,11 +64,24 @@ func (w *world) jobsReport(ctx context.Context) (JobsReport, error) {
 		wait := j.StartedAt.Sub(j.QueuedAt).Seconds()
 		waits[string(j.Via)] = append(waits[string(j.Via)], wait)
 		all = append(all, wait)
-		if j.Pool != "" {
-			byPool[j.Pool] = append(byPool[j.Pool], wait)
-		}
 		hour := j.QueuedAt.UTC().Format("Mon 15")
 		byHour[hour] = append(byHour[hour], wait)
+		if j.Pool != "" {
+			byPool[j.Pool] = append(byPool[j.Pool], wait)
+			if byPoolHour[j.Pool] == nil {
+				byPoolHour[j.Pool] = map[string][]float64{}
+			}
+			byPoolHour[j.Pool][hour] = append(byPoolHour[j.Pool][hour], wait)
+		}
+	}
+	for pool, hours := range byPoolHour {
+		if r.ByPoolHour == nil {
+			r.ByPoolHour = map[string]map[string]Latencies{}
+		}
+		r.ByPoolHour[pool] = map[string]Latencies{}
+		for hour, ws := range hours {
+			r.ByPoolHour[pool][hour] = latencies(ws)
+		}
 	}
 	for hour, ws := range byHour {
 		if r.ByHour == nil {

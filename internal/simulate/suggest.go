@@ -1,0 +1,224 @@
+package simulate
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/demo"
+	"github.com/bullpen-ci/bullpen/internal/history"
+	"github.com/bullpen-ci/bullpen/internal/labels"
+)
+
+// SuggestOptions configure a search for pool schedules.
+type SuggestOptions struct {
+	Options
+	// TargetP90 is the queue time that 90% of each pool's jobs, in each
+	// hour of the week, should start within.
+	TargetP90 time.Duration
+	// Rounds bounds the replays after the first estimate; 4 when zero.
+	Rounds int
+	// OnRound, when set, is told of each replay as it ends.
+	OnRound func(Round)
+}
+
+// Round is one replay of the search.
+type Round struct {
+	Round int `json:"round"`
+	// PoolP90 is the pool jobs' p90 queue time over the whole history, in
+	// seconds; Missed the pool-hours whose p90 exceeds the target.
+	PoolP90 float64 `json:"pool_p90_seconds"`
+	Missed  int     `json:"missed_pool_hours"`
+	Cost    float64 `json:"cost"`
+}
+
+// Suggestion is the search's result: a week plan per pool, the
+// configuration that holds them, and the replay of its last round.
+type Suggestion struct {
+	Plans  map[string]WeekPlan `json:"-"`
+	Config *config.Config      `json:"-"`
+	Report Report              `json:"report"`
+	Rounds []Round             `json:"rounds"`
+	// Met is whether every pool-hour of the last round met the target.
+	Met bool `json:"met"`
+}
+
+// Suggest searches, per pool, the hot or stopped counts for each hour of
+// the week (UTC) that bring the pool's jobs under the target p90.
+//
+// The first estimate comes from the history alone: in each pool-hour, the
+// 90th percentile, over its jobs, of how many of the pool's jobs arrived
+// within the time a used warm instance takes to be replaced (boot,
+// warm-up and one converger cycle); with that many warm, nine jobs in ten
+// find one. The kind is stopped when the target leaves time to start an
+// instance (twice the start latency), hot otherwise. Each round then
+// replays the history through the control plane with those schedules and
+// adds capacity (a quarter more, at least one) to every pool-hour still
+// over the target, until none is or the rounds run out. Pool-hours
+// without jobs keep nothing.
+func Suggest(ctx context.Context, o SuggestOptions) (Suggestion, error) {
+	if o.Config == nil {
+		return Suggestion{}, errors.New("simulate: no configuration")
+	}
+	if o.TargetP90 <= 0 {
+		return Suggestion{}, errors.New("simulate: the target p90 must be > 0")
+	}
+	if o.Rounds <= 0 {
+		o.Rounds = 4
+	}
+	o.Options = o.withDefaults()
+	hot := o.TargetP90 < 2*o.Latency.Start
+	plans := firstEstimate(o.Config, o.Jobs, replacementTime(o.Options), hot)
+	var s Suggestion
+	for round := 1; ; round++ {
+		cfg := withPlans(o.Config, plans)
+		rep, err := Run(ctx, Options{Config: cfg, Jobs: o.Jobs, Latency: o.Latency, Interval: o.Interval,
+			Seed: o.Seed, Tail: o.Tail, Prices: o.Prices, Lead: o.Lead, Progress: o.Progress})
+		if err != nil {
+			return s, err
+		}
+		missed := overTarget(rep, o.TargetP90)
+		r := Round{Round: round, PoolP90: poolP90(rep), Missed: len(missed), Cost: rep.Bill.Total}
+		s.Rounds = append(s.Rounds, r)
+		if o.OnRound != nil {
+			o.OnRound(r)
+		}
+		s.Plans, s.Config, s.Report, s.Met = plans, cfg, rep, len(missed) == 0
+		if s.Met || round > o.Rounds {
+			return s, nil
+		}
+		plans = clonePlans(plans)
+		for _, m := range missed {
+			plan := plans[m.pool]
+			plan.grow(m.day, m.hour, hot)
+			plans[m.pool] = plan
+		}
+	}
+}
+
+// withDefaults fills the zero options as Run does, so that the estimate
+// uses the timings the replay will.
+func (o Options) withDefaults() Options {
+	if o.Latency == (sim.Latency{}) {
+		o.Latency = demo.DefaultLatency
+	}
+	if o.Interval <= 0 {
+		o.Interval = 30 * time.Second
+	}
+	return o
+}
+
+// replacementTime is how long after a warm instance is taken its
+// replacement is warm: a converger cycle to notice, a boot, a warm-up.
+func replacementTime(o Options) time.Duration {
+	return o.Interval + o.Latency.Boot + o.Latency.WarmUp
+}
+
+// firstEstimate sizes each pool-hour from its jobs' arrivals.
+func firstEstimate(cfg *config.Config, jobs []history.Job, window time.Duration, hot bool) map[string]WeekPlan {
+	arrivals := map[string][]time.Time{}
+	exists := func(name string) bool { _, ok := cfg.Pool(name); return ok }
+	for _, j := range jobs {
+		if j.Started == nil || j.Completed == nil {
+			continue
+		}
+		req, err := labels.Parse(j.Labels, exists)
+		if err != nil || req.Pool == "" {
+			continue
+		}
+		arrivals[req.Pool] = append(arrivals[req.Pool], j.Created.UTC())
+	}
+	plans := map[string]WeekPlan{}
+	for _, p := range cfg.Pools {
+		times := arrivals[p.Name]
+		slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+		inWindow := map[[2]int][]int{}
+		first := 0
+		for i, t := range times {
+			for times[first].Add(window).Before(t) || times[first].Add(window).Equal(t) {
+				first++
+			}
+			key := [2]int{int(t.Weekday()), t.Hour()}
+			inWindow[key] = append(inWindow[key], i-first+1)
+		}
+		var plan WeekPlan
+		for key, counts := range inWindow {
+			plan.set(time.Weekday(key[0]), key[1], percentile90(counts), hot)
+		}
+		plans[p.Name] = plan
+	}
+	return plans
+}
+
+func percentile90(xs []int) int {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[min(max(int(0.9*float64(len(s))+0.5)-1, 0), len(s)-1)]
+}
+
+// withPlans is cfg with each planned pool's schedule replaced by its plan,
+// in UTC.
+func withPlans(cfg *config.Config, plans map[string]WeekPlan) *config.Config {
+	out := *cfg
+	out.Pools = slices.Clone(cfg.Pools)
+	for i, p := range out.Pools {
+		plan, ok := plans[p.Name]
+		if !ok {
+			continue
+		}
+		p.Schedule, p.Timezone, p.Location = plan.Schedule(), "", time.UTC
+		out.Pools[i] = p
+	}
+	return &out
+}
+
+func clonePlans(plans map[string]WeekPlan) map[string]WeekPlan {
+	out := make(map[string]WeekPlan, len(plans))
+	for k, v := range plans {
+		out[k] = v
+	}
+	return out
+}
+
+type poolHour struct {
+	pool string
+	day  time.Weekday
+	hour int
+}
+
+// overTarget lists the pool-hours whose p90 queue time exceeds target.
+func overTarget(rep Report, target time.Duration) []poolHour {
+	var out []poolHour
+	for pool, hours := range rep.Simulated.ByPoolHour {
+		for key, l := range hours {
+			if l.P90 <= target.Seconds() {
+				continue
+			}
+			at, err := time.Parse("Mon 15", key)
+			if err != nil {
+				continue
+			}
+			out = append(out, poolHour{pool, weekdayOf(key), at.Hour()})
+		}
+	}
+	slices.SortFunc(out, func(a, b poolHour) int {
+		return cmp.Or(cmp.Compare(a.pool, b.pool), cmp.Compare(a.day, b.day), cmp.Compare(a.hour, b.hour))
+	})
+	return out
+}
+
+// poolP90 is the p90 queue time of the jobs warm pools served.
+func poolP90(rep Report) float64 { return rep.Simulated.QueueTimes["pool"].P90 }
+
+func weekdayOf(key string) time.Weekday {
+	for d := time.Sunday; d <= time.Saturday; d++ {
+		if d.String()[:3] == key[:3] {
+			return d
+		}
+	}
+	return time.Sunday
+}
