@@ -30,8 +30,12 @@ func cmdSimulate(ctx context.Context, e *env, args []string) int {
 	comparePath := fs.String("compare", "", "a second configuration: replay the same history through it and print both side by side")
 	seed := fs.Uint64("seed", 1, "the simulation's seed")
 	pricesPath := fs.String("prices", "", "a price table (JSON, as internal/simulate/prices.json) instead of the one shipped")
+	suggest := fs.Bool("suggest", false, "search pool schedules that meet --target-p90 and print the configuration with them")
+	target := fs.Duration("target-p90", 0, "with --suggest: the queue time 90% of each pool's jobs should start within, in each hour of the week")
+	rounds := fs.Int("rounds", 4, "with --suggest: the most replays after the first estimate")
 	fs.Usage = func() {
 		fmt.Fprint(e.stderr, `usage: bullpen simulate --config runs-on.yml --jobs history.jsonl [--compare other.yml] [--json]
+       bullpen simulate --config runs-on.yml --jobs history.jsonl --suggest --target-p90 30s > suggested.yml
 
 Replays the history's jobs at their original arrival times and run times
 through bullpen's control plane (converger, dispatch, provisioning, release,
@@ -54,6 +58,9 @@ to the queue times the history recorded.
 	}
 	if *cfgPath == "" || *jobsPath == "" {
 		return fail(errors.New("give --config and --jobs"))
+	}
+	if *suggest && (*target <= 0 || *comparePath != "") {
+		return fail(errors.New("--suggest needs --target-p90 (a duration > 0) and takes no --compare"))
 	}
 	cfg, ok := loadConfig(e, *cfgPath)
 	if !ok {
@@ -84,7 +91,11 @@ to the queue times the history recorded.
 	if isTerminal(e.stderr) {
 		progress = replayProgress(e.stderr, time.Now())
 	}
-	rep, err := simulate.Run(ctx, simulate.Options{Config: cfg, Jobs: jobs, Seed: *seed, Prices: prices, Progress: progress})
+	replay := simulate.Options{Config: cfg, Jobs: jobs, Seed: *seed, Prices: prices, Progress: progress}
+	if *suggest {
+		return suggestSchedules(ctx, e, *cfgPath, simulate.SuggestOptions{Options: replay, TargetP90: *target, Rounds: *rounds}, *asJSON, fail)
+	}
+	rep, err := simulate.Run(ctx, replay)
 	if progress != nil {
 		fmt.Fprintln(e.stderr)
 	}

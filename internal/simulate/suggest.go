@@ -59,7 +59,8 @@ type Suggestion struct {
 // replays the history through the control plane with those schedules and
 // adds capacity (a quarter more, at least one) to every pool-hour still
 // over the target, until none is or the rounds run out. Pool-hours
-// without jobs keep nothing.
+// without jobs keep nothing; pools without jobs in the history keep their
+// schedules.
 func Suggest(ctx context.Context, o SuggestOptions) (Suggestion, error) {
 	if o.Config == nil {
 		return Suggestion{}, errors.New("simulate: no configuration")
@@ -135,6 +136,9 @@ func firstEstimate(cfg *config.Config, jobs []history.Job, window time.Duration,
 	plans := map[string]WeekPlan{}
 	for _, p := range cfg.Pools {
 		times := arrivals[p.Name]
+		if len(times) == 0 {
+			continue // the history says nothing of this pool: it stays as configured
+		}
 		slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 		inWindow := map[[2]int][]int{}
 		first := 0

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/simulate"
+)
+
+// suggestSchedules replays the history through the configuration as
+// given, then searches schedules that meet the target. The configuration
+// with the suggested schedules goes to stdout (as JSON with the rounds
+// under --json); the rounds and the comparison go to stderr.
+func suggestSchedules(ctx context.Context, e *env, cfgPath string, o simulate.SuggestOptions, asJSON bool, fail func(error) int) int {
+	data, err := os.ReadFile(cfgPath)
+	if err != nil {
+		return fail(err)
+	}
+	given, err := simulate.Run(ctx, o.Options)
+	if o.Progress != nil {
+		fmt.Fprintln(e.stderr)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(e.stderr, "as configured: pool jobs' p90 %.1f s, cost %.2f\n", given.Simulated.QueueTimes["pool"].P90, given.Bill.Total)
+	o.OnRound = func(r simulate.Round) {
+		if o.Progress != nil {
+			fmt.Fprintln(e.stderr)
+		}
+		fmt.Fprintf(e.stderr, "round %d: pool jobs' p90 %.1f s, %d pool-hours over %s, cost %.2f\n", r.Round, r.PoolP90, r.Missed, o.TargetP90, r.Cost)
+	}
+	s, err := simulate.Suggest(ctx, o)
+	if err != nil {
+		return fail(err)
+	}
+	schedules := map[string][]domain.ScheduleEntry{}
+	for pool, plan := range s.Plans {
+		schedules[pool] = plan.Schedule()
+	}
+	for _, p := range o.Config.Pools {
+		if _, ok := s.Plans[p.Name]; !ok {
+			fmt.Fprintf(e.stderr, "pool %s: no job of the history went to it; its schedule is kept\n", p.Name)
+		}
+	}
+	out, err := config.WithSchedules(cfgPath, data, schedules)
+	if err != nil {
+		return fail(err)
+	}
+	if !s.Met {
+		fmt.Fprintf(e.stderr, "the target is not met after %d rounds: these are the last round's schedules; try more --rounds\n", len(s.Rounds))
+	}
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(struct {
+			simulate.Suggestion
+			Given         simulate.Report `json:"as_configured"`
+			Configuration string          `json:"configuration"`
+		}{s, given, string(out)}); err != nil {
+			return fail(err)
+		}
+		return 0
+	}
+	fmt.Fprintf(e.stdout, "# bullpen simulate --suggest --target-p90 %s, from %d jobs of %s to %s.\n", o.TargetP90, s.Report.Replayed,
+		s.Report.From.Format("2006-01-02"), s.Report.To.Format("2006-01-02"))
+	fmt.Fprintf(e.stdout, "# Pool jobs' p90 %.1f s, estimated cost %.2f (as configured: %.1f s, %.2f). Schedules in UTC.\n",
+		s.Report.Simulated.QueueTimes["pool"].P90, s.Report.Bill.Total, given.Simulated.QueueTimes["pool"].P90, given.Bill.Total)
+	fmt.Fprint(e.stdout, strings.TrimLeft(string(out), "\n"))
+	return 0
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/history"
+)
+
+// writeHistory writes an hour of pool jobs, one every 40 s, each running
+// two minutes.
+func writeHistory(t *testing.T, pool string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "history.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	enc := json.NewEncoder(f)
+	start := time.Date(2026, 11, 24, 14, 0, 0, 0, time.UTC)
+	for i := range 90 {
+		at := start.Add(time.Duration(i) * 40 * time.Second)
+		started, completed := at.Add(4*time.Second), at.Add(124*time.Second)
+		id := int64(i + 1)
+		if err := enc.Encode(history.Job{ID: id, RunID: 500 + id, Repo: "acme/app", Name: "build",
+			Labels: []string{fmt.Sprintf("runs-on=%d/pool=%s", 500+id, pool)}, Created: at,
+			Started: &started, Completed: &completed, Conclusion: "success"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return path
+}
+
+// simulate --suggest prints the configuration with schedules that meet
+// the target, which validate accepts; pools the history does not use keep
+// their schedules; the rounds are told on stderr.
+func TestSimulateSuggestPrintsAValidConfiguration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("several replays")
+	}
+	jobs := writeHistory(t, "small-x64")
+	code, out, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--suggest", "--target-p90", "10s")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"as configured: pool jobs' p90", "round 1: pool jobs' p90", "pool medium-x64: no job of the history went to it"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	cfg, err := config.Parse("suggested.yml", []byte(out))
+	if err != nil {
+		t.Fatalf("the suggestion does not parse: %v\n%s", err, out)
+	}
+	small, _ := cfg.Pool("small-x64")
+	medium, _ := cfg.Pool("medium-x64")
+	if small.Timezone != "" || len(small.Schedule) < 2 || medium.Timezone != "America/New_York" {
+		t.Errorf("small-x64 %+v, medium-x64 %+v: want a UTC schedule for the first, the second as configured", small.Schedule, medium.Timezone)
+	}
+	file := filepath.Join(t.TempDir(), "suggested.yml")
+	if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, vout, verr := runWithEnv(nil, "validate", file); code != 0 {
+		t.Fatalf("validate refuses the suggestion: %s%s", vout, verr)
+	}
+
+	for _, args := range [][]string{{"--suggest"}, {"--suggest", "--target-p90", "10s", "--compare", "../../examples/runs-on.yml"}} {
+		code, _, errOut := runWithEnv(nil, append([]string{"simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs}, args...)...)
+		if code != 2 || !strings.Contains(errOut, "--suggest needs --target-p90") {
+			t.Errorf("%v: exit %d: %s", args, code, errOut)
+		}
+	}
+}
