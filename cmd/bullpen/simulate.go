@@ -30,6 +30,7 @@ func cmdSimulate(ctx context.Context, e *env, args []string) int {
 	comparePath := fs.String("compare", "", "a second configuration: replay the same history through it and print both side by side")
 	seed := fs.Uint64("seed", 1, "the simulation's seed")
 	pricesPath := fs.String("prices", "", "a price table (JSON, as internal/simulate/prices.json) instead of the one shipped")
+	timingsPath := fs.String("timings", "", "machine timings (JSON: a default and overrides per instance family) instead of the demo's")
 	suggest := fs.Bool("suggest", false, "search pool schedules that meet --target-p90 and print the configuration with them")
 	target := fs.Duration("target-p90", 0, "with --suggest: the queue time 90% of each pool's jobs should start within, in each hour of the week")
 	rounds := fs.Int("rounds", 4, "with --suggest: the most replays after the first estimate")
@@ -87,11 +88,22 @@ to the queue times the history recorded.
 		}
 		prices = &p
 	}
+	timings := simulate.DefaultTimings()
+	if *timingsPath != "" {
+		b, err := os.ReadFile(*timingsPath)
+		if err != nil {
+			return fail(err)
+		}
+		if timings, err = simulate.ParseTimings(*timingsPath, b); err != nil {
+			return fail(err)
+		}
+	}
 	var progress func(time.Time, int, int)
 	if isTerminal(e.stderr) {
 		progress = replayProgress(e.stderr, time.Now())
 	}
-	replay := simulate.Options{Config: cfg, Jobs: jobs, Seed: *seed, Prices: prices, Progress: progress}
+	replay := simulate.Options{Config: cfg, Jobs: jobs, Seed: *seed, Prices: prices, Progress: progress,
+		Latency: timings.Default, FamilyLatency: timings.Families}
 	if *suggest {
 		return suggestSchedules(ctx, e, *cfgPath, simulate.SuggestOptions{Options: replay, TargetP90: *target, Rounds: *rounds}, *asJSON, fail)
 	}
@@ -109,7 +121,8 @@ to the queue times the history recorded.
 	if !ok {
 		return 2
 	}
-	alt, err := simulate.Run(ctx, simulate.Options{Config: other, Jobs: jobs, Seed: *seed, Prices: prices})
+	replay.Config, replay.Progress = other, nil
+	alt, err := simulate.Run(ctx, replay)
 	if err != nil {
 		return fail(err)
 	}

@@ -90,9 +90,12 @@ type Options struct {
 	SpotBreaker spotbreaker.Options
 
 	// Simulation (the embedded default: --cloud sim, --github sim).
-	Latency     sim.Latency
-	Agent       simagent.Options
-	SimCapacity int
+	Latency sim.Latency
+	// FamilyLatency overrides Latency, and the agents' warm-up, for the
+	// instance types of a family ("m7a").
+	FamilyLatency map[string]sim.Latency
+	Agent         simagent.Options
+	SimCapacity   int
 
 	// Deadlines are the per-state allowances (domain.DefaultDeadlines when
 	// zero).

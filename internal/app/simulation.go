@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/cloud/local"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
@@ -56,9 +57,15 @@ func (a *App) newCloud(ctx context.Context) (domain.IdentityVerifier, error) {
 		if agentOpts.Log == nil {
 			agentOpts.Log = o.Log.With("loop", "simagent")
 		}
+		if agentOpts.FamilyWarmUp == nil && len(o.FamilyLatency) > 0 {
+			agentOpts.FamilyWarmUp = map[string]time.Duration{}
+			for family, l := range o.FamilyLatency {
+				agentOpts.FamilyWarmUp[family] = l.WarmUp
+			}
+		}
 		a.Sim.Agents = simagent.New(o.Clock, a.Agents, a.Sim.GitHub, agentOpts)
 		a.Notices.Subscribe(a.Sim.Agents)
-		a.Sim.Cloud = sim.New(o.Clock, sim.Options{Latency: o.Latency, Lifecycle: a.Sim.Agents, Capacity: o.SimCapacity})
+		a.Sim.Cloud = sim.New(o.Clock, sim.Options{Latency: o.Latency, FamilyLatency: o.FamilyLatency, Lifecycle: a.Sim.Agents, Capacity: o.SimCapacity})
 		a.Cloud = a.Sim.Cloud
 		a.closers = append(a.closers, func() error { a.Sim.Cloud.Close(); return nil })
 		return nil, nil

@@ -44,11 +44,13 @@ type Options struct {
 	// Progress, when set, is told the virtual time every converger cycle.
 	Progress func(at time.Time)
 	// Mix is the kinds of jobs; default DefaultMix(Config).
-	Mix       []ghsim.LabelChoice
-	Seed      uint64
-	Latency   sim.Latency
-	StorePath string // SQLite file; "" uses a temporary one
-	Log       *slog.Logger
+	Mix     []ghsim.LabelChoice
+	Seed    uint64
+	Latency sim.Latency
+	// FamilyLatency overrides Latency for the instance types of a family.
+	FamilyLatency map[string]sim.Latency
+	StorePath     string // SQLite file; "" uses a temporary one
+	Log           *slog.Logger
 	// Lines receives one line per pool per cycle; nil prints nothing.
 	Lines io.Writer
 }
@@ -172,7 +174,7 @@ func newWorld(ctx context.Context, o Options, clk domain.Clock, stepped bool) (*
 	opts := app.Options{
 		Config: o.Config, Environment: environmentOf(o.Config), StorePath: path, ControllerID: "bullpen-demo",
 		WebhookSecret: "demo-secret", AdminToken: "demo", Clock: clk, Log: o.Log, Registry: prometheus.NewRegistry(),
-		Latency: o.Latency, Agent: simagent.Options{WarmUp: o.Latency.WarmUp, RestartWarmUp: 3 * time.Second},
+		Latency: o.Latency, FamilyLatency: o.FamilyLatency, Agent: simagent.Options{WarmUp: o.Latency.WarmUp, RestartWarmUp: 3 * time.Second},
 		Converger: converger.Options{Interval: o.Interval, LeaseTTL: -1},
 		OnCycle:   func(r converger.Report) { w.onCycle(r) },
 	}

@@ -64,6 +64,9 @@ func (a *agent) start(at time.Time) {
 	}
 	if !a.mc.neverWarm {
 		warmUp := a.f.opts.WarmUp
+		if w, ok := a.f.opts.FamilyWarmUp[a.mc.family]; ok {
+			warmUp = w
+		}
 		if a.mc.runs > 1 {
 			warmUp = a.f.opts.RestartWarmUp
 		}

@@ -19,6 +19,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,6 +61,9 @@ type Options struct {
 	// (a stopped machine started again is already warm: its disk is
 	// pulled and its setup done). Zero means WarmUp; negative means none.
 	RestartWarmUp time.Duration
+	// FamilyWarmUp overrides WarmUp for the instance types of a family
+	// (the type's part before the dot).
+	FamilyWarmUp map[string]time.Duration
 	// PollEvery is how often a waiting agent asks again when no
 	// notification wakes it.
 	PollEvery time.Duration
@@ -147,6 +151,7 @@ type machine struct {
 	delaySet      bool
 	counted       bool   // numbered for the Every options
 	runs          int    // agent runs started on this machine
+	family        string // of its instance type
 	agent         *agent // nil while the machine is not running, or the agent crashed
 }
 
@@ -186,6 +191,7 @@ func (f *Fleet) Running(m domain.CloudInstance, at time.Time) {
 		return
 	}
 	mc := f.machine(m.ID)
+	mc.family, _, _ = strings.Cut(m.InstanceType, ".")
 	if !mc.counted {
 		mc.counted = true
 		f.count(mc)

@@ -26,8 +26,10 @@ type Options struct {
 	Config *config.Config
 	Jobs   []history.Job
 	// Latency is the simulated cloud's timings; demo.DefaultLatency when
-	// zero.
-	Latency sim.Latency
+	// zero. FamilyLatency overrides them for the instance types of a
+	// family ("m7a"); Timings sets both from a file.
+	Latency       sim.Latency
+	FamilyLatency map[string]sim.Latency
 	// Interval is the converger's; 30 s when zero, as serve's default.
 	Interval time.Duration
 	Seed     uint64
@@ -130,7 +132,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	res, err := demo.Run(ctx, demo.Options{
 		Config: o.Config, Duration: warm + rep.To.Sub(rep.From) + longest + o.Tail, Start: start,
-		Interval: o.Interval, Seed: o.Seed, Latency: o.Latency, Scheduled: scheduled, Progress: progress,
+		Interval: o.Interval, Seed: o.Seed, Latency: o.Latency, FamilyLatency: o.FamilyLatency, Scheduled: scheduled, Progress: progress,
 	})
 	if err != nil {
 		return rep, fmt.Errorf("simulate: %w", err)

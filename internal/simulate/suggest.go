@@ -77,8 +77,9 @@ func Suggest(ctx context.Context, o SuggestOptions) (Suggestion, error) {
 	var s Suggestion
 	for round := 1; ; round++ {
 		cfg := withPlans(o.Config, plans)
-		rep, err := Run(ctx, Options{Config: cfg, Jobs: o.Jobs, Latency: o.Latency, Interval: o.Interval,
-			Seed: o.Seed, Tail: o.Tail, Prices: o.Prices, Lead: o.Lead, Progress: o.Progress})
+		replay := o.Options
+		replay.Config = cfg
+		rep, err := Run(ctx, replay)
 		if err != nil {
 			return s, err
 		}

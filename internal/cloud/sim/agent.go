@@ -37,7 +37,7 @@ func (r *run) stopTimer() {
 // under c.mu.
 func (c *Cloud) startRun(m *machine, now, runningAt time.Time) {
 	c.endRun(m, now)
-	r := &run{warmAt: runningAt.Add(c.opts.Latency.WarmUp), runningAt: runningAt}
+	r := &run{warmAt: runningAt.Add(c.opts.latency(m.inst.InstanceType).WarmUp), runningAt: runningAt}
 	m.run = r
 	if c.opts.Lifecycle != nil {
 		c.scheduleArrival(m, r, now)

@@ -89,9 +89,9 @@ func (c *Cloud) launch(spec domain.LaunchSpec, itype, usage string, now time.Tim
 		},
 		neverWarm: c.opts.NeverWarmEvery > 0 && c.seq%c.opts.NeverWarmEvery == 0,
 	}
-	m.begin(now, domain.CloudPending, domain.CloudRunning, c.opts.Latency.Boot)
+	m.begin(now, domain.CloudPending, domain.CloudRunning, c.opts.latency(itype).Boot)
 	c.machines[m.inst.ID] = m
-	c.startRun(m, now, now.Add(c.opts.Latency.Boot))
+	c.startRun(m, now, now.Add(c.opts.latency(itype).Boot))
 	return m
 }
 

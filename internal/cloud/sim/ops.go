@@ -13,9 +13,9 @@ import (
 // warms up again.
 func (c *Cloud) Start(ctx context.Context, ids []string) error {
 	return c.batch(ctx, OpStartInstances, ids, ec2like.StartRules, func(m *machine, now time.Time) {
-		runningAt := now.Add(c.opts.Latency.Start)
+		runningAt := now.Add(c.opts.latency(m.inst.InstanceType).Start)
 		m.inst.LaunchedAt = now // EC2 reports the last start as the launch time
-		m.begin(now, domain.CloudPending, domain.CloudRunning, c.opts.Latency.Start)
+		m.begin(now, domain.CloudPending, domain.CloudRunning, c.opts.latency(m.inst.InstanceType).Start)
 		c.startRun(m, now, runningAt)
 	})
 }
@@ -25,7 +25,7 @@ func (c *Cloud) Start(ctx context.Context, ids []string) error {
 func (c *Cloud) Stop(ctx context.Context, ids []string) error {
 	return c.batch(ctx, OpStopInstances, ids, ec2like.StopRules, func(m *machine, now time.Time) {
 		c.endRun(m, now)
-		m.begin(now, domain.CloudStopping, domain.CloudStopped, c.opts.Latency.Stop)
+		m.begin(now, domain.CloudStopping, domain.CloudStopped, c.opts.latency(m.inst.InstanceType).Stop)
 	})
 }
 
@@ -34,7 +34,7 @@ func (c *Cloud) Stop(ctx context.Context, ids []string) error {
 func (c *Cloud) Terminate(ctx context.Context, ids []string) error {
 	return c.batch(ctx, OpTerminateInstances, ids, ec2like.TerminateRules, func(m *machine, now time.Time) {
 		c.endRun(m, now)
-		m.begin(now, domain.CloudShuttingDown, domain.CloudTerminated, c.opts.Latency.Terminate)
+		m.begin(now, domain.CloudShuttingDown, domain.CloudTerminated, c.opts.latency(m.inst.InstanceType).Terminate)
 	})
 }
 

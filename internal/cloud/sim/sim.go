@@ -17,6 +17,7 @@ package sim
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,10 +54,23 @@ type Latency struct {
 	WarmUp    time.Duration // running → warm signal sent, after every boot and start
 }
 
+// latency is the state changes' timings for machines of instance type
+// itype.
+func (o Options) latency(itype string) Latency {
+	family, _, _ := strings.Cut(itype, ".")
+	if l, ok := o.FamilyLatency[family]; ok {
+		return l
+	}
+	return o.Latency
+}
+
 // Options configure a Cloud. The zero value is a usable, instant, unlimited
 // cloud without signals.
 type Options struct {
 	Latency Latency
+	// FamilyLatency overrides Latency for the instance types of a family
+	// (the type's part before the dot: "m7a" for m7a.large).
+	FamilyLatency map[string]Latency
 	// MaxPerCall is the most ids (or machines, for Create) one call may
 	// carry; larger calls are refused. Zero means DefaultMaxPerCall.
 	MaxPerCall int
