@@ -3,12 +3,32 @@ from moto.dynamodb import responses as dynamodb
 from moto.sqs import responses as sqs, models as sqsmodels
 from moto.core.responses import BaseResponse
 
+# With BULLPEN_MOTO_TIMINGS set to a path, the time each action held its
+# service's lock is written there as JSON when the emulator is stopped.
+import json, os, signal
+timings_path = os.environ.get("BULLPEN_MOTO_TIMINGS")
+spent = {}
+
 def one_at_a_time(handler, lock):
     unlocked = handler.call_action
     def call_action(self):
         with lock:
-            return unlocked(self)
+            began = time.perf_counter()
+            try:
+                return unlocked(self)
+            finally:
+                if timings_path:
+                    key = type(self).__name__ + "." + self._get_action()
+                    calls, seconds = spent.get(key, (0, 0.0))
+                    spent[key] = (calls + 1, seconds + time.perf_counter() - began)
     handler.call_action = call_action
+
+def write_timings(*_):
+    if timings_path:
+        with open(timings_path, "w") as f:
+            json.dump({k: {"calls": c, "seconds": round(s, 3)} for k, (c, s) in sorted(spent.items())}, f, indent=1)
+    os._exit(0)
+signal.signal(signal.SIGTERM, write_timings)
 
 one_at_a_time(dynamodb.DynamoHandler, threading.Lock())
 sqs_lock = threading.RLock()
