@@ -40,7 +40,7 @@ func generatedHistory(seed uint64) []history.Job {
 			Labels: []string{fmt.Sprintf("runs-on=%d/pool=p", 900+id)}, Created: at,
 			Started: &started, Completed: &completed, Conclusion: "success"})
 	}
-	for at := start; at.Before(start.Add(40*time.Minute)); at = at.Add(time.Duration(rng.ExpFloat64() * 90 * float64(time.Second))) {
+	for at := start; at.Before(start.Add(40 * time.Minute)); at = at.Add(time.Duration(rng.ExpFloat64() * 90 * float64(time.Second))) {
 		n := 1
 		if rng.IntN(6) == 0 {
 			n = 3 + rng.IntN(6)
