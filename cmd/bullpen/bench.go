@@ -13,10 +13,13 @@ import (
 )
 
 func init() {
-	register("bench", "measure the job path: a pool burst and a cold-start burst (JSON)", cmdBench)
+	register("bench", "measure the job path: a pool burst and a cold-start burst; `bench replay`: a generated week through simulate (JSON)", cmdBench)
 }
 
 func cmdBench(ctx context.Context, e *env, args []string) int {
+	if len(args) > 0 && args[0] == "replay" {
+		return benchReplay(ctx, e, args[1:])
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	jobs := fs.Int("jobs", 1000, "jobs per burst (the pool holds as many stopped instances)")

@@ -79,3 +79,29 @@ func TestSimulateSuggestPrintsAValidConfiguration(t *testing.T) {
 		}
 	}
 }
+
+// bench replay generates a history over several pools, replays it and
+// reports its pace as JSON.
+func TestBenchReplayReportsItsPace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a replay")
+	}
+	code, out, errOut := runWithEnv(nil, "bench", "replay", "--jobs", "60", "--days", "1", "--pools", "3")
+	var rep struct {
+		Jobs, Replayed, Pools int
+		VirtualSeconds        float64 `json:"virtual_seconds"`
+		Speedup               float64
+		JobsPerSecond         float64 `json:"jobs_per_second"`
+		PeakRSSMB             float64 `json:"peak_rss_mb"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil {
+		t.Fatalf("exit %d: %s\n%s", code, errOut, out)
+	}
+	if rep.Jobs != 60 || rep.Replayed != 60 || rep.Pools != 3 || rep.VirtualSeconds < 3600 || rep.Speedup <= 1 ||
+		rep.JobsPerSecond <= 0 || rep.PeakRSSMB <= 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	if code, _, errOut := runWithEnv(nil, "bench", "replay", "--jobs", "0"); code != 2 || !strings.Contains(errOut, "must be positive") {
+		t.Fatalf("--jobs 0: exit %d: %s", code, errOut)
+	}
+}

@@ -7,6 +7,7 @@ package demo
 import (
 	"context"
 	"fmt"
+	"github.com/bullpen-ci/bullpen/internal/agent"
 	"io"
 	"log/slog"
 	"os"
@@ -117,7 +118,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if o.Progress != nil {
 			o.Progress(rep.At)
 		}
-		printCycle(o.Lines, o.Start, rep, w.jobLine(context.WithoutCancel(ctx)))
+		if o.Lines != nil { // the jobs line reads every job: only for a display
+			printCycle(o.Lines, o.Start, rep, w.jobLine(context.WithoutCancel(ctx)))
+		}
 	}
 	if o.RollAt > 0 {
 		w.rollAt, w.lines = o.Start.Add(o.RollAt), o.Lines
@@ -174,7 +177,11 @@ func newWorld(ctx context.Context, o Options, clk domain.Clock, stepped bool) (*
 	opts := app.Options{
 		Config: o.Config, Environment: environmentOf(o.Config), StorePath: path, ControllerID: "bullpen-demo",
 		WebhookSecret: "demo-secret", AdminToken: "demo", Clock: clk, Log: o.Log, Registry: prometheus.NewRegistry(),
-		Latency: o.Latency, FamilyLatency: o.FamilyLatency, Agent: simagent.Options{WarmUp: o.Latency.WarmUp, RestartWarmUp: 3 * time.Second},
+		Latency: o.Latency, FamilyLatency: o.FamilyLatency, Agent: simagent.Options{WarmUp: o.Latency.WarmUp, RestartWarmUp: 3 * time.Second,
+			// A waiting agent is woken by notices, as a real one's long
+			// poll is answered at once; otherwise it asks again when the
+			// real agent's long poll would end.
+			PollEvery: agent.DefaultPollWait},
 		Converger: converger.Options{Interval: o.Interval, LeaseTTL: -1},
 		OnCycle:   func(r converger.Report) { w.onCycle(r) },
 	}

@@ -44,6 +44,10 @@ type usage struct {
 	hours map[[3]string]*InstanceHours
 }
 
+// billed are the states of instances that have, or may have, a machine:
+// terminated rows pile up over a long run and bill nothing.
+var billed = slices.DeleteFunc(slices.Clone(domain.States), func(s domain.State) bool { return s == domain.StateTerminated })
+
 func (u *usage) sample(ctx context.Context, st interface {
 	ListInstances(context.Context, domain.InstanceFilter) ([]domain.Instance, error)
 }, runners func(string) (domain.RunnerSpec, bool), now time.Time) {
@@ -53,7 +57,7 @@ func (u *usage) sample(ctx context.Context, st interface {
 	}
 	step := now.Sub(u.last).Hours()
 	u.last = now
-	rows, err := st.ListInstances(ctx, domain.InstanceFilter{})
+	rows, err := st.ListInstances(ctx, domain.InstanceFilter{States: billed})
 	if err != nil {
 		return
 	}
