@@ -42,7 +42,7 @@ type replicaSet struct {
 	machines *ec2Machines
 }
 
-func startReplicas(t *testing.T, hot int) *replicaSet {
+func startReplicas(t *testing.T, hot int, onAWS bool) *replicaSet {
 	t.Helper()
 	rs := &replicaSet{t: t, lb: newSpread(t), runs: runnerLog{path: filepath.Join(t.TempDir(), "runs.log")}}
 	w := newEC2World(t, "replicas", rs.runs.script(), "v1")
@@ -59,7 +59,7 @@ func startReplicas(t *testing.T, hot int) *replicaSet {
 	// so their jobs are served again within the test.
 	common := append(append([]string{"--config", cfg, "--environment", "replicas", "--agent-url", rs.lb.URL, "--lease-period", "3s",
 		"--claim-registration-timeout", "30s", "--deadline", "pending=1m", "--reap-every", "15s"},
-		w.serveFlags()...), sharedState(t, w.bin, w.run, w.endpoint)...)
+		w.serveFlags()...), sharedState(t, w.bin, w.run, w.endpoint, onAWS)...)
 	rs.a = startServerWith(t, "", append(common, "--replica-id", "replica-a")...)
 	rs.b = startServerWith(t, "", append(common, "--replica-id", "replica-b")...)
 	rs.lb.add(rs.a.base)
@@ -82,18 +82,45 @@ func deliverTo(s *server, id string, body []byte) bool {
 	return resp.StatusCode == http.StatusAccepted
 }
 
-// TestTwoReplicasServeABurstAndSurviveOneDying runs two replicas on one
-// emulator and sends a burst of pool jobs through both replicas' webhooks;
-// one replica is killed -9 mid-burst. Every job is served exactly once, no
-// instance runs two jobs at a time, one converger acts at a time (the
-// survivor takes the lease only once the dead one's has lapsed), and the
-// survivor refills the pool.
+// TestTwoReplicasServeABurstAndSurviveOneDying runs two replicas sharing
+// one SQLite file, with their machines on the EC2 emulator, and sends a
+// burst of 300 pool jobs through both replicas' webhooks; one replica is
+// killed -9 mid-burst. Every job is served exactly once, no instance runs
+// two jobs at a time, one converger acts at a time (the survivor takes the
+// lease only once the dead one's has lapsed), and the survivor refills the
+// pool.
 func TestTwoReplicasServeABurstAndSurviveOneDying(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a burst through two replicas on the emulator")
 	}
-	const hot, jobs, first = 8, 300, 8_100_001
-	rs := startReplicas(t, hot)
+	burstThroughReplicas(t, startReplicas(t, 8, false), 8, 300, 8_100_001)
+}
+
+// TestTwoReplicasOnDynamoDBAndSQS is the same on a DynamoDB table and SQS
+// queues of the emulator. The emulator answers one DynamoDB or SQS call at
+// a time, a few dozen a second on two CPUs, so the burst is 60 jobs
+// unless BULLPEN_REPLICAS_AWS_JOBS says otherwise (300 takes it over ten
+// minutes).
+func TestTwoReplicasOnDynamoDBAndSQS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a burst through two replicas on the emulator")
+	}
+	jobs := 60
+	if v := os.Getenv("BULLPEN_REPLICAS_AWS_JOBS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 3 {
+			t.Fatalf("BULLPEN_REPLICAS_AWS_JOBS=%q: want a number of jobs, at least 3", v)
+		}
+		jobs = n
+	}
+	burstThroughReplicas(t, startReplicas(t, 4, true), 4, jobs, 8_200_001)
+}
+
+// burstThroughReplicas sends jobs pool jobs from first through both
+// replicas, kills a after a third of them, and checks what the survivor
+// made of them.
+func burstThroughReplicas(t *testing.T, rs *replicaSet, hot, jobs, first int) {
+	t.Helper()
 	rs.b.eventually("the pool converges", 120*time.Second, func() bool { return rs.b.poolCounts("warm")["ready_hot"] == hot })
 
 	bodies := queuedFor(t, jobs, first, "runs-on=%d/pool=warm")
@@ -130,12 +157,12 @@ func TestTwoReplicasServeABurstAndSurviveOneDying(t *testing.T) {
 			t.Logf("the burst's jobs by status when the test ended: %v", statuses)
 		}
 	})
-	rs.b.eventually("every job completes", 360*time.Second, func() bool {
+	rs.b.eventually("every job completes", 420*time.Second, func() bool {
 		var list struct{ Jobs []apiJob }
 		rs.b.get("/api/v1/jobs?limit=1000", &list)
 		statuses = map[string]int{}
 		for _, j := range list.Jobs {
-			if j.ID >= first && j.ID < first+jobs {
+			if j.ID >= int64(first) && j.ID < int64(first+jobs) {
 				statuses[j.Status]++
 			}
 		}

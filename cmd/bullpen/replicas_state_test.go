@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -11,13 +10,12 @@ import (
 )
 
 // sharedState returns the flags that put both replicas on one store: a
-// SQLite file they share, or, with BULLPEN_REPLICAS_STATE=aws, a DynamoDB
-// table and SQS queues of the run's own on the emulator, created with
-// `bullpen aws bootstrap` (the emulator's credentials are in the
-// environment already).
-func sharedState(t *testing.T, bin, run, endpoint string) []string {
+// SQLite file they share, or, onAWS, a DynamoDB table and SQS queues of
+// the run's own on the emulator, created with `bullpen aws bootstrap` (the
+// emulator's credentials are in the environment already).
+func sharedState(t *testing.T, bin, run, endpoint string, onAWS bool) []string {
 	t.Helper()
-	if os.Getenv("BULLPEN_REPLICAS_STATE") != "aws" {
+	if !onAWS {
 		return []string{"--store", "sqlite://" + filepath.Join(t.TempDir(), "shared.db")}
 	}
 	flags := []string{"--store", "dynamodb://bullpen-replicas-" + run, "--queue", "sqs://bullpen-replicas-" + run + "-"}
