@@ -51,7 +51,8 @@ type HelloRequest struct {
 	Token string `json:"token,omitempty"`
 }
 
-// HelloResponse carries the instance's token: given once, never again.
+// HelloResponse carries the instance's token: given once, and again only
+// to a retry proposing that same token.
 type HelloResponse struct {
 	Token            string `json:"token"`
 	InstanceID       string `json:"instance_id"`
