@@ -56,10 +56,7 @@ func checkBeat(at time.Time) error {
 	if at.IsZero() {
 		return errors.New("zero time")
 	}
-	if y := at.UTC().Year(); y < 1 || y > 9999 {
-		return fmt.Errorf("heartbeat %v is outside years 1..9999", at)
-	}
-	return nil
+	return domain.CheckTime("heartbeat", at)
 }
 
 // beat writes at unless a beat at least as new, or one within the

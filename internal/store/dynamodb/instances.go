@@ -28,7 +28,7 @@ func (s *Store) CreateInstances(ctx context.Context, insts []domain.Instance) er
 	}
 	seen := make(map[string]bool, len(insts))
 	for _, in := range insts {
-		if err := validateInstance(in); err != nil {
+		if err := in.Validate(); err != nil {
 			return fmt.Errorf("create instances: %w", err)
 		}
 		if seen[in.ID] {

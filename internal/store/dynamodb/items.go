@@ -2,7 +2,6 @@ package dynamodb
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -196,18 +195,4 @@ func utcTimes(p any) {
 			f.Set(reflect.ValueOf(t.UTC()))
 		}
 	}
-}
-
-// checkTimes refuses times a fixed-width layout cannot hold.
-func checkTimes(p any) error {
-	v := reflect.ValueOf(p)
-	var errs []error
-	for k := range v.NumField() {
-		if t, ok := v.Field(k).Interface().(time.Time); ok && !t.IsZero() {
-			if y := t.UTC().Year(); y < 1 || y > 9999 {
-				errs = append(errs, fmt.Errorf("%s %v is outside years 1..9999", v.Type().Field(k).Name, t))
-			}
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -23,7 +23,7 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []domain.Job) ([]bool, erro
 		return nil, fmt.Errorf("create jobs: %w", err)
 	}
 	for _, j := range jobs {
-		if err := validateJob(j); err != nil {
+		if err := j.Validate(); err != nil {
 			return nil, fmt.Errorf("create jobs: %w", err)
 		}
 	}

@@ -2,7 +2,6 @@ package dynamodb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -38,7 +37,7 @@ var instanceKind = rowKind[string, domain.Instance, domain.Guard]{
 			return domain.Instance{}, refused
 		}
 		utcTimes(&next)
-		return next, validateInstance(next)
+		return next, next.Validate()
 	},
 	version: func(i domain.Instance) int64 { return i.Version },
 }
@@ -52,35 +51,9 @@ var jobKind = rowKind[int64, domain.Job, domain.JobGuard]{
 			return domain.Job{}, refused
 		}
 		utcTimes(&next)
-		return next, validateJob(next)
+		return next, next.Validate()
 	},
 	version: func(j domain.Job) int64 { return j.Version },
-}
-
-func validateInstance(i domain.Instance) error {
-	if i.ID == "" {
-		return errors.New("instance has no id")
-	}
-	if !i.State.Valid() {
-		return fmt.Errorf("instance %s: unknown state %q", i.ID, i.State)
-	}
-	if err := checkTimes(i); err != nil {
-		return fmt.Errorf("instance %s: %w", i.ID, err)
-	}
-	return nil
-}
-
-func validateJob(j domain.Job) error {
-	if j.ID <= 0 {
-		return fmt.Errorf("job id %d: must be positive", j.ID)
-	}
-	if !j.Status.Valid() {
-		return fmt.Errorf("job %d: unknown status %q", j.ID, j.Status)
-	}
-	if err := checkTimes(j); err != nil {
-		return fmt.Errorf("job %d: %w", j.ID, err)
-	}
-	return nil
 }
 
 // get reads one row consistently; found is false when there is none.

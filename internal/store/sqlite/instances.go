@@ -50,21 +50,6 @@ func updateArgs(i domain.Instance) []any {
 	return append(args[1:], i.ID)
 }
 
-// validateInstance refuses rows the schema or the state machine could not
-// make sense of.
-func validateInstance(i domain.Instance) error {
-	if i.ID == "" {
-		return errors.New("instance has no id")
-	}
-	if !i.State.Valid() {
-		return fmt.Errorf("instance %s: unknown state %q", i.ID, i.State)
-	}
-	return errors.Join(
-		checkTime("deadline", i.Deadline), checkTime("created_at", i.CreatedAt),
-		checkTime("updated_at", i.UpdatedAt), checkTime("state_since", i.StateSince),
-		checkTime("running_since", i.RunningSince), checkTime("heartbeat", i.Heartbeat))
-}
-
 type scanner interface{ Scan(dest ...any) error }
 
 // scanInstance reads one row selected with instanceColumns.
@@ -106,7 +91,7 @@ func (s *Store) CreateInstances(ctx context.Context, insts []domain.Instance) er
 		return nil
 	}
 	for _, inst := range insts {
-		if err := validateInstance(inst); err != nil {
+		if err := inst.Validate(); err != nil {
 			return fmt.Errorf("create instances: %w", err)
 		}
 	}

@@ -51,26 +51,6 @@ func jobArgs(j domain.Job) ([]any, error) {
 	}, nil
 }
 
-// validateJob refuses rows the schema or the lifecycle could not make sense
-// of. Its messages name fields, never their values: a job carries a
-// credential.
-func validateJob(j domain.Job) error {
-	if j.ID <= 0 {
-		return fmt.Errorf("job id %d: must be positive", j.ID)
-	}
-	if !j.Status.Valid() {
-		return fmt.Errorf("job %d: unknown status %q", j.ID, j.Status)
-	}
-	err := errors.Join(
-		checkTime("created_at", j.CreatedAt), checkTime("updated_at", j.UpdatedAt),
-		checkTime("queued_at", j.QueuedAt), checkTime("assigned_at", j.AssignedAt),
-		checkTime("started_at", j.StartedAt), checkTime("completed_at", j.CompletedAt))
-	if err != nil {
-		return fmt.Errorf("job %d: %w", j.ID, err)
-	}
-	return nil
-}
-
 // scanJob reads one row selected with jobColumns.
 func scanJob(row scanner) (domain.Job, error) {
 	var j domain.Job
@@ -125,7 +105,7 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []domain.Job) ([]bool, erro
 		return nil, fmt.Errorf("create jobs: %w", err)
 	}
 	for _, j := range jobs {
-		if err := validateJob(j); err != nil {
+		if err := j.Validate(); err != nil {
 			return nil, fmt.Errorf("create jobs: %w", err)
 		}
 	}
@@ -251,7 +231,7 @@ func listJobsQuery(f domain.JobFilter) (string, []any) {
 // DeleteJobs removes the completed and rejected jobs last changed before
 // before, and reports how many.
 func (s *Store) DeleteJobs(ctx context.Context, before time.Time) (int, error) {
-	if err := checkTime("before", before); err != nil {
+	if err := domain.CheckTime("before", before); err != nil {
 		return 0, fmt.Errorf("delete jobs: %w", err)
 	}
 	var n int64
@@ -280,7 +260,7 @@ func (s *Store) RecordHeartbeats(ctx context.Context, beats []domain.Heartbeat) 
 		if b.At.IsZero() {
 			return fmt.Errorf("record heartbeats: %s: zero time", b.ID)
 		}
-		if err := checkTime("heartbeat", b.At); err != nil {
+		if err := domain.CheckTime("heartbeat", b.At); err != nil {
 			return fmt.Errorf("record heartbeats: %s: %w", b.ID, err)
 		}
 	}
@@ -313,7 +293,7 @@ func (s *Store) RecordHeartbeat(ctx context.Context, id string, at time.Time) er
 	if at.IsZero() {
 		return fmt.Errorf("record heartbeat of %s: zero time", id)
 	}
-	if err := checkTime("heartbeat", at); err != nil {
+	if err := domain.CheckTime("heartbeat", at); err != nil {
 		return fmt.Errorf("record heartbeat of %s: %w", id, err)
 	}
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {

@@ -27,7 +27,7 @@ func decideJob(cur domain.Job, g domain.JobGuard, now time.Time, fn func(*domain
 		return domain.Job{}, refused
 	}
 	next = normalizeJobTimes(next)
-	return next, validateJob(next)
+	return next, next.Validate()
 }
 
 // jobUpdateArgs returns the arguments of updateJob: every column but the

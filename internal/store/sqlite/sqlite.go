@@ -181,14 +181,6 @@ func formatTime(t time.Time) any {
 	return t.UTC().Format(timeLayout)
 }
 
-// checkTime refuses times the fixed-width layout cannot hold.
-func checkTime(field string, t time.Time) error {
-	if y := t.UTC().Year(); !t.IsZero() && (y < 1 || y > 9999) {
-		return fmt.Errorf("%s %v is outside years 1..9999", field, t)
-	}
-	return nil
-}
-
 // parseTime reverses formatTime.
 func parseTime(v sql.NullString) (time.Time, error) {
 	if !v.Valid {

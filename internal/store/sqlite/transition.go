@@ -134,7 +134,7 @@ func decideInstance(cur domain.Instance, g domain.Guard, now time.Time, fn func(
 		return domain.Instance{}, refused
 	}
 	next = normalizeTimes(next)
-	return next, validateInstance(next)
+	return next, next.Validate()
 }
 
 // Transition applies fn to the instance id if it matches g, in one write
