@@ -174,8 +174,8 @@ func printComparison(w io.Writer, nameA, nameB string, a, b simulate.Report) {
 	row("total", a.Bill.Total, b.Bill.Total)
 	row("per job", a.Bill.PerJob, b.Bill.PerJob)
 	row("idle hot instances", a.Bill.HotIdle, b.Bill.HotIdle)
-	for _, via := range []string{"pool", "reuse", "cold"} {
-		fmt.Fprintf(w, "  jobs served by %-6s %7d %7d %+7d\n", via, a.Simulated.QueueTimes[via].Count, b.Simulated.QueueTimes[via].Count,
+	for _, via := range []string{"pool", "hot", "stopped", "reuse", "cold"} {
+		fmt.Fprintf(w, "  jobs served by %-7s%7d %7d %+7d\n", via, a.Simulated.QueueTimes[via].Count, b.Simulated.QueueTimes[via].Count,
 			b.Simulated.QueueTimes[via].Count-a.Simulated.QueueTimes[via].Count)
 	}
 	fmt.Fprintln(w, "\ncloud calls             A       B     B-A")
@@ -200,9 +200,13 @@ func printSimulation(w io.Writer, r simulate.Report) {
 	}
 	row("recorded", r.Recorded)
 	row("simulated", r.Simulated.QueueTime)
-	for _, via := range []string{"pool", "reuse", "cold"} {
+	for _, via := range []string{"pool", "hot", "stopped", "reuse", "cold"} {
 		if l, ok := r.Simulated.QueueTimes[via]; ok {
-			row("  served by "+via, l)
+			name := "  served by " + via
+			if via == "hot" || via == "stopped" {
+				name = "    " + via
+			}
+			row(name, l)
 		}
 	}
 	for _, pool := range sortedKeys(r.Simulated.ByPool) {

@@ -110,7 +110,8 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	var res Result
 	var last converger.Report
-	var used usage
+	used := &usage{}
+	w.used = used
 	w.onCycle = func(rep converger.Report) {
 		res.Cycles++
 		last = rep
@@ -158,6 +159,7 @@ type world struct {
 	tmp      string
 	interval time.Duration
 	onCycle  func(converger.Report)
+	used     *usage
 	// The roll: at rollAt (zero: never), once, announced on lines.
 	rollAt time.Time
 	lines  io.Writer

@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -12,9 +13,12 @@ import (
 // JobsReport sums up the jobs the demo fed: how many reached each status,
 // and how long they waited from queued to started, by how they were served.
 type JobsReport struct {
-	Total      int                  `json:"total"`
-	ByStatus   map[string]int       `json:"by_status"`
-	QueueTimes map[string]Latencies `json:"queue_time_seconds"` // by via: pool, reuse, cold
+	Total    int            `json:"total"`
+	ByStatus map[string]int `json:"by_status"`
+	// QueueTimes are by how jobs were served: pool, reuse, cold; and the
+	// pool's jobs again by what served them: a running instance (hot) or
+	// a stopped member started for the job (stopped).
+	QueueTimes map[string]Latencies `json:"queue_time_seconds"`
 	// QueueTime is every served job's; ByPool the pool jobs', by pool.
 	QueueTime Latencies            `json:"queue_time_all_seconds"`
 	ByPool    map[string]Latencies `json:"queue_time_by_pool_seconds,omitempty"`
@@ -44,10 +48,31 @@ type Latencies struct {
 	Max   float64 `json:"max"`
 }
 
+// poolRoles maps instances to their roles: those the usage samples saw,
+// and the rows the store holds.
+func (w *world) poolRoles(ctx context.Context) (map[string]domain.Role, error) {
+	rows, err := w.a.Store.ListInstances(ctx, domain.InstanceFilter{})
+	if err != nil {
+		return nil, fmt.Errorf("demo: read instances: %w", err)
+	}
+	roles := map[string]domain.Role{}
+	if w.used != nil {
+		maps.Copy(roles, w.used.roles)
+	}
+	for _, in := range rows {
+		roles[in.ID] = in.Role
+	}
+	return roles, nil
+}
+
 func (w *world) jobsReport(ctx context.Context) (JobsReport, error) {
 	list, err := w.a.Store.ListJobs(ctx, domain.JobFilter{})
 	if err != nil {
 		return JobsReport{}, fmt.Errorf("demo: read jobs: %w", err)
+	}
+	roles, err := w.poolRoles(ctx)
+	if err != nil {
+		return JobsReport{}, err
 	}
 	r := JobsReport{Total: len(list), ByStatus: map[string]int{}, QueueTimes: map[string]Latencies{}}
 	waits, byPool, byHour := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
@@ -63,6 +88,15 @@ func (w *world) jobsReport(ctx context.Context) (JobsReport, error) {
 		}
 		wait := j.StartedAt.Sub(j.QueuedAt).Seconds()
 		waits[string(j.Via)] = append(waits[string(j.Via)], wait)
+		if role, ok := roles[j.InstanceID]; ok && j.Via == domain.ViaPool {
+			// Only the converger stops instances, and only stopped pool
+			// members: any other instance a pool job got was running.
+			member := "hot"
+			if role == domain.RoleStopped {
+				member = "stopped"
+			}
+			waits[member] = append(waits[member], wait)
+		}
 		all = append(all, wait)
 		hour := j.QueuedAt.UTC().Format("Mon 15")
 		byHour[hour] = append(byHour[hour], wait)

@@ -42,6 +42,9 @@ func usageState(s domain.State) string {
 type usage struct {
 	last  time.Time
 	hours map[[3]string]*InstanceHours
+	// roles are the roles of the instances seen, by id: the jobs report
+	// tells pool jobs apart by them after terminated rows are gone.
+	roles map[string]domain.Role
 }
 
 // billed are the states of instances that have, or may have, a machine:
@@ -62,9 +65,10 @@ func (u *usage) sample(ctx context.Context, st interface {
 		return
 	}
 	if u.hours == nil {
-		u.hours = map[[3]string]*InstanceHours{}
+		u.hours, u.roles = map[[3]string]*InstanceHours{}, map[string]domain.Role{}
 	}
 	for _, in := range rows {
+		u.roles[in.ID] = in.Role
 		if in.State == domain.StateTerminated || in.InstanceType == "" {
 			continue // no machine (yet, or any more): nothing to bill
 		}

@@ -72,6 +72,12 @@ func TestReplayOfTheDemoGivesTheDemosFigures(t *testing.T) {
 	if pool, demoPool := rep.Simulated.QueueTimes["pool"], res.Jobs.QueueTimes["pool"]; !near(pool.P50, demoPool.P50, 2) {
 		t.Errorf("pool jobs' queue times: replay %+v, demo %+v", pool, demoPool)
 	}
+	// Pool jobs are told apart by the member that served them.
+	q := rep.Simulated.QueueTimes
+	if q["hot"].Count == 0 || q["stopped"].Count == 0 || q["hot"].Count+q["stopped"].Count != q["pool"].Count ||
+		q["hot"].P50 >= q["stopped"].P50 {
+		t.Errorf("pool jobs %+v: want them split into hot %+v and stopped %+v members, the hot ones quicker", q["pool"], q["hot"], q["stopped"])
+	}
 	if rep.Replayed != len(jobs) || rep.Simulated.ByStatus["completed"] != len(jobs) {
 		t.Errorf("%d of %d jobs replayed, %d completed", rep.Replayed, len(jobs), rep.Simulated.ByStatus["completed"])
 	}
