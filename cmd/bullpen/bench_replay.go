@@ -58,7 +58,7 @@ func benchReplay(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	start := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC) // a Monday
-	history := simulate.Generate(simulate.Workload{Jobs: *jobs, Days: *days, Pools: *pools, Seed: *seed, Start: start})
+	history := simulate.Generate(simulate.Workload{Jobs: *jobs, Days: *days, Pools: simulate.WorkloadPools(*pools), Seed: *seed, Start: start})
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {

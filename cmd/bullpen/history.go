@@ -22,6 +22,7 @@ func init() {
 
 func historyUsage(w io.Writer) {
 	fmt.Fprint(w, `usage: bullpen history export (--repo OWNER/NAME | --org ORG) [--since 7d] [--out FILE]
+       bullpen history generate --pools NAME,NAME [--jobs 2000] [--days 7] [--seed 1]
 
 Reads the completed workflow jobs of the runs created since --since through
 GitHub's REST API and writes one JSON line per job: its id, run, attempt,
@@ -31,12 +32,16 @@ $BULLPEN_GITHUB_TOKEN or $GITHUB_TOKEN (never a flag). Rate limits are
 waited out. Run again with the same --out to resume: the jobs already in
 the file are not written again.
 
-Run 'bullpen history export -h' for its flags.
+generate writes a made-up history in the same format, to try simulate
+without GitHub: weekday working hours busiest, one arrival in five a matrix
+of 3 to 12 jobs, the first pool the busiest.
+
+Run 'bullpen history export -h' or 'bullpen history generate -h' for their flags.
 `)
 }
 
 func cmdHistory(ctx context.Context, e *env, args []string) int {
-	return dispatch(ctx, e, "history", args, historyUsage, map[string]subcommand{"export": historyExport})
+	return dispatch(ctx, e, "history", args, historyUsage, map[string]subcommand{"export": historyExport, "generate": historyGenerate})
 }
 
 func historyExport(ctx context.Context, e *env, args []string) int {

@@ -105,3 +105,27 @@ func TestBenchReplayReportsItsPace(t *testing.T) {
 		t.Fatalf("--jobs 0: exit %d: %s", code, errOut)
 	}
 }
+
+// history generate writes the same history for the same seed, in the
+// format simulate reads.
+func TestHistoryGenerateFeedsSimulate(t *testing.T) {
+	args := []string{"history", "generate", "--pools", "small-x64,medium-x64", "--jobs", "20", "--days", "1", "--seed", "4"}
+	code, first, errOut := runWithEnv(nil, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if _, again, _ := runWithEnv(nil, args...); again != first || strings.Count(first, "\n") != 20 {
+		t.Fatalf("two runs with one seed differ, or not 20 lines:\n%s", first)
+	}
+	path := filepath.Join(t.TempDir(), "generated.jsonl")
+	if err := os.WriteFile(path, []byte(first), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, report, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", path)
+	if code != 0 || !strings.Contains(report, "20 replayed") || !strings.Contains(report, "pool small-x64") {
+		t.Fatalf("simulate on the generated history: exit %d: %s\n%s", code, errOut, report)
+	}
+	if code, _, errOut := runWithEnv(nil, "history", "generate", "--jobs", "5"); code != 2 || !strings.Contains(errOut, "give --pools") {
+		t.Fatalf("without pools: exit %d: %s", code, errOut)
+	}
+}

@@ -11,11 +11,21 @@ import (
 )
 
 // Workload sizes a generated history: Jobs over Days from Start, spread
-// over Pools (named pool-1 … pool-N).
+// over Pools, the first the busiest.
 type Workload struct {
-	Jobs, Days, Pools int
-	Seed              uint64
-	Start             time.Time
+	Jobs, Days int
+	Pools      []string
+	Seed       uint64
+	Start      time.Time
+}
+
+// WorkloadPools names n pools as WorkloadConfig does: pool-1 … pool-N.
+func WorkloadPools(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprint("pool-", i+1)
+	}
+	return names
 }
 
 // hourWeight is how busy an hour of the week is (UTC): working hours on
@@ -65,15 +75,15 @@ func Generate(w Workload) []history.Job {
 		if rng.IntN(5) == 0 {
 			n = 3 + rng.IntN(10)
 		}
-		pool := 1 + min(int(rng.ExpFloat64()*float64(w.Pools)/3), w.Pools-1)
+		pool := w.Pools[min(int(rng.ExpFloat64()*float64(len(w.Pools))/3), len(w.Pools)-1)]
 		run := int64(len(jobs) + 1_000_000)
 		for range min(n, w.Jobs-len(jobs)) {
 			id := int64(len(jobs) + 1)
 			started := at.Add(2 * time.Second)
-			took := time.Minute + min(time.Duration(rng.ExpFloat64()*float64(5*time.Minute)), 29*time.Minute)
+			took := (time.Minute + min(time.Duration(rng.ExpFloat64()*float64(5*time.Minute)), 29*time.Minute)).Round(time.Second)
 			completed := started.Add(took)
 			jobs = append(jobs, history.Job{ID: id, RunID: run, RunAttempt: 1, Repo: "acme/app", Workflow: "ci", Name: fmt.Sprint("job-", id),
-				Labels: []string{fmt.Sprintf("runs-on=%d/pool=pool-%d", run, pool)}, Created: at,
+				Labels: []string{fmt.Sprintf("runs-on=%d/pool=%s", run, pool)}, Created: at,
 				Started: &started, Completed: &completed, Conclusion: "success"})
 		}
 	}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/simulate"
+)
+
+// historyGenerate writes a generated history as JSON lines.
+func historyGenerate(_ context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("history generate", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	pools := fs.String("pools", "", "the pools the jobs ask for (pool=NAME), comma-separated, the busiest first")
+	jobs := fs.Int("jobs", 2000, "how many jobs")
+	days := fs.Int("days", 7, "how many days they span, from a Monday")
+	seed := fs.Uint64("seed", 1, "the same seed gives the same history")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	var names []string
+	for _, n := range strings.Split(*pools, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 || *jobs <= 0 || *days <= 0 {
+		fmt.Fprintln(e.stderr, "bullpen history generate: give --pools, and --jobs and --days above zero")
+		return 2
+	}
+	start := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC) // a Monday
+	enc := json.NewEncoder(e.stdout)
+	for _, j := range simulate.Generate(simulate.Workload{Jobs: *jobs, Days: *days, Pools: names, Seed: *seed, Start: start}) {
+		if err := enc.Encode(j); err != nil {
+			fmt.Fprintln(e.stderr, "bullpen history generate:", err)
+			return 1
+		}
+	}
+	return 0
+}
