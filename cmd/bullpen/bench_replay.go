@@ -17,10 +17,10 @@ import (
 
 // replayBench is what `bullpen bench replay` reports.
 type replayBench struct {
-	Jobs     int `json:"jobs"`
-	Replayed int `json:"replayed"`
-	Pools    int `json:"pools"`
-	Days     int `json:"days"`
+	Jobs     int     `json:"jobs"`
+	Replayed int     `json:"replayed"`
+	Pools    int     `json:"pools"`
+	Days     float64 `json:"days"`
 	// VirtualSeconds is the replay's span; WallSeconds how long it took
 	// here; Speedup the one over the other.
 	VirtualSeconds float64 `json:"virtual_seconds"`
@@ -38,7 +38,7 @@ func benchReplay(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("bench replay", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	jobs := fs.Int("jobs", 50_000, "jobs in the generated history")
-	days := fs.Int("days", 7, "days the history spans")
+	days := fs.Float64("days", 7, "days the history spans (0.25: six hours)")
 	pools := fs.Int("pools", 6, "pools the jobs are spread over")
 	seed := fs.Uint64("seed", 1, "seed of the history and the replay")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the replay to this file")

@@ -18,7 +18,7 @@ func historyGenerate(_ context.Context, e *env, args []string) int {
 	fs.SetOutput(e.stderr)
 	pools := fs.String("pools", "", "the pools the jobs ask for (pool=NAME), comma-separated, the busiest first")
 	jobs := fs.Int("jobs", 2000, "how many jobs")
-	days := fs.Int("days", 7, "how many days they span, from a Monday")
+	days := fs.Float64("days", 7, "how many days they span, from a Monday (0.25: six hours)")
 	seed := fs.Uint64("seed", 1, "the same seed gives the same history")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

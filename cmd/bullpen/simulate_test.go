@@ -13,8 +13,8 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/history"
 )
 
-// writeHistory writes an hour of pool jobs, one every 40 s, each running
-// two minutes.
+// writeHistory writes half an hour of pool jobs, one every 40 s, each
+// running two minutes.
 func writeHistory(t *testing.T, pool string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "history.jsonl")
@@ -25,7 +25,7 @@ func writeHistory(t *testing.T, pool string) string {
 	defer f.Close()
 	enc := json.NewEncoder(f)
 	start := time.Date(2026, 11, 24, 14, 0, 0, 0, time.UTC)
-	for i := range 90 {
+	for i := range 45 {
 		at := start.Add(time.Duration(i) * 40 * time.Second)
 		started, completed := at.Add(4*time.Second), at.Add(124*time.Second)
 		id := int64(i + 1)
@@ -86,7 +86,7 @@ func TestBenchReplayReportsItsPace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a replay")
 	}
-	code, out, errOut := runWithEnv(nil, "bench", "replay", "--jobs", "60", "--days", "1", "--pools", "3")
+	code, out, errOut := runWithEnv(nil, "bench", "replay", "--jobs", "30", "--days", "0.1", "--pools", "3")
 	var rep struct {
 		Jobs, Replayed, Pools int
 		VirtualSeconds        float64 `json:"virtual_seconds"`
@@ -97,7 +97,7 @@ func TestBenchReplayReportsItsPace(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil {
 		t.Fatalf("exit %d: %s\n%s", code, errOut, out)
 	}
-	if rep.Jobs != 60 || rep.Replayed != 60 || rep.Pools != 3 || rep.VirtualSeconds < 3600 || rep.Speedup <= 1 ||
+	if rep.Jobs != 30 || rep.Replayed != 30 || rep.Pools != 3 || rep.VirtualSeconds < 1800 || rep.Speedup <= 1 ||
 		rep.JobsPerSecond <= 0 || rep.PeakRSSMB <= 0 {
 		t.Fatalf("report %+v", rep)
 	}
@@ -109,7 +109,7 @@ func TestBenchReplayReportsItsPace(t *testing.T) {
 // history generate writes the same history for the same seed, in the
 // format simulate reads.
 func TestHistoryGenerateFeedsSimulate(t *testing.T) {
-	args := []string{"history", "generate", "--pools", "small-x64,medium-x64", "--jobs", "20", "--days", "1", "--seed", "4"}
+	args := []string{"history", "generate", "--pools", "small-x64,medium-x64", "--jobs", "20", "--days", "0.1", "--seed", "4"}
 	code, first, errOut := runWithEnv(nil, args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)

@@ -60,7 +60,8 @@ func TestWeekPlanRoundTripsThroughTheConfiguration(t *testing.T) {
 }
 
 // burst is a history of pool jobs: a quiet hour of one job every ten
-// minutes, then an hour with a job every 20 s, each running two minutes.
+// minutes, then half an hour with a job every 20 s, each running two
+// minutes.
 func burst(pool string) []history.Job {
 	start := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
 	var jobs []history.Job
@@ -74,7 +75,7 @@ func burst(pool string) []history.Job {
 	for m := 0; m < 60; m += 10 {
 		add(start.Add(time.Duration(m) * time.Minute))
 	}
-	for s := 0; s < 3600; s += 20 {
+	for s := 0; s < 1800; s += 20 {
 		add(start.Add(time.Hour + time.Duration(s)*time.Second))
 	}
 	return jobs
@@ -90,7 +91,7 @@ func TestSuggestMeetsATargetWithMoreCapacityWhereJobsAre(t *testing.T) {
 	cfg := example(t)
 	var rounds []simulate.Round
 	s, err := simulate.Suggest(context.Background(), simulate.SuggestOptions{
-		Options:   simulate.Options{Config: cfg, Jobs: burst("small-x64"), Seed: 3},
+		Options:   simulate.Options{Config: cfg, Jobs: burst("small-x64"), Seed: 3, Tail: 3 * time.Minute},
 		TargetP90: 8 * time.Second, Rounds: 3,
 		OnRound: func(r simulate.Round) { rounds = append(rounds, r) },
 	})
@@ -138,7 +139,7 @@ func TestSuggestUsesStoppedInstancesWhenTheTargetAllows(t *testing.T) {
 		t.Skip("several replays")
 	}
 	s, err := simulate.Suggest(context.Background(), simulate.SuggestOptions{
-		Options:   simulate.Options{Config: example(t), Jobs: burst("small-x64"), Seed: 3},
+		Options:   simulate.Options{Config: example(t), Jobs: burst("small-x64"), Seed: 3, Tail: 3 * time.Minute},
 		TargetP90: 40 * time.Second,
 	})
 	if err != nil {

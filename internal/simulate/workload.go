@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -10,13 +11,14 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/history"
 )
 
-// Workload sizes a generated history: Jobs over Days from Start, spread
-// over Pools, the first the busiest.
+// Workload sizes a generated history: Jobs over Days (a fraction counts
+// whole hours) from Start, spread over Pools, the first the busiest.
 type Workload struct {
-	Jobs, Days int
-	Pools      []string
-	Seed       uint64
-	Start      time.Time
+	Jobs  int
+	Days  float64
+	Pools []string
+	Seed  uint64
+	Start time.Time
 }
 
 // WorkloadPools names n pools as WorkloadConfig does: pool-1 … pool-N.
@@ -50,7 +52,7 @@ func hourWeight(day time.Weekday, hour int) float64 {
 // gives the same history.
 func Generate(w Workload) []history.Job {
 	rng := rand.New(rand.NewPCG(w.Seed, 0x5eed))
-	hours := w.Days * 24
+	hours := max(int(math.Ceil(w.Days*24)), 1)
 	weights := make([]float64, hours)
 	total := 0.0
 	for h := range hours {
