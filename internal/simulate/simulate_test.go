@@ -13,13 +13,19 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/simulate"
 )
 
-func example(t *testing.T) *config.Config {
+// exampleData is examples/runs-on.yml as it is on disk.
+func exampleData(t *testing.T) []byte {
 	t.Helper()
 	b, err := os.ReadFile("../../examples/runs-on.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Parse("runs-on.yml", b)
+	return b
+}
+
+func example(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("runs-on.yml", exampleData(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"time"
 
@@ -93,7 +94,7 @@ func Suggest(ctx context.Context, o SuggestOptions) (Suggestion, error) {
 		if s.Met || round > o.Rounds {
 			return s, nil
 		}
-		plans = clonePlans(plans)
+		plans = maps.Clone(plans)
 		for _, m := range missed {
 			plan := plans[m.pool]
 			plan.grow(m.day, m.hour, hot)
@@ -179,14 +180,6 @@ func withPlans(cfg *config.Config, plans map[string]WeekPlan) *config.Config {
 		out.Pools[i] = p
 	}
 	return &out
-}
-
-func clonePlans(plans map[string]WeekPlan) map[string]WeekPlan {
-	out := make(map[string]WeekPlan, len(plans))
-	for k, v := range plans {
-		out[k] = v
-	}
-	return out
 }
 
 type poolHour struct {

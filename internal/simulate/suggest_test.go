@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"testing"
 	"time"
 
@@ -30,11 +29,7 @@ func TestWeekPlanRoundTripsThroughTheConfiguration(t *testing.T) {
 			}
 		}
 	}
-	data, err := os.ReadFile("../../examples/runs-on.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := config.WithSchedules("runs-on.yml", data, map[string][]domain.ScheduleEntry{"small-x64": plan.Schedule()})
+	out, err := config.WithSchedules("runs-on.yml", exampleData(t), map[string][]domain.ScheduleEntry{"small-x64": plan.Schedule()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,19 +112,10 @@ func TestSuggestMeetsATargetWithMoreCapacityWhereJobsAre(t *testing.T) {
 	if s.Met && last.Missed != 0 {
 		t.Errorf("met with %d pool-hours over the target", last.Missed)
 	}
-	if _, err := config.WithSchedules("runs-on.yml", mustRead(t, "../../examples/runs-on.yml"),
+	if _, err := config.WithSchedules("runs-on.yml", exampleData(t),
 		map[string][]domain.ScheduleEntry{"small-x64": plan.Schedule()}); err != nil {
 		t.Fatalf("the suggestion does not make a valid configuration: %v", err)
 	}
-}
-
-func mustRead(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 // A target that leaves time to start a stopped instance is met with
