@@ -98,14 +98,14 @@ func TestTwoReplicasServeABurstAndSurviveOneDying(t *testing.T) {
 
 // TestTwoReplicasOnDynamoDBAndSQS is the same on a DynamoDB table and SQS
 // queues of the emulator. The emulator answers one DynamoDB or SQS call at
-// a time, a few dozen a second on two CPUs, so the burst is 60 jobs
+// a time, a few dozen a second on two CPUs, so the burst is 40 jobs
 // unless BULLPEN_REPLICAS_AWS_JOBS says otherwise (300 takes it over ten
 // minutes).
 func TestTwoReplicasOnDynamoDBAndSQS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a burst through two replicas on the emulator")
 	}
-	jobs := 60
+	jobs := 40
 	if v := os.Getenv("BULLPEN_REPLICAS_AWS_JOBS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 3 {
