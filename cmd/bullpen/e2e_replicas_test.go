@@ -99,8 +99,8 @@ func TestTwoReplicasServeABurstAndSurviveOneDying(t *testing.T) {
 // TestTwoReplicasOnDynamoDBAndSQS is the same on a DynamoDB table and SQS
 // queues of the emulator. The emulator answers one DynamoDB or SQS call at
 // a time, a few dozen a second on two CPUs, so the burst is 40 jobs
-// unless BULLPEN_REPLICAS_AWS_JOBS says otherwise (300 takes it over ten
-// minutes).
+// unless BULLPEN_REPLICAS_AWS_JOBS says otherwise (300 have not yet all
+// completed on the emulator; DESIGN says what was seen).
 func TestTwoReplicasOnDynamoDBAndSQS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a burst through two replicas on the emulator")
