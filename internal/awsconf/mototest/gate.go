@@ -51,6 +51,7 @@ type Gate struct {
 	URL     string
 	fault   atomic.Pointer[Fault]
 	refused atomic.Int64
+	lose    atomic.Int64
 }
 
 // NewGate starts a gate in front of the package's emulator.
@@ -64,6 +65,11 @@ func NewGate(t testing.TB) *Gate {
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f := g.fault.Load()
+		if g.lose.Add(-1) >= 0 {
+			// The emulator handles the call; its answer is lost on the way.
+			proxy.ServeHTTP(discard{}, r)
+			f = &Fault{http.StatusInternalServerError, "InternalServerError", "the answer was lost"}
+		}
 		if f == nil {
 			proxy.ServeHTTP(w, r)
 			return
@@ -81,6 +87,18 @@ func NewGate(t testing.TB) *Gate {
 
 // Fail answers every call with f from now on.
 func (g *Gate) Fail(f Fault) { g.fault.Store(&f) }
+
+// LoseAnswers lets the next n calls through to the emulator but answers
+// them with a 500, as when a connection drops after the request was
+// handled; the SDK then tries again.
+func (g *Gate) LoseAnswers(n int) { g.lose.Store(int64(n)) }
+
+// discard is a response writer that drops what it is given.
+type discard struct{}
+
+func (discard) Header() http.Header         { return http.Header{} }
+func (discard) Write(b []byte) (int, error) { return len(b), nil }
+func (discard) WriteHeader(int)             {}
 
 // Pass lets calls through to the emulator again.
 func (g *Gate) Pass() { g.fault.Store(nil) }

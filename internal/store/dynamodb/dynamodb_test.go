@@ -104,3 +104,26 @@ func TestFailuresAreNamedAndTheStoreRecovers(t *testing.T) {
 		}
 	}
 }
+
+// A put whose answer is lost is tried again by the SDK and refused by its
+// own first attempt: the job was still created by this call.
+func TestAJobCreatedWhoseAnswerWasLostCountsAsCreated(t *testing.T) {
+	_, table := newTable(t)
+	gate := mototest.NewGate(t)
+	cfg := mototest.Config(t)
+	cfg.BaseEndpoint, cfg.RetryMaxAttempts = aws.String(gate.URL), 3
+	clk := clock.NewVirtual(time.Now())
+	s, err := dynamodb.New(awsdynamodb.NewFromConfig(cfg), table, clk, dynamodb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate.LoseAnswers(1)
+	created, err := s.CreateJobs(t.Context(), []domain.Job{{ID: 7, Status: domain.JobQueued, Name: "build"}})
+	if err != nil || len(created) != 1 || !created[0] {
+		t.Fatalf("create whose first answer was lost: %v, %v; want created", created, err)
+	}
+	clk.Advance(time.Millisecond) // a redelivery comes later
+	if created, err := s.CreateJobs(t.Context(), []domain.Job{{ID: 7, Status: domain.JobQueued, Name: "build"}}); err != nil || created[0] {
+		t.Fatalf("a second create of the job: %v, %v; want not created", created, err)
+	}
+}

@@ -3,6 +3,7 @@ package dynamodb
 import (
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
@@ -37,6 +38,14 @@ func describe(op, table string, err error) error {
 func isConditionFailed(err error) bool {
 	var ccf *types.ConditionalCheckFailedException
 	return errors.As(err, &ccf)
+}
+
+// ownWrite reports whether a refused conditional put found exactly the
+// item it was putting: its own earlier attempt, which succeeded although
+// its answer was lost and the SDK tried again.
+func ownWrite(err error, item map[string]types.AttributeValue) bool {
+	var ccf *types.ConditionalCheckFailedException
+	return errors.As(err, &ccf) && ccf.Item != nil && reflect.DeepEqual(ccf.Item, item)
 }
 
 // cancelled returns the per-item reasons of a cancelled transaction, or
