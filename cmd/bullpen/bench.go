@@ -47,19 +47,12 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "bullpen bench: --jobs must be positive")
 		return 2
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			fmt.Fprintln(e.stderr, "bullpen bench:", err)
-			return 1
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(e.stderr, "bullpen bench:", err)
-			return 1
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		fmt.Fprintln(e.stderr, "bullpen bench:", err)
+		return 1
 	}
+	defer stop()
 	res, err := bench.Run(ctx, bench.Options{Jobs: *jobs, Timeout: *timeout, Only: *only, Shared: shared})
 	if err != nil {
 		fmt.Fprintln(e.stderr, "bullpen bench:", err)
@@ -73,4 +66,21 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// startCPUProfile writes a CPU profile to path until stop is called; an
+// empty path profiles nothing.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -59,19 +57,12 @@ func benchReplay(ctx context.Context, e *env, args []string) int {
 	}
 	start := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC) // a Monday
 	history := simulate.Generate(simulate.Workload{Jobs: *jobs, Days: *days, Pools: simulate.WorkloadPools(*pools), Seed: *seed, Start: start})
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			fmt.Fprintln(e.stderr, "bullpen bench replay:", err)
-			return 1
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintln(e.stderr, "bullpen bench replay:", err)
-			return 1
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		fmt.Fprintln(e.stderr, "bullpen bench replay:", err)
+		return 1
 	}
+	defer stop()
 	began := time.Now()
 	rep, err := simulate.Run(ctx, simulate.Options{Config: cfg, Jobs: history, Seed: *seed})
 	wall := time.Since(began)

@@ -82,9 +82,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err := prices.Covers(o.Config); err != nil {
 		return Report{}, fmt.Errorf("simulate: %w", err)
 	}
-	if o.Latency == (sim.Latency{}) {
-		o.Latency = demo.DefaultLatency
-	}
+	o = o.withDefaults()
 	if o.Tail <= 0 {
 		o.Tail = 15 * time.Minute
 	}

@@ -103,8 +103,8 @@ func Suggest(ctx context.Context, o SuggestOptions) (Suggestion, error) {
 	}
 }
 
-// withDefaults fills the zero options as Run does, so that the estimate
-// uses the timings the replay will.
+// withDefaults fills the zero timings and interval, for Run and for the
+// search's estimate alike.
 func (o Options) withDefaults() Options {
 	if o.Latency == (sim.Latency{}) {
 		o.Latency = demo.DefaultLatency
