@@ -49,6 +49,28 @@ var (
 	_ domain.AssignmentNotifier = (*Server)(nil)
 )
 
+// readingAPI is an AgentAPI that can act on the reading of the caller's
+// row that authenticating the request has just made, so that a long poll
+// or a signal reads the row once instead of twice (agents.Service is one).
+type readingAPI interface {
+	NextFor(ctx context.Context, in domain.Instance) (domain.Instruction, error)
+	SignalFor(ctx context.Context, in domain.Instance, sig domain.Signal) error
+}
+
+func (s *Server) nextFor(ctx context.Context, in domain.Instance) (domain.Instruction, error) {
+	if r, ok := s.api.(readingAPI); ok {
+		return r.NextFor(ctx, in)
+	}
+	return s.api.Next(ctx, in.CloudID)
+}
+
+func (s *Server) signalFor(ctx context.Context, in domain.Instance, sig domain.Signal) error {
+	if r, ok := s.api.(readingAPI); ok {
+		return r.SignalFor(ctx, in, sig)
+	}
+	return s.api.Signal(ctx, sig)
+}
+
 // New returns the agent API over api (the control plane's side of the
 // handshakes) and store (where the agents' credentials are). reg may be nil.
 func New(store Store, api domain.AgentAPI, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer, opts ...Option) *Server {

@@ -19,14 +19,23 @@ type Call struct {
 }
 
 // Recorder is a domain.AgentAPI that passes every call on and records it.
+// It passes on the calls on a reading the agent API made too (NextFor,
+// SignalFor), so the tests take the server's own path.
 type Recorder struct {
-	api     domain.AgentAPI
+	api     readingAPI
 	mu      sync.Mutex
 	calls   []Call
 	changed chan struct{} // closed and replaced at every call
 }
 
 var _ domain.AgentAPI = (*Recorder)(nil)
+
+// readingAPI is what agents.Service offers the agent API.
+type readingAPI interface {
+	domain.AgentAPI
+	NextFor(ctx context.Context, in domain.Instance) (domain.Instruction, error)
+	SignalFor(ctx context.Context, in domain.Instance, sig domain.Signal) error
+}
 
 func (r *Recorder) record(c Call) {
 	r.mu.Lock()
@@ -40,6 +49,18 @@ func (r *Recorder) Signal(ctx context.Context, s domain.Signal) error {
 	err := r.api.Signal(ctx, s)
 	r.record(Call{Op: "signal", CloudID: s.CloudID, Signal: s, Err: err})
 	return err
+}
+
+func (r *Recorder) SignalFor(ctx context.Context, in domain.Instance, s domain.Signal) error {
+	err := r.api.SignalFor(ctx, in, s)
+	r.record(Call{Op: "signal", CloudID: s.CloudID, Signal: s, Err: err})
+	return err
+}
+
+func (r *Recorder) NextFor(ctx context.Context, in domain.Instance) (domain.Instruction, error) {
+	ins, err := r.api.NextFor(ctx, in)
+	r.record(Call{Op: "next", CloudID: in.CloudID, Instruction: ins, Err: err})
+	return ins, err
 }
 
 func (r *Recorder) Heartbeat(ctx context.Context, cloudID string) error {
