@@ -127,3 +127,43 @@ func TestAJobCreatedWhoseAnswerWasLostCountsAsCreated(t *testing.T) {
 		t.Fatalf("a second create of the job: %v, %v; want not created", created, err)
 	}
 }
+
+// An update whose answer is lost is sent again by the SDK and refused by
+// its own first attempt, which raised the row's version. The row's write
+// mark shows it is this very write: the transition succeeded, once, and is
+// neither applied twice nor reported as lost to a competitor.
+func TestATransitionWhoseAnswerWasLostSucceedsOnce(t *testing.T) {
+	_, table := newTable(t)
+	gate := mototest.NewGate(t)
+	cfg := mototest.Config(t)
+	cfg.BaseEndpoint, cfg.RetryMaxAttempts = aws.String(gate.URL), 3
+	s, err := dynamodb.New(awsdynamodb.NewFromConfig(cfg), table, clock.NewVirtual(time.Now()), dynamodb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := domain.Instance{ID: "bp-lost", State: domain.StateReady, Runner: "small", Deadline: time.Now().Add(time.Hour)}
+	if err := s.CreateInstances(t.Context(), []domain.Instance{in}); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := s.GetInstance(t.Context(), in.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := 0
+	got, err := s.Transition(t.Context(), in.ID, domain.GuardOf(cur), func(i *domain.Instance) {
+		applied++
+		i.State, i.JobsServed = domain.StateClaimed, i.JobsServed+1
+		gate.LoseAnswers(1) // the update that follows lands, its answer does not
+	})
+	if err != nil {
+		t.Fatalf("transition whose answer was lost: %v; want it done", err)
+	}
+	after, err := s.GetInstance(t.Context(), in.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applied != 1 || after.JobsServed != 1 || after.State != domain.StateClaimed || after.Version != cur.Version+1 || got.Version != after.Version {
+		t.Fatalf("applied %d times; row %s, %d jobs, version %d (returned %d); want claimed once at version %d",
+			applied, after.State, after.JobsServed, after.Version, got.Version, cur.Version+1)
+	}
+}

@@ -1,6 +1,8 @@
 package dynamodb
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"reflect"
@@ -46,6 +48,21 @@ func isConditionFailed(err error) bool {
 func ownWrite(err error, item map[string]types.AttributeValue) bool {
 	var ccf *types.ConditionalCheckFailedException
 	return errors.As(err, &ccf) && ccf.Item != nil && reflect.DeepEqual(ccf.Item, item)
+}
+
+// writeMark returns a mark no other write carries.
+func writeMark() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return hex.EncodeToString(b)
+}
+
+// refusedBy reports whether a refused conditional update found the row
+// carrying mark: its own earlier attempt landed although its answer was
+// lost, and the SDK's retry was refused by it.
+func refusedBy(err error, mark string) bool {
+	var ccf *types.ConditionalCheckFailedException
+	return errors.As(err, &ccf) && ccf.Item != nil && getS(ccf.Item, attrMark) == mark
 }
 
 // cancelled returns the per-item reasons of a cancelled transaction, or

@@ -33,7 +33,8 @@ const (
 	attrBoot     = "boot"  // the bootstrap secret's hash
 	attrHolder   = "holder"
 	attrExpires  = "expires"
-	attrTTL      = "ttl" // epoch seconds: DynamoDB removes the row after it
+	attrTTL      = "ttl"  // epoch seconds: DynamoDB removes the row after it
+	attrMark     = "mark" // the last single conditional update's own mark (writeMark)
 	sortKeyOfRow = "row"
 	poolsPK      = "pools"
 )

@@ -98,8 +98,18 @@ func (k *rowKind[ID, Row, Guard]) transition(ctx context.Context, s *Store, id I
 		if err != nil {
 			return zero, err
 		}
-		_, err = s.api.UpdateItem(ctx, u.item(s.table))
+		// The write carries a mark of its own, so that when its answer is
+		// lost and the SDK sends it again, the second try, refused because
+		// the first raised the version, can tell that the row holds this
+		// very write and not a competitor's.
+		mark := writeMark()
+		in := u.marked(mark).item(s.table)
+		in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+		_, err = s.api.UpdateItem(ctx, in)
 		if isConditionFailed(err) {
+			if refusedBy(err, mark) {
+				return next, nil
+			}
 			continue
 		}
 		if err != nil {
@@ -167,6 +177,16 @@ func newUpdate(before, after map[string]types.AttributeValue, version int64) upd
 	if len(remove) > 0 {
 		u.expr += " REMOVE " + strings.Join(remove, ", ")
 	}
+	return u
+}
+
+// marked is u also setting the row's write mark.
+func (u update) marked(mark string) update {
+	u.names = maps.Clone(u.names)
+	u.values = maps.Clone(u.values)
+	u.names["#mark"] = attrMark
+	u.values[":mark"] = &types.AttributeValueMemberS{Value: mark}
+	u.expr = strings.Replace(u.expr, "SET ", "SET #mark = :mark, ", 1)
 	return u
 }
 
