@@ -53,6 +53,7 @@ type ec2Machines struct {
 	certPath   string // the key's certificate, for --aws-identity-certificate
 
 	mu          sync.Mutex
+	cadence     []string // the agents' heartbeat, long-poll and spot-watch flags
 	procs       map[string]*ec2Machine
 	imds        map[string]*httptest.Server
 	interrupted map[string]bool // instances given a spot interruption notice
@@ -66,6 +67,18 @@ type ec2Machine struct {
 }
 
 const motoAccount = "123456789012" // the account moto answers as
+
+// quickCadence has the agents beat, poll and watch for spot notices far
+// more often than in production, so that the tests see changes quickly.
+var quickCadence = []string{"--heartbeat-interval", "500ms", "--poll-wait", "2s", "--spot-watch-interval", "200ms"}
+
+// useCadence sets the flags the agents of machines booted from now on get
+// (nil: the agent's defaults, production's cadence).
+func (m *ec2Machines) useCadence(flags ...string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cadence = flags
+}
 
 func newEC2Machines(t *testing.T, api *awsec2.Client, bin, controller, runner string) *ec2Machines {
 	t.Helper()
@@ -81,7 +94,7 @@ func newEC2Machines(t *testing.T, api *awsec2.Client, bin, controller, runner st
 	}
 	dir := t.TempDir()
 	m := &ec2Machines{t: t, api: api, bin: bin, dir: dir, controller: controller, runner: runner, account: motoAccount,
-		key: key, certPath: filepath.Join(dir, "identity.pem"), procs: map[string]*ec2Machine{},
+		key: key, certPath: filepath.Join(dir, "identity.pem"), procs: map[string]*ec2Machine{}, cadence: quickCadence,
 		imds: map[string]*httptest.Server{}, interrupted: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
 	if err := os.WriteFile(m.certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
@@ -181,10 +194,12 @@ func (m *ec2Machines) boot(ctx context.Context, id string) error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(m.bin, "agent", "--config", envPath, "--metadata-url", m.metadata(id),
+	m.mu.Lock()
+	cadence := m.cadence
+	m.mu.Unlock()
+	cmd := exec.Command(m.bin, append([]string{"agent", "--config", envPath, "--metadata-url", m.metadata(id),
 		"--state-dir", filepath.Join(home, "state"), "--work-dir", home,
-		"--runner-command", m.runner+" {jitconfig}", "--shutdown-command", "true",
-		"--heartbeat-interval", "500ms", "--poll-wait", "2s", "--spot-watch-interval", "200ms")
+		"--runner-command", m.runner + " {jitconfig}", "--shutdown-command", "true"}, cadence...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the runner dies with its machine
 	if err := cmd.Start(); err != nil {
