@@ -329,6 +329,9 @@ func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain
 // which cannot serve it, is terminated, as for a failure.
 func (s *Service) jobFinished(ctx context.Context, in domain.Instance, sig domain.Signal) error {
 	if err := inOrder(in, sig); err != nil {
+		if s.finishedHere(ctx, in, sig) {
+			return nil // a repeat: the first report's answer was lost
+		}
 		return err
 	}
 	id, err := domain.ParseJobKey(in.Job)
@@ -350,6 +353,19 @@ func (s *Service) jobFinished(ctx context.Context, in domain.Instance, sig domai
 		return s.failed(ctx, in, domain.Signal{Kind: domain.SignalFailed, Job: in.Job, Reason: why})
 	}
 	return s.Finish(ctx, id, sig.Reason)
+}
+
+// finishedHere reports whether the job a job-finished signal names is
+// already over on this very instance: the agent sent its report again
+// because the answer to the first, which finished the job and released
+// the instance, was lost (a timeout, a replica that died answering).
+func (s *Service) finishedHere(ctx context.Context, in domain.Instance, sig domain.Signal) bool {
+	id, err := domain.ParseJobKey(sig.Job)
+	if err != nil {
+		return false
+	}
+	job, err := s.store.GetJob(ctx, id)
+	return err == nil && job.Status == domain.JobCompleted && job.InstanceID == in.ID
 }
 
 // interrupted: the cloud is taking the machine back (a spot interruption

@@ -221,8 +221,16 @@ func TestJobFinishedFinishesTheInstancesJob(t *testing.T) {
 		t.Fatalf("instance %s bound to %q, want terminating (no reuse), unbound", after.State, after.Job)
 	}
 	f.wantNoRunner(in.ID)
-	// A repeat comes after the release: rejected, and harmless.
-	wantRejected(t, f.signal(f.get(in.ID), domain.SignalJobFinished, "42"))
+	// The agent reports again when the first answer was lost: the repeat
+	// is answered as done and changes nothing.
+	released := f.get(in.ID)
+	if err := f.signal(released, domain.SignalJobFinished, "42"); err != nil {
+		t.Fatalf("a repeated job-finished: %v, want it taken as done", err)
+	}
+	f.wantUnchanged(released)
+	// A job completed on another instance is not this one's to report.
+	f.job(domain.Job{ID: 43, Status: domain.JobCompleted, InstanceID: "bp-2"})
+	wantRejected(t, f.signal(released, domain.SignalJobFinished, "43"))
 }
 
 func TestJobFinishedFromAStaleInstanceIsRejected(t *testing.T) {
