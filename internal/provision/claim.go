@@ -11,9 +11,16 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/serving"
 )
 
-// recheckEvery is how often a registration wait re-reads the instance, in
-// case the registered signal reached another replica.
-const recheckEvery = time.Second
+// A registration wait re-reads the instance in case the registered signal
+// reached another replica: after recheckFirst, then twice as long each
+// time up to recheckMost. The job does not wait on this (its runner is
+// already handed over); only the wait's own bookkeeping does, and a burst
+// of new machines booting for a minute would otherwise read each row
+// every second.
+const (
+	recheckFirst = time.Second
+	recheckMost  = 8 * time.Second
+)
 
 // selectFor is one claim worker: it asks the class's pickup
 // manager for candidates until one is claimed and passes its post-claim
@@ -143,12 +150,14 @@ func (p *Provisioner) assignAndWait(ctx context.Context, rq *request, in domain.
 func (p *Provisioner) awaitRegistration(ctx context.Context, j domain.Job, id string, timeout time.Duration, quit <-chan struct{}, registered <-chan struct{}) error {
 	deadline, stop := p.after(timeout)
 	defer stop()
+	every := recheckFirst
 	for {
 		ok, err := p.registeredFor(ctx, j, id)
 		if ok || err != nil {
 			return err
 		}
-		recheck, stopRecheck := p.after(recheckEvery)
+		recheck, stopRecheck := p.after(every)
+		every = min(2*every, recheckMost)
 		select {
 		case <-registered:
 			registered = p.Registrations.Wait(id)

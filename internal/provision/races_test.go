@@ -2,6 +2,7 @@ package provision
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,4 +93,62 @@ func TestTerminateLeavesAnInstanceThatMovedOn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// instanceReads counts the reads of instance rows by id.
+type instanceReads struct {
+	Store
+	n atomic.Int64
+}
+
+func (s *instanceReads) GetInstance(ctx context.Context, id string) (domain.Instance, error) {
+	s.n.Add(1)
+	return s.Store.GetInstance(ctx, id)
+}
+
+// A registration wait looks at the store for a signal that reached another
+// replica, less and less often (1 s, then twice as long each time up to
+// 8 s): a burst of machines booting for a minute each must not read every
+// row every second. A registration is still found within 8 s.
+func TestARegistrationWaitReadsLessAndLessOften(t *testing.T) {
+	reads := &instanceReads{}
+	f := newFixture(t, func(_ *fixture, d *Deps, _ *Options) {
+		d.Registrations = deafRegistrations{}
+		reads.Store = d.Store
+		d.Store = reads
+	})
+	f.setAgent(silent)
+	f.queueJobs(small, 100, 1)
+	msgs := f.receive()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.p.Serve(f.Ctx, msgs)
+	}()
+	f.Clock.BlockUntil(2) // the wait's deadline and its first look
+	start := f.Clock.Now()
+	reads.n.Store(0)
+	// Timer by timer: each look reads the row, then sets the next.
+	for f.Clock.Now().Sub(start) < 31*time.Second {
+		f.Clock.BlockUntil(2)
+		next, _ := f.Clock.Next()
+		f.Clock.AdvanceTo(next)
+	}
+	f.Clock.BlockUntil(2)
+	// Looks at 1, 3, 7, 15, 23 and 31 s.
+	if got := reads.n.Load(); got != 6 {
+		t.Fatalf("%d reads in the first 31 s of the wait, want 6", got)
+	}
+
+	in := f.Instances(domain.InstanceFilter{Job: "100"})[0]
+	f.register(in.CloudID)
+	f.Clock.BlockUntil(2)
+	next, _ := f.Clock.Next()
+	if wait := next.Sub(f.Clock.Now()); wait > 8*time.Second {
+		t.Fatalf("the next look comes in %s, want at most 8 s", wait)
+	}
+	f.Clock.AdvanceTo(next)
+	<-done
+	f.wantJob(100, domain.JobAssigned, domain.ViaCold, in.ID)
+	f.wantState(in.ID, domain.StateRunning)
 }
