@@ -139,11 +139,10 @@ func burstThroughReplicas(t *testing.T, rs *replicaSet, hot, jobs, first int) {
 		}
 		if !deliverTo(to, id, body) {
 			refused.Add(1)
-			// GitHub redelivers a refused delivery; the balancer sends
-			// it to the survivor.
-			if !deliverTo(rs.b, id, body) {
-				t.Fatalf("the survivor refused delivery %s", id)
-			}
+			// GitHub redelivers a refused delivery; the balancer sends it
+			// to the survivor, which refuses it too (503) while its inbox
+			// takes over 5 s to answer, as the emulator can in a burst.
+			rs.b.eventually("the survivor takes delivery "+id, time.Minute, func() bool { return deliverTo(rs.b, id, body) })
 		}
 		if i == jobs/3 {
 			if err := rs.a.cmd.Process.Kill(); err != nil {
@@ -182,7 +181,7 @@ func burstThroughReplicas(t *testing.T, rs *replicaSet, hot, jobs, first int) {
 
 	rs.checkRuns(l, first, jobs)
 	rs.checkOneConverger(killedAt)
-	t.Logf("%d deliveries refused by the dead replica and redelivered", refused.Load())
+	t.Logf("%d deliveries refused (by the dead replica, or a slow inbox) and redelivered", refused.Load())
 	if calls := awsCallsPerJob(t, rs.b, jobs); calls != "" {
 		t.Logf("the survivor's DynamoDB and SQS calls, from start to the end of the burst, per job:\n%s", calls)
 	}
