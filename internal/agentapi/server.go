@@ -49,23 +49,24 @@ var (
 	_ domain.AssignmentNotifier = (*Server)(nil)
 )
 
-// readingAPI is an AgentAPI that can act on the reading of the caller's
+// ReadingAPI is an AgentAPI that can act on the reading of the caller's
 // row that authenticating the request has just made, so that a long poll
 // or a signal reads the row once instead of twice (agents.Service is one).
-type readingAPI interface {
+type ReadingAPI interface {
+	domain.AgentAPI
 	NextFor(ctx context.Context, in domain.Instance) (domain.Instruction, error)
 	SignalFor(ctx context.Context, in domain.Instance, sig domain.Signal) error
 }
 
 func (s *Server) nextFor(ctx context.Context, in domain.Instance) (domain.Instruction, error) {
-	if r, ok := s.api.(readingAPI); ok {
+	if r, ok := s.api.(ReadingAPI); ok {
 		return r.NextFor(ctx, in)
 	}
 	return s.api.Next(ctx, in.CloudID)
 }
 
 func (s *Server) signalFor(ctx context.Context, in domain.Instance, sig domain.Signal) error {
-	if r, ok := s.api.(readingAPI); ok {
+	if r, ok := s.api.(ReadingAPI); ok {
 		return r.SignalFor(ctx, in, sig)
 	}
 	return s.api.Signal(ctx, sig)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -22,20 +23,13 @@ type Call struct {
 // It passes on the calls on a reading the agent API made too (NextFor,
 // SignalFor), so the tests take the server's own path.
 type Recorder struct {
-	api     readingAPI
+	api     agentapi.ReadingAPI
 	mu      sync.Mutex
 	calls   []Call
 	changed chan struct{} // closed and replaced at every call
 }
 
-var _ domain.AgentAPI = (*Recorder)(nil)
-
-// readingAPI is what agents.Service offers the agent API.
-type readingAPI interface {
-	domain.AgentAPI
-	NextFor(ctx context.Context, in domain.Instance) (domain.Instruction, error)
-	SignalFor(ctx context.Context, in domain.Instance, sig domain.Signal) error
-}
+var _ agentapi.ReadingAPI = (*Recorder)(nil)
 
 func (r *Recorder) record(c Call) {
 	r.mu.Lock()
