@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -188,7 +190,8 @@ func burstThroughReplicas(t *testing.T, rs *replicaSet, hot, jobs, first int) {
 }
 
 // awsCallsPerJob reads a replica's bullpen_aws_calls_total and divides each
-// DynamoDB and SQS series by jobs.
+// DynamoDB and SQS series by jobs; bullpen_aws_call_seconds gives each
+// operation's mean time.
 func awsCallsPerJob(t *testing.T, s *server, jobs int) string {
 	resp, err := http.Get(s.base + "/metrics")
 	if err != nil {
@@ -196,15 +199,24 @@ func awsCallsPerJob(t *testing.T, s *server, jobs int) string {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	var b strings.Builder
-	for _, line := range strings.Split(string(body), "\n") {
-		rest, ok := strings.CutPrefix(line, "bullpen_aws_calls_total{")
-		if !ok || strings.Contains(rest, `service="EC2"`) {
-			continue
+	// series maps "metric{labels}" to its value, for one family's lines.
+	series := func(prefix string) map[string]float64 {
+		out := map[string]float64{}
+		for _, line := range strings.Split(string(body), "\n") {
+			rest, ok := strings.CutPrefix(line, prefix+"{")
+			if !ok || strings.Contains(rest, `service="EC2"`) {
+				continue
+			}
+			labels, value, _ := strings.Cut(rest, "} ")
+			out[labels], _ = strconv.ParseFloat(value, 64)
 		}
-		labels, value, _ := strings.Cut(rest, "} ")
-		n, _ := strconv.ParseFloat(value, 64)
-		fmt.Fprintf(&b, "  %-60s %7.0f  %6.2f per job\n", labels, n, n/float64(jobs))
+		return out
+	}
+	calls, spent := series("bullpen_aws_calls_total"), series("bullpen_aws_call_seconds_sum")
+	var b strings.Builder
+	for _, labels := range slices.Sorted(maps.Keys(calls)) {
+		n := calls[labels]
+		fmt.Fprintf(&b, "  %-60s %7.0f  %6.2f per job, %6.1f ms each\n", labels, n, n/float64(jobs), 1000*spent[labels]/n)
 	}
 	return b.String()
 }

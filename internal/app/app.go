@@ -161,16 +161,17 @@ type App struct {
 	// Exclusive runs the loops that must act on one replica at a time.
 	Exclusive *loop.Exclusive
 
-	closers      []func() error // released by Close, last first
-	source       configsource.Source
-	reloadMu     sync.Mutex // one configuration read at a time
-	configData   []byte     // as first read from source
-	configs      *dashboard.ConfigRecorder
-	specMu       sync.RWMutex
-	specHashs    map[string]string
-	awsCallsOnce sync.Once
-	awsCallsVec  *prometheus.CounterVec
-	awsCallsErr  error
+	closers        []func() error // released by Close, last first
+	source         configsource.Source
+	reloadMu       sync.Mutex // one configuration read at a time
+	configData     []byte     // as first read from source
+	configs        *dashboard.ConfigRecorder
+	specMu         sync.RWMutex
+	specHashs      map[string]string
+	awsCallsOnce   sync.Once
+	awsCallsVec    *prometheus.CounterVec
+	awsCallSeconds *prometheus.HistogramVec
+	awsCallsErr    error
 	// reconcileCursor counts the installations' repositories handed to
 	// reconciliation so far: the next share starts there.
 	reconcileCursor atomic.Int64

@@ -64,22 +64,34 @@ func (a *App) openShared(ctx context.Context, sh Shared) error {
 }
 
 // awsCalls counts every AWS call by service and operation, for
-// bullpen_aws_calls_total: the figures DynamoDB and SQS bill by. One
-// counter serves the EC2 provider and the shared state alike.
-func (a *App) awsCalls() (func(service, operation string), error) {
+// bullpen_aws_calls_total (the figures DynamoDB and SQS bill by), and
+// times it, for bullpen_aws_call_seconds: a store or queue slow to answer
+// shows there before it shows as agents' timeouts. One pair serves the EC2
+// provider and the shared state alike.
+func (a *App) awsCalls() (func(service, operation string, took time.Duration), error) {
 	a.awsCallsOnce.Do(func() {
-		c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		calls := prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bullpen_aws_calls_total",
 			Help: "AWS API calls (each attempt of a retried one), by service and operation.",
 		}, []string{"service", "operation"})
-		if err := a.opts.Registry.Register(c); err != nil {
-			a.awsCallsErr = fmt.Errorf("register bullpen_aws_calls_total: %w", err)
-			return
+		took := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "bullpen_aws_call_seconds",
+			Help:    "How long each attempt of an AWS API call took to its answer, by service and operation (SQS ReceiveMessage includes its long poll).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 25},
+		}, []string{"service", "operation"})
+		for _, c := range []prometheus.Collector{calls, took} {
+			if err := a.opts.Registry.Register(c); err != nil {
+				a.awsCallsErr = fmt.Errorf("register the AWS call metrics: %w", err)
+				return
+			}
 		}
-		a.awsCallsVec = c
+		a.awsCallsVec, a.awsCallSeconds = calls, took
 	})
 	if a.awsCallsErr != nil {
 		return nil, a.awsCallsErr
 	}
-	return func(service, operation string) { a.awsCallsVec.WithLabelValues(service, operation).Inc() }, nil
+	return func(service, operation string, took time.Duration) {
+		a.awsCallsVec.WithLabelValues(service, operation).Inc()
+		a.awsCallSeconds.WithLabelValues(service, operation).Observe(took.Seconds())
+	}, nil
 }

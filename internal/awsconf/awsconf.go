@@ -29,9 +29,9 @@ type Options struct {
 	// MaxBackoff caps the SDK's wait between attempts; default 20 s.
 	MaxBackoff time.Duration
 	// OnCall, when set, is told of every call the clients make (each
-	// attempt of a retried one), by service and operation: what DynamoDB
-	// and SQS bill by.
-	OnCall func(service, operation string)
+	// attempt of a retried one), by service and operation (what DynamoDB
+	// and SQS bill by), and how long the attempt took to its answer.
+	OnCall func(service, operation string, took time.Duration)
 }
 
 // Load returns the configuration the backends build their clients from.
@@ -71,14 +71,16 @@ func Load(ctx context.Context, o Options) (aws.Config, error) {
 	return cfg, nil
 }
 
-// countCalls reports each attempt of each call: it sits in the finalize
-// step, which the retryer runs once per attempt.
-func countCalls(onCall func(service, operation string)) func(*middleware.Stack) error {
+// countCalls reports each attempt of each call and how long it took: it
+// sits in the finalize step, which the retryer runs once per attempt.
+func countCalls(onCall func(service, operation string, took time.Duration)) func(*middleware.Stack) error {
 	return func(stack *middleware.Stack) error {
 		return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("bullpenCountCalls",
 			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-				onCall(awsmiddleware.GetServiceID(ctx), awsmiddleware.GetOperationName(ctx))
-				return next.HandleFinalize(ctx, in)
+				began := time.Now()
+				out, md, err := next.HandleFinalize(ctx, in)
+				onCall(awsmiddleware.GetServiceID(ctx), awsmiddleware.GetOperationName(ctx), time.Since(began))
+				return out, md, err
 			}), middleware.After)
 	}
 }

@@ -120,3 +120,43 @@ func TestKind(t *testing.T) {
 		t.Error("a network error has a kind")
 	}
 }
+
+// OnCall hears of every attempt, with the time to its answer: a slow
+// service shows in bullpen_aws_call_seconds before anything times out.
+func TestOnCallTimesEveryAttempt(t *testing.T) {
+	const latency = 20 * time.Millisecond
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(latency) // the service's own time to answer
+		if n.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, throttled)
+			return
+		}
+		fmt.Fprint(w, described)
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("AWS_ACCESS_KEY_ID", "testing")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "testing")
+	type call struct {
+		service, operation string
+		took               time.Duration
+	}
+	var calls []call
+	cfg, err := awsconf.Load(t.Context(), awsconf.Options{Region: "eu-west-1", Endpoint: srv.URL, MaxAttempts: 2, MaxBackoff: time.Millisecond,
+		OnCall: func(service, operation string, took time.Duration) { calls = append(calls, call{service, operation, took}) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := awsec2.NewFromConfig(cfg).DescribeInstances(t.Context(), &awsec2.DescribeInstancesInput{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 2 {
+		t.Fatalf("heard of %d attempts, want 2 (a throttled one and its retry): %+v", len(calls), calls)
+	}
+	for _, c := range calls {
+		if c.service != "EC2" || c.operation != "DescribeInstances" || c.took < latency {
+			t.Fatalf("heard %+v, want EC2 DescribeInstances taking at least %s", c, latency)
+		}
+	}
+}
