@@ -1,30 +1,15 @@
 package agentapi_test
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/domain"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
-
-// rowReads counts the reads of instance rows by id that the agent API and
-// the service behind it make.
-type rowReads struct {
-	*sqlite.Store
-	gets atomic.Int64
-}
-
-func (s *rowReads) GetInstance(ctx context.Context, id string) (domain.Instance, error) {
-	s.gets.Add(1)
-	return s.Store.GetInstance(ctx, id)
-}
 
 // A signal or an answered poll reads the agent's row once: the reading
 // that checks its token is the one the service acts on. On DynamoDB each
@@ -32,7 +17,7 @@ func (s *rowReads) GetInstance(ctx context.Context, id string) (domain.Instance,
 func TestASignalOrAPollReadsTheRowOnce(t *testing.T) {
 	h := newHarness(t)
 	in, token := h.launched("bp-1")
-	reads := &rowReads{Store: h.Store}
+	reads := &tokenQueries{Store: h.Store}
 	svc, err := agents.New(reads, h.Queue, h.Clock, nil, nil, agents.Options{})
 	if err != nil {
 		t.Fatal(err)

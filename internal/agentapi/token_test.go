@@ -13,6 +13,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
 
 func nextOf(t *testing.T, h *harness, token string) agentapi.Instruction {
@@ -144,10 +145,10 @@ func TestAnInstanceInErrorKeepsItsToken(t *testing.T) {
 	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
 }
 
-// tokenQueries counts the look-ups of instances by token hash, and the
-// listings by state.
+// tokenQueries counts the look-ups of instances by token hash, the
+// listings by state, and the reads of rows by id.
 type tokenQueries struct {
-	agentapi.Store
+	*sqlite.Store
 	n, lists, gets atomic.Int64
 }
 

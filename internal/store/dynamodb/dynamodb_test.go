@@ -71,19 +71,28 @@ func TestEnsureTwiceFindsTheTable(t *testing.T) {
 	}
 }
 
+// behindGate opens a store on table through a gate in front of the
+// emulator, its SDK making up to attempts attempts of a call.
+func behindGate(t *testing.T, table string, attempts int) (*dynamodb.Store, *mototest.Gate, *clock.Virtual) {
+	t.Helper()
+	gate := mototest.NewGate(t)
+	cfg := mototest.Config(t)
+	cfg.BaseEndpoint, cfg.RetryMaxAttempts = aws.String(gate.URL), attempts
+	clk := clock.NewVirtual(time.Now())
+	s, err := dynamodb.New(awsdynamodb.NewFromConfig(cfg), table, clk, dynamodb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, gate, clk
+}
+
 // DynamoDB failing (down, throttling, refusing the credentials or a
 // permission) is an error naming the call, the table and what to do, and
 // the same store works again once DynamoDB answers: nothing is left half
 // done or cached as failed.
 func TestFailuresAreNamedAndTheStoreRecovers(t *testing.T) {
 	_, table := newTable(t)
-	gate := mototest.NewGate(t)
-	cfg := mototest.Config(t)
-	cfg.BaseEndpoint, cfg.RetryMaxAttempts = aws.String(gate.URL), 1
-	s, err := dynamodb.New(awsdynamodb.NewFromConfig(cfg), table, clock.NewVirtual(time.Now()), dynamodb.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, gate, _ := behindGate(t, table, 1)
 	for i, c := range mototest.Refusals {
 		in := domain.Instance{ID: fmt.Sprintf("bp-%d", i), State: domain.StateReady, Runner: "small"}
 		gate.Fail(c.Fault)
@@ -109,14 +118,7 @@ func TestFailuresAreNamedAndTheStoreRecovers(t *testing.T) {
 // own first attempt: the job was still created by this call.
 func TestAJobCreatedWhoseAnswerWasLostCountsAsCreated(t *testing.T) {
 	_, table := newTable(t)
-	gate := mototest.NewGate(t)
-	cfg := mototest.Config(t)
-	cfg.BaseEndpoint, cfg.RetryMaxAttempts = aws.String(gate.URL), 3
-	clk := clock.NewVirtual(time.Now())
-	s, err := dynamodb.New(awsdynamodb.NewFromConfig(cfg), table, clk, dynamodb.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, gate, clk := behindGate(t, table, 3)
 	gate.LoseAnswers(1)
 	created, err := s.CreateJobs(t.Context(), []domain.Job{{ID: 7, Status: domain.JobQueued, Name: "build"}})
 	if err != nil || len(created) != 1 || !created[0] {
@@ -134,13 +136,7 @@ func TestAJobCreatedWhoseAnswerWasLostCountsAsCreated(t *testing.T) {
 // neither applied twice nor reported as lost to a competitor.
 func TestATransitionWhoseAnswerWasLostSucceedsOnce(t *testing.T) {
 	_, table := newTable(t)
-	gate := mototest.NewGate(t)
-	cfg := mototest.Config(t)
-	cfg.BaseEndpoint, cfg.RetryMaxAttempts = aws.String(gate.URL), 3
-	s, err := dynamodb.New(awsdynamodb.NewFromConfig(cfg), table, clock.NewVirtual(time.Now()), dynamodb.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, gate, _ := behindGate(t, table, 3)
 	in := domain.Instance{ID: "bp-lost", State: domain.StateReady, Runner: "small", Deadline: time.Now().Add(time.Hour)}
 	if err := s.CreateInstances(t.Context(), []domain.Instance{in}); err != nil {
 		t.Fatal(err)
