@@ -131,6 +131,7 @@ func burstThroughReplicas(t *testing.T, rs *replicaSet, hot, jobs, first int) {
 	rs.b.eventually("the pool converges", 120*time.Second, func() bool { return rs.b.poolCounts("warm")["ready_hot"] == hot })
 
 	bodies := queuedFor(t, jobs, first, "runs-on=%d/pool=warm")
+	began := time.Now()
 	var killedAt time.Time
 	var refused atomic.Int64
 	for i, body := range bodies {
@@ -156,6 +157,7 @@ func burstThroughReplicas(t *testing.T, rs *replicaSet, hot, jobs, first int) {
 			t.Logf("kill -9 replica a after %d deliveries", i+1)
 		}
 	}
+	t.Logf("%d deliveries taken in %s", jobs, time.Since(began).Round(time.Second))
 	l := &localStack{server: rs.b}
 	var statuses map[string]int
 	t.Cleanup(func() {
@@ -179,6 +181,7 @@ func burstThroughReplicas(t *testing.T, rs *replicaSet, hot, jobs, first int) {
 	})
 	// At least the target: instances the burst brought back to the pool
 	// beyond it stay until their idle lifetime (10 minutes) is over.
+	t.Logf("every job completed %s after the first delivery", time.Since(began).Round(time.Second))
 	rs.b.eventually("the survivor refills the pool", 120*time.Second, func() bool { return rs.b.poolCounts("warm")["ready_hot"] >= hot })
 
 	rs.checkRuns(l, first, jobs)

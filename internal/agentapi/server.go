@@ -294,8 +294,10 @@ func (s *Server) authenticateWithin(r *http.Request, fresh time.Duration) (domai
 const maxOwners = 100_000
 
 // HeartbeatAuthFresh is how old a reading of a token's instance a
-// heartbeat is authenticated with (authenticateWithin).
-const HeartbeatAuthFresh = 15 * time.Second
+// heartbeat is authenticated with (authenticateWithin). An idle machine's
+// heartbeats were most of a fleet's reads at 15 s; an instance that ends
+// meanwhile is told so by its agent's next long poll, which reads afresh.
+const HeartbeatAuthFresh = time.Minute
 
 // owner is a token's instance as last read.
 type owner struct {
