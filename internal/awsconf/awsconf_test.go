@@ -144,7 +144,9 @@ func TestOnCallTimesEveryAttempt(t *testing.T) {
 	}
 	var calls []call
 	cfg, err := awsconf.Load(t.Context(), awsconf.Options{Region: "eu-west-1", Endpoint: srv.URL, MaxAttempts: 2, MaxBackoff: time.Millisecond,
-		OnCall: func(service, operation string, took time.Duration) { calls = append(calls, call{service, operation, took}) }})
+		OnCall: func(service, operation string, took time.Duration) {
+			calls = append(calls, call{service, operation, took})
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
