@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/agent"
-	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -206,9 +205,10 @@ func TestAgentStoppedMidJobReportsItAtRestart(t *testing.T) {
 	}
 }
 
-// An idle agent learns from its heartbeats that its instance ended (the
-// reaper took it), and stops without waiting for its long poll: within
-// the age of the instance reading heartbeats are authenticated with.
+// An idle agent learns that its instance ended (the reaper took it) and
+// stops, as virtual time passes: from its next long poll, which reads the
+// row afresh, or from a heartbeat once the reading heartbeats are
+// authenticated with has aged past HeartbeatAuthFresh.
 func TestIdleAgentLearnsItsInstanceEnded(t *testing.T) {
 	r := newRig(t)
 	cp := r.cp
@@ -219,11 +219,7 @@ func TestIdleAgentLearnsItsInstanceEnded(t *testing.T) {
 	cp.Calls.Await(t, 1, agentapitest.IsOp("next"))
 	cp.Calls.Await(t, 1, agentapitest.IsOp("heartbeat")) // the first one, sent at once
 	cp.Move("bp-1", func(i *domain.Instance) { i.State = domain.StateTerminating })
-	for range agentapi.HeartbeatAuthFresh / agent.DefaultHeartbeatEvery {
-		cp.Clock.BlockUntil(2) // the next heartbeat, and the long poll's wait
-		cp.Clock.Advance(agent.DefaultHeartbeatEvery)
-	}
-	if err := result(t, g); !errors.Is(err, agent.ErrInstanceEnded) {
+	if _, err := stepUntilDone(t, cp.Clock, g); !errors.Is(err, agent.ErrInstanceEnded) {
 		t.Fatalf("Run: %v, want ErrInstanceEnded", err)
 	}
 }
