@@ -156,7 +156,7 @@ func (s *Server) next(_ http.ResponseWriter, r *http.Request) (any, error) {
 		// Subscribe before asking, so a notice that comes between the
 		// answer and the wait is not lost.
 		sub := s.waiters.subscribe(in.CloudID)
-		ins, err := s.nextFor(ctx, in)
+		ins, err := s.api.NextFor(ctx, in)
 		if err != nil || ins.Kind != domain.InstructionWait || wait == 0 {
 			s.waiters.unsubscribe(in.CloudID, sub)
 			return instruction(ins), err
@@ -222,7 +222,7 @@ func (s *Server) signal(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err := validSignal(req); err != nil {
 		return nil, err
 	}
-	err = s.signalFor(r.Context(), in, domain.Signal{
+	err = s.api.SignalFor(r.Context(), in, domain.Signal{
 		CloudID: in.CloudID, Kind: domain.SignalKind(req.Kind), Job: req.Job, Reason: req.Reason, At: s.clk.Now(),
 	})
 	if errors.Is(err, domain.ErrRejected) {

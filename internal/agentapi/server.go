@@ -26,7 +26,7 @@ import (
 // Prefix, and the domain.AssignmentNotifier that wakes long polls.
 type Server struct {
 	store    Store
-	api      domain.AgentAPI
+	api      ReadingAPI
 	clk      domain.Clock
 	log      *slog.Logger
 	metrics  *metrics
@@ -49,32 +49,19 @@ var (
 	_ domain.AssignmentNotifier = (*Server)(nil)
 )
 
-// ReadingAPI is an AgentAPI that can act on the reading of the caller's
-// row that authenticating the request has just made, so that a long poll
-// or a signal reads the row once instead of twice (agents.Service is one).
+// ReadingAPI is the control plane's side of the agents' calls
+// (agents.Service): it acts on the reading of the caller's row that
+// authenticating the request has just made, so that a long poll or a
+// signal reads the row once.
 type ReadingAPI interface {
 	domain.AgentAPI
 	NextFor(ctx context.Context, in domain.Instance) (domain.Instruction, error)
 	SignalFor(ctx context.Context, in domain.Instance, sig domain.Signal) error
 }
 
-func (s *Server) nextFor(ctx context.Context, in domain.Instance) (domain.Instruction, error) {
-	if r, ok := s.api.(ReadingAPI); ok {
-		return r.NextFor(ctx, in)
-	}
-	return s.api.Next(ctx, in.CloudID)
-}
-
-func (s *Server) signalFor(ctx context.Context, in domain.Instance, sig domain.Signal) error {
-	if r, ok := s.api.(ReadingAPI); ok {
-		return r.SignalFor(ctx, in, sig)
-	}
-	return s.api.Signal(ctx, sig)
-}
-
 // New returns the agent API over api (the control plane's side of the
 // handshakes) and store (where the agents' credentials are). reg may be nil.
-func New(store Store, api domain.AgentAPI, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer, opts ...Option) *Server {
+func New(store Store, api ReadingAPI, clk domain.Clock, log *slog.Logger, reg prometheus.Registerer, opts ...Option) *Server {
 	if log == nil {
 		log = slog.Default()
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"reflect"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
@@ -42,14 +41,6 @@ func isConditionFailed(err error) bool {
 	return errors.As(err, &ccf)
 }
 
-// ownWrite reports whether a refused conditional put found exactly the
-// item it was putting: its own earlier attempt, which succeeded although
-// its answer was lost and the SDK tried again.
-func ownWrite(err error, item map[string]types.AttributeValue) bool {
-	var ccf *types.ConditionalCheckFailedException
-	return errors.As(err, &ccf) && ccf.Item != nil && reflect.DeepEqual(ccf.Item, item)
-}
-
 // writeMark returns a mark no other write carries.
 func writeMark() string {
 	b := make([]byte, 12)
@@ -57,7 +48,7 @@ func writeMark() string {
 	return hex.EncodeToString(b)
 }
 
-// refusedBy reports whether a refused conditional update found the row
+// refusedBy reports whether a refused conditional write found the row
 // carrying mark: its own earlier attempt landed although its answer was
 // lost, and the SDK's retry was refused by it.
 func refusedBy(err error, mark string) bool {

@@ -34,7 +34,7 @@ const (
 	attrHolder   = "holder"
 	attrExpires  = "expires"
 	attrTTL      = "ttl"  // epoch seconds: DynamoDB removes the row after it
-	attrMark     = "mark" // the last single conditional update's own mark (writeMark)
+	attrMark     = "mark" // the last single conditional write's own mark (writeMark)
 	sortKeyOfRow = "row"
 	poolsPK      = "pools"
 )

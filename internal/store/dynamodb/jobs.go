@@ -50,15 +50,17 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []domain.Job) ([]bool, erro
 			errs[k] = err
 			return
 		}
-		// The existing row comes back with a refusal: when it is this very
-		// item, the refusal answers the SDK's retry of a put whose first
-		// answer was lost, and the job was created here.
+		// The put carries a write mark, as transitions do: a refusal that
+		// finds the row holding it answers the SDK's retry of a put whose
+		// first answer was lost, and the job was created here.
+		mark := writeMark()
+		item[attrMark] = &types.AttributeValueMemberS{Value: mark}
 		_, err = s.api.PutItem(ctx, &awsdynamodb.PutItemInput{TableName: s.tbl(), Item: item,
 			ConditionExpression:                 aws.String("attribute_not_exists(pk)"),
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld})
 		switch {
 		case isConditionFailed(err):
-			created[k] = ownWrite(err, item)
+			created[k] = refusedBy(err, mark)
 		case err != nil:
 			errs[k] = fmt.Errorf("job %d: %w", j.ID, describe("PutItem", s.table, err))
 		default:
