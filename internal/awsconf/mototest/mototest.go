@@ -79,7 +79,9 @@ func Config(t testing.TB) aws.Config {
 // keeps moto's threads. Three costs of moto's server that grow with load
 // and mean nothing to the tests go too: the listing of its own package
 // directory to route each request, a log line per request, and the copy
-// of a whole table behind each transaction.
+// of a whole table behind each transaction. And a transaction sent again
+// with its client request token is answered as done, as DynamoDB answers
+// it, instead of being refused by its own first write.
 //
 //go:embed serve.py
 var serialised string

@@ -93,6 +93,35 @@ def transact_write_items(self, transact_items):
         dynamodb_models.copy = copy
 dynamodb_models.DynamoDBBackend.transact_write_items = transact_write_items
 
+# DynamoDB answers a TransactWriteItems sent again with the same client
+# request token within ten minutes as it answered the first, without
+# applying it twice; the SDK fills the token once per call and resends it
+# with each retry. moto ignores the token, so a transaction whose answer
+# was lost would be refused on retry by its own first write.
+from collections import OrderedDict
+from moto.dynamodb.exceptions import DynamodbException, ERROR_TYPE_PREFIX
+from moto.core.responses import ActionResult
+transactions_done = OrderedDict()
+transact_response = dynamodb.DynamoHandler.transact_write_items
+def transact_once(self):
+    token = self.body.get("ClientRequestToken")
+    if token is None:
+        return transact_response(self)
+    now = time.monotonic()
+    while transactions_done and now - next(iter(transactions_done.values()))[0] > 600:
+        transactions_done.popitem(last=False)
+    items = json.dumps(self.body["TransactItems"], sort_keys=True)
+    done = transactions_done.get(token)
+    if done is not None:
+        if done[1] != items:
+            raise DynamodbException(ERROR_TYPE_PREFIX + "IdempotentParameterMismatchException",
+                "The request uses the same client token as a previous, but non-identical request.")
+        return ActionResult({"ConsumedCapacity": [], "ItemCollectionMetrics": {}})
+    answer = transact_response(self)
+    transactions_done[token] = (now, items)
+    return answer
+dynamodb.DynamoHandler.transact_write_items = transact_once
+
 # moto lists its own package directory, under a process-wide lock, to
 # route every request; the list never changes while it runs.
 import logging, moto.backends

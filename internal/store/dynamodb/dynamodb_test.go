@@ -130,6 +130,27 @@ func TestAJobCreatedWhoseAnswerWasLostCountsAsCreated(t *testing.T) {
 	}
 }
 
+// A transaction whose answer is lost is sent again by the SDK with the
+// same client request token, which DynamoDB answers as done: the rows of
+// a create are written once and the create succeeds.
+func TestInstancesCreatedWhoseAnswerWasLostAreCreated(t *testing.T) {
+	_, table := newTable(t)
+	s, gate, _ := behindGate(t, table, 3)
+	gate.LoseAnswers(1)
+	ins := []domain.Instance{{ID: "bp-a", State: domain.StateReady, Runner: "small"}, {ID: "bp-b", State: domain.StateReady, Runner: "small"}}
+	if err := s.CreateInstances(t.Context(), ins); err != nil {
+		t.Fatalf("create whose first answer was lost: %v; want created", err)
+	}
+	for _, in := range ins {
+		if got, err := s.GetInstance(t.Context(), in.ID); err != nil || got.Version != 1 {
+			t.Fatalf("instance %s after the create: version %d, %v; want version 1", in.ID, got.Version, err)
+		}
+	}
+	if err := s.CreateInstances(t.Context(), ins[:1]); !errors.Is(err, domain.ErrExists) {
+		t.Fatalf("a second create of the instance: %v; want ErrExists", err)
+	}
+}
+
 // An update whose answer is lost is sent again by the SDK and refused by
 // its own first attempt, which raised the row's version. The row's write
 // mark shows it is this very write: the transition succeeded, once, and is
