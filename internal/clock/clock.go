@@ -66,6 +66,7 @@ type Virtual struct {
 	timers  timerHeap
 	seq     uint64
 	running int // AfterFunc callbacks fired and not yet returned
+	serial  *turns
 }
 
 var _ domain.Clock = (*Virtual)(nil)
@@ -91,7 +92,12 @@ func (v *Virtual) After(d time.Duration) <-chan time.Time {
 
 func (v *Virtual) AfterFunc(d time.Duration, f func()) domain.Timer {
 	return v.schedule(d, func(time.Time) {
-		v.running++ // under v.mu: fire is called with it held
+		// under v.mu: fire is called with it held
+		if v.serial != nil {
+			v.queueCallback(f)
+			return
+		}
+		v.running++
 		go func() {
 			defer v.callbackDone()
 			f()
@@ -108,8 +114,13 @@ func (v *Virtual) callbackDone() {
 
 // Settle waits until every AfterFunc callback that has fired has returned,
 // including callbacks those callbacks fired: the way a simulation knows the
-// effects of the time it just let pass are complete.
+// effects of the time it just let pass are complete. On a serial clock it
+// runs them, and the tasks, until none is left to run.
 func (v *Virtual) Settle() {
+	if v.serial != nil {
+		v.runTurns()
+		return
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for v.running > 0 {
