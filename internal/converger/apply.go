@@ -200,7 +200,7 @@ func (a applier) createBatch(ctx context.Context, role domain.Role, n int) error
 	rows := make([]domain.Instance, n)
 	for i := range rows {
 		rows[i] = domain.Instance{
-			ID: domain.NewID("bp"), Pool: p.Name, Role: role, Runner: r.Name, SpecHash: a.hash,
+			Pool: p.Name, Role: role, Runner: r.Name, SpecHash: a.hash,
 			CPU: r.CPU.Min, MemoryMiB: r.RAM.Min * 1024,
 		}
 	}

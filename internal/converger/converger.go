@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/launch"
 	"github.com/bullpen-ci/bullpen/internal/loop"
@@ -56,6 +58,8 @@ type Options struct {
 	Targeter Targeter
 	// AgentURL is where new machines' agents reach the control plane.
 	AgentURL string
+	// NewID draws new instances' ids (launch.Launcher.NewID).
+	NewID func(prefix string) string
 }
 
 func (o *Options) defaults() {
@@ -121,7 +125,7 @@ func New(store Store, cloud domain.Cloud, clk domain.Clock, pools func() []PoolS
 	verbs := domain.NewLifecycle(opts.Deadlines)
 	c := &Converger{store: store, cloud: cloud, clock: clk, log: log, pools: pools, opts: opts, metrics: m, verbs: verbs,
 		launch: &launch.Launcher{Store: store, Cloud: cloud, Clock: clk, Verbs: verbs,
-			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL, SpotAllowed: opts.SpotAllowed}}
+			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL, SpotAllowed: opts.SpotAllowed, NewID: opts.NewID}}
 	c.targeted.pools = map[string]bool{}
 	return c, nil
 }
@@ -209,25 +213,22 @@ func (c *Converger) convergeAll(ctx context.Context, now time.Time, specs []Pool
 		configured[ps.Pool.Name] = true
 	}
 	c.forgetRemoved(configured)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, c.opts.Parallelism)
-	spawn := func(fn func()) {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			fn()
-		}()
-	}
-	for i, ps := range specs {
-		spawn(func() { reports[i] = c.convergePool(ctx, now, ps, byPool[ps.Pool.Name], view, images) })
-	}
-	for name, rows := range byPool {
+	var removed []string
+	for name := range byPool {
 		if !configured[name] {
-			spawn(func() { c.drainRemoved(ctx, now, name, rows, view) })
+			removed = append(removed, name)
 		}
 	}
-	wg.Wait()
+	slices.Sort(removed)
+	clock.Fan(c.clock, len(specs)+len(removed), c.opts.Parallelism, func(i int) {
+		if i < len(specs) {
+			ps := specs[i]
+			reports[i] = c.convergePool(ctx, now, ps, byPool[ps.Pool.Name], view, images)
+			return
+		}
+		name := removed[i-len(specs)]
+		c.drainRemoved(ctx, now, name, byPool[name], view)
+	})
 	return reports
 }
 

@@ -158,17 +158,17 @@ func (p *Provisioner) awaitRegistration(ctx context.Context, j domain.Job, id st
 		}
 		recheck, stopRecheck := p.after(every)
 		every = min(2*every, recheckMost)
-		select {
-		case <-registered:
+		switch p.tasks.Await(registered, recheck, deadline, quit) {
+		case 0:
 			registered = p.Registrations.Wait(id)
-		case <-recheck:
-		case <-deadline:
+		case 1:
+		case 2:
 			stopRecheck()
 			if ok, err := p.registeredFor(ctx, j, id); ok || err != nil {
 				return err
 			}
 			return fmt.Errorf("%w for job %d within %s", errNotRegistered, j.ID, timeout)
-		case <-quit:
+		case 3:
 			stopRecheck()
 			// It may have registered since the last look: undoing that
 			// would delete a runner that may have taken the job already.

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/launch"
 	"github.com/bullpen-ci/bullpen/internal/serving"
@@ -37,15 +37,9 @@ func (p *Provisioner) create(ctx context.Context, class string, reqs []*request,
 			continue
 		}
 		errs := p.assignMany(ctx, batch, insts)
-		var wg sync.WaitGroup
-		for i, rq := range batch {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				led.guard(func() { p.validate(ctx, rq, insts[i], errs[i], led) })
-			}()
-		}
-		wg.Wait()
+		clock.Each(p.tasks, len(batch), len(batch), func(i int) {
+			led.guard(func() { p.validate(ctx, batch[i], insts[i], errs[i], led) })
+		})
 	}
 }
 
@@ -87,16 +81,17 @@ func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request,
 	rows := make([]domain.Instance, len(reqs))
 	for i, rq := range reqs {
 		rows[i] = domain.Instance{
-			ID: domain.NewID("bp"), Pool: rq.job.Pool, Role: domain.RoleOnDemand, Runner: class,
+			Pool: rq.job.Pool, Role: domain.RoleOnDemand, Runner: class,
 			SpecHash: domain.SpecHash(spec, imageID, domain.Pool{}), Job: rq.job.Key(),
 			CPU: spec.CPU.Min, MemoryMiB: spec.RAM.Min * 1024,
 		}
 	}
 	res, err := p.launcher.Launch(ctx, launch.Fleet{Rows: rows, Spec: spec, Image: imageID,
 		Tags: map[string]string{domain.TagRole: string(domain.RoleOnDemand), domain.TagRunner: class, domain.TagStatus: "detached"},
-		Recorded: func(rows []domain.Instance) {
+		Recorded: func(recorded []domain.Instance) {
+			rows = recorded // with the ids the launcher drew
 			for i, rq := range reqs {
-				led.hold(holding{inst: rows[i], rq: rq, created: true})
+				led.hold(holding{inst: recorded[i], rq: rq, created: true})
 			}
 		}})
 	p.noteFulfilled(class, len(res.Booted), len(rows), err)
@@ -248,9 +243,7 @@ func (p *Provisioner) retryRateLimited(ctx context.Context, rq *request, err err
 			return err
 		}
 		p.Log.Info("runner registration refused for GitHub's rate limit; the new instance waits", "job", rq.job.ID, "wait", wait)
-		select {
-		case <-p.Clock.After(wait):
-		case <-led.quit:
+		if !clock.Sleep(p.tasks, p.Clock, led.quit, wait) {
 			return err
 		}
 		rq.h.Err = nil

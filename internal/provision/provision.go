@@ -30,11 +30,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/launch"
@@ -88,6 +91,8 @@ type Options struct {
 	// SpotAllowed, when set, says whether a runner class may launch spot
 	// machines now (the spot circuit breaker).
 	SpotAllowed func(runner string) bool
+	// NewID draws new instances' ids (launch.Launcher.NewID).
+	NewID func(prefix string) string
 }
 
 func (o *Options) defaults() {
@@ -181,6 +186,7 @@ type Provisioner struct {
 	metrics *metrics
 
 	verbs    domain.Lifecycle
+	tasks    clock.Tasks
 	pipeline *serving.Pipeline
 	launcher *launch.Launcher
 
@@ -212,10 +218,10 @@ func New(d Deps, reg prometheus.Registerer, opts Options) (*Provisioner, error) 
 	}
 	verbs := domain.NewLifecycle(opts.Deadlines)
 	return &Provisioner{Deps: d, opts: opts, metrics: m, pickups: map[string]*pickup{}, fleetCap: map[string]int{},
-		verbs: verbs, pipeline: &serving.Pipeline{Store: d.Store, GitHub: d.GitHub, Clock: d.Clock, Log: d.Log,
+		verbs: verbs, tasks: clock.TasksOf(d.Clock), pipeline: &serving.Pipeline{Store: d.Store, GitHub: d.GitHub, Clock: d.Clock, Log: d.Log,
 			Verbs: verbs, Scope: d.Scope, Notify: d.Notify},
 		launcher: &launch.Launcher{Store: d.Store, Cloud: d.Cloud, Clock: d.Clock, Verbs: verbs,
-			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL, SpotAllowed: opts.SpotAllowed}}, nil
+			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL, SpotAllowed: opts.SpotAllowed, NewID: opts.NewID}}, nil
 }
 
 func (p *Provisioner) pickupFor(class string) *pickup {
@@ -284,12 +290,7 @@ func (p *Provisioner) after(d time.Duration) (<-chan struct{}, func()) {
 }
 
 func (p *Provisioner) sleep(ctx context.Context, d time.Duration) {
-	ch, stop := p.after(d)
-	defer stop()
-	select {
-	case <-ctx.Done():
-	case <-ch:
-	}
+	clock.Sleep(p.tasks, p.Clock, ctx.Done(), d)
 }
 
 // request is one job being provisioned.
@@ -373,15 +374,10 @@ func (p *Provisioner) Serve(ctx context.Context, msgs []domain.Message) {
 		defer p.Hold(domain.QueueLaunch, held, p.opts.Visibility)()
 	}
 	imgs := newImages(p.Cloud)
-	var wg sync.WaitGroup
-	for class, reqs := range byClass {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.serveClass(ctx, newLedger(quit, imgs), class, reqs)
-		}()
-	}
-	wg.Wait()
+	classes := slices.Sorted(maps.Keys(byClass))
+	clock.Each(p.tasks, len(classes), len(classes), func(i int) {
+		p.serveClass(ctx, newLedger(quit, imgs), classes[i], byClass[classes[i]])
+	})
 }
 
 // waiting reports whether j still needs a runner.
@@ -400,17 +396,9 @@ func (p *Provisioner) serveClass(ctx context.Context, led *ledger, class string,
 // provisionClass runs selection for every request in parallel, then
 // creation for the rest.
 func (p *Provisioner) provisionClass(ctx context.Context, class string, reqs []*request, led *ledger) {
-	sem := make(chan struct{}, p.opts.Parallelism)
-	var wg sync.WaitGroup
-	for _, rq := range reqs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			led.guard(func() { p.selectFor(ctx, class, rq, led) })
-		}()
-	}
-	wg.Wait()
+	clock.Each(p.tasks, len(reqs), p.opts.Parallelism, func(i int) {
+		led.guard(func() { p.selectFor(ctx, class, reqs[i], led) })
+	})
 	if led.failure() != nil || led.stopped() {
 		return
 	}

@@ -12,9 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -110,25 +110,22 @@ func (p *Pipeline) register(ctx context.Context, hs []*Handover) {
 	if n <= 0 {
 		n = 16
 	}
-	sem := make(chan struct{}, n)
-	var wg sync.WaitGroup
+	var todo []*Handover
 	for _, h := range hs {
-		if h.Err != nil || h.Reg.RunnerID != 0 {
-			continue
+		if h.Err == nil && h.Reg.RunnerID == 0 {
+			todo = append(todo, h)
 		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			name := domain.RunnerName(h.Inst.ID, h.Job.ID)
-			reg, err := p.GitHub.RegisterRunner(ctx, p.Scope(h.Job), name, h.Job.Labels)
-			if err != nil {
-				h.Err = fmt.Errorf("register runner: %w", err)
-				return
-			}
-			h.Reg = reg
-		})
 	}
-	wg.Wait()
+	clock.Fan(p.Clock, len(todo), n, func(i int) {
+		h := todo[i]
+		name := domain.RunnerName(h.Inst.ID, h.Job.ID)
+		reg, err := p.GitHub.RegisterRunner(ctx, p.Scope(h.Job), name, h.Job.Labels)
+		if err != nil {
+			h.Err = fmt.Errorf("register runner: %w", err)
+			return
+		}
+		h.Reg = reg
+	})
 }
 
 // Undo says what becomes of the instance of a handover that will not serve

@@ -23,27 +23,45 @@ func Hold(q domain.Queue, clk domain.Clock, queue string, receipts []string, vis
 	if len(receipts) == 0 || visibility <= 0 {
 		return func() {}
 	}
-	held := append([]string(nil), receipts...)
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-quit:
-				return
-			case <-clk.After(visibility / 3):
-			}
-			held = extend(q, queue, held, visibility, log)
-			if len(held) == 0 {
-				return
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() { close(quit) })
-		<-done
+	h := &holder{q: q, clk: clk, queue: queue, held: append([]string(nil), receipts...), visibility: visibility, log: log}
+	h.mu.Lock()
+	h.timer = clk.AfterFunc(visibility/3, h.extend)
+	h.mu.Unlock()
+	return h.stop
+}
+
+// holder extends its receipts from a timer of the clock rather than a
+// goroutine of its own, so that on a serial virtual clock its extensions
+// take their turns with the simulation's other callbacks.
+type holder struct {
+	q          domain.Queue
+	clk        domain.Clock
+	queue      string
+	visibility time.Duration
+	log        *slog.Logger
+
+	mu      sync.Mutex // held while extending, so that stop waits for it
+	held    []string
+	timer   domain.Timer
+	stopped bool
+}
+
+func (h *holder) extend() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped {
+		return
 	}
+	if h.held = extend(h.q, h.queue, h.held, h.visibility, h.log); len(h.held) > 0 {
+		h.timer = h.clk.AfterFunc(h.visibility/3, h.extend)
+	}
+}
+
+func (h *holder) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	h.timer.Stop()
 }
 
 // extend extends each receipt's visibility and returns those still held.
