@@ -65,7 +65,7 @@ func (a *App) newCloud(ctx context.Context) (domain.IdentityVerifier, error) {
 		}
 		a.Sim.Agents = simagent.New(o.Clock, a.Agents, a.Sim.GitHub, agentOpts)
 		a.Notices.Subscribe(a.Sim.Agents)
-		a.Sim.Cloud = sim.New(o.Clock, sim.Options{Latency: o.Latency, FamilyLatency: o.FamilyLatency, Lifecycle: a.Sim.Agents, Capacity: o.SimCapacity})
+		a.Sim.Cloud = sim.New(o.Clock, sim.Options{Latency: o.Latency, FamilyLatency: o.FamilyLatency, Lifecycle: a.Sim.Agents, Capacity: o.SimCapacity, Seed: o.SimSeed})
 		a.Cloud = a.Sim.Cloud
 		a.closers = append(a.closers, func() error { a.Sim.Cloud.Close(); return nil })
 		return nil, nil

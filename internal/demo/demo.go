@@ -10,8 +10,10 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/agent"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -186,6 +188,8 @@ func newWorld(ctx context.Context, o Options, clk domain.Clock, stepped bool) (*
 			PollEvery: agent.DefaultPollWait},
 		Converger: converger.Options{Interval: o.Interval, LeaseTTL: -1},
 		OnCycle:   func(r converger.Report) { w.onCycle(r) },
+		SimSeed:   o.Seed,
+		NewID:     seededIDs(o.Seed),
 	}
 	if stepped {
 		// The virtual driver calls each loop's step itself: no long polls.
@@ -201,6 +205,19 @@ func newWorld(ctx context.Context, o Options, clk domain.Clock, stepped bool) (*
 		Seed: o.Seed, PerMinute: o.JobsPerMinute, Mix: o.Mix, MinDuration: time.Minute, MaxDuration: 3 * time.Minute,
 	})
 	return w, nil
+}
+
+// seededIDs draws ids of domain.NewID's form from a sequence seeded by
+// seed: instances created at one instant are listed in id order, so random
+// ids would make a run's choices differ from one run to the next.
+func seededIDs(seed uint64) func(prefix string) string {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, seed^0x3c6ef372fe94f82b))
+	return func(prefix string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("%s-%016x", prefix, rng.Uint64())
+	}
 }
 
 // feedFor is how long jobs arrive: all but the last four minutes of a long
@@ -321,7 +338,7 @@ type driver interface {
 
 func newDriver(start time.Time, speed float64) (driver, domain.Clock) {
 	if speed <= 0 {
-		v := clock.NewVirtual(start)
+		v := clock.NewSerial(start)
 		return &virtualDriver{c: v}, v
 	}
 	s := clock.NewScaled(start, speed)

@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
@@ -31,19 +30,19 @@ func (d *scaledDriver) run(ctx context.Context, w *world, end time.Time) {
 	<-done
 }
 
-// virtualDriver runs every loop step by step on a virtual clock, advancing
-// from timer to timer; each step's effects settle before time moves on, so
-// a run takes seconds and comes out the same each time.
+// virtualDriver runs every loop step by step on a serial virtual clock,
+// advancing from timer to timer; each step's effects settle before time
+// moves on, and the callbacks and provisioning tasks take turns in a fixed
+// order, so a run takes seconds and comes out the same each time.
 type virtualDriver struct{ c *clock.Virtual }
 
 const terminateEvery = 5 * time.Second
 
 func (d *virtualDriver) run(ctx context.Context, w *world, end time.Time) {
 	provisioning, stopProvisioning := context.WithCancel(context.WithoutCancel(ctx))
-	var inFlight sync.WaitGroup
 	defer func() {
-		stopProvisioning() // waits on registrations that virtual time will not bring
-		inFlight.Wait()
+		stopProvisioning() // cuts short waits for registrations that virtual time will not bring
+		d.c.Settle()
 	}()
 	nextCycle, nextSweep := d.c.Now(), d.c.Now()
 	for ctx.Err() == nil {
@@ -60,7 +59,7 @@ func (d *virtualDriver) run(ctx context.Context, w *world, end time.Time) {
 			w.a.NoteCycle(rep)
 			nextCycle = now.Add(w.interval)
 		}
-		d.serveJobs(ctx, provisioning, w, &inFlight)
+		d.serveJobs(ctx, provisioning, w)
 		if !now.Before(nextSweep) {
 			w.a.Agents.FlushHeartbeats(ctx)
 			w.a.Terminator.Expire(ctx)
@@ -71,18 +70,15 @@ func (d *virtualDriver) run(ctx context.Context, w *world, end time.Time) {
 	}
 }
 
-// serveJobs runs the job path until it has nothing left to do now.
-func (d *virtualDriver) serveJobs(ctx, provisioning context.Context, w *world, inFlight *sync.WaitGroup) {
+// serveJobs runs the job path until it has nothing left to do now; each
+// received launch batch is provisioned as a task of the clock.
+func (d *virtualDriver) serveJobs(ctx, provisioning context.Context, w *world) {
 	for ctx.Err() == nil {
 		n, _ := w.a.Intake.Step(ctx)
 		r, _ := w.a.Dispatcher.Step(ctx)
 		msgs, _ := w.a.Queue.Receive(ctx, domain.QueueLaunch, 100, 5*time.Minute, 0)
 		if len(msgs) > 0 {
-			inFlight.Add(1)
-			go func() {
-				defer inFlight.Done()
-				w.a.Provisioner.Serve(provisioning, msgs)
-			}()
+			d.c.Go(func() { w.a.Provisioner.Serve(provisioning, msgs) })
 		}
 		if n+r.Received+len(msgs) == 0 {
 			return

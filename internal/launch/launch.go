@@ -40,10 +40,14 @@ type Launcher struct {
 	// machines now (the spot circuit breaker); when not, its spot fleets
 	// launch on-demand.
 	SpotAllowed func(runner string) bool
+	// NewID draws the ids of instances and launches; domain.NewID when
+	// nil. A simulation draws them from its seed, so that its runs repeat.
+	NewID func(prefix string) string
 }
 
-// Fleet is one create call: a row per machine (id, pool, role, runner, spec
-// hash, job, size: the caller's; state, launch and times: the launcher's),
+// Fleet is one create call: a row per machine (pool, role, runner, spec
+// hash, job, size: the caller's; id, state, launch and times: the
+// launcher's),
 // the machine's spec and image, and tags besides the controller and launch.
 type Fleet struct {
 	Rows  []domain.Instance
@@ -66,11 +70,15 @@ type Result struct {
 // error is the create call's (a partial fleet wraps ErrInsufficientCapacity
 // and still returns what booted) or the store's.
 func (l *Launcher) Launch(ctx context.Context, f Fleet) (Result, error) {
-	launch, secret := domain.NewID("lt"), domain.NewSecret()
+	newID := l.NewID
+	if newID == nil {
+		newID = domain.NewID
+	}
+	launch, secret := newID("lt"), domain.NewSecret()
 	now := l.Clock.Now()
 	rows := make([]domain.Instance, len(f.Rows))
 	for i, r := range f.Rows {
-		r.State, r.LaunchID = domain.StatePending, launch
+		r.ID, r.State, r.LaunchID = newID("bp"), domain.StatePending, launch
 		r.Deadline = l.Verbs.Deadlines.Until(domain.StatePending, now)
 		r.BootstrapHash = "" // set per machine once its id is known
 		rows[i] = r
