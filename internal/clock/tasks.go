@@ -113,7 +113,7 @@ type turns struct {
 
 type task struct {
 	fn      func()
-	done    chan struct{} // closed when fn returns; nil for a callback
+	done    chan struct{} // closed when fn returns; nil for a timer's callback
 	wake    chan struct{}
 	started bool
 	awaits  []<-chan struct{}
@@ -126,9 +126,10 @@ type task struct {
 // a clock gives the same result each time it is run, however its tasks
 // interleave their waits.
 //
-// Await must be called from a task; a task must not hold a lock across
-// it, nor block on anything but Await for long, since no other task runs
-// meanwhile.
+// Await must be called from a task started with Go, not from a timer's
+// callback, which runs on the goroutine that settles the clock; a task
+// must not hold a lock across it, nor block on anything but Await for
+// long, since no other task runs meanwhile.
 func NewSerial(start time.Time) *Virtual {
 	v := NewVirtual(start)
 	v.serial = &turns{yield: make(chan struct{})}
@@ -151,9 +152,9 @@ func (v *Virtual) Await(chs ...<-chan struct{}) int {
 	}
 	v.mu.Lock()
 	t := v.serial.current
-	if t == nil {
+	if t == nil || t.done == nil {
 		v.mu.Unlock()
-		panic("clock: Await on a serial clock outside a task")
+		panic("clock: Await on a serial clock outside a task (a timer's callback is not one: start a task with Go)")
 	}
 	t.awaits = chs
 	v.serial.waiting = append(v.serial.waiting, t)
@@ -180,7 +181,7 @@ func closedOne(chs []<-chan struct{}) int {
 
 // queueCallback makes a fired AfterFunc callback a task; v.mu is held.
 func (v *Virtual) queueCallback(f func()) {
-	v.serial.queue = append(v.serial.queue, &task{fn: f, wake: make(chan struct{})})
+	v.serial.queue = append(v.serial.queue, &task{fn: f})
 }
 
 // runTurns runs tasks until none is left to run: the queue is empty and
@@ -201,13 +202,19 @@ func (v *Virtual) runTurns() {
 		s.queue = s.queue[1:]
 		s.current = t
 		v.mu.Unlock()
-		if t.started {
+		switch {
+		case t.started:
 			t.wake <- struct{}{}
-		} else {
+			<-s.yield
+		case t.done == nil:
+			// A timer's callback runs here, without a goroutine of its
+			// own: nearly every turn is one, and none may await.
+			t.fn()
+		default:
 			t.started = true
 			go v.runTask(t)
+			<-s.yield
 		}
-		<-s.yield
 		v.mu.Lock()
 		s.current = nil
 		v.mu.Unlock()
@@ -216,9 +223,7 @@ func (v *Virtual) runTurns() {
 
 func (v *Virtual) runTask(t *task) {
 	defer func() {
-		if t.done != nil {
-			close(t.done)
-		}
+		close(t.done)
 		v.serial.yield <- struct{}{}
 	}()
 	t.fn()
