@@ -33,8 +33,8 @@ func (h *harness) launchTwo() ([]domain.Instance, string) {
 	l := &launch.Launcher{Store: h.Store, Cloud: c, Clock: h.Clock, Verbs: domain.NewLifecycle(domain.Deadlines{}),
 		ControllerID: "bullpen-test", AgentURL: "http://127.0.0.1:1"}
 	rows := []domain.Instance{
-		{Pool: "linux", Role: domain.RoleHot, Runner: "small"},
-		{Pool: "linux", Role: domain.RoleHot, Runner: "small"},
+		{ID: "bp-a", Pool: "linux", Role: domain.RoleHot, Runner: "small"},
+		{ID: "bp-b", Pool: "linux", Role: domain.RoleHot, Runner: "small"},
 	}
 	res, err := l.Launch(h.Ctx, launch.Fleet{Rows: rows, Spec: domain.RunnerSpec{Name: "small"}, Image: "ami-1"})
 	if err != nil || len(res.Booted) != 2 {

@@ -98,9 +98,9 @@ type Options struct {
 	SimCapacity   int
 	// SimSeed seeds the simulated cloud's machine ids; zero draws one.
 	SimSeed uint64
-	// NewID draws the ids of new instances and launches; domain.NewID
-	// when nil (a simulation seeds its own, so that its runs repeat).
-	NewID func(prefix string) string
+	// IDs draws the ids of new instances and launches; domain.NewID when
+	// nil (a simulation seeds its own, so that its runs repeat).
+	IDs func(prefix string) string
 
 	// Deadlines are the per-state allowances (domain.DefaultDeadlines when
 	// zero).

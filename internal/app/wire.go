@@ -76,7 +76,7 @@ func (a *App) wire(ctx context.Context) error {
 func (a *App) wireConverger() error {
 	o := a.opts
 	conv := o.Converger
-	conv.ControllerID, conv.AgentURL, conv.SpotAllowed, conv.NewID = o.ControllerID, o.AgentURL, a.SpotBreaker.SpotAllowed, o.NewID
+	conv.ControllerID, conv.AgentURL, conv.SpotAllowed, conv.IDs = o.ControllerID, o.AgentURL, a.SpotBreaker.SpotAllowed, o.IDs
 	if conv.LeaseTTL == 0 {
 		conv.LeaseTTL = -1 // Run holds the converger's lease around its loop (App.Exclusive)
 	}
@@ -104,7 +104,7 @@ func (a *App) wireJobPath() error {
 		return err
 	}
 	prov := o.Provision
-	prov.ControllerID, prov.AgentURL, prov.SpotAllowed, prov.NewID = o.ControllerID, o.AgentURL, a.SpotBreaker.SpotAllowed, o.NewID
+	prov.ControllerID, prov.AgentURL, prov.SpotAllowed, prov.IDs = o.ControllerID, o.AgentURL, a.SpotBreaker.SpotAllowed, o.IDs
 	a.Provisioner, err = provision.New(provision.Deps{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "provision"),
 		Scope: a.scope, Notify: a.Agents.Notify, Registrations: a.Agents.Registrations(), ReuseAllowed: a.reuseAllowed,

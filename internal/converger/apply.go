@@ -200,7 +200,7 @@ func (a applier) createBatch(ctx context.Context, role domain.Role, n int) error
 	rows := make([]domain.Instance, n)
 	for i := range rows {
 		rows[i] = domain.Instance{
-			Pool: p.Name, Role: role, Runner: r.Name, SpecHash: a.hash,
+			ID: a.c.launch.ID("bp"), Pool: p.Name, Role: role, Runner: r.Name, SpecHash: a.hash,
 			CPU: r.CPU.Min, MemoryMiB: r.RAM.Min * 1024,
 		}
 	}

@@ -58,8 +58,8 @@ type Options struct {
 	Targeter Targeter
 	// AgentURL is where new machines' agents reach the control plane.
 	AgentURL string
-	// NewID draws new instances' ids (launch.Launcher.NewID).
-	NewID func(prefix string) string
+	// IDs draws new instances' ids (launch.Launcher.IDs).
+	IDs func(prefix string) string
 }
 
 func (o *Options) defaults() {
@@ -125,7 +125,7 @@ func New(store Store, cloud domain.Cloud, clk domain.Clock, pools func() []PoolS
 	verbs := domain.NewLifecycle(opts.Deadlines)
 	c := &Converger{store: store, cloud: cloud, clock: clk, log: log, pools: pools, opts: opts, metrics: m, verbs: verbs,
 		launch: &launch.Launcher{Store: store, Cloud: cloud, Clock: clk, Verbs: verbs,
-			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL, SpotAllowed: opts.SpotAllowed, NewID: opts.NewID}}
+			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL, SpotAllowed: opts.SpotAllowed, IDs: opts.IDs}}
 	c.targeted.pools = map[string]bool{}
 	return c, nil
 }

@@ -188,8 +188,11 @@ func newWorld(ctx context.Context, o Options, clk domain.Clock, stepped bool) (*
 			PollEvery: agent.DefaultPollWait},
 		Converger: converger.Options{Interval: o.Interval, LeaseTTL: -1},
 		OnCycle:   func(r converger.Report) { w.onCycle(r) },
-		SimSeed:   o.Seed,
-		NewID:     seededIDs(o.Seed),
+	}
+	if o.StorePath == "" {
+		// A fresh store: ids drawn from the seed cannot meet those of an
+		// earlier run, which a kept store (--store) would hold.
+		opts.SimSeed, opts.IDs = o.Seed, seededIDs(o.Seed)
 	}
 	if stepped {
 		// The virtual driver calls each loop's step itself: no long polls.

@@ -40,14 +40,22 @@ type Launcher struct {
 	// machines now (the spot circuit breaker); when not, its spot fleets
 	// launch on-demand.
 	SpotAllowed func(runner string) bool
-	// NewID draws the ids of instances and launches; domain.NewID when
-	// nil. A simulation draws them from its seed, so that its runs repeat.
-	NewID func(prefix string) string
+	// IDs draws the ids of instances and launches; domain.NewID when nil.
+	// A simulation draws them from its seed, so that its runs repeat.
+	IDs func(prefix string) string
 }
 
-// Fleet is one create call: a row per machine (pool, role, runner, spec
-// hash, job, size: the caller's; id, state, launch and times: the
-// launcher's),
+// ID draws a new id with the given prefix ("bp" for an instance).
+func (l *Launcher) ID(prefix string) string {
+	if l.IDs == nil {
+		return domain.NewID(prefix)
+	}
+	return l.IDs(prefix)
+}
+
+// Fleet is one create call: a row per machine (id, pool, role, runner,
+// spec hash, job, size: the caller's, the id from ID; state, launch and
+// times: the launcher's),
 // the machine's spec and image, and tags besides the controller and launch.
 type Fleet struct {
 	Rows  []domain.Instance
@@ -70,15 +78,11 @@ type Result struct {
 // error is the create call's (a partial fleet wraps ErrInsufficientCapacity
 // and still returns what booted) or the store's.
 func (l *Launcher) Launch(ctx context.Context, f Fleet) (Result, error) {
-	newID := l.NewID
-	if newID == nil {
-		newID = domain.NewID
-	}
-	launch, secret := newID("lt"), domain.NewSecret()
+	launch, secret := l.ID("lt"), domain.NewSecret()
 	now := l.Clock.Now()
 	rows := make([]domain.Instance, len(f.Rows))
 	for i, r := range f.Rows {
-		r.ID, r.State, r.LaunchID = newID("bp"), domain.StatePending, launch
+		r.State, r.LaunchID = domain.StatePending, launch
 		r.Deadline = l.Verbs.Deadlines.Until(domain.StatePending, now)
 		r.BootstrapHash = "" // set per machine once its id is known
 		rows[i] = r

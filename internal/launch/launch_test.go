@@ -47,7 +47,7 @@ func newLauncher(t *testing.T, store launch.Store) (*launch.Launcher, *spyCloud,
 func fleet(n int) launch.Fleet {
 	rows := make([]domain.Instance, n)
 	for i := range rows {
-		rows[i] = domain.Instance{Pool: "linux", Role: domain.RoleHot, Runner: "small"}
+		rows[i] = domain.Instance{ID: domain.NewID("bp"), Pool: "linux", Role: domain.RoleHot, Runner: "small"}
 	}
 	return launch.Fleet{Rows: rows, Spec: domain.RunnerSpec{Name: "small"}, Image: "ami-1",
 		Tags: map[string]string{domain.TagPool: "linux"}}
@@ -177,21 +177,25 @@ func TestTheSpotBreakerDecidesEachLaunch(t *testing.T) {
 	}
 }
 
-// The launcher draws the ids of a fleet's rows and of its launch, from
-// NewID when given (a simulation's seeded sequence), else at random.
-func TestTheLauncherDrawsTheIds(t *testing.T) {
+// The launcher's ids come from IDs when given (a simulation's seeded
+// sequence), else at random: its launches' ids, and those its callers give
+// a fleet's rows (Launcher.ID).
+func TestTheLauncherDrawsIdsFromItsSource(t *testing.T) {
 	l, c, st := newLauncher(t, nil)
-	res, err := l.Launch(t.Context(), fleet(2))
-	if err != nil || len(res.Booted) != 2 || !strings.HasPrefix(res.Booted[0].ID, "bp-") || res.Booted[0].ID == res.Booted[1].ID {
-		t.Fatalf("launch: %+v, %v; want two rows with ids of their own", res.Booted, err)
+	if a, b := l.ID("bp"), l.ID("bp"); !strings.HasPrefix(a, "bp-") || a == b {
+		t.Fatalf("random ids %q and %q", a, b)
 	}
 	n := 0
-	l.NewID = func(prefix string) string { n++; return fmt.Sprintf("%s-%d", prefix, n) }
-	res, err = l.Launch(t.Context(), fleet(2))
-	if err != nil || len(res.Booted) != 2 || res.Booted[0].ID != "bp-2" || res.Booted[1].ID != "bp-3" || res.Booted[0].LaunchID != "lt-1" {
-		t.Fatalf("launch with NewID: %+v, %v; want rows bp-2 and bp-3 of launch lt-1", res.Booted, err)
+	l.IDs = func(prefix string) string { n++; return fmt.Sprintf("%s-%d", prefix, n) }
+	f := fleet(2)
+	for i := range f.Rows {
+		f.Rows[i].ID = l.ID("bp")
 	}
-	if row, err := st.GetInstance(t.Context(), "bp-3"); err != nil || row.CloudID == "" || c.specs[1].Agent.LaunchID != "lt-1" {
-		t.Fatalf("row bp-3: %+v, %v", row, err)
+	res, err := l.Launch(t.Context(), f)
+	if err != nil || len(res.Booted) != 2 || res.Booted[0].ID != "bp-1" || res.Booted[1].ID != "bp-2" || res.Booted[0].LaunchID != "lt-3" {
+		t.Fatalf("launch with IDs: %+v, %v; want rows bp-1 and bp-2 of launch lt-3", res.Booted, err)
+	}
+	if row, err := st.GetInstance(t.Context(), "bp-2"); err != nil || row.CloudID == "" || c.specs[0].Agent.LaunchID != "lt-3" {
+		t.Fatalf("row bp-2: %+v, %v", row, err)
 	}
 }

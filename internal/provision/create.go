@@ -81,17 +81,16 @@ func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request,
 	rows := make([]domain.Instance, len(reqs))
 	for i, rq := range reqs {
 		rows[i] = domain.Instance{
-			Pool: rq.job.Pool, Role: domain.RoleOnDemand, Runner: class,
+			ID: p.launcher.ID("bp"), Pool: rq.job.Pool, Role: domain.RoleOnDemand, Runner: class,
 			SpecHash: domain.SpecHash(spec, imageID, domain.Pool{}), Job: rq.job.Key(),
 			CPU: spec.CPU.Min, MemoryMiB: spec.RAM.Min * 1024,
 		}
 	}
 	res, err := p.launcher.Launch(ctx, launch.Fleet{Rows: rows, Spec: spec, Image: imageID,
 		Tags: map[string]string{domain.TagRole: string(domain.RoleOnDemand), domain.TagRunner: class, domain.TagStatus: "detached"},
-		Recorded: func(recorded []domain.Instance) {
-			rows = recorded // with the ids the launcher drew
+		Recorded: func(rows []domain.Instance) {
 			for i, rq := range reqs {
-				led.hold(holding{inst: recorded[i], rq: rq, created: true})
+				led.hold(holding{inst: rows[i], rq: rq, created: true})
 			}
 		}})
 	p.noteFulfilled(class, len(res.Booted), len(rows), err)

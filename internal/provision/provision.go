@@ -91,8 +91,8 @@ type Options struct {
 	// SpotAllowed, when set, says whether a runner class may launch spot
 	// machines now (the spot circuit breaker).
 	SpotAllowed func(runner string) bool
-	// NewID draws new instances' ids (launch.Launcher.NewID).
-	NewID func(prefix string) string
+	// IDs draws new instances' ids (launch.Launcher.IDs).
+	IDs func(prefix string) string
 }
 
 func (o *Options) defaults() {
@@ -221,7 +221,7 @@ func New(d Deps, reg prometheus.Registerer, opts Options) (*Provisioner, error) 
 		verbs: verbs, tasks: clock.TasksOf(d.Clock), pipeline: &serving.Pipeline{Store: d.Store, GitHub: d.GitHub, Clock: d.Clock, Log: d.Log,
 			Verbs: verbs, Scope: d.Scope, Notify: d.Notify},
 		launcher: &launch.Launcher{Store: d.Store, Cloud: d.Cloud, Clock: d.Clock, Verbs: verbs,
-			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL, SpotAllowed: opts.SpotAllowed, NewID: opts.NewID}}, nil
+			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL, SpotAllowed: opts.SpotAllowed, IDs: opts.IDs}}, nil
 }
 
 func (p *Provisioner) pickupFor(class string) *pickup {
