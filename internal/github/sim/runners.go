@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -39,7 +41,7 @@ type runner struct {
 	job     *job
 	onStart func(jobID int64)
 	onDone  func(jobID int64, conclusion string)
-	unwatch func() bool  // stops watching the process's context
+	unwatch func()       // stops watching the process's context
 	lost    domain.Timer // pending OfflineAfter notice
 }
 
@@ -165,13 +167,29 @@ func (g *GitHub) runJIT(ctx context.Context, jitConfig string, onStart func(int6
 	}
 	r.started, r.online = true, true
 	r.onStart, r.onDone = onStart, onDone
-	r.unwatch = context.AfterFunc(ctx, func() { g.kill(r) })
+	r.unwatch = g.watch(ctx, func() { g.kill(r) })
 	if j := g.queuedJobFor(r); j != nil {
 		g.start(j, r)
 	} else {
 		g.idle = append(g.idle, r)
 	}
 	return nil
+}
+
+// watch calls kill once ctx ends, unless the returned stop comes first.
+// It waits as a task of the clock rather than through context.AfterFunc,
+// whose goroutine would act beside a serial clock's turns: there, a
+// runner's death takes its turn like every other event.
+func (g *GitHub) watch(ctx context.Context, kill func()) (stop func()) {
+	ts := clock.TasksOf(g.clk)
+	stopped := make(chan struct{})
+	ts.Go(func() {
+		if ts.Await(ctx.Done(), stopped) == 0 {
+			kill()
+		}
+	})
+	var once sync.Once
+	return func() { once.Do(func() { close(stopped) }) }
 }
 
 // serves reports whether r may take j: GitHub's rule is that every label of
