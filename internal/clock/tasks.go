@@ -136,8 +136,12 @@ func NewSerial(start time.Time) *Virtual {
 	return v
 }
 
-// Go queues fn as a task: it runs when its turn comes.
+// Go queues fn as a task of a serial clock: it runs when its turn comes.
+// Other clocks run tasks as goroutines (TasksOf).
 func (v *Virtual) Go(fn func()) <-chan struct{} {
+	if v.serial == nil {
+		panic("clock: Go on a virtual clock that is not serial (use TasksOf)")
+	}
 	t := &task{fn: fn, done: make(chan struct{}), wake: make(chan struct{})}
 	v.mu.Lock()
 	v.serial.queue = append(v.serial.queue, t)
