@@ -151,6 +151,9 @@ func (v *Virtual) Go(fn func()) <-chan struct{} {
 
 // Await gives the turn away until one of chs is closed.
 func (v *Virtual) Await(chs ...<-chan struct{}) int {
+	if v.serial == nil {
+		panic("clock: Await on a virtual clock that is not serial (use TasksOf)")
+	}
 	if k := closedOne(chs); k >= 0 {
 		return k
 	}
