@@ -168,19 +168,30 @@ func (l runnerLog) spans(t *testing.T) map[string]*runnerSpan {
 	return out
 }
 
-// leaseLine is a replica's log line saying it took a loop's lease.
-var leaseLine = regexp.MustCompile(`time=(\S+) level=INFO msg="took a loop's lease: it runs here" loop=leases lease=(\S+) replica=(\S+)`)
+// leaseLine is a replica's log line saying it took a loop's lease, or that
+// it no longer holds it (refused a renewal, or the lease ran out first).
+var leaseLine = regexp.MustCompile(`time=(\S+) level=INFO msg="(took a loop's lease: it runs here|a loop's lease is no longer held here)" loop=leases lease=(\S+)`)
 
-// leaseTakes lists when a replica's log says it took loop's lease.
-func leaseTakes(logs, loop string) []time.Time {
-	var out []time.Time
+// leaseSpell is a time a replica held a loop's lease: from when its log
+// says it took it to when it says it no longer holds it (zero: to its end).
+type leaseSpell struct{ from, to time.Time }
+
+// leaseSpells lists the spells in which a replica's log says it held
+// loop's lease.
+func leaseSpells(logs, loop string) []leaseSpell {
+	var out []leaseSpell
 	for _, line := range strings.Split(logs, "\n") {
 		m := leaseLine.FindStringSubmatch(line)
-		if m == nil || m[2] != loop {
+		if m == nil || m[3] != loop {
 			continue
 		}
-		if at, err := time.Parse(time.RFC3339Nano, m[1]); err == nil {
-			out = append(out, at)
+		at, err := time.Parse(time.RFC3339Nano, m[1])
+		switch {
+		case err != nil:
+		case strings.HasPrefix(m[2], "took"):
+			out = append(out, leaseSpell{from: at})
+		case len(out) > 0 && out[len(out)-1].to.IsZero():
+			out[len(out)-1].to = at
 		}
 	}
 	return out

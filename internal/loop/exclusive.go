@@ -75,6 +75,7 @@ func NewExclusive(leases Leases, holder string, clk domain.Clock, log *slog.Logg
 func (e *Exclusive) Wrap(l Loop, ttl time.Duration) Loop {
 	step, final := l.Step, l.Final
 	l.Step = func(ctx context.Context) error {
+		sent := e.clock.Now()
 		lease, ok, err := e.leases.AcquireLease(ctx, l.Name, e.holder, ttl)
 		if err != nil {
 			return fmt.Errorf("take the %s lease: %w", l.Name, err)
@@ -83,7 +84,7 @@ func (e *Exclusive) Wrap(l Loop, ttl time.Duration) Loop {
 		if !ok {
 			return nil
 		}
-		return e.renewing(ctx, l.Name, ttl, step)
+		return e.renewing(ctx, l.Name, ttl, sent, step)
 	}
 	l.Final = func(ctx context.Context) error {
 		if !e.holding(l.Name) {
@@ -103,20 +104,27 @@ func (e *Exclusive) Wrap(l Loop, ttl time.Duration) Loop {
 	return l
 }
 
-// renewing runs step, renewing the lease every third of ttl; a renewal
-// refused or failing past the lease's end cancels the step.
-func (e *Exclusive) renewing(ctx context.Context, name string, ttl time.Duration, step func(context.Context) error) error {
+// renewing runs step, renewing the lease every third of ttl. The step is
+// cancelled when a renewal is refused, or when the lease's end passes
+// without one having succeeded: a renewal still in flight then (a slow
+// store) may land too late, and another replica may already hold the
+// lease. A lease lasts ttl from when its acquisition was sent.
+func (e *Exclusive) renewing(ctx context.Context, name string, ttl time.Duration, sent time.Time, step func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	lapse := e.lapse(name, cancel)
+	lapse.until(sent.Add(ttl))
+	defer lapse.stop()
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		until := e.clock.Now().Add(ttl)
 		tick := make(chan struct{}, 1)
 		for {
-			// A timer stopped on the way out, so a short step leaves none
+			// A third of ttl after the last renewal was sent, not after
+			// it answered, so that a slow store still renews in time; a
+			// timer stopped on the way out, so a short step leaves none
 			// behind on the clock.
-			t := e.clock.AfterFunc(ttl/3, func() { tick <- struct{}{} })
+			t := e.clock.AfterFunc(sent.Add(ttl/3).Sub(e.clock.Now()), func() { tick <- struct{}{} })
 			select {
 			case <-done:
 				t.Stop()
@@ -126,12 +134,15 @@ func (e *Exclusive) renewing(ctx context.Context, name string, ttl time.Duration
 				return
 			case <-tick:
 			}
+			sent = e.clock.Now()
 			lease, ok, err := e.leases.AcquireLease(ctx, name, e.holder, ttl)
 			switch {
+			case ctx.Err() != nil:
+				return // the step ended, or the lease ran out meanwhile
 			case err == nil && ok:
-				until = e.clock.Now().Add(ttl)
+				lapse.until(sent.Add(ttl))
 				continue
-			case err != nil && e.clock.Now().Before(until):
+			case err != nil:
 				e.log.Warn("renew a lease; retrying while it lasts", "lease", name, "err", err)
 				continue
 			}
@@ -145,6 +156,39 @@ func (e *Exclusive) renewing(ctx context.Context, name string, ttl time.Duration
 	close(done)
 	wg.Wait()
 	return err
+}
+
+// lapseTimer cancels a step when its lease's end passes unrenewed.
+type lapseTimer struct {
+	e      *Exclusive
+	name   string
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	timer  domain.Timer
+}
+
+func (e *Exclusive) lapse(name string, cancel context.CancelFunc) *lapseTimer {
+	return &lapseTimer{e: e, name: name, cancel: cancel}
+}
+
+// until sets the lease's end.
+func (l *lapseTimer) until(end time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.timer = l.e.clock.AfterFunc(end.Sub(l.e.clock.Now()), func() {
+		l.e.log.Warn("a loop's lease ran out before a renewal succeeded; stopping the step", "lease", l.name)
+		l.e.note(l.name, false, domain.Lease{})
+		l.cancel()
+	})
+}
+
+func (l *lapseTimer) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.timer.Stop()
 }
 
 // note records whether this replica holds name's lease, logging a change.

@@ -129,12 +129,60 @@ func TestExclusiveStepIsCancelledWhenItsLeaseIsLost(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.l.Step(t.Context()) }()
 	<-started
-	clk.BlockUntil(1) // the renewal's timer
+	clk.BlockUntil(2) // the lease's end and the renewal's timer
 	clk.Advance(10 * time.Second)
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the step ended with %v, want it cancelled", err)
 	}
 	if r.held() != 0 {
 		t.Errorf("the lease gauge says %v after the loss", r.held())
+	}
+}
+
+// slowLeases grants the first acquisition at once and holds every later
+// one until its context ends, as a store too slow to answer in time.
+type slowLeases struct {
+	calls   atomic.Int64
+	waiting chan struct{}
+}
+
+func (l *slowLeases) AcquireLease(ctx context.Context, name, holder string, ttl time.Duration) (domain.Lease, bool, error) {
+	if l.calls.Add(1) == 1 {
+		return domain.Lease{Name: name, Holder: holder}, true, nil
+	}
+	close(l.waiting)
+	<-ctx.Done()
+	return domain.Lease{}, false, ctx.Err()
+}
+
+func (l *slowLeases) ReleaseLease(context.Context, string, string) error { return nil }
+
+// A step whose renewal has not answered when the lease ends is cancelled
+// at the lease's end: another replica may hold the lease by then.
+func TestExclusiveStepEndsWithItsLeaseWhenARenewalIsSlow(t *testing.T) {
+	clk := clock.NewVirtual(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
+	leases := &slowLeases{waiting: make(chan struct{})}
+	r := newReplica(t, leases, "a", clk, 30*time.Second)
+	r.steps = func(ctx context.Context) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.l.Step(t.Context()) }()
+	clk.BlockUntil(2) // the lease's end and the renewal's timer
+	clk.Advance(10 * time.Second)
+	<-leases.waiting // the renewal was sent and does not answer
+	clk.Advance(19 * time.Second)
+	select {
+	case err := <-done:
+		t.Fatalf("the step ended with %v before its lease did", err)
+	default:
+	}
+	clk.Advance(time.Second)
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the step ended with %v, want it cancelled at the lease's end", err)
+	}
+	if r.held() != 0 {
+		t.Errorf("the lease gauge says %v after the lease ran out", r.held())
 	}
 }
