@@ -285,10 +285,16 @@ func (rs *replicaSet) checkOneConverger(killedAt time.Time) {
 			}
 		}
 	}
-	if len(aSpells) > 0 && len(bSpells) == 0 {
-		t.Fatal("the survivor never took the converger's lease over")
+	// The survivor's first spell that lasts past the kill: a slow store
+	// can end spells early (the lease runs out before a renewal answers),
+	// and the survivor takes the lease again.
+	for _, b := range bSpells {
+		if b.to.IsZero() || b.to.After(killedAt) {
+			if took := b.from.Sub(killedAt); took > replicaLease+5*time.Second {
+				t.Errorf("the survivor took the converger over %s after the kill, want within the lease period (%s)", took, replicaLease)
+			}
+			return
+		}
 	}
-	if last := bSpells[len(bSpells)-1]; last.from.Sub(killedAt) > replicaLease+5*time.Second {
-		t.Errorf("the survivor took the converger over %s after the kill, want within the lease period (%s)", last.from.Sub(killedAt), replicaLease)
-	}
+	t.Error("the survivor never took the converger's lease over")
 }

@@ -137,6 +137,7 @@ func (s *Server) next(_ http.ResponseWriter, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	mark := s.waiters.mark()
 	in, err := s.authenticate(r)
 	if err != nil {
 		return nil, err
@@ -154,8 +155,19 @@ func (s *Server) next(_ http.ResponseWriter, r *http.Request) (any, error) {
 	}
 	for {
 		// Subscribe before asking, so a notice that comes between the
-		// answer and the wait is not lost.
+		// answer and the wait is not lost. The answer is decided on the
+		// reading that checked the token, or that the last notice brought;
+		// when a notice came after that reading and before this
+		// subscription, the row is read again.
 		sub := s.waiters.subscribe(in.CloudID)
+		if s.waiters.wokenSince(in.CloudID, mark) {
+			fresh, err := s.recheck(ctx, in.ID)
+			if err != nil {
+				s.waiters.unsubscribe(in.CloudID, sub)
+				return nil, err
+			}
+			in = fresh
+		}
 		ins, err := s.api.NextFor(ctx, in)
 		if err != nil || ins.Kind != domain.InstructionWait || wait == 0 {
 			s.waiters.unsubscribe(in.CloudID, sub)
@@ -174,6 +186,7 @@ func (s *Server) next(_ http.ResponseWriter, r *http.Request) (any, error) {
 			return nil, fail(http.StatusServiceUnavailable, CodeUnavailable, "the control plane is shutting down; retry")
 		}
 		// The instance may have ended while its agent waited.
+		mark = s.waiters.mark()
 		if in, err = s.recheck(ctx, in.ID); err != nil {
 			return nil, err
 		}

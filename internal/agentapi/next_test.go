@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
 
 // poll starts a long poll and returns where its answer will arrive.
@@ -192,5 +194,46 @@ func TestDrainEndsLongPolls(t *testing.T) {
 	}
 	if h.Clock.Pending() != 0 {
 		t.Fatal("a poll while draining was held")
+	}
+}
+
+// readThenAssign is a store whose next reading of an instance is followed,
+// before it returns, by an assignment: one that lands between a long
+// poll's reading of its row and its subscription to notices.
+type readThenAssign struct {
+	*sqlite.Store
+	assign atomic.Pointer[func()]
+}
+
+func (s *readThenAssign) after() {
+	if f := s.assign.Swap(nil); f != nil {
+		(*f)()
+	}
+}
+
+func (s *readThenAssign) GetInstance(ctx context.Context, id string) (domain.Instance, error) {
+	defer s.after()
+	return s.Store.GetInstance(ctx, id)
+}
+
+func (s *readThenAssign) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error) {
+	defer s.after()
+	return s.Store.ListInstances(ctx, f)
+}
+
+// An assignment whose notice comes after the long poll read its row and
+// before it subscribed to notices still answers the poll at once.
+func TestAnAssignmentBetweenAPollsReadingAndItsWaitIsNotMissed(t *testing.T) {
+	h := newHarness(t)
+	store := &readThenAssign{Store: h.Store}
+	h.Server = agentapi.New(store, h.Calls, h.Clock, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	in, token := h.idle("bp-1")
+	assign := func() { h.Assign(in.ID, 101, "jit-1") }
+	store.assign.Store(&assign)
+	answer := h.poll(h.Ctx, token, "30s")
+	h.Calls.Await(t, 1, agentapitest.IsOp("next"))
+	h.Clock.Advance(30 * time.Second) // a poll that missed the notice answers "wait" now
+	if ins := instructionOf(t, <-answer); ins.Kind != "run" || ins.JobID != 101 {
+		t.Fatalf("answered %+v, want to run job 101", ins)
 	}
 }

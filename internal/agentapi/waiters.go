@@ -9,6 +9,11 @@ import "sync"
 type waiters struct {
 	mu sync.Mutex
 	m  map[string]*waitEntry
+	// seq counts notices; recent are the last of them, by seq modulo
+	// their number, so that a poll can tell whether a notice for its
+	// instance came after it read the row and before it subscribed.
+	seq    uint64
+	recent [256]string
 }
 
 type waitEntry struct {
@@ -43,6 +48,8 @@ func (w *waiters) unsubscribe(id string, e *waitEntry) {
 func (w *waiters) wake(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.seq++
+	w.recent[w.seq%uint64(len(w.recent))] = id
 	if e := w.m[id]; e != nil {
 		delete(w.m, id)
 		close(e.ch)
@@ -58,4 +65,27 @@ func (w *waiters) waiting() map[string]bool {
 		out[id] = true
 	}
 	return out
+}
+
+// mark returns how many notices there have been so far.
+func (w *waiters) mark() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seq
+}
+
+// wokenSince reports whether a notice for id may have come since mark:
+// one did, or more came than are remembered.
+func (w *waiters) wokenSince(id string, mark uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.seq-mark > uint64(len(w.recent)) {
+		return true
+	}
+	for n := mark + 1; n <= w.seq; n++ {
+		if w.recent[n%uint64(len(w.recent))] == id {
+			return true
+		}
+	}
+	return false
 }
