@@ -28,10 +28,18 @@ type Tasks interface {
 // TasksOf returns the tasks of clk: its own turns on a serial virtual
 // clock, goroutines on any other.
 func TasksOf(clk domain.Clock) Tasks {
-	if v, ok := clk.(*Virtual); ok && v.serial != nil {
+	if v := serialOf(clk); v != nil {
 		return v
 	}
 	return goroutines{}
+}
+
+// serialOf returns clk when it is a serial virtual clock, else nil.
+func serialOf(clk domain.Clock) *Virtual {
+	if v, ok := clk.(*Virtual); ok && v.serial != nil {
+		return v
+	}
+	return nil
 }
 
 type goroutines struct{}
@@ -61,12 +69,20 @@ func (goroutines) Await(chs ...<-chan struct{}) int {
 	return chosen
 }
 
+// Closes returns a channel closed once d has passed on clk, for Await,
+// and a function that removes the timer, so that no waiter leaves timers
+// behind.
+func Closes(clk domain.Clock, d time.Duration) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	t := clk.AfterFunc(d, func() { close(ch) })
+	return ch, func() { t.Stop() }
+}
+
 // Sleep waits d on clk, or until quit is closed, and leaves no timer
 // behind; it reports whether the whole of d passed.
 func Sleep(ts Tasks, clk domain.Clock, quit <-chan struct{}, d time.Duration) bool {
-	ch := make(chan struct{})
-	t := clk.AfterFunc(d, func() { close(ch) })
-	defer t.Stop()
+	ch, stop := Closes(clk, d)
+	defer stop()
 	return ts.Await(ch, quit) == 0
 }
 
@@ -91,7 +107,7 @@ func Each(ts Tasks, n, limit int, fn func(i int)) {
 // not wait on clk: in goroutines, or on a serial clock one after the
 // other, in order, as no time passes while they run.
 func Fan(clk domain.Clock, n, limit int, fn func(i int)) {
-	if v, ok := clk.(*Virtual); ok && v.serial != nil {
+	if serialOf(clk) != nil {
 		for i := range n {
 			fn(i)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/loop"
@@ -128,9 +129,8 @@ const idlePoll = time.Second
 
 // sleep waits d on the clock, or until ctx ends, and leaves no timer behind.
 func (d *Dispatcher) sleep(ctx context.Context, wait time.Duration) {
-	ch := make(chan struct{})
-	t := d.Clock.AfterFunc(wait, func() { close(ch) })
-	defer t.Stop()
+	ch, stop := clock.Closes(d.Clock, wait)
+	defer stop()
 	select {
 	case <-ctx.Done():
 	case <-ch:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -118,19 +119,18 @@ func (e *Exclusive) renewing(ctx context.Context, name string, ttl time.Duration
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		tick := make(chan struct{}, 1)
 		for {
 			// A third of ttl after the last renewal was sent, not after
 			// it answered, so that a slow store still renews in time; a
 			// timer stopped on the way out, so a short step leaves none
 			// behind on the clock.
-			t := e.clock.AfterFunc(sent.Add(ttl/3).Sub(e.clock.Now()), func() { tick <- struct{}{} })
+			tick, stop := clock.Closes(e.clock, sent.Add(ttl/3).Sub(e.clock.Now()))
 			select {
 			case <-done:
-				t.Stop()
+				stop()
 				return
 			case <-ctx.Done():
-				t.Stop()
+				stop()
 				return
 			case <-tick:
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/serving"
@@ -148,7 +149,7 @@ func (p *Provisioner) assignAndWait(ctx context.Context, rq *request, in domain.
 // awaitRegistration waits until the instance runs the job's runner, fails,
 // the timeout passes or the caller gives up.
 func (p *Provisioner) awaitRegistration(ctx context.Context, j domain.Job, id string, timeout time.Duration, quit <-chan struct{}, registered <-chan struct{}) error {
-	deadline, stop := p.after(timeout)
+	deadline, stop := clock.Closes(p.Clock, timeout)
 	defer stop()
 	every := recheckFirst
 	for {
@@ -156,7 +157,7 @@ func (p *Provisioner) awaitRegistration(ctx context.Context, j domain.Job, id st
 		if ok || err != nil {
 			return err
 		}
-		recheck, stopRecheck := p.after(every)
+		recheck, stopRecheck := clock.Closes(p.Clock, every)
 		every = min(2*every, recheckMost)
 		switch p.tasks.Await(registered, recheck, deadline, quit) {
 		case 0:

@@ -276,21 +276,9 @@ func (p *Provisioner) receive(ctx context.Context) ([]domain.Message, error) {
 		return nil, fmt.Errorf("receive from the launch queue: %w", err)
 	}
 	if len(msgs) == 0 && p.opts.Wait < 0 {
-		p.sleep(ctx, idlePoll)
+		clock.Sleep(p.tasks, p.Clock, ctx.Done(), idlePoll)
 	}
 	return msgs, nil
-}
-
-// after returns a channel closed once d has passed on the clock, and a
-// function that removes the timer, so that no waiter leaves timers behind.
-func (p *Provisioner) after(d time.Duration) (<-chan struct{}, func()) {
-	ch := make(chan struct{})
-	t := p.Clock.AfterFunc(d, func() { close(ch) })
-	return ch, func() { t.Stop() }
-}
-
-func (p *Provisioner) sleep(ctx context.Context, d time.Duration) {
-	clock.Sleep(p.tasks, p.Clock, ctx.Done(), d)
 }
 
 // request is one job being provisioned.
