@@ -43,8 +43,8 @@
 package fakegh
 
 import (
-	"cmp"
 	"fmt"
+	"maps"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -390,7 +390,7 @@ func (s *Server) StartJob(jobID int64, runnerName string) error {
 		return fmt.Errorf("fakegh: job %d is not queued", jobID)
 	}
 	var rn *runner
-	for _, r := range s.sortedRunners() {
+	for _, r := range byID(s.runners) {
 		if strings.EqualFold(r.name, runnerName) && r.covers(j.run.repo) && r.job == nil {
 			rn = r
 			break
@@ -496,12 +496,12 @@ func (ru *run) conclusion() string {
 	return worst
 }
 
-func (s *Server) sortedJobs() []*job {
-	out := make([]*job, 0, len(s.jobs))
-	for _, j := range s.jobs {
-		out = append(out, j)
+// byID is a map of records keyed by their ids, in the order of the ids.
+func byID[T any](records map[int64]T) []T {
+	out := make([]T, 0, len(records))
+	for _, id := range slices.Sorted(maps.Keys(records)) {
+		out = append(out, records[id])
 	}
-	slices.SortFunc(out, func(a, b *job) int { return cmp.Compare(a.id, b.id) })
 	return out
 }
 

@@ -73,22 +73,23 @@ func (s *Server) handleRunnerGroups(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	groups := s.groupsOf(sc.groupsKey())
-	lo, hi := s.paginate(w, r, len(groups))
-	items := make([]map[string]any, 0, hi-lo)
-	for _, g := range groups[lo:hi] {
+	items := pageJSON(s, w, r, groups, func(g runnerGroup) map[string]any {
 		if sc.enterprise != "" {
-			items = append(items, s.enterpriseGroupJSON(sc.enterprise, g))
-			continue
+			return s.enterpriseGroupJSON(sc.enterprise, g)
 		}
-		items = append(items, map[string]any{
-			"id": g.id, "name": g.name, "visibility": "all", "default": g.id == DefaultRunnerGroupID,
-			"runners_url":                     s.srv.URL + "/orgs/" + sc.owner + "/actions/runner-groups/" + strconv.FormatInt(g.id, 10) + "/runners",
-			"inherited":                       false,
-			"allows_public_repositories":      false,
-			"restricted_to_workflows":         false,
-			"selected_workflows":              []string{},
-			"workflow_restrictions_read_only": false,
-		})
-	}
+		return s.orgGroupJSON(sc.owner, g)
+	})
 	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(groups), "runner_groups": items})
+}
+
+func (s *Server) orgGroupJSON(org string, g runnerGroup) map[string]any {
+	return map[string]any{
+		"id": g.id, "name": g.name, "visibility": "all", "default": g.id == DefaultRunnerGroupID,
+		"runners_url":                     s.srv.URL + "/orgs/" + org + "/actions/runner-groups/" + strconv.FormatInt(g.id, 10) + "/runners",
+		"inherited":                       false,
+		"allows_public_repositories":      false,
+		"restricted_to_workflows":         false,
+		"selected_workflows":              []string{},
+		"workflow_restrictions_read_only": false,
+	}
 }

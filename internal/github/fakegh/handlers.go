@@ -169,16 +169,12 @@ func (s *Server) handleListRunners(w http.ResponseWriter, r *http.Request) {
 	}
 	name := r.URL.Query().Get("name")
 	var listed []*runner
-	for _, rn := range s.sortedRunners() {
+	for _, rn := range byID(s.runners) {
 		if sc.holds(rn) && (name == "" || rn.name == name) {
 			listed = append(listed, rn)
 		}
 	}
-	lo, hi := s.paginate(w, r, len(listed))
-	page := []any{}
-	for _, rn := range listed[lo:hi] {
-		page = append(page, s.runnerJSON(rn))
-	}
+	page := pageJSON(s, w, r, listed, s.runnerJSON)
 	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(listed), "runners": page})
 }
 
@@ -218,11 +214,7 @@ func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	// Newest first, as GitHub lists runs.
 	slices.SortFunc(listed, func(a, b *run) int { return cmp.Compare(b.id, a.id) })
-	lo, hi := s.paginate(w, r, len(listed))
-	page := []any{}
-	for _, ru := range listed[lo:hi] {
-		page = append(page, s.runJSON(ru))
-	}
+	page := pageJSON(s, w, r, listed, s.runJSON)
 	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(listed), "workflow_runs": page})
 }
 
@@ -258,11 +250,7 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("filter") != "all" {
 		listed = ru.latestJobs()
 	}
-	lo, hi := s.paginate(w, r, len(listed))
-	page := []any{}
-	for _, j := range listed[lo:hi] {
-		page = append(page, s.jobJSON(j))
-	}
+	page := pageJSON(s, w, r, listed, s.jobJSON)
 	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(listed), "jobs": page})
 }
 
@@ -334,10 +322,5 @@ func (s *Server) handleOrgRepos(w http.ResponseWriter, r *http.Request) {
 	}
 	// Newest first: GitHub's default sort is created, descending.
 	slices.SortFunc(listed, func(a, b *repo) int { return cmp.Compare(b.id, a.id) })
-	lo, hi := s.paginate(w, r, len(listed))
-	page := []any{}
-	for _, rp := range listed[lo:hi] {
-		page = append(page, s.repoJSON(rp))
-	}
-	writeJSON(w, http.StatusOK, page)
+	writeJSON(w, http.StatusOK, pageJSON(s, w, r, listed, s.repoJSON))
 }

@@ -232,6 +232,18 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	_ = json.NewEncoder(w).Encode(body)
 }
 
+// pageJSON is the requested page of records, each as toJSON renders it,
+// and sets the Link header GitHub sends with it. An empty page is [], not
+// null, as GitHub lists nothing.
+func pageJSON[T any](s *Server, w http.ResponseWriter, r *http.Request, records []T, toJSON func(T) map[string]any) []map[string]any {
+	lo, hi := s.paginate(w, r, len(records))
+	page := []map[string]any{}
+	for _, rec := range records[lo:hi] {
+		page = append(page, toJSON(rec))
+	}
+	return page
+}
+
 // paginate returns the slice bounds of the requested page of n records
 // and sets the Link header GitHub sends with it.
 func (s *Server) paginate(w http.ResponseWriter, r *http.Request, n int) (lo, hi int) {

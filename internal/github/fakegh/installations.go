@@ -259,11 +259,7 @@ func (s *Server) handleInstallations(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	slices.SortFunc(list, func(a, b *installation) int { return cmp.Compare(a.id, b.id) })
-	lo, hi := s.paginate(w, r, len(list))
-	page := []any{}
-	for _, in := range list[lo:hi] {
-		page = append(page, s.installationJSON(in, s.account(in.account)))
-	}
+	page := pageJSON(s, w, r, list, func(in *installation) map[string]any { return s.installationJSON(in, s.account(in.account)) })
 	writeJSON(w, http.StatusOK, page)
 }
 
@@ -282,11 +278,7 @@ func (s *Server) handleInstallationRepos(w http.ResponseWriter, r *http.Request)
 		}
 	}
 	slices.SortFunc(listed, func(a, b *repo) int { return cmp.Compare(a.id, b.id) })
-	lo, hi := s.paginate(w, r, len(listed))
-	page := []any{}
-	for _, rp := range listed[lo:hi] {
-		page = append(page, s.repoJSON(rp))
-	}
+	page := pageJSON(s, w, r, listed, s.repoJSON)
 	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(listed), "repository_selection": selection(in), "repositories": page})
 }
 

@@ -1,7 +1,6 @@
 package fakegh
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -74,7 +73,7 @@ func (s *Server) RunJIT(jitConfig string) (jobID int64, err error) {
 	rn.started, rn.online = true, true
 	var take *job
 	_, own, named := domain.ParseRunnerName(rn.name)
-	for _, j := range s.sortedJobs() {
+	for _, j := range byID(s.jobs) {
 		if j.status != "queued" || !rn.serves(j) {
 			continue
 		}
@@ -92,7 +91,7 @@ func (s *Server) RunJIT(jitConfig string) (jobID int64, err error) {
 // waitingRunnerFor returns the JIT runner process waiting for work that
 // may take j, if any.
 func (s *Server) waitingRunnerFor(j *job) *runner {
-	for _, r := range s.sortedRunners() {
+	for _, r := range byID(s.runners) {
 		if r.jit != "" && r.started && r.online && r.job == nil && r.serves(j) {
 			return r
 		}
@@ -137,17 +136,8 @@ func (s *Server) Runners() []domain.GitHubRunner {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []domain.GitHubRunner
-	for _, r := range s.sortedRunners() {
+	for _, r := range byID(s.runners) {
 		out = append(out, domain.GitHubRunner{ID: r.id, Name: r.name, Online: r.online, Busy: r.busy, Labels: r.allLabels()})
 	}
-	return out
-}
-
-func (s *Server) sortedRunners() []*runner {
-	out := make([]*runner, 0, len(s.runners))
-	for _, r := range s.runners {
-		out = append(out, r)
-	}
-	slices.SortFunc(out, func(a, b *runner) int { return cmp.Compare(a.id, b.id) })
 	return out
 }
