@@ -6,7 +6,6 @@ package domain
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -53,7 +52,7 @@ var States = []State{
 // transitions is the explicit state machine: from → the states it may move to.
 // A state may always be rewritten in place (same state, other fields), except
 // the terminal one.
-var transitions = map[State][]State{
+var transitions = stateMachine[State]{
 	StatePending: {StateBooting, StateError, StateTerminating},
 	// A cold-start instance is created bound to its job and registers for
 	// it straight from booting.
@@ -70,25 +69,13 @@ var transitions = map[State][]State{
 }
 
 // Valid reports whether s is a known state.
-func (s State) Valid() bool {
-	_, ok := transitions[s]
-	return ok
-}
+func (s State) Valid() bool { return transitions.known(s) }
 
 // Terminal reports whether nothing can follow s.
 func (s State) Terminal() bool { return s == StateTerminated }
 
 // CanTransition reports whether the state machine allows from → to.
-func CanTransition(from, to State) bool {
-	next, ok := transitions[from]
-	if !ok || !to.Valid() {
-		return false
-	}
-	if from == to {
-		return !from.Terminal()
-	}
-	return slices.Contains(next, to)
-}
+func CanTransition(from, to State) bool { return transitions.allows(from, to, State.Terminal) }
 
 // Role says why an instance exists.
 type Role string

@@ -22,7 +22,7 @@ const (
 // JobStatuses lists every status in lifecycle order.
 var JobStatuses = []JobStatus{JobQueued, JobAssigned, JobRunning, JobCompleted, JobRejected}
 
-var jobTransitions = map[JobStatus][]JobStatus{
+var jobTransitions = stateMachine[JobStatus]{
 	// A queued job can finish without a runner (cancelled) or be refused.
 	JobQueued: {JobAssigned, JobRunning, JobCompleted, JobRejected},
 	// An assigned job whose instance failed goes back to the queue.
@@ -33,10 +33,7 @@ var jobTransitions = map[JobStatus][]JobStatus{
 }
 
 // Valid reports whether s is a known status.
-func (s JobStatus) Valid() bool {
-	_, ok := jobTransitions[s]
-	return ok
-}
+func (s JobStatus) Valid() bool { return jobTransitions.known(s) }
 
 // Final reports whether nothing can follow s.
 func (s JobStatus) Final() bool { return s == JobCompleted || s == JobRejected }
@@ -44,14 +41,7 @@ func (s JobStatus) Final() bool { return s == JobCompleted || s == JobRejected }
 // CanJobTransition reports whether from → to is allowed. A status may be
 // rewritten in place (other fields) unless it is final.
 func CanJobTransition(from, to JobStatus) bool {
-	next, ok := jobTransitions[from]
-	if !ok || !to.Valid() {
-		return false
-	}
-	if from == to {
-		return !from.Final()
-	}
-	return slices.Contains(next, to)
+	return jobTransitions.allows(from, to, JobStatus.Final)
 }
 
 // Route is the queue a job was sent to.
