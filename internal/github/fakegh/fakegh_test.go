@@ -52,7 +52,10 @@ func do(t *testing.T, srv *fakegh.Server, method, path, body, auth string) answe
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return answer{resp.StatusCode, resp.Header, b}
 }
 

@@ -96,6 +96,28 @@ func (sc scopeRef) holds(rn *runner) bool {
 	return rn.enterprise == sc.enterprise && strings.EqualFold(rn.owner, sc.owner) && strings.EqualFold(rn.repo, sc.repo)
 }
 
+// runOf is the run a request names, if it is a run of the repository the
+// request names.
+func (s *Server) runOf(r *http.Request) *run {
+	rp := s.repoOf(r)
+	ru := s.runs[pathID(r, "run_id")]
+	if rp == nil || ru == nil || ru.repo != rp {
+		return nil
+	}
+	return ru
+}
+
+// jobOf is the job a request names, if it is a job of the repository the
+// request names.
+func (s *Server) jobOf(r *http.Request) *job {
+	rp := s.repoOf(r)
+	j := s.jobs[pathID(r, "job_id")]
+	if rp == nil || j == nil || j.run.repo != rp {
+		return nil
+	}
+	return j
+}
+
 func pathID(r *http.Request, name string) int64 {
 	id, err := strconv.ParseInt(r.PathValue(name), 10, 64)
 	if err != nil {
@@ -238,9 +260,8 @@ func createdSince(q string) (time.Time, bool) {
 }
 
 func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
-	rp := s.repoOf(r)
-	ru := s.runs[pathID(r, "run_id")]
-	if rp == nil || ru == nil || ru.repo != rp {
+	ru := s.runOf(r)
+	if ru == nil {
 		writeError(w, http.StatusNotFound, "Not Found")
 		return
 	}
@@ -255,9 +276,8 @@ func (s *Server) handleListJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) {
-	rp := s.repoOf(r)
-	j := s.jobs[pathID(r, "job_id")]
-	if rp == nil || j == nil || j.run.repo != rp {
+	j := s.jobOf(r)
+	if j == nil {
 		writeError(w, http.StatusNotFound, "Not Found")
 		return
 	}
@@ -265,9 +285,8 @@ func (s *Server) handleGetJob(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
-	rp := s.repoOf(r)
-	ru := s.runs[pathID(r, "run_id")]
-	if rp == nil || ru == nil || ru.repo != rp {
+	ru := s.runOf(r)
+	if ru == nil {
 		writeError(w, http.StatusNotFound, "Not Found")
 		return
 	}
@@ -286,9 +305,8 @@ func (s *Server) handleCancel(w http.ResponseWriter, r *http.Request) {
 // handleRerun queues a completed job again as a new job of its run, as
 // GitHub re-runs it; a job of a run still in progress is refused (403).
 func (s *Server) handleRerun(w http.ResponseWriter, r *http.Request) {
-	rp := s.repoOf(r)
-	old := s.jobs[pathID(r, "job_id")]
-	if rp == nil || old == nil || old.run.repo != rp {
+	old := s.jobOf(r)
+	if old == nil {
 		writeError(w, http.StatusNotFound, "Not Found")
 		return
 	}

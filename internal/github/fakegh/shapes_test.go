@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -172,31 +170,14 @@ func shapesFixture(t *testing.T) (*fakegh.Server, []endpoint, string) {
 // is e's.
 func call(t *testing.T, srv *fakegh.Server, e endpoint, auth string) []byte {
 	t.Helper()
-	var body io.Reader
-	if e.body != "" {
-		body = strings.NewReader(e.body)
-	}
-	req, err := http.NewRequest(e.method, srv.URL()+e.path, body)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if !e.asApp && !strings.HasPrefix(e.route, "/app/") {
 		auth = "Bearer ghp_shapes"
 	}
-	req.Header.Set("Authorization", auth)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	a := do(t, srv, e.method, e.path, e.body, auth)
+	if fmt.Sprint(a.status) != e.status {
+		t.Fatalf("%s %s: status %d, want %s: %s", e.method, e.path, a.status, e.status, a.body)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(resp.StatusCode) != e.status {
-		t.Fatalf("%s %s: status %d, want %s: %s", e.method, e.path, resp.StatusCode, e.status, b)
-	}
-	return b
+	return a.body
 }
 
 // shapeLine is one field of an example: its path ("jobs[].labels[]") and
