@@ -15,6 +15,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/github/rest"
 )
 
 // DefaultDOTimeout bounds each DigitalOcean request.
@@ -62,24 +63,12 @@ func NewAppPlatform(o AppOptions) (*AppPlatform, error) {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
-	hc := &http.Client{Transport: &bearer{token: o.Token, next: o.Transport}, Timeout: o.Timeout}
+	hc := &http.Client{Transport: rest.TokenTransport(o.Token, o.Transport), Timeout: o.Timeout}
 	c, err := godo.New(hc, godo.SetBaseURL(o.BaseURL), godo.SetUserAgent("bullpen"))
 	if err != nil {
 		return nil, fmt.Errorf("app platform client for %s: %w", o.BaseURL, err)
 	}
 	return &AppPlatform{c: c, appID: o.AppID, clk: o.Clock}, nil
-}
-
-// bearer sends the API token.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b *bearer) RoundTrip(req *http.Request) (*http.Response, error) {
-	req = req.Clone(req.Context())
-	req.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(req)
 }
 
 // App is an App Platform app as read. Spec holds the spec's JSON values
