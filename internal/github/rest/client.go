@@ -12,6 +12,7 @@
 package rest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -189,6 +190,19 @@ func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	req.Header.Set("Authorization", "Bearer "+t.token)
 	return t.next.RoundTrip(req)
+}
+
+// repoCall checks a call on a repository ("owner/name") before it goes
+// out: the repository's owner and name, or why op cannot be made.
+func repoCall(ctx context.Context, op, repo string) (owner, name string, err error) {
+	owner, name, err = splitRepo(repo)
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("%s: %w", op, err)
+	}
+	return owner, name, nil
 }
 
 // splitRepo splits "owner/name".

@@ -30,9 +30,9 @@ type PastJob struct {
 // after since, newest first, all pages.
 func (c *Client) RunsSince(ctx context.Context, repo string, since time.Time) ([]int64, error) {
 	op := fmt.Sprintf("list the runs of %s since %s", repo, since.UTC().Format(time.RFC3339))
-	owner, name, err := splitRepo(repo)
+	owner, name, err := repoCall(ctx, op, repo)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return nil, err
 	}
 	runs, err := collect(ctx, func(page int) ([]*github.WorkflowRun, *github.Response, error) {
 		rs, resp, err := c.gh.Actions.ListRepositoryWorkflowRuns(ctx, owner, name, &github.ListWorkflowRunsOptions{
@@ -53,9 +53,9 @@ func (c *Client) RunsSince(ctx context.Context, repo string, since time.Time) ([
 // RunHistory lists every job of every attempt of a run, all pages.
 func (c *Client) RunHistory(ctx context.Context, repo string, runID int64) ([]PastJob, error) {
 	op := fmt.Sprintf("list the jobs of run %d of %s", runID, repo)
-	owner, name, err := splitRepo(repo)
+	owner, name, err := repoCall(ctx, op, repo)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
+		return nil, err
 	}
 	jobs, err := collect(ctx, func(page int) ([]*github.WorkflowJob, *github.Response, error) {
 		js, resp, err := c.gh.Actions.ListWorkflowJobs(ctx, owner, name, runID, &github.ListWorkflowJobsOptions{

@@ -130,12 +130,9 @@ func (c *Client) runJobs(ctx context.Context, owner, repo string, runID int64) (
 // when the repository has no such job.
 func (c *Client) GetJob(ctx context.Context, repo string, id int64) (domain.GitHubJob, error) {
 	op := fmt.Sprintf("get job %d in %s", id, repo)
-	owner, name, err := splitRepo(repo)
+	owner, name, err := repoCall(ctx, op, repo)
 	if err != nil {
-		return domain.GitHubJob{}, fmt.Errorf("%s: %w", op, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return domain.GitHubJob{}, fmt.Errorf("%s: %w", op, err)
+		return domain.GitHubJob{}, err
 	}
 	j, _, err := c.gh.Actions.GetWorkflowJobByID(ctx, owner, name, id)
 	if err != nil {
@@ -149,12 +146,9 @@ func (c *Client) GetJob(ctx context.Context, repo string, id int64) (domain.GitH
 // domain.ErrNotFound when the repository has no such run.
 func (c *Client) CancelRun(ctx context.Context, repo string, runID int64) error {
 	op := fmt.Sprintf("cancel run %d in %s", runID, repo)
-	owner, name, err := splitRepo(repo)
+	owner, name, err := repoCall(ctx, op, repo)
 	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return err
 	}
 	_, err = c.gh.Actions.CancelWorkflowRunByID(ctx, owner, name, runID)
 	var accepted *github.AcceptedError
@@ -174,12 +168,9 @@ func (c *Client) CancelRun(ctx context.Context, repo string, runID int64) error 
 // a run to wait for.
 func (c *Client) RerunJob(ctx context.Context, repo string, jobID int64) error {
 	op := fmt.Sprintf("re-run job %d in %s", jobID, repo)
-	owner, name, err := splitRepo(repo)
+	owner, name, err := repoCall(ctx, op, repo)
 	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return err
 	}
 	_, err = c.gh.Actions.RerunJobByID(ctx, owner, name, jobID)
 	var answer *github.ErrorResponse
