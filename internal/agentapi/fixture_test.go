@@ -107,14 +107,4 @@ func wantStatus(t *testing.T, w *httptest.ResponseRecorder, status int, code str
 	return e
 }
 
-// wantUnchanged fails unless the row is as it was (same version).
-func (h *harness) wantUnchanged(before domain.Instance) {
-	h.t.Helper()
-	after := h.Get(before.ID)
-	if after.Version != before.Version || after.State != before.State || after.Job != before.Job {
-		h.t.Fatalf("%s changed: %s/%q v%d → %s/%q v%d", before.ID,
-			before.State, before.Job, before.Version, after.State, after.Job, after.Version)
-	}
-}
-
 type agentapiCall = agentapitest.Call

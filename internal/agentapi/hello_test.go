@@ -38,7 +38,7 @@ func TestHelloIssuesTheTokenOnce(t *testing.T) {
 	if strings.Contains(again.Body.String(), resp.Token) {
 		t.Fatal("a second hello repeated the token")
 	}
-	h.wantUnchanged(after)
+	h.WantUnchanged(after)
 }
 
 // An agent that proposes its token can retry a hello whose answer it lost:
@@ -56,7 +56,7 @@ func TestHelloWithAProposedTokenCanBeRetried(t *testing.T) {
 	for _, bad := range []string{"short", strings.Repeat("G", 64), strings.Repeat("A", 64)} {
 		wantStatus(t, h.do(http.MethodPost, agentapi.PathHello, "", proposing(bad)), http.StatusBadRequest, agentapi.CodeBadRequest)
 	}
-	h.wantUnchanged(in)
+	h.WantUnchanged(in)
 
 	token := domain.NewSecret()
 	for range 2 {
@@ -79,7 +79,7 @@ func TestHelloWithAProposedTokenCanBeRetried(t *testing.T) {
 			t.Fatal("a hello with another token was told the issued one")
 		}
 	}
-	h.wantUnchanged(issued)
+	h.WantUnchanged(issued)
 }
 
 // Of two hellos at once, one gets the token; the other learns it is taken.
@@ -157,7 +157,7 @@ func TestHelloRefused(t *testing.T) {
 			if !strings.Contains(e.Error, tc.want) {
 				t.Fatalf("message %q does not say %q", e.Error, tc.want)
 			}
-			h.wantUnchanged(in)
+			h.WantUnchanged(in)
 			if h.Get(in.ID).AgentTokenHash != "" {
 				t.Fatal("a refused hello issued a token")
 			}
@@ -176,5 +176,5 @@ func TestHelloNeedsABootstrapHash(t *testing.T) {
 			t.Fatalf("secret %q: status %d, want 401 or 400", secret, w.Code)
 		}
 	}
-	h.wantUnchanged(in)
+	h.WantUnchanged(in)
 }

@@ -35,7 +35,7 @@ func TestASiblingCannotTakeAnotherMachinesIdentity(t *testing.T) {
 			t.Fatalf("hello with %s issued B's token", name)
 		}
 	}
-	h.wantUnchanged(b)
+	h.WantUnchanged(b)
 	w := h.do(http.MethodPost, agentapi.PathHello, "", helloBody(b.CloudID, b.LaunchID, domain.MachineSecret(launch, b.CloudID)))
 	wantStatus(t, w, http.StatusOK, "")
 }
@@ -70,7 +70,7 @@ func TestHelloRequiresTheProvidersProofWhenItHasOne(t *testing.T) {
 			t.Fatalf("hello with proof %q: %d, want 401", doc, code)
 		}
 	}
-	h.wantUnchanged(in)
+	h.WantUnchanged(in)
 	if code := hello("proof of " + in.CloudID); code != http.StatusOK {
 		t.Fatalf("hello with its own proof: %d, want 200", code)
 	}

@@ -60,7 +60,7 @@ func TestASiblingCannotTakeTheIdentityOfAMachineOfItsLaunch(t *testing.T) {
 			t.Fatalf("a hello as B with %s issued B's token", name)
 		}
 	}
-	h.wantUnchanged(b)
+	h.WantUnchanged(b)
 	wantStatus(t, h.do(http.MethodPost, agentapi.PathHello, "", helloBody(a.CloudID, a.LaunchID, launchSecret)),
 		http.StatusUnauthorized, agentapi.CodeUnauthorized)
 

@@ -105,7 +105,7 @@ func TestMalformedSignalsAreRefusedAndChangeNothing(t *testing.T) {
 			if !strings.Contains(e.Error, tc.want) {
 				t.Fatalf("message %q does not say %q", e.Error, tc.want)
 			}
-			h.wantUnchanged(before)
+			h.WantUnchanged(before)
 			if n := h.Calls.Count(func(c agentapiCall) bool {
 				return c.Op == "signal" && c.Signal.Kind != "registered" && c.Signal.Kind != "job-started"
 			}); n != 0 {
@@ -132,7 +132,7 @@ func TestOutOfOrderSignalsAreRejectedAndChangeNothing(t *testing.T) {
 			if !strings.Contains(e.Error, tc.want) {
 				t.Fatalf("reason %q does not say %q", e.Error, tc.want)
 			}
-			h.wantUnchanged(before)
+			h.WantUnchanged(before)
 		})
 	}
 	t.Run("job-started on an idle instance", func(t *testing.T) {
@@ -141,7 +141,7 @@ func TestOutOfOrderSignalsAreRejectedAndChangeNothing(t *testing.T) {
 		wantStatus(t, h.signal(token, agentapi.SignalRequest{Kind: "warm"}), http.StatusNoContent, "")
 		before := h.Get(in.ID)
 		wantStatus(t, h.signal(token, agentapi.SignalRequest{Kind: "job-started", Job: "101"}), http.StatusConflict, agentapi.CodeRejected)
-		h.wantUnchanged(before)
+		h.WantUnchanged(before)
 	})
 }
 

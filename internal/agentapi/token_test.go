@@ -38,7 +38,7 @@ func TestATokenActsOnlyForItsInstance(t *testing.T) {
 	if got := h.Get(a.ID).State; got != domain.StateReady {
 		t.Fatalf("a is %s after its warm signal, want ready", got)
 	}
-	h.wantUnchanged(h.Get(b.ID))
+	h.WantUnchanged(h.Get(b.ID))
 	bBefore := h.Get(b.ID)
 
 	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, tokenA, ""), http.StatusNoContent, "")
@@ -64,7 +64,7 @@ func TestATokenActsOnlyForItsInstance(t *testing.T) {
 	if got := h.Get(a.ID); got.State != domain.StateClaimed {
 		t.Fatalf("b's token moved a to %s", got.State)
 	}
-	h.wantUnchanged(bBefore)
+	h.WantUnchanged(bBefore)
 
 	wantStatus(t, h.signal(tokenA, agentapi.SignalRequest{Kind: "registered", Job: "101"}), http.StatusNoContent, "")
 	if got := h.Get(a.ID).State; got != domain.StateRunning {

@@ -37,27 +37,27 @@ func TestFinishAppliesThePoolPolicy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			f.policy = tc.policy
-			f.instance(domain.Instance{ID: "bp-1", State: tc.state, Job: "42", JobStarted: tc.state == domain.StateRunning, JobsServed: tc.served,
+			f.CreateInstance(domain.Instance{ID: "bp-1", State: tc.state, Job: "42", JobStarted: tc.state == domain.StateRunning, JobsServed: tc.served,
 				RunnerName: runnerOf("bp-1", 42), RunnerConfig: configOf("bp-1")})
-			f.job(domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: "bp-1", RunnerName: runnerOf("bp-1", 42)})
-			f.clk.Advance(tc.age)
-			if err := f.svc.Finish(f.ctx, 42, "success"); err != nil {
+			f.createJob(domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: "bp-1", RunnerName: runnerOf("bp-1", 42)})
+			f.Clock.Advance(tc.age)
+			if err := f.svc.Finish(f.Ctx, 42, "success"); err != nil {
 				t.Fatal(err)
 			}
-			in := f.get("bp-1")
+			in := f.Instance("bp-1")
 			if in.State != tc.want || in.Reason != tc.wantWhy || in.Job != "" || in.JobStarted || in.JobsServed != tc.served+1 {
 				t.Fatalf("got %s (%q) job %q started=%v served %d; want %s (%q), unbound, served %d",
 					in.State, in.Reason, in.Job, in.JobStarted, in.JobsServed, tc.want, tc.wantWhy, tc.served+1)
 			}
 			f.wantNoRunner("bp-1") // spent, whatever becomes of the instance
-			if want := f.clk.Now().Add(domain.DefaultDeadlines().For(tc.want)); !in.Deadline.Equal(want) {
+			if want := f.Clock.Now().Add(domain.DefaultDeadlines().For(tc.want)); !in.Deadline.Equal(want) {
 				t.Fatalf("deadline %s, want %s", in.Deadline, want)
 			}
 			if awake := slices.Equal(f.notifications(), []string{"i-bp-1"}); awake != tc.wantAwake {
 				t.Fatalf("notified %v, want the agent woken: %v", f.notifications(), tc.wantAwake)
 			}
-			j := f.getJob(42)
-			if j.Status != domain.JobCompleted || j.Conclusion != "success" || !j.CompletedAt.Equal(f.clk.Now()) {
+			j := f.Job(42)
+			if j.Status != domain.JobCompleted || j.Conclusion != "success" || !j.CompletedAt.Equal(f.Clock.Now()) {
 				t.Fatalf("job %s (%q) at %s, want completed", j.Status, j.Conclusion, j.CompletedAt)
 			}
 		})
@@ -68,16 +68,16 @@ func TestFinishRepeatedIsHarmless(t *testing.T) {
 	f := newFixture(t)
 	f.policy = agentsPolicy(true, 0)
 	f.bound("bp-1", domain.StateRunning, 42)
-	if err := f.svc.Finish(f.ctx, 42, "success"); err != nil {
+	if err := f.svc.Finish(f.Ctx, 42, "success"); err != nil {
 		t.Fatal(err)
 	}
-	in, j := f.get("bp-1"), f.getJob(42)
-	f.clk.Advance(time.Second)
-	if err := f.svc.Finish(f.ctx, 42, "failure"); err != nil {
+	in, j := f.Instance("bp-1"), f.Job(42)
+	f.Clock.Advance(time.Second)
+	if err := f.svc.Finish(f.Ctx, 42, "failure"); err != nil {
 		t.Fatal(err)
 	}
-	f.wantUnchanged(in)
-	if again := f.getJob(42); again.Version != j.Version || again.Conclusion != "success" {
+	f.WantUnchanged(in)
+	if again := f.Job(42); again.Version != j.Version || again.Conclusion != "success" {
 		t.Fatalf("repeat changed the job: v%d %q → v%d %q", j.Version, j.Conclusion, again.Version, again.Conclusion)
 	}
 	if n := len(f.notifications()); n != 1 {
@@ -87,21 +87,21 @@ func TestFinishRepeatedIsHarmless(t *testing.T) {
 
 func TestFinishWithoutAnInstance(t *testing.T) {
 	f := newFixture(t)
-	f.job(domain.Job{ID: 42})
-	if err := f.svc.Finish(f.ctx, 42, "cancelled"); err != nil {
+	f.createJob(domain.Job{ID: 42})
+	if err := f.svc.Finish(f.Ctx, 42, "cancelled"); err != nil {
 		t.Fatal(err)
 	}
-	if j := f.getJob(42); j.Status != domain.JobCompleted || j.Conclusion != "cancelled" {
+	if j := f.Job(42); j.Status != domain.JobCompleted || j.Conclusion != "cancelled" {
 		t.Fatalf("cancelled job %s (%q), want completed", j.Status, j.Conclusion)
 	}
-	if err := f.svc.Finish(f.ctx, 99, "success"); err != nil {
+	if err := f.svc.Finish(f.Ctx, 99, "success"); err != nil {
 		t.Fatalf("a job bullpen never saw: %v", err)
 	}
-	rejected := f.job(domain.Job{ID: 43, Status: domain.JobRejected, Reason: "no pool"})
-	if err := f.svc.Finish(f.ctx, 43, "cancelled"); err != nil {
+	rejected := f.createJob(domain.Job{ID: 43, Status: domain.JobRejected, Reason: "no pool"})
+	if err := f.svc.Finish(f.Ctx, 43, "cancelled"); err != nil {
 		t.Fatal(err)
 	}
-	if j := f.getJob(43); j.Version != rejected.Version || j.Status != domain.JobRejected {
+	if j := f.Job(43); j.Version != rejected.Version || j.Status != domain.JobRejected {
 		t.Fatalf("rejected job became %s", j.Status)
 	}
 }
@@ -114,13 +114,13 @@ func TestFinishLeavesInstancesBeingTerminated(t *testing.T) {
 		t.Run(string(st), func(t *testing.T) {
 			f := newFixture(t)
 			f.policy = agentsPolicy(true, 0)
-			before := f.instance(domain.Instance{ID: "bp-1", State: st, Job: "42", JobStarted: true, Reason: "reaped"})
-			f.job(domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: "bp-1"})
-			if err := f.svc.Finish(f.ctx, 42, "failure"); err != nil {
+			before := f.CreateInstance(domain.Instance{ID: "bp-1", State: st, Job: "42", JobStarted: true, Reason: "reaped"})
+			f.createJob(domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: "bp-1"})
+			if err := f.svc.Finish(f.Ctx, 42, "failure"); err != nil {
 				t.Fatal(err)
 			}
-			f.wantUnchanged(before)
-			if j := f.getJob(42); j.Status != domain.JobCompleted {
+			f.WantUnchanged(before)
+			if j := f.Job(42); j.Status != domain.JobCompleted {
 				t.Fatalf("job %s, want completed", j.Status)
 			}
 		})
@@ -132,12 +132,12 @@ func TestFinishLeavesInstancesBeingTerminated(t *testing.T) {
 func TestFinishTerminatesAnInstanceThatFailedDuringItsJob(t *testing.T) {
 	f := newFixture(t)
 	f.policy = agentsPolicy(true, 0)
-	f.instance(domain.Instance{ID: "bp-1", State: domain.StateError, Job: "42", JobStarted: true, Reason: "disk full"})
-	f.job(domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: "bp-1"})
-	if err := f.svc.Finish(f.ctx, 42, "failure"); err != nil {
+	f.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateError, Job: "42", JobStarted: true, Reason: "disk full"})
+	f.createJob(domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: "bp-1"})
+	if err := f.svc.Finish(f.Ctx, 42, "failure"); err != nil {
 		t.Fatal(err)
 	}
-	if in := f.get("bp-1"); in.State != domain.StateTerminating || in.Reason != "disk full" || in.Job != "" {
+	if in := f.Instance("bp-1"); in.State != domain.StateTerminating || in.Reason != "disk full" || in.Job != "" {
 		t.Fatalf("got %s (%q) bound to %q, want terminating for the failure, unbound", in.State, in.Reason, in.Job)
 	}
 	if n := len(f.notifications()); n != 0 {
@@ -165,17 +165,17 @@ func (s *racingStore) GetInstance(ctx context.Context, id string) (domain.Instan
 func TestFinishRetriesALostRace(t *testing.T) {
 	f := newFixture(t)
 	f.bound("bp-1", domain.StateRunning, 42)
-	racing := &racingStore{Store: f.store, n: 2}
-	svc, err := agents.New(racing, f.queue, f.clk, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, agents.Options{
+	racing := &racingStore{Store: f.Store, n: 2}
+	svc, err := agents.New(racing, f.Queue, f.Clock, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, agents.Options{
 		Policy: func(domain.Instance) agents.Policy { return agentsPolicy(true, 0) },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := svc.Finish(f.ctx, 42, "success"); err != nil {
+	if err := svc.Finish(f.Ctx, 42, "success"); err != nil {
 		t.Fatal(err)
 	}
-	if in := f.get("bp-1"); in.State != domain.StateReleasing || in.Job != "" {
+	if in := f.Instance("bp-1"); in.State != domain.StateReleasing || in.Job != "" {
 		t.Fatalf("after a lost race the instance is %s bound to %q, want releasing", in.State, in.Job)
 	}
 }
@@ -187,23 +187,23 @@ func TestReleaseHandshake(t *testing.T) {
 	f := newFixture(t)
 	f.policy = agentsPolicy(true, 5*time.Minute)
 	in, _ := f.bound("bp-1", domain.StateRunning, 42)
-	if err := f.svc.Finish(f.ctx, 42, "success"); err != nil {
+	if err := f.svc.Finish(f.Ctx, 42, "success"); err != nil {
 		t.Fatal(err)
 	}
 	f.wantNoRunner("bp-1")
-	next, err := f.svc.Next(f.ctx, in.CloudID)
+	next, err := f.svc.Next(f.Ctx, in.CloudID)
 	if err != nil || next.Kind != domain.InstructionRelease || next.Assignment.JITConfig != "" {
 		t.Fatalf("next: %s (config set: %t) %v, want release", next.Kind, next.Assignment.JITConfig != "", err)
 	}
-	f.clk.Advance(10 * time.Second)
+	f.Clock.Advance(10 * time.Second)
 	if err := f.signal(in, domain.SignalDeregistered, ""); err != nil {
 		t.Fatal(err)
 	}
-	entries := f.resourcePool("small")
+	entries := f.ResourcePool("small")
 	if len(entries) != 1 || entries[0].InstanceID != "bp-1" {
 		t.Fatalf("resource pool: %+v", entries)
 	}
-	claimed, err := f.store.Transition(f.ctx, "bp-1", domain.Guard{State: domain.StateReady}, func(x *domain.Instance) {
+	claimed, err := f.Store.Transition(f.Ctx, "bp-1", domain.Guard{State: domain.StateReady}, func(x *domain.Instance) {
 		x.State, x.Job = domain.StateClaimed, "43"
 	})
 	if err != nil {
@@ -213,7 +213,7 @@ func TestReleaseHandshake(t *testing.T) {
 		t.Fatalf("jobs served %d, want 1", claimed.JobsServed)
 	}
 	// Claimed, but its next runner is not recorded yet: nothing to start.
-	if next, err := f.svc.Next(f.ctx, in.CloudID); err != nil || next.Kind != domain.InstructionWait {
+	if next, err := f.svc.Next(f.Ctx, in.CloudID); err != nil || next.Kind != domain.InstructionWait {
 		t.Fatalf("next after the new claim: %s %v, want wait", next.Kind, err)
 	}
 }

@@ -3,8 +3,6 @@ package agents_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -73,9 +71,9 @@ type spotRig struct {
 
 func newSpotRig(t *testing.T) *spotRig {
 	r := &spotRig{fixture: newFixture(t), reg: prometheus.NewRegistry()}
-	r.writes = &writeLog{Store: r.store}
+	r.writes = &writeLog{Store: r.Store}
 	var err error
-	r.svc, err = agents.New(r.writes, r.queue, r.clk, slog.New(slog.NewTextHandler(io.Discard, nil)), r.reg, agents.Options{
+	r.svc, err = agents.New(r.writes, r.Queue, r.Clock, r.Log, r.reg, agents.Options{
 		Interrupted: func(runner string, at time.Time) { r.told = append(r.told, runner) },
 	})
 	if err != nil {
@@ -85,30 +83,30 @@ func newSpotRig(t *testing.T) *spotRig {
 }
 
 func (r *spotRig) interrupt(in domain.Instance) {
-	r.t.Helper()
-	err := r.svc.Signal(r.ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalInterrupted, Reason: "terminate at 09:02:00"})
+	r.T.Helper()
+	err := r.svc.Signal(r.Ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalInterrupted, Reason: "terminate at 09:02:00"})
 	if err != nil {
-		r.t.Fatal(err)
+		r.T.Fatal(err)
 	}
 }
 
 // wantFirstWrite fails unless the first write was one change of the
 // instance and its job together.
 func (r *spotRig) wantFirstWrite(want string) {
-	r.t.Helper()
+	r.T.Helper()
 	r.writes.mu.Lock()
 	defer r.writes.mu.Unlock()
 	if len(r.writes.writes) == 0 || r.writes.writes[0] != want {
-		r.t.Fatalf("writes %v, want the first to be %q", r.writes.writes, want)
+		r.T.Fatalf("writes %v, want the first to be %q", r.writes.writes, want)
 	}
 }
 
 // counted reads bullpen_spot_interruptions_total{job=job}.
 func (r *spotRig) counted(job string) float64 {
-	r.t.Helper()
+	r.T.Helper()
 	families, err := r.reg.Gather()
 	if err != nil {
-		r.t.Fatal(err)
+		r.T.Fatal(err)
 	}
 	for _, f := range families {
 		if f.GetName() != "bullpen_spot_interruptions_total" {
@@ -127,15 +125,15 @@ func (r *spotRig) counted(job string) float64 {
 // the job it had not started goes back to its queue in the same change.
 func TestInterruptedRequeuesAnUnstartedJobInTheSameChange(t *testing.T) {
 	r := newSpotRig(t)
-	in := r.instance(domain.Instance{ID: "bp-1", State: domain.StateClaimed, Job: "42", Runner: "spot-x64"})
-	r.job(domain.Job{ID: 42, Status: domain.JobAssigned, Route: domain.RouteLaunch, InstanceID: in.ID, Via: domain.ViaCold, Attempts: 1})
+	in := r.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateClaimed, Job: "42", Runner: "spot-x64"})
+	r.createJob(domain.Job{ID: 42, Status: domain.JobAssigned, Route: domain.RouteLaunch, InstanceID: in.ID, Via: domain.ViaCold, Attempts: 1})
 	r.interrupt(in)
 	r.wantFirstWrite("commit 1+1")
-	if after := r.get(in.ID); after.State != domain.StateTerminating || after.Job != "" {
+	if after := r.Instance(in.ID); after.State != domain.StateTerminating || after.Job != "" {
 		t.Fatalf("instance %s bound to %q, want terminating, unbound", after.State, after.Job)
 	}
 	wantRequeued(t, r.fixture, domain.RouteLaunch)
-	if j := r.getJob(42); j.Interrupted {
+	if j := r.Job(42); j.Interrupted {
 		t.Fatal("an unstarted job was marked interrupted")
 	}
 	if got := r.counted("requeued"); got != 1 {
@@ -159,15 +157,15 @@ func TestInterruptedMarksAStartedJob(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newSpotRig(t)
-			in := r.instance(domain.Instance{ID: "bp-1", State: domain.StateRunning, Job: "42", JobStarted: tc.agentStarted, Runner: "spot-x64"})
-			r.job(domain.Job{ID: 42, Status: tc.status, Route: domain.RouteLaunch, InstanceID: in.ID, Via: domain.ViaCold, Attempts: 1})
+			in := r.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateRunning, Job: "42", JobStarted: tc.agentStarted, Runner: "spot-x64"})
+			r.createJob(domain.Job{ID: 42, Status: tc.status, Route: domain.RouteLaunch, InstanceID: in.ID, Via: domain.ViaCold, Attempts: 1})
 			r.interrupt(in)
 			r.wantFirstWrite("commit 1+1")
-			if after := r.get(in.ID); after.State != domain.StateTerminating || after.Job != "42" || !after.JobStarted {
+			if after := r.Instance(in.ID); after.State != domain.StateTerminating || after.Job != "42" || !after.JobStarted {
 				t.Fatalf("instance %s bound to %q (started %t), want terminating, still bound to its started job",
 					after.State, after.Job, after.JobStarted)
 			}
-			j := r.getJob(42)
+			j := r.Job(42)
 			if !j.Interrupted || j.Status != tc.status || j.InstanceID != in.ID || j.Attempts != 1 {
 				t.Fatalf("job %+v, want it %s on %s, marked interrupted", j, tc.status, in.ID)
 			}
@@ -198,16 +196,16 @@ func TestInterruptedInEachState(t *testing.T) {
 	} {
 		t.Run(string(tc.state), func(t *testing.T) {
 			r := newSpotRig(t)
-			in := r.instance(domain.Instance{ID: "bp-1", State: tc.state, Runner: "spot-x64"})
+			in := r.CreateInstance(domain.Instance{ID: "bp-1", State: tc.state, Runner: "spot-x64"})
 			for range 2 {
-				r.interrupt(r.get(in.ID))
+				r.interrupt(r.Instance(in.ID))
 			}
-			after := r.get(in.ID)
+			after := r.Instance(in.ID)
 			if after.State != domain.StateTerminating {
 				t.Fatalf("instance %s, want terminating", after.State)
 			}
 			if !tc.changed {
-				r.wantUnchanged(in)
+				r.WantUnchanged(in)
 				if len(r.told) != 0 || r.counted("none") != 0 {
 					t.Fatalf("an instance already leaving was counted (breaker told %v)", r.told)
 				}
@@ -216,8 +214,8 @@ func TestInterruptedInEachState(t *testing.T) {
 			if len(r.told) != 1 || r.told[0] != "spot-x64" || r.counted("none") != 1 {
 				t.Fatalf("breaker told %v, %v counted; want spot-x64 once", r.told, r.counted("none"))
 			}
-			claim := domain.NewLifecycle(domain.Deadlines{}).ClaimIdle(in.ID, "7", r.clk.Now())
-			if _, err := r.store.Transition(r.ctx, claim.ID, claim.Guard, claim.Apply); err == nil {
+			claim := domain.NewLifecycle(domain.Deadlines{}).ClaimIdle(in.ID, "7", r.Clock.Now())
+			if _, err := r.Store.Transition(r.Ctx, claim.ID, claim.Guard, claim.Apply); err == nil {
 				t.Fatal("an interrupted instance was claimed from its resource-pool entry")
 			}
 		})
@@ -229,14 +227,14 @@ func TestInterruptedInEachState(t *testing.T) {
 // once, without waiting for the agent to report again.
 func TestInterruptedDecidesAgainOnAnInstanceThatMovedOn(t *testing.T) {
 	r := newSpotRig(t)
-	in := r.instance(domain.Instance{ID: "bp-1", State: domain.StateBooting, Runner: "spot-x64"})
+	in := r.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateBooting, Runner: "spot-x64"})
 	r.writes.before = func() {
 		if err := r.fixture.signal(in, domain.SignalWarm, ""); err != nil {
 			t.Error(err)
 		}
 	}
 	r.interrupt(in)
-	if after := r.get(in.ID); after.State != domain.StateTerminating {
+	if after := r.Instance(in.ID); after.State != domain.StateTerminating {
 		t.Fatalf("instance %s, want terminating", after.State)
 	}
 }

@@ -12,7 +12,7 @@ func TestNextStartsTheRunnerRegisteredForTheInstance(t *testing.T) {
 		t.Run(string(st), func(t *testing.T) {
 			f := newFixture(t)
 			in, _ := f.bound("bp-1", st, 42)
-			got, err := f.svc.Next(f.ctx, in.CloudID)
+			got, err := f.svc.Next(f.Ctx, in.CloudID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,8 +49,8 @@ func TestNextWaitsOrReleases(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			tc.in.ID = "bp-1"
-			in := f.instance(tc.in)
-			got, err := f.svc.Next(f.ctx, in.CloudID)
+			in := f.CreateInstance(tc.in)
+			got, err := f.svc.Next(f.Ctx, in.CloudID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,17 +72,17 @@ func TestNextAfterARebindStartsTheInstancesOwnRunner(t *testing.T) {
 	y, _ := f.bound("bp-2", domain.StateClaimed, 43)
 	// GitHub's in_progress webhook says bp-1's runner took job 43; then
 	// bp-1's agent reports its start, naming its own assignment.
-	if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", f.clk.Now()); err != nil {
+	if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", f.Clock.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.signal(f.get("bp-1"), domain.SignalJobStarted, "42"); err != nil {
+	if err := f.signal(f.Instance("bp-1"), domain.SignalJobStarted, "42"); err != nil {
 		t.Fatalf("bp-1 started its job: %v", err)
 	}
-	if in, j := f.get("bp-1"), f.getJob(43); in.Job != "43" || j.InstanceID != "bp-1" || j.Status != domain.JobRunning {
+	if in, j := f.Instance("bp-1"), f.Job(43); in.Job != "43" || j.InstanceID != "bp-1" || j.Status != domain.JobRunning {
 		t.Fatalf("after the swap bp-1 is bound to %q and job 43 (%s) to %q, want each other", in.Job, j.Status, j.InstanceID)
 	}
 
-	got, err := f.svc.Next(f.ctx, y.CloudID)
+	got, err := f.svc.Next(f.Ctx, y.CloudID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestNextAfterARebindStartsTheInstancesOwnRunner(t *testing.T) {
 		t.Fatalf("bp-2 told %s job %d runner %q (own config: %t), want run job 42 on its own runner bp-2-43",
 			got.Kind, a.JobID, a.RunnerName, a.JITConfig == configOf("bp-2"))
 	}
-	if got, err := f.svc.Next(f.ctx, x.CloudID); err != nil || got.Kind != domain.InstructionWait {
+	if got, err := f.svc.Next(f.Ctx, x.CloudID); err != nil || got.Kind != domain.InstructionWait {
 		t.Fatalf("bp-1, whose runner is busy: %+v %v, want wait", got.Kind, err)
 	}
 
@@ -101,19 +101,19 @@ func TestNextAfterARebindStartsTheInstancesOwnRunner(t *testing.T) {
 	if err := f.signal(y, domain.SignalRegistered, "43"); err != nil {
 		t.Fatalf("bp-2 registered: %v", err)
 	}
-	if err := f.signal(f.get("bp-2"), domain.SignalJobStarted, "42"); err != nil {
+	if err := f.signal(f.Instance("bp-2"), domain.SignalJobStarted, "42"); err != nil {
 		t.Fatalf("bp-2 started job 42: %v", err)
 	}
-	if in, j := f.get("bp-2"), f.getJob(42); in.Job != "42" || j.InstanceID != "bp-2" || j.Status != domain.JobRunning {
+	if in, j := f.Instance("bp-2"), f.Job(42); in.Job != "42" || j.InstanceID != "bp-2" || j.Status != domain.JobRunning {
 		t.Fatalf("bp-2 bound to %q and job 42 (%s) to %q, want each other", in.Job, j.Status, j.InstanceID)
 	}
 	for _, jobID := range []int64{43, 42} {
-		if err := f.svc.Finish(f.ctx, jobID, "success"); err != nil {
+		if err := f.svc.Finish(f.Ctx, jobID, "success"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, id := range []string{"bp-1", "bp-2"} {
-		if in := f.get(id); in.State != domain.StateReleasing || in.Job != "" {
+		if in := f.Instance(id); in.State != domain.StateReleasing || in.Job != "" {
 			t.Fatalf("%s %s bound to %q, want releasing, unbound", id, in.State, in.Job)
 		}
 		f.wantNoRunner(id)
@@ -130,25 +130,25 @@ func TestRealAgentReportsFollowTheWebhooksRebind(t *testing.T) {
 	x, _ := f.bound("bp-1", domain.StateClaimed, 42) // runner bp-1-42
 	f.bound("bp-2", domain.StateClaimed, 43)         // runner bp-2-43
 	// GitHub: bp-1's runner took job 43 (the in_progress webhook's rebind).
-	if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", f.clk.Now()); err != nil {
+	if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", f.Clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// bp-1's agent reports under its assignment, 42.
 	for _, kind := range []domain.SignalKind{domain.SignalRegistered, domain.SignalJobStarted} {
-		if err := f.signal(f.get(x.ID), kind, "42"); err != nil {
+		if err := f.signal(f.Instance(x.ID), kind, "42"); err != nil {
 			t.Fatalf("%s 42 from bp-1: %v", kind, err)
 		}
 	}
-	if in := f.get("bp-1"); in.Job != "43" || in.State != domain.StateRunning || !in.JobStarted {
+	if in := f.Instance("bp-1"); in.Job != "43" || in.State != domain.StateRunning || !in.JobStarted {
 		t.Fatalf("bp-1 is %s bound to %q (started %t), want running job 43", in.State, in.Job, in.JobStarted)
 	}
-	if err := f.signal(f.get(x.ID), domain.SignalJobFinished, "42"); err != nil {
+	if err := f.signal(f.Instance(x.ID), domain.SignalJobFinished, "42"); err != nil {
 		t.Fatal(err)
 	}
-	if j43, j42 := f.getJob(43), f.getJob(42); j43.Status != domain.JobCompleted || j42.Status == domain.JobCompleted {
+	if j43, j42 := f.Job(43), f.Job(42); j43.Status != domain.JobCompleted || j42.Status == domain.JobCompleted {
 		t.Fatalf("job 43 is %s and job 42 %s: the report finished the wrong job", j43.Status, j42.Status)
 	}
-	if in := f.get("bp-1"); in.State != domain.StateReleasing {
+	if in := f.Instance("bp-1"); in.State != domain.StateReleasing {
 		t.Fatalf("bp-1 is %s after its runner's job, want releasing", in.State)
 	}
 }

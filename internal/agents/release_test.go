@@ -11,11 +11,11 @@ import (
 // job cleared, waiting for the agent to deregister until the default
 // releasing deadline.
 func (f *fixture) releasing(id string) domain.Instance {
-	f.t.Helper()
-	return f.instance(domain.Instance{
+	f.T.Helper()
+	return f.CreateInstance(domain.Instance{
 		ID: id, State: domain.StateReleasing, Runner: "medium", JobsServed: 1,
 		InstanceType: "m7a.xlarge", UsageClass: "spot", CPU: 4, MemoryMiB: 16384,
-		Deadline: f.clk.Now().Add(domain.DefaultDeadlines().Releasing),
+		Deadline: f.Clock.Now().Add(domain.DefaultDeadlines().Releasing),
 	})
 }
 
@@ -32,16 +32,16 @@ func TestDeregisteredPoolsTheInstance(t *testing.T) {
 			f := newFixture(t)
 			f.policy = agentsPolicy(true, tc.idle)
 			in := f.releasing("bp-1")
-			f.clk.Advance(30 * time.Second)
+			f.Clock.Advance(30 * time.Second)
 			if err := f.signal(in, domain.SignalDeregistered, ""); err != nil {
 				t.Fatal(err)
 			}
-			threshold := f.clk.Now().Add(tc.want)
-			after := f.get(in.ID)
+			threshold := f.Clock.Now().Add(tc.want)
+			after := f.Instance(in.ID)
 			if after.State != domain.StateReady || after.Job != "" || !after.Deadline.Equal(threshold) {
 				t.Fatalf("got %s job %q until %s, want ready, unbound, until %s", after.State, after.Job, after.Deadline, threshold)
 			}
-			got := f.resourcePool("medium")
+			got := f.ResourcePool("medium")
 			want := domain.ResourcePoolEntry{
 				InstanceID: "bp-1", CloudID: "i-bp-1", UsageClass: "spot", InstanceType: "m7a.xlarge",
 				CPU: 4, Mem: 16384, ResourceClass: "medium", Threshold: threshold,
@@ -65,13 +65,13 @@ func TestLateDeregisteredNeverPoolsTheInstance(t *testing.T) {
 			f := newFixture(t)
 			f.policy = agentsPolicy(true, 0)
 			in := f.releasing("bp-1")
-			f.clk.AdvanceTo(in.Deadline.Add(late))
+			f.Clock.AdvanceTo(in.Deadline.Add(late))
 			wantRejected(t, f.signal(in, domain.SignalDeregistered, ""))
 			// Terminated now, so its agent stops releasing; never ready.
-			if after := f.get(in.ID); after.State != domain.StateTerminating || after.Job != "" {
+			if after := f.Instance(in.ID); after.State != domain.StateTerminating || after.Job != "" {
 				t.Fatalf("expired release became %s job %q, want terminating", after.State, after.Job)
 			}
-			if got := f.resourcePool("medium"); len(got) != 0 {
+			if got := f.ResourcePool("medium"); len(got) != 0 {
 				t.Fatalf("expired instance pooled: %+v", got)
 			}
 		})
@@ -87,10 +87,10 @@ func TestDeregisteredOutsideAReleaseIsRejected(t *testing.T) {
 			if st == domain.StateClaimed || st == domain.StateRunning {
 				job = "42"
 			}
-			before := f.instance(domain.Instance{ID: "bp-1", State: st, Job: job})
+			before := f.CreateInstance(domain.Instance{ID: "bp-1", State: st, Job: job})
 			wantRejected(t, f.signal(before, domain.SignalDeregistered, ""))
-			f.wantUnchanged(before)
-			if got := f.resourcePool("small"); len(got) != 0 {
+			f.WantUnchanged(before)
+			if got := f.ResourcePool("small"); len(got) != 0 {
 				t.Fatalf("pooled from %s: %+v", st, got)
 			}
 		})
@@ -101,17 +101,17 @@ func TestFailedRequeuesAnUnstartedJob(t *testing.T) {
 	for _, route := range []domain.Route{domain.RouteLaunch, domain.RoutePool} {
 		t.Run(string(route), func(t *testing.T) {
 			f := newFixture(t)
-			in := f.instance(domain.Instance{ID: "bp-1", State: domain.StateClaimed, Job: "42"})
-			f.job(domain.Job{ID: 42, Status: domain.JobAssigned, Route: route, InstanceID: in.ID, Via: domain.ViaReuse, Attempts: 1})
-			err := f.svc.Signal(f.ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalFailed, Job: "42", Reason: "runner would not start"})
+			in := f.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateClaimed, Job: "42"})
+			f.createJob(domain.Job{ID: 42, Status: domain.JobAssigned, Route: route, InstanceID: in.ID, Via: domain.ViaReuse, Attempts: 1})
+			err := f.svc.Signal(f.Ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalFailed, Job: "42", Reason: "runner would not start"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			after := f.get(in.ID)
+			after := f.Instance(in.ID)
 			if after.State != domain.StateError || after.Reason != "runner would not start" {
 				t.Fatalf("instance %s (%q), want error with the agent's reason", after.State, after.Reason)
 			}
-			if want := f.clk.Now().Add(domain.DefaultDeadlines().Error); !after.Deadline.Equal(want) {
+			if want := f.Clock.Now().Add(domain.DefaultDeadlines().Error); !after.Deadline.Equal(want) {
 				t.Fatalf("deadline %s, want %s", after.Deadline, want)
 			}
 			wantRequeued(t, f, route)
@@ -121,7 +121,7 @@ func TestFailedRequeuesAnUnstartedJob(t *testing.T) {
 
 func wantRequeued(t *testing.T, f *fixture, route domain.Route) {
 	t.Helper()
-	j := f.getJob(42)
+	j := f.Job(42)
 	if j.Status != domain.JobQueued || j.InstanceID != "" || j.RunnerName != "" || j.RunnerID != 0 || j.Via != "" || j.Attempts != 2 {
 		t.Fatalf("job %s on %q (runner %q #%d, via %q, attempts %d), want queued, unbound, attempts 2",
 			j.Status, j.InstanceID, j.RunnerName, j.RunnerID, j.Via, j.Attempts)
@@ -154,24 +154,24 @@ func TestFailedInEachState(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			tc.in.ID = "bp-1"
-			before := f.instance(tc.in)
-			f.job(domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: "bp-1"})
+			before := f.CreateInstance(tc.in)
+			f.createJob(domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: "bp-1"})
 			err := f.signal(before, domain.SignalFailed, tc.sigJob)
 			if tc.wantState == "" {
 				wantRejected(t, err)
-				f.wantUnchanged(before)
+				f.WantUnchanged(before)
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if after := f.get("bp-1"); after.State != tc.wantState {
+			if after := f.Instance("bp-1"); after.State != tc.wantState {
 				t.Fatalf("got %s, want %s", after.State, tc.wantState)
 			}
-			if tc.wantState == domain.StateError && f.get("bp-1").Reason != "agent reported a failure" {
-				t.Fatalf("reason %q", f.get("bp-1").Reason)
+			if tc.wantState == domain.StateError && f.Instance("bp-1").Reason != "agent reported a failure" {
+				t.Fatalf("reason %q", f.Instance("bp-1").Reason)
 			}
-			if j := f.getJob(42); j.Status != domain.JobRunning || j.InstanceID != "bp-1" {
+			if j := f.Job(42); j.Status != domain.JobRunning || j.InstanceID != "bp-1" {
 				t.Fatalf("running job touched: %s on %q", j.Status, j.InstanceID)
 			}
 		})
@@ -182,16 +182,16 @@ func TestFailedInEachState(t *testing.T) {
 // writes) is reported again: the repeat finishes the requeue.
 func TestRepeatedFailedFinishesTheRequeue(t *testing.T) {
 	f := newFixture(t)
-	in := f.instance(domain.Instance{ID: "bp-1", State: domain.StateError, Job: "42", Reason: "boom"})
-	f.job(domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: in.ID, Attempts: 1})
+	in := f.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateError, Job: "42", Reason: "boom"})
+	f.createJob(domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: in.ID, Attempts: 1})
 	if err := f.signal(in, domain.SignalFailed, "42"); err != nil {
 		t.Fatal(err)
 	}
-	f.wantUnchanged(in)
+	f.WantUnchanged(in)
 	wantRequeued(t, f, domain.RouteLaunch)
 	// Once the job has moved on to another instance, a further repeat
 	// leaves it there.
-	if _, err := f.store.TransitionJob(f.ctx, 42, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) {
+	if _, err := f.Store.TransitionJob(f.Ctx, 42, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) {
 		j.Status, j.InstanceID = domain.JobAssigned, "bp-2"
 	}); err != nil {
 		t.Fatal(err)
@@ -199,7 +199,7 @@ func TestRepeatedFailedFinishesTheRequeue(t *testing.T) {
 	if err := f.signal(in, domain.SignalFailed, "42"); err != nil {
 		t.Fatal(err)
 	}
-	if j := f.getJob(42); j.Status != domain.JobAssigned || j.InstanceID != "bp-2" {
+	if j := f.Job(42); j.Status != domain.JobAssigned || j.InstanceID != "bp-2" {
 		t.Fatalf("job %s on %q, want still assigned to bp-2", j.Status, j.InstanceID)
 	}
 }
@@ -210,39 +210,39 @@ func TestJobFinishedFinishesTheInstancesJob(t *testing.T) {
 	if err := f.signal(in, domain.SignalJobStarted, "42"); err != nil {
 		t.Fatal(err)
 	}
-	err := f.svc.Signal(f.ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalJobFinished, Job: "42", Reason: "success"})
+	err := f.svc.Signal(f.Ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalJobFinished, Job: "42", Reason: "success"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j := f.getJob(42); j.Status != domain.JobCompleted || j.Conclusion != "success" {
+	if j := f.Job(42); j.Status != domain.JobCompleted || j.Conclusion != "success" {
 		t.Fatalf("job %s (%q), want completed with the reported conclusion", j.Status, j.Conclusion)
 	}
-	if after := f.get(in.ID); after.State != domain.StateTerminating || after.Job != "" {
+	if after := f.Instance(in.ID); after.State != domain.StateTerminating || after.Job != "" {
 		t.Fatalf("instance %s bound to %q, want terminating (no reuse), unbound", after.State, after.Job)
 	}
 	f.wantNoRunner(in.ID)
 	// The agent reports again when the first answer was lost: the repeat
 	// is answered as done and changes nothing.
-	released := f.get(in.ID)
+	released := f.Instance(in.ID)
 	if err := f.signal(released, domain.SignalJobFinished, "42"); err != nil {
 		t.Fatalf("a repeated job-finished: %v, want it taken as done", err)
 	}
-	f.wantUnchanged(released)
+	f.WantUnchanged(released)
 	// A job completed on another instance is not this one's to report.
-	f.job(domain.Job{ID: 43, Status: domain.JobCompleted, InstanceID: "bp-2"})
+	f.createJob(domain.Job{ID: 43, Status: domain.JobCompleted, InstanceID: "bp-2"})
 	wantRejected(t, f.signal(released, domain.SignalJobFinished, "43"))
 }
 
 func TestJobFinishedFromAStaleInstanceIsRejected(t *testing.T) {
 	f := newFixture(t)
 	// bp-1 failed before its job started; the job went to bp-2.
-	stale := f.instance(domain.Instance{ID: "bp-1", State: domain.StateError, Job: "42"})
+	stale := f.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateError, Job: "42"})
 	now, _ := f.bound("bp-2", domain.StateRunning, 42)
 	wantRejected(t, f.signal(stale, domain.SignalJobFinished, "42"))
 	wantRejected(t, f.signal(stale, domain.SignalJobFinished, "43"))
-	f.wantUnchanged(stale)
-	f.wantUnchanged(now)
-	if j := f.getJob(42); j.Status != domain.JobAssigned {
+	f.WantUnchanged(stale)
+	f.WantUnchanged(now)
+	if j := f.Job(42); j.Status != domain.JobAssigned {
 		t.Fatalf("job %s, want still assigned to bp-2", j.Status)
 	}
 }
@@ -258,22 +258,22 @@ func TestReportsAboutAnotherInstancesJobAreRefused(t *testing.T) {
 			f.policy = agentsPolicy(true, 0)
 			a, _ := f.bound("bp-1", domain.StateRunning, 42)
 			b, _ := f.bound("bp-2", domain.StateClaimed, 43)
-			j42, j43 := f.getJob(42), f.getJob(43)
+			j42, j43 := f.Job(42), f.Job(43)
 			wantRejected(t, f.signal(a, kind, "43"))
-			f.wantUnchanged(a)
-			f.wantUnchanged(b)
-			if got := f.getJob(43); got.Version != j43.Version || got.InstanceID != "bp-2" {
+			f.WantUnchanged(a)
+			f.WantUnchanged(b)
+			if got := f.Job(43); got.Version != j43.Version || got.InstanceID != "bp-2" {
 				t.Fatalf("job 43 changed to %s on %q", got.Status, got.InstanceID)
 			}
-			if got := f.getJob(42); got.Version != j42.Version {
+			if got := f.Job(42); got.Version != j42.Version {
 				t.Fatalf("job 42 changed to %s on %q", got.Status, got.InstanceID)
 			}
 			for _, k := range []domain.SignalKind{domain.SignalRegistered, domain.SignalJobStarted, domain.SignalJobFinished} {
-				if err := f.signal(f.get("bp-2"), k, "43"); err != nil {
+				if err := f.signal(f.Instance("bp-2"), k, "43"); err != nil {
 					t.Fatalf("bp-2's own %s: %v", k, err)
 				}
 			}
-			if j := f.getJob(43); j.Status != domain.JobCompleted || j.InstanceID != "bp-2" {
+			if j := f.Job(43); j.Status != domain.JobCompleted || j.InstanceID != "bp-2" {
 				t.Fatalf("job 43 %s on %q, want completed by bp-2", j.Status, j.InstanceID)
 			}
 		})
@@ -290,8 +290,8 @@ func TestRunnerReportsAreTakenInOrder(t *testing.T) {
 				f := newFixture(t)
 				in, _ := f.bound("bp-1", domain.StateClaimed, 42)
 				wantRejected(t, f.signal(in, kind, "42"))
-				f.wantUnchanged(in)
-				if j := f.getJob(42); j.Status != domain.JobAssigned {
+				f.WantUnchanged(in)
+				if j := f.Job(42); j.Status != domain.JobAssigned {
 					t.Fatalf("%s before registered: job %s, want still assigned", kind, j.Status)
 				}
 			})
@@ -303,10 +303,10 @@ func TestRunnerReportsAreTakenInOrder(t *testing.T) {
 		if err := f.signal(in, domain.SignalJobFinished, "42"); err != nil {
 			t.Fatal(err)
 		}
-		if j := f.getJob(42); j.Status != domain.JobQueued || j.InstanceID != "" || j.CompletedAt != (time.Time{}) {
+		if j := f.Job(42); j.Status != domain.JobQueued || j.InstanceID != "" || j.CompletedAt != (time.Time{}) {
 			t.Fatalf("job %s on %q, want queued again, never completed", j.Status, j.InstanceID)
 		}
-		if after := f.get(in.ID); after.State != domain.StateError || after.Job != "" {
+		if after := f.Instance(in.ID); after.State != domain.StateError || after.Job != "" {
 			t.Fatalf("instance %s bound to %q, want error, unbound", after.State, after.Job)
 		}
 	})

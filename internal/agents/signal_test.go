@@ -31,17 +31,17 @@ func TestWarmReadiesBootingPoolMembers(t *testing.T) {
 			f := newFixture(t)
 			f.policy.IdleLifetime = tc.idle
 			tc.in.ID = "bp-1"
-			before := f.instance(tc.in)
-			f.clk.Advance(time.Minute)
+			before := f.CreateInstance(tc.in)
+			f.Clock.Advance(time.Minute)
 			if err := f.signal(before, domain.SignalWarm, ""); err != nil {
 				t.Fatal(err)
 			}
 			if tc.wantDeadline == 0 {
-				f.wantUnchanged(before)
+				f.WantUnchanged(before)
 				return
 			}
-			after := f.get("bp-1")
-			if after.State != tc.wantState || !after.Deadline.Equal(f.clk.Now().Add(tc.wantDeadline)) {
+			after := f.Instance("bp-1")
+			if after.State != tc.wantState || !after.Deadline.Equal(f.Clock.Now().Add(tc.wantDeadline)) {
 				t.Fatalf("got %s until %s, want %s until now+%s", after.State, after.Deadline, tc.wantState, tc.wantDeadline)
 			}
 		})
@@ -57,11 +57,11 @@ func TestRegisteredRunsOnlyTheInstancesOwnJob(t *testing.T) {
 			if err := f.signal(in, domain.SignalRegistered, "42"); err != nil {
 				t.Fatal(err)
 			}
-			after := f.get(in.ID)
+			after := f.Instance(in.ID)
 			if after.State != domain.StateRunning || after.Job != "42" {
 				t.Fatalf("got %s bound to %q, want running bound to 42", after.State, after.Job)
 			}
-			if want := f.clk.Now().Add(domain.DefaultDeadlines().Running); !after.Deadline.Equal(want) {
+			if want := f.Clock.Now().Add(domain.DefaultDeadlines().Running); !after.Deadline.Equal(want) {
 				t.Fatalf("deadline %s, want %s", after.Deadline, want)
 			}
 			select {
@@ -72,7 +72,7 @@ func TestRegisteredRunsOnlyTheInstancesOwnJob(t *testing.T) {
 			if err := f.signal(after, domain.SignalRegistered, "42"); err != nil {
 				t.Fatalf("repeat: %v", err)
 			}
-			f.wantUnchanged(after)
+			f.WantUnchanged(after)
 		})
 	}
 }
@@ -94,10 +94,10 @@ func TestRegisteredOutOfPlaceIsRejected(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			before := f.instance(domain.Instance{ID: "bp-1", State: tc.state, Job: tc.job})
+			before := f.CreateInstance(domain.Instance{ID: "bp-1", State: tc.state, Job: tc.job})
 			woken := f.svc.Registrations().Wait(before.ID)
 			wantRejected(t, f.signal(before, domain.SignalRegistered, tc.sig))
-			f.wantUnchanged(before)
+			f.WantUnchanged(before)
 			select {
 			case <-woken:
 				t.Fatal("a rejected registration woke the hub")
@@ -110,23 +110,23 @@ func TestRegisteredOutOfPlaceIsRejected(t *testing.T) {
 func TestJobStartedProtectsTheInstanceAndRunsTheJob(t *testing.T) {
 	f := newFixture(t)
 	in, _ := f.bound("bp-1", domain.StateRunning, 42)
-	f.clk.Advance(time.Second)
+	f.Clock.Advance(time.Second)
 	if err := f.signal(in, domain.SignalJobStarted, "42"); err != nil {
 		t.Fatal(err)
 	}
-	after := f.get(in.ID)
+	after := f.Instance(in.ID)
 	if !after.JobStarted || after.State != domain.StateRunning {
 		t.Fatalf("instance %s started=%v, want running and started", after.State, after.JobStarted)
 	}
-	j := f.getJob(42)
-	if j.Status != domain.JobRunning || !j.StartedAt.Equal(f.clk.Now()) {
-		t.Fatalf("job %s started at %s, want running at %s", j.Status, j.StartedAt, f.clk.Now())
+	j := f.Job(42)
+	if j.Status != domain.JobRunning || !j.StartedAt.Equal(f.Clock.Now()) {
+		t.Fatalf("job %s started at %s, want running at %s", j.Status, j.StartedAt, f.Clock.Now())
 	}
 	if err := f.signal(after, domain.SignalJobStarted, "42"); err != nil {
 		t.Fatalf("repeat: %v", err)
 	}
-	f.wantUnchanged(after)
-	if again := f.getJob(42); again.Version != j.Version {
+	f.WantUnchanged(after)
+	if again := f.Job(42); again.Version != j.Version {
 		t.Fatalf("repeat changed the job: v%d → v%d", j.Version, again.Version)
 	}
 }
@@ -136,7 +136,7 @@ func TestJobStartedOutOfPlaceIsRejected(t *testing.T) {
 		f := newFixture(t)
 		in, _ := f.bound("bp-1", domain.StateRunning, 42)
 		wantRejected(t, f.signal(in, domain.SignalJobStarted, "43"))
-		f.wantUnchanged(in)
+		f.WantUnchanged(in)
 	})
 	t.Run("failed instance whose job went back to its queue", func(t *testing.T) {
 		f := newFixture(t)
@@ -144,10 +144,10 @@ func TestJobStartedOutOfPlaceIsRejected(t *testing.T) {
 		if err := f.signal(in, domain.SignalFailed, "42"); err != nil {
 			t.Fatal(err)
 		}
-		failed := f.get(in.ID)
+		failed := f.Instance(in.ID)
 		wantRejected(t, f.signal(failed, domain.SignalJobStarted, "42"))
-		f.wantUnchanged(failed)
-		if j := f.getJob(42); j.Status != domain.JobQueued {
+		f.WantUnchanged(failed)
+		if j := f.Job(42); j.Status != domain.JobQueued {
 			t.Fatalf("requeued job is %s, want still queued", j.Status)
 		}
 	})
@@ -156,48 +156,48 @@ func TestJobStartedOutOfPlaceIsRejected(t *testing.T) {
 func TestUnknownCloudIDIsTransient(t *testing.T) {
 	f := newFixture(t)
 	for _, kind := range []domain.SignalKind{domain.SignalWarm, domain.SignalRegistered, domain.SignalFailed} {
-		err := f.svc.Signal(f.ctx, domain.Signal{CloudID: "i-nobody", Kind: kind, Job: "1"})
+		err := f.svc.Signal(f.Ctx, domain.Signal{CloudID: "i-nobody", Kind: kind, Job: "1"})
 		if !errors.Is(err, agents.ErrUnknownInstance) || errors.Is(err, domain.ErrRejected) {
 			t.Fatalf("%s: got %v, want ErrUnknownInstance and not ErrRejected", kind, err)
 		}
 	}
-	if _, err := f.svc.Next(f.ctx, "i-nobody"); !errors.Is(err, agents.ErrUnknownInstance) {
+	if _, err := f.svc.Next(f.Ctx, "i-nobody"); !errors.Is(err, agents.ErrUnknownInstance) {
 		t.Fatalf("next: got %v", err)
 	}
-	if err := f.svc.Heartbeat(f.ctx, "i-nobody"); !errors.Is(err, agents.ErrUnknownInstance) {
+	if err := f.svc.Heartbeat(f.Ctx, "i-nobody"); !errors.Is(err, agents.ErrUnknownInstance) {
 		t.Fatalf("heartbeat: got %v", err)
 	}
-	if err := f.svc.Signal(f.ctx, domain.Signal{Kind: domain.SignalWarm}); err == nil {
+	if err := f.svc.Signal(f.Ctx, domain.Signal{Kind: domain.SignalWarm}); err == nil {
 		t.Fatal("a signal without a cloud id was taken")
 	}
 }
 
 func TestUnknownKindIsRejected(t *testing.T) {
 	f := newFixture(t)
-	before := f.instance(domain.Instance{ID: "bp-1", State: domain.StateBooting})
+	before := f.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateBooting})
 	wantRejected(t, f.signal(before, "reboot", ""))
-	f.wantUnchanged(before)
+	f.WantUnchanged(before)
 	// Refused for what it is, even before the instance is known.
-	wantRejected(t, f.svc.Signal(f.ctx, domain.Signal{CloudID: "i-nobody", Kind: "reboot"}))
+	wantRejected(t, f.svc.Signal(f.Ctx, domain.Signal{CloudID: "i-nobody", Kind: "reboot"}))
 }
 
 func TestHeartbeatRecordsTheTime(t *testing.T) {
 	f := newFixture(t)
-	before := f.instance(domain.Instance{ID: "bp-1", State: domain.StateReady})
-	f.clk.Advance(5 * time.Second)
-	if err := f.svc.Heartbeat(f.ctx, before.CloudID); err != nil {
+	before := f.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateReady})
+	f.Clock.Advance(5 * time.Second)
+	if err := f.svc.Heartbeat(f.Ctx, before.CloudID); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.get("bp-1").Heartbeat; !got.Equal(f.clk.Now()) {
-		t.Fatalf("heartbeat %s, want %s", got, f.clk.Now())
+	if got := f.Instance("bp-1").Heartbeat; !got.Equal(f.Clock.Now()) {
+		t.Fatalf("heartbeat %s, want %s", got, f.Clock.Now())
 	}
-	f.clk.Advance(5 * time.Second)
+	f.Clock.Advance(5 * time.Second)
 	if err := f.signal(before, domain.SignalHeartbeat, ""); err != nil {
 		t.Fatal(err)
 	}
-	after := f.get("bp-1")
-	if !after.Heartbeat.Equal(f.clk.Now()) {
-		t.Fatalf("heartbeat signal: %s, want %s", after.Heartbeat, f.clk.Now())
+	after := f.Instance("bp-1")
+	if !after.Heartbeat.Equal(f.Clock.Now()) {
+		t.Fatalf("heartbeat signal: %s, want %s", after.Heartbeat, f.Clock.Now())
 	}
 	if after.Version != before.Version {
 		t.Fatalf("a heartbeat is not a transition: v%d → v%d", before.Version, after.Version)

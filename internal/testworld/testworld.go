@@ -7,6 +7,7 @@ package testworld
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"testing"
 	"time"
@@ -56,10 +57,53 @@ func (w *World) Job(id int64) domain.Job {
 	return must[domain.Job](w, "job %d", id)(w.Store.GetJob(w.Ctx, id))
 }
 
+// CreateInstance records a row, defaulting the fields in leaves unset: cloud
+// id "i-"+ID, a hot member of runner class "small", and, unless its state is
+// terminal, a deadline an hour away. It returns the row as recorded.
+func (w *World) CreateInstance(in domain.Instance) domain.Instance {
+	w.T.Helper()
+	if in.CloudID == "" {
+		in.CloudID = "i-" + in.ID
+	}
+	if in.Role == "" {
+		in.Role = domain.RoleHot
+	}
+	if in.Runner == "" {
+		in.Runner = "small"
+	}
+	if in.Deadline.IsZero() && !in.State.Terminal() {
+		in.Deadline = w.Clock.Now().Add(time.Hour)
+	}
+	if err := w.Store.CreateInstances(w.Ctx, []domain.Instance{in}); err != nil {
+		w.T.Fatalf("create instance %s: %v", in.ID, err)
+	}
+	return w.Instance(in.ID)
+}
+
+// CreateJob records j as it is and returns it as recorded.
+func (w *World) CreateJob(j domain.Job) domain.Job {
+	w.T.Helper()
+	if _, err := w.Store.CreateJobs(w.Ctx, []domain.Job{j}); err != nil {
+		w.T.Fatalf("create job %d: %v", j.ID, err)
+	}
+	return w.Job(j.ID)
+}
+
 // Instance returns a recorded instance.
 func (w *World) Instance(id string) domain.Instance {
 	w.T.Helper()
 	return must[domain.Instance](w, "instance %s", id)(w.Store.GetInstance(w.Ctx, id))
+}
+
+// WantUnchanged fails unless the row is as it was: the same version, state
+// and job.
+func (w *World) WantUnchanged(before domain.Instance) {
+	w.T.Helper()
+	after := w.Instance(before.ID)
+	if after.Version != before.Version || after.State != before.State || after.Job != before.Job {
+		w.T.Fatalf("%s changed: %s/%q v%d → %s/%q v%d", before.ID,
+			before.State, before.Job, before.Version, after.State, after.Job, after.Version)
+	}
 }
 
 // Instances returns the recorded instances filter selects.
@@ -116,4 +160,18 @@ func (w *World) Peek(queue string, max int) []domain.Message {
 		}
 	}
 	return msgs
+}
+
+// ResourcePool returns the entries visible in a runner class's resource
+// pool queue, and leaves them there.
+func (w *World) ResourcePool(class string) []domain.ResourcePoolEntry {
+	w.T.Helper()
+	msgs := w.Peek(domain.ResourcePoolQueue(class), 10)
+	out := make([]domain.ResourcePoolEntry, len(msgs))
+	for i, m := range msgs {
+		if err := json.Unmarshal(m.Body, &out[i]); err != nil {
+			w.T.Fatalf("entry %s of class %s: %v", m.ID, class, err)
+		}
+	}
+	return out
 }

@@ -5,8 +5,6 @@
 package agentapitest
 
 import (
-	"context"
-	"encoding/json"
 	"log/slog"
 	"sync"
 	"testing"
@@ -14,23 +12,17 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/agents"
-	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 	"github.com/bullpen-ci/bullpen/internal/testlog"
+	"github.com/bullpen-ci/bullpen/internal/testworld"
 )
 
 // T0 is when every control plane's clock starts.
 var T0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 
-// ControlPlane is an agent API with everything behind it.
+// ControlPlane is an agent API with everything behind it, in a test world.
 type ControlPlane struct {
-	t       testing.TB
-	Ctx     context.Context
-	Clock   *clock.Virtual
-	Store   *sqlite.Store
-	Queue   *sqlite.Queue
+	*testworld.World
 	Service *agents.Service
 	Server  *agentapi.Server
 	Calls   *Recorder
@@ -46,21 +38,16 @@ type ControlPlane struct {
 // until SetPolicy says otherwise.
 func New(t testing.TB) *ControlPlane {
 	t.Helper()
-	c := &ControlPlane{t: t, Ctx: context.Background(), Clock: clock.NewVirtual(T0), Logs: &testlog.Buffer{}}
-	st, err := sqlite.Open(c.Ctx, sqlitetest.Path(t), c.Clock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	c.Store, c.Queue = st, st.Queue(sqlite.QueueOptions{})
+	c := &ControlPlane{World: testworld.New(t, T0), Logs: &testlog.Buffer{}}
 	log := slog.New(slog.NewTextHandler(c.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	notices := &agents.Notices{}
-	c.Service, err = agents.New(st, c.Queue, c.Clock, log, nil, agents.Options{Policy: c.currentPolicy, Notices: notices})
+	var err error
+	c.Service, err = agents.New(c.Store, c.Queue, c.Clock, log, nil, agents.Options{Policy: c.currentPolicy, Notices: notices})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Calls = &Recorder{api: c.Service, changed: make(chan struct{})}
-	c.Server = agentapi.New(st, c.Calls, c.Clock, log, nil)
+	c.Server = agentapi.New(c.Store, c.Calls, c.Clock, log, nil)
 	notices.Subscribe(c.Server)
 	return c
 }
@@ -81,50 +68,32 @@ func (c *ControlPlane) currentPolicy(domain.Instance) agents.Policy {
 // Launch writes the row of a machine launched with bootstrap secret
 // secret: cloud id "i-"+id, launch "lt-"+id, in state st.
 func (c *ControlPlane) Launch(id string, st domain.State, secret string) domain.Instance {
-	c.t.Helper()
+	c.T.Helper()
 	return c.Instance(domain.Instance{ID: id, State: st, LaunchID: "lt-" + id, BootstrapHash: domain.HashSecret(secret)})
 }
 
-// Instance writes a row, defaulting the fields in leaves unset.
+// Instance writes a row as the world's CreateInstance does, on a machine
+// of 2 vCPUs and 4 GiB unless in says otherwise.
 func (c *ControlPlane) Instance(in domain.Instance) domain.Instance {
-	c.t.Helper()
-	if in.CloudID == "" {
-		in.CloudID = "i-" + in.ID
-	}
-	if in.Role == "" {
-		in.Role = domain.RoleHot
-	}
-	if in.Runner == "" {
-		in.Runner = "small"
-	}
+	c.T.Helper()
 	if in.CPU == 0 {
 		in.CPU, in.MemoryMiB = 2, 4096
 	}
-	if in.Deadline.IsZero() && !in.State.Terminal() {
-		in.Deadline = c.Clock.Now().Add(time.Hour)
-	}
-	if err := c.Store.CreateInstances(c.Ctx, []domain.Instance{in}); err != nil {
-		c.t.Fatal(err)
-	}
-	return c.Get(in.ID)
+	return c.CreateInstance(in)
 }
 
 // Get reads a row.
 func (c *ControlPlane) Get(id string) domain.Instance {
-	c.t.Helper()
-	in, err := c.Store.GetInstance(c.Ctx, id)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return in
+	c.T.Helper()
+	return c.World.Instance(id)
 }
 
 // Move rewrites a row the way another part of the control plane would.
 func (c *ControlPlane) Move(id string, fn func(*domain.Instance)) domain.Instance {
-	c.t.Helper()
+	c.T.Helper()
 	in, err := c.Store.Transition(c.Ctx, id, domain.GuardOf(c.Get(id)), fn)
 	if err != nil {
-		c.t.Fatal(err)
+		c.T.Fatal(err)
 	}
 	return in
 }
@@ -133,7 +102,7 @@ func (c *ControlPlane) Move(id string, fn func(*domain.Instance)) domain.Instanc
 // a new job with a runner registered for it (config jit), and tells the
 // agent.
 func (c *ControlPlane) Assign(id string, jobID int64, jit string) domain.Instance {
-	c.t.Helper()
+	c.T.Helper()
 	in := c.AssignElsewhere(id, jobID, jit)
 	c.Server.Assigned(in.CloudID)
 	return in
@@ -142,7 +111,7 @@ func (c *ControlPlane) Assign(id string, jobID int64, jit string) domain.Instanc
 // AssignElsewhere assigns as Assign does, as another replica sharing the
 // store would: no notice reaches this server.
 func (c *ControlPlane) AssignElsewhere(id string, jobID int64, jit string) domain.Instance {
-	c.t.Helper()
+	c.T.Helper()
 	runner := RunnerName(id, jobID)
 	in := c.Move(id, func(i *domain.Instance) {
 		i.State, i.Job, i.RunnerName, i.RunnerConfig = domain.StateClaimed, domain.JobKey(jobID), runner, jit
@@ -153,26 +122,10 @@ func (c *ControlPlane) AssignElsewhere(id string, jobID int64, jit string) domai
 		RunnerName: runner, RunnerID: 7, Labels: []string{"self-hosted"},
 	}})
 	if err != nil {
-		c.t.Fatal(err)
+		c.T.Fatal(err)
 	}
 	return in
 }
 
 // RunnerName is the name of the runner Assign registers.
 func RunnerName(id string, jobID int64) string { return id + "-" + domain.JobKey(jobID) }
-
-// ResourcePool receives every visible entry of a runner class's queue.
-func (c *ControlPlane) ResourcePool(class string) []domain.ResourcePoolEntry {
-	c.t.Helper()
-	msgs, err := c.Queue.Receive(c.Ctx, domain.ResourcePoolQueue(class), 10, time.Minute, 0)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	out := make([]domain.ResourcePoolEntry, len(msgs))
-	for i, m := range msgs {
-		if err := json.Unmarshal(m.Body, &out[i]); err != nil {
-			c.t.Fatal(err)
-		}
-	}
-	return out
-}
