@@ -85,27 +85,11 @@ func (s *Store) CommitEach(ctx context.Context, cs []domain.Change) ([]domain.Ch
 // apply runs the transitions of c in order inside tx. refused is the first
 // transition refused (the caller rolls back); err dooms the transaction.
 func (s *Store) apply(ctx context.Context, tx *sql.Tx, now time.Time, c domain.Change) (out domain.Changed, refused, err error) {
-	out = domain.Changed{Instances: make([]domain.Instance, len(c.Instances)), Jobs: make([]domain.Job, len(c.Jobs))}
 	is, js := instanceKind.stmts(ctx, s, tx), jobKind.stmts(ctx, s, tx)
-	for n, r := range c.Instances {
-		row, refused, err := instanceKind.one(ctx, is, now, r.ID, r.Guard, r.Apply)
-		if err != nil {
-			return out, nil, fmt.Errorf("instance %s: %w", r.ID, err)
-		}
-		if refused != nil {
-			return out, refused, nil
-		}
-		out.Instances[n] = row
+	out.Instances, refused, err = instanceKind.inOrder(ctx, is, now, c.Instances)
+	if refused != nil || err != nil {
+		return out, refused, err
 	}
-	for n, r := range c.Jobs {
-		row, refused, err := jobKind.one(ctx, js, now, r.ID, r.Guard, r.Apply)
-		if err != nil {
-			return out, nil, fmt.Errorf("job %d: %w", r.ID, err)
-		}
-		if refused != nil {
-			return out, refused, nil
-		}
-		out.Jobs[n] = row
-	}
-	return out, nil, nil
+	out.Jobs, refused, err = jobKind.inOrder(ctx, js, now, c.Jobs)
+	return out, refused, err
 }

@@ -124,42 +124,13 @@ func (s *Store) CreateInstances(ctx context.Context, insts []domain.Instance) er
 
 // GetInstance returns the instance with id, or ErrNotFound.
 func (s *Store) GetInstance(ctx context.Context, id string) (domain.Instance, error) {
-	if err := s.checkOpen(); err != nil {
-		return domain.Instance{}, fmt.Errorf("get instance %s: %w", id, err)
-	}
-	inst, err := scanInstance(s.readRow(ctx, selectInstance, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return domain.Instance{}, fmt.Errorf("get instance %s: %w", id, domain.ErrNotFound)
-	}
-	if err != nil {
-		return domain.Instance{}, fmt.Errorf("get instance %s: %w", id, err)
-	}
-	return inst, nil
+	return instanceKind.getRow(ctx, s, id)
 }
 
 // ListInstances returns the instances matching f, ordered by CreatedAt, then ID.
 func (s *Store) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error) {
-	if err := s.checkOpen(); err != nil {
-		return nil, fmt.Errorf("list instances: %w", err)
-	}
 	query, args := listQuery(f)
-	rows, err := s.read(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list instances: %w", err)
-	}
-	defer rows.Close()
-	var out []domain.Instance
-	for rows.Next() {
-		inst, err := scanInstance(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list instances: %w", err)
-		}
-		out = append(out, inst)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list instances: %w", err)
-	}
-	return out, nil
+	return instanceKind.listRows(ctx, s, query, args)
 }
 
 // listQuery builds the SELECT for f: one condition per non-zero field.

@@ -86,13 +86,7 @@ func jobTimes(j *domain.Job) []*time.Time {
 
 // normalizeJobTimes returns j with its times as they read back: in UTC.
 func normalizeJobTimes(j domain.Job) domain.Job {
-	for _, t := range jobTimes(&j) {
-		if t.IsZero() {
-			*t = time.Time{}
-		} else {
-			*t = t.UTC()
-		}
-	}
+	inUTC(jobTimes(&j)...)
 	return j
 }
 
@@ -145,43 +139,14 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []domain.Job) ([]bool, erro
 
 // GetJob returns the job with id, or ErrNotFound.
 func (s *Store) GetJob(ctx context.Context, id int64) (domain.Job, error) {
-	if err := s.checkOpen(); err != nil {
-		return domain.Job{}, fmt.Errorf("get job %d: %w", id, err)
-	}
-	j, err := scanJob(s.readRow(ctx, selectJob, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return domain.Job{}, fmt.Errorf("get job %d: %w", id, domain.ErrNotFound)
-	}
-	if err != nil {
-		return domain.Job{}, fmt.Errorf("get job %d: %w", id, err)
-	}
-	return j, nil
+	return jobKind.getRow(ctx, s, id)
 }
 
 // ListJobs returns the jobs matching f, oldest first by CreatedAt then ID,
 // or newest first when f.Newest is set.
 func (s *Store) ListJobs(ctx context.Context, f domain.JobFilter) ([]domain.Job, error) {
-	if err := s.checkOpen(); err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
 	query, args := listJobsQuery(f)
-	rows, err := s.read(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	defer rows.Close()
-	var out []domain.Job
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list jobs: %w", err)
-		}
-		out = append(out, j)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	return out, nil
+	return jobKind.listRows(ctx, s, query, args)
 }
 
 // listJobsQuery builds the SELECT for f: one condition per non-zero field.

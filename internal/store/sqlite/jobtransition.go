@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
@@ -10,24 +9,15 @@ import (
 var jobKind = rowKind[int64, domain.Job, domain.JobGuard, domain.JobTransitionRequest, domain.JobTransitionResult]{
 	noun: "job", batchOp: "transition jobs",
 	get: selectJob, update: updateJob,
-	read:   scanJob,
-	decide: decideJob,
-	write:  jobUpdateArgs,
+	read:  scanJob,
+	apply: domain.ApplyJobTransition, normalize: normalizeJobTimes, validate: domain.Job.Validate,
+	write: jobUpdateArgs,
 	request: func(r domain.JobTransitionRequest) (int64, domain.JobGuard, func(*domain.Job)) {
 		return r.ID, r.Guard, r.Apply
 	},
 	result: func(j domain.Job, refused error) domain.JobTransitionResult {
 		return domain.JobTransitionResult{Job: j, Err: refused}
 	},
-}
-
-func decideJob(cur domain.Job, g domain.JobGuard, now time.Time, fn func(*domain.Job)) (domain.Job, error) {
-	next, refused := domain.ApplyJobTransition(cur, g, now, fn)
-	if refused != nil {
-		return domain.Job{}, refused
-	}
-	next = normalizeJobTimes(next)
-	return next, next.Validate()
 }
 
 // jobUpdateArgs returns the arguments of updateJob: every column but the

@@ -97,17 +97,21 @@ func (s *Store) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt
 	return st, nil
 }
 
-// rowKind is one kind of row's guarded transition: how to read a row,
-// decide what to write and write it. The write transaction, the batch and
-// the errors around them are the same for instances and jobs, and are
-// written once in transition and transitionBatch.
+// rowKind is one kind of row as the store reads and changes it: how to
+// read a row, decide what to write and write it. Reading one row or a
+// list, the write transaction, the batch and the errors around them are
+// the same for instances and jobs, and are written once below.
 type rowKind[ID, Row, Guard, Req, Res any] struct {
 	noun        string // names a row in errors: "instance", "job"
 	batchOp     string // names the batch call in its errors
-	get, update string // writerQueries reading and writing one row by id
+	get, update string // writerQueries reading (also on the readers) and writing one row by id
 	read        func(scanner) (Row, error)
-	// decide returns the row to write, or why the transition is refused.
-	decide func(cur Row, g Guard, now time.Time, fn func(*Row)) (Row, error)
+	// apply is the domain's decision (domain.ApplyTransition and its job
+	// twin); normalize gives the row its times as they read back, and
+	// validate refuses what the store could not hold (see decide).
+	apply     func(cur Row, g Guard, now time.Time, fn func(*Row)) (Row, error)
+	normalize func(Row) Row
+	validate  func(Row) error
 	// write returns update's arguments; an error refuses the transition.
 	write   func(Row) ([]any, error)
 	request func(Req) (ID, Guard, func(*Row))
@@ -117,9 +121,9 @@ type rowKind[ID, Row, Guard, Req, Res any] struct {
 var instanceKind = rowKind[string, domain.Instance, domain.Guard, domain.TransitionRequest, domain.TransitionResult]{
 	noun: "instance", batchOp: "transition batch",
 	get: selectInstance, update: updateInstance,
-	read:   scanInstance,
-	decide: decideInstance,
-	write:  func(i domain.Instance) ([]any, error) { return updateArgs(i), nil },
+	read:  scanInstance,
+	apply: domain.ApplyTransition, normalize: normalizeTimes, validate: domain.Instance.Validate,
+	write: func(i domain.Instance) ([]any, error) { return updateArgs(i), nil },
 	request: func(r domain.TransitionRequest) (string, domain.Guard, func(*domain.Instance)) {
 		return r.ID, r.Guard, r.Apply
 	},
@@ -128,13 +132,15 @@ var instanceKind = rowKind[string, domain.Instance, domain.Guard, domain.Transit
 	},
 }
 
-func decideInstance(cur domain.Instance, g domain.Guard, now time.Time, fn func(*domain.Instance)) (domain.Instance, error) {
-	next, refused := domain.ApplyTransition(cur, g, now, fn)
+// decide returns the row to write, or why the transition is refused.
+func (k *rowKind[ID, Row, Guard, Req, Res]) decide(cur Row, g Guard, now time.Time, fn func(*Row)) (Row, error) {
+	next, refused := k.apply(cur, g, now, fn)
 	if refused != nil {
-		return domain.Instance{}, refused
+		var zero Row
+		return zero, refused
 	}
-	next = normalizeTimes(next)
-	return next, next.Validate()
+	next = k.normalize(next)
+	return next, k.validate(next)
 }
 
 // Transition applies fn to the instance id if it matches g, in one write
@@ -152,6 +158,46 @@ func (s *Store) Transition(ctx context.Context, id string, g domain.Guard, fn fu
 // failed commit), in which case nothing was written.
 func (s *Store) TransitionBatch(ctx context.Context, reqs []domain.TransitionRequest) ([]domain.TransitionResult, error) {
 	return instanceKind.transitionBatch(ctx, s, reqs)
+}
+
+// getRow reads the row with id, or ErrNotFound.
+func (k *rowKind[ID, Row, Guard, Req, Res]) getRow(ctx context.Context, s *Store, id ID) (Row, error) {
+	var zero Row
+	if err := s.checkOpen(); err != nil {
+		return zero, fmt.Errorf("get %s %v: %w", k.noun, id, err)
+	}
+	row, err := k.read(s.readRow(ctx, k.get, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return zero, fmt.Errorf("get %s %v: %w", k.noun, id, domain.ErrNotFound)
+	}
+	if err != nil {
+		return zero, fmt.Errorf("get %s %v: %w", k.noun, id, err)
+	}
+	return row, nil
+}
+
+// listRows reads the rows a list query selects, in its order.
+func (k *rowKind[ID, Row, Guard, Req, Res]) listRows(ctx context.Context, s *Store, query string, args []any) ([]Row, error) {
+	if err := s.checkOpen(); err != nil {
+		return nil, fmt.Errorf("list %ss: %w", k.noun, err)
+	}
+	rows, err := s.read(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list %ss: %w", k.noun, err)
+	}
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		row, err := k.read(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list %ss: %w", k.noun, err)
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list %ss: %w", k.noun, err)
+	}
+	return out, nil
 }
 
 // transition is one guarded transition in its own write transaction.
@@ -202,6 +248,24 @@ func (k *rowKind[ID, Row, Guard, Req, Res]) transitionBatch(ctx context.Context,
 	return results, nil
 }
 
+// inOrder runs reqs in order inside a write transaction, up to the first
+// refused (the caller rolls back); err dooms the transaction.
+func (k *rowKind[ID, Row, Guard, Req, Res]) inOrder(ctx context.Context, st writeStmts, now time.Time, reqs []Req) (rows []Row, refused, err error) {
+	rows = make([]Row, len(reqs))
+	for n, r := range reqs {
+		id, g, fn := k.request(r)
+		row, refused, err := k.one(ctx, st, now, id, g, fn)
+		if err != nil {
+			return rows, nil, fmt.Errorf("%s %v: %w", k.noun, id, err)
+		}
+		if refused != nil {
+			return rows, refused, nil
+		}
+		rows[n] = row
+	}
+	return rows, nil, nil
+}
+
 // writeStmts are the read and write statements of one kind of row's
 // transition, bound to a transaction.
 type writeStmts struct {
@@ -247,12 +311,17 @@ func (k *rowKind[ID, Row, Guard, Req, Res]) one(ctx context.Context, st writeStm
 
 // normalizeTimes returns i with its times as they read back: in UTC.
 func normalizeTimes(i domain.Instance) domain.Instance {
-	for _, t := range []*time.Time{&i.Deadline, &i.CreatedAt, &i.UpdatedAt, &i.StateSince, &i.RunningSince, &i.Heartbeat} {
+	inUTC(&i.Deadline, &i.CreatedAt, &i.UpdatedAt, &i.StateSince, &i.RunningSince, &i.Heartbeat)
+	return i
+}
+
+// inUTC sets each time as it reads back: in UTC, or the zero time.
+func inUTC(ts ...*time.Time) {
+	for _, t := range ts {
 		if t.IsZero() {
 			*t = time.Time{}
 		} else {
 			*t = t.UTC()
 		}
 	}
-	return i
 }
