@@ -3,7 +3,6 @@ package rest_test
 import (
 	"testing"
 
-	"github.com/bullpen-ci/bullpen/internal/github/fakegh"
 	"github.com/bullpen-ci/bullpen/internal/github/githubtest"
 )
 
@@ -11,11 +10,9 @@ import (
 // fake GitHub, so the simulated and the real implementations cannot drift.
 func TestContract(t *testing.T) {
 	githubtest.Run(t, func(t *testing.T) githubtest.Harness {
-		srv := fakegh.New()
-		t.Cleanup(srv.Close)
+		srv := newServer(t)
 		// The suite registers runners in repositories no job names.
 		srv.AutoCreate()
-		srv.RequireToken(testToken)
 		const owner = "contract-org"
 		srv.AddOrg(owner)
 		srv.AddEnterprise("contract-enterprise", owner)

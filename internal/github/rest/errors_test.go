@@ -126,18 +126,13 @@ func TestErrorMapping(t *testing.T) {
 }
 
 func runErrorCase(t *testing.T, tc errorCase) {
-	srv := fakegh.New()
-	t.Cleanup(srv.Close)
-	srv.RequireToken(testToken)
+	srv := newServer(t)
 	srv.AddRepo(repo)
 	if tc.setup != nil {
 		tc.setup(t, srv)
 	}
-	c, err := rest.New(rest.Options{BaseURL: srv.URL(), Token: testToken, Clock: clock.NewVirtual(epoch)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = tc.call(t, c, srv)
+	c := newClientWith(t, srv, rest.Options{Clock: clock.NewVirtual(epoch)})
+	err := tc.call(t, c, srv)
 	succeeds := tc.want == nil && tc.status == 0 && !tc.transient && tc.reset.IsZero()
 	if succeeds {
 		if err != nil {
@@ -171,8 +166,7 @@ func runErrorCase(t *testing.T, tc errorCase) {
 // is spent, the client refuses calls until the reset without spending
 // requests on them.
 func TestRateLimitIsHonouredWithoutCalling(t *testing.T) {
-	srv := fakegh.New()
-	t.Cleanup(srv.Close)
+	srv := newServer(t)
 	srv.AddRepo(repo)
 	reset := time.Now().Add(time.Hour).Truncate(time.Second)
 	srv.RateLimit(reset)
@@ -190,8 +184,7 @@ func TestRateLimitIsHonouredWithoutCalling(t *testing.T) {
 }
 
 func TestEndedContextIsNotTransient(t *testing.T) {
-	srv := fakegh.New()
-	t.Cleanup(srv.Close)
+	srv := newServer(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	_, err := newClient(t, srv).ListJobs(ctx, org, rest.StatusQueued)

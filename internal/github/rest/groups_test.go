@@ -16,16 +16,11 @@ import (
 // up once per organisation; a name no group has is an error listing the
 // groups there are, and a runner whose group id is unknown is refused.
 func TestRunnerGroupByName(t *testing.T) {
-	srv := fakegh.New()
-	t.Cleanup(srv.Close)
-	srv.RequireToken(testToken)
+	srv := newServer(t)
 	srv.AddOrg("acme")
 	srv.AddRunnerGroup("acme", "ci-large")
 	ctx := context.Background()
-	c, err := rest.New(rest.Options{BaseURL: srv.URL(), Token: testToken, RunnerGroup: "CI-Large"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newClientWith(t, srv, rest.Options{RunnerGroup: "CI-Large"})
 	for _, name := range []string{"r1", "r2"} {
 		if _, err := c.RegisterRunner(ctx, domain.Scope{Owner: "acme"}, name, []string{"linux"}); err != nil {
 			t.Fatalf("register %s in the named group: %v", name, err)
@@ -34,18 +29,12 @@ func TestRunnerGroupByName(t *testing.T) {
 	if n := srv.Count("GET /orgs/{org}/actions/runner-groups"); n != 1 {
 		t.Fatalf("the group was looked up %d times, want once", n)
 	}
-	missing, err := rest.New(rest.Options{BaseURL: srv.URL(), Token: testToken, RunnerGroup: "gpu"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = missing.RegisterRunner(ctx, domain.Scope{Owner: "acme"}, "r3", []string{"linux"})
+	missing := newClientWith(t, srv, rest.Options{RunnerGroup: "gpu"})
+	_, err := missing.RegisterRunner(ctx, domain.Scope{Owner: "acme"}, "r3", []string{"linux"})
 	if !errors.Is(err, domain.ErrNotFound) || !strings.Contains(err.Error(), `runner group "gpu" does not exist in acme (its groups: Default, ci-large)`) {
 		t.Fatalf("a group that does not exist: %v", err)
 	}
-	byID, err := rest.New(rest.Options{BaseURL: srv.URL(), Token: testToken, RunnerGroupID: 999})
-	if err != nil {
-		t.Fatal(err)
-	}
+	byID := newClientWith(t, srv, rest.Options{RunnerGroupID: 999})
 	if _, err := byID.RegisterRunner(ctx, domain.Scope{Owner: "acme"}, "r4", []string{"linux"}); !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("an unknown group id: %v", err)
 	}
@@ -54,18 +43,13 @@ func TestRunnerGroupByName(t *testing.T) {
 // Enterprise runners join the enterprise's runner group of that name, not
 // an organisation's.
 func TestEnterpriseRunnerGroupByName(t *testing.T) {
-	srv := fakegh.New()
-	t.Cleanup(srv.Close)
-	srv.RequireToken(testToken)
+	srv := newServer(t)
 	srv.AddOrg("acme")
 	srv.AddRunnerGroup("acme", "org-only")
 	srv.AddEnterprise("megacorp", "acme")
 	gpu := srv.AddEnterpriseRunnerGroup("megacorp", "GPU")
 	ctx := context.Background()
-	c, err := rest.New(rest.Options{BaseURL: srv.URL(), Token: testToken, RunnerGroup: "gpu"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newClientWith(t, srv, rest.Options{RunnerGroup: "gpu"})
 	ent := domain.Scope{Enterprise: "megacorp", Owner: "acme", Repo: "app"}
 	reg, err := c.RegisterRunner(ctx, ent, "r1", []string{"linux"})
 	if err != nil {
@@ -77,10 +61,7 @@ func TestEnterpriseRunnerGroupByName(t *testing.T) {
 	if got := srv.RunnerGroupOf(reg.Name); got != gpu {
 		t.Errorf("the runner joined group %d, want the enterprise's GPU group %d", got, gpu)
 	}
-	orgOnly, err := rest.New(rest.Options{BaseURL: srv.URL(), Token: testToken, RunnerGroup: "org-only"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	orgOnly := newClientWith(t, srv, rest.Options{RunnerGroup: "org-only"})
 	_, err = orgOnly.RegisterRunner(ctx, ent, "r2", []string{"linux"})
 	if !errors.Is(err, domain.ErrNotFound) || !strings.Contains(err.Error(), `runner group "org-only" does not exist in enterprise megacorp (its groups: Default, GPU)`) {
 		t.Fatalf("an organisation's group named for enterprise runners: %v", err)
@@ -88,14 +69,9 @@ func TestEnterpriseRunnerGroupByName(t *testing.T) {
 }
 
 func TestRunnerWorkFolder(t *testing.T) {
-	srv := fakegh.New()
-	t.Cleanup(srv.Close)
-	srv.RequireToken(testToken)
+	srv := newServer(t)
 	srv.AddRepo("acme/app")
-	c, err := rest.New(rest.Options{BaseURL: srv.URL(), Token: testToken, WorkFolder: "jobs"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newClientWith(t, srv, rest.Options{WorkFolder: "jobs"})
 	if _, err := c.RegisterRunner(context.Background(), domain.Scope{Owner: "acme", Repo: "app"}, "r1", []string{"linux"}); err != nil {
 		t.Fatal(err)
 	}
@@ -108,14 +84,9 @@ func TestRunnerWorkFolder(t *testing.T) {
 // held waiting for an approval or pending, until GitHub queues them, and a
 // re-run's new attempt rather than the old.
 func TestQueuedJobsSkipHeldJobsAndOldAttempts(t *testing.T) {
-	srv := fakegh.New()
-	t.Cleanup(srv.Close)
-	srv.RequireToken(testToken)
+	srv := newServer(t)
 	ctx := context.Background()
-	c, err := rest.New(rest.Options{BaseURL: srv.URL(), Token: testToken})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newClient(t, srv)
 	queued := srv.QueueJob("acme/app", []string{"linux"}, fakegh.Named("build"))
 	waiting := srv.QueueJob("acme/app", []string{"linux"}, fakegh.Named("deploy"), fakegh.InRun(queued.RunID), fakegh.Held("waiting"))
 	pending := srv.QueueJob("acme/app", []string{"linux"}, fakegh.Held("pending"))

@@ -10,9 +10,26 @@ import (
 // testToken is the PAT the tests' fakes require.
 const testToken = "ghp_testTokenThatMustNeverLeak0123456789"
 
+// newServer is a fake GitHub that accepts testToken alone.
+func newServer(t *testing.T) *fakegh.Server {
+	t.Helper()
+	srv := fakegh.New()
+	t.Cleanup(srv.Close)
+	srv.RequireToken(testToken)
+	return srv
+}
+
+// newClient is a client of srv with testToken.
 func newClient(t *testing.T, srv *fakegh.Server) *rest.Client {
 	t.Helper()
-	c, err := rest.New(rest.Options{BaseURL: srv.URL(), Token: testToken})
+	return newClientWith(t, srv, rest.Options{})
+}
+
+// newClientWith is a client of srv with testToken and the rest of opts.
+func newClientWith(t *testing.T, srv *fakegh.Server, opts rest.Options) *rest.Client {
+	t.Helper()
+	opts.BaseURL, opts.Token = srv.URL(), testToken
+	c, err := rest.New(opts)
 	if err != nil {
 		t.Fatalf("rest.New: %v", err)
 	}

@@ -17,8 +17,7 @@ import (
 const pageSize = 2
 
 func TestListRunnersFollowsEveryPage(t *testing.T) {
-	srv := fakegh.New()
-	t.Cleanup(srv.Close)
+	srv := newServer(t)
 	srv.PageSize(pageSize)
 	for _, s := range []domain.Scope{{Owner: "acme"}, {Owner: "acme", Repo: "app"}} {
 		var want []int64
@@ -54,8 +53,7 @@ func TestListRunnersFollowsEveryPage(t *testing.T) {
 // holds and more jobs per run than a page holds, in an organisation with
 // more repositories than a page holds.
 func TestListJobsFollowsEveryPage(t *testing.T) {
-	srv := fakegh.New()
-	t.Cleanup(srv.Close)
+	srv := newServer(t)
 	srv.PageSize(pageSize)
 	// acme/old is archived: no workflow runs there, whatever its history.
 	var queued, running []int64
