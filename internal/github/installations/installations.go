@@ -131,24 +131,33 @@ func (g *GitHub) client(ctx context.Context, owner string) (*rest.Client, error)
 	if owner == "" {
 		return nil, fmt.Errorf("%w: no account named", domain.ErrInvalidRequest)
 	}
+	return perInstallation(ctx, g, owner, g.clients, func(id int64) (*rest.Client, error) {
+		o := g.o.Client
+		o.BaseURL, o.AppID, o.InstallationID, o.PrivateKey, o.Token = g.o.BaseURL, g.o.AppID, id, g.o.PrivateKey, ""
+		o.Transport = g.budget(id, owner).Transport(g.next())
+		return rest.New(o)
+	})
+}
+
+// perInstallation is owner's installation's entry of made: built on first
+// use (build is called with g.mu held), then kept for later calls.
+func perInstallation[T any](ctx context.Context, g *GitHub, owner string, made map[int64]T, build func(id int64) (T, error)) (T, error) {
+	var none T
 	id, err := g.installation(ctx, owner)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if c, ok := g.clients[id]; ok {
-		return c, nil
+	if v, ok := made[id]; ok {
+		return v, nil
 	}
-	o := g.o.Client
-	o.BaseURL, o.AppID, o.InstallationID, o.PrivateKey, o.Token = g.o.BaseURL, g.o.AppID, id, g.o.PrivateKey, ""
-	o.Transport = g.budget(id, owner).Transport(g.next())
-	c, err := rest.New(o)
+	v, err := build(id)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
-	g.clients[id] = c
-	return c, nil
+	made[id] = v
+	return v, nil
 }
 
 // installation finds owner's installation: the organisation's, else the
@@ -227,23 +236,14 @@ func CheckToken(ctx context.Context, o rest.Options) (string, error) {
 // HTTPClient returns an HTTP client authenticated as owner's installation,
 // for the calls the REST client does not make (a configuration file).
 func (g *GitHub) HTTPClient(ctx context.Context, owner string) (*http.Client, error) {
-	id, err := g.installation(ctx, owner)
-	if err != nil {
-		return nil, err
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if hc, ok := g.http[id]; ok {
-		return hc, nil
-	}
-	itr, err := ghinstallation.New(g.budget(id, owner).Transport(g.next()), g.o.AppID, id, g.o.PrivateKey)
-	if err != nil {
-		return nil, fmt.Errorf("github app %d: %w", g.o.AppID, err)
-	}
-	itr.BaseURL = strings.TrimSuffix(g.o.BaseURL, "/")
-	hc := &http.Client{Transport: itr, Timeout: or(g.o.Client.Timeout, rest.DefaultTimeout)}
-	g.http[id] = hc
-	return hc, nil
+	return perInstallation(ctx, g, owner, g.http, func(id int64) (*http.Client, error) {
+		itr, err := ghinstallation.New(g.budget(id, owner).Transport(g.next()), g.o.AppID, id, g.o.PrivateKey)
+		if err != nil {
+			return nil, fmt.Errorf("github app %d: %w", g.o.AppID, err)
+		}
+		itr.BaseURL = strings.TrimSuffix(g.o.BaseURL, "/")
+		return &http.Client{Transport: itr, Timeout: or(g.o.Client.Timeout, rest.DefaultTimeout)}, nil
+	})
 }
 
 // budget is installation id's rate limit, shared by its clients; called
