@@ -1,64 +1,54 @@
 package jobs_test
 
 import (
-	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
+	"github.com/bullpen-ci/bullpen/internal/testworld"
 )
 
 var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 
-type fixture struct {
-	t     *testing.T
-	ctx   context.Context
-	clk   *clock.Virtual
-	store *sqlite.Store
-	queue *sqlite.Queue
-}
+type fixture struct{ *testworld.World }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	t.Parallel() // each fixture has its own database and clock
-	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0)}
-	f.store, f.queue = sqlitetest.Open(t, f.clk)
-	return f
+	return &fixture{testworld.New(t, t0)}
 }
 
-func (f *fixture) job(j domain.Job) domain.Job {
-	f.t.Helper()
+// createJob records j, as job 42 unless it says otherwise.
+func (f *fixture) createJob(j domain.Job) domain.Job {
+	f.T.Helper()
 	if j.ID == 0 {
 		j.ID = 42
 	}
-	if _, err := f.store.CreateJobs(f.ctx, []domain.Job{j}); err != nil {
-		f.t.Fatal(err)
-	}
-	return f.get(j.ID)
+	return f.CreateJob(j)
 }
 
-func (f *fixture) get(id int64) domain.Job {
-	f.t.Helper()
-	j, err := f.store.GetJob(f.ctx, id)
-	if err != nil {
-		f.t.Fatal(err)
+// createInstance records an instance in state st bound to job (a job id, 0
+// for none), holding the runner registered for it.
+func (f *fixture) createInstance(id string, st domain.State, job int64) domain.Instance {
+	f.T.Helper()
+	in := domain.Instance{ID: id, State: st}
+	if job != 0 {
+		in.Job, in.RunnerName, in.RunnerConfig = domain.JobKey(job), fmt.Sprintf("%s-%d", id, job), "jit-of-"+id
 	}
-	return j
+	return f.CreateInstance(in)
 }
 
 // messages receives what a queue holds once every delay is over.
 func (f *fixture) messages(queue string) []domain.Message {
-	f.t.Helper()
-	f.clk.Advance(domain.MaxQueueDelay)
-	msgs, err := f.queue.Receive(f.ctx, queue, 10, time.Minute, 0)
+	f.T.Helper()
+	f.Clock.Advance(domain.MaxQueueDelay)
+	msgs, err := f.Queue.Receive(f.Ctx, queue, 10, time.Minute, 0)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return msgs
 }
@@ -97,7 +87,7 @@ func TestSendRequestDedupsPerAttempt(t *testing.T) {
 		t.Fatalf("requeue %+v must differ from the first send %+v", requeued, first)
 	}
 	for _, r := range []domain.SendRequest{first, again, requeued} {
-		if err := f.queue.Send(f.ctx, domain.QueueLaunch, []domain.SendRequest{r}); err != nil {
+		if err := f.Queue.Send(f.Ctx, domain.QueueLaunch, []domain.SendRequest{r}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -112,7 +102,7 @@ func TestOfferToResourcePool(t *testing.T) {
 		InstanceID: "bp-1", CloudID: "i-1", UsageClass: "spot", InstanceType: "m7a.xlarge",
 		CPU: 4, Mem: 16384, ResourceClass: "medium", Threshold: t0.Add(10 * time.Minute),
 	}
-	if err := jobs.OfferToResourcePool(f.ctx, f.queue, "linux-medium", e); err != nil {
+	if err := jobs.OfferToResourcePool(f.Ctx, f.Queue, "linux-medium", e); err != nil {
 		t.Fatal(err)
 	}
 	msgs := f.messages(domain.ResourcePoolQueue("linux-medium"))

@@ -1,16 +1,11 @@
 package jobs_test
 
 import (
-	"context"
-	"fmt"
 	"slices"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
 
 func TestServesJob(t *testing.T) {
@@ -25,41 +20,18 @@ func TestServesJob(t *testing.T) {
 	}
 }
 
-// instance writes an instance in state st bound to job (a job id, 0 for
-// none), holding the runner registered for it.
-func (f *fixture) instance(id string, st domain.State, job int64) domain.Instance {
-	f.t.Helper()
-	in := domain.Instance{ID: id, CloudID: "i-" + id, State: st, Deadline: t0.Add(time.Hour)}
-	if job != 0 {
-		in.Job, in.RunnerName, in.RunnerConfig = domain.JobKey(job), fmt.Sprintf("%s-%d", id, job), "jit-of-"+id
-	}
-	if err := f.store.CreateInstances(f.ctx, []domain.Instance{in}); err != nil {
-		f.t.Fatal(err)
-	}
-	return f.getInstance(id)
-}
-
-func (f *fixture) getInstance(id string) domain.Instance {
-	f.t.Helper()
-	in, err := f.store.GetInstance(f.ctx, id)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return in
-}
-
 // swapPair writes bp-1 running job 42 and bp-2 claimed for job 43, each
 // job assigned to its instance: two jobs with the same labels, whose
 // runners GitHub may swap.
 func swapPair(f *fixture) {
-	f.t.Helper()
-	f.instance("bp-1", domain.StateRunning, 42)
-	f.instance("bp-2", domain.StateClaimed, 43)
+	f.T.Helper()
+	f.createInstance("bp-1", domain.StateRunning, 42)
+	f.createInstance("bp-2", domain.StateClaimed, 43)
 	for _, j := range []domain.Job{
 		{ID: 42, Status: domain.JobAssigned, InstanceID: "bp-1", RunnerName: "bp-1-42", Attempts: 1},
 		{ID: 43, Status: domain.JobAssigned, InstanceID: "bp-2", RunnerName: "bp-2-43", Attempts: 1},
 	} {
-		f.job(j)
+		f.createJob(j)
 	}
 }
 
@@ -67,7 +39,7 @@ func swapPair(f *fixture) {
 // job to the instance, and the instance still holds its own registration.
 func wantBound(t *testing.T, f *fixture, id string, job int64) {
 	t.Helper()
-	in, j := f.getInstance(id), f.get(job)
+	in, j := f.Instance(id), f.Job(job)
 	if in.Job != domain.JobKey(job) || in.JobStarted || j.InstanceID != id {
 		t.Fatalf("%s bound to %q (started %v), job %d to %q; want each other", id, in.Job, in.JobStarted, job, j.InstanceID)
 	}
@@ -80,31 +52,31 @@ func TestRebindFollowsTheRunnerThatTookTheJob(t *testing.T) {
 	f := newFixture(t)
 	swapPair(f)
 	// bp-1's runner took job 43.
-	if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", t0); err != nil {
+	if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", t0); err != nil {
 		t.Fatal(err)
 	}
 	wantBound(t, f, "bp-1", 43)
-	if in := f.getInstance("bp-1"); in.State != domain.StateRunning || in.RunnerName != "bp-1-42" {
+	if in := f.Instance("bp-1"); in.State != domain.StateRunning || in.RunnerName != "bp-1-42" {
 		t.Fatalf("bp-1 %s runner %q, want still running its own runner bp-1-42", in.State, in.RunnerName)
 	}
-	if j := f.get(43); j.Status != domain.JobAssigned || j.RunnerName != "bp-2-43" || j.Attempts != 1 {
+	if j := f.Job(43); j.Status != domain.JobAssigned || j.RunnerName != "bp-2-43" || j.Attempts != 1 {
 		t.Fatalf("job 43 %s runner %q attempt %d: only its instance should change", j.Status, j.RunnerName, j.Attempts)
 	}
 	// Job 42 is handed to the runner that is left, bp-2's, whose labels
 	// cover it; bp-2 keeps its own registration.
 	wantBound(t, f, "bp-2", 42)
-	if j := f.get(42); j.Status != domain.JobAssigned || j.RunnerName != "bp-1-42" || j.Attempts != 1 {
+	if j := f.Job(42); j.Status != domain.JobAssigned || j.RunnerName != "bp-1-42" || j.Attempts != 1 {
 		t.Fatalf("job 42 %s runner %q attempt %d: only its instance should change", j.Status, j.RunnerName, j.Attempts)
 	}
 
 	// bp-2's runner took job 42, as expected: nothing more to do.
-	before := f.getInstance("bp-2")
-	if err := jobs.Rebind(f.ctx, f.store, f.queue, 42, "bp-2", t0); err != nil {
+	before := f.Instance("bp-2")
+	if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 42, "bp-2", t0); err != nil {
 		t.Fatal(err)
 	}
 	wantBound(t, f, "bp-2", 42)
 	wantBound(t, f, "bp-1", 43)
-	if after := f.getInstance("bp-2"); after.Version != before.Version {
+	if after := f.Instance("bp-2"); after.Version != before.Version {
 		t.Fatalf("bp-2 written again: v%d → v%d", before.Version, after.Version)
 	}
 	f.wantQueued(0)
@@ -115,21 +87,21 @@ func TestRebindFollowsTheRunnerThatTookTheJob(t *testing.T) {
 // instance is unbound; its runner may wait a while for a job it can take.
 func TestRebindRequeuesADisplacedJobNoLeftRunnerCanTake(t *testing.T) {
 	f := newFixture(t)
-	f.instance("bp-1", domain.StateRunning, 42)
-	f.instance("bp-2", domain.StateClaimed, 43)
-	f.job(domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: "bp-1", RunnerName: "bp-1-42", Attempts: 1,
+	f.createInstance("bp-1", domain.StateRunning, 42)
+	f.createInstance("bp-2", domain.StateClaimed, 43)
+	f.createJob(domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: "bp-1", RunnerName: "bp-1-42", Attempts: 1,
 		Labels: []string{"self-hosted", "Linux", "gpu"}})
-	f.job(domain.Job{ID: 43, Status: domain.JobAssigned, InstanceID: "bp-2", RunnerName: "bp-2-43", Attempts: 1,
+	f.createJob(domain.Job{ID: 43, Status: domain.JobAssigned, InstanceID: "bp-2", RunnerName: "bp-2-43", Attempts: 1,
 		Labels: []string{"self-hosted", "linux"}})
-	if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", t0); err != nil {
+	if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", t0); err != nil {
 		t.Fatal(err)
 	}
 	wantBound(t, f, "bp-1", 43)
-	if j := f.get(42); j.Status != domain.JobQueued || j.InstanceID != "" || j.RunnerName != "" || j.Attempts != 2 {
+	if j := f.Job(42); j.Status != domain.JobQueued || j.InstanceID != "" || j.RunnerName != "" || j.Attempts != 2 {
 		t.Fatalf("job 42 %s on %q runner %q attempt %d, want queued again, unbound", j.Status, j.InstanceID, j.RunnerName, j.Attempts)
 	}
 	f.wantQueued(1)
-	if in := f.getInstance("bp-2"); in.Job != "" || in.State != domain.StateClaimed || in.Deadline.After(t0.Add(jobs.UnboundWait)) {
+	if in := f.Instance("bp-2"); in.Job != "" || in.State != domain.StateClaimed || in.Deadline.After(t0.Add(jobs.UnboundWait)) {
 		t.Fatalf("bp-2 %s bound to %q until %s, want unbound, waiting at most %s", in.State, in.Job, in.Deadline, jobs.UnboundWait)
 	}
 }
@@ -145,14 +117,14 @@ func TestRebindRequeuesADisplacedJobWhenTheLeftInstanceMovedOn(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)
 			swapPair(f)
-			in := f.getInstance("bp-2")
-			if _, err := f.store.Transition(f.ctx, in.ID, domain.GuardOf(in), move); err != nil {
+			in := f.Instance("bp-2")
+			if _, err := f.Store.Transition(f.Ctx, in.ID, domain.GuardOf(in), move); err != nil {
 				t.Fatal(err)
 			}
-			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", t0); err != nil {
+			if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", t0); err != nil {
 				t.Fatal(err)
 			}
-			if j := f.get(42); j.Status != domain.JobQueued || j.InstanceID != "" {
+			if j := f.Job(42); j.Status != domain.JobQueued || j.InstanceID != "" {
 				t.Fatalf("job 42 %s on %q, want queued again", j.Status, j.InstanceID)
 			}
 			f.wantQueued(1)
@@ -166,16 +138,16 @@ func TestRebindRequeuesADisplacedJobWhenTheLeftInstanceMovedOn(t *testing.T) {
 func TestRebindHandsTheDisplacedJobToAStartedRunnerThatCanTakeIt(t *testing.T) {
 	f := newFixture(t)
 	swapPair(f)
-	in := f.getInstance("bp-2")
-	if _, err := f.store.Transition(f.ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
+	in := f.Instance("bp-2")
+	if _, err := f.Store.Transition(f.Ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) {
 		i.JobStarted, i.State = true, domain.StateRunning
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", t0); err != nil {
+	if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", t0); err != nil {
 		t.Fatal(err)
 	}
-	if in, j := f.getInstance("bp-2"), f.get(42); in.Job != "42" || !in.JobStarted || j.InstanceID != "bp-2" {
+	if in, j := f.Instance("bp-2"), f.Job(42); in.Job != "42" || !in.JobStarted || j.InstanceID != "bp-2" {
 		t.Fatalf("bp-2 bound to %q (started %t), job 42 to %q; want each other, still started", in.Job, in.JobStarted, j.InstanceID)
 	}
 	f.wantQueued(0)
@@ -188,8 +160,8 @@ func TestRebindAlreadyBoundChangesNothing(t *testing.T) {
 	}{
 		{"job started on the instance it was assigned", func(*fixture) {}},
 		{"repeated report of a swap", func(f *fixture) {
-			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", t0); err != nil {
-				f.t.Fatal(err)
+			if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", t0); err != nil {
+				f.T.Fatal(err)
 			}
 		}},
 	}
@@ -198,12 +170,12 @@ func TestRebindAlreadyBoundChangesNothing(t *testing.T) {
 			f := newFixture(t)
 			swapPair(f)
 			tc.setup(f)
-			id := f.get(43).InstanceID
-			in, j := f.getInstance(id), f.get(43)
-			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, id, t0); err != nil {
+			id := f.Job(43).InstanceID
+			in, j := f.Instance(id), f.Job(43)
+			if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, id, t0); err != nil {
 				t.Fatal(err)
 			}
-			if after, jafter := f.getInstance(id), f.get(43); after.Version != in.Version || jafter.Version != j.Version {
+			if after, jafter := f.Instance(id), f.Job(43); after.Version != in.Version || jafter.Version != j.Version {
 				t.Fatalf("wrote %s v%d → v%d, job 43 v%d → v%d", id, in.Version, after.Version, j.Version, jafter.Version)
 			}
 		})
@@ -236,23 +208,23 @@ func TestRebindLeavesAlone(t *testing.T) {
 			f := newFixture(t)
 			var before domain.Instance
 			if tc.inst != "" {
-				before = f.instance("bp-1", tc.inst, tc.bound)
+				before = f.createInstance("bp-1", tc.inst, tc.bound)
 			}
 			var jbefore domain.Job
 			if tc.job != nil {
 				tc.job.ID = 43
-				jbefore = f.job(*tc.job)
+				jbefore = f.createJob(*tc.job)
 			}
-			if err := jobs.Rebind(f.ctx, f.store, f.queue, 43, "bp-1", t0); err != nil {
+			if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", t0); err != nil {
 				t.Fatal(err)
 			}
 			if tc.inst != "" {
-				if after := f.getInstance("bp-1"); after.Version != before.Version || after.Job != before.Job {
+				if after := f.Instance("bp-1"); after.Version != before.Version || after.Job != before.Job {
 					t.Fatalf("instance changed: %s %q v%d → %q v%d", tc.inst, before.Job, before.Version, after.Job, after.Version)
 				}
 			}
 			if tc.job != nil {
-				if after := f.get(43); after.Version != jbefore.Version || after.InstanceID != jbefore.InstanceID {
+				if after := f.Job(43); after.Version != jbefore.Version || after.InstanceID != jbefore.InstanceID {
 					t.Fatalf("job changed: on %q v%d → on %q v%d", jbefore.InstanceID, jbefore.Version, after.InstanceID, after.Version)
 				}
 			}
@@ -260,69 +232,47 @@ func TestRebindLeavesAlone(t *testing.T) {
 	}
 }
 
-// instanceRacer is the real store with another writer that touches the
-// instance right after each of the first n reads of it, so the guarded
-// write that follows the read loses.
-type instanceRacer struct {
-	*sqlite.Store
-	n  int
-	mu sync.Mutex
-}
-
-func (s *instanceRacer) GetInstance(ctx context.Context, id string) (domain.Instance, error) {
-	in, err := s.Store.GetInstance(ctx, id)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil || s.n == 0 {
-		return in, err
-	}
-	s.n--
-	_, err = s.Store.Transition(ctx, id, domain.GuardOf(in), func(x *domain.Instance) { x.Reason = fmt.Sprintf("touched %d", s.n) })
-	return in, err
-}
-
 func TestRebindRetriesLostRaces(t *testing.T) {
-	t.Run("on the instance", func(t *testing.T) {
-		f := newFixture(t)
-		swapPair(f)
-		if err := jobs.Rebind(f.ctx, &instanceRacer{Store: f.store, n: 3}, f.queue, 43, "bp-1", t0); err != nil {
-			t.Fatal(err)
-		}
-		wantBound(t, f, "bp-1", 43)
-		if in := f.getInstance("bp-1"); in.Reason != "touched 0" {
-			t.Fatalf("reason %q: the other writer's change was lost", in.Reason)
-		}
-	})
-	t.Run("on the job", func(t *testing.T) {
-		f := newFixture(t)
-		swapPair(f)
-		if err := jobs.Rebind(f.ctx, &racingStore{Store: f.store, n: 3}, f.queue, 43, "bp-1", t0); err != nil {
-			t.Fatal(err)
-		}
-		wantBound(t, f, "bp-1", 43)
-		if j := f.get(43); j.Reason != "touched 0" {
-			t.Fatalf("reason %q: the other writer's change was lost", j.Reason)
-		}
-	})
+	for _, tc := range []struct {
+		name                    string
+		jobRaces, instanceRaces int
+		reason                  func(*fixture) string // of the row raced
+	}{
+		{"on the instance", 0, 3, func(f *fixture) string { return f.Instance("bp-1").Reason }},
+		{"on the job", 3, 0, func(f *fixture) string { return f.Job(43).Reason }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			swapPair(f)
+			racer := &racingStore{Store: f.Store, jobRaces: tc.jobRaces, instanceRaces: tc.instanceRaces}
+			if err := jobs.Rebind(f.Ctx, racer, f.Queue, 43, "bp-1", t0); err != nil {
+				t.Fatal(err)
+			}
+			wantBound(t, f, "bp-1", 43)
+			if reason := tc.reason(f); reason != "touched 0" {
+				t.Fatalf("reason %q: the other writer's change was lost", reason)
+			}
+		})
+	}
 	t.Run("the other writer completes the job", func(t *testing.T) {
 		f := newFixture(t)
 		swapPair(f)
 		// The job is read once by Rebind itself: completed on its next read.
-		racer := &racingStore{Store: f.store, n: 1, final: true}
-		if err := jobs.Rebind(f.ctx, racer, f.queue, 43, "bp-1", t0); err != nil {
+		racer := &racingStore{Store: f.Store, jobRaces: 1, final: true}
+		if err := jobs.Rebind(f.Ctx, racer, f.Queue, 43, "bp-1", t0); err != nil {
 			t.Fatal(err)
 		}
-		if j := f.get(43); j.Status != domain.JobCompleted || j.InstanceID != "bp-2" {
+		if j := f.Job(43); j.Status != domain.JobCompleted || j.InstanceID != "bp-2" {
 			t.Fatalf("job 43 %s on %q, want the completion kept, on bp-2", j.Status, j.InstanceID)
 		}
 	})
 	t.Run("gives up on an instance that never stops changing", func(t *testing.T) {
 		f := newFixture(t)
 		swapPair(f)
-		if err := jobs.Rebind(f.ctx, &instanceRacer{Store: f.store, n: 100}, f.queue, 43, "bp-1", t0); err == nil {
+		if err := jobs.Rebind(f.Ctx, &racingStore{Store: f.Store, instanceRaces: 100}, f.Queue, 43, "bp-1", t0); err == nil {
 			t.Fatal("no error, though bp-1 was never bound to job 43")
 		}
-		if in, j := f.getInstance("bp-1"), f.get(43); in.Job != "42" || j.InstanceID != "bp-2" {
+		if in, j := f.Instance("bp-1"), f.Job(43); in.Job != "42" || j.InstanceID != "bp-2" {
 			t.Fatalf("bp-1 bound to %q, job 43 to %q: half a rebind, want neither changed", in.Job, j.InstanceID)
 		}
 	})
@@ -330,14 +280,14 @@ func TestRebindRetriesLostRaces(t *testing.T) {
 
 // wantQueued fails unless job 42's queue holds n messages, each job 42.
 func (f *fixture) wantQueued(n int) {
-	f.t.Helper()
-	msgs := f.messages(jobs.QueueFor(f.get(42).Route))
+	f.T.Helper()
+	msgs := f.messages(jobs.QueueFor(f.Job(42).Route))
 	if len(msgs) != n {
-		f.t.Fatalf("%d messages queued, want %d", len(msgs), n)
+		f.T.Fatalf("%d messages queued, want %d", len(msgs), n)
 	}
 	for _, m := range msgs {
 		if id, err := jobs.Decode(m.Body); err != nil || id != 42 {
-			f.t.Fatalf("queued %q, want job 42", m.Body)
+			f.T.Fatalf("queued %q, want job 42", m.Body)
 		}
 	}
 }

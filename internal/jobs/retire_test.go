@@ -15,18 +15,18 @@ import (
 // instance that will not run it.
 func TestRetireRequeuesTheUnstartedJobInTheSameChange(t *testing.T) {
 	f := newFixture(t)
-	in := f.instance("bp-1", domain.StateClaimed, 42)
-	f.job(assigned())
+	in := f.createInstance("bp-1", domain.StateClaimed, 42)
+	f.createJob(assigned())
 	deadline := t0.Add(10 * time.Minute)
-	_, retired, err := jobs.Retire(f.ctx, f.store, f.queue, in, domain.StateTerminating, "deadline passed", deadline)
+	_, retired, err := jobs.Retire(f.Ctx, f.Store, f.Queue, in, domain.StateTerminating, "deadline passed", deadline)
 	if err != nil || !retired {
 		t.Fatalf("retire: %t, %v", retired, err)
 	}
-	got := f.getInstance("bp-1")
+	got := f.Instance("bp-1")
 	if got.State != domain.StateTerminating || got.Job != "" || got.Reason != "deadline passed" || !got.Deadline.Equal(deadline) {
 		t.Fatalf("instance %s bound to %q (%q, until %s), want terminating, unbound", got.State, got.Job, got.Reason, got.Deadline)
 	}
-	j := f.get(42)
+	j := f.Job(42)
 	if j.Status != domain.JobQueued || j.InstanceID != "" || j.Attempts != 2 || j.SendPending {
 		t.Fatalf("job %s on %q attempt %d pending %t, want queued, unbound, attempt 2, sent", j.Status, j.InstanceID, j.Attempts, j.SendPending)
 	}
@@ -35,35 +35,35 @@ func TestRetireRequeuesTheUnstartedJobInTheSameChange(t *testing.T) {
 
 func TestRetireLeavesAStartedJobAlone(t *testing.T) {
 	f := newFixture(t)
-	in := f.instance("bp-1", domain.StateRunning, 42)
-	if _, err := f.store.Transition(f.ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) { i.JobStarted = true }); err != nil {
+	in := f.createInstance("bp-1", domain.StateRunning, 42)
+	if _, err := f.Store.Transition(f.Ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) { i.JobStarted = true }); err != nil {
 		t.Fatal(err)
 	}
-	f.job(assigned())
-	_, retired, err := jobs.Retire(f.ctx, f.store, f.queue, f.getInstance("bp-1"), domain.StateError, "boom", t0)
+	f.createJob(assigned())
+	_, retired, err := jobs.Retire(f.Ctx, f.Store, f.Queue, f.Instance("bp-1"), domain.StateError, "boom", t0)
 	if err != nil || !retired {
 		t.Fatalf("retire: %t, %v", retired, err)
 	}
-	if got := f.getInstance("bp-1"); got.Job != "42" || got.State != domain.StateError {
+	if got := f.Instance("bp-1"); got.Job != "42" || got.State != domain.StateError {
 		t.Fatalf("instance %s bound to %q, want error, still bound to its started job", got.State, got.Job)
 	}
-	if j := f.get(42); j.Status != domain.JobAssigned || j.InstanceID != "bp-1" {
+	if j := f.Job(42); j.Status != domain.JobAssigned || j.InstanceID != "bp-1" {
 		t.Fatalf("job %s on %q: a started job must not be requeued", j.Status, j.InstanceID)
 	}
 }
 
 func TestRetireOfAnInstanceThatMovedOnChangesNothing(t *testing.T) {
 	f := newFixture(t)
-	stale := f.instance("bp-1", domain.StateClaimed, 42)
-	f.job(assigned())
-	if _, err := f.store.Transition(f.ctx, stale.ID, domain.GuardOf(stale), func(i *domain.Instance) { i.State = domain.StateRunning }); err != nil {
+	stale := f.createInstance("bp-1", domain.StateClaimed, 42)
+	f.createJob(assigned())
+	if _, err := f.Store.Transition(f.Ctx, stale.ID, domain.GuardOf(stale), func(i *domain.Instance) { i.State = domain.StateRunning }); err != nil {
 		t.Fatal(err)
 	}
-	_, retired, err := jobs.Retire(f.ctx, f.store, f.queue, stale, domain.StateTerminating, "late", t0)
+	_, retired, err := jobs.Retire(f.Ctx, f.Store, f.Queue, stale, domain.StateTerminating, "late", t0)
 	if err != nil || retired {
 		t.Fatalf("retire of a stale read: %t, %v; want false and no error", retired, err)
 	}
-	if j := f.get(42); j.Status != domain.JobAssigned || j.InstanceID != "bp-1" {
+	if j := f.Job(42); j.Status != domain.JobAssigned || j.InstanceID != "bp-1" {
 		t.Fatalf("job %s on %q: changed by a refused retire", j.Status, j.InstanceID)
 	}
 }
@@ -79,27 +79,27 @@ func (failingQueue) Send(context.Context, string, []domain.SendRequest) error {
 // and the send) keeps SendPending; the sweep sends the message later.
 func TestSendPendingSendsWhatACrashLeftUnsent(t *testing.T) {
 	f := newFixture(t)
-	in := f.instance("bp-1", domain.StateClaimed, 42)
-	f.job(assigned())
-	_, retired, err := jobs.Retire(f.ctx, f.store, failingQueue{f.queue}, in, domain.StateTerminating, "deadline passed", t0)
+	in := f.createInstance("bp-1", domain.StateClaimed, 42)
+	f.createJob(assigned())
+	_, retired, err := jobs.Retire(f.Ctx, f.Store, failingQueue{f.Queue}, in, domain.StateTerminating, "deadline passed", t0)
 	if !retired || err == nil {
 		t.Fatalf("retire with the queue down: %t, %v; want retired with the send's error", retired, err)
 	}
-	if j := f.get(42); j.Status != domain.JobQueued || !j.SendPending {
+	if j := f.Job(42); j.Status != domain.JobQueued || !j.SendPending {
 		t.Fatalf("job %s pending %t, want queued with its message still to send", j.Status, j.SendPending)
 	}
-	if n, err := jobs.SendPending(f.ctx, f.store, f.queue, f.clk.Now(), time.Minute); err != nil || n != 0 {
+	if n, err := jobs.SendPending(f.Ctx, f.Store, f.Queue, f.Clock.Now(), time.Minute); err != nil || n != 0 {
 		t.Fatalf("sweep before the grace: %d sent, %v; want none (the sender may still be at it)", n, err)
 	}
-	f.clk.Advance(time.Minute)
-	if n, err := jobs.SendPending(f.ctx, f.store, f.queue, f.clk.Now(), time.Minute); err != nil || n != 1 {
+	f.Clock.Advance(time.Minute)
+	if n, err := jobs.SendPending(f.Ctx, f.Store, f.Queue, f.Clock.Now(), time.Minute); err != nil || n != 1 {
 		t.Fatalf("sweep: %d sent, %v; want 1", n, err)
 	}
-	if j := f.get(42); j.SendPending {
+	if j := f.Job(42); j.SendPending {
 		t.Fatal("job still marked pending after the sweep sent it")
 	}
 	wantRequeueMessage(t, f, jobs.QueueFor(domain.RouteLaunch))
-	if n, err := jobs.SendPending(f.ctx, f.store, f.queue, f.clk.Now(), time.Minute); err != nil || n != 0 {
+	if n, err := jobs.SendPending(f.Ctx, f.Store, f.Queue, f.Clock.Now(), time.Minute); err != nil || n != 0 {
 		t.Fatalf("second sweep: %d sent, %v; want none", n, err)
 	}
 }
@@ -108,18 +108,18 @@ func TestSendPendingSendsWhatACrashLeftUnsent(t *testing.T) {
 // the machine was taken back, so there is nothing to re-run.
 func TestInterruptLeavesACompletedJobAlone(t *testing.T) {
 	f := newFixture(t)
-	in := f.instance("bp-1", domain.StateRunning, 42)
+	in := f.createInstance("bp-1", domain.StateRunning, 42)
 	j := assigned()
 	j.Status = domain.JobCompleted
-	f.job(j)
-	done, ok, err := jobs.Interrupt(f.ctx, f.store, f.queue, in, "spot", t0.Add(time.Minute))
+	f.createJob(j)
+	done, ok, err := jobs.Interrupt(f.Ctx, f.Store, f.Queue, in, "spot", t0.Add(time.Minute))
 	if err != nil || !ok {
 		t.Fatalf("interrupt: %t, %v", ok, err)
 	}
 	if done.Job != nil || done.Instance.State != domain.StateTerminating {
 		t.Fatalf("interruption %+v, want the instance terminating and no job", done)
 	}
-	if got := f.get(42); got.Interrupted || got.Status != domain.JobCompleted {
+	if got := f.Job(42); got.Interrupted || got.Status != domain.JobCompleted {
 		t.Fatalf("completed job became %s, interrupted %t", got.Status, got.Interrupted)
 	}
 }

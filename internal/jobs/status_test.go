@@ -38,11 +38,11 @@ func TestMarkRunning(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			before := f.job(tc.job)
-			if err := jobs.MarkRunning(f.ctx, f.store, 42, at, tc.runner); err != nil {
+			before := f.createJob(tc.job)
+			if err := jobs.MarkRunning(f.Ctx, f.Store, 42, at, tc.runner); err != nil {
 				t.Fatal(err)
 			}
-			j := f.get(42)
+			j := f.Job(42)
 			if j.Status != tc.wantStatus || j.RunnerName != tc.wantRunner || (j.Version != before.Version) != tc.changed {
 				t.Fatalf("got %s by %q v%d (from v%d), want %s by %q, changed %v",
 					j.Status, j.RunnerName, j.Version, before.Version, tc.wantStatus, tc.wantRunner, tc.changed)
@@ -54,7 +54,7 @@ func TestMarkRunning(t *testing.T) {
 	}
 	t.Run("unknown job", func(t *testing.T) {
 		f := newFixture(t)
-		if err := jobs.MarkRunning(f.ctx, f.store, 99, at, ""); err != nil {
+		if err := jobs.MarkRunning(f.Ctx, f.Store, 99, at, ""); err != nil {
 			t.Fatalf("a job bullpen never saw: %v", err)
 		}
 	})
@@ -66,11 +66,11 @@ func TestRequeue(t *testing.T) {
 			f := newFixture(t)
 			j := assigned()
 			j.Route = route
-			f.job(j)
-			if err := jobs.Requeue(f.ctx, f.store, f.queue, 42, "bp-1", "instance failed: boom"); err != nil {
+			f.createJob(j)
+			if err := jobs.Requeue(f.Ctx, f.Store, f.Queue, 42, "bp-1", "instance failed: boom"); err != nil {
 				t.Fatal(err)
 			}
-			got := f.get(42)
+			got := f.Job(42)
 			if got.Status != domain.JobQueued || got.Reason != "instance failed: boom" || got.Attempts != 2 ||
 				got.InstanceID != "" || got.RunnerName != "" || got.RunnerID != 0 ||
 				got.Via != "" || !got.AssignedAt.IsZero() || got.Route != route {
@@ -84,12 +84,11 @@ func TestRequeue(t *testing.T) {
 // wantRequeueMessage checks that the job waits RequeueDelay in queue, once.
 func wantRequeueMessage(t *testing.T, f *fixture, queue string) {
 	t.Helper()
-	st, err := f.queue.Stats(f.ctx, queue)
-	if err != nil || st.Delayed != 1 || st.Visible != 0 {
-		t.Fatalf("%s queue %+v, %v; want one delayed message", queue, st, err)
+	if st := f.Stats(queue); st.Delayed != 1 || st.Visible != 0 {
+		t.Fatalf("%s queue %+v; want one delayed message", queue, st)
 	}
-	f.clk.Advance(jobs.RequeueDelay)
-	msgs, err := f.queue.Receive(f.ctx, queue, 10, time.Minute, 0)
+	f.Clock.Advance(jobs.RequeueDelay)
+	msgs, err := f.Queue.Receive(f.Ctx, queue, 10, time.Minute, 0)
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("after the delay: %d messages, %v", len(msgs), err)
 	}
@@ -109,7 +108,7 @@ func TestRequeueOnlyFromTheAssignedInstance(t *testing.T) {
 	}
 	t.Run("no longer stored", func(t *testing.T) {
 		f := newFixture(t)
-		if err := jobs.Requeue(f.ctx, f.store, f.queue, 99, "bp-1", "instance failed"); err != nil {
+		if err := jobs.Requeue(f.Ctx, f.Store, f.Queue, 99, "bp-1", "instance failed"); err != nil {
 			t.Fatalf("an unknown job: %v", err)
 		}
 		if msgs := f.messages(domain.QueueLaunch); len(msgs) != 0 {
@@ -120,11 +119,11 @@ func TestRequeueOnlyFromTheAssignedInstance(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			tc.job.InstanceID = "bp-2"
-			before := f.job(tc.job)
-			if err := jobs.Requeue(f.ctx, f.store, f.queue, 42, "bp-1", "instance failed"); err != nil {
+			before := f.createJob(tc.job)
+			if err := jobs.Requeue(f.Ctx, f.Store, f.Queue, 42, "bp-1", "instance failed"); err != nil {
 				t.Fatal(err)
 			}
-			if got := f.get(42); got.Version != before.Version {
+			if got := f.Job(42); got.Version != before.Version {
 				t.Fatalf("job changed: %s v%d → %s v%d", before.Status, before.Version, got.Status, got.Version)
 			}
 			if msgs := f.messages(domain.QueueLaunch); len(msgs) != 0 {
@@ -138,73 +137,91 @@ func TestRequeueOnlyFromTheAssignedInstance(t *testing.T) {
 // job again under the same dedup id: the queue keeps one message.
 func TestRequeueRepeatedKeepsOneMessage(t *testing.T) {
 	f := newFixture(t)
-	f.job(assigned())
+	f.createJob(assigned())
 	for range 2 {
-		if err := jobs.Requeue(f.ctx, f.store, f.queue, 42, "bp-1", "instance failed"); err != nil {
+		if err := jobs.Requeue(f.Ctx, f.Store, f.Queue, 42, "bp-1", "instance failed"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := f.get(42); got.Attempts != 2 {
+	if got := f.Job(42); got.Attempts != 2 {
 		t.Fatalf("attempts %d, want 2: the repeat must not count again", got.Attempts)
 	}
 	wantRequeueMessage(t, f, domain.QueueLaunch)
 }
 
-// racingStore is the real store with another writer that touches the job
-// right after each of the first n reads, so the guarded write that follows
-// the read loses. final makes that writer complete the job instead.
+// racingStore is the real store with another writer that touches a row
+// right after each of its first reads, so the guarded write that follows
+// the read loses: the first jobRaces reads of a job that has not ended, and
+// the first instanceRaces reads of an instance. final makes that writer
+// complete the job instead.
 type racingStore struct {
 	*sqlite.Store
-	n     int
-	final bool
-	mu    sync.Mutex
+	jobRaces, instanceRaces int
+	final                   bool
+	mu                      sync.Mutex
+}
+
+// race reports whether a read that found its row is raced, and the races
+// left after it, counting it.
+func (s *racingStore) race(found bool, left *int) (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !found || *left == 0 {
+		return 0, false
+	}
+	*left--
+	return *left, true
 }
 
 func (s *racingStore) GetJob(ctx context.Context, id int64) (domain.Job, error) {
 	j, err := s.Store.GetJob(ctx, id)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil || s.n == 0 || j.Status.Final() {
-		return j, err
+	if n, ok := s.race(err == nil && !j.Status.Final(), &s.jobRaces); ok {
+		_, err = s.Store.TransitionJob(ctx, id, domain.JobGuardOf(j), func(x *domain.Job) {
+			x.Reason = fmt.Sprintf("touched %d", n)
+			if s.final {
+				x.Status, x.Conclusion = domain.JobCompleted, "cancelled"
+			}
+		})
 	}
-	s.n--
-	_, err = s.Store.TransitionJob(ctx, id, domain.JobGuardOf(j), func(x *domain.Job) {
-		x.Reason = fmt.Sprintf("touched %d", s.n)
-		if s.final {
-			x.Status, x.Conclusion = domain.JobCompleted, "cancelled"
-		}
-	})
 	return j, err
+}
+
+func (s *racingStore) GetInstance(ctx context.Context, id string) (domain.Instance, error) {
+	in, err := s.Store.GetInstance(ctx, id)
+	if n, ok := s.race(err == nil, &s.instanceRaces); ok {
+		_, err = s.Store.Transition(ctx, id, domain.GuardOf(in), func(x *domain.Instance) { x.Reason = fmt.Sprintf("touched %d", n) })
+	}
+	return in, err
 }
 
 func TestStatusChangesRetryLostRaces(t *testing.T) {
 	t.Run("mark running", func(t *testing.T) {
 		f := newFixture(t)
-		f.job(assigned())
-		if err := jobs.MarkRunning(f.ctx, &racingStore{Store: f.store, n: 3}, 42, t0, ""); err != nil {
+		f.createJob(assigned())
+		if err := jobs.MarkRunning(f.Ctx, &racingStore{Store: f.Store, jobRaces: 3}, 42, t0, ""); err != nil {
 			t.Fatal(err)
 		}
-		if j := f.get(42); j.Status != domain.JobRunning || j.Reason != "touched 0" {
+		if j := f.Job(42); j.Status != domain.JobRunning || j.Reason != "touched 0" {
 			t.Fatalf("got %s (%q), want running on top of the other writer's change", j.Status, j.Reason)
 		}
 	})
 	t.Run("requeue", func(t *testing.T) {
 		f := newFixture(t)
-		f.job(assigned())
-		if err := jobs.Requeue(f.ctx, &racingStore{Store: f.store, n: 3}, f.queue, 42, "bp-1", "failed"); err != nil {
+		f.createJob(assigned())
+		if err := jobs.Requeue(f.Ctx, &racingStore{Store: f.Store, jobRaces: 3}, f.Queue, 42, "bp-1", "failed"); err != nil {
 			t.Fatal(err)
 		}
-		if j := f.get(42); j.Status != domain.JobQueued || j.Attempts != 2 {
+		if j := f.Job(42); j.Status != domain.JobQueued || j.Attempts != 2 {
 			t.Fatalf("got %s attempt %d, want queued attempt 2", j.Status, j.Attempts)
 		}
 	})
 	t.Run("gives up after bounded attempts", func(t *testing.T) {
 		f := newFixture(t)
-		f.job(assigned())
-		if err := jobs.MarkRunning(f.ctx, &racingStore{Store: f.store, n: 100}, 42, t0, ""); err == nil {
+		f.createJob(assigned())
+		if err := jobs.MarkRunning(f.Ctx, &racingStore{Store: f.Store, jobRaces: 100}, 42, t0, ""); err == nil {
 			t.Fatal("a job that never stops changing was marked running")
 		}
-		if j := f.get(42); j.Status != domain.JobAssigned {
+		if j := f.Job(42); j.Status != domain.JobAssigned {
 			t.Fatalf("got %s, want still assigned", j.Status)
 		}
 	})
