@@ -92,15 +92,9 @@ func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) e
 
 // GetInstance reads the row consistently.
 func (s *Store) GetInstance(ctx context.Context, id string) (domain.Instance, error) {
-	if err := s.checkOpen(); err != nil {
-		return domain.Instance{}, fmt.Errorf("get instance %s: %w", id, err)
-	}
-	in, found, err := instanceKind.get(ctx, s, id)
+	in, err := instanceKind.read(ctx, s, id)
 	if err != nil {
-		return domain.Instance{}, fmt.Errorf("get instance %s: %w", id, err)
-	}
-	if !found {
-		return domain.Instance{}, fmt.Errorf("instance %s: %w", id, domain.ErrNotFound)
+		return domain.Instance{}, err
 	}
 	s.sawBeat(in)
 	return in, nil
@@ -133,15 +127,9 @@ func (s *Store) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]d
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
-	var out []domain.Instance
-	for _, item := range items {
-		in, err := decodeInstance(item)
-		if err != nil {
-			return nil, fmt.Errorf("list instances: %w", err)
-		}
-		if matchesInstance(in, f) {
-			out = append(out, in)
-		}
+	out, err := instanceKind.matching(items, func(in domain.Instance) bool { return matchesInstance(in, f) })
+	if err != nil {
+		return nil, fmt.Errorf("list instances: %w", err)
 	}
 	slices.SortFunc(out, func(a, b domain.Instance) int {
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {

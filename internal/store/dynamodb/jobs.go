@@ -77,17 +77,7 @@ func (s *Store) CreateJobs(ctx context.Context, jobs []domain.Job) ([]bool, erro
 
 // GetJob reads the row consistently.
 func (s *Store) GetJob(ctx context.Context, id int64) (domain.Job, error) {
-	if err := s.checkOpen(); err != nil {
-		return domain.Job{}, fmt.Errorf("get job %d: %w", id, err)
-	}
-	j, found, err := jobKind.get(ctx, s, id)
-	if err != nil {
-		return domain.Job{}, fmt.Errorf("get job %d: %w", id, err)
-	}
-	if !found {
-		return domain.Job{}, fmt.Errorf("job %d: %w", id, domain.ErrNotFound)
-	}
-	return j, nil
+	return jobKind.read(ctx, s, id)
 }
 
 // ListJobs reads the jobs by id when the filter names them, else queries
@@ -106,15 +96,9 @@ func (s *Store) ListJobs(ctx context.Context, f domain.JobFilter) ([]domain.Job,
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
-	var out []domain.Job
-	for _, item := range items {
-		j, err := decodeJob(item)
-		if err != nil {
-			return nil, fmt.Errorf("list jobs: %w", err)
-		}
-		if matchesJob(j, f) {
-			out = append(out, j)
-		}
+	out, err := jobKind.matching(items, func(j domain.Job) bool { return matchesJob(j, f) })
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
 	}
 	slices.SortFunc(out, func(a, b domain.Job) int {
 		c := cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))

@@ -16,44 +16,76 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-// rowKind is one kind of row's guarded transition: how to find, decide
-// and encode it. The read, the conditional write and the retries are the
-// same for instances and jobs and are written once below.
+// rowKind is one kind of row as the store reads and changes it: how to
+// find, decide and encode it. The reads, the conditional write and the
+// retries are the same for instances and jobs and are written once below.
 type rowKind[ID comparable, Row any, Guard any] struct {
-	noun    string
-	key     func(ID) map[string]types.AttributeValue
-	encode  func(*Store, Row) (map[string]types.AttributeValue, error)
-	decode  func(map[string]types.AttributeValue) (Row, error)
-	decide  func(cur Row, g Guard, now time.Time, fn func(*Row)) (Row, error)
-	version func(Row) int64
+	noun   string
+	key    func(ID) map[string]types.AttributeValue
+	encode func(*Store, Row) (map[string]types.AttributeValue, error)
+	decode func(map[string]types.AttributeValue) (Row, error)
+	// apply is the domain's decision (domain.ApplyTransition and its job
+	// twin); validate refuses what the table could not hold (see decide).
+	apply    func(cur Row, g Guard, now time.Time, fn func(*Row)) (Row, error)
+	validate func(Row) error
+	version  func(Row) int64
 }
 
 var instanceKind = rowKind[string, domain.Instance, domain.Guard]{
 	noun: "instance", key: instanceKey,
 	encode: (*Store).instanceItem, decode: decodeInstance,
-	decide: func(cur domain.Instance, g domain.Guard, now time.Time, fn func(*domain.Instance)) (domain.Instance, error) {
-		next, refused := domain.ApplyTransition(cur, g, now, fn)
-		if refused != nil {
-			return domain.Instance{}, refused
-		}
-		utcTimes(&next)
-		return next, next.Validate()
-	},
+	apply: domain.ApplyTransition, validate: domain.Instance.Validate,
 	version: func(i domain.Instance) int64 { return i.Version },
 }
 
 var jobKind = rowKind[int64, domain.Job, domain.JobGuard]{
 	noun: "job", key: jobKey,
 	encode: (*Store).jobItem, decode: decodeJob,
-	decide: func(cur domain.Job, g domain.JobGuard, now time.Time, fn func(*domain.Job)) (domain.Job, error) {
-		next, refused := domain.ApplyJobTransition(cur, g, now, fn)
-		if refused != nil {
-			return domain.Job{}, refused
-		}
-		utcTimes(&next)
-		return next, next.Validate()
-	},
+	apply: domain.ApplyJobTransition, validate: domain.Job.Validate,
 	version: func(j domain.Job) int64 { return j.Version },
+}
+
+// decide returns the row to write, its times in UTC, or why the
+// transition is refused.
+func (k *rowKind[ID, Row, Guard]) decide(cur Row, g Guard, now time.Time, fn func(*Row)) (Row, error) {
+	next, refused := k.apply(cur, g, now, fn)
+	if refused != nil {
+		var zero Row
+		return zero, refused
+	}
+	utcTimes(&next)
+	return next, k.validate(next)
+}
+
+// read is the port's Get: the row read consistently, or ErrNotFound.
+func (k *rowKind[ID, Row, Guard]) read(ctx context.Context, s *Store, id ID) (Row, error) {
+	var zero Row
+	if err := s.checkOpen(); err != nil {
+		return zero, fmt.Errorf("get %s %v: %w", k.noun, id, err)
+	}
+	row, found, err := k.get(ctx, s, id)
+	if err != nil {
+		return zero, fmt.Errorf("get %s %v: %w", k.noun, id, err)
+	}
+	if !found {
+		return zero, fmt.Errorf("%s %v: %w", k.noun, id, domain.ErrNotFound)
+	}
+	return row, nil
+}
+
+// matching decodes items and keeps the rows that match.
+func (k *rowKind[ID, Row, Guard]) matching(items []map[string]types.AttributeValue, match func(Row) bool) ([]Row, error) {
+	var out []Row
+	for _, item := range items {
+		row, err := k.decode(item)
+		if err != nil {
+			return nil, err
+		}
+		if match(row) {
+			out = append(out, row)
+		}
+	}
+	return out, nil
 }
 
 // get reads one row consistently; found is false when there is none.
