@@ -111,11 +111,7 @@ func (g *GitHub) ListRunners(ctx context.Context, s domain.Scope) ([]domain.GitH
 // waiting for a job is told, as GitHub tells a real one: its onDone is
 // called with job id 0 and an empty conclusion.
 func (g *GitHub) DeleteRunner(ctx context.Context, s domain.Scope, id int64) error {
-	g.mu.Lock()
-	err := g.deleteRunner(ctx, s, id)
-	g.mu.Unlock()
-	g.flush()
-	return err
+	return g.apply(func() error { return g.deleteRunner(ctx, s, id) })
 }
 
 func (g *GitHub) deleteRunner(ctx context.Context, s domain.Scope, id int64) error {
@@ -147,11 +143,7 @@ func (g *GitHub) deleteRunner(ctx context.Context, s domain.Scope, id int64) err
 // dies, and GitHub notices after Options.OfflineAfter. Callbacks may be nil.
 // A config works once; an unknown or used one is an error.
 func (g *GitHub) RunJIT(ctx context.Context, jitConfig string, onStart func(jobID int64), onDone func(jobID int64, conclusion string)) error {
-	g.mu.Lock()
-	err := g.runJIT(ctx, jitConfig, onStart, onDone)
-	g.mu.Unlock()
-	g.flush()
-	return err
+	return g.apply(func() error { return g.runJIT(ctx, jitConfig, onStart, onDone) })
 }
 
 func (g *GitHub) runJIT(ctx context.Context, jitConfig string, onStart func(int64), onDone func(int64, string)) error {

@@ -309,11 +309,7 @@ func (g *GitHub) QueuedJobs(ctx context.Context, s domain.Scope) ([]domain.GitHu
 // in-progress jobs complete as cancelled, and runners running them finish.
 // A run with nothing left to cancel is not an error.
 func (g *GitHub) CancelRun(ctx context.Context, repo string, runID int64) error {
-	g.mu.Lock()
-	err := g.cancelRun(ctx, repo, runID)
-	g.mu.Unlock()
-	g.flush()
-	return err
+	return g.apply(func() error { return g.cancelRun(ctx, repo, runID) })
 }
 
 func (g *GitHub) cancelRun(ctx context.Context, repo string, runID int64) error {
@@ -341,11 +337,7 @@ func (g *GitHub) cancelRun(ctx context.Context, repo string, runID int64) error 
 // RerunJob queues a completed job again, as a new attempt of its run;
 // domain.ErrRunInProgress while its run has a job not completed.
 func (g *GitHub) RerunJob(ctx context.Context, repo string, jobID int64) error {
-	g.mu.Lock()
-	err := g.rerun(ctx, repo, jobID)
-	g.mu.Unlock()
-	g.flush()
-	return err
+	return g.apply(func() error { return g.rerun(ctx, repo, jobID) })
 }
 
 func (g *GitHub) rerun(ctx context.Context, repo string, jobID int64) error {
@@ -422,6 +414,16 @@ func covers(s domain.Scope, repo string) bool {
 
 // enqueue adds a side effect to the outbox. Called under g.mu.
 func (g *GitHub) enqueue(f func()) { g.outbox = append(g.outbox, f) }
+
+// apply makes a change under g.mu, then the side effects it put in the
+// outbox, outside the lock.
+func (g *GitHub) apply(change func() error) error {
+	g.mu.Lock()
+	err := change()
+	g.mu.Unlock()
+	g.flush()
+	return err
+}
 
 // flush makes the outbox's side effects in order, outside the lock, unless
 // another goroutine is already doing so.
