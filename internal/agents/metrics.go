@@ -1,9 +1,9 @@
 package agents
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
 
 type metrics struct {
@@ -31,13 +31,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Instances taken out of service by a spot interruption notice, by what became of their job (none, requeued, started).",
 		}, []string{"job"}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.signals, m.heartbeats, m.releases, m.interruptions} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("agent metrics: %w", err)
-		}
+	if err := promreg.Register(reg, "agent", m.signals, m.heartbeats, m.releases, m.interruptions); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

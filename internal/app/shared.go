@@ -13,6 +13,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/awsconf"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/intake"
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 	"github.com/bullpen-ci/bullpen/internal/queue/sqs"
 	"github.com/bullpen-ci/bullpen/internal/store/dynamodb"
 )
@@ -79,11 +80,9 @@ func (a *App) awsCalls() (func(service, operation string, took time.Duration), e
 			Help:    "How long each attempt of an AWS API call took to its answer, by service and operation (SQS ReceiveMessage includes its long poll).",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 25},
 		}, []string{"service", "operation"})
-		for _, c := range []prometheus.Collector{calls, took} {
-			if err := a.opts.Registry.Register(c); err != nil {
-				a.awsCallsErr = fmt.Errorf("register the AWS call metrics: %w", err)
-				return
-			}
+		if err := promreg.Register(a.opts.Registry, "AWS call", calls, took); err != nil {
+			a.awsCallsErr = err
+			return
 		}
 		a.awsCallsVec, a.awsCallSeconds = calls, took
 	})

@@ -1,9 +1,9 @@
 package converger
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
 
 type metrics struct {
@@ -37,13 +37,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "bullpen_converger_conflicts_total", Help: "Planned changes skipped because the instance changed meanwhile (claimed for a job, say).",
 		}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.cycles, m.cycleSeconds, m.target, m.actions, m.cloudErrors, m.conflicts} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("converger metrics: %w", err)
-		}
+	if err := promreg.Register(reg, "converger", m.cycles, m.cycleSeconds, m.target, m.actions, m.cloudErrors, m.conflicts); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

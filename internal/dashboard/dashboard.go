@@ -25,6 +25,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/loop"
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
 
 // Store is what the dashboard reads of the store: list and get, nothing else.
@@ -128,10 +129,8 @@ func New(o Options) (*Dashboard, error) {
 	}
 	d.hub = newHub(d.cache, o.Clock, o.Refresh)
 	d.hub.version = d.version
-	if o.Registry != nil {
-		if err := o.Registry.Register(newCollector(d)); err != nil {
-			return nil, fmt.Errorf("dashboard metrics: %w", err)
-		}
+	if err := promreg.Register(o.Registry, "dashboard", newCollector(d)); err != nil {
+		return nil, err
 	}
 	d.handler = d.routes()
 	return d, nil

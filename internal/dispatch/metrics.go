@@ -1,9 +1,9 @@
 package dispatch
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
 
 type metrics struct {
@@ -42,13 +42,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "bullpen_pool_dispatch_cloud_errors_total", Help: "Failed cloud calls of the pool dispatcher, by operation.",
 		}, []string{"op"}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.jobs, m.batchSize, m.batchSeconds, m.conflicts, m.detached, m.started, m.cloudErrors} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("dispatch metrics: %w", err)
-		}
+	if err := promreg.Register(reg, "dispatch", m.jobs, m.batchSize, m.batchSeconds, m.conflicts, m.detached, m.started, m.cloudErrors); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

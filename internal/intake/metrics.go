@@ -1,9 +1,9 @@
 package intake
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
 
 type metrics struct {
@@ -21,13 +21,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "bullpen_intake_dead_lettered_total", Help: "Inbox messages moved to the dead-letter queue after failing too often.",
 		}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.events, m.deadLettered} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("intake metrics: %w", err)
-		}
+	if err := promreg.Register(reg, "intake", m.events, m.deadLettered); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

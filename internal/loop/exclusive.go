@@ -11,6 +11,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
 
 // Leases are what Exclusive needs of the store.
@@ -58,12 +59,8 @@ func NewExclusive(leases Leases, holder string, clk domain.Clock, log *slog.Logg
 	if e.log == nil {
 		e.log = slog.Default()
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{e.held, e.changes} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("exclusive loop metrics: %w", err)
-			}
-		}
+	if err := promreg.Register(reg, "exclusive loop", e.held, e.changes); err != nil {
+		return nil, err
 	}
 	return e, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
 
 // Loop is one of the control plane's loops.
@@ -79,12 +80,8 @@ func NewRunner(clk domain.Clock, log *slog.Logger, reg prometheus.Registerer) (*
 	if r.log == nil {
 		r.log = slog.Default()
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{r.failures, r.failing} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("loop metrics: %w", err)
-			}
-		}
+	if err := promreg.Register(reg, "loop", r.failures, r.failing); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

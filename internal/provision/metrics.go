@@ -1,9 +1,9 @@
 package provision
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
 
 type metrics struct {
@@ -32,13 +32,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "bullpen_provision_fleets_total", Help: "Fleet requests for new instances, fulfilled or failed.",
 		}, []string{"result"}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.jobs, m.exhausted, m.claims, m.postClaim, m.fleets} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("provision metrics: %w", err)
-		}
+	if err := promreg.Register(reg, "provision", m.jobs, m.exhausted, m.claims, m.postClaim, m.fleets); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

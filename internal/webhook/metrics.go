@@ -1,9 +1,9 @@
 package webhook
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
 
 // Outcomes of a delivery, the values of the outcome label.
@@ -34,13 +34,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}, []string{"outcome"}),
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.deliveries, m.seconds} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("webhook metrics: %w", err)
-		}
+	if err := promreg.Register(reg, "webhook", m.deliveries, m.seconds); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

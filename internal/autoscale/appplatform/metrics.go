@@ -1,9 +1,9 @@
 package appplatform
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
 
 // API names used as metric labels and in logs.
@@ -58,13 +58,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{"ok", "skipped", "failed"} {
 		m.cycles.WithLabelValues(r)
 	}
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.demand, m.instances, m.score, m.decisions, m.apiErrors, m.cycles, m.conflicts, m.deleted} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("app platform autoscaler metrics: %w", err)
-		}
+	if err := promreg.Register(reg, "app platform autoscaler", m.demand, m.instances, m.score, m.decisions, m.apiErrors, m.cycles, m.conflicts, m.deleted); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -1,0 +1,25 @@
+// Package promreg registers a component's Prometheus collectors, the one way
+// every package that exports metrics does it.
+package promreg
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Register registers each collector with reg, in order, and stops at the
+// first that fails; what names the collectors' owner in the error. A nil reg
+// registers nothing: components are built without metrics in tests and
+// simulations, and their collectors still count.
+func Register(reg prometheus.Registerer, what string, cs ...prometheus.Collector) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("%s metrics: %w", what, err)
+		}
+	}
+	return nil
+}
