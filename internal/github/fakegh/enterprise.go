@@ -73,10 +73,10 @@ func (s *Server) enterpriseOnly(h http.HandlerFunc) http.HandlerFunc {
 
 func (s *Server) enterpriseRoutes() map[string]http.HandlerFunc {
 	return map[string]http.HandlerFunc{
-		"POST /enterprises/{enterprise}/actions/runners/generate-jitconfig": s.enterpriseOnly(s.handleJIT),
-		"GET /enterprises/{enterprise}/actions/runners":                     s.enterpriseOnly(s.handleListRunners),
+		"POST /enterprises/{enterprise}/actions/runners/generate-jitconfig": s.enterpriseOnly(s.inScope(s.handleJIT)),
+		"GET /enterprises/{enterprise}/actions/runners":                     s.enterpriseOnly(s.inScope(s.handleListRunners)),
 		"DELETE /enterprises/{enterprise}/actions/runners/{runner_id}":      s.enterpriseOnly(s.handleDeleteRunner),
-		"GET /enterprises/{enterprise}/actions/runner-groups":               s.enterpriseOnly(s.handleRunnerGroups),
+		"GET /enterprises/{enterprise}/actions/runner-groups":               s.enterpriseOnly(s.inScope(s.handleRunnerGroups)),
 	}
 }
 

@@ -66,12 +66,7 @@ func (s *Server) hasGroup(org string, id int64) bool {
 	return false
 }
 
-func (s *Server) handleRunnerGroups(w http.ResponseWriter, r *http.Request) {
-	sc, ok := s.scopeOf(r)
-	if !ok {
-		writeError(w, http.StatusNotFound, "Not Found")
-		return
-	}
+func (s *Server) handleRunnerGroups(w http.ResponseWriter, r *http.Request, sc scopeRef) {
 	groups := s.groupsOf(sc.groupsKey())
 	items := pageJSON(s, w, r, groups, func(g runnerGroup) map[string]any {
 		if sc.enterprise != "" {

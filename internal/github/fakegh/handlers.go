@@ -19,17 +19,17 @@ const routeAccessTokens = "POST /app/installations/{installation_id}/access_toke
 
 func (s *Server) routes() map[string]http.HandlerFunc {
 	return map[string]http.HandlerFunc{
-		"POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig": s.locked(s.handleJIT),
-		"POST /orgs/{org}/actions/runners/generate-jitconfig":           s.locked(s.handleJIT),
-		"GET /repos/{owner}/{repo}/actions/runners":                     s.locked(s.handleListRunners),
-		"GET /orgs/{org}/actions/runners":                               s.locked(s.handleListRunners),
+		"POST /repos/{owner}/{repo}/actions/runners/generate-jitconfig": s.locked(s.inScope(s.handleJIT)),
+		"POST /orgs/{org}/actions/runners/generate-jitconfig":           s.locked(s.inScope(s.handleJIT)),
+		"GET /repos/{owner}/{repo}/actions/runners":                     s.locked(s.inScope(s.handleListRunners)),
+		"GET /orgs/{org}/actions/runners":                               s.locked(s.inScope(s.handleListRunners)),
 		"DELETE /repos/{owner}/{repo}/actions/runners/{runner_id}":      s.locked(s.handleDeleteRunner),
 		"DELETE /orgs/{org}/actions/runners/{runner_id}":                s.locked(s.handleDeleteRunner),
 		"GET /repos/{owner}/{repo}/actions/runs":                        s.locked(s.handleListRuns),
 		"GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs":          s.locked(s.handleListJobs),
 		"GET /repos/{owner}/{repo}/actions/jobs/{job_id}":               s.locked(s.handleGetJob),
 		"POST /repos/{owner}/{repo}/actions/runs/{run_id}/cancel":       s.locked(s.handleCancel),
-		"GET /orgs/{org}/repos":                                         s.locked(s.handleOrgRepos),
+		"GET /orgs/{org}/repos":                                         s.locked(s.inScope(s.handleOrgRepos)),
 		routeAccessTokens:                                               s.handleAccessToken,
 		routeApp:                                                        s.locked(s.handleApp),
 		routeOrgInstallation:                                            s.locked(s.handleInstallation),
@@ -38,7 +38,7 @@ func (s *Server) routes() map[string]http.HandlerFunc {
 		"GET /repos/{owner}/{repo}/contents/{path...}":                  s.locked(s.handleFile),
 		"GET /user": s.locked(s.handleUser),
 		"POST /repos/{owner}/{repo}/actions/jobs/{job_id}/rerun": s.locked(s.handleRerun),
-		"GET /orgs/{org}/actions/runner-groups":                  s.locked(s.handleRunnerGroups),
+		"GET /orgs/{org}/actions/runner-groups":                  s.locked(s.inScope(s.handleRunnerGroups)),
 		routeInstallations:                                       s.locked(s.handleInstallations),
 		"GET /installation/repositories":                         s.locked(s.handleInstallationRepos),
 		routeRunJIT:                                              s.handleRunJIT,
@@ -51,6 +51,20 @@ func (s *Server) locked(h http.HandlerFunc) http.HandlerFunc {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		h(w, r)
+	}
+}
+
+// inScope wraps a handler of an enterprise's, an organisation's or a
+// repository's records: the scope the request names, or 404 when it does
+// not exist.
+func (s *Server) inScope(h func(http.ResponseWriter, *http.Request, scopeRef)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sc, ok := s.scopeOf(r)
+		if !ok {
+			writeError(w, http.StatusNotFound, "Not Found")
+			return
+		}
+		h(w, r, sc)
 	}
 }
 
@@ -126,12 +140,7 @@ func pathID(r *http.Request, name string) int64 {
 	return id
 }
 
-func (s *Server) handleJIT(w http.ResponseWriter, r *http.Request) {
-	sc, ok := s.scopeOf(r)
-	if !ok {
-		writeError(w, http.StatusNotFound, "Not Found")
-		return
-	}
+func (s *Server) handleJIT(w http.ResponseWriter, r *http.Request, sc scopeRef) {
 	var body struct {
 		Name          string   `json:"name"`
 		RunnerGroupID int64    `json:"runner_group_id"`
@@ -183,12 +192,7 @@ func newJITConfig(name string, id int64) string {
 	return enc(files)
 }
 
-func (s *Server) handleListRunners(w http.ResponseWriter, r *http.Request) {
-	sc, ok := s.scopeOf(r)
-	if !ok {
-		writeError(w, http.StatusNotFound, "Not Found")
-		return
-	}
+func (s *Server) handleListRunners(w http.ResponseWriter, r *http.Request, sc scopeRef) {
 	name := r.URL.Query().Get("name")
 	var listed []*runner
 	for _, rn := range byID(s.runners) {
@@ -326,12 +330,7 @@ func (s *Server) handleRerun(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, map[string]any{})
 }
 
-func (s *Server) handleOrgRepos(w http.ResponseWriter, r *http.Request) {
-	sc, ok := s.scopeOf(r)
-	if !ok {
-		writeError(w, http.StatusNotFound, "Not Found")
-		return
-	}
+func (s *Server) handleOrgRepos(w http.ResponseWriter, r *http.Request, sc scopeRef) {
 	var listed []*repo
 	for _, rp := range s.repos {
 		if strings.EqualFold(rp.owner.login, sc.owner) {
