@@ -1,12 +1,10 @@
 package agents
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
-	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
 	"github.com/bullpen-ci/bullpen/internal/testworld"
 )
 
@@ -24,9 +22,7 @@ func TestBatchedHeartbeatsAreWrittenByRun(t *testing.T) {
 	if in := w.Instance("bp-1"); !in.Heartbeat.IsZero() {
 		t.Fatal("a batched heartbeat was written at once")
 	}
-	runCtx, stop := context.WithCancel(w.Ctx)
-	done := make(chan error)
-	go func() { done <- looptest.Run(runCtx, w.Clock, s.Loop()) }()
+	stop := w.Run(s.Loop())
 	w.Clock.BlockUntil(1)
 	w.Clock.Advance(time.Second)
 	w.Clock.BlockUntil(1) // the next flush is scheduled: the first one is written
@@ -38,9 +34,6 @@ func TestBatchedHeartbeatsAreWrittenByRun(t *testing.T) {
 	}
 	last := w.Clock.Now()
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	if in := w.Instance("bp-1"); !in.Heartbeat.Equal(last) {
 		t.Fatalf("heartbeats kept in memory were lost at shutdown: %v", in.Heartbeat)
 	}

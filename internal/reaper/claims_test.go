@@ -12,35 +12,35 @@ import (
 // whose job is still unbound, or that is younger than StaleClaimAfter, is
 // left alone.
 func TestStaleClaimsEnd(t *testing.T) {
-	x := newRecon(t)
+	x := newFixture(t)
 	jobs := []domain.Job{
 		{ID: 1, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RoutePool, Pool: "p"},
 		{ID: 2, Repo: "acme/app", Status: domain.JobCompleted, Route: domain.RoutePool, Pool: "p"},
 		{ID: 3, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RoutePool, Pool: "p"},
 		{ID: 4, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RoutePool, Pool: "p"},
 	}
-	if _, err := x.store.CreateJobs(x.ctx, jobs); err != nil {
+	if _, err := x.Store.CreateJobs(x.Ctx, jobs); err != nil {
 		t.Fatal(err)
 	}
 	claimed := func(id, job string) domain.Instance {
 		return domain.Instance{ID: id, CloudID: "i-" + id, State: domain.StateClaimed, Job: job, Role: domain.RoleHot,
-			Deadline: x.clk.Now().Add(time.Hour)}
+			Deadline: x.Clock.Now().Add(time.Hour)}
 	}
 	old := []domain.Instance{
 		claimed("bp-served-elsewhere", "1"), claimed("bp-ended", "2"), claimed("bp-unbound", "3"),
 		claimed("bp-gone-job", "99"), {ID: "bp-serving", CloudID: "i-serving", State: domain.StateClaimed, Job: "1", Role: domain.RoleHot,
-			Deadline: x.clk.Now().Add(time.Hour)},
+			Deadline: x.Clock.Now().Add(time.Hour)},
 	}
-	if err := x.store.CreateInstances(x.ctx, old); err != nil {
+	if err := x.Store.CreateInstances(x.Ctx, old); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := x.store.TransitionJob(x.ctx, 1, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) {
+	if _, err := x.Store.TransitionJob(x.Ctx, 1, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) {
 		j.Status, j.InstanceID = domain.JobAssigned, "bp-serving"
 	}); err != nil {
 		t.Fatal(err)
 	}
-	x.clk.Advance(time.Minute)
-	if err := x.store.CreateInstances(x.ctx, []domain.Instance{claimed("bp-young", "1")}); err != nil {
+	x.Clock.Advance(time.Minute)
+	if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{claimed("bp-young", "1")}); err != nil {
 		t.Fatal(err)
 	}
 	if rep := x.cycle(); rep.StaleClaims != 3 {
@@ -50,11 +50,11 @@ func TestStaleClaimsEnd(t *testing.T) {
 		"bp-served-elsewhere": domain.StateTerminating, "bp-ended": domain.StateTerminating, "bp-gone-job": domain.StateTerminating,
 		"bp-unbound": domain.StateClaimed, "bp-serving": domain.StateClaimed, "bp-young": domain.StateClaimed,
 	} {
-		if in, _ := x.store.GetInstance(x.ctx, id); in.State != want {
+		if in, _ := x.Store.GetInstance(x.Ctx, id); in.State != want {
 			t.Errorf("%s is %s, want %s", id, in.State, want)
 		}
 	}
-	if j, _ := x.store.GetJob(x.ctx, 1); j.Status != domain.JobAssigned || j.InstanceID != "bp-serving" {
+	if j, _ := x.Store.GetJob(x.Ctx, 1); j.Status != domain.JobAssigned || j.InstanceID != "bp-serving" {
 		t.Errorf("the job served elsewhere was touched: %+v", j)
 	}
 }

@@ -3,8 +3,6 @@ package reaper
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -29,36 +27,36 @@ type spotJob struct {
 	retry       string
 }
 
-func (x *recon) spotJob(s spotJob) domain.GitHubJob {
-	x.t.Helper()
-	labels := []string{"spot", x.t.Name()}
+func (x *fixture) spotJob(s spotJob) domain.GitHubJob {
+	x.T.Helper()
+	labels := []string{"spot", x.T.Name()}
 	g := x.gh.QueueJob(ghsim.JobSpec{Repo: spotRepo, Labels: labels, Duration: time.Hour})
-	reg, err := x.gh.RegisterRunner(x.ctx, domain.Scope{Owner: "acme", Repo: "app"}, "bp-"+x.t.Name(), labels)
+	reg, err := x.gh.RegisterRunner(x.Ctx, domain.Scope{Owner: "acme", Repo: "app"}, "bp-"+x.T.Name(), labels)
 	if err != nil {
-		x.t.Fatal(err)
+		x.T.Fatal(err)
 	}
-	if err := x.gh.RunJIT(x.ctx, reg.JITConfig, nil, nil); err != nil {
-		x.t.Fatal(err)
+	if err := x.gh.RunJIT(x.Ctx, reg.JITConfig, nil, nil); err != nil {
+		x.T.Fatal(err)
 	}
 	if !s.running && !x.gh.Kill(reg.RunnerID) {
-		x.t.Fatal("no runner process to kill")
+		x.T.Fatal("no runner process to kill")
 	}
 	if s.more {
 		x.gh.QueueJob(ghsim.JobSpec{Repo: spotRepo, RunID: g.RunID, Labels: []string{"linux"}})
 	}
 	j := domain.Job{ID: g.ID, RunID: g.RunID, Repo: spotRepo, Name: g.Name, Status: s.status, Route: domain.RouteLaunch,
 		Interrupted: s.interrupted, Spec: domain.RunnerSpec{Name: "spot", Spot: "price-capacity-optimized", Retry: s.retry}}
-	if _, err := x.store.CreateJobs(x.ctx, []domain.Job{j}); err != nil {
-		x.t.Fatal(err)
+	if _, err := x.Store.CreateJobs(x.Ctx, []domain.Job{j}); err != nil {
+		x.T.Fatal(err)
 	}
 	return g
 }
 
 // reruns is how many times GitHub was asked to re-run a job.
-func (x *recon) reruns() int { return x.gh.Calls()[ghsim.OpRerunJob] }
+func (x *fixture) reruns() int { return x.gh.Calls()[ghsim.OpRerunJob] }
 
 // attempts lists the jobs of a run in GitHub: a re-run adds one.
-func (x *recon) attempts(runID int64) int {
+func (x *fixture) attempts(runID int64) int {
 	n := 0
 	for _, j := range x.gh.Jobs() {
 		if j.RunID == runID {
@@ -90,9 +88,9 @@ func TestInterruptedJobIsRerunOnlyOnceItsRunCompleted(t *testing.T) {
 		{"interrupted more than a day ago", interrupted, rerunWithin, 0, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			x := newRecon(t)
+			x := newFixture(t)
 			g := x.spotJob(tc.job)
-			x.clk.Advance(tc.age)
+			x.Clock.Advance(tc.age)
 			rep := x.cycle()
 			if got := x.reruns(); got != tc.asked {
 				t.Fatalf("GitHub asked to re-run %d times, want %d", got, tc.asked)
@@ -100,7 +98,7 @@ func TestInterruptedJobIsRerunOnlyOnceItsRunCompleted(t *testing.T) {
 			if rerun := x.attempts(g.RunID) > 1+btoi(tc.job.more); rerun != tc.rerun || (rep.Rerun == 1) != tc.rerun {
 				t.Fatalf("re-run %t (reported %d), want %t", rerun, rep.Rerun, tc.rerun)
 			}
-			if j, _ := x.store.GetJob(x.ctx, g.ID); j.Rerun != tc.marked || j.Interrupted != tc.job.interrupted {
+			if j, _ := x.Store.GetJob(x.Ctx, g.ID); j.Rerun != tc.marked || j.Interrupted != tc.job.interrupted {
 				t.Fatalf("job recorded re-run %t (interrupted %t), want %t", j.Rerun, j.Interrupted, tc.marked)
 			}
 		})
@@ -118,24 +116,24 @@ func btoi(b bool) int {
 // completes, and never again: not on later cycles, not once the re-run
 // itself has completed.
 func TestInterruptedJobIsRerunOnce(t *testing.T) {
-	x := newRecon(t)
+	x := newFixture(t)
 	g := x.spotJob(spotJob{more: true, status: domain.JobCompleted, interrupted: true})
 	for range 3 {
 		if rep := x.cycle(); rep.Rerun != 0 {
 			t.Fatal("re-run while its run was in progress")
 		}
-		x.clk.Advance(time.Minute)
+		x.Clock.Advance(time.Minute)
 	}
 	if got := x.reruns(); got != 3 {
 		t.Fatalf("asked %d times while the run was in progress, want each cycle", got)
 	}
-	if err := x.gh.CancelRun(x.ctx, spotRepo, g.RunID); err != nil {
+	if err := x.gh.CancelRun(x.Ctx, spotRepo, g.RunID); err != nil {
 		t.Fatal(err)
 	}
 	if rep := x.cycle(); rep.Rerun != 1 {
 		t.Fatalf("re-ran %d jobs once the run completed, want 1", rep.Rerun)
 	}
-	if err := x.gh.CancelRun(x.ctx, spotRepo, g.RunID); err != nil { // the re-run ends too
+	if err := x.gh.CancelRun(x.Ctx, spotRepo, g.RunID); err != nil { // the re-run ends too
 		t.Fatal(err)
 	}
 	for range 3 {
@@ -151,13 +149,13 @@ func TestInterruptedJobIsRerunOnce(t *testing.T) {
 // GitHub's answers: a job it no longer has is settled (never asked again),
 // a failure is an error of the cycle and tried again the next.
 func TestRerunWhenGitHubFails(t *testing.T) {
-	x := newRecon(t)
+	x := newFixture(t)
 	g := x.spotJob(spotJob{status: domain.JobCompleted, interrupted: true})
 	x.gh.FailNext(ghsim.OpRerunJob, 1, nil)
-	if _, err := x.r.Cycle(x.ctx); !errors.Is(err, ghsim.ErrInjected) {
+	if _, err := x.r.Cycle(x.Ctx); !errors.Is(err, ghsim.ErrInjected) {
 		t.Fatalf("cycle: %v, want the failure", err)
 	}
-	if j, _ := x.store.GetJob(x.ctx, g.ID); j.Rerun {
+	if j, _ := x.Store.GetJob(x.Ctx, g.ID); j.Rerun {
 		t.Fatal("a failed re-run stays recorded")
 	}
 	if rep := x.cycle(); rep.Rerun != 1 {
@@ -175,22 +173,18 @@ func TestRerunWhenGitHubFails(t *testing.T) {
 	if got := x.reruns() - before; got != 1 {
 		t.Fatalf("asked %d times for a job GitHub does not have, want once", got)
 	}
-	if j, _ := x.store.GetJob(x.ctx, gone.ID); !j.Rerun {
+	if j, _ := x.Store.GetJob(x.Ctx, gone.ID); !j.Rerun {
 		t.Fatal("a job GitHub does not have is not settled")
 	}
 }
 
 // Reapers of several control planes on one store: one asks.
 func TestConcurrentReapersRerunOnce(t *testing.T) {
-	x := newRecon(t)
+	x := newFixture(t)
 	g := x.spotJob(spotJob{status: domain.JobCompleted, interrupted: true})
 	var wg sync.WaitGroup
 	for range 4 {
-		other := &Reconciler{Store: x.store, Queue: x.queue, Cloud: x.cloud, GitHub: x.gh, Clock: x.clk,
-			Log: slog.New(slog.NewTextHandler(io.Discard, nil)), ControllerID: "ctl"}
-		if err := other.Init(nil); err != nil {
-			t.Fatal(err)
-		}
+		other := x.reconciler()
 		wg.Go(func() {
 			if _, err := other.rerunInterrupted(context.Background()); err != nil {
 				t.Error(err)

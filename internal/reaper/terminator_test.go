@@ -1,52 +1,20 @@
-package reaper_test
+package reaper
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
-	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
-	"github.com/bullpen-ci/bullpen/internal/reaper"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 )
-
-var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
-
-type fixture struct {
-	t     *testing.T
-	ctx   context.Context
-	clk   *clock.Virtual
-	store *sqlite.Store
-	cloud *sim.Cloud
-	term  *reaper.Terminator
-	rows  int
-}
-
-func newFixture(t *testing.T) *fixture {
-	t.Helper()
-	t.Parallel() // each fixture has its own database, cloud and clock
-	f := &fixture{t: t, ctx: context.Background(), clk: clock.NewVirtual(t0)}
-	st, _ := sqlitetest.Open(t, f.clk)
-	f.store = st
-	f.cloud = sim.New(f.clk, sim.Options{})
-	t.Cleanup(f.cloud.Close)
-	f.term = &reaper.Terminator{Store: st, Queue: st.Queue(sqlite.QueueOptions{}), Cloud: f.cloud, Clock: f.clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	return f
-}
 
 // machines launches n machines and records them as rows in state st.
 func (f *fixture) machines(n int, st domain.State) []domain.Instance {
-	f.t.Helper()
-	ms, err := f.cloud.Create(f.ctx, domain.LaunchSpec{Runner: domain.RunnerSpec{Name: "small"}, ImageID: "ami-1", Count: n})
+	f.T.Helper()
+	ms, err := f.cloud.Create(f.Ctx, domain.LaunchSpec{Runner: domain.RunnerSpec{Name: "small"}, ImageID: "ami-1", Count: n})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	ids := make([]string, n)
 	for i, m := range ms {
@@ -57,17 +25,17 @@ func (f *fixture) machines(n int, st domain.State) []domain.Instance {
 
 // rowsFor records one row in state st per cloud id ("" for none).
 func (f *fixture) rowsFor(cloudIDs []string, st domain.State) []domain.Instance {
-	f.t.Helper()
+	f.T.Helper()
 	rows := make([]domain.Instance, len(cloudIDs))
 	for i, id := range cloudIDs {
 		f.rows++
 		rows[i] = domain.Instance{
 			ID: fmt.Sprintf("bp-%04d", f.rows), CloudID: id, Role: domain.RoleHot, Runner: "small",
-			State: st, Deadline: f.clk.Now().Add(10 * time.Minute), Reason: "test",
+			State: st, Deadline: f.Clock.Now().Add(10 * time.Minute), Reason: "test",
 		}
 	}
-	if err := f.store.CreateInstances(f.ctx, rows); err != nil {
-		f.t.Fatal(err)
+	if err := f.Store.CreateInstances(f.Ctx, rows); err != nil {
+		f.T.Fatal(err)
 	}
 	f.cloud.ResetCalls()
 	return rows
@@ -75,36 +43,33 @@ func (f *fixture) rowsFor(cloudIDs []string, st domain.State) []domain.Instance 
 
 // wantStates fails unless every row is in st.
 func (f *fixture) wantStates(rows []domain.Instance, st domain.State) {
-	f.t.Helper()
+	f.T.Helper()
 	for _, r := range rows {
-		got, err := f.store.GetInstance(f.ctx, r.ID)
-		if err != nil {
-			f.t.Fatal(err)
-		}
+		got := f.Instance(r.ID)
 		if got.State != st {
-			f.t.Fatalf("%s (%s) is %s, want %s", r.ID, r.CloudID, got.State, st)
+			f.T.Fatalf("%s (%s) is %s, want %s", r.ID, r.CloudID, got.State, st)
 		}
 		if st == domain.StateTerminated && !got.Deadline.IsZero() {
-			f.t.Fatalf("%s closed with a deadline %s", r.ID, got.Deadline)
+			f.T.Fatalf("%s closed with a deadline %s", r.ID, got.Deadline)
 		}
 	}
 }
 
 // wantMachines fails unless every row's machine is in cs.
 func (f *fixture) wantMachines(rows []domain.Instance, cs domain.CloudState) {
-	f.t.Helper()
+	f.T.Helper()
 	for _, r := range rows {
 		if m, ok := f.cloud.Get(r.CloudID); !ok || m.State != cs {
-			f.t.Fatalf("machine %s is %q (known %v), want %s", r.CloudID, m.State, ok, cs)
+			f.T.Fatalf("machine %s is %q (known %v), want %s", r.CloudID, m.State, ok, cs)
 		}
 	}
 }
 
 func (f *fixture) sweep(wantClosed int, wantErr bool) {
-	f.t.Helper()
-	n, err := f.term.Sweep(f.ctx)
+	f.T.Helper()
+	n, err := f.term.Sweep(f.Ctx)
 	if (err != nil) != wantErr || n != wantClosed {
-		f.t.Fatalf("sweep closed %d, err %v; want %d, error %v", n, err, wantClosed, wantErr)
+		f.T.Fatalf("sweep closed %d, err %v; want %d, error %v", n, err, wantClosed, wantErr)
 	}
 }
 
@@ -171,18 +136,13 @@ func TestSweepLeavesRowsForTheNextSweepWhenACallFails(t *testing.T) {
 func TestRunSweepsEveryInterval(t *testing.T) {
 	f := newFixture(t)
 	f.term.Interval = time.Minute
-	ctx, cancel := context.WithCancel(f.ctx)
-	done := make(chan error, 1)
-	go func() { done <- looptest.Run(ctx, f.clk, f.term.Loop()) }()
-	f.clk.BlockUntil(1) // the first sweep is over; the loop waits
+	stop := f.Run(f.term.Loop())
+	f.Clock.BlockUntil(1) // the first sweep is over; the loop waits
 	rows := f.machines(2, domain.StateTerminating)
-	f.clk.Advance(time.Minute - time.Second)
+	f.Clock.Advance(time.Minute - time.Second)
 	f.wantStates(rows, domain.StateTerminating)
-	f.clk.Advance(time.Second)
-	f.clk.BlockUntil(1) // the second sweep is over
+	f.Clock.Advance(time.Second)
+	f.Clock.BlockUntil(1) // the second sweep is over
 	f.wantStates(rows, domain.StateTerminated)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v", err)
-	}
+	stop()
 }

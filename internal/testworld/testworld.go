@@ -16,6 +16,8 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/loop"
+	"github.com/bullpen-ci/bullpen/internal/loop/looptest"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 )
@@ -49,6 +51,21 @@ func (w *World) NewCloud(o sim.Options) *sim.Cloud {
 	c := sim.New(w.Clock, o)
 	w.T.Cleanup(c.Close)
 	return c
+}
+
+// Run runs loops on the world's clock until the stop it returns is called;
+// stop waits for them to end and fails the test if they ended in error.
+func (w *World) Run(loops ...loop.Loop) (stop func()) {
+	ctx, cancel := context.WithCancel(w.Ctx)
+	done := make(chan error, 1)
+	go func() { done <- looptest.Run(ctx, w.Clock, loops...) }()
+	return func() {
+		w.T.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			w.T.Fatalf("run: %v", err)
+		}
+	}
 }
 
 // Job returns a recorded job.

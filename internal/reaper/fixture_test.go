@@ -1,0 +1,53 @@
+package reaper
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
+	"github.com/bullpen-ci/bullpen/internal/testworld"
+)
+
+var t0 = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+
+// scope is the one repository the reconciler looks after.
+var scope = domain.Scope{Owner: "acme", Repo: "app"}
+
+// fixture is the reaper in a test world with a simulated cloud and GitHub:
+// a reconciler for controller "ctl" and a terminator.
+type fixture struct {
+	*testworld.World
+	cloud *sim.Cloud
+	gh    *ghsim.GitHub
+	r     *Reconciler
+	term  *Terminator
+	rows  int // recorded by rowsFor
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	t.Parallel() // each fixture has its own database, cloud and clock
+	f := &fixture{World: testworld.New(t, t0)}
+	f.cloud = f.NewCloud(sim.Options{})
+	f.gh = ghsim.New(f.Clock, ghsim.Options{})
+	f.r = f.reconciler()
+	f.term = &Terminator{Store: f.Store, Queue: f.Queue, Cloud: f.cloud, Clock: f.Clock, Log: f.Log}
+	return f
+}
+
+// reconciler returns a reconciler of the fixture's world, as another
+// control plane sharing its store would run.
+func (f *fixture) reconciler() *Reconciler {
+	f.T.Helper()
+	r := &Reconciler{
+		Store: f.Store, Queue: f.Queue, Cloud: f.cloud, GitHub: f.gh, Clock: f.Clock, Log: f.Log, ControllerID: "ctl",
+		Scopes: func(context.Context) []domain.Scope { return []domain.Scope{scope} },
+	}
+	if err := r.Init(nil); err != nil {
+		f.T.Fatal(err)
+	}
+	return r
+}
