@@ -34,11 +34,7 @@ func TestStaleClaimsEnd(t *testing.T) {
 	if err := x.Store.CreateInstances(x.Ctx, old); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := x.Store.TransitionJob(x.Ctx, 1, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) {
-		j.Status, j.InstanceID = domain.JobAssigned, "bp-serving"
-	}); err != nil {
-		t.Fatal(err)
-	}
+	x.assign(1, "bp-serving")
 	x.Clock.Advance(time.Minute)
 	if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{claimed("bp-young", "1")}); err != nil {
 		t.Fatal(err)

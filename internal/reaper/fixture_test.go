@@ -51,3 +51,14 @@ func (f *fixture) reconciler() *Reconciler {
 	}
 	return r
 }
+
+// assign binds a queued job to an instance, as the loop that claimed the
+// instance does.
+func (f *fixture) assign(job int64, instanceID string) {
+	f.T.Helper()
+	if _, err := f.Store.TransitionJob(f.Ctx, job, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) {
+		j.Status, j.InstanceID = domain.JobAssigned, instanceID
+	}); err != nil {
+		f.T.Fatal(err)
+	}
+}

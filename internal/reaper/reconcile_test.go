@@ -57,18 +57,11 @@ func TestOrphanMachineIsTerminatedAfterItsGrace(t *testing.T) {
 func TestRowWhoseMachineIsGoneIsClosedAndItsJobRequeued(t *testing.T) {
 	x := newFixture(t)
 	m := x.machine(map[string]string{domain.TagController: "ctl"})
-	job := domain.Job{ID: 7, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RoutePool, Pool: "p"}
-	if _, err := x.Store.CreateJobs(x.Ctx, []domain.Job{job}); err != nil {
-		t.Fatal(err)
-	}
+	x.CreateJob(domain.Job{ID: 7, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RoutePool, Pool: "p"})
 	if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{{ID: "bp-1", CloudID: m.ID, State: domain.StateClaimed, Job: "7", Role: domain.RoleHot}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := x.Store.TransitionJob(x.Ctx, 7, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) {
-		j.Status, j.InstanceID = domain.JobAssigned, "bp-1"
-	}); err != nil {
-		t.Fatal(err)
-	}
+	x.assign(7, "bp-1")
 	if err := x.cloud.Terminate(x.Ctx, []string{m.ID}); err != nil {
 		t.Fatal(err)
 	}
@@ -186,9 +179,7 @@ func TestRetentionBoundsTheStore(t *testing.T) {
 
 func TestSilentAgentIsTerminatedAndItsUnstartedJobRequeued(t *testing.T) {
 	x := newFixture(t)
-	if _, err := x.Store.CreateJobs(x.Ctx, []domain.Job{{ID: 5, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RouteLaunch}}); err != nil {
-		t.Fatal(err)
-	}
+	x.CreateJob(domain.Job{ID: 5, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RouteLaunch})
 	rows := []domain.Instance{
 		{ID: "talking", State: domain.StateRunning, Job: "1", JobStarted: true},
 		{ID: "quiet", State: domain.StateClaimed, Job: "5"},
@@ -197,11 +188,7 @@ func TestSilentAgentIsTerminatedAndItsUnstartedJobRequeued(t *testing.T) {
 	if err := x.Store.CreateInstances(x.Ctx, rows); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := x.Store.TransitionJob(x.Ctx, 5, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) {
-		j.Status, j.InstanceID = domain.JobAssigned, "quiet"
-	}); err != nil {
-		t.Fatal(err)
-	}
+	x.assign(5, "quiet")
 	x.Clock.Advance(2 * time.Minute)
 	if err := x.Store.RecordHeartbeat(x.Ctx, "talking", x.Clock.Now()); err != nil {
 		t.Fatal(err)
