@@ -71,10 +71,7 @@ func testJobTransitionGuards(t *testing.T, e *env) {
 		t.Run(c.name, func(t *testing.T) {
 			e.clk.Advance(time.Second)
 			_, err := e.s.TransitionJob(e.ctx, 1, c.guard, toStatus(domain.JobRunning))
-			ce := refusedAs[*domain.JobConflictError](t, err, domain.ErrConflict)
-			if ce.ID != 1 || ce.Want != c.guard || ce.Actual != actual {
-				t.Fatalf("conflict %+v: want id 1, want %+v, actual %+v", ce, c.guard, actual)
-			}
+			refusedAs(t, err, domain.ErrConflict, domain.JobConflictError{ID: 1, Want: c.guard, Actual: actual})
 			e.jobUnchanged(before)
 		})
 	}
@@ -112,10 +109,7 @@ func testJobTransitionIllegal(t *testing.T, e *env) {
 			_, err := e.s.TransitionJob(e.ctx, id, domain.JobGuard{Status: c.from}, func(j *domain.Job) {
 				j.Status, j.Reason = c.to, "should not be written"
 			})
-			te := refusedAs[*domain.JobTransitionError](t, err, nil)
-			if te.ID != id || te.From != c.from || te.To != c.to {
-				t.Fatalf("got %+v, want %d %s -> %s", te, id, c.from, c.to)
-			}
+			refusedAs(t, err, nil, domain.JobTransitionError{ID: id, From: c.from, To: c.to})
 			e.jobUnchanged(before)
 		})
 	}

@@ -74,15 +74,20 @@ func as[E error](err error) (E, bool) {
 	return target, ok
 }
 
-// refusedAs fails unless err holds an E, and is sentinel too when that is
-// not nil; it returns the E.
-func refusedAs[E error](t *testing.T, err, sentinel error) E {
+// refusedAs fails unless err holds a refusal equal to want (its every
+// field), and is sentinel too when that is not nil.
+func refusedAs[T comparable, E interface {
+	*T
+	error
+}](t *testing.T, err, sentinel error, want T) {
 	t.Helper()
-	target, ok := as[E](err)
+	got, ok := as[E](err)
 	if !ok || sentinel != nil && !errors.Is(err, sentinel) {
-		t.Fatalf("got %v, want a %T", err, target)
+		t.Fatalf("got %v, want a %T", err, got)
 	}
-	return target
+	if *got != want {
+		t.Fatalf("got %+v, want %+v", *got, want)
+	}
 }
 
 // conflictOf is the errors that hold an E and are ErrConflict.

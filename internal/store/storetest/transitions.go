@@ -59,10 +59,7 @@ func testTransitionGuards(t *testing.T, e *env) {
 		t.Run(c.name, func(t *testing.T) {
 			e.clk.Advance(time.Second)
 			_, err := e.s.Transition(e.ctx, "a", c.guard, to(domain.StateRunning))
-			ce := refusedAs[*domain.ConflictError](t, err, domain.ErrConflict)
-			if ce.ID != "a" || ce.Want != c.guard || ce.Actual != actual {
-				t.Fatalf("conflict %+v: want id a, want %+v, actual %+v", ce, c.guard, actual)
-			}
+			refusedAs(t, err, domain.ErrConflict, domain.ConflictError{ID: "a", Want: c.guard, Actual: actual})
 			e.unchanged(before)
 		})
 	}
@@ -102,10 +99,7 @@ func testTransitionIllegal(t *testing.T, e *env) {
 			_, err := e.s.Transition(e.ctx, id, domain.Guard{State: c.from}, func(i *domain.Instance) {
 				i.State, i.Reason = c.to, "should not be written"
 			})
-			te := refusedAs[*domain.TransitionError](t, err, nil)
-			if te.ID != id || te.From != c.from || te.To != c.to {
-				t.Fatalf("got %+v, want %s %s -> %s", te, id, c.from, c.to)
-			}
+			refusedAs(t, err, nil, domain.TransitionError{ID: id, From: c.from, To: c.to})
 			e.unchanged(before)
 		})
 	}
