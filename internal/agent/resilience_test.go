@@ -3,12 +3,12 @@ package agent_test
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -138,107 +138,31 @@ func TestRefusedCredentialsStopTheAgent(t *testing.T) {
 	}
 }
 
-// stubPlane is a scripted control plane: it counts signals by kind and
-// answers them from a script.
-type stubPlane struct {
-	mu      sync.Mutex
-	signals map[string]int
-	nexts   int
-	answer  func(kind string, n int) int // status for the nth signal of a kind
-	changed chan struct{}
-}
-
-func (s *stubPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case agentapi.PathHello:
-		json.NewEncoder(w).Encode(agentapi.HelloResponse{Token: "tok", InstanceID: "bp-1", HeartbeatSeconds: 5})
-	case agentapi.PathHeartbeat:
-		w.WriteHeader(http.StatusNoContent)
-	case agentapi.PathNext:
-		s.mu.Lock()
-		s.nexts++
-		n := s.nexts
-		s.notify()
-		s.mu.Unlock()
-		if n == 1 {
-			json.NewEncoder(w).Encode(agentapi.Instruction{Kind: "run", JobID: 5, Job: "5", JITConfig: "x"})
-			return
-		}
-		<-r.Context().Done() // nothing more to do
-	case agentapi.PathSignal:
-		var req agentapi.SignalRequest
-		json.NewDecoder(r.Body).Decode(&req)
-		s.mu.Lock()
-		s.signals[req.Kind]++
-		status := s.answer(req.Kind, s.signals[req.Kind])
-		s.notify()
-		s.mu.Unlock()
-		if status == http.StatusNoContent {
-			w.WriteHeader(status)
-			return
-		}
-		w.WriteHeader(status)
-		json.NewEncoder(w).Encode(agentapi.ErrorResponse{Error: "no", Code: map[int]string{
-			http.StatusConflict: agentapi.CodeRejected, http.StatusServiceUnavailable: agentapi.CodeUnavailable}[status]})
-	}
-}
-
-func (s *stubPlane) notify() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
-// await waits until cond holds on the stub's counts.
-func (s *stubPlane) await(t *testing.T, cond func() bool) {
-	t.Helper()
-	limit := time.After(30 * time.Second)
-	for {
-		s.mu.Lock()
-		ok, changed := cond(), s.changed
-		s.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-changed:
-		case <-limit:
-			t.Fatal("gave up waiting")
-		}
-	}
-}
-
 // A transient failure is retried; a rejection (409) never is, and the
 // agent carries on with its work.
 func TestRejectedSignalsAreNotRetried(t *testing.T) {
 	r := newRig(t)
-	stub := &stubPlane{signals: map[string]int{}, changed: make(chan struct{}), answer: func(kind string, n int) int {
+	stub, srv := newStubPlane(t, &agentapi.Instruction{Kind: "run", JobID: 5, Job: "5", JITConfig: "x"}, func(kind string, n int) int {
 		if kind == "warm" && n == 1 {
 			return http.StatusServiceUnavailable
 		}
 		return http.StatusConflict
-	}}
-	srv := httptest.NewServer(stub)
-	t.Cleanup(srv.Close)
+	})
 	cfg := r.config("bp-1", "secret")
 	cfg.URL = srv.URL
 	clk := clock.NewVirtual(agentapitest.T0)
 	r.start(cfg, clk, srv.Client())
 
-	stub.await(t, func() bool { return stub.signals["warm"] == 1 })
+	stub.await(t, "warm", func() bool { return stub.signals["warm"] == 1 })
 	clk.BlockUntil(2) // the heartbeat's interval and the warm signal's backoff
 	clk.Advance(time.Second)
-	stub.await(t, func() bool { return stub.nexts == 2 }) // the job was served, the agent asks again
+	stub.await(t, "the next poll", func() bool { return stub.nexts == 2 }) // the job was served, the agent asks again
 	want := map[string]int{"warm": 2, "registered": 1, "job-started": 1, "job-finished": 1}
-	stub.mu.Lock()
-	defer stub.mu.Unlock()
-	for kind, n := range want {
-		if stub.signals[kind] != n {
+	stub.read(func() {
+		if !maps.Equal(stub.signals, want) {
 			t.Fatalf("signals %v, want %v", stub.signals, want)
 		}
-	}
-	if len(stub.signals) != len(want) {
-		t.Fatalf("signals %v, want %v", stub.signals, want)
-	}
+	})
 }
 
 // A hello whose answer is lost on the way back (the control plane issued

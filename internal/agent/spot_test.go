@@ -2,17 +2,14 @@ package agent_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/agent"
-	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -25,26 +22,25 @@ const notice = `{"action": "terminate", "time": "2026-11-24T08:22:00Z"}`
 // answers the first interrupted signal 503, as a restarting one would. It
 // counts what the agent asked of each.
 type spotWorld struct {
-	mu      sync.Mutex
-	notice  string // the spot notice once EC2 gives one
-	polls   int    // reads of the spot notice
-	signals map[string]int
-	beats   int
-	changed chan struct{}
+	*stubPlane
+	notice string // the spot notice once EC2 gives one
+	polls  int    // reads of the spot notice
 }
 
 func newSpotWorld(t *testing.T) (w *spotWorld, imds, plane *httptest.Server) {
-	w = &spotWorld{signals: map[string]int{}, changed: make(chan struct{})}
+	stub, plane := newStubPlane(t, nil, func(kind string, n int) int {
+		if kind == string(domain.SignalInterrupted) && n == 1 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusNoContent
+	})
+	w = &spotWorld{stubPlane: stub}
 	imds = httptest.NewServer(http.HandlerFunc(w.metadata))
-	plane = httptest.NewServer(http.HandlerFunc(w.controlPlane))
 	t.Cleanup(imds.Close)
-	t.Cleanup(plane.Close)
 	return w, imds, plane
 }
 
 func (w *spotWorld) metadata(rw http.ResponseWriter, r *http.Request) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	switch {
 	case r.Method == http.MethodPut && r.URL.Path == "/latest/api/token":
 		io.WriteString(rw, "session")
@@ -55,82 +51,22 @@ func (w *spotWorld) metadata(rw http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/latest/dynamic/instance-identity/document", r.URL.Path == "/latest/dynamic/instance-identity/signature":
 		io.WriteString(rw, "unchecked here")
 	case r.URL.Path == "/latest/meta-data/spot/instance-action":
-		w.polls++
-		w.notify()
-		if w.notice == "" {
+		var notice string
+		w.count(func() { w.polls++; notice = w.notice })
+		if notice == "" {
 			http.NotFound(rw, r)
 			return
 		}
-		io.WriteString(rw, w.notice)
+		io.WriteString(rw, notice)
 	default:
 		http.NotFound(rw, r)
 	}
-}
-
-func (w *spotWorld) controlPlane(rw http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case agentapi.PathHello:
-		json.NewEncoder(rw).Encode(agentapi.HelloResponse{Token: "tok", InstanceID: "bp-1", HeartbeatSeconds: 5})
-	case agentapi.PathHeartbeat:
-		w.count(func() { w.beats++ })
-		rw.WriteHeader(http.StatusNoContent)
-	case agentapi.PathNext:
-		<-r.Context().Done() // nothing to do
-	case agentapi.PathSignal:
-		var req agentapi.SignalRequest
-		json.NewDecoder(r.Body).Decode(&req)
-		var n int
-		w.count(func() { w.signals[req.Kind]++; n = w.signals[req.Kind] })
-		if req.Kind == string(domain.SignalInterrupted) && n == 1 {
-			rw.WriteHeader(http.StatusServiceUnavailable)
-			json.NewEncoder(rw).Encode(agentapi.ErrorResponse{Error: "restarting", Code: agentapi.CodeUnavailable})
-			return
-		}
-		rw.WriteHeader(http.StatusNoContent)
-	}
-}
-
-func (w *spotWorld) count(f func()) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	f()
-	w.notify()
-}
-
-func (w *spotWorld) notify() {
-	close(w.changed)
-	w.changed = make(chan struct{})
 }
 
 func (w *spotWorld) give(notice string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.notice = notice
-}
-
-// await waits until cond holds on the world's counts.
-func (w *spotWorld) await(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	limit := time.After(30 * time.Second)
-	for {
-		w.mu.Lock()
-		ok, changed := cond(), w.changed
-		w.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-changed:
-		case <-limit:
-			t.Fatalf("gave up waiting for %s", what)
-		}
-	}
-}
-
-func (w *spotWorld) read(f func()) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	f()
 }
 
 // An agent whose cloud id comes from IMDS reads the spot notice at once
