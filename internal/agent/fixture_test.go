@@ -15,6 +15,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/agent"
 	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
 	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
@@ -101,6 +102,24 @@ func (r *rig) config(id, secret string) agent.Config {
 	cfg.CleanupCommand = "echo cleaned >> " + agent.ShellQuote(r.path("cleanup.log"))
 	cfg.ShutdownCommand = "touch " + agent.ShellQuote(r.path("halted"))
 	return cfg
+}
+
+// launched writes the row of a booting machine launched as id with a new
+// bootstrap secret, and returns its agent's configuration, which holds the
+// secret.
+func (r *rig) launched(id string) agent.Config {
+	r.t.Helper()
+	secret := domain.NewSecret()
+	r.cp.Launch(id, domain.StateBooting, secret)
+	return r.config(id, secret)
+}
+
+// servingOnce waits for id's agent to say its machine is warm, then
+// assigns it job jobID with runner config jit.
+func (r *rig) servingOnce(id string, jobID int64, jit string) {
+	r.t.Helper()
+	r.cp.Calls.Await(r.t, 1, agentapitest.IsSignal(domain.SignalWarm))
+	r.cp.Assign(id, jobID, jit)
 }
 
 // running is an agent run in the background.

@@ -39,9 +39,8 @@ func TestRunReleaseReuse(t *testing.T) {
 	r := newRig(t)
 	cp := r.cp
 	cp.SetPolicy(agents.Policy{Reuse: true})
-	secret := domain.NewSecret()
-	cp.Launch("bp-1", domain.StateBooting, secret)
-	g := r.run(r.config("bp-1", secret))
+	cfg := r.launched("bp-1")
+	g := r.run(cfg)
 
 	cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalWarm))
 	if got := cp.Get("bp-1").State; got != domain.StateReady {
@@ -82,7 +81,7 @@ func TestRunReleaseReuse(t *testing.T) {
 	if r.hitsOf("/agent/v1/hello") != 1 {
 		t.Fatalf("%d hellos", r.hitsOf("/agent/v1/hello"))
 	}
-	wantNoCredentials(t, r, "bp-1", secret, jits...)
+	wantNoCredentials(t, r, "bp-1", cfg.Bootstrap, jits...)
 }
 
 // wantNoCredentials fails if the agents' logs or output hold the instance's
@@ -113,11 +112,9 @@ func wantNoCredentials(t *testing.T, r *rig, id, secret string, jits ...string) 
 func TestOneJobInstanceEndsTheAgent(t *testing.T) {
 	r := newRig(t)
 	cp := r.cp
-	secret := domain.NewSecret()
-	cp.Launch("bp-1", domain.StateBooting, secret)
-	g := r.run(r.config("bp-1", secret))
-	cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalWarm))
-	cp.Assign("bp-1", 101, "jit")
+	cfg := r.launched("bp-1")
+	g := r.run(cfg)
+	r.servingOnce("bp-1", 101, "jit")
 	if err := result(t, g); !errors.Is(err, agent.ErrInstanceEnded) {
 		t.Fatalf("Run: %v, want ErrInstanceEnded", err)
 	}
@@ -136,9 +133,7 @@ func TestOneJobInstanceEndsTheAgent(t *testing.T) {
 func TestFailedWarmUpIsReported(t *testing.T) {
 	r := newRig(t)
 	cp := r.cp
-	secret := domain.NewSecret()
-	cp.Launch("bp-1", domain.StateBooting, secret)
-	cfg := r.config("bp-1", secret)
+	cfg := r.launched("bp-1")
 	cfg.WarmUpCommand = "echo warming; exit 3"
 	r.run(cfg)
 	c := cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalFailed))
@@ -158,14 +153,11 @@ func TestFailedWarmUpIsReported(t *testing.T) {
 func TestRunnerFailingBeforeItsJob(t *testing.T) {
 	r := newRig(t)
 	cp := r.cp
-	secret := domain.NewSecret()
-	cp.Launch("bp-1", domain.StateBooting, secret)
 	r.write("broken-runner.sh", "#!/bin/sh\necho 'cannot register'\nexit 2\n")
-	cfg := r.config("bp-1", secret)
+	cfg := r.launched("bp-1")
 	cfg.RunnerCommand = "sh " + agent.ShellQuote(r.path("broken-runner.sh"))
 	r.run(cfg)
-	cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalWarm))
-	cp.Assign("bp-1", 101, "jit")
+	r.servingOnce("bp-1", 101, "jit")
 	c := cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalFailed))
 	if c.Signal.Job != "101" || c.Signal.Reason != "runner exited before its job started: exit status 2" {
 		t.Fatalf("failed signal %+v", c.Signal)
@@ -180,13 +172,10 @@ func TestRunnerFailingBeforeItsJob(t *testing.T) {
 func TestAgentStoppedMidJobReportsItAtRestart(t *testing.T) {
 	r := newRig(t)
 	cp := r.cp
-	secret := domain.NewSecret()
-	cp.Launch("bp-1", domain.StateBooting, secret)
-	cfg := r.config("bp-1", secret)
+	cfg := r.launched("bp-1")
 	cfg.RunnerCommand = "sh " + agent.ShellQuote(r.path("blocking-runner.sh"))
 	first := r.run(cfg)
-	cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalWarm))
-	cp.Assign("bp-1", 101, "jit")
+	r.servingOnce("bp-1", 101, "jit")
 	cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalJobStarted))
 	if err := first.stop(); err != nil {
 		t.Fatalf("Run after Ctrl-C: %v, want nil", err)
@@ -212,9 +201,8 @@ func TestAgentStoppedMidJobReportsItAtRestart(t *testing.T) {
 func TestIdleAgentLearnsItsInstanceEnded(t *testing.T) {
 	r := newRig(t)
 	cp := r.cp
-	secret := domain.NewSecret()
-	cp.Launch("bp-1", domain.StateBooting, secret)
-	g := r.run(r.config("bp-1", secret))
+	cfg := r.launched("bp-1")
+	g := r.run(cfg)
 	cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalWarm))
 	cp.Calls.Await(t, 1, agentapitest.IsOp("next"))
 	cp.Calls.Await(t, 1, agentapitest.IsOp("heartbeat")) // the first one, sent at once

@@ -58,9 +58,7 @@ func TestBackoffThenSelfShutdown(t *testing.T) {
 func TestTokenSurvivesARestart(t *testing.T) {
 	r := newRig(t)
 	cp := r.cp
-	secret := domain.NewSecret()
-	cp.Launch("bp-1", domain.StateBooting, secret)
-	cfg := r.config("bp-1", secret)
+	cfg := r.launched("bp-1")
 	first := r.run(cfg)
 	cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalWarm))
 	if err := first.stop(); err != nil {
@@ -110,9 +108,7 @@ func TestTokenSurvivesARestart(t *testing.T) {
 func TestSavedTokenOfAnotherMachineIsIgnored(t *testing.T) {
 	r := newRig(t)
 	cp := r.cp
-	secret := domain.NewSecret()
-	cp.Launch("bp-2", domain.StateBooting, secret)
-	cfg := r.config("bp-2", secret)
+	cfg := r.launched("bp-2")
 	os.MkdirAll(cfg.StateDir, 0o700)
 	os.WriteFile(filepath.Join(cfg.StateDir, "identity.json"), []byte(`{"cloud_id":"i-bp-1","token":"abc"}`), 0o600)
 	r.run(cfg)
@@ -171,8 +167,7 @@ func TestRejectedSignalsAreNotRetried(t *testing.T) {
 // token taken and giving its machine up.
 func TestALostHelloAnswerIsRetried(t *testing.T) {
 	r := newRig(t)
-	secret := domain.NewSecret()
-	r.cp.Launch("bp-1", domain.StateBooting, secret)
+	cfg := r.launched("bp-1")
 	var lost atomic.Bool
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.URL.Path == agentapi.PathHello && lost.CompareAndSwap(false, true) {
@@ -183,7 +178,6 @@ func TestALostHelloAnswerIsRetried(t *testing.T) {
 		r.srv.Config.Handler.ServeHTTP(w, req)
 	}))
 	t.Cleanup(front.Close)
-	cfg := r.config("bp-1", secret)
 	cfg.URL = front.URL
 	clk := clock.NewVirtual(agentapitest.T0)
 	r.start(cfg, clk, front.Client())

@@ -164,8 +164,7 @@ func TestAgentReportsASpotInterruption(t *testing.T) {
 	r := newRig(t)
 	w, imds, _ := newSpotWorld(t)
 	w.give(notice)
-	cfg := r.config("bp-1", "secret")
-	r.cp.Launch("bp-1", domain.StateBooting, "secret")
+	cfg := r.launched("bp-1")
 	cfg.CloudID, cfg.CloudIDFrom, cfg.MetadataURL = "", "imds", imds.URL
 	g := r.run(cfg)
 	r.cp.Calls.Await(t, 1, func(c agentapitestCall) bool {
