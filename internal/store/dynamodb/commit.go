@@ -67,20 +67,20 @@ type pending[Row any] struct {
 
 // staged are the rows of one kind that a change touches, in the order it
 // first touches them.
-type staged[ID comparable, Row, Guard any] struct {
-	kind  *rowKind[ID, Row, Guard]
+type staged[ID comparable, Row, Guard, Req, Res any] struct {
+	kind  *rowKind[ID, Row, Guard, Req, Res]
 	rows  map[ID]*pending[Row]
 	order []ID
 }
 
-func newStaged[ID comparable, Row, Guard any](k *rowKind[ID, Row, Guard]) *staged[ID, Row, Guard] {
-	return &staged[ID, Row, Guard]{kind: k, rows: map[ID]*pending[Row]{}}
+func newStaged[ID comparable, Row, Guard, Req, Res any](k *rowKind[ID, Row, Guard, Req, Res]) *staged[ID, Row, Guard, Req, Res] {
+	return &staged[ID, Row, Guard, Req, Res]{kind: k, rows: map[ID]*pending[Row]{}}
 }
 
 // apply decides one transition on the row as the change has left it so
 // far, reading it first if the change has not touched it yet. refused is
 // the transition's refusal; err a failed read.
-func (st *staged[ID, Row, Guard]) apply(ctx context.Context, s *Store, now time.Time, id ID, g Guard, fn func(*Row)) (next Row, refused, err error) {
+func (st *staged[ID, Row, Guard, Req, Res]) apply(ctx context.Context, s *Store, now time.Time, id ID, g Guard, fn func(*Row)) (next Row, refused, err error) {
 	p, ok := st.rows[id]
 	if !ok {
 		cur, found, err := st.kind.get(ctx, s, id)
@@ -104,8 +104,21 @@ func (st *staged[ID, Row, Guard]) apply(ctx context.Context, s *Store, now time.
 	return next, nil, nil
 }
 
+// applyAll decides reqs in order, each on the rows as the ones before it
+// left them, up to the first refused.
+func (st *staged[ID, Row, Guard, Req, Res]) applyAll(ctx context.Context, s *Store, now time.Time, reqs []Req) (rows []Row, refused, err error) {
+	rows = make([]Row, len(reqs))
+	for n, r := range reqs {
+		id, g, fn := st.kind.request(r)
+		if rows[n], refused, err = st.apply(ctx, s, now, id, g, fn); refused != nil || err != nil {
+			return rows, refused, err
+		}
+	}
+	return rows, nil, nil
+}
+
 // writes are the conditional updates that make the staged rows so.
-func (st *staged[ID, Row, Guard]) writes(s *Store) ([]types.TransactWriteItem, error) {
+func (st *staged[ID, Row, Guard, Req, Res]) writes(s *Store) ([]types.TransactWriteItem, error) {
 	var out []types.TransactWriteItem
 	for _, id := range st.order {
 		u, err := st.kind.update(s, st.rows[id].cur, st.rows[id].next)
@@ -122,17 +135,12 @@ func (st *staged[ID, Row, Guard]) writes(s *Store) ([]types.TransactWriteItem, e
 // make it so; refused is the first transition refused.
 func (s *Store) decideChange(ctx context.Context, c domain.Change) (out domain.Changed, writes []types.TransactWriteItem, refused, err error) {
 	now := s.now()
-	out = domain.Changed{Instances: make([]domain.Instance, len(c.Instances)), Jobs: make([]domain.Job, len(c.Jobs))}
 	insts, jobs := newStaged(&instanceKind), newStaged(&jobKind)
-	for n, r := range c.Instances {
-		if out.Instances[n], refused, err = insts.apply(ctx, s, now, r.ID, r.Guard, r.Apply); refused != nil || err != nil {
-			return out, nil, refused, err
-		}
+	if out.Instances, refused, err = insts.applyAll(ctx, s, now, c.Instances); refused != nil || err != nil {
+		return out, nil, refused, err
 	}
-	for n, r := range c.Jobs {
-		if out.Jobs[n], refused, err = jobs.apply(ctx, s, now, r.ID, r.Guard, r.Apply); refused != nil || err != nil {
-			return out, nil, refused, err
-		}
+	if out.Jobs, refused, err = jobs.applyAll(ctx, s, now, c.Jobs); refused != nil || err != nil {
+		return out, nil, refused, err
 	}
 	if writes, err = insts.writes(s); err != nil {
 		return out, nil, nil, err

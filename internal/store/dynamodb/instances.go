@@ -157,18 +157,7 @@ func (s *Store) Transition(ctx context.Context, id string, g domain.Guard, fn fu
 
 // TransitionBatch applies the requests as parallel conditional writes.
 func (s *Store) TransitionBatch(ctx context.Context, reqs []domain.TransitionRequest) ([]domain.TransitionResult, error) {
-	results := make([]domain.TransitionResult, len(reqs))
-	err := instanceKind.transitionBatch(ctx, s, len(reqs),
-		func(k int) (string, domain.Guard, func(*domain.Instance)) {
-			return reqs[k].ID, reqs[k].Guard, reqs[k].Apply
-		},
-		func(k int, in domain.Instance, err error) {
-			results[k] = domain.TransitionResult{Instance: in, Err: err}
-		})
-	if err != nil {
-		return nil, fmt.Errorf("transition batch: %w", err)
-	}
-	return results, nil
+	return instanceKind.transitionBatch(ctx, s, reqs)
 }
 
 // DeleteInstances removes terminated rows. A terminated row never changes

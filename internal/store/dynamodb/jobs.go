@@ -191,16 +191,7 @@ func (s *Store) TransitionJob(ctx context.Context, id int64, g domain.JobGuard, 
 
 // TransitionJobs applies the requests as parallel conditional writes.
 func (s *Store) TransitionJobs(ctx context.Context, reqs []domain.JobTransitionRequest) ([]domain.JobTransitionResult, error) {
-	results := make([]domain.JobTransitionResult, len(reqs))
-	err := jobKind.transitionBatch(ctx, s, len(reqs),
-		func(k int) (int64, domain.JobGuard, func(*domain.Job)) {
-			return reqs[k].ID, reqs[k].Guard, reqs[k].Apply
-		},
-		func(k int, j domain.Job, err error) { results[k] = domain.JobTransitionResult{Job: j, Err: err} })
-	if err != nil {
-		return nil, fmt.Errorf("transition jobs: %w", err)
-	}
-	return results, nil
+	return jobKind.transitionBatch(ctx, s, reqs)
 }
 
 // DeleteJobs deletes final jobs last changed before the instant. A final

@@ -19,35 +19,51 @@ import (
 // rowKind is one kind of row as the store reads and changes it: how to
 // find, decide and encode it. The reads, the conditional write and the
 // retries are the same for instances and jobs and are written once below.
-type rowKind[ID comparable, Row any, Guard any] struct {
-	noun   string
-	key    func(ID) map[string]types.AttributeValue
-	encode func(*Store, Row) (map[string]types.AttributeValue, error)
-	decode func(map[string]types.AttributeValue) (Row, error)
+type rowKind[ID comparable, Row, Guard, Req, Res any] struct {
+	noun    string
+	batchOp string // names the batch call in its errors
+	key     func(ID) map[string]types.AttributeValue
+	encode  func(*Store, Row) (map[string]types.AttributeValue, error)
+	decode  func(map[string]types.AttributeValue) (Row, error)
 	// apply is the domain's decision (domain.ApplyTransition and its job
 	// twin); validate refuses what the table could not hold (see decide).
 	apply    func(cur Row, g Guard, now time.Time, fn func(*Row)) (Row, error)
 	validate func(Row) error
 	version  func(Row) int64
+	// request and result are the port's batch request and outcome.
+	request func(Req) (ID, Guard, func(*Row))
+	result  func(Row, error) Res
 }
 
-var instanceKind = rowKind[string, domain.Instance, domain.Guard]{
-	noun: "instance", key: instanceKey,
+var instanceKind = rowKind[string, domain.Instance, domain.Guard, domain.TransitionRequest, domain.TransitionResult]{
+	noun: "instance", batchOp: "transition batch", key: instanceKey,
 	encode: (*Store).instanceItem, decode: decodeInstance,
 	apply: domain.ApplyTransition, validate: domain.Instance.Validate,
 	version: func(i domain.Instance) int64 { return i.Version },
+	request: func(r domain.TransitionRequest) (string, domain.Guard, func(*domain.Instance)) {
+		return r.ID, r.Guard, r.Apply
+	},
+	result: func(i domain.Instance, err error) domain.TransitionResult {
+		return domain.TransitionResult{Instance: i, Err: err}
+	},
 }
 
-var jobKind = rowKind[int64, domain.Job, domain.JobGuard]{
-	noun: "job", key: jobKey,
+var jobKind = rowKind[int64, domain.Job, domain.JobGuard, domain.JobTransitionRequest, domain.JobTransitionResult]{
+	noun: "job", batchOp: "transition jobs", key: jobKey,
 	encode: (*Store).jobItem, decode: decodeJob,
 	apply: domain.ApplyJobTransition, validate: domain.Job.Validate,
 	version: func(j domain.Job) int64 { return j.Version },
+	request: func(r domain.JobTransitionRequest) (int64, domain.JobGuard, func(*domain.Job)) {
+		return r.ID, r.Guard, r.Apply
+	},
+	result: func(j domain.Job, err error) domain.JobTransitionResult {
+		return domain.JobTransitionResult{Job: j, Err: err}
+	},
 }
 
 // decide returns the row to write, its times in UTC, or why the
 // transition is refused.
-func (k *rowKind[ID, Row, Guard]) decide(cur Row, g Guard, now time.Time, fn func(*Row)) (Row, error) {
+func (k *rowKind[ID, Row, Guard, Req, Res]) decide(cur Row, g Guard, now time.Time, fn func(*Row)) (Row, error) {
 	next, refused := k.apply(cur, g, now, fn)
 	if refused != nil {
 		var zero Row
@@ -58,7 +74,7 @@ func (k *rowKind[ID, Row, Guard]) decide(cur Row, g Guard, now time.Time, fn fun
 }
 
 // read is the port's Get: the row read consistently, or ErrNotFound.
-func (k *rowKind[ID, Row, Guard]) read(ctx context.Context, s *Store, id ID) (Row, error) {
+func (k *rowKind[ID, Row, Guard, Req, Res]) read(ctx context.Context, s *Store, id ID) (Row, error) {
 	var zero Row
 	if err := s.checkOpen(); err != nil {
 		return zero, fmt.Errorf("get %s %v: %w", k.noun, id, err)
@@ -74,7 +90,7 @@ func (k *rowKind[ID, Row, Guard]) read(ctx context.Context, s *Store, id ID) (Ro
 }
 
 // matching decodes items and keeps the rows that match.
-func (k *rowKind[ID, Row, Guard]) matching(items []map[string]types.AttributeValue, match func(Row) bool) ([]Row, error) {
+func (k *rowKind[ID, Row, Guard, Req, Res]) matching(items []map[string]types.AttributeValue, match func(Row) bool) ([]Row, error) {
 	var out []Row
 	for _, item := range items {
 		row, err := k.decode(item)
@@ -89,7 +105,7 @@ func (k *rowKind[ID, Row, Guard]) matching(items []map[string]types.AttributeVal
 }
 
 // get reads one row consistently; found is false when there is none.
-func (k *rowKind[ID, Row, Guard]) get(ctx context.Context, s *Store, id ID) (row Row, found bool, err error) {
+func (k *rowKind[ID, Row, Guard, Req, Res]) get(ctx context.Context, s *Store, id ID) (row Row, found bool, err error) {
 	out, err := s.api.GetItem(ctx, &awsdynamodb.GetItemInput{TableName: s.tbl(), Key: k.key(id), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return row, false, describe("GetItem", s.table, err)
@@ -103,7 +119,7 @@ func (k *rowKind[ID, Row, Guard]) get(ctx context.Context, s *Store, id ID) (row
 
 // transition is the read, the decision and the write conditioned on the
 // version read, again from the read when another writer got there first.
-func (k *rowKind[ID, Row, Guard]) transition(ctx context.Context, s *Store, id ID, g Guard, fn func(*Row)) (Row, error) {
+func (k *rowKind[ID, Row, Guard, Req, Res]) transition(ctx context.Context, s *Store, id ID, g Guard, fn func(*Row)) (Row, error) {
 	var zero Row
 	if err := s.checkOpen(); err != nil {
 		return zero, fmt.Errorf("transition %s %v: %w", k.noun, id, err)
@@ -153,7 +169,7 @@ func (k *rowKind[ID, Row, Guard]) transition(ctx context.Context, s *Store, id I
 }
 
 // update is the conditional write that turns cur into next.
-func (k *rowKind[ID, Row, Guard]) update(s *Store, cur, next Row) (update, error) {
+func (k *rowKind[ID, Row, Guard, Req, Res]) update(s *Store, cur, next Row) (update, error) {
 	before, err := k.encode(s, cur)
 	if err != nil {
 		return update{}, err
@@ -242,14 +258,15 @@ func (u update) transact(table string) types.TransactWriteItem {
 // one request's conflict from failing the others. Since some writes may
 // land while others fail, a failure of the store is that request's
 // outcome, not the batch's: the error is only for a closed store.
-func (k *rowKind[ID, Row, Guard]) transitionBatch(ctx context.Context, s *Store, n int, req func(int) (ID, Guard, func(*Row)), result func(int, Row, error)) error {
+func (k *rowKind[ID, Row, Guard, Req, Res]) transitionBatch(ctx context.Context, s *Store, reqs []Req) ([]Res, error) {
 	if err := s.checkOpen(); err != nil {
-		return fmt.Errorf("%s batch: %w", k.noun, err)
+		return nil, fmt.Errorf("%s: %s batch: %w", k.batchOp, k.noun, err)
 	}
-	s.parallel(n, func(i int) {
-		id, g, fn := req(i)
+	results := make([]Res, len(reqs))
+	s.parallel(len(reqs), func(i int) {
+		id, g, fn := k.request(reqs[i])
 		row, err := k.transition(ctx, s, id, g, fn)
-		result(i, row, err)
+		results[i] = k.result(row, err)
 	})
-	return nil
+	return results, nil
 }
