@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -193,19 +192,11 @@ func TestAgentReadsItsCloudIDFromMetadata(t *testing.T) {
 		io.WriteString(w, "i-bp-1")
 	}))
 	defer imds.Close()
-	cfg := r.config("bp-1", "secret")
-	r.cp.Launch("bp-1", "booting", "secret")
+	cfg := r.launched("bp-1")
 	cfg.CloudID, cfg.CloudIDFrom, cfg.MetadataURL = "", "imds", imds.URL
-	a, err := agent.New(cfg, agent.Deps{Clock: r.cp.Clock, HTTP: r.srv.Client(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	g := r.run(cfg)
 	r.cp.Calls.Await(t, 1, func(c agentapitestCall) bool { return c.Op == "signal" && c.CloudID == "i-bp-1" })
-	cancel()
-	if err := <-done; err != nil {
+	if err := g.stop(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -235,16 +226,9 @@ func TestAgentDerivesItsMachineSecretFromTheLaunchSecret(t *testing.T) {
 		BootstrapHash: domain.HashSecret(domain.MachineSecret(launch, "i-bp-1"))})
 	cfg := r.config("bp-1", "")
 	cfg.LaunchSecret, cfg.CloudID, cfg.CloudIDFrom, cfg.MetadataURL = launch, "", "imds", imds.URL
-	a, err := agent.New(cfg, agent.Deps{Clock: r.cp.Clock, HTTP: r.srv.Client(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	g := r.run(cfg)
 	r.cp.Calls.Await(t, 1, func(c agentapitestCall) bool { return c.Op == "signal" && c.CloudID == "i-bp-1" })
-	cancel()
-	if err := <-done; err != nil {
+	if err := g.stop(); err != nil {
 		t.Fatal(err)
 	}
 	if !sawDocument.Load() {

@@ -112,8 +112,7 @@ func wantNoCredentials(t *testing.T, r *rig, id, secret string, jits ...string) 
 func TestOneJobInstanceEndsTheAgent(t *testing.T) {
 	r := newRig(t)
 	cp := r.cp
-	cfg := r.launched("bp-1")
-	g := r.run(cfg)
+	g := r.run(r.launched("bp-1"))
 	r.servingOnce("bp-1", 101, "jit")
 	if err := result(t, g); !errors.Is(err, agent.ErrInstanceEnded) {
 		t.Fatalf("Run: %v, want ErrInstanceEnded", err)
@@ -201,8 +200,7 @@ func TestAgentStoppedMidJobReportsItAtRestart(t *testing.T) {
 func TestIdleAgentLearnsItsInstanceEnded(t *testing.T) {
 	r := newRig(t)
 	cp := r.cp
-	cfg := r.launched("bp-1")
-	g := r.run(cfg)
+	g := r.run(r.launched("bp-1"))
 	cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalWarm))
 	cp.Calls.Await(t, 1, agentapitest.IsOp("next"))
 	cp.Calls.Await(t, 1, agentapitest.IsOp("heartbeat")) // the first one, sent at once
