@@ -268,16 +268,23 @@ func (a *Agent) heartbeats(ctx context.Context, stop context.CancelCauseFunc) {
 
 // warm runs the warm-up command, then reports warm, or failed if it failed.
 func (a *Agent) warm(ctx context.Context) error {
-	if a.cfg.WarmUpCommand != "" {
-		if err := a.runCommand(ctx, "warm-up", a.cfg.WarmUpCommand); err != nil {
+	return a.stage(ctx, "warm-up", a.cfg.WarmUpCommand, domain.SignalWarm, "warm-up failed")
+}
+
+// stage runs the command of a stage of the instance's life (none when line
+// is empty), then reports done, or logs failure and reports failed, with
+// the stage and how its command ended as the reason, if it failed.
+func (a *Agent) stage(ctx context.Context, name, line string, done domain.SignalKind, failure string) error {
+	if line != "" {
+		if err := a.runCommand(ctx, name, line); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			a.log.Error("warm-up failed", "err", err)
-			return a.signal(ctx, agentapi.SignalRequest{Kind: string(domain.SignalFailed), Reason: "warm-up: " + exitReason(err)})
+			a.log.Error(failure, "err", err)
+			return a.signal(ctx, agentapi.SignalRequest{Kind: string(domain.SignalFailed), Reason: name + ": " + exitReason(err)})
 		}
 	}
-	return a.signal(ctx, agentapi.SignalRequest{Kind: string(domain.SignalWarm)})
+	return a.signal(ctx, agentapi.SignalRequest{Kind: string(done)})
 }
 
 // runCommand runs a command to its end, its output to the agent's.

@@ -130,16 +130,7 @@ func (a *Agent) endServe(rep *reporter) error {
 // plane pools the instance. A just-in-time runner is removed by GitHub
 // after its one job: there is no registration left to delete.
 func (a *Agent) release(ctx context.Context) error {
-	if a.cfg.CleanupCommand != "" {
-		if err := a.runCommand(ctx, "cleanup", a.cfg.CleanupCommand); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			a.log.Error("cleanup failed; the instance will not be reused", "err", err)
-			return a.signal(ctx, agentapi.SignalRequest{Kind: string(domain.SignalFailed), Reason: "cleanup: " + exitReason(err)})
-		}
-	}
-	return a.signal(ctx, agentapi.SignalRequest{Kind: string(domain.SignalDeregistered)})
+	return a.stage(ctx, "cleanup", a.cfg.CleanupCommand, domain.SignalDeregistered, "cleanup failed; the instance will not be reused")
 }
 
 // reporter sends one serve's signals in order, in the background, so the
