@@ -171,14 +171,6 @@ func getS(item map[string]types.AttributeValue, attr string) string {
 	return ""
 }
 
-func getN(item map[string]types.AttributeValue, attr string) (int64, error) {
-	v, ok := item[attr].(*types.AttributeValueMemberN)
-	if !ok {
-		return 0, fmt.Errorf("attribute %s missing", attr)
-	}
-	return strconv.ParseInt(v.Value, 10, 64)
-}
-
 var timeType = reflect.TypeFor[time.Time]()
 
 // utcTimes puts every time field of the struct p points to in UTC, as the
