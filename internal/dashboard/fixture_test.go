@@ -154,6 +154,19 @@ func (r *rig) page(path string) string {
 	return rec.Body.String()
 }
 
+// pageShows requests path, wants 200, and reports each of wants the page
+// lacks.
+func (r *rig) pageShows(path string, wants ...string) string {
+	r.t.Helper()
+	body := r.page(path)
+	for _, want := range wants {
+		if !strings.Contains(body, want) {
+			r.t.Errorf("%s lacks %q", path, want)
+		}
+	}
+	return body
+}
+
 // later moves the dashboard's clock past the refresh interval, so the next
 // request reads the store again.
 func (r *rig) later() { r.clk.Advance(DefaultRefresh) }
