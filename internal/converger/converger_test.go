@@ -112,6 +112,12 @@ func (w *world) converge(n int) PoolReport {
 	return r
 }
 
+// actions is how many instances of pool p the converger counted as acted
+// on for action and reason.
+func (w *world) actions(action, reason string) float64 {
+	return testutil.ToFloat64(w.conv.metrics.actions.WithLabelValues("p", action, reason))
+}
+
 func (w *world) rows(states ...domain.State) []domain.Instance {
 	w.T.Helper()
 	rows, err := w.Store.ListInstances(context.Background(), domain.InstanceFilter{Pool: "p", States: states})
@@ -150,7 +156,7 @@ func TestConvergerFillsThenParksAPool(t *testing.T) {
 	if calls[sim.OpCreateFleet] != 2 || calls[sim.OpStopInstances] != 1 {
 		t.Fatalf("calls %v", calls)
 	}
-	if got := testutil.ToFloat64(w.conv.metrics.actions.WithLabelValues("p", "create", "missing")); got != 3 {
+	if got := w.actions("create", "missing"); got != 3 {
 		t.Fatalf("create actions counted %v", got)
 	}
 }
@@ -269,7 +275,7 @@ func TestPoolRemovedFromConfigurationIsDrained(t *testing.T) {
 	if n := testutil.CollectAndCount(w.conv.metrics.target); n != 0 {
 		t.Fatalf("%d target series left for a removed pool", n)
 	}
-	if got := testutil.ToFloat64(w.conv.metrics.actions.WithLabelValues("p", "terminate", "outdated")); got != 2 {
+	if got := w.actions("terminate", "outdated"); got != 2 {
 		t.Fatalf("outdated terminations counted %v, want 2", got)
 	}
 }
