@@ -60,7 +60,14 @@ func helloBody(cloudID, launchID, secret string) string {
 // hello introduces in's agent and returns its token.
 func (h *harness) hello(in domain.Instance, secret string) string {
 	h.t.Helper()
-	w := h.do(http.MethodPost, agentapi.PathHello, "", helloBody(in.CloudID, in.LaunchID, secret))
+	return h.helloAnswer(helloBody(in.CloudID, in.LaunchID, secret)).Token
+}
+
+// helloAnswer says hello with body and returns the answer, failing unless
+// it was a welcome.
+func (h *harness) helloAnswer(body string) agentapi.HelloResponse {
+	h.t.Helper()
+	w := h.do(http.MethodPost, agentapi.PathHello, "", body)
 	if w.Code != http.StatusOK {
 		h.t.Fatalf("hello: %d %s", w.Code, w.Body)
 	}
@@ -68,7 +75,18 @@ func (h *harness) hello(in domain.Instance, secret string) string {
 	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
 		h.t.Fatal(err)
 	}
-	return resp.Token
+	return resp
+}
+
+// wantTokenWithheld says hello with body and fails unless the answer is
+// that the instance's token was issued, without telling it.
+func (h *harness) wantTokenWithheld(body, token string) {
+	h.t.Helper()
+	w := h.do(http.MethodPost, agentapi.PathHello, "", body)
+	wantStatus(h.t, w, http.StatusConflict, agentapi.CodeTokenIssued)
+	if strings.Contains(w.Body.String(), token) {
+		h.t.Fatal("a hello was told the token issued before it")
+	}
 }
 
 // launched writes a booting instance and introduces its agent.

@@ -16,12 +16,7 @@ func TestHelloIssuesTheTokenOnce(t *testing.T) {
 	secret := domain.NewSecret()
 	before := h.Launch("bp-1", domain.StateBooting, secret)
 
-	w := h.do(http.MethodPost, agentapi.PathHello, "", helloBody(before.CloudID, before.LaunchID, secret))
-	wantStatus(t, w, http.StatusOK, "")
-	var resp agentapi.HelloResponse
-	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
-		t.Fatal(err)
-	}
+	resp := h.helloAnswer(helloBody(before.CloudID, before.LaunchID, secret))
 	if resp.InstanceID != "bp-1" || resp.HeartbeatSeconds != 5 || len(resp.Token) != 64 {
 		t.Fatalf("hello answered %+v (token of %d chars)", resp, len(resp.Token))
 	}
@@ -33,11 +28,7 @@ func TestHelloIssuesTheTokenOnce(t *testing.T) {
 		t.Fatalf("hello changed more than the token: %+v", after)
 	}
 
-	again := h.do(http.MethodPost, agentapi.PathHello, "", helloBody(before.CloudID, before.LaunchID, secret))
-	wantStatus(t, again, http.StatusConflict, agentapi.CodeTokenIssued)
-	if strings.Contains(again.Body.String(), resp.Token) {
-		t.Fatal("a second hello repeated the token")
-	}
+	h.wantTokenWithheld(helloBody(before.CloudID, before.LaunchID, secret), resp.Token)
 	h.WantUnchanged(after)
 }
 
@@ -60,11 +51,8 @@ func TestHelloWithAProposedTokenCanBeRetried(t *testing.T) {
 
 	token := domain.NewSecret()
 	for range 2 {
-		w := h.do(http.MethodPost, agentapi.PathHello, "", proposing(token))
-		wantStatus(t, w, http.StatusOK, "")
-		var resp agentapi.HelloResponse
-		if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || resp.Token != token || resp.InstanceID != "bp-1" {
-			t.Fatalf("hello proposing a token answered %+v, %v", resp, err)
+		if resp := h.helloAnswer(proposing(token)); resp.Token != token || resp.InstanceID != "bp-1" {
+			t.Fatalf("hello proposing a token answered %+v", resp)
 		}
 	}
 	issued := h.Get("bp-1")
@@ -73,11 +61,7 @@ func TestHelloWithAProposedTokenCanBeRetried(t *testing.T) {
 			issued.Version, in.Version+1, issued.AgentTokenHash == domain.HashSecret(token))
 	}
 	for _, other := range []string{domain.NewSecret(), ""} {
-		w := h.do(http.MethodPost, agentapi.PathHello, "", proposing(other))
-		wantStatus(t, w, http.StatusConflict, agentapi.CodeTokenIssued)
-		if strings.Contains(w.Body.String(), token) {
-			t.Fatal("a hello with another token was told the issued one")
-		}
+		h.wantTokenWithheld(proposing(other), token)
 	}
 	h.WantUnchanged(issued)
 }
