@@ -144,14 +144,7 @@ func TestJobsFilters(t *testing.T) {
 		{"limit=1000&status=completed", []string{"104"}},
 	}
 	for _, c := range cases {
-		var body struct{ Jobs []map[string]any }
-		r.getJSON("/api/v1/jobs?"+c.query, &body)
-		if body.Jobs == nil {
-			t.Errorf("%s: jobs is null, want a list", c.query)
-		}
-		if got := ids(body.Jobs); !slices.Equal(got, c.want) {
-			t.Errorf("%s: jobs %v, want %v", c.query, got, c.want)
-		}
+		r.wantIDs("/api/v1/jobs?"+c.query, "jobs", c.want)
 	}
 }
 
@@ -207,14 +200,7 @@ func TestInstances(t *testing.T) {
 		{"runner=adhoc-1", []string{"i-2"}},
 	}
 	for _, c := range cases {
-		var body struct{ Instances []map[string]any }
-		r.getJSON("/api/v1/instances?"+c.query, &body)
-		if body.Instances == nil {
-			t.Errorf("%s: instances is null, want a list", c.query)
-		}
-		if got := ids(body.Instances); !slices.Equal(got, c.want) {
-			t.Errorf("%q: instances %v, want %v", c.query, got, c.want)
-		}
+		r.wantIDs("/api/v1/instances?"+c.query, "instances", c.want)
 	}
 	var body struct{ Instances []map[string]any }
 	r.getJSON("/api/v1/instances?state=running", &body)
@@ -316,6 +302,20 @@ func TestStoreFailureIsAServerError(t *testing.T) {
 }
 
 // ids returns the "id" of each object as text.
+// wantIDs checks that path answers with a list under key (a list, never
+// null) of the ids want, in that order.
+func (r *rig) wantIDs(path, key string, want []string) {
+	r.t.Helper()
+	var body map[string][]map[string]any
+	r.getJSON(path, &body)
+	if body[key] == nil {
+		r.t.Errorf("%s: %s is null, want a list", path, key)
+	}
+	if got := ids(body[key]); !slices.Equal(got, want) {
+		r.t.Errorf("%s: %s %v, want %v", path, key, got, want)
+	}
+}
+
 func ids(list []map[string]any) []string {
 	out := []string{}
 	for _, m := range list {
