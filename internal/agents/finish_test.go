@@ -50,9 +50,7 @@ func TestFinishAppliesThePoolPolicy(t *testing.T) {
 					in.State, in.Reason, in.Job, in.JobStarted, in.JobsServed, tc.want, tc.wantWhy, tc.served+1)
 			}
 			f.wantNoRunner("bp-1") // spent, whatever becomes of the instance
-			if want := f.Clock.Now().Add(domain.DefaultDeadlines().For(tc.want)); !in.Deadline.Equal(want) {
-				t.Fatalf("deadline %s, want %s", in.Deadline, want)
-			}
+			f.wantDefaultDeadline(in)
 			if awake := slices.Equal(f.notifications(), []string{"i-bp-1"}); awake != tc.wantAwake {
 				t.Fatalf("notified %v, want the agent woken: %v", f.notifications(), tc.wantAwake)
 			}

@@ -109,6 +109,15 @@ func (f *fixture) wantNoRunner(id string) {
 	}
 }
 
+// wantDefaultDeadline fails unless in is due its state's default deadline
+// from now.
+func (f *fixture) wantDefaultDeadline(in domain.Instance) {
+	f.T.Helper()
+	if want := f.Clock.Now().Add(domain.DefaultDeadlines().For(in.State)); !in.Deadline.Equal(want) {
+		f.T.Fatalf("%s deadline %s, want %s", in.State, in.Deadline, want)
+	}
+}
+
 func wantRejected(t *testing.T, err error) {
 	t.Helper()
 	var re *agents.RejectedError

@@ -111,9 +111,7 @@ func TestFailedRequeuesAnUnstartedJob(t *testing.T) {
 			if after.State != domain.StateError || after.Reason != "runner would not start" {
 				t.Fatalf("instance %s (%q), want error with the agent's reason", after.State, after.Reason)
 			}
-			if want := f.Clock.Now().Add(domain.DefaultDeadlines().Error); !after.Deadline.Equal(want) {
-				t.Fatalf("deadline %s, want %s", after.Deadline, want)
-			}
+			f.wantDefaultDeadline(after)
 			wantRequeued(t, f, route)
 		})
 	}

@@ -61,9 +61,7 @@ func TestRegisteredRunsOnlyTheInstancesOwnJob(t *testing.T) {
 			if after.State != domain.StateRunning || after.Job != "42" {
 				t.Fatalf("got %s bound to %q, want running bound to 42", after.State, after.Job)
 			}
-			if want := f.Clock.Now().Add(domain.DefaultDeadlines().Running); !after.Deadline.Equal(want) {
-				t.Fatalf("deadline %s, want %s", after.Deadline, want)
-			}
+			f.wantDefaultDeadline(after)
 			select {
 			case <-woken:
 			default:
