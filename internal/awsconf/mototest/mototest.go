@@ -29,6 +29,9 @@ var server struct {
 	endpoint string
 	cmd      *exec.Cmd
 	err      error
+	// patched: the emulator runs with serve.py's patches, so a test can
+	// set its SQS time.
+	patched bool
 }
 
 // Main runs a test package's tests and stops the emulator after them. Call
@@ -83,22 +86,30 @@ func Config(t testing.TB) aws.Config {
 // with its client request token is answered as done, as DynamoDB answers
 // it, instead of being refused by its own first write.
 //
+// SQS's time can be set per queue-name prefix (see SQSTime), so that a
+// contract on a virtual clock runs on the emulator, and a long poll
+// notices at once when it moves. Three gaps between moto and SQS close
+// with it: a visibility timeout runs out at its end, not a millisecond
+// later; a FIFO queue keeps a deduplication id for five minutes, even once
+// its message is deleted; and ChangeMessageVisibility refuses a receipt
+// from an earlier receive and a message no longer in flight.
+//
 //go:embed serve.py
 var serialised string
 
-// command is how the emulator is started: through Python with DynamoDB
-// and SQS made atomic where moto's package can be imported, else
+// command is how the emulator is started: through Python with serve.py's
+// patches where moto's package can be imported (patched), else
 // moto_server as installed.
-func command(port int) (*exec.Cmd, error) {
+func command(port int) (cmd *exec.Cmd, patched bool, err error) {
 	args := []string{"-H", "127.0.0.1", "-p", fmt.Sprint(port)}
 	if py, err := exec.LookPath("python3"); err == nil && exec.Command(py, "-c", "import moto.server, moto.dynamodb.responses, moto.sqs.models").Run() == nil {
-		return exec.Command(py, append([]string{"-c", serialised}, args...)...), nil
+		return exec.Command(py, append([]string{"-c", serialised}, args...)...), true, nil
 	}
 	path, err := exec.LookPath("moto_server")
 	if err != nil {
-		return nil, fmt.Errorf("not installed: %w", err)
+		return nil, false, fmt.Errorf("not installed: %w", err)
 	}
-	return exec.Command(path, args...), nil
+	return exec.Command(path, args...), false, nil
 }
 
 func start() {
@@ -107,7 +118,7 @@ func start() {
 		server.err = err
 		return
 	}
-	cmd, err := command(port)
+	cmd, patched, err := command(port)
 	if err != nil {
 		server.err = err
 		return
@@ -117,7 +128,7 @@ func start() {
 		server.err = fmt.Errorf("start: %w", err)
 		return
 	}
-	server.cmd = cmd
+	server.cmd, server.patched = cmd, patched
 	server.endpoint = fmt.Sprintf("http://127.0.0.1:%d", port)
 	server.err = waitReady(server.endpoint, 60*time.Second)
 }
