@@ -39,7 +39,7 @@ func testSendReceiveDelete(t *testing.T, e *env) {
 	}
 	e.delete("work", got...)
 	// Deleted messages stay deleted once their visibility would have run out.
-	e.clk.Advance(time.Hour)
+	e.advance(time.Hour)
 	e.nothing("work")
 }
 
@@ -51,7 +51,7 @@ func testSendAllOrNone(t *testing.T, e *env) {
 	if err == nil {
 		t.Fatal("a send with a negative delay succeeded")
 	}
-	e.clk.Advance(time.Minute)
+	e.advance(time.Minute)
 	e.nothing("work")
 }
 
@@ -72,16 +72,16 @@ func testDelay(t *testing.T, e *env) {
 		domain.SendRequest{Body: []byte("much later"), Delay: 15 * time.Minute})
 	e.delete("work", e.only("work", time.Hour, "now")...)
 
-	e.clk.Advance(9 * time.Second)
+	e.advance(9 * time.Second)
 	e.nothing("work")
-	e.clk.Advance(time.Second)
+	e.advance(time.Second)
 	later := e.only("work", time.Hour, "later")
 	if later[0].Receives != 1 {
 		t.Fatalf("delayed message: receives %d, want 1", later[0].Receives)
 	}
-	e.clk.AdvanceTo(start.Add(15*time.Minute - time.Second))
+	e.advanceTo(start.Add(15*time.Minute - time.Second))
 	e.nothing("work")
-	e.clk.AdvanceTo(start.Add(15 * time.Minute))
+	e.advanceTo(start.Add(15 * time.Minute))
 	e.only("work", time.Hour, "much later")
 }
 
@@ -98,24 +98,24 @@ func testDedupWithinWindow(t *testing.T, e *env) {
 	e.send(e.dedup, dedup("first", "d1"), dedup("same batch", "d1"), dedup("other id", "d2"),
 		domain.SendRequest{Body: []byte("plain")}, domain.SendRequest{Body: []byte("plain")})
 	e.send("other", dedup("other queue", "d1"))
-	e.clk.Advance(time.Minute)
+	e.advance(time.Minute)
 	e.send(e.dedup, dedup("a minute later", "d1"))
 
 	e.delete(e.dedup, e.only(e.dedup, time.Hour, "first", "other id", "plain", "plain")...)
 	e.only("other", time.Hour, "other queue")
 
-	e.clk.AdvanceTo(start.Add(5*time.Minute - time.Second))
+	e.advanceTo(start.Add(5*time.Minute - time.Second))
 	e.send(e.dedup, dedup("after the first was deleted", "d1"))
 	e.nothing(e.dedup)
 }
 
 func testDedupAfterWindow(t *testing.T, e *env) {
 	e.send(e.dedup, dedup("first", "d1"))
-	e.clk.Advance(2 * time.Minute)
+	e.advance(2 * time.Minute)
 	e.send(e.dedup, dedup("dropped", "d1")) // does not extend the window
 	e.delete(e.dedup, e.only(e.dedup, time.Hour, "first")...)
 
-	e.clk.AdvanceTo(start.Add(5*time.Minute + time.Second))
+	e.advanceTo(start.Add(5*time.Minute + time.Second))
 	e.send(e.dedup, dedup("second", "d1"))
 	e.only(e.dedup, time.Hour, "second")
 }
@@ -129,9 +129,9 @@ func testStats(t *testing.T, e *env) {
 
 	got := e.receiveN("work", 1, time.Minute)
 	e.stats("work", domain.QueueStats{Visible: 1, InFlight: 1, Delayed: 1})
-	e.clk.Advance(30 * time.Second)
+	e.advance(30 * time.Second)
 	e.stats("work", domain.QueueStats{Visible: 2, InFlight: 1})
-	e.clk.Advance(30 * time.Second) // the received one's visibility runs out
+	e.advance(30 * time.Second) // the received one's visibility runs out
 	e.stats("work", domain.QueueStats{Visible: 3})
 
 	again := e.receiveN("work", 3, time.Minute)

@@ -171,6 +171,6 @@ func testBatchOfAThousand(t *testing.T, e *env) {
 	e.stats("burst", domain.QueueStats{InFlight: n})
 	e.delete("burst", got...)
 	e.stats("burst", domain.QueueStats{})
-	e.clk.Advance(time.Hour)
+	e.advance(time.Hour)
 	e.nothing("burst")
 }

@@ -98,9 +98,9 @@ func testLongPollSend(t *testing.T, e *env) {
 
 func testLongPollTimeout(t *testing.T, e *env) {
 	done := e.poll(e.ctx, "work")
-	e.clk.Advance(pollWait - time.Second)
+	e.advance(pollWait - time.Second)
 	e.notYet(done)
-	e.clk.Advance(time.Second)
+	e.advance(time.Second)
 	e.got(done)
 }
 
@@ -108,7 +108,7 @@ func testLongPollOtherQueue(t *testing.T, e *env) {
 	done := e.poll(e.ctx, "work")
 	e.sendBodies("elsewhere", "not for you")
 	e.notYet(done)
-	e.clk.Advance(pollWait)
+	e.advance(pollWait)
 	e.got(done)
 	e.only("elsewhere", time.Minute, "not for you")
 }
@@ -116,7 +116,7 @@ func testLongPollOtherQueue(t *testing.T, e *env) {
 func testLongPollDelay(t *testing.T, e *env) {
 	e.send("work", domain.SendRequest{Body: []byte("soon"), Delay: 5 * time.Second})
 	done := e.poll(e.ctx, "work")
-	e.clk.Advance(5 * time.Second)
+	e.advance(5 * time.Second)
 	e.got(done, "soon")
 }
 
@@ -124,7 +124,7 @@ func testLongPollVisibility(t *testing.T, e *env) {
 	e.sendBodies("work", "abandoned")
 	e.only("work", 5*time.Second, "abandoned")
 	done := e.poll(e.ctx, "work")
-	e.clk.Advance(5 * time.Second)
+	e.advance(5 * time.Second)
 	if got := e.got(done, "abandoned"); got[0].Receives != 2 {
 		t.Fatalf("receives %d, want 2", got[0].Receives)
 	}
@@ -133,7 +133,7 @@ func testLongPollVisibility(t *testing.T, e *env) {
 	done = e.poll(e.ctx, "work")
 	e.send("work", domain.SendRequest{Body: []byte("delayed"), Delay: 3 * time.Second})
 	e.clk.BlockUntil(1)
-	e.clk.Advance(3 * time.Second)
+	e.advance(3 * time.Second)
 	e.got(done, "delayed")
 }
 

@@ -11,9 +11,12 @@
 // max above 10 (an implementation on SQS loops), on exact Stats in the
 // tests about them and about a batch of a thousand, and on the clock it
 // hands to open: time passes only when the suite advances it, and a long
-// poll waits on that clock's timers. A queue that keeps its own time, as
-// SQS does, cannot follow that clock: RunWith with Options.RealTime runs
-// the contracts that never move it, unchanged, and skips the others.
+// poll waits on that clock's timers. A queue that keeps its own time but
+// can be told what time it is (SQS in an emulator) follows that clock
+// through Options.SetTime, which the suite calls whenever it moves it, and
+// takes every contract. One that cannot (SQS itself) runs with
+// Options.RealTime: the contracts that never move the clock, unchanged,
+// and none of the others.
 package queuetest
 
 import (
@@ -27,8 +30,8 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-// Opener returns a new, empty queue whose time comes from clk. It registers
-// its own cleanup.
+// Opener returns a new, empty queue whose time comes from clk (or follows
+// it, with Options.SetTime). It registers its own cleanup.
 type Opener func(t *testing.T, clk *clock.Virtual) domain.Queue
 
 // start is where every subtest's clock begins.
@@ -39,8 +42,9 @@ type contract struct {
 	run  func(t *testing.T, e *env)
 	// clock: what the contract asserts depends on time it moves on the
 	// clock, or on a long poll parking on it, so it cannot hold on a queue
-	// that keeps its own time. A contract that moves the clock only to
-	// show that nothing turns up later still holds there, sooner.
+	// that keeps its own time and cannot be told it (Options.RealTime). A
+	// contract that moves the clock only to show that nothing turns up
+	// later still holds there, sooner.
 	clock bool
 }
 
@@ -52,10 +56,20 @@ const (
 // Options adapt the suite to an implementation that cannot take all of it
 // as is. The zero value runs every contract on the queue "work".
 type Options struct {
-	// RealTime: the queue keeps its own time (SQS, or an emulator of it)
-	// instead of the clock open is given. The contracts that need to move
-	// time are skipped; the others run unchanged.
+	// RealTime: the queue keeps its own time (SQS) instead of the clock
+	// open is given, and cannot be told what time it is. The contracts
+	// that need to move time are skipped; the others run unchanged.
+	// SetTime, where set, overrides it.
 	RealTime bool
+	// SetTime: the queue keeps its own time but can be told what time it
+	// is (SQS in an emulator). The suite calls SetTime with each queue
+	// open returns and its clock's time, once opened and each time the
+	// suite moves the clock; SetTime returns once the queue's time is now,
+	// and a long poll already waiting must notice it. Every contract runs.
+	// A long poll still shows it waits by a timer on the clock open was
+	// given, pending while it waits: the suite moves the clock once it
+	// sees that timer.
+	SetTime func(t *testing.T, q domain.Queue, now time.Time)
 	// Name names the implementation in skip messages.
 	Name string
 	// DedupQueue is the queue the deduplication contracts send to, one
@@ -111,14 +125,16 @@ func RunWith(t *testing.T, open Opener, opts Options) {
 	}
 	for _, c := range all {
 		t.Run(c.name, func(t *testing.T) {
-			if c.clock && opts.RealTime {
+			if c.clock && opts.RealTime && opts.SetTime == nil {
 				t.Skipf("needs a clock the suite can move; %s runs in real time", impl)
 			}
 			if why, ok := opts.Skip[c.name]; ok {
 				t.Skip(why)
 			}
 			clk := clock.NewVirtual(start)
-			c.run(t, &env{t: t, q: open(t, clk), clk: clk, ctx: t.Context(), dedup: opts.dedupQueue()})
+			e := &env{t: t, q: open(t, clk), clk: clk, ctx: t.Context(), dedup: opts.dedupQueue(), setTime: opts.SetTime}
+			e.follow()
+			c.run(t, e)
 		})
 	}
 }
@@ -132,6 +148,30 @@ type env struct {
 	ctx context.Context
 	// dedup is the queue of the deduplication contracts.
 	dedup string
+	// setTime is Options.SetTime.
+	setTime func(t *testing.T, q domain.Queue, now time.Time)
+}
+
+// advance moves the clock by d, and the queue's own time with it.
+func (e *env) advance(d time.Duration) {
+	e.t.Helper()
+	e.clk.Advance(d)
+	e.follow()
+}
+
+// advanceTo moves the clock to t, and the queue's own time with it.
+func (e *env) advanceTo(t time.Time) {
+	e.t.Helper()
+	e.clk.AdvanceTo(t)
+	e.follow()
+}
+
+// follow tells a queue that keeps its own time what time the clock says.
+func (e *env) follow() {
+	e.t.Helper()
+	if e.setTime != nil {
+		e.setTime(e.t, e.q, e.clk.Now())
+	}
 }
 
 // emptyReceivesAllowed is how many short receives in a row may come back
