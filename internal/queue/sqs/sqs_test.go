@@ -43,23 +43,16 @@ func open(t *testing.T, names ...string) *sqs.Queue {
 	return q
 }
 
+// The whole contract, on the emulator's SQS time set to the suite's
+// clock.
 func TestQueueContract(t *testing.T) {
 	opts := queuetest.Options{
-		RealTime:   true,
+		SetTime:    setTime,
 		Name:       "SQS",
 		DedupQueue: domain.QueueInbox,
-		Skip: map[string]string{
-			"DedupWithinWindowDrops": "moto forgets a deduplication id once its message is deleted, " +
-				"where SQS keeps it for five minutes; TestFIFODedup checks the rest",
-			"ChangeVisibilityToZeroRequeues": "moto takes a receipt from an earlier receive of a message " +
-				"as current in ChangeMessageVisibility",
-			"BatchOfAThousand": "moto's sends and receives slow down with the length of the queue: " +
-				"a thousand messages take it over two minutes, past the contract's one-minute visibility; " +
-				"TestBatchesAndLoops checks a smaller burst",
-		},
 	}
-	queuetest.RunWith(t, func(t *testing.T, _ *clock.Virtual) domain.Queue {
-		return open(t, opts.Queues()...)
+	queuetest.RunWith(t, func(t *testing.T, clk *clock.Virtual) domain.Queue {
+		return openOnClock(t, clk, opts.Queues()...)
 	}, opts)
 }
 
@@ -153,8 +146,8 @@ func TestResourcePoolQueueIsCreatedOnFirstUse(t *testing.T) {
 	}
 }
 
-// The parts of the send-receive contract that real time can check: SQS
-// stamps the send time itself, so it is checked against the wall clock.
+// SQS stamps the send time itself: on queues in real time, beside those
+// whose time follows the contract suite's clock, it is the wall clock's.
 func TestSendReceiveDeleteInRealTime(t *testing.T) {
 	q := open(t, "work")
 	ctx := t.Context()
@@ -266,39 +259,6 @@ func TestChangeVisibilityRefusesStaleReceipts(t *testing.T) {
 	}
 	if err := q.Delete(ctx, "work", []string{"", "nonsense"}); err != nil {
 		t.Errorf("delete with stale receipts: %v", err)
-	}
-}
-
-// What of the dedup contract moto honours: copies are dropped while the
-// first is still in the queue, in the same batch or not; other ids and
-// messages without one are kept.
-func TestFIFODedup(t *testing.T) {
-	q := open(t, domain.QueueInbox)
-	ctx := t.Context()
-	send := func(msgs ...domain.SendRequest) {
-		t.Helper()
-		if err := q.Send(ctx, domain.QueueInbox, msgs); err != nil {
-			t.Fatal(err)
-		}
-	}
-	send(domain.SendRequest{Body: []byte("first"), DedupID: "d1"}, domain.SendRequest{Body: []byte("same batch"), DedupID: "d1"},
-		domain.SendRequest{Body: []byte("other id"), DedupID: "d2"},
-		domain.SendRequest{Body: []byte("plain")}, domain.SendRequest{Body: []byte("plain")})
-	send(domain.SendRequest{Body: []byte("later"), DedupID: "d1"})
-	if st, err := q.Stats(ctx, domain.QueueInbox); err != nil || st != (domain.QueueStats{Visible: 4}) {
-		t.Fatalf("stats: %+v, %v; want 4 visible", st, err)
-	}
-	msgs, err := q.Receive(ctx, domain.QueueInbox, 10, time.Minute, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, m := range msgs {
-		got = append(got, string(m.Body))
-	}
-	slices.Sort(got)
-	if want := []string{"first", "other id", "plain", "plain"}; !slices.Equal(got, want) {
-		t.Fatalf("got %q, want %q", got, want)
 	}
 }
 
