@@ -2,8 +2,6 @@ package agents_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -164,7 +162,7 @@ func TestFinishRetriesALostRace(t *testing.T) {
 	f := newFixture(t)
 	f.bound("bp-1", domain.StateRunning, 42)
 	racing := &racingStore{Store: f.Store, n: 2}
-	svc, err := agents.New(racing, f.Queue, f.Clock, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, agents.Options{
+	svc, err := agents.New(racing, f.Queue, f.Clock, f.Log, nil, agents.Options{
 		Policy: func(domain.Instance) agents.Policy { return agentsPolicy(true, 0) },
 	})
 	if err != nil {
