@@ -32,10 +32,7 @@ func TestNotificationWakesAWaitingAgentAtOnce(t *testing.T) {
 	w.advanceTo(10*sec + 500*time.Millisecond)
 	wantTimes(t, "polls", w.api.times(id, "next"), every(0, 10*sec, 2*sec))
 
-	w.act(func() {
-		w.api.push(id, run(42))
-		w.fleet.Assigned(id)
-	})
+	w.act(func() { w.assign(id, 42) })
 	w.advanceTo(13 * sec)
 	w.fleet.Assigned(id) // serving: nothing to wake
 	w.advanceTo(20 * sec)
@@ -68,8 +65,7 @@ func TestNotificationDuringNextIsNotLost(t *testing.T) {
 	w.api.onNext = func(cloudID string, ins domain.Instruction) {
 		if ins.Kind == domain.InstructionWait && w.clk.Now().Equal(at(4*sec)) && !assigned {
 			assigned = true
-			w.api.push(cloudID, run(7))
-			w.fleet.Assigned(cloudID)
+			w.assign(cloudID, 7)
 		}
 	}
 	w.advanceTo(10 * sec)
@@ -88,10 +84,7 @@ func TestJobLoopReusesTheMachine(t *testing.T) {
 		}
 	}
 	assign := func(job int64) {
-		w.act(func() {
-			w.api.push(id, run(job))
-			w.fleet.Assigned(id)
-		})
+		w.act(func() { w.assign(id, job) })
 	}
 	w.advanceTo(1 * sec)
 	assign(1)
@@ -134,10 +127,7 @@ func TestJobLoopReusesTheMachine(t *testing.T) {
 func TestHaltMidJobStopsEverything(t *testing.T) {
 	w := newWorld(t, sim.Latency{Stop: 5 * sec}, simagent.Options{})
 	id := w.create(t, 1)[0]
-	w.act(func() {
-		w.api.push(id, run(1))
-		w.fleet.Assigned(id)
-	})
+	w.act(func() { w.assign(id, 1) })
 	w.advanceTo(10 * sec)
 	r := w.host.all()[0]
 	w.act(func() { r.onStart(1) })
@@ -193,10 +183,7 @@ func TestRefusedSignalsAreRetriedInOrder(t *testing.T) {
 	w.host.onRun = func(r *hostRun) { r.onStart(9) }
 	id := w.create(t, 1)[0]
 	w.advanceTo(3 * sec)
-	w.act(func() {
-		w.api.push(id, run(9))
-		w.fleet.Assigned(id)
-	})
+	w.act(func() { w.assign(id, 9) })
 	w.advanceTo(10 * sec)
 	wantSignals(t, w.api.signals(t, id),
 		"warm@0s !", "warm@1s !", "warm@2s",

@@ -254,6 +254,13 @@ func (w *world) act(f func()) {
 	w.clk.Settle()
 }
 
+// assign gives id's agent job as the control plane does: the instruction,
+// then the notice. Outside the clock's callbacks it goes through act.
+func (w *world) assign(id string, job int64) {
+	w.api.push(id, run(job))
+	w.fleet.Assigned(id)
+}
+
 func run(job int64) domain.Instruction {
 	return domain.Instruction{Kind: domain.InstructionRun, Assignment: domain.Assignment{
 		JobID: job, RunnerName: fmt.Sprintf("runner-%d", job), JITConfig: fmt.Sprintf("jit-%d", job),

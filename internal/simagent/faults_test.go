@@ -59,10 +59,7 @@ func TestFailRegistration(t *testing.T) {
 	w := newWorld(t, sim.Latency{}, simagent.Options{})
 	id := w.create(t, 1)[0]
 	w.fleet.FailRegistration(id, "disk full")
-	w.act(func() {
-		w.api.push(id, run(5))
-		w.fleet.Assigned(id)
-	})
+	w.act(func() { w.assign(id, 5) })
 	w.advanceTo(5 * sec)
 	wantSignals(t, w.api.signals(t, id), "warm@0s", "failed@2s job=5 reason=disk full")
 	wantTimes(t, "next", w.api.times(id, "next"), []time.Time{at(0), at(0), at(2 * sec), at(4 * sec)})
@@ -100,10 +97,7 @@ func TestSilencedHeartbeats(t *testing.T) {
 	id := w.create(t, 1)[0]
 	w.advanceTo(7 * sec)
 	w.fleet.SilenceHeartbeats(id)
-	w.act(func() {
-		w.api.push(id, run(1))
-		w.fleet.Assigned(id)
-	})
+	w.act(func() { w.assign(id, 1) })
 	w.advanceTo(30 * sec)
 	wantTimes(t, "heartbeats", w.api.times(id, "heartbeat"), []time.Time{at(0), at(5 * sec)})
 	wantSignals(t, w.api.signals(t, id), "warm@0s", "registered@7s job=1")

@@ -34,8 +34,7 @@ func servingWorld(t *testing.T, opts simagent.Options) *world {
 			if _, err := fmt.Sscanf(s.CloudID[:10], "i-%x", &prefix); err != nil {
 				t.Error(err)
 			}
-			w.api.push(s.CloudID, run(prefix*1000+n))
-			w.fleet.Assigned(s.CloudID)
+			w.assign(s.CloudID, prefix*1000+n)
 		case domain.SignalJobFinished:
 			w.api.push(s.CloudID, release)
 			w.fleet.Assigned(s.CloudID)
