@@ -1,8 +1,8 @@
 // Package testworld is the world the control plane's loops are tested in:
 // a virtual clock, a new SQLite store and its queues, simulated clouds on
 // that clock and a log that goes nowhere, with helpers that read and write
-// it and fail the test when the store does. The loops' own fixtures build
-// on it, so each sets up only what is its own.
+// it (failing the test when the store does) and run loops on its clock. The
+// loops' own fixtures build on it, so each sets up only what is its own.
 package testworld
 
 import (
