@@ -65,11 +65,8 @@ func autoscaleRun(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "usage: bullpen autoscale run [flags]\n\nConfigured by the autoscaler's environment variables; see internal/autoscale/README.md.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -48,11 +47,8 @@ func awsIAMPolicy(e *env, args []string) int {
 	trust := fs.Bool("instance-role", false, "print the machines' role trust policy instead")
 	store := fs.String("store", e.getenv("BULLPEN_STORE"), "with dynamodb://TABLE: allow the use of that table, as serve's --store")
 	queue := fs.String("queue", e.getenv("BULLPEN_QUEUE"), "with sqs://PREFIX: allow the use of the queues under that prefix, as serve's --queue")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	if *trust {
 		fmt.Fprintf(e.stdout, "%s\n", ec2.InstanceRoleTrustPolicy())

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"syscall"
@@ -40,11 +39,8 @@ func benchReplay(ctx context.Context, e *env, args []string) int {
 	pools := fs.Int("pools", 6, "pools the jobs are spread over")
 	seed := fs.Uint64("seed", 1, "seed of the history and the replay")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the replay to this file")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	if *jobs <= 0 || *days <= 0 || *pools <= 0 {
 		fmt.Fprintln(e.stderr, "bullpen bench replay: --jobs, --days and --pools must be positive")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"html/template"
@@ -57,11 +56,8 @@ func githubAppManifest(e *env, args []string) int {
 	org := fs.String("org", "", "create the App in this organisation (default: your user account)")
 	web := fs.String("github-web-url", "https://github.com", "GitHub's web root (a GitHub Enterprise Server's for GHES)")
 	form := fs.Bool("form", false, "print an HTML page that posts the manifest to GitHub")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	manifest, err := appmanifest.Manifest(o)
 	if err != nil {

@@ -53,11 +53,8 @@ func historyExport(ctx context.Context, e *env, args []string) int {
 	out := fs.String("out", "", "the file to write (appended to, resuming, when it exists); default the standard output")
 	url := fs.String("github-url", e.getenv("BULLPEN_GITHUB_URL"), "the API root, for GitHub Enterprise Server https://HOST/api/v3/")
 	progress := fs.Bool("progress", false, "report progress on the standard error (always on a terminal)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	fail := func(err error) int {
 		fmt.Fprintln(e.stderr, "bullpen history export:", err)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -20,11 +19,8 @@ func historyGenerate(_ context.Context, e *env, args []string) int {
 	jobs := fs.Int("jobs", 2000, "how many jobs")
 	days := fs.Float64("days", 7, "how many days they span, from a Monday (0.25: six hours)")
 	seed := fs.Uint64("seed", 1, "the same seed gives the same history")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	var names []string
 	for _, n := range strings.Split(*pools, ",") {

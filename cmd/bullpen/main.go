@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -77,6 +79,21 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'bullpen COMMAND -h' for a command's flags.")
+}
+
+// parseFlags parses args into fs and says whether the command goes on. When
+// it does not, status is the exit code: 0 after -h (the usage is printed), 2
+// after a wrong flag (the flag package has said what is wrong).
+func parseFlags(fs *flag.FlagSet, args []string) (status int, ok bool) {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.Is(err, flag.ErrHelp):
+		return 0, false
+	default:
+		return 2, false
+	}
 }
 
 // subcommand is a command's subcommand.

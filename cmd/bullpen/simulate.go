@@ -47,11 +47,8 @@ to the queue times the history recorded.
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	fail := func(err error) int {
 		fmt.Fprintln(e.stderr, "bullpen simulate:", err)
