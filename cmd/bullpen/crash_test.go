@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
@@ -44,28 +43,6 @@ func (c *crashStack) kill(at string) {
 	c.t.Logf("kill -9 %s", at)
 }
 
-type crashJob struct {
-	ID          int64      `json:"id"`
-	Status      string     `json:"status"`
-	InstanceID  string     `json:"instance_id"`
-	Via         string     `json:"via"`
-	Conclusion  string     `json:"conclusion"`
-	StartedAt   *time.Time `json:"started_at"`
-	CompletedAt *time.Time `json:"completed_at"`
-}
-
-func (c *crashStack) jobs() []crashJob {
-	var list struct{ Jobs []crashJob }
-	c.s.get("/api/v1/jobs?limit=1000", &list)
-	return list.Jobs
-}
-
-func (c *crashStack) instances() []apiInstance {
-	var list struct{ Instances []apiInstance }
-	c.s.get("/api/v1/instances?all=1", &list)
-	return list.Instances
-}
-
 func (c *crashStack) readyHot(pool string) int { return c.s.poolCounts(pool)["ready_hot"] }
 
 // jitRunnerName reads the runner name out of a just-in-time config: base64
@@ -95,7 +72,7 @@ func jitRunnerName(jit string) (string, error) {
 // is not terminated.
 func (c *crashStack) machinesMatchInstances() bool {
 	live := map[string]bool{}
-	for _, in := range c.instances() {
+	for _, in := range c.s.instances() {
 		live[in.CloudID] = in.State != string(domain.StateTerminated)
 	}
 	dirs, err := os.ReadDir(c.machines)
@@ -115,13 +92,13 @@ func (c *crashStack) machinesMatchInstances() bool {
 }
 
 func (c *crashStack) instanceFigures() (created, reused int) {
-	for _, j := range c.jobs() {
+	for _, j := range c.s.jobs() {
 		if j.Via != "cold" {
 			reused++
 		}
 	}
 	ended := map[string]int{}
-	for _, in := range c.instances() {
+	for _, in := range c.s.instances() {
 		created++
 		if in.JobsServed == 0 {
 			ended[in.State+" "+in.Pool+" cloud="+strconv.FormatBool(in.CloudID != "")+": "+in.Reason]++

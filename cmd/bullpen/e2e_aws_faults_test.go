@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/api"
 	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
 )
 
@@ -93,7 +94,7 @@ func TestServeRidesOutAWSThrottling(t *testing.T) {
 			t.Fatalf("redelivery %d once AWS answers: %d %s", i, code, body)
 		}
 	}
-	var list struct{ Jobs []apiJob }
+	var list struct{ Jobs []api.JobView }
 	s.eventually("every job served", 120*time.Second, func() bool {
 		s.get("/api/v1/jobs?limit=100", &list)
 		served := 0

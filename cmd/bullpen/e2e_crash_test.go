@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/api"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
@@ -125,7 +126,7 @@ func (b *burstStack) restart(what string) {
 	at := b.start()
 	b.redeliver()
 	b.s.eventually("work taken up again after "+what, 90*time.Second, func() bool {
-		return b.takenUp(func(j crashJob) bool { return j.Status != string(domain.JobQueued) })
+		return b.takenUp(func(j api.JobView) bool { return j.Status != string(domain.JobQueued) })
 	})
 	b.recovered = append(b.recovered, fmt.Sprintf("%s: none queued after %s", what, time.Since(at).Round(time.Millisecond)))
 }
@@ -232,7 +233,7 @@ func (b *burstStack) strays() map[string]int {
 // launching: a machine is being created for a job, or one is claimed.
 func (b *burstStack) launching() bool {
 	b.observe()
-	for _, in := range b.instances() {
+	for _, in := range b.s.instances() {
 		switch domain.State(in.State) {
 		case domain.StatePending, domain.StateBooting:
 			if in.Job != "" {
@@ -247,11 +248,11 @@ func (b *burstStack) launching() bool {
 
 // takenUp: every job serve accepted is recorded and satisfies cond. What
 // fell short is kept for the failure message.
-func (b *burstStack) takenUp(cond func(crashJob) bool) bool {
+func (b *burstStack) takenUp(cond func(api.JobView) bool) bool {
 	b.observe()
 	recorded := map[int64]bool{}
 	var short []string
-	for _, j := range b.jobs() {
+	for _, j := range b.s.jobs() {
 		recorded[j.ID] = true
 		if !cond(j) {
 			short = append(short, fmt.Sprintf("job %d %s on %q", j.ID, j.Status, j.InstanceID))
@@ -268,7 +269,7 @@ func (b *burstStack) takenUp(cond func(crashJob) bool) bool {
 
 // done: every job completed, every runner ended, every delivery accepted.
 func (b *burstStack) done() bool {
-	if !b.takenUp(func(j crashJob) bool { return j.Status == string(domain.JobCompleted) }) || b.running() > 0 {
+	if !b.takenUp(func(j api.JobView) bool { return j.Status == string(domain.JobCompleted) }) || b.running() > 0 {
 		return false
 	}
 	for _, h := range b.hooks {
@@ -283,7 +284,7 @@ func (b *burstStack) done() bool {
 // no job: none is held by a claim, a create or a boot a crash cut short.
 func (b *burstStack) settled() bool {
 	var held []string
-	for _, in := range b.instances() {
+	for _, in := range b.s.instances() {
 		switch domain.State(in.State) {
 		case domain.StateTerminated:
 		case domain.StateReady, domain.StateStopped:
@@ -308,7 +309,7 @@ func (b *burstStack) checkServedOnce() {
 	for _, run := range b.runs {
 		runs[run.job] = append(runs[run.job], run)
 	}
-	jobs := b.jobs()
+	jobs := b.s.jobs()
 	if len(jobs) != len(b.labels) {
 		b.t.Errorf("%d jobs recorded, want %d", len(jobs), len(b.labels))
 	}
@@ -409,12 +410,12 @@ func (b *burstStack) logFigures(begin time.Time, strays map[string]int) {
 		}
 	}
 	via := map[string]int{}
-	for _, j := range b.jobs() {
+	for _, j := range b.s.jobs() {
 		via[j.Via]++
 	}
 	b.instanceFigures() // logs the instances that served no job, and why
 	byServed, created, several := map[int]int{}, 0, 0
-	for _, in := range b.instances() {
+	for _, in := range b.s.instances() {
 		byServed[in.JobsServed]++
 		created++
 		if in.JobsServed > 1 {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/api"
 	"github.com/bullpen-ci/bullpen/internal/cloud/local"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/testfixtures"
@@ -34,16 +35,6 @@ const fakeRunner = `#!/bin/sh
 echo "Running job: $1"
 sleep 3
 `
-
-type apiInstance struct {
-	ID         string `json:"id"`
-	CloudID    string `json:"cloud_id"`
-	State      string `json:"state"`
-	Pool       string `json:"pool"`
-	Job        string `json:"job"`
-	JobsServed int    `json:"jobs_served"`
-	Reason     string `json:"reason"`
-}
 
 // localStack is bullpen serve --cloud local and what the test needs of it.
 type localStack struct {
@@ -92,47 +83,39 @@ func (l *localStack) complete(id int64, conclusion string) {
 }
 
 // job returns the job, or a zero one while the intake has not recorded it.
-func (l *localStack) job(id int64) apiJob {
-	var list struct{ Jobs []apiJob }
-	l.get("/api/v1/jobs?limit=1000", &list)
-	for _, j := range list.Jobs {
+func (l *localStack) job(id int64) api.JobView {
+	for _, j := range l.jobs() {
 		if j.ID == id {
 			return j
 		}
 	}
-	return apiJob{}
+	return api.JobView{}
 }
 
-func (l *localStack) instance(id string) apiInstance {
-	var list struct{ Instances []apiInstance }
-	l.get("/api/v1/instances?all=1", &list)
-	for _, in := range list.Instances {
+func (l *localStack) instance(id string) api.InstanceView {
+	for _, in := range l.instances() {
 		if in.ID == id {
 			return in
 		}
 	}
 	l.t.Fatalf("no instance %s", id)
-	return apiInstance{}
+	return api.InstanceView{}
 }
 
-func (l *localStack) waitJob(id int64, status string) apiJob {
+func (l *localStack) waitJob(id int64, status string) api.JobView {
 	l.t.Helper()
-	var j apiJob
-	l.eventually(fmt.Sprintf("job %d %s", id, status), 60*time.Second, func() bool {
-		j = l.job(id)
-		return j.Status == status
+	return await(l.server, fmt.Sprintf("job %d %s", id, status), 60*time.Second, func() (api.JobView, bool) {
+		j := l.job(id)
+		return j, j.Status == status
 	})
-	return j
 }
 
-func (l *localStack) waitInstance(id, state string) apiInstance {
+func (l *localStack) waitInstance(id, state string) api.InstanceView {
 	l.t.Helper()
-	var in apiInstance
-	l.eventually(fmt.Sprintf("instance %s %s", id, state), 60*time.Second, func() bool {
-		in = l.instance(id)
-		return in.State == state
+	return await(l.server, fmt.Sprintf("instance %s %s", id, state), 60*time.Second, func() (api.InstanceView, bool) {
+		in := l.instance(id)
+		return in, in.State == state
 	})
-	return in
 }
 
 // agentPIDs returns the pids of processes whose command line mentions path.

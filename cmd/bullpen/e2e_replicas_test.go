@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/api"
 	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 )
 
@@ -175,10 +176,8 @@ func burstThroughReplicas(t *testing.T, rs *replicaSet, hot, jobs, first int) {
 	// burst gets longer.
 	window := max(7*time.Minute, time.Duration(jobs)*2*time.Second)
 	rs.b.eventually("every job completes", window, func() bool {
-		var list struct{ Jobs []apiJob }
-		rs.b.get("/api/v1/jobs?limit=1000", &list)
 		statuses = map[string]int{}
-		for _, j := range list.Jobs {
+		for _, j := range rs.b.jobs() {
 			if j.ID >= int64(first) && j.ID < int64(first+jobs) {
 				statuses[j.Status]++
 			}
@@ -241,10 +240,8 @@ func (rs *replicaSet) checkRuns(l *localStack, first, jobs int) {
 		byJob[sp.job] = append(byJob[sp.job], sp)
 		byInstance[sp.instance] = append(byInstance[sp.instance], sp)
 	}
-	var list struct{ Jobs []apiJob }
-	l.get("/api/v1/jobs?limit=1000", &list) // once: the list is large
-	recorded := map[int64]apiJob{}
-	for _, j := range list.Jobs {
+	recorded := map[int64]api.JobView{}
+	for _, j := range l.jobs() { // once: the list is large
 		recorded[j.ID] = j
 	}
 	for id := int64(first); id < int64(first+jobs); id++ {

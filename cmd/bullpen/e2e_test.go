@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/api"
 	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
@@ -177,6 +178,19 @@ func (s *server) eventually(what string, timeout time.Duration, cond func() bool
 	}
 }
 
+// await is eventually for a condition on what read reads: it returns what
+// read read last, the value that met the condition.
+func await[T any](s *server, what string, timeout time.Duration, read func() (T, bool)) T {
+	s.t.Helper()
+	var v T
+	s.eventually(what, timeout, func() bool {
+		var done bool
+		v, done = read()
+		return done
+	})
+	return v
+}
+
 // poolCounts is what serve counts of pool's instances, by kind
 // ("ready_hot", "stopped", …); nil when it has no such pool.
 func (s *server) poolCounts(pool string) map[string]int {
@@ -196,12 +210,21 @@ func (s *server) poolCounts(pool string) map[string]int {
 	return nil
 }
 
-type apiJob struct {
-	ID         int64  `json:"id"`
-	Status     string `json:"status"`
-	InstanceID string `json:"instance_id"`
-	Via        string `json:"via"`
-	Pool       string `json:"pool"`
+// jobs is the latest 1000 jobs as the status API shows them.
+func (s *server) jobs() []api.JobView {
+	s.t.Helper()
+	var list struct{ Jobs []api.JobView }
+	s.get("/api/v1/jobs?limit=1000", &list)
+	return list.Jobs
+}
+
+// instances is every instance as the status API shows it, terminated ones
+// included.
+func (s *server) instances() []api.InstanceView {
+	s.t.Helper()
+	var list struct{ Instances []api.InstanceView }
+	s.get("/api/v1/instances?all=1", &list)
+	return list.Instances
 }
 
 // queuedPayloads turns @octokit/webhooks-examples' workflow_job payloads into
@@ -257,23 +280,23 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("redelivery with a new id: %d", code)
 	}
 
-	var list struct{ Jobs []apiJob }
+	var jobs []api.JobView
 	s.eventually("every job assigned", 60*time.Second, func() bool {
-		s.get("/api/v1/jobs?limit=1000", &list)
+		jobs = s.jobs()
 		assigned := 0
-		for _, j := range list.Jobs {
+		for _, j := range jobs {
 			if j.Status == "assigned" || j.Status == "running" {
 				assigned++
 			}
 		}
 		return assigned == n
 	})
-	if len(list.Jobs) != n {
-		t.Fatalf("%d jobs recorded, want %d (a tampered body or a redelivery made one)", len(list.Jobs), n)
+	if len(jobs) != n {
+		t.Fatalf("%d jobs recorded, want %d (a tampered body or a redelivery made one)", len(jobs), n)
 	}
 	seen := map[string]int64{}
 	via := map[string]int{}
-	for _, j := range list.Jobs {
+	for _, j := range jobs {
 		if j.InstanceID == "" {
 			t.Fatalf("job %d has no instance", j.ID)
 		}

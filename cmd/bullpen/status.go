@@ -15,34 +15,12 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/bullpen-ci/bullpen/internal/api"
 )
 
 func init() {
 	register("status", "print the pools and jobs of a running control plane (from its status API)", cmdStatus)
-}
-
-// statusPool is what status reads of /api/v1/pools.
-type statusPool struct {
-	Name     string `json:"name"`
-	Timezone string `json:"timezone"`
-	Schedule string `json:"schedule"`
-	Target   struct{ Hot, Stopped int }
-	Counts   map[string]int `json:"counts"`
-	LastErr  string         `json:"last_error"`
-	Next     *time.Time     `json:"next_change"`
-	NextName string         `json:"next_schedule"`
-}
-
-// statusJob is what status reads of /api/v1/jobs.
-type statusJob struct {
-	ID        int64      `json:"id"`
-	Repo      string     `json:"repo"`
-	Name      string     `json:"name"`
-	Status    string     `json:"status"`
-	Via       string     `json:"via"`
-	Reason    string     `json:"reason"`
-	QueuedAt  *time.Time `json:"queued_at"`
-	StartedAt *time.Time `json:"started_at"`
 }
 
 func cmdStatus(ctx context.Context, e *env, args []string) int {
@@ -65,8 +43,8 @@ func cmdStatus(ctx context.Context, e *env, args []string) int {
 		return 2
 	}
 	c := &statusClient{base: strings.TrimRight(server, "/"), token: token, http: &http.Client{Timeout: *timeout}}
-	var pools struct{ Pools []statusPool }
-	var active, latest struct{ Jobs []statusJob }
+	var pools struct{ Pools []api.PoolView }
+	var active, latest struct{ Jobs []api.JobView }
 	for _, q := range []struct {
 		path string
 		into any
@@ -136,7 +114,7 @@ func (c *statusClient) get(ctx context.Context, path string, into any) error {
 
 // printStatus writes the pools as the demo's table, then the jobs: what
 // waits and runs, and how the latest were served.
-func printStatus(w io.Writer, server string, now time.Time, pools []statusPool, active, latest []statusJob) {
+func printStatus(w io.Writer, server string, now time.Time, pools []api.PoolView, active, latest []api.JobView) {
 	fmt.Fprintf(w, "bullpen at %s, %s\n\n", server, now.UTC().Format("2006-01-02 15:04:05 UTC"))
 	fmt.Fprintf(w, "  %-14s %-17s %-9s %-9s %-8s %-8s %s\n", "pool", "schedule", "hot", "stopped", "warming", "serving", "next change")
 	var problems []string
@@ -148,8 +126,8 @@ func printStatus(w io.Writer, server string, now time.Time, pools []statusPool, 
 		fmt.Fprintf(w, "%s %-14s %-17s %-9s %-9s %-8d %-8d %s\n", mark, p.Name, cmp.Or(p.Schedule, "(none)"),
 			fmt.Sprintf("%d/%d", p.Counts["ready_hot"], p.Target.Hot), fmt.Sprintf("%d/%d", p.Counts["stopped"], p.Target.Stopped),
 			p.Counts["warming"], p.Counts["detached"], nextChange(p, now))
-		if p.LastErr != "" {
-			problems = append(problems, fmt.Sprintf("  ! %s: %s", p.Name, clean(p.LastErr)))
+		if p.LastError != "" {
+			problems = append(problems, fmt.Sprintf("  ! %s: %s", p.Name, clean(p.LastError)))
 		}
 	}
 	if len(pools) == 0 {
@@ -161,19 +139,19 @@ func printStatus(w io.Writer, server string, now time.Time, pools []statusPool, 
 	printJobs(w, now, active, latest)
 }
 
-func nextChange(p statusPool, now time.Time) string {
-	if p.Next == nil {
+func nextChange(p api.PoolView, now time.Time) string {
+	if p.NextChange == nil {
 		return "-"
 	}
-	at := *p.Next
+	at := *p.NextChange
 	if loc, err := time.LoadLocation(cmp.Or(p.Timezone, "UTC")); err == nil {
 		at = at.In(loc)
 	}
-	in := p.Next.Sub(now).Round(time.Minute)
-	return fmt.Sprintf("%s in %dh%02dm (%s)", cmp.Or(p.NextName, "(none)"), int(in.Hours()), int(in.Minutes())%60, at.Format("Mon 15:04 MST"))
+	in := p.NextChange.Sub(now).Round(time.Minute)
+	return fmt.Sprintf("%s in %dh%02dm (%s)", cmp.Or(p.NextSchedule, "(none)"), int(in.Hours()), int(in.Minutes())%60, at.Format("Mon 15:04 MST"))
 }
 
-func printJobs(w io.Writer, now time.Time, active, latest []statusJob) {
+func printJobs(w io.Writer, now time.Time, active, latest []api.JobView) {
 	counts := map[string]int{}
 	var oldest time.Time
 	for _, j := range active {
@@ -188,7 +166,7 @@ func printJobs(w io.Writer, now time.Time, active, latest []statusJob) {
 	}
 	fmt.Fprintf(w, "\njobs: %d queued%s, %d assigned, %d running\n", counts["queued"], wait, counts["assigned"], counts["running"])
 	byVia := map[string][]time.Duration{}
-	var rejected []statusJob
+	var rejected []api.JobView
 	done := 0
 	for _, j := range latest {
 		switch {
