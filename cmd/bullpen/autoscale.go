@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -50,8 +49,7 @@ func cmdAutoscale(ctx context.Context, e *env, args []string) int {
 // autoscaleRun is `bullpen autoscale run`: exit 0 when interrupted, 1 when
 // the configuration is wrong (every problem named), 2 for a usage error.
 func autoscaleRun(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("bullpen autoscale run", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := e.flags("bullpen autoscale run")
 	str := func(name, envName, def, usage string) *string {
 		if v := e.getenv(envName); v != "" {
 			def = v

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 
@@ -37,8 +36,7 @@ func cmdAWS(ctx context.Context, e *env, args []string) int {
 }
 
 func awsIAMPolicy(e *env, args []string) int {
-	fs := flag.NewFlagSet("aws iam-policy", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := e.flags("aws iam-policy")
 	environment := fs.String("environment", or(e.getenv("BULLPEN_ENVIRONMENT"), "production"), "the stack's environment, as given to serve")
 	controller := fs.String("controller-id", e.getenv("BULLPEN_CONTROLLER_ID"), "the stack's controller id, as given to serve (default bullpen-ENVIRONMENT)")
 	region := fs.String("region", or(e.getenv("BULLPEN_AWS_REGION"), e.getenv("AWS_REGION")), "limit the policy to this region (default any)")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"strings"
 
@@ -34,8 +33,7 @@ func statePolicy(store, queue, region, account string) ([]awsconf.Statement, err
 
 // awsBootstrap creates the table and queues several replicas share.
 func awsBootstrap(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("aws bootstrap", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := e.flags("aws bootstrap")
 	store := fs.String("store", e.getenv("BULLPEN_STORE"), "dynamodb://TABLE, as serve's --store")
 	queue := fs.String("queue", e.getenv("BULLPEN_QUEUE"), "sqs://PREFIX, as serve's --queue")
 	region := fs.String("aws-region", or(e.getenv("BULLPEN_AWS_REGION"), e.getenv("AWS_REGION")), "the region (default $AWS_REGION)")

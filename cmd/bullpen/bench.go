@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -20,8 +19,7 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 	if len(args) > 0 && args[0] == "replay" {
 		return benchReplay(ctx, e, args[1:])
 	}
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := e.flags("bench")
 	jobs := fs.Int("jobs", 1000, "jobs per burst (the pool holds as many stopped instances)")
 	asJSON := fs.Bool("json", false, "print one JSON object (the default output is the same object, indented)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up on a burst after this long")

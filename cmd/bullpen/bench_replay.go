@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"syscall"
 	"time"
@@ -32,8 +31,7 @@ type replayBench struct {
 // benchReplay replays a generated history (diurnal, with matrix bursts)
 // over several pools through simulate and reports its pace.
 func benchReplay(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("bench replay", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := e.flags("bench replay")
 	jobs := fs.Int("jobs", 50_000, "jobs in the generated history")
 	days := fs.Float64("days", 7, "days the history spans (0.25: six hours)")
 	pools := fs.Int("pools", 6, "pools the jobs are spread over")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,8 +18,7 @@ func init() {
 }
 
 func cmdDemo(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := e.flags("demo")
 	cfgPath := fs.String("config", "", "pool configuration (default: the built-in examples/runs-on.yml)")
 	speed := fs.Float64("speed", 60, "virtual seconds per real second; 0 runs as fast as the simulation settles")
 	duration := fs.Duration("duration", 10*time.Minute, "virtual time to run for")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"html/template"
 	"io"
@@ -45,8 +44,7 @@ var manifestForm = template.Must(template.New("form").Parse(`<!doctype html>
 `))
 
 func githubAppManifest(e *env, args []string) int {
-	fs := flag.NewFlagSet("github app-manifest", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := e.flags("github app-manifest")
 	var o appmanifest.Options
 	fs.StringVar(&o.Name, "name", "", "the App's name (unique on GitHub), e.g. bullpen-acme")
 	fs.StringVar(&o.HomepageURL, "url", "", "the App's homepage")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -45,8 +44,7 @@ func cmdHistory(ctx context.Context, e *env, args []string) int {
 }
 
 func historyExport(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("history export", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := e.flags("history export")
 	repo := fs.String("repo", "", "the repository, OWNER/NAME")
 	org := fs.String("org", "", "every repository of this organisation, instead of --repo")
 	sinceFlag := fs.String("since", "7d", "how far back: a duration (7d, 36h) or a date (2026-11-01, or RFC 3339)")

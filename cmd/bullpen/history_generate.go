@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -13,8 +12,7 @@ import (
 
 // historyGenerate writes a generated history as JSON lines.
 func historyGenerate(_ context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("history generate", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := e.flags("history generate")
 	pools := fs.String("pools", "", "the pools the jobs ask for (pool=NAME), comma-separated, the busiest first")
 	jobs := fs.Int("jobs", 2000, "how many jobs")
 	days := fs.Float64("days", 7, "how many days they span, from a Monday (0.25: six hours)")

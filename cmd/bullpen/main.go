@@ -81,6 +81,15 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'bullpen COMMAND -h' for a command's flags.")
 }
 
+// flags is a command's flag set: a wrong flag is returned to the command
+// rather than ending the process, and the flag package's messages go to
+// the command's standard error.
+func (e *env) flags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	return fs
+}
+
 // parseFlags parses args into fs and says whether the command goes on. When
 // it does not, status is the exit code: 0 after -h (the usage is printed), 2
 // after a wrong flag (the flag package has said what is wrong).

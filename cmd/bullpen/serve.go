@@ -198,8 +198,7 @@ func (f *serveFlags) viewerToken(admin string) (string, error) {
 }
 
 func cmdServe(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := e.flags("serve")
 	var f serveFlags
 	f.define(fs, e.getenv)
 	if err := fs.Parse(args); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,8 +21,7 @@ func init() {
 }
 
 func cmdSimulate(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := e.flags("simulate")
 	cfgPath := fs.String("config", "", "the pool configuration (runs-on.yml format)")
 	jobsPath := fs.String("jobs", "", "the job history, as `bullpen history export` writes it (JSON lines)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")

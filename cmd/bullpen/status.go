@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,8 +23,7 @@ func init() {
 }
 
 func cmdStatus(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := e.flags("status")
 	server := cmp.Or(e.getenv("BULLPEN_SERVER"), "http://127.0.0.1:8080")
 	fs.StringVar(&server, "server", server, "base URL of bullpen serve ($BULLPEN_SERVER)")
 	tokenFile := fs.String("admin-token-file", e.getenv("BULLPEN_ADMIN_TOKEN_FILE"), "file holding the admin token (else $BULLPEN_ADMIN_TOKEN)")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"time"
 
@@ -18,8 +17,7 @@ func init() {
 }
 
 func cmdValidate(_ context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := e.flags("validate")
 	fs.Usage = func() { fmt.Fprintln(e.stderr, "usage: bullpen validate FILE") }
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -43,8 +41,7 @@ func cmdValidate(_ context.Context, e *env, args []string) int {
 }
 
 func cmdSchedule(_ context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("schedule", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := e.flags("schedule")
 	pool := fs.String("pool", "", "pool name (required)")
 	at := fs.String("at", "", "instant, RFC 3339 (default: now)")
 	fs.Usage = func() {
