@@ -13,6 +13,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/loop"
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
@@ -407,10 +408,8 @@ func newReconcileMetrics(reg prometheus.Registerer) (*reconcileMetrics, error) {
 		Name: "bullpen_reaper_actions_total",
 		Help: "What the reaper reconciled, by kind (orphan, gone, silent, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, job_deleted, row_deleted).",
 	}, []string{"kind"})}
-	if reg != nil {
-		if err := reg.Register(m.actions); err != nil {
-			return nil, fmt.Errorf("reaper metrics: %w", err)
-		}
+	if err := promreg.Register(reg, "reaper", m.actions); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
 
 // Defaults of Options.
@@ -83,10 +84,8 @@ func New(o Options, clk domain.Clock, log *slog.Logger, reg prometheus.Registere
 		openings: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bullpen_spot_breaker_openings_total",
 			Help: "Times a runner class was switched to on-demand by the spot circuit breaker."}, []string{"runner"}),
 	}
-	if reg != nil {
-		if err := reg.Register(collector{b}); err != nil {
-			return nil, err
-		}
+	if err := promreg.Register(reg, "spot breaker", collector{b}); err != nil {
+		return nil, err
 	}
 	return b, nil
 }

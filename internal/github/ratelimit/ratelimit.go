@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
 
 const (
@@ -48,12 +49,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bullpen_github_calls_deferred_total",
 			Help: "Calls not made: the account is paused, or its budget is kept for runner registrations."}, []string{"account", "kind"}),
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.remaining, m.limited, m.deferred} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
-		}
+	if err := promreg.Register(reg, "GitHub rate limit", m.remaining, m.limited, m.deferred); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
