@@ -30,8 +30,8 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	verbose := fs.Bool("v", false, "log the control plane's decisions to stderr")
 	perMinute := fs.Float64("jobs-per-minute", 6, "mean rate of simulated workflow jobs (0: pools only)")
 	seed := fs.Uint64("seed", 1, "seed of the simulated job stream")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	cfg, ok := demoConfig(e, *cfgPath)
 	if !ok {

@@ -159,3 +159,20 @@ func TestServeHelpAndFlagErrorsDoNotShowSecrets(t *testing.T) {
 		t.Fatalf("secrets from the environment: %v", err)
 	}
 }
+
+// Every command answers -h with its usage and exit 0, and a flag it does
+// not know with exit 2, as scripts and service managers expect.
+func TestEveryCommandsHelpExitsZeroAndAWrongFlagTwo(t *testing.T) {
+	for name := range commands {
+		for _, tc := range []struct {
+			flag string
+			want int
+		}{{"-h", 0}, {"--no-such-flag", 2}} {
+			var out, errb bytes.Buffer
+			e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+			if got := run(t.Context(), e, []string{name, tc.flag}); got != tc.want {
+				t.Errorf("bullpen %s %s: exit %d, want %d\n%s%s", name, tc.flag, got, tc.want, out.String(), errb.String())
+			}
+		}
+	}
+}

@@ -201,8 +201,8 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	fs := e.flags("serve")
 	var f serveFlags
 	f.define(fs, e.getenv)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	log, err := newLogger(e, f.logLevel, f.logFormat)
 	if err != nil {

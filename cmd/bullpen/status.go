@@ -29,8 +29,8 @@ func cmdStatus(ctx context.Context, e *env, args []string) int {
 	tokenFile := fs.String("admin-token-file", e.getenv("BULLPEN_ADMIN_TOKEN_FILE"), "file holding the admin token (else $BULLPEN_ADMIN_TOKEN)")
 	recent := fs.Int("jobs", 200, "how many of the latest jobs to summarise (1..1000)")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up on the server after this long")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	token, err := statusToken(e, *tokenFile)
 	if err == nil && (*recent < 1 || *recent > 1000) {

@@ -19,8 +19,8 @@ func init() {
 func cmdValidate(_ context.Context, e *env, args []string) int {
 	fs := e.flags("validate")
 	fs.Usage = func() { fmt.Fprintln(e.stderr, "usage: bullpen validate FILE") }
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fs, args); !ok {
+		return status
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
@@ -49,8 +49,8 @@ func cmdSchedule(_ context.Context, e *env, args []string) int {
 		fs.PrintDefaults()
 	}
 	file, rest := splitFile(args)
-	if err := fs.Parse(rest); err != nil {
-		return 2
+	if status, ok := parseFlags(fs, rest); !ok {
+		return status
 	}
 	if file == "" && fs.NArg() == 1 {
 		file = fs.Arg(0)
