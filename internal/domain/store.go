@@ -14,6 +14,10 @@ type InstanceFilter struct {
 	Job       string
 	CloudID   string
 	States    []State
+	// ExpiredAt selects the instances past their deadline at that time
+	// (Instance.Expired), so that the reaper reads only those rather than
+	// every live row.
+	ExpiredAt time.Time
 }
 
 // TransitionRequest is one conditional update of a batch.

@@ -23,7 +23,7 @@ func (t *Terminator) Expire(ctx context.Context) (int, error) {
 			states = append(states, s)
 		}
 	}
-	rows, err := t.Store.ListInstances(ctx, domain.InstanceFilter{States: states})
+	rows, err := t.Store.ListInstances(ctx, domain.InstanceFilter{States: states, ExpiredAt: now})
 	if err != nil {
 		return 0, fmt.Errorf("list instances: %w", err)
 	}

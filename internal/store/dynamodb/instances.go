@@ -146,7 +146,8 @@ func matchesInstance(in domain.Instance, f domain.InstanceFilter) bool {
 			return false
 		}
 	}
-	return len(f.States) == 0 || slices.Contains(f.States, in.State)
+	return (len(f.States) == 0 || slices.Contains(f.States, in.State)) &&
+		(f.ExpiredAt.IsZero() || in.Expired(f.ExpiredAt))
 }
 
 // Transition is one guarded transition: a consistent read, the decision,

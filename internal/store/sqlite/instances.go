@@ -151,6 +151,10 @@ func listQuery(f domain.InstanceFilter) (string, []any) {
 			args = append(args, string(st))
 		}
 	}
+	if !f.ExpiredAt.IsZero() {
+		conds = append(conds, "deadline <= ?") // a NULL (no) deadline never matches
+		args = append(args, formatTime(f.ExpiredAt))
+	}
 	query := `SELECT ` + instanceColumns + ` FROM instances`
 	if len(conds) > 0 {
 		query += ` WHERE ` + strings.Join(conds, " AND ")

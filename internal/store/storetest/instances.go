@@ -19,6 +19,7 @@ func instanceContracts() []contract {
 		{"CreateInvalidRowsRefused", testCreateInvalid},
 		{"GetUnknownIsNotFound", testGetUnknown},
 		{"ListFilters", testListFilters},
+		{"ListExpiredAt", testListExpiredAt},
 		{"ListOrdersByCreatedThenID", testListOrder},
 		{"DeleteTerminated", testDeleteTerminated},
 		{"DeleteRefusesLiveRowsAndDeletesNothing", testDeleteRefuses},
@@ -162,6 +163,48 @@ func testListFilters(t *testing.T, e *env) {
 			States: []domain.State{domain.StateClaimed}}, []string{"r5"}},
 		{"no match", domain.InstanceFilter{Pool: "windows"}, nil},
 		{"state no row is in", domain.InstanceFilter{States: []domain.State{domain.StateTerminated}}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := ids(e.list(c.f)); !slices.Equal(got, c.want) {
+				t.Fatalf("got %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// An instance is past its deadline from the deadline's instant on; one
+// without a deadline never is. The filter combines with the others.
+func testListExpiredAt(t *testing.T, e *env) {
+	deadlines := []struct {
+		id    string
+		state domain.State
+		at    time.Duration // after start; 0: no deadline
+	}{{"early", domain.StateReady, time.Minute}, {"exact", domain.StateBooting, 2 * time.Minute},
+		{"late", domain.StateReady, 3 * time.Minute}, {"none", domain.StateReady, 0}}
+	for _, d := range deadlines {
+		in := instance(d.id, d.state)
+		in.Deadline = time.Time{}
+		if d.at != 0 {
+			in.Deadline = start.Add(d.at)
+		}
+		e.create(in)
+		e.clk.Advance(time.Millisecond)
+	}
+	// Another zone than the rows were written in: the store compares
+	// instants.
+	zone := time.FixedZone("UTC-5", -5*60*60)
+	cases := []struct {
+		name string
+		f    domain.InstanceFilter
+		want []string
+	}{
+		{"at a deadline", domain.InstanceFilter{ExpiredAt: start.Add(2 * time.Minute).In(zone)}, []string{"early", "exact"}},
+		{"a nanosecond before it", domain.InstanceFilter{ExpiredAt: start.Add(2*time.Minute - 1)}, []string{"early"}},
+		{"before every deadline", domain.InstanceFilter{ExpiredAt: start}, nil},
+		{"after every deadline", domain.InstanceFilter{ExpiredAt: start.Add(time.Hour)}, []string{"early", "exact", "late"}},
+		{"and a state", domain.InstanceFilter{ExpiredAt: start.Add(time.Hour), States: []domain.State{domain.StateReady}},
+			[]string{"early", "late"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
