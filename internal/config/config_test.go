@@ -90,7 +90,7 @@ func TestInvalidExampleReportsEveryProblem(t *testing.T) {
 	const f = "../../examples/invalid.yml"
 	want := []string{
 		f + `:6:14: runners.small-x64.cpu[1]: cpu must be > 0, got 0`,
-		f + `:7:13: runners.small-x64.volume: bad volume size "30" in "gp3:30:125mbps" (expected a positive size such as 30gb)`,
+		f + `:7:13: runners.small-x64.volume: bad volume "gp3:30:125mbps": size "30" is not a size such as 30gb (at most 1048576gb)`,
 		f + `:8:11: runners.small-x64.spot: bad spot value "cheapest" (expected true, false, price-capacity-optimized, pco, lowest-price or capacity-optimized)`,
 		f + `:9:3: runners.large-x64: missing required key "image" in runner`,
 		f + `:14:13: pools.small-x64.runner: unknown runner "smal-x64" (known: small-x64, large-x64)`,

@@ -3,7 +3,6 @@ package config
 import (
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -23,9 +22,6 @@ type Image struct {
 
 // Spot allocation strategies, as EC2 fleets name them.
 var spotStrategies = []string{"price-capacity-optimized", "lowest-price", "capacity-optimized"}
-
-// volumeTypes are the EBS volume types.
-var volumeTypes = []string{"gp2", "gp3", "io1", "io2", "st1", "sc1", "standard"}
 
 func (p *parser) runners(n *yaml.Node) map[string]domain.RunnerSpec {
 	out := make(map[string]domain.RunnerSpec)
@@ -134,52 +130,18 @@ func (p *parser) familyName(path string, n *yaml.Node) (string, bool) {
 	return s, ok
 }
 
-const volumeForm = "TYPE:SIZEgb[:THROUGHPUTmbps][:IOPSiops], e.g. gp3:30gb:125mbps:3000iops"
-
-// volume reads TYPE:SIZEgb:THROUGHPUTmbps:IOPSiops. Type and size are
-// required; the optional parts are told apart by their suffix.
+// volume reads the volume syntax (domain.VolumeForm), reporting every
+// problem.
 func (p *parser) volume(path string, n *yaml.Node) domain.Volume {
 	s, ok := p.str(path, n)
 	if !ok {
 		return domain.Volume{}
 	}
-	n = deref(n)
-	parts := strings.Split(strings.ToLower(s), ":")
-	if len(parts) < 2 || len(parts) > 4 {
-		p.errorf(n, path, "bad volume %q (expected %s)", s, volumeForm)
-		return domain.Volume{}
-	}
-	var v domain.Volume
-	if slices.Contains(volumeTypes, parts[0]) {
-		v.Type = parts[0]
-	} else {
-		p.errorf(n, path, "bad volume type %q in %q (expected one of %s)", parts[0], s, strings.Join(volumeTypes, ", "))
-	}
-	if size, ok := suffixed(parts[1], "gb"); ok {
-		v.SizeGB = size
-	} else {
-		p.errorf(n, path, "bad volume size %q in %q (expected a positive size such as 30gb)", parts[1], s)
-	}
-	for _, part := range parts[2:] {
-		if x, ok := suffixed(part, "mbps"); ok && v.ThroughputMBps == 0 {
-			v.ThroughputMBps = x
-		} else if x, ok := suffixed(part, "iops"); ok && v.IOPS == 0 {
-			v.IOPS = x
-		} else {
-			p.errorf(n, path, "bad volume part %q in %q (expected one throughput such as 125mbps and one IOPS such as 3000iops)", part, s)
-		}
+	v, problems := domain.ParseVolume(s)
+	for _, problem := range problems {
+		p.errorf(deref(n), path, "bad volume %q: %s", s, problem)
 	}
 	return v
-}
-
-// suffixed parses a positive decimal number followed by suffix: "30gb".
-func suffixed(s, suffix string) (int, bool) {
-	digits, ok := strings.CutSuffix(s, suffix)
-	if !ok || digits == "" || strings.TrimLeft(digits, "0123456789") != "" {
-		return 0, false
-	}
-	x, err := strconv.Atoi(digits)
-	return x, err == nil && x > 0
 }
 
 // spot reads `spot: false` (on-demand), `spot: true` (the default

@@ -59,10 +59,13 @@ var rules = map[string]rule{
 			}
 			return problem
 		}},
-	"volume": {want: volumeForm, machine: true, apply: func(r *Request, v string) string {
-		var problem string
-		r.Spec.Volume, problem = volume(v)
-		return problem
+	"volume": {want: domain.VolumeForm, machine: true, apply: func(r *Request, v string) string {
+		vol, problems := domain.ParseVolume(v)
+		if problems != nil {
+			return problems[0] // the label's text already shows v
+		}
+		r.Spec.Volume = vol
+		return ""
 	}},
 	// RunsOn settings bullpen accepts so that existing workflows keep
 	// working, and does not act on.
@@ -156,50 +159,3 @@ func spot(v string) (string, string) {
 	}
 	return "", fmt.Sprintf("%s is not a spot setting (expected true, false, pco, %s)", quote(v), strings.Join(spotStrategies, ", "))
 }
-
-const volumeForm = "TYPE:SIZEgb[:THROUGHPUTmbps][:IOPSiops], e.g. gp3:30gb:125mbps:3000iops"
-
-var volumeTypes = []string{"gp2", "gp3", "io1", "io2", "st1", "sc1", "standard"}
-
-// volume reads the configuration's volume syntax: type and size required,
-// then throughput and IOPS in either order, told apart by their suffix.
-func volume(v string) (domain.Volume, string) {
-	parts := strings.Split(strings.ToLower(v), ":")
-	if len(parts) < 2 || len(parts) > 4 {
-		return domain.Volume{}, fmt.Sprintf("%s is not a volume (expected %s)", quote(v), volumeForm)
-	}
-	var vol domain.Volume
-	if !slices.Contains(volumeTypes, parts[0]) {
-		return domain.Volume{}, fmt.Sprintf("volume type %s is not one of %s", quote(parts[0]), strings.Join(volumeTypes, ", "))
-	}
-	vol.Type = parts[0]
-	size, ok := suffixed(parts[1], "gb")
-	if !ok {
-		return domain.Volume{}, fmt.Sprintf("volume size %s is not a size such as 30gb", quote(parts[1]))
-	}
-	vol.SizeGB = size
-	for _, part := range parts[2:] {
-		if x, ok := suffixed(part, "mbps"); ok && vol.ThroughputMBps == 0 {
-			vol.ThroughputMBps = x
-		} else if x, ok := suffixed(part, "iops"); ok && vol.IOPS == 0 {
-			vol.IOPS = x
-		} else {
-			return domain.Volume{}, fmt.Sprintf("volume part %s is not one throughput such as 125mbps and one IOPS such as 3000iops", quote(part))
-		}
-	}
-	return vol, ""
-}
-
-// suffixed reads a positive number followed by suffix: "30gb".
-func suffixed(s, suffix string) (int, bool) {
-	digits, ok := strings.CutSuffix(s, suffix)
-	if !ok {
-		return 0, false
-	}
-	x, ok := positive(digits, maxVolumeNumber)
-	return int(x), ok
-}
-
-// maxVolumeNumber bounds volume sizes, throughput and IOPS (EBS allows at
-// most 64 TiB and 256,000 IOPS).
-const maxVolumeNumber = 1 << 20
