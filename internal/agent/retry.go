@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
 )
 
 // reachability tracks how long the control plane has been unreachable:
@@ -74,13 +76,12 @@ func (a *Agent) retry(ctx context.Context, what string, call func(context.Contex
 // sleep waits d on the agent's clock, or until ctx ends. It leaves no
 // timer behind either way.
 func (a *Agent) sleep(ctx context.Context, d time.Duration) error {
-	done := make(chan struct{})
-	t := a.clk.AfterFunc(d, func() { close(done) })
+	done, stop := clock.Closes(a.clk, d)
+	defer stop()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		t.Stop()
 		return ctx.Err()
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -146,10 +147,11 @@ func (s *Server) next(_ http.ResponseWriter, r *http.Request) (any, error) {
 		wait = 0
 	}
 	ctx := r.Context()
-	timeout := make(chan struct{})
+	var timeout <-chan struct{} // none without a wait: nil is never ready
 	if wait > 0 {
-		t := s.clk.AfterFunc(wait, func() { close(timeout) })
-		defer t.Stop()
+		ch, stop := clock.Closes(s.clk, wait)
+		defer stop()
+		timeout = ch
 		s.metrics.longPolls.Inc()
 		defer s.metrics.longPolls.Dec()
 	}

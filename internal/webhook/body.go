@@ -6,6 +6,8 @@ import (
 	"io"
 	"slices"
 	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
 )
 
 // Limits on what a body may cost before its signature is known.
@@ -135,9 +137,8 @@ func (h *Handler) acquire(ctx context.Context) bool {
 		return true
 	default:
 	}
-	expired := make(chan struct{})
-	t := h.clock.AfterFunc(h.opts.ReaderWait, func() { close(expired) })
-	defer t.Stop()
+	expired, stop := clock.Closes(h.clock, h.opts.ReaderWait)
+	defer stop()
 	select {
 	case h.slots <- struct{}{}:
 		return true

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -79,9 +80,8 @@ func checkReceive(queue string, max int, visibility, wait time.Duration) error {
 // of ctx. The timer is stopped on the way out, so an early wake leaves no
 // pending timer behind (a virtual clock's tests count them).
 func (q *Queue) sleep(ctx context.Context, changed <-chan struct{}, d time.Duration) error {
-	elapsed := make(chan struct{})
-	timer := q.s.clk.AfterFunc(d, func() { close(elapsed) })
-	defer timer.Stop()
+	elapsed, stop := clock.Closes(q.s.clk, d)
+	defer stop()
 	select {
 	case <-changed:
 	case <-elapsed:
