@@ -5,7 +5,7 @@ from moto.core.responses import BaseResponse
 
 # With BULLPEN_MOTO_TIMINGS set to a path, the time each action held its
 # service's lock is written there as JSON when the emulator is stopped.
-import json, os, signal
+import atexit, json, os
 timings_path = os.environ.get("BULLPEN_MOTO_TIMINGS")
 spent = {}
 
@@ -23,12 +23,12 @@ def one_at_a_time(handler, lock):
                     spent[key] = (calls + 1, seconds + time.perf_counter() - began)
     handler.call_action = call_action
 
-def write_timings(*_):
+# moto's own SIGTERM handler exits through SystemExit, which runs atexit.
+def write_timings():
     if timings_path:
         with open(timings_path, "w") as f:
             json.dump({k: {"calls": c, "seconds": round(s, 3)} for k, (c, s) in sorted(spent.items())}, f, indent=1)
-    os._exit(0)
-signal.signal(signal.SIGTERM, write_timings)
+atexit.register(write_timings)
 
 one_at_a_time(dynamodb.DynamoHandler, threading.Lock())
 sqs_lock = threading.RLock()
