@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -28,6 +29,7 @@ var server struct {
 	once     sync.Once
 	endpoint string
 	cmd      *exec.Cmd
+	exited   chan struct{} // closed once cmd has ended
 	err      error
 	// patched: the emulator runs with serve.py's patches, so a test can
 	// set its SQS time.
@@ -40,7 +42,7 @@ func Main(m *testing.M) int {
 	code := m.Run()
 	if server.cmd != nil {
 		_ = syscall.Kill(-server.cmd.Process.Pid, syscall.SIGTERM)
-		_ = server.cmd.Wait()
+		<-server.exited
 	}
 	return code
 }
@@ -124,13 +126,44 @@ func start() {
 		return
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// What it says before it is up explains a start that fails (serve.py
+	// refuses a moto it was not written for); nothing after matters.
+	stderr := &startLog{limit: 4096}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		server.err = fmt.Errorf("start: %w", err)
 		return
 	}
 	server.cmd, server.patched = cmd, patched
+	server.exited = make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(server.exited)
+	}()
 	server.endpoint = fmt.Sprintf("http://127.0.0.1:%d", port)
-	server.err = waitReady(server.endpoint, 60*time.Second)
+	server.err = waitReady(server.endpoint, 60*time.Second, server.exited, stderr)
+}
+
+// startLog keeps the first limit bytes written to it.
+type startLog struct {
+	mu    sync.Mutex
+	limit int
+	b     []byte
+}
+
+func (l *startLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if room := l.limit - len(l.b); room > 0 {
+		l.b = append(l.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (l *startLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.TrimSpace(string(l.b))
 }
 
 func freePort() (int, error) {
@@ -143,8 +176,9 @@ func freePort() (int, error) {
 }
 
 // waitReady polls the emulator until it answers: it starts in a second or
-// two, and nothing signals when it is up.
-func waitReady(endpoint string, limit time.Duration) error {
+// two, and nothing signals when it is up. An emulator that ends first is
+// reported with what it said.
+func waitReady(endpoint string, limit time.Duration, exited <-chan struct{}, said fmt.Stringer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	for {
@@ -156,6 +190,8 @@ func waitReady(endpoint string, limit time.Duration) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("not answering on %s after %s", endpoint, limit)
+		case <-exited:
+			return fmt.Errorf("ended before it answered: %s", said)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

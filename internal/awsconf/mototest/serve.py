@@ -1,4 +1,9 @@
 import sys, threading, time
+import moto
+# The patches below reach into moto 5.2's internals; another version may
+# route or store requests differently, so say so rather than misbehave.
+if not moto.__version__.startswith("5.2."):
+    sys.exit(f"serve.py patches moto 5.2, not {moto.__version__}: pip install 'moto[server]==5.2.1'")
 from moto.dynamodb import responses as dynamodb
 from moto.sqs import responses as sqs, models as sqsmodels
 from moto.core.responses import BaseResponse
@@ -64,11 +69,10 @@ clocks_lock = threading.Lock()
 this_request = threading.local()  # clock: its queue's QueueClock or None; poll: its poll id
 
 def clock_of(queue_name):
+    # The longest prefix wins, should one test's prefix begin another's.
     with clocks_lock:
-        for prefix, clock in clocks.items():
-            if queue_name.startswith(prefix):
-                return clock
-    return None
+        matching = [p for p in clocks if queue_name.startswith(p)]
+        return clocks[max(matching, key=len)] if matching else None
 
 def set_clock(prefix, ms):
     with clocks_lock:
@@ -123,23 +127,29 @@ sqs.SQSResponse.call_action = on_queue_clock(sqs.SQSResponse.call_action)
 from collections import OrderedDict
 class Polls:
     def __init__(self):
-        self.state = OrderedDict()
+        self.state = OrderedDict()     # poll → its first state, until asked
+        self.answered = OrderedDict()  # polls asked about: later marks are dropped
         self.changed = threading.Condition()
 
     def mark(self, poll, state):
         if not poll:
             return
         with self.changed:
-            if poll not in self.state:
+            if poll not in self.state and poll not in self.answered:
                 self.state[poll] = state
-                while len(self.state) > 10000:  # answers nobody asked for
-                    self.state.popitem(last=False)
+                trim(self.state)  # answers nobody asked for
             self.changed.notify_all()
 
     def wait(self, poll, timeout):
         with self.changed:
             self.changed.wait_for(lambda: poll in self.state, timeout)
+            self.answered[poll] = True
+            trim(self.answered)
             return self.state.pop(poll, None)
+
+def trim(d, keep=10000):
+    while len(d) > keep:
+        d.popitem(last=False)
 polls = Polls()
 
 # moto's long poll computes its end once and checks it after each wait of
@@ -203,12 +213,12 @@ def add_deduplicated(self, message):
     dedup_id = message.deduplication_id
     if self.fifo_queue and dedup_id:
         window = sqsmodels.DEDUPLICATION_TIME_IN_SECONDS * 1000
-        accepted = self.__dict__.setdefault("accepted_dedup_ids", {})
-        if dedup_id in accepted and message.sent_timestamp - accepted[dedup_id] < window:
+        # In the order accepted, so the expired ones are at the front.
+        accepted = self.__dict__.setdefault("accepted_dedup_ids", OrderedDict())
+        while accepted and message.sent_timestamp - next(iter(accepted.values())) >= window:
+            accepted.popitem(last=False)
+        if dedup_id in accepted:
             return
-        if len(accepted) > 1000:
-            for old in [k for k, at in accepted.items() if message.sent_timestamp - at >= window]:
-                del accepted[old]
         accepted[dedup_id] = message.sent_timestamp
     add_message(self, message)
 sqsmodels.Queue.add_message = add_deduplicated
