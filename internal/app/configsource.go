@@ -10,6 +10,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/configsource"
 	"github.com/bullpen-ci/bullpen/internal/github/installations"
 	"github.com/bullpen-ci/bullpen/internal/github/rest"
+	"github.com/bullpen-ci/bullpen/internal/httpauth"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
@@ -64,7 +65,7 @@ func (a *App) repositorySource(path string) (configsource.Source, error) {
 		src.BaseURL, src.Client = g.BaseURL(), g.HTTPClient
 	case *rest.Client:
 		src.BaseURL = rest.APIRoot(a.opts.GitHubAPI.URL)
-		hc := &http.Client{Transport: rest.TokenTransport(a.opts.GitHubAPI.Token, http.DefaultTransport), Timeout: rest.DefaultTimeout}
+		hc := &http.Client{Transport: httpauth.BearerTransport(a.opts.GitHubAPI.Token, http.DefaultTransport), Timeout: rest.DefaultTimeout}
 		src.Client = func(context.Context, string) (*http.Client, error) { return hc, nil }
 	default:
 		return nil, fmt.Errorf("configuration %s: a configuration in a GitHub repository needs --github app or token", path)

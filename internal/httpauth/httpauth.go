@@ -1,7 +1,11 @@
-// Package httpauth reads the credentials of bullpen's HTTP APIs.
+// Package httpauth reads the credentials of bullpen's HTTP APIs and sends
+// bullpen's own to the APIs it calls.
 package httpauth
 
-import "strings"
+import (
+	"net/http"
+	"strings"
+)
 
 // Bearer returns the token of an Authorization header using the Bearer
 // scheme, whose name is case-insensitive (RFC 9110, 11.1).
@@ -12,4 +16,20 @@ func Bearer(header string) (string, bool) {
 	}
 	token = strings.TrimSpace(token)
 	return token, token != ""
+}
+
+// BearerTransport sends token as a bearer token on every request over next.
+func BearerTransport(token string, next http.RoundTripper) http.RoundTripper {
+	return &bearerTransport{token: token, next: next}
+}
+
+type bearerTransport struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (t *bearerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Bearer "+t.token)
+	return t.next.RoundTrip(req)
 }

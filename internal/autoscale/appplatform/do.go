@@ -15,7 +15,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
-	"github.com/bullpen-ci/bullpen/internal/github/rest"
+	"github.com/bullpen-ci/bullpen/internal/httpauth"
 )
 
 // DefaultDOTimeout bounds each DigitalOcean request.
@@ -63,7 +63,7 @@ func NewAppPlatform(o AppOptions) (*AppPlatform, error) {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
-	hc := &http.Client{Transport: rest.TokenTransport(o.Token, o.Transport), Timeout: o.Timeout}
+	hc := &http.Client{Transport: httpauth.BearerTransport(o.Token, o.Transport), Timeout: o.Timeout}
 	c, err := godo.New(hc, godo.SetBaseURL(o.BaseURL), godo.SetUserAgent("bullpen"))
 	if err != nil {
 		return nil, fmt.Errorf("app platform client for %s: %w", o.BaseURL, err)

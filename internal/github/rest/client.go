@@ -26,6 +26,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/httpauth"
 )
 
 // Defaults for zero Options fields.
@@ -147,7 +148,7 @@ func authTransport(opts Options) (http.RoundTripper, error) {
 	case opts.Token != "" && app:
 		return nil, errors.New("github credentials: give a token or a GitHub App, not both")
 	case opts.Token != "":
-		return &tokenTransport{token: opts.Token, next: opts.Transport}, nil
+		return httpauth.BearerTransport(opts.Token, opts.Transport), nil
 	case !app:
 		return nil, errors.New("github credentials: a token or a GitHub App (app id, installation id, private key) is required")
 	case opts.AppID <= 0 || opts.InstallationID <= 0 || len(opts.PrivateKey) == 0:
@@ -173,23 +174,6 @@ func APIRoot(u string) string {
 		u += "/"
 	}
 	return u
-}
-
-// TokenTransport sends token as a bearer token on every request over next.
-func TokenTransport(token string, next http.RoundTripper) http.RoundTripper {
-	return &tokenTransport{token: token, next: next}
-}
-
-// tokenTransport sends a bearer token.
-type tokenTransport struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	req = req.Clone(req.Context())
-	req.Header.Set("Authorization", "Bearer "+t.token)
-	return t.next.RoundTrip(req)
 }
 
 // repoCall checks a call on a repository ("owner/name") before it goes
