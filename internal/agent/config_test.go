@@ -222,7 +222,7 @@ func TestAgentDerivesItsMachineSecretFromTheLaunchSecret(t *testing.T) {
 	}))
 	defer imds.Close()
 	launch := domain.NewSecret()
-	r.cp.Instance(domain.Instance{ID: "bp-1", State: domain.StateBooting, LaunchID: "lt-bp-1",
+	r.cp.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateBooting, LaunchID: "lt-bp-1",
 		BootstrapHash: domain.HashSecret(domain.MachineSecret(launch, "i-bp-1"))})
 	cfg := r.config("bp-1", "")
 	cfg.LaunchSecret, cfg.CloudID, cfg.CloudIDFrom, cfg.MetadataURL = launch, "", "imds", imds.URL

@@ -54,7 +54,7 @@ func TestTheLaunchDataSaysWhichSecretTheAgentHolds(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t)
-			in := r.cp.Instance(domain.Instance{ID: "bp-1", State: domain.StateBooting, LaunchID: "lt-bp-1",
+			in := r.cp.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateBooting, LaunchID: "lt-bp-1",
 				BootstrapHash: domain.HashSecret(domain.MachineSecret(launch, "i-bp-1"))})
 			cfg, _, err := agent.LoadConfig([]string{"--config", r.launchDataFile(in.ID, tc.key, tc.secret(in.CloudID))},
 				func(string) string { return "" }, io.Discard)

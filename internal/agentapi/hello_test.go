@@ -153,7 +153,7 @@ func TestHelloRefused(t *testing.T) {
 // matches no secret, not even the empty one.
 func TestHelloNeedsABootstrapHash(t *testing.T) {
 	h := newHarness(t)
-	in := h.Instance(domain.Instance{ID: "bp-1", State: domain.StateBooting, LaunchID: "lt-1"})
+	in := h.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateBooting, LaunchID: "lt-1"})
 	for _, secret := range []string{"", " ", domain.NewSecret()} {
 		w := h.do(http.MethodPost, agentapi.PathHello, "", helloBody(in.CloudID, in.LaunchID, secret))
 		if w.Code != http.StatusUnauthorized && w.Code != http.StatusBadRequest {

@@ -21,7 +21,7 @@ func TestASiblingCannotTakeAnotherMachinesIdentity(t *testing.T) {
 	launch := domain.NewSecret()
 	rows := map[string]domain.Instance{}
 	for _, id := range []string{"bp-a", "bp-b"} {
-		rows[id] = h.Instance(domain.Instance{ID: id, State: domain.StateBooting, LaunchID: "lt-1",
+		rows[id] = h.CreateInstance(domain.Instance{ID: id, State: domain.StateBooting, LaunchID: "lt-1",
 			BootstrapHash: domain.HashSecret(domain.MachineSecret(launch, "i-"+id))})
 	}
 	a, b := rows["bp-a"], rows["bp-b"]

@@ -9,9 +9,10 @@ import (
 )
 
 // Register registers each collector with reg, in order, and stops at the
-// first that fails; what names the collectors' owner in the error. A nil reg
-// registers nothing: components are built without metrics in tests and
-// simulations, and their collectors still count.
+// first that fails; what names the collectors' owner in the error. A nil
+// reg (the interface, not a nil *prometheus.Registry in it) registers
+// nothing: components are built without metrics in tests and simulations,
+// and their collectors still count.
 func Register(reg prometheus.Registerer, what string, cs ...prometheus.Collector) error {
 	if reg == nil {
 		return nil

@@ -164,7 +164,7 @@ func (w *World) Enqueue(queue string, js []domain.Job) []domain.Job {
 }
 
 // Peek returns the messages visible in queue, at most max, and leaves them
-// visible there.
+// visible there; each look counts as a receive of each message.
 func (w *World) Peek(queue string, max int) []domain.Message {
 	w.T.Helper()
 	msgs, err := w.Queue.Receive(w.Ctx, queue, max, time.Minute, 0)

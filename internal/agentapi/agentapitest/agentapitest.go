@@ -69,23 +69,23 @@ func (c *ControlPlane) currentPolicy(domain.Instance) agents.Policy {
 // secret: cloud id "i-"+id, launch "lt-"+id, in state st.
 func (c *ControlPlane) Launch(id string, st domain.State, secret string) domain.Instance {
 	c.T.Helper()
-	return c.Instance(domain.Instance{ID: id, State: st, LaunchID: "lt-" + id, BootstrapHash: domain.HashSecret(secret)})
+	return c.CreateInstance(domain.Instance{ID: id, State: st, LaunchID: "lt-" + id, BootstrapHash: domain.HashSecret(secret)})
 }
 
-// Instance writes a row as the world's CreateInstance does, on a machine
-// of 2 vCPUs and 4 GiB unless in says otherwise.
-func (c *ControlPlane) Instance(in domain.Instance) domain.Instance {
+// CreateInstance writes a row as the world's CreateInstance does, on a
+// machine of 2 vCPUs and 4 GiB unless in says otherwise.
+func (c *ControlPlane) CreateInstance(in domain.Instance) domain.Instance {
 	c.T.Helper()
 	if in.CPU == 0 {
 		in.CPU, in.MemoryMiB = 2, 4096
 	}
-	return c.CreateInstance(in)
+	return c.World.CreateInstance(in)
 }
 
 // Get reads a row.
 func (c *ControlPlane) Get(id string) domain.Instance {
 	c.T.Helper()
-	return c.World.Instance(id)
+	return c.Instance(id)
 }
 
 // Move rewrites a row the way another part of the control plane would.
