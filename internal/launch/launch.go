@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
@@ -80,19 +81,41 @@ type Result struct {
 func (l *Launcher) Launch(ctx context.Context, f Fleet) (Result, error) {
 	launch, secret := l.ID("lt"), domain.NewSecret()
 	now := l.Clock.Now()
-	rows := make([]domain.Instance, len(f.Rows))
-	for i, r := range f.Rows {
-		r.State, r.LaunchID = domain.StatePending, launch
-		r.Deadline = l.Verbs.Deadlines.Until(domain.StatePending, now)
-		r.BootstrapHash = "" // set per machine once its id is known
-		rows[i] = r
-	}
+	rows := l.pendingRows(f.Rows, launch, now)
 	if err := l.Store.CreateInstances(ctx, rows); err != nil {
 		return Result{}, fmt.Errorf("record %d new instances: %w", len(rows), err)
 	}
 	if f.Recorded != nil {
 		f.Recorded(rows)
 	}
+	machines, cerr := l.create(ctx, f, len(rows), launch, secret)
+	reqs := l.outcomes(rows, machines, secret, cerr, now)
+	res, err := l.Store.TransitionBatch(ctx, reqs)
+	if err != nil {
+		return Result{}, errors.Join(cerr, fmt.Errorf("record %d launched instances: %w", len(machines), err),
+			l.terminate(ctx, machineIDs(machines)))
+	}
+	return l.settle(ctx, reqs, res, machines, cerr)
+}
+
+// pendingRows is the caller's rows stamped pending under the launch, with
+// the pending deadline from now.
+func (l *Launcher) pendingRows(in []domain.Instance, launch string, now time.Time) []domain.Instance {
+	rows := make([]domain.Instance, len(in))
+	for i, r := range in {
+		r.State, r.LaunchID = domain.StatePending, launch
+		r.Deadline = l.Verbs.Deadlines.Until(domain.StatePending, now)
+		r.BootstrapHash = "" // set per machine once its id is known
+		rows[i] = r
+	}
+	return rows
+}
+
+// create makes the fleet's one create call for count machines, on-demand
+// when the spot circuit breaker keeps the runner class off spot. It returns
+// at most count machines: any surplus is terminated, its error joined to
+// the create call's.
+func (l *Launcher) create(ctx context.Context, f Fleet, count int, launch, secret string) ([]domain.CloudInstance, error) {
 	tags := map[string]string{domain.TagController: l.ControllerID, domain.TagLaunch: launch}
 	for k, v := range f.Tags {
 		tags[k] = v
@@ -102,20 +125,23 @@ func (l *Launcher) Launch(ctx context.Context, f Fleet) (Result, error) {
 		spec.Spot = ""
 	}
 	machines, cerr := l.Cloud.Create(ctx, domain.LaunchSpec{
-		Runner: spec, ImageID: f.Image, Count: len(rows), ClientToken: launch, Tags: tags,
+		Runner: spec, ImageID: f.Image, Count: count, ClientToken: launch, Tags: tags,
 		Agent: domain.AgentBootstrap{URL: l.AgentURL, LaunchID: launch, Secret: secret},
 	})
-	if len(machines) > len(rows) { // never expected; leave no strays
-		extra := machines[len(rows):]
-		machines = machines[:len(rows)]
-		ids := make([]string, len(extra))
-		for i, m := range extra {
-			ids[i] = m.ID
-		}
+	if len(machines) > count { // never expected; leave no strays
+		ids := machineIDs(machines[count:])
+		machines = machines[:count]
 		if err := l.Cloud.Terminate(ctx, ids); err != nil {
 			cerr = errors.Join(cerr, fmt.Errorf("terminate %d surplus machines: %w", len(ids), err))
 		}
 	}
+	return machines, cerr
+}
+
+// outcomes is a transition per row: launched for each row a machine filled
+// (in order, with the hash of that machine's own secret), terminated for
+// the rest with the create call's error as the reason.
+func (l *Launcher) outcomes(rows []domain.Instance, machines []domain.CloudInstance, secret string, cerr error, now time.Time) []domain.TransitionRequest {
 	reqs := make([]domain.TransitionRequest, 0, len(rows))
 	for i, m := range machines {
 		hash := domain.HashSecret(domain.MachineSecret(secret, m.ID))
@@ -128,15 +154,15 @@ func (l *Launcher) Launch(ctx context.Context, f Fleet) (Result, error) {
 	for _, r := range rows[len(machines):] {
 		reqs = append(reqs, l.Verbs.Terminate(withVersion(r), reason, now))
 	}
-	res, err := l.Store.TransitionBatch(ctx, reqs)
-	if err != nil {
-		ids := make([]string, len(machines))
-		for i, m := range machines {
-			ids[i] = m.ID
-		}
-		return Result{}, errors.Join(cerr, fmt.Errorf("record %d launched instances: %w", len(machines), err),
-			l.terminate(ctx, ids))
-	}
+	return reqs
+}
+
+// settle reads the results of the outcomes' transitions: booted rows are
+// kept, machines whose row failed to record are terminated, and terminated
+// rows are closed at once. The error joins the create call's with every
+// failure after it.
+func (l *Launcher) settle(ctx context.Context, reqs []domain.TransitionRequest, res []domain.TransitionResult,
+	machines []domain.CloudInstance, cerr error) (Result, error) {
 	var out Result
 	var closing []domain.TransitionRequest
 	var unrecorded []string
@@ -167,6 +193,15 @@ func (l *Launcher) Launch(ctx context.Context, f Fleet) (Result, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// machineIDs is the cloud ids of the machines, in order.
+func machineIDs(machines []domain.CloudInstance) []string {
+	ids := make([]string, len(machines))
+	for i, m := range machines {
+		ids[i] = m.ID
+	}
+	return ids
 }
 
 // withVersion is a new row as the store stamps it (version 1).
