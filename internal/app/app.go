@@ -214,7 +214,20 @@ func (a *App) openStore(ctx context.Context) error {
 	return nil
 }
 
+// check validates the options, every problem at once, and fills in the
+// defaults of those left unset.
 func (o *Options) check() error {
+	if problems := o.problems(); len(problems) > 0 {
+		return errors.New("app: " + strings.Join(problems, "; "))
+	}
+	o.setDefaults()
+	return nil
+}
+
+// problems is what is missing or wrong in the options. An empty cloud or
+// GitHub is set to the simulated one here, since which GitHub may be used
+// depends on the cloud.
+func (o *Options) problems() []string {
 	var problems []string
 	if o.Config == nil && !strings.HasPrefix(o.ConfigPath, configsource.Scheme) {
 		problems = append(problems, "no configuration")
@@ -249,10 +262,13 @@ func (o *Options) check() error {
 	default:
 		problems = append(problems, fmt.Sprintf("github %q: want sim, app or token", o.GitHub))
 	}
-	problems = append(problems, o.checkRunnerScope()...)
-	if len(problems) > 0 {
-		return errors.New("app: " + strings.Join(problems, "; "))
-	}
+	return append(problems, o.checkRunnerScope()...)
+}
+
+// setDefaults fills in what valid options left unset, and hands
+// the deadlines and the shared store's heartbeat resolution to the loops
+// that need them.
+func (o *Options) setDefaults() {
 	if o.ControllerID == "" {
 		o.ControllerID = "bullpen-" + o.Environment
 	}
@@ -288,7 +304,6 @@ func (o *Options) check() error {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return nil
 }
 
 // Close releases what New opened, last first: the machines (a local cloud
