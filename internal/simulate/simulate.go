@@ -69,18 +69,9 @@ type Report struct {
 // Run replays o.Jobs: each is queued at its original arrival, relative to
 // the first, and runs as long as it ran.
 func Run(ctx context.Context, o Options) (Report, error) {
-	if o.Config == nil {
-		return Report{}, errors.New("simulate: no configuration")
-	}
-	if len(o.Jobs) == 0 {
-		return Report{}, errors.New("simulate: no jobs to replay")
-	}
-	prices := DefaultPrices()
-	if o.Prices != nil {
-		prices = *o.Prices
-	}
-	if err := prices.Covers(o.Config); err != nil {
-		return Report{}, fmt.Errorf("simulate: %w", err)
+	prices, err := o.check()
+	if err != nil {
+		return Report{}, err
 	}
 	o = o.withDefaults()
 	if o.Tail <= 0 {
@@ -89,9 +80,54 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	jobs := slices.Clone(o.Jobs)
 	slices.SortStableFunc(jobs, func(a, b history.Job) int { return a.Created.Compare(b.Created) })
 	rep := Report{Jobs: len(jobs), From: jobs[0].Created, To: jobs[len(jobs)-1].Created}
-	var scheduled []demo.Scheduled
-	var recorded []float64
-	var longest time.Duration
+	scheduled, recorded, longest := replayable(jobs, rep.From)
+	rep.Replayed = len(scheduled)
+	if len(recorded) > 0 {
+		rep.Recorded = demo.LatenciesOf(recorded)
+	}
+	warm := o.warm()
+	for i := range scheduled {
+		scheduled[i].At += warm
+	}
+	start := rep.From.Add(-warm)
+	res, err := demo.Run(ctx, demo.Options{
+		Config: o.Config, Duration: warm + rep.To.Sub(rep.From) + longest + o.Tail, Start: start,
+		Interval: o.Interval, Seed: o.Seed, Latency: o.Latency, FamilyLatency: o.FamilyLatency, Scheduled: scheduled,
+		Progress: arrivals(o.Progress, scheduled, start),
+	})
+	if err != nil {
+		return rep, fmt.Errorf("simulate: %w", err)
+	}
+	rep.Simulated, rep.CloudCalls, rep.Virtual = res.Jobs, res.CloudCalls, res.Virtual
+	rep.InstanceHours = res.InstanceHours
+	rep.Bill = prices.bill(res.InstanceHours, rep.Simulated.ByStatus["completed"])
+	return rep, nil
+}
+
+// check refuses a replay without a configuration or jobs, or whose prices
+// lack one of the machines its configuration launches, and returns the
+// prices: DefaultPrices unless o.Prices is set.
+func (o Options) check() (Prices, error) {
+	if o.Config == nil {
+		return Prices{}, errors.New("simulate: no configuration")
+	}
+	if len(o.Jobs) == 0 {
+		return Prices{}, errors.New("simulate: no jobs to replay")
+	}
+	prices := DefaultPrices()
+	if o.Prices != nil {
+		prices = *o.Prices
+	}
+	if err := prices.Covers(o.Config); err != nil {
+		return Prices{}, fmt.Errorf("simulate: %w", err)
+	}
+	return prices, nil
+}
+
+// replayable schedules the jobs that ran (sorted by arrival) at their
+// arrival after from, each to run as long as it ran, and returns with them
+// every job's recorded queue time in seconds and the longest run.
+func replayable(jobs []history.Job, from time.Time) (scheduled []demo.Scheduled, recorded []float64, longest time.Duration) {
 	for _, j := range jobs {
 		if q, ok := j.QueueTime(); ok {
 			recorded = append(recorded, q.Seconds())
@@ -101,42 +137,35 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		}
 		took := j.Completed.Sub(*j.Started)
 		longest = max(longest, took)
-		scheduled = append(scheduled, demo.Scheduled{At: j.Created.Sub(rep.From), Job: ghsim.JobSpec{
+		scheduled = append(scheduled, demo.Scheduled{At: j.Created.Sub(from), Job: ghsim.JobSpec{
 			Repo: j.Repo, Name: j.Name, Workflow: j.Workflow, Labels: j.Labels, RunID: j.RunID, Duration: took}})
 	}
-	rep.Replayed = len(scheduled)
-	if len(recorded) > 0 {
-		rep.Recorded = demo.LatenciesOf(recorded)
-	}
-	warm := o.Lead
+	return scheduled, recorded, longest
+}
+
+// warm is how long the control plane runs before the first arrival: Lead,
+// 5 min when zero, none when negative.
+func (o Options) warm() time.Duration {
 	switch {
-	case warm == 0:
-		warm = 5 * time.Minute
-	case warm < 0:
-		warm = 0
+	case o.Lead == 0:
+		return 5 * time.Minute
+	case o.Lead < 0:
+		return 0
 	}
-	for i := range scheduled {
-		scheduled[i].At += warm
+	return o.Lead
+}
+
+// arrivals turns the demo's progress (the virtual time reached) into the
+// replay's, counting the scheduled jobs arrived by then; nil when progress
+// is. The jobs are in arrival order, so a binary search counts them.
+func arrivals(progress func(at time.Time, arrived, total int), scheduled []demo.Scheduled, start time.Time) func(time.Time) {
+	if progress == nil {
+		return nil
 	}
-	start := rep.From.Add(-warm)
-	var progress func(time.Time)
-	if o.Progress != nil {
-		progress = func(at time.Time) {
-			arrived, _ := slices.BinarySearchFunc(scheduled, at.Sub(start), func(s demo.Scheduled, d time.Duration) int {
-				return cmp.Compare(s.At, d+1)
-			})
-			o.Progress(at, arrived, len(scheduled))
-		}
+	return func(at time.Time) {
+		arrived, _ := slices.BinarySearchFunc(scheduled, at.Sub(start), func(s demo.Scheduled, d time.Duration) int {
+			return cmp.Compare(s.At, d+1)
+		})
+		progress(at, arrived, len(scheduled))
 	}
-	res, err := demo.Run(ctx, demo.Options{
-		Config: o.Config, Duration: warm + rep.To.Sub(rep.From) + longest + o.Tail, Start: start,
-		Interval: o.Interval, Seed: o.Seed, Latency: o.Latency, FamilyLatency: o.FamilyLatency, Scheduled: scheduled, Progress: progress,
-	})
-	if err != nil {
-		return rep, fmt.Errorf("simulate: %w", err)
-	}
-	rep.Simulated, rep.CloudCalls, rep.Virtual = res.Jobs, res.CloudCalls, res.Virtual
-	rep.InstanceHours = res.InstanceHours
-	rep.Bill = prices.bill(res.InstanceHours, rep.Simulated.ByStatus["completed"])
-	return rep, nil
 }
