@@ -65,6 +65,7 @@ func (w *world) poolRoles(ctx context.Context) (map[string]domain.Role, error) {
 	return roles, nil
 }
 
+// jobsReport sums up the jobs the store holds.
 func (w *world) jobsReport(ctx context.Context) (JobsReport, error) {
 	list, err := w.a.Store.ListJobs(ctx, domain.JobFilter{})
 	if err != nil {
@@ -75,40 +76,68 @@ func (w *world) jobsReport(ctx context.Context) (JobsReport, error) {
 		return JobsReport{}, err
 	}
 	r := JobsReport{Total: len(list), ByStatus: map[string]int{}, QueueTimes: map[string]Latencies{}}
-	waits, byPool, byHour := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
-	byPoolHour := map[string]map[string][]float64{}
-	var all []float64
+	waits := newQueueWaits()
 	for _, j := range list {
 		r.ByStatus[string(j.Status)]++
 		if j.Status == domain.JobRejected {
 			r.unserved(j)
 		}
-		if j.Via == "" || j.StartedAt.IsZero() || j.QueuedAt.IsZero() {
-			continue
-		}
-		wait := j.StartedAt.Sub(j.QueuedAt).Seconds()
-		waits[string(j.Via)] = append(waits[string(j.Via)], wait)
-		if role, ok := roles[j.InstanceID]; ok && j.Via == domain.ViaPool {
-			// Only the converger stops instances, and only stopped pool
-			// members: any other instance a pool job got was running.
-			member := "hot"
-			if role == domain.RoleStopped {
-				member = "stopped"
-			}
-			waits[member] = append(waits[member], wait)
-		}
-		all = append(all, wait)
-		hour := j.QueuedAt.UTC().Format("Mon 15")
-		byHour[hour] = append(byHour[hour], wait)
-		if j.Pool != "" {
-			byPool[j.Pool] = append(byPool[j.Pool], wait)
-			if byPoolHour[j.Pool] == nil {
-				byPoolHour[j.Pool] = map[string][]float64{}
-			}
-			byPoolHour[j.Pool][hour] = append(byPoolHour[j.Pool][hour], wait)
-		}
+		waits.add(j, roles)
 	}
-	for pool, hours := range byPoolHour {
+	waits.summarize(&r)
+	return r, nil
+}
+
+// queueWaits gathers the served jobs' queue times, in seconds, in the
+// groups a JobsReport gives percentiles of.
+type queueWaits struct {
+	// byVia is by how jobs were served, and the pool's jobs again by what
+	// served them (hot or stopped).
+	byVia, byPool, byHour map[string][]float64
+	byPoolHour            map[string]map[string][]float64
+	all                   []float64
+}
+
+func newQueueWaits() *queueWaits {
+	return &queueWaits{
+		byVia: map[string][]float64{}, byPool: map[string][]float64{}, byHour: map[string][]float64{},
+		byPoolHour: map[string]map[string][]float64{},
+	}
+}
+
+// add counts the job's queue time if it was served, roles telling the
+// pool's hot members from the stopped ones.
+func (q *queueWaits) add(j domain.Job, roles map[string]domain.Role) {
+	if j.Via == "" || j.StartedAt.IsZero() || j.QueuedAt.IsZero() {
+		return
+	}
+	wait := j.StartedAt.Sub(j.QueuedAt).Seconds()
+	q.byVia[string(j.Via)] = append(q.byVia[string(j.Via)], wait)
+	if role, ok := roles[j.InstanceID]; ok && j.Via == domain.ViaPool {
+		// Only the converger stops instances, and only stopped pool
+		// members: any other instance a pool job got was running.
+		member := "hot"
+		if role == domain.RoleStopped {
+			member = "stopped"
+		}
+		q.byVia[member] = append(q.byVia[member], wait)
+	}
+	q.all = append(q.all, wait)
+	hour := j.QueuedAt.UTC().Format("Mon 15")
+	q.byHour[hour] = append(q.byHour[hour], wait)
+	if j.Pool != "" {
+		q.byPool[j.Pool] = append(q.byPool[j.Pool], wait)
+		if q.byPoolHour[j.Pool] == nil {
+			q.byPoolHour[j.Pool] = map[string][]float64{}
+		}
+		q.byPoolHour[j.Pool][hour] = append(q.byPoolHour[j.Pool][hour], wait)
+	}
+}
+
+// summarize sets the report's queue-time percentiles, leaving the optional
+// groups nil when they have no jobs.
+func (q *queueWaits) summarize(r *JobsReport) {
+	for pool, hours := range q.byPoolHour {
 		if r.ByPoolHour == nil {
 			r.ByPoolHour = map[string]map[string]Latencies{}
 		}
@@ -117,25 +146,24 @@ func (w *world) jobsReport(ctx context.Context) (JobsReport, error) {
 			r.ByPoolHour[pool][hour] = latencies(ws)
 		}
 	}
-	for hour, ws := range byHour {
+	for hour, ws := range q.byHour {
 		if r.ByHour == nil {
 			r.ByHour = map[string]Latencies{}
 		}
 		r.ByHour[hour] = latencies(ws)
 	}
-	for via, ws := range waits {
+	for via, ws := range q.byVia {
 		r.QueueTimes[via] = latencies(ws)
 	}
-	if len(all) > 0 {
-		r.QueueTime = latencies(all)
+	if len(q.all) > 0 {
+		r.QueueTime = latencies(q.all)
 	}
-	for pool, ws := range byPool {
+	for pool, ws := range q.byPool {
 		if r.ByPool == nil {
 			r.ByPool = map[string]Latencies{}
 		}
 		r.ByPool[pool] = latencies(ws)
 	}
-	return r, nil
 }
 
 func (r *JobsReport) unserved(j domain.Job) {
