@@ -247,6 +247,34 @@ func (in *Intake) unservable(ctx context.Context, repo string) string {
 // still waiting for a runner is sent again, harmlessly (the send is
 // deduplicated, and the job's one guarded assignment decides).
 func (in *Intake) admit(ctx context.Context, events []event) ([]string, error) {
+	batch, receipts := in.jobsOf(ctx, events)
+	if len(batch) == 0 {
+		return receipts, nil
+	}
+	created, err := in.Store.CreateJobs(ctx, batch)
+	if err != nil {
+		return nil, fmt.Errorf("record %d jobs: %w", len(batch), err)
+	}
+	sends := map[string][]domain.SendRequest{}
+	for i, j := range batch {
+		if !created[i] {
+			if j, err = in.redelivered(ctx, j); err != nil {
+				return nil, err
+			}
+		}
+		in.settle(ctx, j, created[i], sends)
+	}
+	for q, reqs := range sends {
+		if err := in.Queue.Send(ctx, q, reqs); err != nil {
+			return nil, fmt.Errorf("send %d jobs to the %s queue: %w", len(reqs), q, err)
+		}
+	}
+	return receipts, nil
+}
+
+// jobsOf is the jobs of the events whose labels are ours, routed (rejected
+// when no runner can ever serve them), and every event's receipt.
+func (in *Intake) jobsOf(ctx context.Context, events []event) ([]domain.Job, []string) {
 	routing := in.Routing()
 	var batch []domain.Job
 	var receipts []string
@@ -263,51 +291,45 @@ func (in *Intake) admit(ctx context.Context, events []event) ([]string, error) {
 		j := newJob(e, d, in.Clock.Now())
 		batch = append(batch, j)
 	}
-	if len(batch) == 0 {
-		return receipts, nil
-	}
-	created, err := in.Store.CreateJobs(ctx, batch)
+	return batch, receipts
+}
+
+// redelivered is the recorded job a redelivery of j found, released from
+// waiting when j says the job is queued now.
+func (in *Intake) redelivered(ctx context.Context, j domain.Job) (domain.Job, error) {
+	cur, err := in.Store.GetJob(ctx, j.ID)
 	if err != nil {
-		return nil, fmt.Errorf("record %d jobs: %w", len(batch), err)
+		return domain.Job{}, fmt.Errorf("read job %d: %w", j.ID, err)
 	}
-	sends := map[string][]domain.SendRequest{}
-	for i, j := range batch {
-		if !created[i] {
-			cur, err := in.Store.GetJob(ctx, j.ID)
-			if err != nil {
-				return nil, fmt.Errorf("read job %d: %w", j.ID, err)
-			}
-			if j.Reason != ReasonWaiting && cur.Reason == ReasonWaiting && cur.Status == domain.JobQueued {
-				ok := domain.Lifecycle{}.Approve(cur)
-				cur, err = in.Store.TransitionJob(ctx, cur.ID, ok.Guard, ok.Apply)
-				if err != nil {
-					return nil, fmt.Errorf("release job %d from waiting: %w", j.ID, err)
-				}
-			}
-			j = cur
-			in.metrics.events.WithLabelValues("queued", "duplicate").Inc()
-		}
-		switch {
-		case j.Status == domain.JobRejected:
-			if created[i] {
-				in.reject(ctx, j)
-			}
-		case j.Status == domain.JobQueued && j.InstanceID == "" && j.Reason != ReasonWaiting:
-			q := jobs.QueueFor(j.Route)
-			sends[q] = append(sends[q], jobs.SendRequest(j, 0))
-			if created[i] {
-				in.metrics.events.WithLabelValues("queued", string(j.Route)).Inc()
-			}
-		case created[i]:
-			in.metrics.events.WithLabelValues("waiting", "recorded").Inc()
+	if j.Reason != ReasonWaiting && cur.Reason == ReasonWaiting && cur.Status == domain.JobQueued {
+		ok := domain.Lifecycle{}.Approve(cur)
+		cur, err = in.Store.TransitionJob(ctx, cur.ID, ok.Guard, ok.Apply)
+		if err != nil {
+			return domain.Job{}, fmt.Errorf("release job %d from waiting: %w", j.ID, err)
 		}
 	}
-	for q, reqs := range sends {
-		if err := in.Queue.Send(ctx, q, reqs); err != nil {
-			return nil, fmt.Errorf("send %d jobs to the %s queue: %w", len(reqs), q, err)
+	in.metrics.events.WithLabelValues("queued", "duplicate").Inc()
+	return cur, nil
+}
+
+// settle acts on a recorded job: a newly rejected one is rejected, a queued
+// one with no instance and not waiting is added to its queue's sends, and a
+// newly recorded waiting one is counted.
+func (in *Intake) settle(ctx context.Context, j domain.Job, created bool, sends map[string][]domain.SendRequest) {
+	switch {
+	case j.Status == domain.JobRejected:
+		if created {
+			in.reject(ctx, j)
 		}
+	case j.Status == domain.JobQueued && j.InstanceID == "" && j.Reason != ReasonWaiting:
+		q := jobs.QueueFor(j.Route)
+		sends[q] = append(sends[q], jobs.SendRequest(j, 0))
+		if created {
+			in.metrics.events.WithLabelValues("queued", string(j.Route)).Inc()
+		}
+	case created:
+		in.metrics.events.WithLabelValues("waiting", "recorded").Inc()
 	}
-	return receipts, nil
 }
 
 func newJob(e event, d Decision, now time.Time) domain.Job {
