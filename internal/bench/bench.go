@@ -192,12 +192,35 @@ func newWorld(ctx context.Context, o Options) (*world, error) {
 	}
 	w := &world{a: a, jobs: a.Store}
 	if o.Shared != nil {
-		if w.jobs, err = watcher(ctx, *o.Shared); err != nil {
+		st, err := watcher(ctx, *o.Shared)
+		if err == nil {
+			err = fresh(ctx, st, o.Shared.Table)
+		}
+		w.jobs = st
+		if err != nil {
 			a.Close()
 			return nil, err
 		}
 	}
 	return w, nil
+}
+
+// fresh refuses a table an earlier run left rows in: the bursts' job and
+// delivery ids are fixed, so their jobs would be found done already and
+// its instances would join the pool, and the figures would mix two runs.
+func fresh(ctx context.Context, st *dynamodb.Store, table string) error {
+	jobs, err := st.ListJobs(ctx, domain.JobFilter{})
+	if err != nil {
+		return err
+	}
+	ins, err := st.ListInstances(ctx, domain.InstanceFilter{})
+	if err != nil {
+		return err
+	}
+	if len(jobs)+len(ins) > 0 {
+		return fmt.Errorf("table %s holds %d jobs and %d instances from an earlier run: bench needs a table of its own, fresh from bullpen aws bootstrap", table, len(jobs), len(ins))
+	}
+	return nil
 }
 
 // watcher opens the shared table a second time, uncounted.

@@ -2,8 +2,11 @@ package bench
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
 )
 
 // TestRunSmall runs both bursts at a small size: the figures are not checked
@@ -31,3 +34,5 @@ func TestRunSmall(t *testing.T) {
 		t.Fatalf("cold burst: %+v", cold)
 	}
 }
+
+func TestMain(m *testing.M) { os.Exit(mototest.Main(m)) }
