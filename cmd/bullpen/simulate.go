@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/demo"
 	"github.com/bullpen-ci/bullpen/internal/history"
 	"github.com/bullpen-ci/bullpen/internal/simulate"
@@ -20,20 +22,29 @@ func init() {
 	register("simulate", "replay a job history against a pool configuration and report the queue times", cmdSimulate)
 }
 
-func cmdSimulate(ctx context.Context, e *env, args []string) int {
-	fs := e.flags("simulate")
-	cfgPath := fs.String("config", "", "the pool configuration (runs-on.yml format)")
-	jobsPath := fs.String("jobs", "", "the job history, as `bullpen history export` writes it (JSON lines)")
-	asJSON := fs.Bool("json", false, "print the report as JSON")
-	comparePath := fs.String("compare", "", "a second configuration: replay the same history through it and print both side by side")
-	seed := fs.Uint64("seed", 1, "the simulation's seed")
-	pricesPath := fs.String("prices", "", "a price table (JSON, as internal/simulate/prices.json) instead of the one shipped")
-	timingsPath := fs.String("timings", "", "machine timings (JSON: a default and overrides per instance family) instead of the demo's")
-	suggest := fs.Bool("suggest", false, "search pool schedules that meet --target-p90 and print the configuration with them")
-	target := fs.Duration("target-p90", 0, "with --suggest: the queue time 90% of each pool's jobs should start within, in each hour of the week")
-	rounds := fs.Int("rounds", 4, "with --suggest: the most replays after the first estimate")
+// simulateFlags are simulate's settings.
+type simulateFlags struct {
+	config, jobs, compare string
+	prices, timings       string
+	asJSON, suggest       bool
+	seed                  uint64
+	target                time.Duration
+	rounds                int
+}
+
+func (f *simulateFlags) define(fs *flag.FlagSet) {
+	fs.StringVar(&f.config, "config", "", "the pool configuration (runs-on.yml format)")
+	fs.StringVar(&f.jobs, "jobs", "", "the job history, as `bullpen history export` writes it (JSON lines)")
+	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON")
+	fs.StringVar(&f.compare, "compare", "", "a second configuration: replay the same history through it and print both side by side")
+	fs.Uint64Var(&f.seed, "seed", 1, "the simulation's seed")
+	fs.StringVar(&f.prices, "prices", "", "a price table (JSON, as internal/simulate/prices.json) instead of the one shipped")
+	fs.StringVar(&f.timings, "timings", "", "machine timings (JSON: a default and overrides per instance family) instead of the demo's")
+	fs.BoolVar(&f.suggest, "suggest", false, "search pool schedules that meet --target-p90 and print the configuration with them")
+	fs.DurationVar(&f.target, "target-p90", 0, "with --suggest: the queue time 90% of each pool's jobs should start within, in each hour of the week")
+	fs.IntVar(&f.rounds, "rounds", 4, "with --suggest: the most replays after the first estimate")
 	fs.Usage = func() {
-		fmt.Fprint(e.stderr, `usage: bullpen simulate --config runs-on.yml --jobs history.jsonl [--compare other.yml] [--json]
+		fmt.Fprint(fs.Output(), `usage: bullpen simulate --config runs-on.yml --jobs history.jsonl [--compare other.yml] [--json]
        bullpen simulate --config runs-on.yml --jobs history.jsonl --suggest --target-p90 30s > suggested.yml
 
 Replays the history's jobs at their original arrival times and run times
@@ -45,6 +56,12 @@ to the queue times the history recorded.
 `)
 		fs.PrintDefaults()
 	}
+}
+
+func cmdSimulate(ctx context.Context, e *env, args []string) int {
+	fs := e.flags("simulate")
+	var f simulateFlags
+	f.define(fs)
 	if status, ok := parseFlags(fs, args); !ok {
 		return status
 	}
@@ -52,67 +69,95 @@ to the queue times the history recorded.
 		fmt.Fprintln(e.stderr, "bullpen simulate:", err)
 		return 2
 	}
-	if *cfgPath == "" || *jobsPath == "" {
-		return fail(errors.New("give --config and --jobs"))
+	if err := f.check(); err != nil {
+		return fail(err)
 	}
-	if *suggest && (*target <= 0 || *comparePath != "") {
-		return fail(errors.New("--suggest needs --target-p90 (a duration > 0) and takes no --compare"))
-	}
-	cfg, ok := loadConfig(e, *cfgPath)
+	cfg, ok := loadConfig(e, f.config)
 	if !ok {
 		return 2
 	}
-	f, err := os.Open(*jobsPath)
+	replay, err := f.replayOptions(cfg)
 	if err != nil {
 		return fail(err)
 	}
-	jobs, err := history.Read(*jobsPath, f)
-	f.Close()
+	if isTerminal(e.stderr) {
+		replay.Progress = replayProgress(e.stderr, time.Now())
+	}
+	if f.suggest {
+		return suggestSchedules(ctx, e, f.config, simulate.SuggestOptions{Options: replay, TargetP90: f.target, Rounds: f.rounds}, f.asJSON, fail)
+	}
+	return f.replayAndPrint(ctx, e, replay, fail)
+}
+
+// check says which flags are missing or do not go together.
+func (f *simulateFlags) check() error {
+	if f.config == "" || f.jobs == "" {
+		return errors.New("give --config and --jobs")
+	}
+	if f.suggest && (f.target <= 0 || f.compare != "") {
+		return errors.New("--suggest needs --target-p90 (a duration > 0) and takes no --compare")
+	}
+	return nil
+}
+
+// replayOptions reads the history, and the price table and machine
+// timings when given, into the options of a replay through cfg.
+func (f *simulateFlags) replayOptions(cfg *config.Config) (simulate.Options, error) {
+	jobs, err := readHistory(f.jobs)
 	if err != nil {
-		return fail(err)
+		return simulate.Options{}, err
 	}
 	var prices *simulate.Prices
-	if *pricesPath != "" {
-		b, err := os.ReadFile(*pricesPath)
+	if f.prices != "" {
+		b, err := os.ReadFile(f.prices)
 		if err != nil {
-			return fail(err)
+			return simulate.Options{}, err
 		}
-		p, err := simulate.ParsePrices(*pricesPath, b)
+		p, err := simulate.ParsePrices(f.prices, b)
 		if err != nil {
-			return fail(err)
+			return simulate.Options{}, err
 		}
 		prices = &p
 	}
 	timings := simulate.DefaultTimings()
-	if *timingsPath != "" {
-		b, err := os.ReadFile(*timingsPath)
+	if f.timings != "" {
+		b, err := os.ReadFile(f.timings)
 		if err != nil {
-			return fail(err)
+			return simulate.Options{}, err
 		}
-		if timings, err = simulate.ParseTimings(*timingsPath, b); err != nil {
-			return fail(err)
+		if timings, err = simulate.ParseTimings(f.timings, b); err != nil {
+			return simulate.Options{}, err
 		}
 	}
-	var progress func(time.Time, int, int)
-	if isTerminal(e.stderr) {
-		progress = replayProgress(e.stderr, time.Now())
+	return simulate.Options{Config: cfg, Jobs: jobs, Seed: f.seed, Prices: prices,
+		Latency: timings.Default, FamilyLatency: timings.Families}, nil
+}
+
+// readHistory reads a job history file.
+func readHistory(path string) ([]history.Job, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
 	}
-	replay := simulate.Options{Config: cfg, Jobs: jobs, Seed: *seed, Prices: prices, Progress: progress,
-		Latency: timings.Default, FamilyLatency: timings.Families}
-	if *suggest {
-		return suggestSchedules(ctx, e, *cfgPath, simulate.SuggestOptions{Options: replay, TargetP90: *target, Rounds: *rounds}, *asJSON, fail)
-	}
+	defer f.Close()
+	return history.Read(path, f)
+}
+
+// replayAndPrint replays the history through --config and prints the
+// report; with --compare, replays it through that configuration too and
+// prints both.
+func (f *simulateFlags) replayAndPrint(ctx context.Context, e *env, replay simulate.Options, fail func(error) int) int {
 	rep, err := simulate.Run(ctx, replay)
-	if progress != nil {
+	if replay.Progress != nil {
 		fmt.Fprintln(e.stderr)
 	}
 	if err != nil {
 		return fail(err)
 	}
-	if *comparePath == "" {
-		return printReport(e, *asJSON, rep, fail)
+	if f.compare == "" {
+		return printReport(e, f.asJSON, rep, fail)
 	}
-	other, ok := loadConfig(e, *comparePath)
+	other, ok := loadConfig(e, f.compare)
 	if !ok {
 		return 2
 	}
@@ -121,10 +166,10 @@ to the queue times the history recorded.
 	if err != nil {
 		return fail(err)
 	}
-	if *asJSON {
-		return printReport(e, true, map[string]simulate.Report{*cfgPath: rep, *comparePath: alt}, fail)
+	if f.asJSON {
+		return printReport(e, true, map[string]simulate.Report{f.config: rep, f.compare: alt}, fail)
 	}
-	printComparison(e.stdout, *cfgPath, *comparePath, rep, alt)
+	printComparison(e.stdout, f.config, f.compare, rep, alt)
 	return 0
 }
 
