@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,50 +19,79 @@ func init() {
 	register("demo", "watch pools converge on the simulated cloud (no account needed)", cmdDemo)
 }
 
+// demoFlags are demo's settings.
+type demoFlags struct {
+	config, start, store       string
+	speed, perMinute           float64
+	duration, rollAt, interval time.Duration
+	asJSON, verbose            bool
+	seed                       uint64
+}
+
+func (f *demoFlags) define(fs *flag.FlagSet) {
+	fs.StringVar(&f.config, "config", "", "pool configuration (default: the built-in examples/runs-on.yml)")
+	fs.Float64Var(&f.speed, "speed", 60, "virtual seconds per real second; 0 runs as fast as the simulation settles")
+	fs.DurationVar(&f.duration, "duration", 10*time.Minute, "virtual time to run for")
+	fs.BoolVar(&f.asJSON, "json", false, "end with one JSON object on stdout (cycle lines go to stderr)")
+	fs.DurationVar(&f.rollAt, "roll-at", 0, "publish a new image version at this virtual offset, rolling every pool (e.g. 5m)")
+	fs.StringVar(&f.start, "start", "", "virtual start time, RFC 3339 (default: now); schedules are matched at this time")
+	fs.DurationVar(&f.interval, "interval", 30*time.Second, "converger interval")
+	fs.StringVar(&f.store, "store", "", "SQLite file to keep the state in (default: a temporary file)")
+	fs.BoolVar(&f.verbose, "v", false, "log the control plane's decisions to stderr")
+	fs.Float64Var(&f.perMinute, "jobs-per-minute", 6, "mean rate of simulated workflow jobs (0: pools only)")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the simulated job stream")
+}
+
 func cmdDemo(ctx context.Context, e *env, args []string) int {
 	fs := e.flags("demo")
-	cfgPath := fs.String("config", "", "pool configuration (default: the built-in examples/runs-on.yml)")
-	speed := fs.Float64("speed", 60, "virtual seconds per real second; 0 runs as fast as the simulation settles")
-	duration := fs.Duration("duration", 10*time.Minute, "virtual time to run for")
-	asJSON := fs.Bool("json", false, "end with one JSON object on stdout (cycle lines go to stderr)")
-	rollAt := fs.Duration("roll-at", 0, "publish a new image version at this virtual offset, rolling every pool (e.g. 5m)")
-	start := fs.String("start", "", "virtual start time, RFC 3339 (default: now); schedules are matched at this time")
-	interval := fs.Duration("interval", 30*time.Second, "converger interval")
-	storePath := fs.String("store", "", "SQLite file to keep the state in (default: a temporary file)")
-	verbose := fs.Bool("v", false, "log the control plane's decisions to stderr")
-	perMinute := fs.Float64("jobs-per-minute", 6, "mean rate of simulated workflow jobs (0: pools only)")
-	seed := fs.Uint64("seed", 1, "seed of the simulated job stream")
+	var f demoFlags
+	f.define(fs)
 	if status, ok := parseFlags(fs, args); !ok {
 		return status
 	}
-	cfg, ok := demoConfig(e, *cfgPath)
+	cfg, ok := demoConfig(e, f.config)
 	if !ok {
 		return 1
 	}
+	o, err := f.options(e, cfg)
+	if err != nil {
+		fmt.Fprintln(e.stderr, "bullpen demo:", err)
+		return 2
+	}
+	return runDemo(ctx, e, o, f.asJSON)
+}
+
+// options turns the flags into the demo's options. With --json the cycle
+// lines go to stderr, leaving stdout to the one JSON object.
+func (f *demoFlags) options(e *env, cfg *config.Config) (demo.Options, error) {
 	o := demo.Options{
-		Config: cfg, Speed: *speed, Duration: *duration, RollAt: *rollAt, Interval: *interval,
-		Latency: demo.DefaultLatency, StorePath: *storePath, Lines: e.stdout, JobsPerMinute: *perMinute, Seed: *seed,
+		Config: cfg, Speed: f.speed, Duration: f.duration, RollAt: f.rollAt, Interval: f.interval,
+		Latency: demo.DefaultLatency, StorePath: f.store, Lines: e.stdout, JobsPerMinute: f.perMinute, Seed: f.seed,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	if *asJSON {
+	if f.asJSON {
 		o.Lines = e.stderr
 	}
-	if *verbose {
+	if f.verbose {
 		o.Log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	o.Start = time.Now().UTC().Truncate(time.Second)
-	if *start != "" {
-		t, err := time.Parse(time.RFC3339, *start)
+	if f.start != "" {
+		t, err := time.Parse(time.RFC3339, f.start)
 		if err != nil {
-			fmt.Fprintf(e.stderr, "bullpen demo: bad --start %q: want RFC 3339\n", *start)
-			return 2
+			return demo.Options{}, fmt.Errorf("bad --start %q: want RFC 3339", f.start)
 		}
 		o.Start = t
 	}
-	if *duration <= 0 || *speed < 0 || *interval <= 0 || *perMinute < 0 {
-		fmt.Fprintln(e.stderr, "bullpen demo: --duration and --interval must be positive, --speed and --jobs-per-minute not negative")
-		return 2
+	if f.duration <= 0 || f.speed < 0 || f.interval <= 0 || f.perMinute < 0 {
+		return demo.Options{}, errors.New("--duration and --interval must be positive, --speed and --jobs-per-minute not negative")
 	}
+	return o, nil
+}
+
+// runDemo runs the demo and prints its outcome: a summary, or with asJSON
+// one JSON object. An interrupted demo still prints its final state.
+func runDemo(ctx context.Context, e *env, o demo.Options, asJSON bool) int {
 	demo.Header(o.Lines, o)
 	res, err := demo.Run(ctx, o)
 	if err != nil {
@@ -70,7 +101,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	if ctx.Err() != nil {
 		fmt.Fprintln(o.Lines, "\ninterrupted; final state below")
 	}
-	if *asJSON {
+	if asJSON {
 		if err := json.NewEncoder(e.stdout).Encode(res); err != nil {
 			return 1
 		}
