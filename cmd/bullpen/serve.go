@@ -2,26 +2,18 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/app"
-	"github.com/bullpen-ci/bullpen/internal/clock"
-	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
-	"github.com/bullpen-ci/bullpen/internal/config"
-	"github.com/bullpen-ci/bullpen/internal/configsource"
-	"github.com/bullpen-ci/bullpen/internal/demo"
 	"github.com/bullpen-ci/bullpen/internal/domain"
-	"github.com/bullpen-ci/bullpen/internal/simagent"
 	"github.com/bullpen-ci/bullpen/internal/spotbreaker"
 )
 
@@ -153,50 +145,6 @@ func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) strin
 	dur(&f.http.idle, "http-idle-timeout", "BULLPEN_HTTP_IDLE_TIMEOUT", defaultHTTPIdle, "a keep-alive connection with no request is closed after this")
 }
 
-// secrets resolves the webhook secret and admin token, or says how to set
-// them. A secret never appears in a message.
-func (f *serveFlags) secrets() (secret, token string, err error) {
-	read := func(value, file, what, env, flagName string) (string, error) {
-		if value == "" && file == "" && f.getenv != nil {
-			value = f.getenv(env)
-		}
-		if file != "" {
-			b, err := os.ReadFile(file)
-			if err != nil {
-				return "", fmt.Errorf("read the %s file: %w", what, err)
-			}
-			value = strings.TrimSpace(string(b))
-		}
-		if value == "" {
-			return "", fmt.Errorf("no %s: set $%s, or pass --%s-file FILE", what, env, flagName)
-		}
-		return value, nil
-	}
-	secret, err1 := read(f.secret, f.secretFile, "webhook secret", "BULLPEN_WEBHOOK_SECRET", "webhook-secret")
-	token, err2 := read(f.token, f.tokenFile, "admin token", "BULLPEN_ADMIN_TOKEN", "admin-token")
-	return secret, token, errors.Join(err1, err2)
-}
-
-// viewerToken resolves the optional viewer token, which must not be the
-// admin token: it would sign in as admin.
-func (f *serveFlags) viewerToken(admin string) (string, error) {
-	v := f.viewer
-	if v == "" && f.viewerFile == "" && f.getenv != nil {
-		v = f.getenv("BULLPEN_VIEWER_TOKEN")
-	}
-	if f.viewerFile != "" {
-		b, err := os.ReadFile(f.viewerFile)
-		if err != nil {
-			return "", fmt.Errorf("read the viewer token file: %w", err)
-		}
-		v = strings.TrimSpace(string(b))
-	}
-	if v != "" && v == admin {
-		return "", errors.New("the viewer token is the admin token: give viewers a token of their own")
-	}
-	return v, nil
-}
-
 func cmdServe(ctx context.Context, e *env, args []string) int {
 	fs := e.flags("serve")
 	var f serveFlags
@@ -232,100 +180,6 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	settings := f.http
 	settings.grace = f.shutdownGrace
 	return serveUntilDone(ctx, a, ln, log, settings)
-}
-
-// options turns the flags into the app's options, naming every problem.
-func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
-	var problems []error
-	secret, token, err := f.secrets()
-	problems = append(problems, err)
-	viewer, err := f.viewerToken(token)
-	problems = append(problems, err)
-	if f.config == "" {
-		problems = append(problems, errors.New("no configuration: pass --config FILE or set $BULLPEN_CONFIG"))
-	}
-	path, shared, err := f.state()
-	problems = append(problems, err)
-	if f.spotBreaker.Interruptions < 1 || f.spotBreaker.Window <= 0 || f.spotBreaker.Cooldown <= 0 {
-		problems = append(problems, fmt.Errorf("--spot-breaker-*: want at least 1 interruption and positive durations"))
-	}
-	if f.redelivery < 0 {
-		problems = append(problems, fmt.Errorf("--redelivery-after %s: want a positive duration", f.redelivery))
-	}
-	var aws app.AWS
-	switch f.cloud {
-	case "sim", "local":
-	case "aws":
-		aws, err = f.aws.options(f.agentURL)
-		problems = append(problems, err)
-	default:
-		problems = append(problems, fmt.Errorf("--cloud %q: want sim, local or aws", f.cloud))
-	}
-	for _, t := range []struct {
-		name string
-		d    time.Duration
-	}{{"http-read-timeout", f.http.read}, {"http-write-timeout", f.http.write}, {"http-idle-timeout", f.http.idle}} {
-		if t.d <= 0 {
-			problems = append(problems, fmt.Errorf("--%s %s: want a positive duration", t.name, t.d))
-		}
-	}
-	var gh app.GitHubAPI
-	switch f.github {
-	case "sim":
-	case "app", "token":
-		gh, err = f.gh.options(f.github)
-		problems = append(problems, err)
-		if f.cloud == "sim" {
-			problems = append(problems, errors.New("--github "+f.github+" with --cloud sim: the simulated cloud's agents cannot run a real GitHub's jobs; use --cloud local or aws"))
-		}
-	default:
-		problems = append(problems, fmt.Errorf("--github %q: want sim, app or token", f.github))
-	}
-	latency := demo.DefaultLatency
-	switch f.simLatency {
-	case "realistic":
-	case "zero":
-		latency = sim.Latency{}
-	default:
-		problems = append(problems, fmt.Errorf("--sim-latency %q: want realistic or zero", f.simLatency))
-	}
-	if err := errors.Join(problems...); err != nil {
-		return app.Options{}, err
-	}
-	var cfg *config.Config // one in a repository is read once GitHub's credentials are
-	var ok bool
-	if !strings.HasPrefix(f.config, configsource.Scheme) {
-		if cfg, ok = loadConfig(e, f.config); !ok {
-			return app.Options{}, errors.New("the configuration is invalid (see above)")
-		}
-	} else if f.github == "sim" {
-		return app.Options{}, fmt.Errorf("--config %s: a configuration in a GitHub repository needs --github app or token", f.config)
-	}
-	agent := simagent.Options{WarmUp: latency.WarmUp}
-	if f.simLatency == "zero" {
-		agent.RegisterDelay, agent.DeregisterDelay = -1, -1
-	}
-	o := app.Options{
-		Config: cfg, ConfigPath: f.config, ConfigInterval: f.reload, Environment: f.environment, StorePath: path,
-		ControllerID: f.controllerID, WebhookSecret: secret, AdminToken: token, RunnerScope: f.scope, Enterprise: f.gh.enterprise,
-		CancelRejected: f.cancelRejected, Clock: clock.Real{}, Log: log, Latency: latency, Agent: agent,
-		TerminateEvery: f.terminateEvery, Cloud: f.cloud, GitHub: f.github, LocalDir: f.localDir, AgentURL: f.agentURL,
-		LocalAgentEnv: f.localEnv, ViewerToken: viewer, AWS: aws, GitHubAPI: gh, Shared: shared,
-	}
-	o.Converger.Interval = f.convergeEvery
-	o.Reaper.Interval, o.Reaper.OrphanGrace, o.Reaper.GoneGrace = f.reapEvery, f.orphanGrace, f.goneGrace
-	o.Reaper.SilentAfter, o.Reaper.JobRetention = f.silentAfter, f.jobRetention
-	o.Reaper.InstanceRetention, o.Converger.DanglingAfter = f.instanceRetention, f.danglingAfter
-	o.Provision.HeartbeatMaxAge, o.Provision.RegistrationTimeout = f.claimHeartbeat, f.claimRegistration
-	o.Provision.CreationTimeout, o.Provision.RequeueDelay = f.creationTimeout, f.rpRequeueDelay
-	o.HeartbeatFlush, o.Deadlines = f.heartbeatFlush, f.deadlines
-	o.Intake.Visibility, o.Dispatch.Visibility, o.Provision.Visibility = f.redelivery, f.redelivery, f.redelivery
-	o.SpotBreaker = f.spotBreaker
-	o.ReplicaID, o.LeasePeriod, o.AgentRecheck = f.replicaID, f.leasePeriod, f.recheck
-	if f.recheck == 0 {
-		o.AgentRecheck = -1
-	}
-	return o, nil
 }
 
 // The HTTP server's limits. Until a request is authenticated it is

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/app"
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/configsource"
+	"github.com/bullpen-ci/bullpen/internal/demo"
+	"github.com/bullpen-ci/bullpen/internal/simagent"
+)
+
+// serveSettings are what serve's flags resolve to before the app's options
+// are built from them: the secrets, where the state is kept, the
+// providers' settings and the simulated timings.
+type serveSettings struct {
+	secret, token, viewer string
+	storePath             string
+	shared                *app.Shared
+	aws                   app.AWS
+	gh                    app.GitHubAPI
+	latency               sim.Latency
+	agent                 simagent.Options
+}
+
+// options turns the flags into the app's options, naming every problem.
+func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
+	s, err := f.settings()
+	if err != nil {
+		return app.Options{}, err
+	}
+	cfg, err := f.initialConfig(e)
+	if err != nil {
+		return app.Options{}, err
+	}
+	o := app.Options{
+		Config: cfg, ConfigPath: f.config, ConfigInterval: f.reload, Environment: f.environment, StorePath: s.storePath,
+		ControllerID: f.controllerID, WebhookSecret: s.secret, AdminToken: s.token, RunnerScope: f.scope, Enterprise: f.gh.enterprise,
+		CancelRejected: f.cancelRejected, Clock: clock.Real{}, Log: log, Latency: s.latency, Agent: s.agent,
+		TerminateEvery: f.terminateEvery, Cloud: f.cloud, GitHub: f.github, LocalDir: f.localDir, AgentURL: f.agentURL,
+		LocalAgentEnv: f.localEnv, ViewerToken: s.viewer, AWS: s.aws, GitHubAPI: s.gh, Shared: s.shared,
+	}
+	f.setLoops(&o)
+	return o, nil
+}
+
+// settings resolves and checks every flag but the configuration, so that
+// one run names all the problems at once.
+func (f *serveFlags) settings() (serveSettings, error) {
+	var s serveSettings
+	var problems []error
+	var err error
+	s.secret, s.token, err = f.secrets()
+	problems = append(problems, err)
+	s.viewer, err = f.viewerToken(s.token)
+	problems = append(problems, err)
+	if f.config == "" {
+		problems = append(problems, errors.New("no configuration: pass --config FILE or set $BULLPEN_CONFIG"))
+	}
+	s.storePath, s.shared, err = f.state()
+	problems = append(problems, err)
+	if f.spotBreaker.Interruptions < 1 || f.spotBreaker.Window <= 0 || f.spotBreaker.Cooldown <= 0 {
+		problems = append(problems, fmt.Errorf("--spot-breaker-*: want at least 1 interruption and positive durations"))
+	}
+	if f.redelivery < 0 {
+		problems = append(problems, fmt.Errorf("--redelivery-after %s: want a positive duration", f.redelivery))
+	}
+	s.aws, err = f.cloudOptions()
+	problems = append(problems, err)
+	problems = append(problems, f.checkHTTP())
+	s.gh, err = f.githubOptions()
+	problems = append(problems, err)
+	s.latency, s.agent, err = f.simTimings()
+	problems = append(problems, err)
+	return s, errors.Join(problems...)
+}
+
+// cloudOptions checks --cloud and returns the EC2 provider's options when
+// it is aws.
+func (f *serveFlags) cloudOptions() (app.AWS, error) {
+	switch f.cloud {
+	case "sim", "local":
+		return app.AWS{}, nil
+	case "aws":
+		return f.aws.options(f.agentURL)
+	}
+	return app.AWS{}, fmt.Errorf("--cloud %q: want sim, local or aws", f.cloud)
+}
+
+// checkHTTP says which of the HTTP server's timeouts are not positive.
+func (f *serveFlags) checkHTTP() error {
+	var problems []error
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{{"http-read-timeout", f.http.read}, {"http-write-timeout", f.http.write}, {"http-idle-timeout", f.http.idle}} {
+		if t.d <= 0 {
+			problems = append(problems, fmt.Errorf("--%s %s: want a positive duration", t.name, t.d))
+		}
+	}
+	return errors.Join(problems...)
+}
+
+// githubOptions checks --github and returns a real GitHub's settings when
+// it is app or token. The simulated cloud's agents only run the simulated
+// GitHub's jobs.
+func (f *serveFlags) githubOptions() (app.GitHubAPI, error) {
+	switch f.github {
+	case "sim":
+		return app.GitHubAPI{}, nil
+	case "app", "token":
+		gh, err := f.gh.options(f.github)
+		if f.cloud == "sim" {
+			err = errors.Join(err, errors.New("--github "+f.github+" with --cloud sim: the simulated cloud's agents cannot run a real GitHub's jobs; use --cloud local or aws"))
+		}
+		return gh, err
+	}
+	return app.GitHubAPI{}, fmt.Errorf("--github %q: want sim, app or token", f.github)
+}
+
+// simTimings are the simulated cloud's and agents' timings: realistic, or
+// zero, where the agents also register and deregister at once.
+func (f *serveFlags) simTimings() (sim.Latency, simagent.Options, error) {
+	switch f.simLatency {
+	case "realistic":
+		return demo.DefaultLatency, simagent.Options{WarmUp: demo.DefaultLatency.WarmUp}, nil
+	case "zero":
+		return sim.Latency{}, simagent.Options{RegisterDelay: -1, DeregisterDelay: -1}, nil
+	}
+	return sim.Latency{}, simagent.Options{}, fmt.Errorf("--sim-latency %q: want realistic or zero", f.simLatency)
+}
+
+// initialConfig loads --config when it is a file. One in a repository is
+// read once GitHub's credentials are, by the app: it is nil here.
+func (f *serveFlags) initialConfig(e *env) (*config.Config, error) {
+	if strings.HasPrefix(f.config, configsource.Scheme) {
+		if f.github == "sim" {
+			return nil, fmt.Errorf("--config %s: a configuration in a GitHub repository needs --github app or token", f.config)
+		}
+		return nil, nil
+	}
+	cfg, ok := loadConfig(e, f.config)
+	if !ok {
+		return nil, errors.New("the configuration is invalid (see above)")
+	}
+	return cfg, nil
+}
+
+// setLoops sets the loops' intervals, allowances and leases in o.
+func (f *serveFlags) setLoops(o *app.Options) {
+	o.Converger.Interval = f.convergeEvery
+	o.Reaper.Interval, o.Reaper.OrphanGrace, o.Reaper.GoneGrace = f.reapEvery, f.orphanGrace, f.goneGrace
+	o.Reaper.SilentAfter, o.Reaper.JobRetention = f.silentAfter, f.jobRetention
+	o.Reaper.InstanceRetention, o.Converger.DanglingAfter = f.instanceRetention, f.danglingAfter
+	o.Provision.HeartbeatMaxAge, o.Provision.RegistrationTimeout = f.claimHeartbeat, f.claimRegistration
+	o.Provision.CreationTimeout, o.Provision.RequeueDelay = f.creationTimeout, f.rpRequeueDelay
+	o.HeartbeatFlush, o.Deadlines = f.heartbeatFlush, f.deadlines
+	o.Intake.Visibility, o.Dispatch.Visibility, o.Provision.Visibility = f.redelivery, f.redelivery, f.redelivery
+	o.SpotBreaker = f.spotBreaker
+	o.ReplicaID, o.LeasePeriod, o.AgentRecheck = f.replicaID, f.leasePeriod, f.recheck
+	if f.recheck == 0 {
+		o.AgentRecheck = -1 // 0 would mean the default: here it means no rechecks
+	}
+}
+
+// secrets resolves the webhook secret and admin token, or says how to set
+// them. A secret never appears in a message.
+func (f *serveFlags) secrets() (secret, token string, err error) {
+	read := func(value, file, what, env, flagName string) (string, error) {
+		if value == "" && file == "" && f.getenv != nil {
+			value = f.getenv(env)
+		}
+		if file != "" {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				return "", fmt.Errorf("read the %s file: %w", what, err)
+			}
+			value = strings.TrimSpace(string(b))
+		}
+		if value == "" {
+			return "", fmt.Errorf("no %s: set $%s, or pass --%s-file FILE", what, env, flagName)
+		}
+		return value, nil
+	}
+	secret, err1 := read(f.secret, f.secretFile, "webhook secret", "BULLPEN_WEBHOOK_SECRET", "webhook-secret")
+	token, err2 := read(f.token, f.tokenFile, "admin token", "BULLPEN_ADMIN_TOKEN", "admin-token")
+	return secret, token, errors.Join(err1, err2)
+}
+
+// viewerToken resolves the optional viewer token, which must not be the
+// admin token: it would sign in as admin.
+func (f *serveFlags) viewerToken(admin string) (string, error) {
+	v := f.viewer
+	if v == "" && f.viewerFile == "" && f.getenv != nil {
+		v = f.getenv("BULLPEN_VIEWER_TOKEN")
+	}
+	if f.viewerFile != "" {
+		b, err := os.ReadFile(f.viewerFile)
+		if err != nil {
+			return "", fmt.Errorf("read the viewer token file: %w", err)
+		}
+		v = strings.TrimSpace(string(b))
+	}
+	if v != "" && v == admin {
+		return "", errors.New("the viewer token is the admin token: give viewers a token of their own")
+	}
+	return v, nil
+}
