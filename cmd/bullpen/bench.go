@@ -26,7 +26,7 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	only := fs.String("only", "", "run one scenario: pool_burst or cold_burst")
 	var state stateFlags
-	fs.StringVar(&state.store, "store", "sqlite://", "sqlite:// (a temporary file), or dynamodb://TABLE to run on DynamoDB and SQS and count their calls per job (create it with `bullpen aws bootstrap`)")
+	fs.StringVar(&state.store, "store", "sqlite://", "sqlite:// (a temporary file), or dynamodb://TABLE to run on DynamoDB and SQS and count their calls per job (a table of its own, made by bullpen aws bootstrap)")
 	fs.StringVar(&state.queue, "queue", "", "with --store dynamodb://: sqs://PREFIX")
 	fs.StringVar(&state.region, "aws-region", or(e.getenv("AWS_REGION"), "us-east-1"), "with --store dynamodb://: the region")
 	fs.StringVar(&state.endpoint, "aws-endpoint", e.getenv("BULLPEN_AWS_ENDPOINT"), "with --store dynamodb://: an emulator's URL (moto)")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -126,6 +127,10 @@ func TestSimulateAnExportedHistory(t *testing.T) {
 	code, both, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", out, "--compare", "../../examples/runs-on.yml")
 	if code != 0 || !strings.Contains(both, "4 jobs replayed through ../../examples/runs-on.yml (A) and ../../examples/runs-on.yml (B)") || !strings.Contains(both, "B-A") {
 		t.Fatalf("compare: exit %d: %s\n%s", code, errOut, both)
+	}
+	// A job's cost is cents or less: it shows to a hundredth of a cent.
+	if !regexp.MustCompile(`per job +[0-9]+\.[0-9]{4} +[0-9]+\.[0-9]{4} +\+[0-9]+\.[0-9]{4}\n`).MatchString(both) {
+		t.Fatalf("compare: a job's cost is not shown to four decimals:\n%s", both)
 	}
 	if code, _, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", "history_test.go"); code != 2 || !strings.Contains(errOut, "history_test.go:1: not a job") {
 		t.Fatalf("a file that is no history: exit %d: %s", code, errOut)

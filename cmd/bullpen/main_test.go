@@ -173,6 +173,14 @@ func TestEveryCommandsHelpExitsZeroAndAWrongFlagTwo(t *testing.T) {
 			if got := run(t.Context(), e, []string{name, tc.flag}); got != tc.want {
 				t.Errorf("bullpen %s %s: exit %d, want %d\n%s%s", name, tc.flag, got, tc.want, out.String(), errb.String())
 			}
+			// The flag package takes a usage's first `quoted` words for the
+			// value's name: "-store bullpen aws bootstrap" is what that reads.
+			for _, line := range strings.Split(out.String()+errb.String(), "\n") {
+				head, _, _ := strings.Cut(line, "\t") // a one-letter flag's usage follows a tab
+				if tc.flag == "-h" && strings.HasPrefix(head, "  -") && len(strings.Fields(head)) > 2 {
+					t.Errorf("bullpen %s -h: %q: a flag's value is named in several words", name, line)
+				}
+			}
 		}
 	}
 }

@@ -136,7 +136,7 @@ func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) strin
 		"spot interruptions of a runner class within --spot-breaker-window that switch it to on-demand ($BULLPEN_SPOT_BREAKER_INTERRUPTIONS)")
 	dur(&f.spotBreaker.Window, "spot-breaker-window", "BULLPEN_SPOT_BREAKER_WINDOW", spotbreaker.DefaultWindow, "the window in which spot interruptions are counted")
 	dur(&f.spotBreaker.Cooldown, "spot-breaker-cooldown", "BULLPEN_SPOT_BREAKER_COOLDOWN", spotbreaker.DefaultCooldown, "how long a runner class stays on-demand once switched")
-	dur(&f.leasePeriod, "lease-period", "BULLPEN_LEASE_PERIOD", 30*time.Second, "the converger, reaper and terminator run on one replica at a time; another takes them over within this once it stops")
+	dur(&f.leasePeriod, "lease-period", "BULLPEN_LEASE_PERIOD", 30*time.Second, "the converger, reaper and terminator run on one replica at a time, under a lease of this (or twice the loop's interval, if longer); another replica takes a loop over within that once its holder stops")
 	dur(&f.recheck, "agent-recheck", "BULLPEN_AGENT_RECHECK", 2*time.Second, "look this often for jobs and releases another replica gave the agents long-polling this one (one store query however many wait), so such a job reaches its agent within this (0: only this replica's assignments wake them)")
 	dur(&f.heartbeatFlush, "heartbeat-flush", "BULLPEN_HEARTBEAT_FLUSH", time.Second, "agent heartbeats are written to the store together at this interval")
 	dur(&f.shutdownGrace, "shutdown-grace", "BULLPEN_SHUTDOWN_GRACE", time.Minute, "on SIGTERM, how long open requests and then the loops get to finish before serve exits anyway, with status 1")

@@ -34,7 +34,7 @@ type simulateFlags struct {
 
 func (f *simulateFlags) define(fs *flag.FlagSet) {
 	fs.StringVar(&f.config, "config", "", "the pool configuration (runs-on.yml format)")
-	fs.StringVar(&f.jobs, "jobs", "", "the job history, as `bullpen history export` writes it (JSON lines)")
+	fs.StringVar(&f.jobs, "jobs", "", "the job history, as bullpen history export writes it (JSON lines)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON")
 	fs.StringVar(&f.compare, "compare", "", "a second configuration: replay the same history through it and print both side by side")
 	fs.Uint64Var(&f.seed, "seed", 1, "the simulation's seed")
@@ -211,9 +211,14 @@ func printComparison(w io.Writer, nameA, nameB string, a, b simulate.Report) {
 	row("p99", a.Simulated.QueueTime.P99, b.Simulated.QueueTime.P99)
 	row("max", a.Simulated.QueueTime.Max, b.Simulated.QueueTime.Max)
 	fmt.Fprintf(w, "\ncost (USD, %s)\n", a.Bill.PriceTable)
-	row("total", a.Bill.Total, b.Bill.Total)
-	row("per job", a.Bill.PerJob, b.Bill.PerJob)
-	row("idle hot instances", a.Bill.HotIdle, b.Bill.HotIdle)
+	// Dollars in cents, and a job's share to a hundredth of a cent: at
+	// the queue times' one decimal, a job's cost read 0.0.
+	money := func(name, format string, x, y float64) {
+		fmt.Fprintf(w, "  %-21s "+format+" "+format+" %+"+format[1:]+"\n", name, x, y, y-x)
+	}
+	money("total", "%7.2f", a.Bill.Total, b.Bill.Total)
+	money("per job", "%7.4f", a.Bill.PerJob, b.Bill.PerJob)
+	money("idle hot instances", "%7.2f", a.Bill.HotIdle, b.Bill.HotIdle)
 	for _, via := range []string{"pool", "hot", "stopped", "reuse", "cold"} {
 		fmt.Fprintf(w, "  jobs served by %-7s%7d %7d %+7d\n", via, a.Simulated.QueueTimes[via].Count, b.Simulated.QueueTimes[via].Count,
 			b.Simulated.QueueTimes[via].Count-a.Simulated.QueueTimes[via].Count)
