@@ -274,13 +274,6 @@ func (m *ec2Machines) isInterrupted(id string) bool {
 	return m.interrupted[id]
 }
 
-// running returns the instances whose agents run.
-func (m *ec2Machines) running() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.procs)
-}
-
 func (m *ec2Machines) close() {
 	close(m.stop)
 	<-m.done

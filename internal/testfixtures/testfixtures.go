@@ -83,14 +83,9 @@ func WorkflowJobExamples(t testing.TB) []json.RawMessage {
 	return nil
 }
 
-// Sign returns the X-Hub-Signature-256 value for body, computed by
-// @octokit/webhooks-methods (GitHub's own signing code) under node.
-func Sign(t testing.TB, secret string, body []byte) string {
-	t.Helper()
-	return SignAll(t, secret, [][]byte{body})[0]
-}
-
-// SignAll signs many bodies with one node process.
+// SignAll returns the X-Hub-Signature-256 values for bodies, computed by
+// @octokit/webhooks-methods (GitHub's own signing code) in one node
+// process.
 func SignAll(t testing.TB, secret string, bodies [][]byte) []string {
 	t.Helper()
 	modules := Modules(t)

@@ -33,7 +33,6 @@ type delivery struct {
 type sender struct {
 	url, secret string
 	skip        int // deliveries to drop, as a missed webhook
-	sent        int
 	pending     []delivery
 	wake, done  chan struct{}
 	closed      bool
@@ -60,16 +59,6 @@ func (s *Server) MissNextDeliveries(n int) {
 	if s.hook != nil {
 		s.hook.skip += n
 	}
-}
-
-// DeliveriesSent is how many deliveries the receiver accepted.
-func (s *Server) DeliveriesSent() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.hook == nil {
-		return 0
-	}
-	return s.hook.sent
 }
 
 // announce queues a delivery of j's action; called with s.mu held.
@@ -118,7 +107,7 @@ func (s *Server) deliver(h *sender, wake, done <-chan struct{}) {
 				continue
 			}
 			s.mu.Lock()
-			h.pending, h.sent = h.pending[1:], h.sent+1
+			h.pending = h.pending[1:]
 			s.mu.Unlock()
 		}
 	}

@@ -28,9 +28,6 @@ func InRun(runID int64) JobOption { return func(j *jobSpec) { j.runID = runID } 
 // Named names the job (DefaultJobName otherwise).
 func Named(name string) JobOption { return func(j *jobSpec) { j.name = name } }
 
-// Workflow names the job's workflow (DefaultWorkflow otherwise).
-func Workflow(name string) JobOption { return func(j *jobSpec) { j.workflow = name } }
-
 // QueueJob queues a job asking for a runner with these labels in repo
 // ("owner/name", created if new), in a new run unless InRun says otherwise,
 // and returns it. A runner process started by RunJIT and waiting for work

@@ -2,7 +2,6 @@ package fakegh
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -27,27 +26,6 @@ func (s *Server) newRunner(scope domain.Scope, name string, labels []string) *ru
 	r := &runner{id: s.lastID, owner: scope.Owner, repo: scope.Repo, enterprise: strings.ToLower(scope.Enterprise), name: name, labels: slices.Clone(labels)}
 	s.runners[r.id] = r
 	return r
-}
-
-// SetBusy marks a runner busy or idle without touching any job.
-func (s *Server) SetBusy(runnerID int64, busy bool) error {
-	return s.withRunner(runnerID, func(r *runner) { r.busy = busy })
-}
-
-// SetOnline marks a runner online or offline.
-func (s *Server) SetOnline(runnerID int64, online bool) error {
-	return s.withRunner(runnerID, func(r *runner) { r.online = online })
-}
-
-func (s *Server) withRunner(id int64, f func(*runner)) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.runners[id]
-	if r == nil {
-		return fmt.Errorf("fakegh: no runner %d", id)
-	}
-	f(r)
-	return nil
 }
 
 // ErrUnknownJITConfig is RunJIT's answer to a config no runner has.
