@@ -128,6 +128,12 @@ func (a *App) reloadConfig(ctx context.Context) error {
 		return nil
 	}
 	cfg, err := config.Parse(name, data)
+	if err == nil && config.Empty(data) {
+		// Most likely a file caught in the middle of a write that is not
+		// atomic: put in force, it would drain every pool and reject
+		// every pool job until the next read.
+		err = fmt.Errorf("%s is empty; to remove every pool, write pools: {}", name)
+	}
 	if err != nil {
 		a.configs.Refused(name, data, err, a.opts.Clock.Now())
 		a.opts.Log.Error("configuration invalid; keeping the one in force", "path", name, "problems", err.Error())

@@ -87,6 +87,14 @@ func Parse(filename string, data []byte) (*Config, error) {
 	return cfg, nil
 }
 
+// Empty reports whether data holds no YAML at all: no bytes, or only
+// white space and comments. Such a file parses as a configuration of no
+// runners and no pools.
+func Empty(data []byte) bool {
+	root, errs := decode("", data)
+	return root == nil && len(errs) == 0
+}
+
 // decode parses the YAML into a node tree: the content of its one document,
 // or nil for an empty file.
 func decode(file string, data []byte) (root *yaml.Node, errs Errors) {
