@@ -55,6 +55,9 @@ func (p *parser) autoscaleBlock(path string, at, n *yaml.Node) *domain.Autoscale
 		{key: "stabilization-window", parse: dur(&a.StabilizationWindow)}, {key: "decay-half-life", parse: dur(&a.DecayHalfLife)},
 		{key: "breach-threshold", parse: fl(&a.BreachThreshold)},
 	})
+	if a.MaxInstances > MaxPoolSize {
+		p.errorf(deref(at), path, "max must be at most %d, got %d", MaxPoolSize, a.MaxInstances)
+	}
 	if err := a.ValidateFloor(0); err != nil {
 		if pe, ok := err.(*autoscale.ParamsError); ok {
 			for _, pr := range pe.Problems {

@@ -58,6 +58,14 @@ func TestAutoscaleBlockErrors(t *testing.T) {
 	}
 }
 
+func TestAutoscaleMaxIsBounded(t *testing.T) {
+	_, err := Parse("a.yml", []byte(autoscaleBase+`      max: 1000000000
+`))
+	if err == nil || !strings.Contains(err.Error(), "pools.p.autoscale: max must be at most 10000, got 1000000000") {
+		t.Fatalf("got %v", err)
+	}
+}
+
 func TestAutoscaleUnreachableThresholdIsRefusedWithTheArithmetic(t *testing.T) {
 	_, err := Parse("a.yml", []byte(autoscaleBase+`      max: 3
       decay-half-life: 30s

@@ -140,8 +140,8 @@ func (p *parser) scheduleEntry(path string, n *yaml.Node) (e domain.ScheduleEntr
 			hasMatch = true
 			e.Match = p.match(path, v)
 		}},
-		{key: "hot", parse: func(path string, v *yaml.Node) { e.Hot = p.count(path, "hot", v) }},
-		{key: "stopped", parse: func(path string, v *yaml.Node) { e.Stopped = p.count(path, "stopped", v) }},
+		{key: "hot", parse: func(path string, v *yaml.Node) { e.Hot = p.poolSize(path, "hot", v) }},
+		{key: "stopped", parse: func(path string, v *yaml.Node) { e.Stopped = p.poolSize(path, "stopped", v) }},
 	})
 	return e, nameAt, hasMatch
 }

@@ -39,6 +39,21 @@ func (p *parser) count(path, key string, n *yaml.Node) int {
 	return v
 }
 
+// MaxPoolSize bounds a schedule entry's hot and stopped counts: far above
+// what an account's instance quotas allow, so a larger number is a typo,
+// and one the converger would otherwise start creating rows for.
+const MaxPoolSize = 10_000
+
+// poolSize reads a count of a pool's instances, at most MaxPoolSize.
+func (p *parser) poolSize(path, key string, n *yaml.Node) int {
+	v := p.count(path, key, n)
+	if v > MaxPoolSize {
+		p.errorf(deref(n), path, "%s must be at most %d, got %d", key, MaxPoolSize, v)
+		return 0
+	}
+	return v
+}
+
 func (p *parser) boolean(path string, n *yaml.Node) (bool, bool) {
 	return decodeScalar[bool](p, path, n, "!!bool", "true or false")
 }
