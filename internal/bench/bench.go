@@ -92,6 +92,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Jobs <= 0 {
 		o.Jobs = 1000
 	}
+	if o.Jobs > config.MaxPoolSize {
+		return Result{}, fmt.Errorf("at most %d jobs a burst: the pool burst's pool holds as many stopped instances, and no pool holds more", config.MaxPoolSize)
+	}
 	if o.CASOps <= 0 {
 		o.CASOps = 2000
 		if o.Shared != nil {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,3 +37,9 @@ func TestRunSmall(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { os.Exit(mototest.Main(m)) }
+
+func TestBurstsLargerThanAPoolAreRefused(t *testing.T) {
+	if _, err := Run(context.Background(), Options{Jobs: 10_001, Dir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "at most 10000 jobs a burst") {
+		t.Fatalf("got %v", err)
+	}
+}
