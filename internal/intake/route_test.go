@@ -61,6 +61,16 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// A label's value is cut short in the reason, which is logged and stored.
+func TestAHugeUnknownNameIsCutShortInTheReason(t *testing.T) {
+	for _, key := range []string{"pool", "runner"} {
+		d := Decide([]string{"runs-on/" + key + "=" + strings.Repeat("x", 100_000)}, routing())
+		if d.Reject == "" || len(d.Reject) > 400 {
+			t.Errorf("%s: a reason of %d bytes: %.80s…", key, len(d.Reject), d.Reject)
+		}
+	}
+}
+
 func TestDecideAdhocSpecAppliesOverrides(t *testing.T) {
 	d := Decide([]string{"runs-on=9/runner=big/cpu=32/spot=pco"}, routing())
 	if d.Spec.CPU.Min != 32 || d.Spec.Spot != "price-capacity-optimized" || d.Spec.Image != "ubuntu24-full-x64" || d.Runner == "big" {
