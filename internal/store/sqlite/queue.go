@@ -81,15 +81,17 @@ func (q *Queue) Send(ctx context.Context, queue string, msgs []domain.SendReques
 }
 
 // groupSend commits concurrent sends in one write transaction (a group
-// commit). The first sender to arrive leads: it commits every send pending
-// at that moment, its own included, then hands the lead to a sender that
-// arrived meanwhile. An idle queue adds no wait; a busy one (a webhook
-// burst, each delivery persisted before its 2xx) pays one transaction per
-// group instead of one per delivery.
+// commit). The first sender to arrive starts a committer, which commits
+// every send pending at that moment in one transaction, then the ones that
+// arrived meanwhile, until none is left. An idle queue adds no wait; a busy
+// one (a webhook burst, each delivery persisted before its 2xx) pays one
+// transaction per group instead of one per delivery. A sender waits no
+// longer than its context allows, even while the store is locked: the
+// webhook must answer GitHub within its deadline.
 type groupSend struct {
-	mu      sync.Mutex
-	pending []*pendingSend
-	leading bool
+	mu         sync.Mutex
+	pending    []*pendingSend
+	committing bool
 }
 
 type pendingSend struct {
@@ -98,40 +100,51 @@ type pendingSend struct {
 	msgs  []domain.SendRequest
 	err   error
 	done  chan struct{} // closed when committed (or failed)
-	lead  chan struct{} // closed when this sender must lead the next group
 }
 
 func (g *groupSend) send(ctx context.Context, q *Queue, queue string, msgs []domain.SendRequest) error {
-	p := &pendingSend{q: q, queue: queue, msgs: msgs, done: make(chan struct{}), lead: make(chan struct{})}
+	p := &pendingSend{q: q, queue: queue, msgs: msgs, done: make(chan struct{})}
 	g.mu.Lock()
 	g.pending = append(g.pending, p)
-	lead := !g.leading
-	g.leading = true
+	start := !g.committing
+	g.committing = true
 	g.mu.Unlock()
-	if !lead {
-		select {
-		case <-p.done:
-			return p.err
-		case <-p.lead:
-		}
+	if start {
+		go g.commitAll()
 	}
-	g.commit(ctx)
-	<-p.done
-	return p.err
+	select {
+	case <-p.done:
+		return p.err
+	case <-ctx.Done():
+		// Like any write whose answer was not waited for: it may still
+		// land, which the queues' consumers allow for (delivery is at
+		// least once).
+		return fmt.Errorf("%w; the messages may still be written", ctx.Err())
+	}
 }
 
-// commit writes every pending send in one transaction, then passes the lead
-// on (or gives it up when nothing is pending).
-func (g *groupSend) commit(ctx context.Context) {
-	g.mu.Lock()
-	group := g.pending
-	g.pending = nil
-	g.mu.Unlock()
+// commitAll commits the pending sends, group after group, until none is
+// left.
+func (g *groupSend) commitAll() {
+	for {
+		g.mu.Lock()
+		group := g.pending
+		g.pending = nil
+		if len(group) == 0 {
+			g.committing = false
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		g.commit(group)
+	}
+}
 
+// commit writes group's sends in one transaction. It does not end with a
+// sender's context: the others depend on it.
+func (g *groupSend) commit(group []*pendingSend) {
 	s := group[0].q.s
-	// The group's other senders depend on this transaction: it must not
-	// fail because the leader's own caller went away.
-	ctx = context.WithoutCancel(ctx)
+	ctx := context.Background()
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
 		now := s.clk.Now()
 		for _, p := range group {
@@ -150,14 +163,6 @@ func (g *groupSend) commit(ctx context.Context) {
 		}
 		close(p.done)
 	}
-
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.pending) == 0 {
-		g.leading = false
-		return
-	}
-	close(g.pending[0].lead)
 }
 
 // insert adds msgs to queue inside tx, dropping deduplicated ones.
