@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -127,6 +128,12 @@ func (h *Handler) handle(r *http.Request, now time.Time) response {
 		return res
 	}
 	// Nothing from the request is trusted, parsed or echoed before this.
+	if formEncoded(r) {
+		// GitHub offers this content type for a webhook; its ping would
+		// pass and every job fail, so the ping fails too.
+		return refuse(http.StatusUnsupportedMediaType, OutcomeBadRequest,
+			"this webhook sends application/x-www-form-urlencoded: set its content type to application/json in GitHub's webhook settings")
+	}
 	switch event {
 	case "":
 		return refuse(http.StatusBadRequest, OutcomeBadRequest, "missing "+HeaderEvent)
@@ -143,6 +150,13 @@ func (h *Handler) handle(r *http.Request, now time.Time) response {
 	default:
 		return response{status: http.StatusAccepted, outcome: OutcomeIgnored, body: map[string]string{"ignored": event}}
 	}
+}
+
+// formEncoded reports whether the body is a form (payload=…) rather than
+// the JSON bullpen reads.
+func formEncoded(r *http.Request) bool {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return err == nil && mt == "application/x-www-form-urlencoded"
 }
 
 // parseSignature decodes "sha256=<64 hex digits>".

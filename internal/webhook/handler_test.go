@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -251,5 +252,30 @@ func TestEventLabelIsBounded(t *testing.T) {
 		if got := eventLabel(event); got != want {
 			t.Errorf("eventLabel(%q) = %q, want %q", event, got, want)
 		}
+	}
+}
+
+// A webhook set to send forms fails at its ping already, naming the
+// setting to change, instead of a green ping and every job refused as
+// malformed JSON.
+func TestAFormEncodedWebhookIsToldToSendJSON(t *testing.T) {
+	r := newRig(t)
+	form := []byte("payload=" + url.QueryEscape(string(encode(t, validJob()))))
+	for _, event := range []string{EventPing, EventWorkflowJob} {
+		h := headers(event, "d-form-"+event, testfixtures.GoSign(testSecret, form))
+		h.Set("Content-Type", "application/x-www-form-urlencoded")
+		rec := r.post(h, bytes.NewReader(form))
+		if rec.Code != http.StatusUnsupportedMediaType || !strings.Contains(rec.Body.String(), "set its content type to application/json") {
+			t.Fatalf("%s as a form: %d %s", event, rec.Code, rec.Body)
+		}
+	}
+	if sent := r.queue.sent(domain.QueueInbox); len(sent) != 0 {
+		t.Fatalf("a form was queued: %d messages", len(sent))
+	}
+	body := encode(t, validJob())
+	h := headers(EventWorkflowJob, "d-json", testfixtures.GoSign(testSecret, body))
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	if rec := r.post(h, bytes.NewReader(body)); rec.Code != http.StatusAccepted {
+		t.Fatalf("JSON with a charset: %d %s", rec.Code, rec.Body)
 	}
 }
