@@ -166,6 +166,10 @@ func ts(t time.Time) *time.Time {
 const maxLimit = 1000
 
 func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
+	if err := checkParams(r, []string{"pool", "instance", "limit"}, []string{"status"}); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	f := domain.JobFilter{Pool: r.URL.Query().Get("pool"), Instance: r.URL.Query().Get("instance"), Newest: true}
 	limit, err := limitParam(r, 100)
 	if err != nil {
@@ -212,6 +216,10 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
+	if err := checkParams(r, []string{"pool", "runner", "all"}, []string{"state"}); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	f := domain.InstanceFilter{Pool: r.URL.Query().Get("pool"), Runner: r.URL.Query().Get("runner")}
 	for _, v := range splitParam(r, "state") {
 		st := domain.State(v)
@@ -294,6 +302,24 @@ func (s *Server) fail(w http.ResponseWriter, what string, err error) {
 	}
 	log.Error("status API: "+what, "err", err)
 	writeError(w, http.StatusInternalServerError, what+" failed; see the server log")
+}
+
+// checkParams refuses a query parameter the endpoint does not know (a
+// misspelt filter would otherwise answer everything, unfiltered) and one
+// of single given more than once (all but the first would be ignored);
+// each of lists takes several values.
+func checkParams(r *http.Request, single, lists []string) error {
+	for key, vs := range r.URL.Query() {
+		switch {
+		case slices.Contains(lists, key): // an empty one filters nothing, as a form's empty field
+		case !slices.Contains(single, key):
+			known := slices.Sorted(slices.Values(append(slices.Clone(single), lists...)))
+			return fmt.Errorf("unknown parameter %q (known: %s)", key, strings.Join(known, ", "))
+		case len(vs) > 1:
+			return fmt.Errorf("parameter %q given %d times; it takes one value", key, len(vs))
+		}
+	}
+	return nil
 }
 
 func limitParam(r *http.Request, def int) (int, error) {

@@ -160,6 +160,8 @@ func TestJobsRefusesBadFilters(t *testing.T) {
 		"limit=1001":                 {"limit", "1..1000"},
 		"limit=5&status=waiting":     {`"waiting"`},
 		"status=completed&limit=1e3": {"limit"},
+		"state=running":              {`unknown parameter "state"`, "instance, limit, pool, status"},
+		"pool=a&pool=b":              {`parameter "pool" given 2 times`},
 	}
 	for q, parts := range cases {
 		r.wantError(r.get("/api/v1/jobs?"+q), http.StatusBadRequest, parts...)
@@ -209,6 +211,8 @@ func TestInstances(t *testing.T) {
 	}
 	r.wantError(r.get("/api/v1/instances?state=bogus"), http.StatusBadRequest, `"bogus"`, "terminated")
 	r.wantError(r.get("/api/v1/instances?all=maybe"), http.StatusBadRequest, "all", `"maybe"`)
+	r.wantError(r.get("/api/v1/instances?status=running"), http.StatusBadRequest, `unknown parameter "status"`, "all, pool, runner, state")
+	r.wantError(r.get("/api/v1/instances?limit=5"), http.StatusBadRequest, `unknown parameter "limit"`)
 }
 
 func TestPoolsJoinConfigurationWithStatus(t *testing.T) {
