@@ -48,7 +48,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) int {
 		into any
 	}{
 		{"/api/v1/pools", &pools},
-		{"/api/v1/jobs?status=queued,assigned,running&limit=1000", &active},
+		{fmt.Sprintf("/api/v1/jobs?status=queued,assigned,running&limit=%d", activeListed), &active},
 		{fmt.Sprintf("/api/v1/jobs?limit=%d", *recent), &latest},
 	} {
 		if err := c.get(ctx, q.path, q.into); err != nil {
@@ -149,6 +149,10 @@ func nextChange(p api.PoolView, now time.Time) string {
 	return fmt.Sprintf("%s in %dh%02dm (%s)", cmp.Or(p.NextSchedule, "(none)"), int(in.Hours()), int(in.Minutes())%60, at.Format("Mon 15:04 MST"))
 }
 
+// activeListed is how many active jobs status asks for: the most the status
+// API lists at once.
+const activeListed = 1000
+
 func printJobs(w io.Writer, now time.Time, active, latest []api.JobView) {
 	counts := map[string]int{}
 	var oldest time.Time
@@ -163,6 +167,9 @@ func printJobs(w io.Writer, now time.Time, active, latest []api.JobView) {
 		wait = fmt.Sprintf(" (the oldest for %s)", now.Sub(oldest).Round(time.Second))
 	}
 	fmt.Fprintf(w, "\njobs: %d queued%s, %d assigned, %d running\n", counts["queued"], wait, counts["assigned"], counts["running"])
+	if len(active) >= activeListed {
+		fmt.Fprintf(w, "  (the newest %d active jobs only: there may be more, and older)\n", activeListed)
+	}
 	byVia := map[string][]time.Duration{}
 	var rejected []api.JobView
 	done := 0

@@ -134,3 +134,21 @@ func TestStatusRefusals(t *testing.T) {
 		}
 	}
 }
+
+// Counts that stop at the most the status API lists say so.
+func TestStatusSaysWhenItsCountsStopAtTheList(t *testing.T) {
+	active := make([]api.JobView, activeListed)
+	for i := range active {
+		active[i] = api.JobView{ID: int64(i + 1), Status: "assigned"}
+	}
+	var out bytes.Buffer
+	printJobs(&out, statusNow, active, nil)
+	if !strings.Contains(out.String(), "jobs: 0 queued, 1000 assigned, 0 running\n  (the newest 1000 active jobs only: there may be more, and older)") {
+		t.Fatalf("got:\n%s", out.String())
+	}
+	out.Reset()
+	printJobs(&out, statusNow, active[:999], nil)
+	if strings.Contains(out.String(), "may be more") {
+		t.Fatalf("999 active jobs are all of them:\n%s", out.String())
+	}
+}
