@@ -184,3 +184,25 @@ func TestEveryCommandsHelpExitsZeroAndAWrongFlagTwo(t *testing.T) {
 		}
 	}
 }
+
+// serve names every problem of its flags at once, and refuses a duration
+// that is not positive (or a loop interval too short to be meant) where it
+// used to take the default without a word.
+func TestServeNamesEveryBadFlagAtOnce(t *testing.T) {
+	getenv := func(k string) string {
+		return map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "t"}[k]
+	}
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: getenv}
+	code := run(t.Context(), e, []string{"serve", "--config", "../../examples/runs-on.yml", "--listen", "127.0.0.1:0",
+		"--log-level", "loud", "--cloud", "mars", "--reap-every", "1ns", "--job-retention", "-1h", "--converge-every", "0s"})
+	if code != 2 {
+		t.Fatalf("exit %d, want 2\n%s", code, errb.String())
+	}
+	for _, want := range []string{`--log-level "loud"`, `--cloud "mars"`, "--reap-every 1ns: want at least 100ms",
+		"--job-retention -1h0m0s: want a positive duration", "--converge-every 0s: want a positive duration"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
+		}
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -152,13 +153,13 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	if status, ok := parseFlags(fs, args); !ok {
 		return status
 	}
-	log, err := newLogger(e, f.logLevel, f.logFormat)
-	if err != nil {
-		fmt.Fprintln(e.stderr, "bullpen serve:", err)
-		return 2
+	// Every problem of the flags and the configuration is named at once.
+	log, logErr := newLogger(e, f.logLevel, f.logFormat)
+	if logErr != nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	opts, err := f.options(e, log)
-	if err != nil {
+	if err := errors.Join(logErr, err); err != nil {
 		fmt.Fprintf(e.stderr, "bullpen serve: %v\n", err)
 		return 2
 	}

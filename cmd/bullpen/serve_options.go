@@ -33,11 +33,8 @@ type serveSettings struct {
 // options turns the flags into the app's options, naming every problem.
 func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	s, err := f.settings()
-	if err != nil {
-		return app.Options{}, err
-	}
-	cfg, err := f.initialConfig(e)
-	if err != nil {
+	cfg, cfgErr := f.initialConfig(e)
+	if err := errors.Join(err, cfgErr); err != nil {
 		return app.Options{}, err
 	}
 	o := app.Options{
@@ -74,12 +71,49 @@ func (f *serveFlags) settings() (serveSettings, error) {
 	}
 	s.aws, err = f.cloudOptions()
 	problems = append(problems, err)
-	problems = append(problems, f.checkHTTP())
+	problems = append(problems, f.checkHTTP(), f.checkDurations())
 	s.gh, err = f.githubOptions()
 	problems = append(problems, err)
 	s.latency, s.agent, err = f.simTimings()
 	problems = append(problems, err)
 	return s, errors.Join(problems...)
+}
+
+// minLoopInterval bounds how often a loop may run: a nanosecond's interval
+// is a typo that would spin a CPU.
+const minLoopInterval = 100 * time.Millisecond
+
+// checkDurations refuses intervals, graces, timeouts and retentions that
+// are not positive, where the loops would quietly take their defaults
+// instead, and loop intervals too short to be meant.
+func (f *serveFlags) checkDurations() error {
+	var problems []error
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+		min  time.Duration
+	}{
+		{"converge-every", f.convergeEvery, minLoopInterval}, {"terminate-every", f.terminateEvery, minLoopInterval},
+		{"reload", f.reload, minLoopInterval}, {"reap-every", f.reapEvery, minLoopInterval},
+		{"heartbeat-flush", f.heartbeatFlush, minLoopInterval},
+		{"orphan-grace", f.orphanGrace, 1}, {"gone-grace", f.goneGrace, 1}, {"silent-after", f.silentAfter, 1},
+		{"job-retention", f.jobRetention, 1}, {"instance-retention", f.instanceRetention, 1},
+		{"dangling-after", f.danglingAfter, 1}, {"claim-heartbeat-max-age", f.claimHeartbeat, 1},
+		{"claim-registration-timeout", f.claimRegistration, 1}, {"creation-timeout", f.creationTimeout, 1},
+		{"resource-pool-requeue-delay", f.rpRequeueDelay, 1}, {"lease-period", f.leasePeriod, 1},
+		{"shutdown-grace", f.shutdownGrace, 1},
+	} {
+		switch {
+		case d.v <= 0:
+			problems = append(problems, fmt.Errorf("--%s %s: want a positive duration", d.flag, d.v))
+		case d.v < d.min:
+			problems = append(problems, fmt.Errorf("--%s %s: want at least %s", d.flag, d.v, d.min))
+		}
+	}
+	if f.recheck < 0 {
+		problems = append(problems, fmt.Errorf("--agent-recheck %s: want a positive duration, or 0 for none", f.recheck))
+	}
+	return errors.Join(problems...)
 }
 
 // cloudOptions checks --cloud and returns the EC2 provider's options when
