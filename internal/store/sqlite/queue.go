@@ -116,6 +116,11 @@ func (g *groupSend) send(ctx context.Context, q *Queue, queue string, msgs []dom
 	case <-p.done:
 		return p.err
 	case <-ctx.Done():
+		select {
+		case <-p.done: // committed as the context ended: say so
+			return p.err
+		default:
+		}
 		// Like any write whose answer was not waited for: it may still
 		// land, which the queues' consumers allow for (delivery is at
 		// least once).
