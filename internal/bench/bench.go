@@ -87,13 +87,13 @@ const posters = 32
 // ec2Ops are the operations reported for every scenario, zero or not.
 var ec2Ops = []string{sim.OpCreateFleet, sim.OpStartInstances, sim.OpStopInstances, sim.OpTerminateInstances, sim.OpCreateTags, sim.OpDescribeInstances}
 
-// Run runs both bursts.
-func Run(ctx context.Context, o Options) (Result, error) {
+// withDefaults fills in what o leaves unset, or says why it cannot run.
+func (o Options) withDefaults() (Options, error) {
 	if o.Jobs <= 0 {
 		o.Jobs = 1000
 	}
 	if o.Jobs > config.MaxPoolSize {
-		return Result{}, fmt.Errorf("at most %d jobs a burst: the pool burst's pool holds as many stopped instances, and no pool holds more", config.MaxPoolSize)
+		return o, fmt.Errorf("at most %d jobs a burst: the pool burst's pool holds as many stopped instances, and no pool holds more", config.MaxPoolSize)
 	}
 	if o.CASOps <= 0 {
 		o.CASOps = 2000
@@ -103,6 +103,15 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Minute
+	}
+	return o, nil
+}
+
+// Run runs both bursts.
+func Run(ctx context.Context, o Options) (Result, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return Result{}, err
 	}
 	if o.Dir == "" {
 		dir, err := os.MkdirTemp("", "bullpen-bench-")
