@@ -149,9 +149,8 @@ func nextChange(p api.PoolView, now time.Time) string {
 	return fmt.Sprintf("%s in %dh%02dm (%s)", cmp.Or(p.NextSchedule, "(none)"), int(in.Hours()), int(in.Minutes())%60, at.Format("Mon 15:04 MST"))
 }
 
-// activeListed is how many active jobs status asks for: the most the status
-// API lists at once.
-const activeListed = 1000
+// activeListed is how many active jobs status asks for: all one answer lists.
+const activeListed = api.MaxLimit
 
 func printJobs(w io.Writer, now time.Time, active, latest []api.JobView) {
 	counts := map[string]int{}

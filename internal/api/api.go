@@ -163,7 +163,8 @@ func ts(t time.Time) *time.Time {
 	return &u
 }
 
-const maxLimit = 1000
+// MaxLimit is the most jobs one answer lists.
+const MaxLimit = 1000
 
 func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 	if err := checkParams(r, []string{"pool", "instance", "limit"}, []string{"status"}); err != nil {
@@ -328,8 +329,8 @@ func limitParam(r *http.Request, def int) (int, error) {
 		return def, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 || n > maxLimit {
-		return 0, fmt.Errorf("bad limit %q: want 1..%d", v, maxLimit)
+	if err != nil || n <= 0 || n > MaxLimit {
+		return 0, fmt.Errorf("bad limit %q: want 1..%d", v, MaxLimit)
 	}
 	return n, nil
 }

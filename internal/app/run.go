@@ -128,7 +128,7 @@ func (a *App) reloadConfig(ctx context.Context) error {
 		return nil
 	}
 	cfg, err := config.Parse(name, data)
-	if err == nil && config.Empty(data) {
+	if err == nil && len(cfg.Pools) == 0 && len(cfg.Runners) == 0 && config.Empty(data) {
 		// Most likely a file caught in the middle of a write that is not
 		// atomic: put in force, it would drain every pool and reject
 		// every pool job until the next read.

@@ -35,12 +35,12 @@ func ParseVolume(s string) (Volume, []string) {
 	if slices.Contains(VolumeTypes, parts[0]) {
 		v.Type = parts[0]
 	} else {
-		problems = append(problems, fmt.Sprintf("type %s is not one of %s", quoteCut(parts[0]), strings.Join(VolumeTypes, ", ")))
+		problems = append(problems, fmt.Sprintf("type %s is not one of %s", QuoteShort(parts[0]), strings.Join(VolumeTypes, ", ")))
 	}
 	if size, ok := suffixed(parts[1], "gb"); ok {
 		v.SizeGB = size
 	} else {
-		problems = append(problems, fmt.Sprintf("size %s is not a size such as 30gb (at most %dgb)", quoteCut(parts[1]), MaxVolumeNumber))
+		problems = append(problems, fmt.Sprintf("size %s is not a size such as 30gb (at most %dgb)", QuoteShort(parts[1]), MaxVolumeNumber))
 	}
 	for _, part := range parts[2:] {
 		if x, ok := suffixed(part, "mbps"); ok && v.ThroughputMBps == 0 {
@@ -48,7 +48,7 @@ func ParseVolume(s string) (Volume, []string) {
 		} else if x, ok := suffixed(part, "iops"); ok && v.IOPS == 0 {
 			v.IOPS = x
 		} else {
-			problems = append(problems, fmt.Sprintf("part %s is not one throughput such as 125mbps and one IOPS such as 3000iops", quoteCut(part)))
+			problems = append(problems, fmt.Sprintf("part %s is not one throughput such as 125mbps and one IOPS such as 3000iops", QuoteShort(part)))
 		}
 	}
 	if problems != nil {
@@ -68,10 +68,10 @@ func suffixed(s, suffix string) (int, bool) {
 	return int(x), err == nil && x >= 1 && x <= MaxVolumeNumber
 }
 
-// quoteCut quotes a part of a value for a message, cut short so that a huge
-// label cannot flood a log line.
-func quoteCut(s string) string {
-	const limit = 64
+// QuoteShort quotes s for a message, cut short so that a huge value from
+// outside (a job's label) cannot flood a log line or a stored reason.
+func QuoteShort(s string) string {
+	const limit = 100
 	if len(s) <= limit {
 		return strconv.Quote(s)
 	}
@@ -79,5 +79,5 @@ func quoteCut(s string) string {
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return strconv.Quote(s[:cut]) + "…"
+	return fmt.Sprintf("%q… (%d bytes)", s[:cut], len(s))
 }

@@ -58,7 +58,7 @@ func Decide(jobLabels []string, r Routing) Decision {
 		d := Decision{Ours: true, Reject: err.Error()}
 		if errors.Is(err, labels.ErrUnknownPool) {
 			d.Pool = req.Pool
-			d.Reject = fmt.Sprintf("pool %s is not configured for environment %q (pools: %s)", labels.Quote(req.Pool), r.Environment, names(r.Pools))
+			d.Reject = fmt.Sprintf("pool %s is not configured for environment %q (pools: %s)", domain.QuoteShort(req.Pool), r.Environment, names(r.Pools))
 		}
 		return d
 	}
@@ -77,7 +77,7 @@ func Decide(jobLabels []string, r Routing) Decision {
 	if req.Runner != "" {
 		spec, ok := r.Runners[req.Runner]
 		if !ok {
-			return Decision{Ours: true, Reject: fmt.Sprintf("runner %s is not configured (runners: %s)", labels.Quote(req.Runner), names(r.Runners))}
+			return Decision{Ours: true, Reject: fmt.Sprintf("runner %s is not configured (runners: %s)", domain.QuoteShort(req.Runner), names(r.Runners))}
 		}
 		base = spec
 	}

@@ -74,7 +74,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	msg := "label " + Quote(e.Label) + ": "
+	msg := "label " + domain.QuoteShort(e.Label) + ": "
 	if e.Key != "" {
 		msg += e.Key + ": "
 	}
@@ -144,7 +144,7 @@ func (p *parser) pairs(label string) error {
 		case key == runsOnKey && !hasValue:
 			continue // the bare marker: ours, not pinned to a run
 		case !hasValue:
-			return fail(label, "", fmt.Sprintf("expected key=value, got %s", Quote(pair)))
+			return fail(label, "", fmt.Sprintf("expected key=value, got %s", domain.QuoteShort(pair)))
 		}
 		if err := p.set(label, key, strings.TrimSpace(value)); err != nil {
 			return err
@@ -157,7 +157,7 @@ func (p *parser) pairs(label string) error {
 func (p *parser) set(label, key, value string) error {
 	rule, ok := rules[key]
 	if !ok {
-		return fail(label, "", fmt.Sprintf("unknown key %s (known keys: %s)", Quote(key), strings.Join(knownKeys, ", ")))
+		return fail(label, "", fmt.Sprintf("unknown key %s (known keys: %s)", domain.QuoteShort(key), strings.Join(knownKeys, ", ")))
 	}
 	if value == "" {
 		return fail(label, key, "empty value (expected "+rule.want+")")
@@ -167,7 +167,7 @@ func (p *parser) set(label, key, value string) error {
 			return nil
 		}
 		return fail(label, key, fmt.Sprintf("%s conflicts with %s given in label %s",
-			Quote(value), Quote(prev.value), Quote(prev.label)))
+			domain.QuoteShort(value), domain.QuoteShort(prev.value), domain.QuoteShort(prev.label)))
 	}
 	p.seen[key] = given{value: value, label: label}
 	if rule.apply == nil {
@@ -185,7 +185,7 @@ func (p *parser) finish(poolExists func(string) bool) (Request, error) {
 	if p.req.Pool != "" {
 		if !poolExists(p.req.Pool) {
 			return p.req, &Error{Label: p.seen["pool"].label, Key: "pool", Err: ErrUnknownPool,
-				Problem: fmt.Sprintf("pool %s does not exist in this environment", Quote(p.req.Pool))}
+				Problem: fmt.Sprintf("pool %s does not exist in this environment", domain.QuoteShort(p.req.Pool))}
 		}
 		// The seed: with pool=, only env and region still count; the
 		// pool's runner spec decides the machine.
@@ -232,18 +232,4 @@ func splitPairs(label string) []string {
 		out = append(out, label[:i])
 		label = label[i+1:]
 	}
-}
-
-// Quote renders s, a label or a part of one, for a message, cut short so
-// that a huge label cannot flood a log line.
-func Quote(s string) string {
-	const limit = 100
-	if len(s) <= limit {
-		return fmt.Sprintf("%q", s)
-	}
-	cut := limit
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%q… (%d bytes)", s[:cut], len(s))
 }

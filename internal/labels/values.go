@@ -26,7 +26,7 @@ var rules = map[string]rule{
 	runsOnKey: {want: "the workflow run id, a positive integer", apply: func(r *Request, v string) string {
 		id, ok := positive(v, 1<<62)
 		if !ok {
-			return fmt.Sprintf("%s is not a run id (a positive integer)", Quote(v))
+			return fmt.Sprintf("%s is not a run id (a positive integer)", domain.QuoteShort(v))
 		}
 		r.RunID = int64(id)
 		return ""
@@ -84,7 +84,7 @@ const maxSize = 1 << 20
 func nameInto(field func(*Request) *string) func(*Request, string) string {
 	return func(r *Request, v string) string {
 		if strings.IndexFunc(v, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }) >= 0 {
-			return fmt.Sprintf("%s is not a name (names have no spaces or control characters)", Quote(v))
+			return fmt.Sprintf("%s is not a name (names have no spaces or control characters)", domain.QuoteShort(v))
 		}
 		*field(r) = v
 		return ""
@@ -107,14 +107,14 @@ func sizeRange(v string) (domain.Range, string) {
 	for item := range strings.SplitSeq(v, "+") {
 		item = strings.TrimSpace(item)
 		if item == "" {
-			return domain.Range{}, fmt.Sprintf("empty item in %s", Quote(v))
+			return domain.Range{}, fmt.Sprintf("empty item in %s", domain.QuoteShort(v))
 		}
 		if strings.TrimLeft(item, "0123456789") != "" {
-			return domain.Range{}, fmt.Sprintf("%s is not a number", Quote(item))
+			return domain.Range{}, fmt.Sprintf("%s is not a number", domain.QuoteShort(item))
 		}
 		x, ok := positive(item, maxSize)
 		if !ok {
-			return domain.Range{}, fmt.Sprintf("%s is out of range (1 to %d)", Quote(item), maxSize)
+			return domain.Range{}, fmt.Sprintf("%s is out of range (1 to %d)", domain.QuoteShort(item), maxSize)
 		}
 		if r.Min == 0 || int(x) < r.Min {
 			r.Min = int(x)
@@ -131,10 +131,10 @@ func family(v string) ([]string, string) {
 	for item := range strings.SplitSeq(v, "+") {
 		item = strings.TrimSpace(item)
 		if item == "" {
-			return nil, fmt.Sprintf("empty item in %s", Quote(v))
+			return nil, fmt.Sprintf("empty item in %s", domain.QuoteShort(v))
 		}
 		if strings.IndexFunc(item, unicode.IsSpace) >= 0 {
-			return nil, fmt.Sprintf("%s is not an instance family", Quote(item))
+			return nil, fmt.Sprintf("%s is not an instance family", domain.QuoteShort(item))
 		}
 		if !slices.Contains(out, item) {
 			out = append(out, item)
@@ -157,5 +157,5 @@ func spot(v string) (string, string) {
 	case slices.Contains(spotStrategies, s):
 		return s, ""
 	}
-	return "", fmt.Sprintf("%s is not a spot setting (expected true, false, pco, %s)", Quote(v), strings.Join(spotStrategies, ", "))
+	return "", fmt.Sprintf("%s is not a spot setting (expected true, false, pco, %s)", domain.QuoteShort(v), strings.Join(spotStrategies, ", "))
 }
