@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -107,8 +108,9 @@ func (c *Cloud) discover() {
 		}
 		return cmp.Compare(a.ID, b.ID)
 	})
+	leaders := sync.OnceValue(func() map[string]leaderRef { return unrecordedLeaders(c.opts.Dir) })
 	for _, rec := range found {
-		c.adopt(rec)
+		c.adopt(rec, leaders)
 	}
 }
 
@@ -124,7 +126,7 @@ func (c *Cloud) adoptID(id string) *machine {
 	if !ok {
 		return nil
 	}
-	return c.adopt(rec)
+	return c.adopt(rec, func() map[string]leaderRef { return unrecordedLeaders(c.opts.Dir) })
 }
 
 // readForAdoption reads the record of the directory name. A directory
@@ -161,10 +163,24 @@ func (c *Cloud) skip(name string, err error) {
 
 // adopt makes a recorded machine one of this Cloud's: its process, if it
 // still runs, is watched (and halted, if it was being stopped or
-// terminated), and its record rewritten as adopted. Called under c.mu.
-func (c *Cloud) adopt(rec Record) *machine {
+// terminated), and its record rewritten as adopted. A record without a pid
+// may have been written just before its process started, by a control plane
+// that died before it could record the pid: leaders finds such a process,
+// which would otherwise run on, unwatched, as a machine listed stopped.
+// Called under c.mu.
+func (c *Cloud) adopt(rec Record, leaders func() map[string]leaderRef) *machine {
 	paths := machinePaths(c.opts.Dir, rec.ID)
+	found := ""
+	if rec.PID == 0 {
+		if l, ok := leaders()[rec.ID]; ok {
+			rec.PID, rec.StartTime = l.pid, l.startTime
+			found = "its pid was not recorded; found by its " + l.by
+		}
+	}
 	live, startTime, note := inspectProcess(rec, paths.EnvFile)
+	if note == "" {
+		note = found
+	}
 	state := adoptedState(rec.State, live)
 	c.seq++
 	m := &machine{

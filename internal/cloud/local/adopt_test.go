@@ -118,7 +118,14 @@ type leader struct {
 // ends, if it still runs.
 func startLeader(t *testing.T, mode, arg string) *leader {
 	t.Helper()
+	return startLeaderIn(t, "", mode, arg)
+}
+
+// startLeaderIn is startLeader with the process's working directory.
+func startLeaderIn(t *testing.T, wd, mode, arg string) *leader {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "helper", mode, arg)
+	cmd.Dir = wd
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -305,4 +312,45 @@ func TestAnAdoptedProcessExitingOnItsOwnStopsTheMachine(t *testing.T) {
 		t.Fatalf("Start: %v", err)
 	}
 	h.ready(id)
+}
+
+func TestAProcessStartedBeforeItsPidWasRecordedIsAdopted(t *testing.T) {
+	dir := t.TempDir()
+	// Records written as launchOne writes them before the process starts:
+	// pending, no pid. One machine's process names its env file, as the
+	// default Command does; another's runs in its directory.
+	const byArgs, byDir, unrecorded = "l-0000000000cc", "l-0000000000dd", "l-0000000000ee"
+	for _, id := range []string{byArgs, byDir} {
+		if err := WriteMachine(dir, Record{ID: id, State: domain.CloudPending}); err != nil {
+			t.Fatalf("WriteMachine: %v", err)
+		}
+	}
+	first := startLeader(t, "sleep", "--config="+machinePaths(dir, byArgs).EnvFile)
+	second := startLeaderIn(t, machinePaths(dir, byDir).Dir, "sleep", "-")
+	stranger := startLeader(t, "sleep", machinePaths(dir, unrecorded).EnvFile)
+
+	c := newCloud(t, Options{Dir: dir, Command: newHelpers(t, "sleep").command, StopGrace: 100 * time.Millisecond})
+	for id, want := range map[string]int{byArgs: first.pid, byDir: second.pid} {
+		if got := stateOf(t, c, id); got != domain.CloudRunning {
+			t.Errorf("%s is %s, want running: its process runs", id, got)
+		}
+		if got := pidOf(t, c, id); got != want {
+			t.Errorf("%s has pid %d, want %d", id, got, want)
+		}
+		if rec, err := readRecord(filepath.Join(dir, id)); err != nil || rec.PID != want {
+			t.Errorf("record of %s = %+v, %v; want the pid %d written", id, rec, err, want)
+		}
+	}
+	if err := c.Terminate(t.Context(), []string{byArgs, byDir}); err != nil {
+		t.Fatalf("Terminate: %v", err)
+	}
+	for _, l := range []*leader{first, second} {
+		l.waitExit(t)
+		if ws := l.state.Sys().(syscall.WaitStatus); ws.Signal() != syscall.SIGTERM {
+			t.Errorf("process %d ended with %v, want SIGTERM", l.pid, l.state)
+		}
+	}
+	if !stranger.running() {
+		t.Errorf("a process naming a directory with no record was signalled")
+	}
 }
