@@ -108,7 +108,7 @@ func (c *Cloud) discover() {
 		}
 		return cmp.Compare(a.ID, b.ID)
 	})
-	leaders := sync.OnceValue(func() map[string]leaderRef { return unrecordedLeaders(c.opts.Dir) })
+	leaders := sync.OnceValue(func() map[string]leaderRef { return unrecordedLeaders() })
 	for _, rec := range found {
 		c.adopt(rec, leaders)
 	}
@@ -126,7 +126,7 @@ func (c *Cloud) adoptID(id string) *machine {
 	if !ok {
 		return nil
 	}
-	return c.adopt(rec, func() map[string]leaderRef { return unrecordedLeaders(c.opts.Dir) })
+	return c.adopt(rec, func() map[string]leaderRef { return unrecordedLeaders() })
 }
 
 // readForAdoption reads the record of the directory name. A directory
@@ -174,7 +174,7 @@ func (c *Cloud) adopt(rec Record, leaders func() map[string]leaderRef) *machine 
 	if rec.PID == 0 {
 		if l, ok := leaders()[rec.ID]; ok {
 			rec.PID, rec.StartTime = l.pid, l.startTime
-			found = "its pid was not recorded; found by its " + l.by
+			found = "its pid was not recorded; found by its " + MachineEnv
 		}
 	}
 	live, startTime, note := inspectProcess(rec, paths.EnvFile)

@@ -118,14 +118,18 @@ type leader struct {
 // ends, if it still runs.
 func startLeader(t *testing.T, mode, arg string) *leader {
 	t.Helper()
-	return startLeaderIn(t, "", mode, arg)
+	return startLeaderWith(t, nil, "", mode, arg)
 }
 
-// startLeaderIn is startLeader with the process's working directory.
-func startLeaderIn(t *testing.T, wd, mode, arg string) *leader {
+// startLeaderWith is startLeader with variables added to the process's
+// environment, and its working directory.
+func startLeaderWith(t *testing.T, env []string, wd, mode, arg string) *leader {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "helper", mode, arg)
 	cmd.Dir = wd
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -316,41 +320,45 @@ func TestAnAdoptedProcessExitingOnItsOwnStopsTheMachine(t *testing.T) {
 
 func TestAProcessStartedBeforeItsPidWasRecordedIsAdopted(t *testing.T) {
 	dir := t.TempDir()
-	// Records written as launchOne writes them before the process starts:
-	// pending, no pid. One machine's process names its env file, as the
-	// default Command does; another's runs in its directory.
-	const byArgs, byDir, unrecorded = "l-0000000000cc", "l-0000000000dd", "l-0000000000ee"
-	for _, id := range []string{byArgs, byDir} {
+	// Records as launchOne writes them before the process starts: pending,
+	// no pid.
+	const started, notStarted, unrecorded = "l-0000000000cc", "l-0000000000dd", "l-0000000000ee"
+	for _, id := range []string{started, notStarted} {
 		if err := WriteMachine(dir, Record{ID: id, State: domain.CloudPending}); err != nil {
 			t.Fatalf("WriteMachine: %v", err)
 		}
 	}
-	first := startLeader(t, "sleep", "--config="+machinePaths(dir, byArgs).EnvFile)
-	second := startLeaderIn(t, machinePaths(dir, byDir).Dir, "sleep", "-")
-	stranger := startLeader(t, "sleep", machinePaths(dir, unrecorded).EnvFile)
+	machine := startLeaderWith(t, []string{MachineEnv + "=" + started}, "", "sleep", "-")
+	// An operator's shell or editor in the other machine's directory,
+	// naming its env file, is not its process.
+	paths := machinePaths(dir, notStarted)
+	operator := startLeaderWith(t, nil, paths.Dir, "sleep", paths.EnvFile)
+	stranger := startLeaderWith(t, []string{MachineEnv + "=" + unrecorded}, "", "sleep", "-")
 
 	c := newCloud(t, Options{Dir: dir, Command: newHelpers(t, "sleep").command, StopGrace: 100 * time.Millisecond})
-	for id, want := range map[string]int{byArgs: first.pid, byDir: second.pid} {
-		if got := stateOf(t, c, id); got != domain.CloudRunning {
-			t.Errorf("%s is %s, want running: its process runs", id, got)
-		}
-		if got := pidOf(t, c, id); got != want {
-			t.Errorf("%s has pid %d, want %d", id, got, want)
-		}
-		if rec, err := readRecord(filepath.Join(dir, id)); err != nil || rec.PID != want {
-			t.Errorf("record of %s = %+v, %v; want the pid %d written", id, rec, err, want)
-		}
+	if got := stateOf(t, c, started); got != domain.CloudRunning {
+		t.Errorf("%s is %s, want running: its process runs", started, got)
 	}
-	if err := c.Terminate(t.Context(), []string{byArgs, byDir}); err != nil {
+	if got := pidOf(t, c, started); got != machine.pid {
+		t.Errorf("%s has pid %d, want %d", started, got, machine.pid)
+	}
+	if rec, err := readRecord(filepath.Join(dir, started)); err != nil || rec.PID != machine.pid {
+		t.Errorf("record of %s = %+v, %v; want the pid %d written", started, rec, err, machine.pid)
+	}
+	if got := stateOf(t, c, notStarted); got != domain.CloudStopped {
+		t.Errorf("%s is %s, want stopped: no process of its started", notStarted, got)
+	}
+	if err := c.Terminate(t.Context(), []string{started, notStarted}); err != nil {
 		t.Fatalf("Terminate: %v", err)
 	}
-	for _, l := range []*leader{first, second} {
-		l.waitExit(t)
-		if ws := l.state.Sys().(syscall.WaitStatus); ws.Signal() != syscall.SIGTERM {
-			t.Errorf("process %d ended with %v, want SIGTERM", l.pid, l.state)
-		}
+	machine.waitExit(t)
+	if ws := machine.state.Sys().(syscall.WaitStatus); ws.Signal() != syscall.SIGTERM {
+		t.Errorf("the machine's process ended with %v, want SIGTERM", machine.state)
 	}
-	if !stranger.running() {
-		t.Errorf("a process naming a directory with no record was signalled")
+	waitState(t, c, notStarted, domain.CloudTerminated)
+	for _, l := range []*leader{operator, stranger} {
+		if !l.running() {
+			t.Errorf("process %d, not a recorded machine's, was signalled", l.pid)
+		}
 	}
 }

@@ -34,6 +34,7 @@ func TestDefaultCommandRunsTheAgentWithItsEnvFile(t *testing.T) {
 		"args=agent --config " + m.EnvFile + "\n",
 		"wd=" + m.Dir + "\n",
 		"env HOME=" + m.Dir + "\n",
+		"env " + MachineEnv + "=" + id + "\n",
 	} {
 		if !strings.Contains(string(log), want) {
 			t.Errorf("agent.log lacks %q:\n%s", want, log)

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -146,27 +144,20 @@ func cmdlineHas(pid int, s string) bool {
 type leaderRef struct {
 	pid       int
 	startTime uint64
-	by        string // what tied it to its machine: "command line" or "working directory"
 }
 
-// unrecordedLeaders finds, by machine id, the processes that look like
-// machines of dir: live, leading their own group, and with a command line
-// naming a file of the machine's directory (the default Command names its
-// env file) or running in that directory (where spawn starts a Command
-// that sets none). A machine's record is written before its process starts
-// and again with its pid, so these are how a process started in between is
-// found once the control plane that started it is gone. Where several
-// processes point at one machine, the oldest is its own. Nothing is found
-// where there is no /proc.
-func unrecordedLeaders(dir string) map[string]leaderRef {
+// unrecordedLeaders finds, by machine id, the live processes that lead their
+// own group and started with MachineEnv set to that id. A machine's record
+// is written before its process starts and again with its pid, so these are
+// how a process started in between is found once the provider that started
+// it is gone. Where several hold one id (a job's process may have made a
+// group of its own), the oldest is the machine's. Nothing is found where
+// there is no /proc.
+func unrecordedLeaders() map[string]leaderRef {
 	found := map[string]leaderRef{}
 	entries, err := os.ReadDir("/proc")
-	if err != nil || dir == "" {
+	if err != nil {
 		return found
-	}
-	prefixes := []string{filepath.Clean(dir) + string(filepath.Separator)}
-	if abs, err := filepath.Abs(dir); err == nil && abs != filepath.Clean(dir) {
-		prefixes = append(prefixes, abs+string(filepath.Separator))
 	}
 	self := os.Getpid()
 	for _, e := range entries {
@@ -178,42 +169,25 @@ func unrecordedLeaders(dir string) map[string]leaderRef {
 		if !ok || info.dead() || info.pgid != pid {
 			continue
 		}
-		id, by := machineOfProcess(pid, prefixes)
+		id := machineOfProcess(pid)
 		if had, taken := found[id]; id != "" && (!taken || info.startTime < had.startTime) {
-			found[id] = leaderRef{pid: pid, startTime: info.startTime, by: by}
+			found[id] = leaderRef{pid: pid, startTime: info.startTime}
 		}
 	}
 	return found
 }
 
-// machineOfProcess names the machine whose directory (a prefix and its id)
-// the process's command line or working directory points into, and which of
-// them did; the id is "" when neither does.
-func machineOfProcess(pid int, prefixes []string) (id, by string) {
-	idIn := func(path string) string {
-		for _, prefix := range prefixes {
-			i := strings.Index(path, prefix)
-			if i < 0 || (i > 0 && path[i-1] != '=') {
-				continue // only a path that starts the argument or follows --flag=
-			}
-			id, _, _ := strings.Cut(path[i+len(prefix):], string(filepath.Separator))
-			if validID(id) {
-				return id
-			}
-		}
+// machineOfProcess is the MachineEnv the process started with, "" when it
+// had none (or its environment cannot be read: another user's process).
+func machineOfProcess(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
 		return ""
 	}
-	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil {
-		for _, arg := range bytes.Split(b, []byte{0}) {
-			if id := idIn(string(arg)); id != "" {
-				return id, "command line"
-			}
+	for _, kv := range bytes.Split(b, []byte{0}) {
+		if id, ok := bytes.CutPrefix(kv, []byte(MachineEnv+"=")); ok && validID(string(id)) {
+			return string(id)
 		}
 	}
-	if cwd, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd"); err == nil {
-		if id := idIn(cwd + string(filepath.Separator)); id != "" {
-			return id, "working directory"
-		}
-	}
-	return "", ""
+	return ""
 }

@@ -49,9 +49,9 @@
 //	               its own; absent or 0 when the machine has none, or its
 //	               process started after the record was written (a record
 //	               is written before the process starts, and again with
-//	               its pid): then a live group leader whose command line
-//	               names a file of the machine's directory, or that runs
-//	               in it, is taken as the machine's process
+//	               its pid): then the oldest live group leader that started
+//	               with MachineEnv set to the machine's id is taken as the
+//	               machine's process
 //	start_time     the process's start, field 22 of /proc/<pid>/stat, so
 //	               that a later process reusing the pid is not taken for
 //	               it; absent means a process is the machine's only when

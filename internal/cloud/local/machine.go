@@ -159,6 +159,7 @@ func (c *Cloud) spawn(m *machine) error {
 	if cmd.Env == nil {
 		cmd.Env = machineEnv(m.paths)
 	}
+	cmd.Env = append(cmd.Env, MachineEnv+"="+m.inst.ID)
 	logFile, err := c.attachLog(cmd, m.paths)
 	if err != nil {
 		return err
@@ -198,6 +199,14 @@ func (c *Cloud) attachLog(cmd *exec.Cmd, paths Machine) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// MachineEnv names the variable every machine's process starts with, set to
+// its machine's id: it is how a process whose pid was never recorded (its
+// provider killed between starting it and writing the pid) is told from
+// any other process of the user, say an operator's shell in the machine's
+// directory, so that adoption signals only machines. Children inherit it,
+// so the oldest group leader holding it is the machine's process.
+const MachineEnv = "BULLPEN_LOCAL_MACHINE"
 
 // machineEnv is the environment of a process whose Command left Env unset:
 // enough to find programs, and nothing of the control plane's secrets.
