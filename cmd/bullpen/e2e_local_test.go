@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,8 +41,10 @@ sleep 3
 // localStack is bullpen serve --cloud local and what the test needs of it.
 type localStack struct {
 	*server
-	dir string // --local-dir
-	seq int
+	dir  string   // --local-dir
+	port string   // serve's, kept over a restart for the agents to find it
+	args []string // serve's flags, for a restart
+	seq  int
 }
 
 func startLocal(t *testing.T) *localStack {
@@ -50,14 +54,26 @@ func startLocal(t *testing.T) *localStack {
 	if err := os.WriteFile(runner, []byte(fakeRunner), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	machines := filepath.Join(dir, "machines")
-	s := startServerWith(t, localConfig, "--cloud", "local", "--local-dir", machines, "--environment", "e2e",
+	machines, port := filepath.Join(dir, "machines"), freePort(t)
+	args := []string{"--store", "sqlite://" + filepath.Join(dir, "bullpen.db"), "--listen", "127.0.0.1:" + port,
+		"--cloud", "local", "--local-dir", machines, "--environment", "e2e",
 		"--converge-every", "500ms", "--terminate-every", "500ms", "--reap-every", "500ms",
 		"--silent-after", "3s", "--orphan-grace", "1s", "--gone-grace", "2s",
-		"--local-agent-env", "BULLPEN_AGENT_RUNNER_COMMAND="+runner+" {jitconfig}",
+		"--local-agent-env", "BULLPEN_AGENT_RUNNER_COMMAND=" + runner + " {jitconfig}",
 		"--local-agent-env", "BULLPEN_AGENT_HEARTBEAT_INTERVAL=500ms",
-		"--local-agent-env", "BULLPEN_AGENT_POLL_WAIT=2s")
-	return &localStack{server: s, dir: machines}
+		"--local-agent-env", "BULLPEN_AGENT_POLL_WAIT=2s"}
+	return &localStack{server: startServerWith(t, localConfig, args...), dir: machines, port: port, args: args}
+}
+
+// restart starts serve again, after a stop, on the same store, directory
+// and port, with extra flags.
+func (l *localStack) restart(extra ...string) {
+	l.t.Helper()
+	l.eventually("serve's port free again", 30*time.Second, func() bool {
+		ln, err := net.Listen("tcp", "127.0.0.1:"+l.port)
+		return err == nil && ln.Close() == nil
+	})
+	l.server = startServerWith(l.t, localConfig, append(slices.Clone(l.args), extra...)...)
 }
 
 // queue posts a signed queued delivery for one job of pool and returns its id.
@@ -139,6 +155,14 @@ func agentPIDs(t *testing.T, path string) []int {
 	return pids
 }
 
+// killMachines ends the process groups of the agents of machines in dir.
+func killMachines(t *testing.T, dir string) {
+	for _, pid := range agentPIDs(t, dir) {
+		_ = syscall.Kill(-pid, syscall.SIGKILL) // its group: the agent leads one
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
 func TestServeLocalEndToEnd(t *testing.T) {
 	l := startLocal(t)
 
@@ -202,11 +226,19 @@ func TestServeLocalEndToEnd(t *testing.T) {
 		t.Fatalf("the orphan machine was not reaped\n%s", l.logs.String())
 	}
 
-	// Shutdown leaves no process behind.
+	// A shutdown leaves the machines running, as a cloud's outlive their
+	// control plane: serve restarted on the store and the directory adopts
+	// the warm one and serves the next job on it. (The agent's retries back
+	// off while serve is down, so silence is given longer.)
 	if err := l.stop(); err != nil {
 		t.Fatalf("serve did not stop cleanly: %v\n%s", err, l.logs.String())
 	}
-	if left := agentPIDs(t, l.dir); len(left) > 0 {
-		t.Fatalf("processes left behind: %v", left)
+	if len(agentPIDs(t, filepath.Join(l.dir, inst.CloudID, "agent.env"))) == 0 {
+		t.Fatalf("the warm machine's agent ended with serve")
+	}
+	l.restart("--silent-after", "30s")
+	e := l.queue("reuse")
+	if third := l.waitJob(e, "completed"); third.InstanceID != inst.ID {
+		t.Fatalf("after a restart, job %d ran on %s, not on the warm %s\n%s", e, third.InstanceID, inst.ID, l.logs.String())
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -103,6 +104,11 @@ func startServerWith(t *testing.T, config string, extra ...string) *server {
 		}
 	}()
 	go func() { s.done <- s.cmd.Wait() }()
+	// Local machines outlive serve with --local-dir (for the next serve
+	// to adopt): end them once serve has stopped.
+	if i := slices.Index(extra, "--local-dir"); i >= 0 && i+1 < len(extra) {
+		t.Cleanup(func() { killMachines(t, extra[i+1]) })
+	}
 	t.Cleanup(func() { s.stop() })
 	select {
 	case a := <-addr:

@@ -61,7 +61,7 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.store, "store", "BULLPEN_STORE", "sqlite://bullpen.db", "state store: sqlite://PATH, or dynamodb://TABLE shared by several replicas (with --queue sqs://PREFIX)")
 	str(&f.queue, "queue", "BULLPEN_QUEUE", "", "message queues: in the store's SQLite file (the default), or sqs://PREFIX with --store dynamodb://TABLE")
 	str(&f.cloud, "cloud", "BULLPEN_CLOUD", "sim", "compute provider: sim (simulated, in this process), local (each machine a bullpen agent process here) or aws (EC2)")
-	str(&f.localDir, "local-dir", "BULLPEN_LOCAL_DIR", "", "with --cloud local: where machines keep their files (default: a temporary directory)")
+	str(&f.localDir, "local-dir", "BULLPEN_LOCAL_DIR", "", "with --cloud local: where machines keep their files; their processes outlive serve, for the next serve on it to adopt (default: a temporary directory, removed with its machines when serve exits)")
 	str(&f.agentURL, "agent-url", "BULLPEN_AGENT_URL", "", "where machines' agents reach this control plane (default: http:// and the listen address)")
 	str(&f.github, "github", "BULLPEN_GITHUB", "sim", "GitHub: sim (simulated, in this process), app (a GitHub App) or token (a token from $BULLPEN_GITHUB_TOKEN)")
 	// Secrets are read from the environment after parsing, never as flag

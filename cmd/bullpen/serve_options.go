@@ -41,7 +41,7 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 		Config: cfg, ConfigPath: f.config, ConfigInterval: f.reload, Environment: f.environment, StorePath: s.storePath,
 		ControllerID: f.controllerID, WebhookSecret: s.secret, AdminToken: s.token, RunnerScope: f.scope, Enterprise: f.gh.enterprise,
 		CancelRejected: f.cancelRejected, Clock: clock.Real{}, Log: log, Latency: s.latency, Agent: s.agent,
-		TerminateEvery: f.terminateEvery, Cloud: f.cloud, GitHub: f.github, LocalDir: f.localDir, AgentURL: f.agentURL,
+		TerminateEvery: f.terminateEvery, Cloud: f.cloud, GitHub: f.github, LocalDir: f.localDir, LocalKeep: f.localDir != "", AgentURL: f.agentURL,
 		LocalAgentEnv: f.localEnv, ViewerToken: s.viewer, AWS: s.aws, GitHubAPI: s.gh, Shared: s.shared,
 	}
 	f.setLoops(&o)

@@ -80,6 +80,9 @@ type Options struct {
 	// LocalDir holds the local machines' directories; default a temporary
 	// directory.
 	LocalDir string
+	// LocalKeep makes Close leave the local machines of LocalDir running,
+	// for the next control plane on it to adopt (local.Options.KeepOnClose).
+	LocalKeep bool
 	// AgentURL is where machines' agents reach this control plane.
 	AgentURL string
 	// LocalAgentEnv adds agent settings to local machines' launch data.
@@ -307,7 +310,8 @@ func (o *Options) setDefaults() {
 }
 
 // Close releases what New opened, last first: the machines (a local cloud
-// stops every agent process, a simulated one its agents), then the store.
+// stops every agent process unless LocalKeep, a simulated one its agents),
+// then the store.
 // Call it after Run has returned.
 func (a *App) Close() error {
 	var errs []error

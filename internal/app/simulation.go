@@ -77,7 +77,8 @@ func (a *App) newCloud(ctx context.Context) (domain.IdentityVerifier, error) {
 		for k, v := range o.LocalAgentEnv {
 			env[k] = v
 		}
-		l, err := local.New(local.Options{Dir: o.LocalDir, Clock: o.Clock, Log: o.Log.With("loop", "local-cloud"), AgentEnv: env})
+		l, err := local.New(local.Options{Dir: o.LocalDir, KeepOnClose: o.LocalKeep, Clock: o.Clock,
+			Log: o.Log.With("loop", "local-cloud"), AgentEnv: env})
 		if err != nil {
 			return nil, fmt.Errorf("local cloud: %w", err)
 		}

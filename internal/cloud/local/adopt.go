@@ -224,6 +224,8 @@ func (c *Cloud) watchAdopted(m *machine, p *process) {
 		case <-p.halted:
 			c.drain(m, p, "")
 			return
+		case <-c.gone:
+			return
 		case <-tick.C:
 		}
 	}

@@ -136,6 +136,12 @@ type Options struct {
 	// Dir holds a directory per machine. Empty means a temporary
 	// directory, removed by Close.
 	Dir string
+	// KeepOnClose makes Close leave the machines as they are, processes
+	// running, for the next Cloud on Dir to adopt, as a cloud's machines
+	// outlive a restart of their control plane (a job running on one goes
+	// on). It has no effect with a temporary Dir, whose machines go with
+	// it.
+	KeepOnClose bool
 	// Capacity caps live (not terminated) machines; zero means unlimited.
 	Capacity int
 	// StopGrace is how long a process group has after SIGTERM before it
@@ -170,6 +176,10 @@ type Cloud struct {
 	calls    ec2like.Calls
 	skipped  map[string]string // directories of Dir not adopted, and why
 	closed   bool
+	// detached: Close left the machines to the next Cloud on Dir; nothing
+	// of this one touches them or their records again.
+	detached bool
+	gone     chan struct{} // closed when detached
 	changed  chan struct{} // closed and replaced whenever a machine settles
 	workers  sync.WaitGroup
 }
@@ -195,6 +205,7 @@ func New(opts Options) (*Cloud, error) {
 		machines: map[string]*machine{},
 		skipped:  map[string]string{},
 		changed:  make(chan struct{}),
+		gone:     make(chan struct{}),
 	}
 	if c.clk == nil {
 		c.clk = clock.Real{}
@@ -264,6 +275,9 @@ func (c *Cloud) Dir() string { return c.opts.Dir }
 // Create and Start fail afterwards; the other calls still answer, but
 // adopt nothing. The lock on Dir is released; a temporary Dir is removed.
 func (c *Cloud) Close() error {
+	if c.opts.KeepOnClose && !c.ownsDir {
+		return c.detach()
+	}
 	c.mu.Lock()
 	if !c.closed {
 		c.discover()
@@ -287,6 +301,37 @@ func (c *Cloud) Close() error {
 		if err := os.RemoveAll(c.opts.Dir); err != nil {
 			return fmt.Errorf("local cloud: remove the work directory: %w", err)
 		}
+	}
+	return nil
+}
+
+// detach is Close for KeepOnClose: the machines and their records stay as
+// they are and the lock on Dir is released, so the next Cloud on Dir adopts
+// them. What was under way stays recorded (a machine stopping or
+// terminating is recorded so, and the next Cloud finishes it); a process
+// that exits from now on is left for that Cloud to find gone. The
+// watchers of processes this Cloud started stay blocked until those
+// processes end, or this process does.
+func (c *Cloud) detach() error {
+	c.mu.Lock()
+	if !c.closed {
+		c.discover()
+		c.closed, c.detached = true, true
+		close(c.gone)
+		kept := 0
+		for _, m := range c.machines {
+			if m.proc != nil {
+				kept++
+			}
+		}
+		c.log.Info("local cloud closed; its machines keep running for the next control plane on the directory",
+			"dir", c.opts.Dir, "processes", kept)
+	}
+	lock := c.lock
+	c.lock = nil
+	c.mu.Unlock()
+	if lock != nil {
+		_ = lock.Close()
 	}
 	return nil
 }

@@ -255,6 +255,10 @@ func (c *Cloud) watch(m *machine, p *process) {
 // the leader ended.
 func (c *Cloud) drain(m *machine, p *process, exit string) {
 	c.mu.Lock()
+	if c.detached {
+		c.mu.Unlock()
+		return // the next Cloud on Dir finds what became of it
+	}
 	if m.inst.State == domain.CloudRunning {
 		// Nobody asked: the agent shut the machine down, or crashed.
 		c.log.Info("local machine halted on its own", "instance", m.inst.ID, "exit", exit)
@@ -270,6 +274,10 @@ func (c *Cloud) drain(m *machine, p *process, exit string) {
 	}
 
 	c.mu.Lock()
+	if c.detached {
+		c.mu.Unlock()
+		return
+	}
 	p.drained = true
 	p.kill.Stop()
 	m.proc = nil

@@ -220,6 +220,11 @@ func (c *Cloud) call(ctx context.Context, op string, n int) (time.Time, error) {
 	if err := c.calls.Begin(ctx, op, n); err != nil {
 		return time.Time{}, err
 	}
+	if c.detached {
+		// The machines are the next Cloud's now: not even a List, which
+		// would adopt records.
+		return time.Time{}, &domain.CloudError{Op: op, Code: ec2like.CodeInternal, Err: ErrClosed}
+	}
 	now := c.clk.Now()
 	ec2like.Purge(c.machines, c.opts.TerminatedRetention, now)
 	return now, nil

@@ -2,6 +2,7 @@ package local
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -248,4 +249,74 @@ func TestAgentKilledBehindTheProvidersBackLeavesTheMachineStopped(t *testing.T) 
 		t.Fatalf("Terminate: %v", err)
 	}
 	waitState(t, c, id, domain.CloudTerminated)
+}
+
+func TestCloseWithKeepOnCloseLeavesTheMachinesToTheNextCloud(t *testing.T) {
+	h := newHelpers(t, "sleep")
+	dir := t.TempDir()
+	first, err := New(Options{Command: h.command, Dir: dir, KeepOnClose: true, StopGrace: 100 * time.Millisecond,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ids := create(t, first, 2, nil)
+	var pids []int
+	for _, id := range ids {
+		h.ready(id)
+		pids = append(pids, pidOf(t, first, id))
+	}
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			signalGroup(pid, syscall.SIGKILL) // only if the test failed before terminating them
+		}
+	})
+	if err := first.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for _, pid := range pids {
+		if gone(pid) {
+			t.Fatalf("machine process %d ended at Close", pid)
+		}
+	}
+	if err := first.Stop(t.Context(), ids[:1]); !errors.Is(err, ErrClosed) {
+		t.Errorf("Stop after Close: %v, want ErrClosed", err)
+	}
+	if _, err := first.List(t.Context(), domain.CloudFilter{}); !errors.Is(err, ErrClosed) {
+		t.Errorf("List after Close: %v, want ErrClosed", err)
+	}
+
+	// The lock is free: the next Cloud on the directory adopts them
+	// running, and (without KeepOnClose) ends them at its Close.
+	next := newCloud(t, Options{Command: h.command, Dir: dir, StopGrace: 100 * time.Millisecond})
+	for k, id := range ids {
+		if got := stateOf(t, next, id); got != domain.CloudRunning {
+			t.Errorf("%s is %s after a Close that kept it, want running", id, got)
+		}
+		if got := pidOf(t, next, id); got != pids[k] {
+			t.Errorf("%s has pid %d, want %d", id, got, pids[k])
+		}
+	}
+	if err := next.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for _, pid := range pids {
+		wantGone(t, "machine process after the next Cloud's Close", pid)
+	}
+}
+
+func TestKeepOnCloseDoesNotKeepTheMachinesOfATemporaryDirectory(t *testing.T) {
+	h := newHelpers(t, "sleep")
+	c, err := New(Options{Command: h.command, KeepOnClose: true, StopGrace: 100 * time.Millisecond,
+		Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	id := create(t, c, 1, nil)[0]
+	h.ready(id)
+	pid := pidOf(t, c, id)
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	wantGone(t, "machine process of a temporary directory after Close", pid)
 }
