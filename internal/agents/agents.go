@@ -471,5 +471,29 @@ func (s *Service) failed(ctx context.Context, in domain.Instance, sig domain.Sig
 		return fmt.Errorf("failed %s: %w", in.ID, domain.ErrConflict) // changed meanwhile: the agent retries
 	}
 	s.log.Warn("instance failed", "instance", in.ID, "state", in.State, "reason", reason)
+	if in.Job != "" && !in.JobStarted {
+		s.noteRepeatedFailure(ctx, in.Job, reason)
+	}
 	return nil
+}
+
+// repeatedFailures is how many instances in a row may fail a job before it
+// takes a human: a runner command, an image or a warm-up that cannot work
+// fails every machine, and the job is retried ever more slowly
+// (jobs.RetryDelay) for as long as GitHub keeps it queued.
+const repeatedFailures = 3
+
+// noteRepeatedFailure logs, as an error, a job sent back to its queue after
+// its instance failed when that has happened repeatedly.
+func (s *Service) noteRepeatedFailure(ctx context.Context, key, reason string) {
+	id, err := domain.ParseJobKey(key)
+	if err != nil {
+		return
+	}
+	j, err := s.store.GetJob(ctx, id)
+	if err != nil || j.Status != domain.JobQueued || j.Attempts < repeatedFailures {
+		return
+	}
+	s.log.Error("a job keeps failing on its instances: check the runner command, image and warm-up (the failed machines' agent logs say why)",
+		"job", j.ID, "pool", j.Pool, "failed_attempts", j.Attempts, "last_reason", reason, "next_try_in", jobs.RetryDelay(j.Attempts))
 }

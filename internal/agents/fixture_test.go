@@ -3,6 +3,7 @@ package agents_test
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -27,10 +28,20 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureLogging(t, nil)
+}
+
+// newFixtureLogging is newFixture with the service logging to log (nil
+// discards).
+func newFixtureLogging(t *testing.T, log *slog.Logger) *fixture {
+	t.Helper()
 	// Each fixture has its own database and clock, and opening a database
 	// is most of a test's time under the race detector.
 	t.Parallel()
 	f := &fixture{World: testworld.New(t, t0)}
+	if log != nil {
+		f.Log = log
+	}
 	var err error
 	f.svc, err = agents.New(f.Store, f.Queue, f.Clock, f.Log, nil, agents.Options{
 		Policy: func(domain.Instance) agents.Policy { return f.policy }, Notices: f,

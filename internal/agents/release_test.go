@@ -1,10 +1,14 @@
 package agents_test
 
 import (
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 // releasing writes an instance in the middle of the release handshake: its
@@ -114,6 +118,34 @@ func TestFailedRequeuesAnUnstartedJob(t *testing.T) {
 			f.wantDefaultDeadline(after)
 			wantRequeued(t, f, route)
 		})
+	}
+}
+
+func TestAJobFailingOnInstanceAfterInstanceIsLoggedAsAnError(t *testing.T) {
+	var logs testlog.Buffer
+	f := newFixtureLogging(t, slog.New(slog.NewTextHandler(&logs, nil)))
+	f.createJob(domain.Job{ID: 42, Status: domain.JobQueued, Pool: "small"})
+	for k := range 3 {
+		in := f.CreateInstance(domain.Instance{ID: fmt.Sprintf("bp-%d", k), State: domain.StateClaimed, Job: "42"})
+		j := f.Job(42)
+		bind := domain.Lifecycle{}.AssignJob(j, in.ID, domain.ViaReuse, domain.RunnerRegistration{RunnerID: 7, Name: in.ID + "-42"}, f.Clock.Now())
+		if _, err := f.Store.TransitionJob(f.Ctx, 42, bind.Guard, bind.Apply); err != nil {
+			t.Fatal(err)
+		}
+		err := f.svc.Signal(f.Ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalFailed, Job: "42", Reason: "exit status 127"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		errors := logs.Lines("level=ERROR", "job=42")
+		if want := k + 1; want < 3 && len(errors) > 0 || want == 3 && len(errors) != 1 {
+			t.Fatalf("after %d failed instances, the errors logged are %q", want, errors)
+		}
+	}
+	line := logs.Lines("level=ERROR")[0]
+	for _, want := range []string{"pool=small", "failed_attempts=3", `last_reason="exit status 127"`, "next_try_in=8s"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the error %q does not say %s", line, want)
+		}
 	}
 }
 

@@ -9,8 +9,26 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-// RequeueDelay is how long a requeued job waits before it is tried again.
-const RequeueDelay = 2 * time.Second
+// RequeueDelay is how long a job sent back to its queue for the first time
+// waits before it is tried again; MaxRequeueDelay bounds RetryDelay.
+const (
+	RequeueDelay    = 2 * time.Second
+	MaxRequeueDelay = 5 * time.Minute
+)
+
+// RetryDelay is how long a job waits in its queue after its attempts-th
+// attempt failed: RequeueDelay, doubled for each attempt after the first, up
+// to MaxRequeueDelay. A job whose machines all fail (a runner command or an
+// image that cannot work) would otherwise take a new machine every few
+// seconds for as long as GitHub keeps it queued; backing off, it takes
+// about a dozen an hour after the first eight.
+func RetryDelay(attempts int) time.Duration {
+	d := RequeueDelay
+	for i := 1; i < attempts && d < MaxRequeueDelay; i++ {
+		d *= 2
+	}
+	return min(d, MaxRequeueDelay)
+}
 
 // Requeue sends a job that was assigned to instanceID back to its queue,
 // unbound, because that instance cannot serve it. It does nothing if the
@@ -40,7 +58,7 @@ func sendRequeued(ctx context.Context, st Store, q domain.Queue, changed []domai
 		if j.Status != domain.JobQueued || j.InstanceID != "" || !j.SendPending {
 			continue
 		}
-		if err := q.Send(ctx, QueueFor(j.Route), []domain.SendRequest{SendRequest(j, RequeueDelay)}); err != nil {
+		if err := q.Send(ctx, QueueFor(j.Route), []domain.SendRequest{SendRequest(j, RetryDelay(j.Attempts))}); err != nil {
 			errs = append(errs, fmt.Errorf("requeue job %d: %w", j.ID, err))
 			continue
 		}

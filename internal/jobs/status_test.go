@@ -81,13 +81,19 @@ func TestRequeue(t *testing.T) {
 	}
 }
 
-// wantRequeueMessage checks that the job waits RequeueDelay in queue, once.
+// wantRequeueMessage checks that the job waits its attempt's RetryDelay in
+// queue, once.
 func wantRequeueMessage(t *testing.T, f *fixture, queue string) {
 	t.Helper()
 	if st := f.Stats(queue); st.Delayed != 1 || st.Visible != 0 {
 		t.Fatalf("%s queue %+v; want one delayed message", queue, st)
 	}
-	f.Clock.Advance(jobs.RequeueDelay)
+	delay := jobs.RetryDelay(f.Job(42).Attempts)
+	f.Clock.Advance(delay - time.Millisecond)
+	if st := f.Stats(queue); st.Visible != 0 {
+		t.Fatalf("%s queue %+v before the job's delay of %s", queue, st, delay)
+	}
+	f.Clock.Advance(time.Millisecond)
 	msgs, err := f.Queue.Receive(f.Ctx, queue, 10, time.Minute, 0)
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("after the delay: %d messages, %v", len(msgs), err)
@@ -225,4 +231,54 @@ func TestStatusChangesRetryLostRaces(t *testing.T) {
 			t.Fatalf("got %s, want still assigned", j.Status)
 		}
 	})
+}
+
+func TestRetryDelayDoublesWithEachFailedAttemptUpToItsBound(t *testing.T) {
+	for attempts, want := range map[int]time.Duration{
+		0: jobs.RequeueDelay, 1: jobs.RequeueDelay, 2: 2 * jobs.RequeueDelay, 3: 4 * jobs.RequeueDelay,
+		8: 128 * jobs.RequeueDelay, 9: jobs.MaxRequeueDelay, 1000: jobs.MaxRequeueDelay,
+	} {
+		if got := jobs.RetryDelay(attempts); got != want {
+			t.Errorf("RetryDelay(%d) = %s, want %s", attempts, got, want)
+		}
+	}
+}
+
+func TestAJobWhoseInstancesKeepFailingWaitsLongerEachTime(t *testing.T) {
+	f := newFixture(t)
+	j := assigned()
+	j.Attempts = 0
+	f.createJob(j)
+	var waited []time.Duration
+	for attempt := 1; attempt <= 4; attempt++ {
+		if err := jobs.Requeue(f.Ctx, f.Store, f.Queue, 42, "bp-1", "instance failed: exit 127"); err != nil {
+			t.Fatal(err)
+		}
+		start := f.Clock.Now()
+		for {
+			msgs, err := f.Queue.Receive(f.Ctx, domain.QueueLaunch, 10, time.Minute, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(msgs) > 0 {
+				if err := f.Queue.Delete(f.Ctx, domain.QueueLaunch, []string{msgs[0].Receipt}); err != nil {
+					t.Fatal(err)
+				}
+				break
+			}
+			f.Clock.Advance(time.Second)
+		}
+		waited = append(waited, f.Clock.Now().Sub(start))
+		// A new instance takes it, and fails as well.
+		var verbs domain.Lifecycle
+		bind := verbs.AssignJob(f.Job(42), "bp-1", domain.ViaReuse,
+			domain.RunnerRegistration{RunnerID: 7, Name: "bp-1-42"}, f.Clock.Now())
+		if _, err := f.Store.TransitionJob(f.Ctx, 42, bind.Guard, bind.Apply); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second}
+	if fmt.Sprint(waited) != fmt.Sprint(want) {
+		t.Fatalf("the job waited %v in its queue after each failure, want %v", waited, want)
+	}
 }
