@@ -206,3 +206,25 @@ func TestServeNamesEveryBadFlagAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A variable that sets a flag is parsed as the flag is, and a value it
+// refuses is named with the other problems, where it was dropped without a
+// word and the default taken.
+func TestServeNamesAVariableItCannotParse(t *testing.T) {
+	vars := map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "t",
+		"BULLPEN_CONVERGE_EVERY": "fast", "BULLPEN_SPOT_BREAKER_INTERRUPTIONS": "two",
+		"BULLPEN_CANCEL_REJECTED": "yes", "BULLPEN_AWS_NO_SPOT_FALLBACK": "sure"}
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return vars[k] }}
+	code := run(t.Context(), e, []string{"serve", "--config", "../../examples/runs-on.yml", "--listen", "127.0.0.1:0", "--cloud", "mars"})
+	if code != 2 {
+		t.Fatalf("exit %d, want 2\n%s", code, errb.String())
+	}
+	for _, want := range []string{`$BULLPEN_CONVERGE_EVERY="fast": time: invalid duration "fast"`,
+		`$BULLPEN_SPOT_BREAKER_INTERRUPTIONS="two": want a whole number`, `$BULLPEN_CANCEL_REJECTED="yes": want true or false`,
+		`$BULLPEN_AWS_NO_SPOT_FALLBACK="sure": want true or false`, `--cloud "mars"`} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
+		}
+	}
+}

@@ -47,9 +47,46 @@ type serveFlags struct {
 	gh                                          githubFlags
 	cancelRejected                              bool
 	getenv                                      func(string) string
+	// envProblems are the variables whose values their flags refuse:
+	// they are named with the flags' problems, never silently dropped.
+	envProblems []error
+}
+
+// parseBool and parseInt are strconv's, saying what they want.
+func parseBool(v string) (bool, error) {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, errors.New("want true or false")
+	}
+	return b, nil
+}
+
+func parseInt(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, errors.New("want a whole number")
+	}
+	return n, nil
+}
+
+// envDefault is the default of a flag of type T that env may set: its
+// value parsed, or def when it is unset. A value that does not parse is
+// recorded as a problem (and def kept until it is reported).
+func envDefault[T any](f *serveFlags, env string, def T, parse func(string) (T, error)) T {
+	v := f.getenv(env)
+	if v == "" {
+		return def
+	}
+	got, err := parse(v)
+	if err != nil {
+		f.envProblems = append(f.envProblems, fmt.Errorf("$%s=%s: %v", env, domain.QuoteShort(v), err))
+		return def
+	}
+	return got
 }
 
 func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
+	f.getenv = getenv
 	str := func(p *string, name, env, def, usage string) {
 		if v := getenv(env); v != "" {
 			def = v
@@ -66,7 +103,6 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.github, "github", "BULLPEN_GITHUB", "sim", "GitHub: sim (simulated, in this process), app (a GitHub App) or token (a token from $BULLPEN_GITHUB_TOKEN)")
 	// Secrets are read from the environment after parsing, never as flag
 	// defaults, which -h and every flag error would print.
-	f.getenv = getenv
 	fs.StringVar(&f.secret, "webhook-secret", "", "GitHub webhook secret (prefer $BULLPEN_WEBHOOK_SECRET or --webhook-secret-file)")
 	str(&f.secretFile, "webhook-secret-file", "BULLPEN_WEBHOOK_SECRET_FILE", "", "file holding the webhook secret")
 	fs.StringVar(&f.token, "admin-token", "", "bearer token for /api/v1 (prefer $BULLPEN_ADMIN_TOKEN or --admin-token-file)")
@@ -81,14 +117,14 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.logFormat, "log-format", "BULLPEN_LOG_FORMAT", "text", "text or json")
 	str(&f.simLatency, "sim-latency", "BULLPEN_SIM_LATENCY", "realistic", "simulated cloud timings: realistic (boot 15s, warm-up 30s, …) or zero")
 	f.defineIntervals(fs, getenv)
-	f.aws.define(fs, getenv)
+	f.aws.define(fs, f)
 	f.gh.define(fs, getenv)
 	f.deadlines = domain.DefaultDeadlines()
 	fs.Func("deadline", "STATE=DURATION: how long an instance may stay in a state before it is terminated (repeatable; "+deadlineDefaults()+")", func(v string) error {
 		return setDeadline(&f.deadlines, v)
 	})
 	fs.Func("local-agent-env", "with --cloud local: KEY=VALUE added to every machine's agent settings (repeatable), e.g. BULLPEN_AGENT_RUNNER_COMMAND=...", keyValue(&f.localEnv))
-	fs.BoolVar(&f.cancelRejected, "cancel-rejected", getenv("BULLPEN_CANCEL_REJECTED") == "true", "cancel the workflow run of a rejected job ($BULLPEN_CANCEL_REJECTED=true)")
+	fs.BoolVar(&f.cancelRejected, "cancel-rejected", envDefault(f, "BULLPEN_CANCEL_REJECTED", false, parseBool), "cancel the workflow run of a rejected job ($BULLPEN_CANCEL_REJECTED=true)")
 }
 
 // keyValue parses a repeatable KEY=VALUE flag into *m.
@@ -109,10 +145,7 @@ func keyValue(m *map[string]string) func(string) error {
 // defineIntervals defines the loops' intervals and allowances.
 func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) string) {
 	dur := func(p *time.Duration, name, env string, def time.Duration, usage string) {
-		if v, err := time.ParseDuration(getenv(env)); err == nil {
-			def = v
-		}
-		fs.DurationVar(p, name, def, usage+" ($"+env+")")
+		fs.DurationVar(p, name, envDefault(f, env, def, time.ParseDuration), usage+" ($"+env+")")
 	}
 	dur(&f.convergeEvery, "converge-every", "BULLPEN_CONVERGE_EVERY", 30*time.Second, "pool convergence interval")
 	dur(&f.terminateEvery, "terminate-every", "BULLPEN_TERMINATE_EVERY", 5*time.Second, "terminator interval")
@@ -129,11 +162,8 @@ func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) strin
 	dur(&f.creationTimeout, "creation-timeout", "BULLPEN_CREATION_TIMEOUT", 5*time.Minute, "a new instance must boot and register for its job within this")
 	dur(&f.rpRequeueDelay, "resource-pool-requeue-delay", "BULLPEN_RESOURCE_POOL_REQUEUE_DELAY", 3*time.Second, "an idle instance that does not fit a job goes back to the resource pool with this delay")
 	dur(&f.redelivery, "redelivery-after", "BULLPEN_REDELIVERY_AFTER", 0, "a queued message taken by a loop that died is taken again after this (default: intake 30s, pool dispatch 1m, provisioning 1m; messages in hand are kept)")
-	interruptions := spotbreaker.DefaultInterruptions
-	if n, err := strconv.Atoi(getenv("BULLPEN_SPOT_BREAKER_INTERRUPTIONS")); err == nil {
-		interruptions = n
-	}
-	fs.IntVar(&f.spotBreaker.Interruptions, "spot-breaker-interruptions", interruptions,
+	fs.IntVar(&f.spotBreaker.Interruptions, "spot-breaker-interruptions",
+		envDefault(f, "BULLPEN_SPOT_BREAKER_INTERRUPTIONS", spotbreaker.DefaultInterruptions, parseInt),
 		"spot interruptions of a runner class within --spot-breaker-window that switch it to on-demand ($BULLPEN_SPOT_BREAKER_INTERRUPTIONS)")
 	dur(&f.spotBreaker.Window, "spot-breaker-window", "BULLPEN_SPOT_BREAKER_WINDOW", spotbreaker.DefaultWindow, "the window in which spot interruptions are counted")
 	dur(&f.spotBreaker.Cooldown, "spot-breaker-cooldown", "BULLPEN_SPOT_BREAKER_COOLDOWN", spotbreaker.DefaultCooldown, "how long a runner class stays on-demand once switched")
@@ -159,7 +189,7 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		log = slog.New(slog.DiscardHandler)
 	}
 	opts, err := f.options(e, log)
-	if err := errors.Join(logErr, err); err != nil {
+	if err := errors.Join(append(f.envProblems, logErr, err)...); err != nil {
 		fmt.Fprintf(e.stderr, "bullpen serve: %v\n", err)
 		return 2
 	}
