@@ -60,7 +60,7 @@ func autoscaleRun(ctx context.Context, e *env, args []string) int {
 	logFormat := str("log-format", "BULLPEN_LOG_FORMAT", "text", "text or json")
 	metricsAddr := str("metrics-listen", "BULLPEN_METRICS_LISTEN", "", "HTTP address for /metrics and /healthz; empty: none")
 	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "usage: bullpen autoscale run [flags]\n\nConfigured by the autoscaler's environment variables; see internal/autoscale/README.md.")
+		fmt.Fprintln(e.stderr, "usage: bullpen autoscale run [flags]\n\nConfigured by the autoscaler's environment variables; see internal/autoscale/appplatform/README.md (the scaling rules: internal/autoscale/README.md).")
 		fs.PrintDefaults()
 	}
 	if status, ok := parseFlags(fs, args); !ok {

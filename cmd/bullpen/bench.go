@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/bench"
@@ -24,7 +26,7 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 	asJSON := fs.Bool("json", false, "print one JSON object (the default output is the same object, indented)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up on a burst after this long")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	only := fs.String("only", "", "run one scenario: pool_burst or cold_burst")
+	only := fs.String("only", "", "run one scenario: "+strings.Join(bench.Scenarios, " or "))
 	var state stateFlags
 	fs.StringVar(&state.store, "store", "sqlite://", "sqlite:// (a temporary file), or dynamodb://TABLE to run on DynamoDB and SQS and count their calls per job (a table of its own, made by bullpen aws bootstrap)")
 	fs.StringVar(&state.queue, "queue", "", "with --store dynamodb://: sqs://PREFIX")
@@ -43,6 +45,10 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 	}
 	if *jobs <= 0 {
 		fmt.Fprintln(e.stderr, "bullpen bench: --jobs must be positive")
+		return 2
+	}
+	if *only != "" && !slices.Contains(bench.Scenarios, *only) {
+		fmt.Fprintf(e.stderr, "bullpen bench: --only %q: the scenarios are %s\n", *only, strings.Join(bench.Scenarios, " and "))
 		return 2
 	}
 	stop, err := startCPUProfile(*cpuProfile)

@@ -104,6 +104,9 @@ func TestBenchReplayReportsItsPace(t *testing.T) {
 	if code, _, errOut := runWithEnv(nil, "bench", "replay", "--jobs", "0"); code != 2 || !strings.Contains(errOut, "must be positive") {
 		t.Fatalf("--jobs 0: exit %d: %s", code, errOut)
 	}
+	if code, _, errOut := runWithEnv(nil, "bench", "--only", "pool-burst"); code != 2 || !strings.Contains(errOut, "the scenarios are pool_burst and cold_burst") {
+		t.Fatalf("--only pool-burst: exit %d: %s", code, errOut)
+	}
 }
 
 // history generate writes the same history for the same seed, in the

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,6 +81,9 @@ type Result struct {
 
 const secret = "bench-secret"
 
+// Scenarios are the bursts Run measures, by name.
+var Scenarios = []string{"pool_burst", "cold_burst"}
+
 // posters is how many webhook deliveries are in flight at once, as GitHub
 // delivers them concurrently.
 const posters = 32
@@ -94,6 +98,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Jobs > config.MaxPoolSize {
 		return o, fmt.Errorf("at most %d jobs a burst: the pool burst's pool holds as many stopped instances, and no pool holds more", config.MaxPoolSize)
+	}
+	if o.Only != "" && !slices.Contains(Scenarios, o.Only) {
+		return o, fmt.Errorf("no scenario %q: the scenarios are %s", o.Only, strings.Join(Scenarios, " and "))
 	}
 	if o.CASOps <= 0 {
 		o.CASOps = 2000

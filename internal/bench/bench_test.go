@@ -43,3 +43,10 @@ func TestBurstsLargerThanAPoolAreRefused(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+func TestAnUnknownScenarioIsRefusedNamingTheKnownOnes(t *testing.T) {
+	_, err := Run(context.Background(), Options{Jobs: 10, Only: "pool-burst", Dir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), `no scenario "pool-burst": the scenarios are pool_burst and cold_burst`) {
+		t.Fatalf("got %v", err)
+	}
+}

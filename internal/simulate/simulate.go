@@ -51,9 +51,11 @@ type Options struct {
 type Report struct {
 	// Jobs is the history's; Replayed those with a run time (completed
 	// after a start), which are replayed.
-	Jobs, Replayed int
+	Jobs     int `json:"jobs"`
+	Replayed int `json:"replayed"`
 	// From and To bound the history's arrivals.
-	From, To time.Time
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
 	// Simulated is the replay's jobs as the control plane served them.
 	Simulated demo.JobsReport `json:"simulated"`
 	// Recorded is the queue time the history itself recorded.
