@@ -24,6 +24,38 @@ func (a *App) SetConfig(c *config.Config) { a.cfg.Store(c) }
 
 func (a *App) pools() []domain.Pool { return a.Config().PoolsFor(a.opts.Environment) }
 
+// notePools logs which pools of cfg this stack serves, and those it leaves
+// to stacks of other environments. Leaving some is what environments are
+// for; leaving every one means --environment is most likely not the one
+// meant (serve's default is production), so that is a warning.
+func (a *App) notePools(cfg *config.Config, msg string) {
+	if cfg == nil {
+		return
+	}
+	var served, others []string
+	for _, p := range cfg.Pools {
+		if p.Environment == "" || p.Environment == a.opts.Environment {
+			served = append(served, p.Name)
+		} else {
+			others = append(others, p.Name+"@"+p.Environment)
+		}
+	}
+	attrs := []any{"path", a.sourceName(), "environment", a.opts.Environment, "pools", len(served),
+		"served", strings.Join(served, ","), "other_environments", strings.Join(others, ",")}
+	a.opts.Log.Info(msg, attrs...)
+	if len(served) == 0 && len(others) > 0 {
+		a.opts.Log.Warn("no pool of the configuration is this environment's: set --environment to one of theirs to serve them", attrs...)
+	}
+}
+
+// sourceName names where the configuration comes from.
+func (a *App) sourceName() string {
+	if a.source != nil {
+		return a.source.Name()
+	}
+	return a.opts.ConfigPath
+}
+
 func (a *App) poolSpecs() []converger.PoolSpec {
 	cfg := a.Config()
 	var out []converger.PoolSpec

@@ -11,6 +11,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 // An empty file, as a write that is not atomic leaves it for a moment, is
@@ -50,5 +51,50 @@ func TestAnEmptyConfigurationFileIsNotPutInForce(t *testing.T) {
 	}
 	if _, ok := a.Config().Pool("linux"); ok {
 		t.Fatal("pools: {} did not remove the pool")
+	}
+}
+
+// A file whose pools all belong to other environments is most likely read
+// with the wrong --environment: the reload says which pools it serves and
+// warns that it serves none.
+func TestAConfigurationOfOtherEnvironmentsIsWarnedAbout(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runs-on.yml")
+	const shared = "runners:\n  small: {image: ubuntu-24.04}\npools:\n  all:\n    runner: small\n  mine:\n    runner: small\n    environment: production\n"
+	const others = "runners:\n  small: {image: ubuntu-24.04}\npools:\n  a:\n    runner: small\n    environment: dev\n  b:\n    runner: small\n    environment: staging\n"
+	cfg, err := config.Parse(path, []byte(shared))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(shared), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs testlog.Buffer
+	a, err := New(context.Background(), Options{Config: cfg, ConfigPath: path, StorePath: sqlitetest.Path(t), WebhookSecret: "secret", AdminToken: "token",
+		Environment: "production", Clock: clock.NewVirtual(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)),
+		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for _, step := range []struct {
+		file, info string
+		warns      bool
+	}{
+		{shared + "# edited\n", `pools=2 served=all,mine other_environments=""`, false},
+		{others, `pools=0 served="" other_environments=a@dev,b@staging`, true},
+	} {
+		if err := os.WriteFile(path, []byte(step.file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		before := len(logs.Lines("level=WARN", "environment=production"))
+		if err := a.reloadConfig(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if got := logs.Lines("configuration reloaded", step.info); len(got) != 1 {
+			t.Errorf("no reload line with %s in:\n%s", step.info, logs.String())
+		}
+		if warned := len(logs.Lines("level=WARN", "environment=production")) > before; warned != step.warns {
+			t.Errorf("after the reload of a file with %s, warned %v, want %v:\n%s", step.info, warned, step.warns, logs.String())
+		}
 	}
 }

@@ -64,6 +64,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.source != nil {
 		loops = append(loops, a.configLoop())
 	}
+	a.notePools(a.Config(), "configuration in force")
 	return a.Loops.Run(ctx, loops...)
 }
 
@@ -141,6 +142,6 @@ func (a *App) reloadConfig(ctx context.Context) error {
 	}
 	a.SetConfig(cfg)
 	a.configs.Loaded(name, data, cfg, a.opts.Clock.Now())
-	a.opts.Log.Info("configuration reloaded", "path", name, "pools", len(cfg.PoolsFor(a.opts.Environment)))
+	a.notePools(cfg, "configuration reloaded")
 	return nil
 }
