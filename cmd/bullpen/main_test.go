@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -225,6 +227,31 @@ func TestServeNamesAVariableItCannotParse(t *testing.T) {
 		`$BULLPEN_AWS_NO_SPOT_FALLBACK="sure": want true or false`, `--cloud "mars"`} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
+		}
+	}
+}
+
+// A configuration serve cannot use is named once, for what it is: none
+// given, a file that is not there, a file with nothing in it.
+func TestServeNamesAConfigurationItCannotUse(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "runs-on.yml")
+	if err := os.WriteFile(empty, []byte("# to be written\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "t"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "bullpen serve: no configuration: pass --config FILE or set $BULLPEN_CONFIG\n"},
+		{[]string{"--config", "nosuch.yml"}, "bullpen serve: --config: open nosuch.yml: no such file or directory\n"},
+		{[]string{"--config", empty}, "the file holds no configuration; to have no pools, write pools: {}"},
+	} {
+		var out, errb bytes.Buffer
+		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return vars[k] }}
+		code := run(t.Context(), e, append([]string{"serve", "--listen", "127.0.0.1:0"}, tc.args...))
+		if code != 2 || !strings.Contains(errb.String(), tc.want) || strings.Count(errb.String(), "\n") > 2 {
+			t.Errorf("serve %v: exit %d, stderr:\n%s\nwant exit 2 and only %q", tc.args, code, errb.String(), tc.want)
 		}
 	}
 }

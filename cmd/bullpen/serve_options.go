@@ -33,7 +33,7 @@ type serveSettings struct {
 // options turns the flags into the app's options, naming every problem.
 func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	s, err := f.settings()
-	cfg, cfgErr := f.initialConfig(e)
+	cfg, cfgErr := f.initialConfig()
 	if err := errors.Join(err, cfgErr); err != nil {
 		return app.Options{}, err
 	}
@@ -173,16 +173,27 @@ func (f *serveFlags) simTimings() (sim.Latency, simagent.Options, error) {
 
 // initialConfig loads --config when it is a file. One in a repository is
 // read once GitHub's credentials are, by the app: it is nil here.
-func (f *serveFlags) initialConfig(e *env) (*config.Config, error) {
+func (f *serveFlags) initialConfig() (*config.Config, error) {
 	if strings.HasPrefix(f.config, configsource.Scheme) {
 		if f.github == "sim" {
 			return nil, fmt.Errorf("--config %s: a configuration in a GitHub repository needs --github app or token", f.config)
 		}
 		return nil, nil
 	}
-	cfg, ok := loadConfig(e, f.config)
-	if !ok {
-		return nil, errors.New("the configuration is invalid (see above)")
+	if f.config == "" {
+		return nil, nil // settings names the missing flag
+	}
+	data, err := os.ReadFile(f.config)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	cfg, err := config.Parse(f.config, data)
+	var list config.Errors
+	if errors.As(err, &list) {
+		return nil, fmt.Errorf("the configuration %s has %d problem(s):\n%w", f.config, len(list), err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the configuration %s: %w", f.config, err)
 	}
 	return cfg, nil
 }

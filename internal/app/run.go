@@ -128,13 +128,7 @@ func (a *App) reloadConfig(ctx context.Context) error {
 	if !changed {
 		return nil
 	}
-	cfg, err := config.Parse(name, data)
-	if err == nil && len(cfg.Pools) == 0 && len(cfg.Runners) == 0 && config.Empty(data) {
-		// Most likely a file caught in the middle of a write that is not
-		// atomic: put in force, it would drain every pool and reject
-		// every pool job until the next read.
-		err = fmt.Errorf("%s is empty; to remove every pool, write pools: {}", name)
-	}
+	cfg, err := config.Parse(name, data) // an empty file (a write caught midway) is refused too
 	if err != nil {
 		a.configs.Refused(name, data, err, a.opts.Clock.Now())
 		a.opts.Log.Error("configuration invalid; keeping the one in force", "path", name, "problems", err.Error())

@@ -76,6 +76,12 @@ func Parse(filename string, data []byte) (*Config, error) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
+	if root == nil {
+		// Most likely a file caught in the middle of a write that is not
+		// atomic, or the wrong file: put in force, it would drain every
+		// pool and reject every pool job.
+		return nil, Errors{{File: filename, Line: 1, Col: 1, Msg: "the file holds no configuration; to have no pools, write pools: {}"}}
+	}
 	p := &parser{file: filename}
 	cfg := p.config(root)
 	if len(p.errs) > 0 {
@@ -85,14 +91,6 @@ func Parse(filename string, data []byte) (*Config, error) {
 	p.warnings.sort()
 	cfg.Warnings = p.warnings
 	return cfg, nil
-}
-
-// Empty reports whether data holds no YAML at all: no bytes, or only
-// white space and comments. Such a file parses as a configuration of no
-// runners and no pools.
-func Empty(data []byte) bool {
-	root, errs := decode("", data)
-	return root == nil && len(errs) == 0
 }
 
 // decode parses the YAML into a node tree: the content of its one document,

@@ -114,8 +114,8 @@ func TestInvalidExampleReportsEveryProblem(t *testing.T) {
 
 func TestDocumentProblems(t *testing.T) {
 	cases := []problemCase{
-		{"empty file", "", nil},
-		{"comments only", "# nothing yet\n", nil},
+		{"empty file", "", []string{"1:1: the file holds no configuration; to have no pools, write pools: {}"}},
+		{"comments only", "# nothing yet\n", []string{"1:1: the file holds no configuration; to have no pools, write pools: {}"}},
 		{"empty sections", "runners:\npools:\nimages:\n", nil},
 		{"RunsOn keys bullpen ignores", "_extends: .github-private\nadmins: [alice, bob]\n", nil},
 		{"unknown top-level key", "runners: {}\npool: {}\n",
