@@ -255,3 +255,27 @@ func TestServeNamesAConfigurationItCannotUse(t *testing.T) {
 		}
 	}
 }
+
+// A serve restarted on its port and SQLite file is the replica it was; one
+// on another file, or on a port the system picks, is another.
+func TestLocalReplicaIDNamesOneServeOfAHost(t *testing.T) {
+	id := localReplicaID("127.0.0.1:8080", "bullpen.db")
+	if id == "" || id != localReplicaID("127.0.0.1:8080", "bullpen.db") {
+		t.Fatalf("localReplicaID = %q, then another", id)
+	}
+	abs, err := filepath.Abs("bullpen.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := localReplicaID("127.0.0.1:8080", abs); got != id {
+		t.Errorf("the store named by its absolute path gives %q, want %q", got, id)
+	}
+	for _, other := range [][2]string{{"127.0.0.1:8081", "bullpen.db"}, {"127.0.0.1:8080", "other.db"}} {
+		if got := localReplicaID(other[0], other[1]); got == id || got == "" {
+			t.Errorf("localReplicaID(%q, %q) = %q; want another name than %q", other[0], other[1], got, id)
+		}
+	}
+	if got := localReplicaID("127.0.0.1:0", "bullpen.db"); got != "" {
+		t.Errorf("with port 0: %q, want none (a random one)", got)
+	}
+}

@@ -111,7 +111,7 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.viewerFile, "viewer-token-file", "BULLPEN_VIEWER_TOKEN_FILE", "", "file holding the viewer token")
 	str(&f.environment, "environment", "BULLPEN_ENVIRONMENT", "production", "which pools this stack serves (pools without environment: belong to all)")
 	str(&f.controllerID, "controller-id", "BULLPEN_CONTROLLER_ID", "", "tag value marking this stack's machines (default bullpen-ENVIRONMENT)")
-	str(&f.replicaID, "replica-id", "BULLPEN_REPLICA_ID", "", "this replica's name in the leases of the loops that run on one replica at a time (default: host name and a random suffix)")
+	str(&f.replicaID, "replica-id", "BULLPEN_REPLICA_ID", "", "this replica's name in the leases of the loops that run on one replica at a time (default: with an SQLite store, the host name and a hash of --listen and the store's path, so that a serve restarted after a crash takes its leases back at once; else the host name and a random suffix)")
 	str(&f.scope, "runner-scope", "BULLPEN_RUNNER_SCOPE", "repo", "where runners register: repo, org or enterprise (with --github-enterprise)")
 	str(&f.logLevel, "log-level", "BULLPEN_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&f.logFormat, "log-format", "BULLPEN_LOG_FORMAT", "text", "text or json")

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -45,7 +49,34 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 		LocalAgentEnv: f.localEnv, ViewerToken: s.viewer, AWS: s.aws, GitHubAPI: s.gh, Shared: s.shared,
 	}
 	f.setLoops(&o)
+	if o.ReplicaID == "" && s.shared == nil {
+		o.ReplicaID = localReplicaID(f.listen, s.storePath)
+	}
 	return o, nil
+}
+
+// localReplicaID names the one serve that can run on this host with this
+// listen address and this SQLite file: the port is its to bind, so a serve
+// restarted after a crash is the same replica and takes its loops' leases
+// back at once, where under a new name it waited for them to run out (a
+// minute for the converger, two for the reaper). A shared store keeps the
+// host name and a random suffix (the app's default): replicas elsewhere may
+// share a host name, and two holders under one name would both run a loop.
+// "" (that default too) when the port is the system's choice.
+func localReplicaID(listen, storePath string) string {
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil || port == "" || port == "0" {
+		return ""
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(storePath); err == nil {
+		storePath = abs
+	}
+	sum := sha256.Sum256([]byte(listen + "\x00" + storePath))
+	return host + "-" + hex.EncodeToString(sum[:3])
 }
 
 // settings resolves and checks every flag but the configuration, so that
