@@ -269,6 +269,10 @@ type PoolView struct {
 }
 
 func (s *Server) pools(w http.ResponseWriter, r *http.Request) {
+	if err := checkParams(r, nil, nil); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	statuses, err := s.Store.ListPoolStatus(r.Context())
 	if err != nil {
 		s.fail(w, "list pool status", err)
@@ -315,6 +319,9 @@ func checkParams(r *http.Request, single, lists []string) error {
 		case slices.Contains(lists, key): // an empty one filters nothing, as a form's empty field
 		case !slices.Contains(single, key):
 			known := slices.Sorted(slices.Values(append(slices.Clone(single), lists...)))
+			if len(known) == 0 {
+				return fmt.Errorf("unknown parameter %q: this list takes none", key)
+			}
 			return fmt.Errorf("unknown parameter %q (known: %s)", key, strings.Join(known, ", "))
 		case len(vs) > 1:
 			return fmt.Errorf("parameter %q given %d times; it takes one value", key, len(vs))
@@ -394,7 +401,11 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 
 // spot lists the runner classes launching on-demand after repeated spot
 // interruptions.
-func (s *Server) spot(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) spot(w http.ResponseWriter, r *http.Request) {
+	if err := checkParams(r, nil, nil); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	open := []spotbreaker.Open{}
 	if s.SpotBreakers != nil {
 		open = append(open, s.SpotBreakers()...)

@@ -213,6 +213,8 @@ func TestInstances(t *testing.T) {
 	r.wantError(r.get("/api/v1/instances?all=maybe"), http.StatusBadRequest, "all", `"maybe"`)
 	r.wantError(r.get("/api/v1/instances?status=running"), http.StatusBadRequest, `unknown parameter "status"`, "all, pool, runner, state")
 	r.wantError(r.get("/api/v1/instances?limit=5"), http.StatusBadRequest, `unknown parameter "limit"`)
+	r.wantError(r.get("/api/v1/pools?pool=linux"), http.StatusBadRequest, `unknown parameter "pool": this list takes none`)
+	r.wantError(r.get("/api/v1/spot?x=1"), http.StatusBadRequest, `unknown parameter "x": this list takes none`)
 }
 
 func TestPoolsJoinConfigurationWithStatus(t *testing.T) {
