@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/examples"
@@ -49,6 +50,10 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	if status, ok := parseFlags(fs, args); !ok {
 		return status
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "bullpen demo: unexpected argument %q: demo takes flags only (bullpen demo -h)\n", fs.Arg(0))
+		return 2
+	}
 	cfg, ok := demoConfig(e, f.config)
 	if !ok {
 		return 1
@@ -76,15 +81,35 @@ func (f *demoFlags) options(e *env, cfg *config.Config) (demo.Options, error) {
 		o.Log = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	o.Start = time.Now().UTC().Truncate(time.Second)
+	var problems []error
 	if f.start != "" {
 		t, err := time.Parse(time.RFC3339, f.start)
 		if err != nil {
-			return demo.Options{}, fmt.Errorf("bad --start %q: want RFC 3339", f.start)
+			problems = append(problems, fmt.Errorf("--start %q: want RFC 3339, e.g. 2026-11-23T09:00:00Z", f.start))
 		}
 		o.Start = t
 	}
-	if f.duration <= 0 || f.speed < 0 || f.interval <= 0 || f.perMinute < 0 {
-		return demo.Options{}, errors.New("--duration and --interval must be positive, --speed and --jobs-per-minute not negative")
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"duration", f.duration}, {"interval", f.interval}} {
+		if d.v <= 0 {
+			problems = append(problems, fmt.Errorf("--%s %s: want a positive duration", d.flag, d.v))
+		}
+	}
+	if f.rollAt < 0 || f.rollAt >= f.duration && f.rollAt != 0 {
+		problems = append(problems, fmt.Errorf("--roll-at %s: want an offset within --duration %s", f.rollAt, f.duration))
+	}
+	for _, r := range []struct {
+		flag string
+		v    float64
+	}{{"speed", f.speed}, {"jobs-per-minute", f.perMinute}} {
+		if r.v < 0 || math.IsNaN(r.v) || math.IsInf(r.v, 0) {
+			problems = append(problems, fmt.Errorf("--%s %v: want a number not below 0", r.flag, r.v))
+		}
+	}
+	if err := errors.Join(problems...); err != nil {
+		return demo.Options{}, err
 	}
 	return o, nil
 }

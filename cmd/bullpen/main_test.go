@@ -82,8 +82,11 @@ func TestUnknownCommandAndHelp(t *testing.T) {
 	if code, _, errs := runCmd(t, "frobnicate"); code != 2 || !strings.Contains(errs, `unknown command "frobnicate"`) {
 		t.Fatalf("exit %d %s", code, errs)
 	}
-	if code, out, _ := runCmd(t); code != 0 || !strings.Contains(out, "demo") {
+	if code, out, _ := runCmd(t, "help"); code != 0 || !strings.Contains(out, "demo") {
 		t.Fatalf("help: exit %d %s", code, out)
+	}
+	if code, out, errs := runCmd(t); code != 2 || out != "" || !strings.Contains(errs, "demo") {
+		t.Fatalf("no command: exit %d, stdout %q, stderr %s; want 2 and the usage on stderr", code, out, errs)
 	}
 }
 
@@ -197,12 +200,14 @@ func TestServeNamesEveryBadFlagAtOnce(t *testing.T) {
 	var out, errb bytes.Buffer
 	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: getenv}
 	code := run(t.Context(), e, []string{"serve", "--config", "../../examples/runs-on.yml", "--listen", "127.0.0.1:0",
-		"--log-level", "loud", "--cloud", "mars", "--reap-every", "1ns", "--job-retention", "-1h", "--converge-every", "0s"})
+		"--log-level", "loud", "--cloud", "mars", "--reap-every", "1ns", "--job-retention", "-1h", "--converge-every", "0s",
+		"--runner-scope", "orgs"})
 	if code != 2 {
 		t.Fatalf("exit %d, want 2\n%s", code, errb.String())
 	}
 	for _, want := range []string{`--log-level "loud"`, `--cloud "mars"`, "--reap-every 1ns: want at least 100ms",
-		"--job-retention -1h0m0s: want a positive duration", "--converge-every 0s: want a positive duration"} {
+		"--job-retention -1h0m0s: want a positive duration", "--converge-every 0s: want a positive duration",
+		`--runner-scope "orgs": want repo, org or enterprise`} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
 		}
@@ -277,5 +282,31 @@ func TestLocalReplicaIDNamesOneServeOfAHost(t *testing.T) {
 	}
 	if got := localReplicaID("127.0.0.1:0", "bullpen.db"); got != "" {
 		t.Errorf("with port 0: %q, want none (a random one)", got)
+	}
+}
+
+// demo names each flag it cannot take, and refuses an argument, where it
+// gave one message for all and ran with a stray argument.
+func TestDemoNamesEveryBadFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--speed", "-1", "--duration", "0", "--interval", "0s", "--start", "today"},
+			[]string{"--speed -1: want a number not below 0", "--duration 0s: want a positive duration",
+				"--interval 0s: want a positive duration", `--start "today": want RFC 3339`}},
+		{[]string{"--duration", "2m", "--roll-at", "20m"}, []string{"--roll-at 20m0s: want an offset within --duration 2m0s"}},
+		{[]string{"extra"}, []string{`unexpected argument "extra"`}},
+	} {
+		var out, errb bytes.Buffer
+		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+		if code := run(t.Context(), e, append([]string{"demo"}, tc.args...)); code != 2 {
+			t.Errorf("demo %v: exit %d, want 2", tc.args, code)
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(errb.String(), want) {
+				t.Errorf("demo %v: stderr lacks %q:\n%s", tc.args, want, errb.String())
+			}
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -91,6 +92,9 @@ func (f *serveFlags) settings() (serveSettings, error) {
 	problems = append(problems, err)
 	if f.config == "" {
 		problems = append(problems, errors.New("no configuration: pass --config FILE or set $BULLPEN_CONFIG"))
+	}
+	if !slices.Contains([]string{"repo", "org", "enterprise"}, f.scope) {
+		problems = append(problems, fmt.Errorf("--runner-scope %q: want repo, org or enterprise", f.scope))
 	}
 	s.storePath, s.shared, err = f.state()
 	problems = append(problems, err)

@@ -183,8 +183,12 @@ func printJobs(w io.Writer, now time.Time, active, latest []api.JobView) {
 			byVia[j.Via] = append(byVia[j.Via], max(j.StartedAt.Sub(*j.QueuedAt), 0))
 		}
 	}
-	fmt.Fprintf(w, "of the latest %d: %d completed, %d rejected; queue time (queued → started) by how they were served:\n",
-		len(latest), done, len(rejected))
+	if len(byVia) == 0 {
+		fmt.Fprintf(w, "of the latest %d: %d completed, %d rejected; none started yet, so no queue times\n", len(latest), done, len(rejected))
+	} else {
+		fmt.Fprintf(w, "of the latest %d: %d completed, %d rejected; queue time (queued → started) by how they were served:\n",
+			len(latest), done, len(rejected))
+	}
 	for _, via := range []string{"pool", "reuse", "cold"} {
 		ds := byVia[via]
 		if len(ds) == 0 {

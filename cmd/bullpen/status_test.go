@@ -152,3 +152,17 @@ func TestStatusSaysWhenItsCountsStopAtTheList(t *testing.T) {
 		t.Fatalf("999 active jobs are all of them:\n%s", out.String())
 	}
 }
+
+func TestStatusSaysWhenNoJobHasStartedYet(t *testing.T) {
+	st, _ := sqlitetest.Open(t, clock.NewVirtual(statusNow))
+	if _, err := st.CreateJobs(t.Context(), []domain.Job{{ID: 1, Status: domain.JobQueued, Repo: "acme/app", QueuedAt: statusNow}}); err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer((&api.Server{Store: st, Token: statusAdminToken}).Handler())
+	t.Cleanup(ts.Close)
+	code, out, errs := runStatus(t, map[string]string{"BULLPEN_ADMIN_TOKEN": statusAdminToken}, "--server", ts.URL)
+	if code != 0 || !strings.Contains(out, "of the latest 1: 0 completed, 0 rejected; none started yet, so no queue times\n") ||
+		strings.Contains(out, "by how they were served") {
+		t.Fatalf("exit %d: %s\n%s", code, errs, out)
+	}
+}
