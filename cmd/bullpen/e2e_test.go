@@ -352,3 +352,18 @@ func signAll(secret string, bodies [][]byte) []string {
 	}
 	return sigs
 }
+
+// With --sim-jobs-per-minute the simulated GitHub queues jobs for the
+// pools served, so that jobs can be watched going through serve with no
+// GitHub: they are taken in, assigned and started.
+func TestServeQueuesSimulatedJobs(t *testing.T) {
+	s := startServerWith(t, e2eConfig, "--sim-latency", "zero", "--converge-every", "500ms", "--sim-jobs-per-minute", "600")
+	s.eventually("a simulated job running", 30*time.Second, func() bool {
+		var got struct{ Jobs []api.JobView }
+		s.get("/api/v1/jobs?status=running&pool=small-x64", &got)
+		return len(got.Jobs) > 0
+	})
+	if !strings.Contains(s.logs.String(), `msg="the simulated GitHub queues jobs" per_minute=600`) {
+		t.Errorf("serve did not say it queues simulated jobs:\n%s", s.logs.String())
+	}
+}

@@ -201,13 +201,13 @@ func TestServeNamesEveryBadFlagAtOnce(t *testing.T) {
 	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: getenv}
 	code := run(t.Context(), e, []string{"serve", "--config", "../../examples/runs-on.yml", "--listen", "127.0.0.1:0",
 		"--log-level", "loud", "--cloud", "mars", "--reap-every", "1ns", "--job-retention", "-1h", "--converge-every", "0s",
-		"--runner-scope", "orgs"})
+		"--runner-scope", "orgs", "--sim-jobs-per-minute", "-3"})
 	if code != 2 {
 		t.Fatalf("exit %d, want 2\n%s", code, errb.String())
 	}
 	for _, want := range []string{`--log-level "loud"`, `--cloud "mars"`, "--reap-every 1ns: want at least 100ms",
 		"--job-retention -1h0m0s: want a positive duration", "--converge-every 0s: want a positive duration",
-		`--runner-scope "orgs": want repo, org or enterprise`} {
+		`--runner-scope "orgs": want repo, org or enterprise`, "--sim-jobs-per-minute -3: want a number not below 0"} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
 		}

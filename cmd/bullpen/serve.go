@@ -46,6 +46,7 @@ type serveFlags struct {
 	aws                                         awsFlags
 	gh                                          githubFlags
 	cancelRejected                              bool
+	simJobsPerMinute                            float64
 	getenv                                      func(string) string
 	// envProblems are the variables whose values their flags refuse:
 	// they are named with the flags' problems, never silently dropped.
@@ -59,6 +60,14 @@ func parseBool(v string) (bool, error) {
 		return false, errors.New("want true or false")
 	}
 	return b, nil
+}
+
+func parseFloat(v string) (float64, error) {
+	x, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, errors.New("want a number")
+	}
+	return x, nil
 }
 
 func parseInt(v string) (int, error) {
@@ -116,6 +125,8 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.logLevel, "log-level", "BULLPEN_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&f.logFormat, "log-format", "BULLPEN_LOG_FORMAT", "text", "text or json")
 	str(&f.simLatency, "sim-latency", "BULLPEN_SIM_LATENCY", "realistic", "simulated cloud timings: realistic (boot 15s, warm-up 30s, …) or zero")
+	fs.Float64Var(&f.simJobsPerMinute, "sim-jobs-per-minute", envDefault(f, "BULLPEN_SIM_JOBS_PER_MINUTE", 0, parseFloat),
+		"with --github sim: the simulated GitHub queues about this many jobs a minute for the pools served, each running 1 to 3 minutes, as in the demo ($BULLPEN_SIM_JOBS_PER_MINUTE)")
 	f.defineIntervals(fs, getenv)
 	f.aws.define(fs, f)
 	f.gh.define(fs, getenv)

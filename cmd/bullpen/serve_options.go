@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -48,6 +49,7 @@ func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 		CancelRejected: f.cancelRejected, Clock: clock.Real{}, Log: log, Latency: s.latency, Agent: s.agent,
 		TerminateEvery: f.terminateEvery, Cloud: f.cloud, GitHub: f.github, LocalDir: f.localDir, LocalKeep: f.localDir != "", AgentURL: f.agentURL,
 		LocalAgentEnv: f.localEnv, ViewerToken: s.viewer, AWS: s.aws, GitHubAPI: s.gh, Shared: s.shared,
+		SimJobsPerMinute: f.simJobsPerMinute,
 	}
 	f.setLoops(&o)
 	if o.ReplicaID == "" && s.shared == nil {
@@ -92,6 +94,10 @@ func (f *serveFlags) settings() (serveSettings, error) {
 	problems = append(problems, err)
 	if f.config == "" {
 		problems = append(problems, errors.New("no configuration: pass --config FILE or set $BULLPEN_CONFIG"))
+	}
+	if f.simJobsPerMinute < 0 || math.IsNaN(f.simJobsPerMinute) || math.IsInf(f.simJobsPerMinute, 0) ||
+		f.simJobsPerMinute > 0 && f.github != "sim" {
+		problems = append(problems, fmt.Errorf("--sim-jobs-per-minute %v: want a number not below 0, with --github sim", f.simJobsPerMinute))
 	}
 	if !slices.Contains([]string{"repo", "org", "enterprise"}, f.scope) {
 		problems = append(problems, fmt.Errorf("--runner-scope %q: want repo, org or enterprise", f.scope))

@@ -101,6 +101,11 @@ type Options struct {
 	SimCapacity   int
 	// SimSeed seeds the simulated cloud's machine ids; zero draws one.
 	SimSeed uint64
+	// SimJobsPerMinute, with the simulated GitHub, has it queue about this
+	// many jobs a minute for the pools served when Run starts (as the demo
+	// does), so that jobs can be watched going through serve with no
+	// GitHub; zero queues none.
+	SimJobsPerMinute float64
 	// IDs draws the ids of new instances and launches; domain.NewID when
 	// nil (a simulation seeds its own, so that its runs repeat).
 	IDs func(prefix string) string
@@ -264,6 +269,9 @@ func (o *Options) problems() []string {
 		}
 	default:
 		problems = append(problems, fmt.Sprintf("github %q: want sim, app or token", o.GitHub))
+	}
+	if o.SimJobsPerMinute < 0 || o.SimJobsPerMinute > 0 && o.GitHub != "sim" {
+		problems = append(problems, fmt.Sprintf("simulated jobs (%g a minute) need the simulated GitHub, and a rate not below 0", o.SimJobsPerMinute))
 	}
 	return append(problems, o.checkRunnerScope()...)
 }

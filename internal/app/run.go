@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/converger"
+	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/loop"
 )
 
@@ -65,7 +67,24 @@ func (a *App) Run(ctx context.Context) error {
 		loops = append(loops, a.configLoop())
 	}
 	a.notePools(a.Config(), "configuration in force")
+	if gen := a.simulatedJobs(); gen != nil {
+		gen.Start()
+		defer gen.Stop()
+	}
 	return a.Loops.Run(ctx, loops...)
+}
+
+// simulatedJobs is the simulated GitHub's stream of jobs for the pools
+// served now, nil when none is asked for.
+func (a *App) simulatedJobs() *ghsim.Generator {
+	if a.Sim.GitHub == nil || a.opts.SimJobsPerMinute <= 0 {
+		return nil
+	}
+	a.opts.Log.Info("the simulated GitHub queues jobs", "per_minute", a.opts.SimJobsPerMinute)
+	return ghsim.NewGenerator(a.Sim.GitHub, a.opts.Clock, ghsim.GeneratorOptions{
+		Seed: a.opts.SimSeed, PerMinute: a.opts.SimJobsPerMinute, Mix: ghsim.MixFor(a.pools()),
+		MinDuration: time.Minute, MaxDuration: 3 * time.Minute,
+	})
 }
 
 // RunJobPath runs only the loops that serve jobs (intake, pool dispatch,

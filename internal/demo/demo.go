@@ -46,7 +46,7 @@ type Options struct {
 	Scheduled []Scheduled
 	// Progress, when set, is told the virtual time every converger cycle.
 	Progress func(at time.Time)
-	// Mix is the kinds of jobs; default DefaultMix(Config).
+	// Mix is the kinds of jobs; default ghsim.MixFor(Config.Pools).
 	Mix     []ghsim.LabelChoice
 	Seed    uint64
 	Latency sim.Latency
@@ -101,7 +101,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if o.Mix == nil {
-		o.Mix = DefaultMix(o.Config)
+		o.Mix = ghsim.MixFor(o.Config.Pools)
 	}
 	drv, clk := newDriver(o.Start, o.Speed)
 	w, err := newWorld(context.WithoutCancel(ctx), o, clk, o.Speed <= 0) // setup is short; let it finish
@@ -241,27 +241,6 @@ func environmentOf(c *config.Config) string {
 		}
 	}
 	return "production"
-}
-
-// DefaultMix is a job mix for cfg: most jobs ask for a pool, some name a
-// runner directly (served by reuse or a new instance).
-func DefaultMix(cfg *config.Config) []ghsim.LabelChoice {
-	var mix []ghsim.LabelChoice
-	for _, p := range cfg.Pools {
-		label := "runs-on=" + ghsim.RunIDExpr + "/pool=" + p.Name
-		if p.Name == "dependabot" {
-			mix = append(mix, ghsim.LabelChoice{Labels: []string{"dependabot"}, Weight: 1})
-			continue
-		}
-		mix = append(mix, ghsim.LabelChoice{Labels: []string{label}, Weight: 3})
-	}
-	for _, p := range cfg.Pools {
-		if p.Reuse {
-			mix = append(mix, ghsim.LabelChoice{Labels: []string{"runs-on=" + ghsim.RunIDExpr + "/runner=" + p.Runner}, Weight: 2})
-		}
-	}
-	mix = append(mix, ghsim.LabelChoice{Labels: []string{"runs-on=" + ghsim.RunIDExpr + "/cpu=4/ram=16"}, Weight: 1})
-	return mix
 }
 
 // maybeRoll publishes a new version of every image the pools use, once,

@@ -17,6 +17,26 @@ type LabelChoice struct {
 	Weight float64
 }
 
+// MixFor is a job mix for pools: most jobs ask for a pool, some name a
+// reusing pool's runner (served by reuse or a new instance), a few name an
+// ad-hoc spec (a new instance).
+func MixFor(pools []domain.Pool) []LabelChoice {
+	var mix []LabelChoice
+	for _, p := range pools {
+		if p.Name == "dependabot" {
+			mix = append(mix, LabelChoice{Labels: []string{"dependabot"}, Weight: 1})
+			continue
+		}
+		mix = append(mix, LabelChoice{Labels: []string{"runs-on=" + RunIDExpr + "/pool=" + p.Name}, Weight: 3})
+	}
+	for _, p := range pools {
+		if p.Reuse {
+			mix = append(mix, LabelChoice{Labels: []string{"runs-on=" + RunIDExpr + "/runner=" + p.Runner}, Weight: 2})
+		}
+	}
+	return append(mix, LabelChoice{Labels: []string{"runs-on=" + RunIDExpr + "/cpu=4/ram=16"}, Weight: 1})
+}
+
 // GeneratorOptions configure a Generator.
 type GeneratorOptions struct {
 	Seed uint64
