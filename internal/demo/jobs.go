@@ -28,8 +28,9 @@ type JobsReport struct {
 	// ByPoolHour is the pool jobs' queue times by pool and by the hour of
 	// the week they were queued in.
 	ByPoolHour map[string]map[string]Latencies `json:"queue_time_by_pool_and_hour_seconds,omitempty"`
-	// Unserved counts the rejected jobs by their labels (joined by ","),
-	// with the reason of the first: labels no pool or runner serves.
+	// Unserved counts the rejected jobs by their labels (joined by ",",
+	// the run id of a runs-on label written <run>), with the reason of the
+	// first: labels no pool or runner serves.
 	Unserved map[string]Unserved `json:"unserved,omitempty"`
 }
 
@@ -170,13 +171,31 @@ func (r *JobsReport) unserved(j domain.Job) {
 	if r.Unserved == nil {
 		r.Unserved = map[string]Unserved{}
 	}
-	key := strings.Join(j.Labels, ",")
+	labels := make([]string, len(j.Labels))
+	for i, l := range j.Labels {
+		labels[i] = withoutRunID(l)
+	}
+	key := strings.Join(labels, ",")
 	u := r.Unserved[key]
 	u.Jobs++
 	if u.Reason == "" {
 		u.Reason = j.Reason
 	}
 	r.Unserved[key] = u
+}
+
+// withoutRunID writes the run id of a runs-on=RUN_ID/… label as <run>, so
+// that the jobs of every run asking for the same thing count together.
+func withoutRunID(label string) string {
+	rest, ok := strings.CutPrefix(label, "runs-on=")
+	if !ok {
+		return label
+	}
+	id, tail, ok := strings.Cut(rest, "/")
+	if !ok || id == "" || strings.Trim(id, "0123456789") != "" {
+		return label
+	}
+	return "runs-on=<run>/" + tail
 }
 
 // LatenciesOf are the percentiles of durations in seconds (at least one).

@@ -106,6 +106,7 @@ func TestUnservedLabelsAreReported(t *testing.T) {
 	jobs := []history.Job{
 		{ID: 1, RunID: 11, Repo: "acme/app", Labels: []string{"runs-on=11/pool=nope"}, Created: at, Started: &started, Completed: &done},
 		{ID: 2, RunID: 12, Repo: "acme/app", Labels: []string{"runs-on=12/pool=small-x64"}, Created: at, Started: &started, Completed: &done},
+		{ID: 3, RunID: 13, Repo: "acme/app", Labels: []string{"runs-on=13/pool=nope"}, Created: at, Started: &started, Completed: &done},
 	}
 	var calls, arrived, total int
 	progress := func(_ time.Time, a, n int) { calls, arrived, total = calls+1, a, n }
@@ -113,11 +114,12 @@ func TestUnservedLabelsAreReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if calls == 0 || arrived != 2 || total != 2 {
-		t.Errorf("progress told %d times, last %d of %d jobs arrived; want every cycle, ending with 2 of 2", calls, arrived, total)
+	if calls == 0 || arrived != 3 || total != 3 {
+		t.Errorf("progress told %d times, last %d of %d jobs arrived; want every cycle, ending with 3 of 3", calls, arrived, total)
 	}
-	u, ok := rep.Simulated.Unserved["runs-on=11/pool=nope"]
-	if !ok || u.Jobs != 1 || u.Reason == "" {
+	// The jobs of two runs asking for the same missing pool count together.
+	u, ok := rep.Simulated.Unserved["runs-on=<run>/pool=nope"]
+	if !ok || u.Jobs != 2 || u.Reason == "" || len(rep.Simulated.Unserved) != 1 {
 		t.Fatalf("unserved: %+v", rep.Simulated.Unserved)
 	}
 	if rep.Simulated.ByStatus["completed"] != 1 {
