@@ -16,15 +16,18 @@ func awsUsage(w io.Writer) {
 	fmt.Fprint(w, `usage: bullpen aws iam-policy [flags]
        bullpen aws bootstrap --store dynamodb://TABLE --queue sqs://PREFIX [flags]
 
-Prints the least-privilege IAM policy of the control plane as JSON: it reads
-instances, images, instance types, subnets and security groups; it creates
-only machines, volumes and launch templates carrying its controller tag, and
-starts, stops, terminates and tags only those; it passes only the machines'
-instance role. With --instance-role it prints the trust policy of that role
-instead: the agent calls no AWS API, so the role needs no permission of
-bullpen's.
+iam-policy prints the least-privilege IAM policy of the control plane as
+JSON: it reads instances, images, instance types, subnets and security groups;
+it creates only machines, volumes and launch templates carrying its controller
+tag, and starts, stops, terminates and tags only those; it passes only the
+machines' instance role. With --instance-role it prints the trust policy of
+that role instead: the agent calls no AWS API, so the role needs no permission
+of bullpen's.
 
-Run 'bullpen aws iam-policy -h' for its flags.
+bootstrap creates the DynamoDB table and the SQS queues that several replicas
+of serve share (--store dynamodb://TABLE --queue sqs://PREFIX).
+
+Run 'bullpen aws iam-policy -h' or 'bullpen aws bootstrap -h' for their flags.
 `)
 }
 
