@@ -315,7 +315,6 @@ func (c *Cloud) Close() error {
 func (c *Cloud) detach() error {
 	c.mu.Lock()
 	if !c.closed {
-		c.discover()
 		c.closed, c.detached = true, true
 		close(c.gone)
 		kept := 0

@@ -232,8 +232,8 @@ func (c *Cloud) halt(m *machine, p *process) {
 	p.kill = time.AfterFunc(c.opts.StopGrace, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if p.drained {
-			return
+		if p.drained || c.detached {
+			return // a detached Cloud's halts are the next one's to finish
 		}
 		c.log.Warn("local machine did not halt within its grace period; killing it",
 			"instance", m.inst.ID, "grace", c.opts.StopGrace)
