@@ -185,12 +185,22 @@ func TestServeSurvivesKillNineInABurst(t *testing.T) {
 	b.recovered = append(b.recovered, fmt.Sprintf("every instance idle or gone after %s", time.Since(at).Round(time.Millisecond)))
 	strays := b.strays()
 	b.logFigures(begin, strays)
+	kept := b.agents()
 	if err := b.s.stop(); err != nil {
 		t.Fatalf("serve did not stop cleanly: %v", err)
 	}
-	for id, pid := range b.agents() {
-		if _, known := strays[id]; !known {
-			t.Errorf("machine %s (pid %d) left running after serve stopped", id, pid)
+	// A stop leaves the machines running for the next serve on the
+	// directory (one terminated meanwhile takes its directory along), and
+	// starts none.
+	after := b.agents()
+	for id, pid := range after {
+		if kept[id] != pid {
+			t.Errorf("machine %s (pid %d) started as serve stopped", id, pid)
+		}
+	}
+	for id, pid := range kept {
+		if _, err := os.Stat(filepath.Join(b.machines, id)); err == nil && after[id] != pid {
+			t.Errorf("machine %s (pid %d) ended with serve, which leaves its machines to the next serve", id, pid)
 		}
 	}
 }
@@ -205,7 +215,8 @@ func (b *burstStack) agents() map[string]int {
 			continue // gone meanwhile
 		}
 		for _, arg := range strings.Split(string(cmdline), "\x00") {
-			if rel, err := filepath.Rel(b.machines, arg); err == nil && !strings.HasPrefix(rel, "..") {
+			// serve's own --local-dir names the directory itself (".").
+			if rel, err := filepath.Rel(b.machines, arg); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
 				out[strings.Split(rel, string(filepath.Separator))[0]] = pid
 			}
 		}
