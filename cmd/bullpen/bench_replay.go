@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -57,6 +58,9 @@ func benchReplay(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	defer stop()
+	// The replay runs one task at a time (a serial virtual clock): more
+	// Ps only add hand-offs between threads at every turn.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	began := time.Now()
 	rep, err := simulate.Run(ctx, simulate.Options{Config: cfg, Jobs: history, Seed: *seed})
 	wall := time.Since(began)

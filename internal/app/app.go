@@ -48,6 +48,9 @@ type Options struct {
 	ConfigInterval time.Duration
 	Environment    string // which pools this stack serves
 	StorePath      string // SQLite file
+	// ScratchStore: the file is thrown away afterwards (a simulation's),
+	// so SQLite need not sync it.
+	ScratchStore bool
 	// Shared, when set, keeps the state in DynamoDB and SQS instead, for
 	// several replicas.
 	Shared        *Shared
@@ -213,7 +216,11 @@ func (a *App) openStore(ctx context.Context) error {
 	if a.opts.Shared != nil {
 		return a.openShared(ctx, *a.opts.Shared)
 	}
-	st, err := sqlite.Open(ctx, a.opts.StorePath, a.opts.Clock)
+	open := sqlite.Open
+	if a.opts.ScratchStore {
+		open = sqlite.OpenScratch
+	}
+	st, err := open(ctx, a.opts.StorePath, a.opts.Clock)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}

@@ -190,6 +190,7 @@ func newWorld(ctx context.Context, o Options, clk domain.Clock, stepped bool) (*
 		OnCycle:   func(r converger.Report) { w.onCycle(r) },
 	}
 	if o.StorePath == "" {
+		opts.ScratchStore = true // removed by close
 		// A fresh store: ids drawn from the seed cannot meet those of an
 		// earlier run, which a kept store (--store) would hold.
 		opts.SimSeed, opts.IDs = o.Seed, seededIDs(o.Seed)

@@ -233,11 +233,10 @@ func (s *Store) RecordHeartbeats(ctx context.Context, beats []domain.Heartbeat) 
 		return s.checkOpen()
 	}
 	err := s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		stmt, err := tx.PrepareContext(ctx, updateHeartbeat)
+		stmt, err := s.txStmt(ctx, tx, updateHeartbeat)
 		if err != nil {
 			return err
 		}
-		defer stmt.Close()
 		for _, b := range beats {
 			if _, err := stmt.ExecContext(ctx, formatTime(b.At), b.ID); err != nil {
 				return err

@@ -64,7 +64,7 @@ func applied(t *testing.T, s *Store) []int {
 // closes it.
 func migrateTo(t *testing.T, path string, clk *clock.Virtual, files ...string) {
 	t.Helper()
-	s, err := open(t.Context(), path, clk, migrationFiles(files...))
+	s, err := open(t.Context(), path, clk, migrationFiles(files...), false)
 	if err != nil {
 		t.Fatalf("migrate to %v: %v", files, err)
 	}
@@ -93,7 +93,7 @@ func TestReopenAppliesOnlyNewMigrations(t *testing.T) {
 	path, clk := tempPath(t), clock.NewVirtual(epoch)
 	migrateTo(t, path, clk, "9001_a.sql")
 	// Were 9001 run again, CREATE TABLE would fail on the existing table.
-	s, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9002_b.sql", "9003_c.sql"))
+	s, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9002_b.sql", "9003_c.sql"), false)
 	if err != nil {
 		t.Fatalf("reopen with new migrations: %v", err)
 	}
@@ -107,7 +107,7 @@ func TestReopenAppliesOnlyNewMigrations(t *testing.T) {
 func TestNewerSchemaRefused(t *testing.T) {
 	path, clk := tempPath(t), clock.NewVirtual(epoch)
 	migrateTo(t, path, clk, "9001_a.sql", "9002_b.sql")
-	_, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql"))
+	_, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql"), false)
 	if !errors.Is(err, ErrNewerSchema) {
 		t.Fatalf("got %v, want ErrNewerSchema", err)
 	}
@@ -125,7 +125,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 func TestMigrationAddedBelowAppliedOneRefused(t *testing.T) {
 	path, clk := tempPath(t), clock.NewVirtual(epoch)
 	migrateTo(t, path, clk, "9001_a.sql", "9003_c.sql")
-	_, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9002_b.sql", "9003_c.sql"))
+	_, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9002_b.sql", "9003_c.sql"), false)
 	if err == nil || !strings.Contains(err.Error(), "9002_b is pending") {
 		t.Fatalf("got %v, want a refusal naming 9002_b", err)
 	}
@@ -135,11 +135,11 @@ func TestFailingMigrationLeavesNoTrace(t *testing.T) {
 	path, clk := tempPath(t), clock.NewVirtual(epoch)
 	fsys := migrationFiles("9001_a.sql")
 	fsys["9002_bad.sql"] = &fstest.MapFile{Data: []byte("CREATE TABLE half (x INTEGER); NOT SQL;")}
-	if _, err := open(t.Context(), path, clk, fsys); err == nil || !strings.Contains(err.Error(), "9002_bad") {
+	if _, err := open(t.Context(), path, clk, fsys, false); err == nil || !strings.Contains(err.Error(), "9002_bad") {
 		t.Fatalf("got %v, want an error naming 9002_bad", err)
 	}
 	// 9001 stays applied; the broken 9002 left neither its table nor a record.
-	s, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9002_half.sql"))
+	s, err := open(t.Context(), path, clk, migrationFiles("9001_a.sql", "9002_half.sql"), false)
 	if err != nil {
 		t.Fatalf("reopen with a fixed 9002: %v", err)
 	}

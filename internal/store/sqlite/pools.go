@@ -21,9 +21,11 @@ func (s *Store) PutPoolStatus(ctx context.Context, st domain.PoolStatus) error {
 		return fmt.Errorf("put pool status %s: %w", st.Name, err)
 	}
 	err = s.inWriteTx(ctx, func(tx *sql.Tx) error {
-		const q = `INSERT INTO pool_status (name, doc, updated_at) VALUES (?, ?, ?)
-			ON CONFLICT (name) DO UPDATE SET doc = excluded.doc, updated_at = excluded.updated_at`
-		_, err := tx.ExecContext(ctx, q, st.Name, string(doc), formatTime(s.clk.Now()))
+		stmt, err := s.txStmt(ctx, tx, upsertPoolStatus)
+		if err != nil {
+			return err
+		}
+		_, err = stmt.ExecContext(ctx, st.Name, string(doc), formatTime(s.clk.Now()))
 		return err
 	})
 	if err != nil {
@@ -31,6 +33,9 @@ func (s *Store) PutPoolStatus(ctx context.Context, st domain.PoolStatus) error {
 	}
 	return nil
 }
+
+const upsertPoolStatus = `INSERT INTO pool_status (name, doc, updated_at) VALUES (?, ?, ?)
+	ON CONFLICT (name) DO UPDATE SET doc = excluded.doc, updated_at = excluded.updated_at`
 
 // ListPoolStatus returns every stored pool status, ordered by name.
 func (s *Store) ListPoolStatus(ctx context.Context) ([]domain.PoolStatus, error) {

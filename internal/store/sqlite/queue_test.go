@@ -19,6 +19,19 @@ func TestQueueContract(t *testing.T) {
 	})
 }
 
+// A scratch store (a simulation's) remembers which queues a peek found
+// idle, and must still keep every promise of the port.
+func TestScratchQueueContract(t *testing.T) {
+	queuetest.Run(t, func(t *testing.T, clk *clock.Virtual) domain.Queue {
+		s, err := OpenScratch(t.Context(), tempPath(t), clk)
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s.Queue(QueueOptions{})
+	})
+}
+
 // queueEnv is a queue on a fresh store, for the checks beyond the contract.
 type queueEnv struct {
 	t   *testing.T

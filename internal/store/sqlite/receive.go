@@ -126,17 +126,71 @@ func (q *Queue) peek(ctx context.Context, queue string) (next time.Time, ready b
 		return time.Time{}, false, err
 	}
 	now := q.s.clk.Now().UnixNano()
+	var changed <-chan struct{}
+	if q.s.scratch {
+		// Only a send or a visibility change (both notify) or the time
+		// passing the first message's can make one visible: until then
+		// the last peek's answer stands.
+		if next, ok := q.s.stillIdle(queue, now); ok {
+			return next, false, nil
+		}
+		changed = q.s.waiters.watch(queue)
+	}
 	var first sql.NullInt64
 	if err := q.s.readRow(ctx, selectFirstVisible, queue).Scan(&first); err != nil {
 		return time.Time{}, false, fmt.Errorf("peek: %w", err)
 	}
 	switch {
 	case !first.Valid:
+		q.s.noteIdle(queue, changed, time.Time{})
 		return time.Time{}, false, nil
 	case first.Int64 > now:
-		return time.Unix(0, first.Int64).UTC(), false, nil
+		next := time.Unix(0, first.Int64).UTC()
+		q.s.noteIdle(queue, changed, next)
+		return next, false, nil
 	}
 	return time.Time{}, true, nil
+}
+
+// idleQueue is a queue with nothing visible before until (zero: nothing
+// at all) as long as changed is open.
+type idleQueue struct {
+	changed <-chan struct{}
+	until   time.Time
+}
+
+func (s *Store) noteIdle(queue string, changed <-chan struct{}, until time.Time) {
+	if changed == nil {
+		return
+	}
+	s.idleMu.Lock()
+	defer s.idleMu.Unlock()
+	if s.idle == nil {
+		s.idle = map[string]idleQueue{}
+	}
+	s.idle[queue] = idleQueue{changed: changed, until: until}
+}
+
+// stillIdle reports whether queue is still known to have nothing visible
+// at now, and when its first message shows.
+func (s *Store) stillIdle(queue string, now int64) (time.Time, bool) {
+	s.idleMu.Lock()
+	defer s.idleMu.Unlock()
+	m, ok := s.idle[queue]
+	if !ok {
+		return time.Time{}, false
+	}
+	select {
+	case <-m.changed:
+		delete(s.idle, queue)
+		return time.Time{}, false
+	default:
+	}
+	if !m.until.IsZero() && m.until.UnixNano() <= now {
+		delete(s.idle, queue)
+		return time.Time{}, false
+	}
+	return m.until, true
 }
 
 func (q *Queue) selectMessages(ctx context.Context, tx *sql.Tx, queue string, now int64, max int) ([]domain.Message, []int64, error) {

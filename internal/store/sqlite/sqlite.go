@@ -34,6 +34,7 @@ var ErrClosed = errors.New("sqlite store: closed")
 // concurrent use.
 type Store struct {
 	path     string
+	scratch  bool // a throwaway file: no syncs
 	clk      domain.Clock
 	writer   *sql.DB              // exactly one connection: every write transaction queues here
 	readers  *sql.DB              // read-only connections for Get and List
@@ -41,6 +42,11 @@ type Store struct {
 	reads    sync.Map             // query text → *sql.Stmt on readers: parse each read shape once
 	waiters  waiters              // long polls of the queue, by queue name
 	sends    groupSend            // concurrent queue sends, committed together
+	// idle remembers, on a scratch store (this process its only user),
+	// the queues a peek found with nothing visible: until when, and the
+	// change that would end it (see Queue.peek).
+	idleMu sync.Mutex
+	idle   map[string]idleQueue
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -53,17 +59,24 @@ var _ domain.Store = (*Store)(nil)
 // migrations this binary has that the file lacks. Timestamps the store
 // writes come from clk.
 func Open(ctx context.Context, path string, clk domain.Clock) (*Store, error) {
-	return open(ctx, path, clk, migrationsFS())
+	return open(ctx, path, clk, migrationsFS(), false)
 }
 
-func open(ctx context.Context, path string, clk domain.Clock, migrations fs.FS) (*Store, error) {
+// OpenScratch is Open for a file thrown away when the process is done with
+// it (a simulation's): SQLite never syncs it, since losing it to a crash
+// loses nothing.
+func OpenScratch(ctx context.Context, path string, clk domain.Clock) (*Store, error) {
+	return open(ctx, path, clk, migrationsFS(), true)
+}
+
+func open(ctx context.Context, path string, clk domain.Clock, migrations fs.FS, scratch bool) (*Store, error) {
 	if path == "" || strings.Contains(path, "?") || strings.HasPrefix(path, "file:") || path == ":memory:" {
 		return nil, fmt.Errorf("open sqlite store: %q is not a plain file path", path)
 	}
 	if clk == nil {
 		return nil, fmt.Errorf("open sqlite store %s: no clock", path)
 	}
-	s := &Store{path: path, clk: clk}
+	s := &Store{path: path, clk: clk, scratch: scratch}
 	if err := s.openWriter(ctx, migrations); err != nil {
 		return nil, err
 	}
@@ -78,8 +91,12 @@ func (s *Store) openWriter(ctx context.Context, migrations fs.FS) error {
 	// _txlock=immediate takes the write lock at BEGIN: a transaction that
 	// read first and upgraded later could fail with SQLITE_BUSY without
 	// waiting if another process wrote in between.
-	dsn := fmt.Sprintf("%s?_busy_timeout=%d&_foreign_keys=1&_journal_mode=WAL&_synchronous=NORMAL&_txlock=immediate",
-		s.path, BusyTimeout.Milliseconds())
+	synchronous := "NORMAL"
+	if s.scratch {
+		synchronous = "OFF"
+	}
+	dsn := fmt.Sprintf("%s?_busy_timeout=%d&_foreign_keys=1&_journal_mode=WAL&_synchronous=%s&_txlock=immediate",
+		s.path, BusyTimeout.Milliseconds(), synchronous)
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return fmt.Errorf("open sqlite store %s: %w", s.path, err)

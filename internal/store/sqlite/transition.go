@@ -19,6 +19,7 @@ var writerQueries = []string{
 	insertJob, selectJob, updateJob,
 	insertMessage, purgeDedup, insertDedup, deleteMessage, changeVisible,
 	selectVisible, markReceived, selectNextVisible,
+	updateHeartbeat, upsertPoolStatus,
 }
 
 func (s *Store) prepareWriteStmts(ctx context.Context) error {
