@@ -477,8 +477,9 @@ func (s *Service) failed(ctx context.Context, in domain.Instance, sig domain.Sig
 	return nil
 }
 
-// repeatedFailures is how many instances in a row may fail a job before it
-// takes a human: a runner command, an image or a warm-up that cannot work
+// repeatedFailures is how many failed attempts at serving a job (its
+// Attempts: instances that failed it, or were lost, before it started) make
+// it a human's: a runner command, an image or a warm-up that cannot work
 // fails every machine, and the job is retried ever more slowly
 // (jobs.RetryDelay) for as long as GitHub keeps it queued.
 const repeatedFailures = 3
