@@ -108,7 +108,7 @@ func (c *Cloud) discover() {
 		}
 		return cmp.Compare(a.ID, b.ID)
 	})
-	leaders := sync.OnceValue(func() map[string]leaderRef { return unrecordedLeaders() })
+	leaders := sync.OnceValue(unrecordedLeaders)
 	for _, rec := range found {
 		c.adopt(rec, leaders)
 	}
@@ -126,7 +126,7 @@ func (c *Cloud) adoptID(id string) *machine {
 	if !ok {
 		return nil
 	}
-	return c.adopt(rec, func() map[string]leaderRef { return unrecordedLeaders() })
+	return c.adopt(rec, unrecordedLeaders)
 }
 
 // readForAdoption reads the record of the directory name. A directory

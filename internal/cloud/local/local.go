@@ -274,6 +274,8 @@ func (c *Cloud) Dir() string { return c.opts.Dir }
 // included, and returns once every process of every machine is gone.
 // Create and Start fail afterwards; the other calls still answer, but
 // adopt nothing. The lock on Dir is released; a temporary Dir is removed.
+// With KeepOnClose (and a Dir of the caller's), Close leaves the machines
+// running instead (see detach), and every call fails afterwards.
 func (c *Cloud) Close() error {
 	if c.opts.KeepOnClose && !c.ownsDir {
 		return c.detach()
