@@ -234,6 +234,13 @@ func TestServeNamesAVariableItCannotParse(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
 		}
 	}
+	// A flag given on the command line wins over its variable, a bad one too.
+	errb.Reset()
+	run(t.Context(), e, []string{"serve", "--config", "../../examples/runs-on.yml", "--listen", "127.0.0.1:0", "--cloud", "mars",
+		"--converge-every", "10s"})
+	if strings.Contains(errb.String(), "BULLPEN_CONVERGE_EVERY") || !strings.Contains(errb.String(), "BULLPEN_CANCEL_REJECTED") {
+		t.Errorf("with --converge-every given, stderr:\n%s\nwant the other variables' problems only", errb.String())
+	}
 }
 
 // A configuration serve cannot use is named once, for what it is: none

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,9 +50,10 @@ type serveFlags struct {
 	cancelRejected                              bool
 	simJobsPerMinute                            float64
 	getenv                                      func(string) string
-	// envProblems are the variables whose values their flags refuse:
-	// they are named with the flags' problems, never silently dropped.
-	envProblems []error
+	// envProblems are the variables whose values their flags refuse, by
+	// flag: they are named with the flags' problems, never silently
+	// dropped, unless the command line sets the flag.
+	envProblems map[string]error
 }
 
 // parseBool and parseInt are strconv's, saying what they want.
@@ -78,20 +81,37 @@ func parseInt(v string) (int, error) {
 	return n, nil
 }
 
-// envDefault is the default of a flag of type T that env may set: its
-// value parsed, or def when it is unset. A value that does not parse is
-// recorded as a problem (and def kept until it is reported).
-func envDefault[T any](f *serveFlags, env string, def T, parse func(string) (T, error)) T {
+// envDefault is the default of the flag name, of type T, that env may set:
+// its value parsed, or def when it is unset. A value that does not parse is
+// recorded as a problem of the flag (and def kept until it is reported).
+func envDefault[T any](f *serveFlags, name, env string, def T, parse func(string) (T, error)) T {
 	v := f.getenv(env)
 	if v == "" {
 		return def
 	}
 	got, err := parse(v)
 	if err != nil {
-		f.envProblems = append(f.envProblems, fmt.Errorf("$%s=%s: %v", env, domain.QuoteShort(v), err))
+		if f.envProblems == nil {
+			f.envProblems = map[string]error{}
+		}
+		f.envProblems[name] = fmt.Errorf("$%s=%s: %v", env, domain.QuoteShort(v), err)
 		return def
 	}
 	return got
+}
+
+// envErrors are the problems of the variables whose flags the command line
+// left unset: a flag given wins over its variable, a bad one included.
+func (f *serveFlags) envErrors(fs *flag.FlagSet) []error {
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	var out []error
+	for _, name := range slices.Sorted(maps.Keys(f.envProblems)) {
+		if !set[name] {
+			out = append(out, f.envProblems[name])
+		}
+	}
+	return out
 }
 
 func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
@@ -125,7 +145,7 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.logLevel, "log-level", "BULLPEN_LOG_LEVEL", "info", "debug, info, warn or error")
 	str(&f.logFormat, "log-format", "BULLPEN_LOG_FORMAT", "text", "text or json")
 	str(&f.simLatency, "sim-latency", "BULLPEN_SIM_LATENCY", "realistic", "simulated cloud timings: realistic (boot 15s, warm-up 30s, …) or zero")
-	fs.Float64Var(&f.simJobsPerMinute, "sim-jobs-per-minute", envDefault(f, "BULLPEN_SIM_JOBS_PER_MINUTE", 0, parseFloat),
+	fs.Float64Var(&f.simJobsPerMinute, "sim-jobs-per-minute", envDefault(f, "sim-jobs-per-minute", "BULLPEN_SIM_JOBS_PER_MINUTE", 0, parseFloat),
 		"with --github sim: the simulated GitHub queues about this many jobs a minute for the pools served, each running 1 to 3 minutes, as in the demo ($BULLPEN_SIM_JOBS_PER_MINUTE)")
 	f.defineIntervals(fs, getenv)
 	f.aws.define(fs, f)
@@ -135,7 +155,7 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 		return setDeadline(&f.deadlines, v)
 	})
 	fs.Func("local-agent-env", "with --cloud local: KEY=VALUE added to every machine's agent settings (repeatable), e.g. BULLPEN_AGENT_RUNNER_COMMAND=...", keyValue(&f.localEnv))
-	fs.BoolVar(&f.cancelRejected, "cancel-rejected", envDefault(f, "BULLPEN_CANCEL_REJECTED", false, parseBool), "cancel the workflow run of a rejected job ($BULLPEN_CANCEL_REJECTED=true)")
+	fs.BoolVar(&f.cancelRejected, "cancel-rejected", envDefault(f, "cancel-rejected", "BULLPEN_CANCEL_REJECTED", false, parseBool), "cancel the workflow run of a rejected job ($BULLPEN_CANCEL_REJECTED=true)")
 }
 
 // keyValue parses a repeatable KEY=VALUE flag into *m.
@@ -156,7 +176,7 @@ func keyValue(m *map[string]string) func(string) error {
 // defineIntervals defines the loops' intervals and allowances.
 func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) string) {
 	dur := func(p *time.Duration, name, env string, def time.Duration, usage string) {
-		fs.DurationVar(p, name, envDefault(f, env, def, time.ParseDuration), usage+" ($"+env+")")
+		fs.DurationVar(p, name, envDefault(f, name, env, def, time.ParseDuration), usage+" ($"+env+")")
 	}
 	dur(&f.convergeEvery, "converge-every", "BULLPEN_CONVERGE_EVERY", 30*time.Second, "pool convergence interval")
 	dur(&f.terminateEvery, "terminate-every", "BULLPEN_TERMINATE_EVERY", 5*time.Second, "terminator interval")
@@ -174,7 +194,7 @@ func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) strin
 	dur(&f.rpRequeueDelay, "resource-pool-requeue-delay", "BULLPEN_RESOURCE_POOL_REQUEUE_DELAY", 3*time.Second, "an idle instance that does not fit a job goes back to the resource pool with this delay")
 	dur(&f.redelivery, "redelivery-after", "BULLPEN_REDELIVERY_AFTER", 0, "a queued message taken by a loop that died is taken again after this (default: intake 30s, pool dispatch 1m, provisioning 1m; messages in hand are kept)")
 	fs.IntVar(&f.spotBreaker.Interruptions, "spot-breaker-interruptions",
-		envDefault(f, "BULLPEN_SPOT_BREAKER_INTERRUPTIONS", spotbreaker.DefaultInterruptions, parseInt),
+		envDefault(f, "spot-breaker-interruptions", "BULLPEN_SPOT_BREAKER_INTERRUPTIONS", spotbreaker.DefaultInterruptions, parseInt),
 		"spot interruptions of a runner class within --spot-breaker-window that switch it to on-demand ($BULLPEN_SPOT_BREAKER_INTERRUPTIONS)")
 	dur(&f.spotBreaker.Window, "spot-breaker-window", "BULLPEN_SPOT_BREAKER_WINDOW", spotbreaker.DefaultWindow, "the window in which spot interruptions are counted")
 	dur(&f.spotBreaker.Cooldown, "spot-breaker-cooldown", "BULLPEN_SPOT_BREAKER_COOLDOWN", spotbreaker.DefaultCooldown, "how long a runner class stays on-demand once switched")
@@ -200,7 +220,7 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		log = slog.New(slog.DiscardHandler)
 	}
 	opts, err := f.options(e, log)
-	if err := errors.Join(append(f.envProblems, logErr, err)...); err != nil {
+	if err := errors.Join(append(f.envErrors(fs), logErr, err)...); err != nil {
 		fmt.Fprintf(e.stderr, "bullpen serve: %v\n", err)
 		return 2
 	}

@@ -42,7 +42,7 @@ func (f *awsFlags) define(fs *flag.FlagSet, serve *serveFlags) {
 	str(&f.identityCert, "aws-identity-certificate", "BULLPEN_AWS_IDENTITY_CERTIFICATE", "", "with --cloud aws: AWS's RSA certificate for the region (PEM file): hellos must then carry the machine's signed identity document")
 	str(&f.account, "aws-account-id", "BULLPEN_AWS_ACCOUNT_ID", "", "with --aws-identity-certificate: the account identity documents must name")
 	fs.Func("aws-agent-env", "with --cloud aws: KEY=VALUE added to every machine's agent settings (repeatable), e.g. BULLPEN_AGENT_RUNNER_COMMAND=...; the runner runs in "+app.DefaultRunnerDir+" unless BULLPEN_AGENT_WORK_DIR says otherwise", keyValue(&f.agentEnv))
-	fs.BoolVar(&f.noSpotFallback, "aws-no-spot-fallback", envDefault(serve, "BULLPEN_AWS_NO_SPOT_FALLBACK", false, parseBool),
+	fs.BoolVar(&f.noSpotFallback, "aws-no-spot-fallback", envDefault(serve, "aws-no-spot-fallback", "BULLPEN_AWS_NO_SPOT_FALLBACK", false, parseBool),
 		"with --cloud aws: never launch on-demand what spot capacity could not give ($BULLPEN_AWS_NO_SPOT_FALLBACK=true)")
 }
 
