@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
-	"slices"
 	"strings"
 	"time"
 
@@ -47,8 +46,8 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "bullpen bench: --jobs must be positive")
 		return 2
 	}
-	if *only != "" && !slices.Contains(bench.Scenarios, *only) {
-		fmt.Fprintf(e.stderr, "bullpen bench: --only %q: the scenarios are %s\n", *only, strings.Join(bench.Scenarios, " and "))
+	if err := bench.CheckScenario(*only); err != nil {
+		fmt.Fprintf(e.stderr, "bullpen bench: --only: %v\n", err)
 		return 2
 	}
 	stop, err := startCPUProfile(*cpuProfile)

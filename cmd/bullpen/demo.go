@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/examples"
@@ -100,14 +99,7 @@ func (f *demoFlags) options(e *env, cfg *config.Config) (demo.Options, error) {
 	if f.rollAt < 0 || f.rollAt >= f.duration && f.rollAt != 0 {
 		problems = append(problems, fmt.Errorf("--roll-at %s: want an offset within --duration %s", f.rollAt, f.duration))
 	}
-	for _, r := range []struct {
-		flag string
-		v    float64
-	}{{"speed", f.speed}, {"jobs-per-minute", f.perMinute}} {
-		if r.v < 0 || math.IsNaN(r.v) || math.IsInf(r.v, 0) {
-			problems = append(problems, fmt.Errorf("--%s %v: want a number not below 0", r.flag, r.v))
-		}
-	}
+	problems = append(problems, checkRate("speed", f.speed), checkRate("jobs-per-minute", f.perMinute))
 	if err := errors.Join(problems...); err != nil {
 		return demo.Options{}, err
 	}

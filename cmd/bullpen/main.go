@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"sort"
@@ -107,6 +108,15 @@ func parseFlags(fs *flag.FlagSet, args []string) (status int, ok bool) {
 	default:
 		return 2, false
 	}
+}
+
+// checkRate is the problem of a rate flag (a speed, jobs a minute): it
+// must be a number not below 0, and NaN and the infinities are not meant.
+func checkRate(flag string, v float64) error {
+	if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return fmt.Errorf("--%s %v: want a number not below 0", flag, v)
+	}
+	return nil
 }
 
 // subcommand is a command's subcommand.

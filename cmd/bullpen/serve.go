@@ -114,14 +114,18 @@ func (f *serveFlags) envErrors(fs *flag.FlagSet) []error {
 	return out
 }
 
+// envString defines a string flag whose default $env sets when it is not
+// empty.
+func envString(fs *flag.FlagSet, getenv func(string) string, p *string, name, env, def, usage string) {
+	if v := getenv(env); v != "" {
+		def = v
+	}
+	fs.StringVar(p, name, def, usage+" ($"+env+")")
+}
+
 func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	f.getenv = getenv
-	str := func(p *string, name, env, def, usage string) {
-		if v := getenv(env); v != "" {
-			def = v
-		}
-		fs.StringVar(p, name, def, usage+" ($"+env+")")
-	}
+	str := func(p *string, name, env, def, usage string) { envString(fs, getenv, p, name, env, def, usage) }
 	str(&f.config, "config", "BULLPEN_CONFIG", "", "pool configuration (runs-on.yml format), re-read every --reload: a file, or github://OWNER/REPO/PATH in a repository")
 	str(&f.listen, "listen", "BULLPEN_LISTEN", "127.0.0.1:8080", "HTTP address for /webhook, /api/v1, /metrics, /healthz")
 	str(&f.store, "store", "BULLPEN_STORE", "sqlite://bullpen.db", "state store: sqlite://PATH, or dynamodb://TABLE shared by several replicas (with --queue sqs://PREFIX)")

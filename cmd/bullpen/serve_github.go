@@ -22,9 +22,7 @@ type githubFlags struct {
 }
 
 func (f *githubFlags) define(fs *flag.FlagSet, getenv func(string) string) {
-	str := func(p *string, name, env, usage string) {
-		fs.StringVar(p, name, getenv(env), usage+" ($"+env+")")
-	}
+	str := func(p *string, name, env, usage string) { envString(fs, getenv, p, name, env, "", usage) }
 	f.getenv = getenv
 	str(&f.url, "github-url", "BULLPEN_GITHUB_URL", "with --github app or token: the API root, for GitHub Enterprise Server https://HOST/api/v3/ (default GitHub.com's)")
 	str(&f.appID, "github-app-id", "BULLPEN_GITHUB_APP_ID", "with --github app: the App's id")

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -95,9 +94,9 @@ func (f *serveFlags) settings() (serveSettings, error) {
 	if f.config == "" {
 		problems = append(problems, errors.New("no configuration: pass --config FILE or set $BULLPEN_CONFIG"))
 	}
-	if f.simJobsPerMinute < 0 || math.IsNaN(f.simJobsPerMinute) || math.IsInf(f.simJobsPerMinute, 0) ||
-		f.simJobsPerMinute > 0 && f.github != "sim" {
-		problems = append(problems, fmt.Errorf("--sim-jobs-per-minute %v: want a number not below 0, with --github sim", f.simJobsPerMinute))
+	problems = append(problems, checkRate("sim-jobs-per-minute", f.simJobsPerMinute))
+	if f.simJobsPerMinute > 0 && f.github != "sim" {
+		problems = append(problems, fmt.Errorf("--sim-jobs-per-minute %v: the simulated jobs need --github sim", f.simJobsPerMinute))
 	}
 	if !slices.Contains([]string{"repo", "org", "enterprise"}, f.scope) {
 		problems = append(problems, fmt.Errorf("--runner-scope %q: want repo, org or enterprise", f.scope))

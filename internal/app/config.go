@@ -34,7 +34,7 @@ func (a *App) notePools(cfg *config.Config, msg string) {
 	}
 	var served, others []string
 	for _, p := range cfg.Pools {
-		if p.Environment == "" || p.Environment == a.opts.Environment {
+		if config.ServedIn(p, a.opts.Environment) {
 			served = append(served, p.Name)
 		} else {
 			others = append(others, p.Name+"@"+p.Environment)

@@ -81,8 +81,33 @@ type Result struct {
 
 const secret = "bench-secret"
 
+// bursts are the scenarios Run measures: the jobs' label (with the run id
+// as %d) and the first job id.
+var bursts = []struct {
+	name  string
+	label string
+	first int64
+}{
+	{"pool_burst", "runs-on=%d/pool=bench", 1_000_000},
+	{"cold_burst", "runs-on=%d/runner=cold", 2_000_000},
+}
+
 // Scenarios are the bursts Run measures, by name.
-var Scenarios = []string{"pool_burst", "cold_burst"}
+var Scenarios = func() []string {
+	var names []string
+	for _, b := range bursts {
+		names = append(names, b.name)
+	}
+	return names
+}()
+
+// CheckScenario says why Options.Only cannot be name ("" runs them all).
+func CheckScenario(name string) error {
+	if name != "" && !slices.Contains(Scenarios, name) {
+		return fmt.Errorf("no scenario %q: the scenarios are %s", name, strings.Join(Scenarios, " and "))
+	}
+	return nil
+}
 
 // posters is how many webhook deliveries are in flight at once, as GitHub
 // delivers them concurrently.
@@ -99,8 +124,8 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Jobs > config.MaxPoolSize {
 		return o, fmt.Errorf("at most %d jobs a burst: the pool burst's pool holds as many stopped instances, and no pool holds more", config.MaxPoolSize)
 	}
-	if o.Only != "" && !slices.Contains(Scenarios, o.Only) {
-		return o, fmt.Errorf("no scenario %q: the scenarios are %s", o.Only, strings.Join(Scenarios, " and "))
+	if err := CheckScenario(o.Only); err != nil {
+		return o, err
 	}
 	if o.CASOps <= 0 {
 		o.CASOps = 2000
@@ -148,14 +173,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	go func() { defer close(done); w.a.RunJobPath(loops) }()
 	defer func() { stop(); <-done }()
 
-	for _, sc := range []struct {
-		name  string
-		label string
-		first int64
-	}{
-		{"pool_burst", "runs-on=%d/pool=bench", 1_000_000},
-		{"cold_burst", "runs-on=%d/runner=cold", 2_000_000},
-	} {
+	for _, sc := range bursts {
 		if o.Only != "" && o.Only != sc.name {
 			continue
 		}

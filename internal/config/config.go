@@ -47,11 +47,16 @@ func (c *Config) Pool(name string) (domain.Pool, bool) {
 func (c *Config) PoolsFor(environment string) []domain.Pool {
 	var out []domain.Pool
 	for _, p := range c.Pools {
-		if p.Environment == "" || p.Environment == environment {
+		if ServedIn(p, environment) {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// ServedIn reports whether the deployment of environment serves pool p.
+func ServedIn(p domain.Pool, environment string) bool {
+	return p.Environment == "" || p.Environment == environment
 }
 
 // Runner returns the runner spec called name.

@@ -59,21 +59,31 @@ func groupAlive(pgid int) bool {
 // liveGroupMembers counts the group's processes that are not zombies, from
 // /proc; ok is false where there is no /proc to read.
 func liveGroupMembers(pgid int) (live int, ok bool) {
+	ok = eachProcess(func(_ int, info procInfo) {
+		if info.pgid == pgid && !info.dead() {
+			live++
+		}
+	})
+	return live, ok
+}
+
+// eachProcess calls visit with every process /proc lists (and can still
+// read); ok is false where there is no /proc to read.
+func eachProcess(visit func(pid int, info procInfo)) (ok bool) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0, false
+		return false
 	}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		info, found := readProcStat(pid)
-		if found && info.pgid == pgid && !info.dead() {
-			live++
+		if info, found := readProcStat(pid); found {
+			visit(pid, info)
 		}
 	}
-	return live, true
+	return true
 }
 
 // procInfo is what /proc/<pid>/stat tells about a process.
@@ -155,25 +165,16 @@ type leaderRef struct {
 // there is no /proc.
 func unrecordedLeaders() map[string]leaderRef {
 	found := map[string]leaderRef{}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return found
-	}
 	self := os.Getpid()
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		info, ok := readProcStat(pid)
-		if !ok || info.dead() || info.pgid != pid {
-			continue
+	eachProcess(func(pid int, info procInfo) {
+		if pid == self || info.dead() || info.pgid != pid {
+			return
 		}
 		id := machineOfProcess(pid)
 		if had, taken := found[id]; id != "" && (!taken || info.startTime < had.startTime) {
 			found[id] = leaderRef{pid: pid, startTime: info.startTime}
 		}
-	}
+	})
 	return found
 }
 
