@@ -12,7 +12,9 @@
 // global secondary indexes (see table.go), so no loop scans the table.
 // Index reads are eventually consistent: a row found through an index is
 // always re-read, consistently, before it is changed, so a stale index
-// entry costs a refused guard, never a wrong write.
+// entry costs a refused guard, never a wrong write. A row this store has
+// just read consistently or written is decided on again without a read,
+// its write conditioned on the heartbeat as well (see recentRows).
 package dynamodb
 
 import (
@@ -55,6 +57,10 @@ type Options struct {
 	Retention time.Duration
 	// Parallel bounds the concurrent writes of one batch; default 16.
 	Parallel int
+	// Recent is how long a row this store read consistently or wrote is
+	// decided on again without another read (see recentRows); default
+	// 2 s, negative reads the row before every change.
+	Recent time.Duration
 }
 
 // Store is domain.Store on one DynamoDB table.
@@ -67,7 +73,8 @@ type Store struct {
 
 	// beats remembers, per instance, the newest heartbeat written, for
 	// HeartbeatResolution.
-	beats sync.Map
+	beats  sync.Map
+	recent *recentRows
 }
 
 var _ domain.Store = (*Store)(nil)
@@ -84,7 +91,10 @@ func New(api API, table string, clk domain.Clock, opts Options) (*Store, error) 
 	if opts.Parallel <= 0 {
 		opts.Parallel = 16
 	}
-	return &Store{api: api, table: table, clk: clk, opts: opts}, nil
+	if opts.Recent == 0 {
+		opts.Recent = 2 * time.Second
+	}
+	return &Store{api: api, table: table, clk: clk, opts: opts, recent: newRecentRows(opts.Recent)}, nil
 }
 
 // Open checks that table exists and is ready, so a missing table is

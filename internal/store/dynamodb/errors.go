@@ -41,6 +41,16 @@ func isConditionFailed(err error) bool {
 	return errors.As(err, &ccf)
 }
 
+// conflictItem is the row as a refused conditional write found it (the
+// write asked for it), nil when there was none.
+func conflictItem(err error) map[string]types.AttributeValue {
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return ccf.Item
+	}
+	return nil
+}
+
 // writeMark returns a mark no other write carries.
 func writeMark() string {
 	b := make([]byte, 12)

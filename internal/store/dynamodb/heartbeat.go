@@ -89,6 +89,7 @@ func (s *Store) beat(ctx context.Context, id string, at time.Time) error {
 	if err != nil {
 		return describe("UpdateItem", s.table, err)
 	}
+	s.recent.beat(instanceKey(id), formatTime(at))
 	s.remember(id, at)
 	return nil
 }

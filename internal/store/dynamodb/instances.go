@@ -82,7 +82,16 @@ func (s *Store) undoCreate(ctx context.Context, ids []string) error {
 	return nil
 }
 
+// transact writes items in one transaction. The rows it updates are no
+// longer as remembered, whether it succeeded or not.
 func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) error {
+	defer func() {
+		for _, it := range items {
+			if it.Update != nil {
+				s.recent.forget(it.Update.Key)
+			}
+		}
+	}()
 	_, err := s.api.TransactWriteItems(ctx, &awsdynamodb.TransactWriteItemsInput{TransactItems: items})
 	if err != nil && cancelled(err) == nil {
 		return describe("TransactWriteItems", s.table, err)
@@ -199,6 +208,7 @@ func (s *Store) DeleteInstances(ctx context.Context, ids []string) error {
 // deleteKeys deletes rows in batches of 25, sending again what DynamoDB
 // left unprocessed.
 func (s *Store) deleteKeys(ctx context.Context, keys []map[string]types.AttributeValue) error {
+	s.recent.forget(keys...)
 	for _, chunk := range domain.Chunk(keys, 25) {
 		reqs := make([]types.WriteRequest, len(chunk))
 		for k, key := range chunk {

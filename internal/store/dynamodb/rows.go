@@ -2,6 +2,7 @@ package dynamodb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -106,19 +107,29 @@ func (k *rowKind[ID, Row, Guard, Req, Res]) matching(items []map[string]types.At
 
 // get reads one row consistently; found is false when there is none.
 func (k *rowKind[ID, Row, Guard, Req, Res]) get(ctx context.Context, s *Store, id ID) (row Row, found bool, err error) {
-	out, err := s.api.GetItem(ctx, &awsdynamodb.GetItemInput{TableName: s.tbl(), Key: k.key(id), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		return row, false, describe("GetItem", s.table, err)
+	item, err := k.getItem(ctx, s, id)
+	if err != nil || item == nil {
+		return row, false, err
 	}
-	if out.Item == nil {
-		return row, false, nil
-	}
-	row, err = k.decode(out.Item)
+	row, err = k.decode(item)
 	return row, err == nil, err
 }
 
-// transition is the read, the decision and the write conditioned on the
-// version read, again from the read when another writer got there first.
+// getItem reads one row's item consistently (nil when there is none), and
+// remembers it for a transition that may follow.
+func (k *rowKind[ID, Row, Guard, Req, Res]) getItem(ctx context.Context, s *Store, id ID) (map[string]types.AttributeValue, error) {
+	out, err := s.api.GetItem(ctx, &awsdynamodb.GetItemInput{TableName: s.tbl(), Key: k.key(id), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, describe("GetItem", s.table, err)
+	}
+	s.recent.put(out.Item, s.now())
+	return out.Item, nil
+}
+
+// transition is the decision on the row as last read or written here (see
+// recentRows) or as read now, and the write conditioned on the version
+// decided on; when another writer got there first, it decides again on
+// the row the refusal returns.
 func (k *rowKind[ID, Row, Guard, Req, Res]) transition(ctx context.Context, s *Store, id ID, g Guard, fn func(*Row)) (Row, error) {
 	var zero Row
 	if err := s.checkOpen(); err != nil {
@@ -127,45 +138,87 @@ func (k *rowKind[ID, Row, Guard, Req, Res]) transition(ctx context.Context, s *S
 	if fn == nil {
 		fn = func(*Row) {}
 	}
-	for attempt := 1; attempt <= maxAttempts; attempt++ {
-		if err := backoff(ctx, attempt); err != nil {
-			return zero, err
+	item, remembered := s.recent.take(k.key(id), s.now()), true
+	for attempt := 1; attempt <= maxAttempts; {
+		if item == nil {
+			var err error
+			if item, err = k.getItem(ctx, s, id); err != nil {
+				return zero, fmt.Errorf("transition %s %v: %w", k.noun, id, err)
+			}
+			if item == nil {
+				return zero, fmt.Errorf("%s %v: %w", k.noun, id, domain.ErrNotFound)
+			}
+			remembered = false
 		}
-		cur, found, err := k.get(ctx, s, id)
-		if err != nil {
-			return zero, fmt.Errorf("transition %s %v: %w", k.noun, id, err)
-		}
-		if !found {
-			return zero, fmt.Errorf("%s %v: %w", k.noun, id, domain.ErrNotFound)
-		}
-		next, refused := k.decide(cur, g, s.now(), fn)
-		if refused != nil {
-			return zero, refused
-		}
-		u, err := k.update(s, cur, next)
-		if err != nil {
-			return zero, err
-		}
-		// The write carries a mark of its own, so that when its answer is
-		// lost and the SDK sends it again, the second try, refused because
-		// the first raised the version, can tell that the row holds this
-		// very write and not a competitor's.
-		mark := writeMark()
-		in := u.marked(mark).item(s.table)
-		in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
-		_, err = s.api.UpdateItem(ctx, in)
-		if isConditionFailed(err) {
-			if refusedBy(err, mark) {
-				return next, nil
+		next, after, err := k.attempt(ctx, s, item, remembered, g, fn)
+		switch {
+		case err == nil:
+			s.recent.put(after, s.now())
+			return next, nil
+		case errors.Is(err, errStale):
+			// A refusal decided on a remembered row is decided again on the
+			// row as it is.
+			item = nil
+			continue
+		case isConditionFailed(err):
+			item, remembered = conflictItem(err), false
+			attempt++
+			if err := backoff(ctx, attempt); err != nil {
+				return zero, err
 			}
 			continue
 		}
-		if err != nil {
-			return zero, fmt.Errorf("transition %s %v: %w", k.noun, id, describe("UpdateItem", s.table, err))
-		}
-		return next, nil
+		return zero, err
 	}
 	return zero, fmt.Errorf("transition %s %v: %w", k.noun, id, errContended)
+}
+
+// errStale: a transition was refused on a remembered row, which may no
+// longer be the row as it is.
+var errStale = errors.New("refused on a remembered row")
+
+// attempt decides the transition on item and writes it, conditioned on the
+// version decided on (and on the heartbeat too when item is remembered
+// rather than just read). It returns the row written and its item, the
+// transition's refusal, or the write's.
+func (k *rowKind[ID, Row, Guard, Req, Res]) attempt(ctx context.Context, s *Store, item map[string]types.AttributeValue, remembered bool, g Guard, fn func(*Row)) (next Row, after map[string]types.AttributeValue, err error) {
+	cur, err := k.decode(item)
+	if err != nil {
+		return next, nil, err
+	}
+	next, refused := k.decide(cur, g, s.now(), fn)
+	if refused != nil {
+		if remembered {
+			return next, nil, errStale
+		}
+		return next, nil, refused
+	}
+	u, err := k.update(s, cur, next)
+	if err != nil {
+		return next, nil, err
+	}
+	if remembered {
+		u = u.sameBeat(item)
+	}
+	// The write carries a mark of its own, so that when its answer is
+	// lost and the SDK sends it again, the second try, refused because
+	// the first raised the version, can tell that the row holds this
+	// very write and not a competitor's.
+	mark := writeMark()
+	in := u.marked(mark).item(s.table)
+	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	_, err = s.api.UpdateItem(ctx, in)
+	if isConditionFailed(err) && refusedBy(err, mark) {
+		err = nil
+	}
+	if isConditionFailed(err) {
+		return next, nil, err
+	}
+	if err != nil {
+		return next, nil, fmt.Errorf("transition %s %s: %w", k.noun, getS(item, attrPK), describe("UpdateItem", s.table, err))
+	}
+	after, err = k.encode(s, next)
+	return next, after, err
 }
 
 // update is the conditional write that turns cur into next.
@@ -224,6 +277,20 @@ func newUpdate(before, after map[string]types.AttributeValue, version int64) upd
 	u.expr = "SET " + strings.Join(set, ", ")
 	if len(remove) > 0 {
 		u.expr += " REMOVE " + strings.Join(remove, ", ")
+	}
+	return u
+}
+
+// sameBeat is u also conditioned on the stored heartbeat being item's.
+func (u update) sameBeat(item map[string]types.AttributeValue) update {
+	u.names = maps.Clone(u.names)
+	u.values = maps.Clone(u.values)
+	u.names["#hb0"] = attrBeat
+	if b, ok := item[attrBeat]; ok {
+		u.values[":hb0"] = b
+		u.condition += " AND #hb0 = :hb0"
+	} else {
+		u.condition += " AND attribute_not_exists(#hb0)"
 	}
 	return u
 }
