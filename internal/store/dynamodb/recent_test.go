@@ -64,6 +64,18 @@ func (w *twoStores) read(t *testing.T) domain.Instance {
 	return in
 }
 
+// readThenOtherStops is a's read of the ready instance, then b's change of
+// it to stopping.
+func (w *twoStores) readThenOtherStops(t *testing.T) {
+	t.Helper()
+	w.read(t)
+	if _, err := w.b.Transition(t.Context(), w.in.ID, domain.Guard{State: domain.StateReady}, func(i *domain.Instance) {
+		i.State = domain.StateStopping
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func serveOne(i *domain.Instance) { i.JobsServed++ }
 
 // A change that follows a read of its row decides on the row read: one
@@ -96,12 +108,7 @@ func TestAChangeAfterAReadDoesNotReadAgain(t *testing.T) {
 // guard that matched the row as read refuses it.
 func TestAChangeOnARowThatMovedIsDecidedOnTheRowAsItIs(t *testing.T) {
 	w := newTwoStores(t, dynamodb.Options{})
-	w.read(t)
-	if _, err := w.b.Transition(t.Context(), w.in.ID, domain.Guard{State: domain.StateReady}, func(i *domain.Instance) {
-		i.State = domain.StateStopping
-	}); err != nil {
-		t.Fatal(err)
-	}
+	w.readThenOtherStops(t)
 	_, err := w.a.Transition(t.Context(), w.in.ID, domain.Guard{State: domain.StateReady}, serveOne)
 	if !errors.Is(err, domain.ErrConflict) {
 		t.Fatalf("change guarded on ready after the row became stopping: %v; want ErrConflict", err)
@@ -119,12 +126,7 @@ func TestAChangeOnARowThatMovedIsDecidedOnTheRowAsItIs(t *testing.T) {
 // the other replica may have made it match since.
 func TestARefusalOnARowReadBeforeIsDecidedAgain(t *testing.T) {
 	w := newTwoStores(t, dynamodb.Options{})
-	w.read(t)
-	if _, err := w.b.Transition(t.Context(), w.in.ID, domain.Guard{State: domain.StateReady}, func(i *domain.Instance) {
-		i.State = domain.StateStopping
-	}); err != nil {
-		t.Fatal(err)
-	}
+	w.readThenOtherStops(t)
 	got, err := w.a.Transition(t.Context(), w.in.ID, domain.Guard{State: domain.StateStopping}, serveOne)
 	if err != nil || got.State != domain.StateStopping || got.JobsServed != 1 {
 		t.Fatalf("change guarded on stopping, the row's state now: %+v, %v; want it done", got, err)
