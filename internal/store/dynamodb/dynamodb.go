@@ -10,11 +10,10 @@
 // row cannot both win; a change that spans rows (a job and its instance)
 // is one TransactWriteItems. Look-ups by anything but the id go through
 // global secondary indexes (see table.go), so no loop scans the table.
-// Index reads are eventually consistent: a row found through an index is
-// always re-read, consistently, before it is changed, so a stale index
-// entry costs a refused guard, never a wrong write. A row this store has
-// just read consistently or written is decided on again without a read,
-// its write conditioned on the heartbeat as well (see recentRows).
+// Index reads are eventually consistent: a change is decided on a row read
+// consistently (now, or a moment ago by this store, see recentRows) or
+// returned by a refused write, never on one found through an index, so a
+// stale index entry costs a refused guard, never a wrong write.
 package dynamodb
 
 import (
@@ -57,9 +56,10 @@ type Options struct {
 	Retention time.Duration
 	// Parallel bounds the concurrent writes of one batch; default 16.
 	Parallel int
-	// Recent is how long a row this store read consistently or wrote is
-	// decided on again without another read (see recentRows); default
-	// 2 s, negative reads the row before every change.
+	// Recent is how long a row this store read consistently or wrote in
+	// a transition is decided on again without another read (see
+	// recentRows); default 2 s. Negative decides every change on a row
+	// read for it (or returned by a refused write).
 	Recent time.Duration
 }
 

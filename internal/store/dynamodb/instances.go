@@ -159,8 +159,9 @@ func matchesInstance(in domain.Instance, f domain.InstanceFilter) bool {
 		(f.ExpiredAt.IsZero() || in.Expired(f.ExpiredAt))
 }
 
-// Transition is one guarded transition: a consistent read, the decision,
-// and an UpdateItem conditioned on the version read.
+// Transition is one guarded transition: the decision on the row as read
+// consistently now or a moment ago (see recentRows), and an UpdateItem
+// conditioned on the version decided on.
 func (s *Store) Transition(ctx context.Context, id string, g domain.Guard, fn func(*domain.Instance)) (domain.Instance, error) {
 	return instanceKind.transition(ctx, s, id, g, fn)
 }

@@ -25,6 +25,8 @@ type recentRows struct {
 	mu   sync.Mutex
 	keep time.Duration
 	rows map[string]recentRow
+	// swept is when the rows older than keep last went.
+	swept time.Time
 }
 
 type recentRow struct {
@@ -32,8 +34,8 @@ type recentRow struct {
 	at   time.Time
 }
 
-// maxRecentRows bounds the memory: past it, the rows older than keep go,
-// and all of them if that is not enough.
+// maxRecentRows bounds the memory: the rows older than keep go every keep
+// or so, and all of them if there are this many.
 const maxRecentRows = 8192
 
 func newRecentRows(keep time.Duration) *recentRows {
@@ -48,11 +50,12 @@ func (r *recentRows) put(item map[string]types.AttributeValue, now time.Time) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.rows) >= maxRecentRows {
+	if now.Sub(r.swept) >= r.keep {
 		maps.DeleteFunc(r.rows, func(_ string, v recentRow) bool { return now.Sub(v.at) >= r.keep })
-		if len(r.rows) >= maxRecentRows {
-			clear(r.rows)
-		}
+		r.swept = now
+	}
+	if len(r.rows) >= maxRecentRows {
+		clear(r.rows)
 	}
 	r.rows[getS(item, attrPK)] = recentRow{item: item, at: now}
 }
@@ -74,7 +77,9 @@ func (r *recentRows) take(key map[string]types.AttributeValue, now time.Time) ma
 	return v.item
 }
 
-// beat notes a heartbeat this store wrote on the row of key.
+// beat notes a heartbeat this store wrote on the row of key. A newer one
+// remembered (another replica's, read since) stays: heartbeats only move
+// forward, and times formatted alike compare as strings do.
 func (r *recentRows) beat(key map[string]types.AttributeValue, at string) {
 	if r.keep <= 0 {
 		return
@@ -82,7 +87,7 @@ func (r *recentRows) beat(key map[string]types.AttributeValue, at string) {
 	pk := getS(key, attrPK)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if v, ok := r.rows[pk]; ok {
+	if v, ok := r.rows[pk]; ok && getS(v.item, attrBeat) < at {
 		v.item = maps.Clone(v.item)
 		v.item[attrBeat] = str(at)
 		r.rows[pk] = v

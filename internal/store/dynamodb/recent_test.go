@@ -8,21 +8,32 @@ import (
 	"time"
 
 	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/store/dynamodb"
 )
 
-// readCounter counts the consistent reads of one row a store makes.
+// readCounter counts the consistent reads of one row a store makes, and
+// its updates refused on their condition.
 type readCounter struct {
 	dynamodb.API
-	gets atomic.Int64
+	gets, refused atomic.Int64
 }
 
 func (c *readCounter) GetItem(ctx context.Context, in *awsdynamodb.GetItemInput, opts ...func(*awsdynamodb.Options)) (*awsdynamodb.GetItemOutput, error) {
 	c.gets.Add(1)
 	return c.API.GetItem(ctx, in, opts...)
+}
+
+func (c *readCounter) UpdateItem(ctx context.Context, in *awsdynamodb.UpdateItemInput, opts ...func(*awsdynamodb.Options)) (*awsdynamodb.UpdateItemOutput, error) {
+	out, err := c.API.UpdateItem(ctx, in, opts...)
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		c.refused.Add(1)
+	}
+	return out, err
 }
 
 // twoStores are two stores on one table, as two replicas have: a, whose
@@ -159,12 +170,12 @@ func TestAChangeAfterAnotherReplicasHeartbeatSeesIt(t *testing.T) {
 	if err := w.a.RecordHeartbeat(t.Context(), w.in.ID, own); err != nil {
 		t.Fatal(err)
 	}
-	before := w.reads.gets.Load()
+	reads, refused := w.reads.gets.Load(), w.reads.refused.Load()
 	if got, err = w.a.Transition(t.Context(), w.in.ID, domain.GuardOf(got), serveOne); err != nil || !got.Heartbeat.Equal(own) {
 		t.Fatalf("change after its own heartbeat: heartbeat %s, %v; want %s", got.Heartbeat, err, own)
 	}
-	if n := w.reads.gets.Load() - before; n != 0 {
-		t.Errorf("%d consistent reads for a change after this store's own heartbeat; want 0", n)
+	if n, m := w.reads.gets.Load()-reads, w.reads.refused.Load()-refused; n != 0 || m != 0 {
+		t.Errorf("a change after this store's own heartbeat: %d consistent reads, %d refused writes; want none", n, m)
 	}
 }
 

@@ -162,9 +162,10 @@ func (k *rowKind[ID, Row, Guard, Req, Res]) transition(ctx context.Context, s *S
 			continue
 		case isConditionFailed(err):
 			item, remembered = conflictItem(err), false
-			attempt++
-			if err := backoff(ctx, attempt); err != nil {
-				return zero, err
+			if attempt++; attempt <= maxAttempts {
+				if err := backoff(ctx, attempt); err != nil {
+					return zero, err
+				}
 			}
 			continue
 		}
@@ -217,8 +218,7 @@ func (k *rowKind[ID, Row, Guard, Req, Res]) attempt(ctx context.Context, s *Stor
 	if err != nil {
 		return next, nil, fmt.Errorf("transition %s %s: %w", k.noun, getS(item, attrPK), describe("UpdateItem", s.table, err))
 	}
-	after, err = k.encode(s, next)
-	return next, after, err
+	return next, u.after, nil
 }
 
 // update is the conditional write that turns cur into next.
@@ -235,12 +235,14 @@ func (k *rowKind[ID, Row, Guard, Req, Res]) update(s *Store, cur, next Row) (upd
 }
 
 // update is one conditional UpdateItem, usable alone or in a transaction.
+// after is the row's item as the update leaves it.
 type update struct {
 	key       map[string]types.AttributeValue
 	expr      string
 	condition string
 	names     map[string]string
 	values    map[string]types.AttributeValue
+	after     map[string]types.AttributeValue
 }
 
 // newUpdate writes after's attributes over before's, on condition that the
@@ -249,6 +251,7 @@ type update struct {
 // attributes after lacks are removed.
 func newUpdate(before, after map[string]types.AttributeValue, version int64) update {
 	u := update{
+		after:     after,
 		key:       map[string]types.AttributeValue{attrPK: after[attrPK], attrSK: after[attrSK]},
 		condition: "#ver = :expect",
 		names:     map[string]string{"#ver": attrVersion},
