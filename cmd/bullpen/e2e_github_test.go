@@ -167,11 +167,12 @@ func TestServeWithAGitHubApp(t *testing.T) {
 	// Two jobs of one run with the same labels, whose runners each take
 	// the other's job: GitHub allows it, and bullpen follows GitHub's
 	// reports: each job is recorded on the instance whose runner ran it.
+	// Both are queued at once: a runner starting between the two would
+	// find only its own job.
 	gh.TakeOthersJobsFirst()
-	a := gh.QueueJob("acme/app", []string{"runs-on/pool=linux"})
-	b := gh.QueueJob("acme/app", []string{"runs-on/pool=linux"}, fakegh.InRun(a.RunID))
+	pair := gh.QueueJobs("acme/app", []string{"runs-on/pool=linux"}, 2)
 	swapped := 0
-	for _, id := range []int64{a.ID, b.ID} {
+	for _, id := range []int64{pair[0].ID, pair[1].ID} {
 		j := l.waitJob(id, "completed")
 		done, _ := gh.Job(id)
 		inst, registeredFor, ok := domain.ParseRunnerName(done.RunnerName)

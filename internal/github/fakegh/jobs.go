@@ -35,6 +35,13 @@ func Named(name string) JobOption { return func(j *jobSpec) { j.name = name } }
 // name or an InRun of another repository's run is a bug in the test: it
 // panics.
 func (s *Server) QueueJob(repoName string, labels []string, opts ...JobOption) domain.GitHubJob {
+	return s.QueueJobs(repoName, labels, 1, opts...)[0]
+}
+
+// QueueJobs queues n jobs of one run as QueueJob queues one, all at once:
+// no runner can start between them, so a runner that starts takes
+// whichever of them it prefers.
+func (s *Server) QueueJobs(repoName string, labels []string, n int, opts ...JobOption) []domain.GitHubJob {
 	spec := jobSpec{name: DefaultJobName, workflow: DefaultWorkflow, status: "queued"}
 	for _, o := range opts {
 		o(&spec)
@@ -43,18 +50,26 @@ func (s *Server) QueueJob(repoName string, labels []string, opts ...JobOption) d
 	defer s.mu.Unlock()
 	r := s.repo(repoName)
 	ru := s.runFor(r, spec)
-	s.lastJob++
-	j := &job{id: s.lastJob, run: ru, name: spec.name, labels: append([]string{}, labels...), status: spec.status,
-		attempt: 1, created: s.clk.Now()}
-	ru.jobs = append(ru.jobs, j)
-	s.jobs[j.id] = j
-	s.announce(j, spec.status)
-	if j.status == "queued" {
-		if rn := s.waitingRunnerFor(j); rn != nil {
-			s.start(j, rn.name, rn)
-		}
+	queued := make([]*job, n)
+	for k := range queued {
+		s.lastJob++
+		j := &job{id: s.lastJob, run: ru, name: spec.name, labels: append([]string{}, labels...), status: spec.status,
+			attempt: 1, created: s.clk.Now()}
+		ru.jobs = append(ru.jobs, j)
+		s.jobs[j.id] = j
+		queued[k] = j
 	}
-	return j.public()
+	out := make([]domain.GitHubJob, n)
+	for k, j := range queued {
+		s.announce(j, spec.status)
+		if j.status == "queued" {
+			if rn := s.waitingRunnerFor(j); rn != nil {
+				s.start(j, rn.name, rn)
+			}
+		}
+		out[k] = j.public()
+	}
+	return out
 }
 
 // Release queues a job held in waiting, requested or pending, as GitHub
