@@ -8,8 +8,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// recentRows are the rows this store read consistently or wrote itself,
-// each for a moment after. A transition decides on such a row without
+// recentRows are the rows this store read consistently or wrote itself in
+// a transition, each for a moment after. A transition decides on such a row without
 // reading it again, and its write is conditioned on the row's version and
 // heartbeat both being as remembered: the only write that leaves the
 // version alone is a heartbeat's, so the condition holding means the row
@@ -19,8 +19,8 @@ import (
 // Most transitions follow a read of the same row within milliseconds (an
 // agent's request authenticates by reading its instance, then changes it),
 // so on DynamoDB this saves one strongly consistent read per change, at
-// the cost of a refused write when another replica moved the row
-// meanwhile.
+// the cost of a refused write when another replica changed the row or
+// wrote its heartbeat meanwhile.
 type recentRows struct {
 	mu   sync.Mutex
 	keep time.Duration
@@ -94,7 +94,7 @@ func (r *recentRows) beat(key map[string]types.AttributeValue, at string) {
 	}
 }
 
-// forget drops the rows of keys (deleted rows).
+// forget drops the rows of keys: deleted, or written by a transaction.
 func (r *recentRows) forget(keys ...map[string]types.AttributeValue) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
