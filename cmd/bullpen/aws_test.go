@@ -21,6 +21,11 @@ func TestAWSIAMPolicy(t *testing.T) {
 			t.Errorf("the policy lacks %s:\n%s", want, out)
 		}
 	}
+	// --aws-region, as serve names it, is the same flag.
+	if code, same, _ := runCmd(t, "aws", "iam-policy", "--environment", "dev", "--aws-region", "eu-west-1",
+		"--instance-role-arn", "arn:aws:iam::123456789012:role/runner"); code != 0 || same != out {
+		t.Errorf("--aws-region: exit %d, a policy other than --region's:\n%s", code, same)
+	}
 	if code, _, errOut := runCmd(t, "aws", "iam-policy", "--instance-role-arn", "runner"); code != 2 || !strings.Contains(errOut, "not a role ARN") {
 		t.Errorf("a role name instead of an ARN: exit %d, %q", code, errOut)
 	}
