@@ -42,15 +42,21 @@ func newTable(t *testing.T) (*awsdynamodb.Client, string) {
 	return client, table
 }
 
+// TestContract runs the store's contract as configured by default, and
+// with no row remembered (every change decided on a row read for it).
 func TestContract(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, clk *clock.Virtual) domain.Store {
-		client, table := newTable(t)
-		s, err := dynamodb.Open(t.Context(), client, table, clk, dynamodb.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
+	for name, opts := range map[string]dynamodb.Options{"Default": {}, "ReadEveryChange": {Recent: -1}} {
+		t.Run(name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T, clk *clock.Virtual) domain.Store {
+				client, table := newTable(t)
+				s, err := dynamodb.Open(t.Context(), client, table, clk, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			})
+		})
+	}
 }
 
 // A missing table is named at start, with what to run.
