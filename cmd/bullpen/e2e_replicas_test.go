@@ -201,7 +201,8 @@ func burstThroughReplicas(t *testing.T, rs *replicaSet, hot, jobs, first int) {
 
 // awsCallsPerJob reads a replica's bullpen_aws_calls_total and divides each
 // DynamoDB and SQS series by jobs; bullpen_aws_call_seconds gives each
-// operation's mean time.
+// operation's mean time. The writes refused because a row had changed
+// (bullpen_store_refused_writes_total) follow, per job too.
 func awsCallsPerJob(t *testing.T, s *server, jobs int) string {
 	resp, err := http.Get(s.base + "/metrics")
 	if err != nil {
@@ -227,6 +228,10 @@ func awsCallsPerJob(t *testing.T, s *server, jobs int) string {
 	for _, labels := range slices.Sorted(maps.Keys(calls)) {
 		n := calls[labels]
 		fmt.Fprintf(&b, "  %-60s %7.0f  %6.2f per job, %6.1f ms each\n", labels, n, n/float64(jobs), 1000*spent[labels]/n)
+	}
+	refused := series("bullpen_store_refused_writes_total")
+	for _, labels := range slices.Sorted(maps.Keys(refused)) {
+		fmt.Fprintf(&b, "  refused %-52s %7.0f  %6.2f per job\n", labels, refused[labels], refused[labels]/float64(jobs))
 	}
 	return b.String()
 }

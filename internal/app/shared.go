@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,7 +52,19 @@ func (a *App) openShared(ctx context.Context, sh Shared) error {
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
-	st, err := dynamodb.Open(ctx, awsdynamodb.NewFromConfig(cfg), sh.Table, a.opts.Clock, dynamodb.Options{HeartbeatResolution: sh.HeartbeatResolution})
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bullpen_store_refused_writes_total",
+		Help: "Conditional writes of one row that DynamoDB refused because another writer changed it first, so the change was decided again; by row kind, and whether the row decided on was one this replica remembered rather than read for the change.",
+	}, []string{"row", "remembered"})
+	if err := promreg.Register(a.opts.Registry, "store", refused); err != nil {
+		return err
+	}
+	st, err := dynamodb.Open(ctx, awsdynamodb.NewFromConfig(cfg), sh.Table, a.opts.Clock, dynamodb.Options{
+		HeartbeatResolution: sh.HeartbeatResolution,
+		Refused: func(row string, remembered bool) {
+			refused.WithLabelValues(row, strconv.FormatBool(remembered)).Inc()
+		},
+	})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}

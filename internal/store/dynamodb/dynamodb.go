@@ -61,6 +61,11 @@ type Options struct {
 	// recentRows); default 2 s. Negative decides every change on a row
 	// read for it (or returned by a refused write).
 	Recent time.Duration
+	// Refused, when set, is told of each single conditional write refused
+	// because the row was no longer the one decided on ("instance" or
+	// "job"), and whether that row was a remembered one: the change is then
+	// decided again. Many say that replicas contend for the same rows.
+	Refused func(row string, remembered bool)
 }
 
 // Store is domain.Store on one DynamoDB table.

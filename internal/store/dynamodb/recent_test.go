@@ -3,6 +3,8 @@ package dynamodb_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,7 +120,10 @@ func TestAChangeAfterAReadDoesNotReadAgain(t *testing.T) {
 // again on the row as it is, which the refused write returned, and the
 // guard that matched the row as read refuses it.
 func TestAChangeOnARowThatMovedIsDecidedOnTheRowAsItIs(t *testing.T) {
-	w := newTwoStores(t, dynamodb.Options{})
+	var told []string
+	w := newTwoStores(t, dynamodb.Options{Refused: func(row string, remembered bool) {
+		told = append(told, fmt.Sprintf("%s remembered=%t", row, remembered))
+	}})
 	w.readThenOtherStops(t)
 	_, err := w.a.Transition(t.Context(), w.in.ID, domain.Guard{State: domain.StateReady}, serveOne)
 	if !errors.Is(err, domain.ErrConflict) {
@@ -130,6 +135,9 @@ func TestAChangeOnARowThatMovedIsDecidedOnTheRowAsItIs(t *testing.T) {
 	stored, _ := w.b.GetInstance(t.Context(), w.in.ID)
 	if stored.State != domain.StateStopping || stored.JobsServed != 0 {
 		t.Fatalf("stored %s with %d jobs; want stopping, none served", stored.State, stored.JobsServed)
+	}
+	if !slices.Equal(told, []string{"instance remembered=true"}) {
+		t.Errorf("refused writes told: %q; want the one on the remembered instance", told)
 	}
 }
 

@@ -161,6 +161,9 @@ func (k *rowKind[ID, Row, Guard, Req, Res]) transition(ctx context.Context, s *S
 			item = nil
 			continue
 		case isConditionFailed(err):
+			if s.opts.Refused != nil {
+				s.opts.Refused(k.noun, remembered)
+			}
 			item, remembered = conflictItem(err), false
 			if attempt++; attempt <= maxAttempts {
 				if err := backoff(ctx, attempt); err != nil {
