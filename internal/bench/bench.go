@@ -71,6 +71,10 @@ type Scenario struct {
 	// AWSCallsPerJob are the DynamoDB and SQS calls of the burst, by
 	// service and operation, per job: what those services bill by.
 	AWSCallsPerJob map[string]float64 `json:"aws_calls_per_job,omitempty"`
+	// RefusedWritesPerJob are the DynamoDB writes of one row refused
+	// because it had changed (bullpen_store_refused_writes_total), by
+	// "row:remembered".
+	RefusedWritesPerJob map[string]float64 `json:"refused_writes_per_job,omitempty"`
 }
 
 // Result is the whole report.
@@ -289,7 +293,7 @@ func (w *world) fillPool(ctx context.Context, n int, timeout time.Duration) erro
 func (w *world) burst(ctx context.Context, labelFmt string, first int64, n int, timeout time.Duration) (Scenario, error) {
 	w.a.Sim.Cloud.ResetCalls()
 	startedBefore, detachedBefore := counter(w.a, "bullpen_pool_instances_started_total"), counter(w.a, "bullpen_pool_instances_detached_total")
-	awsBefore := awsCalls(w.a)
+	awsBefore := sharedStateCounts(w.a)
 	h := w.a.Handler()
 	begin := time.Now()
 	var wg sync.WaitGroup
@@ -316,7 +320,7 @@ func (w *world) burst(ctx context.Context, labelFmt string, first int64, n int, 
 	if err != nil {
 		return Scenario{}, err
 	}
-	awsAfter := awsCalls(w.a)
+	awsAfter := sharedStateCounts(w.a)
 	s := summarize(jobs)
 	s.Seconds = time.Since(begin).Seconds()
 	s.WebhookSeconds = posted.Seconds()
@@ -332,40 +336,58 @@ func (w *world) burst(ctx context.Context, labelFmt string, first int64, n int, 
 			s.InstancesCreated++
 		}
 	}
-	for op, c := range awsAfter {
-		if d := c - awsBefore[op]; d > 0 {
-			if s.AWSCallsPerJob == nil {
-				s.AWSCallsPerJob = map[string]float64{}
-			}
-			s.AWSCallsPerJob[op] = d / float64(n)
-		}
-	}
+	s.AWSCallsPerJob = perJob(awsBefore, awsAfter, "bullpen_aws_calls_total", n)
+	s.RefusedWritesPerJob = perJob(awsBefore, awsAfter, "bullpen_store_refused_writes_total", n)
 	return s, nil
 }
 
-// awsCalls reads bullpen_aws_calls_total by "service:operation".
-func awsCalls(a *app.App) map[string]float64 {
-	out := map[string]float64{}
+// perJob is each series of family that grew from before to after, divided
+// by n; nil when none grew.
+func perJob(before, after map[string]map[string]float64, family string, n int) map[string]float64 {
+	var out map[string]float64
+	for k, c := range after[family] {
+		if d := c - before[family][k]; d > 0 {
+			if out == nil {
+				out = map[string]float64{}
+			}
+			out[k] = d / float64(n)
+		}
+	}
+	return out
+}
+
+// sharedStateCounts reads bullpen_aws_calls_total by "service:operation" and
+// bullpen_store_refused_writes_total by "row:remembered", each under its
+// family's name.
+func sharedStateCounts(a *app.App) map[string]map[string]float64 {
+	out := map[string]map[string]float64{}
 	families, err := a.Registry().Gather()
 	if err != nil {
 		return out
 	}
+	keys := map[string][2]string{
+		"bullpen_aws_calls_total":            {"service", "operation"},
+		"bullpen_store_refused_writes_total": {"row", "remembered"},
+	}
 	for _, f := range families {
-		if f.GetName() != "bullpen_aws_calls_total" {
+		names, ok := keys[f.GetName()]
+		if !ok {
 			continue
 		}
+		series := map[string]float64{}
 		for _, m := range f.GetMetric() {
-			var service, op string
+			var first, second string
 			for _, l := range m.GetLabel() {
 				switch l.GetName() {
-				case "service":
-					service = l.GetValue()
-				case "operation":
-					op = l.GetValue()
+				case names[0]:
+					first = l.GetValue()
+				case names[1]:
+					second = l.GetValue()
 				}
 			}
-			out[service+":"+op] += m.GetCounter().GetValue()
+			series[first+":"+second] += m.GetCounter().GetValue()
 		}
+		out[f.GetName()] = series
 	}
 	return out
 }
