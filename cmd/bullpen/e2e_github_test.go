@@ -172,7 +172,8 @@ func TestServeWithAGitHubApp(t *testing.T) {
 	gh.TakeOthersJobsFirst()
 	pair := gh.QueueJobs("acme/app", []string{"runs-on/pool=linux"}, 2)
 	swapped := 0
-	for _, id := range []int64{pair[0].ID, pair[1].ID} {
+	for _, queued := range pair {
+		id := queued.ID
 		j := l.waitJob(id, "completed")
 		done, _ := gh.Job(id)
 		inst, registeredFor, ok := domain.ParseRunnerName(done.RunnerName)

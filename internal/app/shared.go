@@ -52,11 +52,8 @@ func (a *App) openShared(ctx context.Context, sh Shared) error {
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
-	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "bullpen_store_refused_writes_total",
-		Help: "Conditional writes of one row that DynamoDB refused because another writer changed it first, so the change was decided again; by row kind, and whether the row decided on was one this replica remembered rather than read for the change.",
-	}, []string{"row", "remembered"})
-	if err := promreg.Register(a.opts.Registry, "store", refused); err != nil {
+	refused, err := refusedWrites(a.opts.Registry)
+	if err != nil {
 		return err
 	}
 	st, err := dynamodb.Open(ctx, awsdynamodb.NewFromConfig(cfg), sh.Table, a.opts.Clock, dynamodb.Options{
@@ -75,6 +72,25 @@ func (a *App) openShared(ctx context.Context, sh Shared) error {
 	a.Store, a.Queue = st, q
 	a.closers = append(a.closers, st.Close)
 	return nil
+}
+
+// refusedWrites is bullpen_store_refused_writes_total, its series present
+// from the start at zero, so that a dashboard shows none refused rather
+// than no data.
+func refusedWrites(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bullpen_store_refused_writes_total",
+		Help: "DynamoDB conditional writes refused because a row had changed since it was read or remembered (by this replica or another), after which the change is decided again: by row (instance or job for one row's transition, transaction for a job and its instance together) and whether the row decided on was a remembered one.",
+	}, []string{"row", "remembered"})
+	if err := promreg.Register(reg, "store", refused); err != nil {
+		return nil, err
+	}
+	for _, row := range []string{"instance", "job"} {
+		refused.WithLabelValues(row, "true")
+		refused.WithLabelValues(row, "false")
+	}
+	refused.WithLabelValues("transaction", "false")
+	return refused, nil
 }
 
 // awsCalls counts every AWS call by service and operation, for

@@ -40,8 +40,12 @@ func (s *Server) QueueJob(repoName string, labels []string, opts ...JobOption) d
 
 // QueueJobs queues n jobs of one run as QueueJob queues one, all at once:
 // no runner can start between them, so a runner that starts takes
-// whichever of them it prefers.
+// whichever of them it prefers. Fewer than one is a bug in the test: it
+// panics.
 func (s *Server) QueueJobs(repoName string, labels []string, n int, opts ...JobOption) []domain.GitHubJob {
+	if n < 1 {
+		panic(fmt.Sprintf("fakegh: queue %d jobs", n))
+	}
 	spec := jobSpec{name: DefaultJobName, workflow: DefaultWorkflow, status: "queued"}
 	for _, o := range opts {
 		o(&spec)

@@ -11,9 +11,10 @@
 // is one TransactWriteItems. Look-ups by anything but the id go through
 // global secondary indexes (see table.go), so no loop scans the table.
 // Index reads are eventually consistent: a change is decided on a row read
-// consistently (now, or a moment ago by this store, see recentRows) or
-// returned by a refused write, never on one found through an index, so a
-// stale index entry costs a refused guard, never a wrong write.
+// by id (now, or a moment ago by this store), written a moment ago by this
+// store (see recentRows), or returned by a refused write, never on one
+// found through an index, so a stale index entry costs a refused guard,
+// never a wrong write.
 package dynamodb
 
 import (
@@ -56,15 +57,17 @@ type Options struct {
 	Retention time.Duration
 	// Parallel bounds the concurrent writes of one batch; default 16.
 	Parallel int
-	// Recent is how long a row this store read consistently or wrote in
+	// Recent is how long a row this store read by id (GetItem) or wrote in
 	// a transition is decided on again without another read (see
 	// recentRows); default 2 s. Negative decides every change on a row
 	// read for it (or returned by a refused write).
 	Recent time.Duration
-	// Refused, when set, is told of each single conditional write refused
-	// because the row was no longer the one decided on ("instance" or
-	// "job"), and whether that row was a remembered one: the change is then
-	// decided again. Many say that replicas contend for the same rows.
+	// Refused, when set, is told of each conditional write refused
+	// because a row was no longer the one decided on, changed since by
+	// this store or another: row is "instance" or "job" for a transition
+	// (remembered: the row decided on was a remembered one) and
+	// "transaction" for a Commit. The change is decided again, unless
+	// that was its last attempt.
 	Refused func(row string, remembered bool)
 }
 
@@ -123,6 +126,13 @@ func (s *Store) Close() error {
 }
 
 var errClosed = errors.New("store is closed")
+
+// refused tells Options.Refused of a refused conditional write.
+func (s *Store) refused(row string, remembered bool) {
+	if s.opts.Refused != nil {
+		s.opts.Refused(row, remembered)
+	}
+}
 
 func (s *Store) checkOpen() error {
 	if s.closed.Load() {

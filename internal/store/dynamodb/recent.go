@@ -8,19 +8,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// recentRows are the rows this store read consistently or wrote itself in
-// a transition, each for a moment after. A transition decides on such a row without
-// reading it again, and its write is conditioned on the row's version and
-// heartbeat both being as remembered: the only write that leaves the
-// version alone is a heartbeat's, so the condition holding means the row
-// was exactly the one decided on. When it does not hold, the refusal
-// returns the row as it is, and the transition decides again on that.
+// recentRows are the rows this store read by id (GetItem) or wrote itself
+// in a transition, each for a moment after. A transition decides on such
+// a row without reading it again, and its write is conditioned on the
+// row's version and heartbeat both being as remembered: the only write
+// that leaves the version alone is a heartbeat's, so the condition
+// holding means the row was exactly the one decided on. When it does not
+// hold, the refusal returns the row as it is, and the transition decides
+// again on that.
 //
 // Most transitions follow a read of the same row within milliseconds (an
 // agent's request authenticates by reading its instance, then changes it),
 // so on DynamoDB this saves one strongly consistent read per change, at
-// the cost of a refused write when another replica changed the row or
-// wrote its heartbeat meanwhile.
+// the cost of a refused write when the row changed meanwhile unknown to
+// this store (another replica's change or heartbeat).
 type recentRows struct {
 	mu   sync.Mutex
 	keep time.Duration

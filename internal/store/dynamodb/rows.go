@@ -150,7 +150,7 @@ func (k *rowKind[ID, Row, Guard, Req, Res]) transition(ctx context.Context, s *S
 			}
 			remembered = false
 		}
-		next, after, err := k.attempt(ctx, s, item, remembered, g, fn)
+		next, after, err := k.attempt(ctx, s, id, item, remembered, g, fn)
 		switch {
 		case err == nil:
 			s.recent.put(after, s.now())
@@ -161,9 +161,7 @@ func (k *rowKind[ID, Row, Guard, Req, Res]) transition(ctx context.Context, s *S
 			item = nil
 			continue
 		case isConditionFailed(err):
-			if s.opts.Refused != nil {
-				s.opts.Refused(k.noun, remembered)
-			}
+			s.refused(k.noun, remembered)
 			item, remembered = conflictItem(err), false
 			if attempt++; attempt <= maxAttempts {
 				if err := backoff(ctx, attempt); err != nil {
@@ -185,10 +183,10 @@ var errStale = errors.New("refused on a remembered row")
 // version decided on (and on the heartbeat too when item is remembered
 // rather than just read). It returns the row written and its item, the
 // transition's refusal, or the write's.
-func (k *rowKind[ID, Row, Guard, Req, Res]) attempt(ctx context.Context, s *Store, item map[string]types.AttributeValue, remembered bool, g Guard, fn func(*Row)) (next Row, after map[string]types.AttributeValue, err error) {
+func (k *rowKind[ID, Row, Guard, Req, Res]) attempt(ctx context.Context, s *Store, id ID, item map[string]types.AttributeValue, remembered bool, g Guard, fn func(*Row)) (next Row, after map[string]types.AttributeValue, err error) {
 	cur, err := k.decode(item)
 	if err != nil {
-		return next, nil, err
+		return next, nil, fmt.Errorf("transition %s %v: %w", k.noun, id, err)
 	}
 	next, refused := k.decide(cur, g, s.now(), fn)
 	if refused != nil {
@@ -219,7 +217,7 @@ func (k *rowKind[ID, Row, Guard, Req, Res]) attempt(ctx context.Context, s *Stor
 		return next, nil, err
 	}
 	if err != nil {
-		return next, nil, fmt.Errorf("transition %s %s: %w", k.noun, getS(item, attrPK), describe("UpdateItem", s.table, err))
+		return next, nil, fmt.Errorf("transition %s %v: %w", k.noun, id, describe("UpdateItem", s.table, err))
 	}
 	return next, u.after, nil
 }
