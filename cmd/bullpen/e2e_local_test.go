@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -206,19 +207,20 @@ func TestServeLocalEndToEnd(t *testing.T) {
 	l.complete(d, "failure")
 	l.waitJob(d, "completed")
 
-	// A machine with this stack's tag that bullpen never created is reaped.
-	orphan := exec.Command("sleep", "600")
+	// A machine with this stack's tag that bullpen never created is reaped:
+	// another process recorded it as the local provider documents, its
+	// process known by the path of its agent.env on its command line.
+	const orphanID = "l-0000000ff0ff"
+	orphanDir := filepath.Join(l.dir, orphanID)
+	orphan := exec.Command("sh", "-c", "sleep 600", filepath.Join(orphanDir, "agent.env"))
 	orphan.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := orphan.Start(); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- orphan.Wait() }()
-	err := local.WriteMachine(l.dir, local.Record{ID: "l-0000000ff0ff", PID: orphan.Process.Pid,
+	writeLocalRecord(t, orphanDir, local.Record{ID: orphanID, PID: orphan.Process.Pid,
 		Tags: map[string]string{domain.TagController: "bullpen-e2e"}, LaunchedAt: time.Now().Add(-time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
 	select {
 	case <-exited:
 	case <-time.After(60 * time.Second):
@@ -240,5 +242,26 @@ func TestServeLocalEndToEnd(t *testing.T) {
 	e := l.queue("reuse")
 	if third := l.waitJob(e, "completed"); third.InstanceID != inst.ID {
 		t.Fatalf("after a restart, job %d ran on %s, not on the warm %s\n%s", e, third.InstanceID, inst.ID, l.logs.String())
+	}
+}
+
+// writeLocalRecord writes r as the local provider's record of a machine in
+// dir, as a process other than the provider would.
+func writeLocalRecord(t *testing.T, dir string, r local.Record) {
+	t.Helper()
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// Written whole, then renamed, so the provider never reads half of it.
+	tmp := filepath.Join(dir, ".record")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, local.RecordFile)); err != nil {
+		t.Fatal(err)
 	}
 }

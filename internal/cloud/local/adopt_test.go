@@ -250,7 +250,7 @@ func TestAMachineRecordedBehindTheCloudsBackIsListedAndTerminated(t *testing.T) 
 	stray := startLeader(t, "sleep", "-")
 	tags := map[string]string{domain.TagController: "ctl-1", domain.TagPool: "stray"}
 	const id = "l-00000000beef"
-	if err := WriteMachine(dir, Record{ID: id, Tags: tags, PID: stray.pid}); err != nil {
+	if err := writeMachine(dir, Record{ID: id, Tags: tags, PID: stray.pid}); err != nil {
 		t.Fatalf("WriteMachine: %v", err)
 	}
 
@@ -282,7 +282,7 @@ func TestCallsNamingARecordedMachineAdoptIt(t *testing.T) {
 	dir := t.TempDir()
 	c := newCloud(t, Options{Dir: dir, Command: newHelpers(t, "sleep").command})
 	const id = "l-0000000000aa"
-	if err := WriteMachine(dir, Record{ID: id}); err != nil {
+	if err := writeMachine(dir, Record{ID: id}); err != nil {
 		t.Fatalf("WriteMachine: %v", err)
 	}
 	if err := c.Tag(t.Context(), []string{id}, map[string]string{"k": "v"}); err != nil {
@@ -303,7 +303,7 @@ func TestAnAdoptedProcessExitingOnItsOwnStopsTheMachine(t *testing.T) {
 	c := newCloud(t, Options{Dir: dir, Command: h.command})
 	stray := startLeader(t, "sleep", "-")
 	const id = "l-0000000000bb"
-	if err := WriteMachine(dir, Record{ID: id, PID: stray.pid}); err != nil {
+	if err := writeMachine(dir, Record{ID: id, PID: stray.pid}); err != nil {
 		t.Fatalf("WriteMachine: %v", err)
 	}
 	if got := stateOf(t, c, id); got != domain.CloudRunning {
@@ -324,7 +324,7 @@ func TestAProcessStartedBeforeItsPidWasRecordedIsAdopted(t *testing.T) {
 	// no pid.
 	const started, notStarted, unrecorded = "l-0000000000cc", "l-0000000000dd", "l-0000000000ee"
 	for _, id := range []string{started, notStarted} {
-		if err := WriteMachine(dir, Record{ID: id, State: domain.CloudPending}); err != nil {
+		if err := writeMachine(dir, Record{ID: id, State: domain.CloudPending}); err != nil {
 			t.Fatalf("WriteMachine: %v", err)
 		}
 	}

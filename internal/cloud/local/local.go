@@ -61,8 +61,8 @@
 // New adopts every machine recorded in Dir (a temporary Dir has none),
 // and List, and every call naming ids, adopt those recorded since, so that
 // a machine created behind the provider's back, by another process
-// writing <Dir>/<id>/machine.json (WriteMachine does) and starting its
-// process, becomes visible and can be reconciled. An adopted machine whose
+// writing <Dir>/<id>/machine.json and starting its process, becomes
+// visible and can be reconciled. An adopted machine whose
 // recorded process still runs is running (or goes on stopping, or
 // terminating, as recorded); one whose process is gone is stopped, what
 // is left of its process group halted first; one recorded as terminating

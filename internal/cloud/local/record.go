@@ -27,8 +27,7 @@ type Record struct {
 	// InstanceType and UsageClass default to the package's constants.
 	InstanceType string `json:"instance_type,omitempty"`
 	UsageClass   string `json:"usage_class,omitempty"`
-	// LaunchedAt is the last start; zero means the moment it is adopted
-	// (WriteMachine fills in the wall clock's now).
+	// LaunchedAt is the last start; zero means the moment it is adopted.
 	LaunchedAt time.Time `json:"launched_at,omitzero"`
 	// PID is the machine's process, the leader of a process group of its
 	// own (so its pid is the group's id); zero when it has none.
@@ -38,38 +37,6 @@ type Record struct {
 	// means unknown: the process is then recognised by a command line
 	// argument that contains the machine's env file path.
 	StartTime uint64 `json:"start_time,omitempty"`
-}
-
-// WriteMachine records a machine in dir, the Dir of a Cloud, creating the
-// machine's directory: a Cloud using dir adopts it at its next List (or
-// call naming its id), as a machine created behind the provider's back.
-// Unset fields get their defaults (see Record). When PID is set, its
-// process must run in a process group of its own (exec.Cmd's
-// SysProcAttr.Setpgid), and a zero StartTime is read from /proc; a PID
-// that no longer runs is recorded as it is, and found stopped.
-func WriteMachine(dir string, r Record) error {
-	r = r.withDefaults(time.Now().UTC())
-	if r.PID > 1 {
-		if info, ok := readProcStat(r.PID); ok && !info.dead() {
-			if info.pgid != r.PID {
-				return fmt.Errorf("write machine %s: process %d is not the leader of its own process group", r.ID, r.PID)
-			}
-			if r.StartTime == 0 {
-				r.StartTime = info.startTime
-			}
-		}
-	}
-	if err := r.validate(); err != nil {
-		return fmt.Errorf("write machine %s: %w", r.ID, err)
-	}
-	mdir := filepath.Join(dir, r.ID)
-	if err := os.MkdirAll(mdir, 0o700); err != nil {
-		return fmt.Errorf("write machine %s: %w", r.ID, err)
-	}
-	if err := writeRecord(mdir, r); err != nil {
-		return fmt.Errorf("write machine %s: %w", r.ID, err)
-	}
-	return nil
 }
 
 // withDefaults fills in the fields a record may leave unset.

@@ -77,7 +77,7 @@ func TestAdoptionTellsTheRecordedProcessFromAnother(t *testing.T) {
 				_ = l.cmd.Process.Kill()
 				l.waitExit(t)
 			}
-			// Written directly: WriteMachine would fill in a zero start time.
+			// Written directly: writeMachine would fill in a zero start time.
 			if err := os.Mkdir(filepath.Join(dir, id), 0o700); err != nil {
 				t.Fatal(err)
 			}
@@ -118,8 +118,8 @@ func TestAdoptionGoesOnWithWhatTheRecordAsked(t *testing.T) {
 		t.Run(string(tc.recorded), func(t *testing.T) {
 			dir := t.TempDir()
 			l := startLeader(t, "sleep", "-")
-			if err := WriteMachine(dir, Record{ID: id, State: tc.recorded, PID: l.pid}); err != nil {
-				t.Fatalf("WriteMachine: %v", err)
+			if err := writeMachine(dir, Record{ID: id, State: tc.recorded, PID: l.pid}); err != nil {
+				t.Fatalf("writeMachine: %v", err)
 			}
 			c := newCloud(t, Options{Dir: dir, Command: newHelpers(t, "sleep").command})
 			waitState(t, c, id, tc.want)
@@ -141,8 +141,8 @@ func TestLeftoversOfARecordedProcessGroupAreHalted(t *testing.T) {
 	_ = l.cmd.Process.Kill()
 	l.waitExit(t)
 	const id = "l-0000000000e1"
-	if err := WriteMachine(dir, Record{ID: id, PID: l.pid}); err != nil {
-		t.Fatalf("WriteMachine: %v", err)
+	if err := writeMachine(dir, Record{ID: id, PID: l.pid}); err != nil {
+		t.Fatalf("writeMachine: %v", err)
 	}
 	c := newCloud(t, Options{Dir: dir, Command: newHelpers(t, "sleep").command, StopGrace: 100 * time.Millisecond})
 	waitState(t, c, id, domain.CloudStopped)
@@ -276,7 +276,7 @@ func TestOneCloudAtATimeManagesADirectory(t *testing.T) {
 	newCloud(t, Options{Dir: dir})
 }
 
-func TestWriteMachineRefusesWhatCannotBeAdopted(t *testing.T) {
+func TestAWrittenMachineThatCannotBeAdoptedIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	notLeader := exec.Command(os.Args[0], "helper", "sleep", "-") // in the test's process group
 	if err := notLeader.Start(); err != nil {
@@ -296,15 +296,15 @@ func TestWriteMachineRefusesWhatCannotBeAdopted(t *testing.T) {
 		{ID: "l-1", PID: -4},
 		{ID: "l-1", PID: notLeader.Process.Pid},
 	} {
-		if err := WriteMachine(dir, r); err == nil {
-			t.Errorf("WriteMachine(%+v) succeeded", r)
+		if err := writeMachine(dir, r); err == nil {
+			t.Errorf("writeMachine(%+v) succeeded", r)
 		}
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("refused records left %v", entries)
 	}
-	if err := WriteMachine(dir, Record{ID: "l-1"}); err != nil {
-		t.Fatalf("WriteMachine: %v", err)
+	if err := writeMachine(dir, Record{ID: "l-1"}); err != nil {
+		t.Fatalf("writeMachine: %v", err)
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "l-1", RecordFile))
 	var fields map[string]any
