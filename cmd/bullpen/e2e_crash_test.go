@@ -95,7 +95,12 @@ func (b *burstStack) start() time.Time {
 		"--deadline", "claimed=20s", "--deadline", "pending=20s", "--deadline", "booting=20s",
 		"--local-agent-env", "BULLPEN_AGENT_RUNNER_COMMAND="+b.runner+" {jitconfig}",
 		"--local-agent-env", "BULLPEN_AGENT_HEARTBEAT_INTERVAL=500ms",
-		"--local-agent-env", "BULLPEN_AGENT_POLL_WAIT=2s")
+		"--local-agent-env", "BULLPEN_AGENT_POLL_WAIT=2s",
+		// A machine made for a job boots for 2 s with it: long enough that
+		// the kill (b) finds one even when this test is slow to look, as
+		// on a loaded machine, where the burst was otherwise all served
+		// between two looks.
+		"--local-agent-env", "BULLPEN_AGENT_WARMUP_COMMAND=sleep 2")
 	b.up = true
 	return time.Now()
 }
