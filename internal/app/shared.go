@@ -85,11 +85,10 @@ func refusedWrites(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
 	if err := promreg.Register(reg, "store", refused); err != nil {
 		return nil, err
 	}
-	for _, row := range []string{"instance", "job"} {
+	for _, row := range dynamodb.RefusedRows {
 		refused.WithLabelValues(row, "true")
 		refused.WithLabelValues(row, "false")
 	}
-	refused.WithLabelValues("transaction", "false")
 	return refused, nil
 }
 

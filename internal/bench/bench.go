@@ -292,8 +292,7 @@ func (w *world) fillPool(ctx context.Context, n int, timeout time.Duration) erro
 // burst posts n signed queued webhooks and waits until every job is assigned.
 func (w *world) burst(ctx context.Context, labelFmt string, first int64, n int, timeout time.Duration) (Scenario, error) {
 	w.a.Sim.Cloud.ResetCalls()
-	startedBefore, detachedBefore := counter(w.a, "bullpen_pool_instances_started_total"), counter(w.a, "bullpen_pool_instances_detached_total")
-	awsBefore := sharedStateCounts(w.a.Registry())
+	before := gatherCounts(w.a.Registry())
 	h := w.a.Handler()
 	begin := time.Now()
 	var wg sync.WaitGroup
@@ -320,12 +319,12 @@ func (w *world) burst(ctx context.Context, labelFmt string, first int64, n int, 
 	if err != nil {
 		return Scenario{}, err
 	}
-	awsAfter := sharedStateCounts(w.a.Registry())
+	after := gatherCounts(w.a.Registry())
 	s := summarize(jobs)
 	s.Seconds = time.Since(begin).Seconds()
 	s.WebhookSeconds = posted.Seconds()
-	s.InstancesStarted = int(counter(w.a, "bullpen_pool_instances_started_total") - startedBefore)
-	s.InstancesDetached = int(counter(w.a, "bullpen_pool_instances_detached_total") - detachedBefore)
+	s.InstancesStarted = int(before.grew(after, startedTotal))
+	s.InstancesDetached = int(before.grew(after, detachedTotal))
 	calls := w.a.Sim.Cloud.Calls()
 	s.APICalls = map[string]int{}
 	for _, op := range ec2Ops {
@@ -336,8 +335,8 @@ func (w *world) burst(ctx context.Context, labelFmt string, first int64, n int, 
 			s.InstancesCreated++
 		}
 	}
-	s.AWSCallsPerJob = perJob(awsBefore, awsAfter, "bullpen_aws_calls_total", n)
-	s.RefusedWritesPerJob = perJob(awsBefore, awsAfter, "bullpen_store_refused_writes_total", n)
+	s.AWSCallsPerJob = perJob(before, after, awsCallsTotal, n)
+	s.RefusedWritesPerJob = perJob(before, after, refusedTotal, n)
 	return s, nil
 }
 
@@ -422,23 +421,6 @@ func percentile(sorted []float64, p float64) float64 {
 	}
 	i := int(p*float64(len(sorted))+0.5) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-func counter(a *app.App, name string) float64 {
-	families, err := a.Registry().Gather()
-	if err != nil {
-		return 0
-	}
-	for _, f := range families {
-		if f.GetName() == name {
-			total := 0.0
-			for _, m := range f.GetMetric() {
-				total += m.GetCounter().GetValue()
-			}
-			return total
-		}
-	}
-	return 0
 }
 
 // MeasureCAS times n guarded single-row transitions on fresh rows of s: the

@@ -37,7 +37,7 @@ func (s *Store) Commit(ctx context.Context, c domain.Change) (domain.Changed, er
 		}
 		err = s.transact(ctx, writes)
 		if reasons := cancelled(err); reasons != nil && retryable(reasons) {
-			s.refused("transaction", false)
+			s.refused(rowTransaction, false)
 			continue
 		}
 		if err != nil {

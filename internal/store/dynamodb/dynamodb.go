@@ -127,6 +127,12 @@ func (s *Store) Close() error {
 
 var errClosed = errors.New("store is closed")
 
+// RefusedRows are the rows Options.Refused may name: one row's transition,
+// or a Commit's transaction.
+var RefusedRows = []string{instanceKind.noun, jobKind.noun, rowTransaction}
+
+const rowTransaction = "transaction"
+
 // refused tells Options.Refused of a refused conditional write.
 func (s *Store) refused(row string, remembered bool) {
 	if s.opts.Refused != nil {

@@ -28,11 +28,11 @@ func TestSharedStateFiguresPerJob(t *testing.T) {
 	calls.WithLabelValues("DynamoDB", "GetItem").Add(3)
 	calls.WithLabelValues("SQS", "ReceiveMessage").Add(1)
 	refused.WithLabelValues("job", "false")
-	before := sharedStateCounts(reg)
+	before := gatherCounts(reg)
 	calls.WithLabelValues("DynamoDB", "GetItem").Add(8)
 	refused.WithLabelValues("instance", "true").Add(2)
 	other.Add(5)
-	after := sharedStateCounts(reg)
+	after := gatherCounts(reg)
 	if got, want := perJob(before, after, "bullpen_aws_calls_total", 4), map[string]float64{"DynamoDB:GetItem": 2}; !maps.Equal(got, want) {
 		t.Errorf("calls per job %v, want %v", got, want)
 	}
