@@ -21,14 +21,19 @@ var (
 )
 
 // Kind returns ErrThrottled, ErrCredentials or ErrDenied when err is an
-// AWS API error of that kind, and nil otherwise. The codes are those the
-// JSON and query protocols of DynamoDB, SQS and EC2 answer with.
+// AWS API error of that kind, and nil otherwise.
 func Kind(err error) error {
 	var api smithy.APIError
 	if !errors.As(err, &api) {
 		return nil
 	}
-	switch api.ErrorCode() {
+	return CodeKind(api.ErrorCode())
+}
+
+// CodeKind is Kind of an AWS error code. The codes are those the JSON and
+// query protocols of DynamoDB, SQS and EC2 answer with.
+func CodeKind(code string) error {
+	switch code {
 	case "ThrottlingException", "Throttling", "ProvisionedThroughputExceededException", "RequestLimitExceeded",
 		"RequestThrottled", "AWS.SimpleQueueService.RequestThrottled", "TooManyRequestsException", "LimitExceededException":
 		return ErrThrottled

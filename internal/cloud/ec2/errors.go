@@ -8,11 +8,15 @@ import (
 
 	"github.com/aws/smithy-go"
 
+	"github.com/bullpen-ci/bullpen/internal/awsconf"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 // sentinelOf maps EC2's error codes to the port's typed errors; the code
-// itself stays in domain.CloudError.Code.
+// itself stays in domain.CloudError.Code. Throttling, credentials and
+// permissions read as awsconf classes them for every AWS service, so an
+// expired key or a skewed clock is ErrUnauthorized rather than a request
+// to split and retry.
 func sentinelOf(code string) error {
 	switch {
 	case code == "InsufficientInstanceCapacity", code == "InsufficientCapacity",
@@ -21,14 +25,17 @@ func sentinelOf(code string) error {
 		code == "InstanceLimitExceeded", code == "VcpuLimitExceeded",
 		code == "UnfulfillableCapacity":
 		return domain.ErrInsufficientCapacity
-	case code == "RequestLimitExceeded", code == "Throttling", code == "ThrottlingException":
-		return domain.ErrThrottled
 	case strings.HasPrefix(code, "InvalidAMIID."), code == "InvalidAMIName.NotFound":
 		return domain.ErrUnknownImage
 	case code == "InvalidInstanceID.NotFound", code == "InvalidInstanceID.Malformed":
 		return domain.ErrUnknownInstance
-	case code == "UnauthorizedOperation", code == "AuthFailure", code == "Blocked",
-		code == "OptInRequired", code == "PendingVerification":
+	case code == "Blocked", code == "OptInRequired", code == "PendingVerification":
+		return domain.ErrUnauthorized
+	}
+	switch awsconf.CodeKind(code) {
+	case awsconf.ErrThrottled:
+		return domain.ErrThrottled
+	case awsconf.ErrCredentials, awsconf.ErrDenied:
 		return domain.ErrUnauthorized
 	}
 	return domain.ErrInvalidRequest

@@ -259,6 +259,10 @@ func TestFleetRefusalsMapToTypedErrors(t *testing.T) {
 		"Unsupported":                  domain.ErrInvalidRequest,
 		"RequestLimitExceeded":         domain.ErrThrottled,
 		"UnauthorizedOperation":        domain.ErrUnauthorized,
+		"AuthFailure":                  domain.ErrUnauthorized,
+		"RequestExpired":               domain.ErrUnauthorized,
+		"ExpiredToken":                 domain.ErrUnauthorized,
+		"Throttling":                   domain.ErrThrottled,
 		"InsufficientInstanceCapacity": domain.ErrInsufficientCapacity,
 	} {
 		f := newFake()
