@@ -41,6 +41,8 @@ type PoolScaler struct {
 	// progress (assigned or running).
 	Demand func(ctx context.Context, pool string) (int, error)
 	Log    *slog.Logger
+	// Metrics counts the decisions; nil counts nothing.
+	Metrics *PoolMetrics
 
 	mu    sync.Mutex
 	pools map[string]*poolState
@@ -70,10 +72,12 @@ func (s *PoolScaler) Adjust(ctx context.Context, p domain.Pool, at time.Time, en
 		if err != nil {
 			// Never scale on partial data: keep the count, try next cycle.
 			s.Log.Warn("pool demand unknown; autoscaler skips this poll", "pool", p.Name, "err", err)
+			s.Metrics.skippedPoll(p.Name)
 		} else {
 			st.lastPoll = at
 			d := Decide(params, &st.State, at, demand, st.count)
 			st.count, st.decision = d.New, d
+			s.Metrics.decided(p.Name, d.Action)
 			level := slog.LevelDebug
 			if d.Action != ActionNone {
 				level = slog.LevelInfo

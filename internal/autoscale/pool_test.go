@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -99,5 +102,50 @@ func TestSpecRoundTrip(t *testing.T) {
 	p := DefaultParams()
 	if ParamsOf(SpecOf(p)) != p {
 		t.Fatal("ParamsOf(SpecOf(p)) != p")
+	}
+}
+
+func TestPoolScalerCountsItsDecisionsByPool(t *testing.T) {
+	params := DefaultParams()
+	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 4, 30*time.Second
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewPoolMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	demand, fail := 6, error(nil)
+	s := &PoolScaler{
+		Demand:  func(context.Context, string) (int, error) { return demand, fail },
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics: m,
+	}
+	p := poolWith(SpecOf(params))
+	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	var actions []string
+	for i := range 4 {
+		s.Adjust(context.Background(), p, t0.Add(time.Duration(i)*30*time.Second), "default", domain.Target{Hot: 1})
+		d, _ := s.Last("p")
+		actions = append(actions, d.Action)
+	}
+	fail = errors.New("store down")
+	s.Adjust(context.Background(), p, t0.Add(4*30*time.Second), "default", domain.Target{Hot: 1})
+
+	want := map[string]float64{}
+	for _, a := range actions {
+		want[a]++
+	}
+	for _, a := range []string{ActionUp, ActionDown, ActionNone} {
+		if got := testutil.ToFloat64(m.decisions.WithLabelValues("p", a)); got != want[a] {
+			t.Errorf("decisions{action=%q} = %v, want %v (decisions %v)", a, got, want[a], actions)
+		}
+	}
+	if want[ActionUp] == 0 {
+		t.Fatalf("no scale-up under sustained demand: %v", actions)
+	}
+	if got := testutil.ToFloat64(m.skipped.WithLabelValues("p")); got != 1 {
+		t.Errorf("skipped polls = %v, want 1", got)
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 4 {
+		t.Errorf("%d series (%v), want 4: three actions and the skipped polls of the one pool", n, err)
 	}
 }

@@ -191,7 +191,7 @@ func (s *Scaler) scale(ctx context.Context, now time.Time, rep *CycleReport) err
 	before := s.st
 	d := autoscale.Decide(s.cfg.Params, &s.st, now, demand.Total(), current)
 	rep.Decision, rep.Decided = d, true
-	s.recordDecision(demand, current, d)
+	s.recordDecision(ctx, demand, current, d)
 	if d.Action == autoscale.ActionNone {
 		return nil
 	}
@@ -211,7 +211,7 @@ func (s *Scaler) demand(ctx context.Context) (Demand, error) {
 	return CountDemand(queued, running, s.cfg.RunnerNamePrefix), nil
 }
 
-func (s *Scaler) recordDecision(demand Demand, current int, d autoscale.Decision) {
+func (s *Scaler) recordDecision(ctx context.Context, demand Demand, current int, d autoscale.Decision) {
 	s.m.decisions.WithLabelValues(d.Action).Inc()
 	for _, dir := range []string{autoscale.ActionUp, autoscale.ActionDown} {
 		score := 0.0
@@ -220,7 +220,13 @@ func (s *Scaler) recordDecision(demand Demand, current int, d autoscale.Decision
 		}
 		s.m.score.WithLabelValues(dir).Set(score)
 	}
-	s.log.Info("autoscaler decision", "action", d.Action, "demand", demand.Total(),
+	// A poll that changes nothing is the steady state: DEBUG, or the log
+	// is a line per poll interval forever.
+	level := slog.LevelInfo
+	if d.Action == autoscale.ActionNone {
+		level = slog.LevelDebug
+	}
+	s.log.Log(ctx, level, "autoscaler decision", "action", d.Action, "demand", demand.Total(),
 		"queued", demand.Queued, "in_progress", demand.InProgress, "current", current, "new", d.New,
 		"capacity", d.Capacity, "breach", d.Breach, "score", round3(d.Score), "reason", d.Reason)
 }

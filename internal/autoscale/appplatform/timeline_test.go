@@ -43,7 +43,31 @@ func TestTimeline(t *testing.T) {
 	s := runTimeline(t, r, timelineSteps(t, r))
 	checkTimelineMetrics(t, r, s)
 	checkPaginated(t, r)
+	checkDecisionLevels(t, r.logs.String())
 	r.noSecrets()
+}
+
+// checkDecisionLevels: a decision that scales is INFO; one that changes
+// nothing, the steady state, is DEBUG.
+func checkDecisionLevels(t *testing.T, logs string) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, `msg="autoscaler decision"`) {
+			continue
+		}
+		level := "level=INFO"
+		if strings.Contains(line, "action=none") {
+			level = "level=DEBUG"
+		}
+		if !strings.Contains(line, level) {
+			t.Errorf("want %s: %s", level, line)
+		}
+		seen[level]++
+	}
+	if seen["level=INFO"] == 0 || seen["level=DEBUG"] == 0 {
+		t.Errorf("decisions logged by level: %v; want both kinds", seen)
+	}
 }
 
 // timelineStep is one poll of TestTimeline: do runs before it, then the
