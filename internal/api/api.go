@@ -305,7 +305,10 @@ func (s *Server) fail(w http.ResponseWriter, what string, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	log.Error("status API: "+what, "err", err)
+	// WARN: a store that cannot be read fails the loops too, and they say
+	// so on /healthz and in bullpen_loop_failures_total; a request that
+	// met it needs no human of its own.
+	log.Warn("status API: "+what, "err", err)
 	writeError(w, http.StatusInternalServerError, what+" failed; see the server log")
 }
 

@@ -300,8 +300,8 @@ func TestStoreFailureIsAServerError(t *testing.T) {
 			t.Errorf("%s: the response carries the store's error: %s", p, rec.Body)
 		}
 	}
-	if n := strings.Count(r.logs.String(), "level=ERROR"); n != 4 {
-		t.Errorf("%d errors logged, want 4:\n%s", n, r.logs)
+	if n := strings.Count(r.logs.String(), "level=WARN"); n != 4 || strings.Contains(r.logs.String(), "level=ERROR") {
+		t.Errorf("%d warnings logged, want 4 and no ERROR:\n%s", n, r.logs)
 	}
 	r.srv.Log = nil // falls back to the default logger rather than panicking
 	r.wantError(r.get("/api/v1/jobs"), http.StatusInternalServerError)
