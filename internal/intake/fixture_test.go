@@ -194,25 +194,54 @@ func (f *fixture) setJob(id int64, fn func(*domain.Job)) domain.Job {
 	return j
 }
 
-// countingStore counts the batch writes of jobs and can fail them.
+// countingStore counts the batch writes of jobs and can fail them, and
+// the reads of some jobs.
 type countingStore struct {
 	Store
 	mu         sync.Mutex
 	createCall []int // jobs per CreateJobs call
 	failCreate func(batch []domain.Job) error
+	// failLast, when set, makes every CreateJobs create all its jobs but
+	// the last and fail with failLast, reporting which it created: what
+	// DynamoDB, which puts job by job, does when one put fails.
+	failLast error
+	failGet  map[int64]error
 }
 
 func (s *countingStore) CreateJobs(ctx context.Context, batch []domain.Job) ([]bool, error) {
 	s.mu.Lock()
 	s.createCall = append(s.createCall, len(batch))
-	fail := s.failCreate
+	fail, failLast := s.failCreate, s.failLast
 	s.mu.Unlock()
 	if fail != nil {
 		if err := fail(batch); err != nil {
 			return nil, err
 		}
 	}
+	if failLast != nil {
+		created, err := s.Store.CreateJobs(ctx, batch[:len(batch)-1])
+		if err != nil {
+			return nil, err
+		}
+		return append(created, false), failLast
+	}
 	return s.Store.CreateJobs(ctx, batch)
+}
+
+func (s *countingStore) GetJob(ctx context.Context, id int64) (domain.Job, error) {
+	s.mu.Lock()
+	err := s.failGet[id]
+	s.mu.Unlock()
+	if err != nil {
+		return domain.Job{}, err
+	}
+	return s.Store.GetJob(ctx, id)
+}
+
+func (s *countingStore) setFailures(failLast error, failGet map[int64]error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failLast, s.failGet = failLast, failGet
 }
 
 // countingQueue counts sends by queue and can fail the sends to one queue.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -242,27 +243,48 @@ func (in *Intake) unservable(ctx context.Context, repo string) string {
 }
 
 // admit records the batch's queued and waiting jobs (events holds only
-// those) and sends the queued ones
-// to their queues. Redeliveries find their job already recorded; a job
-// still waiting for a runner is sent again, harmlessly (the send is
-// deduplicated, and the job's one guarded assignment decides).
+// those) and sends the queued ones to their queues. Redeliveries find their
+// job already recorded; a job still waiting for a runner is sent again,
+// harmlessly (the send is deduplicated, and the job's one guarded
+// assignment decides).
 func (in *Intake) admit(ctx context.Context, events []event) ([]string, error) {
 	batch, receipts := in.jobsOf(ctx, events)
 	if len(batch) == 0 {
 		return receipts, nil
 	}
 	created, err := in.Store.CreateJobs(ctx, batch)
+	// A job is seen created only by the call that created it: a retry finds
+	// it recorded. So every job created here is announced (rejected,
+	// counted) before anything else can fail, even when the write failed
+	// part-way: a store that writes job by job (DynamoDB) then reports
+	// which jobs it did create.
+	if len(created) == len(batch) {
+		for i, j := range batch {
+			if created[i] {
+				in.announce(ctx, j)
+			}
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("record %d jobs: %w", len(batch), err)
 	}
-	sends := map[string][]domain.SendRequest{}
+	if len(created) != len(batch) {
+		return nil, fmt.Errorf("record %d jobs: the store reported %d", len(batch), len(created))
+	}
+	recorded := slices.Clone(batch)
 	for i, j := range batch {
 		if !created[i] {
-			if j, err = in.redelivered(ctx, j); err != nil {
+			if recorded[i], err = in.redelivered(ctx, j); err != nil {
 				return nil, err
 			}
 		}
-		in.settle(ctx, j, created[i], sends)
+	}
+	sends := map[string][]domain.SendRequest{}
+	for _, j := range recorded {
+		if waitsForRunner(j) {
+			q := jobs.QueueFor(j.Route)
+			sends[q] = append(sends[q], jobs.SendRequest(j, 0))
+		}
 	}
 	for q, reqs := range sends {
 		if err := in.Queue.Send(ctx, q, reqs); err != nil {
@@ -312,24 +334,23 @@ func (in *Intake) redelivered(ctx context.Context, j domain.Job) (domain.Job, er
 	return cur, nil
 }
 
-// settle acts on a recorded job: a newly rejected one is rejected, a queued
-// one with no instance and not waiting is added to its queue's sends, and a
-// newly recorded waiting one is counted.
-func (in *Intake) settle(ctx context.Context, j domain.Job, created bool, sends map[string][]domain.SendRequest) {
+// announce acts once on a job just created: a rejected one is rejected, a
+// queued or waiting one counted.
+func (in *Intake) announce(ctx context.Context, j domain.Job) {
 	switch {
 	case j.Status == domain.JobRejected:
-		if created {
-			in.reject(ctx, j)
-		}
-	case j.Status == domain.JobQueued && j.InstanceID == "" && j.Reason != ReasonWaiting:
-		q := jobs.QueueFor(j.Route)
-		sends[q] = append(sends[q], jobs.SendRequest(j, 0))
-		if created {
-			in.metrics.events.WithLabelValues("queued", string(j.Route)).Inc()
-		}
-	case created:
+		in.reject(ctx, j)
+	case j.Reason == ReasonWaiting:
 		in.metrics.events.WithLabelValues("waiting", "recorded").Inc()
+	default:
+		in.metrics.events.WithLabelValues("queued", string(j.Route)).Inc()
 	}
+}
+
+// waitsForRunner reports whether a recorded job is to be sent to its
+// queue: queued, with no instance, and not waiting for an approval.
+func waitsForRunner(j domain.Job) bool {
+	return j.Status == domain.JobQueued && j.InstanceID == "" && j.Reason != ReasonWaiting
 }
 
 func newJob(e event, d Decision, now time.Time) domain.Job {

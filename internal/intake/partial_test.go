@@ -1,0 +1,81 @@
+package intake
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// checkRejectedOnce checks that run's job was rejected exactly once: one
+// log line, one count, one cancelled run.
+func (f *fixture) checkRejectedOnce(id, run int64) {
+	f.T.Helper()
+	if j := f.Job(id); j.Status != domain.JobRejected {
+		f.T.Fatalf("job %d %s, want rejected", id, j.Status)
+	}
+	if l := f.logs.Lines("level=WARN", `msg="job rejected"`); len(l) != 1 {
+		f.T.Errorf("rejection logged %d times, want once: %q", len(l), l)
+	}
+	if got := f.events("queued", "rejected"); got != 1 {
+		f.T.Errorf("rejections counted %v, want 1", got)
+	}
+	if got := f.gh.cancelled(); !slices.Equal(got, []cancelCall{{"acme/widgets", run}}) {
+		f.T.Errorf("CancelRun calls %v, want run %d's once", got, run)
+	}
+}
+
+// A batch write that creates some jobs and then fails (DynamoDB puts job by
+// job) still rejects the rejected job it created: the retry finds the job
+// recorded, not created, and would not reject it.
+func TestJobCreatedByAFailedBatchWriteIsRejectedOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{Visibility: 30 * time.Second, CancelRejected: true})
+	f.writes.setFailures(errors.New("throttled"), nil)
+	f.deliver(jobEvent{action: "queued", id: 13_001, runID: 141, labels: []string{"runs-on=141/pool=gpu"}})
+	f.deliver(jobEvent{action: "queued", id: 13_002, runID: 142, labels: poolLabels(142)})
+	if _, err := f.in.Step(f.Ctx); err == nil {
+		t.Fatal("want the store's error")
+	}
+	f.checkRejectedOnce(13_001, 141)
+	// The writes one by one fail too: both deliveries wait for a retry.
+	if s := f.Stats(domain.QueueInbox); s.InFlight != 2 {
+		t.Fatalf("inbox %+v, want both deliveries kept", s)
+	}
+
+	f.writes.setFailures(nil, nil)
+	f.Clock.Advance(30 * time.Second)
+	f.step()
+	f.inboxEmpty()
+	f.checkRejectedOnce(13_001, 141)
+	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{13_002}) {
+		t.Fatalf("pool queue %v, want [13002]", ids)
+	}
+	if got := f.events("queued", "pool"); got != 1 {
+		t.Errorf("queued/pool counted %v, want 1", got)
+	}
+}
+
+// A redelivery that fails to read its job holds back no rejection of a job
+// created by the same write later in the batch.
+func TestFailedRedeliveryDoesNotSkipARejection(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{Visibility: 30 * time.Second, CancelRejected: true})
+	f.deliver(jobEvent{action: "queued", id: 13_101, runID: 151, labels: poolLabels(151)})
+	f.step()
+	f.writes.setFailures(nil, map[int64]error{13_101: errors.New("read timed out")})
+	f.deliver(jobEvent{action: "queued", id: 13_101, runID: 151, labels: poolLabels(151)})
+	f.deliver(jobEvent{action: "queued", id: 13_102, runID: 152, labels: []string{"runs-on=152/pool=gpu"}})
+	if _, err := f.in.Step(f.Ctx); err == nil {
+		t.Fatal("want the store's error")
+	}
+	f.checkRejectedOnce(13_102, 152)
+
+	f.writes.setFailures(nil, nil)
+	f.Clock.Advance(30 * time.Second)
+	f.step()
+	f.inboxEmpty()
+	f.checkRejectedOnce(13_102, 152)
+}
