@@ -103,11 +103,6 @@ type Converger struct {
 	metrics *metrics
 	verbs   domain.Lifecycle
 	launch  *launch.Launcher
-	// targeted are the pools whose target gauges have been set.
-	targeted struct {
-		sync.Mutex
-		pools map[string]bool
-	}
 }
 
 // New returns a converger over the pools that pools returns at each cycle
@@ -126,7 +121,6 @@ func New(store Store, cloud domain.Cloud, clk domain.Clock, pools func() []PoolS
 	c := &Converger{store: store, cloud: cloud, clock: clk, log: log, pools: pools, opts: opts, metrics: m, verbs: verbs,
 		launch: &launch.Launcher{Store: store, Cloud: cloud, Clock: clk, Verbs: verbs,
 			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL, SpotAllowed: opts.SpotAllowed, IDs: opts.IDs}}
-	c.targeted.pools = map[string]bool{}
 	return c, nil
 }
 
@@ -212,7 +206,6 @@ func (c *Converger) convergeAll(ctx context.Context, now time.Time, specs []Pool
 	for _, ps := range specs {
 		configured[ps.Pool.Name] = true
 	}
-	c.forgetRemoved(configured)
 	var removed []string
 	for name := range byPool {
 		if !configured[name] {
@@ -274,8 +267,6 @@ func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec
 		HotIdleLifetime: p.HotIdleLifetime, DanglingAfter: c.opts.DanglingAfter, GoneGrace: c.opts.GoneGrace,
 		Instances: rows, Cloud: view,
 	})
-	c.metrics.target.WithLabelValues(p.Name, string(domain.RoleHot)).Set(float64(target.Hot))
-	c.metrics.target.WithLabelValues(p.Name, string(domain.RoleStopped)).Set(float64(target.Stopped))
 	if !r.Plan.Empty() {
 		c.log.Info("pool plan", "pool", p.Name, "schedule", entry, "hot", target.Hot, "stopped", target.Stopped,
 			"plan", Describe(r.Plan))
@@ -315,23 +306,9 @@ func (c *Converger) drainRemoved(ctx context.Context, now time.Time, name string
 // is not a hash, so every member counts as outdated.
 const removedPoolHash = "removed-from-configuration"
 
-// forgetRemoved drops the target gauges of pools no longer configured, so
-// dashboards do not keep showing a target nobody holds.
-func (c *Converger) forgetRemoved(configured map[string]bool) {
-	c.targeted.Lock()
-	defer c.targeted.Unlock()
-	for name := range c.targeted.pools {
-		if !configured[name] {
-			c.metrics.target.DeleteLabelValues(name, string(domain.RoleHot))
-			c.metrics.target.DeleteLabelValues(name, string(domain.RoleStopped))
-			delete(c.targeted.pools, name)
-		}
-	}
-	for name := range configured {
-		c.targeted.pools[name] = true
-	}
-}
-
+// recordStatus writes what the cycle saw of the pool to the store, which
+// every replica reads: the dashboard shows it, and exports its target as
+// the gauge the alert rules compare the pool's ready instances with.
 func (c *Converger) recordStatus(ctx context.Context, r PoolReport, now time.Time) {
 	st := domain.PoolStatus{
 		Name: r.Pool, Schedule: r.Schedule, Target: r.Target, SpecHash: r.SpecHash, LastCycle: now,

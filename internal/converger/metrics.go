@@ -9,7 +9,6 @@ import (
 type metrics struct {
 	cycles       prometheus.Counter
 	cycleSeconds prometheus.Histogram
-	target       *prometheus.GaugeVec
 	actions      *prometheus.CounterVec
 	cloudErrors  *prometheus.CounterVec
 	conflicts    prometheus.Counter
@@ -24,9 +23,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "bullpen_converger_cycle_seconds", Help: "Duration of one convergence cycle over every pool.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
-		target: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "bullpen_pool_target_instances", Help: "Instances each pool should hold, by role.",
-		}, []string{"pool", "role"}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bullpen_pool_actions_total", Help: "Instances acted on by the converger, by action and reason.",
 		}, []string{"pool", "action", "reason"}),
@@ -37,7 +33,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "bullpen_converger_conflicts_total", Help: "Planned changes skipped because the instance changed meanwhile (claimed for a job, say).",
 		}),
 	}
-	if err := promreg.Register(reg, "converger", m.cycles, m.cycleSeconds, m.target, m.actions, m.cloudErrors, m.conflicts); err != nil {
+	if err := promreg.Register(reg, "converger", m.cycles, m.cycleSeconds, m.actions, m.cloudErrors, m.conflicts); err != nil {
 		return nil, err
 	}
 	return m, nil

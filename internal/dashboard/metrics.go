@@ -14,15 +14,23 @@ import (
 // (so a scrape costs at most one snapshot per interval too): what each pool
 // holds against its target, instances by state, jobs waiting and running,
 // and the oldest wait. The alert rules in deploy/ are written on them.
+//
+// Every replica reads the same shared store, so every replica exports the
+// same values, whichever holds the converger's lease: the target comes from
+// the pool status the converger records, not from the converger's memory,
+// which a replica that lost the lease would keep showing frozen.
 type collector struct {
-	d                                       *Dashboard
-	ready, instances, jobs, oldest, queries *prometheus.Desc
+	d                                               *Dashboard
+	ready, target, instances, jobs, oldest, queries *prometheus.Desc
 }
 
 func newCollector(d *Dashboard) *collector {
 	return &collector{d: d,
 		ready: prometheus.NewDesc("bullpen_pool_ready_instances",
 			"Instances that count toward each pool's target, by role: hot ones running idle, stopped ones parked.",
+			[]string{"pool", "role"}, nil),
+		target: prometheus.NewDesc("bullpen_pool_target_instances",
+			"Instances each pool should hold, by role, as the converger's last cycle over the pool recorded it.",
 			[]string{"pool", "role"}, nil),
 		instances: prometheus.NewDesc("bullpen_instances",
 			"Instances by pool (empty for those launched for jobs outside pools) and state; terminated ones are left out.",
@@ -39,7 +47,7 @@ func newCollector(d *Dashboard) *collector {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ready, c.instances, c.jobs, c.oldest, c.queries} {
+	for _, d := range []*prometheus.Desc{c.ready, c.target, c.instances, c.jobs, c.oldest, c.queries} {
 		ch <- d
 	}
 }
@@ -92,8 +100,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // collectPools exports, for every configured pool, what counts toward its
-// target: ready hot and parked stopped members, compared by the alert rules
-// with bullpen_pool_target_instances{pool, role}.
+// target (ready hot and parked stopped members) and, once the converger has
+// recorded one, the target itself: the alert rules compare the two.
 func (c *collector) collectPools(ch chan<- prometheus.Metric, s *snapshot) {
 	members := map[string][]domain.Instance{}
 	for _, in := range s.instances {
@@ -105,5 +113,9 @@ func (c *collector) collectPools(ch chan<- prometheus.Metric, s *snapshot) {
 		n := rebalance.Count(members[p.Name])
 		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(n.ReadyHot), p.Name, string(domain.RoleHot))
 		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(n.Stopped), p.Name, string(domain.RoleStopped))
+		if st, ok := s.statuses[p.Name]; ok {
+			ch <- prometheus.MustNewConstMetric(c.target, prometheus.GaugeValue, float64(st.Target.Hot), p.Name, string(domain.RoleHot))
+			ch <- prometheus.MustNewConstMetric(c.target, prometheus.GaugeValue, float64(st.Target.Stopped), p.Name, string(domain.RoleStopped))
+		}
 	}
 }

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 // Labels, repository names, runner names and reasons come from webhooks:
@@ -171,6 +173,10 @@ bullpen_pool_ready_instances{pool="burst",role="hot"} 0
 bullpen_pool_ready_instances{pool="burst",role="stopped"} 0
 bullpen_pool_ready_instances{pool="small-x64",role="hot"} 1
 bullpen_pool_ready_instances{pool="small-x64",role="stopped"} 2
+# HELP bullpen_pool_target_instances Instances each pool should hold, by role, as the converger's last cycle over the pool recorded it.
+# TYPE bullpen_pool_target_instances gauge
+bullpen_pool_target_instances{pool="small-x64",role="hot"} 1
+bullpen_pool_target_instances{pool="small-x64",role="stopped"} 2
 # HELP bullpen_jobs Jobs waiting for a runner or holding one, by status (queued, assigned, running).
 # TYPE bullpen_jobs gauge
 bullpen_jobs{status="assigned"} 1
@@ -181,12 +187,42 @@ bullpen_jobs{status="running"} 1
 bullpen_job_oldest_queued_seconds{pool="burst"} 0
 bullpen_job_oldest_queued_seconds{pool="small-x64"} 600
 `
-	if err := testutil.GatherAndCompare(r.reg, strings.NewReader(want), "bullpen_pool_ready_instances", "bullpen_jobs",
-		"bullpen_job_oldest_queued_seconds"); err != nil {
+	if err := testutil.GatherAndCompare(r.reg, strings.NewReader(want), "bullpen_pool_ready_instances",
+		"bullpen_pool_target_instances", "bullpen_jobs", "bullpen_job_oldest_queued_seconds"); err != nil {
 		t.Error(err)
 	}
 	if n, err := testutil.GatherAndCount(r.reg, "bullpen_instances"); err != nil || n != 3 {
 		t.Errorf("%d instance series (%v), want 3: pool ready, pool stopped, on-demand running; terminated left out", n, err)
+	}
+}
+
+// The target gauge is read from the shared store, so a replica that does
+// not run the converger (any more) exports the target the converger holding
+// the lease recorded last, not one of its own left from when it held it.
+func TestTargetGaugeIsTheTargetTheStoreHolds(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed()
+	targets := func(hot, stopped int) string {
+		return fmt.Sprintf(`
+# HELP bullpen_pool_target_instances Instances each pool should hold, by role, as the converger's last cycle over the pool recorded it.
+# TYPE bullpen_pool_target_instances gauge
+bullpen_pool_target_instances{pool="small-x64",role="hot"} %d
+bullpen_pool_target_instances{pool="small-x64",role="stopped"} %d
+`, hot, stopped)
+	}
+	if err := testutil.GatherAndCompare(r.reg, strings.NewReader(targets(1, 2)), "bullpen_pool_target_instances"); err != nil {
+		t.Fatalf("by day: %v", err)
+	}
+	// The converger, on whichever replica holds its lease, enters the
+	// night schedule.
+	if err := r.store.PutPoolStatus(r.ctx, domain.PoolStatus{Name: "small-x64", Schedule: "nights",
+		Target: domain.Target{Stopped: 2}, LastCycle: t0}); err != nil {
+		t.Fatal(err)
+	}
+	r.later()
+	if err := testutil.GatherAndCompare(r.reg, strings.NewReader(targets(0, 2)), "bullpen_pool_target_instances"); err != nil {
+		t.Errorf("at night: %v", err)
 	}
 }
 
