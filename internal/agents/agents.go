@@ -326,7 +326,9 @@ func (s *Service) jobStarted(ctx context.Context, in domain.Instance, sig domain
 // not complete a job another instance now serves, nor release that one. A
 // runner that ends before anyone saw its job start (neither its agent nor
 // GitHub) did not run it: the job goes back to its queue and the instance,
-// which cannot serve it, is terminated, as for a failure.
+// which cannot serve it, is terminated, as for a failure. A job that ran is
+// completed without a conclusion until GitHub's completed delivery gives
+// it one (see Finish).
 func (s *Service) jobFinished(ctx context.Context, in domain.Instance, sig domain.Signal) error {
 	if err := inOrder(in, sig); err != nil {
 		if s.finishedHere(ctx, in, sig) {
@@ -352,7 +354,13 @@ func (s *Service) jobFinished(ctx context.Context, in domain.Instance, sig domai
 		}
 		return s.failed(ctx, in, domain.Signal{Kind: domain.SignalFailed, Job: in.Job, Reason: why})
 	}
-	return s.Finish(ctx, id, sig.Reason)
+	// The agent's reason is how its runner process exited, not the job's
+	// conclusion: that is GitHub's, and comes with its completed delivery.
+	if _, err := s.end(ctx, id, ""); err != nil {
+		return err
+	}
+	s.log.Info("job finished, as its agent reports", "instance", in.ID, "job", id, "runner_exit", sig.Reason)
+	return nil
 }
 
 // finishedHere reports whether the job a job-finished signal names is

@@ -2,6 +2,9 @@ package agents_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -9,6 +12,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 func TestFinishAppliesThePoolPolicy(t *testing.T) {
@@ -212,4 +216,80 @@ func TestReleaseHandshake(t *testing.T) {
 	if next, err := f.svc.Next(f.Ctx, in.CloudID); err != nil || next.Kind != domain.InstructionWait {
 		t.Fatalf("next after the new claim: %s %v, want wait", next.Kind, err)
 	}
+}
+
+// concludingStore is the real store, except that it only records the
+// changes asked of completed jobs (and refuses them when refuse is set):
+// whether a completed job may take a conclusion is the store's to decide,
+// and this package's part is to ask for it.
+type concludingStore struct {
+	agents.Store
+	refuse bool
+	asked  []domain.Job // completed jobs as the changes asked would leave them
+}
+
+func (s *concludingStore) TransitionJob(ctx context.Context, id int64, g domain.JobGuard, fn func(*domain.Job)) (domain.Job, error) {
+	cur, err := s.Store.GetJob(ctx, id)
+	if err != nil || cur.Status != domain.JobCompleted {
+		return s.Store.TransitionJob(ctx, id, g, fn)
+	}
+	if !g.Matches(cur) {
+		return domain.Job{}, &domain.JobConflictError{ID: id, Want: g, Actual: domain.JobGuardOf(cur)}
+	}
+	next := cur
+	fn(&next)
+	s.asked = append(s.asked, next)
+	if s.refuse {
+		return domain.Job{}, &domain.JobTransitionError{ID: id, From: cur.Status, To: next.Status}
+	}
+	return next, nil
+}
+
+// The agent's report of its runner's exit often ends a job before GitHub's
+// completed delivery does: the job then takes GitHub's conclusion, and
+// nothing else changes. A store that refuses is logged, and the delivery
+// is not failed for it (retrying cannot help).
+func TestGitHubsConclusionFollowsTheAgentsReport(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("refused=%t", refuse), func(t *testing.T) {
+			var logs testlog.Buffer
+			f := newFixtureLogging(t, slog.New(slog.NewTextHandler(&logs, nil)))
+			in, _ := f.bound("bp-1", domain.StateRunning, 42)
+			if err := f.signal(in, domain.SignalJobStarted, "42"); err != nil {
+				t.Fatal(err)
+			}
+			store := &concludingStore{Store: f.Store, refuse: refuse}
+			svc, err := agents.New(store, f.Queue, f.Clock, f.Log, nil, agents.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = svc.Signal(f.Ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalJobFinished, Job: "42", Reason: "exit status 0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ended := f.Job(42)
+			if ended.Status != domain.JobCompleted || ended.Conclusion != "" {
+				t.Fatalf("after the agent's report: job %s (%q), want completed, no conclusion yet", ended.Status, ended.Conclusion)
+			}
+			f.Clock.Advance(2 * time.Second)
+			if err := svc.Finish(f.Ctx, 42, "failure"); err != nil {
+				t.Fatalf("GitHub's completed delivery: %v", err)
+			}
+			want := ended
+			want.Conclusion = "failure"
+			if len(store.asked) != 1 || !reflect.DeepEqual(store.asked[0], want) {
+				t.Fatalf("changes asked of the completed job: %+v, want one giving it GitHub's conclusion", store.asked)
+			}
+			if warned := logs.Lines("level=WARN", "job=42", "conclusion=failure"); len(warned) != btoi(refuse) {
+				t.Fatalf("warnings %q, want one only when the store refuses", warned)
+			}
+		})
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -11,19 +11,32 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 )
 
-// Finish records a job's end (from the completed webhook or the agent) and
-// releases its instance, in one atomic change: back toward the resource pool
-// when the instance's policy allows another job, else terminated. Repeats
-// are harmless.
+// Finish records a job's end as GitHub reports it (the completed webhook),
+// with GitHub's conclusion, and releases its instance (see end). A job its
+// agent's report ended first has no conclusion yet, the agent knowing only
+// how its runner process exited: it takes GitHub's now. Repeats are
+// harmless.
 func (s *Service) Finish(ctx context.Context, jobID int64, conclusion string) error {
+	job, err := s.end(ctx, jobID, conclusion)
+	if err != nil {
+		return err
+	}
+	return s.conclude(ctx, job, conclusion)
+}
+
+// end completes a job that is not over yet, with conclusion, and releases
+// its instance, in one atomic change: back toward the resource pool when
+// the instance's policy allows another job, else terminated. It returns the
+// job as read before the change (zero when the store has no such job).
+func (s *Service) end(ctx context.Context, jobID int64, conclusion string) (domain.Job, error) {
 	now := s.clock.Now()
 	for range releaseAttempts {
 		job, err := s.store.GetJob(ctx, jobID)
 		if errors.Is(err, domain.ErrNotFound) {
-			return nil
+			return domain.Job{}, nil
 		}
 		if err != nil {
-			return fmt.Errorf("finish job %d: %w", jobID, err)
+			return domain.Job{}, fmt.Errorf("finish job %d: %w", jobID, err)
 		}
 		var c domain.Change
 		if !job.Status.Final() {
@@ -31,27 +44,60 @@ func (s *Service) Finish(ctx context.Context, jobID int64, conclusion string) er
 		}
 		in, why, ok, err := s.releasable(ctx, job, now)
 		if err != nil {
-			return fmt.Errorf("finish job %d: %w", jobID, err)
+			return domain.Job{}, fmt.Errorf("finish job %d: %w", jobID, err)
 		}
 		if ok {
 			c.Instances = append(c.Instances, s.verbs.Release(in, why, now))
 		}
 		if c.Empty() {
-			return nil
+			return job, nil
 		}
 		_, err = s.store.Commit(ctx, c)
 		if errors.Is(err, domain.ErrConflict) {
 			continue // a row moved on (the in_progress webhook, say): decide again
 		}
 		if err != nil {
-			return fmt.Errorf("finish job %d: %w", jobID, err)
+			return domain.Job{}, fmt.Errorf("finish job %d: %w", jobID, err)
 		}
 		if ok {
 			s.released(in, why)
 		}
-		return nil
+		return job, nil
 	}
-	return fmt.Errorf("finish job %d: its rows keep changing", jobID)
+	return domain.Job{}, fmt.Errorf("finish job %d: its rows keep changing", jobID)
+}
+
+// conclude gives GitHub's conclusion to a job that was already completed
+// without one (its agent's report came first). A conclusion it has is
+// kept: GitHub's completed delivery may come more than once.
+func (s *Service) conclude(ctx context.Context, job domain.Job, conclusion string) error {
+	for range releaseAttempts {
+		if conclusion == "" || job.Status != domain.JobCompleted || job.Conclusion != "" {
+			return nil
+		}
+		_, err := s.store.TransitionJob(ctx, job.ID, domain.JobGuardOf(job), func(j *domain.Job) { j.Conclusion = conclusion })
+		var refused *domain.JobTransitionError
+		switch {
+		case err == nil:
+			s.log.Debug("GitHub's conclusion recorded on a job its agent reported finished", "job", job.ID, "conclusion", conclusion)
+			return nil
+		case errors.As(err, &refused):
+			// Retrying the delivery cannot change the store's mind.
+			s.log.Warn("GitHub's conclusion not recorded: the store refuses to change a completed job", "job", job.ID, "conclusion", conclusion, "err", err)
+			return nil
+		case errors.Is(err, domain.ErrNotFound):
+			return nil
+		case !errors.Is(err, domain.ErrConflict):
+			return fmt.Errorf("record the conclusion of job %d: %w", job.ID, err)
+		}
+		if job, err = s.store.GetJob(ctx, job.ID); err != nil {
+			if errors.Is(err, domain.ErrNotFound) {
+				return nil
+			}
+			return fmt.Errorf("record the conclusion of job %d: %w", job.ID, err)
+		}
+	}
+	return fmt.Errorf("record the conclusion of job %d: its row keeps changing", job.ID)
 }
 
 // releaseAttempts bounds Finish's retries against concurrent writers.
