@@ -94,6 +94,11 @@ func (a *App) routing() intake.Routing {
 	return r
 }
 
+// ours says whether the intake takes a job with these labels as this
+// environment's, on the configuration in force: the reconciler admits only
+// those of the queued jobs it finds unrecorded.
+func (a *App) ours(jobLabels []string) bool { return intake.Decide(jobLabels, a.routing()).Ours }
+
 // reuseAllowed: a job of a pool that does not reuse instances gets a fresh
 // machine; other jobs may take an idle reused one.
 func (a *App) reuseAllowed(j domain.Job) bool {

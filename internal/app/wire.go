@@ -130,7 +130,7 @@ func (a *App) wireReaper() error {
 	rp.TerminatingAllowance = o.Deadlines.Terminating
 	a.Reconciler = &reaper.Reconciler{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: o.Clock, Log: o.Log.With("loop", "reaper"),
-		ControllerID: o.ControllerID, Scopes: a.scopes, Options: rp,
+		ControllerID: o.ControllerID, Scopes: a.scopes, Ours: a.ours, Options: rp,
 	}
 	if err := a.Reconciler.Init(o.Registry); err != nil {
 		return err

@@ -2,6 +2,8 @@ package reaper
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,11 +47,18 @@ func (f *fixture) reconciler() *Reconciler {
 	r := &Reconciler{
 		Store: f.Store, Queue: f.Queue, Cloud: f.cloud, GitHub: f.gh, Clock: f.Clock, Log: f.Log, ControllerID: "ctl",
 		Scopes: func(context.Context) []domain.Scope { return []domain.Scope{scope} },
+		Ours:   ours,
 	}
 	if err := r.Init(nil); err != nil {
 		f.T.Fatal(err)
 	}
 	return r
+}
+
+// ours stands for the intake's routing decision: a job is ours when a
+// label opens with runs-on.
+func ours(jobLabels []string) bool {
+	return slices.ContainsFunc(jobLabels, func(l string) bool { return strings.HasPrefix(l, "runs-on") })
 }
 
 // assign binds a queued job to an instance, as the loop that claimed the

@@ -30,6 +30,13 @@ type Reconciler struct {
 	ControllerID string
 	// Scopes says where to look for queued jobs and dead runners.
 	Scopes func(ctx context.Context) []domain.Scope
+	// Ours says whether a job with these labels is this environment's to
+	// serve (the intake's routing decision), rejected or not. A queued job
+	// the store does not know is admitted only when it is: the intake
+	// never records anyone else's (GitHub-hosted jobs, other runners',
+	// another environment's), so admitting one would repeat every cycle
+	// for as long as it stays queued. Required.
+	Ours func(labels []string) bool
 	Options
 	metrics *reconcileMetrics
 }
@@ -87,6 +94,9 @@ func (o *Options) defaults() {
 
 // Init applies the defaults and registers the metrics; reg may be nil.
 func (r *Reconciler) Init(reg prometheus.Registerer) error {
+	if r.Ours == nil {
+		return errors.New("reaper: the reconciler has no Ours: it cannot tell bullpen's queued jobs from anyone else's")
+	}
 	r.Options.defaults()
 	if r.Log == nil {
 		r.Log = slog.Default()
@@ -325,9 +335,9 @@ func (r *Reconciler) deadRunners(ctx context.Context, s domain.Scope, rows []dom
 }
 
 // queuedJobs reads the jobs GitHub still has queued, so that a missed
-// webhook never leaves a job waiting: an unknown one is admitted as if its
-// webhook had come; one bullpen assigned to an instance that no longer
-// serves it goes back to its queue.
+// webhook never leaves a job waiting: an unknown one of ours is admitted
+// as if its webhook had come; one bullpen assigned to an instance that no
+// longer serves it goes back to its queue.
 func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope) (recovered, requeued int, err error) {
 	queued, err := r.GitHub.QueuedJobs(ctx, s)
 	if err != nil {
@@ -337,6 +347,8 @@ func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope) (recovered,
 	for _, gj := range queued {
 		j, err := r.Store.GetJob(ctx, gj.ID)
 		switch {
+		case errors.Is(err, domain.ErrNotFound) && !r.Ours(gj.Labels):
+			// Someone else's: its runner, not bullpen, serves it.
 		case errors.Is(err, domain.ErrNotFound):
 			if err := r.admit(ctx, gj); err != nil {
 				errs = append(errs, err)

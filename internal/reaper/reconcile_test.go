@@ -2,6 +2,7 @@ package reaper
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,6 +154,32 @@ func TestQueuedJobWithoutAWebhookIsAdmitted(t *testing.T) {
 	}
 	if st, _ := x.Queue.Stats(x.Ctx, domain.QueueInbox); st.Visible+st.InFlight != 1 {
 		t.Fatalf("the job was admitted twice: %+v", st)
+	}
+}
+
+// A queued job that is not ours (a GitHub-hosted one, another runner's,
+// another environment's) is never recorded by the intake: admitting it
+// would repeat every cycle, each time reading as a missed webhook.
+func TestQueuedJobOfSomeoneElseIsNotAdmitted(t *testing.T) {
+	x := newFixture(t)
+	x.gh.DropDeliveries(2)
+	x.gh.QueueJob(ghsim.JobSpec{Repo: "acme/app", Labels: []string{"ubuntu-latest"}})
+	x.gh.QueueJob(ghsim.JobSpec{Repo: "acme/app", Labels: []string{"self-hosted", "linux"}})
+	for range 2 {
+		if rep := x.cycle(); rep.Recovered != 0 {
+			t.Fatalf("someone else's jobs were admitted: %+v", rep)
+		}
+	}
+	if st, _ := x.Queue.Stats(x.Ctx, domain.QueueInbox); st.Visible+st.InFlight != 0 {
+		t.Fatalf("the inbox holds someone else's jobs: %+v", st)
+	}
+}
+
+func TestAReconcilerThatCannotTellOurJobsIsRefused(t *testing.T) {
+	x := newFixture(t)
+	r := &Reconciler{Store: x.Store, Queue: x.Queue, Cloud: x.cloud, GitHub: x.gh, Clock: x.Clock, Log: x.Log, ControllerID: "ctl"}
+	if err := r.Init(nil); err == nil || !strings.Contains(err.Error(), "Ours") {
+		t.Fatalf("Init without Ours: %v", err)
 	}
 }
 
