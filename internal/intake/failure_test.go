@@ -77,12 +77,22 @@ func TestUndecodableMessageIsKeptWhenDeadLetteringFails(t *testing.T) {
 	if s := f.Stats(domain.QueueInbox); s.InFlight != 1 {
 		t.Fatalf("inbox %+v, want the message kept", s)
 	}
+	// Kept for another try, nothing is lost yet: no ERROR.
+	if l := f.logs.Lines("level=ERROR"); len(l) != 0 {
+		t.Errorf("ERROR lines %q, want none", l)
+	}
+	if l := f.logs.Lines("level=WARN", "dead-letter queue refused", "queue unavailable"); len(l) != 1 {
+		t.Errorf("want one WARN naming the dead-letter queue's error, got %q", f.logs.Lines())
+	}
 	f.sends.failSends(DeadLetterQueue, nil)
 	f.Clock.Advance(30 * time.Second)
 	f.step()
 	f.inboxEmpty()
 	if dl := f.deadLetters(); len(dl) != 1 || !bytes.Equal(dl[0], body) {
 		t.Fatalf("dead letters %q", dl)
+	}
+	if l := f.logs.Lines("level=ERROR", "does not parse; dead-lettered"); len(l) != 1 {
+		t.Errorf("want one ERROR once moved, got %q", f.logs.Lines("level=ERROR"))
 	}
 }
 
