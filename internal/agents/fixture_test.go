@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/testworld"
@@ -21,6 +23,7 @@ type fixture struct {
 	*testworld.World
 	svc    *agents.Service
 	policy agents.Policy // returned for every instance
+	reg    *prometheus.Registry
 
 	mu       sync.Mutex
 	notified []string
@@ -38,12 +41,12 @@ func newFixtureLogging(t *testing.T, log *slog.Logger) *fixture {
 	// Each fixture has its own database and clock, and opening a database
 	// is most of a test's time under the race detector.
 	t.Parallel()
-	f := &fixture{World: testworld.New(t, t0)}
+	f := &fixture{World: testworld.New(t, t0), reg: prometheus.NewRegistry()}
 	if log != nil {
 		f.Log = log
 	}
 	var err error
-	f.svc, err = agents.New(f.Store, f.Queue, f.Clock, f.Log, nil, agents.Options{
+	f.svc, err = agents.New(f.Store, f.Queue, f.Clock, f.Log, f.reg, agents.Options{
 		Policy: func(domain.Instance) agents.Policy { return f.policy }, Notices: f,
 	})
 	if err != nil {
@@ -57,6 +60,23 @@ func (f *fixture) Assigned(cloudID string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.notified = append(f.notified, cloudID)
+}
+
+// instancesFailed is the service's count of instances a failure took out
+// of service.
+func (f *fixture) instancesFailed() float64 {
+	f.T.Helper()
+	families, err := f.reg.Gather()
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() == "bullpen_instances_failed_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	f.T.Fatal("no bullpen_instances_failed_total metric")
+	return 0
 }
 
 func (f *fixture) notifications() []string {

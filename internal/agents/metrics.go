@@ -13,6 +13,9 @@ type metrics struct {
 	// interruptions counts machines the cloud took back, by what became
 	// of their job.
 	interruptions *prometheus.CounterVec
+	// instancesFailed counts instances a failure took out of service, once
+	// each: not the failed signals, which include repeats and refusals.
+	instancesFailed prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -30,8 +33,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "bullpen_spot_interruptions_total",
 			Help: "Instances taken out of service by a spot interruption notice, by what became of their job (none, requeued, started).",
 		}, []string{"job"}),
+		instancesFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bullpen_instances_failed_total",
+			Help: "Instances taken out of service because their agent reported a failure or their runner ended before its job started; each once.",
+		}),
 	}
-	if err := promreg.Register(reg, "agent", m.signals, m.heartbeats, m.releases, m.interruptions); err != nil {
+	if err := promreg.Register(reg, "agent", m.signals, m.heartbeats, m.releases, m.interruptions, m.instancesFailed); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -343,3 +343,32 @@ func TestRunnerReportsAreTakenInOrder(t *testing.T) {
 		}
 	})
 }
+
+// Each instance a failure takes out of service is counted once, whether its
+// agent reported the failure or its runner ended before its job started;
+// repeated and refused reports are not.
+func TestFailedInstancesAreCountedOnce(t *testing.T) {
+	f := newFixture(t)
+	claimed, _ := f.bound("bp-1", domain.StateClaimed, 42)
+	for range 2 { // a report, then its repeat (its answer was lost)
+		if err := f.signal(claimed, domain.SignalFailed, "42"); err != nil {
+			t.Fatal(err)
+		}
+		claimed = f.Instance(claimed.ID)
+	}
+	running, _ := f.bound("bp-2", domain.StateRunning, 43)
+	wantRejected(t, f.signal(running, domain.SignalFailed, "41")) // about another job
+	if got := f.instancesFailed(); got != 1 {
+		t.Fatalf("after one failure, its repeat and a refused report: %v failed instances, want 1", got)
+	}
+	// A runner that ends before its job started fails its instance too.
+	if err := f.signal(running, domain.SignalJobFinished, "43"); err != nil {
+		t.Fatal(err)
+	}
+	if after := f.Instance(running.ID); after.State != domain.StateError {
+		t.Fatalf("instance %s, want error", after.State)
+	}
+	if got := f.instancesFailed(); got != 2 {
+		t.Fatalf("after a runner ended before its job: %v failed instances, want 2", got)
+	}
+}
