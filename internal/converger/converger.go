@@ -103,6 +103,12 @@ type Converger struct {
 	metrics *metrics
 	verbs   domain.Lifecycle
 	launch  *launch.Launcher
+	// unknownImages is, by pool, the image name the cloud last said it does
+	// not know, so that the ERROR is logged when that starts, not every cycle.
+	unknownImages struct {
+		sync.Mutex
+		byPool map[string]string
+	}
 }
 
 // New returns a converger over the pools that pools returns at each cycle
@@ -121,6 +127,7 @@ func New(store Store, cloud domain.Cloud, clk domain.Clock, pools func() []PoolS
 	c := &Converger{store: store, cloud: cloud, clock: clk, log: log, pools: pools, opts: opts, metrics: m, verbs: verbs,
 		launch: &launch.Launcher{Store: store, Cloud: cloud, Clock: clk, Verbs: verbs,
 			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL, SpotAllowed: opts.SpotAllowed, IDs: opts.IDs}}
+	c.unknownImages.byPool = map[string]string{}
 	return c, nil
 }
 
@@ -200,12 +207,13 @@ func (c *Converger) Cycle(ctx context.Context) (Report, error) {
 // most Parallelism at a time.
 func (c *Converger) convergeAll(ctx context.Context, now time.Time, specs []PoolSpec,
 	byPool map[string][]domain.Instance, view map[string]domain.CloudInstance) []PoolReport {
-	images := newImageCache(c.cloud)
+	images := newImageCache(c.cloud, c.metrics.cloudErrors.WithLabelValues("DescribeImages"))
 	reports := make([]PoolReport, len(specs))
 	configured := make(map[string]bool, len(specs))
 	for _, ps := range specs {
 		configured[ps.Pool.Name] = true
 	}
+	c.forgetUnknownImages(configured)
 	var removed []string
 	for name := range byPool {
 		if !configured[name] {
@@ -255,9 +263,9 @@ func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec
 	entry, target := c.opts.Targeter(p, now)
 	r := PoolReport{Pool: p.Name, Schedule: entry, Target: target, Counts: rebalance.Count(rows)}
 	imageID, err := images.resolve(ctx, ps.Runner.Image)
+	c.noteImage(p.Name, ps.Runner.Image, err)
 	if err != nil {
 		r.Err = fmt.Errorf("pool %s: resolve image %q: %w", p.Name, ps.Runner.Image, err)
-		c.log.Error("pool cannot converge: image does not resolve", "pool", p.Name, "image", ps.Runner.Image, "err", err)
 		c.recordStatus(ctx, r, now)
 		return r
 	}
@@ -306,6 +314,47 @@ func (c *Converger) drainRemoved(ctx context.Context, now time.Time, name string
 // is not a hash, so every member counts as outdated.
 const removedPoolHash = "removed-from-configuration"
 
+// noteImage logs how a pool's image resolved. An image the cloud does not
+// know needs a human (a typo, an image not published or deregistered): that
+// is an ERROR when it starts, and quieter while it lasts, for the pool
+// status and the cloud-error counter show it meanwhile. Any other failure
+// (throttling, a network error) is retried next cycle: a WARN.
+func (c *Converger) noteImage(pool, image string, err error) {
+	c.unknownImages.Lock()
+	was, known := c.unknownImages.byPool[pool]
+	unknown := errors.Is(err, domain.ErrUnknownImage)
+	switch {
+	case unknown:
+		c.unknownImages.byPool[pool] = image
+	case err == nil:
+		delete(c.unknownImages.byPool, pool)
+	}
+	c.unknownImages.Unlock()
+	switch {
+	case unknown && (!known || was != image):
+		c.log.Error("pool cannot converge: the cloud knows no such image", "pool", pool, "image", image, "err", err)
+	case unknown:
+		c.log.Debug("pool still cannot converge: unknown image", "pool", pool, "image", image)
+	case err != nil:
+		c.log.Warn("pool not converged this cycle: its image did not resolve; the next cycle retries",
+			"pool", pool, "image", image, "err", err)
+	case known:
+		c.log.Info("pool's image resolves again", "pool", pool, "image", image)
+	}
+}
+
+// forgetUnknownImages drops what noteImage remembers of pools no longer
+// configured, so that one configured again is reported afresh.
+func (c *Converger) forgetUnknownImages(configured map[string]bool) {
+	c.unknownImages.Lock()
+	defer c.unknownImages.Unlock()
+	for pool := range c.unknownImages.byPool {
+		if !configured[pool] {
+			delete(c.unknownImages.byPool, pool)
+		}
+	}
+}
+
 // recordStatus writes what the cycle saw of the pool to the store, which
 // every replica reads: the dashboard shows it, and exports its target as
 // the gauge the alert rules compare the pool's ready instances with.
@@ -345,11 +394,13 @@ func Describe(p rebalance.Plan) string {
 	return s
 }
 
-// imageCache resolves each image name once per cycle.
+// imageCache resolves each image name once per cycle, counting the calls
+// that fail.
 type imageCache struct {
-	cloud domain.Cloud
-	mu    sync.Mutex
-	ids   map[string]imageResult
+	cloud  domain.Cloud
+	failed prometheus.Counter
+	mu     sync.Mutex
+	ids    map[string]imageResult
 }
 
 type imageResult struct {
@@ -357,8 +408,8 @@ type imageResult struct {
 	err error
 }
 
-func newImageCache(cloud domain.Cloud) *imageCache {
-	return &imageCache{cloud: cloud, ids: map[string]imageResult{}}
+func newImageCache(cloud domain.Cloud, failed prometheus.Counter) *imageCache {
+	return &imageCache{cloud: cloud, failed: failed, ids: map[string]imageResult{}}
 }
 
 func (ic *imageCache) resolve(ctx context.Context, name string) (string, error) {
@@ -368,6 +419,9 @@ func (ic *imageCache) resolve(ctx context.Context, name string) (string, error) 
 		return r.id, r.err
 	}
 	id, err := ic.cloud.ResolveImage(ctx, name)
+	if err != nil && ctx.Err() == nil {
+		ic.failed.Inc()
+	}
 	ic.ids[name] = imageResult{id, err}
 	return id, err
 }
