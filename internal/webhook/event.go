@@ -238,6 +238,12 @@ func parseTime(field string, s *string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, &FieldError{field, "must be an RFC 3339 time"}
 	}
+	// The store refuses what the domain's check refuses: accepted here, the
+	// delivery would fail every intake step, then be dead-lettered, and the
+	// sender never told. The check's own error quotes the value.
+	if domain.CheckTime(field, t) != nil {
+		return time.Time{}, &FieldError{field, "must be in years 1 to 9999 (UTC)"}
+	}
 	return t, nil
 }
 

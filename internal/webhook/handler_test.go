@@ -116,6 +116,12 @@ func payloadCases(t *testing.T) []handlerCase {
 		{name: "label not a string", event: "workflow_job", delivery: "d-1", body: with("labels", []any{1}), status: 400, outcome: OutcomeBadRequest, want: "workflow_job.labels must be an array of strings"},
 		{name: "label null", event: "workflow_job", delivery: "d-1", body: with("labels", []any{"a", nil}), status: 400, outcome: OutcomeBadRequest, want: "workflow_job.labels[1] must be a string"},
 		{name: "bad time", event: "workflow_job", delivery: "d-1", body: with("created_at", "yesterday"), status: 400, outcome: OutcomeBadRequest, want: "workflow_job.created_at must be an RFC 3339 time"},
+		// RFC 3339 times the store refuses: year 0, and year 1 before its
+		// first hour in UTC.
+		{name: "year 0", event: "workflow_job", delivery: "d-1", body: with("created_at", "0000-06-01T00:00:00Z"), status: 400, outcome: OutcomeBadRequest, want: "workflow_job.created_at must be in years 1 to 9999 (UTC)"},
+		{name: "year 0 in UTC", event: "workflow_job", delivery: "d-1", body: with("started_at", "0001-01-01T00:00:00+01:00"), status: 400, outcome: OutcomeBadRequest, want: "workflow_job.started_at must be in years 1 to 9999 (UTC)"},
+		{name: "year 10000 in UTC", event: "workflow_job", delivery: "d-1", body: with("completed_at", "9999-12-31T23:30:00-01:00"), status: 400, outcome: OutcomeBadRequest, want: "workflow_job.completed_at must be in years 1 to 9999 (UTC)"},
+		{name: "last second of year 9999", event: "workflow_job", delivery: "d-1", body: with("completed_at", "9999-12-31T23:59:59Z"), status: 202, outcome: OutcomeAccepted, sent: 1},
 		{name: "bad full_name", event: "workflow_job", delivery: "d-1", body: withTop("repository", map[string]any{"full_name": "app"}), status: 400, outcome: OutcomeBadRequest, want: "repository.full_name must be owner/name"},
 	}
 }
