@@ -134,14 +134,14 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.localDir, "local-dir", "BULLPEN_LOCAL_DIR", "", "with --cloud local: where machines keep their files; their processes outlive serve, for the next serve on it to adopt (default: a temporary directory, removed with its machines when serve exits)")
 	str(&f.agentURL, "agent-url", "BULLPEN_AGENT_URL", "", "where machines' agents reach this control plane (default: http:// and the listen address)")
 	str(&f.github, "github", "BULLPEN_GITHUB", "sim", "GitHub: sim (simulated, in this process), app (a GitHub App) or token (a token from $BULLPEN_GITHUB_TOKEN)")
-	// Secrets are read from the environment after parsing, never as flag
-	// defaults, which -h and every flag error would print.
+	// Secrets and their files' paths are read from the environment after
+	// parsing, never as flag defaults (see secretSetting).
 	fs.StringVar(&f.secret, "webhook-secret", "", "GitHub webhook secret (prefer $BULLPEN_WEBHOOK_SECRET or --webhook-secret-file)")
-	str(&f.secretFile, "webhook-secret-file", "BULLPEN_WEBHOOK_SECRET_FILE", "", "file holding the webhook secret")
+	webhookSecret.defineFile(fs, &f.secretFile, "file holding the webhook secret")
 	fs.StringVar(&f.token, "admin-token", "", "bearer token for /api/v1 (prefer $BULLPEN_ADMIN_TOKEN or --admin-token-file)")
-	str(&f.tokenFile, "admin-token-file", "BULLPEN_ADMIN_TOKEN_FILE", "", "file holding the admin token")
+	adminToken.defineFile(fs, &f.tokenFile, "file holding the admin token")
 	fs.StringVar(&f.viewer, "viewer-token", "", "optional read-only token for the dashboard (prefer $BULLPEN_VIEWER_TOKEN or --viewer-token-file)")
-	str(&f.viewerFile, "viewer-token-file", "BULLPEN_VIEWER_TOKEN_FILE", "", "file holding the viewer token")
+	viewerToken.defineFile(fs, &f.viewerFile, "file holding the viewer token")
 	str(&f.environment, "environment", "BULLPEN_ENVIRONMENT", "production", "which pools this stack serves (pools without environment: belong to all)")
 	str(&f.controllerID, "controller-id", "BULLPEN_CONTROLLER_ID", "", "tag value marking this stack's machines (default bullpen-ENVIRONMENT)")
 	str(&f.replicaID, "replica-id", "BULLPEN_REPLICA_ID", "", "this replica's name in the leases of the loops that run on one replica at a time (default: with an SQLite store, the host name and a hash of --listen and the store's path, so that a serve restarted after a crash takes its leases back at once; else the host name and a random suffix)")

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strconv"
 
 	"github.com/bullpen-ci/bullpen/internal/app"
@@ -26,7 +25,7 @@ func (f *githubFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	f.getenv = getenv
 	str(&f.url, "github-url", "BULLPEN_GITHUB_URL", "with --github app or token: the API root, for GitHub Enterprise Server https://HOST/api/v3/ (default GitHub.com's)")
 	str(&f.appID, "github-app-id", "BULLPEN_GITHUB_APP_ID", "with --github app: the App's id")
-	str(&f.keyFile, "github-app-key-file", "BULLPEN_GITHUB_APP_KEY_FILE", "with --github app: the App's private key (PEM file)")
+	githubAppKey.defineFile(fs, &f.keyFile, "with --github app: the App's private key (PEM file)")
 	str(&f.enterprise, "github-enterprise", "BULLPEN_GITHUB_ENTERPRISE", "with --runner-scope enterprise: the enterprise's slug (needs --github token: a classic token with manage_runners:enterprise)")
 	str(&f.runnerGroup, "runner-group", "BULLPEN_RUNNER_GROUP", "with --runner-scope org or enterprise: the runner group runners join, by name (default: the Default group)")
 	str(&f.workFolder, "runner-work-folder", "BULLPEN_RUNNER_WORK_FOLDER", "with --github app or token: the runners' work directory, relative to the runner's (GitHub's default: _work)")
@@ -47,11 +46,14 @@ func (f *githubFlags) options(kind string) (app.GitHubAPI, error) {
 			problems = append(problems, fmt.Errorf("--github app needs --github-app-id, a positive number (got %q)", f.appID))
 		}
 		o.AppID = id
-		if f.keyFile == "" {
+		key, given, err := githubAppKey.fromFile(f.getenv, f.keyFile)
+		switch {
+		case err != nil:
+			problems = append(problems, err)
+		case !given:
 			problems = append(problems, errors.New("--github app needs --github-app-key-file, the App's private key"))
-		} else if o.PrivateKey, err = os.ReadFile(f.keyFile); err != nil {
-			problems = append(problems, fmt.Errorf("--github-app-key-file: %w", err))
 		}
+		o.PrivateKey = []byte(key)
 	case "token":
 		o.Token = f.getenv("BULLPEN_GITHUB_TOKEN")
 		if o.Token == "" {

@@ -258,40 +258,24 @@ func (f *serveFlags) setLoops(o *app.Options) {
 // secrets resolves the webhook secret and admin token, or says how to set
 // them. A secret never appears in a message.
 func (f *serveFlags) secrets() (secret, token string, err error) {
-	read := func(value, file, what, env, flagName string) (string, error) {
-		if value == "" && file == "" && f.getenv != nil {
-			value = f.getenv(env)
+	need := func(s secretSetting, value, file string) (string, error) {
+		v, err := s.resolve(f.getenv, value, file)
+		if err == nil && v == "" {
+			err = s.missing()
 		}
-		if file != "" {
-			b, err := os.ReadFile(file)
-			if err != nil {
-				return "", fmt.Errorf("read the %s file: %w", what, err)
-			}
-			value = strings.TrimSpace(string(b))
-		}
-		if value == "" {
-			return "", fmt.Errorf("no %s: set $%s, or pass --%s-file FILE", what, env, flagName)
-		}
-		return value, nil
+		return v, err
 	}
-	secret, err1 := read(f.secret, f.secretFile, "webhook secret", "BULLPEN_WEBHOOK_SECRET", "webhook-secret")
-	token, err2 := read(f.token, f.tokenFile, "admin token", "BULLPEN_ADMIN_TOKEN", "admin-token")
+	secret, err1 := need(webhookSecret, f.secret, f.secretFile)
+	token, err2 := need(adminToken, f.token, f.tokenFile)
 	return secret, token, errors.Join(err1, err2)
 }
 
 // viewerToken resolves the optional viewer token, which must not be the
 // admin token: it would sign in as admin.
 func (f *serveFlags) viewerToken(admin string) (string, error) {
-	v := f.viewer
-	if v == "" && f.viewerFile == "" && f.getenv != nil {
-		v = f.getenv("BULLPEN_VIEWER_TOKEN")
-	}
-	if f.viewerFile != "" {
-		b, err := os.ReadFile(f.viewerFile)
-		if err != nil {
-			return "", fmt.Errorf("read the viewer token file: %w", err)
-		}
-		v = strings.TrimSpace(string(b))
+	v, err := viewerToken.resolve(f.getenv, f.viewer, f.viewerFile)
+	if err != nil {
+		return "", err
 	}
 	if v != "" && v == admin {
 		return "", errors.New("the viewer token is the admin token: give viewers a token of their own")

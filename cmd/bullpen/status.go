@@ -4,12 +4,10 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -26,13 +24,17 @@ func cmdStatus(ctx context.Context, e *env, args []string) int {
 	fs := e.flags("status")
 	server := cmp.Or(e.getenv("BULLPEN_SERVER"), "http://127.0.0.1:8080")
 	fs.StringVar(&server, "server", server, "base URL of bullpen serve ($BULLPEN_SERVER)")
-	tokenFile := fs.String("admin-token-file", e.getenv("BULLPEN_ADMIN_TOKEN_FILE"), "file holding the admin token (else $BULLPEN_ADMIN_TOKEN)")
+	var tokenFile string
+	adminToken.defineFile(fs, &tokenFile, "file holding the admin token (else $BULLPEN_ADMIN_TOKEN)")
 	recent := fs.Int("jobs", 200, "how many of the latest jobs to summarise (1..1000)")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up on the server after this long")
 	if status, ok := parseFlags(fs, args); !ok {
 		return status
 	}
-	token, err := statusToken(e, *tokenFile)
+	token, err := adminToken.resolve(e.getenv, "", tokenFile)
+	if err == nil && token == "" {
+		err = adminToken.missing()
+	}
 	if err == nil && (*recent < 1 || *recent > 1000) {
 		err = fmt.Errorf("--jobs %d: want 1..1000", *recent)
 	}
@@ -58,21 +60,6 @@ func cmdStatus(ctx context.Context, e *env, args []string) int {
 	}
 	printStatus(e.stdout, server, e.clock(), pools.Pools, active.Jobs, latest.Jobs)
 	return 0
-}
-
-// statusToken reads the admin token from the file, else the environment.
-func statusToken(e *env, file string) (string, error) {
-	if file != "" {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", fmt.Errorf("read the admin token file: %w", err)
-		}
-		return strings.TrimSpace(string(b)), nil
-	}
-	if t := e.getenv("BULLPEN_ADMIN_TOKEN"); t != "" {
-		return t, nil
-	}
-	return "", errors.New("no admin token: set $BULLPEN_ADMIN_TOKEN, or pass --admin-token-file FILE")
 }
 
 type statusClient struct {

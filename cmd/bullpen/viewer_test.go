@@ -30,7 +30,7 @@ func TestViewerToken(t *testing.T) {
 		{"environment", serveFlags{getenv: env("from-env")}, "from-env", ""},
 		{"flag over environment", serveFlags{viewer: "from-flag", getenv: env("from-env")}, "from-flag", ""},
 		{"file over environment", serveFlags{viewerFile: file, getenv: env("from-env")}, "from-file", ""},
-		{"missing file", serveFlags{viewerFile: file + ".nope", getenv: env("")}, "", "read the viewer token file"},
+		{"missing file", serveFlags{viewerFile: file + ".nope", getenv: env("")}, "", "--viewer-token-file: cannot read the file it names"},
 		{"the admin token", serveFlags{viewer: "admin-secret", getenv: env("")}, "", "the viewer token is the admin token"},
 	}
 	for _, c := range cases {
