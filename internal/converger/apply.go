@@ -35,10 +35,9 @@ func (a applier) apply(ctx context.Context, p rebalance.Plan) error {
 		}
 	}
 	for _, st := range p.Steps {
-		a.count(st)
 		switch st.Action {
 		case rebalance.Settle:
-			errs = append(errs, a.settle(ctx, st.Instances))
+			errs = append(errs, a.settle(ctx, st.Instances, st.Reason))
 		case rebalance.Forget:
 			errs = append(errs, a.forget(ctx, st.Instances, st.Reason))
 		case rebalance.Terminate:
@@ -51,22 +50,34 @@ func (a applier) apply(ctx context.Context, p rebalance.Plan) error {
 			earlyReasons = append(earlyReasons, repeat(st.Reason, len(st.Instances))...)
 		case rebalance.Stop:
 			flush()
-			errs = append(errs, a.stop(ctx, st.Instances))
+			errs = append(errs, a.stop(ctx, st.Instances, st.Reason))
 		case rebalance.Create:
 			flush()
-			errs = append(errs, a.create(ctx, st.Role, st.Count))
+			errs = append(errs, a.create(ctx, st.Role, st.Reason, st.Count))
 		}
 	}
 	flush()
 	return errors.Join(errs...)
 }
 
-func (a applier) count(st rebalance.Step) {
-	n := st.Count
-	if st.Action != rebalance.Create {
-		n = len(st.Instances)
+// What became of the instances a step planned to act on: the result label
+// of bullpen_pool_actions_total, counted once the step is done.
+const (
+	resultOK       = "ok"       // the change was made
+	resultConflict = "conflict" // the instance changed since the plan (a job claimed it): left alone
+	resultError    = "error"    // the change failed; a later cycle, or the terminator, retries it
+)
+
+// tally counts n instances of a step by result.
+func (a applier) tally(action rebalance.Action, why rebalance.Reason, result string, n int) {
+	if n > 0 {
+		a.c.metrics.actions.WithLabelValues(a.spec.Pool.Name, string(action), string(why), result).Add(float64(n))
 	}
-	a.c.metrics.actions.WithLabelValues(a.spec.Pool.Name, string(st.Action), string(st.Reason)).Add(float64(n))
+}
+
+// lostAs is a transition's lost for a step whose instances share a reason.
+func (a applier) lostAs(action rebalance.Action, why rebalance.Reason) func(int, string) {
+	return func(_ int, result string) { a.tally(action, why, result, 1) }
 }
 
 func repeat[T any](v T, n int) []T {
@@ -79,14 +90,22 @@ func repeat[T any](v T, n int) []T {
 
 // transition applies verb to each instance (the i-th) and returns those
 // that won; conflicts are expected (a job claimed the instance) and only
-// counted.
-func (a applier) transition(ctx context.Context, insts []domain.Instance, verb func(i int, in domain.Instance) domain.TransitionRequest) ([]domain.Instance, error) {
+// counted. Each instance that did not win is told to lost, if set, with
+// its result (conflict or error).
+func (a applier) transition(ctx context.Context, insts []domain.Instance, verb func(i int, in domain.Instance) domain.TransitionRequest,
+	lost func(i int, result string)) ([]domain.Instance, error) {
+	if lost == nil {
+		lost = func(int, string) {}
+	}
 	reqs := make([]domain.TransitionRequest, len(insts))
 	for i, in := range insts {
 		reqs[i] = verb(i, in)
 	}
 	res, err := a.c.store.TransitionBatch(ctx, reqs)
 	if err != nil {
+		for i := range insts {
+			lost(i, resultError)
+		}
 		return nil, fmt.Errorf("pool %s: store: %w", a.spec.Pool.Name, err)
 	}
 	var won []domain.Instance
@@ -97,32 +116,38 @@ func (a applier) transition(ctx context.Context, insts []domain.Instance, verb f
 			won = append(won, r.Instance)
 		case errors.Is(r.Err, domain.ErrConflict), errors.Is(r.Err, domain.ErrNotFound):
 			a.c.metrics.conflicts.Inc()
+			lost(i, resultConflict)
 			a.c.log.Debug("instance changed since the plan; skipped", "pool", a.spec.Pool.Name, "instance", insts[i].ID, "err", r.Err)
 		default:
+			lost(i, resultError)
 			errs = append(errs, r.Err)
 		}
 	}
 	return won, errors.Join(errs...)
 }
 
-func (a applier) settle(ctx context.Context, insts []domain.Instance) error {
-	_, err := a.transition(ctx, insts, func(_ int, in domain.Instance) domain.TransitionRequest {
+func (a applier) settle(ctx context.Context, insts []domain.Instance, why rebalance.Reason) error {
+	settled, err := a.transition(ctx, insts, func(_ int, in domain.Instance) domain.TransitionRequest {
 		return a.c.verbs.Stopped(in, a.now)
-	})
+	}, a.lostAs(rebalance.Settle, why))
+	a.tally(rebalance.Settle, why, resultOK, len(settled))
 	return err
 }
 
-// forget closes rows whose machine the cloud no longer has.
+// forget closes rows whose machine the cloud no longer has. A row marked
+// but not closed stays terminating, for the terminator to close.
 func (a applier) forget(ctx context.Context, insts []domain.Instance, why rebalance.Reason) error {
 	marked, err := a.transition(ctx, insts, func(_ int, in domain.Instance) domain.TransitionRequest {
 		return a.c.verbs.Terminate(in, string(why), a.now)
-	})
-	return errors.Join(err, a.closeRows(ctx, marked))
+	}, a.lostAs(rebalance.Forget, why))
+	closed, cerr := a.closeRows(ctx, marked)
+	a.tally(rebalance.Forget, why, resultOK, len(closed))
+	a.tally(rebalance.Forget, why, resultError, len(marked)-len(closed))
+	return errors.Join(err, cerr)
 }
 
-func (a applier) closeRows(ctx context.Context, insts []domain.Instance) error {
-	_, err := a.transition(ctx, insts, func(_ int, in domain.Instance) domain.TransitionRequest { return a.c.verbs.Close(in) })
-	return err
+func (a applier) closeRows(ctx context.Context, insts []domain.Instance) ([]domain.Instance, error) {
+	return a.transition(ctx, insts, func(_ int, in domain.Instance) domain.TransitionRequest { return a.c.verbs.Close(in) }, nil)
 }
 
 // terminate marks the rows first (so no claim can race the call), then
@@ -132,7 +157,16 @@ func (a applier) closeRows(ctx context.Context, insts []domain.Instance) error {
 func (a applier) terminate(ctx context.Context, insts []domain.Instance, why []rebalance.Reason) error {
 	marked, err := a.transition(ctx, insts, func(i int, in domain.Instance) domain.TransitionRequest {
 		return a.c.verbs.Terminate(in, string(why[i]), a.now)
-	})
+	}, func(i int, result string) { a.tally(rebalance.Terminate, why[i], result, 1) })
+	reasons := make(map[string]rebalance.Reason, len(insts))
+	for i, in := range insts {
+		reasons[in.ID] = why[i]
+	}
+	counted := func(insts []domain.Instance, result string) {
+		for _, in := range insts {
+			a.tally(rebalance.Terminate, reasons[in.ID], result, 1)
+		}
+	}
 	errs := []error{err}
 	var done []domain.Instance
 	var withMachine []domain.Instance
@@ -146,26 +180,33 @@ func (a applier) terminate(ctx context.Context, insts []domain.Instance, why []r
 	for _, batch := range domain.Chunk(withMachine, domain.MaxBatch) {
 		if err := a.c.cloud.Terminate(ctx, cloudIDs(batch)); err != nil {
 			a.c.metrics.cloudErrors.WithLabelValues("TerminateInstances").Inc()
+			counted(batch, resultError)
 			errs = append(errs, fmt.Errorf("terminate %d instances: %w", len(batch), err))
 			continue
 		}
 		done = append(done, batch...)
 	}
-	errs = append(errs, a.closeRows(ctx, done))
-	return errors.Join(errs...)
+	// Done once the machine is gone: a row left unclosed is the
+	// terminator's to close.
+	counted(done, resultOK)
+	_, err = a.closeRows(ctx, done)
+	return errors.Join(append(errs, err)...)
 }
 
 // stop parks warmed stopped-pool members: rows first, then the cloud.
-func (a applier) stop(ctx context.Context, insts []domain.Instance) error {
+func (a applier) stop(ctx context.Context, insts []domain.Instance, why rebalance.Reason) error {
 	marked, err := a.transition(ctx, insts, func(_ int, in domain.Instance) domain.TransitionRequest {
 		return a.c.verbs.Stop(in, a.now)
-	})
+	}, a.lostAs(rebalance.Stop, why))
 	errs := []error{err}
 	for _, batch := range domain.Chunk(marked, domain.MaxBatch) {
 		if err := a.c.cloud.Stop(ctx, cloudIDs(batch)); err != nil {
 			a.c.metrics.cloudErrors.WithLabelValues("StopInstances").Inc()
+			a.tally(rebalance.Stop, why, resultError, len(batch))
 			errs = append(errs, fmt.Errorf("stop %d instances: %w", len(batch), err))
+			continue
 		}
+		a.tally(rebalance.Stop, why, resultOK, len(batch))
 	}
 	return errors.Join(errs...)
 }
@@ -181,21 +222,29 @@ func cloudIDs(insts []domain.Instance) []string {
 // create launches n members of role in calls of at most CreateBatch. Rows are
 // written as pending before each call, carrying the call's launch id; after
 // a crash between the two they expire, and the machines are reaped as
-// orphans (see domain.StatePending).
-func (a applier) create(ctx context.Context, role domain.Role, n int) error {
-	var errs []error
-	for n > 0 {
-		k := min(n, a.c.opts.CreateBatch)
-		n -= k
-		if err := a.createBatch(ctx, role, k); err != nil {
-			errs = append(errs, err)
+// orphans (see domain.StatePending). Members not booting at the end, those
+// of the batches not tried after a failed one included, count as errors.
+func (a applier) create(ctx context.Context, role domain.Role, why rebalance.Reason, n int) error {
+	var err error
+	booting := 0
+	for left := n; left > 0; {
+		k := min(left, a.c.opts.CreateBatch)
+		left -= k
+		var got int
+		got, err = a.createBatch(ctx, role, k)
+		booting += got
+		if err != nil {
 			break // capacity or API trouble: the next cycle tries again
 		}
 	}
-	return errors.Join(errs...)
+	a.tally(rebalance.Create, why, resultOK, booting)
+	a.tally(rebalance.Create, why, resultError, n-booting)
+	return err
 }
 
-func (a applier) createBatch(ctx context.Context, role domain.Role, n int) error {
+// createBatch launches n members of role in one call and returns how many
+// are booting.
+func (a applier) createBatch(ctx context.Context, role domain.Role, n int) (int, error) {
 	p, r := a.spec.Pool, a.spec.Runner
 	rows := make([]domain.Instance, n)
 	for i := range rows {
@@ -215,5 +264,5 @@ func (a applier) createBatch(ctx context.Context, role domain.Role, n int) error
 	}
 	a.c.log.Debug("created instances", "pool", p.Name, "role", role, "asked", n, "booting", len(res.Booted),
 		"abandoned", len(res.Closed))
-	return err
+	return len(res.Booted), err
 }

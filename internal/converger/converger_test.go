@@ -115,9 +115,9 @@ func (w *world) converge(n int) PoolReport {
 }
 
 // actions is how many instances of pool p the converger counted as acted
-// on for action and reason.
-func (w *world) actions(action, reason string) float64 {
-	return testutil.ToFloat64(w.conv.metrics.actions.WithLabelValues("p", action, reason))
+// on for action and reason, with result.
+func (w *world) actions(action, reason, result string) float64 {
+	return testutil.ToFloat64(w.conv.metrics.actions.WithLabelValues("p", action, reason, result))
 }
 
 func (w *world) rows(states ...domain.State) []domain.Instance {
@@ -158,7 +158,7 @@ func TestConvergerFillsThenParksAPool(t *testing.T) {
 	if calls[sim.OpCreateFleet] != 2 || calls[sim.OpStopInstances] != 1 {
 		t.Fatalf("calls %v", calls)
 	}
-	if got := w.actions("create", "missing"); got != 3 {
+	if got := w.actions("create", "missing", "ok"); got != 3 {
 		t.Fatalf("create actions counted %v", got)
 	}
 }
@@ -239,6 +239,9 @@ func TestInstanceClaimedMidCycleIsNeverTerminated(t *testing.T) {
 	if got := testutil.ToFloat64(w.conv.metrics.conflicts); got != 1 {
 		t.Fatalf("conflicts counted %v", got)
 	}
+	if ok, conflict := w.actions("terminate", "excess", "ok"), w.actions("terminate", "excess", "conflict"); ok != 1 || conflict != 1 {
+		t.Fatalf("excess terminations counted %v ok, %v conflict; want 1 and 1", ok, conflict)
+	}
 }
 
 func TestPoolRemovedFromConfigurationIsDrained(t *testing.T) {
@@ -271,7 +274,7 @@ func TestPoolRemovedFromConfigurationIsDrained(t *testing.T) {
 	if m, _ := w.cloud.Get(busy.CloudID); m.State != domain.CloudRunning {
 		t.Fatalf("the busy instance's machine is %s", m.State)
 	}
-	if got := w.actions("terminate", "outdated"); got != 2 {
+	if got := w.actions("terminate", "outdated", "ok"); got != 2 {
 		t.Fatalf("outdated terminations counted %v, want 2", got)
 	}
 }
@@ -287,6 +290,9 @@ func TestFailedTerminateIsLeftToTheTerminator(t *testing.T) {
 	}
 	if n := len(w.rows(domain.StateTerminating)); n != 1 {
 		t.Fatalf("%d rows terminating after the failed call", n)
+	}
+	if ok, failed := w.actions("terminate", "excess", "ok"), w.actions("terminate", "excess", "error"); ok != 0 || failed != 1 {
+		t.Fatalf("the failed termination counted %v ok, %v error", ok, failed)
 	}
 	if got := Describe(w.cycle().Plan); got != "" {
 		t.Fatalf("the converger must leave terminations under way alone, planned %q", got)
@@ -311,6 +317,9 @@ func TestPartialFulfilmentLeavesNoStrayRows(t *testing.T) {
 	}
 	if n := len(w.rows(domain.StatePending, domain.StateTerminating)); n != 0 {
 		t.Fatalf("%d rows left pending or terminating", n)
+	}
+	if ok, failed := w.actions("create", "missing", "ok"), w.actions("create", "missing", "error"); ok != 2 || failed != 1 {
+		t.Fatalf("creates counted %v ok, %v error; want the 2 that fit and the 1 that did not", ok, failed)
 	}
 	st, err := w.Store.ListPoolStatus(context.Background())
 	if err != nil || len(st) != 1 || st[0].LastError == "" {

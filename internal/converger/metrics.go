@@ -24,8 +24,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_pool_actions_total", Help: "Instances acted on by the converger, by action and reason.",
-		}, []string{"pool", "action", "reason"}),
+			Name: "bullpen_pool_actions_total",
+			Help: "Instances the converger's plans acted on, by action, reason and result: ok (done), " +
+				"conflict (the instance changed since the plan, so was left alone), error (failed; retried later).",
+		}, []string{"pool", "action", "reason", "result"}),
 		cloudErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bullpen_converger_cloud_errors_total", Help: "Failed cloud calls made by the converger, by operation.",
 		}, []string{"op"}),
