@@ -126,6 +126,9 @@ func (a *App) wireReaper() error {
 	o := a.opts
 	a.Terminator = &reaper.Terminator{Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, Clock: o.Clock,
 		Log: o.Log.With("loop", "terminator"), Interval: o.TerminateEvery, Deadlines: o.Deadlines}
+	if err := a.Terminator.Init(o.Registry); err != nil {
+		return err
+	}
 	rp := o.Reaper
 	rp.TerminatingAllowance = o.Deadlines.Terminating
 	a.Reconciler = &reaper.Reconciler{

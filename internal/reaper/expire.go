@@ -16,6 +16,12 @@ import (
 // sweep wins or loses cleanly. The terminator then makes the cloud calls.
 // It reports how many rows it marked.
 func (t *Terminator) Expire(ctx context.Context) (int, error) {
+	marked, err := t.expire(ctx)
+	t.metrics.add(actionExpired, marked)
+	return marked, err
+}
+
+func (t *Terminator) expire(ctx context.Context) (int, error) {
 	now := t.Clock.Now()
 	var states []domain.State
 	for _, s := range domain.States {

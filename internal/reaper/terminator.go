@@ -11,8 +11,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/loop"
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
 
 // Terminator terminates the machines of rows marked terminating.
@@ -27,6 +30,14 @@ type Terminator struct {
 	Interval time.Duration // default 5 s
 	// Deadlines are the per-state allowances; zero means the defaults.
 	Deadlines domain.Deadlines
+	metrics   *terminatorMetrics // nil until Init: nothing is counted
+}
+
+// Init registers the metrics; reg may be nil.
+func (t *Terminator) Init(reg prometheus.Registerer) error {
+	m, err := newTerminatorMetrics(reg)
+	t.metrics = m
+	return err
 }
 
 // Loop marks what is past its deadline and terminates what is marked, every
@@ -83,6 +94,7 @@ func (t *Terminator) Sweep(ctx context.Context) (int, error) {
 	if closed > 0 {
 		t.log().Info("terminated instances", "count", closed)
 	}
+	t.metrics.add(actionTerminated, closed)
 	return closed, errors.Join(errs...)
 }
 
@@ -107,5 +119,55 @@ func (t *Terminator) terminate(ctx context.Context, batch []domain.Instance) ([]
 	if err == nil || errors.Is(err, domain.ErrUnknownInstance) {
 		return batch, nil
 	}
+	t.metrics.cloudError(opTerminate)
 	return nil, fmt.Errorf("terminate %d instances: %w", len(ids), err)
+}
+
+// What the terminator counts: rows it marked because their deadline
+// passed, rows it closed once their machine was terminated (or had none,
+// or was gone already), and the cloud calls that failed.
+const (
+	actionExpired    = "expired"
+	actionTerminated = "terminated"
+	opTerminate      = "terminate"
+)
+
+type terminatorMetrics struct {
+	actions     *prometheus.CounterVec
+	cloudErrors *prometheus.CounterVec
+}
+
+// newTerminatorMetrics registers the terminator's counters, every series
+// present from the start at zero: a dashboard shows none rather than no
+// data, and an alert on an increase sees the first failure.
+func newTerminatorMetrics(reg prometheus.Registerer) (*terminatorMetrics, error) {
+	m := &terminatorMetrics{
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_terminator_actions_total",
+			Help: "Instances the terminator acted on, by kind (expired: marked terminating as their state's deadline passed; terminated: closed once their machine was terminated).",
+		}, []string{"kind"}),
+		cloudErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bullpen_terminator_cloud_errors_total",
+			Help: "Failed cloud calls made by the terminator, by operation; the rows stay terminating and the next sweep tries again.",
+		}, []string{"op"}),
+	}
+	if err := promreg.Register(reg, "terminator", m.actions, m.cloudErrors); err != nil {
+		return nil, err
+	}
+	m.actions.WithLabelValues(actionExpired)
+	m.actions.WithLabelValues(actionTerminated)
+	m.cloudErrors.WithLabelValues(opTerminate)
+	return m, nil
+}
+
+func (m *terminatorMetrics) add(kind string, n int) {
+	if m != nil && n > 0 {
+		m.actions.WithLabelValues(kind).Add(float64(n))
+	}
+}
+
+func (m *terminatorMetrics) cloudError(op string) {
+	if m != nil {
+		m.cloudErrors.WithLabelValues(op).Inc()
+	}
 }

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
@@ -145,4 +148,40 @@ func TestRunSweepsEveryInterval(t *testing.T) {
 	f.Clock.BlockUntil(1) // the second sweep is over
 	f.wantStates(rows, domain.StateTerminated)
 	stop()
+}
+
+// A TerminateInstances call that fails (its permission taken away, say)
+// is counted apart from the loop's failures, so that an alert on cloud
+// errors covers the terminator; what it marks and closes is counted too.
+func TestTheTerminatorCountsWhatItDoesAndItsFailedCloudCalls(t *testing.T) {
+	f := newFixture(t)
+	reg := prometheus.NewPedanticRegistry()
+	if err := f.term.Init(reg); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "bullpen_terminator_actions_total", "bullpen_terminator_cloud_errors_total"); err != nil || n != 3 {
+		t.Fatalf("%d series before anything happened, %v; want every one at zero", n, err)
+	}
+	count := func(vec *prometheus.CounterVec, label string) float64 {
+		return testutil.ToFloat64(vec.WithLabelValues(label))
+	}
+	rows := f.machines(2, domain.StateTerminating)
+	f.cloud.FailNext(sim.OpTerminateInstances, 1, nil)
+	f.sweep(0, true)
+	if got := count(f.term.metrics.cloudErrors, "terminate"); got != 1 {
+		t.Fatalf("failed terminate calls counted %g, want 1", got)
+	}
+	f.sweep(2, false)
+	f.wantStates(rows, domain.StateTerminated)
+	if got := count(f.term.metrics.actions, "terminated"); got != 2 {
+		t.Fatalf("terminated counted %g, want 2", got)
+	}
+	late := f.machines(1, domain.StateReady)
+	f.Clock.Advance(10 * time.Minute)
+	if n, err := f.term.Expire(f.Ctx); err != nil || n != 1 {
+		t.Fatalf("expired %d, %v; want %s", n, err, late[0].ID)
+	}
+	if got := count(f.term.metrics.actions, "expired"); got != 1 {
+		t.Fatalf("expired counted %g, want 1", got)
+	}
 }
