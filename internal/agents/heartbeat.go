@@ -2,6 +2,7 @@ package agents
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -30,7 +31,9 @@ func (s *Service) Heartbeat(ctx context.Context, cloudID string) error {
 	return nil
 }
 
-// FlushHeartbeats writes the heartbeats kept in memory.
+// FlushHeartbeats writes the heartbeats kept in memory. A batch the store
+// did not take is kept for the next flush: else an instance that beat
+// during a store outage would look silent for another heartbeat interval.
 func (s *Service) FlushHeartbeats(ctx context.Context) error {
 	s.beatsMu.Lock()
 	pending := s.beats
@@ -43,7 +46,24 @@ func (s *Service) FlushHeartbeats(ctx context.Context) error {
 	for id, at := range pending {
 		batch = append(batch, domain.Heartbeat{ID: id, At: at})
 	}
-	return s.store.RecordHeartbeats(ctx, batch)
+	if err := s.store.RecordHeartbeats(ctx, batch); err != nil {
+		s.keepBeats(pending)
+		return fmt.Errorf("write %d heartbeats, kept for the next flush: %w", len(batch), err)
+	}
+	return nil
+}
+
+// keepBeats puts back beats a flush did not write, unless a newer beat of
+// the same instance came meanwhile. What is kept stays one beat an instance
+// (writing a beat again is harmless: the store keeps the latest).
+func (s *Service) keepBeats(unwritten map[string]time.Time) {
+	s.beatsMu.Lock()
+	defer s.beatsMu.Unlock()
+	for id, at := range unwritten {
+		if newer, ok := s.beats[id]; !ok || newer.Before(at) {
+			s.beats[id] = at
+		}
+	}
 }
 
 // Loop writes batched heartbeats every HeartbeatFlush, and once more when
