@@ -192,9 +192,8 @@ func (d *Dispatcher) serve(ctx context.Context, msgs []domain.Message, res *Resu
 		// messages come back after the visibility timeout.
 		for _, it := range claimed {
 			it.Err = fmt.Errorf("batch abandoned: %w", err)
-			res.Retried++
-			d.retry(ctx, it)
 		}
+		d.retry(ctx, claimed, res)
 		return done, err
 	}
 	claimed, unserved, done = d.fillLastStart(ctx, claimed, unserved, done, res)
@@ -211,10 +210,11 @@ func (d *Dispatcher) serve(ctx context.Context, msgs []domain.Message, res *Resu
 		h.Done()
 		done = append(done, byHandover[h].msg.Receipt)
 	}
-	for _, h := range failed {
-		res.Retried++
-		d.retry(ctx, byHandover[h])
+	retried := make([]*item, len(failed))
+	for i, h := range failed {
+		retried[i] = byHandover[h]
 	}
+	d.retry(ctx, retried, res)
 	over, err := d.overflow(ctx, unserved)
 	res.Overflowed = len(over)
 	for _, it := range over {

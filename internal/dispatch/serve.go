@@ -2,7 +2,9 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
@@ -55,21 +57,86 @@ func (d *Dispatcher) start(ctx context.Context, items []*item) {
 	}
 }
 
-// retry gives a failed item's instance back to its pool, stopped if it
-// never left stopped, and lets its job's message come back to the queue
-// after a short delay.
-func (d *Dispatcher) retry(ctx context.Context, it *item) {
-	d.Log.Warn("pool job not served; retrying", "job", it.Job.ID, "pool", it.Job.Pool, "instance", it.Inst.ID, "err", it.Err)
+// retry gives failed items' instances back to their pools, stopped if they
+// never left stopped, and lets each job's message come back to the queue
+// after a delay that doubles with its receives: while GitHub or the cloud
+// is down, a job is not tried every few seconds, each try costing a tag
+// call and maybe a start. Such an outage fails a whole batch alike, so the
+// batch's failures make one line; each job's own is at debug.
+func (d *Dispatcher) retry(ctx context.Context, items []*item, res *Result) {
+	if len(items) == 0 {
+		return
+	}
+	res.Retried += len(items)
+	causes := map[string]int{}
+	var notBack, notRequeued tally
+	for _, it := range items {
+		causes[causeOf(it.Err)]++
+		delay := jobs.RetryDelay(it.msg.Receives)
+		d.Log.Debug("pool job not served; retrying", "job", it.Job.ID, "pool", it.Job.Pool, "instance", it.Inst.ID,
+			"receives", it.msg.Receives, "in", delay, "err", it.Err)
+		notBack.add(d.giveBack(ctx, it))
+		notRequeued.add(d.Queue.ChangeVisibility(ctx, domain.QueuePool, it.msg.Receipt, delay))
+	}
+	d.Log.Warn("pool jobs not served; retrying", "count", len(items), "causes", causes, "first_err", items[0].Err)
+	notBack.log(d.Log, "give instances back to their pools")
+	notRequeued.log(d.Log, "delay pool jobs' retries; they come back after the visibility timeout")
+}
+
+// giveBack rolls a failed item's handover back: its job unbound, its
+// instance back in its pool.
+func (d *Dispatcher) giveBack(ctx context.Context, it *item) error {
 	back := domain.StateReady
 	if it.wasStopped && !it.started {
 		back = domain.StateStopped
 	}
 	undo := serving.Undo{Back: back, Deadline: d.opts.Deadlines.Until(back, d.Clock.Now())}
-	if _, _, err := d.pipeline.RollBack(ctx, &it.Handover, undo, "retried: "+it.Err.Error()); err != nil {
-		d.Log.Warn("give instance back to its pool", "instance", it.Inst.ID, "err", err)
+	_, _, err := d.pipeline.RollBack(ctx, &it.Handover, undo, "retried: "+it.Err.Error())
+	return err
+}
+
+// causeOf names the kind of a failure, for the one line that sums up a
+// batch's: a few fixed words, whatever the error's text.
+func causeOf(err error) string {
+	for _, c := range []struct {
+		err  error
+		name string
+	}{
+		{domain.ErrRateLimited, "rate_limited"},
+		{domain.ErrThrottled, "throttled"},
+		{domain.ErrUnauthorized, "unauthorized"},
+		{domain.ErrInsufficientCapacity, "insufficient_capacity"},
+		{domain.ErrConflict, "conflict"},
+		{domain.ErrNotFound, "not_found"},
+		{context.DeadlineExceeded, "timeout"},
+	} {
+		if errors.Is(err, c.err) {
+			return c.name
+		}
 	}
-	if err := d.Queue.ChangeVisibility(ctx, domain.QueuePool, it.msg.Receipt, jobs.RequeueDelay); err != nil {
-		d.Log.Warn("requeue pool job", "job", it.Job.ID, "err", err)
+	return "other"
+}
+
+// tally counts the failures of one operation over a batch, keeping the
+// first, so that they are logged in one line.
+type tally struct {
+	n     int
+	first error
+}
+
+func (t *tally) add(err error) {
+	if err == nil {
+		return
+	}
+	if t.n == 0 {
+		t.first = err
+	}
+	t.n++
+}
+
+func (t *tally) log(log *slog.Logger, what string) {
+	if t.n > 0 {
+		log.Warn(what, "failed", t.n, "first_err", t.first)
 	}
 }
 
