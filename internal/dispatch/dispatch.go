@@ -140,6 +140,10 @@ func (d *Dispatcher) sleep(ctx context.Context, wait time.Duration) {
 // Result counts what one step did.
 type Result struct {
 	Received, Assigned, Overflowed, Skipped, Retried int
+	// OverflowFailed counts jobs no pool instance could take whose move
+	// to the launch queue failed or was not recorded: their pool messages
+	// come back after the visibility timeout.
+	OverflowFailed int
 }
 
 // item is one received job on its way through a step: its handover to the
@@ -175,8 +179,9 @@ func (d *Dispatcher) Step(ctx context.Context) (Result, error) {
 	d.metrics.jobs.WithLabelValues("overflow").Add(float64(res.Overflowed))
 	d.metrics.jobs.WithLabelValues("skipped").Add(float64(res.Skipped))
 	d.metrics.jobs.WithLabelValues("retried").Add(float64(res.Retried))
+	d.metrics.jobs.WithLabelValues("overflow_failed").Add(float64(res.OverflowFailed))
 	d.Log.Info("pool batch", "received", res.Received, "assigned", res.Assigned, "overflow", res.Overflowed,
-		"skipped", res.Skipped, "retried", res.Retried)
+		"skipped", res.Skipped, "retried", res.Retried, "overflow_failed", res.OverflowFailed)
 	return res, err
 }
 
@@ -216,7 +221,7 @@ func (d *Dispatcher) serve(ctx context.Context, msgs []domain.Message, res *Resu
 	}
 	d.retry(ctx, retried, res)
 	over, err := d.overflow(ctx, unserved)
-	res.Overflowed = len(over)
+	res.Overflowed, res.OverflowFailed = len(over), len(unserved)-len(over)
 	for _, it := range over {
 		done = append(done, it.msg.Receipt)
 	}
@@ -227,7 +232,10 @@ func (d *Dispatcher) serve(ctx context.Context, msgs []domain.Message, res *Resu
 // it still returns the items claimed so far, and the receipts of messages
 // done with: the caller serves those items or gives their instances back.
 func (d *Dispatcher) take(ctx context.Context, msgs []domain.Message, res *Result) (claimed, unserved []*item, done []string, err error) {
-	byPool, done := d.load(ctx, msgs, res)
+	byPool, done, err := d.load(ctx, msgs, res)
+	if err != nil {
+		return nil, nil, done, err
+	}
 	for pool, items := range byPool {
 		c, u, err := d.claim(ctx, pool, items)
 		claimed = append(claimed, c...)
@@ -240,8 +248,10 @@ func (d *Dispatcher) take(ctx context.Context, msgs []domain.Message, res *Resul
 }
 
 // load reads each message's job; jobs no longer waiting for a pool instance
-// are done (their messages deleted), the rest are grouped by pool.
-func (d *Dispatcher) load(ctx context.Context, msgs []domain.Message, res *Result) (map[string][]*item, []string) {
+// are done (their messages deleted), the rest are grouped by pool. When the
+// jobs cannot be read, only unreadable messages are done: the others stay
+// in flight and come back after the visibility timeout.
+func (d *Dispatcher) load(ctx context.Context, msgs []domain.Message, res *Result) (map[string][]*item, []string, error) {
 	byPool := map[string][]*item{}
 	var done []string
 	ids := make([]int64, len(msgs))
@@ -256,8 +266,7 @@ func (d *Dispatcher) load(ctx context.Context, msgs []domain.Message, res *Resul
 	}
 	list, err := d.Store.ListJobs(ctx, domain.JobFilter{IDs: ids})
 	if err != nil {
-		d.Log.Warn("pool jobs unreadable; retried later", "count", len(ids), "err", err)
-		return nil, done
+		return nil, done, fmt.Errorf("read the jobs of %d pool messages: %w", len(msgs), err)
 	}
 	byID := make(map[int64]domain.Job, len(list))
 	for _, j := range list {
@@ -277,5 +286,5 @@ func (d *Dispatcher) load(ctx context.Context, msgs []domain.Message, res *Resul
 		seen[j.ID] = true
 		byPool[j.Pool] = append(byPool[j.Pool], &item{msg: m, Handover: serving.Handover{Job: j, Via: domain.ViaPool}})
 	}
-	return byPool, done
+	return byPool, done, nil
 }

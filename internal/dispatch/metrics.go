@@ -19,7 +19,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_pool_dispatch_jobs_total", Help: "Pool-queue jobs by outcome (assigned, overflow, skipped, retried).",
+			Name: "bullpen_pool_dispatch_jobs_total", Help: "Pool-queue jobs by outcome (assigned, overflow, skipped, retried; overflow_failed: its move to the launch queue was not recorded, so its pool message comes back).",
 		}, []string{"outcome"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "bullpen_pool_dispatch_batch_size", Help: "Jobs received per pool dispatch cycle.",

@@ -1,7 +1,10 @@
 package dispatch
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
@@ -65,4 +69,97 @@ func TestRegistrationOutageBacksOffAndWarnsOncePerBatch(t *testing.T) {
 		t.Fatalf("warnings %q; want one for each failed batch", warns)
 	}
 	assertNoInstanceHeldForNothing(t, f)
+}
+
+// listFailingStore fails its next ListJobs call.
+type listFailingStore struct {
+	Store
+	mu   sync.Mutex
+	fail bool
+}
+
+func (s *listFailingStore) ListJobs(ctx context.Context, filter domain.JobFilter) ([]domain.Job, error) {
+	s.mu.Lock()
+	fail := s.fail
+	s.fail = false
+	s.mu.Unlock()
+	if fail {
+		return nil, errStoreDown
+	}
+	return s.Store.ListJobs(ctx, filter)
+}
+
+// A batch whose jobs cannot be read fails the step, so that the loop
+// counts it and backs off, and loses none of its messages: they come back
+// after the visibility timeout. An unreadable message is dropped all the
+// same.
+func TestUnreadableJobsFailTheStepAndKeepTheirMessages(t *testing.T) {
+	f := newFixture(t)
+	f.members("p", domain.RoleHot, domain.StateReady, 3)
+	f.queueJobs("p", 1, 3)
+	if err := f.Queue.Send(f.Ctx, domain.QueuePool, []domain.SendRequest{{Body: []byte("junk")}}); err != nil {
+		t.Fatal(err)
+	}
+	d := f.dispatcherWith(func(d *Deps) { d.Store = &listFailingStore{Store: d.Store, fail: true} }, Options{Wait: -1})
+
+	res, err := d.Step(f.Ctx)
+	if !errors.Is(err, errStoreDown) || res.Received != 4 || res.Skipped != 1 {
+		t.Fatalf("result %+v err %v; want the store's error, and the junk message skipped", res, err)
+	}
+	if st := f.Stats(domain.QueuePool); st.InFlight != 3 || st.Visible+st.Delayed != 0 {
+		t.Fatalf("pool queue %+v; want the 3 jobs' messages in flight", st)
+	}
+	f.wantRestServed(t, 3)
+}
+
+// overflowRacingStore cancels job cancel just before the dispatcher
+// records its overflow, as a cancelled webhook landing mid-batch does.
+type overflowRacingStore struct {
+	*sqlite.Store
+	cancel int64
+}
+
+func (s *overflowRacingStore) TransitionJobs(ctx context.Context, reqs []domain.JobTransitionRequest) ([]domain.JobTransitionResult, error) {
+	if s.cancel != 0 {
+		j, err := s.GetJob(ctx, s.cancel)
+		if err != nil {
+			return nil, err
+		}
+		done := domain.Lifecycle{}.CompleteJob(j, t0, "cancelled")
+		if _, err := s.TransitionJob(ctx, j.ID, done.Guard, done.Apply); err != nil {
+			return nil, err
+		}
+		s.cancel = 0
+	}
+	return s.Store.TransitionJobs(ctx, reqs)
+}
+
+// An overflow that cannot be recorded is logged and counted; its pool
+// message comes back after the visibility timeout and is settled then.
+func TestUnrecordedOverflowIsLoggedAndCounted(t *testing.T) {
+	f := newFixture(t)
+	f.queueJobs("p", 1, 2) // the pool has no instance: both overflow
+	var log testlog.Buffer
+	d := f.dispatcherWith(func(d *Deps) {
+		withLog(&log)(d)
+		d.Store = &overflowRacingStore{Store: f.Store, cancel: 1}
+	}, Options{Wait: -1})
+
+	res, err := d.Step(f.Ctx)
+	if err != nil || res.Overflowed != 1 || res.OverflowFailed != 1 {
+		t.Fatalf("result %+v err %v; want one job overflowed, one not recorded", res, err)
+	}
+	if got := counter(t, d.metrics.jobs, "overflow_failed"); got != 1 {
+		t.Fatalf("overflow_failed counted %v, want 1", got)
+	}
+	if lines := log.Lines("level=WARN", "record overflowed pool jobs", "failed=1"); len(lines) != 1 {
+		t.Fatalf("log %q; want one warning for the unrecorded overflow", log.String())
+	}
+	if st := f.Stats(domain.QueuePool); st.InFlight != 1 {
+		t.Fatalf("pool queue %+v; want the cancelled job's message in flight", st)
+	}
+	f.Clock.Advance(d.opts.Visibility)
+	if res, err := d.Step(f.Ctx); err != nil || res.Skipped != 1 {
+		t.Fatalf("after the visibility timeout: %+v %v; want the cancelled job's message skipped", res, err)
+	}
 }

@@ -161,10 +161,17 @@ func (d *Dispatcher) overflow(ctx context.Context, items []*item) ([]*item, erro
 		return nil, fmt.Errorf("record overflow: %w", err)
 	}
 	var moved []*item
+	var unrecorded tally
 	for i, r := range results {
-		if r.Err == nil {
-			moved = append(moved, items[i])
+		if r.Err != nil {
+			// Its pool message comes back after the visibility timeout and
+			// is served from the job as it is then.
+			d.Log.Debug("overflow not recorded", "job", items[i].Job.ID, "pool", items[i].Job.Pool, "err", r.Err)
+			unrecorded.add(r.Err)
+			continue
 		}
+		moved = append(moved, items[i])
 	}
+	unrecorded.log(d.Log, "record overflowed pool jobs; their messages come back")
 	return moved, nil
 }
