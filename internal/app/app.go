@@ -182,6 +182,7 @@ type App struct {
 	reloadMu       sync.Mutex // one configuration read at a time
 	configData     []byte     // as first read from source
 	configs        *dashboard.ConfigRecorder
+	configReloads  *configReloads
 	specMu         sync.RWMutex
 	specHashs      map[string]string
 	awsCallsOnce   sync.Once

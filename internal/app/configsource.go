@@ -19,6 +19,10 @@ import (
 // reads it once: the first configuration when none was given, else the
 // baseline later reads compare with.
 func (a *App) newConfigSource(ctx context.Context) error {
+	var err error
+	if a.configReloads, err = newConfigReloads(a.opts.Registry); err != nil {
+		return err
+	}
 	path := a.opts.ConfigPath
 	if path == "" {
 		return nil

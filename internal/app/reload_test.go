@@ -5,8 +5,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/config"
@@ -95,6 +98,58 @@ func TestAConfigurationOfOtherEnvironmentsIsWarnedAbout(t *testing.T) {
 		}
 		if warned := len(logs.Lines("level=WARN", "environment=production")) > before; warned != step.warns {
 			t.Errorf("after the reload of a file with %s, warned %v, want %v:\n%s", step.info, warned, step.warns, logs.String())
+		}
+	}
+}
+
+// Each configuration read that finds something to act on is counted by
+// result, and bullpen_config_refused stays 1 while the newest file read is
+// invalid, so that an alert holds for as long as a human must fix it.
+func TestConfigurationReadsAreCountedByResult(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runs-on.yml")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const valid = "runners:\n  small: {image: ubuntu-24.04}\npools:\n  linux:\n    runner: small\n"
+	write(valid)
+	cfg, err := config.Parse(path, []byte(valid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(context.Background(), Options{Config: cfg, ConfigPath: path, StorePath: sqlitetest.Path(t), WebhookSecret: "secret", AdminToken: "token",
+		Clock: clock.NewVirtual(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)), Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if n, err := testutil.GatherAndCount(a.Registry(), "bullpen_config_reloads_total", "bullpen_config_refused"); err != nil || n != 4 {
+		t.Fatalf("%d series before any reload, %v; want each result and the gauge at zero", n, err)
+	}
+	for _, step := range []struct {
+		file                        string // "" removes it
+		loaded, refused, unreadable float64
+		refusedNow                  float64
+	}{
+		{"pools: [not, a, map]\n", 0, 1, 0, 1},
+		{"pools: [not, a, map]\n", 0, 1, 0, 1}, // the same bytes: not read again
+		{"", 0, 1, 1, 1},                       // what the source holds is unknown
+		{valid + "# fixed\n", 1, 1, 1, 0},
+	} {
+		if step.file == "" {
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			write(step.file)
+		}
+		_ = a.reloadConfig(t.Context()) // an unreadable file is an error; counted all the same
+		reads := a.configReloads.reads
+		got := []float64{testutil.ToFloat64(reads.WithLabelValues(reloadLoaded)), testutil.ToFloat64(reads.WithLabelValues(reloadRefused)),
+			testutil.ToFloat64(reads.WithLabelValues(reloadUnreadable)), testutil.ToFloat64(a.configReloads.refused)}
+		if want := []float64{step.loaded, step.refused, step.unreadable, step.refusedNow}; !slices.Equal(got, want) {
+			t.Fatalf("after reading %q: loaded, refused, unreadable, refused now = %v, want %v", step.file, got, want)
 		}
 	}
 }

@@ -141,6 +141,7 @@ func (a *App) reloadConfig(ctx context.Context) error {
 	name := a.source.Name()
 	data, changed, err := a.source.Read(ctx)
 	if err != nil {
+		a.configReloads.count(reloadUnreadable)
 		a.configs.Refused(name, nil, err, a.opts.Clock.Now())
 		return fmt.Errorf("configuration %s unreadable; keeping the one in force: %w", name, err)
 	}
@@ -149,11 +150,13 @@ func (a *App) reloadConfig(ctx context.Context) error {
 	}
 	cfg, err := config.Parse(name, data) // an empty file (a write caught midway) is refused too
 	if err != nil {
+		a.configReloads.count(reloadRefused)
 		a.configs.Refused(name, data, err, a.opts.Clock.Now())
 		a.opts.Log.Error("configuration invalid; keeping the one in force", "path", name, "problems", err.Error())
 		return nil // a human must fix the file: retrying the same bytes cannot help
 	}
 	a.SetConfig(cfg)
+	a.configReloads.count(reloadLoaded)
 	a.configs.Loaded(name, data, cfg, a.opts.Clock.Now())
 	a.notePools(cfg, "configuration reloaded")
 	return nil
