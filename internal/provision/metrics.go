@@ -17,7 +17,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_provision_jobs_total", Help: "Launch-queue jobs by outcome (reuse, cold, requeued; rejected: the cloud cannot serve them as asked; dropped: no longer waiting for a runner).",
+			Name: "bullpen_provision_jobs_total", Help: "Launch-queue jobs by outcome (reuse, cold, requeued; rejected: the cloud cannot serve them as asked; dropped: no longer waiting for a runner, unknown, a duplicate message or an unreadable one).",
 		}, []string{"outcome"}),
 		exhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bullpen_resource_pool_exhausted_total", Help: "Resource-pool searches that found nothing, by kind (global: queue empty; local: same instance seen N times; fresh: the job's pool does not reuse, so no search).",

@@ -257,9 +257,18 @@ func (p *Provisioner) Loop() loop.Loop {
 			<-slots
 			return err
 		}
+		// The batch is read here, not in the background, so that a store
+		// that cannot read it fails the step: the loop counts it and
+		// backs off.
+		bctx := context.WithoutCancel(ctx)
+		b, err := p.read(bctx, msgs)
+		if err != nil {
+			<-slots
+			return err
+		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			p.Serve(context.WithoutCancel(ctx), msgs)
+			p.provision(bctx, nil, b)
 		})
 		return nil
 	}, Final: func(context.Context) error { wg.Wait(); return nil }}
@@ -309,51 +318,76 @@ var errStopped = errors.New("provisioning stopped")
 
 // Serve provisions one received batch and settles every message. When ctx
 // ends, waits are cut short and whatever was held for unserved jobs is
-// given back; the messages are settled all the same.
-func (p *Provisioner) Serve(ctx context.Context, msgs []domain.Message) {
+// given back; the messages are settled all the same. When the batch's jobs
+// cannot be read, it provisions nothing and returns the error: the
+// messages stay in flight and come back after the visibility timeout.
+func (p *Provisioner) Serve(ctx context.Context, msgs []domain.Message) error {
 	quit := ctx.Done()
 	ctx = context.WithoutCancel(ctx)
-	byClass := map[string][]*request{}
-	seen := map[int64]bool{}
-	var done []string
+	b, err := p.read(ctx, msgs)
+	if err != nil {
+		return err
+	}
+	p.provision(ctx, quit, b)
+	return nil
+}
+
+// received is a received batch sorted out: the requests of the jobs that
+// wait for a runner, by class, and the receipts of the messages done with.
+type received struct {
+	byClass map[string][]*request
+	done    []string
+}
+
+// read reads the jobs of a received batch. A message that is unreadable, or
+// whose job no longer waits for a runner, is done with and counted dropped.
+func (p *Provisioner) read(ctx context.Context, msgs []domain.Message) (received, error) {
+	b := received{byClass: map[string][]*request{}}
 	ids := make([]int64, len(msgs))
 	for i, m := range msgs {
 		id, err := jobs.Decode(m.Body)
 		if err != nil {
 			p.Log.Error("dropping unreadable launch-queue message", "message", m.ID, "err", err)
-			done = append(done, m.Receipt)
+			b.done = append(b.done, m.Receipt)
 		}
 		ids[i] = id
 	}
 	list, err := p.Store.ListJobs(ctx, domain.JobFilter{IDs: ids})
 	if err != nil {
-		p.Log.Warn("launch jobs unreadable; retried later", "count", len(ids), "err", err)
-		return
+		return received{}, fmt.Errorf("read the jobs of %d launch messages: %w", len(msgs), err)
 	}
 	byID := make(map[int64]domain.Job, len(list))
 	for _, j := range list {
 		byID[j.ID] = j
 	}
+	seen := map[int64]bool{}
 	for i, m := range msgs {
 		if ids[i] == 0 {
 			continue
 		}
 		j, ok := byID[ids[i]]
 		if !ok || !waiting(j) || seen[j.ID] {
-			done = append(done, m.Receipt) // cancelled, served elsewhere, unknown, or a duplicate
+			b.done = append(b.done, m.Receipt) // cancelled, served elsewhere, unknown, or a duplicate
 			continue
 		}
 		seen[j.ID] = true
-		byClass[j.Runner] = append(byClass[j.Runner], &request{msg: m, job: j})
+		b.byClass[j.Runner] = append(b.byClass[j.Runner], &request{msg: m, job: j})
 	}
-	if err := p.Queue.Delete(ctx, domain.QueueLaunch, done); err != nil {
+	p.metrics.jobs.WithLabelValues(outcomeDropped).Add(float64(len(b.done)))
+	return b, nil
+}
+
+// provision serves a batch's requests, each class in parallel, and settles
+// every message; quit cuts waits short.
+func (p *Provisioner) provision(ctx context.Context, quit <-chan struct{}, b received) {
+	if err := p.Queue.Delete(ctx, domain.QueueLaunch, b.done); err != nil {
 		p.Log.Warn("delete settled launch messages", "err", err)
 	}
 	// A job waits here through its machine's boot: its message is kept
 	// invisible meanwhile, so the visibility timeout only says how soon a
 	// message held by a process that died is taken again.
 	var held []string
-	for _, reqs := range byClass {
+	for _, reqs := range b.byClass {
 		for _, rq := range reqs {
 			held = append(held, rq.msg.Receipt)
 		}
@@ -362,9 +396,9 @@ func (p *Provisioner) Serve(ctx context.Context, msgs []domain.Message) {
 		defer p.Hold(domain.QueueLaunch, held, p.opts.Visibility)()
 	}
 	imgs := newImages(p.Cloud)
-	classes := slices.Sorted(maps.Keys(byClass))
+	classes := slices.Sorted(maps.Keys(b.byClass))
 	clock.Each(p.tasks, len(classes), len(classes), func(i int) {
-		p.serveClass(ctx, newLedger(quit, imgs), classes[i], byClass[classes[i]])
+		p.serveClass(ctx, newLedger(quit, imgs), classes[i], b.byClass[classes[i]])
 	})
 }
 

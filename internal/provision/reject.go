@@ -39,7 +39,7 @@ func rejectable(err error, class, unknownImage string) error {
 const (
 	outcomeRequeued = "requeued"
 	outcomeRejected = "rejected"
-	outcomeDropped  = "dropped" // it no longer waits for a runner
+	outcomeDropped  = "dropped" // it no longer waits for a runner, or its message names none
 )
 
 // settle deletes the messages of served and rejected jobs and sends the

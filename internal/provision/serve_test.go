@@ -44,6 +44,9 @@ func TestSettleDeletesServedMessagesAndRequeuesTheOthers(t *testing.T) {
 	if counter(t, f.p.metrics.jobs, "reuse") != 1 || counter(t, f.p.metrics.jobs, "requeued") != 1 {
 		t.Fatal("metrics do not show one reuse and one requeue")
 	}
+	if got := counter(t, f.p.metrics.jobs, "dropped"); got != 4 {
+		t.Fatalf("%v dropped; want the cancelled job, the junk, the unknown job and the duplicate", got)
+	}
 	if n := f.cloud.Calls()["CreateFleet"]; n != 0 {
 		t.Fatalf("%d fleets: a duplicate message must not provision its job twice", n)
 	}
