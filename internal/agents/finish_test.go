@@ -2,8 +2,6 @@ package agents_test
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
 	"reflect"
 	"slices"
 	"testing"
@@ -12,7 +10,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
-	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 func TestFinishAppliesThePoolPolicy(t *testing.T) {
@@ -218,78 +215,32 @@ func TestReleaseHandshake(t *testing.T) {
 	}
 }
 
-// concludingStore is the real store, except that it only records the
-// changes asked of completed jobs (and refuses them when refuse is set):
-// whether a completed job may take a conclusion is the store's to decide,
-// and this package's part is to ask for it.
-type concludingStore struct {
-	agents.Store
-	refuse bool
-	asked  []domain.Job // completed jobs as the changes asked would leave them
-}
-
-func (s *concludingStore) TransitionJob(ctx context.Context, id int64, g domain.JobGuard, fn func(*domain.Job)) (domain.Job, error) {
-	cur, err := s.Store.GetJob(ctx, id)
-	if err != nil || cur.Status != domain.JobCompleted {
-		return s.Store.TransitionJob(ctx, id, g, fn)
-	}
-	if !g.Matches(cur) {
-		return domain.Job{}, &domain.JobConflictError{ID: id, Want: g, Actual: domain.JobGuardOf(cur)}
-	}
-	next := cur
-	fn(&next)
-	s.asked = append(s.asked, next)
-	if s.refuse {
-		return domain.Job{}, &domain.JobTransitionError{ID: id, From: cur.Status, To: next.Status}
-	}
-	return next, nil
-}
-
 // The agent's report of its runner's exit often ends a job before GitHub's
 // completed delivery does: the job then takes GitHub's conclusion, and
-// nothing else changes. A store that refuses is logged, and the delivery
-// is not failed for it (retrying cannot help).
+// nothing else changes; a second delivery changes nothing.
 func TestGitHubsConclusionFollowsTheAgentsReport(t *testing.T) {
-	for _, refuse := range []bool{false, true} {
-		t.Run(fmt.Sprintf("refused=%t", refuse), func(t *testing.T) {
-			var logs testlog.Buffer
-			f := newFixtureLogging(t, slog.New(slog.NewTextHandler(&logs, nil)))
-			in, _ := f.bound("bp-1", domain.StateRunning, 42)
-			if err := f.signal(in, domain.SignalJobStarted, "42"); err != nil {
-				t.Fatal(err)
-			}
-			store := &concludingStore{Store: f.Store, refuse: refuse}
-			svc, err := agents.New(store, f.Queue, f.Clock, f.Log, nil, agents.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = svc.Signal(f.Ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalJobFinished, Job: "42", Reason: "exit status 0"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ended := f.Job(42)
-			if ended.Status != domain.JobCompleted || ended.Conclusion != "" {
-				t.Fatalf("after the agent's report: job %s (%q), want completed, no conclusion yet", ended.Status, ended.Conclusion)
-			}
-			f.Clock.Advance(2 * time.Second)
-			if err := svc.Finish(f.Ctx, 42, "failure"); err != nil {
-				t.Fatalf("GitHub's completed delivery: %v", err)
-			}
-			want := ended
-			want.Conclusion = "failure"
-			if len(store.asked) != 1 || !reflect.DeepEqual(store.asked[0], want) {
-				t.Fatalf("changes asked of the completed job: %+v, want one giving it GitHub's conclusion", store.asked)
-			}
-			if warned := logs.Lines("level=WARN", "job=42", "conclusion=failure"); len(warned) != btoi(refuse) {
-				t.Fatalf("warnings %q, want one only when the store refuses", warned)
-			}
-		})
+	f := newFixture(t)
+	in, _ := f.bound("bp-1", domain.StateRunning, 42)
+	if err := f.signal(in, domain.SignalJobStarted, "42"); err != nil {
+		t.Fatal(err)
 	}
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
+	err := f.svc.Signal(f.Ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalJobFinished, Job: "42", Reason: "exit status 0"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return 0
+	ended := f.Job(42)
+	if ended.Status != domain.JobCompleted || ended.Conclusion != "" {
+		t.Fatalf("after the agent's report: job %s (%q), want completed, no conclusion yet", ended.Status, ended.Conclusion)
+	}
+	f.Clock.Advance(2 * time.Second)
+	for _, conclusion := range []string{"failure", "success"} {
+		if err := f.svc.Finish(f.Ctx, 42, conclusion); err != nil {
+			t.Fatalf("GitHub's completed delivery (%s): %v", conclusion, err)
+		}
+	}
+	got, want := f.Job(42), ended
+	want.Conclusion, want.Version, want.UpdatedAt = "failure", ended.Version+1, f.Clock.Now()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("after GitHub's deliveries:\n%+v\nwant the agent's completion with GitHub's first conclusion:\n%+v", got, want)
+	}
 }

@@ -75,15 +75,11 @@ func (s *Service) conclude(ctx context.Context, job domain.Job, conclusion strin
 		if conclusion == "" || job.Status != domain.JobCompleted || job.Conclusion != "" {
 			return nil
 		}
-		_, err := s.store.TransitionJob(ctx, job.ID, domain.JobGuardOf(job), func(j *domain.Job) { j.Conclusion = conclusion })
-		var refused *domain.JobTransitionError
+		r := s.verbs.ConcludeJob(job, conclusion)
+		_, err := s.store.TransitionJob(ctx, r.ID, r.Guard, r.Apply)
 		switch {
 		case err == nil:
 			s.log.Debug("GitHub's conclusion recorded on a job its agent reported finished", "job", job.ID, "conclusion", conclusion)
-			return nil
-		case errors.As(err, &refused):
-			// Retrying the delivery cannot change the store's mind.
-			s.log.Warn("GitHub's conclusion not recorded: the store refuses to change a completed job", "job", job.ID, "conclusion", conclusion, "err", err)
 			return nil
 		case errors.Is(err, domain.ErrNotFound):
 			return nil

@@ -170,7 +170,7 @@ func ApplyJobTransition(cur Job, g JobGuard, now time.Time, fn func(*Job)) (Job,
 	next := cur
 	next.Labels = slices.Clone(cur.Labels)
 	fn(&next)
-	if !CanJobTransition(cur.Status, next.Status) && !onlyRerunMarked(cur, next) {
+	if !CanJobTransition(cur.Status, next.Status) && !onlyRerunMarked(cur, next) && !onlyConcluded(cur, next) {
 		return Job{}, &JobTransitionError{ID: cur.ID, From: cur.Status, To: next.Status}
 	}
 	next.ID, next.CreatedAt = cur.ID, cur.CreatedAt
@@ -185,6 +185,19 @@ func ApplyJobTransition(cur Job, g JobGuard, now time.Time, fn func(*Job)) (Job,
 func onlyRerunMarked(cur, next Job) bool {
 	probe := next
 	probe.Rerun = cur.Rerun
+	return reflect.DeepEqual(probe, cur)
+}
+
+// onlyConcluded reports whether next gives a completed job without a
+// conclusion one, and changes nothing else: the job's agent reported it
+// finished knowing only how its runner exited, and GitHub says how it
+// concluded after. A conclusion once given is never replaced.
+func onlyConcluded(cur, next Job) bool {
+	if cur.Status != JobCompleted || cur.Conclusion != "" || next.Conclusion == "" {
+		return false
+	}
+	probe := next
+	probe.Conclusion = ""
 	return reflect.DeepEqual(probe, cur)
 }
 

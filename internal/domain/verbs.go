@@ -336,6 +336,12 @@ func (l Lifecycle) CompleteJob(j Job, at time.Time, conclusion string) JobTransi
 	return jobChange(j, func(x *Job) { x.Status, x.CompletedAt, x.Conclusion = JobCompleted, at, conclusion })
 }
 
+// ConcludeJob gives a job completed without a conclusion (its agent's
+// report came first) the conclusion GitHub reports.
+func (l Lifecycle) ConcludeJob(j Job, conclusion string) JobTransitionRequest {
+	return jobChange(j, func(x *Job) { x.Conclusion = conclusion })
+}
+
 // RejectJob records that bullpen will not serve a job, and why.
 func (l Lifecycle) RejectJob(j Job, reason string) JobTransitionRequest {
 	return jobChange(j, func(x *Job) {

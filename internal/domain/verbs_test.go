@@ -196,21 +196,33 @@ func TestJobVerbs(t *testing.T) {
 	}
 }
 
-// A final job is never rewritten, except for its re-run mark: an
-// interrupted job is re-run once GitHub has completed it.
-func TestACompletedJobTakesOnlyItsRerunMark(t *testing.T) {
+// A final job is never rewritten, except for its re-run mark (an
+// interrupted job is re-run once GitHub has completed it) and a conclusion
+// where it has none (its agent's report came before GitHub's).
+func TestACompletedJobTakesOnlyItsRerunMarkAndAFirstConclusion(t *testing.T) {
 	done := domain.Job{ID: 42, Status: domain.JobCompleted, Interrupted: true, Labels: []string{"spot"}, Version: 5}
 	if _, err := domain.ApplyJobTransition(done, domain.JobGuardOf(done), now, lc.RerunJob(done).Apply); err != nil {
 		t.Fatalf("re-run mark on a completed job: %v", err)
 	}
-	for name, fn := range map[string]func(*domain.Job){
-		"reason":          func(j *domain.Job) { j.Reason = "x" },
-		"re-run and more": func(j *domain.Job) { j.Rerun, j.Attempts = true, 2 },
-		"labels":          func(j *domain.Job) { j.Labels[0] = "other" },
+	concluded, err := domain.ApplyJobTransition(done, domain.JobGuardOf(done), now, lc.ConcludeJob(done, "failure").Apply)
+	if err != nil || concluded.Conclusion != "failure" || concluded.Version != done.Version+1 {
+		t.Fatalf("conclusion of a completed job without one: %+v, %v", concluded, err)
+	}
+	rejected := domain.Job{ID: 43, Status: domain.JobRejected, Version: 2}
+	for name, c := range map[string]struct {
+		job domain.Job
+		fn  func(*domain.Job)
+	}{
+		"reason":                         {done, func(j *domain.Job) { j.Reason = "x" }},
+		"re-run and more":                {done, func(j *domain.Job) { j.Rerun, j.Attempts = true, 2 }},
+		"labels":                         {done, func(j *domain.Job) { j.Labels[0] = "other" }},
+		"a second conclusion":            {concluded, lc.ConcludeJob(concluded, "success").Apply},
+		"a conclusion and more":          {done, func(j *domain.Job) { j.Conclusion, j.Reason = "success", "x" }},
+		"a conclusion of a rejected job": {rejected, lc.ConcludeJob(rejected, "success").Apply},
 	} {
 		var te *domain.JobTransitionError
-		if _, err := domain.ApplyJobTransition(done, domain.JobGuardOf(done), now, fn); !errors.As(err, &te) {
-			t.Errorf("%s of a completed job: %v, want an illegal transition", name, err)
+		if _, err := domain.ApplyJobTransition(c.job, domain.JobGuardOf(c.job), now, c.fn); !errors.As(err, &te) {
+			t.Errorf("%s: %v, want an illegal transition", name, err)
 		}
 	}
 }

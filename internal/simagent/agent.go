@@ -246,8 +246,14 @@ func (a *agent) jobStarted(r *runner, jobID int64) {
 	a.runnerEvent(r, domain.Signal{Kind: domain.SignalJobStarted}, jobID, nil)
 }
 
+// jobDone reports the runner's exit, as a real agent does: the job's
+// conclusion is GitHub's to give, in its completed delivery.
 func (a *agent) jobDone(r *runner, jobID int64, conclusion string) {
-	a.runnerEvent(r, domain.Signal{Kind: domain.SignalJobFinished, Reason: conclusion}, jobID, a.askNext)
+	reason := "runner exited"
+	if conclusion != "" {
+		reason += " (job " + conclusion + ")"
+	}
+	a.runnerEvent(r, domain.Signal{Kind: domain.SignalJobFinished, Reason: reason}, jobID, a.askNext)
 }
 
 // runnerEvent reports what the runner did, for jobID or, when the host

@@ -99,7 +99,7 @@ func TestJobLoopReusesTheMachine(t *testing.T) {
 	w.advanceTo(60 * sec)
 
 	wantSignals(t, w.api.signals(t, id),
-		"warm@0s", "registered@3s job=1", "job-started@10s job=1", "job-finished@40s job=1 reason=success",
+		"warm@0s", "registered@3s job=1", "job-started@10s job=1", "job-finished@40s job=1 reason=runner exited (job success)",
 		"deregistered@41s", "registered@46s job=2", "job-started@50s job=2")
 	wantTimes(t, "next", w.api.times(id, "next"),
 		[]time.Time{at(0), at(1 * sec), at(40 * sec), at(41 * sec), at(43 * sec), at(44 * sec)})
@@ -205,7 +205,7 @@ func TestRunnerCallbacksDuringRunJITKeepTheirOrder(t *testing.T) {
 	w.api.push(id, run(3))
 	w.advanceTo(4 * sec)
 	wantSignals(t, w.api.signals(t, id),
-		"warm@1s", "registered@1s job=3", "job-started@1s job=3", "job-finished@1s job=3 reason=cancelled")
+		"warm@1s", "registered@1s job=3", "job-started@1s job=3", "job-finished@1s job=3 reason=runner exited (job cancelled)")
 	wantTimes(t, "next", w.api.times(id, "next"), []time.Time{at(sec), at(sec), at(3 * sec)})
 }
 
@@ -217,7 +217,7 @@ func TestRunnerEndingWithoutAJobReportsTheAssignedOne(t *testing.T) {
 	w.api.push(id, run(12))
 	w.advanceTo(2 * sec)
 	w.act(func() { w.host.all()[0].onDone(0, "") })
-	wantSignals(t, w.api.signals(t, id), "warm@1s", "registered@1s job=12", "job-finished@2s job=12")
+	wantSignals(t, w.api.signals(t, id), "warm@1s", "registered@1s job=12", "job-finished@2s job=12 reason=runner exited")
 }
 
 func TestNextErrorsAreRetried(t *testing.T) {
