@@ -80,12 +80,15 @@ func (a *App) wireConverger() error {
 	if conv.LeaseTTL == 0 {
 		conv.LeaseTTL = -1 // Run holds the converger's lease around its loop (App.Exclusive)
 	}
-	a.Scaler = &autoscale.PoolScaler{Demand: a.demand, Log: o.Log.With("loop", "autoscale")}
+	scaled, err := autoscale.NewPoolMetrics(o.Registry)
+	if err != nil {
+		return err
+	}
+	a.Scaler = &autoscale.PoolScaler{Demand: a.demand, Log: o.Log.With("loop", "autoscale"), Metrics: scaled}
 	conv.Targeter = func(p domain.Pool, at time.Time) (string, domain.Target) {
 		entry, t := converger.ScheduleTarget(p, at)
 		return a.Scaler.Adjust(context.Background(), p, at, entry, t)
 	}
-	var err error
 	a.Converger, err = converger.New(a.Store, a.Cloud, o.Clock, a.poolSpecs, o.Log.With("loop", "converger"), o.Registry, conv)
 	return err
 }
