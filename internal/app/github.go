@@ -101,7 +101,7 @@ func (a *App) newRealGitHub(ctx context.Context) error {
 		a.GitHub = g
 	case "token":
 		client.Token = o.Token
-		client.Transport = ratelimit.NewBudget("token", a.opts.Clock, limits).Transport(http.DefaultTransport)
+		client.Transport = ratelimit.NewBudget("token", a.opts.Clock, limits, a.opts.Log.With("loop", "github")).Transport(http.DefaultTransport)
 		login, err := installations.CheckToken(ctx, client)
 		if err != nil {
 			return err

@@ -251,7 +251,7 @@ func (g *GitHub) HTTPClient(ctx context.Context, owner string) (*http.Client, er
 func (g *GitHub) budget(id int64, owner string) *ratelimit.Budget {
 	b, ok := g.budgets[id]
 	if !ok {
-		b = ratelimit.NewBudget(strings.ToLower(owner), g.clock(), g.o.RateLimits)
+		b = ratelimit.NewBudget(strings.ToLower(owner), g.clock(), g.o.RateLimits, g.o.Log)
 		g.budgets[id] = b
 	}
 	return b

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -60,6 +61,7 @@ type Budget struct {
 	account string
 	clock   domain.Clock
 	metrics *Metrics
+	log     *slog.Logger
 
 	mu        sync.Mutex
 	limit     int
@@ -68,9 +70,13 @@ type Budget struct {
 	paused    time.Time // no call before this
 }
 
-// NewBudget tracks account's limit; metrics may be nil.
-func NewBudget(account string, clk domain.Clock, m *Metrics) *Budget {
-	return &Budget{account: account, clock: clk, metrics: m, remaining: -1}
+// NewBudget tracks account's limit; metrics may be nil. A pause is logged
+// to log (nil: slog's default) when it starts.
+func NewBudget(account string, clk domain.Clock, m *Metrics, log *slog.Logger) *Budget {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Budget{account: account, clock: clk, metrics: m, log: log, remaining: -1}
 }
 
 // PausedError is a call not made: the account's calls are paused after a
@@ -166,17 +172,23 @@ func (b *Budget) observe(resp *http.Response) {
 	if resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusTooManyRequests {
 		return
 	}
-	until := time.Time{}
+	var until time.Time
+	var why string
 	switch {
 	case h.Get("retry-after") != "":
 		secs, _ := strconv.Atoi(h.Get("retry-after"))
-		until = now.Add(max(time.Duration(secs)*time.Second, time.Second))
+		until, why = now.Add(max(time.Duration(secs)*time.Second, time.Second)), "GitHub asked to retry after a while (retry-after)"
 	case h.Get("x-ratelimit-remaining") == "0":
-		until = b.reset
+		until, why = b.reset, "the primary rate limit is spent until its reset"
 	case secondaryLimit(resp):
-		until = now.Add(minPause)
+		until, why = now.Add(minPause), "a secondary rate limit"
 	default:
 		return // a 403 that is not a rate limit
+	}
+	if !now.Before(b.paused) {
+		// Once per pause: the calls it defers are counted, not logged.
+		b.log.Warn("GitHub rate limit reached; this account's calls wait", "account", b.account,
+			"until", until.UTC().Format(time.RFC3339), "reason", why, "status", resp.StatusCode)
 	}
 	if until.After(b.paused) {
 		b.paused = until

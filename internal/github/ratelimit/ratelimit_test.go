@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/github/ratelimit"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 var t0 = time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
@@ -20,6 +22,7 @@ var t0 = time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
 // github answers every call with the budget in *remaining, or with the
 // answer next holds once.
 type github struct {
+	logs      testlog.Buffer // the budget's log
 	srv       *httptest.Server
 	calls     atomic.Int32
 	remaining atomic.Int32
@@ -61,7 +64,7 @@ func setup(t *testing.T) (*github, *http.Client, *clock.Virtual) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := ratelimit.NewBudget("acme", clk, m)
+	b := ratelimit.NewBudget("acme", clk, m, slog.New(slog.NewTextHandler(&g.logs, nil)))
 	return g, &http.Client{Transport: b.Transport(http.DefaultTransport)}, clk
 }
 
@@ -86,6 +89,9 @@ func TestASecondaryLimitPausesTheAccount(t *testing.T) {
 	wantPaused(t, g.call(t, c, http.MethodPost, "/repos/acme/app/actions/runners/generate-jitconfig"))
 	if n := g.calls.Load(); n != 1 {
 		t.Fatalf("%d calls reached GitHub during the pause", n)
+	}
+	if warned := g.logs.Lines("level=WARN", "account=acme", "until=2026-11-24T09:00:30Z", "retry-after"); len(warned) != 1 {
+		t.Fatalf("the pause was logged %d times, want once when it starts:\n%s", len(warned), g.logs.String())
 	}
 	clk.Advance(30 * time.Second)
 	if err := g.call(t, c, http.MethodGet, "/repos/acme/app/actions/runners"); err != nil {
