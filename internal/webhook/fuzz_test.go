@@ -80,10 +80,8 @@ func checkStored(t *testing.T, m domain.SendRequest, body []byte, delivery strin
 	if err != nil {
 		t.Fatalf("stored envelope: %v", err)
 	}
-	if d.ID != delivery || m.DedupID != delivery || !bytes.Equal(d.Payload, trimJSONSpace(body)) {
-		t.Fatalf("stored %+v, want delivery %q and the body", d, delivery)
+	if d.ID != delivery || m.DedupID != delivery {
+		t.Fatalf("stored %+v, want delivery %q", d, delivery)
 	}
-	if _, err := ParseWorkflowJob(d.Payload); err != nil {
-		t.Fatalf("a stored payload does not parse: %v", err)
-	}
+	checkReadAsSent(t, d.Payload, body)
 }

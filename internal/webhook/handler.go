@@ -213,7 +213,10 @@ func (h *Handler) workflowJob(r *http.Request, body []byte, now time.Time) respo
 	if err != nil {
 		return refuse(http.StatusBadRequest, OutcomeBadRequest, err.Error())
 	}
-	env := encodeDelivery(Delivery{ID: id, Event: EventWorkflowJob, ReceivedAt: now, Payload: body})
+	env, err := inboxMessage(id, now, ev)
+	if err != nil {
+		return refuse(http.StatusRequestEntityTooLarge, OutcomeTooLarge, err.Error())
+	}
 	// A sender that hangs up after the whole body was read still gets its
 	// delivery kept: the write is not tied to the connection.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), sendTimeout)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -24,9 +25,13 @@ const testSecret = "It's a Secret to Everybody"
 
 var testStart = time.Date(2025, 3, 14, 15, 9, 26, 535000000, time.UTC)
 
+// sqsMaxBody is the largest message SQS takes.
+const sqsMaxBody = 256 << 10
+
 // fakeQueue is an in-memory domain.Queue that keeps what was sent and drops
 // a message whose dedup id its queue has already seen, as SQS FIFO queues
-// and the SQLite queue do within their window.
+// and the SQLite queue do within their window. Like SQS, it refuses a body
+// over sqsMaxBody.
 type fakeQueue struct {
 	mu    sync.Mutex
 	fail  error
@@ -45,6 +50,11 @@ func (q *fakeQueue) Send(_ context.Context, queue string, msgs []domain.SendRequ
 	q.sends++
 	if q.fail != nil {
 		return q.fail
+	}
+	for _, m := range msgs {
+		if len(m.Body) > sqsMaxBody {
+			return fmt.Errorf("body of %d bytes is over SQS's %d", len(m.Body), sqsMaxBody)
+		}
 	}
 	for _, m := range msgs {
 		key := queue + "\x00" + m.DedupID

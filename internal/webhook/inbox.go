@@ -19,13 +19,17 @@ func Enqueue(ctx context.Context, q domain.Queue, receivedAt time.Time, delivery
 	if !validDeliveryID(deliveryID) {
 		return fmt.Errorf("delivery id %q: %w", clip(deliveryID), ErrInvalidDelivery)
 	}
-	if _, err := ParseWorkflowJob(payload); err != nil {
+	ev, err := ParseWorkflowJob(payload)
+	if err != nil {
 		if errors.Is(err, ErrUnhandledAction) {
 			return nil
 		}
 		return fmt.Errorf("delivery %s: %w", deliveryID, err)
 	}
-	env := encodeDelivery(Delivery{ID: deliveryID, Event: EventWorkflowJob, ReceivedAt: receivedAt, Payload: payload})
+	env, err := inboxMessage(deliveryID, receivedAt, ev)
+	if err != nil {
+		return fmt.Errorf("delivery %s: %w", deliveryID, err)
+	}
 	return q.Send(ctx, domain.QueueInbox, []domain.SendRequest{{Body: env, DedupID: deliveryID}})
 }
 

@@ -2,9 +2,14 @@ package webhook
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/testfixtures"
@@ -46,7 +51,7 @@ func TestBodySizeLimits(t *testing.T) {
 		want   string
 		stored bool
 	}{
-		{name: "workflow_job of MaxPayload is accepted whole", event: EventWorkflowJob, body: paddedJob(t, MaxPayload),
+		{name: "workflow_job of MaxPayload is accepted", event: EventWorkflowJob, body: paddedJob(t, MaxPayload),
 			secret: testSecret, status: http.StatusAccepted, want: `"accepted"`, stored: true},
 		{name: "signed workflow_job over MaxPayload names the limit", event: EventWorkflowJob, body: paddedJob(t, MaxPayload+1),
 			secret: testSecret, status: http.StatusRequestEntityTooLarge, want: "workflow_job payload may not exceed 1048576 bytes"},
@@ -69,11 +74,83 @@ func TestBodySizeLimits(t *testing.T) {
 				}
 				return
 			}
-			// The envelope ends with the payload; decoding it is tested elsewhere.
-			if len(sent) != 1 || !bytes.HasSuffix(sent[0].Body, append(tc.body, '}')) {
-				t.Fatal("stored payload differs from the body")
+			if len(sent) != 1 {
+				t.Fatalf("%d messages stored, want 1", len(sent))
 			}
+			d, err := DecodeDelivery(sent[0].Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkReadAsSent(t, d.Payload, tc.body)
 		})
+	}
+}
+
+// withSteps is a completed job whose steps make its payload about size
+// bytes, as a long job's do.
+func withSteps(t *testing.T, size int) []byte {
+	t.Helper()
+	m := validJob()
+	m["action"] = ActionCompleted
+	jobField(m)["status"], jobField(m)["conclusion"] = "completed", "success"
+	small := encode(t, m)
+	// Built by hand: encoding/json takes seconds over megabytes under -race.
+	step := []byte(`{"name":"Run make test","status":"completed","conclusion":"success","number":1,` +
+		`"started_at":"2025-03-14T15:09:00Z","completed_at":"2025-03-14T15:09:01Z"},`)
+	steps := bytes.TrimSuffix(bytes.Repeat(step, (size-len(small))/len(step)), []byte(","))
+	field := []byte(`"workflow_job":{`)
+	return bytes.Replace(small, field, slices.Concat(field, []byte(`"steps":[`), steps, []byte(`],`)), 1)
+}
+
+// The inbox holds only what bullpen reads of a delivery: a payload made
+// large by its steps, over what SQS takes, is accepted and stored small.
+func TestLargeStepsAreNotStored(t *testing.T) {
+	r := newRig(t)
+	body := withSteps(t, MaxPayload-1024)
+	if len(body) <= sqsMaxBody {
+		t.Fatalf("built %d bytes, want more than SQS takes", len(body))
+	}
+	rec := r.post(headers(EventWorkflowJob, "d-steps", testfixtures.GoSign(testSecret, body)), bytes.NewReader(body))
+	if rec.Code != http.StatusAccepted {
+		t.Fatalf("status %d: %s, want 202", rec.Code, rec.Body)
+	}
+	sent := r.queue.sent(domain.QueueInbox)
+	if len(sent) != 1 || len(sent[0].Body) > 1024 {
+		t.Fatalf("%d messages stored (%v), want one of at most 1 KiB", len(sent), sent)
+	}
+	d, err := DecodeDelivery(sent[0].Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReadAsSent(t, d.Payload, body)
+}
+
+// What bullpen keeps of a delivery is refused as too large, naming the
+// limit, when even compacted it is over what the inbox takes: the queue
+// would refuse it at every redelivery.
+func TestEnvelopeOverMaxEnvelopeIsRefused(t *testing.T) {
+	m := validJob()
+	var labels []any
+	for range MaxEnvelope / 1000 {
+		labels = append(labels, strings.Repeat("x", 1000))
+	}
+	jobField(m)["labels"] = labels
+	body := encode(t, m)
+	r := newRig(t)
+	rec := r.post(headers(EventWorkflowJob, "d-labels", testfixtures.GoSign(testSecret, body)), bytes.NewReader(body))
+	want := fmt.Sprintf("the workflow_job fields bullpen keeps (its labels and names) exceed %d bytes", MaxEnvelope)
+	if rec.Code != http.StatusRequestEntityTooLarge || !strings.Contains(rec.Body.String(), want) {
+		t.Fatalf("status %d: %s, want 413 naming the limit", rec.Code, rec.Body)
+	}
+	if r.queue.sends != 0 {
+		t.Fatal("the queue was called")
+	}
+	if got := testutil.ToFloat64(r.h.metrics.deliveries.WithLabelValues(EventWorkflowJob, OutcomeTooLarge)); got != 1 {
+		t.Errorf("too_large counted %v, want 1", got)
+	}
+	q := newFakeQueue()
+	if err := Enqueue(context.Background(), q, testStart, "d-labels", body); err == nil || q.sends != 0 {
+		t.Errorf("Enqueue: %v after %d sends, want the limit's error and none", err, q.sends)
 	}
 }
 

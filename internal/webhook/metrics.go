@@ -12,7 +12,7 @@ const (
 	OutcomeIgnored      = "ignored"      // valid, but nothing for bullpen to do (ping included)
 	OutcomeUnauthorized = "unauthorized" // signature missing, malformed or wrong
 	OutcomeBadRequest   = "bad_request"  // wrong method, missing header, invalid payload
-	OutcomeTooLarge     = "too_large"    // body over MaxBody, or a payload over its event's limit
+	OutcomeTooLarge     = "too_large"    // body over MaxBody, a payload over its event's limit, or its envelope over MaxEnvelope
 	OutcomeUnavailable  = "unavailable"  // the inbox refused it
 	OutcomeBusy         = "busy"         // every read slot stayed taken: 503, not read
 )
