@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 
@@ -28,12 +29,15 @@ const (
 )
 
 func cmdAgent(ctx context.Context, e *env, args []string) int {
-	cfg, warnings, err := agent.LoadConfig(args, e.getenv, e.stderr)
+	// The flag package's own output is the whole usage: on -h it goes to
+	// standard output; after a wrong flag only the error is said.
+	cfg, warnings, err := agent.LoadConfig(args, e.getenv, io.Discard)
 	if errors.Is(err, flag.ErrHelp) {
+		_, _, _ = agent.LoadConfig(args, e.getenv, e.stdout)
 		return exitAgentOK
 	}
 	if err != nil {
-		fmt.Fprintln(e.stderr, "bullpen agent:", err)
+		fmt.Fprintf(e.stderr, "bullpen agent: %v\nRun 'bullpen agent -h' for its flags.\n", err)
 		return exitAgentUsage
 	}
 	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))

@@ -60,15 +60,11 @@ func autoscaleRun(ctx context.Context, e *env, args []string) int {
 	logFormat := str("log-format", "BULLPEN_LOG_FORMAT", "text", "text or json")
 	metricsAddr := str("metrics-listen", "BULLPEN_METRICS_LISTEN", "", "HTTP address for /metrics and /healthz; empty: none")
 	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "usage: bullpen autoscale run [flags]\n\nConfigured by the autoscaler's environment variables; see internal/autoscale/appplatform/README.md (the scaling rules: internal/autoscale/README.md).")
+		fmt.Fprintln(fs.Output(), "usage: bullpen autoscale run [flags]\n\nConfigured by the autoscaler's environment variables; see internal/autoscale/appplatform/README.md (the scaling rules: internal/autoscale/README.md).")
 		fs.PrintDefaults()
 	}
-	if status, ok := parseFlags(fs, args); !ok {
+	if status, ok := e.parseFlags(fs, args); !ok {
 		return status
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return 2
 	}
 	log, err := newLogger(e, *logLevel, *logFormat)
 	if err != nil {

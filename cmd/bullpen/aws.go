@@ -49,7 +49,7 @@ func awsIAMPolicy(e *env, args []string) int {
 	trust := fs.Bool("instance-role", false, "print the machines' role trust policy instead")
 	store := fs.String("store", e.getenv("BULLPEN_STORE"), "with dynamodb://TABLE: allow the use of that table, as serve's --store")
 	queue := fs.String("queue", e.getenv("BULLPEN_QUEUE"), "with sqs://PREFIX: allow the use of the queues under that prefix, as serve's --queue")
-	if status, ok := parseFlags(fs, args); !ok {
+	if status, ok := e.parseFlags(fs, args); !ok {
 		return status
 	}
 	if *trust {

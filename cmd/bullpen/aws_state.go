@@ -38,7 +38,7 @@ func awsBootstrap(ctx context.Context, e *env, args []string) int {
 	queue := fs.String("queue", e.getenv("BULLPEN_QUEUE"), "sqs://PREFIX, as serve's --queue")
 	region := fs.String("aws-region", or(e.getenv("BULLPEN_AWS_REGION"), e.getenv("AWS_REGION")), "the region (default $AWS_REGION)")
 	endpoint := fs.String("aws-endpoint", e.getenv("BULLPEN_AWS_ENDPOINT"), "send every AWS call here (an emulator such as moto)")
-	if status, ok := parseFlags(fs, args); !ok {
+	if status, ok := e.parseFlags(fs, args); !ok {
 		return status
 	}
 	_, shared, err := stateFlags{*store, *queue, *region, *endpoint}.parse()

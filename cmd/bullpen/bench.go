@@ -31,7 +31,7 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 	fs.StringVar(&state.queue, "queue", "", "with --store dynamodb://: sqs://PREFIX")
 	fs.StringVar(&state.region, "aws-region", or(e.getenv("AWS_REGION"), "us-east-1"), "with --store dynamodb://: the region")
 	fs.StringVar(&state.endpoint, "aws-endpoint", e.getenv("BULLPEN_AWS_ENDPOINT"), "with --store dynamodb://: an emulator's URL (moto)")
-	if status, ok := parseFlags(fs, args); !ok {
+	if status, ok := e.parseFlags(fs, args); !ok {
 		return status
 	}
 	if state.store == "sqlite://" {

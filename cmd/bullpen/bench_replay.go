@@ -38,7 +38,7 @@ func benchReplay(ctx context.Context, e *env, args []string) int {
 	pools := fs.Int("pools", 6, "pools the jobs are spread over")
 	seed := fs.Uint64("seed", 1, "seed of the history and the replay")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the replay to this file")
-	if status, ok := parseFlags(fs, args); !ok {
+	if status, ok := e.parseFlags(fs, args); !ok {
 		return status
 	}
 	if *jobs <= 0 || *days <= 0 || *pools <= 0 {

@@ -46,12 +46,8 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 	fs := e.flags("demo")
 	var f demoFlags
 	f.define(fs)
-	if status, ok := parseFlags(fs, args); !ok {
+	if status, ok := e.parseFlags(fs, args); !ok {
 		return status
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "bullpen demo: unexpected argument %q: demo takes flags only (bullpen demo -h)\n", fs.Arg(0))
-		return 2
 	}
 	cfg, ok := demoConfig(e, f.config)
 	if !ok {

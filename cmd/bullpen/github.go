@@ -54,7 +54,7 @@ func githubAppManifest(e *env, args []string) int {
 	org := fs.String("org", "", "create the App in this organisation (default: your user account)")
 	web := fs.String("github-web-url", "https://github.com", "GitHub's web root (a GitHub Enterprise Server's for GHES)")
 	form := fs.Bool("form", false, "print an HTML page that posts the manifest to GitHub")
-	if status, ok := parseFlags(fs, args); !ok {
+	if status, ok := e.parseFlags(fs, args); !ok {
 		return status
 	}
 	manifest, err := appmanifest.Manifest(o)

@@ -51,7 +51,7 @@ func historyExport(ctx context.Context, e *env, args []string) int {
 	out := fs.String("out", "", "the file to write (appended to, resuming, when it exists); default the standard output")
 	url := fs.String("github-url", e.getenv("BULLPEN_GITHUB_URL"), "the API root, for GitHub Enterprise Server https://HOST/api/v3/")
 	progress := fs.Bool("progress", false, "report progress on the standard error (always on a terminal)")
-	if status, ok := parseFlags(fs, args); !ok {
+	if status, ok := e.parseFlags(fs, args); !ok {
 		return status
 	}
 	fail := func(err error) int {
@@ -79,7 +79,8 @@ func historyExport(ctx context.Context, e *env, args []string) int {
 	}
 	w, have, closeOut, err := openHistoryOut(*out, e.stdout)
 	if err != nil {
-		return fail(err)
+		fmt.Fprintln(e.stderr, "bullpen history export:", err)
+		return 1 // the file, not the command line, is wrong
 	}
 	defer closeOut()
 	x := &history.Export{Source: client, Clock: clock.Real{}, Since: since, Out: w, Have: have}

@@ -17,7 +17,7 @@ func historyGenerate(_ context.Context, e *env, args []string) int {
 	jobs := fs.Int("jobs", 2000, "how many jobs")
 	days := fs.Float64("days", 7, "how many days they span, from a Monday (0.25: six hours)")
 	seed := fs.Uint64("seed", 1, "the same seed gives the same history")
-	if status, ok := parseFlags(fs, args); !ok {
+	if status, ok := e.parseFlags(fs, args); !ok {
 		return status
 	}
 	var names []string

@@ -61,7 +61,7 @@ func TestHistoryExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, errOut = runWithEnv(vars, args...)
-	if code != 2 || !strings.Contains(errOut, out+":4: not a job") {
+	if code != 1 || !strings.Contains(errOut, out+":4: not a job") {
 		t.Fatalf("a bad line: exit %d: %s", code, errOut)
 	}
 	code, _, errOut = runWithEnv(map[string]string{"BULLPEN_GITHUB_TOKEN": "ghp_wrong"}, "history", "export", "--repo", "acme/app", "--github-url", gh.URL()+"/")
@@ -132,7 +132,7 @@ func TestSimulateAnExportedHistory(t *testing.T) {
 	if !regexp.MustCompile(`per job +[0-9]+\.[0-9]{4} +[0-9]+\.[0-9]{4} +\+[0-9]+\.[0-9]{4}\n`).MatchString(both) {
 		t.Fatalf("compare: a job's cost is not shown to four decimals:\n%s", both)
 	}
-	if code, _, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", "history_test.go"); code != 2 || !strings.Contains(errOut, "history_test.go:1: not a job") {
+	if code, _, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", "history_test.go"); code != 1 || !strings.Contains(errOut, "history_test.go:1: not a job") {
 		t.Fatalf("a file that is no history: exit %d: %s", code, errOut)
 	}
 }

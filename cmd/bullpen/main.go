@@ -12,7 +12,9 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"regexp"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 	_ "time/tzdata" // schedules resolve IANA zones even where the system has none
@@ -95,19 +97,66 @@ func (e *env) flags(name string) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args into fs and says whether the command goes on. When
-// it does not, status is the exit code: 0 after -h (the usage is printed), 2
-// after a wrong flag (the flag package has said what is wrong).
-func parseFlags(fs *flag.FlagSet, args []string) (status int, ok bool) {
+// parseFlags parses args into fs, a command taking flags only, and says
+// whether the command goes on; when it does not, status is the exit code.
+func (e *env) parseFlags(fs *flag.FlagSet, args []string) (status int, ok bool) {
+	return e.parseArgs(fs, args, 0)
+}
+
+// parseArgs is parseFlags for a command that takes up to most arguments
+// besides its flags. -h prints the usage on standard output (exit 0). A
+// wrong flag is said on standard error with where to find the flags (exit
+// 2): the whole usage after it would scroll it away. An argument too many
+// is refused (exit 2): the flag package stops at the first word that is
+// not a flag, and every flag after it would be silently ignored.
+func (e *env) parseArgs(fs *flag.FlagSet, args []string, most int) (status int, ok bool) {
+	name := strings.TrimPrefix(fs.Name(), "bullpen ")
+	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
+	fs.SetOutput(e.stderr)
 	switch {
-	case err == nil:
-		return 0, true
 	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(e.stdout)
+		defer fs.SetOutput(e.stderr)
+		if fs.Usage != nil {
+			fs.Usage()
+		} else {
+			fmt.Fprintf(e.stdout, "usage: bullpen %s [flags]\n\n", name)
+			fs.PrintDefaults()
+		}
 		return 0, false
-	default:
+	case err != nil:
+		fmt.Fprintf(e.stderr, "bullpen %s: %v\nRun 'bullpen %s -h' for its flags.\n", name, explainFlagError(fs, err), name)
+		return 2, false
+	case fs.NArg() > most:
+		extra := fs.Arg(most)
+		fmt.Fprintf(e.stderr, "bullpen %s: unexpected argument %q: the flags after it were not read (quote a value that holds spaces). Run 'bullpen %s -h' for its flags.\n", name, extra, name)
 		return 2, false
 	}
+	return 0, true
+}
+
+// badValue finds the flag and value of the flag package's message for a
+// value it could not parse, which for a duration says only "parse error".
+var badValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([^:]+): `)
+
+// explainFlagError adds what a duration flag wants to the flag package's
+// message for a value it could not parse.
+func explainFlagError(fs *flag.FlagSet, err error) string {
+	m := badValue.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err.Error()
+	}
+	if f := fs.Lookup(m[2]); f != nil {
+		g, ok := f.Value.(flag.Getter)
+		if !ok {
+			return err.Error()
+		}
+		if _, isDuration := g.Get().(time.Duration); isDuration {
+			return fmt.Sprintf("--%s %q: want a duration with its unit, such as 30s, 5m or 1h30m", m[2], m[1])
+		}
+	}
+	return err.Error()
 }
 
 // checkRate is the problem of a rate flag (a speed, jobs a minute): it

@@ -154,7 +154,7 @@ func TestServeHelpAndFlagErrorsDoNotShowSecrets(t *testing.T) {
 		if strings.Contains(all, secret) || strings.Contains(all, token) {
 			t.Fatalf("%v printed a secret:\n%s", args, all)
 		}
-		if !strings.Contains(all, "BULLPEN_WEBHOOK_SECRET") {
+		if args[1] == "-h" && !strings.Contains(all, "BULLPEN_WEBHOOK_SECRET") {
 			t.Fatalf("%v: usage does not name the secret's variable:\n%s", args, all)
 		}
 	}
@@ -178,6 +178,13 @@ func TestEveryCommandsHelpExitsZeroAndAWrongFlagTwo(t *testing.T) {
 			if got := run(t.Context(), e, []string{name, tc.flag}); got != tc.want {
 				t.Errorf("bullpen %s %s: exit %d, want %d\n%s%s", name, tc.flag, got, tc.want, out.String(), errb.String())
 			}
+			if tc.flag == "-h" && (out.Len() == 0 || errb.Len() != 0) {
+				t.Errorf("bullpen %s -h: %d bytes of usage on stdout, %d on stderr; want it all on stdout (bullpen %s -h | grep …)", name, out.Len(), errb.Len(), name)
+			}
+			dispatcher := strings.Contains(errb.String(), "unknown subcommand") // lists its subcommands
+			if tc.flag != "-h" && !dispatcher && (!strings.Contains(errb.String(), "-h' for its flags") || strings.Count(errb.String(), "\n") > 3) {
+				t.Errorf("bullpen %s %s: want the error and where to find the flags, not the whole usage:\n%s", name, tc.flag, errb.String())
+			}
 			// The flag package takes a usage's first `quoted` words for the
 			// value's name: "-store bullpen aws bootstrap" is what that reads.
 			for _, line := range strings.Split(out.String()+errb.String(), "\n") {
@@ -187,6 +194,38 @@ func TestEveryCommandsHelpExitsZeroAndAWrongFlagTwo(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A word that is not a flag ends the flag package's parsing: a command
+// that takes no arguments refuses it rather than ignore every flag after
+// it (an unquoted value with a space, say).
+func TestAStrayArgumentIsRefusedNotTheFlagsAfterItIgnored(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "--local-agent-env", "CMD=runner", "{jitconfig}", "--listen", "127.0.0.1:1"},
+		{"simulate", "--config", "x.yml", "extra", "--jobs", "j.jsonl"},
+		{"status", "extra", "--server", "http://127.0.0.1:1"},
+		{"bench", "extra", "--jobs", "5"},
+		{"history", "export", "extra", "--repo", "a/b"},
+		{"demo", "extra"},
+		{"validate", "a.yml", "b.yml"},
+	} {
+		var out, errb bytes.Buffer
+		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+		if code := run(t.Context(), e, args); code != 2 || !strings.Contains(errb.String(), "unexpected argument") {
+			t.Errorf("%v: exit %d, want 2 and the argument named:\n%s", args, code, errb.String())
+		}
+	}
+}
+
+// A duration without its unit is named as such, where the flag package
+// says only "parse error".
+func TestABadDurationSaysWhatADurationIs(t *testing.T) {
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	if code := run(t.Context(), e, []string{"serve", "--converge-every", "10"}); code != 2 ||
+		!strings.Contains(errb.String(), `bullpen serve: --converge-every "10": want a duration with its unit, such as 30s`) {
+		t.Fatalf("exit %d:\n%s", code, errb.String())
 	}
 }
 

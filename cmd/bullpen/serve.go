@@ -215,7 +215,7 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	fs := e.flags("serve")
 	var f serveFlags
 	f.define(fs, e.getenv)
-	if status, ok := parseFlags(fs, args); !ok {
+	if status, ok := e.parseFlags(fs, args); !ok {
 		return status
 	}
 	// Every problem of the flags and the configuration is named at once.

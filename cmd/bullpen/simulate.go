@@ -62,19 +62,22 @@ func cmdSimulate(ctx context.Context, e *env, args []string) int {
 	fs := e.flags("simulate")
 	var f simulateFlags
 	f.define(fs)
-	if status, ok := parseFlags(fs, args); !ok {
+	if status, ok := e.parseFlags(fs, args); !ok {
 		return status
 	}
+	// 2: the command line is wrong; 1: a file it names, or the replay,
+	// failed (as for validate and demo).
 	fail := func(err error) int {
+		fmt.Fprintln(e.stderr, "bullpen simulate:", err)
+		return 1
+	}
+	if err := f.check(); err != nil {
 		fmt.Fprintln(e.stderr, "bullpen simulate:", err)
 		return 2
 	}
-	if err := f.check(); err != nil {
-		return fail(err)
-	}
 	cfg, ok := loadConfig(e, f.config)
 	if !ok {
-		return 2
+		return 1
 	}
 	replay, err := f.replayOptions(cfg)
 	if err != nil {
@@ -159,7 +162,7 @@ func (f *simulateFlags) replayAndPrint(ctx context.Context, e *env, replay simul
 	}
 	other, ok := loadConfig(e, f.compare)
 	if !ok {
-		return 2
+		return 1
 	}
 	replay.Config, replay.Progress = other, nil
 	alt, err := simulate.Run(ctx, replay)

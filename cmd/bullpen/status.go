@@ -28,7 +28,7 @@ func cmdStatus(ctx context.Context, e *env, args []string) int {
 	adminToken.defineFile(fs, &tokenFile, "file holding the admin token (else $BULLPEN_ADMIN_TOKEN)")
 	recent := fs.Int("jobs", 200, "how many of the latest jobs to summarise (1..1000)")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up on the server after this long")
-	if status, ok := parseFlags(fs, args); !ok {
+	if status, ok := e.parseFlags(fs, args); !ok {
 		return status
 	}
 	token, err := adminToken.resolve(e.getenv, "", tokenFile)
@@ -37,6 +37,9 @@ func cmdStatus(ctx context.Context, e *env, args []string) int {
 	}
 	if err == nil && (*recent < 1 || *recent > 1000) {
 		err = fmt.Errorf("--jobs %d: want 1..1000", *recent)
+	}
+	if u, perr := url.Parse(server); err == nil && (perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		err = fmt.Errorf("--server %q: want http://HOST:PORT or https://…", server)
 	}
 	if err != nil {
 		fmt.Fprintln(e.stderr, "bullpen status:", err)
@@ -68,11 +71,7 @@ type statusClient struct {
 }
 
 func (c *statusClient) get(ctx context.Context, path string, into any) error {
-	u, err := url.Parse(c.base + path)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return fmt.Errorf("--server %q: want http://HOST:PORT or https://…", c.base)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", path, err)
 	}

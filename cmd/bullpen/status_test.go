@@ -121,7 +121,7 @@ func TestStatusRefusals(t *testing.T) {
 		{"token file", nil, []string{"--server", base, "--admin-token-file", tokenFile}, 0, ""},
 		{"server from the environment", map[string]string{"BULLPEN_SERVER": base, "BULLPEN_ADMIN_TOKEN_FILE": tokenFile}, nil, 0, ""},
 		{"no server there", map[string]string{"BULLPEN_ADMIN_TOKEN": statusAdminToken}, []string{"--server", "http://127.0.0.1:1"}, 1, "GET /api/v1/pools"},
-		{"not a URL", map[string]string{"BULLPEN_ADMIN_TOKEN": statusAdminToken}, []string{"--server", "localhost:8080"}, 1, "want http://HOST:PORT"},
+		{"not a URL", map[string]string{"BULLPEN_ADMIN_TOKEN": statusAdminToken}, []string{"--server", "localhost:8080"}, 2, "want http://HOST:PORT"},
 		{"bad --jobs", map[string]string{"BULLPEN_ADMIN_TOKEN": statusAdminToken}, []string{"--jobs", "0"}, 2, "--jobs 0: want 1..1000"},
 	}
 	for _, c := range cases {

@@ -18,8 +18,10 @@ func init() {
 
 func cmdValidate(_ context.Context, e *env, args []string) int {
 	fs := e.flags("validate")
-	fs.Usage = func() { fmt.Fprintln(e.stderr, "usage: bullpen validate FILE") }
-	if status, ok := parseFlags(fs, args); !ok {
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: bullpen validate FILE\n\nChecks a pool configuration (runs-on.yml format): prints one line per pool and exits 0,\nor lists every problem as FILE:LINE:COL: message and exits 1.")
+	}
+	if status, ok := e.parseArgs(fs, args, 1); !ok {
 		return status
 	}
 	if fs.NArg() != 1 {
@@ -45,11 +47,11 @@ func cmdSchedule(_ context.Context, e *env, args []string) int {
 	pool := fs.String("pool", "", "pool name (required)")
 	at := fs.String("at", "", "instant, RFC 3339 (default: now)")
 	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "usage: bullpen schedule FILE --pool NAME [--at RFC3339]")
+		fmt.Fprintln(fs.Output(), "usage: bullpen schedule FILE --pool NAME [--at RFC3339]")
 		fs.PrintDefaults()
 	}
 	file, rest := splitFile(args)
-	if status, ok := parseFlags(fs, rest); !ok {
+	if status, ok := e.parseArgs(fs, rest, 1); !ok {
 		return status
 	}
 	if file == "" && fs.NArg() == 1 {
