@@ -72,6 +72,9 @@ type Queue interface {
 const (
 	MaxQueueDelay = 15 * time.Minute
 	MaxVisibility = 12 * time.Hour
+	// MaxMessageBody is the largest message body, and SQS's limit on the
+	// body bytes of one batch, for a queue created with defaults.
+	MaxMessageBody = 256 << 10
 )
 
 // ErrStaleReceipt: the receipt no longer identifies a received message.

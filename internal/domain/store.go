@@ -90,7 +90,9 @@ type Heartbeats interface {
 type Jobs interface {
 	// CreateJobs inserts jobs whose id is new and leaves existing ones
 	// untouched: created[i] reports which. The store stamps Version 1,
-	// CreatedAt and UpdatedAt.
+	// CreatedAt and UpdatedAt. On error, created is nil (nothing was
+	// written) or reports the jobs created before the failure (a store
+	// that writes job by job).
 	CreateJobs(ctx context.Context, jobs []Job) (created []bool, err error)
 	// GetJob returns ErrNotFound for an unknown id.
 	GetJob(ctx context.Context, id int64) (Job, error)

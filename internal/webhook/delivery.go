@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 // Delivery is the envelope the handler puts in the inbox queue for each
@@ -25,10 +27,10 @@ type Delivery struct {
 // ErrInvalidDelivery: an inbox message is not a Delivery envelope.
 var ErrInvalidDelivery = errors.New("invalid delivery envelope")
 
-// MaxEnvelope is the largest inbox message written: SQS's limit on a
-// message, the smallest of the inbox queues'. A compacted envelope is a few
-// hundred bytes; only labels or names of hundreds of kilobytes reach this.
-const MaxEnvelope = 256 << 10
+// MaxEnvelope is the largest inbox message written: the queue port's limit
+// on a message (SQS's). A compacted envelope is a few hundred bytes; only
+// labels or names of hundreds of kilobytes reach this.
+const MaxEnvelope = domain.MaxMessageBody
 
 // errEnvelopeTooLarge: even compacted, a delivery is over MaxEnvelope. The
 // queue would refuse it every time, so it is refused as too large.

@@ -1,6 +1,7 @@
 package queuetest
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -44,15 +45,21 @@ func testSendReceiveDelete(t *testing.T, e *env) {
 }
 
 func testSendAllOrNone(t *testing.T, e *env) {
-	err := e.q.Send(e.ctx, "work", []domain.SendRequest{
-		{Body: []byte("fine")},
-		{Body: []byte("negative delay"), Delay: -time.Second},
-	})
-	if err == nil {
-		t.Fatal("a send with a negative delay succeeded")
+	for what, bad := range map[string]domain.SendRequest{
+		"a negative delay":        {Body: []byte("negative delay"), Delay: -time.Second},
+		"a body over the largest": {Body: bytes.Repeat([]byte("x"), domain.MaxMessageBody+1)},
+	} {
+		if err := e.q.Send(e.ctx, "work", []domain.SendRequest{{Body: []byte("fine")}, bad}); err == nil {
+			t.Fatalf("a send with %s succeeded", what)
+		}
 	}
 	e.advance(time.Minute)
 	e.nothing("work")
+	largest := bytes.Repeat([]byte("x"), domain.MaxMessageBody)
+	e.send("work", domain.SendRequest{Body: largest})
+	if got := e.receive("work", 1, time.Minute); len(got) != 1 || len(got[0].Body) != domain.MaxMessageBody {
+		t.Fatalf("the largest body: received %d messages", len(got))
+	}
 }
 
 func testSendNothing(t *testing.T, e *env) {

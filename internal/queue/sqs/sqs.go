@@ -95,7 +95,7 @@ const (
 	batchMax = 10
 	// MaxBody is the largest message body sent, and the most body bytes in
 	// one batch: SQS's limit on both for a queue created with defaults.
-	MaxBody = 256 << 10
+	MaxBody = domain.MaxMessageBody
 	// maxWait is SQS's longest long poll.
 	maxWait = 20 * time.Second
 	// maxNameLen bounds an SQS queue name, ".fifo" included.

@@ -203,6 +203,9 @@ func checkSend(queue string, msgs []domain.SendRequest) error {
 		if m.Delay < 0 || m.Delay > MaxDelay {
 			return fmt.Errorf("message %d: delay %v outside 0..%v", k, m.Delay, MaxDelay)
 		}
+		if len(m.Body) > domain.MaxMessageBody {
+			return fmt.Errorf("message %d: body of %d bytes is over %d, the most SQS takes", k, len(m.Body), domain.MaxMessageBody)
+		}
 	}
 	return nil
 }
