@@ -135,6 +135,7 @@ func (p *Provisioner) assignAndWait(ctx context.Context, rq *request, in domain.
 	h := rq.attempt(in, via)
 	registered := p.Registrations.Wait(in.ID)
 	defer p.Registrations.Forget(in.ID)
+	defer p.awaiting.add(in.ID, false, p.Clock.Now().Add(timeout))()
 	if ok, _ := p.pipeline.HandOver(ctx, []*serving.Handover{h}); len(ok) == 0 {
 		return h.Err
 	}
@@ -176,6 +177,7 @@ func (p *Provisioner) awaitRegistration(ctx context.Context, j domain.Job, id st
 			if ok, err := p.registeredFor(ctx, j, id); ok || err != nil {
 				return err
 			}
+			p.awaiting.noteCut()
 			return errStopped
 		}
 		stopRecheck()

@@ -36,11 +36,32 @@ func (p *Provisioner) create(ctx context.Context, class string, reqs []*request,
 			}
 			continue
 		}
-		errs := p.assignMany(ctx, batch, insts)
-		clock.Each(p.tasks, len(batch), len(batch), func(i int) {
-			led.guard(func() { p.validate(ctx, batch[i], insts[i], errs[i], led) })
-		})
+		p.handOverNew(ctx, batch, insts, led)
 	}
+}
+
+// handOverNew hands new instances to their jobs and waits for each to
+// register.
+func (p *Provisioner) handOverNew(ctx context.Context, reqs []*request, insts []domain.Instance, led *ledger) {
+	// Noted before the handovers wake the agents: from then on, a loop
+	// that stops says it waits for these machines.
+	deadline := p.Clock.Now().Add(p.opts.CreationTimeout)
+	ends := make([]func(), len(insts))
+	for i, in := range insts {
+		ends[i] = p.awaiting.add(in.ID, true, deadline)
+	}
+	defer func() {
+		for _, end := range ends {
+			end()
+		}
+	}()
+	errs := p.assignMany(ctx, reqs, insts)
+	clock.Each(p.tasks, len(reqs), len(reqs), func(i int) {
+		led.guard(func() {
+			defer ends[i]()
+			p.validate(ctx, reqs[i], insts[i], errs[i], led)
+		})
+	})
 }
 
 func (p *Provisioner) fleetSize(class string) int {
@@ -200,7 +221,11 @@ func (p *Provisioner) validate(ctx context.Context, rq *request, in domain.Insta
 	rq.err = err
 	p.rollBack(ctx, rq, in, serving.Undo{Terminate: err.Error()}, err.Error())
 	led.release(in.ID)
-	if !errors.Is(err, errNotRegistered) {
+	switch {
+	case errors.Is(err, errStopped):
+		// Provisioning was told to stop: not a fault, and the loop says so once.
+		p.Log.Debug("new instance not handed to its job", "instance", in.ID, "job", rq.job.ID, "err", err)
+	case !errors.Is(err, errNotRegistered):
 		p.Log.Warn("new instance not handed to its job", "instance", in.ID, "job", rq.job.ID, "err", err)
 	}
 }

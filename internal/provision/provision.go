@@ -76,6 +76,12 @@ type Options struct {
 	RegistrationTimeout time.Duration
 	// CreationTimeout: a new instance must boot and register within this.
 	CreationTimeout time.Duration // default 5 min
+	// StopWait bounds how long, once Loop stops, the batches in hand still
+	// wait for their machines to register; then the waits end as a
+	// cancelled Serve's do (new machines terminated, claimed ones given
+	// back, their jobs requeued). Set it below the process's shutdown
+	// grace. Zero: they wait up to CreationTimeout.
+	StopWait time.Duration
 	// RequeueDelay: a resource-pool entry that does not fit goes back with
 	// this delay (for example 3 s).
 	RequeueDelay time.Duration
@@ -189,6 +195,7 @@ type Provisioner struct {
 	tasks    clock.Tasks
 	pipeline *serving.Pipeline
 	launcher *launch.Launcher
+	awaiting awaiting
 
 	mu      sync.Mutex
 	pickups map[string]*pickup
@@ -242,10 +249,11 @@ const idlePoll = time.Second
 // Loop serves the launch queue, at most Options.Batches received batches at
 // once: a step waits for a free slot, receives a batch and provisions it in
 // the background. When the loop ends, the batches in hand are provisioned to
-// the end.
+// the end, or until Options.StopWait has passed.
 func (p *Provisioner) Loop() loop.Loop {
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, p.opts.Batches)
+	cut := make(chan struct{})
 	return loop.Loop{Name: "provision", Step: func(ctx context.Context) error {
 		select {
 		case slots <- struct{}{}:
@@ -268,10 +276,10 @@ func (p *Provisioner) Loop() loop.Loop {
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			p.provision(bctx, nil, b)
+			p.provision(bctx, cut, b)
 		})
 		return nil
-	}, Final: func(context.Context) error { wg.Wait(); return nil }}
+	}, Final: func(context.Context) error { p.finish(len(slots), &wg, cut); return nil }}
 }
 
 // receive takes the next batch from the launch queue. After an empty
@@ -411,6 +419,13 @@ func (p *Provisioner) serveClass(ctx context.Context, led *ledger, class string,
 	led.guard(func() { p.provisionClass(ctx, class, reqs, led) })
 	if led.failure() != nil {
 		p.dump(ctx, class, led, reqs)
+	}
+	if led.stopped() {
+		for _, rq := range reqs {
+			if rq.outcome == "" && rq.err == nil {
+				rq.err = errStopped // left before its turn came
+			}
+		}
 	}
 	p.settle(ctx, reqs)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -118,7 +119,11 @@ func (p *Provisioner) requeue(ctx context.Context, rq *request) (string, error) 
 		return "", fmt.Errorf("requeue job: %w", err)
 	}
 	delay := min(time.Duration(1<<min(j.Attempts, 6))*time.Second, time.Minute)
-	p.Log.Warn("launch job not served; retrying", "job", j.ID, "attempt", j.Attempts, "in", delay, "reason", j.Reason)
+	level := slog.LevelWarn
+	if errors.Is(rq.err, errStopped) {
+		level = slog.LevelDebug // not a fault: the process stops, and the loop says so once
+	}
+	p.Log.Log(ctx, level, "launch job not served; retrying", "job", j.ID, "attempt", j.Attempts, "in", delay, "reason", j.Reason)
 	if err := p.Queue.Send(ctx, domain.QueueLaunch, []domain.SendRequest{jobs.SendRequest(j, delay)}); err != nil {
 		return "", fmt.Errorf("requeue job: %w", err)
 	}
