@@ -207,7 +207,16 @@ func replayProgress(w io.Writer, began time.Time) func(time.Time, int, int) {
 // difference of the second from the first.
 func printComparison(w io.Writer, nameA, nameB string, a, b simulate.Report) {
 	fmt.Fprintf(w, "%d jobs replayed through %s (A) and %s (B)\n\n", a.Replayed, nameA, nameB)
-	fmt.Fprintf(w, "queue time (s)          %7s %7s %7s\n", "A", "B", "B-A")
+	servedA, servedB := a.Simulated.QueueTime.Count, b.Simulated.QueueTime.Count
+	fmt.Fprintf(w, "jobs                    %7s %7s %7s\n", "A", "B", "B-A")
+	fmt.Fprintf(w, "  %-21s %7d %7d %+7d\n", "served", servedA, servedB, servedB-servedA)
+	fmt.Fprintf(w, "  %-21s %7d %7d %+7d\n", "no pool or runner", unserved(a), unserved(b), unserved(b)-unserved(a))
+	if servedA != servedB {
+		// A configuration that serves fewer jobs has shorter queue times
+		// and a smaller bill for it: say so before the figures.
+		fmt.Fprintf(w, "  note: A and B served different jobs; their queue times and costs are over the jobs each served\n")
+	}
+	fmt.Fprintf(w, "\nqueue time (s)          %7s %7s %7s\n", "A", "B", "B-A")
 	row := func(name string, x, y float64) { fmt.Fprintf(w, "  %-21s %7.1f %7.1f %+7.1f\n", name, x, y, y-x) }
 	row("p50", a.Simulated.QueueTime.P50, b.Simulated.QueueTime.P50)
 	row("p90", a.Simulated.QueueTime.P90, b.Simulated.QueueTime.P90)
@@ -237,6 +246,15 @@ func printComparison(w io.Writer, nameA, nameB string, a, b simulate.Report) {
 	for _, op := range sortedKeys(ops) {
 		fmt.Fprintf(w, "  %-19s %7d %7d %+7d\n", op, a.CloudCalls[op], b.CloudCalls[op], b.CloudCalls[op]-a.CloudCalls[op])
 	}
+}
+
+// unserved counts the jobs of r that no pool or runner serves.
+func unserved(r simulate.Report) int {
+	n := 0
+	for _, u := range r.Simulated.Unserved {
+		n += u.Jobs
+	}
+	return n
 }
 
 func printSimulation(w io.Writer, r simulate.Report) {

@@ -132,3 +132,39 @@ func TestHistoryGenerateFeedsSimulate(t *testing.T) {
 		t.Fatalf("without pools: exit %d: %s", code, errOut)
 	}
 }
+
+// A configuration that serves none of the history's jobs does not come
+// out of a comparison looking fast and cheap: the jobs each served are
+// shown first, and a difference is pointed out.
+func TestSimulateCompareShowsTheJobsEachServed(t *testing.T) {
+	jobs := writeHistory(t, "small-x64")
+	other := filepath.Join(t.TempDir(), "other.yml")
+	if err := os.WriteFile(other, []byte(`runners:
+  small:
+    cpu: 2
+    ram: 4
+    family: [t3]
+    image: ubuntu-24.04
+pools:
+  elsewhere:
+    runner: small
+    schedule:
+      - name: default
+        hot: 1
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--compare", other)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"  served                     45       0     -45\n",
+		"  no pool or runner           0      45     +45\n",
+		"note: A and B served different jobs",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the comparison lacks %q:\n%s", want, out)
+		}
+	}
+}
