@@ -3,6 +3,7 @@ package simulate
 import (
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -74,23 +75,34 @@ func (p Prices) hourly(itype, option string) (float64, bool) {
 }
 
 // Covers names the instance types the configuration's runners launch (as
-// the simulated cloud picks them) that the table has no price for.
+// the simulated cloud picks them) that the table has no price for, and
+// the runners no type fits.
 func (p Prices) Covers(cfg *config.Config) error {
-	var missing []string
+	var missing, unfit []string
 	for name, r := range cfg.Runners {
 		option := "on-demand"
 		if r.Spot != "" {
 			option = "spot"
 		}
-		if t := sim.InstanceType(r); !p.has(t, option) {
+		t, err := sim.InstanceType(r)
+		if err != nil {
+			unfit = append(unfit, fmt.Sprintf("runner %s: %v", name, err))
+			continue
+		}
+		if !p.has(t, option) {
 			missing = append(missing, fmt.Sprintf("%s (%s, runner %s)", t, option, name))
 		}
 	}
-	if len(missing) == 0 {
-		return nil
-	}
+	slices.Sort(unfit)
 	slices.Sort(missing)
-	return fmt.Errorf("the price table (%s, %s) has no price for %s", p.Region, p.Date, strings.Join(missing, ", "))
+	var problems []error
+	for _, u := range unfit {
+		problems = append(problems, errors.New(u))
+	}
+	if len(missing) > 0 {
+		problems = append(problems, fmt.Errorf("the price table (%s, %s) has no price for %s", p.Region, p.Date, strings.Join(missing, ", ")))
+	}
+	return errors.Join(problems...)
 }
 
 func (p Prices) has(itype, option string) bool {

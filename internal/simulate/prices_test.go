@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/history"
 	"github.com/bullpen-ci/bullpen/internal/simulate"
 )
@@ -31,8 +32,10 @@ func TestPricesMissingATypeAreRefused(t *testing.T) {
 	at := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 	_, err = simulate.Run(context.Background(), simulate.Options{Config: example(t), Prices: &p,
 		Jobs: []history.Job{{ID: 1, Repo: "acme/app", Labels: []string{"x"}, Created: at}}})
-	if err == nil || !strings.Contains(err.Error(), "no price for m7a.large (on-demand, runner medium-x64)") {
-		t.Fatalf("a table without m7a.large: %v", err)
+	// The example's runners launch the types that fit their cpu and ram:
+	// small-x64 (ram 1, family t3) a t3.micro, not a t3.large.
+	if err == nil || !strings.Contains(err.Error(), "no price for c7a.large (on-demand, runner medium-x64), t3.micro (on-demand, runner small-x64)") {
+		t.Fatalf("a table with t3.large only: %v", err)
 	}
 	for body, want := range map[string]string{
 		`{"on_demand":{}}`:                                      "no on_demand prices",
@@ -43,5 +46,19 @@ func TestPricesMissingATypeAreRefused(t *testing.T) {
 		if _, err := simulate.ParsePrices("mine.json", []byte(body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", body, err, want)
 		}
+	}
+}
+
+// A runner no instance type fits is refused before the replay, named with
+// what it asks for.
+func TestARunnerNoTypeFitsIsRefused(t *testing.T) {
+	cfg, err := config.Parse("tiny.yml", []byte("runners:\n  tiny:\n    image: ubuntu24-full-x64\n    ram: 1\n    family: [m7a]\n"+
+		"pools:\n  tiny:\n    runner: tiny\n    schedule:\n      - name: default\n        hot: 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = simulate.DefaultPrices().Covers(cfg)
+	if err == nil || !strings.Contains(err.Error(), "runner tiny: ") || !strings.Contains(err.Error(), "no instance type of families m7a with any vCPUs and 1 GiB") {
+		t.Fatalf("Covers: %v", err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
@@ -25,13 +24,19 @@ import (
 // (IdempotentParameterMismatch). A token whose call launched nothing is not
 // remembered, so a retry may succeed once capacity frees up.
 func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.CloudInstance, error) {
+	// As in the EC2 provider, the type is chosen before the fleet is
+	// asked for: a runner no type fits makes no call.
+	itype, err := InstanceType(spec.Runner)
+	if err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now, err := c.call(ctx, OpCreateFleet, spec.Count)
 	if err != nil {
 		return nil, err
 	}
-	itype, usage := InstanceType(spec.Runner), UsageClass(spec.Runner)
+	usage := UsageClass(spec.Runner)
 	fp := ec2like.Fingerprint(spec, itype, usage)
 	done, err := c.tokens.Recall(spec.ClientToken, fp)
 	if err != nil {
@@ -149,37 +154,6 @@ func (c *Cloud) PublishImage(name string) string {
 func imageID(name string, generation int) string {
 	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d", name, generation))
 	return "ami-" + hex.EncodeToString(sum[:])[:17]
-}
-
-// InstanceType is the type the sim launches for r: the first entry of
-// r.Family (default "m7a") without trailing wildcards ("*", "+"), sized by
-// the vCPUs asked for (CPU.Min, else CPU.Max, else 2): up to 2 is "large",
-// up to 4 "xlarge", more the smallest "<k>xlarge" (k a power of two) with
-// 4k vCPUs that suffice: 8 → 2xlarge, 16 → 4xlarge, 48 → 16xlarge. A family
-// entry that already names a size ("c7a.2xlarge") is used as it is.
-func InstanceType(r domain.RunnerSpec) string {
-	family := "m7a"
-	if len(r.Family) > 0 && strings.TrimRight(r.Family[0], "*+") != "" {
-		family = strings.TrimRight(r.Family[0], "*+")
-	}
-	if strings.Contains(family, ".") {
-		return family
-	}
-	cpu := r.CPU.Min
-	if cpu <= 0 {
-		cpu = r.CPU.Max
-	}
-	switch {
-	case cpu <= 2:
-		return family + ".large"
-	case cpu <= 4:
-		return family + ".xlarge"
-	}
-	k := 2
-	for 4*k < cpu {
-		k *= 2
-	}
-	return fmt.Sprintf("%s.%dxlarge", family, k)
 }
 
 // UsageClass is "spot" when r asks for spot capacity, else "on-demand".

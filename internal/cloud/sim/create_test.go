@@ -9,26 +9,59 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func TestInstanceType(t *testing.T) {
+// The simulated cloud picks the type the EC2 provider would list first:
+// within the runner's cpu and ram ranges, fewest vCPUs, then least memory,
+// then name, across its families.
+func TestInstanceTypeFitsCPUAndRAM(t *testing.T) {
 	tests := []struct {
-		family []string
-		cpu    domain.Range
-		want   string
+		family   []string
+		cpu, ram domain.Range
+		want     string
 	}{
-		{nil, domain.Range{}, "m7a.large"},
-		{[]string{"t3"}, domain.Range{Min: 1}, "t3.large"},
-		{[]string{"c7a", "m7a"}, domain.Range{Min: 2, Max: 2}, "c7a.large"},
-		{[]string{"m7i*"}, domain.Range{Min: 4}, "m7i.xlarge"},
-		{[]string{"c7+"}, domain.Range{Max: 8}, "c7.2xlarge"},
-		{[]string{"c7a"}, domain.Range{Min: 16, Max: 32}, "c7a.4xlarge"},
-		{[]string{"c7a"}, domain.Range{Min: 48}, "c7a.16xlarge"},
-		{[]string{"c7a.metal-48xl"}, domain.Range{Min: 2}, "c7a.metal-48xl"},
-		{[]string{"*"}, domain.Range{Min: 5}, "m7a.2xlarge"},
+		// Without a family, any of the catalogue's, as on EC2.
+		{nil, domain.Range{}, domain.Range{}, "c7a.medium"},
+		{nil, domain.Range{Min: 2}, domain.Range{}, "t3.nano"},
+		{nil, domain.Range{}, domain.Range{Min: 1, Max: 1}, "t3.micro"},
+		{nil, domain.Range{Min: 4, Max: 4}, domain.Range{Min: 16, Max: 16}, "m6i.xlarge"},
+		// The example's small-x64: ram 1 GiB on t3 is a micro, not a large.
+		{[]string{"t3"}, domain.Range{}, domain.Range{Min: 1, Max: 1}, "t3.micro"},
+		{[]string{"t3"}, domain.Range{Min: 1}, domain.Range{}, "t3.nano"},
+		{[]string{"t3"}, domain.Range{Min: 4}, domain.Range{Min: 16, Max: 16}, "t3.xlarge"},
+		// The example's medium-x64: the smallest of three families.
+		{[]string{"m7a", "m7i", "c7a"}, domain.Range{Min: 2, Max: 4}, domain.Range{Min: 4, Max: 16}, "c7a.large"},
+		// Memory rules out the compute family's smaller sizes.
+		{[]string{"c7a", "m7a"}, domain.Range{Min: 2}, domain.Range{Min: 8}, "m7a.large"},
+		{[]string{"c7a"}, domain.Range{Min: 2}, domain.Range{Min: 32}, "c7a.4xlarge"},
+		{[]string{"m7i*"}, domain.Range{Min: 4}, domain.Range{}, "m7i-flex.xlarge"},
+		{[]string{"m6i"}, domain.Range{}, domain.Range{}, "m6i.large"},
+		{[]string{"c7a"}, domain.Range{Min: 16, Max: 32}, domain.Range{}, "c7a.4xlarge"},
+		{[]string{"c7a"}, domain.Range{Min: 48}, domain.Range{}, "c7a.12xlarge"},
+		{[]string{"c7a.metal-48xl"}, domain.Range{Min: 2}, domain.Range{}, "c7a.metal-48xl"},
+		{[]string{"c7a.2xlarge", "c7a.xlarge"}, domain.Range{}, domain.Range{}, "c7a.xlarge"},
+		{[]string{"*"}, domain.Range{Min: 5}, domain.Range{}, "c6i.2xlarge"},
+		{[]string{"r7i"}, domain.Range{Min: 2}, domain.Range{Min: 16}, "r7i.large"},
 	}
 	for _, tt := range tests {
-		if got := sim.InstanceType(domain.RunnerSpec{Family: tt.family, CPU: tt.cpu}); got != tt.want {
-			t.Errorf("InstanceType(%v, %+v) = %q, want %q", tt.family, tt.cpu, got, tt.want)
+		got, err := sim.InstanceType(domain.RunnerSpec{Family: tt.family, CPU: tt.cpu, RAM: tt.ram})
+		if err != nil || got != tt.want {
+			t.Errorf("InstanceType(%v, cpu %+v, ram %+v) = %q, %v; want %q", tt.family, tt.cpu, tt.ram, got, err, tt.want)
 		}
+	}
+}
+
+// A runner no type fits is refused before any call, as the EC2 provider
+// refuses it.
+func TestCreateRefusesARunnerNoTypeFits(t *testing.T) {
+	c, _ := newSim(t, sim.Options{})
+	runner := domain.RunnerSpec{Family: []string{"m7a"}, RAM: domain.Range{Min: 1, Max: 1}}
+	_, err := c.Create(t.Context(), domain.LaunchSpec{Runner: runner, ImageID: "ami-1", Count: 1})
+	var ce *domain.CloudError
+	if !errors.Is(err, domain.ErrInvalidRequest) || !errors.As(err, &ce) || ce.Code != "Unsupported" ||
+		!strings.Contains(err.Error(), "no instance type of families m7a with any vCPUs and 1 GiB") {
+		t.Fatalf("err = %v", err)
+	}
+	if n := c.Calls()[sim.OpCreateFleet]; n != 0 {
+		t.Errorf("%d CreateFleet calls for a runner no type fits", n)
 	}
 }
 
