@@ -71,6 +71,11 @@ func awsIAMPolicy(e *env, args []string) int {
 		return 2
 	}
 	fmt.Fprintf(e.stdout, "%s\n", out)
+	if *role == "" {
+		// The policy is right for machines without a role; a serve given
+		// --aws-instance-profile would be refused every launch.
+		fmt.Fprintln(e.stderr, "bullpen aws iam-policy: note: without --instance-role-arn the policy lets serve pass no role: machines launched with --aws-instance-profile would be refused (iam:PassRole)")
+	}
 	return 0
 }
 

@@ -29,6 +29,12 @@ func TestAWSIAMPolicy(t *testing.T) {
 	if code, _, errOut := runCmd(t, "aws", "iam-policy", "--instance-role-arn", "runner"); code != 2 || !strings.Contains(errOut, "not a role ARN") {
 		t.Errorf("a role name instead of an ARN: exit %d, %q", code, errOut)
 	}
+	if strings.Contains(errOut, "PassRole") {
+		t.Errorf("a note about passing a role, with the role given: %s", errOut)
+	}
+	if code, out, errOut := runCmd(t, "aws", "iam-policy"); code != 0 || strings.Contains(out, "PassRole") || !strings.Contains(errOut, "without --instance-role-arn") {
+		t.Errorf("without a role: exit %d, stderr %q; want the policy, and a note that no role may be passed", code, errOut)
+	}
 	if code, out, _ := runCmd(t, "aws", "iam-policy", "--instance-role"); code != 0 || !strings.Contains(out, "ec2.amazonaws.com") {
 		t.Errorf("trust policy: exit %d\n%s", code, out)
 	}
