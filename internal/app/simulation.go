@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/cloud/local"
@@ -23,20 +24,36 @@ type Simulation struct {
 }
 
 // newGitHub builds the GitHub the options chose. The simulated one's
-// deliveries go straight to the inbox, as a verified webhook would.
+// deliveries go straight to the inbox, as a verified webhook would, until
+// the app closes.
 func (a *App) newGitHub(ctx context.Context) error {
 	if a.opts.GitHub != "sim" {
 		return a.newRealGitHub(ctx)
 	}
-	a.Sim.GitHub = ghsim.New(a.opts.Clock, ghsim.Options{Deliver: a.deliverSimulated, Enterprise: a.opts.Enterprise})
+	// The simulated agents' jobs go on finishing after the loops stopped,
+	// and each sends a delivery: once the app closes, they have nowhere to
+	// go. This closer runs before the store's, which was opened first.
+	var closed atomic.Bool
+	a.closers = append(a.closers, func() error { closed.Store(true); return nil })
+	deliver := func(_, deliveryID string, payload []byte) { a.deliverSimulated(&closed, deliveryID, payload) }
+	a.Sim.GitHub = ghsim.New(a.opts.Clock, ghsim.Options{Deliver: deliver, Enterprise: a.opts.Enterprise})
 	a.GitHub = a.Sim.GitHub
 	return nil
 }
 
-// deliverSimulated puts a delivery of the simulated GitHub in the inbox.
-func (a *App) deliverSimulated(_, deliveryID string, payload []byte) {
+// deliverSimulated puts a delivery of the simulated GitHub in the inbox; it
+// drops one that comes once the app is closed, as a stopped server would.
+func (a *App) deliverSimulated(closed *atomic.Bool, deliveryID string, payload []byte) {
+	if closed.Load() {
+		a.opts.Log.Debug("simulated delivery dropped: the app is closed", "delivery", deliveryID)
+		return
+	}
 	err := webhook.Enqueue(context.Background(), a.Queue, a.opts.Clock.Now(), deliveryID, payload)
-	if err != nil {
+	switch {
+	case err == nil:
+	case closed.Load(): // closed while it was on its way
+		a.opts.Log.Debug("simulated delivery dropped: the app is closed", "delivery", deliveryID, "err", err)
+	default:
 		a.opts.Log.Warn("simulated delivery refused", "delivery", deliveryID, "err", err)
 	}
 }
