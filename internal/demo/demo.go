@@ -82,6 +82,9 @@ type Result struct {
 	Virtual    string         `json:"virtual_duration"`
 	CloudCalls map[string]int `json:"cloud_calls"`
 	AllAtGoal  bool           `json:"all_at_target"`
+	// Interrupted is set when ctx ended the run before its virtual
+	// duration had passed: the result is the state at that moment.
+	Interrupted bool `json:"interrupted,omitempty"`
 	// InstanceHours is the run's instance time by type, option and state.
 	InstanceHours []InstanceHours `json:"instance_hours"`
 	// Stream is every job the simulated GitHub saw, with its times.
@@ -89,7 +92,8 @@ type Result struct {
 }
 
 // Run runs the demo until the virtual duration has passed or ctx ends (a
-// clean stop either way: the result describes the state at that moment).
+// clean stop either way: the result describes the state at that moment,
+// and Interrupted says which it was).
 func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Interval <= 0 {
 		o.Interval = 30 * time.Second
@@ -140,9 +144,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		t := clk.AfterFunc(sj.At, func() { w.a.Sim.GitHub.QueueJob(sj.Job) })
 		defer t.Stop()
 	}
-	drv.run(ctx, w, o.Start.Add(o.Duration))
-	ctx = context.WithoutCancel(ctx)
-	res, err = w.result(ctx, res, last, clk.Now().Sub(o.Start))
+	end := o.Start.Add(o.Duration)
+	if err := drv.run(ctx, w, end); err != nil {
+		return Result{}, fmt.Errorf("demo: stopped after %s of virtual time: %w", clk.Now().Sub(o.Start).Round(time.Second), err)
+	}
+	res.Interrupted = ctx.Err() != nil && clk.Now().Before(end)
+	res, err = w.result(context.WithoutCancel(ctx), res, last, clk.Now().Sub(o.Start))
 	res.InstanceHours = used.list()
 	return res, err
 }
@@ -316,7 +323,9 @@ func (w *world) close() {
 // a scaled wall clock, or a step-by-step schedule on a virtual clock that
 // advances from timer to timer as fast as the simulation settles.
 type driver interface {
-	run(ctx context.Context, w *world, end time.Time)
+	// run returns when the clock reaches end or ctx ends, or with the
+	// error that stopped the loops before either.
+	run(ctx context.Context, w *world, end time.Time) error
 }
 
 func newDriver(start time.Time, speed float64) (driver, domain.Clock) {

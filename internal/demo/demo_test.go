@@ -49,8 +49,8 @@ func TestDemoReachesEveryTargetAndRollsOnANewImage(t *testing.T) {
 	if !strings.Contains(out, "terminate 3 (outdated), create 1 hot, create 2 stopped") {
 		t.Errorf("no roll of small-x64 in the output:\n%s", out)
 	}
-	if res.Virtual != "10m0s" || res.Cycles != 20 {
-		t.Errorf("ran %s in %d cycles", res.Virtual, res.Cycles)
+	if res.Virtual != "10m0s" || res.Cycles != 20 || res.Interrupted {
+		t.Errorf("ran %s in %d cycles, interrupted %v", res.Virtual, res.Cycles, res.Interrupted)
 	}
 	if got := res.CloudCalls["TerminateInstances"]; got != len(res.Pools) {
 		t.Errorf("TerminateInstances calls = %d, want one per rolled pool", got)
@@ -119,7 +119,7 @@ func TestDemoStopsCleanlyWhenInterrupted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("interrupted run failed: %v", err)
 	}
-	if res.Cycles > 1 {
-		t.Fatalf("ran %d cycles after cancellation", res.Cycles)
+	if res.Cycles > 1 || !res.Interrupted {
+		t.Fatalf("ran %d cycles after cancellation, interrupted %v", res.Cycles, res.Interrupted)
 	}
 }

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
@@ -11,7 +12,7 @@ import (
 // scaledDriver runs the app's own loops on a scaled wall clock.
 type scaledDriver struct{ c *clock.Scaled }
 
-func (d *scaledDriver) run(ctx context.Context, w *world, end time.Time) {
+func (d *scaledDriver) run(ctx context.Context, w *world, end time.Time) error {
 	if !w.rollAt.IsZero() {
 		t := d.c.AfterFunc(w.rollAt.Sub(d.c.Now()), func() { w.roll(w.lines) })
 		defer t.Stop()
@@ -28,6 +29,7 @@ func (d *scaledDriver) run(ctx context.Context, w *world, end time.Time) {
 	}
 	stop()
 	<-done
+	return nil
 }
 
 // virtualDriver runs every loop step by step on a serial virtual clock,
@@ -38,7 +40,7 @@ type virtualDriver struct{ c *clock.Virtual }
 
 const terminateEvery = 5 * time.Second
 
-func (d *virtualDriver) run(ctx context.Context, w *world, end time.Time) {
+func (d *virtualDriver) run(ctx context.Context, w *world, end time.Time) error {
 	provisioning, stopProvisioning := context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		stopProvisioning() // cuts short waits for registrations that virtual time will not bring
@@ -48,13 +50,18 @@ func (d *virtualDriver) run(ctx context.Context, w *world, end time.Time) {
 	for ctx.Err() == nil {
 		now := d.c.Now()
 		if !now.Before(end) {
-			return
+			return nil
 		}
 		if !now.Before(nextCycle) {
 			w.maybeRoll(now)
 			rep, err := w.a.Converger.Cycle(ctx)
+			if ctx.Err() != nil {
+				return nil // interrupted: Run tells by the clock
+			}
 			if err != nil {
-				return
+				// Going on would serve jobs with the pools as they were;
+				// stopping quietly would pass the run off as complete.
+				return fmt.Errorf("converger cycle at %s: %w", now.Format(time.RFC3339), err)
 			}
 			w.a.NoteCycle(rep)
 			nextCycle = now.Add(w.interval)
@@ -68,6 +75,7 @@ func (d *virtualDriver) run(ctx context.Context, w *world, end time.Time) {
 		}
 		d.advance(earliest(nextCycle, nextSweep, end))
 	}
+	return nil
 }
 
 // serveJobs runs the job path until it has nothing left to do now; each

@@ -69,7 +69,8 @@ type Report struct {
 }
 
 // Run replays o.Jobs: each is queued at its original arrival, relative to
-// the first, and runs as long as it ran.
+// the first, and runs as long as it ran. A replay that ctx ends before it
+// is complete returns no report and an error wrapping ctx's.
 func Run(ctx context.Context, o Options) (Report, error) {
 	prices, err := o.check()
 	if err != nil {
@@ -98,7 +99,12 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		Progress: arrivals(o.Progress, scheduled, start),
 	})
 	if err != nil {
-		return rep, fmt.Errorf("simulate: %w", err)
+		return Report{}, fmt.Errorf("simulate: %w", err)
+	}
+	if res.Interrupted {
+		// The jobs not yet arrived, and those still running, would read as
+		// a report of the whole history: give none.
+		return Report{}, interrupted(ctx, res.Virtual, scheduled, res.Stream)
 	}
 	rep.Simulated, rep.CloudCalls, rep.Virtual = res.Jobs, res.CloudCalls, res.Virtual
 	rep.InstanceHours = res.InstanceHours
@@ -170,4 +176,11 @@ func arrivals(progress func(at time.Time, arrived, total int), scheduled []demo.
 		})
 		progress(at, arrived, len(scheduled))
 	}
+}
+
+// interrupted is the error of a replay ctx ended after virtual time, when
+// the simulated GitHub had seen arrived of the scheduled jobs.
+func interrupted(ctx context.Context, virtual string, scheduled []demo.Scheduled, arrived []ghsim.JobRecord) error {
+	return fmt.Errorf("simulate: interrupted after %s of virtual time, %d of %d jobs arrived: no report: %w",
+		virtual, len(arrived), len(scheduled), ctx.Err())
 }

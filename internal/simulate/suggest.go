@@ -61,7 +61,8 @@ type Suggestion struct {
 // adds capacity (a quarter more, at least one) to every pool-hour still
 // over the target, until none is or the rounds run out. Pool-hours
 // without jobs keep nothing; pools without jobs in the history keep their
-// schedules.
+// schedules. A search that ctx ends returns no suggestion and an error
+// wrapping ctx's.
 func Suggest(ctx context.Context, o SuggestOptions) (Suggestion, error) {
 	if o.Config == nil {
 		return Suggestion{}, errors.New("simulate: no configuration")
@@ -82,7 +83,9 @@ func Suggest(ctx context.Context, o SuggestOptions) (Suggestion, error) {
 		replay.Config = cfg
 		rep, err := Run(ctx, replay)
 		if err != nil {
-			return s, err
+			// An earlier round's plans would pass for the search's
+			// outcome: give none.
+			return Suggestion{}, err
 		}
 		missed := overTarget(rep, o.TargetP90)
 		r := Round{Round: round, PoolP90: poolP90(rep), Missed: len(missed), Cost: rep.Bill.Total}
