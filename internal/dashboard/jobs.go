@@ -31,14 +31,18 @@ type jobRow struct {
 }
 
 type jobsView struct {
-	Pool                         string // the filter; "" for all
-	Pools                        []string
-	Queued, Assigned, Running    int
-	Approval                     int // queued, held by GitHub for an approval
-	OldestQueued                 time.Time
-	Active, Recent, Rejected     []jobRow
-	MoreActive, RecentConsidered int
-	QueueChart                   svgChart
+	Pool                      string // the filter; "" for all
+	Pools                     []string
+	Queued, Assigned, Running int
+	Approval                  int // queued, held by GitHub for an approval
+	OldestQueued              time.Time
+	Active, Recent, Rejected  []jobRow
+	MoreActive                int
+	// Charted is how many jobs the queue-time chart shows: the latest that
+	// started, running or finished, since a job's queue time is known once
+	// it starts.
+	Charted    int
+	QueueChart svgChart
 }
 
 func (d *Dashboard) jobsPage(r *http.Request, s *snapshot) (pageResult, error) {
@@ -70,14 +74,16 @@ func (d *Dashboard) jobsPage(r *http.Request, s *snapshot) (pageResult, error) {
 			v.MoreActive++
 		}
 	}
-	var finished []domain.Job
+	var started []domain.Job
 	for _, j := range s.recent {
 		if !keep(j) {
 			continue
 		}
+		if _, ok := queueTime(j); ok {
+			started = append(started, j)
+		}
 		switch j.Status {
 		case domain.JobCompleted:
-			finished = append(finished, j)
 			if len(v.Recent) < maxRecentRows {
 				v.Recent = append(v.Recent, rowOf(j, s))
 			}
@@ -87,8 +93,11 @@ func (d *Dashboard) jobsPage(r *http.Request, s *snapshot) (pageResult, error) {
 			}
 		}
 	}
-	v.RecentConsidered = len(finished)
-	v.QueueChart = queueChart(byPath(finished, s))
+	by := byPath(started, s)
+	for _, ds := range by {
+		v.Charted += len(ds)
+	}
+	v.QueueChart = queueChart(by)
 	return pageResult{Title: "Jobs", Data: v, Live: true}, nil
 }
 

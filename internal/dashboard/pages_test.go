@@ -80,6 +80,26 @@ func TestJobsPage(t *testing.T) {
 	}
 }
 
+// A job's queue time is known once it starts: the chart counts the jobs
+// that started, running ones too, and its note says how many it shows.
+func TestJobsPageChartsTheJobsThatStarted(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed()
+	// Job 103 runs (cold, 55 s in the queue), job 104 finished (hot, 3 s).
+	r.pageShows("/jobs", "for the 2 latest jobs that started, running or finished.",
+		"1 jobs · p50 55s · p90 55s", "1 jobs · p50 3.0s · p90 3.0s")
+
+	idle := newRig(t)
+	q := t0.Add(-time.Minute)
+	idle.createJobs(domain.Job{ID: 201, RunID: 2010, Repo: "acme/app", Name: "build", QueuedAt: q, Route: domain.RouteLaunch,
+		Runner: "small", Status: domain.JobAssigned, InstanceID: "bp-new1", Via: domain.ViaCold, AssignedAt: q})
+	body := idle.pageShows("/jobs", "From GitHub queuing a job to its steps starting.", "No job has started yet.")
+	if strings.Contains(body, "latest") {
+		t.Error("the note counts jobs while no job has started")
+	}
+}
+
 func TestJobPageShowsItsTimeline(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
