@@ -31,6 +31,18 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 	fs.StringVar(&state.queue, "queue", "", "with --store dynamodb://: sqs://PREFIX")
 	fs.StringVar(&state.region, "aws-region", or(e.getenv("AWS_REGION"), "us-east-1"), "with --store dynamodb://: the region")
 	fs.StringVar(&state.endpoint, "aws-endpoint", e.getenv("BULLPEN_AWS_ENDPOINT"), "with --store dynamodb://: an emulator's URL (moto)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: bullpen bench [flags]
+       bullpen bench replay [flags]
+
+bench measures the job path from the webhook to the job assigned, in two
+bursts: jobs served by a pool's stopped instances, and jobs that need new
+machines. It prints one JSON object. bench replay times a generated week of
+jobs through simulate instead (bullpen bench replay -h).
+
+`)
+		fs.PrintDefaults()
+	}
 	if status, ok := e.parseFlags(fs, args); !ok {
 		return status
 	}

@@ -92,6 +92,11 @@ func (f *demoFlags) options(e *env, cfg *config.Config) (demo.Options, error) {
 			problems = append(problems, fmt.Errorf("--%s %s: want a positive duration", d.flag, d.v))
 		}
 	}
+	if f.interval > 0 && f.interval < time.Second {
+		// Each cycle is a line or more: a millisecond makes a ten-minute
+		// demo hundreds of thousands of them.
+		problems = append(problems, fmt.Errorf("--interval %s: want at least 1s", f.interval))
+	}
 	if f.rollAt < 0 || f.rollAt >= f.duration && f.rollAt != 0 {
 		problems = append(problems, fmt.Errorf("--roll-at %s: want an offset within --duration %s", f.rollAt, f.duration))
 	}

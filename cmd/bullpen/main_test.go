@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -341,6 +342,7 @@ func TestDemoNamesEveryBadFlag(t *testing.T) {
 		{[]string{"--speed", "-1", "--duration", "0", "--interval", "0s", "--start", "today"},
 			[]string{"--speed -1: want a number not below 0", "--duration 0s: want a positive duration",
 				"--interval 0s: want a positive duration", `--start "today": want RFC 3339`}},
+		{[]string{"--interval", "1ms"}, []string{"--interval 1ms: want at least 1s"}},
 		{[]string{"--duration", "2m", "--roll-at", "20m"}, []string{"--roll-at 20m0s: want an offset within --duration 2m0s"}},
 		{[]string{"extra"}, []string{`unexpected argument "extra"`}},
 	} {
@@ -354,5 +356,13 @@ func TestDemoNamesEveryBadFlag(t *testing.T) {
 				t.Errorf("demo %v: stderr lacks %q:\n%s", tc.args, want, errb.String())
 			}
 		}
+	}
+}
+
+// bullpen version names the binary's version and the Go it was built with.
+func TestVersion(t *testing.T) {
+	code, out, errOut := runWithEnv(nil, "version")
+	if code != 0 || !strings.HasPrefix(out, "bullpen (devel)") || !strings.HasSuffix(out, " "+runtime.Version()+"\n") {
+		t.Fatalf("exit %d: %q %s", code, out, errOut)
 	}
 }

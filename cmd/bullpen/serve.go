@@ -324,7 +324,7 @@ func serveUntilDone(ctx context.Context, a *app.App, ln net.Listener, log *slog.
 	}()
 	httpErr := make(chan error, 1)
 	go func() { httpErr <- srv.Serve(ln) }()
-	log.Info("bullpen serving", "listen", ln.Addr().String())
+	log.Info("bullpen serving", "listen", ln.Addr().String(), "version", version())
 
 	code := 0
 	select {

@@ -97,6 +97,12 @@ func (f *simulateFlags) check() error {
 	if f.config == "" || f.jobs == "" {
 		return errors.New("give --config and --jobs")
 	}
+	if !f.suggest && f.target != 0 {
+		return errors.New("--target-p90 goes with --suggest")
+	}
+	if f.rounds < 0 {
+		return fmt.Errorf("--rounds %d: want 0 or more", f.rounds)
+	}
 	if f.suggest && (f.target <= 0 || f.compare != "") {
 		return errors.New("--suggest needs --target-p90 (a duration > 0) and takes no --compare")
 	}

@@ -78,6 +78,12 @@ func TestSimulateSuggestPrintsAValidConfiguration(t *testing.T) {
 			t.Errorf("%v: exit %d: %s", args, code, errOut)
 		}
 	}
+	for args, want := range map[string]string{"--target-p90 10s": "--target-p90 goes with --suggest", "--suggest --target-p90 10s --rounds -1": "--rounds -1: want 0 or more"} {
+		code, _, errOut := runWithEnv(nil, append([]string{"simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs}, strings.Fields(args)...)...)
+		if code != 2 || !strings.Contains(errOut, want) {
+			t.Errorf("%s: exit %d: %s", args, code, errOut)
+		}
+	}
 }
 
 // bench replay generates a history over several pools, replays it and
