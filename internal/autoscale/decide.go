@@ -101,7 +101,7 @@ func Decide(p Params, st *State, now time.Time, demand, current int) Decision {
 	head = fmt.Sprintf("%s >= %s", head, num(p.BreachThreshold))
 	if !dir.last.IsZero() {
 		if since := now.Sub(*dir.last); since < dir.cooldown {
-			d.Reason = fmt.Sprintf("%s, blocked: cooldown %ss left", head, seconds(dir.cooldown-since))
+			d.Reason = fmt.Sprintf("%s, blocked: cooldown %ss left", head, seconds(wholeSecondsUp(dir.cooldown-since)))
 			return d
 		}
 	}
@@ -121,6 +121,12 @@ func Decide(p Params, st *State, now time.Time, demand, current int) Decision {
 	d.Action, d.New, d.Step = dir.name, newCount, step
 	d.Reason = fmt.Sprintf("%s, step %d (%s), %d → %d", head, step, working, current, newCount)
 	return d
+}
+
+// wholeSecondsUp rounds d up to whole seconds, for people: polls come at
+// any instant, and a cooldown with a fraction of a second left is not over.
+func wholeSecondsUp(d time.Duration) time.Duration {
+	return (d + time.Second - 1) / time.Second * time.Second
 }
 
 // scaleUp is the specification's scale-up formula; working shows its arithmetic.
