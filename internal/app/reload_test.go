@@ -17,19 +17,18 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
-// An empty file, as a write that is not atomic leaves it for a moment, is
-// not put in force: it would drain every pool. An explicit empty pools
-// section is.
-func TestAnEmptyConfigurationFileIsNotPutInForce(t *testing.T) {
+// appOnFile is an app whose configuration is the file holding text, and a
+// function that rewrites that file.
+func appOnFile(t *testing.T, text string) (*App, func(string)) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "runs-on.yml")
 	write := func(s string) {
 		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	const first = "runners:\n  small: {image: ubuntu-24.04}\npools:\n  linux:\n    runner: small\n    schedule: [{name: default, hot: 1}]\n"
-	write(first)
-	cfg, err := config.Parse(path, []byte(first))
+	write(text)
+	cfg, err := config.Parse(path, []byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +37,15 @@ func TestAnEmptyConfigurationFileIsNotPutInForce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close()
+	t.Cleanup(func() { a.Close() })
+	return a, write
+}
+
+// An empty file, as a write that is not atomic leaves it for a moment, is
+// not put in force: it would drain every pool. An explicit empty pools
+// section is.
+func TestAnEmptyConfigurationFileIsNotPutInForce(t *testing.T) {
+	a, write := appOnFile(t, "runners:\n  small: {image: ubuntu-24.04}\npools:\n  linux:\n    runner: small\n    schedule: [{name: default, hot: 1}]\n")
 	for _, empty := range []string{"", "\n  \n", "# being rewritten\n"} {
 		write(empty)
 		if err := a.reloadConfig(t.Context()); err != nil {
@@ -106,24 +113,8 @@ func TestAConfigurationOfOtherEnvironmentsIsWarnedAbout(t *testing.T) {
 // result, and bullpen_config_refused stays 1 while the newest file read is
 // invalid, so that an alert holds for as long as a human must fix it.
 func TestConfigurationReadsAreCountedByResult(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "runs-on.yml")
-	write := func(s string) {
-		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const valid = "runners:\n  small: {image: ubuntu-24.04}\npools:\n  linux:\n    runner: small\n"
-	write(valid)
-	cfg, err := config.Parse(path, []byte(valid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := New(context.Background(), Options{Config: cfg, ConfigPath: path, StorePath: sqlitetest.Path(t), WebhookSecret: "secret", AdminToken: "token",
-		Clock: clock.NewVirtual(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)), Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a, write := appOnFile(t, valid)
 	if n, err := testutil.GatherAndCount(a.Registry(), "bullpen_config_reloads_total", "bullpen_config_refused"); err != nil || n != 4 {
 		t.Fatalf("%d series before any reload, %v; want each result and the gauge at zero", n, err)
 	}
@@ -138,7 +129,7 @@ func TestConfigurationReadsAreCountedByResult(t *testing.T) {
 		{valid + "# fixed\n", 1, 1, 1, 0},
 	} {
 		if step.file == "" {
-			if err := os.Remove(path); err != nil {
+			if err := os.Remove(a.opts.ConfigPath); err != nil {
 				t.Fatal(err)
 			}
 		} else {

@@ -14,7 +14,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
@@ -112,28 +111,6 @@ func TestUnreadableJobsFailTheStepAndKeepTheirMessages(t *testing.T) {
 	f.wantRestServed(t, 3)
 }
 
-// overflowRacingStore cancels job cancel just before the dispatcher
-// records its overflow, as a cancelled webhook landing mid-batch does.
-type overflowRacingStore struct {
-	*sqlite.Store
-	cancel int64
-}
-
-func (s *overflowRacingStore) TransitionJobs(ctx context.Context, reqs []domain.JobTransitionRequest) ([]domain.JobTransitionResult, error) {
-	if s.cancel != 0 {
-		j, err := s.GetJob(ctx, s.cancel)
-		if err != nil {
-			return nil, err
-		}
-		done := domain.Lifecycle{}.CompleteJob(j, t0, "cancelled")
-		if _, err := s.TransitionJob(ctx, j.ID, done.Guard, done.Apply); err != nil {
-			return nil, err
-		}
-		s.cancel = 0
-	}
-	return s.Store.TransitionJobs(ctx, reqs)
-}
-
 // An overflow that cannot be recorded is logged and counted; its pool
 // message comes back after the visibility timeout and is settled then.
 func TestUnrecordedOverflowIsLoggedAndCounted(t *testing.T) {
@@ -142,7 +119,7 @@ func TestUnrecordedOverflowIsLoggedAndCounted(t *testing.T) {
 	var log testlog.Buffer
 	d := f.dispatcherWith(func(d *Deps) {
 		withLog(&log)(d)
-		d.Store = &overflowRacingStore{Store: f.Store, cancel: 1}
+		d.Store = &cancellingStore{Store: f.Store, cancel: 1}
 	}, Options{Wait: -1})
 
 	res, err := d.Step(f.Ctx)

@@ -9,25 +9,40 @@ import (
 )
 
 // cancellingStore cancels job cancel just before the dispatcher records its
-// assignment, as a cancelled webhook landing mid-batch does.
+// assignment or its overflow, as a cancelled webhook landing mid-batch does.
 type cancellingStore struct {
 	*sqlite.Store
 	cancel int64
 }
 
 func (s *cancellingStore) CommitEach(ctx context.Context, cs []domain.Change) ([]domain.ChangeResult, error) {
-	if s.cancel != 0 {
-		j, err := s.GetJob(ctx, s.cancel)
-		if err != nil {
-			return nil, err
-		}
-		done := domain.Lifecycle{}.CompleteJob(j, t0, "cancelled")
-		if _, err := s.TransitionJob(ctx, j.ID, done.Guard, done.Apply); err != nil {
-			return nil, err
-		}
-		s.cancel = 0
+	if err := s.cancelFirst(ctx); err != nil {
+		return nil, err
 	}
 	return s.Store.CommitEach(ctx, cs)
+}
+
+func (s *cancellingStore) TransitionJobs(ctx context.Context, reqs []domain.JobTransitionRequest) ([]domain.JobTransitionResult, error) {
+	if err := s.cancelFirst(ctx); err != nil {
+		return nil, err
+	}
+	return s.Store.TransitionJobs(ctx, reqs)
+}
+
+func (s *cancellingStore) cancelFirst(ctx context.Context) error {
+	if s.cancel == 0 {
+		return nil
+	}
+	j, err := s.GetJob(ctx, s.cancel)
+	if err != nil {
+		return err
+	}
+	done := domain.Lifecycle{}.CompleteJob(j, t0, "cancelled")
+	if _, err := s.TransitionJob(ctx, j.ID, done.Guard, done.Apply); err != nil {
+		return err
+	}
+	s.cancel = 0
+	return nil
 }
 
 // The job and the instance's runner are recorded in one change: a job that
