@@ -246,6 +246,10 @@ func (f *serveFlags) setLoops(o *app.Options) {
 	o.Reaper.InstanceRetention, o.Converger.DanglingAfter = f.instanceRetention, f.danglingAfter
 	o.Provision.HeartbeatMaxAge, o.Provision.RegistrationTimeout = f.claimHeartbeat, f.claimRegistration
 	o.Provision.CreationTimeout, o.Provision.RequeueDelay = f.creationTimeout, f.rpRequeueDelay
+	// On SIGTERM, provisioning stops waiting for booting machines at three
+	// quarters of the grace, leaving the rest to terminate them and requeue
+	// their jobs, so that serve exits cleanly rather than being cut off.
+	o.Provision.StopWait = f.shutdownGrace * 3 / 4
 	o.HeartbeatFlush, o.Deadlines = f.heartbeatFlush, f.deadlines
 	o.Intake.Visibility, o.Dispatch.Visibility, o.Provision.Visibility = f.redelivery, f.redelivery, f.redelivery
 	o.SpotBreaker = f.spotBreaker
