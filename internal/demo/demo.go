@@ -31,11 +31,15 @@ import (
 
 // Options configure a demo run.
 type Options struct {
-	Config   *config.Config
-	Speed    float64       // virtual seconds per real second; 0 runs as fast as possible
-	Duration time.Duration // virtual time to run for
-	Start    time.Time     // virtual start; zero means now
-	Interval time.Duration // converger interval; default 30 s
+	Config *config.Config
+	// Environment is the environment whose pools the run serves, as
+	// serve's --environment; "" picks one (see Environment). Jobs for
+	// the other environments' pools are rejected, as serve rejects them.
+	Environment string
+	Speed       float64       // virtual seconds per real second; 0 runs as fast as possible
+	Duration    time.Duration // virtual time to run for
+	Start       time.Time     // virtual start; zero means now
+	Interval    time.Duration // converger interval; default 30 s
 	// RollAt, when positive, publishes a new version of every runner's
 	// image at that virtual offset, so every pool rolls to a new spec.
 	RollAt time.Duration
@@ -46,7 +50,8 @@ type Options struct {
 	Scheduled []Scheduled
 	// Progress, when set, is told the virtual time every converger cycle.
 	Progress func(at time.Time)
-	// Mix is the kinds of jobs; default ghsim.MixFor(Config.Pools).
+	// Mix is the kinds of jobs; default ghsim.MixFor of the pools the
+	// run serves.
 	Mix     []ghsim.LabelChoice
 	Seed    uint64
 	Latency sim.Latency
@@ -76,12 +81,14 @@ type PoolResult struct {
 
 // Result is the demo's final report.
 type Result struct {
-	Pools      []PoolResult   `json:"pools"`
-	Jobs       JobsReport     `json:"jobs"`
-	Cycles     int            `json:"cycles"`
-	Virtual    string         `json:"virtual_duration"`
-	CloudCalls map[string]int `json:"cloud_calls"`
-	AllAtGoal  bool           `json:"all_at_target"`
+	// Environment is the one whose pools the run served.
+	Environment string         `json:"environment"`
+	Pools       []PoolResult   `json:"pools"`
+	Jobs        JobsReport     `json:"jobs"`
+	Cycles      int            `json:"cycles"`
+	Virtual     string         `json:"virtual_duration"`
+	CloudCalls  map[string]int `json:"cloud_calls"`
+	AllAtGoal   bool           `json:"all_at_target"`
 	// Interrupted is set when ctx ended the run before its virtual
 	// duration had passed: the result is the state at that moment.
 	Interrupted bool `json:"interrupted,omitempty"`
@@ -104,8 +111,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	env, err := Environment(o.Config, o.Environment)
+	if err != nil {
+		return Result{}, fmt.Errorf("demo: %w", err)
+	}
+	o.Environment = env
 	if o.Mix == nil {
-		o.Mix = ghsim.MixFor(o.Config.Pools)
+		o.Mix = ghsim.MixFor(o.Config.PoolsFor(env))
 	}
 	drv, clk := newDriver(o.Start, o.Speed)
 	w, err := newWorld(context.WithoutCancel(ctx), o, clk, o.Speed <= 0) // setup is short; let it finish
@@ -114,7 +126,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	defer w.close()
 
-	var res Result
+	res := Result{Environment: env}
 	var last converger.Report
 	used := &usage{}
 	w.used = used
@@ -186,7 +198,7 @@ func newWorld(ctx context.Context, o Options, clk domain.Clock, stepped bool) (*
 		w.tmp, path = dir, filepath.Join(dir, "bullpen.db")
 	}
 	opts := app.Options{
-		Config: o.Config, Environment: environmentOf(o.Config), StorePath: path, ControllerID: "bullpen-demo",
+		Config: o.Config, Environment: o.Environment, StorePath: path, ControllerID: "bullpen-demo",
 		WebhookSecret: "demo-secret", AdminToken: "demo", Clock: clk, Log: o.Log, Registry: prometheus.NewRegistry(),
 		Latency: o.Latency, FamilyLatency: o.FamilyLatency, Agent: simagent.Options{WarmUp: o.Latency.WarmUp, RestartWarmUp: 3 * time.Second,
 			// A waiting agent is woken by notices, as a real one's long
@@ -238,17 +250,6 @@ func feedFor(d time.Duration) time.Duration {
 		return d - 4*time.Minute
 	}
 	return d / 2
-}
-
-// environmentOf picks the environment the example's pools belong to, so
-// that the demo serves every pool of the file.
-func environmentOf(c *config.Config) string {
-	for _, p := range c.Pools {
-		if p.Environment != "" {
-			return p.Environment
-		}
-	}
-	return "production"
 }
 
 // maybeRoll publishes a new version of every image the pools use, once,

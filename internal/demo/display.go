@@ -11,7 +11,8 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/rebalance"
 )
 
-// Header introduces the per-cycle table.
+// Header introduces the per-cycle table: the environment served and its
+// pools, and the pools of other environments left out.
 func Header(w io.Writer, o Options) {
 	if w == nil {
 		return
@@ -20,8 +21,21 @@ func Header(w io.Writer, o Options) {
 	if o.Speed > 0 {
 		pace = fmt.Sprintf("%g× real time", o.Speed)
 	}
-	fmt.Fprintf(w, "bullpen demo: %d pools on the simulated cloud, %s, for %s of virtual time\n",
-		len(o.Config.Pools), pace, o.Duration)
+	// Run refuses an environment no pool belongs to; the header names it
+	// all the same.
+	env, _ := Environment(o.Config, o.Environment)
+	if env == "" {
+		env = o.Environment
+	}
+	pools := "pools"
+	if n := len(o.Config.PoolsFor(env)); n == 1 {
+		pools = "pool"
+	}
+	fmt.Fprintf(w, "bullpen demo: environment %s, %d %s on the simulated cloud, %s, for %s of virtual time\n",
+		env, len(o.Config.PoolsFor(env)), pools, pace, o.Duration)
+	if others := OtherPools(o.Config, env); len(others) > 0 {
+		fmt.Fprintf(w, "not served here (pools of other environments): %s\n", strings.Join(others, ", "))
+	}
 	if o.JobsPerMinute > 0 {
 		fmt.Fprintf(w, "simulated GitHub queues about %g jobs a minute: pool jobs, runner= jobs (reuse or a new instance), ad-hoc specs\n", o.JobsPerMinute)
 	}

@@ -24,7 +24,11 @@ import (
 // Options configure a replay.
 type Options struct {
 	Config *config.Config
-	Jobs   []history.Job
+	// Environment is the environment whose pools serve the jobs, as
+	// serve's --environment; "" picks one as demo.Environment does. Jobs
+	// for other environments' pools are rejected, as serve rejects them.
+	Environment string
+	Jobs        []history.Job
 	// Latency is the simulated cloud's timings; demo.DefaultLatency when
 	// zero. FamilyLatency overrides them for the instance types of a
 	// family ("m7a"); Timings sets both from a file.
@@ -49,6 +53,10 @@ type Options struct {
 
 // Report is what a replay found.
 type Report struct {
+	// Environment is the one whose pools served the replay; OtherPools
+	// those it left out, as "name@environment".
+	Environment string   `json:"environment"`
+	OtherPools  []string `json:"other_environment_pools,omitempty"`
 	// Jobs is the history's; Replayed those with a run time (completed
 	// after a start), which are replayed.
 	Jobs     int `json:"jobs"`
@@ -76,13 +84,17 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	if o.Environment, err = demo.Environment(o.Config, o.Environment); err != nil {
+		return Report{}, fmt.Errorf("simulate: %w", err)
+	}
 	o = o.withDefaults()
 	if o.Tail <= 0 {
 		o.Tail = 15 * time.Minute
 	}
 	jobs := slices.Clone(o.Jobs)
 	slices.SortStableFunc(jobs, func(a, b history.Job) int { return a.Created.Compare(b.Created) })
-	rep := Report{Jobs: len(jobs), From: jobs[0].Created, To: jobs[len(jobs)-1].Created}
+	rep := Report{Environment: o.Environment, OtherPools: demo.OtherPools(o.Config, o.Environment),
+		Jobs: len(jobs), From: jobs[0].Created, To: jobs[len(jobs)-1].Created}
 	scheduled, recorded, longest := replayable(jobs, rep.From)
 	rep.Replayed = len(scheduled)
 	if len(recorded) > 0 {
@@ -94,7 +106,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	start := rep.From.Add(-warm)
 	res, err := demo.Run(ctx, demo.Options{
-		Config: o.Config, Duration: warm + rep.To.Sub(rep.From) + longest + o.Tail, Start: start,
+		Config: o.Config, Environment: o.Environment, Duration: warm + rep.To.Sub(rep.From) + longest + o.Tail, Start: start,
 		Interval: o.Interval, Seed: o.Seed, Latency: o.Latency, FamilyLatency: o.FamilyLatency, Scheduled: scheduled,
 		Progress: arrivals(o.Progress, scheduled, start),
 	})

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -61,8 +62,9 @@ type Suggestion struct {
 // adds capacity (a quarter more, at least one) to every pool-hour still
 // over the target, until none is or the rounds run out. Pool-hours
 // without jobs keep nothing; pools without jobs in the history keep their
-// schedules. A search that ctx ends returns no suggestion and an error
-// wrapping ctx's.
+// schedules, and so do the pools of environments other than the one
+// served (see Options.Environment). A search that ctx ends returns no
+// suggestion and an error wrapping ctx's.
 func Suggest(ctx context.Context, o SuggestOptions) (Suggestion, error) {
 	if o.Config == nil {
 		return Suggestion{}, errors.New("simulate: no configuration")
@@ -74,8 +76,13 @@ func Suggest(ctx context.Context, o SuggestOptions) (Suggestion, error) {
 		o.Rounds = 4
 	}
 	o.Options = o.withDefaults()
+	env, err := demo.Environment(o.Config, o.Environment)
+	if err != nil {
+		return Suggestion{}, fmt.Errorf("simulate: %w", err)
+	}
+	o.Environment = env
 	hot := o.TargetP90 < 2*o.Latency.Start
-	plans := firstEstimate(o.Config, o.Jobs, replacementTime(o.Options), hot)
+	plans := firstEstimate(o.Config, env, o.Jobs, replacementTime(o.Options), hot)
 	var s Suggestion
 	for round := 1; ; round++ {
 		cfg := withPlans(o.Config, plans)
@@ -124,8 +131,10 @@ func replacementTime(o Options) time.Duration {
 	return o.Interval + o.Latency.Boot + o.Latency.WarmUp
 }
 
-// firstEstimate sizes each pool-hour from its jobs' arrivals.
-func firstEstimate(cfg *config.Config, jobs []history.Job, window time.Duration, hot bool) map[string]WeekPlan {
+// firstEstimate sizes each pool-hour of the pools env serves from its
+// jobs' arrivals; other environments' pools serve none of the replay's
+// jobs, so they are left as configured.
+func firstEstimate(cfg *config.Config, env string, jobs []history.Job, window time.Duration, hot bool) map[string]WeekPlan {
 	arrivals := map[string][]time.Time{}
 	exists := func(name string) bool { _, ok := cfg.Pool(name); return ok }
 	for _, j := range jobs {
@@ -139,7 +148,7 @@ func firstEstimate(cfg *config.Config, jobs []history.Job, window time.Duration,
 		arrivals[req.Pool] = append(arrivals[req.Pool], j.Created.UTC())
 	}
 	plans := map[string]WeekPlan{}
-	for _, p := range cfg.Pools {
+	for _, p := range cfg.PoolsFor(env) {
 		times := arrivals[p.Name]
 		if len(times) == 0 {
 			continue // the history says nothing of this pool: it stays as configured

@@ -1,0 +1,58 @@
+package demo
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/bullpen-ci/bullpen/internal/config"
+)
+
+// DefaultEnvironment is the environment a run serves when none is given
+// and no pool names one: serve's default.
+const DefaultEnvironment = "production"
+
+// Environment is the environment a run of cfg serves: env when set, else
+// that of the first pool that names one (so that a file written for one
+// environment is served whole), else DefaultEnvironment. A named
+// environment that no pool of cfg belongs to is an error naming those the
+// pools have: a run of it would serve nothing and reject every job.
+func Environment(cfg *config.Config, env string) (string, error) {
+	if env == "" {
+		for _, p := range cfg.Pools {
+			if p.Environment != "" {
+				return p.Environment, nil
+			}
+		}
+		return DefaultEnvironment, nil
+	}
+	if len(cfg.Pools) > 0 && len(cfg.PoolsFor(env)) == 0 {
+		return "", fmt.Errorf("no pool of the configuration belongs to environment %q: its pools' environments are %s",
+			env, strings.Join(environments(cfg), ", "))
+	}
+	return env, nil
+}
+
+// environments lists the environments cfg's pools name, sorted.
+func environments(cfg *config.Config) []string {
+	var out []string
+	for _, p := range cfg.Pools {
+		if p.Environment != "" && !slices.Contains(out, p.Environment) {
+			out = append(out, p.Environment)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// OtherPools lists the pools of cfg that a run serving env leaves out, as
+// "name@environment", in the file's order.
+func OtherPools(cfg *config.Config, env string) []string {
+	var out []string
+	for _, p := range cfg.Pools {
+		if !config.ServedIn(p, env) {
+			out = append(out, p.Name+"@"+p.Environment)
+		}
+	}
+	return out
+}

@@ -1,0 +1,88 @@
+package simulate_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/simulate"
+)
+
+// twoEnvironments has pool a in dev and pool b in prod.
+func twoEnvironments(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("envs.yml", []byte(`runners:
+  small:
+    image: ubuntu24-full-x64
+    ram: 1
+    family: [t3]
+pools:
+  a:
+    environment: dev
+    runner: small
+    schedule:
+      - name: default
+        hot: 1
+  b:
+    environment: prod
+    runner: small
+    schedule:
+      - name: default
+        hot: 1
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// A replay serves the environment it is given, says which, and names the
+// pools it leaves out; by default it serves the first pool's.
+func TestAReplayServesTheEnvironmentItIsGiven(t *testing.T) {
+	jobs := append(burst("a")[:6], burst("b")[:6]...)
+	for i := range jobs[6:] {
+		jobs[6+i].ID += 1000
+	}
+	for env, want := range map[string]struct{ served, other string }{"": {"a", "b@prod"}, "prod": {"b", "a@dev"}} {
+		rep, err := simulate.Run(context.Background(), simulate.Options{Config: twoEnvironments(t), Environment: env, Jobs: jobs, Seed: 3, Tail: 3 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantEnv := map[string]string{"": "dev", "prod": "prod"}[env]
+		if rep.Environment != wantEnv || !slices.Equal(rep.OtherPools, []string{want.other}) {
+			t.Errorf("environment %q: report says %q, other pools %v", env, rep.Environment, rep.OtherPools)
+		}
+		if l := rep.Simulated.ByPool[want.served]; l.Count != 6 || len(rep.Simulated.ByPool) != 1 {
+			t.Errorf("environment %q: jobs by pool %+v, want pool %s's 6", env, rep.Simulated.ByPool, want.served)
+		}
+	}
+}
+
+// The search plans only the pools of the environment served: the others
+// serve none of the replay's jobs, so they keep their schedules.
+func TestSuggestPlansOnlyTheEnvironmentServed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a replay")
+	}
+	jobs := append(burst("a")[:6], burst("b")[:6]...)
+	for i := range jobs[6:] {
+		jobs[6+i].ID += 1000
+	}
+	s, err := simulate.Suggest(context.Background(), simulate.SuggestOptions{
+		Options:   simulate.Options{Config: twoEnvironments(t), Environment: "prod", Jobs: jobs, Seed: 3, Tail: 3 * time.Minute},
+		TargetP90: time.Minute, Rounds: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Plans["a"]; ok || len(s.Plans) != 1 {
+		t.Errorf("plans for %d pools, a's planned %v: want b's only", len(s.Plans), ok)
+	}
+	if _, err := simulate.Run(context.Background(), simulate.Options{Config: twoEnvironments(t), Environment: "staging", Jobs: jobs}); err == nil ||
+		!strings.Contains(err.Error(), `environment "staging"`) {
+		t.Errorf("an environment no pool belongs to: %v", err)
+	}
+}
