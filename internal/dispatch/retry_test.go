@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/testlog"
+	"github.com/bullpen-ci/bullpen/internal/testworld"
 )
 
 // counter reads one outcome of a dispatcher's jobs metric.
@@ -70,19 +70,14 @@ func TestRegistrationOutageBacksOffAndWarnsOncePerBatch(t *testing.T) {
 	assertNoInstanceHeldForNothing(t, f)
 }
 
-// listFailingStore fails its next ListJobs call.
+// listFailingStore fails its next ListJobs call once armed.
 type listFailingStore struct {
 	Store
-	mu   sync.Mutex
-	fail bool
+	testworld.FailOnce
 }
 
 func (s *listFailingStore) ListJobs(ctx context.Context, filter domain.JobFilter) ([]domain.Job, error) {
-	s.mu.Lock()
-	fail := s.fail
-	s.fail = false
-	s.mu.Unlock()
-	if fail {
+	if s.Fire() {
 		return nil, errStoreDown
 	}
 	return s.Store.ListJobs(ctx, filter)
@@ -99,7 +94,11 @@ func TestUnreadableJobsFailTheStepAndKeepTheirMessages(t *testing.T) {
 	if err := f.Queue.Send(f.Ctx, domain.QueuePool, []domain.SendRequest{{Body: []byte("junk")}}); err != nil {
 		t.Fatal(err)
 	}
-	d := f.dispatcherWith(func(d *Deps) { d.Store = &listFailingStore{Store: d.Store, fail: true} }, Options{Wait: -1})
+	d := f.dispatcherWith(func(d *Deps) {
+		st := &listFailingStore{Store: d.Store}
+		st.Arm()
+		d.Store = st
+	}, Options{Wait: -1})
 
 	res, err := d.Step(f.Ctx)
 	if !errors.Is(err, errStoreDown) || res.Received != 4 || res.Skipped != 1 {

@@ -3,27 +3,22 @@ package provision
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/testworld"
 )
 
 var errStoreDown = errors.New("store is down")
 
-// listFailingStore fails its next ListJobs call.
+// listFailingStore fails its next ListJobs call once armed.
 type listFailingStore struct {
 	Store
-	mu   sync.Mutex
-	fail bool
+	testworld.FailOnce
 }
 
 func (s *listFailingStore) ListJobs(ctx context.Context, filter domain.JobFilter) ([]domain.Job, error) {
-	s.mu.Lock()
-	fail := s.fail
-	s.fail = false
-	s.mu.Unlock()
-	if fail {
+	if s.Fire() {
 		return nil, errStoreDown
 	}
 	return s.Store.ListJobs(ctx, filter)
@@ -35,7 +30,8 @@ func (s *listFailingStore) ListJobs(ctx context.Context, filter domain.JobFilter
 func TestUnreadableJobsFailTheStepAndKeepTheirMessages(t *testing.T) {
 	st := &listFailingStore{}
 	f := newFixture(t, func(_ *fixture, d *Deps, _ *Options) {
-		st.Store, st.fail = d.Store, true
+		st.Store = d.Store
+		st.Arm()
 		d.Store = st
 	})
 	f.queueJobs(small, 100, 2)
