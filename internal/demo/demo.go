@@ -6,9 +6,10 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/bullpen-ci/bullpen/internal/agent"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bullpen-ci/bullpen/internal/agent"
 	"github.com/bullpen-ci/bullpen/internal/app"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
@@ -57,8 +59,10 @@ type Options struct {
 	Latency sim.Latency
 	// FamilyLatency overrides Latency for the instance types of a family.
 	FamilyLatency map[string]sim.Latency
-	StorePath     string // SQLite file; "" uses a temporary one
-	Log           *slog.Logger
+	// StorePath is the SQLite file to keep the state in, which must not
+	// hold any yet; "" uses a temporary one.
+	StorePath string
+	Log       *slog.Logger
 	// Lines receives one line per pool per cycle; nil prints nothing.
 	Lines io.Writer
 }
@@ -190,6 +194,9 @@ type world struct {
 func newWorld(ctx context.Context, o Options, clk domain.Clock, stepped bool) (*world, error) {
 	w := &world{interval: o.Interval}
 	path := o.StorePath
+	if err := checkFreshStore(path); err != nil {
+		return nil, err
+	}
 	if path == "" {
 		dir, err := os.MkdirTemp("", "bullpen-demo-")
 		if err != nil {
@@ -208,12 +215,10 @@ func newWorld(ctx context.Context, o Options, clk domain.Clock, stepped bool) (*
 		Converger: converger.Options{Interval: o.Interval, LeaseTTL: -1},
 		OnCycle:   func(r converger.Report) { w.onCycle(r) },
 	}
-	if o.StorePath == "" {
-		opts.ScratchStore = true // removed by close
-		// A fresh store: ids drawn from the seed cannot meet those of an
-		// earlier run, which a kept store (--store) would hold.
-		opts.SimSeed, opts.IDs = o.Seed, seededIDs(o.Seed)
-	}
+	// The store is always new (see checkFreshStore): ids drawn from the
+	// seed cannot meet those of an earlier run.
+	opts.SimSeed, opts.IDs = o.Seed, seededIDs(o.Seed)
+	opts.ScratchStore = o.StorePath == "" // removed by close
 	if stepped {
 		// The virtual driver calls each loop's step itself: no long polls.
 		opts.Intake.Wait, opts.Dispatch.Wait, opts.Provision.Wait = -1, -1, -1
@@ -228,6 +233,29 @@ func newWorld(ctx context.Context, o Options, clk domain.Clock, stepped bool) (*
 		Seed: o.Seed, PerMinute: o.JobsPerMinute, Mix: o.Mix, MinDuration: time.Minute, MaxDuration: 3 * time.Minute,
 	})
 	return w, nil
+}
+
+// checkFreshStore refuses a store file that holds anything: each run's
+// simulated cloud and GitHub start empty, so an earlier run's instances
+// and jobs would name machines that do not exist (terminations failing
+// with InvalidInstanceID.NotFound, pools counted at target on them, jobs
+// running forever). Starting the file afresh instead would destroy what
+// the user pointed at, which may not be a demo's. An empty file is new.
+func checkFreshStore(path string) error {
+	if path == "" {
+		return nil
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("demo: store: %w", err)
+	case fi.Size() > 0:
+		return fmt.Errorf("demo: store %s already holds state (an earlier run's?): the simulated cloud starts empty "+
+			"every run, so that state would name machines that do not exist; delete the file or pick another path", path)
+	}
+	return nil
 }
 
 // seededIDs draws ids of domain.NewID's form from a sequence seeded by

@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -121,5 +122,24 @@ func TestDemoStopsCleanlyWhenInterrupted(t *testing.T) {
 	}
 	if res.Cycles > 1 || !res.Interrupted {
 		t.Fatalf("ran %d cycles after cancellation, interrupted %v", res.Cycles, res.Interrupted)
+	}
+}
+
+// A store file an earlier run left state in is refused, the file named
+// with what to do: the new run's simulated cloud has none of its machines.
+// An empty file is a new store.
+func TestDemoRefusesAStoreThatHoldsState(t *testing.T) {
+	path := t.TempDir() + "/demo.db"
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Config: exampleConfig(t), Duration: 2 * time.Minute, Start: monday, Latency: DefaultLatency, StorePath: path}
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Fatalf("first run on an empty file: %v", err)
+	}
+	_, err := Run(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "store "+path+" already holds state") ||
+		!strings.Contains(err.Error(), "delete the file or pick another path") {
+		t.Fatalf("second run on the same store: %v", err)
 	}
 }
