@@ -220,14 +220,7 @@ func TestReleaseHandshake(t *testing.T) {
 // nothing else changes; a second delivery changes nothing.
 func TestGitHubsConclusionFollowsTheAgentsReport(t *testing.T) {
 	f := newFixture(t)
-	in, _ := f.bound("bp-1", domain.StateRunning, 42)
-	if err := f.signal(in, domain.SignalJobStarted, "42"); err != nil {
-		t.Fatal(err)
-	}
-	err := f.svc.Signal(f.Ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalJobFinished, Job: "42", Reason: "exit status 0"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f.finishedByItsAgent(t)
 	ended := f.Job(42)
 	if ended.Status != domain.JobCompleted || ended.Conclusion != "" {
 		t.Fatalf("after the agent's report: job %s (%q), want completed, no conclusion yet", ended.Status, ended.Conclusion)

@@ -234,8 +234,10 @@ func TestRepeatedFailedFinishesTheRequeue(t *testing.T) {
 	}
 }
 
-func TestJobFinishedFinishesTheInstancesJob(t *testing.T) {
-	f := newFixture(t)
+// finishedByItsAgent is job 42 on instance bp-1, started and then reported
+// finished by the instance's agent (how its runner exited).
+func (f *fixture) finishedByItsAgent(t *testing.T) domain.Instance {
+	t.Helper()
 	in, _ := f.bound("bp-1", domain.StateRunning, 42)
 	if err := f.signal(in, domain.SignalJobStarted, "42"); err != nil {
 		t.Fatal(err)
@@ -244,6 +246,12 @@ func TestJobFinishedFinishesTheInstancesJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return in
+}
+
+func TestJobFinishedFinishesTheInstancesJob(t *testing.T) {
+	f := newFixture(t)
+	in := f.finishedByItsAgent(t)
 	// How the runner process exited is not the job's conclusion: GitHub's
 	// completed delivery brings that.
 	if j := f.Job(42); j.Status != domain.JobCompleted || j.Conclusion != "" || !j.CompletedAt.Equal(f.Clock.Now()) {
