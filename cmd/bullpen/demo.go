@@ -21,7 +21,7 @@ func init() {
 
 // demoFlags are demo's settings.
 type demoFlags struct {
-	config, start, store       string
+	config, start, store, env  string
 	speed, perMinute           float64
 	duration, rollAt, interval time.Duration
 	asJSON, verbose            bool
@@ -36,7 +36,8 @@ func (f *demoFlags) define(fs *flag.FlagSet) {
 	fs.DurationVar(&f.rollAt, "roll-at", 0, "publish a new image version at this virtual offset, rolling every pool (e.g. 5m)")
 	fs.StringVar(&f.start, "start", "", "virtual start time, RFC 3339 (default: now); schedules are matched at this time")
 	fs.DurationVar(&f.interval, "interval", 30*time.Second, "converger interval")
-	fs.StringVar(&f.store, "store", "", "SQLite file to keep the state in (default: a temporary file)")
+	fs.StringVar(&f.store, "store", "", "SQLite file to keep the state in; it must not exist or be empty (default: a temporary file)")
+	fs.StringVar(&f.env, "environment", "", "the environment whose pools are served, as serve's --environment (default: the first pool's environment:, else production)")
 	fs.BoolVar(&f.verbose, "v", false, "log the control plane's decisions to stderr")
 	fs.Float64Var(&f.perMinute, "jobs-per-minute", 6, "mean rate of simulated workflow jobs (0: pools only)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the simulated job stream")
@@ -66,7 +67,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) int {
 func (f *demoFlags) options(e *env, cfg *config.Config) (demo.Options, error) {
 	o := demo.Options{
 		Config: cfg, Speed: f.speed, Duration: f.duration, RollAt: f.rollAt, Interval: f.interval,
-		Latency: demo.DefaultLatency, StorePath: f.store, Lines: e.stdout, JobsPerMinute: f.perMinute, Seed: f.seed,
+		Latency: demo.DefaultLatency, StorePath: f.store, Lines: e.stdout, JobsPerMinute: f.perMinute, Seed: f.seed, Environment: f.env,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	if f.asJSON {
@@ -77,6 +78,9 @@ func (f *demoFlags) options(e *env, cfg *config.Config) (demo.Options, error) {
 	}
 	o.Start = time.Now().UTC().Truncate(time.Second)
 	var problems []error
+	if _, err := demo.Environment(cfg, f.env); err != nil {
+		problems = append(problems, fmt.Errorf("--environment: %w", err))
+	}
 	if f.start != "" {
 		t, err := time.Parse(time.RFC3339, f.start)
 		if err != nil {
@@ -116,7 +120,7 @@ func runDemo(ctx context.Context, e *env, o demo.Options, asJSON bool) int {
 		fmt.Fprintln(e.stderr, "bullpen demo:", err)
 		return 1
 	}
-	if ctx.Err() != nil {
+	if res.Interrupted {
 		fmt.Fprintln(o.Lines, "\ninterrupted; final state below")
 	}
 	if asJSON {

@@ -25,7 +25,7 @@ func init() {
 // simulateFlags are simulate's settings.
 type simulateFlags struct {
 	config, jobs, compare string
-	prices, timings       string
+	prices, timings, env  string
 	asJSON, suggest       bool
 	seed                  uint64
 	target                time.Duration
@@ -36,6 +36,7 @@ func (f *simulateFlags) define(fs *flag.FlagSet) {
 	fs.StringVar(&f.config, "config", "", "the pool configuration (runs-on.yml format)")
 	fs.StringVar(&f.jobs, "jobs", "", "the job history, as bullpen history export writes it (JSON lines)")
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON")
+	fs.StringVar(&f.env, "environment", "", "the environment whose pools serve the jobs, as serve's --environment (default: the first pool's environment:, else production)")
 	fs.StringVar(&f.compare, "compare", "", "a second configuration: replay the same history through it and print both side by side")
 	fs.Uint64Var(&f.seed, "seed", 1, "the simulation's seed")
 	fs.StringVar(&f.prices, "prices", "", "a price table (JSON, as internal/simulate/prices.json) instead of the one shipped")
@@ -78,6 +79,10 @@ func cmdSimulate(ctx context.Context, e *env, args []string) int {
 	cfg, ok := loadConfig(e, f.config)
 	if !ok {
 		return 1
+	}
+	if _, err := demo.Environment(cfg, f.env); err != nil {
+		fmt.Fprintln(e.stderr, "bullpen simulate: --environment:", err)
+		return 2
 	}
 	replay, err := f.replayOptions(cfg)
 	if err != nil {
@@ -138,7 +143,7 @@ func (f *simulateFlags) replayOptions(cfg *config.Config) (simulate.Options, err
 			return simulate.Options{}, err
 		}
 	}
-	return simulate.Options{Config: cfg, Jobs: jobs, Seed: f.seed, Prices: prices,
+	return simulate.Options{Config: cfg, Jobs: jobs, Seed: f.seed, Prices: prices, Environment: f.env,
 		Latency: timings.Default, FamilyLatency: timings.Families}, nil
 }
 
@@ -212,7 +217,7 @@ func replayProgress(w io.Writer, began time.Time) func(time.Time, int, int) {
 // printComparison puts two replays of one history side by side, with the
 // difference of the second from the first.
 func printComparison(w io.Writer, nameA, nameB string, a, b simulate.Report) {
-	fmt.Fprintf(w, "%d jobs replayed through %s (A) and %s (B)\n\n", a.Replayed, nameA, nameB)
+	fmt.Fprintf(w, "%d jobs replayed through %s (A) and %s (B), environment %s\n\n", a.Replayed, nameA, nameB, a.Environment)
 	servedA, servedB := a.Simulated.QueueTime.Count, b.Simulated.QueueTime.Count
 	fmt.Fprintf(w, "jobs                    %7s %7s %7s\n", "A", "B", "B-A")
 	fmt.Fprintf(w, "  %-21s %7d %7d %+7d\n", "served", servedA, servedB, servedB-servedA)
@@ -264,8 +269,12 @@ func unserved(r simulate.Report) int {
 }
 
 func printSimulation(w io.Writer, r simulate.Report) {
-	fmt.Fprintf(w, "%d jobs from %s to %s, %d replayed (%s simulated)\n\n", r.Jobs,
-		r.From.Format("2006-01-02 15:04"), r.To.Format("2006-01-02 15:04"), r.Replayed, r.Virtual)
+	fmt.Fprintf(w, "%d jobs from %s to %s, %d replayed (%s simulated) by the pools of environment %s\n", r.Jobs,
+		r.From.Format("2006-01-02 15:04"), r.To.Format("2006-01-02 15:04"), r.Replayed, r.Virtual, r.Environment)
+	if len(r.OtherPools) > 0 {
+		fmt.Fprintf(w, "not served here (pools of other environments): %s\n", strings.Join(r.OtherPools, ", "))
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "queue time (s)        %6s %6s %6s %6s %6s\n", "jobs", "p50", "p90", "p99", "max")
 	row := func(name string, l demo.Latencies) {
 		fmt.Fprintf(w, "  %-19s %6d %6.1f %6.1f %6.1f %6.1f\n", name, l.Count, l.P50, l.P90, l.P99, l.Max)

@@ -44,7 +44,11 @@ func suggestSchedules(ctx context.Context, e *env, cfgPath string, o simulate.Su
 		schedules[pool] = plan.Schedule()
 	}
 	for _, p := range o.Config.Pools {
-		if _, ok := s.Plans[p.Name]; !ok {
+		switch _, ok := s.Plans[p.Name]; {
+		case ok:
+		case !config.ServedIn(p, s.Report.Environment):
+			fmt.Fprintf(e.stderr, "pool %s: of another environment than %s; its schedule is kept\n", p.Name, s.Report.Environment)
+		default:
 			fmt.Fprintf(e.stderr, "pool %s: no job of the history went to it; its schedule is kept\n", p.Name)
 		}
 	}

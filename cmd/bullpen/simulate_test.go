@@ -174,3 +174,24 @@ pools:
 		}
 	}
 }
+
+// simulate and demo serve the environment --environment names, say which
+// in their header, and refuse one no pool belongs to.
+func TestSimulateAndDemoServeTheEnvironmentNamed(t *testing.T) {
+	jobs := writeHistory(t, "small-x64")
+	devOnly := filepath.Join(t.TempDir(), "dev.yml")
+	if err := os.WriteFile(devOnly, []byte("runners:\n  small: {image: ubuntu-24.04, family: [t3]}\npools:\n  small-x64:\n    environment: dev\n    runner: small\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runWithEnv(nil, "simulate", "--config", devOnly, "--jobs", jobs, "--environment", "prod")
+	if code != 2 || !strings.Contains(errOut, `--environment: no pool of the configuration belongs to environment "prod"`) {
+		t.Errorf("simulate in an environment without pools: exit %d: %s%s", code, out, errOut)
+	}
+	code, out, errOut = runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--environment", "dev")
+	if code != 0 || !strings.Contains(out, "replayed (") || !strings.Contains(out, "by the pools of environment dev\n") {
+		t.Errorf("simulate in dev: exit %d: %s%s", code, out, errOut)
+	}
+	if code, _, errOut := runWithEnv(nil, "demo", "--config", devOnly, "--environment", "prod", "--duration", "1m", "--speed", "0"); code != 2 || !strings.Contains(errOut, `belongs to environment "prod"`) {
+		t.Errorf("demo in an environment without pools: exit %d: %s", code, errOut)
+	}
+}
