@@ -53,7 +53,7 @@ func (c *Cloud) InstanceTypes(ctx context.Context, r domain.RunnerSpec, arch str
 	if len(fit) == 0 {
 		return nil, &domain.CloudError{Op: ec2like.OpCreateFleet, Code: "Unsupported", Err: fmt.Errorf(
 			"%w: no instance type of families %v with %s vCPUs and %s GiB for %s", domain.ErrInvalidRequest,
-			r.Family, rangeText(r.CPU), rangeText(r.RAM), cmp.Or(arch, "any architecture"))}
+			r.Family, ec2like.RangeText(r.CPU), ec2like.RangeText(r.RAM), cmp.Or(arch, "any architecture"))}
 	}
 	slices.SortFunc(fit, func(a, b typeInfo) int {
 		return cmp.Or(cmp.Compare(a.vcpus, b.vcpus), cmp.Compare(a.memMiB, b.memMiB), strings.Compare(a.name, b.name))
@@ -72,7 +72,7 @@ func matchesRunner(t typeInfo, r domain.RunnerSpec, arch string) bool {
 	if r.Spot != "" && !t.spot {
 		return false
 	}
-	if !inRange(t.vcpus, r.CPU) || !inRange(t.memMiB, domain.Range{Min: r.RAM.Min * 1024, Max: r.RAM.Max * 1024}) {
+	if !ec2like.InRange(t.vcpus, r.CPU) || !ec2like.InRange(t.memMiB, ec2like.RAMMiB(r.RAM)) {
 		return false
 	}
 	if len(r.Family) == 0 {
@@ -88,22 +88,6 @@ func matchesRunner(t typeInfo, r domain.RunnerSpec, arch string) bool {
 		}
 	}
 	return false
-}
-
-func inRange(v int, r domain.Range) bool {
-	return (r.Min == 0 || v >= r.Min) && (r.Max == 0 || v <= r.Max)
-}
-
-func rangeText(r domain.Range) string {
-	switch {
-	case r.Min == 0 && r.Max == 0:
-		return "any"
-	case r.Min == r.Max:
-		return fmt.Sprint(r.Min)
-	case r.Max == 0:
-		return fmt.Sprintf("%d or more", r.Min)
-	}
-	return fmt.Sprintf("%d to %d", r.Min, r.Max)
 }
 
 // allTypes reads every instance type of the region once.

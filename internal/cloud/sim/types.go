@@ -2,7 +2,6 @@ package sim
 
 import (
 	"cmp"
-	"fmt"
 	"path"
 	"slices"
 	"strconv"
@@ -150,38 +149,19 @@ func candidates(r domain.RunnerSpec) []shape {
 // without a family may be of any family of the catalogue. No fitting type
 // is the EC2 provider's error, an Unsupported domain.ErrInvalidRequest.
 func InstanceType(r domain.RunnerSpec) (string, error) {
-	ram := domain.Range{Min: r.RAM.Min * 1024, Max: r.RAM.Max * 1024}
+	ram := ec2like.RAMMiB(r.RAM)
 	var fit []shape
 	for _, s := range candidates(r) {
-		if (s.vcpus == 0 || inRange(s.vcpus, r.CPU)) && (s.memMiB == 0 || inRange(s.memMiB, ram)) {
+		if (s.vcpus == 0 || ec2like.InRange(s.vcpus, r.CPU)) && (s.memMiB == 0 || ec2like.InRange(s.memMiB, ram)) {
 			fit = append(fit, s)
 		}
 	}
 	if len(fit) == 0 {
 		return "", ec2like.Errorf(OpCreateFleet, "Unsupported", domain.ErrInvalidRequest,
-			"no instance type of families %v with %s vCPUs and %s GiB", cmp.Or(strings.Join(r.Family, ","), "any"), rangeText(r.CPU), rangeText(r.RAM))
+			"no instance type of families %v with %s vCPUs and %s GiB", cmp.Or(strings.Join(r.Family, ","), "any"), ec2like.RangeText(r.CPU), ec2like.RangeText(r.RAM))
 	}
 	best := slices.MinFunc(fit, func(a, b shape) int {
 		return cmp.Or(cmp.Compare(a.vcpus, b.vcpus), cmp.Compare(a.memMiB, b.memMiB), strings.Compare(a.name, b.name))
 	})
 	return best.name, nil
-}
-
-// inRange: zero bounds constrain nothing, as in the EC2 provider.
-func inRange(v int, r domain.Range) bool {
-	return (r.Min == 0 || v >= r.Min) && (r.Max == 0 || v <= r.Max)
-}
-
-func rangeText(r domain.Range) string {
-	switch {
-	case r.Min == 0 && r.Max == 0:
-		return "any"
-	case r.Min == r.Max:
-		return strconv.Itoa(r.Min)
-	case r.Max == 0:
-		return fmt.Sprintf("%d or more", r.Min)
-	case r.Min == 0:
-		return fmt.Sprintf("at most %d", r.Max)
-	}
-	return fmt.Sprintf("%d to %d", r.Min, r.Max)
 }
