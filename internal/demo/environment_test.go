@@ -7,42 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 )
-
-// twoEnvironments has a pool in dev, one in prod and one in every
-// environment.
-func twoEnvironments(t *testing.T) *config.Config {
-	t.Helper()
-	cfg, err := config.Parse("envs.yml", []byte(`runners:
-  small:
-    image: ubuntu24-full-x64
-    ram: 1
-    family: [t3]
-pools:
-  a:
-    environment: dev
-    runner: small
-    schedule:
-      - name: default
-        hot: 1
-  b:
-    environment: prod
-    runner: small
-    schedule:
-      - name: default
-        hot: 2
-  shared:
-    runner: small
-    schedule:
-      - name: default
-        stopped: 1
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // The header names the environment served, counts only its pools and
 // names the others'; by default it is the first pool's.
@@ -52,7 +18,7 @@ func TestHeaderNamesTheEnvironmentServed(t *testing.T) {
 		"prod": {"environment prod, 2 pools on the simulated cloud", "not served here (pools of other environments): a@dev"},
 	} {
 		var out bytes.Buffer
-		Header(&out, Options{Config: twoEnvironments(t), Environment: env, Duration: time.Minute, Interval: 30 * time.Second})
+		Header(&out, Options{Config: testfixtures.TwoEnvironments(t), Environment: env, Duration: time.Minute, Interval: 30 * time.Second})
 		for _, w := range want {
 			if !strings.Contains(out.String(), w) {
 				t.Errorf("environment %q: header lacks %q:\n%s", env, w, out.String())
@@ -70,7 +36,7 @@ func TestHeaderNamesTheEnvironmentServed(t *testing.T) {
 // environment, generates jobs for them only, and says so in its result.
 func TestDemoServesTheEnvironmentItIsGiven(t *testing.T) {
 	res, err := Run(context.Background(), Options{
-		Config: twoEnvironments(t), Environment: "prod", Duration: 6 * time.Minute, Start: monday,
+		Config: testfixtures.TwoEnvironments(t), Environment: "prod", Duration: 6 * time.Minute, Start: monday,
 		JobsPerMinute: 4, Seed: 3, Latency: DefaultLatency,
 	})
 	if err != nil {
@@ -88,7 +54,7 @@ func TestDemoServesTheEnvironmentItIsGiven(t *testing.T) {
 	}
 
 	// Without the pool of every environment, staging would serve nothing.
-	bound := twoEnvironments(t)
+	bound := testfixtures.TwoEnvironments(t)
 	bound.Pools = bound.Pools[:2]
 	_, err = Run(context.Background(), Options{Config: bound, Environment: "staging", Duration: time.Minute})
 	if err == nil || !strings.Contains(err.Error(), `no pool of the configuration belongs to environment "staging": its pools' environments are dev, prod`) {

@@ -7,37 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/simulate"
+	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 )
-
-// twoEnvironments has pool a in dev and pool b in prod.
-func twoEnvironments(t *testing.T) *config.Config {
-	t.Helper()
-	cfg, err := config.Parse("envs.yml", []byte(`runners:
-  small:
-    image: ubuntu24-full-x64
-    ram: 1
-    family: [t3]
-pools:
-  a:
-    environment: dev
-    runner: small
-    schedule:
-      - name: default
-        hot: 1
-  b:
-    environment: prod
-    runner: small
-    schedule:
-      - name: default
-        hot: 1
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 // A replay serves the environment it is given, says which, and names the
 // pools it leaves out; by default it serves the first pool's.
@@ -47,7 +20,7 @@ func TestAReplayServesTheEnvironmentItIsGiven(t *testing.T) {
 		jobs[6+i].ID += 1000
 	}
 	for env, want := range map[string]struct{ served, other string }{"": {"a", "b@prod"}, "prod": {"b", "a@dev"}} {
-		rep, err := simulate.Run(context.Background(), simulate.Options{Config: twoEnvironments(t), Environment: env, Jobs: jobs, Seed: 3, Tail: 3 * time.Minute})
+		rep, err := simulate.Run(context.Background(), simulate.Options{Config: testfixtures.TwoEnvironments(t), Environment: env, Jobs: jobs, Seed: 3, Tail: 3 * time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +45,7 @@ func TestSuggestPlansOnlyTheEnvironmentServed(t *testing.T) {
 		jobs[6+i].ID += 1000
 	}
 	s, err := simulate.Suggest(context.Background(), simulate.SuggestOptions{
-		Options:   simulate.Options{Config: twoEnvironments(t), Environment: "prod", Jobs: jobs, Seed: 3, Tail: 3 * time.Minute},
+		Options:   simulate.Options{Config: testfixtures.TwoEnvironments(t), Environment: "prod", Jobs: jobs, Seed: 3, Tail: 3 * time.Minute},
 		TargetP90: time.Minute, Rounds: 1,
 	})
 	if err != nil {
@@ -81,7 +54,9 @@ func TestSuggestPlansOnlyTheEnvironmentServed(t *testing.T) {
 	if _, ok := s.Plans["a"]; ok || len(s.Plans) != 1 {
 		t.Errorf("plans for %d pools, a's planned %v: want b's only", len(s.Plans), ok)
 	}
-	if _, err := simulate.Run(context.Background(), simulate.Options{Config: twoEnvironments(t), Environment: "staging", Jobs: jobs}); err == nil ||
+	noneShared := testfixtures.TwoEnvironments(t)
+	noneShared.Pools = slices.DeleteFunc(noneShared.Pools, func(p domain.Pool) bool { return p.Environment == "" })
+	if _, err := simulate.Run(context.Background(), simulate.Options{Config: noneShared, Environment: "staging", Jobs: jobs}); err == nil ||
 		!strings.Contains(err.Error(), `environment "staging"`) {
 		t.Errorf("an environment no pool belongs to: %v", err)
 	}
