@@ -27,10 +27,9 @@ type configReloads struct {
 // present from the start at zero, and bullpen_config_refused.
 func newConfigReloads(reg prometheus.Registerer) (*configReloads, error) {
 	m := &configReloads{
-		reads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_config_reloads_total",
-			Help: "Configuration reads that found something to act on, by result (loaded: put in force; refused: invalid, the one in force kept; unreadable: the source did not answer, the one in force kept).",
-		}, []string{"result"}),
+		reads: promreg.Counters("bullpen_config_reloads_total",
+			"Configuration reads that found something to act on, by result (loaded: put in force; refused: invalid, the one in force kept; unreadable: the source did not answer, the one in force kept).",
+			"result"),
 		refused: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "bullpen_config_refused",
 			Help: "1 while the newest configuration read is invalid and an older one stays in force; 0 once one is loaded.",
@@ -39,9 +38,7 @@ func newConfigReloads(reg prometheus.Registerer) (*configReloads, error) {
 	if err := promreg.Register(reg, "configuration", m.reads, m.refused); err != nil {
 		return nil, err
 	}
-	for _, result := range []string{reloadLoaded, reloadRefused, reloadUnreadable} {
-		m.reads.WithLabelValues(result)
-	}
+	promreg.AtZero(m.reads, reloadLoaded, reloadRefused, reloadUnreadable)
 	return m, nil
 }
 

@@ -17,14 +17,11 @@ type PoolMetrics struct {
 // (none with a nil reg).
 func NewPoolMetrics(reg prometheus.Registerer) (*PoolMetrics, error) {
 	m := &PoolMetrics{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_autoscale_decisions_total",
-			Help: "Decisions of the demand autoscaler of pools with an autoscale block, by pool and action (up, down, none).",
-		}, []string{"pool", "action"}),
-		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_autoscale_skipped_polls_total",
-			Help: "Polls of a pool's demand autoscaler that kept the count because the demand could not be read.",
-		}, []string{"pool"}),
+		decisions: promreg.Counters("bullpen_autoscale_decisions_total",
+			"Decisions of the demand autoscaler of pools with an autoscale block, by pool and action (up, down, none).",
+			"pool", "action"),
+		skipped: promreg.Counters("bullpen_autoscale_skipped_polls_total",
+			"Polls of a pool's demand autoscaler that kept the count because the demand could not be read.", "pool"),
 	}
 	return m, promreg.Register(reg, "pool autoscaler", m.decisions, m.skipped)
 }

@@ -24,3 +24,17 @@ func Register(reg prometheus.Registerer, what string, cs ...prometheus.Collector
 	}
 	return nil
 }
+
+// Counters is a counter family of name and help, by labels.
+func Counters(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+// AtZero makes the series of v's one label for each of values, at zero,
+// so that a dashboard shows none rather than no data and an alert on an
+// increase sees the first one.
+func AtZero(v *prometheus.CounterVec, values ...string) {
+	for _, value := range values {
+		v.WithLabelValues(value)
+	}
+}

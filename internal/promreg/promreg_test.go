@@ -46,3 +46,21 @@ func TestRegisterNamesTheOwnerOfACollectorThatFails(t *testing.T) {
 		t.Fatalf("err = %v, want an AlreadyRegisteredError named for second", err)
 	}
 }
+
+func TestCountersStartAtZero(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	v := Counters("c_total", "A test family.", "kind")
+	if err := Register(reg, "test", v); err != nil {
+		t.Fatal(err)
+	}
+	AtZero(v, "a", "b")
+	got, err := reg.Gather()
+	if err != nil || len(got) != 1 || len(got[0].GetMetric()) != 2 {
+		t.Fatalf("gathered %v, %v; want one family of two series", got, err)
+	}
+	for _, m := range got[0].GetMetric() {
+		if m.GetCounter().GetValue() != 0 {
+			t.Errorf("%v: not at zero", m)
+		}
+	}
+}

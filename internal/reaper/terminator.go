@@ -142,21 +142,18 @@ type terminatorMetrics struct {
 // data, and an alert on an increase sees the first failure.
 func newTerminatorMetrics(reg prometheus.Registerer) (*terminatorMetrics, error) {
 	m := &terminatorMetrics{
-		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_terminator_actions_total",
-			Help: "Instances the terminator acted on, by kind (expired: marked terminating as their state's deadline passed; terminated: closed once their machine was terminated).",
-		}, []string{"kind"}),
-		cloudErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_terminator_cloud_errors_total",
-			Help: "Failed cloud calls made by the terminator, by operation; the rows stay terminating and the next sweep tries again.",
-		}, []string{"op"}),
+		actions: promreg.Counters("bullpen_terminator_actions_total",
+			"Instances the terminator acted on, by kind (expired: marked terminating as their state's deadline passed; terminated: closed once their machine was terminated).",
+			"kind"),
+		cloudErrors: promreg.Counters("bullpen_terminator_cloud_errors_total",
+			"Failed cloud calls made by the terminator, by operation; the rows stay terminating and the next sweep tries again.",
+			"op"),
 	}
 	if err := promreg.Register(reg, "terminator", m.actions, m.cloudErrors); err != nil {
 		return nil, err
 	}
-	m.actions.WithLabelValues(actionExpired)
-	m.actions.WithLabelValues(actionTerminated)
-	m.cloudErrors.WithLabelValues(opTerminate)
+	promreg.AtZero(m.actions, actionExpired, actionTerminated)
+	promreg.AtZero(m.cloudErrors, opTerminate)
 	return m, nil
 }
 
