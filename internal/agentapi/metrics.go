@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
 
 // Endpoints and outcomes are the only label values: ids never become labels.
@@ -23,10 +25,8 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_agentapi_requests_total",
-			Help: "Agent API requests by endpoint and outcome (ok, bad_request, too_large, unauthorized, instance_ended, token_issued, rejected, unavailable, not_found).",
-		}, []string{"endpoint", "outcome"}),
+		requests: promreg.Counters("bullpen_agentapi_requests_total",
+			"Agent API requests by endpoint and outcome (ok, bad_request, too_large, unauthorized, instance_ended, token_issued, rejected, unavailable, not_found).", "endpoint", "outcome"),
 		longPolls: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "bullpen_agentapi_long_polls",
 			Help: "Agents waiting in a long poll for their next instruction.",

@@ -20,19 +20,15 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		signals: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_agent_signals_total", Help: "Signals received from instance agents, by kind.",
-		}, []string{"kind"}),
+		signals: promreg.Counters("bullpen_agent_signals_total",
+			"Signals received from instance agents, by kind.", "kind"),
 		heartbeats: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bullpen_agent_heartbeats_total", Help: "Heartbeats received from instance agents.",
 		}),
-		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_releases_total", Help: "Instances after their job, by outcome (releasing, pooled, terminated, timed_out).",
-		}, []string{"outcome"}),
-		interruptions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_spot_interruptions_total",
-			Help: "Instances taken out of service by a spot interruption notice, by what became of their job (none, requeued, started).",
-		}, []string{"job"}),
+		releases: promreg.Counters("bullpen_releases_total",
+			"Instances after their job, by outcome (releasing, pooled, terminated, timed_out).", "outcome"),
+		interruptions: promreg.Counters("bullpen_spot_interruptions_total",
+			"Instances taken out of service by a spot interruption notice, by what became of their job (none, requeued, started).", "job"),
 		instancesFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bullpen_instances_failed_total",
 			Help: "Instances taken out of service because their agent reported a failure or their runner ended before its job started; each once.",

@@ -78,10 +78,8 @@ func (a *App) openShared(ctx context.Context, sh Shared) error {
 // from the start at zero, so that a dashboard shows none refused rather
 // than no data.
 func refusedWrites(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
-	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "bullpen_store_refused_writes_total",
-		Help: "DynamoDB conditional writes refused because a row had changed since it was read or remembered (by this replica or another), after which the change is decided again: by row (instance or job for one row's transition, transaction for a job and its instance together) and whether the row decided on was a remembered one.",
-	}, []string{"row", "remembered"})
+	refused := promreg.Counters("bullpen_store_refused_writes_total",
+		"DynamoDB conditional writes refused because a row had changed since it was read or remembered (by this replica or another), after which the change is decided again: by row (instance or job for one row's transition, transaction for a job and its instance together) and whether the row decided on was a remembered one.", "row", "remembered")
 	if err := promreg.Register(reg, "store", refused); err != nil {
 		return nil, err
 	}
@@ -99,10 +97,8 @@ func refusedWrites(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
 // provider and the shared state alike.
 func (a *App) awsCalls() (func(service, operation string, took time.Duration), error) {
 	a.awsCallsOnce.Do(func() {
-		calls := prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_aws_calls_total",
-			Help: "AWS API calls (each attempt of a retried one), by service and operation.",
-		}, []string{"service", "operation"})
+		calls := promreg.Counters("bullpen_aws_calls_total",
+			"AWS API calls (each attempt of a retried one), by service and operation.", "service", "operation")
 		took := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "bullpen_aws_call_seconds",
 			Help:    "How long each attempt of an AWS API call took to its answer, by service and operation (SQS ReceiveMessage includes its long poll).",

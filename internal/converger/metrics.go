@@ -23,14 +23,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "bullpen_converger_cycle_seconds", Help: "Duration of one convergence cycle over every pool.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
-		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_pool_actions_total",
-			Help: "Instances the converger's plans acted on, by action, reason and result: ok (done), " +
+		actions: promreg.Counters("bullpen_pool_actions_total",
+			"Instances the converger's plans acted on, by action, reason and result: ok (done), "+
 				"conflict (the instance changed since the plan, so was left alone), error (failed; retried later).",
-		}, []string{"pool", "action", "reason", "result"}),
-		cloudErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_converger_cloud_errors_total", Help: "Failed cloud calls made by the converger, by operation.",
-		}, []string{"op"}),
+			"pool", "action", "reason", "result"),
+		cloudErrors: promreg.Counters("bullpen_converger_cloud_errors_total",
+			"Failed cloud calls made by the converger, by operation.", "op"),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bullpen_converger_conflicts_total", Help: "Planned changes skipped because the instance changed meanwhile (claimed for a job, say).",
 		}),

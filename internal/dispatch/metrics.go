@@ -18,9 +18,8 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_pool_dispatch_jobs_total", Help: "Pool-queue jobs by outcome (assigned, overflow, skipped, retried; overflow_failed: its move to the launch queue was not recorded, so its pool message comes back).",
-		}, []string{"outcome"}),
+		jobs: promreg.Counters("bullpen_pool_dispatch_jobs_total",
+			"Pool-queue jobs by outcome (assigned, overflow, skipped, retried; overflow_failed: its move to the launch queue was not recorded, so its pool message comes back).", "outcome"),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "bullpen_pool_dispatch_batch_size", Help: "Jobs received per pool dispatch cycle.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
@@ -38,9 +37,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		started: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bullpen_pool_instances_started_total", Help: "Stopped pool instances started for a job.",
 		}),
-		cloudErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_pool_dispatch_cloud_errors_total", Help: "Failed cloud calls of the pool dispatcher, by operation.",
-		}, []string{"op"}),
+		cloudErrors: promreg.Counters("bullpen_pool_dispatch_cloud_errors_total",
+			"Failed cloud calls of the pool dispatcher, by operation.", "op"),
 	}
 	if err := promreg.Register(reg, "dispatch", m.jobs, m.batchSize, m.batchSeconds, m.conflicts, m.detached, m.started, m.cloudErrors); err != nil {
 		return nil, err

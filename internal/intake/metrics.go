@@ -13,10 +13,8 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_intake_events_total",
-			Help: "workflow_job deliveries processed, by action and outcome (pool, launch, rejected, not_ours, duplicate, recorded).",
-		}, []string{"action", "outcome"}),
+		events: promreg.Counters("bullpen_intake_events_total",
+			"workflow_job deliveries processed, by action and outcome (pool, launch, rejected, not_ours, duplicate, recorded).", "action", "outcome"),
 		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bullpen_intake_dead_lettered_total", Help: "Inbox messages moved to the dead-letter queue after failing too often.",
 		}),

@@ -51,10 +51,8 @@ func NewExclusive(leases Leases, holder string, clk domain.Clock, log *slog.Logg
 			Name: "bullpen_loop_lease_held",
 			Help: "1 while this replica holds the lease of a loop that runs on one replica at a time, by loop.",
 		}, []string{"loop"}),
-		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_loop_lease_changes_total",
-			Help: "Leases of one-replica loops this replica took (acquired) or gave up or lost (released), by loop.",
-		}, []string{"loop", "change"}),
+		changes: promreg.Counters("bullpen_loop_lease_changes_total",
+			"Leases of one-replica loops this replica took (acquired) or gave up or lost (released), by loop.", "loop", "change"),
 	}
 	if e.log == nil {
 		e.log = slog.Default()

@@ -68,10 +68,8 @@ type Runner struct {
 func NewRunner(clk domain.Clock, log *slog.Logger, reg prometheus.Registerer) (*Runner, error) {
 	r := &Runner{clock: clk, log: log, backoff: DefaultBackoff, max: DefaultMaxBackoff,
 		unhealthyAfter: DefaultUnhealthyAfter, status: map[string]*Status{},
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_loop_failures_total",
-			Help: "Steps of a control-plane loop that failed, by loop.",
-		}, []string{"loop"}),
+		failures: promreg.Counters("bullpen_loop_failures_total",
+			"Steps of a control-plane loop that failed, by loop.", "loop"),
 		failing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "bullpen_loop_consecutive_failures",
 			Help: "Steps of a loop that failed in a row; 0 once one succeeds.",

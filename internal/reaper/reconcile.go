@@ -416,10 +416,8 @@ type reconcileMetrics struct {
 }
 
 func newReconcileMetrics(reg prometheus.Registerer) (*reconcileMetrics, error) {
-	m := &reconcileMetrics{actions: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "bullpen_reaper_actions_total",
-		Help: "What the reaper reconciled, by kind (orphan, gone, silent, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, job_deleted, row_deleted).",
-	}, []string{"kind"})}
+	m := &reconcileMetrics{actions: promreg.Counters("bullpen_reaper_actions_total",
+		"What the reaper reconciled, by kind (orphan, gone, silent, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, job_deleted, row_deleted).", "kind")}
 	if err := promreg.Register(reg, "reaper", m.actions); err != nil {
 		return nil, err
 	}

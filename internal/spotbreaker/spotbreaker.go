@@ -81,8 +81,8 @@ func New(o Options, clk domain.Clock, log *slog.Logger, reg prometheus.Registere
 	b := &Breaker{opts: o, clock: clk, log: log, recent: map[string][]time.Time{}, open: map[string]Open{},
 		openGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "bullpen_spot_breaker_open",
 			Help: "1 while a runner class launches on-demand after repeated spot interruptions."}, []string{"runner"}),
-		openings: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bullpen_spot_breaker_openings_total",
-			Help: "Times a runner class was switched to on-demand by the spot circuit breaker."}, []string{"runner"}),
+		openings: promreg.Counters("bullpen_spot_breaker_openings_total",
+			"Times a runner class was switched to on-demand by the spot circuit breaker.", "runner"),
 	}
 	if err := promreg.Register(reg, "spot breaker", collector{b}); err != nil {
 		return nil, err

@@ -24,10 +24,8 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_webhook_deliveries_total",
-			Help: "Webhook deliveries received, by event (ping, workflow_job, other, none) and outcome.",
-		}, []string{"event", "outcome"}),
+		deliveries: promreg.Counters("bullpen_webhook_deliveries_total",
+			"Webhook deliveries received, by event (ping, workflow_job, other, none) and outcome.", "event", "outcome"),
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "bullpen_webhook_request_duration_seconds",
 			Help:    "Time to answer a webhook delivery, body read and inbox write included, by outcome.",

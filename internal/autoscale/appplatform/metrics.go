@@ -36,15 +36,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		score: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "bullpen_appplatform_breach_score", Help: "Breach score of the direction breached at the last decision (0 for the other).",
 		}, []string{"direction"}),
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_appplatform_decisions_total", Help: "Autoscaler decisions by action (up, down, none).",
-		}, []string{"action"}),
-		apiErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_appplatform_api_errors_total", Help: "Failed API calls by API (github, digitalocean) and kind (transient, permanent).",
-		}, []string{"api", "kind"}),
-		cycles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "bullpen_appplatform_cycles_total", Help: "Polls by result (ok; skipped: transient error or rate limit; failed: needs a human).",
-		}, []string{"result"}),
+		decisions: promreg.Counters("bullpen_appplatform_decisions_total",
+			"Autoscaler decisions by action (up, down, none).", "action"),
+		apiErrors: promreg.Counters("bullpen_appplatform_api_errors_total",
+			"Failed API calls by API (github, digitalocean) and kind (transient, permanent).", "api", "kind"),
+		cycles: promreg.Counters("bullpen_appplatform_cycles_total",
+			"Polls by result (ok; skipped: transient error or rate limit; failed: needs a human).", "result"),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bullpen_appplatform_spec_conflicts_total", Help: "Concurrent changes of the app spec met while scaling.",
 		}),
@@ -52,12 +49,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "bullpen_appplatform_dead_runners_deleted_total", Help: "Offline, idle runners removed from GitHub.",
 		}),
 	}
-	for _, a := range []string{"up", "down", "none"} {
-		m.decisions.WithLabelValues(a)
-	}
-	for _, r := range []string{"ok", "skipped", "failed"} {
-		m.cycles.WithLabelValues(r)
-	}
+	promreg.AtZero(m.decisions, "up", "down", "none")
+	promreg.AtZero(m.cycles, "ok", "skipped", "failed")
 	if err := promreg.Register(reg, "app platform autoscaler", m.demand, m.instances, m.score, m.decisions, m.apiErrors, m.cycles, m.conflicts, m.deleted); err != nil {
 		return nil, err
 	}

@@ -45,10 +45,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		remaining: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "bullpen_github_rate_remaining",
 			Help: "Calls left in the account's primary GitHub rate limit, as GitHub last said."}, []string{"account"}),
-		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bullpen_github_rate_limited_total",
-			Help: "GitHub answers refusing a call for a rate limit; the account's calls pause."}, []string{"account"}),
-		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bullpen_github_calls_deferred_total",
-			Help: "Calls not made: the account is paused, or its budget is kept for runner registrations."}, []string{"account", "kind"}),
+		limited: promreg.Counters("bullpen_github_rate_limited_total",
+			"GitHub answers refusing a call for a rate limit; the account's calls pause.", "account"),
+		deferred: promreg.Counters("bullpen_github_calls_deferred_total",
+			"Calls not made: the account is paused, or its budget is kept for runner registrations.", "account", "kind"),
 	}
 	if err := promreg.Register(reg, "GitHub rate limit", m.remaining, m.limited, m.deferred); err != nil {
 		return nil, err
