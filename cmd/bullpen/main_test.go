@@ -366,3 +366,16 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("exit %d: %q %s", code, out, errOut)
 	}
 }
+
+// A bad value that came from the environment is named by its variable too,
+// since serve's problems name the flag.
+func TestServeSaysWhichBadValuesCameFromTheEnvironment(t *testing.T) {
+	vars := map[string]string{"BULLPEN_CLOUD": "gce", "BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "t"}
+	code, _, errOut := runWithEnv(vars, "serve", "--config", "../../examples/runs-on.yml", "--github", "hub")
+	if code != 2 || !strings.Contains(errOut, `--cloud "gce": want sim, local or aws`) || !strings.Contains(errOut, "(--cloud came from $BULLPEN_CLOUD)") {
+		t.Fatalf("exit %d:\n%s", code, errOut)
+	}
+	if strings.Contains(errOut, "--github came from") {
+		t.Fatalf("a flag given on the command line said to come from the environment:\n%s", errOut)
+	}
+}

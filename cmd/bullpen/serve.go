@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,6 +112,26 @@ func (f *serveFlags) envErrors(fs *flag.FlagSet) []error {
 			out = append(out, f.envProblems[name])
 		}
 	}
+	return out
+}
+
+// envVariable finds the variable a flag's usage names as its source.
+var envVariable = regexp.MustCompile(`\(\$([A-Z0-9_]+)\)$`)
+
+// fromEnvironment says which flags that a problem names took their value
+// from the environment rather than the command line, since the problem
+// names the flag: "--cloud came from $BULLPEN_CLOUD".
+func fromEnvironment(fs *flag.FlagSet, getenv func(string) string, problems string) []string {
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	var out []string
+	fs.VisitAll(func(fl *flag.Flag) {
+		m := envVariable.FindStringSubmatch(fl.Usage)
+		if m == nil || set[fl.Name] || getenv(m[1]) == "" || !strings.Contains(problems, "--"+fl.Name+" ") {
+			return
+		}
+		out = append(out, fmt.Sprintf("--%s came from $%s", fl.Name, m[1]))
+	})
 	return out
 }
 
@@ -226,6 +247,9 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	opts, err := f.options(e, log)
 	if err := errors.Join(append(f.envErrors(fs), logErr, err)...); err != nil {
 		fmt.Fprintf(e.stderr, "bullpen serve: %v\n", err)
+		for _, src := range fromEnvironment(fs, e.getenv, err.Error()) {
+			fmt.Fprintln(e.stderr, "  ("+src+")")
+		}
 		return 2
 	}
 	ln, err := net.Listen("tcp", f.listen)
