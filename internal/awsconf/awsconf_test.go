@@ -162,3 +162,13 @@ func TestOnCallTimesEveryAttempt(t *testing.T) {
 		}
 	}
 }
+
+func TestShownHidesOnlyACredentialRefusalsMessage(t *testing.T) {
+	hidden := awsconf.Shown(&smithy.GenericAPIError{Code: "SignatureDoesNotMatch", Message: "x-amz-security-token:SESSIONSECRET"})
+	if strings.Contains(hidden, "SESSIONSECRET") {
+		t.Errorf("a credential refusal's message shown: %q", hidden)
+	}
+	if got := awsconf.Shown(&smithy.GenericAPIError{Code: "ThrottlingException", Message: "Rate exceeded"}); got != "Rate exceeded" {
+		t.Errorf("a throttling's message: %q", got)
+	}
+}

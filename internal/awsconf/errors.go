@@ -46,3 +46,14 @@ func CodeKind(code string) error {
 	}
 	return nil
 }
+
+// Shown is what of an AWS API error's message may be shown in an error, a
+// log or /healthz: all of it, but nothing for a refusal of the
+// credentials, whose message may quote the request as AWS expected it
+// signed, its headers and their values (a session token's among them).
+func Shown(api smithy.APIError) string {
+	if CodeKind(api.ErrorCode()) == ErrCredentials {
+		return "(AWS's message is not shown: it may quote the signed request)"
+	}
+	return api.ErrorMessage()
+}

@@ -169,7 +169,9 @@ func TestRollTerminatesOutdatedBeforeCreatingInBatchesOf50(t *testing.T) {
 	old := w.rows(domain.StateStopped)
 	w.cloud.ResetCalls()
 	// A size a type exists for: 4 vCPUs and 8 GiB (a c7a.xlarge, say).
-	w.edit(func(ps *PoolSpec) { ps.Runner.CPU, ps.Runner.RAM = domain.Range{Min: 4, Max: 4}, domain.Range{Min: 8, Max: 8} })
+	w.edit(func(ps *PoolSpec) {
+		ps.Runner.CPU, ps.Runner.RAM = domain.Range{Min: 4, Max: 4}, domain.Range{Min: 8, Max: 8}
+	})
 
 	r := w.cycle()
 	if got := Describe(r.Plan); got != "terminate/outdated×120 create/stopped×120" {

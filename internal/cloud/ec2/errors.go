@@ -53,7 +53,7 @@ func mapError(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	code := api.ErrorCode()
-	return &domain.CloudError{Op: op, Code: code, Err: fmt.Errorf("%w: %s", sentinelOf(code), api.ErrorMessage())}
+	return &domain.CloudError{Op: op, Code: code, Err: fmt.Errorf("%w: %s", sentinelOf(code), awsconf.Shown(api))}
 }
 
 // instanceIDs finds instance ids in EC2's messages ("The instance IDs

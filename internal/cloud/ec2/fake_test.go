@@ -280,6 +280,20 @@ func TestFleetRefusalsMapToTypedErrors(t *testing.T) {
 	}
 }
 
+// A refusal of the credentials keeps its code but not AWS's message, which
+// may quote the signed request, a session token's header among it.
+func TestARefusalOfTheCredentialsShowsNoMessage(t *testing.T) {
+	f := newFake()
+	f.fleet = func(int, *awsec2.CreateFleetInput) (*awsec2.CreateFleetOutput, error) {
+		return nil, apiError("AuthFailure", "canonical request: x-amz-security-token:SESSIONSECRET")
+	}
+	_, err := newFakeCloud(t, f, ec2.Options{}).Create(t.Context(), launchSpec(1, small))
+	var ce *domain.CloudError
+	if !errors.Is(err, domain.ErrUnauthorized) || !errors.As(err, &ce) || ce.Code != "AuthFailure" || strings.Contains(err.Error(), "SESSIONSECRET") {
+		t.Fatalf("got %v", err)
+	}
+}
+
 // A runner no instance type fits is refused before any call is made.
 func TestARunnerNoTypeFitsIsRefused(t *testing.T) {
 	f := newFake()

@@ -222,7 +222,11 @@ func (q *Queue) wrap(op, name string, err error) error {
 		q.urls.Delete(name)
 		return fmt.Errorf("sqs %s: SQS queue %s for bullpen queue %q: %w (run bullpen aws bootstrap to create it)", op, sqsName, name, ErrNoQueue)
 	}
-	if kind := awsconf.Kind(err); kind != nil {
+	if kind := awsconf.Kind(err); kind == awsconf.ErrCredentials {
+		// Not err itself: its text holds AWS's message (see awsconf.Shown).
+		code, _ := errorCode(err)
+		return fmt.Errorf("sqs %s %s: %w: %s", op, sqsName, kind, code)
+	} else if kind != nil {
 		return fmt.Errorf("sqs %s %s: %w: %w", op, sqsName, kind, err)
 	}
 	return fmt.Errorf("sqs %s %s: %w", op, sqsName, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/bullpen-ci/bullpen/internal/awsconf"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -431,5 +432,16 @@ func TestChangeVisibilityStaleCodes(t *testing.T) {
 	}
 	if err := q.ChangeVisibility(t.Context(), "work", "r", domain.MaxVisibility+time.Second); err == nil || errors.Is(err, domain.ErrStaleReceipt) {
 		t.Errorf("over 12 hours: got %v", err)
+	}
+}
+
+// A refusal of the credentials says so without AWS's message, which may
+// quote the signed request, a session token's header among it.
+func TestARefusalOfTheCredentialsShowsNoMessage(t *testing.T) {
+	refused := apiErr("SignatureDoesNotMatch", "The Canonical String for this request should have been 'x-amz-security-token:SESSIONSECRET'")
+	f := &fake{recvOut: func(int, *awssqs.ReceiveMessageInput) (*awssqs.ReceiveMessageOutput, error) { return nil, refused }}
+	_, err := New(f, "bp-", Options{}).Receive(t.Context(), domain.QueuePool, 5, time.Minute, time.Second)
+	if !errors.Is(err, awsconf.ErrCredentials) || strings.Contains(err.Error(), "SESSIONSECRET") || !strings.Contains(err.Error(), "SignatureDoesNotMatch") {
+		t.Fatalf("got %v", err)
 	}
 }

@@ -29,7 +29,7 @@ func describe(op, table string, err error) error {
 		return fmt.Errorf("dynamodb %s on %s: %w", op, table, ErrNoTable)
 	}
 	if kind := awsconf.Kind(err); kind != nil {
-		return fmt.Errorf("dynamodb %s on %s: %w: %s: %s", op, table, kind, api.ErrorCode(), api.ErrorMessage())
+		return fmt.Errorf("dynamodb %s on %s: %w: %s: %s", op, table, kind, api.ErrorCode(), awsconf.Shown(api))
 	}
 	return fmt.Errorf("dynamodb %s on %s: %w", op, table, err)
 }
