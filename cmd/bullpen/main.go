@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -129,11 +130,30 @@ func (e *env) parseArgs(fs *flag.FlagSet, args []string, most int) (status int, 
 		fmt.Fprintf(e.stderr, "bullpen %s: %v\nRun 'bullpen %s -h' for its flags.\n", name, explainFlagError(fs, err), name)
 		return 2, false
 	case fs.NArg() > most:
-		extra := fs.Arg(most)
-		fmt.Fprintf(e.stderr, "bullpen %s: unexpected argument %q: the flags after it were not read (quote a value that holds spaces). Run 'bullpen %s -h' for its flags.\n", name, extra, name)
+		fmt.Fprintf(e.stderr, "bullpen %s: unexpected argument %s: the flags after it were not read (quote a value that holds spaces). Run 'bullpen %s -h' for its flags.\n",
+			name, strayArgument(args, len(args)-fs.NArg()+most), name)
 		return 2, false
 	}
 	return 0, true
+}
+
+// strayArgument names args[at], the first word that is not a flag, quoted,
+// unless it follows a flag of a secret: "--admin-token my secret" would
+// print part of the token.
+func strayArgument(args []string, at int) string {
+	for i := at - 1; i >= 0; i-- {
+		if !strings.HasPrefix(args[i], "-") {
+			continue
+		}
+		flagName, _, _ := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		for _, secret := range []string{"secret", "token", "key"} {
+			if strings.Contains(flagName, secret) && !strings.HasSuffix(flagName, "-file") {
+				return "after --" + flagName + " (not shown: it may be part of a secret)"
+			}
+		}
+		break
+	}
+	return strconv.Quote(args[at])
 }
 
 // badValue finds the flag and value of the flag package's message for a

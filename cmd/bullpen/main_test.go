@@ -74,7 +74,7 @@ func TestSchedule(t *testing.T) {
 	if code, _, errs := runCmd(t, "schedule", "../../examples/runs-on.yml", "--pool", "nope"); code != 1 || !strings.Contains(errs, `unknown pool "nope"`) {
 		t.Errorf("unknown pool: exit %d, %s", code, errs)
 	}
-	if code, _, errs := runCmd(t, "schedule", "../../examples/runs-on.yml", "--pool", "small-x64", "--at", "tomorrow"); code != 1 || !strings.Contains(errs, "bad --at") {
+	if code, _, errs := runCmd(t, "schedule", "../../examples/runs-on.yml", "--pool", "small-x64", "--at", "tomorrow"); code != 2 || !strings.Contains(errs, "bad --at") {
 		t.Errorf("bad time: exit %d, %s", code, errs)
 	}
 }
@@ -210,12 +210,22 @@ func TestAStrayArgumentIsRefusedNotTheFlagsAfterItIgnored(t *testing.T) {
 		{"history", "export", "extra", "--repo", "a/b"},
 		{"demo", "extra"},
 		{"validate", "a.yml", "b.yml"},
+		{"schedule", "../../examples/runs-on.yml", "--pool", "small-x64", "stray"},
 	} {
 		var out, errb bytes.Buffer
 		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
 		if code := run(t.Context(), e, args); code != 2 || !strings.Contains(errb.String(), "unexpected argument") {
 			t.Errorf("%v: exit %d, want 2 and the argument named:\n%s", args, code, errb.String())
 		}
+	}
+}
+
+// A stray word after a secret's flag, the rest of a value with a space, is
+// not shown: it would be part of the secret.
+func TestAStrayWordAfterASecretIsNotShown(t *testing.T) {
+	code, _, errOut := runWithEnv(nil, "serve", "--admin-token", "my", "s3cr3t-rest", "--listen", "127.0.0.1:1")
+	if code != 2 || strings.Contains(errOut, "s3cr3t") || !strings.Contains(errOut, "unexpected argument after --admin-token") {
+		t.Fatalf("exit %d:\n%s", code, errOut)
 	}
 }
 

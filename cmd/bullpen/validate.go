@@ -51,7 +51,11 @@ func cmdSchedule(_ context.Context, e *env, args []string) int {
 		fs.PrintDefaults()
 	}
 	file, rest := splitFile(args)
-	if status, ok := e.parseArgs(fs, rest, 1); !ok {
+	most := 1 // FILE, when it comes after the flags
+	if file != "" {
+		most = 0
+	}
+	if status, ok := e.parseArgs(fs, rest, most); !ok {
 		return status
 	}
 	if file == "" && fs.NArg() == 1 {
@@ -66,7 +70,7 @@ func cmdSchedule(_ context.Context, e *env, args []string) int {
 		t, err := time.Parse(time.RFC3339, *at)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "bullpen schedule: bad --at %q: want RFC 3339, e.g. 2026-11-22T23:30:00+01:00\n", *at)
-			return 1
+			return 2
 		}
 		when = t
 	}
