@@ -22,5 +22,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err := promreg.Register(reg, "intake", m.events, m.deadLettered); err != nil {
 		return nil, err
 	}
+	// Rejections at zero from the start: an alert on their increase
+	// (BullpenJobsRejected) sees the first one.
+	m.events.WithLabelValues("queued", "rejected")
 	return m, nil
 }

@@ -30,5 +30,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err := promreg.Register(reg, "provision", m.jobs, m.exhausted, m.claims, m.postClaim, m.fleets); err != nil {
 		return nil, err
 	}
+	// Rejections at zero from the start: an alert on their increase
+	// (BullpenJobsRejected) sees the first one.
+	promreg.AtZero(m.jobs, outcomeRejected)
 	return m, nil
 }
