@@ -40,6 +40,12 @@ func TestInstanceTypeFitsCPUAndRAM(t *testing.T) {
 		{[]string{"c7a.2xlarge", "c7a.xlarge"}, domain.Range{}, domain.Range{}, "c7a.xlarge"},
 		{[]string{"*"}, domain.Range{Min: 5}, domain.Range{}, "c6i.2xlarge"},
 		{[]string{"r7i"}, domain.Range{Min: 2}, domain.Range{Min: 16}, "r7i.large"},
+		// A pattern of types is matched against the catalogue's types, not
+		// launched as a type.
+		{[]string{"c7a.*"}, domain.Range{Min: 2}, domain.Range{}, "c7a.large"},
+		{[]string{"t3.*"}, domain.Range{}, domain.Range{Min: 2}, "t3.small"},
+		// A type of unknown size comes after every known fit.
+		{[]string{"c7a.metal-48xl", "m7a"}, domain.Range{Min: 2}, domain.Range{}, "m7a.large"},
 	}
 	for _, tt := range tests {
 		got, err := sim.InstanceType(domain.RunnerSpec{Family: tt.family, CPU: tt.cpu, RAM: tt.ram})

@@ -102,9 +102,9 @@ func shapeOfType(name string) shape {
 	return shape{name: name}
 }
 
-// candidates are the shapes r's family entries name: a pattern matches the
-// catalogue's families, a type ("t3.micro") is itself, any other entry is
-// a family.
+// candidates are the shapes r's family entries name: a pattern ("m7*",
+// "c7a.*") matches the catalogue's families and types, a type ("t3.micro")
+// is itself, any other entry is a family.
 func candidates(r domain.RunnerSpec) []shape {
 	families := r.Family
 	if len(families) == 0 {
@@ -122,14 +122,20 @@ func candidates(r domain.RunnerSpec) []shape {
 	}
 	for _, f := range families {
 		switch {
-		case strings.Contains(f, "."):
-			add(shapeOfType(f))
 		case strings.ContainsAny(f, "*?["):
 			for _, known := range catalogueFamilies {
 				if ok, _ := path.Match(f, known); ok {
 					add(shapesOf(known)...)
+					continue
+				}
+				for _, s := range shapesOf(known) {
+					if ok, _ := path.Match(f, s.name); ok {
+						add(s)
+					}
 				}
 			}
+		case strings.Contains(f, "."):
+			add(shapeOfType(f))
 		default:
 			add(shapesOf(f)...)
 		}
@@ -160,8 +166,16 @@ func InstanceType(r domain.RunnerSpec) (string, error) {
 		return "", ec2like.Errorf(OpCreateFleet, "Unsupported", domain.ErrInvalidRequest,
 			"no instance type of families %v with %s vCPUs and %s GiB", cmp.Or(strings.Join(r.Family, ","), "any"), ec2like.RangeText(r.CPU), ec2like.RangeText(r.RAM))
 	}
+	// A type of unknown size (named outright, not in the catalogue) comes
+	// after every known fit: its zero vCPUs say nothing of its size.
+	unknown := func(s shape) int {
+		if s.vcpus == 0 || s.memMiB == 0 {
+			return 1
+		}
+		return 0
+	}
 	best := slices.MinFunc(fit, func(a, b shape) int {
-		return cmp.Or(cmp.Compare(a.vcpus, b.vcpus), cmp.Compare(a.memMiB, b.memMiB), strings.Compare(a.name, b.name))
+		return cmp.Or(cmp.Compare(unknown(a), unknown(b)), cmp.Compare(a.vcpus, b.vcpus), cmp.Compare(a.memMiB, b.memMiB), strings.Compare(a.name, b.name))
 	})
 	return best.name, nil
 }
