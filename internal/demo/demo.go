@@ -189,10 +189,19 @@ type world struct {
 	rollAt time.Time
 	lines  io.Writer
 	rolled bool
+	log    *slog.Logger
+}
+
+// stepFailed logs a failed step of the job path: the run goes on, as
+// serve's loops do, and retries it at the next step.
+func (w *world) stepFailed(what string, err error) {
+	if err != nil && !errors.Is(err, context.Canceled) && w.log != nil {
+		w.log.Warn("demo: step failed; retried at the next", "step", what, "err", err)
+	}
 }
 
 func newWorld(ctx context.Context, o Options, clk domain.Clock, stepped bool) (*world, error) {
-	w := &world{interval: o.Interval}
+	w := &world{interval: o.Interval, log: o.Log}
 	path := o.StorePath
 	if err := checkFreshStore(path); err != nil {
 		return nil, err

@@ -82,11 +82,14 @@ func (d *virtualDriver) run(ctx context.Context, w *world, end time.Time) error 
 // received launch batch is provisioned as a task of the clock.
 func (d *virtualDriver) serveJobs(ctx, provisioning context.Context, w *world) {
 	for ctx.Err() == nil {
-		n, _ := w.a.Intake.Step(ctx)
-		r, _ := w.a.Dispatcher.Step(ctx)
-		msgs, _ := w.a.Queue.Receive(ctx, domain.QueueLaunch, 100, 5*time.Minute, 0)
+		n, err := w.a.Intake.Step(ctx)
+		w.stepFailed("intake", err)
+		r, err := w.a.Dispatcher.Step(ctx)
+		w.stepFailed("dispatch", err)
+		msgs, err := w.a.Queue.Receive(ctx, domain.QueueLaunch, 100, 5*time.Minute, 0)
+		w.stepFailed("launch queue", err)
 		if len(msgs) > 0 {
-			d.c.Go(func() { w.a.Provisioner.Serve(provisioning, msgs) })
+			d.c.Go(func() { w.stepFailed("provision", w.a.Provisioner.Serve(provisioning, msgs)) })
 		}
 		if n+r.Received+len(msgs) == 0 {
 			return
