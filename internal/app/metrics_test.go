@@ -21,6 +21,18 @@ func TestTheTerminatorsMetricsAreServed(t *testing.T) {
 	}
 }
 
+// Rejected jobs' series are served at zero from the start, at the intake
+// and the provisioner, so that BullpenJobsRejected's increase sees the
+// first rejection.
+func TestRejectionsAreServedFromTheStart(t *testing.T) {
+	a := newApp(t, app.Options{})
+	for _, name := range []string{"bullpen_intake_events_total", "bullpen_provision_jobs_total"} {
+		if n, err := testutil.GatherAndCount(a.Registry(), name); err != nil || n != 1 {
+			t.Errorf("%s: %d series, %v; want the rejections' at zero", name, n, err)
+		}
+	}
+}
+
 // The demand autoscaler of a pool with an autoscale block counts its
 // decisions on /metrics once the converger has asked it for a target.
 func TestThePoolAutoscalersDecisionsAreServed(t *testing.T) {
