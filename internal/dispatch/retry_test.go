@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
@@ -16,16 +15,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/testlog"
 	"github.com/bullpen-ci/bullpen/internal/testworld"
 )
-
-// counter reads one outcome of a dispatcher's jobs metric.
-func counter(t *testing.T, c *prometheus.CounterVec, label string) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := c.WithLabelValues(label).Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
-}
 
 // withLog sends the dispatcher's log to buf.
 func withLog(buf *testlog.Buffer) func(*Deps) {
@@ -61,7 +50,7 @@ func TestRegistrationOutageBacksOffAndWarnsOncePerBatch(t *testing.T) {
 	step(0, 0) // the second delay is twice the first
 	f.Clock.Advance(time.Millisecond)
 	step(5, 5)
-	if got := counter(t, d.metrics.jobs, "retried"); got != 10 {
+	if got := testutil.ToFloat64(d.metrics.jobs.WithLabelValues("retried")); got != 10 {
 		t.Fatalf("retried counted %v, want 10", got)
 	}
 	if warns := log.Lines("level=WARN"); len(warns) != 2 {
@@ -125,7 +114,7 @@ func TestUnrecordedOverflowIsLoggedAndCounted(t *testing.T) {
 	if err != nil || res.Overflowed != 1 || res.OverflowFailed != 1 {
 		t.Fatalf("result %+v err %v; want one job overflowed, one not recorded", res, err)
 	}
-	if got := counter(t, d.metrics.jobs, "overflow_failed"); got != 1 {
+	if got := testutil.ToFloat64(d.metrics.jobs.WithLabelValues("overflow_failed")); got != 1 {
 		t.Fatalf("overflow_failed counted %v, want 1", got)
 	}
 	if lines := log.Lines("level=WARN", "record overflowed pool jobs", "failed=1"); len(lines) != 1 {
