@@ -381,10 +381,7 @@ func (r *Reconciler) serving(ctx context.Context, j domain.Job) bool {
 // routes the job as it routes every other.
 func (r *Reconciler) admit(ctx context.Context, gj domain.GitHubJob) error {
 	now := r.Clock.Now()
-	payload, err := webhook.QueuedPayload(gj, now)
-	if err != nil {
-		return fmt.Errorf("admit job %d: %w", gj.ID, err)
-	}
+	payload := webhook.QueuedPayload(gj, now)
 	r.Log.Info("queued job without a webhook; admitting it", "job", gj.ID, "repo", gj.Repo)
 	return webhook.Enqueue(ctx, r.Queue, now, fmt.Sprintf("reconcile-%d", gj.ID), payload)
 }

@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -36,36 +35,17 @@ func Enqueue(ctx context.Context, q domain.Queue, receivedAt time.Time, delivery
 // QueuedPayload is the workflow_job payload GitHub would have sent when job
 // was queued: what the reaper admits for a job GitHub lists as queued but no
 // webhook announced. A job without its creation time is dated at now.
-func QueuedPayload(job domain.GitHubJob, now time.Time) ([]byte, error) {
+func QueuedPayload(job domain.GitHubJob, now time.Time) []byte {
 	created := job.CreatedAt
 	if created.IsZero() {
 		created = now
-	}
-	type wireRepo struct {
-		FullName string `json:"full_name"`
-	}
-	type queuedJob struct {
-		ID           int64    `json:"id"`
-		RunID        int64    `json:"run_id"`
-		RunAttempt   int      `json:"run_attempt"`
-		Name         string   `json:"name"`
-		WorkflowName string   `json:"workflow_name"`
-		Status       string   `json:"status"`
-		Labels       []string `json:"labels"`
-		CreatedAt    string   `json:"created_at"`
 	}
 	labels := job.Labels
 	if labels == nil {
 		labels = []string{}
 	}
-	return json.Marshal(struct {
-		Action      string    `json:"action"`
-		WorkflowJob queuedJob `json:"workflow_job"`
-		Repository  wireRepo  `json:"repository"`
-	}{
-		Action: ActionQueued,
-		WorkflowJob: queuedJob{ID: job.ID, RunID: job.RunID, RunAttempt: max(job.RunAttempt, 1), Name: job.Name,
-			WorkflowName: job.Workflow, Status: ActionQueued, Labels: labels, CreatedAt: created.UTC().Format(time.RFC3339)},
-		Repository: wireRepo{FullName: job.Repo},
-	})
+	return compactPayload(WorkflowJobEvent{Action: ActionQueued, Repo: job.Repo, Job: WorkflowJob{
+		ID: job.ID, RunID: job.RunID, RunAttempt: max(job.RunAttempt, 1), Name: job.Name, WorkflowName: job.Workflow,
+		Status: ActionQueued, Labels: labels, CreatedAt: created.UTC().Truncate(time.Second),
+	}})
 }
