@@ -327,69 +327,6 @@ func withLongPollDeadlines(h http.Handler, s httpSettings) http.Handler {
 	})
 }
 
-// serveUntilDone serves HTTP and runs the loops; on a signal it stops
-// intake first (no new deliveries; idle connections closed, long polls
-// answered at once), lets open requests finish (at most grace: past it they
-// are cut and serve exits 1), then cancels the loops and waits (at most
-// grace again) for them to return. Work cut short is not lost: a delivery
-// is answered 202 only once stored, a claim that did not finish is given
-// back or expires at its deadline, and an unacknowledged message is
-// received again after a restart.
-func serveUntilDone(ctx context.Context, a *app.App, ln net.Listener, log *slog.Logger, s httpSettings) int {
-	srv := newHTTPServer(a.Handler(), s)
-	// Idle agents hold long polls open: answer them at once on shutdown.
-	srv.RegisterOnShutdown(a.AgentAPI.Drain)
-	srv.RegisterOnShutdown(a.Dashboard.Drain) // open event streams end, or shutdown would wait for them
-	loopsCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
-	loopsDone := make(chan struct{})
-	go func() {
-		defer close(loopsDone)
-		a.Run(loopsCtx)
-	}()
-	httpErr := make(chan error, 1)
-	go func() { httpErr <- srv.Serve(ln) }()
-	log.Info("bullpen serving", "listen", ln.Addr().String(), "version", version())
-
-	code := 0
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down: no new deliveries; finishing work in hand")
-	case err := <-httpErr:
-		log.Error("HTTP server failed", "err", err)
-		code = 1
-	}
-	if !drainHTTP(srv, s.grace, log) {
-		code = 1
-	}
-	stopLoops()
-	select {
-	case <-loopsDone:
-	case <-time.After(s.grace):
-		// A loop stuck in a call that ignores cancellation: exit anyway,
-		// so a supervisor can restart; the store keeps what was accepted.
-		log.Error("loops did not stop in time; exiting with work in hand", "waited", s.grace)
-		return 1
-	}
-	log.Info("bullpen stopped")
-	return code
-}
-
-// drainHTTP stops the server, waiting at most grace for the requests in
-// progress; past it, their connections are closed. It reports whether
-// every request finished in time. A slow sender holds it at most the read
-// timeout, which is why that is short.
-func drainHTTP(srv *http.Server, grace time.Duration, log *slog.Logger) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	err := srv.Shutdown(ctx)
-	if err == nil {
-		return true
-	}
-	log.Error("requests still open after the shutdown grace; closing their connections", "waited", grace, "err", err)
-	_ = srv.Close()
-	return false
-}
-
 func newLogger(e *env, level, format string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {

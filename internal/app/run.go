@@ -29,6 +29,14 @@ func (a *App) Handler() http.Handler {
 	return mux
 }
 
+// Drain answers at once what the HTTP surface holds open, agents' long
+// polls and the dashboard's event streams, so that a server shutting down
+// need not wait for them.
+func (a *App) Drain() {
+	a.AgentAPI.Drain()
+	a.Dashboard.Drain()
+}
+
 // health answers 200 when the store answers and no loop keeps failing, 503
 // otherwise, with each loop's status and why the store does not answer.
 func (a *App) health(w http.ResponseWriter, r *http.Request) {

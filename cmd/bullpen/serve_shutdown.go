@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+)
+
+// servable is what serve runs: an HTTP surface and the loops behind it.
+type servable interface {
+	Handler() http.Handler
+	// Run runs the loops until its context ends, then waits for them to
+	// finish the work in hand.
+	Run(ctx context.Context) error
+	// Drain answers the requests held open (agents' long polls, event
+	// streams) at once, so that the HTTP server can stop.
+	Drain()
+}
+
+// serveUntilDone serves HTTP and runs the loops. On a signal it stops the
+// loops first and keeps serving while they finish the work in hand (at
+// most grace): a machine booting for a job still needs the agent API to
+// say hello, fetch its runner and report it registered, and a delivery
+// that arrives meanwhile is stored for the next start. Then it stops HTTP
+// (idle connections closed, long polls answered at once), letting open
+// requests finish, at most grace again. Past either grace serve exits 1.
+// Work cut short is not lost: a delivery is answered 202 only once
+// stored, a claim that did not finish is given back or expires at its
+// deadline, and an unacknowledged message is received again after a
+// restart.
+func serveUntilDone(ctx context.Context, a servable, ln net.Listener, log *slog.Logger, s httpSettings) int {
+	srv := newHTTPServer(a.Handler(), s)
+	srv.RegisterOnShutdown(a.Drain)
+	loopsCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
+	loopsDone := make(chan error, 1)
+	go func() { loopsDone <- a.Run(loopsCtx) }()
+	httpErr := make(chan error, 1)
+	go func() { httpErr <- srv.Serve(ln) }()
+	log.Info("bullpen serving", "listen", ln.Addr().String(), "version", version())
+
+	code := 0
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: finishing work in hand; still serving agents and storing deliveries until then")
+	case err := <-httpErr:
+		log.Error("HTTP server failed", "err", err)
+		code = 1
+	}
+	stopLoops()
+	select {
+	case err := <-loopsDone:
+		if err != nil {
+			log.Error("a loop failed", "err", err)
+			code = 1
+		}
+	case <-time.After(s.grace):
+		// A loop stuck in a call that ignores cancellation: exit anyway,
+		// so a supervisor can restart; the store keeps what was accepted.
+		log.Error("loops did not stop in time; exiting with work in hand", "waited", s.grace)
+		_ = srv.Close()
+		return 1
+	}
+	log.Info("loops stopped; closing HTTP")
+	if !drainHTTP(srv, s.grace, log) {
+		code = 1
+	}
+	log.Info("bullpen stopped")
+	return code
+}
+
+// drainHTTP stops the server, waiting at most grace for the requests in
+// progress; past it, their connections are closed. It reports whether
+// every request finished in time. A slow sender holds it at most the read
+// timeout, which is why that is short.
+func drainHTTP(srv *http.Server, grace time.Duration, log *slog.Logger) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	err := srv.Shutdown(ctx)
+	if err == nil || err == http.ErrServerClosed {
+		return true
+	}
+	log.Error("requests still open after the shutdown grace; closing their connections", "waited", grace, "err", err)
+	_ = srv.Close()
+	return false
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/bullpen-ci/bullpen/internal/testlog"
+)
+
+// fakeServable stands for the app: its loops and handler are the test's.
+type fakeServable struct {
+	handler  http.Handler
+	run      func(ctx context.Context) error
+	drained  chan struct{}
+	drainOne sync.Once
+}
+
+func (f *fakeServable) Handler() http.Handler         { return f.handler }
+func (f *fakeServable) Run(ctx context.Context) error { return f.run(ctx) }
+func (f *fakeServable) Drain()                        { f.drainOne.Do(func() { close(f.drained) }) }
+
+// runServe runs serveUntilDone on a local port; cancel is the signal, and
+// the exit code arrives on the returned channel.
+func runServe(t *testing.T, a *fakeServable) (addr string, cancel context.CancelFunc, code <-chan int, logs *testlog.Buffer) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs = &testlog.Buffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- serveUntilDone(ctx, a, ln, slog.New(slog.NewTextHandler(logs, nil)), httpSettings{read: generous, write: generous, idle: generous, grace: generous})
+	}()
+	t.Cleanup(cancel)
+	return "http://" + ln.Addr().String(), cancel, done, logs
+}
+
+// A machine booting for a job says hello while the loops finish the work
+// in hand: serve must still answer it, or the provisioner waits for a
+// hello that cannot come and gives the machine up.
+func TestServeAnswersAgentsWhileTheLoopsFinish(t *testing.T) {
+	stopping, hello := make(chan struct{}), make(chan struct{})
+	a := &fakeServable{drained: make(chan struct{})}
+	a.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { close(hello) })
+	a.run = func(ctx context.Context) error {
+		<-ctx.Done()
+		close(stopping)
+		select {
+		case <-hello:
+			return nil
+		case <-a.drained:
+			return errors.New("HTTP drained before the loops stopped")
+		}
+	}
+	addr, cancel, code, logs := runServe(t, a)
+	cancel()
+	<-stopping
+	resp, err := http.Get(addr + "/agent/v1/hello")
+	if err != nil {
+		t.Fatalf("an agent could not reach serve while its loops finished: %v\n%s", err, logs)
+	}
+	resp.Body.Close()
+	if c := <-code; c != 0 {
+		t.Fatalf("exit %d, want 0\n%s", c, logs)
+	}
+}
+
+// Once the loops are done, the requests held open are answered at once
+// and serve exits 0.
+func TestServeDrainsHeldRequestsAfterTheLoops(t *testing.T) {
+	held := make(chan struct{})
+	a := &fakeServable{drained: make(chan struct{})}
+	a.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(held)
+		<-a.drained
+		io.WriteString(w, "drained")
+	})
+	a.run = func(ctx context.Context) error { <-ctx.Done(); return nil }
+	addr, cancel, code, logs := runServe(t, a)
+	body := make(chan string, 1)
+	go func() {
+		resp, err := http.Get(addr + "/agent/v1/next")
+		if err != nil {
+			body <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body <- string(b)
+	}()
+	<-held
+	cancel()
+	if c := <-code; c != 0 {
+		t.Fatalf("exit %d, want 0\n%s", c, logs)
+	}
+	if b := <-body; b != "drained" {
+		t.Fatalf("the held request got %q, want it answered by the drain", b)
+	}
+}
+
+// A loop that could not carry out its work (a panic, a last flush that
+// failed) makes serve say so and exit 1, so that a supervisor sees it.
+func TestServeExitsOneWhenALoopFailed(t *testing.T) {
+	a := &fakeServable{drained: make(chan struct{}), handler: http.NotFoundHandler()}
+	a.run = func(ctx context.Context) error {
+		<-ctx.Done()
+		return errors.New("loop heartbeats: last flush failed")
+	}
+	_, cancel, code, logs := runServe(t, a)
+	cancel()
+	if c := <-code; c != 1 {
+		t.Fatalf("exit %d, want 1\n%s", c, logs)
+	}
+	if len(logs.Lines("level=ERROR", "last flush failed")) != 1 {
+		t.Fatalf("the loop's error is not logged at ERROR:\n%s", logs)
+	}
+}
