@@ -88,6 +88,14 @@ func TestDeployFilesUseMetricsThatExist(t *testing.T) {
 	}
 }
 
+// sharedGauge matches the gauges every replica exports alike, from the
+// shared store (the dashboard's collector): summed over the instance
+// label, they count each instance or job once per replica.
+var (
+	sharedGauge     = regexp.MustCompile(`bullpen_(pool_ready_instances|pool_target_instances|instances|jobs|job_oldest_queued_seconds)\{`)
+	sharedGaugeOnce = regexp.MustCompile(`max by \([a-z, ]+\) \(bullpen_(pool_ready_instances|pool_target_instances|instances|jobs|job_oldest_queued_seconds)\{`)
+)
+
 func TestGrafanaDashboard(t *testing.T) {
 	b, err := os.ReadFile("../../deploy/grafana/bullpen.json")
 	if err != nil {
@@ -127,6 +135,9 @@ func TestGrafanaDashboard(t *testing.T) {
 		for _, q := range p.Targets {
 			if q.Expr == "" || q.Datasource.UID != "${datasource}" {
 				t.Errorf("panel %q: query %q on datasource %q", p.Title, q.Expr, q.Datasource.UID)
+			}
+			if sharedGauge.MatchString(q.Expr) && !sharedGaugeOnce.MatchString(q.Expr) {
+				t.Errorf("panel %q: %q adds up what every replica exports alike; take the max over instances first", p.Title, q.Expr)
 			}
 		}
 	}
