@@ -75,7 +75,8 @@ type Result struct {
 }
 
 // Launch writes the fleet's rows as pending, makes one create call, records
-// each machine on its row (booting) and closes the rows left unfilled. The
+// each machine on its row (booting) and closes the rows left unfilled. A
+// context that ends after the rows are written no longer stops it. The
 // error is the create call's (a partial fleet wraps ErrInsufficientCapacity
 // and still returns what booted) or the store's.
 func (l *Launcher) Launch(ctx context.Context, f Fleet) (Result, error) {
@@ -88,6 +89,12 @@ func (l *Launcher) Launch(ctx context.Context, f Fleet) (Result, error) {
 	if f.Recorded != nil {
 		f.Recorded(rows)
 	}
+	// Once the rows are written the launch runs to its end, whatever ends
+	// the caller's context (a SIGTERM, a lease lost mid-step): a create
+	// call cut short can launch machines no row records, and rows left
+	// pending count as capacity on the way, holding back a pool's refills
+	// until their deadline.
+	ctx = context.WithoutCancel(ctx)
 	machines, cerr := l.create(ctx, f, len(rows), launch, secret)
 	reqs := l.outcomes(rows, machines, secret, cerr, now)
 	res, err := l.Store.TransitionBatch(ctx, reqs)

@@ -199,3 +199,40 @@ func TestTheLauncherDrawsIdsFromItsSource(t *testing.T) {
 		t.Fatalf("row bp-2: %+v, %v", row, err)
 	}
 }
+
+// cancellingCloud is a create call during which the caller's context ends,
+// as a SIGTERM or a lost lease ends a loop's step.
+type cancellingCloud struct {
+	*spyCloud
+	cancel context.CancelFunc
+}
+
+func (c cancellingCloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.CloudInstance, error) {
+	c.cancel()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return c.spyCloud.Create(ctx, spec)
+}
+
+// A step cancelled while its fleet is created still records the machines:
+// no row stays pending (counted as capacity on the way, it would hold the
+// pool's refills back until its deadline) and no machine goes unrecorded.
+func TestALaunchCancelledMidCallIsRecorded(t *testing.T) {
+	l, c, st := newLauncher(t, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	l.Cloud = cancellingCloud{spyCloud: c, cancel: cancel}
+	res, err := l.Launch(ctx, fleet(3))
+	if err != nil || len(res.Booted) != 3 {
+		t.Fatalf("launch: %d booted, %v", len(res.Booted), err)
+	}
+	rows, err := st.ListInstances(t.Context(), domain.InstanceFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range rows {
+		if row.State != domain.StateBooting || row.CloudID == "" {
+			t.Errorf("row %s is %s with cloud id %q, want booting with its machine", row.ID, row.State, row.CloudID)
+		}
+	}
+}
