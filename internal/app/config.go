@@ -130,6 +130,20 @@ func (a *App) scope(j domain.Job) domain.Scope {
 
 // demand is what a pool's autoscaler follows: the jobs routed to the pool
 // that are queued or in progress.
+// poolStatus is the status the converger last recorded for pool.
+func (a *App) poolStatus(ctx context.Context, pool string) (domain.PoolStatus, bool, error) {
+	list, err := a.Store.ListPoolStatus(ctx)
+	if err != nil {
+		return domain.PoolStatus{}, false, err
+	}
+	for _, s := range list {
+		if s.Name == pool {
+			return s, true, nil
+		}
+	}
+	return domain.PoolStatus{}, false, nil
+}
+
 func (a *App) demand(ctx context.Context, pool string) (int, error) {
 	list, err := a.Store.ListJobs(ctx, domain.JobFilter{Pool: pool,
 		Statuses: []domain.JobStatus{domain.JobQueued, domain.JobAssigned, domain.JobRunning}})

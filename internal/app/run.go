@@ -122,7 +122,12 @@ func (a *App) jobPath() []loop.Loop {
 // oneReplica makes l run on one replica at a time, under a lease of
 // LeasePeriod (at least twice its interval).
 func (a *App) oneReplica(l loop.Loop) loop.Loop {
-	return a.Exclusive.Wrap(l, max(a.opts.LeasePeriod, 2*l.Every))
+	return a.Exclusive.Wrap(l, a.leaseTTL(l.Every))
+}
+
+// leaseTTL is the lease of a one-replica loop stepping every interval.
+func (a *App) leaseTTL(every time.Duration) time.Duration {
+	return max(a.opts.LeasePeriod, 2*every)
 }
 
 // defaultReplicaID names a replica by its host and a random suffix, so

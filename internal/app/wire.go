@@ -84,13 +84,20 @@ func (a *App) wireConverger() error {
 	if err != nil {
 		return err
 	}
-	a.Scaler = &autoscale.PoolScaler{Demand: a.demand, Log: o.Log.With("loop", "autoscale"), Metrics: scaled}
+	a.Scaler = &autoscale.PoolScaler{Demand: a.demand, Recorded: a.poolStatus, Log: o.Log.With("loop", "autoscale"), Metrics: scaled}
 	conv.Targeter = func(p domain.Pool, at time.Time) (string, domain.Target) {
 		entry, t := converger.ScheduleTarget(p, at)
 		return a.Scaler.Adjust(context.Background(), p, at, entry, t)
 	}
 	a.Converger, err = converger.New(a.Store, a.Cloud, o.Clock, a.poolSpecs, o.Log.With("loop", "converger"), o.Registry, conv)
-	return err
+	if err != nil {
+		return err
+	}
+	// A replica that has not converged a pool for longer than the lease
+	// and two cycles has lost it to another meanwhile: its state is old.
+	every := a.Converger.Interval()
+	a.Scaler.StaleAfter = a.leaseTTL(every) + 2*every
+	return nil
 }
 
 // wireJobPath builds the loops that serve jobs: intake, pool dispatch and

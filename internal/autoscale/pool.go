@@ -3,11 +3,16 @@ package autoscale
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
+
+// RaisedSuffix ends the schedule entry of a pool whose hot target the
+// autoscaler raised above its schedule's ("business-hours+autoscale").
+const RaisedSuffix = "+autoscale"
 
 // ParamsOf converts a pool's autoscale block to Params.
 func ParamsOf(s domain.AutoscaleSpec) Params {
@@ -34,13 +39,27 @@ func SpecOf(p Params) domain.AutoscaleSpec {
 }
 
 // PoolScaler lets the hot targets of pools with an autoscale block follow
-// their job demand. It keeps one decision state per pool, in memory: after a
-// restart the pools start again from their schedules.
+// their job demand. It keeps one decision state per pool, in memory, on
+// the replica converging the pool. A replica that starts converging a pool
+// (after a restart, or taking the converger's lease from another) resumes
+// from the count the converger last recorded for it, when the autoscaler
+// had raised it, rather than from the schedule: its hot instances would be
+// terminated as excess in the middle of a burst. A state left unused for
+// StaleAfter (another replica converged the pool meanwhile) is dropped the
+// same way, rather than resumed from a burst long over.
 type PoolScaler struct {
 	// Demand counts the jobs routed to a pool that are queued or in
 	// progress (assigned or running).
 	Demand func(ctx context.Context, pool string) (int, error)
-	Log    *slog.Logger
+	// Recorded returns the status the converger last recorded for a pool,
+	// on whichever replica; ok is false when there is none. Nil: pools
+	// start from their schedules.
+	Recorded func(ctx context.Context, pool string) (s domain.PoolStatus, ok bool, err error)
+	// StaleAfter is how long a pool's state may go unused before it is
+	// dropped, and how old a recorded status may be to resume from; 0:
+	// states are kept and statuses trusted however old.
+	StaleAfter time.Duration
+	Log        *slog.Logger
 	// Metrics counts the decisions; nil counts nothing.
 	Metrics *PoolMetrics
 
@@ -53,6 +72,7 @@ type poolState struct {
 	State
 	count    int
 	lastPoll time.Time
+	lastSeen time.Time // the last Adjust: the last cycle of this replica over the pool
 	decision Decision
 }
 
@@ -64,9 +84,14 @@ func (s *PoolScaler) Adjust(ctx context.Context, p domain.Pool, at time.Time, en
 		return entry, t
 	}
 	params := ParamsOf(*p.Autoscale)
-	st := s.state(p.Name, max(t.Hot, params.MinInstances))
+	st := s.state(p.Name)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.lastSeen.IsZero() || (s.StaleAfter > 0 && at.Sub(st.lastSeen) > s.StaleAfter) {
+		st.State, st.lastPoll, st.decision = State{}, time.Time{}, Decision{}
+		st.count = s.resumeCount(ctx, p.Name, at, max(t.Hot, params.MinInstances))
+	}
+	st.lastSeen = at
 	if st.lastPoll.IsZero() || !at.Before(st.lastPoll.Add(params.PollInterval)) {
 		demand, err := s.Demand(ctx, p.Name)
 		if err != nil {
@@ -88,13 +113,13 @@ func (s *PoolScaler) Adjust(ctx context.Context, p domain.Pool, at time.Time, en
 	}
 	hot := min(max(st.count, t.Hot), params.MaxInstances)
 	if hot > t.Hot {
-		entry += "+autoscale"
+		entry += RaisedSuffix
 	}
 	t.Hot = hot
 	return entry, t
 }
 
-func (s *PoolScaler) state(pool string, initial int) *poolState {
+func (s *PoolScaler) state(pool string) *poolState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.pools == nil {
@@ -102,10 +127,32 @@ func (s *PoolScaler) state(pool string, initial int) *poolState {
 	}
 	st, ok := s.pools[pool]
 	if !ok {
-		st = &poolState{count: initial}
+		st = &poolState{}
 		s.pools[pool] = st
 	}
 	return st
+}
+
+// resumeCount is the count a pool's new state starts from: the hot target
+// last recorded for the pool when the autoscaler had raised it above the
+// schedule, and recently enough; else floor, the schedule's.
+func (s *PoolScaler) resumeCount(ctx context.Context, pool string, at time.Time, floor int) int {
+	if s.Recorded == nil {
+		return floor
+	}
+	rec, ok, err := s.Recorded(ctx, pool)
+	switch {
+	case err != nil:
+		s.Log.Warn("pool status unreadable; autoscaler starts from the schedule", "pool", pool, "err", err)
+		return floor
+	case !ok || !strings.HasSuffix(rec.Schedule, RaisedSuffix) || rec.Target.Hot <= floor:
+		return floor
+	case s.StaleAfter > 0 && at.Sub(rec.LastCycle) > s.StaleAfter:
+		return floor
+	}
+	s.Log.Info("pool autoscaler resumes from the hot count last recorded", "pool", pool, "count", rec.Target.Hot,
+		"recorded_at", rec.LastCycle)
+	return rec.Target.Hot
 }
 
 // Last returns the last decision made for pool.

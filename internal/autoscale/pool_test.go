@@ -149,3 +149,78 @@ func TestPoolScalerCountsItsDecisionsByPool(t *testing.T) {
 		t.Errorf("%d series (%v), want 4: three actions and the skipped polls of the one pool", n, err)
 	}
 }
+
+// recordedStatus is a converger's last record of pool p, as another
+// replica left it.
+func recordedStatus(entry string, hot int, at time.Time) func(context.Context, string) (domain.PoolStatus, bool, error) {
+	return func(_ context.Context, pool string) (domain.PoolStatus, bool, error) {
+		if pool != "p" {
+			return domain.PoolStatus{}, false, nil
+		}
+		return domain.PoolStatus{Name: pool, Schedule: entry, Target: domain.Target{Hot: hot}, LastCycle: at}, true, nil
+	}
+}
+
+// A replica that takes a pool over in the middle of a burst resumes from
+// the count the autoscaler had reached, not from the schedule: the
+// converger would terminate the burst's hot instances as excess.
+func TestPoolScalerResumesFromTheRecordedCount(t *testing.T) {
+	params := DefaultParams()
+	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 10, 30*time.Second
+	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	sched := domain.Target{Hot: 1}
+	cases := []struct {
+		name     string
+		recorded func(context.Context, string) (domain.PoolStatus, bool, error)
+		want     int
+	}{
+		{"raised by the autoscaler", recordedStatus("default+autoscale", 8, t0.Add(-time.Minute)), 8},
+		{"at its schedule", recordedStatus("default", 3, t0.Add(-time.Minute)), 1},
+		{"recorded long ago", recordedStatus("default+autoscale", 8, t0.Add(-time.Hour)), 1},
+		{"none recorded", func(context.Context, string) (domain.PoolStatus, bool, error) { return domain.PoolStatus{}, false, nil }, 1},
+		{"unreadable", func(context.Context, string) (domain.PoolStatus, bool, error) {
+			return domain.PoolStatus{}, false, errors.New("store down")
+		}, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &PoolScaler{
+				Demand:   func(context.Context, string) (int, error) { return 8, nil },
+				Recorded: c.recorded, StaleAfter: 2 * time.Minute,
+				Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			}
+			if _, got := s.Adjust(context.Background(), poolWith(SpecOf(params)), t0, "default", sched); got.Hot != c.want {
+				t.Fatalf("hot %d on the first cycle, want %d", got.Hot, c.want)
+			}
+		})
+	}
+}
+
+// A replica that converges a pool again after another did for a day drops
+// its old state: it does not resume from a burst long over and shed it one
+// step per cooldown.
+func TestPoolScalerDropsAStateLeftUnused(t *testing.T) {
+	params := DefaultParams()
+	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 4, 30*time.Second
+	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	demand := 6
+	s := &PoolScaler{
+		Demand:     func(context.Context, string) (int, error) { return demand, nil },
+		StaleAfter: 2 * time.Minute,
+		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	p, sched := poolWith(SpecOf(params)), domain.Target{Hot: 1}
+	var hot int
+	for i := range 8 {
+		_, got := s.Adjust(context.Background(), p, t0.Add(time.Duration(i)*30*time.Second), "default", sched)
+		hot = got.Hot
+	}
+	if hot != 4 {
+		t.Fatalf("hot %d under sustained demand, want the max of 4", hot)
+	}
+	later := t0.Add(24 * time.Hour)
+	s.Recorded, demand = recordedStatus("default", 1, later.Add(-30*time.Second)), 0
+	if _, got := s.Adjust(context.Background(), p, later, "default", sched); got.Hot != 1 {
+		t.Fatalf("hot %d a day later with no demand, want the schedule's 1", got.Hot)
+	}
+}

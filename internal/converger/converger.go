@@ -149,6 +149,9 @@ type Report struct {
 	Pools   []PoolReport
 }
 
+// Interval is the time between two cycles.
+func (c *Converger) Interval() time.Duration { return c.opts.Interval }
+
 // Loop converges every interval; reports (if non-nil) receives each
 // cycle's report and must be drained.
 func (c *Converger) Loop(reports chan<- Report) loop.Loop {
