@@ -109,6 +109,9 @@ func (a *App) wireJobPath() error {
 	a.Dispatcher, err = dispatch.New(dispatch.Deps{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "dispatch"),
 		Scope: a.scope, SpecHash: a.specHash, Notify: a.Agents.Notify,
+		Hold: func(queue string, receipts []string, visibility time.Duration) dispatch.Held {
+			return keepalive.Hold(a.Queue, clk, queue, receipts, visibility, log.With("loop", "dispatch"))
+		},
 	}, reg, o.Dispatch)
 	if err != nil {
 		return err
@@ -119,7 +122,7 @@ func (a *App) wireJobPath() error {
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "provision"),
 		Scope: a.scope, Notify: a.Agents.Notify, Registrations: a.Agents.Registrations(), ReuseAllowed: a.reuseAllowed,
 		Hold: func(queue string, receipts []string, visibility time.Duration) func() {
-			return keepalive.Hold(a.Queue, clk, queue, receipts, visibility, log.With("loop", "provision"))
+			return keepalive.Hold(a.Queue, clk, queue, receipts, visibility, log.With("loop", "provision")).Stop
 		},
 	}, reg, prov)
 	if err != nil {
@@ -128,6 +131,9 @@ func (a *App) wireJobPath() error {
 	a.Intake, err = intake.New(intake.Deps{
 		Store: a.Store, Queue: a.Queue, Clock: clk, Log: log.With("loop", "intake"),
 		Routing: a.routing, Finisher: a.Agents, GitHub: a.GitHub,
+		Hold: func(queue string, receipts []string, visibility time.Duration) func() {
+			return keepalive.Hold(a.Queue, clk, queue, receipts, visibility, log.With("loop", "intake")).Stop
+		},
 	}, reg, withCancel(o.Intake, o.CancelRejected))
 	return err
 }

@@ -78,7 +78,25 @@ type Deps struct {
 	SpecHash func(pool string) string
 	// Notify wakes an instance's agent after its assignment.
 	Notify func(cloudID string)
+	// Hold keeps the messages of a batch in hand invisible until it is
+	// stopped (keepalive.Hold): registering a batch's runners can outlast
+	// the visibility timeout, after which another replica would take the
+	// same jobs and claim a second instance for each. Nil: not held.
+	Hold func(queue string, receipts []string, visibility time.Duration) Held
 }
+
+// Held is a hold on the messages of a batch in hand.
+type Held interface {
+	// Let drops receipts from the hold, before their messages get a
+	// retry's delay.
+	Let(receipts ...string)
+	Stop()
+}
+
+type notHeld struct{}
+
+func (notHeld) Let(...string) {}
+func (notHeld) Stop()         {}
 
 // Dispatcher serves the pool queue.
 type Dispatcher struct {
@@ -171,7 +189,12 @@ func (d *Dispatcher) Step(ctx context.Context) (Result, error) {
 	d.metrics.batchSize.Observe(float64(len(msgs)))
 	res := Result{Received: len(msgs)}
 
-	done, err := d.serve(ctx, msgs, &res)
+	held := Held(notHeld{})
+	if d.Hold != nil {
+		held = d.Hold(domain.QueuePool, jobs.Receipts(msgs), d.opts.Visibility)
+	}
+	defer held.Stop()
+	done, err := d.serve(ctx, msgs, held, &res)
 	if derr := d.Queue.Delete(ctx, domain.QueuePool, done); derr != nil {
 		err = errors.Join(err, fmt.Errorf("delete served messages: %w", derr))
 	}
@@ -188,7 +211,7 @@ func (d *Dispatcher) Step(ctx context.Context) (Result, error) {
 // serve claims instances for a batch's jobs, readies them, assigns them and
 // overflows what no instance could take. It returns the receipts of the
 // messages done with.
-func (d *Dispatcher) serve(ctx context.Context, msgs []domain.Message, res *Result) ([]string, error) {
+func (d *Dispatcher) serve(ctx context.Context, msgs []domain.Message, held Held, res *Result) ([]string, error) {
 	claimed, unserved, done, err := d.take(ctx, msgs, res)
 	if err != nil {
 		// Instances already claimed for other pools go back: left as
@@ -198,7 +221,7 @@ func (d *Dispatcher) serve(ctx context.Context, msgs []domain.Message, res *Resu
 		for _, it := range claimed {
 			it.Err = fmt.Errorf("batch abandoned: %w", err)
 		}
-		d.retry(ctx, claimed, res)
+		d.retry(ctx, claimed, held, res)
 		return done, err
 	}
 	claimed, unserved, done = d.fillLastStart(ctx, claimed, unserved, done, res)
@@ -219,7 +242,7 @@ func (d *Dispatcher) serve(ctx context.Context, msgs []domain.Message, res *Resu
 	for i, h := range failed {
 		retried[i] = byHandover[h]
 	}
-	d.retry(ctx, retried, res)
+	d.retry(ctx, retried, held, res)
 	over, err := d.overflow(ctx, unserved)
 	res.Overflowed, res.OverflowFailed = len(over), len(unserved)-len(over)
 	for _, it := range over {

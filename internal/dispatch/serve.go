@@ -63,7 +63,7 @@ func (d *Dispatcher) start(ctx context.Context, items []*item) {
 // is down, a job is not tried every few seconds, each try costing a tag
 // call and maybe a start. Such an outage fails a whole batch alike, so the
 // batch's failures make one line; each job's own is at debug.
-func (d *Dispatcher) retry(ctx context.Context, items []*item, res *Result) {
+func (d *Dispatcher) retry(ctx context.Context, items []*item, held Held, res *Result) {
 	if len(items) == 0 {
 		return
 	}
@@ -76,6 +76,7 @@ func (d *Dispatcher) retry(ctx context.Context, items []*item, res *Result) {
 		d.Log.Debug("pool job not served; retrying", "job", it.Job.ID, "pool", it.Job.Pool, "instance", it.Inst.ID,
 			"receives", it.msg.Receives, "in", delay, "err", it.Err)
 		notBack.add(d.giveBack(ctx, it))
+		held.Let(it.msg.Receipt)
 		notRequeued.add(d.Queue.ChangeVisibility(ctx, domain.QueuePool, it.msg.Receipt, delay))
 	}
 	d.Log.Warn("pool jobs not served; retrying", "count", len(items), "causes", causes, "first_err", items[0].Err)

@@ -50,6 +50,11 @@ type Deps struct {
 	Routing  func() Routing
 	Finisher Finisher
 	GitHub   domain.GitHub // for CancelRejected; may be nil
+	// Hold keeps the deliveries in hand invisible until the returned stop
+	// is called (keepalive.Hold): a batch that outlasts the visibility
+	// timeout would otherwise be taken again by another replica and its
+	// jobs sent to their queues twice. Nil: not held.
+	Hold func(queue string, receipts []string, visibility time.Duration) (stop func())
 }
 
 // Intake consumes the inbox.
@@ -108,6 +113,9 @@ func (in *Intake) Step(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	ctx = context.WithoutCancel(ctx)
+	if in.Hold != nil {
+		defer in.Hold(domain.QueueInbox, jobs.Receipts(msgs), in.opts.Visibility)()
+	}
 	events, done := in.decode(ctx, msgs)
 	var arrivals, progress []event
 	for _, e := range events {

@@ -46,3 +46,12 @@ func ReceiveBatch(ctx context.Context, q domain.Queue, clk domain.Clock, queue s
 	}
 	return msgs, nil
 }
+
+// Receipts are the receipts of msgs, in order.
+func Receipts(msgs []domain.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Receipt
+	}
+	return out
+}

@@ -9,25 +9,37 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
+// Held is a hold on messages in hand.
+type Held interface {
+	// Let drops receipts from the hold, before their messages are given a
+	// visibility of their own (a retry's delay) that the next extension
+	// would otherwise overwrite.
+	Let(receipts ...string)
+	// Stop ends the hold; it returns once the holder has stopped.
+	Stop()
+}
+
 // Hold extends the visibility of the messages behind receipts by
-// visibility every third of it, until stop is called; stop returns once
-// the holder has stopped. A receipt the queue no longer knows (its
-// message settled, or taken again after a stall) is dropped from the hold.
-func Hold(q domain.Queue, clk domain.Clock, queue string, receipts []string, visibility time.Duration, log *slog.Logger) (stop func()) {
-	if len(receipts) == 0 || visibility <= 0 {
-		return func() {}
-	}
+// visibility every third of it, until it is stopped. A receipt the queue
+// no longer knows (its message settled, or taken again after a stall) is
+// dropped from the hold.
+func Hold(q domain.Queue, clk domain.Clock, queue string, receipts []string, visibility time.Duration, log *slog.Logger) Held {
 	h := &holder{q: q, clk: clk, queue: queue, held: append([]string(nil), receipts...), visibility: visibility, log: log}
+	if len(receipts) == 0 || visibility <= 0 {
+		h.stopped = true
+		return h
+	}
 	h.mu.Lock()
 	h.timer = clk.AfterFunc(visibility/3, h.extend)
 	h.mu.Unlock()
-	return h.stop
+	return h
 }
 
 // holder extends its receipts from a timer of the clock rather than a
@@ -57,11 +69,19 @@ func (h *holder) extend() {
 	}
 }
 
-func (h *holder) stop() {
+func (h *holder) Stop() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.stopped = true
-	h.timer.Stop()
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+}
+
+func (h *holder) Let(receipts ...string) {
+	h.mu.Lock() // waits for an extension in progress
+	defer h.mu.Unlock()
+	h.held = slices.DeleteFunc(h.held, func(r string) bool { return slices.Contains(receipts, r) })
 }
 
 // extend extends each receipt's visibility and returns those still held.
