@@ -85,6 +85,9 @@ func (a *App) poolInfos() []api.PoolInfo {
 func (a *App) routing() intake.Routing {
 	cfg := a.Config()
 	r := intake.Routing{Environment: a.opts.Environment, Pools: map[string]domain.Pool{}, Runners: cfg.Runners}
+	if a.opts.Cloud == "aws" {
+		r.Region = a.opts.AWS.Region
+	}
 	for _, p := range cfg.PoolsFor(a.opts.Environment) {
 		r.Pools[p.Name] = p
 	}

@@ -17,8 +17,12 @@ import (
 // Routing is the configuration the routing decision depends on.
 type Routing struct {
 	Environment string
-	Pools       map[string]domain.Pool // the pools of this environment
-	Runners     map[string]domain.RunnerSpec
+	// Region is the stack's cloud region: a job naming another region
+	// (region=) is another stack's. "" (a cloud without regions) serves
+	// every region.
+	Region  string
+	Pools   map[string]domain.Pool // the pools of this environment
+	Runners map[string]domain.RunnerSpec
 	// Default is the runner an ad-hoc job (no pool=, no runner=) starts
 	// from before its labels' overrides.
 	Default domain.RunnerSpec
@@ -53,6 +57,9 @@ func Decide(jobLabels []string, r Routing) Decision {
 	}
 	if req.Env != "" && r.Environment != "" && req.Env != r.Environment {
 		return Decision{} // another bullpen deployment's job
+	}
+	if req.Region != "" && r.Region != "" && req.Region != r.Region {
+		return Decision{} // the stack of another region serves it
 	}
 	if err != nil {
 		d := Decision{Ours: true, Reject: err.Error()}

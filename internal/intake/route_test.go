@@ -11,7 +11,7 @@ func routing() Routing {
 	small := domain.RunnerSpec{Name: "small-x64", Image: "ubuntu24-full-x64", CPU: domain.Range{Min: 2, Max: 2}, Family: []string{"t3"}}
 	big := domain.RunnerSpec{Name: "big", Image: "ubuntu24-full-x64", CPU: domain.Range{Min: 16, Max: 16}}
 	return Routing{
-		Environment: "dev",
+		Environment: "dev", Region: "eu-west-1",
 		Pools: map[string]domain.Pool{
 			"small-x64":  {Name: "small-x64", Runner: "small-x64"},
 			"dependabot": {Name: "dependabot", Runner: "small-x64"},
@@ -38,6 +38,8 @@ func TestDecide(t *testing.T) {
 		{"github-hosted", []string{"ubuntu-latest"}, "not ours"},
 		{"another environment's job", []string{"runs-on/pool=small-x64", "env=prod"}, "not ours"},
 		{"our environment named", []string{"runs-on/pool=small-x64/env=dev"}, "pool/small-x64/small-x64"},
+		{"another region's job", []string{"runs-on/pool=small-x64/region=ap-south-1"}, "not ours"},
+		{"our region named", []string{"runs-on/pool=small-x64/region=eu-west-1"}, "pool/small-x64/small-x64"},
 		{"unknown pool is rejected", []string{"runs-on=5/pool=large"}, `reject: pool "large" is not configured for environment "dev"`},
 		{"unknown runner is rejected", []string{"runs-on=5/runner=huge"}, `reject: runner "huge" is not configured`},
 		{"pool with a missing runner is rejected", []string{"runs-on/pool=broken"}, `reject: pool "broken" names runner "gone"`},
@@ -79,5 +81,15 @@ func TestDecideAdhocSpecAppliesOverrides(t *testing.T) {
 	again := Decide([]string{"runs-on=10,runner=big,spot=pco,cpu=32"}, routing())
 	if again.Runner != d.Runner {
 		t.Fatalf("the same machine in other words got class %s, then %s", d.Runner, again.Runner)
+	}
+}
+
+// A stack without a region (the simulated and local clouds) serves a job
+// whatever region it names.
+func TestAStackWithoutARegionServesEveryRegion(t *testing.T) {
+	r := routing()
+	r.Region = ""
+	if d := Decide([]string{"runs-on/pool=small-x64/region=ap-south-1"}, r); !d.Ours || d.Pool != "small-x64" {
+		t.Fatalf("decision %+v, want the pool's", d)
 	}
 }
