@@ -154,6 +154,7 @@ func (a *App) wireReaper() error {
 	if err := a.Reconciler.Init(o.Registry); err != nil {
 		return err
 	}
+	a.Terminator.AgentGrace = a.Reconciler.SilentAfter // agents get as long to come back after a restart
 	a.API = &api.Server{Store: a.Store, Token: o.AdminToken, Log: o.Log.With("loop", "api"), Pools: a.poolInfos,
 		SpotBreakers: a.SpotBreaker.Opened}
 	return nil

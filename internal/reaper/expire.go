@@ -36,7 +36,11 @@ func (t *Terminator) expire(ctx context.Context) (int, error) {
 	var reqs []domain.TransitionRequest
 	marked := 0
 	var errs []error
+	agentsBack := now.Sub(t.started) >= t.AgentGrace
 	for _, in := range rows {
+		if !agentsBack && (agentExpected(in.State) || in.State == domain.StateBooting) {
+			continue
+		}
 		// A job that started is protected until its instance's own
 		// running deadline (the longest job bullpen lets run).
 		if !in.Expired(now) || (in.JobStarted && in.State != domain.StateRunning) {

@@ -63,3 +63,27 @@ func TestExpireSendsAnUnstartedJobBackToItsQueue(t *testing.T) {
 		t.Fatalf("launch queue: %d messages; want the job once", len(msgs))
 	}
 }
+
+// A terminator starting after an outage holds the deadlines that passed
+// while agents could not report (a claim, a release) for its agent grace,
+// then expires what is still stuck; a launch that never recorded its
+// machine is closed at once.
+func TestARestartedTerminatorGivesAgentsTimeToReport(t *testing.T) {
+	f := newFixture(t)
+	due := f.Clock.Now().Add(time.Minute)
+	f.CreateInstance(domain.Instance{ID: "claim", State: domain.StateClaimed, Deadline: due})
+	f.CreateInstance(domain.Instance{ID: "release", State: domain.StateReleasing, Deadline: due})
+	f.CreateInstance(domain.Instance{ID: "launch", State: domain.StatePending, Deadline: due})
+	f.Clock.Advance(time.Hour) // the control plane is down meanwhile
+	term := &Terminator{Store: f.Store, Queue: f.Queue, Cloud: f.cloud, Clock: f.Clock, Log: f.Log, AgentGrace: 3 * time.Minute}
+	if err := term.Init(nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := term.Expire(f.Ctx); err != nil || n != 1 || f.Instance("launch").State != domain.StateTerminating {
+		t.Fatalf("at the restart: %d marked (%v), launch %s; want only the unrecorded launch", n, err, f.Instance("launch").State)
+	}
+	f.Clock.Advance(3 * time.Minute)
+	if n, err := term.Expire(f.Ctx); err != nil || n != 2 {
+		t.Fatalf("after the grace: %d marked (%v), want the claim and the release still stuck", n, err)
+	}
+}

@@ -39,6 +39,9 @@ type Reconciler struct {
 	Ours func(labels []string) bool
 	Options
 	metrics *reconcileMetrics
+	// started is when this reconciler was set up: no agent could be heard
+	// before it if the control plane was down, so silence counts from it.
+	started time.Time
 }
 
 // Options tune the reconciler; zero values take the documented defaults.
@@ -98,6 +101,7 @@ func (r *Reconciler) Init(reg prometheus.Registerer) error {
 		return errors.New("reaper: the reconciler has no Ours: it cannot tell bullpen's queued jobs from anyone else's")
 	}
 	r.Options.defaults()
+	r.started = r.Clock.Now()
 	if r.Log == nil {
 		r.Log = slog.Default()
 	}
@@ -238,7 +242,10 @@ func (r *Reconciler) gone(ctx context.Context, rows []domain.Instance, machines 
 // silent terminates instances whose agent stopped talking: the machine
 // died, or the agent did (killed mid-job, say). A job such an instance had
 // not started goes back to its queue; one it had started fails on GitHub's
-// side and its completed webhook finds the instance gone.
+// side and its completed webhook finds the instance gone. Silence counts
+// from the first cycle at the latest: after an outage of the control plane
+// every agent has been unheard for as long, and busy machines must not be
+// killed for it before their agents had a chance to come back.
 func (r *Reconciler) silent(ctx context.Context, rows []domain.Instance) (int, error) {
 	now := r.Clock.Now()
 	var errs []error
@@ -251,7 +258,7 @@ func (r *Reconciler) silent(ctx context.Context, rows []domain.Instance) (int, e
 		if in.Heartbeat.After(heard) {
 			heard = in.Heartbeat
 		}
-		if now.Sub(heard) < r.SilentAfter {
+		if now.Sub(heard) < r.SilentAfter || now.Sub(r.started) < r.SilentAfter {
 			continue
 		}
 		why := fmt.Sprintf("agent silent since %s", heard.UTC().Format(time.RFC3339))

@@ -234,3 +234,35 @@ func TestSilentAgentIsTerminatedAndItsUnstartedJobRequeued(t *testing.T) {
 		t.Fatalf("the silent instance's job: %+v", j)
 	}
 }
+
+// A control plane back from an outage longer than the silence allowance
+// does not kill busy machines whose agents it could not hear: it gives
+// them the allowance again from its start, then judges as usual.
+func TestARestartedControlPlaneWaitsBeforeJudgingSilence(t *testing.T) {
+	x := newFixture(t)
+	rows := []domain.Instance{
+		{ID: "busy", State: domain.StateRunning, Job: "1", JobStarted: true},
+		{ID: "dead", State: domain.StateRunning, Job: "2", JobStarted: true},
+	}
+	if err := x.Store.CreateInstances(x.Ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	x.Clock.Advance(time.Hour) // the control plane is down meanwhile
+	x.r = x.reconciler()       // and starts again
+	if rep := x.cycle(); rep.Silent != 0 {
+		t.Fatalf("%d instances judged silent at the restart, want none before their agents could report", rep.Silent)
+	}
+	x.Clock.Advance(time.Minute)
+	if err := x.Store.RecordHeartbeat(x.Ctx, "busy", x.Clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	x.Clock.Advance(2*time.Minute + time.Second)
+	if rep := x.cycle(); rep.Silent != 1 {
+		t.Fatalf("report %+v, want the one that stayed silent", rep)
+	}
+	for id, want := range map[string]domain.State{"busy": domain.StateRunning, "dead": domain.StateTerminating} {
+		if in, _ := x.Store.GetInstance(x.Ctx, id); in.State != want {
+			t.Errorf("%s is %s, want %s", id, in.State, want)
+		}
+	}
+}

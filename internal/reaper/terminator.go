@@ -30,11 +30,19 @@ type Terminator struct {
 	Interval time.Duration // default 5 s
 	// Deadlines are the per-state allowances; zero means the defaults.
 	Deadlines domain.Deadlines
-	metrics   *terminatorMetrics // nil until Init: nothing is counted
+	// AgentGrace holds the deadlines of the states an agent moves on
+	// (booting, ready, claimed, running, releasing) for this long after
+	// Init: after an outage of the control plane those deadlines passed
+	// because agents could not report, not because their machines failed.
+	// 0: none.
+	AgentGrace time.Duration
+	metrics    *terminatorMetrics // nil until Init: nothing is counted
+	started    time.Time
 }
 
 // Init registers the metrics; reg may be nil.
 func (t *Terminator) Init(reg prometheus.Registerer) error {
+	t.started = t.Clock.Now()
 	m, err := newTerminatorMetrics(reg)
 	t.metrics = m
 	return err
