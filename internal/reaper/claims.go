@@ -14,14 +14,17 @@ import (
 // A claimer that is alive rolls its own claim back when the job goes
 // elsewhere; one that died (a crash, a replica killed mid-claim) leaves
 // the claim to its deadline, minutes away, while the instance serves
-// nothing. The claim must be StaleClaimAfter old, so that a claim in
-// progress is never judged on the job it has not yet bound.
+// nothing. A machine launched for a job and still booting is such a claim
+// too: a provisioner that died before the handover leaves it to its
+// booting deadline (10 min) while the job's message, back in its queue,
+// gets another machine. The claim must be StaleClaimAfter old, so that a
+// claim in progress is never judged on the job it has not yet bound.
 func (r *Reconciler) staleClaims(ctx context.Context, rows []domain.Instance) (int, error) {
 	now := r.Clock.Now()
 	var errs []error
 	taken := 0
 	for _, in := range rows {
-		if in.State != domain.StateClaimed || in.JobStarted || in.Job == "" || now.Sub(in.StateSince) < r.StaleClaimAfter {
+		if !claimFor(in) || in.JobStarted || in.Job == "" || now.Sub(in.StateSince) < r.StaleClaimAfter {
 			continue
 		}
 		why, stale, err := r.claimStale(ctx, in)
@@ -42,6 +45,12 @@ func (r *Reconciler) staleClaims(ctx context.Context, rows []domain.Instance) (i
 		}
 	}
 	return taken, errors.Join(errs...)
+}
+
+// claimFor says whether in is held for a job it has not been handed yet:
+// claimed, or launched for it and booting.
+func claimFor(in domain.Instance) bool {
+	return in.State == domain.StateClaimed || (in.State == domain.StateBooting && in.Role == domain.RoleOnDemand)
 }
 
 // claimStale says whether in's claim is for a job that does not need it,

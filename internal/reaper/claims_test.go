@@ -54,3 +54,37 @@ func TestStaleClaimsEnd(t *testing.T) {
 		t.Errorf("the job served elsewhere was touched: %+v", j)
 	}
 }
+
+// A machine launched for a job whose provisioner died before the handover
+// ends once the job is served by another machine, not at its booting
+// deadline; one whose job still waits is left to boot.
+func TestAMachineBootingForAJobServedElsewhereEnds(t *testing.T) {
+	x := newFixture(t)
+	jobs := []domain.Job{
+		{ID: 1, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RouteLaunch},
+		{ID: 2, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RouteLaunch},
+	}
+	if _, err := x.Store.CreateJobs(x.Ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	booting := func(id, job string) domain.Instance {
+		return domain.Instance{ID: id, CloudID: "i-" + id, State: domain.StateBooting, Job: job, Role: domain.RoleOnDemand,
+			Deadline: x.Clock.Now().Add(10 * time.Minute)}
+	}
+	rows := []domain.Instance{booting("bp-first", "1"), booting("bp-second", "1"), booting("bp-waiting", "2")}
+	if err := x.Store.CreateInstances(x.Ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	x.assign(1, "bp-second")
+	x.Clock.Advance(time.Minute)
+	if rep := x.cycle(); rep.StaleClaims != 1 {
+		t.Fatalf("%d stale claims ended, want 1: %+v", rep.StaleClaims, rep)
+	}
+	for id, want := range map[string]domain.State{
+		"bp-first": domain.StateTerminating, "bp-second": domain.StateBooting, "bp-waiting": domain.StateBooting,
+	} {
+		if in, _ := x.Store.GetInstance(x.Ctx, id); in.State != want {
+			t.Errorf("%s is %s, want %s", id, in.State, want)
+		}
+	}
+}

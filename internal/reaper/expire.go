@@ -56,7 +56,7 @@ func (t *Terminator) expire(ctx context.Context) (int, error) {
 			}
 			if ok {
 				marked++
-				t.log().Info("instance past its deadline; terminating it, its job back in the queue", "instance", in.ID, "job", in.Job, "reason", why)
+				t.log().Info("instance past its deadline; terminating it, and its job back in the queue if still bound to it", "instance", in.ID, "job", in.Job, "reason", why)
 			}
 			continue
 		}

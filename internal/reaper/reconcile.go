@@ -421,7 +421,7 @@ type reconcileMetrics struct {
 
 func newReconcileMetrics(reg prometheus.Registerer) (*reconcileMetrics, error) {
 	m := &reconcileMetrics{actions: promreg.Counters("bullpen_reaper_actions_total",
-		"What the reaper reconciled, by kind (orphan, gone, silent, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, job_deleted, row_deleted).", "kind")}
+		"What the reaper reconciled, by kind (orphan, gone, silent, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, job_deleted, row_deleted).", "kind")}
 	if err := promreg.Register(reg, "reaper", m.actions); err != nil {
 		return nil, err
 	}

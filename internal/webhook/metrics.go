@@ -25,7 +25,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		deliveries: promreg.Counters("bullpen_webhook_deliveries_total",
-			"Webhook deliveries received, by event (ping, workflow_job, other, none) and outcome.", "event", "outcome"),
+			"Webhook deliveries received, by event (ping, workflow_job, push, other, none) and outcome (accepted, ignored, unauthorized, bad_request, too_large, unavailable, busy).", "event", "outcome"),
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "bullpen_webhook_request_duration_seconds",
 			Help:    "Time to answer a webhook delivery, body read and inbox write included, by outcome.",
