@@ -206,7 +206,12 @@ type countingStore struct {
 	// DynamoDB, which puts job by job, does when one put fails.
 	failLast error
 	failGet  map[int64]error
+	// failTransitions fails that many of the next TransitionJob calls on
+	// a job, with errTransition.
+	failTransitions map[int64]int
 }
+
+var errTransition = errors.New("store write timed out")
 
 func (s *countingStore) CreateJobs(ctx context.Context, batch []domain.Job) ([]bool, error) {
 	s.mu.Lock()
@@ -236,6 +241,19 @@ func (s *countingStore) GetJob(ctx context.Context, id int64) (domain.Job, error
 		return domain.Job{}, err
 	}
 	return s.Store.GetJob(ctx, id)
+}
+
+func (s *countingStore) TransitionJob(ctx context.Context, id int64, g domain.JobGuard, fn func(*domain.Job)) (domain.Job, error) {
+	s.mu.Lock()
+	fail := s.failTransitions[id] > 0
+	if fail {
+		s.failTransitions[id]--
+	}
+	s.mu.Unlock()
+	if fail {
+		return domain.Job{}, errTransition
+	}
+	return s.Store.TransitionJob(ctx, id, g, fn)
 }
 
 func (s *countingStore) setFailures(failLast error, failGet map[int64]error) {

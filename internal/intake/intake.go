@@ -207,12 +207,56 @@ func (in *Intake) admitAll(ctx context.Context, arrivals []event) ([]string, map
 
 // retryOrDeadLetter leaves a failed delivery for another try (no receipt to
 // delete) until it has been received MaxReceives times, then moves it to
-// the dead-letter queue.
+// the dead-letter queue. An arrival first leaves its job to the reaper
+// (handOff); until that is written the delivery is kept for another try.
 func (in *Intake) retryOrDeadLetter(ctx context.Context, e event, err error) []string {
 	if e.msg.Receives < in.opts.MaxReceives {
 		return nil
 	}
-	return in.deadLetter(ctx, e.msg, "inbox message keeps failing", "delivery", e.delivery.ID, "job", e.ev.Job.ID, "err", err)
+	attrs := []any{"delivery", e.delivery.ID, "job", e.ev.Job.ID, "err", err}
+	if isArrival(e) {
+		sendPending, herr := in.handOff(ctx, e)
+		if herr != nil {
+			in.Log.Warn("inbox message keeps failing; its job could not be left to the reaper, kept in the inbox for another try",
+				append(attrs, "hand_off_err", herr)...)
+			return nil
+		}
+		attrs = append(attrs, "job_send_pending", sendPending)
+	}
+	return in.deadLetter(ctx, e.msg, "inbox message keeps failing", attrs...)
+}
+
+// handOff makes sure the job of an arrival about to be dead-lettered is
+// served without it. A job the store does not know is admitted by the
+// reaper from GitHub's queued jobs; a recorded one waiting for a runner
+// has no other message coming (the failure may have been its send, or
+// anything after it was recorded), so it is marked SendPending, as a
+// requeued job is, and the reaper's sweep sends it. A queued delivery
+// also releases a job recorded waiting for approval, as its redelivery
+// would have. It reports whether it marked the job.
+func (in *Intake) handOff(ctx context.Context, e event) (bool, error) {
+	j, err := in.Store.GetJob(ctx, e.ev.Job.ID)
+	if errors.Is(err, domain.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read job %d: %w", e.ev.Job.ID, err)
+	}
+	release := e.ev.Action == webhook.ActionQueued && j.Reason == ReasonWaiting
+	if j.Status != domain.JobQueued || j.InstanceID != "" || j.SendPending || (j.Reason == ReasonWaiting && !release) {
+		return false, nil // served, over, or still waiting for its approval
+	}
+	_, err = in.Store.TransitionJob(ctx, j.ID, domain.JobGuardOf(j), func(x *domain.Job) {
+		if release {
+			x.Reason = ""
+		}
+		x.SendPending = true
+	})
+	if err != nil {
+		return false, fmt.Errorf("mark job %d's message pending: %w", j.ID, err)
+	}
+	in.metrics.events.WithLabelValues(e.ev.Action, "send_pending").Inc()
+	return true, nil
 }
 
 // deadLetter moves a message aside, saying why at ERROR: a dead letter
