@@ -2,6 +2,16 @@
 // of RunsOn (runners:, pools:, images:) with bullpen's own pool settings.
 // Every problem in a file is reported at once, each with its line and
 // column (see Errors).
+//
+// A runner's `image:` that is a key of `images:` is replaced, while parsing,
+// by the reference its entry gives (Image.Ref): the entry's AMI id, or
+// OWNER/NAME, or its name alone when it has no owner. Any other `image:` is
+// kept as written, for the cloud provider to resolve: an AMI id, OWNER/NAME,
+// or a name (a RunsOn image name, a pattern) looked up among the provider's
+// configured owners; a name that looks like a misspelt key gets a warning.
+// What reaches the provider, and the spec hash of a pool, is therefore the
+// reference itself: editing an images entry rolls the pools that use it,
+// renaming its key does not.
 package config
 
 import (
@@ -186,8 +196,10 @@ func (p *parser) config(root *yaml.Node) *Config {
 			{key: "_extends"},
 		})
 	}
-	// Runners first, whatever the file order, so pools can refer to them.
-	cfg := &Config{Runners: p.runners(runners), Images: p.images(images)}
+	// Images, then runners, whatever the file order, so runners can name
+	// images by key and pools can name runners.
+	p.images = p.imageEntries(images)
+	cfg := &Config{Images: p.images, Runners: p.runners(runners)}
 	cfg.Pools = p.pools(pools)
 	return cfg
 }

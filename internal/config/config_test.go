@@ -105,6 +105,7 @@ func TestInvalidExampleReportsEveryProblem(t *testing.T) {
 		f + `:28:9: pools.small-x64.schedule[3]: more than one schedule entry without match ("default" and "fallback"): the default is ambiguous; give all but one a match`,
 		f + `:32:28: pools.other.max-jobs-per-instance: max-jobs-per-instance only applies with reuse: true`,
 		f + `:33:5: pools.other: unknown key "colour" in pool (known: environment, runner, timezone, schedule, hot-idle-lifetime, reuse, max-jobs-per-instance, autoscale, max-age)`,
+		f + `:37:10: images.my-ubuntu.ami: ami "my-ubuntu-24.04" is not an AMI id (ami-…); to look an image up by name, give name and owner`,
 	}
 	sameLines(t, "examples/invalid.yml", strings.Split(err.Error(), "\n"), want)
 	if len(errs) != len(want) || errs[0].File != f || errs[0].Line != 6 || errs[0].Col != 14 {

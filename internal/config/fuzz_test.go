@@ -20,6 +20,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte(poolBase + "    schedule: [{name: n, match: {day: [friday], time: [\"22:00\", \"24:00\"]}}]\n"))
 	f.Add([]byte("runners:\n  r: &r\n    image: u\n    <<: [*r, {cpu: [1, 2]}]\n"))
+	f.Add([]byte("runners:\n  r: {image: i}\nimages:\n  i: {name: a/b, owner: self}\n  j: {ami: x}\n"))
 	f.Add([]byte("a: [\n"))
 
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -13,7 +13,8 @@ type parser struct {
 	file        string
 	errs        Errors
 	warnings    Errors
-	runnerNames []string // in file order, for "unknown runner" messages
+	runnerNames []string         // in file order, for "unknown runner" messages
+	images      map[string]Image // the `images:` entries, which runners name by key
 }
 
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {

@@ -10,16 +10,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-// Image is one entry of the optional top-level `images:` map (RunsOn custom
-// images): either a fixed AMI id, or an AMI name pattern and its owner.
-type Image struct {
-	AMI      string // e.g. ami-0123456789abcdef0
-	Name     string // AMI name, may hold wildcards: ubuntu24-custom-*
-	Owner    string // AWS account that owns the AMI
-	Platform string // linux or windows
-	Arch     string // x64 or arm64
-}
-
 // Spot allocation strategies, as EC2 fleets name them.
 var spotStrategies = []string{"price-capacity-optimized", "lowest-price", "capacity-optimized"}
 
@@ -37,7 +27,7 @@ func (p *parser) runners(n *yaml.Node) map[string]domain.RunnerSpec {
 func (p *parser) runner(path string, at, n *yaml.Node) domain.RunnerSpec {
 	r := domain.RunnerSpec{Name: at.Value}
 	p.fields(path, "runner", at, n, append([]field{
-		{key: "image", required: true, parse: func(path string, v *yaml.Node) { r.Image, _ = p.str(path, v) }},
+		{key: "image", required: true, parse: func(path string, v *yaml.Node) { r.Image = p.runnerImage(path, v) }},
 		{key: "cpu", parse: func(path string, v *yaml.Node) { r.CPU = p.sizeRange(path, "cpu", v) }},
 		{key: "ram", parse: func(path string, v *yaml.Node) { r.RAM = p.sizeRange(path, "ram", v) }},
 		{key: "family", parse: func(path string, v *yaml.Node) { r.Family = p.family(path, v) }},
@@ -182,42 +172,4 @@ func (p *parser) retry(path string, n *yaml.Node) string {
 	}
 	p.errorf(n, path, "bad retry value %s (expected when-interrupted or false)", describe(n))
 	return ""
-}
-
-func (p *parser) images(n *yaml.Node) map[string]Image {
-	out := make(map[string]Image)
-	p.entries("images", "images", n, func(k, v *yaml.Node) {
-		out[k.Value] = p.image(join("images", k.Value), k, v)
-	})
-	return out
-}
-
-func (p *parser) image(path string, at, n *yaml.Node) Image {
-	var img Image
-	oneOf := func(dst *string, allowed ...string) func(string, *yaml.Node) {
-		return func(path string, v *yaml.Node) {
-			s, ok := p.str(path, v)
-			if ok && len(allowed) > 0 && !slices.Contains(allowed, s) {
-				p.errorf(deref(v), path, "bad value %q (expected %s)", s, strings.Join(allowed, " or "))
-				return
-			}
-			*dst = s
-		}
-	}
-	p.fields(path, "image", at, n, []field{
-		{key: "ami", parse: oneOf(&img.AMI)},
-		{key: "name", parse: oneOf(&img.Name)},
-		{key: "owner", parse: oneOf(&img.Owner)},
-		{key: "platform", parse: oneOf(&img.Platform, "linux", "windows")},
-		{key: "arch", parse: oneOf(&img.Arch, "x64", "arm64")},
-	})
-	if n := deref(n); n != nil && n.Kind == yaml.MappingNode {
-		switch {
-		case img.AMI == "" && img.Name == "":
-			p.errorf(at, path, "image needs ami (an AMI id) or name (an AMI name pattern)")
-		case img.AMI != "" && img.Name != "":
-			p.errorf(at, path, "image has both ami and name (give one)")
-		}
-	}
-	return img
 }

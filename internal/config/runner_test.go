@@ -112,43 +112,6 @@ func TestRunnerSectionProblems(t *testing.T) {
 	checkProblems(t, asIs, cases)
 }
 
-func TestImages(t *testing.T) {
-	src := `images:
-  custom:
-    platform: linux
-    arch: arm64
-    name: "my-ubuntu-*"
-    owner: "123456789012"
-  pinned:
-    ami: ami-0123456789abcdef0
-`
-	cfg := mustParse(t, src)
-	want := map[string]Image{
-		"custom": {Name: "my-ubuntu-*", Owner: "123456789012", Platform: "linux", Arch: "arm64"},
-		"pinned": {AMI: "ami-0123456789abcdef0"},
-	}
-	if !reflect.DeepEqual(cfg.Images, want) {
-		t.Errorf("got %+v", cfg.Images)
-	}
-
-	bad := `images:
-  neither:
-    arch: x86
-  both:
-    ami: ami-1
-    name: x
-    platform: macos
-    size: 3
-`
-	sameLines(t, bad, problems(t, bad), []string{
-		`2:3: images.neither: image needs ami (an AMI id) or name (an AMI name pattern)`,
-		`3:11: images.neither.arch: bad value "x86" (expected x64 or arm64)`,
-		`4:3: images.both: image has both ami and name (give one)`,
-		`7:15: images.both.platform: bad value "macos" (expected linux or windows)`,
-		`8:5: images.both: unknown key "size" in image (known: ami, name, owner, platform, arch)`,
-	})
-}
-
 func TestRunsOnOnlyRunnerKeysLoadWithAWarning(t *testing.T) {
 	cfg, err := Parse("runs-on.yml", []byte(`runners:
   small:
