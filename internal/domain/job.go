@@ -89,7 +89,9 @@ type Job struct {
 	// SendPending: the job went back to queued in a change that also
 	// touched its instance, and its queue message may not be sent yet. The
 	// sender clears it once the message is out; the reaper sends it again
-	// for a job left with it set (a crash between the two writes).
+	// for a job left with it set (a crash between the two writes). The
+	// intake sets it too for a recorded job whose queued delivery it
+	// dead-letters, so that the reaper sends it.
 	SendPending bool
 	// Interrupted: the job's machine was taken back by the cloud (a spot
 	// interruption) after the job started; GitHub fails the job, and it is

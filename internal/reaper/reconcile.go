@@ -160,7 +160,8 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	}
 	rep.Rerun, err = r.rerunInterrupted(ctx)
 	errs = append(errs, err)
-	// A job sent back to its queue whose message a crash left unsent.
+	// A job whose queue message is pending: sent back to its queue by a
+	// change a crash interrupted, or recorded by a dead-lettered delivery.
 	rep.Resent, err = jobs.SendPending(ctx, r.Store, r.Queue, r.Clock.Now(), r.Interval)
 	errs = append(errs, err)
 	rep.JobsDeleted, rep.RowsDeleted, err = r.retention(ctx, rows)
