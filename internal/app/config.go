@@ -84,7 +84,7 @@ func (a *App) poolInfos() []api.PoolInfo {
 
 func (a *App) routing() intake.Routing {
 	cfg := a.Config()
-	r := intake.Routing{Environment: a.opts.Environment, Pools: map[string]domain.Pool{}, Runners: cfg.Runners}
+	r := intake.Routing{Environment: a.opts.Environment, Pools: map[string]domain.Pool{}, Runners: cfg.Runners, ImageRef: cfg.ImageRef}
 	if a.opts.Cloud == "aws" {
 		r.Region = a.opts.AWS.Region
 	}

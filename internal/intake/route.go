@@ -26,6 +26,10 @@ type Routing struct {
 	// Default is the runner an ad-hoc job (no pool=, no runner=) starts
 	// from before its labels' overrides.
 	Default domain.RunnerSpec
+	// ImageRef resolves an image a job label names (image=) as a runner's
+	// image: is resolved: a key of the configuration's images: becomes its
+	// entry's reference. Nil: labels' images are taken as written.
+	ImageRef func(name string) string
 }
 
 // DefaultRunner is the machine of a job that names neither a pool nor a
@@ -87,6 +91,10 @@ func Decide(jobLabels []string, r Routing) Decision {
 			return Decision{Ours: true, Reject: fmt.Sprintf("runner %s is not configured (runners: %s)", domain.QuoteShort(req.Runner), names(r.Runners))}
 		}
 		base = spec
+	}
+	if r.ImageRef != nil && req.Spec.Image != "" {
+		// Before ColdSpec, which compares it with the base's resolved image.
+		req.Spec.Image = r.ImageRef(req.Spec.Image)
 	}
 	spec := req.ColdSpec(base)
 	if spec.Image == "" {

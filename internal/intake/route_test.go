@@ -93,3 +93,28 @@ func TestAStackWithoutARegionServesEveryRegion(t *testing.T) {
 		t.Fatalf("decision %+v, want the pool's", d)
 	}
 }
+
+// An image a job label names is resolved as a runner's is: a key of the
+// configuration's images: becomes its entry's reference, and a label that
+// names a runner's own image by its key keeps that runner's machine.
+func TestALabelsImageKeyIsResolved(t *testing.T) {
+	r := routing()
+	big := r.Runners["big"]
+	big.Image = "ami-0123456789abcdef0" // its images: key, as the configuration resolved it
+	r.Runners["big"] = big
+	r.ImageRef = func(name string) string {
+		if name == "golden" {
+			return "ami-0123456789abcdef0"
+		}
+		return name
+	}
+	if d := Decide([]string{"runs-on=1/cpu=4/image=golden"}, r); d.Spec.Image != "ami-0123456789abcdef0" {
+		t.Fatalf("image %q, want the images entry's AMI", d.Spec.Image)
+	}
+	if d := Decide([]string{"runs-on=1/runner=big/image=golden"}, r); d.Runner != "big" {
+		t.Fatalf("runner %q, want big itself: its own image named by key is no change", d.Runner)
+	}
+	if d := Decide([]string{"runs-on=1/cpu=4/image=ubuntu22-full-x64"}, r); d.Spec.Image != "ubuntu22-full-x64" {
+		t.Fatalf("image %q, want a name that is no key kept as written", d.Spec.Image)
+	}
+}
