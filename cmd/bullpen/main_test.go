@@ -257,7 +257,28 @@ func TestServeNamesEveryBadFlagAtOnce(t *testing.T) {
 	}
 	for _, want := range []string{`--log-level "loud"`, `--cloud "mars"`, "--reap-every 1ns: want at least 100ms",
 		"--job-retention -1h0m0s: want a positive duration", "--converge-every 0s: want a positive duration",
-		`--runner-scope "orgs": want repo, org or enterprise`, "--sim-jobs-per-minute -3: want a number not below 0"} {
+		`runner scope "orgs": want repo, org or enterprise`, "--sim-jobs-per-minute -3: want a number not below 0"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
+		}
+	}
+}
+
+// A runner scope that does not go with the GitHub asked for is a problem of
+// the command line, named with the others: exit 2, where it was found only
+// once the app was built and exited 1, after the other problems were fixed.
+func TestServeNamesARunnerScopeProblemWithTheOthers(t *testing.T) {
+	getenv := func(k string) string {
+		return map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "t"}[k]
+	}
+	var errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &errb, getenv: getenv}
+	code := run(t.Context(), e, []string{"serve", "--config", "../../examples/runs-on.yml", "--listen", "127.0.0.1:0",
+		"--runner-scope", "enterprise", "--converge-every", "1ms"})
+	if code != 2 {
+		t.Fatalf("exit %d, want 2\n%s", code, errb.String())
+	}
+	for _, want := range []string{"runner scope enterprise needs the enterprise's slug", "--converge-every 1ms"} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
 		}

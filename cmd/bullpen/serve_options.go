@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -98,8 +97,8 @@ func (f *serveFlags) settings() (serveSettings, error) {
 	if f.simJobsPerMinute > 0 && f.github != "sim" {
 		problems = append(problems, fmt.Errorf("--sim-jobs-per-minute %v: the simulated jobs need --github sim", f.simJobsPerMinute))
 	}
-	if !slices.Contains([]string{"repo", "org", "enterprise"}, f.scope) {
-		problems = append(problems, fmt.Errorf("--runner-scope %q: want repo, org or enterprise", f.scope))
+	for _, p := range app.RunnerScopeProblems(f.scope, f.gh.enterprise, f.github) {
+		problems = append(problems, errors.New(p))
 	}
 	s.storePath, s.shared, err = f.state()
 	problems = append(problems, err)

@@ -42,24 +42,32 @@ const errEnterpriseNeedsToken = "runner scope enterprise needs --github token (o
 
 // checkRunnerScope validates RunnerScope and Enterprise together.
 func (o *Options) checkRunnerScope() []string {
-	switch o.RunnerScope {
-	case "":
+	if o.RunnerScope == "" {
 		o.RunnerScope = "repo"
+	}
+	return RunnerScopeProblems(o.RunnerScope, o.Enterprise, o.GitHub)
+}
+
+// RunnerScopeProblems says what is wrong with a runner scope (repo, org or
+// enterprise), the enterprise named and the GitHub kind (sim, app, token)
+// together, so that a command can name it with its other flags' problems.
+func RunnerScopeProblems(scope, enterprise, github string) []string {
+	switch scope {
 	case "repo", "org":
 	case "enterprise":
 		var problems []string
-		if o.Enterprise == "" {
+		if enterprise == "" {
 			problems = append(problems, "runner scope enterprise needs the enterprise's slug (--github-enterprise)")
 		}
-		if o.GitHub == "app" {
+		if github == "app" {
 			problems = append(problems, errEnterpriseNeedsToken)
 		}
 		return problems
 	default:
-		return []string{fmt.Sprintf("runner scope %q: want repo, org or enterprise", o.RunnerScope)}
+		return []string{fmt.Sprintf("runner scope %q: want repo, org or enterprise", scope)}
 	}
-	if o.Enterprise != "" {
-		return []string{fmt.Sprintf("an enterprise (%q) is named but the runner scope is %s: give --runner-scope enterprise, or leave the enterprise out", o.Enterprise, o.RunnerScope)}
+	if enterprise != "" {
+		return []string{fmt.Sprintf("an enterprise (%q) is named but the runner scope is %s: give --runner-scope enterprise, or leave the enterprise out", enterprise, scope)}
 	}
 	return nil
 }
