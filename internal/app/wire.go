@@ -147,6 +147,7 @@ func (a *App) wireReaper() error {
 	}
 	rp := o.Reaper
 	rp.TerminatingAllowance = o.Deadlines.Terminating
+	rp.CancelRejected = rp.CancelRejected || o.CancelRejected
 	a.Reconciler = &reaper.Reconciler{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: o.Clock, Log: o.Log.With("loop", "reaper"),
 		ControllerID: o.ControllerID, Scopes: a.scopes, Ours: a.ours, Options: rp,

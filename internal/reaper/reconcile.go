@@ -70,6 +70,11 @@ type Options struct {
 	// running, releasing) and has not been heard from for this long —
 	// neither a heartbeat nor a state change — is terminated. Default 3 min.
 	SilentAfter time.Duration
+	// CancelRejected: a job bullpen rejected that GitHub still lists as
+	// queued has its workflow run cancelled again, every cycle until GitHub
+	// no longer lists it: the intake cancels it once, and a crash or a
+	// GitHub error then left the run waiting for GitHub's 24-hour timeout.
+	CancelRejected bool
 	// StaleClaimAfter: an instance claimed this long for a job that another
 	// instance serves, or that has ended, is terminated (its claimer died).
 	// Default 1 min.
@@ -112,7 +117,7 @@ func (r *Reconciler) Init(reg prometheus.Registerer) error {
 
 // Report counts what one cycle did.
 type Report struct {
-	Orphans, Gone, Silent, StaleClaims, DeadRunners, Recovered, Requeued, Resent, Rerun, JobsDeleted, RowsDeleted int
+	Orphans, Gone, Silent, StaleClaims, DeadRunners, Recovered, Requeued, Resent, Rerun, Cancelled, JobsDeleted, RowsDeleted int
 }
 
 // Loop reconciles every Interval.
@@ -154,8 +159,8 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 			rep.DeadRunners += n
 			errs = append(errs, err)
 		}
-		rec, req, err := r.queuedJobs(ctx, s)
-		rep.Recovered, rep.Requeued = rep.Recovered+rec, rep.Requeued+req
+		rec, req, can, err := r.queuedJobs(ctx, s)
+		rep.Recovered, rep.Requeued, rep.Cancelled = rep.Recovered+rec, rep.Requeued+req, rep.Cancelled+can
 		errs = append(errs, err)
 	}
 	rep.Rerun, err = r.rerunInterrupted(ctx)
@@ -169,7 +174,8 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	r.metrics.count(rep)
 	if rep != (Report{}) {
 		r.Log.Info("reconciled", "orphans", rep.Orphans, "gone", rep.Gone, "silent", rep.Silent, "stale_claims", rep.StaleClaims, "dead_runners", rep.DeadRunners,
-			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "resent_jobs", rep.Resent, "rerun_jobs", rep.Rerun, "jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
+			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "resent_jobs", rep.Resent, "rerun_jobs", rep.Rerun, "cancelled_runs", rep.Cancelled,
+			"jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
 	}
 	return rep, errors.Join(errs...)
 }
@@ -346,10 +352,10 @@ func (r *Reconciler) deadRunners(ctx context.Context, s domain.Scope, rows []dom
 // webhook never leaves a job waiting: an unknown one of ours is admitted
 // as if its webhook had come; one bullpen assigned to an instance that no
 // longer serves it goes back to its queue.
-func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope) (recovered, requeued int, err error) {
+func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope) (recovered, requeued, cancelled int, err error) {
 	queued, err := r.GitHub.QueuedJobs(ctx, s)
 	if err != nil {
-		return 0, 0, fmt.Errorf("queued jobs of %s: %w", s, err)
+		return 0, 0, 0, fmt.Errorf("queued jobs of %s: %w", s, err)
 	}
 	var errs []error
 	for _, gj := range queued {
@@ -371,9 +377,16 @@ func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope) (recovered,
 				continue
 			}
 			requeued++
+		case j.Status == domain.JobRejected && r.CancelRejected:
+			r.Log.Info("rejected job still queued on GitHub; cancelling its run", "job", j.ID, "repo", j.Repo, "run", j.RunID)
+			if err := r.GitHub.CancelRun(ctx, j.Repo, j.RunID); err != nil {
+				errs = append(errs, fmt.Errorf("cancel the run of rejected job %d: %w", j.ID, err))
+				continue
+			}
+			cancelled++
 		}
 	}
-	return recovered, requeued, errors.Join(errs...)
+	return recovered, requeued, cancelled, errors.Join(errs...)
 }
 
 // serving reports whether the job's instance may still run it.
@@ -422,7 +435,7 @@ type reconcileMetrics struct {
 
 func newReconcileMetrics(reg prometheus.Registerer) (*reconcileMetrics, error) {
 	m := &reconcileMetrics{actions: promreg.Counters("bullpen_reaper_actions_total",
-		"What the reaper reconciled, by kind (orphan, gone, silent, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, job_deleted, row_deleted).", "kind")}
+		"What the reaper reconciled, by kind (orphan, gone, silent, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, cancelled_run, job_deleted, row_deleted).", "kind")}
 	if err := promreg.Register(reg, "reaper", m.actions); err != nil {
 		return nil, err
 	}
@@ -435,7 +448,7 @@ func (m *reconcileMetrics) count(r Report) {
 	}
 	for kind, n := range map[string]int{
 		"orphan": r.Orphans, "gone": r.Gone, "silent": r.Silent, "stale_claim": r.StaleClaims, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
-		"requeued_job": r.Requeued, "resent_job": r.Resent, "rerun_job": r.Rerun, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
+		"requeued_job": r.Requeued, "resent_job": r.Resent, "rerun_job": r.Rerun, "cancelled_run": r.Cancelled, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
 	} {
 		m.actions.WithLabelValues(kind).Add(float64(n))
 	}

@@ -2,6 +2,7 @@ package reaper
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -264,5 +265,31 @@ func TestARestartedControlPlaneWaitsBeforeJudgingSilence(t *testing.T) {
 		if in, _ := x.Store.GetInstance(x.Ctx, id); in.State != want {
 			t.Errorf("%s is %s, want %s", id, in.State, want)
 		}
+	}
+}
+
+// A rejected job GitHub still lists as queued (the intake's one cancel was
+// lost to a crash or a GitHub error) has its run cancelled by the reaper
+// when rejected jobs' runs are to be cancelled, and left alone otherwise.
+func TestARejectedJobStillQueuedHasItsRunCancelled(t *testing.T) {
+	for _, cancel := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cancel=%t", cancel), func(t *testing.T) {
+			x := newFixture(t)
+			x.gh.DropDeliveries(1)
+			gj := x.gh.QueueJob(ghsim.JobSpec{Repo: "acme/app", Labels: []string{"runs-on/pool=nowhere"}})
+			x.CreateJob(domain.Job{ID: gj.ID, RunID: gj.RunID, Repo: "acme/app", Status: domain.JobRejected, Reason: "pool nowhere"})
+			x.r.CancelRejected = cancel
+			rep := x.cycle()
+			left, err := x.gh.QueuedJobs(x.Ctx, scope)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int{false: 0, true: 1}[cancel]; rep.Cancelled != want || len(left) != 1-want {
+				t.Fatalf("%d runs cancelled, %d jobs still queued on GitHub; want %d cancelled", rep.Cancelled, len(left), want)
+			}
+			if rep.Recovered != 0 {
+				t.Fatalf("a recorded job was admitted again: %+v", rep)
+			}
+		})
 	}
 }
