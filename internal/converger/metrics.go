@@ -24,7 +24,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}),
 		actions: promreg.Counters("bullpen_pool_actions_total",
-			"Instances the converger's plans acted on, by action, reason and result: ok (done), "+
+			"Instances the converger's plans acted on, by pool, action, reason and result: ok (done), "+
 				"conflict (the instance changed since the plan, so was left alone), error (failed; retried later).",
 			"pool", "action", "reason", "result"),
 		cloudErrors: promreg.Counters("bullpen_converger_cloud_errors_total",
