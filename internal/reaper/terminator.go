@@ -137,7 +137,7 @@ func (t *Terminator) terminate(ctx context.Context, batch []domain.Instance) ([]
 const (
 	actionExpired    = "expired"
 	actionTerminated = "terminated"
-	opTerminate      = "terminate"
+	opTerminate      = "TerminateInstances" // the call's EC2 name, as the other loops' cloud errors
 )
 
 type terminatorMetrics struct {

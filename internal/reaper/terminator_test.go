@@ -168,7 +168,7 @@ func TestTheTerminatorCountsWhatItDoesAndItsFailedCloudCalls(t *testing.T) {
 	rows := f.machines(2, domain.StateTerminating)
 	f.cloud.FailNext(sim.OpTerminateInstances, 1, nil)
 	f.sweep(0, true)
-	if got := count(f.term.metrics.cloudErrors, "terminate"); got != 1 {
+	if got := count(f.term.metrics.cloudErrors, "TerminateInstances"); got != 1 {
 		t.Fatalf("failed terminate calls counted %g, want 1", got)
 	}
 	f.sweep(2, false)
