@@ -133,7 +133,7 @@ func TestServeWithoutAWSCredentialsSaysSo(t *testing.T) {
 		"--aws-region", mototest.Region, "--aws-endpoint", "http://127.0.0.1:1")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "AWS_EC2_METADATA_DISABLED=true",
 		"AWS_CONFIG_FILE=" + home + "/none", "AWS_SHARED_CREDENTIALS_FILE=" + home + "/none",
-		"BULLPEN_WEBHOOK_SECRET=s", "BULLPEN_ADMIN_TOKEN=a"}
+		"BULLPEN_WEBHOOK_SECRET=s", "BULLPEN_ADMIN_TOKEN=aws-faults-admin-token"}
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatal("serve started without AWS credentials")

@@ -78,7 +78,7 @@ func TestServeRefusesATokenWithoutEnterpriseAccess(t *testing.T) {
 	cmd := exec.Command(bin, "serve", "--config", "../../examples/runs-on.yml", "--store", "sqlite://"+filepath.Join(t.TempDir(), "b.db"),
 		"--listen", "127.0.0.1:0", "--github", "token", "--github-url", gh.URL()+"/", "--cloud", "local", "--local-dir", t.TempDir(),
 		"--runner-scope", "enterprise", "--github-enterprise", "megacorp")
-	cmd.Env = append(os.Environ(), "BULLPEN_WEBHOOK_SECRET=s", "BULLPEN_ADMIN_TOKEN=t", "BULLPEN_GITHUB_TOKEN=ghp_org_admin")
+	cmd.Env = append(os.Environ(), "BULLPEN_WEBHOOK_SECRET=s", "BULLPEN_ADMIN_TOKEN=enterprise-admin-token", "BULLPEN_GITHUB_TOKEN=ghp_org_admin")
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatal("serve started with a token that cannot manage the enterprise's runners")

@@ -245,7 +245,7 @@ func TestABadDurationSaysWhatADurationIs(t *testing.T) {
 // used to take the default without a word.
 func TestServeNamesEveryBadFlagAtOnce(t *testing.T) {
 	getenv := func(k string) string {
-		return map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "t"}[k]
+		return map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "test-admin-token"}[k]
 	}
 	var out, errb bytes.Buffer
 	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: getenv}
@@ -264,12 +264,29 @@ func TestServeNamesEveryBadFlagAtOnce(t *testing.T) {
 	}
 }
 
+// A short admin token is refused at start, named but not shown: it keys
+// the dashboard's sessions, and a cookie lets it be guessed offline.
+func TestServeRefusesAShortAdminToken(t *testing.T) {
+	getenv := func(k string) string {
+		return map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "hunter2"}[k]
+	}
+	var errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &errb, getenv: getenv}
+	code := run(t.Context(), e, []string{"serve", "--config", "../../examples/runs-on.yml", "--listen", "127.0.0.1:0"})
+	if code != 2 || !strings.Contains(errb.String(), "the admin token is 7 characters: want at least 16") {
+		t.Fatalf("exit %d, want 2 naming the short admin token\n%s", code, errb.String())
+	}
+	if strings.Contains(errb.String(), "hunter2") {
+		t.Fatalf("the token is in the message:\n%s", errb.String())
+	}
+}
+
 // A runner scope that does not go with the GitHub asked for is a problem of
 // the command line, named with the others: exit 2, where it was found only
 // once the app was built and exited 1, after the other problems were fixed.
 func TestServeNamesARunnerScopeProblemWithTheOthers(t *testing.T) {
 	getenv := func(k string) string {
-		return map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "t"}[k]
+		return map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "test-admin-token"}[k]
 	}
 	var errb bytes.Buffer
 	e := &env{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &errb, getenv: getenv}
@@ -289,7 +306,7 @@ func TestServeNamesARunnerScopeProblemWithTheOthers(t *testing.T) {
 // refuses is named with the other problems, where it was dropped without a
 // word and the default taken.
 func TestServeNamesAVariableItCannotParse(t *testing.T) {
-	vars := map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "t",
+	vars := map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "test-admin-token",
 		"BULLPEN_CONVERGE_EVERY": "fast", "BULLPEN_SPOT_BREAKER_INTERRUPTIONS": "two",
 		"BULLPEN_CANCEL_REJECTED": "yes", "BULLPEN_AWS_NO_SPOT_FALLBACK": "sure"}
 	var out, errb bytes.Buffer
@@ -321,7 +338,7 @@ func TestServeNamesAConfigurationItCannotUse(t *testing.T) {
 	if err := os.WriteFile(empty, []byte("# to be written\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	vars := map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "t"}
+	vars := map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "test-admin-token"}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -401,7 +418,7 @@ func TestVersion(t *testing.T) {
 // A bad value that came from the environment is named by its variable too,
 // since serve's problems name the flag.
 func TestServeSaysWhichBadValuesCameFromTheEnvironment(t *testing.T) {
-	vars := map[string]string{"BULLPEN_CLOUD": "gce", "BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "t"}
+	vars := map[string]string{"BULLPEN_CLOUD": "gce", "BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "test-admin-token"}
 	code, _, errOut := runWithEnv(vars, "serve", "--config", "../../examples/runs-on.yml", "--github", "hub")
 	if code != 2 || !strings.Contains(errOut, `--cloud "gce": want sim, local or aws`) || !strings.Contains(errOut, "(--cloud came from $BULLPEN_CLOUD)") {
 		t.Fatalf("exit %d:\n%s", code, errOut)

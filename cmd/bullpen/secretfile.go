@@ -80,3 +80,19 @@ func (s secretSetting) fromFile(getenv func(string) string, file string) (string
 func (s secretSetting) missing() error {
 	return fmt.Errorf("no %s: set $%s, or pass --%s-file FILE", s.what, s.env, s.flag)
 }
+
+// MinTokenLength is the shortest admin or viewer token serve takes. The
+// tokens key the dashboard's session cookies: anyone holding a cookie (a
+// viewer, a proxy's log) can test guesses of a short token offline at
+// millions a second, then sign an admin session.
+const MinTokenLength = 16
+
+// strong refuses a token shorter than MinTokenLength, naming the setting,
+// never the value.
+func (s secretSetting) strong(v string) error {
+	if v == "" || len(v) >= MinTokenLength {
+		return nil
+	}
+	return fmt.Errorf("the %s is %d characters: want at least %d, hard to guess (e.g. `openssl rand -hex 32`), since a short one can be found offline from a dashboard session",
+		s.what, len(v), MinTokenLength)
+}

@@ -54,7 +54,7 @@ func startServe(t *testing.T, extra ...string) *liveServe {
 	if err := os.WriteFile(cfg, []byte(e2eConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	secrets := map[string]string{"BULLPEN_WEBHOOK_SECRET": "hardening secret", "BULLPEN_ADMIN_TOKEN": "hardening token"}
+	secrets := map[string]string{"BULLPEN_WEBHOOK_SECRET": "hardening secret", "BULLPEN_ADMIN_TOKEN": "hardening admin token"}
 	w := &addrWatcher{logs: &testlog.Buffer{}, addr: make(chan string, 1)}
 	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: w, getenv: func(k string) string { return secrets[k] }}
 	args := append([]string{"serve", "--config", cfg, "--store", "sqlite://" + filepath.Join(dir, "bullpen.db"),

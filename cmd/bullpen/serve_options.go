@@ -270,7 +270,7 @@ func (f *serveFlags) secrets() (secret, token string, err error) {
 	}
 	secret, err1 := need(webhookSecret, f.secret, f.secretFile)
 	token, err2 := need(adminToken, f.token, f.tokenFile)
-	return secret, token, errors.Join(err1, err2)
+	return secret, token, errors.Join(err1, err2, adminToken.strong(token))
 }
 
 // viewerToken resolves the optional viewer token, which must not be the
@@ -283,5 +283,5 @@ func (f *serveFlags) viewerToken(admin string) (string, error) {
 	if v != "" && v == admin {
 		return "", errors.New("the viewer token is the admin token: give viewers a token of their own")
 	}
-	return v, nil
+	return v, viewerToken.strong(v)
 }

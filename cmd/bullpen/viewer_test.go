@@ -9,7 +9,7 @@ import (
 
 func TestViewerToken(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "viewer")
-	if err := os.WriteFile(file, []byte(" from-file\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(" viewer-from-file-0\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := func(v string) func(string) string {
@@ -27,11 +27,12 @@ func TestViewerToken(t *testing.T) {
 		err  string
 	}{
 		{"none", serveFlags{getenv: env("")}, "", ""},
-		{"environment", serveFlags{getenv: env("from-env")}, "from-env", ""},
-		{"flag over environment", serveFlags{viewer: "from-flag", getenv: env("from-env")}, "from-flag", ""},
-		{"file over environment", serveFlags{viewerFile: file, getenv: env("from-env")}, "from-file", ""},
+		{"environment", serveFlags{getenv: env("viewer-from-env-0")}, "viewer-from-env-0", ""},
+		{"flag over environment", serveFlags{viewer: "viewer-from-flag-0", getenv: env("viewer-from-env-0")}, "viewer-from-flag-0", ""},
+		{"file over environment", serveFlags{viewerFile: file, getenv: env("viewer-from-env-0")}, "viewer-from-file-0", ""},
 		{"missing file", serveFlags{viewerFile: file + ".nope", getenv: env("")}, "", "--viewer-token-file: cannot read the file it names"},
 		{"the admin token", serveFlags{viewer: "admin-secret", getenv: env("")}, "", "the viewer token is the admin token"},
+		{"too short to key sessions", serveFlags{viewer: "viewer1", getenv: env("")}, "viewer1", "the viewer token is 7 characters: want at least 16"},
 	}
 	for _, c := range cases {
 		got, err := c.f.viewerToken("admin-secret")
