@@ -253,6 +253,12 @@ func (a applier) createBatch(ctx context.Context, role domain.Role, n int) (int,
 			CPU: r.CPU.Min, MemoryMiB: r.RAM.Min * 1024,
 		}
 	}
+	if role == domain.RoleStopped {
+		// A spot instance of a one-time request, as a fleet launches them,
+		// cannot be stopped: EC2 refuses, and the member would be retried,
+		// expired and replaced for ever. Parked members run on-demand.
+		r.Spot = ""
+	}
 	res, err := a.c.launch.Launch(ctx, launch.Fleet{Rows: rows, Spec: r, Image: a.imageID, Tags: map[string]string{
 		domain.TagPool: p.Name, domain.TagRole: string(role), domain.TagRunner: r.Name, domain.TagSpecHash: a.hash,
 	}})

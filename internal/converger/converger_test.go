@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -441,5 +442,25 @@ func BenchmarkCycle(b *testing.B) {
 				b.Fatalf("pool %s not at steady state: %s", p.Pool, Describe(p.Plan))
 			}
 		}
+	}
+}
+
+// A spot runner's parked members launch on-demand: a one-time spot
+// instance, as a fleet launches them, cannot be stopped. Its hot members
+// stay on spot.
+func TestStoppedMembersOfASpotRunnerLaunchOnDemand(t *testing.T) {
+	w := newWorld(t, domain.Target{Hot: 1, Stopped: 2}, sim.Options{}, Options{})
+	w.edit(func(ps *PoolSpec) { ps.Runner.Spot = "price-capacity-optimized" })
+	w.cycle()
+	machines, err := w.cloud.List(w.Ctx, domain.CloudFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	usage := map[string][]string{}
+	for _, m := range machines {
+		usage[m.Tags[domain.TagRole]] = append(usage[m.Tags[domain.TagRole]], m.UsageClass)
+	}
+	if !slices.Equal(usage["hot"], []string{"spot"}) || !slices.Equal(usage["stopped"], []string{"on-demand", "on-demand"}) {
+		t.Fatalf("usage classes by role %v, want hot on spot and stopped on-demand", usage)
 	}
 }
