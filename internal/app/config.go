@@ -131,8 +131,6 @@ func (a *App) scope(j domain.Job) domain.Scope {
 	return domain.Scope{Owner: owner, Repo: repo}
 }
 
-// demand is what a pool's autoscaler follows: the jobs routed to the pool
-// that are queued or in progress.
 // poolStatus is the status the converger last recorded for pool.
 func (a *App) poolStatus(ctx context.Context, pool string) (domain.PoolStatus, bool, error) {
 	list, err := a.Store.ListPoolStatus(ctx)
@@ -147,6 +145,8 @@ func (a *App) poolStatus(ctx context.Context, pool string) (domain.PoolStatus, b
 	return domain.PoolStatus{}, false, nil
 }
 
+// demand is what a pool's autoscaler follows: the jobs routed to the pool
+// that are queued or in progress.
 func (a *App) demand(ctx context.Context, pool string) (int, error) {
 	list, err := a.Store.ListJobs(ctx, domain.JobFilter{Pool: pool,
 		Statuses: []domain.JobStatus{domain.JobQueued, domain.JobAssigned, domain.JobRunning}})
@@ -154,9 +154,10 @@ func (a *App) demand(ctx context.Context, pool string) (int, error) {
 }
 
 // scopes are where the reaper looks for queued jobs and dead runners: the
-// repositories (or organisations) of the jobs seen lately, every cycle
-// (with enterprise runners, the repositories, which share one home for
-// their runners), and
+// repositories of the jobs seen lately, every cycle (with organisation or
+// enterprise runners, the repositories, which share one home for their
+// runners: an organisation's jobs are not listed whole, at three calls for
+// each of its repositories every cycle), and
 // with a GitHub App a tenth of its installations' repositories in turn, so
 // that every one is looked at every ten cycles.
 func (a *App) scopes(ctx context.Context) []domain.Scope {
@@ -170,7 +171,7 @@ func (a *App) scopes(ctx context.Context) []domain.Scope {
 	add := func(s domain.Scope) {
 		switch a.opts.RunnerScope {
 		case "org":
-			s.Repo = ""
+			s.OrgRunners = true
 		case "enterprise":
 			s.Enterprise = a.opts.Enterprise
 		}
@@ -180,7 +181,8 @@ func (a *App) scopes(ctx context.Context) []domain.Scope {
 		}
 	}
 	for _, j := range recent {
-		add(a.scope(j))
+		owner, repo, _ := strings.Cut(j.Repo, "/")
+		add(domain.Scope{Owner: owner, Repo: repo})
 	}
 	for _, s := range a.installedRepositories(ctx) {
 		add(s)

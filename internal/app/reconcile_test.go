@@ -59,3 +59,30 @@ func TestTheReconcilerAdmitsOnlyTheJobsTheIntakeTakes(t *testing.T) {
 		}
 	}
 }
+
+// With organisation runners, the reconciler looks for queued jobs in the
+// repositories jobs came from, not across the whole organisation (three
+// calls for each of its repositories every cycle), and lists the runners
+// once, at the organisation.
+func TestOrgRunnersAreReconciledByRepository(t *testing.T) {
+	a := newApp(t, app.Options{RunnerScope: "org"})
+	ctx := t.Context()
+	if _, err := a.Store.CreateJobs(ctx, []domain.Job{
+		{ID: 1, Repo: "acme/app", Status: domain.JobCompleted}, {ID: 2, Repo: "acme/web", Status: domain.JobCompleted},
+		{ID: 3, Repo: "acme/app", Status: domain.JobCompleted},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := a.Reconciler.Scopes(ctx)
+	want := map[domain.Scope]bool{
+		{Owner: "acme", Repo: "app", OrgRunners: true}: true, {Owner: "acme", Repo: "web", OrgRunners: true}: true,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("scopes %v, want the two repositories", got)
+	}
+	for _, s := range got {
+		if !want[s] || s.Runners() != (domain.Scope{Owner: "acme"}) {
+			t.Fatalf("scope %+v (runners at %+v), want a repository whose runners are the organisation's", s, s.Runners())
+		}
+	}
+}

@@ -11,10 +11,14 @@ import (
 // the jobs of every organisation in it that their runner group admits.
 // GitHub lists no jobs of an enterprise, so an enterprise scope that is
 // also asked for jobs names the organisation or repository to look in.
+// OrgRunners likewise says that a repository's runners are its
+// organisation's: jobs are looked for in the repository, where listing a
+// whole organisation's costs three calls for every repository in it.
 type Scope struct {
 	Enterprise string
 	Owner      string
 	Repo       string
+	OrgRunners bool
 }
 
 // String renders the scope as GitHub paths do: "org" or "owner/repo", or
@@ -34,10 +38,14 @@ func (s Scope) String() string {
 }
 
 // Runners is where the scope's runners are registered and listed: its
-// enterprise when it has one, else the scope itself.
+// enterprise when it has one, its organisation with OrgRunners, else the
+// scope itself.
 func (s Scope) Runners() Scope {
-	if s.Enterprise != "" {
+	switch {
+	case s.Enterprise != "":
 		return Scope{Enterprise: s.Enterprise}
+	case s.OrgRunners:
+		return Scope{Owner: s.Owner}
 	}
 	return s
 }
