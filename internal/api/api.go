@@ -44,6 +44,10 @@ type Server struct {
 	// SpotBreakers lists the runner classes the spot circuit breaker keeps
 	// on-demand now; nil lists none.
 	SpotBreakers func() []spotbreaker.Open
+	// Limiter throttles addresses that offer too many wrong tokens, and
+	// counts the refusals; shared with the dashboard, which checks the same
+	// admin token. Nil throttles and counts nothing.
+	Limiter *httpauth.Limiter
 }
 
 // Handler returns the API's routes, all behind the admin token.
@@ -57,10 +61,24 @@ func (s *Server) Handler() http.Handler {
 	return s.authorize(mux)
 }
 
+// authorize lets through requests bearing the admin token. A request
+// bearing none is refused without counting against its address: it
+// guessed nothing.
 func (s *Server) authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := httpauth.Bearer(r.Header.Get("Authorization"))
-		if !ok || !tokenMatches(got, s.Token) {
+		got, offered := httpauth.Bearer(r.Header.Get("Authorization"))
+		ok := false
+		if offered {
+			var wait time.Duration
+			ok, wait = s.Limiter.Check(r, httpauth.SurfaceAPI, func() bool { return tokenMatches(got, s.Token) })
+			if wait > 0 {
+				secs := httpauth.RetryAfter(w, wait)
+				writeError(w, http.StatusTooManyRequests,
+					fmt.Sprintf("too many wrong tokens from this address; try again in %d s", secs))
+				return
+			}
+		}
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="bullpen"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong admin token (Authorization: Bearer TOKEN)")
 			return
