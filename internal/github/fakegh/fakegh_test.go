@@ -225,6 +225,26 @@ func TestFailNext(t *testing.T) {
 	}
 }
 
+// A secondary limit that names no time has no retry-after, but the primary
+// limit's headers with calls left and a reset up to an hour away, as
+// GitHub's sometimes do: a client must not take that reset for its wait.
+func TestSecondaryLimitWithoutRetryAfter(t *testing.T) {
+	srv := newServer(t)
+	srv.AddRepo("acme/app")
+	srv.SecondaryRetryAfter(0)
+	srv.FailNext("GET /repos/{owner}/{repo}/actions/runs", 429, 1)
+	a := do(t, srv, "GET", "/repos/acme/app/actions/runs", "", "")
+	if a.status != 429 || a.header.Get("retry-after") != "" {
+		t.Errorf("secondary limit: %d, retry-after %q; want 429 without retry-after", a.status, a.header.Get("retry-after"))
+	}
+	if rem := a.header.Get("x-ratelimit-remaining"); rem == "" || rem == "0" || a.header.Get("x-ratelimit-reset") == "" {
+		t.Errorf("secondary limit: remaining %q reset %q; want calls left and a reset", rem, a.header.Get("x-ratelimit-reset"))
+	}
+	if msg, _ := a.json(t)["message"].(string); !strings.Contains(msg, "secondary rate limit") {
+		t.Errorf("secondary limit message %q", msg)
+	}
+}
+
 func TestRunners(t *testing.T) {
 	srv := newServer(t)
 	srv.AddRepo("acme/app")

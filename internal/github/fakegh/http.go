@@ -31,7 +31,8 @@ type faults struct {
 	pageSize  int
 	used      int
 	// retryAfter is what a secondary limit asks a client to wait, in
-	// seconds; secondaryRetry when zero.
+	// seconds; secondaryRetry when zero, and no time at all (no
+	// retry-after header) when negative.
 	retryAfter int
 }
 
@@ -48,8 +49,10 @@ func newFaults() faults { return faults{} }
 // method ("GET /repos/{owner}/{repo}/actions/runs"), or a path.Match glob
 // over the request path, with or without the method in front
 // ("DELETE /orgs/acme/actions/runners/*"). A 429 comes as GitHub's
-// secondary rate limit (with retry-after), a 403 as a permission refusal
-// (no rate-limit headers); every status has GitHub's error body.
+// secondary rate limit (its message, the primary limit's headers with
+// calls left, and retry-after unless SecondaryRetryAfter says none), a 403
+// as a permission refusal (no rate-limit headers); every status has
+// GitHub's error body.
 func (s *Server) FailNext(pattern string, status, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -66,11 +69,16 @@ func (s *Server) RateLimit(reset time.Time) {
 }
 
 // SecondaryRetryAfter sets what an injected secondary limit (a 429) asks a
-// client to wait; GitHub asks a minute.
+// client to wait; GitHub asks a minute. Zero makes it ask no time at all:
+// no retry-after header, while x-ratelimit-reset still names the primary
+// limit's reset, up to an hour away, as some of GitHub's answers do.
 func (s *Server) SecondaryRetryAfter(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults.retryAfter = max(int(d.Seconds()), 1)
+	if d == 0 {
+		s.faults.retryAfter = -1
+	}
 }
 
 // PageSize caps per_page, so that lists paginate with few records. Zero
@@ -134,6 +142,9 @@ func (s *Server) intercept(w http.ResponseWriter, r *http.Request, pattern strin
 		writeError(w, http.StatusForbidden, "API rate limit exceeded for installation. If you reach out to GitHub Support for help, please include the request ID.")
 	default:
 		if f := s.injectedFor(r, pattern); f != nil {
+			if f.status == http.StatusTooManyRequests {
+				s.rateHeaders(w, now)
+			}
 			writeInjected(w, f.status, cmp.Or(s.faults.retryAfter, secondaryRetry))
 			return true
 		}
@@ -200,7 +211,9 @@ func (s *Server) rateHeaders(w http.ResponseWriter, now time.Time) {
 func writeInjected(w http.ResponseWriter, status, retryAfter int) {
 	switch status {
 	case http.StatusTooManyRequests:
-		w.Header().Set("retry-after", strconv.Itoa(retryAfter))
+		if retryAfter > 0 {
+			w.Header().Set("retry-after", strconv.Itoa(retryAfter))
+		}
 		writeErrorDoc(w, status, "You have exceeded a secondary rate limit. Please wait a few minutes before you try again.", docsSecondaryRate)
 	case http.StatusForbidden:
 		writeError(w, status, "Resource not accessible by integration")
