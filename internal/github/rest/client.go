@@ -5,10 +5,15 @@
 // Errors are typed for the callers that branch on them: domain.ErrNotFound
 // (404), domain.ErrRunnerBusy (422 deleting a runner), domain.ErrExists (409
 // registering a runner), ErrUnauthorized (401), *RateLimitError (403/429
-// with x-ratelimit-remaining: 0 or retry-after; wraps domain.ErrRateLimited
-// and carries the reset time), and IsTransient for 5xx, timeouts, network
-// failures and rate limits. No error carries the token, the App's key or
-// a JIT config, and the client logs nothing.
+// with x-ratelimit-remaining: 0, retry-after or GitHub's secondary-limit
+// answer; wraps domain.ErrRateLimited and carries when to retry), and
+// IsTransient for 5xx, timeouts, network failures and rate limits. No
+// error carries the token, the App's key or a JIT config, and the client
+// logs nothing.
+//
+// The client itself never holds a call back after a rate limit: it sends
+// every call it is asked to make. Pausing an account's calls is the job
+// of the ratelimit.Budget its Transport goes through.
 package rest
 
 import (
@@ -129,10 +134,15 @@ func New(opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// go-github's own rate-limit check would refuse calls by the wall
+	// clock, and after a secondary limit that names no time until the
+	// primary budget's hourly reset: waits are the caller's (the
+	// account's ratelimit.Budget under Transport), on bullpen's clock.
 	gh, err := github.NewClient(
 		github.WithHTTPClient(&http.Client{Transport: transport, Timeout: opts.Timeout}),
 		github.WithURLs(&opts.BaseURL, nil),
 		github.WithUserAgent(userAgent),
+		github.WithDisableRateLimitCheck(),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("github client for %s: %w", opts.BaseURL, err)

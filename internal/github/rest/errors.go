@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bradleyfalzon/ghinstallation/v2"
@@ -60,11 +62,11 @@ func (e *APIError) Error() string {
 func (e *APIError) Unwrap() error { return e.kind }
 
 // RateLimitError is a call GitHub refused under its primary or secondary
-// rate limit (403 or 429 with x-ratelimit-remaining: 0 or retry-after).
-// It wraps domain.ErrRateLimited.
+// rate limit (a 429, or a 403 with x-ratelimit-remaining: 0, retry-after
+// or GitHub's secondary-limit message). It wraps domain.ErrRateLimited.
 type RateLimitError struct {
 	Op    string
-	Reset time.Time // when GitHub will accept calls again
+	Reset time.Time // when to call again (retryAt)
 }
 
 func (e *RateLimitError) Error() string {
@@ -90,17 +92,8 @@ func (c *Client) classify(op string, err error, special statusErrors) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && !isTimeout(err) {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	var primary *github.RateLimitError
-	if errors.As(err, &primary) {
-		return &RateLimitError{Op: op, Reset: c.resetOf(primary.Response, primary.Rate.Reset.Time)}
-	}
-	var secondary *github.AbuseRateLimitError
-	if errors.As(err, &secondary) {
-		reset := c.clk.Now().Add(defaultRetryAfter)
-		if secondary.RetryAfter != nil {
-			reset = c.clk.Now().Add(*secondary.RetryAfter)
-		}
-		return &RateLimitError{Op: op, Reset: reset}
+	if resp := rateLimited(err); resp != nil {
+		return &RateLimitError{Op: op, Reset: c.retryAt(resp.Header)}
 	}
 	var app *ghinstallation.HTTPError
 	if errors.As(err, &app) {
@@ -115,10 +108,8 @@ func (c *Client) classify(op string, err error, special statusErrors) error {
 
 func (c *Client) classifyAnswer(op string, resp *http.Response, message string, special statusErrors) error {
 	status := resp.StatusCode
-	if status == http.StatusForbidden || status == http.StatusTooManyRequests {
-		if resp.Header.Get("retry-after") != "" || resp.Header.Get("x-ratelimit-remaining") == "0" {
-			return &RateLimitError{Op: op, Reset: c.resetOf(resp, time.Time{})}
-		}
+	if rateLimitAnswer(status, resp.Header, message) {
+		return &RateLimitError{Op: op, Reset: c.retryAt(resp.Header)}
 	}
 	e := &APIError{Op: op, Status: status, Message: truncate(message)}
 	switch {
@@ -140,8 +131,13 @@ func (c *Client) classifyAppError(op string, err *ghinstallation.HTTPError) erro
 	if resp == nil {
 		return classifyTransport(op+": get installation token", err.RootCause)
 	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close() // ghinstallation leaves it open on an error answer
-	e := &APIError{Op: op + ": get installation token", Status: resp.StatusCode}
+	op += ": get installation token"
+	if rateLimitAnswer(resp.StatusCode, resp.Header, string(body)) {
+		return &RateLimitError{Op: op, Reset: c.retryAt(resp.Header)}
+	}
+	e := &APIError{Op: op, Status: resp.StatusCode}
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized, resp.StatusCode == http.StatusForbidden, resp.StatusCode == http.StatusNotFound:
 		e.kind, e.Message = ErrUnauthorized, "check the App id, installation id and private key"
@@ -167,22 +163,56 @@ func isTimeout(err error) bool {
 	return errors.As(err, &netErr) && netErr.Timeout()
 }
 
-// resetOf is when a rate limit ends: the later of x-ratelimit-reset and
-// retry-after, or a minute from now when the answer names neither.
-func (c *Client) resetOf(resp *http.Response, reset time.Time) time.Time {
+// rateLimitAnswer tells a call refused for a rate limit from one refused
+// for want of permission: a 429, or a 403 with retry-after, with
+// x-ratelimit-remaining: 0, or with GitHub's secondary-limit message.
+func rateLimitAnswer(status int, h http.Header, message string) bool {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return true
+	case status != http.StatusForbidden:
+		return false
+	}
+	return h.Get("retry-after") != "" || h.Get("x-ratelimit-remaining") == "0" ||
+		strings.Contains(strings.ToLower(message), "secondary rate limit")
+}
+
+// rateLimited is GitHub's answer when go-github took err for a primary
+// or a secondary rate limit, else nil.
+func rateLimited(err error) *http.Response {
+	var primary *github.RateLimitError
+	if errors.As(err, &primary) && primary.Response != nil {
+		return primary.Response
+	}
+	var secondary *github.AbuseRateLimitError
+	if errors.As(err, &secondary) && secondary.Response != nil {
+		return secondary.Response
+	}
+	return nil
+}
+
+// retryAt is when a call refused for a rate limit may go again, as
+// GitHub's guidance has it: after retry-after when the answer gives it;
+// not before x-ratelimit-reset when x-ratelimit-remaining is 0 (the
+// primary budget is spent); otherwise (a secondary limit naming no time)
+// a minute from now. x-ratelimit-reset alone is the primary budget's
+// hourly renewal, not the end of a secondary limit: waiting for it could
+// stop an account for an hour.
+func (c *Client) retryAt(h http.Header) time.Time {
 	now := c.clk.Now()
-	if resp != nil {
-		if secs, err := strconv.ParseInt(resp.Header.Get("x-ratelimit-reset"), 10, 64); err == nil && secs > 0 {
-			reset = latest(reset, time.Unix(secs, 0))
-		}
-		if secs, err := strconv.Atoi(resp.Header.Get("retry-after")); err == nil && secs >= 0 {
-			reset = latest(reset, now.Add(time.Duration(secs)*time.Second))
+	var at time.Time
+	if secs, err := strconv.Atoi(h.Get("retry-after")); err == nil && secs >= 0 {
+		at = now.Add(time.Duration(secs) * time.Second)
+	}
+	if h.Get("x-ratelimit-remaining") == "0" {
+		if secs, err := strconv.ParseInt(h.Get("x-ratelimit-reset"), 10, 64); err == nil && secs > 0 {
+			at = latest(at, time.Unix(secs, 0))
 		}
 	}
-	if reset.IsZero() {
-		reset = now.Add(defaultRetryAfter)
+	if at.IsZero() {
+		at = now.Add(defaultRetryAfter)
 	}
-	return reset
+	return at
 }
 
 func latest(a, b time.Time) time.Time {

@@ -103,10 +103,8 @@ func (c *Client) OrgRepositories(ctx context.Context, org string) ([]string, err
 	return out, nil
 }
 
-// OwnWaits marks ctx's calls as made by a caller that waits out rate
-// limits itself, on its own clock, once GitHub has answered with one: the
-// client then sends them rather than refusing them itself until the limit
-// ends by the wall clock.
-func OwnWaits(ctx context.Context) context.Context {
-	return context.WithValue(ctx, github.BypassRateLimitCheck, true)
-}
+// OwnWaits returns ctx unchanged.
+//
+// Deprecated: the client never holds calls back after a rate limit, so a
+// caller that waits limits out itself needs no mark; drop the call.
+func OwnWaits(ctx context.Context) context.Context { return ctx }
