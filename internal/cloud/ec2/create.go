@@ -21,7 +21,7 @@ import (
 // (image, volume, security groups, instance profile, user data with the
 // launch's bootstrap, IMDSv2 required, shutdown terminates); the fleet's
 // overrides give one per subnet and allowed instance type, and its tags go
-// on the instances and their volumes in the same call. A retried call finds
+// on the fleet, the instances and their volumes in the same call. A retried call finds
 // the machines of its launch by the launch tag and returns them rather
 // than launch again. When spot capacity is refused, what is missing is
 // launched on-demand (unless DisableSpotFallback). A partly fulfilled fleet
@@ -113,10 +113,7 @@ func (c *Cloud) fleet(ctx context.Context, spec domain.LaunchSpec, version templ
 		TargetCapacitySpecification: &types.TargetCapacitySpecificationRequest{
 			TotalTargetCapacity: aws.Int32(int32(n)), DefaultTargetCapacityType: capacity,
 		},
-		TagSpecifications: []types.TagSpecification{
-			{ResourceType: types.ResourceTypeInstance, Tags: ec2Tags(spec.Tags)},
-			{ResourceType: types.ResourceTypeVolume, Tags: ec2Tags(spec.Tags)},
-		},
+		TagSpecifications: fleetTagSpecifications(spec.Tags),
 	}
 	if token != "" {
 		in.ClientToken = aws.String(token)
@@ -147,6 +144,17 @@ func (c *Cloud) fleet(ctx context.Context, spec domain.LaunchSpec, version templ
 			Err: fmt.Errorf("%w: %s", sentinelOf(code), deref(e.ErrorMessage))}
 	}
 	return out[:min(len(out), n)], nil
+}
+
+// fleetTagSpecifications put a launch's tags on everything its fleet
+// request creates: the fleet itself (the IAM policy allows CreateFleet only
+// on a fleet carrying the controller tag), its instances and their volumes.
+func fleetTagSpecifications(tags map[string]string) []types.TagSpecification {
+	var out []types.TagSpecification
+	for _, kind := range []types.ResourceType{types.ResourceTypeFleet, types.ResourceTypeInstance, types.ResourceTypeVolume} {
+		out = append(out, types.TagSpecification{ResourceType: kind, Tags: ec2Tags(tags)})
+	}
+	return out
 }
 
 // overrides gives one override per subnet and instance type, within EC2's

@@ -165,7 +165,7 @@ var small = domain.RunnerSpec{Name: "small", Family: []string{"c7a", "m7a"}, CPU
 
 // One fleet: its own template version (image, volume, IMDSv2, shutdown
 // terminates, user data), deleted after the call; one override per subnet
-// and allowed type; the tags on instances and volumes.
+// and allowed type; the tags on the fleet, its instances and volumes.
 func TestCreateMakesOneFleetFromTheLaunchsOwnTemplateVersion(t *testing.T) {
 	f := newFake()
 	c := newFakeCloud(t, f, ec2.Options{})
@@ -198,8 +198,8 @@ func TestCreateMakesOneFleetFromTheLaunchsOwnTemplateVersion(t *testing.T) {
 	if !slices.Equal(over, want) {
 		t.Errorf("overrides %v, want %v (cheapest first, r7a and 16 GiB left out)", over, want)
 	}
-	if in.Type != types.FleetTypeInstant || len(in.TagSpecifications) != 2 ||
-		in.TagSpecifications[1].ResourceType != types.ResourceTypeVolume || aws.ToString(in.ClientToken) != "lt-1" {
+	if in.Type != types.FleetTypeInstant || len(in.TagSpecifications) != 3 ||
+		in.TagSpecifications[2].ResourceType != types.ResourceTypeVolume || aws.ToString(in.ClientToken) != "lt-1" {
 		t.Errorf("fleet request: type %s, %d tag specifications, token %q", in.Type, len(in.TagSpecifications), aws.ToString(in.ClientToken))
 	}
 }

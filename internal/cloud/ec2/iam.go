@@ -53,11 +53,21 @@ func ControlPlanePolicy(p PolicyParams) ([]byte, error) {
 		{Sid: "Read", Effect: "Allow", Resource: []string{"*"}, Action: []string{
 			"ec2:DescribeInstances", "ec2:DescribeImages", "ec2:DescribeInstanceTypes", "ec2:DescribeSubnets",
 			"ec2:DescribeSecurityGroups", "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions"}},
+		// IAM checks aws:RequestTag on each resource the call creates
+		// against the tags the request gives that resource's type: the
+		// fleet request tags the fleet itself as well as its instances and
+		// volumes (fleetTagSpecifications), or the fleet is refused.
 		{Sid: "CreateTaggedMachines", Effect: "Allow", Action: []string{"ec2:CreateFleet", "ec2:RunInstances", "ec2:CreateLaunchTemplate"},
 			Resource: own("instance", "volume", "fleet", "launch-template"), Condition: tagged("aws:RequestTag")},
 		{Sid: "LaunchIntoTheNetwork", Effect: "Allow", Action: []string{"ec2:CreateFleet", "ec2:RunInstances"},
 			Resource: append(own("subnet", "security-group", "network-interface", "key-pair"),
 				fmt.Sprintf("arn:aws:ec2:%s::image/*", region), fmt.Sprintf("arn:aws:ec2:%s:%s:image/*", region, account))},
+		// A spot launch also makes spot instance requests, which a fleet
+		// request cannot tag (its tag specifications take the fleet, its
+		// instances and their volumes): a request-tag condition would never
+		// hold for them. They come only with the tagged instances above.
+		{Sid: "LaunchSpotRequests", Effect: "Allow", Action: []string{"ec2:CreateFleet", "ec2:RunInstances"},
+			Resource: own("spot-instances-request")},
 		{Sid: "LaunchFromOwnTemplates", Effect: "Allow", Action: []string{"ec2:CreateFleet", "ec2:RunInstances"},
 			Resource: own("launch-template"), Condition: tagged("aws:ResourceTag")},
 		{Sid: "TagOnCreate", Effect: "Allow", Action: []string{"ec2:CreateTags"}, Resource: own("instance", "volume", "fleet", "launch-template"),

@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+
 	"github.com/bullpen-ci/bullpen/internal/cloud/ec2"
+	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 type testPolicy struct {
@@ -97,5 +100,45 @@ func TestPolicyPassesOnlyTheInstanceRole(t *testing.T) {
 	}
 	if _, err := ec2.ControlPlanePolicy(ec2.PolicyParams{}); err == nil {
 		t.Error("a policy without a controller id was made")
+	}
+}
+
+// IAM checks a request-tag condition on each resource a call creates
+// against the tags the request gives that resource's type. Every resource
+// a spot fleet creates must be allowed by a statement without a condition,
+// or by one whose request-tag condition the provider's own fleet request
+// meets for that resource.
+func TestPolicyAllowsTheFleetRequestTheProviderMakes(t *testing.T) {
+	f := newFake()
+	spot := small
+	spot.Spot = "price-capacity-optimized"
+	if _, err := newFakeCloud(t, f, ec2.Options{}).Create(t.Context(), launchSpec(1, spot)); err != nil {
+		t.Fatal(err)
+	}
+	tagged := map[string]string{} // controller tag by resource type
+	for _, ts := range f.fleets[0].TagSpecifications {
+		for _, tag := range ts.Tags {
+			if aws.ToString(tag.Key) == domain.TagController {
+				tagged[string(ts.ResourceType)] = aws.ToString(tag.Value)
+			}
+		}
+	}
+	p := parsePolicy(t, ec2.PolicyParams{ControllerID: "c", Region: "eu-west-1", Account: "123456789012"})
+	for _, kind := range []string{"fleet", "instance", "volume", "spot-instances-request"} {
+		allowed := false
+		for _, s := range p.Statement {
+			if !slices.Contains(s.Action, "ec2:CreateFleet") || !slices.ContainsFunc(s.Resource, func(r string) bool {
+				return strings.HasSuffix(r, ":"+kind+"/*")
+			}) {
+				continue
+			}
+			want, conditioned := s.Condition["StringEquals"]["aws:RequestTag/"+domain.TagController]
+			if len(s.Condition) == 0 || (conditioned && len(s.Condition["StringEquals"]) == 1 && tagged[kind] == want) {
+				allowed = true
+			}
+		}
+		if !allowed {
+			t.Errorf("CreateFleet creates a %s the policy does not allow as the request tags it (controller tag %q)", kind, tagged[kind])
+		}
 	}
 }
