@@ -158,9 +158,13 @@ func (d *Dispatcher) sleep(ctx context.Context, wait time.Duration) {
 // Result counts what one step did.
 type Result struct {
 	Received, Assigned, Overflowed, Skipped, Retried int
-	// OverflowFailed counts jobs no pool instance could take whose move
-	// to the launch queue failed or was not recorded: their pool messages
-	// come back after the visibility timeout.
+	// NoCapacity counts jobs moved to the launch queue because the cloud
+	// had no capacity to start the stopped instance claimed for them (not
+	// counted in Overflowed).
+	NoCapacity int
+	// OverflowFailed counts jobs bound for the launch queue whose move
+	// failed or was not recorded: their pool messages come back after the
+	// visibility timeout.
 	OverflowFailed int
 }
 
@@ -200,17 +204,18 @@ func (d *Dispatcher) Step(ctx context.Context) (Result, error) {
 	}
 	d.metrics.jobs.WithLabelValues("assigned").Add(float64(res.Assigned))
 	d.metrics.jobs.WithLabelValues("overflow").Add(float64(res.Overflowed))
+	d.metrics.jobs.WithLabelValues("overflow_no_capacity").Add(float64(res.NoCapacity))
 	d.metrics.jobs.WithLabelValues("skipped").Add(float64(res.Skipped))
 	d.metrics.jobs.WithLabelValues("retried").Add(float64(res.Retried))
 	d.metrics.jobs.WithLabelValues("overflow_failed").Add(float64(res.OverflowFailed))
 	d.Log.Info("pool batch", "received", res.Received, "assigned", res.Assigned, "overflow", res.Overflowed,
-		"skipped", res.Skipped, "retried", res.Retried, "overflow_failed", res.OverflowFailed)
+		"overflow_no_capacity", res.NoCapacity, "skipped", res.Skipped, "retried", res.Retried, "overflow_failed", res.OverflowFailed)
 	return res, err
 }
 
 // serve claims instances for a batch's jobs, readies them, assigns them and
-// overflows what no instance could take. It returns the receipts of the
-// messages done with.
+// overflows what no instance could take, or start for lack of capacity. It
+// returns the receipts of the messages done with.
 func (d *Dispatcher) serve(ctx context.Context, msgs []domain.Message, held Held, res *Result) ([]string, error) {
 	claimed, unserved, done, err := d.take(ctx, msgs, res)
 	if err != nil {
@@ -227,6 +232,7 @@ func (d *Dispatcher) serve(ctx context.Context, msgs []domain.Message, held Held
 	claimed, unserved, done = d.fillLastStart(ctx, claimed, unserved, done, res)
 	d.detach(ctx, claimed)
 	d.start(ctx, claimed)
+	claimed, unstartable := d.setAsideUnstartable(ctx, claimed)
 	byHandover := make(map[*serving.Handover]*item, len(claimed))
 	hs := make([]*serving.Handover, len(claimed))
 	for i, it := range claimed {
@@ -243,9 +249,14 @@ func (d *Dispatcher) serve(ctx context.Context, msgs []domain.Message, held Held
 		retried[i] = byHandover[h]
 	}
 	d.retry(ctx, retried, held, res)
-	over, err := d.overflow(ctx, unserved)
-	res.Overflowed, res.OverflowFailed = len(over), len(unserved)-len(over)
+	over, err := d.overflow(ctx, append(unserved, unstartable...))
+	res.OverflowFailed = len(unserved) + len(unstartable) - len(over)
 	for _, it := range over {
+		if it.noCapacity() {
+			res.NoCapacity++
+		} else {
+			res.Overflowed++
+		}
 		done = append(done, it.msg.Receipt)
 	}
 	return done, err

@@ -182,7 +182,7 @@ func TestFailedStartGivesTheInstanceBackAndRetriesTheJob(t *testing.T) {
 	f := newFixture(t)
 	stopped := f.members("p", domain.RoleStopped, domain.StateStopped, 1)
 	f.queueJobs("p", 1, 1)
-	f.cloud.FailNext(sim.OpStartInstances, 1, errors.New("InsufficientInstanceCapacity"))
+	f.cloud.FailNext(sim.OpStartInstances, 1, errors.New("InternalError"))
 	res, err := f.d.Step(f.Ctx)
 	if err != nil || res.Retried != 1 || res.Assigned != 0 {
 		t.Fatalf("result %+v err %v", res, err)

@@ -19,7 +19,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		jobs: promreg.Counters("bullpen_pool_dispatch_jobs_total",
-			"Pool-queue jobs by outcome (assigned, overflow, skipped, retried; overflow_failed: its move to the launch queue was not recorded, so its pool message comes back).", "outcome"),
+			"Pool-queue jobs by outcome (assigned, overflow, skipped, retried; overflow_no_capacity: moved to the launch queue because the cloud had no capacity to start its stopped instance; overflow_failed: its move to the launch queue was not recorded, so its pool message comes back).", "outcome"),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "bullpen_pool_dispatch_batch_size", Help: "Jobs received per pool dispatch cycle.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),

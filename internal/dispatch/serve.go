@@ -28,35 +28,6 @@ func (d *Dispatcher) detach(ctx context.Context, items []*item) {
 	d.metrics.detached.Add(float64(len(ids)))
 }
 
-// start starts the stopped instances, at most MaxBatch per call. Items of a
-// failed call are marked failed: their instance is rolled back and their
-// job retried.
-func (d *Dispatcher) start(ctx context.Context, items []*item) {
-	var stopped []*item
-	for _, it := range items {
-		if it.wasStopped {
-			stopped = append(stopped, it)
-		}
-	}
-	for _, batch := range domain.Chunk(stopped, domain.MaxBatch) {
-		ids := make([]string, len(batch))
-		for i, it := range batch {
-			ids[i] = it.Inst.CloudID
-		}
-		if err := d.Cloud.Start(ctx, ids); err != nil {
-			d.metrics.cloudErrors.WithLabelValues("StartInstances").Inc()
-			for _, it := range batch {
-				it.Err = fmt.Errorf("start: %w", err)
-			}
-			continue
-		}
-		for _, it := range batch {
-			it.started = true
-		}
-		d.metrics.started.Add(float64(len(batch)))
-	}
-}
-
 // retry gives failed items' instances back to their pools, stopped if they
 // never left stopped, and lets each job's message come back to the queue
 // after a delay that doubles with its receives: while GitHub or the cloud
@@ -75,7 +46,7 @@ func (d *Dispatcher) retry(ctx context.Context, items []*item, held Held, res *R
 		delay := jobs.RetryDelay(it.msg.Receives)
 		d.Log.Debug("pool job not served; retrying", "job", it.Job.ID, "pool", it.Job.Pool, "instance", it.Inst.ID,
 			"receives", it.msg.Receives, "in", delay, "err", it.Err)
-		notBack.add(d.giveBack(ctx, it))
+		notBack.add(d.giveBack(ctx, it, "retried"))
 		held.Let(it.msg.Receipt)
 		notRequeued.add(d.Queue.ChangeVisibility(ctx, domain.QueuePool, it.msg.Receipt, delay))
 	}
@@ -85,14 +56,15 @@ func (d *Dispatcher) retry(ctx context.Context, items []*item, held Held, res *R
 }
 
 // giveBack rolls a failed item's handover back: its job unbound, its
-// instance back in its pool.
-func (d *Dispatcher) giveBack(ctx context.Context, it *item) error {
+// instance back in its pool. what says what becomes of the job, for the
+// instance's reason.
+func (d *Dispatcher) giveBack(ctx context.Context, it *item, what string) error {
 	back := domain.StateReady
 	if it.wasStopped && !it.started {
 		back = domain.StateStopped
 	}
 	undo := serving.Undo{Back: back, Deadline: d.opts.Deadlines.Until(back, d.Clock.Now())}
-	_, _, err := d.pipeline.RollBack(ctx, &it.Handover, undo, "retried: "+it.Err.Error())
+	_, _, err := d.pipeline.RollBack(ctx, &it.Handover, undo, what+": "+it.Err.Error())
 	return err
 }
 
@@ -141,9 +113,10 @@ func (t *tally) log(log *slog.Logger, what string) {
 	}
 }
 
-// overflow sends jobs no pool instance could take to the launch queue. The
-// send comes first: should recording the new route then fail, the job is in
-// both queues, and its one guarded assignment decides who serves it.
+// overflow sends jobs no pool instance could take, or start, to the launch
+// queue. The send comes first: should recording the new route then fail,
+// the job is in both queues, and its one guarded assignment decides who
+// serves it.
 func (d *Dispatcher) overflow(ctx context.Context, items []*item) ([]*item, error) {
 	if len(items) == 0 {
 		return nil, nil
