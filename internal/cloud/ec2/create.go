@@ -138,10 +138,7 @@ func (c *Cloud) fleet(ctx context.Context, spec domain.LaunchSpec, version templ
 		}
 	}
 	if len(out) < n && len(res.Errors) > 0 {
-		e := res.Errors[0]
-		code := deref(e.ErrorCode)
-		return out, &domain.CloudError{Op: ec2like.OpCreateFleet, Code: code,
-			Err: fmt.Errorf("%w: %s", sentinelOf(code), deref(e.ErrorMessage))}
+		return out, fleetError(res.Errors, in.LaunchTemplateConfigs[0].Overrides, len(out), n)
 	}
 	return out[:min(len(out), n)], nil
 }
