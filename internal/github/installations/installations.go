@@ -37,6 +37,10 @@ const (
 	// missingFor is how long a missing one is remembered: a new
 	// installation is noticed this soon.
 	missingFor = time.Minute
+	// appAccount is the budget of the App's own calls (its JWT: finding
+	// installations, listing them), apart from every installation's. No
+	// GitHub login has parentheses, so it names no account.
+	appAccount = "(app)"
 )
 
 // Options configure the App.
@@ -85,23 +89,23 @@ func New(o Options) (*GitHub, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	next := o.Client.Transport
-	if next == nil {
-		next = http.DefaultTransport
-	}
-	atr, err := ghinstallation.NewAppsTransport(next, o.AppID, o.PrivateKey)
+	g := &GitHub{o: o, owners: map[string]lookup{}, clients: map[int64]*rest.Client{},
+		http: map[int64]*http.Client{}, budgets: map[int64]*ratelimit.Budget{}}
+	appBudget := ratelimit.NewBudget(appAccount, g.clock(), o.RateLimits, o.Log)
+	atr, err := ghinstallation.NewAppsTransport(appBudget.Transport(g.next()), o.AppID, o.PrivateKey)
 	if err != nil {
 		// The message names what is wrong with the key, never the key.
 		return nil, fmt.Errorf("github app %d: the private key is not a PEM RSA key: %w", o.AppID, err)
 	}
 	atr.BaseURL = strings.TrimSuffix(o.BaseURL, "/")
-	app, err := github.NewClient(github.WithHTTPClient(&http.Client{Transport: atr, Timeout: or(o.Client.Timeout, rest.DefaultTimeout)}),
-		github.WithURLs(&o.BaseURL, nil), github.WithUserAgent("bullpen"))
+	// Rate limits are waited out by the budgets alone, on bullpen's clock
+	// (see rest.New).
+	g.app, err = github.NewClient(github.WithHTTPClient(&http.Client{Transport: atr, Timeout: or(o.Client.Timeout, rest.DefaultTimeout)}),
+		github.WithURLs(&o.BaseURL, nil), github.WithUserAgent("bullpen"), github.WithDisableRateLimitCheck())
 	if err != nil {
 		return nil, fmt.Errorf("github app client for %s: %w", o.BaseURL, err)
 	}
-	return &GitHub{o: o, app: app, owners: map[string]lookup{}, clients: map[int64]*rest.Client{},
-		http: map[int64]*http.Client{}, budgets: map[int64]*ratelimit.Budget{}}, nil
+	return g, nil
 }
 
 // Check asks GitHub who the App is: it fails, saying what to fix, when
@@ -112,7 +116,7 @@ func (g *GitHub) Check(ctx context.Context) (string, error) {
 	case resp != nil && resp.StatusCode == http.StatusUnauthorized:
 		return "", fmt.Errorf("GitHub refused the App's credentials: check that --github-app-id %d is the App whose private key --github-app-key-file holds", g.o.AppID)
 	case err != nil:
-		return "", fmt.Errorf("ask GitHub for App %d: %w", g.o.AppID, err)
+		return "", rest.Classify(fmt.Sprintf("ask GitHub for App %d", g.o.AppID), err, g.clock())
 	case app.GetID() != 0 && app.GetID() != g.o.AppID:
 		return "", fmt.Errorf("the private key is App %d's, not App %d's (--github-app-id)", app.GetID(), g.o.AppID)
 	}
@@ -179,7 +183,7 @@ func (g *GitHub) installation(ctx context.Context, owner string) (int64, error) 
 	case resp != nil && resp.StatusCode == http.StatusNotFound:
 		err = fmt.Errorf("%w: %s (install it on the account, or check its repository selection)", ErrNotInstalled, owner)
 	case err != nil:
-		return 0, fmt.Errorf("find the App's installation on %s: %w", owner, err) // not kept: transient
+		return 0, rest.Classify("find the App's installation on "+owner, err, g.clock()) // not kept: transient
 	case inst.SuspendedAt != nil:
 		err = fmt.Errorf("%w: %s suspended it on %s", ErrNotInstalled, owner, inst.SuspendedAt.Format(time.DateOnly))
 	}
@@ -217,7 +221,7 @@ func CheckToken(ctx context.Context, o rest.Options) (string, error) {
 		next = http.DefaultTransport
 	}
 	gh, err := github.NewClient(github.WithHTTPClient(&http.Client{Transport: next, Timeout: or(o.Timeout, rest.DefaultTimeout)}),
-		github.WithURLs(&o.BaseURL, nil), github.WithUserAgent("bullpen"), github.WithAuthToken(o.Token))
+		github.WithURLs(&o.BaseURL, nil), github.WithUserAgent("bullpen"), github.WithAuthToken(o.Token), github.WithDisableRateLimitCheck())
 	if err != nil {
 		return "", err
 	}

@@ -13,7 +13,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/configsource"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/github/fakegh"
@@ -91,6 +93,35 @@ func TestBadCredentialsSayWhatToFix(t *testing.T) {
 	}
 	if _, err := newApp(t, gh, 999, key).Check(context.Background()); err == nil || !strings.Contains(err.Error(), "--github-app-id 999") {
 		t.Fatalf("an App id that is not the key's: %v", err)
+	}
+}
+
+// A secondary limit without retry-after on the App's own calls pauses
+// them a minute on bullpen's clock, not until the primary limit's reset.
+func TestASecondaryLimitPausesTheAppsCallsAMinute(t *testing.T) {
+	gh, key := twoAccounts(t)
+	clk := clock.NewVirtual(time.Now().Truncate(time.Second)) // near the wall clock, which signs the JWTs
+	gh.SetClock(clk)
+	gh.SecondaryRetryAfter(0)
+	gh.FailNext("GET /orgs/{org}/installation", http.StatusTooManyRequests, 1)
+	g, err := installations.New(installations.Options{BaseURL: gh.URL() + "/", AppID: appID, PrivateKey: key,
+		Clock: clk, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, wait := range []time.Duration{0, 30 * time.Second} {
+		clk.Advance(wait)
+		if err := g.CheckAccount(ctx, "acme"); !errors.Is(err, domain.ErrRateLimited) {
+			t.Fatalf("%s into the limit: %v, want a rate limit", wait, err)
+		}
+	}
+	if n := gh.Count("GET /orgs/{org}/installation"); n != 1 {
+		t.Errorf("%d lookups reached GitHub within the minute, want 1", n)
+	}
+	clk.Advance(30 * time.Second)
+	if err := g.CheckAccount(ctx, "acme"); err != nil {
+		t.Fatalf("a minute later: %v", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-github/v88/github"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/github/rest"
 )
 
 // reposFor is how long the installations' repository list is kept.
@@ -31,7 +32,7 @@ func (g *GitHub) Repositories(ctx context.Context) ([]domain.Scope, error) {
 	for page := 1; ; page++ {
 		list, resp, err := g.app.Apps.ListInstallations(ctx, &github.ListOptions{Page: page, PerPage: 100})
 		if err != nil {
-			return nil, fmt.Errorf("list the App's installations: %w", err)
+			return nil, rest.Classify("list the App's installations", err, g.clock())
 		}
 		installs = append(installs, list...)
 		if resp.NextPage == 0 {
@@ -60,7 +61,8 @@ func (g *GitHub) installationRepos(ctx context.Context, owner string) ([]domain.
 	if err != nil {
 		return nil, err
 	}
-	gh, err := github.NewClient(github.WithHTTPClient(hc), github.WithURLs(&g.o.BaseURL, nil), github.WithUserAgent("bullpen"))
+	gh, err := github.NewClient(github.WithHTTPClient(hc), github.WithURLs(&g.o.BaseURL, nil), github.WithUserAgent("bullpen"),
+		github.WithDisableRateLimitCheck()) // hc's budget waits limits out
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +70,7 @@ func (g *GitHub) installationRepos(ctx context.Context, owner string) ([]domain.
 	for page := 1; ; page++ {
 		list, resp, err := gh.Apps.ListRepos(ctx, &github.ListOptions{Page: page, PerPage: 100})
 		if err != nil {
-			return nil, fmt.Errorf("list the repositories of %s's installation: %w", owner, err)
+			return nil, rest.Classify(fmt.Sprintf("list the repositories of %s's installation", owner), err, g.clock())
 		}
 		for _, r := range list.Repositories {
 			if o, name, ok := strings.Cut(r.GetFullName(), "/"); ok && !r.GetArchived() {

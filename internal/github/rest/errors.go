@@ -15,6 +15,7 @@ import (
 	"github.com/bradleyfalzon/ghinstallation/v2"
 	"github.com/google/go-github/v88/github"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -104,6 +105,18 @@ func (c *Client) classify(op string, err error, special statusErrors) error {
 		return c.classifyAnswer(op, answer.Response, answer.Message, special)
 	}
 	return classifyTransport(op, err)
+}
+
+// Classify is what a Client makes of err, the failure of a go-github call
+// (op) made outside one, such as a GitHub App's own calls with its JWT:
+// a rate limit (*RateLimitError, when to retry on clk), ErrUnauthorized, a
+// transient failure, or an *APIError. GitHub's messages are kept; no
+// credential is.
+func Classify(op string, err error, clk domain.Clock) error {
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	return (&Client{clk: clk}).classify(op, err, nil)
 }
 
 func (c *Client) classifyAnswer(op string, resp *http.Response, message string, special statusErrors) error {
