@@ -109,12 +109,14 @@ func New(o Options) (*GitHub, error) {
 }
 
 // Check asks GitHub who the App is: it fails, saying what to fix, when
-// the key is not the App's or the App id is wrong.
+// the key is not the App's, the App id is wrong, or GitHub refuses the
+// App's JWT for another reason, such as this machine's clock being off.
 func (g *GitHub) Check(ctx context.Context) (string, error) {
 	app, resp, err := g.app.Apps.Get(ctx, "")
 	switch {
 	case resp != nil && resp.StatusCode == http.StatusUnauthorized:
-		return "", fmt.Errorf("GitHub refused the App's credentials: check that --github-app-id %d is the App whose private key --github-app-key-file holds", g.o.AppID)
+		return "", fmt.Errorf("GitHub refused the App's credentials (%s): check that --github-app-id %d is the App whose private key --github-app-key-file holds, "+
+			"and that this machine's clock is right (GitHub refuses a JWT issued in the future or expiring more than ten minutes ahead)", refusal(err), g.o.AppID)
 	case err != nil:
 		return "", rest.Classify(fmt.Sprintf("ask GitHub for App %d", g.o.AppID), err, g.clock())
 	case app.GetID() != 0 && app.GetID() != g.o.AppID:
@@ -196,6 +198,22 @@ func (g *GitHub) installation(ctx context.Context, owner string) (int64, error) 
 	g.owners[key] = l
 	g.mu.Unlock()
 	return l.id, l.err
+}
+
+// refusal is GitHub's message in a refusal of the App's JWT, which says
+// why (a bad signature, an unknown issuer, an expiry too far ahead); it
+// echoes none of the JWT.
+func refusal(err error) string {
+	const limit = 300
+	var answer *github.ErrorResponse
+	if !errors.As(err, &answer) || answer.Message == "" {
+		return "GitHub gave no reason"
+	}
+	msg := answer.Message
+	if len(msg) > limit {
+		msg = msg[:limit] + "…"
+	}
+	return fmt.Sprintf("GitHub said: %q", msg)
 }
 
 func (g *GitHub) now() time.Time { return g.clock().Now() }

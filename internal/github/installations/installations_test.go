@@ -96,6 +96,17 @@ func TestBadCredentialsSayWhatToFix(t *testing.T) {
 	}
 }
 
+// A JWT GitHub refuses for this machine's clock is not blamed on the App
+// id and key alone: GitHub's reason is in the error.
+func TestCheckSaysWhyGitHubRefusedTheJWT(t *testing.T) {
+	gh, key := twoAccounts(t)
+	gh.SetClock(clock.NewVirtual(time.Now().Add(-20 * time.Minute))) // this machine's clock is 20 minutes fast
+	_, err := newApp(t, gh, appID, key).Check(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "'Expiration time' claim ('exp') is too far in the future") || !strings.Contains(err.Error(), "clock") {
+		t.Fatalf("a JWT from a clock 20 minutes fast: %v, want GitHub's reason and a word about the clock", err)
+	}
+}
+
 // A secondary limit without retry-after on the App's own calls pauses
 // them a minute on bullpen's clock, not until the primary limit's reset.
 func TestASecondaryLimitPausesTheAppsCallsAMinute(t *testing.T) {
