@@ -49,11 +49,15 @@ func (c *Cloud) Tag(ctx context.Context, ids []string, tags map[string]string) e
 		// CreateTags takes any resource id, and not every endpoint refuses
 		// an unknown one: the machines are checked first, with one describe
 		// per batch.
-		if gone := c.missing(ctx, ids); len(gone) > 0 {
+		gone, err := c.missing(ctx, ids)
+		if err != nil {
+			return err
+		}
+		if len(gone) > 0 {
 			return &domain.CloudError{Op: ec2like.OpCreateTags, Code: "InvalidInstanceID.NotFound",
 				Err: &domain.UnknownInstancesError{Op: ec2like.OpCreateTags, IDs: gone}}
 		}
-		_, err := c.api.CreateTags(ctx, &ec2.CreateTagsInput{Resources: ids, Tags: ec2Tags(tags)})
+		_, err = c.api.CreateTags(ctx, &ec2.CreateTagsInput{Resources: ids, Tags: ec2Tags(tags)})
 		return err
 	})
 }
@@ -76,7 +80,7 @@ func (c *Cloud) batch(ctx context.Context, op string, ids []string, call func([]
 		if err == nil || len(unknownIDs(err)) > 0 || errors.Is(err, domain.ErrThrottled) || errors.Is(err, domain.ErrUnauthorized) {
 			return err
 		}
-		if gone := c.missing(ctx, ids); len(gone) > 0 {
+		if gone, merr := c.missing(ctx, ids); merr == nil && len(gone) > 0 {
 			return &domain.CloudError{Op: op, Code: "InvalidInstanceID.NotFound", Err: &domain.UnknownInstancesError{Op: op, IDs: gone}}
 		}
 		return err
@@ -88,21 +92,33 @@ func (c *Cloud) batch(ctx context.Context, op string, ids []string, call func([]
 	})
 }
 
-// missing returns the ids of ids EC2 does not describe, asking one id at a
-// time only when the whole set is refused.
-func (c *Cloud) missing(ctx context.Context, ids []string) []string {
-	if _, err := c.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: ids}); err == nil {
-		return nil
-	} else if found := unknownIDs(err); len(found) > 0 {
-		return found
+// missing returns the ids of ids EC2 does not describe. EC2 names them
+// when it refuses the set; only a refusal as unknown that names none (a
+// malformed id) makes each id described on its own. Any other refusal is
+// returned at once: under throttling, one describe per id would multiply
+// the calls by the batch's size when the account can least afford them.
+func (c *Cloud) missing(ctx context.Context, ids []string) ([]string, error) {
+	_, err := c.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: ids})
+	if err == nil {
+		return nil, nil
+	}
+	if found := unknownIDs(err); len(found) > 0 {
+		return found, nil
+	}
+	if !errors.Is(err, domain.ErrUnknownInstance) {
+		return nil, err
 	}
 	var out []string
 	for _, id := range ids {
-		if _, err := c.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}}); errors.Is(err, domain.ErrUnknownInstance) {
+		_, err := c.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{id}})
+		switch {
+		case errors.Is(err, domain.ErrUnknownInstance):
 			out = append(out, id)
+		case err != nil:
+			return nil, err
 		}
 	}
-	return out
+	return out, nil
 }
 
 // List describes machines: with IDs, exactly those (terminated ones

@@ -32,6 +32,8 @@ type fakeAPI struct {
 	versions  []*awsec2.CreateLaunchTemplateVersionInput
 	deleted   []string
 	terminate func(ids []string) error
+	describe  func(ids []string) error // before the pages are answered
+	tagged    [][]string
 	calls     map[string]int
 	pages     [][]types.Instance
 	types     []types.InstanceTypeInfo
@@ -66,6 +68,11 @@ func fleetOf(count, call int) *awsec2.CreateFleetOutput {
 
 func (f *fakeAPI) DescribeInstances(_ context.Context, in *awsec2.DescribeInstancesInput, _ ...func(*awsec2.Options)) (*awsec2.DescribeInstancesOutput, error) {
 	f.count("DescribeInstances")
+	if f.describe != nil {
+		if err := f.describe(in.InstanceIds); err != nil {
+			return nil, err
+		}
+	}
 	if len(f.pages) == 0 {
 		return &awsec2.DescribeInstancesOutput{}, nil
 	}
@@ -118,6 +125,14 @@ func (f *fakeAPI) TerminateInstances(_ context.Context, in *awsec2.TerminateInst
 		}
 	}
 	return &awsec2.TerminateInstancesOutput{}, nil
+}
+
+func (f *fakeAPI) CreateTags(_ context.Context, in *awsec2.CreateTagsInput, _ ...func(*awsec2.Options)) (*awsec2.CreateTagsOutput, error) {
+	f.count("CreateTags")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tagged = append(f.tagged, in.Resources)
+	return &awsec2.CreateTagsOutput{}, nil
 }
 
 func apiError(code, msg string) error { return &smithy.GenericAPIError{Code: code, Message: msg} }
