@@ -11,7 +11,8 @@
 //	GET    /orgs/{org}/actions/runners
 //	DELETE /repos/{owner}/{repo}/actions/runners/{runner_id}
 //	DELETE /orgs/{org}/actions/runners/{runner_id}
-//	GET    /repos/{owner}/{repo}/actions/runs            (?status=)
+//	GET    /repos/{owner}/{repo}/actions/runs            (?status=, ?created=; a filtered
+//	       listing finds at most 1,000 runs, as GitHub's search does)
 //	GET    /repos/{owner}/{repo}/actions/runs/{run_id}/jobs
 //	GET    /repos/{owner}/{repo}/actions/jobs/{job_id}
 //	POST   /repos/{owner}/{repo}/actions/runs/{run_id}/cancel

@@ -226,7 +226,7 @@ func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	want := r.URL.Query().Get("status")
-	since, ok := createdSince(r.URL.Query().Get("created"))
+	from, to, ok := createdRange(r.URL.Query().Get("created"))
 	if !ok {
 		writeError(w, http.StatusUnprocessableEntity, "Validation Failed")
 		return
@@ -234,29 +234,72 @@ func (s *Server) handleListRuns(w http.ResponseWriter, r *http.Request) {
 	var listed []*run
 	for _, ru := range s.runs {
 		status, conclusion := ru.status()
-		if ru.repo == rp && (want == "" || want == status || want == conclusion) && !ru.created.Before(since) {
+		if ru.repo == rp && (want == "" || want == status || want == conclusion) && !ru.created.Before(from) && !ru.created.After(to) {
 			listed = append(listed, ru)
 		}
 	}
 	// Newest first, as GitHub lists runs.
 	slices.SortFunc(listed, func(a, b *run) int { return cmp.Compare(b.id, a.id) })
+	// A filtered listing is a search: GitHub finds at most searchCap runs,
+	// and says no more.
+	if want != "" || r.URL.Query().Get("created") != "" {
+		listed = listed[:min(len(listed), searchCap)]
+	}
 	page := pageJSON(s, w, r, listed, s.runJSON)
 	writeJSON(w, http.StatusOK, map[string]any{"total_count": len(listed), "workflow_runs": page})
 }
 
-// createdSince reads the created filter of a runs listing in the one form
-// the fake supports, ">=DATE" (a date or an RFC 3339 time); "" is no
-// filter.
-func createdSince(q string) (time.Time, bool) {
+// createdRange reads the created filter of a runs listing, in GitHub's
+// search syntax for dates: ">=T", "<=T", ">T", "<T" or "A..B" (either end
+// "*" for none), each a date or an RFC 3339 time to the second; "" is no
+// filter. A date as an upper bound takes in the whole day.
+func createdRange(q string) (from, to time.Time, ok bool) {
+	from, to = time.Time{}, time.Unix(1<<40, 0)
 	if q == "" {
-		return time.Time{}, true
+		return from, to, true
 	}
-	v, ok := strings.CutPrefix(q, ">=")
-	if !ok {
-		return time.Time{}, false
+	if a, b, isRange := strings.Cut(q, ".."); isRange {
+		var okA, okB bool
+		from, okA = createdBound(a, from, false)
+		to, okB = createdBound(b, to, true)
+		return from, to, okA && okB
 	}
-	for _, layout := range []string{time.RFC3339, "2006-01-02"} {
-		if t, err := time.Parse(layout, v); err == nil {
+	for _, op := range []string{">=", "<=", ">", "<"} {
+		v, found := strings.CutPrefix(q, op)
+		if !found {
+			continue
+		}
+		switch op {
+		case ">=":
+			from, ok = createdBound(v, from, false)
+		case ">":
+			from, ok = createdBound(v, from, true)
+			from = from.Add(time.Nanosecond)
+		case "<=":
+			to, ok = createdBound(v, to, true)
+		case "<":
+			to, ok = createdBound(v, to, false)
+			to = to.Add(-time.Nanosecond)
+		}
+		return from, to, ok
+	}
+	return from, to, false
+}
+
+// createdBound is one end of a created filter: open ("*") keeps def; end
+// makes a date or a time to the second take in all of it.
+func createdBound(v string, def time.Time, end bool) (time.Time, bool) {
+	if v == "*" {
+		return def, true
+	}
+	for _, f := range []struct {
+		layout string
+		span   time.Duration
+	}{{time.RFC3339, time.Second}, {"2006-01-02", 24 * time.Hour}} {
+		if t, err := time.Parse(f.layout, v); err == nil {
+			if end {
+				t = t.Add(f.span - time.Nanosecond)
+			}
 			return t, true
 		}
 	}

@@ -22,6 +22,9 @@ const (
 	secondaryRetry    = 60 // seconds GitHub asks a client to wait after a secondary limit
 	defaultPerPage    = 30
 	maxPerPage        = 100
+	// searchCap is how many workflow runs GitHub finds at most for a
+	// listing filtered by created or status.
+	searchCap = 1000
 )
 
 // faults is the injected trouble, guarded by Server.mu.
