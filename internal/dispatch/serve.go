@@ -125,7 +125,11 @@ func (d *Dispatcher) overflow(ctx context.Context, items []*item) ([]*item, erro
 	reqs := make([]domain.JobTransitionRequest, len(items))
 	for i, it := range items {
 		sends[i] = jobs.SendRequest(it.Job, 0)
-		reqs[i] = d.verbs.Overflow(it.Job)
+		why := ""
+		if it.noCapacity() {
+			why = "the cloud had no capacity to start pool " + it.Job.Pool + "'s stopped instance"
+		}
+		reqs[i] = d.verbs.Overflow(it.Job, why)
 	}
 	if err := d.Queue.Send(ctx, domain.QueueLaunch, sends); err != nil {
 		return nil, fmt.Errorf("overflow %d jobs to the launch queue: %w", len(sends), err)

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -69,6 +70,9 @@ func TestNoCapacityToStartSendsTheJobToTheLaunchQueue(t *testing.T) {
 		t.Fatalf("result %+v err %v; want the job moved for lack of capacity", res, err)
 	}
 	wantOnLaunchQueue(t, f, 1)
+	if j := f.Job(1); !strings.Contains(j.Reason, "no capacity to start") {
+		t.Fatalf("job reason %q; want it to say the cloud could not start its instance", j.Reason)
+	}
 	wantStoppedAndFree(t, f, member)
 	if st := f.Stats(domain.QueueLaunch); st.Visible != 1 {
 		t.Fatalf("launch queue %+v; want the job's message", st)

@@ -315,9 +315,12 @@ func (l Lifecycle) MessageSent(j Job) JobTransitionRequest {
 }
 
 // Overflow sends a pool job no warm instance could take to the launch
-// queue.
-func (l Lifecycle) Overflow(j Job) JobTransitionRequest {
-	return jobChange(j, func(x *Job) { x.Route, x.Reason = RouteLaunch, "pool "+x.Pool+" had no idle instance" })
+// queue; why says why ("" : the pool had no idle instance).
+func (l Lifecycle) Overflow(j Job, why string) JobTransitionRequest {
+	if why == "" {
+		why = "pool " + j.Pool + " had no idle instance"
+	}
+	return jobChange(j, func(x *Job) { x.Route, x.Reason = RouteLaunch, why })
 }
 
 // StartJob records that GitHub (or the agent) reports the job started, on

@@ -165,7 +165,7 @@ func TestJobVerbs(t *testing.T) {
 		{"bind a queued job", queued, lc.BindJob(queued, "bp-2", now), func(j domain.Job) bool {
 			return j.Status == domain.JobAssigned && j.InstanceID == "bp-2"
 		}},
-		{"overflow", queued, lc.Overflow(queued), func(j domain.Job) bool {
+		{"overflow", queued, lc.Overflow(queued, ""), func(j domain.Job) bool {
 			return j.Route == domain.RouteLaunch && j.Reason == "pool linux had no idle instance"
 		}},
 		{"start", assigned, lc.StartJob(assigned, now, "bp-2-42"), func(j domain.Job) bool {
