@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -123,7 +122,11 @@ func (c *Cloud) fleet(ctx context.Context, spec domain.LaunchSpec, version templ
 	}
 	res, err := c.api.CreateFleet(ctx, in)
 	if err != nil {
-		return nil, mapError(ec2like.OpCreateFleet, err)
+		err = mapError(ec2like.OpCreateFleet, err)
+		if templateGone(err) {
+			c.forgetTemplate(version.id) // the next launch makes it again
+		}
+		return nil, err
 	}
 	now := c.opts.Clock.Now()
 	usage := "on-demand"
@@ -176,110 +179,6 @@ func cloneTags(tags map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
-}
-
-// templateRef is one version of a launch template.
-type templateRef struct {
-	id     string
-	number int64
-}
-
-// templateVersion makes the launch's own version of its runner's launch
-// template (created on first use).
-func (c *Cloud) templateVersion(ctx context.Context, spec domain.LaunchSpec, img image) (templateRef, error) {
-	id, err := c.template(ctx, spec.Runner.Name)
-	if err != nil {
-		return templateRef{}, err
-	}
-	data, err := c.templateData(spec, img)
-	if err != nil {
-		return templateRef{}, err
-	}
-	out, err := c.api.CreateLaunchTemplateVersion(ctx, &ec2.CreateLaunchTemplateVersionInput{
-		LaunchTemplateId: aws.String(id), LaunchTemplateData: data,
-		VersionDescription: aws.String("launch " + spec.Agent.LaunchID),
-	})
-	if err != nil {
-		return templateRef{}, mapError("CreateLaunchTemplateVersion", err)
-	}
-	if out.LaunchTemplateVersion == nil {
-		return templateRef{}, fmt.Errorf("CreateLaunchTemplateVersion: no version in the answer")
-	}
-	return templateRef{id: id, number: deref(out.LaunchTemplateVersion.VersionNumber)}, nil
-}
-
-// dropVersion deletes a launch's template version once its fleet request
-// is made: the machines keep their user data, and the template keeps no
-// more than its first version between launches. It is tried once, not
-// retried: the launch is done, and a version left behind costs nothing
-// but a copy of user data whose secret is spent once.
-func (c *Cloud) dropVersion(ctx context.Context, v templateRef) {
-	_, err := c.api.DeleteLaunchTemplateVersions(context.WithoutCancel(ctx), &ec2.DeleteLaunchTemplateVersionsInput{
-		LaunchTemplateId: aws.String(v.id), Versions: []string{strconv.FormatInt(v.number, 10)}},
-		func(o *ec2.Options) { o.RetryMaxAttempts = 1 })
-	if err == nil {
-		return
-	}
-	c.mu.Lock()
-	first := !c.keptVersions[v.id]
-	c.keptVersions[v.id] = true
-	c.mu.Unlock()
-	level := slog.LevelDebug
-	if first {
-		level = slog.LevelWarn // once per template: an emulator may not support it at all
-	}
-	c.opts.Log.Log(ctx, level, "delete a launch template version; it is kept", "template", v.id, "version", v.number, "err", err)
-}
-
-// templateTags mark a launch template as this controller's.
-func (c *Cloud) templateTags() []types.TagSpecification {
-	if c.opts.ControllerID == "" {
-		return nil
-	}
-	return []types.TagSpecification{{ResourceType: types.ResourceTypeLaunchTemplate,
-		Tags: ec2Tags(map[string]string{domain.TagController: c.opts.ControllerID})}}
-}
-
-// template returns the id of runner's launch template, creating it (with a
-// first version that launches nothing by itself) when it does not exist.
-func (c *Cloud) template(ctx context.Context, runner string) (string, error) {
-	name := c.opts.TemplatePrefix + "-" + runner
-	c.mu.Lock()
-	id, ok := c.templates[name]
-	c.mu.Unlock()
-	if ok {
-		return id, nil
-	}
-	found, err := c.api.DescribeLaunchTemplates(ctx, &ec2.DescribeLaunchTemplatesInput{LaunchTemplateNames: []string{name}})
-	switch {
-	case err == nil && len(found.LaunchTemplates) > 0:
-		id = deref(found.LaunchTemplates[0].LaunchTemplateId)
-	case err == nil || isCode(err, "InvalidLaunchTemplateName.NotFoundException"):
-		created, cerr := c.api.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
-			LaunchTemplateName: aws.String(name),
-			LaunchTemplateData: &types.RequestLaunchTemplateData{
-				InstanceInitiatedShutdownBehavior: types.ShutdownBehaviorTerminate,
-				MetadataOptions:                   metadataOptions(),
-			},
-			VersionDescription: aws.String("bullpen: each launch adds its own version"),
-			TagSpecifications:  c.templateTags(),
-		})
-		if cerr != nil {
-			return "", mapError("CreateLaunchTemplate", cerr)
-		}
-		id = deref(created.LaunchTemplate.LaunchTemplateId)
-	default:
-		return "", mapError("DescribeLaunchTemplates", err)
-	}
-	c.mu.Lock()
-	c.templates[name] = id
-	c.mu.Unlock()
-	return id, nil
-}
-
-func isCode(err error, code string) bool {
-	var ce *domain.CloudError
-	return errors.As(mapError("", err), &ce) && ce.Code == code
 }
 
 // templateData is what every machine of a launch shares.

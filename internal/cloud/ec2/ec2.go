@@ -86,6 +86,9 @@ type Cloud struct {
 	// keptVersions are the templates whose launch versions could not be
 	// deleted, so that the failure is a warning once, not per launch.
 	keptVersions map[string]bool
+	// makingTemplate holds, by name, the templates being found or created,
+	// each closed when that is done: one at a time per name.
+	makingTemplate map[string]chan struct{}
 }
 
 var _ domain.Cloud = (*Cloud)(nil)
@@ -113,7 +116,8 @@ func New(api API, o Options) (*Cloud, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Cloud{api: api, opts: o, templates: map[string]string{}, images: map[string]image{}, keptVersions: map[string]bool{}}, nil
+	return &Cloud{api: api, opts: o, templates: map[string]string{}, makingTemplate: map[string]chan struct{}{},
+		images: map[string]image{}, keptVersions: map[string]bool{}}, nil
 }
 
 // Check verifies that the configured subnets and security groups exist,

@@ -37,6 +37,12 @@ type fakeAPI struct {
 	calls     map[string]int
 	pages     [][]types.Instance
 	types     []types.InstanceTypeInfo
+	// Launch templates: the id by name (nil answers lt-1 to every name),
+	// a refusal of a create before it is made (nil: the next id, or
+	// AlreadyExists), and a refusal of a new version by template id.
+	templates      map[string]string
+	createTemplate func(name string) error
+	version        func(id string) error
 }
 
 func newFake() *fakeAPI { return &fakeAPI{calls: map[string]int{}} }
@@ -98,11 +104,44 @@ func (f *fakeAPI) DescribeInstanceTypes(context.Context, *awsec2.DescribeInstanc
 	return &awsec2.DescribeInstanceTypesOutput{InstanceTypes: f.types}, nil
 }
 
-func (f *fakeAPI) DescribeLaunchTemplates(context.Context, *awsec2.DescribeLaunchTemplatesInput, ...func(*awsec2.Options)) (*awsec2.DescribeLaunchTemplatesOutput, error) {
-	return &awsec2.DescribeLaunchTemplatesOutput{LaunchTemplates: []types.LaunchTemplate{{LaunchTemplateId: aws.String("lt-1")}}}, nil
+func (f *fakeAPI) DescribeLaunchTemplates(_ context.Context, in *awsec2.DescribeLaunchTemplatesInput, _ ...func(*awsec2.Options)) (*awsec2.DescribeLaunchTemplatesOutput, error) {
+	f.count("DescribeLaunchTemplates")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	id := "lt-1"
+	if f.templates != nil {
+		id = f.templates[in.LaunchTemplateNames[0]]
+	}
+	if id == "" {
+		return nil, apiError("InvalidLaunchTemplateName.NotFoundException", "At least one of the launch templates specified in the request does not exist.")
+	}
+	return &awsec2.DescribeLaunchTemplatesOutput{LaunchTemplates: []types.LaunchTemplate{{LaunchTemplateId: aws.String(id)}}}, nil
+}
+
+func (f *fakeAPI) CreateLaunchTemplate(_ context.Context, in *awsec2.CreateLaunchTemplateInput, _ ...func(*awsec2.Options)) (*awsec2.CreateLaunchTemplateOutput, error) {
+	f.count("CreateLaunchTemplate")
+	name := aws.ToString(in.LaunchTemplateName)
+	if f.createTemplate != nil {
+		if err := f.createTemplate(name); err != nil {
+			return nil, err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.templates[name] != "" {
+		return nil, apiError("InvalidLaunchTemplateName.AlreadyExistsException", "Launch template name already in use.")
+	}
+	id := fmt.Sprintf("lt-%d", len(f.templates)+1)
+	f.templates[name] = id
+	return &awsec2.CreateLaunchTemplateOutput{LaunchTemplate: &types.LaunchTemplate{LaunchTemplateId: aws.String(id)}}, nil
 }
 
 func (f *fakeAPI) CreateLaunchTemplateVersion(_ context.Context, in *awsec2.CreateLaunchTemplateVersionInput, _ ...func(*awsec2.Options)) (*awsec2.CreateLaunchTemplateVersionOutput, error) {
+	if f.version != nil {
+		if err := f.version(aws.ToString(in.LaunchTemplateId)); err != nil {
+			return nil, err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.versions = append(f.versions, in)

@@ -1,0 +1,204 @@
+package ec2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// EC2's codes for a launch template that exists already, or no longer.
+const (
+	codeTemplateExists     = "InvalidLaunchTemplateName.AlreadyExistsException"
+	codeTemplateNameAbsent = "InvalidLaunchTemplateName.NotFoundException"
+	codeTemplateIDAbsent   = "InvalidLaunchTemplateId.NotFound"
+)
+
+// templateRef is one version of a launch template.
+type templateRef struct {
+	id     string
+	number int64
+}
+
+// templateVersion makes the launch's own version of its runner's launch
+// template (created on first use). A template deleted behind bullpen's
+// back (by an operator, or a stack's teardown) is forgotten and made
+// again, once per launch, rather than failing the launch as invalid.
+func (c *Cloud) templateVersion(ctx context.Context, spec domain.LaunchSpec, img image) (templateRef, error) {
+	data, err := c.templateData(spec, img)
+	if err != nil {
+		return templateRef{}, err
+	}
+	name := c.opts.TemplatePrefix + "-" + spec.Runner.Name
+	for again := false; ; again = true {
+		id, err := c.template(ctx, name)
+		if err != nil {
+			return templateRef{}, err
+		}
+		out, err := c.api.CreateLaunchTemplateVersion(ctx, &ec2.CreateLaunchTemplateVersionInput{
+			LaunchTemplateId: aws.String(id), LaunchTemplateData: data,
+			VersionDescription: aws.String("launch " + spec.Agent.LaunchID),
+		})
+		err = mapError("CreateLaunchTemplateVersion", err)
+		if templateGone(err) && !again {
+			c.forgetTemplate(id)
+			c.opts.Log.Warn("launch template is gone; making it again", "template", name, "id", id)
+			continue
+		}
+		if err != nil {
+			return templateRef{}, err
+		}
+		if out.LaunchTemplateVersion == nil {
+			return templateRef{}, fmt.Errorf("CreateLaunchTemplateVersion: no version in the answer")
+		}
+		return templateRef{id: id, number: deref(out.LaunchTemplateVersion.VersionNumber)}, nil
+	}
+}
+
+// templateGone says whether err is EC2's answer about a launch template
+// that does not exist.
+func templateGone(err error) bool {
+	return isCode(err, codeTemplateIDAbsent) || isCode(err, codeTemplateNameAbsent)
+}
+
+// forgetTemplate drops a template id from the cache, so that the next
+// launch of its runner finds or makes the template anew.
+func (c *Cloud) forgetTemplate(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, known := range c.templates {
+		if known == id {
+			delete(c.templates, name)
+		}
+	}
+}
+
+// template returns the id of the launch template called name, finding or
+// creating it once per name at a time in the process: the converger's
+// pools and the provisioner launch the same runner concurrently, and the
+// loser of a describe-then-create race would be refused as invalid.
+func (c *Cloud) template(ctx context.Context, name string) (string, error) {
+	for {
+		c.mu.Lock()
+		if id, ok := c.templates[name]; ok {
+			c.mu.Unlock()
+			return id, nil
+		}
+		busy, ok := c.makingTemplate[name]
+		if !ok {
+			done := make(chan struct{})
+			c.makingTemplate[name] = done
+			c.mu.Unlock()
+			id, err := c.findOrCreateTemplate(ctx, name)
+			c.mu.Lock()
+			if err == nil {
+				c.templates[name] = id
+			}
+			delete(c.makingTemplate, name)
+			close(done)
+			c.mu.Unlock()
+			return id, err
+		}
+		c.mu.Unlock()
+		select {
+		case <-busy: // made, or failed: look again, and try in turn if it failed
+		case <-ctx.Done():
+			return "", fmt.Errorf("launch template %s: %w", name, ctx.Err())
+		}
+	}
+}
+
+// findOrCreateTemplate returns the id of the template called name, creating
+// it (with a first version that launches nothing by itself) when it does
+// not exist. Another replica may create it between the describe and the
+// create: then it is described again and used.
+func (c *Cloud) findOrCreateTemplate(ctx context.Context, name string) (string, error) {
+	if id, err := c.findTemplate(ctx, name); err != nil || id != "" {
+		return id, err
+	}
+	created, err := c.api.CreateLaunchTemplate(ctx, &ec2.CreateLaunchTemplateInput{
+		LaunchTemplateName: aws.String(name),
+		LaunchTemplateData: &types.RequestLaunchTemplateData{
+			InstanceInitiatedShutdownBehavior: types.ShutdownBehaviorTerminate,
+			MetadataOptions:                   metadataOptions(),
+		},
+		VersionDescription: aws.String("bullpen: each launch adds its own version"),
+		TagSpecifications:  c.templateTags(),
+	})
+	if err == nil {
+		id := deref(created.LaunchTemplate.LaunchTemplateId)
+		c.opts.Log.Info("launch template created", "template", name, "id", id)
+		return id, nil
+	}
+	if err = mapError("CreateLaunchTemplate", err); !isCode(err, codeTemplateExists) {
+		return "", err
+	}
+	id, err := c.findTemplate(ctx, name)
+	if err == nil && id == "" {
+		// Not an invalid request: EC2's reads lag its writes, and the
+		// launch is retried.
+		return "", fmt.Errorf("launch template %s: created by another, not described yet", name)
+	}
+	if err != nil {
+		return "", err
+	}
+	c.opts.Log.Info("launch template created by another process; using it", "template", name, "id", id)
+	return id, nil
+}
+
+// findTemplate returns the id of the template called name, "" when there
+// is none.
+func (c *Cloud) findTemplate(ctx context.Context, name string) (string, error) {
+	found, err := c.api.DescribeLaunchTemplates(ctx, &ec2.DescribeLaunchTemplatesInput{LaunchTemplateNames: []string{name}})
+	switch {
+	case err == nil && len(found.LaunchTemplates) > 0:
+		return deref(found.LaunchTemplates[0].LaunchTemplateId), nil
+	case err == nil || isCode(err, codeTemplateNameAbsent):
+		return "", nil
+	}
+	return "", mapError("DescribeLaunchTemplates", err)
+}
+
+// dropVersion deletes a launch's template version once its fleet request
+// is made: the machines keep their user data, and the template keeps no
+// more than its first version between launches. It is tried once, not
+// retried: the launch is done, and a version left behind costs nothing
+// but a copy of user data whose secret is spent once.
+func (c *Cloud) dropVersion(ctx context.Context, v templateRef) {
+	_, err := c.api.DeleteLaunchTemplateVersions(context.WithoutCancel(ctx), &ec2.DeleteLaunchTemplateVersionsInput{
+		LaunchTemplateId: aws.String(v.id), Versions: []string{strconv.FormatInt(v.number, 10)}},
+		func(o *ec2.Options) { o.RetryMaxAttempts = 1 })
+	if err == nil {
+		return
+	}
+	c.mu.Lock()
+	first := !c.keptVersions[v.id]
+	c.keptVersions[v.id] = true
+	c.mu.Unlock()
+	level := slog.LevelDebug
+	if first {
+		level = slog.LevelWarn // once per template: an emulator may not support it at all
+	}
+	c.opts.Log.Log(ctx, level, "delete a launch template version; it is kept", "template", v.id, "version", v.number, "err", err)
+}
+
+// templateTags mark a launch template as this controller's.
+func (c *Cloud) templateTags() []types.TagSpecification {
+	if c.opts.ControllerID == "" {
+		return nil
+	}
+	return []types.TagSpecification{{ResourceType: types.ResourceTypeLaunchTemplate,
+		Tags: ec2Tags(map[string]string{domain.TagController: c.opts.ControllerID})}}
+}
+
+func isCode(err error, code string) bool {
+	var ce *domain.CloudError
+	return errors.As(mapError("", err), &ce) && ce.Code == code
+}

@@ -1,0 +1,105 @@
+package ec2_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsec2 "github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/bullpen-ci/bullpen/internal/cloud/ec2"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+func otherLaunch(n int, runner domain.RunnerSpec, launch string) domain.LaunchSpec {
+	spec := launchSpec(n, runner)
+	spec.ClientToken, spec.Tags[domain.TagLaunch], spec.Agent.LaunchID = launch, launch, launch
+	return spec
+}
+
+// Two launches of one runner in one process make its template once: the
+// second waits for the first rather than race it to CreateLaunchTemplate.
+func TestOneProcessMakesATemplateOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake()
+		f.templates = map[string]string{}
+		release := make(chan struct{})
+		f.createTemplate = func(string) error { <-release; return nil }
+		c := newFakeCloud(t, f, ec2.Options{})
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, launch := range []string{"launch-a", "launch-b"} {
+			wg.Go(func() { _, errs[i] = c.Create(t.Context(), otherLaunch(1, small, launch)) })
+			synctest.Wait() // the first holds the creation; the second waits for it, or races it
+		}
+		close(release)
+		wg.Wait()
+		if errs[0] != nil || errs[1] != nil || f.calls["CreateLaunchTemplate"] != 1 {
+			t.Fatalf("%v, %v after %d CreateLaunchTemplate; want both launched after one", errs[0], errs[1], f.calls["CreateLaunchTemplate"])
+		}
+	})
+}
+
+// A template another replica made between the describe and the create is
+// described again and used, not reported as an invalid request.
+func TestATemplateAnotherProcessMadeIsUsed(t *testing.T) {
+	f := newFake()
+	f.templates = map[string]string{}
+	f.createTemplate = func(name string) error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.templates[name] = "lt-other"
+		return apiError("InvalidLaunchTemplateName.AlreadyExistsException", "Launch template name already in use.")
+	}
+	_, err := newFakeCloud(t, f, ec2.Options{}).Create(t.Context(), launchSpec(1, small))
+	if err != nil || len(f.versions) != 1 || aws.ToString(f.versions[0].LaunchTemplateId) != "lt-other" {
+		t.Fatalf("%v, versions %d; want a launch from lt-other", err, len(f.versions))
+	}
+}
+
+// A template deleted behind the provider's back is forgotten and made
+// again, within the launch that finds it gone.
+func TestAGoneTemplateIsMadeAgain(t *testing.T) {
+	f := newFake()
+	f.templates = map[string]string{"bullpen-small": "lt-old"}
+	c := newFakeCloud(t, f, ec2.Options{})
+	if _, err := c.Create(t.Context(), otherLaunch(1, small, "launch-a")); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	delete(f.templates, "bullpen-small")
+	f.mu.Unlock()
+	f.version = func(id string) error {
+		if id == "lt-old" {
+			return apiError("InvalidLaunchTemplateId.NotFound", "The specified launch template, with template ID lt-old, does not exist.")
+		}
+		return nil
+	}
+	_, err := c.Create(t.Context(), otherLaunch(1, small, "launch-b"))
+	last := f.versions[len(f.versions)-1]
+	if err != nil || f.calls["CreateLaunchTemplate"] != 1 || aws.ToString(last.LaunchTemplateId) == "lt-old" {
+		t.Fatalf("%v after %d CreateLaunchTemplate, last version on %s; want the template made again and used",
+			err, f.calls["CreateLaunchTemplate"], aws.ToString(last.LaunchTemplateId))
+	}
+}
+
+// A fleet refused because its template is gone makes the next launch
+// find or make the template again.
+func TestAFleetWhoseTemplateIsGoneForgetsIt(t *testing.T) {
+	f := newFake()
+	f.fleet = func(n int, in *awsec2.CreateFleetInput) (*awsec2.CreateFleetOutput, error) {
+		if n == 1 {
+			return nil, apiError("InvalidLaunchTemplateId.NotFound", "The specified launch template does not exist.")
+		}
+		return fleetOf(1, n), nil
+	}
+	c := newFakeCloud(t, f, ec2.Options{})
+	if _, err := c.Create(t.Context(), otherLaunch(1, small, "launch-a")); !errors.Is(err, domain.ErrInvalidRequest) {
+		t.Fatalf("first launch: %v", err)
+	}
+	if _, err := c.Create(t.Context(), otherLaunch(1, small, "launch-b")); err != nil || f.calls["DescribeLaunchTemplates"] != 2 {
+		t.Fatalf("%v after %d DescribeLaunchTemplates; want the template looked up again", err, f.calls["DescribeLaunchTemplates"])
+	}
+}
