@@ -2,6 +2,7 @@ package rest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -26,28 +27,84 @@ type PastJob struct {
 	CompletedAt time.Time // zero until it completed
 }
 
+// searchCap is how many workflow runs GitHub finds at most for a listing
+// filtered by created (or status, actor, branch...): past it, the pages
+// end as if there were no more.
+const searchCap = 1000
+
+// errSearchCapped: a listing's total reached searchCap, so it may miss
+// runs; its window must be split.
+var errSearchCapped = errors.New("GitHub found as many runs as it lists")
+
 // RunsSince lists the ids of a repository's workflow runs created at or
-// after since, newest first, all pages.
+// after since (to the second), newest first, all pages. A window in which
+// GitHub finds 1,000 runs or more is read as smaller ones, halved until
+// each holds fewer, since GitHub lists no more than that of one search.
 func (c *Client) RunsSince(ctx context.Context, repo string, since time.Time) ([]int64, error) {
+	since = since.Truncate(time.Second)
 	op := fmt.Sprintf("list the runs of %s since %s", repo, since.UTC().Format(time.RFC3339))
 	owner, name, err := repoCall(ctx, op, repo)
 	if err != nil {
 		return nil, err
 	}
-	runs, err := collect(ctx, func(page int) ([]*github.WorkflowRun, *github.Response, error) {
-		rs, resp, err := c.gh.Actions.ListRepositoryWorkflowRuns(ctx, owner, name, &github.ListWorkflowRunsOptions{
-			Created: ">=" + since.UTC().Format(time.RFC3339), ListOptions: github.ListOptions{Page: page, PerPage: perPage},
-		})
-		return rs.GetWorkflowRuns(), resp, err
-	})
+	runs, newest, err := c.runsCreated(ctx, owner, name, ">="+since.UTC().Format(time.RFC3339))
+	if errors.Is(err, errSearchCapped) {
+		runs, err = c.runsBetween(ctx, owner, name, since, newest)
+	}
 	if err != nil {
 		return nil, c.classify(op, err, nil)
 	}
 	ids := make([]int64, 0, len(runs))
+	seen := make(map[int64]bool, len(runs))
 	for _, r := range runs {
-		ids = append(ids, r.GetID())
+		if !seen[r.GetID()] { // a run created while the pages are read shifts the later ones
+			seen[r.GetID()] = true
+			ids = append(ids, r.GetID())
+		}
 	}
 	return ids, nil
+}
+
+// runsBetween lists the runs created from from to to, both included, to
+// the second, newest first: one listing when GitHub finds fewer than
+// searchCap of them, else the newer half's then the older half's.
+func (c *Client) runsBetween(ctx context.Context, owner, name string, from, to time.Time) ([]*github.WorkflowRun, error) {
+	runs, _, err := c.runsCreated(ctx, owner, name, from.UTC().Format(time.RFC3339)+".."+to.UTC().Format(time.RFC3339))
+	if !errors.Is(err, errSearchCapped) {
+		return runs, err
+	}
+	if !to.After(from) {
+		return nil, fmt.Errorf("%d runs or more created at %s, within one second: GitHub lists no more of one search, so some would be missing",
+			searchCap, from.UTC().Format(time.RFC3339))
+	}
+	mid := from.Add(to.Sub(from) / 2).Truncate(time.Second)
+	newer, err := c.runsBetween(ctx, owner, name, mid.Add(time.Second), to)
+	if err != nil {
+		return nil, err
+	}
+	older, err := c.runsBetween(ctx, owner, name, from, mid)
+	return append(newer, older...), err
+}
+
+// runsCreated lists the runs whose creation matches created (GitHub's
+// date syntax), all pages; or, when the first page says GitHub found
+// searchCap runs or more, errSearchCapped with the newest creation time on
+// that page, which is the newest of all: GitHub lists runs newest first.
+func (c *Client) runsCreated(ctx context.Context, owner, name, created string) ([]*github.WorkflowRun, time.Time, error) {
+	var newest time.Time
+	runs, err := collect(ctx, func(page int) ([]*github.WorkflowRun, *github.Response, error) {
+		rs, resp, err := c.gh.Actions.ListRepositoryWorkflowRuns(ctx, owner, name, &github.ListWorkflowRunsOptions{
+			Created: created, ListOptions: github.ListOptions{Page: page, PerPage: perPage},
+		})
+		if err == nil && page == 0 && rs.GetTotalCount() >= searchCap {
+			for _, r := range rs.WorkflowRuns {
+				newest = latest(newest, r.GetCreatedAt().Time.Truncate(time.Second))
+			}
+			err = errSearchCapped
+		}
+		return rs.GetWorkflowRuns(), resp, err
+	})
+	return runs, newest, err
 }
 
 // RunHistory lists every job of every attempt of a run, all pages.
