@@ -67,7 +67,7 @@ func (e *APIError) Unwrap() error { return e.kind }
 // or GitHub's secondary-limit message). It wraps domain.ErrRateLimited.
 type RateLimitError struct {
 	Op    string
-	Reset time.Time // when to call again (retryAt)
+	Reset time.Time // when to call again (RateLimited)
 }
 
 func (e *RateLimitError) Error() string {
@@ -94,7 +94,7 @@ func (c *Client) classify(op string, err error, special statusErrors) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if resp := rateLimited(err); resp != nil {
-		return &RateLimitError{Op: op, Reset: c.retryAt(resp.Header)}
+		return &RateLimitError{Op: op, Reset: retryTime(resp.Header, c.clk.Now())}
 	}
 	var app *ghinstallation.HTTPError
 	if errors.As(err, &app) {
@@ -121,8 +121,8 @@ func Classify(op string, err error, clk domain.Clock) error {
 
 func (c *Client) classifyAnswer(op string, resp *http.Response, message string, special statusErrors) error {
 	status := resp.StatusCode
-	if rateLimitAnswer(status, resp.Header, message) {
-		return &RateLimitError{Op: op, Reset: c.retryAt(resp.Header)}
+	if at, limited := RateLimited(status, resp.Header, message, c.clk.Now()); limited {
+		return &RateLimitError{Op: op, Reset: at}
 	}
 	e := &APIError{Op: op, Status: status, Message: truncate(message)}
 	switch {
@@ -147,8 +147,8 @@ func (c *Client) classifyAppError(op string, err *ghinstallation.HTTPError) erro
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close() // ghinstallation leaves it open on an error answer
 	op += ": get installation token"
-	if rateLimitAnswer(resp.StatusCode, resp.Header, string(body)) {
-		return &RateLimitError{Op: op, Reset: c.retryAt(resp.Header)}
+	if at, limited := RateLimited(resp.StatusCode, resp.Header, string(body), c.clk.Now()); limited {
+		return &RateLimitError{Op: op, Reset: at}
 	}
 	e := &APIError{Op: op, Status: resp.StatusCode}
 	switch {
@@ -176,18 +176,24 @@ func isTimeout(err error) bool {
 	return errors.As(err, &netErr) && netErr.Timeout()
 }
 
-// rateLimitAnswer tells a call refused for a rate limit from one refused
-// for want of permission: a 429, or a 403 with retry-after, with
-// x-ratelimit-remaining: 0, or with GitHub's secondary-limit message.
-func rateLimitAnswer(status int, h http.Header, message string) bool {
-	switch {
-	case status == http.StatusTooManyRequests:
-		return true
-	case status != http.StatusForbidden:
-		return false
+// RateLimited tells an answer refusing a call for GitHub's rate limit
+// from one refusing it for want of permission — a 429, or a 403 with
+// retry-after, with x-ratelimit-remaining: 0, or with GitHub's
+// secondary-limit message in its body — and says when the call may go
+// again, now being the time of the answer: after retry-after when the
+// answer gives it; not before x-ratelimit-reset when
+// x-ratelimit-remaining is 0 (the primary budget is spent); otherwise (a
+// secondary limit naming no time) a minute on. x-ratelimit-reset alone is
+// the primary budget's hourly renewal, not the end of a secondary limit:
+// waiting for it could stop an account for an hour.
+func RateLimited(status int, h http.Header, body string, now time.Time) (time.Time, bool) {
+	limited := status == http.StatusTooManyRequests || status == http.StatusForbidden &&
+		(h.Get("retry-after") != "" || h.Get("x-ratelimit-remaining") == "0" ||
+			strings.Contains(strings.ToLower(body), "secondary rate limit"))
+	if !limited {
+		return time.Time{}, false
 	}
-	return h.Get("retry-after") != "" || h.Get("x-ratelimit-remaining") == "0" ||
-		strings.Contains(strings.ToLower(message), "secondary rate limit")
+	return retryTime(h, now), true
 }
 
 // rateLimited is GitHub's answer when go-github took err for a primary
@@ -204,15 +210,9 @@ func rateLimited(err error) *http.Response {
 	return nil
 }
 
-// retryAt is when a call refused for a rate limit may go again, as
-// GitHub's guidance has it: after retry-after when the answer gives it;
-// not before x-ratelimit-reset when x-ratelimit-remaining is 0 (the
-// primary budget is spent); otherwise (a secondary limit naming no time)
-// a minute from now. x-ratelimit-reset alone is the primary budget's
-// hourly renewal, not the end of a secondary limit: waiting for it could
-// stop an account for an hour.
-func (c *Client) retryAt(h http.Header) time.Time {
-	now := c.clk.Now()
+// retryTime is when a call refused for a rate limit may go again
+// (RateLimited).
+func retryTime(h http.Header, now time.Time) time.Time {
 	var at time.Time
 	if secs, err := strconv.Atoi(h.Get("retry-after")); err == nil && secs >= 0 {
 		at = now.Add(time.Duration(secs) * time.Second)
