@@ -15,6 +15,10 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/github/rest"
 )
 
 // Source is where the configuration is read from.
@@ -81,6 +85,24 @@ func (f *File) Read(context.Context) ([]byte, bool, error) {
 // credentials cannot see them (GitHub answers 404 for both).
 var ErrNotFound = errors.New("not found")
 
+// RateLimitError is a read GitHub refused for its rate limit, not for want
+// of permission. It wraps domain.ErrRateLimited.
+type RateLimitError struct {
+	Name   string // the location
+	Status int
+	Until  time.Time // when to read again
+}
+
+func (e *RateLimitError) Error() string {
+	return fmt.Sprintf("%s: GitHub refused to read it for its rate limit (%d), not for want of permission: read it again after %s",
+		e.Name, e.Status, e.Until.UTC().Format(time.RFC3339))
+}
+
+func (e *RateLimitError) Unwrap() error { return domain.ErrRateLimited }
+
+// RetryAt is when to read again (domain.RetryAt).
+func (e *RateLimitError) RetryAt() time.Time { return e.Until }
+
 // GitHubFile is a file in a GitHub repository, read through the contents
 // API with If-None-Match: a 304 answer means unchanged and costs no rate
 // limit.
@@ -90,6 +112,9 @@ type GitHubFile struct {
 	// Client returns an HTTP client authenticated for the location's
 	// owner (the App's installation there, or a token).
 	Client func(ctx context.Context, owner string) (*http.Client, error)
+	// Clock dates the end of a rate limit GitHub gives as a wait; the
+	// wall clock when nil.
+	Clock domain.Clock
 
 	etag string
 	last []byte
@@ -134,12 +159,24 @@ func (g *GitHubFile) Read(ctx context.Context) ([]byte, bool, error) {
 		return body, changed, nil
 	case http.StatusNotModified:
 		return g.last, false, nil
+	}
+	if until, limited := rest.RateLimited(resp.StatusCode, resp.Header, string(body), g.now()); limited {
+		return nil, false, &RateLimitError{Name: g.Name(), Status: resp.StatusCode, Until: until}
+	}
+	switch resp.StatusCode {
 	case http.StatusNotFound:
 		return nil, false, fmt.Errorf("%s: %w: the repository or the file does not exist, or the credentials cannot read it (a GitHub App needs contents: read and the repository among its installation's)", g.Name(), ErrNotFound)
 	case http.StatusUnauthorized, http.StatusForbidden:
 		return nil, false, fmt.Errorf("%s: GitHub refused to read it (%d): the credentials lack contents: read on %s/%s", g.Name(), resp.StatusCode, g.At.Owner, g.At.Repo)
 	}
 	return nil, false, fmt.Errorf("%s: GitHub answered %d", g.Name(), resp.StatusCode)
+}
+
+func (g *GitHubFile) now() time.Time {
+	if g.Clock == nil {
+		return time.Now()
+	}
+	return g.Clock.Now()
 }
 
 func escapePath(p string) string {

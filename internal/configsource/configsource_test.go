@@ -3,14 +3,18 @@ package configsource_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/configsource"
+	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 func TestParseLocation(t *testing.T) {
@@ -95,5 +99,48 @@ func TestGitHubFileReadsConditionally(t *testing.T) {
 	missing := &configsource.GitHubFile{At: configsource.Location{Owner: "acme", Repo: "nope", Path: "x.yml"}, BaseURL: srv.URL + "/", Client: g.Client}
 	if _, _, err := missing.Read(ctx); !errors.Is(err, configsource.ErrNotFound) || !strings.Contains(err.Error(), "contents: read") {
 		t.Fatalf("missing repository: %v", err)
+	}
+}
+
+// A read GitHub refuses for its rate limit says so and when to read
+// again; a refusal for want of permission names the permission.
+func TestGitHubFileRateLimitIsNotAPermission(t *testing.T) {
+	now := time.Date(2025, 3, 3, 9, 0, 0, 0, time.UTC)
+	reset := now.Add(40 * time.Minute)
+	tests := []struct {
+		name    string
+		status  int
+		header  map[string]string
+		message string
+		until   time.Time // zero: not a rate limit
+	}{
+		{"primary limit spent", 403, map[string]string{"x-ratelimit-remaining": "0", "x-ratelimit-reset": fmt.Sprint(reset.Unix())},
+			"API rate limit exceeded for installation.", reset},
+		{"secondary limit with retry-after", 429, map[string]string{"retry-after": "30", "x-ratelimit-remaining": "4000"},
+			"You have exceeded a secondary rate limit.", now.Add(30 * time.Second)},
+		{"secondary limit by its message alone", 403, map[string]string{"x-ratelimit-remaining": "4000", "x-ratelimit-reset": fmt.Sprint(reset.Unix())},
+			"You have exceeded a secondary rate limit. Please wait a few minutes before you try again.", now.Add(time.Minute)},
+		{"no permission", 403, map[string]string{"x-ratelimit-remaining": "4000"}, "Resource not accessible by integration", time.Time{}},
+	}
+	for _, tc := range tests {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for k, v := range tc.header {
+				w.Header().Set(k, v)
+			}
+			w.WriteHeader(tc.status)
+			fmt.Fprintf(w, `{"message":%q}`, tc.message)
+		}))
+		g := &configsource.GitHubFile{At: configsource.Location{Owner: "acme", Repo: "infra", Path: "runs-on.yml"}, BaseURL: srv.URL + "/",
+			Client: func(context.Context, string) (*http.Client, error) { return srv.Client(), nil }, Clock: clock.NewVirtual(now)}
+		_, _, err := g.Read(context.Background())
+		srv.Close()
+		var limit *configsource.RateLimitError
+		switch {
+		case tc.until.IsZero() && (errors.Is(err, domain.ErrRateLimited) || err == nil || !strings.Contains(err.Error(), "contents: read")):
+			t.Errorf("%s: %v, want a refusal naming contents: read", tc.name, err)
+		case !tc.until.IsZero() && (!errors.As(err, &limit) || !limit.Until.Equal(tc.until) || !errors.Is(err, domain.ErrRateLimited) ||
+			strings.Contains(err.Error(), "contents: read") || !strings.Contains(err.Error(), tc.until.Format(time.RFC3339))):
+			t.Errorf("%s: %v, want a rate limit until %s", tc.name, err, tc.until.Format(time.RFC3339))
+		}
 	}
 }
