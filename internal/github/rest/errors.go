@@ -93,7 +93,7 @@ func (c *Client) classify(op string, err error, special statusErrors) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && !isTimeout(err) {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	if resp := rateLimited(err); resp != nil {
+	if resp := limitAnswer(err); resp != nil {
 		return &RateLimitError{Op: op, Reset: retryTime(resp.Header, c.clk.Now())}
 	}
 	var app *ghinstallation.HTTPError
@@ -196,9 +196,9 @@ func RateLimited(status int, h http.Header, body string, now time.Time) (time.Ti
 	return retryTime(h, now), true
 }
 
-// rateLimited is GitHub's answer when go-github took err for a primary
+// limitAnswer is GitHub's answer when go-github took err for a primary
 // or a secondary rate limit, else nil.
-func rateLimited(err error) *http.Response {
+func limitAnswer(err error) *http.Response {
 	var primary *github.RateLimitError
 	if errors.As(err, &primary) && primary.Response != nil {
 		return primary.Response
