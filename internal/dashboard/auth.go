@@ -41,6 +41,7 @@ type auth struct {
 	key           []byte
 	ttl           time.Duration
 	clock         domain.Clock
+	limiter       *httpauth.Limiter // nil: none
 }
 
 func newAuth(admin, viewer string, ttl time.Duration, clk domain.Clock) *auth {
@@ -111,18 +112,32 @@ func (a *auth) verify(value string) (string, bool) {
 	return "", false
 }
 
+// check returns the role token grants, offered by r on surface, unless r's
+// address offered too many wrong tokens lately: then the token is not
+// looked at, and wait is how long the address must wait.
+func (a *auth) check(r *http.Request, surface httpauth.Surface, token string) (role string, wait time.Duration, ok bool) {
+	ok, wait = a.limiter.Check(r, surface, func() bool {
+		var granted bool
+		role, granted = a.role(token)
+		return granted
+	})
+	return role, wait, ok
+}
+
 // requestRole authenticates a request by its session cookie or, for
-// scripts and tools, an Authorization: Bearer token.
-func (a *auth) requestRole(r *http.Request) (string, bool) {
+// scripts and tools, an Authorization: Bearer token. Only the token is
+// throttled: a session is signed with a 256-bit MAC, and guessing one is
+// hopeless.
+func (a *auth) requestRole(r *http.Request) (role string, wait time.Duration, ok bool) {
 	if c, err := r.Cookie(sessionCookie); err == nil {
 		if role, ok := a.verify(c.Value); ok {
-			return role, true
+			return role, 0, true
 		}
 	}
-	if token, ok := httpauth.Bearer(r.Header.Get("Authorization")); ok {
-		return a.role(token)
+	if token, offered := httpauth.Bearer(r.Header.Get("Authorization")); offered {
+		return a.check(r, httpauth.SurfaceDashboardBearer, token)
 	}
-	return "", false
+	return "", 0, false
 }
 
 // cookie is the session cookie: HttpOnly, SameSite=Strict, and Secure when

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/httpauth"
 	"github.com/bullpen-ci/bullpen/internal/loop"
 	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
@@ -68,6 +69,11 @@ type Options struct {
 	// Registry receives the dashboard's gauges (pools, instances, jobs,
 	// from the same snapshot); nil registers none.
 	Registry prometheus.Registerer
+	// Limiter throttles addresses that offer too many wrong tokens, at the
+	// login form and as bearer tokens, and counts the refusals; shared with
+	// the status API, which checks the admin token too. Nil throttles and
+	// counts nothing.
+	Limiter *httpauth.Limiter
 }
 
 // Defaults.
@@ -127,6 +133,7 @@ func New(o Options) (*Dashboard, error) {
 		cache: newCache(o.Store, o.Clock, o.Refresh, o.Log),
 		auth:  newAuth(o.AdminToken, o.ViewerToken, o.SessionTTL, o.Clock),
 	}
+	d.auth.limiter = o.Limiter
 	d.hub = newHub(d.cache, o.Clock, o.Refresh)
 	d.hub.version = d.version
 	if err := promreg.Register(o.Registry, "dashboard", newCollector(d)); err != nil {

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/httpauth"
 )
 
 // pageResult is what a page handler makes of a snapshot.
@@ -35,12 +38,17 @@ type roleKey struct{}
 
 // requireSession lets through requests with a valid session or bearer
 // token. Others are sent to the login form, except fragments and streams,
-// which get 401 (the page's script reloads, and the reload goes to login).
+// which get 401 (the page's script reloads, and the reload goes to login),
+// and bearer tokens from a throttled address, which get 429.
 func (d *Dashboard) requireSession(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		role, ok := d.auth.requestRole(r)
+		role, wait, ok := d.auth.requestRole(r)
 		if ok {
 			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), roleKey{}, role)))
+			return
+		}
+		if wait > 0 {
+			http.Error(w, throttled(w, wait), http.StatusTooManyRequests)
 			return
 		}
 		if r.Header.Get("X-Fragment") != "" || r.URL.Path == "/events" {
@@ -149,8 +157,13 @@ type loginData struct {
 
 func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
 	next := localPath(r.URL.Query().Get("next"))
-	if _, ok := d.auth.requestRole(r); ok {
+	_, wait, ok := d.auth.requestRole(r)
+	if ok {
 		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	if wait > 0 {
+		d.renderLogin(w, loginData{Next: next, Error: throttled(w, wait), Viewer: d.auth.hasViewer}, http.StatusTooManyRequests)
 		return
 	}
 	d.renderLogin(w, loginData{Next: next, Viewer: d.auth.hasViewer}, http.StatusOK)
@@ -166,9 +179,16 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := localPath(r.PostForm.Get("next"))
-	role, ok := d.auth.role(r.PostForm.Get("token"))
+	role, wait, ok := d.auth.check(r, httpauth.SurfaceDashboardLogin, r.PostForm.Get("token"))
+	if wait > 0 {
+		d.renderLogin(w, loginData{Next: next, Error: throttled(w, wait), Viewer: d.auth.hasViewer}, http.StatusTooManyRequests)
+		return
+	}
 	if !ok {
-		// The guess is never logged: it may be a real token mistyped.
+		// The guess is never logged: it may be a real token mistyped. One
+		// line per refusal is at most the limiter's few per address and
+		// window (a throttled attempt logs nothing here), and it leaves a
+		// trace of slow guessing that never trips the limiter's warning.
 		d.log.Info("dashboard: login refused", "remote", r.RemoteAddr)
 		d.renderLogin(w, loginData{Next: next, Error: "That is neither the admin token nor the viewer token.",
 			Viewer: d.auth.hasViewer}, http.StatusUnauthorized)
@@ -180,6 +200,16 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// throttled sets Retry-After on the answer to a throttled address and
+// returns its text.
+func throttled(w http.ResponseWriter, wait time.Duration) string {
+	return fmt.Sprintf("Too many wrong tokens from your address: try again in %d s.", httpauth.RetryAfter(w, wait))
+}
+
+// logout deletes this browser's session cookie. The session itself stays
+// valid until it expires (sessions are not recorded anywhere, so there is
+// nothing to revoke); the login page says so, and that changing a token
+// ends every session.
 func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, cookie(r, "", time.Time{}, 0))
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
