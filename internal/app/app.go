@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -154,6 +155,10 @@ type App struct {
 	Queue  domain.Queue
 	Cloud  domain.Cloud
 	GitHub domain.GitHub
+	// githubTransport is the token's rate-limited transport (--github
+	// token): the configuration's reads from a repository go through it,
+	// counted against the token's budget and paused with its calls.
+	githubTransport http.RoundTripper
 	// Sim is the simulation profile: the simulated cloud, GitHub and
 	// agents that the options chose, each nil when a real one is used.
 	Sim Simulation

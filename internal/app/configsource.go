@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -63,13 +64,13 @@ func (a *App) repositorySource(path string) (configsource.Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	src := &configsource.GitHubFile{At: loc}
+	src := &configsource.GitHubFile{At: loc, Clock: a.opts.Clock}
 	switch g := a.GitHub.(type) {
 	case *installations.GitHub:
 		src.BaseURL, src.Client = g.BaseURL(), g.HTTPClient
 	case *rest.Client:
 		src.BaseURL = rest.APIRoot(a.opts.GitHubAPI.URL)
-		hc := &http.Client{Transport: httpauth.BearerTransport(a.opts.GitHubAPI.Token, http.DefaultTransport), Timeout: rest.DefaultTimeout}
+		hc := &http.Client{Transport: httpauth.BearerTransport(a.opts.GitHubAPI.Token, cmp.Or(a.githubTransport, http.DefaultTransport)), Timeout: rest.DefaultTimeout}
 		src.Client = func(context.Context, string) (*http.Client, error) { return hc, nil }
 	default:
 		return nil, fmt.Errorf("configuration %s: a configuration in a GitHub repository needs --github app or token", path)

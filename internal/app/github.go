@@ -110,6 +110,7 @@ func (a *App) newRealGitHub(ctx context.Context) error {
 	case "token":
 		client.Token = o.Token
 		client.Transport = ratelimit.NewBudget("token", a.opts.Clock, limits, a.opts.Log.With("loop", "github")).Transport(http.DefaultTransport)
+		a.githubTransport = client.Transport
 		login, err := installations.CheckToken(ctx, client)
 		if err != nil {
 			return err

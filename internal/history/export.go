@@ -51,7 +51,6 @@ type Export struct {
 
 // Org exports every repository of an organisation that can run workflows.
 func (e *Export) Org(ctx context.Context, org string) (Progress, error) {
-	ctx = rest.OwnWaits(ctx)
 	var repos []string
 	err := e.retry(ctx, "list the repositories of "+org, func() (err error) {
 		repos, err = e.Source.OrgRepositories(ctx, org)
@@ -65,7 +64,6 @@ func (e *Export) Org(ctx context.Context, org string) (Progress, error) {
 
 // Repos exports the repositories (owner/name) in turn.
 func (e *Export) Repos(ctx context.Context, repos []string) (Progress, error) {
-	ctx = rest.OwnWaits(ctx) // retry waits out every limit on e.Clock
 	e.progress.Repos = len(repos)
 	for _, repo := range repos {
 		e.progress.Repo = repo

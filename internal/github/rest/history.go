@@ -159,9 +159,3 @@ func (c *Client) OrgRepositories(ctx context.Context, org string) ([]string, err
 	}
 	return out, nil
 }
-
-// OwnWaits returns ctx unchanged.
-//
-// Deprecated: the client never holds calls back after a rate limit, so a
-// caller that waits limits out itself needs no mark; drop the call.
-func OwnWaits(ctx context.Context) context.Context { return ctx }
