@@ -132,31 +132,41 @@ func (l *Limiter) Check(r *http.Request, surface Surface, verify func() bool) (o
 	key := clientKey(r)
 	now := l.clock.Now()
 	l.mu.Lock()
-	ok, wait, started, full := l.check(key, now, verify)
+	v := l.check(key, now, verify)
 	l.mu.Unlock()
 	switch {
-	case wait > 0:
+	case v.wait > 0:
 		l.refused.WithLabelValues(string(surface), reasonThrottled).Inc()
-	case !ok:
+	case !v.ok:
 		l.refused.WithLabelValues(string(surface), reasonWrongToken).Inc()
 	}
-	if started {
+	if !v.throttledUntil.IsZero() {
 		// Once per window and address, not per guess: a flood of guesses
 		// must not flood the log. bullpen_auth_refused_total counts them.
 		l.log.Warn("auth: too many wrong tokens from one address; its credentials are refused unchecked until the window ends",
-			"remote", key, "surface", string(surface), "failures", l.failures, "until", now.Add(l.window).UTC())
+			"remote", key, "surface", string(surface), "failures", l.failures, "until", v.throttledUntil.UTC())
 	}
-	if full {
+	if v.full {
 		l.log.Warn("auth: wrong tokens from too many addresses at once; new addresses are not throttled until older ones expire",
 			"addresses", l.capacity)
 	}
-	return ok, wait
+	return v.ok, v.wait
 }
 
-// check is Check under l.mu. started reports that this failure throttled
-// the address; full, that the first window since the last sweep could not
-// be opened for want of room.
-func (l *Limiter) check(key string, now time.Time, verify func() bool) (ok bool, wait time.Duration, started, full bool) {
+// verdict is what check decided.
+type verdict struct {
+	ok   bool
+	wait time.Duration // throttled: refused unchecked for this long
+	// throttledUntil is set when this failure throttled the address, to
+	// the end of its window.
+	throttledUntil time.Time
+	// full: the first window since the last sweep that could not be
+	// opened for want of room.
+	full bool
+}
+
+// check is Check under l.mu.
+func (l *Limiter) check(key string, now time.Time, verify func() bool) verdict {
 	l.sweep(now)
 	w := l.windows[key]
 	if w != nil && !now.Before(w.ends) {
@@ -164,21 +174,25 @@ func (l *Limiter) check(key string, now time.Time, verify func() bool) (ok bool,
 		w = nil
 	}
 	if w != nil && w.failures >= l.failures {
-		return false, w.ends.Sub(now), false, false
+		return verdict{wait: w.ends.Sub(now)}
 	}
 	if verify() {
-		return true, 0, false, false
+		return verdict{ok: true}
 	}
 	if w == nil {
 		if len(l.windows) >= l.capacity {
-			full, l.full = !l.full, true
-			return false, 0, false, full
+			full := !l.full
+			l.full = true
+			return verdict{full: full}
 		}
 		w = &failureWindow{ends: now.Add(l.window)}
 		l.windows[key] = w
 	}
 	w.failures++
-	return false, 0, w.failures == l.failures, false
+	if w.failures == l.failures {
+		return verdict{throttledUntil: w.ends}
+	}
+	return verdict{}
 }
 
 // sweep forgets the windows that have ended, at most once per window, so

@@ -63,6 +63,10 @@ func TestLimiterThrottlesAnAddressAfterTooManyWrongTokens(t *testing.T) {
 		}
 		r.clk.Advance(time.Second)
 	}
+	until := "2026-06-01T09:01:00.000Z" // t0 + DefaultWindow, as slog writes it
+	if got := r.logs.Lines("level=WARN", "remote=192.0.2.7", "until="+until); len(got) != 1 {
+		t.Errorf("want one WARN saying the throttle lasts until %s, the end of the window the first failure opened:\n%s", until, r.logs)
+	}
 	// From another port of the same address, even with the right token.
 	ok, wait, checked := r.try("192.0.2.7:40001", true)
 	if ok || checked || wait != DefaultWindow-DefaultFailures*time.Second {
