@@ -28,6 +28,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/converger"
 	"github.com/bullpen-ci/bullpen/internal/dashboard"
 	"github.com/bullpen-ci/bullpen/internal/dispatch"
+	"github.com/bullpen-ci/bullpen/internal/httpauth"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/intake"
 	"github.com/bullpen-ci/bullpen/internal/loop"
@@ -159,6 +160,7 @@ type App struct {
 	// token): the configuration's reads from a repository go through it,
 	// counted against the token's budget and paused with its calls.
 	githubTransport http.RoundTripper
+	authLimiter     *httpauth.Limiter // throttles token guesses, per address
 	// Sim is the simulation profile: the simulated cloud, GitHub and
 	// agents that the options chose, each nil when a real one is used.
 	Sim Simulation

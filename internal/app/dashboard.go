@@ -17,6 +17,7 @@ func (a *App) wireDashboard() error {
 		Store: a.Store, Clock: o.Clock, Log: o.Log.With("loop", "dashboard"),
 		AdminToken: o.AdminToken, ViewerToken: o.ViewerToken, Environment: o.Environment,
 		Pools: a.pools, Config: a.configs.Status, Autoscale: a.lastDecision, Registry: o.Registry,
+		Limiter: a.authLimiter,
 	})
 	return err
 }

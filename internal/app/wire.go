@@ -12,6 +12,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/converger"
 	"github.com/bullpen-ci/bullpen/internal/dispatch"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/httpauth"
 	"github.com/bullpen-ci/bullpen/internal/intake"
 	"github.com/bullpen-ci/bullpen/internal/loop"
 	"github.com/bullpen-ci/bullpen/internal/provision"
@@ -65,6 +66,10 @@ func (a *App) wire(ctx context.Context) error {
 		return err
 	}
 	if err := a.wireJobPath(); err != nil {
+		return err
+	}
+	// One throttle per address across the status API and the dashboard.
+	if a.authLimiter, err = httpauth.NewLimiter(httpauth.LimiterOptions{Clock: clk, Log: log.With("loop", "auth"), Registry: reg}); err != nil {
 		return err
 	}
 	if err := a.wireReaper(); err != nil {
@@ -156,7 +161,7 @@ func (a *App) wireReaper() error {
 		return err
 	}
 	a.Terminator.AgentGrace = a.Reconciler.SilentAfter // agents get as long to come back after a restart
-	a.API = &api.Server{Store: a.Store, Token: o.AdminToken, Log: o.Log.With("loop", "api"), Pools: a.poolInfos,
+	a.API = &api.Server{Store: a.Store, Token: o.AdminToken, Log: o.Log.With("loop", "api"), Pools: a.poolInfos, Limiter: a.authLimiter,
 		SpotBreakers: a.SpotBreaker.Opened}
 	return nil
 }
