@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -259,5 +260,23 @@ func TestFragmentsAreTheContentAlone(t *testing.T) {
 	}
 	if rec.Header().Get("X-Content-Version") == "" || rec.Header().Get("X-Server-Now") == "" {
 		t.Errorf("fragment headers %v", rec.Header())
+	}
+}
+
+// A viewer who goes away while the shared snapshot is read does not make
+// it a store failure that every other viewer is shown until the next read.
+func TestAViewerWhoLeavesMidReadDoesNotFailTheSnapshot(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // gone before the store answered
+	left := httptest.NewRequest(http.MethodGet, "/jobs", nil).WithContext(ctx)
+	r.do(left, "Bearer "+adminToken)
+	if rec := r.get("/jobs"); rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), "did not answer") {
+		t.Fatalf("the next viewer got %d, stale %t", rec.Code, strings.Contains(rec.Body.String(), "did not answer"))
+	}
+	if warns := r.logs.Lines("level=WARN", "read the store"); len(warns) != 0 {
+		t.Fatalf("a store failure was logged: %q", warns)
 	}
 }

@@ -93,6 +93,9 @@ func (e *errStale) Unwrap() error { return e.err }
 // the current one is older. When the store fails it returns the last
 // snapshot (nil if none) with an *errStale, and does not try again before
 // the interval has passed.
+// snapshotTimeout bounds one read of the store for a snapshot.
+const snapshotTimeout = 10 * time.Second
+
 func (c *cache) get(ctx context.Context) (*snapshot, error) {
 	now := c.clock.Now()
 	if s := c.cur.Load(); s != nil && now.Sub(s.at) < c.every {
@@ -108,7 +111,11 @@ func (c *cache) get(ctx context.Context) (*snapshot, error) {
 	if c.failure != nil && now.Sub(c.failed) < c.every {
 		return s, c.failure
 	}
-	next, err := c.read(ctx, now)
+	// The snapshot is shared by every viewer: one who disconnects mid-read
+	// must not make it a store failure shown to all the others.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotTimeout)
+	defer cancel()
+	next, err := c.read(rctx, now)
 	if err != nil {
 		c.failed, c.failure = now, &errStale{err}
 		c.log.Warn("dashboard: read the store", "err", err)
