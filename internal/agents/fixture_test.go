@@ -12,6 +12,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/promtest"
 	"github.com/bullpen-ci/bullpen/internal/testworld"
 )
 
@@ -66,17 +67,7 @@ func (f *fixture) Assigned(cloudID string) {
 // of service.
 func (f *fixture) instancesFailed() float64 {
 	f.T.Helper()
-	families, err := f.reg.Gather()
-	if err != nil {
-		f.T.Fatal(err)
-	}
-	for _, mf := range families {
-		if mf.GetName() == "bullpen_instances_failed_total" {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	f.T.Fatal("no bullpen_instances_failed_total metric")
-	return 0
+	return promtest.MustValue(f.T, f.reg, "bullpen_instances_failed_total")
 }
 
 func (f *fixture) notifications() []string {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/promtest"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
 
@@ -104,21 +105,8 @@ func (r *spotRig) wantFirstWrite(want string) {
 // counted reads bullpen_spot_interruptions_total{job=job}.
 func (r *spotRig) counted(job string) float64 {
 	r.T.Helper()
-	families, err := r.reg.Gather()
-	if err != nil {
-		r.T.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != "bullpen_spot_interruptions_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == job {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	v, _ := promtest.Value(r.T, r.reg, "bullpen_spot_interruptions_total", "job", job)
+	return v
 }
 
 // A spot interruption notice takes the instance out of service at once;

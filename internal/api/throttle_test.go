@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bullpen-ci/bullpen/internal/httpauth"
+	"github.com/bullpen-ci/bullpen/internal/promtest"
 )
 
 // getFrom requests path from the address remote with the given
@@ -74,21 +75,5 @@ func TestGuessingTheTokenIsThrottledPerAddress(t *testing.T) {
 // from reg.
 func refusedCount(t *testing.T, reg *prometheus.Registry, surface, reason string) float64 {
 	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if f.GetName() == "bullpen_auth_refused_total" && labels["surface"] == surface && labels["reason"] == reason {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	t.Fatalf("no bullpen_auth_refused_total{surface=%q,reason=%q}", surface, reason)
-	return 0
+	return promtest.MustValue(t, reg, "bullpen_auth_refused_total", "surface", surface, "reason", reason)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bullpen-ci/bullpen/internal/httpauth"
+	"github.com/bullpen-ci/bullpen/internal/promtest"
 )
 
 // withLimiter gives the dashboard a limiter on its own clock and registry.
@@ -35,23 +36,7 @@ func (r *rig) getFrom(remote, path, authorization string) *httptest.ResponseReco
 
 func (r *rig) refused(surface, reason string) float64 {
 	r.t.Helper()
-	families, err := r.reg.Gather()
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if f.GetName() == "bullpen_auth_refused_total" && labels["surface"] == surface && labels["reason"] == reason {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	r.t.Fatalf("no bullpen_auth_refused_total{surface=%q,reason=%q}", surface, reason)
-	return 0
+	return promtest.MustValue(r.t, r.reg, "bullpen_auth_refused_total", "surface", surface, "reason", reason)
 }
 
 const guesser, bystander = "192.0.2.7:40000", "192.0.2.8:40000"

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/promtest"
 	"github.com/bullpen-ci/bullpen/internal/spotbreaker"
 	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
@@ -135,23 +136,6 @@ func TestAnOpeningIsListedLoggedAndMeasured(t *testing.T) {
 // series never set reads 0.
 func sample(t *testing.T, r rig, name, runner string) float64 {
 	t.Helper()
-	mfs, err := r.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() != runner {
-				continue
-			}
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
+	v, _ := promtest.Value(t, r.reg, name, "runner", runner)
+	return v
 }
