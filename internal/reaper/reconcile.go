@@ -39,9 +39,9 @@ type Reconciler struct {
 	Ours func(labels []string) bool
 	Options
 	metrics *reconcileMetrics
-	// started is when this reconciler was set up: no agent could be heard
-	// before it if the control plane was down, so silence counts from it.
-	started time.Time
+	// heard is since when agents could be heard: silence counts from it at
+	// the latest.
+	heard hearing
 }
 
 // Options tune the reconciler; zero values take the documented defaults.
@@ -106,7 +106,7 @@ func (r *Reconciler) Init(reg prometheus.Registerer) error {
 		return errors.New("reaper: the reconciler has no Ours: it cannot tell bullpen's queued jobs from anyone else's")
 	}
 	r.Options.defaults()
-	r.started = r.Clock.Now()
+	r.heard = hearing{since: r.Clock.Now()}
 	if r.Log == nil {
 		r.Log = slog.Default()
 	}
@@ -255,6 +255,7 @@ func (r *Reconciler) gone(ctx context.Context, rows []domain.Instance, machines 
 // killed for it before their agents had a chance to come back.
 func (r *Reconciler) silent(ctx context.Context, rows []domain.Instance) (int, error) {
 	now := r.Clock.Now()
+	since := r.heard.look(now, max(r.SilentAfter/2, 2*r.Interval))
 	var errs []error
 	marked := 0
 	for _, in := range rows {
@@ -265,7 +266,7 @@ func (r *Reconciler) silent(ctx context.Context, rows []domain.Instance) (int, e
 		if in.Heartbeat.After(heard) {
 			heard = in.Heartbeat
 		}
-		if now.Sub(heard) < r.SilentAfter || now.Sub(r.started) < r.SilentAfter {
+		if now.Sub(heard) < r.SilentAfter || now.Sub(since) < r.SilentAfter {
 			continue
 		}
 		why := fmt.Sprintf("agent silent since %s", heard.UTC().Format(time.RFC3339))

@@ -257,7 +257,10 @@ func TestARestartedControlPlaneWaitsBeforeJudgingSilence(t *testing.T) {
 	if err := x.Store.RecordHeartbeat(x.Ctx, "busy", x.Clock.Now()); err != nil {
 		t.Fatal(err)
 	}
-	x.Clock.Advance(2*time.Minute + time.Second)
+	x.cycle()
+	x.Clock.Advance(time.Minute)
+	x.cycle()
+	x.Clock.Advance(time.Minute + time.Second)
 	if rep := x.cycle(); rep.Silent != 1 {
 		t.Fatalf("report %+v, want the one that stayed silent", rep)
 	}
@@ -291,5 +294,36 @@ func TestARejectedJobStillQueuedHasItsRunCancelled(t *testing.T) {
 				t.Fatalf("a recorded job was admitted again: %+v", rep)
 			}
 		})
+	}
+}
+
+// A control plane stopped for longer than the silence allowance (a paused
+// host, SIGSTOP) and resumed judges no agent silent for it: the heartbeats
+// sent meanwhile wait in its sockets. It gives them the allowance again.
+func TestAStalledControlPlaneWaitsBeforeJudgingSilence(t *testing.T) {
+	x := newFixture(t)
+	if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{{ID: "busy", State: domain.StateRunning, Job: "1", JobStarted: true}}); err != nil {
+		t.Fatal(err)
+	}
+	beat := func() {
+		if err := x.Store.RecordHeartbeat(x.Ctx, "busy", x.Clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 { // serving as usual
+		beat()
+		x.Clock.Advance(time.Minute)
+		x.cycle()
+	}
+	x.Clock.Advance(5 * time.Minute) // stopped: no cycle, no heartbeat taken
+	if rep := x.cycle(); rep.Silent != 0 {
+		t.Fatalf("%d instances judged silent right after the stall, want none", rep.Silent)
+	}
+	for range 4 { // its agent's beats come in again
+		beat()
+		x.Clock.Advance(time.Minute)
+		if rep := x.cycle(); rep.Silent != 0 {
+			t.Fatalf("a beating agent judged silent: %+v", rep)
+		}
 	}
 }

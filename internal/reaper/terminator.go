@@ -37,12 +37,20 @@ type Terminator struct {
 	// 0: none.
 	AgentGrace time.Duration
 	metrics    *terminatorMetrics // nil until Init: nothing is counted
-	started    time.Time
+	heard      hearing            // since when agents could be heard
+}
+
+// every is the time between two sweeps.
+func (t *Terminator) every() time.Duration {
+	if t.Interval <= 0 {
+		return 5 * time.Second
+	}
+	return t.Interval
 }
 
 // Init registers the metrics; reg may be nil.
 func (t *Terminator) Init(reg prometheus.Registerer) error {
-	t.started = t.Clock.Now()
+	t.heard = hearing{since: t.Clock.Now()}
 	m, err := newTerminatorMetrics(reg)
 	t.metrics = m
 	return err
@@ -51,11 +59,7 @@ func (t *Terminator) Init(reg prometheus.Registerer) error {
 // Loop marks what is past its deadline and terminates what is marked, every
 // Interval (default 5 s).
 func (t *Terminator) Loop() loop.Loop {
-	every := t.Interval
-	if every <= 0 {
-		every = 5 * time.Second
-	}
-	return loop.Loop{Name: "terminator", Every: every, Step: func(ctx context.Context) error {
+	return loop.Loop{Name: "terminator", Every: t.every(), Step: func(ctx context.Context) error {
 		_, err := t.Expire(ctx)
 		if err != nil {
 			err = fmt.Errorf("deadline sweep: %w", err)
