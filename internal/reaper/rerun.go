@@ -35,7 +35,7 @@ func (r *Reconciler) rerunInterrupted(ctx context.Context) (int, error) {
 	var errs []error
 	done := 0
 	for _, j := range waiting {
-		if !j.Interrupted || j.Rerun || !j.Spec.RerunsInterrupted() || now.Sub(j.CreatedAt) >= rerunWithin {
+		if !j.Interrupted || j.Rerun || !j.Spec.RerunsInterrupted() || now.Sub(j.CreatedAt) >= rerunWithin || ranToItsEnd(j.Conclusion) {
 			continue
 		}
 		ok, err := r.rerun(ctx, j)
@@ -47,6 +47,16 @@ func (r *Reconciler) rerunInterrupted(ctx context.Context) (int, error) {
 		}
 	}
 	return done, errors.Join(errs...)
+}
+
+// ranToItsEnd reports whether GitHub's conclusion says a job was not cut
+// short: its machine's interruption notice came as it finished.
+func ranToItsEnd(conclusion string) bool {
+	switch conclusion {
+	case "success", "skipped", "neutral":
+		return true
+	}
+	return false
 }
 
 // rerun asks GitHub to re-run job j, once j has ended: its completed
@@ -65,6 +75,8 @@ func (r *Reconciler) rerun(ctx context.Context, j domain.Job) (bool, error) {
 			return false, fmt.Errorf("status of interrupted job %d: %w", j.ID, err)
 		case g.Status != githubCompleted:
 			return false, nil // GitHub has not failed it yet
+		case ranToItsEnd(g.Conclusion):
+			return false, nil // the notice came as it finished: it must not run twice
 		}
 	}
 	mark := domain.Lifecycle{}.RerunJob(j)

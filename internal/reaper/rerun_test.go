@@ -196,3 +196,24 @@ func TestConcurrentReapersRerunOnce(t *testing.T) {
 		t.Fatalf("asked %d times, run has %d jobs; want one re-run", got, runJobs)
 	}
 }
+
+// A job whose spot machine was taken back just as it succeeded (GitHub's
+// conclusion came after the interruption) is not run again: a deploy must
+// not run twice. One GitHub concluded as a failure is.
+func TestAnInterruptedJobThatSucceededIsNotRerun(t *testing.T) {
+	x := newFixture(t)
+	spec := domain.RunnerSpec{Name: "spot", Spot: "price-capacity-optimized"}
+	if _, err := x.Store.CreateJobs(x.Ctx, []domain.Job{
+		{ID: 901, RunID: 91, Repo: spotRepo, Status: domain.JobCompleted, Conclusion: "success", Interrupted: true, Route: domain.RouteLaunch, Spec: spec},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if rep := x.cycle(); rep.Rerun != 0 {
+			t.Fatalf("re-ran a job GitHub concluded as a success: %+v", rep)
+		}
+	}
+	if got := x.reruns(); got != 0 {
+		t.Fatalf("asked GitHub %d times to re-run a succeeded job", got)
+	}
+}
