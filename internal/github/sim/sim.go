@@ -168,8 +168,12 @@ func New(clk domain.Clock, opts Options) *GitHub {
 		jit:      map[string]*runner{},
 		accounts: map[string]int64{},
 		repos:    map[string]int64{},
-		lastJob:  30_000_000_000,
-		lastRun:  10_000_000_000,
+		// Ids grow with the clock, not from a fixed number: a simulated
+		// GitHub started again on a store that kept the last one's jobs
+		// would hand out their ids again, and the intake would take each
+		// new job for a redelivery of an old one.
+		lastJob:  30_000_000_000 + clk.Now().UnixMilli(),
+		lastRun:  10_000_000_000 + clk.Now().UnixMilli(),
 		lastAcct: 9_000_000,
 		faults:   newFaults(),
 	}
