@@ -39,6 +39,12 @@ type Options struct {
 	// written together at this interval by the loop (a fleet's heartbeats
 	// cost one write a second, not one each). Zero writes each one at once.
 	HeartbeatFlush time.Duration
+	// HeartbeatResolution, with HeartbeatFlush: a beat within this of the
+	// last one written for its instance is not written. The store's
+	// heartbeat then lags the agent's by at most this (the provisioner's
+	// HeartbeatLag must allow it), and 5,000 agents beating every 5 s cost
+	// a row write each per resolution, not each per beat. 0: every beat.
+	HeartbeatResolution time.Duration
 	// Notices is told when an agent has something new to do, so that the
 	// agent waiting for it wakes at once; nil tells nobody.
 	Notices domain.AssignmentNotifier
@@ -61,6 +67,7 @@ type Service struct {
 	idOf    idCache
 	beatsMu sync.Mutex
 	beats   map[string]time.Time // heartbeats not yet written
+	written map[string]time.Time // the last heartbeat written, by instance
 }
 
 var _ domain.AgentAPI = (*Service)(nil)

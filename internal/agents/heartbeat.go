@@ -42,15 +42,56 @@ func (s *Service) FlushHeartbeats(ctx context.Context) error {
 	if len(pending) == 0 {
 		return nil
 	}
-	batch := make([]domain.Heartbeat, 0, len(pending))
-	for id, at := range pending {
-		batch = append(batch, domain.Heartbeat{ID: id, At: at})
+	batch := s.beatsToWrite(pending)
+	if len(batch) == 0 {
+		return nil
 	}
 	if err := s.store.RecordHeartbeats(ctx, batch); err != nil {
 		s.keepBeats(pending)
 		return fmt.Errorf("write %d heartbeats, kept for the next flush: %w", len(batch), err)
 	}
+	s.noteWritten(batch)
 	return nil
+}
+
+// beatsToWrite is the pending beats that are not within the resolution of
+// the last one written for their instance.
+func (s *Service) beatsToWrite(pending map[string]time.Time) []domain.Heartbeat {
+	s.beatsMu.Lock()
+	defer s.beatsMu.Unlock()
+	res := s.opts.HeartbeatResolution
+	batch := make([]domain.Heartbeat, 0, len(pending))
+	for id, at := range pending {
+		if last, ok := s.written[id]; ok && res > 0 && at.Sub(last) < res {
+			continue
+		}
+		batch = append(batch, domain.Heartbeat{ID: id, At: at})
+	}
+	return batch
+}
+
+// noteWritten remembers the beats written, and forgets instances whose
+// last beat is older than the resolution: their next beat is written
+// anyway, and machines come and go.
+func (s *Service) noteWritten(batch []domain.Heartbeat) {
+	res := s.opts.HeartbeatResolution
+	if res <= 0 {
+		return
+	}
+	s.beatsMu.Lock()
+	defer s.beatsMu.Unlock()
+	if s.written == nil {
+		s.written = make(map[string]time.Time, len(batch))
+	}
+	for _, b := range batch {
+		s.written[b.ID] = b.At
+	}
+	now := s.clock.Now()
+	for id, at := range s.written {
+		if now.Sub(at) >= res {
+			delete(s.written, id)
+		}
+	}
 }
 
 // keepBeats puts back beats a flush did not write, unless a newer beat of

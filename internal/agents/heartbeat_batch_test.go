@@ -110,3 +110,31 @@ func TestHeartbeatsAFlushCouldNotWriteAreKept(t *testing.T) {
 		t.Fatalf("a flush with nothing new: %v, %d batches in all, want 2", err, len(store.batches))
 	}
 }
+
+// With a resolution, an agent beating every 5 s costs its row a write per
+// resolution, and the row's heartbeat never lags the agent's by more.
+func TestHeartbeatsWithinTheResolutionAreNotWritten(t *testing.T) {
+	w := testworld.New(t, time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC))
+	w.CreateInstance(domain.Instance{ID: "bp-1", CloudID: "i-1", State: domain.StateReady})
+	store := &flakyHeartbeats{Store: w.Store}
+	const res = 30 * time.Second
+	s, err := New(store, w.Queue, w.Clock, w.Log, nil, Options{HeartbeatFlush: time.Second, HeartbeatResolution: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 13 { // a minute of beats every 5 s, each flushed
+		if err := s.Heartbeat(w.Ctx, "i-1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.FlushHeartbeats(w.Ctx); err != nil {
+			t.Fatal(err)
+		}
+		if lag := w.Clock.Now().Sub(w.Instance("bp-1").Heartbeat); lag >= res {
+			t.Fatalf("the row's heartbeat lags by %s, want under %s", lag, res)
+		}
+		w.Clock.Advance(5 * time.Second)
+	}
+	if len(store.batches) != 3 {
+		t.Fatalf("%d writes for a minute of beats, want 3: at 0, 30 and 60 s", len(store.batches))
+	}
+}

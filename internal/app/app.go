@@ -6,6 +6,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -121,6 +122,9 @@ type Options struct {
 	// HeartbeatFlush is how often batched agent heartbeats are written;
 	// default 1 s.
 	HeartbeatFlush time.Duration
+	// beatResolution: on the embedded store, an instance's heartbeat is
+	// written at most this often (set from the silence allowance).
+	beatResolution time.Duration
 
 	Converger converger.Options
 	Dispatch  dispatch.Options
@@ -322,6 +326,12 @@ func (o *Options) setDefaults() {
 			sh.HeartbeatResolution = DefaultHeartbeatResolution
 		}
 		o.Shared, o.Provision.HeartbeatLag = &sh, sh.HeartbeatResolution
+	} else {
+		// The embedded store writes a heartbeat at most this often per
+		// instance (the shared store does so itself), well within the
+		// silence allowance.
+		o.beatResolution = min(DefaultHeartbeatResolution, cmp.Or(o.Reaper.SilentAfter, reaper.DefaultSilentAfter)/4)
+		o.Provision.HeartbeatLag = o.beatResolution
 	}
 	o.Converger.Deadlines, o.Dispatch.Deadlines, o.Provision.Deadlines = o.Deadlines, o.Deadlines, o.Deadlines
 	if o.Registry == nil {

@@ -42,7 +42,10 @@ func newApp(t *testing.T, o app.Options) *app.App {
 		t.Fatal(err)
 	}
 	o.Config, o.StorePath, o.WebhookSecret, o.AdminToken = cfg, sqlitetest.Path(t), "secret", "token"
-	o.Clock, o.Log = clock.NewVirtual(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)), slog.New(slog.DiscardHandler)
+	if o.Clock == nil {
+		o.Clock = clock.NewVirtual(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
+	}
+	o.Log = slog.New(slog.DiscardHandler)
 	a, err := app.New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)

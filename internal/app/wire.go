@@ -37,7 +37,7 @@ func (a *App) wire(ctx context.Context) error {
 		return err
 	}
 	a.Agents, err = agents.New(a.Store, a.Queue, clk, log.With("loop", "agents"), reg, agents.Options{
-		Policy: a.policy, HeartbeatFlush: o.HeartbeatFlush, Deadlines: o.Deadlines, Notices: a.Notices,
+		Policy: a.policy, HeartbeatFlush: o.HeartbeatFlush, HeartbeatResolution: o.beatResolution, Deadlines: o.Deadlines, Notices: a.Notices,
 		Interrupted: a.SpotBreaker.Record})
 	if err != nil {
 		return err

@@ -81,6 +81,9 @@ type Options struct {
 	StaleClaimAfter time.Duration
 }
 
+// DefaultSilentAfter is Options.SilentAfter's default.
+const DefaultSilentAfter = 3 * time.Minute
+
 func (o *Options) defaults() {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -92,7 +95,7 @@ func (o *Options) defaults() {
 	def(&o.GoneGrace, 2*time.Minute)
 	def(&o.JobRetention, 72*time.Hour)
 	def(&o.InstanceRetention, 24*time.Hour)
-	def(&o.SilentAfter, 3*time.Minute)
+	def(&o.SilentAfter, DefaultSilentAfter)
 	def(&o.StaleClaimAfter, time.Minute)
 	def(&o.TerminatingAllowance, domain.DefaultDeadlines().Terminating)
 	if o.RunnerPrefix == "" {
