@@ -177,21 +177,28 @@ func (s *Store) DeleteInstances(ctx context.Context, ids []string) error {
 	if err := s.checkOpen(); err != nil {
 		return fmt.Errorf("delete instances: %w", err)
 	}
+	unique := slices.Compact(slices.Sorted(slices.Values(ids)))
+	keys := make([]map[string]types.AttributeValue, len(unique))
+	for k, id := range unique {
+		keys[k] = instanceKey(id)
+	}
+	items, err := s.batchGet(ctx, keys)
+	if err != nil {
+		return fmt.Errorf("delete instances: %w", err)
+	}
+	found, err := instanceKind.matching(items, func(domain.Instance) bool { return true })
+	if err != nil {
+		return fmt.Errorf("delete instances: %w", err)
+	}
+	slices.SortFunc(found, func(a, b domain.Instance) int { return strings.Compare(a.ID, b.ID) })
 	var live []string
-	var keys []map[string]types.AttributeValue
-	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
-		in, found, err := instanceKind.get(ctx, s, id)
-		if err != nil {
-			return fmt.Errorf("delete instances: %w", err)
-		}
-		if !found {
-			continue
-		}
+	keys = keys[:0]
+	for _, in := range found {
 		if in.State != domain.StateTerminated {
-			live = append(live, fmt.Sprintf("%s (%s)", id, in.State))
+			live = append(live, fmt.Sprintf("%s (%s)", in.ID, in.State))
 			continue
 		}
-		keys = append(keys, instanceKey(id))
+		keys = append(keys, instanceKey(in.ID))
 	}
 	if len(live) > 0 {
 		return fmt.Errorf("delete instances: refusing to delete instances not in state %s: %s",
@@ -204,6 +211,34 @@ func (s *Store) DeleteInstances(ctx context.Context, ids []string) error {
 		s.beats.Delete(id)
 	}
 	return nil
+}
+
+// maxBatchGet is the most keys one BatchGetItem takes.
+const maxBatchGet = 100
+
+// batchGet reads the rows of keys consistently, 100 to a call, asking
+// again for what DynamoDB left unprocessed; rows that do not exist are
+// left out, and the rest come in no particular order.
+func (s *Store) batchGet(ctx context.Context, keys []map[string]types.AttributeValue) ([]map[string]types.AttributeValue, error) {
+	var out []map[string]types.AttributeValue
+	for _, chunk := range domain.Chunk(keys, maxBatchGet) {
+		for attempt := 1; len(chunk) > 0; attempt++ {
+			if attempt > maxAttempts {
+				return nil, fmt.Errorf("dynamodb BatchGetItem on %s: %d reads still unprocessed: %w", s.table, len(chunk), awsconf.ErrThrottled)
+			}
+			if err := backoff(ctx, attempt); err != nil {
+				return nil, err
+			}
+			page, err := s.api.BatchGetItem(ctx, &awsdynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
+				s.table: {Keys: chunk, ConsistentRead: aws.Bool(true)}}})
+			if err != nil {
+				return nil, describe("BatchGetItem", s.table, err)
+			}
+			out = append(out, page.Responses[s.table]...)
+			chunk = page.UnprocessedKeys[s.table].Keys
+		}
+	}
+	return out, nil
 }
 
 // deleteKeys deletes rows in batches of 25, sending again what DynamoDB

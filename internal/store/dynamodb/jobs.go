@@ -11,7 +11,6 @@ import (
 	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bullpen-ci/bullpen/internal/awsconf"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -156,32 +155,14 @@ func matchesJob(j domain.Job, f domain.JobFilter) bool {
 	return true
 }
 
-// jobsByID reads jobs consistently in batches of 100, asking again for
-// what DynamoDB left unprocessed.
+// jobsByID reads jobs consistently.
 func (s *Store) jobsByID(ctx context.Context, ids []int64) ([]map[string]types.AttributeValue, error) {
-	var out []map[string]types.AttributeValue
-	for _, chunk := range domain.Chunk(slices.Compact(slices.Sorted(slices.Values(ids))), 100) {
-		keys := make([]map[string]types.AttributeValue, len(chunk))
-		for k, id := range chunk {
-			keys[k] = jobKey(id)
-		}
-		for attempt := 1; len(keys) > 0; attempt++ {
-			if attempt > maxAttempts {
-				return nil, fmt.Errorf("dynamodb BatchGetItem on %s: %d reads still unprocessed: %w", s.table, len(keys), awsconf.ErrThrottled)
-			}
-			if err := backoff(ctx, attempt); err != nil {
-				return nil, err
-			}
-			page, err := s.api.BatchGetItem(ctx, &awsdynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
-				s.table: {Keys: keys, ConsistentRead: aws.Bool(true)}}})
-			if err != nil {
-				return nil, describe("BatchGetItem", s.table, err)
-			}
-			out = append(out, page.Responses[s.table]...)
-			keys = page.UnprocessedKeys[s.table].Keys
-		}
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	keys := make([]map[string]types.AttributeValue, len(ids))
+	for k, id := range ids {
+		keys[k] = jobKey(id)
 	}
-	return out, nil
+	return s.batchGet(ctx, keys)
 }
 
 // TransitionJob is one guarded job transition, as Transition for instances.
