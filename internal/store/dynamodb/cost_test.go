@@ -139,6 +139,97 @@ func metered(t *testing.T) *meteredStore {
 	return &meteredStore{Store: s, m: m, clk: clk, table: table}
 }
 
+// fixtureJob is a job as a webhook records it, its row about the size of
+// a real one.
+func fixtureJob(id int64, status domain.JobStatus, pool string) domain.Job {
+	return domain.Job{
+		ID: id, RunID: 8_000_000_000 + id, RunAttempt: 1, Repo: "acme/widgets", Name: fmt.Sprintf("build (linux, %d)", id),
+		Workflow: "ci.yml", Labels: []string{"self-hosted", "linux", "x64", "pool=" + pool},
+		Status: status, Route: domain.RoutePool, Pool: pool, Runner: "small",
+		Spec: domain.RunnerSpec{Name: "small", Image: "ubuntu-24.04", CPU: domain.Range{Min: 2, Max: 4}, RAM: domain.Range{Min: 4, Max: 8}},
+	}
+}
+
+// createJobs creates the jobs, count of them from id first on, each
+// batch of four sharing a creation time, a second after the batch before.
+func (s *meteredStore) createJobs(t *testing.T, first int64, count int, status domain.JobStatus, pool func(int64) string) {
+	t.Helper()
+	var jobs []domain.Job
+	for id := first; id < first+int64(count); id++ {
+		jobs = append(jobs, fixtureJob(id, status, pool(id)))
+	}
+	for _, batch := range domain.Chunk(jobs, 4) {
+		if _, err := s.CreateJobs(t.Context(), batch); err != nil {
+			t.Fatal(err)
+		}
+		s.clk.Advance(time.Second)
+	}
+}
+
+func jobIDsOf(jobs []domain.Job) []int64 {
+	out := make([]int64, len(jobs))
+	for k, j := range jobs {
+		out[k] = j.ID
+	}
+	return out
+}
+
+func (s *meteredStore) listJobs(t *testing.T, f domain.JobFilter) []domain.Job {
+	t.Helper()
+	list, err := s.ListJobs(t.Context(), f)
+	if err != nil {
+		t.Fatalf("list jobs %+v: %v", f, err)
+	}
+	return list
+}
+
+func twoPools(id int64) string { return []string{"linux", "arm"}[id%2] }
+
+// A listing with a limit reads its index in the order asked for and stops
+// once it has the jobs it returns, which are the ones a read of every row
+// gives, cut to the limit: the dashboard's recent jobs, the reaper's
+// scopes and the API's listing each read their page of jobs, not every
+// job kept.
+func TestAListingWithALimitReadsOnlyTheJobsItReturns(t *testing.T) {
+	s := metered(t)
+	s.createJobs(t, 1, 200, domain.JobCompleted, twoPools)
+	s.createJobs(t, 201, 6, domain.JobQueued, twoPools)
+	s.createJobs(t, 207, 6, domain.JobRunning, twoPools)
+	s.createJobs(t, 213, 200, domain.JobCompleted, twoPools)
+	statuses := []domain.JobStatus{domain.JobQueued, domain.JobRunning}
+	cases := []struct {
+		name    string
+		f       domain.JobFilter
+		maxRows int // 0: the rows it skips are not bounded here
+	}{
+		{"newest", domain.JobFilter{Newest: true, Limit: 10}, 10},
+		{"oldest", domain.JobFilter{Limit: 10}, 10},
+		{"newest of two statuses", domain.JobFilter{Statuses: statuses, Newest: true, Limit: 4}, 8},
+		{"oldest of two statuses", domain.JobFilter{Statuses: statuses, Limit: 4}, 8},
+		{"newest of a pool", domain.JobFilter{Pool: "arm", Newest: true, Limit: 10}, 10},
+		{"a pool's live jobs", domain.JobFilter{Pool: "arm", Statuses: statuses, Newest: true, Limit: 3}, 0},
+		{"a pool's finished jobs", domain.JobFilter{Pool: "arm", Statuses: []domain.JobStatus{domain.JobCompleted}, Limit: 7}, 0},
+		{"fewer than the limit", domain.JobFilter{Statuses: []domain.JobStatus{domain.JobRunning}, Newest: true, Limit: 50}, 6},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			every := c.f
+			every.Limit = 0
+			want := jobIDsOf(s.listJobs(t, every))
+			want = want[:min(c.f.Limit, len(want))]
+			s.m.reset()
+			got := jobIDsOf(s.listJobs(t, c.f))
+			if !slices.Equal(got, want) {
+				t.Fatalf("got %v, want %v", got, want)
+			}
+			t.Logf("%d queries, %d rows read, %.1f read units", s.m.queries, s.m.rows, s.m.units)
+			if c.maxRows > 0 && s.m.rows > c.maxRows {
+				t.Errorf("%d rows read for %d jobs listed; want at most %d", s.m.rows, len(got), c.maxRows)
+			}
+		})
+	}
+}
+
 // Deleting terminated instances reads them a hundred to a call, asking
 // again for the rows DynamoDB left unprocessed, not one call per row.
 func TestDeletingInstancesReadsThemInBatches(t *testing.T) {

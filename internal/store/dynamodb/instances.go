@@ -118,19 +118,19 @@ func (s *Store) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]d
 	var lookups []lookup
 	switch {
 	case f.TokenHash != "":
-		lookups = []lookup{{indexToken, attrToken, f.TokenHash}}
+		lookups = []lookup{{index: indexToken, attr: attrToken, value: f.TokenHash}}
 	case f.CloudID != "":
-		lookups = []lookup{{indexCloud, attrCloud, f.CloudID}}
+		lookups = []lookup{{index: indexCloud, attr: attrCloud, value: f.CloudID}}
 	case f.Job != "":
-		lookups = []lookup{{indexLink, attrLink, kindInstance + "#" + f.Job}}
+		lookups = []lookup{{index: indexLink, attr: attrLink, value: kindInstance + "#" + f.Job}}
 	case f.Pool != "":
-		lookups = []lookup{{indexPool, attrPool, kindInstance + "#" + f.Pool}}
+		lookups = []lookup{{index: indexPool, attr: attrPool, value: kindInstance + "#" + f.Pool}}
 	case len(f.States) > 0:
 		for _, st := range slices.Compact(slices.Sorted(slices.Values(f.States))) {
-			lookups = append(lookups, lookup{indexState, attrState, kindInstance + "#" + string(st)})
+			lookups = append(lookups, lookup{index: indexState, attr: attrState, value: kindInstance + "#" + string(st)})
 		}
 	default:
-		lookups = []lookup{{indexKind, attrKind, kindInstance}}
+		lookups = []lookup{{index: indexKind, attr: attrKind, value: kindInstance}}
 	}
 	items, err := s.queryAll(ctx, lookups)
 	if err != nil {

@@ -80,22 +80,19 @@ func (s *Store) GetJob(ctx context.Context, id int64) (domain.Job, error) {
 }
 
 // ListJobs reads the jobs by id when the filter names them, else queries
-// the index of its most selective field, and checks the rest on the rows.
+// the index of its most selective field, and checks the rest on the rows;
+// with a limit, it reads no more of the index than it needs (findJobs).
 func (s *Store) ListJobs(ctx context.Context, f domain.JobFilter) ([]domain.Job, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
-	var items []map[string]types.AttributeValue
+	var out []domain.Job
 	var err error
 	if len(f.IDs) > 0 {
-		items, err = s.jobsByID(ctx, f.IDs)
+		out, err = s.jobsByID(ctx, f)
 	} else {
-		items, err = s.queryAll(ctx, jobLookups(f))
+		out, err = s.findJobs(ctx, jobLookups(f), f)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("list jobs: %w", err)
-	}
-	out, err := jobKind.matching(items, func(j domain.Job) bool { return matchesJob(j, f) })
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
@@ -112,32 +109,52 @@ func (s *Store) ListJobs(ctx context.Context, f domain.JobFilter) ([]domain.Job,
 	return out, nil
 }
 
+// jobLookups are the index queries that find every job f keeps.
 func jobLookups(f domain.JobFilter) []lookup {
 	switch {
 	case f.Instance != "":
-		return []lookup{{indexLink, attrLink, kindJob + "#" + f.Instance}}
+		return []lookup{{index: indexLink, attr: attrLink, value: kindJob + "#" + f.Instance}}
 	case f.ToRerun:
-		return []lookup{{indexRerun, attrRerun, kindJob}}
+		return []lookup{{index: indexRerun, attr: attrRerun, value: kindJob}}
 	case f.Pool != "":
-		return []lookup{{indexPool, attrPool, kindJob + "#" + f.Pool}}
+		return []lookup{{index: indexPool, attr: attrPool, value: kindJob + "#" + f.Pool}}
 	case len(f.Statuses) > 0:
-		var out []lookup
-		for _, st := range slices.Compact(slices.Sorted(slices.Values(f.Statuses))) {
-			out = append(out, lookup{indexState, attrState, kindJob + "#" + string(st)})
-		}
-		return out
+		return statusLookups(f.Statuses)
 	}
-	return []lookup{{indexKind, attrKind, kindJob}}
+	return []lookup{{index: indexKind, attr: attrKind, value: kindJob}}
 }
 
-func (s *Store) queryAll(ctx context.Context, ls []lookup) ([]map[string]types.AttributeValue, error) {
-	var out []map[string]types.AttributeValue
+// statusLookups query the status index's partition of each status.
+func statusLookups(statuses []domain.JobStatus) []lookup {
+	var out []lookup
+	for _, st := range slices.Compact(slices.Sorted(slices.Values(statuses))) {
+		out = append(out, lookup{index: indexState, attr: attrState, value: kindJob + "#" + string(st)})
+	}
+	return out
+}
+
+// findJobs returns the jobs the lookups find that f keeps. Every index is
+// sorted as a listing is (created, then id), so with a limit each lookup
+// reads in the order asked for and stops once it has found f.Limit jobs:
+// the first f.Limit of all the lookups' jobs together are among those.
+// Without one, every row is read.
+func (s *Store) findJobs(ctx context.Context, ls []lookup, f domain.JobFilter) ([]domain.Job, error) {
+	var out []domain.Job
 	for _, l := range ls {
-		items, err := s.query(ctx, l)
+		l.newest = f.Newest
+		found := 0
+		err := s.query(ctx, l, max(f.Limit, 0), func(items []map[string]types.AttributeValue) (bool, error) {
+			rows, err := jobKind.matching(items, func(j domain.Job) bool { return matchesJob(j, f) })
+			if err != nil {
+				return false, err
+			}
+			out = append(out, rows...)
+			found += len(rows)
+			return f.Limit > 0 && found >= f.Limit, nil
+		})
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, items...)
 	}
 	return out, nil
 }
@@ -155,14 +172,18 @@ func matchesJob(j domain.Job, f domain.JobFilter) bool {
 	return true
 }
 
-// jobsByID reads jobs consistently.
-func (s *Store) jobsByID(ctx context.Context, ids []int64) ([]map[string]types.AttributeValue, error) {
-	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+// jobsByID reads the jobs f names consistently and keeps those f keeps.
+func (s *Store) jobsByID(ctx context.Context, f domain.JobFilter) ([]domain.Job, error) {
+	ids := slices.Compact(slices.Sorted(slices.Values(f.IDs)))
 	keys := make([]map[string]types.AttributeValue, len(ids))
 	for k, id := range ids {
 		keys[k] = jobKey(id)
 	}
-	return s.batchGet(ctx, keys)
+	items, err := s.batchGet(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	return jobKind.matching(items, func(j domain.Job) bool { return matchesJob(j, f) })
 }
 
 // TransitionJob is one guarded job transition, as Transition for instances.

@@ -33,28 +33,62 @@ var indexes = []struct{ name, attr string }{
 // lookup is one query of an index for one key.
 type lookup struct {
 	index, attr, value string
+	// newest reads the newest rows first, where a query reads the oldest
+	// first.
+	newest bool
 }
 
-// query returns every row the lookup finds, following the pages.
-func (s *Store) query(ctx context.Context, l lookup) ([]map[string]types.AttributeValue, error) {
+// maxPageRows caps the rows a growing page asks for (see query); DynamoDB
+// ends a page at 1 MB anyway.
+const maxPageRows = 1000
+
+// query hands each page of the rows the lookup finds, in the index's
+// order, to each, until each says it has enough or the rows run out.
+// pageRows, when positive, caps the first page at that many rows and
+// every page after at twice the one before: a caller that wants n rows
+// and keeps every row it reads stops after one page of exactly n, not a
+// page of a megabyte, and one that skips rows still gets there in a few
+// pages. With no cap each page is a megabyte of rows, for a caller that
+// reads them all.
+func (s *Store) query(ctx context.Context, l lookup, pageRows int, each func([]map[string]types.AttributeValue) (enough bool, err error)) error {
 	in := &awsdynamodb.QueryInput{
 		TableName: s.tbl(), IndexName: aws.String(l.index),
 		KeyConditionExpression:    aws.String("#k = :v"),
 		ExpressionAttributeNames:  map[string]string{"#k": l.attr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":v": str(l.value)},
+		ScanIndexForward:          aws.Bool(!l.newest),
 	}
-	var out []map[string]types.AttributeValue
 	for {
+		if pageRows > 0 {
+			pageRows = min(pageRows, maxPageRows)
+			in.Limit = aws.Int32(int32(pageRows))
+			pageRows *= 2
+		}
 		page, err := s.api.Query(ctx, in)
 		if err != nil {
-			return nil, describe("Query "+l.index, s.table, err)
+			return describe("Query "+l.index, s.table, err)
 		}
-		out = append(out, page.Items...)
-		if len(page.LastEvaluatedKey) == 0 {
-			return out, nil
+		enough, err := each(page.Items)
+		if err != nil || enough || len(page.LastEvaluatedKey) == 0 {
+			return err
 		}
 		in.ExclusiveStartKey = page.LastEvaluatedKey
 	}
+}
+
+// queryAll returns every row the lookups find.
+func (s *Store) queryAll(ctx context.Context, ls []lookup) ([]map[string]types.AttributeValue, error) {
+	var out []map[string]types.AttributeValue
+	for _, l := range ls {
+		err := s.query(ctx, l, 0, func(items []map[string]types.AttributeValue) (bool, error) {
+			out = append(out, items...)
+			return false, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // TableAPI is what Ensure needs of the client.
