@@ -230,6 +230,66 @@ func TestAListingWithALimitReadsOnlyTheJobsItReturns(t *testing.T) {
 	}
 }
 
+// The clean-up of finished jobs reads the jobs created before the cut-off
+// only, not every finished job kept. A job created before it and finished
+// after it is kept until the cut-off passes its finish; one whose finish
+// a clock running behind stamped before its creation goes once the
+// cut-off passes its creation.
+func TestDeletingOldJobsReadsOnlyTheOldOnes(t *testing.T) {
+	s := metered(t)
+	t0 := s.clk.Now()
+	s.createJobs(t, 1, 3, domain.JobCompleted, twoPools) // at t0
+	s.createJobs(t, 4, 1, domain.JobQueued, twoPools)    // finished late, below
+	s.createJobs(t, 5, 1, domain.JobRejected, twoPools)
+	s.clk.Advance(time.Hour)
+	s.createJobs(t, 100, 200, domain.JobCompleted, twoPools)
+	// Job 99 is created on a clock an hour ahead and finished on this one.
+	ahead, err := dynamodb.New(s.m.API, s.table, clock.NewVirtual(s.clk.Now().Add(time.Hour)), dynamodb.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ahead.CreateJobs(t.Context(), []domain.Job{fixtureJob(99, domain.JobQueued, "linux")}); err != nil {
+		t.Fatal(err)
+	}
+	finish := func(id int64) {
+		if _, err := s.TransitionJob(t.Context(), id, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) {
+			j.Status = domain.JobCompleted
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finish(99)
+	s.clk.Advance(time.Hour)
+	finish(4) // two hours after its creation
+	steps := []struct {
+		before  time.Time
+		deleted int
+		maxRows int
+		gone    []int64
+	}{
+		{t0.Add(time.Minute), 4, 5, []int64{1, 2, 3, 5}},        // job 4 finished after the cut-off
+		{t0.Add(90 * time.Minute), 200, 201, []int64{100, 299}}, // 99 finished before it, created after it
+		{t0.Add(3 * time.Hour), 2, 2, []int64{4, 99}},           // the cut-off passed 4's finish and 99's creation
+		{t0.Add(3 * time.Hour), 0, 0, nil},                      // nothing left to read
+	}
+	for k, st := range steps {
+		s.m.reset()
+		n, err := s.DeleteJobs(t.Context(), st.before)
+		if err != nil || n != st.deleted {
+			t.Fatalf("step %d: deleted %d (%v), want %d", k, n, err, st.deleted)
+		}
+		t.Logf("step %d: %d queries, %d rows read, %.1f read units", k, s.m.queries, s.m.rows, s.m.units)
+		if s.m.rows > st.maxRows {
+			t.Errorf("step %d: %d rows read to delete %d; want at most %d", k, s.m.rows, n, st.maxRows)
+		}
+		for _, id := range st.gone {
+			if _, err := s.GetJob(t.Context(), id); err == nil {
+				t.Errorf("step %d: job %d is still there", k, id)
+			}
+		}
+	}
+}
+
 // Deleting terminated instances reads them a hundred to a call, asking
 // again for the rows DynamoDB left unprocessed, not one call per row.
 func TestDeletingInstancesReadsThemInBatches(t *testing.T) {

@@ -197,9 +197,31 @@ func (s *Store) TransitionJobs(ctx context.Context, reqs []domain.JobTransitionR
 }
 
 // DeleteJobs deletes final jobs last changed before the instant. A final
-// job never changes again, so no condition is needed.
+// job changes again only to take its re-run mark or its conclusion, which
+// an expired one does not need, so no condition is needed.
+//
+// Only the rows created before the instant are read: a key condition on
+// ord, which starts with the creation time, so a cycle reads the jobs
+// that aged out since the last one, not the whole retention's. A row is
+// created no later than it is last changed (both on the clock of the
+// replica writing it), so every job changed before the instant was
+// created before it too and is among those read. A job created before the
+// instant but changed after it is read and kept (the check on the change
+// time, as before): it goes once the instant passes its last change, on a
+// later cycle, never early. Should a replica's clock run behind another's
+// and a job's last change be stamped before its creation, it goes once
+// the instant passes its creation, later by at most the clocks' gap, and
+// never stays for good, since the instant moves on every cycle.
 func (s *Store) DeleteJobs(ctx context.Context, before time.Time) (int, error) {
-	old, err := s.ListJobs(ctx, domain.JobFilter{Statuses: []domain.JobStatus{domain.JobCompleted, domain.JobRejected}, UpdatedBefore: before})
+	if err := s.checkOpen(); err != nil {
+		return 0, fmt.Errorf("delete jobs: %w", err)
+	}
+	f := domain.JobFilter{Statuses: []domain.JobStatus{domain.JobCompleted, domain.JobRejected}, UpdatedBefore: before}
+	ls := statusLookups(f.Statuses)
+	for k := range ls {
+		ls[k].before = formatTime(before)
+	}
+	old, err := s.findJobs(ctx, ls, f)
 	if err != nil {
 		return 0, fmt.Errorf("delete jobs: %w", err)
 	}

@@ -36,6 +36,9 @@ type lookup struct {
 	// newest reads the newest rows first, where a query reads the oldest
 	// first.
 	newest bool
+	// before, when set, bounds the query to the rows whose ord sorts before
+	// it: a key condition, so the rows after it are never read (or paid for).
+	before string
 }
 
 // maxPageRows caps the rows a growing page asks for (see query); DynamoDB
@@ -57,6 +60,11 @@ func (s *Store) query(ctx context.Context, l lookup, pageRows int, each func([]m
 		ExpressionAttributeNames:  map[string]string{"#k": l.attr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":v": str(l.value)},
 		ScanIndexForward:          aws.Bool(!l.newest),
+	}
+	if l.before != "" {
+		in.KeyConditionExpression = aws.String("#k = :v AND #ord < :before")
+		in.ExpressionAttributeNames["#ord"] = attrOrder
+		in.ExpressionAttributeValues[":before"] = str(l.before)
 	}
 	for {
 		if pageRows > 0 {
