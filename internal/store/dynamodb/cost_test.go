@@ -230,6 +230,26 @@ func TestAListingWithALimitReadsOnlyTheJobsItReturns(t *testing.T) {
 	}
 }
 
+// An autoscaler's demand, a pool's live jobs, reads the live statuses'
+// partitions, not the pool's every finished job.
+func TestAPoolsLiveJobsAreReadWithoutItsHistory(t *testing.T) {
+	s := metered(t)
+	s.createJobs(t, 1, 300, domain.JobCompleted, func(int64) string { return "linux" })
+	s.createJobs(t, 301, 3, domain.JobQueued, func(int64) string { return "linux" })
+	s.createJobs(t, 304, 2, domain.JobRunning, twoPools)
+	s.createJobs(t, 306, 1, domain.JobAssigned, func(int64) string { return "arm" })
+	s.m.reset()
+	live := []domain.JobStatus{domain.JobQueued, domain.JobAssigned, domain.JobRunning}
+	got := jobIDsOf(s.listJobs(t, domain.JobFilter{Pool: "linux", Statuses: live}))
+	if want := []int64{301, 302, 303, 304}; !slices.Equal(got, want) {
+		t.Fatalf("the pool's live jobs: %v, want %v", got, want)
+	}
+	t.Logf("%d queries, %d rows read, %.1f read units", s.m.queries, s.m.rows, s.m.units)
+	if s.m.rows > 6 {
+		t.Errorf("%d rows read for the pool's live jobs; want at most the 6 live jobs", s.m.rows)
+	}
+}
+
 // The clean-up of finished jobs reads the jobs created before the cut-off
 // only, not every finished job kept. A job created before it and finished
 // after it is kept until the cut-off passes its finish; one whose finish
