@@ -262,6 +262,8 @@ func testJobListFilters(t *testing.T, e *env) {
 		{"limit newest", domain.JobFilter{Limit: 2, Newest: true}, []int64{6, 5}},
 		{"newest with filter", domain.JobFilter{Statuses: []domain.JobStatus{domain.JobQueued, domain.JobRunning}, Newest: true}, []int64{6, 3, 1}},
 		{"limit above count", domain.JobFilter{Pool: "linux", Limit: 10}, []int64{1, 2}},
+		{"a pool's live jobs, newest, limit", domain.JobFilter{Pool: "linux",
+			Statuses: []domain.JobStatus{domain.JobQueued, domain.JobAssigned, domain.JobRunning}, Newest: true, Limit: 1}, []int64{2}},
 		{"no match", domain.JobFilter{Pool: "windows"}, nil},
 		{"to re-run", domain.JobFilter{ToRerun: true}, []int64{3}},
 		{"to re-run and status", domain.JobFilter{ToRerun: true, Statuses: []domain.JobStatus{domain.JobCompleted}}, nil},
@@ -310,6 +312,7 @@ func testJobDelete(t *testing.T, e *env) {
 	}{
 		{start.Add(3 * time.Millisecond), 0, []int64{1, 2, 3, 4, 5, 6}}, // strictly before
 		{start.Add(3*time.Millisecond + time.Microsecond), 1, []int64{1, 2, 3, 5, 6}},
+		{start.Add(time.Minute), 0, []int64{1, 2, 3, 5, 6}}, // 5 was created before, changed after
 		{start.Add(time.Hour), 1, []int64{1, 2, 3, 6}},
 		{start.Add(time.Hour), 0, []int64{1, 2, 3, 6}}, // live jobs are never deleted
 	}
