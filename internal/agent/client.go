@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 	"time"
@@ -29,15 +30,23 @@ var (
 	ErrUnreachable = errors.New("control plane unreachable")
 )
 
-// APIError is an answer of the control plane other than success.
+// APIError is an answer other than success.
 type APIError struct {
 	Status     int
 	Code       string
 	Message    string
 	RetryAfter time.Duration
+	// Foreign: the answer is not the control plane's own (no JSON error
+	// with a code): a proxy's or balancer's page standing in for it. It
+	// says nothing about the agent's credentials or requests, only that
+	// the control plane is out of reach.
+	Foreign bool
 }
 
 func (e *APIError) Error() string {
+	if e.Code == "" {
+		return fmt.Sprintf("answered %d: %s", e.Status, e.Message)
+	}
 	return fmt.Sprintf("control plane answered %d %s: %s", e.Status, e.Code, e.Message)
 }
 
@@ -45,6 +54,8 @@ func (e *APIError) Error() string {
 // domain.ErrRejected (never retried).
 func (e *APIError) Unwrap() error {
 	switch {
+	case e.Foreign:
+		return nil
 	case e.Status == http.StatusUnauthorized && e.Code == agentapi.CodeInstanceEnded:
 		return ErrInstanceEnded
 	case e.Status == http.StatusUnauthorized, e.Code == agentapi.CodeTokenIssued:
@@ -55,15 +66,16 @@ func (e *APIError) Unwrap() error {
 	return nil
 }
 
-// transient reports whether err may go away by itself: the network, or an
-// answer that says "later".
+// transient reports whether err may go away by itself: the network, an
+// answer that says "later", or an answer that is not the control plane's
+// (the control plane is out of reach behind whoever gave it).
 func transient(err error) bool {
 	var ae *APIError
 	if !errors.As(err, &ae) {
 		return !errors.Is(err, context.Canceled) && !errors.Is(err, ErrInstanceEnded) &&
 			!errors.Is(err, ErrUnauthorized) && !errors.Is(err, domain.ErrRejected)
 	}
-	return ae.Status >= 500 || ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusRequestTimeout
+	return ae.Foreign || ae.Status >= 500 || ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusRequestTimeout
 }
 
 // client speaks the agent API. The token is set once, before the calls
@@ -119,13 +131,22 @@ func (c *client) do(ctx context.Context, method, path string, in, out any, timeo
 	return nil
 }
 
+func answersJSON(resp *http.Response) bool {
+	mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	return mediaType == "application/json"
+}
+
+// apiError reads an answer other than success. Only a JSON error with a
+// code is the control plane's own; anything else (an HTML 404 or 403 from
+// a proxy, a balancer's 502) is Foreign.
 func apiError(resp *http.Response, data []byte) *APIError {
 	e := &APIError{Status: resp.StatusCode}
 	var body agentapi.ErrorResponse
-	if json.Unmarshal(data, &body) == nil && body.Code != "" {
+	if answersJSON(resp) && json.Unmarshal(data, &body) == nil && body.Code != "" {
 		e.Code, e.Message = body.Code, body.Error
 	} else {
-		e.Message = http.StatusText(resp.StatusCode)
+		e.Foreign = true
+		e.Message = fmt.Sprintf("%s (not the control plane's answer: %q)", http.StatusText(resp.StatusCode), resp.Header.Get("Content-Type"))
 	}
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
 		e.RetryAfter = time.Duration(s) * time.Second

@@ -37,6 +37,7 @@ func newStubPlane(t *testing.T, job *agentapi.Instruction, answer func(kind stri
 func (s *stubPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case agentapi.PathHello:
+		w.Header().Set("Content-Type", "application/json") // as the control plane answers
 		json.NewEncoder(w).Encode(agentapi.HelloResponse{Token: "tok", InstanceID: "bp-1", HeartbeatSeconds: 5})
 	case agentapi.PathHeartbeat:
 		s.count(func() { s.beats++ })
@@ -45,6 +46,7 @@ func (s *stubPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var n int
 		s.count(func() { s.nexts++; n = s.nexts })
 		if n == 1 && s.job != nil {
+			w.Header().Set("Content-Type", "application/json")
 			json.NewEncoder(w).Encode(s.job)
 			return
 		}
@@ -57,6 +59,9 @@ func (s *stubPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		status := http.StatusNoContent
 		if s.answer != nil {
 			status = s.answer(req.Kind, n)
+		}
+		if status != http.StatusNoContent {
+			w.Header().Set("Content-Type", "application/json")
 		}
 		w.WriteHeader(status)
 		if status != http.StatusNoContent {
