@@ -51,8 +51,10 @@ type Agent struct {
 
 	cloudID   string
 	heartbeat time.Duration
-	busy      atomic.Bool // a runner is running: never give up on the control plane then
-	reach     reachability
+	// jobRunning: a runner has started its job (printed the job-started
+	// line) and not exited. The unreachable deadline waits for it.
+	jobRunning atomic.Bool
+	reach      reachability
 }
 
 // New returns an agent for cfg, or why cfg cannot work.
@@ -71,6 +73,7 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if a.log == nil {
 		a.log = slog.Default()
 	}
+	a.reach.log = a.log
 	if a.output == nil {
 		a.output = io.Discard
 	}
@@ -93,6 +96,13 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if err := prepareStateDir(a.cfg.StateDir); err != nil {
+		return a.finish(ctx, err)
+	}
+	if since := a.reach.keepIn(a.cfg.StateDir, bootID()); !since.IsZero() {
+		a.log.Warn("the control plane has not answered since before this run; the deadline counts from then",
+			"since", since, "deadline_at", since.Add(a.cfg.UnreachableDeadline))
+	}
 	if err := a.identify(ctx); err != nil {
 		return a.finish(ctx, err)
 	}
@@ -181,9 +191,6 @@ func (a *Agent) identify(ctx context.Context) error {
 			return fmt.Errorf("cloud id: %w", err)
 		}
 	}
-	if err := prepareStateDir(a.cfg.StateDir); err != nil {
-		return err
-	}
 	saved, ok, err := loadIdentity(a.cfg.StateDir)
 	if err != nil {
 		return err
@@ -242,21 +249,39 @@ func (a *Agent) adopt(id identity) {
 }
 
 // heartbeats says "alive" at once and then every interval. It is also how
-// an agent with nothing to do learns that its instance has ended.
+// an agent with nothing to do learns that its instance has ended, and the
+// watch on the unreachable deadline whatever else the agent is doing
+// (waiting for a runner, running a command).
 func (a *Agent) heartbeats(ctx context.Context, stop context.CancelCauseFunc) {
+	var down time.Time // when heartbeats began to fail; zero while they are answered
 	for {
 		err := a.api.heartbeat(ctx)
 		switch {
 		case err == nil:
 			a.reach.ok()
+			if !down.IsZero() {
+				a.log.Warn("the control plane answers heartbeats again", "after", a.clk.Now().Sub(down))
+				down = time.Time{}
+			}
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, ErrInstanceEnded), errors.Is(err, ErrUnauthorized):
 			stop(err)
 			return
 		case transient(err):
-			a.reach.fail(a.clk.Now())
-			a.log.Debug("heartbeat not delivered", "err", err)
+			now := a.clk.Now()
+			since := a.reach.fail(now)
+			if down.IsZero() {
+				down = now
+				a.log.Warn("the control plane does not answer heartbeats; the machine shuts down if this lasts past the deadline with no job running",
+					"since", since, "deadline_at", since.Add(a.cfg.UnreachableDeadline), "err", err)
+			} else {
+				a.log.Debug("heartbeat not delivered", "err", err)
+			}
+			if a.givingUp(now, since) {
+				stop(unreachable("heartbeat", since, err))
+				return
+			}
 		default:
 			a.log.Warn("heartbeat refused", "err", err)
 		}

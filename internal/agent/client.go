@@ -119,7 +119,9 @@ func (c *client) do(ctx context.Context, method, path string, in, out any, timeo
 	if err != nil {
 		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
-	if resp.StatusCode/100 != 2 {
+	// The control plane's successes are JSON or nothing (204): a proxy's
+	// 200 page is not one, and must not pass for a heartbeat delivered.
+	if resp.StatusCode/100 != 2 || (resp.StatusCode != http.StatusNoContent && !answersJSON(resp)) {
 		return fmt.Errorf("%s %s: %w", method, path, apiError(resp, data))
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
@@ -138,7 +140,7 @@ func answersJSON(resp *http.Response) bool {
 
 // apiError reads an answer other than success. Only a JSON error with a
 // code is the control plane's own; anything else (an HTML 404 or 403 from
-// a proxy, a balancer's 502) is Foreign.
+// a proxy, a balancer's 502, a captive portal's 200 page) is Foreign.
 func apiError(resp *http.Response, data []byte) *APIError {
 	e := &APIError{Status: resp.StatusCode}
 	var body agentapi.ErrorResponse

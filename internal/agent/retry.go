@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -11,16 +15,46 @@ import (
 )
 
 // reachability tracks how long the control plane has been unreachable:
-// since the first failure of the current streak, heartbeats included.
+// since the first failure of the current streak, heartbeats included. The
+// streak's start is kept in the state directory while it lasts, so that an
+// agent restarted during an outage (a crash, systemd restarting it after
+// an error) goes on counting from it rather than from its own start: the
+// deadline is what keeps an abandoned machine from being billed forever.
 type reachability struct {
 	mu    sync.Mutex
 	since time.Time // zero while reachable
+	file  string    // where the streak's start is kept; "" keeps it in memory only
+	boot  string    // the boot the streak is counted in
+	log   *slog.Logger
+}
+
+// keepIn keeps the streak in dir from now on, and resumes the streak an
+// earlier run of the agent left there in the same boot (a machine started
+// again begins afresh: its network may take a while to come up). It returns
+// the resumed streak's start, zero if none. Called before any call is made.
+func (r *reachability) keepIn(dir, boot string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.file, r.boot = filepath.Join(dir, unreachableFile), boot
+	s, ok, err := loadStreak(r.file)
+	switch {
+	case err != nil:
+		r.log.Warn("the unreachable streak of an earlier run is unreadable; counting afresh", "err", err)
+	case ok && boot != "" && s.BootID == boot:
+		r.since = s.Since
+		return r.since
+	}
+	r.forget()
+	return time.Time{}
 }
 
 func (r *reachability) ok() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.since = time.Time{}
+	if !r.since.IsZero() {
+		r.since = time.Time{}
+		r.forget()
+	}
 }
 
 // fail notes a failure at now and returns when the streak began.
@@ -29,15 +63,30 @@ func (r *reachability) fail(now time.Time) time.Time {
 	defer r.mu.Unlock()
 	if r.since.IsZero() {
 		r.since = now
+		if r.file != "" {
+			if err := saveStreak(r.file, streak{Since: now, BootID: r.boot}); err != nil {
+				r.log.Warn("the unreachable streak's start is not kept: a restarted agent would count afresh", "err", err)
+			}
+		}
 	}
 	return r.since
+}
+
+// forget removes the kept streak.
+func (r *reachability) forget() {
+	if r.file == "" {
+		return
+	}
+	if err := os.Remove(r.file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		r.log.Warn("the ended unreachable streak could not be removed", "err", err)
+	}
 }
 
 // retry calls call until it succeeds or fails for good, waiting with
 // exponential backoff (with jitter, honouring Retry-After) while the
 // failure is transient. Once the control plane has been unreachable for
-// the deadline it gives up with ErrUnreachable, unless a runner is running:
-// a job in progress does not need the control plane.
+// the deadline it gives up with ErrUnreachable, unless a job is running: a
+// job in progress does not need the control plane.
 func (a *Agent) retry(ctx context.Context, what string, call func(context.Context) error) error {
 	backoff := a.cfg.BackoffMin
 	for {
@@ -53,16 +102,17 @@ func (a *Agent) retry(ctx context.Context, what string, call func(context.Contex
 			return err
 		}
 		now := a.clk.Now()
-		giveUpAt := a.reach.fail(now).Add(a.cfg.UnreachableDeadline)
-		if !a.busy.Load() && !now.Before(giveUpAt) {
-			return fmt.Errorf("%s: %w since %s: %w", what, ErrUnreachable, giveUpAt.Add(-a.cfg.UnreachableDeadline).Format(time.RFC3339), err)
+		since := a.reach.fail(now)
+		giveUpAt := since.Add(a.cfg.UnreachableDeadline)
+		if a.givingUp(now, since) {
+			return unreachable(what, since, err)
 		}
 		delay := a.jitter(backoff)
 		var ae *APIError
 		if errors.As(err, &ae) && ae.RetryAfter > delay {
 			delay = min(ae.RetryAfter, a.cfg.BackoffMax)
 		}
-		if left := giveUpAt.Sub(now); !a.busy.Load() && delay > left {
+		if left := giveUpAt.Sub(now); !a.jobRunning.Load() && delay > left {
 			delay = left // one last try at the deadline
 		}
 		a.log.Warn("control plane call failed; retrying", "call", what, "in", delay, "err", err)
@@ -71,6 +121,18 @@ func (a *Agent) retry(ctx context.Context, what string, call func(context.Contex
 		}
 		backoff = min(2*backoff, a.cfg.BackoffMax)
 	}
+}
+
+// givingUp reports whether the control plane, unreachable since since, has
+// been so past the deadline at now, with no job running to wait for. A
+// runner that has not started its job (it waits for one that was cancelled
+// or taken by another runner) is no reason to stay.
+func (a *Agent) givingUp(now, since time.Time) bool {
+	return !a.jobRunning.Load() && !now.Before(since.Add(a.cfg.UnreachableDeadline))
+}
+
+func unreachable(what string, since time.Time, err error) error {
+	return fmt.Errorf("%s: %w since %s: %w", what, ErrUnreachable, since.Format(time.RFC3339), err)
 }
 
 // sleep waits d on the agent's clock, or until ctx ends. It leaves no

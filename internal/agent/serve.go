@@ -72,6 +72,7 @@ func (a *Agent) serve(ctx context.Context, ins agentapi.Instruction) error {
 	var gate sync.Mutex
 	registered, started := false, false
 	watch := &lineWatcher{pattern: a.jobStarted, out: a.output, onMatch: func() {
+		a.jobRunning.Store(true)
 		gate.Lock()
 		defer gate.Unlock()
 		if registered {
@@ -81,10 +82,8 @@ func (a *Agent) serve(ctx context.Context, ins agentapi.Instruction) error {
 		}
 	}}
 	line := strings.ReplaceAll(a.cfg.RunnerCommand, JITConfigPlaceholder, ShellQuote(ins.JITConfig))
-	a.busy.Store(true)
 	p, err := a.cmd.Start(ctx, Command{Line: line, Dir: a.cfg.WorkDir, Env: a.cfg.Env, Output: watch})
 	if err != nil {
-		a.busy.Store(false)
 		a.log.Error("runner did not start", "job", job, "err", err)
 		rep.send(agentapi.SignalRequest{Kind: string(domain.SignalFailed), Job: job, Reason: "start runner: " + err.Error()})
 		return a.endServe(rep)
@@ -99,7 +98,7 @@ func (a *Agent) serve(ctx context.Context, ins agentapi.Instruction) error {
 	gate.Unlock()
 	werr := p.Wait()
 	watch.flush()
-	a.busy.Store(false)
+	a.jobRunning.Store(false)
 	if ctx.Err() != nil {
 		// The agent is stopping: the runner was stopped with it. The mark
 		// stays, so the next run reports the job.

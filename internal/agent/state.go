@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Files in the state directory.
 const (
-	identityFile = "identity.json" // the token: 0600
-	jobFile      = "job"           // the job whose runner is running
+	identityFile    = "identity.json"    // the token: 0600
+	jobFile         = "job"              // the job whose runner is running
+	unreachableFile = "unreachable.json" // since when the control plane has not answered, while it does not
 )
 
 // identity is what hello gave this machine, kept so that a stopped and
@@ -108,4 +110,43 @@ func markedJob(dir string) (string, error) {
 		return "", nil
 	}
 	return strings.TrimSpace(string(data)), err
+}
+
+// streak is the start of an unreachable streak, and the boot it began in.
+type streak struct {
+	Since  time.Time `json:"since"`
+	BootID string    `json:"boot_id"`
+}
+
+func loadStreak(path string) (streak, bool, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return streak{}, false, nil
+	}
+	var s streak
+	if err == nil {
+		err = json.Unmarshal(data, &s)
+	}
+	if err != nil {
+		return streak{}, false, fmt.Errorf("read %s: %w", filepath.Base(path), err)
+	}
+	return s, true, nil
+}
+
+func saveStreak(path string, s streak) error {
+	data, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, data)
+}
+
+// bootID names the machine's current boot (Linux); "" where there is no
+// such name, and then no streak is resumed.
+func bootID() string {
+	data, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(data))
 }
