@@ -96,9 +96,11 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if err := prepareStateDir(a.cfg.StateDir); err != nil {
+	unlock, err := claimStateDir(a.cfg.StateDir)
+	if err != nil {
 		return a.finish(ctx, err)
 	}
+	defer unlock() // last: the shutdown command runs with the directory still held
 	if since := a.reach.keepIn(a.cfg.StateDir, bootID()); !since.IsZero() {
 		a.log.Warn("the control plane has not answered since before this run; the deadline counts from then",
 			"since", since, "deadline_at", since.Add(a.cfg.UnreachableDeadline))

@@ -28,6 +28,10 @@ var (
 	// ErrUnreachable: the control plane stayed unreachable past the
 	// deadline; the agent ran the shutdown command.
 	ErrUnreachable = errors.New("control plane unreachable")
+	// ErrStateDirInUse: another agent runs with the same state directory
+	// (it holds the directory's lock). Two agents on one machine would
+	// both run the runner of the same job.
+	ErrStateDirInUse = errors.New("in use by another agent on this machine (it holds the directory's lock)")
 )
 
 // APIError is an answer other than success.

@@ -27,17 +27,34 @@ type identity struct {
 	HeartbeatSeconds int    `json:"heartbeat_seconds,omitempty"`
 }
 
-// prepareStateDir creates the directory (0700) and checks that a file can
-// be written there, before hello spends the one chance to get a token.
-func prepareStateDir(dir string) error {
+// errLocked: another process holds the state directory's lock.
+var errLocked = errors.New("locked by another process")
+
+// claimStateDir creates the directory (0700), takes its lock for this run
+// (released by unlock), and checks that a file can be written there,
+// before hello spends the one chance to get a token. A second agent on the
+// machine is refused: both would run the runner of the same job.
+func claimStateDir(dir string) (unlock func(), err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("state directory: %w", err)
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	unlock, err = lockDir(dir)
+	if errors.Is(err, errLocked) {
+		return nil, fmt.Errorf("state directory %s: %w", dir, ErrStateDirInUse)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state directory %s: lock: %w", dir, err)
 	}
 	probe := filepath.Join(dir, ".probe")
 	if err := writeFileAtomic(probe, nil); err != nil {
-		return fmt.Errorf("state directory %s is not writable: %w", dir, err)
+		unlock()
+		return nil, fmt.Errorf("state directory %s is not writable: %w", dir, err)
 	}
-	return os.Remove(probe)
+	if err := os.Remove(probe); err != nil {
+		unlock()
+		return nil, fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	return unlock, nil
 }
 
 // loadIdentity returns the saved identity; ok is false when there is none.
