@@ -52,7 +52,17 @@ func (a *Agent) recoverInterruptedJob(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return clearJob(a.cfg.StateDir)
+	a.clearJob()
+	return nil
+}
+
+// clearJob removes the job mark. A mark that stays is not worth stopping
+// for (a restart would only report its job again, and be told no): the
+// next mark, in the same directory, will fail and say why.
+func (a *Agent) clearJob() {
+	if err := clearJob(a.cfg.StateDir); err != nil {
+		a.log.Error("cannot clear the job mark", "err", err)
+	}
 }
 
 // serve runs the runner for an assignment and reports registered,
@@ -64,7 +74,7 @@ func (a *Agent) serve(ctx context.Context, ins agentapi.Instruction) error {
 		job = domain.JobKey(ins.JobID)
 	}
 	if err := markJob(a.cfg.StateDir, job); err != nil {
-		return err
+		return a.unmarkable(ctx, job, err)
 	}
 	rep := a.startReporter(ctx)
 	// The runner may print its job's start before Start returns: job-started
@@ -117,12 +127,23 @@ func (a *Agent) serve(ctx context.Context, ins agentapi.Instruction) error {
 	return a.endServe(rep)
 }
 
+// unmarkable reports failed for a job that could not be marked (a full
+// disk, a directory made read-only). Without its mark, a job whose runner
+// died with the agent would never be reported, so the runner does not
+// start and the job goes back to its queue. Stopping instead would
+// crash-loop the agent on the same assignment, reporting nothing.
+func (a *Agent) unmarkable(ctx context.Context, job string, err error) error {
+	a.log.Error("cannot mark the job in the state directory; not running its runner", "job", job, "err", err)
+	return a.signal(ctx, agentapi.SignalRequest{Kind: string(domain.SignalFailed), Job: job, Reason: err.Error()})
+}
+
 // endServe waits for the serve's signals and clears the job mark.
 func (a *Agent) endServe(rep *reporter) error {
 	if err := rep.close(); err != nil {
 		return err
 	}
-	return clearJob(a.cfg.StateDir)
+	a.clearJob()
+	return nil
 }
 
 // release cleans up after a job and signals deregistered, so the control

@@ -111,14 +111,19 @@ func writeFileAtomic(path string, data []byte) error {
 
 // markJob records that a runner runs job; clearJob that it no longer does.
 // A mark found at start means the agent stopped while a runner ran.
-func markJob(dir, job string) error { return writeFileAtomic(filepath.Join(dir, jobFile), []byte(job)) }
+func markJob(dir, job string) error {
+	if err := writeFileAtomic(filepath.Join(dir, jobFile), []byte(job)); err != nil {
+		return fmt.Errorf("job mark: %w", err)
+	}
+	return nil
+}
 
 func clearJob(dir string) error {
 	err := os.Remove(filepath.Join(dir, jobFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("job mark: %w", err)
 	}
-	return err
+	return nil
 }
 
 func markedJob(dir string) (string, error) {
@@ -126,7 +131,10 @@ func markedJob(dir string) (string, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
-	return strings.TrimSpace(string(data)), err
+	if err != nil {
+		return "", fmt.Errorf("job mark: %w", err)
+	}
+	return strings.TrimSpace(string(data)), nil
 }
 
 // streak is the start of an unreachable streak, and the boot it began in.
