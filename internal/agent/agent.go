@@ -213,9 +213,15 @@ func (a *Agent) hello(ctx context.Context) error {
 	if a.cfg.LaunchID == "" || bootstrap == "" {
 		return fmt.Errorf("no saved token and no bootstrap credentials (launch id and secret): %w", ErrUnauthorized)
 	}
-	// The agent draws its token itself, so that a retry of a hello whose
-	// answer was lost is given it again rather than refused.
-	req := agentapi.HelloRequest{CloudID: a.cloudID, LaunchID: a.cfg.LaunchID, Bootstrap: bootstrap, Token: domain.NewSecret()}
+	// The agent draws its token itself, and keeps it until the identity is
+	// saved, so that a retry of a hello whose answer was lost, or a hello
+	// of an agent restarted before it saved the identity, is given it
+	// again rather than refused.
+	token, err := proposedToken(a.cfg.StateDir, a.cloudID)
+	if err != nil {
+		return fmt.Errorf("hello: %w", err)
+	}
+	req := agentapi.HelloRequest{CloudID: a.cloudID, LaunchID: a.cfg.LaunchID, Bootstrap: bootstrap, Token: token}
 	if a.cfg.CloudIDFrom == "imds" {
 		doc, sig, err := IdentityFromIMDS(ctx, a.hc, a.cfg.MetadataURL)
 		if err != nil {
@@ -224,7 +230,7 @@ func (a *Agent) hello(ctx context.Context) error {
 		req.IdentityDocument, req.IdentitySignature = doc, sig
 	}
 	var resp agentapi.HelloResponse
-	err := a.retry(ctx, "hello", func(ctx context.Context) error {
+	err = a.retry(ctx, "hello", func(ctx context.Context) error {
 		var err error
 		resp, err = a.api.hello(ctx, req)
 		return err
@@ -235,6 +241,9 @@ func (a *Agent) hello(ctx context.Context) error {
 	id := identity{CloudID: a.cloudID, InstanceID: resp.InstanceID, Token: resp.Token, HeartbeatSeconds: resp.HeartbeatSeconds}
 	if err := saveIdentity(a.cfg.StateDir, id); err != nil {
 		return err
+	}
+	if err := dropProposedToken(a.cfg.StateDir); err != nil {
+		a.log.Warn("the proposed token's file could not be removed; the saved identity supersedes it", "err", err)
 	}
 	a.adopt(id)
 	a.log.Info("introduced to the control plane", "instance", id.InstanceID, "cloud_id", a.cloudID)

@@ -9,13 +9,16 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 // Files in the state directory.
 const (
-	identityFile    = "identity.json"    // the token: 0600
-	jobFile         = "job"              // the job whose runner is running
-	unreachableFile = "unreachable.json" // since when the control plane has not answered, while it does not
+	identityFile      = "identity.json"       // the token: 0600
+	proposedTokenFile = "proposed-token.json" // the token hello proposes, until identity.json holds it: 0600
+	jobFile           = "job"                 // the job whose runner is running
+	unreachableFile   = "unreachable.json"    // since when the control plane has not answered, while it does not
 )
 
 // identity is what hello gave this machine, kept so that a stopped and
@@ -135,6 +138,45 @@ func markedJob(dir string) (string, error) {
 		return "", fmt.Errorf("job mark: %w", err)
 	}
 	return strings.TrimSpace(string(data)), nil
+}
+
+// proposal is the token hello proposes for a machine. It is kept from
+// before the first hello until the identity is saved: an agent restarted
+// in between proposes it again and is given it, where a new token would be
+// refused (token_issued) and leave the machine without one.
+type proposal struct {
+	CloudID string `json:"cloud_id"`
+	Token   string `json:"token"`
+}
+
+// proposedToken returns the token kept for cloudID, or draws and keeps a
+// new one.
+func proposedToken(dir, cloudID string) (string, error) {
+	path := filepath.Join(dir, proposedTokenFile)
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("read the proposed token: %w", err)
+	}
+	var p proposal
+	if err == nil && json.Unmarshal(data, &p) == nil && p.CloudID == cloudID && p.Token != "" {
+		return p.Token, nil
+	}
+	p = proposal{CloudID: cloudID, Token: domain.NewSecret()}
+	if data, err = json.Marshal(p); err == nil {
+		err = writeFileAtomic(path, data)
+	}
+	if err != nil {
+		return "", fmt.Errorf("keep the proposed token: %w", err)
+	}
+	return p.Token, nil
+}
+
+func dropProposedToken(dir string) error {
+	err := os.Remove(filepath.Join(dir, proposedTokenFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // streak is the start of an unreachable streak, and the boot it began in.

@@ -2,13 +2,18 @@ package agent_test
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/agent"
+	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -53,5 +58,49 @@ func TestAJobMarkThatCannotBeWrittenFailsTheJob(t *testing.T) {
 	}
 	if got := r.lines("jit.log"); got != nil {
 		t.Fatalf("the runner ran: %q", got)
+	}
+}
+
+// An agent restarted after its hello was answered but before it saved the
+// token (the answer lost on the way, the agent stopped while it waited to
+// try again) proposes the same token and is given it, where a new one
+// would be refused as already issued and leave the machine without one.
+func TestARestartedHelloProposesTheSameToken(t *testing.T) {
+	r := newRig(t)
+	cfg := r.launched("bp-1")
+	var lost atomic.Bool
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == agentapi.PathHello && lost.CompareAndSwap(false, true) {
+			r.srv.Config.Handler.ServeHTTP(httptest.NewRecorder(), req)
+			http.Error(w, "upstream connection reset", http.StatusBadGateway)
+			return
+		}
+		r.srv.Config.Handler.ServeHTTP(w, req)
+	}))
+	t.Cleanup(front.Close)
+	lossy := cfg
+	lossy.URL = front.URL
+	clk := clock.NewVirtual(agentapitest.T0)
+	first := r.start(lossy, clk, front.Client())
+	clk.BlockUntil(1) // the hello's backoff
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if r.cp.Get("bp-1").AgentTokenHash == "" {
+		t.Fatal("the first hello issued no token")
+	}
+
+	second := r.start(cfg, clk, r.srv.Client())
+	r.cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalWarm))
+	select {
+	case <-second.done:
+		t.Fatalf("the restarted agent stopped: %v", second.err)
+	default:
+	}
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, "identity.json")); err != nil {
+		t.Fatalf("no identity saved: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, "proposed-token.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the proposed token is kept after the identity was saved: %v", err)
 	}
 }
