@@ -75,8 +75,11 @@ func metadataGet(ctx context.Context, hc *http.Client, method, url string, heade
 		return "", err
 	}
 	if resp.StatusCode != http.StatusOK {
-		// Metadata trouble is worth retrying like the control plane's.
-		return "", &APIError{Status: resp.StatusCode, Message: "metadata service: " + http.StatusText(resp.StatusCode)}
+		// Metadata trouble is worth retrying like the control plane's, and
+		// says nothing of the agent's own credentials: a 401 is the
+		// metadata service's session token, not the control plane refusing
+		// the agent (exit 3, never restarted).
+		return "", &APIError{Status: resp.StatusCode, Message: "metadata service: " + http.StatusText(resp.StatusCode), Foreign: true}
 	}
 	v := strings.TrimSpace(string(body))
 	if v == "" {
