@@ -203,6 +203,9 @@ type App struct {
 	// reconcileCursor counts the installations' repositories handed to
 	// reconciliation so far: the next share starts there.
 	reconcileCursor atomic.Int64
+	// recentCursor counts the recent jobs' repositories handed to the
+	// reaper, which looks at a few each cycle, in turn.
+	recentCursor atomic.Int64
 }
 
 // New builds the control plane; nothing runs until Run.

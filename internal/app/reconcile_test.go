@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/app"
@@ -84,5 +85,33 @@ func TestOrgRunnersAreReconciledByRepository(t *testing.T) {
 		if !want[s] || s.Runners() != (domain.Scope{Owner: "acme"}) {
 			t.Fatalf("scope %+v (runners at %+v), want a repository whose runners are the organisation's", s, s.Runners())
 		}
+	}
+}
+
+// The reaper looks at the repositories of recent jobs a few at a time, in
+// turn: every repository looked at every minute cost about four calls
+// each, over an installation's hourly budget at a few hundred.
+func TestRecentRepositoriesAreReconciledInTurn(t *testing.T) {
+	a := newApp(t, app.Options{})
+	ctx := t.Context()
+	var jobs []domain.Job
+	for i := range 25 {
+		jobs = append(jobs, domain.Job{ID: int64(i + 1), Repo: fmt.Sprintf("acme/repo-%02d", i), Status: domain.JobCompleted})
+	}
+	if _, err := a.Store.CreateJobs(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[domain.Scope]bool{}
+	for range 3 {
+		got := a.Reconciler.Scopes(ctx)
+		if len(got) != 10 {
+			t.Fatalf("%d repositories looked at in a cycle, want 10", len(got))
+		}
+		for _, s := range got {
+			seen[s] = true
+		}
+	}
+	if len(seen) != 25 {
+		t.Fatalf("%d of the 25 repositories looked at in three cycles, want every one", len(seen))
 	}
 }
