@@ -47,16 +47,8 @@ func behindBalancer(t *testing.T, stub *stubPlane, gone *atomic.Bool, goAfterJob
 func stepTo(t *testing.T, clk *clock.Virtual, g *running, until time.Time) {
 	t.Helper()
 	for clk.Now().Before(until) {
-		parked := make(chan struct{})
-		go func() {
-			clk.BlockUntil(1)
-			close(parked)
-		}()
-		select {
-		case <-g.done:
-			clk.AfterFunc(time.Hour, func() {}) // releases the BlockUntil above
+		if !parkOrDone(clk, g) {
 			t.Fatalf("the agent stopped at %s: %v", clk.Now(), g.err)
-		case <-parked:
 		}
 		next, _ := clk.Next()
 		clk.AdvanceTo(next)

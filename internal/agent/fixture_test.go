@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/agent"
+	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -180,16 +182,8 @@ func stepUntilDone(t *testing.T, clk *clock.Virtual, g *running) ([]time.Duratio
 	t.Helper()
 	var steps []time.Duration
 	for len(steps) < 10000 {
-		parked := make(chan struct{})
-		go func() {
-			clk.BlockUntil(1)
-			close(parked)
-		}()
-		select {
-		case <-g.done:
-			clk.AfterFunc(time.Hour, func() {}) // releases the BlockUntil above
+		if !parkOrDone(clk, g) {
 			return steps, g.err
-		case <-parked:
 		}
 		next, _ := clk.Next()
 		steps = append(steps, next.Sub(clk.Now()))
@@ -200,3 +194,37 @@ func stepUntilDone(t *testing.T, clk *clock.Virtual, g *running) ([]time.Duratio
 }
 
 type agentapitestCall = agentapitest.Call
+
+// lossyHelloFront stands between the agent and the rig's control plane and
+// loses the answer to the first hello: the control plane issues the token,
+// the agent gets a balancer's 502.
+func (r *rig) lossyHelloFront(t *testing.T) *httptest.Server {
+	var lost atomic.Bool
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == agentapi.PathHello && lost.CompareAndSwap(false, true) {
+			r.srv.Config.Handler.ServeHTTP(httptest.NewRecorder(), req)
+			http.Error(w, "upstream connection reset", http.StatusBadGateway)
+			return
+		}
+		r.srv.Config.Handler.ServeHTTP(w, req)
+	}))
+	t.Cleanup(front.Close)
+	return front
+}
+
+// parkOrDone waits for the agent to park on a timer of clk, and reports
+// false if its run ended instead.
+func parkOrDone(clk *clock.Virtual, g *running) bool {
+	parked := make(chan struct{})
+	go func() {
+		clk.BlockUntil(1)
+		close(parked)
+	}()
+	select {
+	case <-g.done:
+		clk.AfterFunc(time.Hour, func() {}) // releases the BlockUntil above
+		return false
+	case <-parked:
+		return true
+	}
+}

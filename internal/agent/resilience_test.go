@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,16 +167,7 @@ func TestRejectedSignalsAreNotRetried(t *testing.T) {
 func TestALostHelloAnswerIsRetried(t *testing.T) {
 	r := newRig(t)
 	cfg := r.launched("bp-1")
-	var lost atomic.Bool
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.URL.Path == agentapi.PathHello && lost.CompareAndSwap(false, true) {
-			r.srv.Config.Handler.ServeHTTP(httptest.NewRecorder(), req)
-			http.Error(w, "upstream connection reset", http.StatusBadGateway)
-			return
-		}
-		r.srv.Config.Handler.ServeHTTP(w, req)
-	}))
-	t.Cleanup(front.Close)
+	front := r.lossyHelloFront(t)
 	cfg.URL = front.URL
 	clk := clock.NewVirtual(agentapitest.T0)
 	r.start(cfg, clk, front.Client())

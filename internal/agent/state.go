@@ -33,6 +33,13 @@ type identity struct {
 // errLocked: another process holds the state directory's lock.
 var errLocked = errors.New("locked by another process")
 
+// How long a held state directory is asked for again before the agent
+// stops: a second of real time.
+const (
+	lockTries = 20
+	lockRetry = 50 * time.Millisecond
+)
+
 // claimStateDir creates the directory (0700), takes its lock for this run
 // (released by unlock), and checks that a file can be written there,
 // before hello spends the one chance to get a token. A second agent on the
@@ -42,6 +49,13 @@ func claimStateDir(dir string) (unlock func(), err error) {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
 	unlock, err = lockDir(dir)
+	for try := 0; errors.Is(err, errLocked) && try < lockTries; try++ {
+		// A process forked elsewhere in the moment before it runs its
+		// program holds a copy of the lock's descriptor, and an agent that
+		// just stopped may still be closing it: ask again, briefly.
+		time.Sleep(lockRetry)
+		unlock, err = lockDir(dir)
+	}
 	if errors.Is(err, errLocked) {
 		return nil, fmt.Errorf("state directory %s: %w", dir, ErrStateDirInUse)
 	}

@@ -2,16 +2,12 @@ package agent_test
 
 import (
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/agent"
-	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -68,16 +64,7 @@ func TestAJobMarkThatCannotBeWrittenFailsTheJob(t *testing.T) {
 func TestARestartedHelloProposesTheSameToken(t *testing.T) {
 	r := newRig(t)
 	cfg := r.launched("bp-1")
-	var lost atomic.Bool
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.URL.Path == agentapi.PathHello && lost.CompareAndSwap(false, true) {
-			r.srv.Config.Handler.ServeHTTP(httptest.NewRecorder(), req)
-			http.Error(w, "upstream connection reset", http.StatusBadGateway)
-			return
-		}
-		r.srv.Config.Handler.ServeHTTP(w, req)
-	}))
-	t.Cleanup(front.Close)
+	front := r.lossyHelloFront(t)
 	lossy := cfg
 	lossy.URL = front.URL
 	clk := clock.NewVirtual(agentapitest.T0)
