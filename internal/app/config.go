@@ -157,12 +157,12 @@ func (a *App) demand(ctx context.Context, pool string) (int, error) {
 }
 
 // scopes are where the reaper looks for queued jobs and dead runners: the
-// repositories of the jobs seen lately, every cycle (with organisation or
-// enterprise runners, the repositories, which share one home for their
-// runners: an organisation's jobs are not listed whole, at three calls for
-// each of its repositories every cycle), and
-// with a GitHub App a tenth of its installations' repositories in turn, so
-// that every one is looked at every ten cycles.
+// repositories of the jobs seen lately, ten a cycle in turn (with
+// organisation or enterprise runners, the repositories too, which share
+// one home for their runners: an organisation's jobs are not listed whole,
+// at three calls for each of its repositories every cycle), and with a
+// GitHub App a tenth of its installations' repositories in turn, so that
+// every one is looked at every ten cycles.
 func (a *App) scopes(ctx context.Context) []domain.Scope {
 	recent, err := a.Store.ListJobs(ctx, domain.JobFilter{Limit: 1000, Newest: true})
 	if err != nil {
