@@ -2,6 +2,7 @@ package dynamodb_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -26,6 +27,7 @@ type readMeter struct {
 	mu                       sync.Mutex
 	queries, gets, batchGets int
 	rows                     int
+	refused                  int // updates refused on their condition
 	units                    float64
 	// holdBack is how many keys the next BatchGetItem leaves unprocessed,
 	// as DynamoDB does when it is short of capacity.
@@ -50,14 +52,35 @@ func (m *readMeter) Query(ctx context.Context, in *awsdynamodb.QueryInput, opts 
 
 func (m *readMeter) GetItem(ctx context.Context, in *awsdynamodb.GetItemInput, opts ...func(*awsdynamodb.Options)) (*awsdynamodb.GetItemOutput, error) {
 	out, err := m.API.GetItem(ctx, in, opts...)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gets++
 	if err == nil {
-		m.mu.Lock()
-		m.gets++
 		m.rows++
 		m.units += math.Ceil(float64(max(itemSize(out.Item), 1)) / 4096)
+	}
+	return out, err
+}
+
+func (m *readMeter) UpdateItem(ctx context.Context, in *awsdynamodb.UpdateItemInput, opts ...func(*awsdynamodb.Options)) (*awsdynamodb.UpdateItemOutput, error) {
+	out, err := m.API.UpdateItem(ctx, in, opts...)
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		m.mu.Lock()
+		m.refused++
 		m.mu.Unlock()
 	}
 	return out, err
+}
+
+// getCalls is the GetItem calls made so far.
+func (m *readMeter) getCalls() int { g, _ := m.getsAndRefused(); return g }
+
+// getsAndRefused are the GetItem calls made and the updates refused so far.
+func (m *readMeter) getsAndRefused() (gets, refused int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gets, m.refused
 }
 
 func (m *readMeter) BatchGetItem(ctx context.Context, in *awsdynamodb.BatchGetItemInput, opts ...func(*awsdynamodb.Options)) (*awsdynamodb.BatchGetItemOutput, error) {
@@ -98,7 +121,7 @@ func (m *readMeter) BatchGetItem(ctx context.Context, in *awsdynamodb.BatchGetIt
 func (m *readMeter) reset() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.queries, m.gets, m.batchGets, m.rows, m.units = 0, 0, 0, 0, 0
+	m.queries, m.gets, m.batchGets, m.rows, m.units, m.refused = 0, 0, 0, 0, 0, 0
 }
 
 // itemSize is an item's size as DynamoDB bills it: each attribute's name

@@ -1,48 +1,22 @@
 package dynamodb_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/store/dynamodb"
 )
 
-// readCounter counts the consistent reads of one row a store makes, and
-// its updates refused on their condition.
-type readCounter struct {
-	dynamodb.API
-	gets, refused atomic.Int64
-}
-
-func (c *readCounter) GetItem(ctx context.Context, in *awsdynamodb.GetItemInput, opts ...func(*awsdynamodb.Options)) (*awsdynamodb.GetItemOutput, error) {
-	c.gets.Add(1)
-	return c.API.GetItem(ctx, in, opts...)
-}
-
-func (c *readCounter) UpdateItem(ctx context.Context, in *awsdynamodb.UpdateItemInput, opts ...func(*awsdynamodb.Options)) (*awsdynamodb.UpdateItemOutput, error) {
-	out, err := c.API.UpdateItem(ctx, in, opts...)
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
-		c.refused.Add(1)
-	}
-	return out, err
-}
-
 // twoStores are two stores on one table, as two replicas have: a, whose
 // reads are counted, and b, the other replica.
 type twoStores struct {
 	a, b  *dynamodb.Store
-	reads *readCounter
+	reads *readMeter
 	clk   *clock.Virtual
 	in    domain.Instance
 }
@@ -51,7 +25,7 @@ func newTwoStores(t *testing.T, opts dynamodb.Options) *twoStores {
 	t.Helper()
 	client, table := newTable(t)
 	clk := clock.NewVirtual(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
-	reads := &readCounter{API: client}
+	reads := &readMeter{API: client}
 	a, err := dynamodb.New(reads, table, clk, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +74,7 @@ func TestAChangeAfterAReadDoesNotReadAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := w.reads.gets.Load(); n != 1 {
+	if n := w.reads.getCalls(); n != 1 {
 		t.Errorf("%d consistent reads for a read and a change; want 1", n)
 	}
 	stored, err := w.b.GetInstance(t.Context(), w.in.ID)
@@ -111,7 +85,7 @@ func TestAChangeAfterAReadDoesNotReadAgain(t *testing.T) {
 	if _, err := w.a.Transition(t.Context(), w.in.ID, domain.GuardOf(got), serveOne); err != nil {
 		t.Fatal(err)
 	}
-	if n := w.reads.gets.Load(); n != 1 {
+	if n := w.reads.getCalls(); n != 1 {
 		t.Errorf("%d consistent reads after a second change; want still 1", n)
 	}
 }
@@ -129,7 +103,7 @@ func TestAChangeOnARowThatMovedIsDecidedOnTheRowAsItIs(t *testing.T) {
 	if !errors.Is(err, domain.ErrConflict) {
 		t.Fatalf("change guarded on ready after the row became stopping: %v; want ErrConflict", err)
 	}
-	if n := w.reads.gets.Load(); n != 1 {
+	if n := w.reads.getCalls(); n != 1 {
 		t.Errorf("%d consistent reads; want 1: the refused write returns the row", n)
 	}
 	stored, _ := w.b.GetInstance(t.Context(), w.in.ID)
@@ -178,11 +152,12 @@ func TestAChangeAfterAnotherReplicasHeartbeatSeesIt(t *testing.T) {
 	if err := w.a.RecordHeartbeat(t.Context(), w.in.ID, own); err != nil {
 		t.Fatal(err)
 	}
-	reads, refused := w.reads.gets.Load(), w.reads.refused.Load()
+	reads, refused := w.reads.getsAndRefused()
 	if got, err = w.a.Transition(t.Context(), w.in.ID, domain.GuardOf(got), serveOne); err != nil || !got.Heartbeat.Equal(own) {
 		t.Fatalf("change after its own heartbeat: heartbeat %s, %v; want %s", got.Heartbeat, err, own)
 	}
-	if n, m := w.reads.gets.Load()-reads, w.reads.refused.Load()-refused; n != 0 || m != 0 {
+	if g, r := w.reads.getsAndRefused(); g != reads || r != refused {
+		n, m := g-reads, r-refused
 		t.Errorf("a change after this store's own heartbeat: %d consistent reads, %d refused writes; want none", n, m)
 	}
 }
@@ -196,7 +171,7 @@ func TestARowIsRememberedForAMomentOnly(t *testing.T) {
 	if _, err := w.a.Transition(t.Context(), w.in.ID, domain.GuardOf(read), serveOne); err != nil {
 		t.Fatal(err)
 	}
-	if n := w.reads.gets.Load(); n != 2 {
+	if n := w.reads.getCalls(); n != 2 {
 		t.Errorf("%d consistent reads for a change a second after the read; want 2", n)
 	}
 
@@ -205,7 +180,7 @@ func TestARowIsRememberedForAMomentOnly(t *testing.T) {
 	if _, err := w.a.Transition(t.Context(), w.in.ID, domain.GuardOf(read), serveOne); err != nil {
 		t.Fatal(err)
 	}
-	if n := w.reads.gets.Load(); n != 2 {
+	if n := w.reads.getCalls(); n != 2 {
 		t.Errorf("%d consistent reads with Recent -1; want 2", n)
 	}
 }
