@@ -24,11 +24,14 @@ echo "Listening for Jobs"
 exec sleep 1000
 `
 
-// behindBalancer serves the stub plane until gone is set, then answers
-// every call as a balancer without a healthy upstream does. With goAfterJob,
-// gone is set once the stub has given the agent its job.
-func behindBalancer(t *testing.T, stub *stubPlane, gone *atomic.Bool, goAfterJob bool) *httptest.Server {
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+// behindBalancer is a stub plane giving job 5, served through front until
+// gone is set, when front answers every call as a balancer without a
+// healthy upstream does. With goAfterJob, gone is set once the stub has
+// given the agent its job.
+func behindBalancer(t *testing.T, goAfterJob bool) (stub *stubPlane, gone *atomic.Bool, front *httptest.Server) {
+	stub, _ = newStubPlane(t, &agentapi.Instruction{Kind: "run", JobID: 5, Job: "5", JITConfig: "x"}, nil)
+	gone = new(atomic.Bool)
+	front = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if gone.Load() {
 			http.Error(w, "no healthy upstream", http.StatusBadGateway)
 			return
@@ -39,7 +42,7 @@ func behindBalancer(t *testing.T, stub *stubPlane, gone *atomic.Bool, goAfterJob
 		}
 	}))
 	t.Cleanup(front.Close)
-	return front
+	return stub, gone, front
 }
 
 // stepTo moves clk from timer to timer (each waiting for the agent to park
@@ -72,15 +75,11 @@ func wantGaveUpAtTheDeadline(t *testing.T, clk *clock.Virtual, cfg agent.Config)
 func TestAnIdleRunnerDoesNotHoldTheDeadlineOff(t *testing.T) {
 	r := newRig(t)
 	r.write("idle-runner.sh", idleRunner)
-	stub, _ := newStubPlane(t, &agentapi.Instruction{Kind: "run", JobID: 5, Job: "5", JITConfig: "x"}, nil)
 	// The control plane goes as soon as it has given the job.
-	var gone atomic.Bool
-	front := behindBalancer(t, stub, &gone, true)
+	_, _, front := behindBalancer(t, true)
 	cfg := r.config("bp-1", "secret")
-	cfg.URL = front.URL
 	cfg.RunnerCommand = "sh " + agent.ShellQuote(r.path("idle-runner.sh"))
-	clk := clock.NewVirtual(agentapitest.T0)
-	g := r.start(cfg, clk, front.Client())
+	clk, g := r.startAgainst(cfg, front)
 	// The heartbeats wait for their next turn and the registered signal for
 	// its retry: the agent heard the last answers, and its first failure
 	// began the streak now.
@@ -100,14 +99,10 @@ func TestAnIdleRunnerDoesNotHoldTheDeadlineOff(t *testing.T) {
 // heartbeats fail in between; the kept streak goes with the outage.
 func TestAStartedJobHoldsTheDeadlineOff(t *testing.T) {
 	r := newRig(t)
-	stub, _ := newStubPlane(t, &agentapi.Instruction{Kind: "run", JobID: 5, Job: "5", JITConfig: "x"}, nil)
-	var gone atomic.Bool
-	front := behindBalancer(t, stub, &gone, false)
+	stub, gone, front := behindBalancer(t, false)
 	cfg := r.config("bp-1", "secret")
-	cfg.URL = front.URL
 	cfg.RunnerCommand = "sh " + agent.ShellQuote(r.path("blocking-runner.sh"))
-	clk := clock.NewVirtual(agentapitest.T0)
-	g := r.start(cfg, clk, front.Client())
+	clk, g := r.startAgainst(cfg, front)
 	stub.await(t, "job-started", func() bool { return stub.signals["job-started"] == 1 })
 	gone.Store(true)
 
@@ -159,13 +154,11 @@ func TestAProxysPageCountsAsUnreachable(t *testing.T) {
 			}))
 			t.Cleanup(proxy.Close)
 			cfg := r.config("bp-1", "secret")
-			cfg.URL = proxy.URL
 			if tc.saved {
 				os.MkdirAll(cfg.StateDir, 0o700)
 				os.WriteFile(filepath.Join(cfg.StateDir, "identity.json"), []byte(`{"cloud_id":"i-bp-1","token":"tok"}`), 0o600)
 			}
-			clk := clock.NewVirtual(agentapitest.T0)
-			g := r.start(cfg, clk, proxy.Client())
+			clk, g := r.startAgainst(cfg, proxy)
 			if _, err := stepUntilDone(t, clk, g); !errors.Is(err, agent.ErrUnreachable) {
 				t.Fatalf("Run: %v, want ErrUnreachable", err)
 			}
@@ -182,9 +175,9 @@ func TestARestartDoesNotResetTheDeadline(t *testing.T) {
 		t.Skip("no boot id on this system: streaks are not resumed")
 	}
 	r := newRig(t)
-	gone := httptest.NewServer(http.NotFoundHandler())
-	gone.Close()
+	gone := closedServer()
 	cfg := r.config("bp-1", "secret")
+	// The second run, on the same clock, goes there too.
 	cfg.URL = gone.URL
 	clk := clock.NewVirtual(agentapitest.T0)
 	first := r.start(cfg, clk, gone.Client())
@@ -206,10 +199,7 @@ func TestARestartDoesNotResetTheDeadline(t *testing.T) {
 // and started later) is not resumed: the new boot gets its full deadline.
 func TestAStreakOfAnotherBootIsNotResumed(t *testing.T) {
 	r := newRig(t)
-	gone := httptest.NewServer(http.NotFoundHandler())
-	gone.Close()
 	cfg := r.config("bp-1", "secret")
-	cfg.URL = gone.URL
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -217,8 +207,7 @@ func TestAStreakOfAnotherBootIsNotResumed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cfg.StateDir, "unreachable.json"), []byte(old), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	clk := clock.NewVirtual(agentapitest.T0)
-	g := r.start(cfg, clk, gone.Client())
+	clk, g := r.startAgainst(cfg, closedServer())
 	if _, err := stepUntilDone(t, clk, g); !errors.Is(err, agent.ErrUnreachable) {
 		t.Fatalf("Run: %v, want ErrUnreachable", err)
 	}

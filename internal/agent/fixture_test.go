@@ -164,6 +164,22 @@ func (r *rig) run(cfg agent.Config) *running {
 	return r.start(cfg, r.cp.Clock, r.srv.Client())
 }
 
+// startAgainst starts an agent with cfg against srv instead (its URL, over
+// its client) on a virtual clock of its own, set at T0.
+func (r *rig) startAgainst(cfg agent.Config, srv *httptest.Server) (*clock.Virtual, *running) {
+	cfg.URL = srv.URL
+	clk := clock.NewVirtual(agentapitest.T0)
+	return clk, r.start(cfg, clk, srv.Client())
+}
+
+// closedServer is a control plane that is gone: nothing listens at its
+// URL any more.
+func closedServer() *httptest.Server {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	srv.Close()
+	return srv
+}
+
 // result waits for a run to end by itself.
 func result(t *testing.T, g *running) error {
 	t.Helper()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/agent"
 	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
-	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -24,12 +22,7 @@ import (
 // deadline, runs the shutdown command and stops.
 func TestBackoffThenSelfShutdown(t *testing.T) {
 	r := newRig(t)
-	gone := httptest.NewServer(http.NotFoundHandler())
-	gone.Close() // nothing listens there any more
-	cfg := r.config("bp-1", "secret")
-	cfg.URL = gone.URL
-	clk := clock.NewVirtual(agentapitest.T0)
-	g := r.start(cfg, clk, gone.Client())
+	clk, g := r.startAgainst(r.config("bp-1", "secret"), closedServer())
 
 	steps, err := stepUntilDone(t, clk, g)
 	if !errors.Is(err, agent.ErrUnreachable) {
@@ -143,10 +136,7 @@ func TestRejectedSignalsAreNotRetried(t *testing.T) {
 		}
 		return http.StatusConflict
 	})
-	cfg := r.config("bp-1", "secret")
-	cfg.URL = srv.URL
-	clk := clock.NewVirtual(agentapitest.T0)
-	r.start(cfg, clk, srv.Client())
+	clk, _ := r.startAgainst(r.config("bp-1", "secret"), srv)
 
 	stub.await(t, "warm", func() bool { return stub.signals["warm"] == 1 })
 	clk.BlockUntil(2) // the heartbeat's interval and the warm signal's backoff
@@ -166,11 +156,7 @@ func TestRejectedSignalsAreNotRetried(t *testing.T) {
 // token taken and giving its machine up.
 func TestALostHelloAnswerIsRetried(t *testing.T) {
 	r := newRig(t)
-	cfg := r.launched("bp-1")
-	front := r.lossyHelloFront(t)
-	cfg.URL = front.URL
-	clk := clock.NewVirtual(agentapitest.T0)
-	r.start(cfg, clk, front.Client())
+	clk, _ := r.startAgainst(r.launched("bp-1"), r.lossyHelloFront(t))
 	clk.BlockUntil(1) // the hello's backoff
 	clk.Advance(time.Second)
 	r.cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalWarm))

@@ -11,7 +11,6 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/agent"
 	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
-	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -77,10 +76,9 @@ func TestAgentWatchesForASpotInterruption(t *testing.T) {
 	r := newRig(t)
 	w, imds, plane := newSpotWorld(t)
 	cfg := r.config("bp-1", "secret")
-	cfg.URL, cfg.CloudID, cfg.CloudIDFrom, cfg.MetadataURL = plane.URL, "", "imds", imds.URL
+	cfg.CloudID, cfg.CloudIDFrom, cfg.MetadataURL = "", "imds", imds.URL
 	cfg.SpotWatchEvery = 7 * time.Second
-	clk := clock.NewVirtual(agentapitest.T0)
-	g := r.start(cfg, clk, plane.Client())
+	clk, g := r.startAgainst(cfg, plane)
 
 	w.await(t, "the first look", func() bool { return w.polls == 1 && w.signals["warm"] == 1 })
 	clk.BlockUntil(2) // the heartbeat's interval and the watch's
@@ -126,9 +124,8 @@ func TestAgentWithAGivenCloudIDDoesNotWatch(t *testing.T) {
 	w, imds, plane := newSpotWorld(t)
 	w.give(notice)
 	cfg := r.config("bp-1", "secret")
-	cfg.URL, cfg.MetadataURL = plane.URL, imds.URL
-	clk := clock.NewVirtual(agentapitest.T0)
-	r.start(cfg, clk, plane.Client())
+	cfg.MetadataURL = imds.URL
+	clk, _ := r.startAgainst(cfg, plane)
 	w.await(t, "warm", func() bool { return w.signals["warm"] == 1 })
 	clk.BlockUntil(1)
 	clk.Advance(time.Minute)

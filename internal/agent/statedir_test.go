@@ -9,7 +9,6 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/agent"
 	"github.com/bullpen-ci/bullpen/internal/agentapi/agentapitest"
-	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -64,11 +63,7 @@ func TestAJobMarkThatCannotBeWrittenFailsTheJob(t *testing.T) {
 func TestARestartedHelloProposesTheSameToken(t *testing.T) {
 	r := newRig(t)
 	cfg := r.launched("bp-1")
-	front := r.lossyHelloFront(t)
-	lossy := cfg
-	lossy.URL = front.URL
-	clk := clock.NewVirtual(agentapitest.T0)
-	first := r.start(lossy, clk, front.Client())
+	clk, first := r.startAgainst(cfg, r.lossyHelloFront(t))
 	clk.BlockUntil(1) // the hello's backoff
 	if err := first.stop(); err != nil {
 		t.Fatal(err)
