@@ -35,11 +35,7 @@ func TestBatchRecordsOnceAndSendsOncePerQueue(t *testing.T) {
 		if n := f.sends.sent(q); n != 1 {
 			t.Errorf("%d sends to the %s queue, want 1", n, q)
 		}
-		got := f.queued(q)
-		slices.Sort(got)
-		if !slices.Equal(got, want) {
-			t.Errorf("%s queue holds %v, want %v", q, got, want)
-		}
+		f.wantQueued(q, want...)
 	}
 	f.inboxEmpty()
 }
@@ -134,14 +130,8 @@ func TestMixedBatch(t *testing.T) {
 	}
 	// 12_001 and 12_002 were received from the pool queue by no one: they
 	// are still there from the first step; the batch added only 12_010.
-	pool := f.queued(domain.QueuePool)
-	slices.Sort(pool)
-	if !slices.Equal(pool, []int64{12_001, 12_002, 12_010}) {
-		t.Errorf("pool queue %v", pool)
-	}
-	if got := f.queued(domain.QueueLaunch); !slices.Equal(got, []int64{12_011}) {
-		t.Errorf("launch queue %v, want [12011]", got)
-	}
+	f.wantQueued(domain.QueuePool, 12_001, 12_002, 12_010)
+	f.wantQueued(domain.QueueLaunch, 12_011)
 	if got := f.fin.recorded(); !slices.Equal(got, []finishCall{{12_002, "success"}, {12_099, "failure"}}) {
 		t.Errorf("Finish calls %v", got)
 	}

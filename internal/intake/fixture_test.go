@@ -1,11 +1,13 @@
 package intake
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -136,6 +138,28 @@ func (f *fixture) step() int {
 	return n
 }
 
+// stepFails runs one Step and fails the test unless it fails.
+func (f *fixture) stepFails() {
+	f.T.Helper()
+	if _, err := f.in.Step(f.Ctx); err == nil {
+		f.T.Fatal("step succeeded, want it to fail")
+	}
+}
+
+// failingRounds steps n times, each step failing, a visibility timeout
+// apart, so that the last one receives the delivery for the n-th time.
+func (f *fixture) failingRounds(n int) {
+	f.T.Helper()
+	for round := 1; round <= n; round++ {
+		if _, err := f.in.Step(f.Ctx); err == nil {
+			f.T.Fatalf("round %d: step succeeded, want it to fail", round)
+		}
+		if round < n {
+			f.Clock.Advance(30 * time.Second)
+		}
+	}
+}
+
 func (f *fixture) noJob(id int64) {
 	f.T.Helper()
 	if j, err := f.Store.GetJob(f.Ctx, id); !errors.Is(err, domain.ErrNotFound) {
@@ -158,6 +182,18 @@ func (f *fixture) queued(queue string) []int64 {
 	return ids
 }
 
+// wantQueued checks that a pool or launch queue holds the jobs want, each
+// once, in any order.
+func (f *fixture) wantQueued(queue string, want ...int64) {
+	f.T.Helper()
+	got := f.queued(queue)
+	slices.Sort(got)
+	want = slices.Sorted(slices.Values(want))
+	if !slices.Equal(got, want) {
+		f.T.Errorf("%s queue holds %v, want %v", queue, got, want)
+	}
+}
+
 // deadLetters returns the bodies in the dead-letter queue.
 func (f *fixture) deadLetters() [][]byte {
 	f.T.Helper()
@@ -170,6 +206,16 @@ func (f *fixture) deadLetters() [][]byte {
 		out = append(out, m.Body)
 	}
 	return out
+}
+
+// deadLettered checks that the inbox is empty and the dead-letter queue
+// holds body alone.
+func (f *fixture) deadLettered(body []byte) {
+	f.T.Helper()
+	f.inboxEmpty()
+	if dl := f.deadLetters(); len(dl) != 1 || !bytes.Equal(dl[0], body) {
+		f.T.Fatalf("dead letters %q, want the delivery byte for byte", dl)
+	}
 }
 
 func (f *fixture) inboxEmpty() {

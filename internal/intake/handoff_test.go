@@ -1,29 +1,13 @@
 package intake
 
 import (
-	"bytes"
 	"errors"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 )
-
-// failingRounds steps n times, each step failing, a visibility timeout
-// apart, so that the last one receives the delivery for the n-th time.
-func (f *fixture) failingRounds(n int) {
-	f.T.Helper()
-	for round := 1; round <= n; round++ {
-		if _, err := f.in.Step(f.Ctx); err == nil {
-			f.T.Fatalf("round %d: step succeeded, want it to fail", round)
-		}
-		if round < n {
-			f.Clock.Advance(30 * time.Second)
-		}
-	}
-}
 
 // resend runs the reaper's sweep of jobs whose message is pending, a
 // reaper interval later, and returns how many it sent.
@@ -36,14 +20,6 @@ func (f *fixture) resend() int {
 	}
 	f.Clock.Advance(jobs.MaxRequeueDelay) // past the message's delay
 	return n
-}
-
-func (f *fixture) deadLettered(body []byte) {
-	f.T.Helper()
-	f.inboxEmpty()
-	if dl := f.deadLetters(); len(dl) != 1 || !bytes.Equal(dl[0], body) {
-		f.T.Fatalf("dead letters %q, want the delivery", dl)
-	}
 }
 
 // A job recorded by a delivery whose send to its queue fails every time
@@ -71,9 +47,7 @@ func TestDeadLetteredArrivalLeavesItsRecordedJobToTheReaper(t *testing.T) {
 	if n := f.resend(); n != 1 {
 		t.Fatalf("the reaper's sweep sent %d jobs, want 1", n)
 	}
-	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{9401}) {
-		t.Fatalf("pool queue %v, want [9401]", ids)
-	}
+	f.wantQueued(domain.QueuePool, 9401)
 	if j := f.Job(9401); j.SendPending {
 		t.Error("send pending still set once the message is out")
 	}
@@ -97,9 +71,7 @@ func TestDeadLetteredQueuedDeliveryReleasesItsWaitingJob(t *testing.T) {
 	if n := f.resend(); n != 1 {
 		t.Fatalf("the reaper's sweep sent %d jobs, want 1", n)
 	}
-	if ids := f.queued(domain.QueueLaunch); !slices.Equal(ids, []int64{9402}) {
-		t.Fatalf("launch queue %v, want [9402]", ids)
-	}
+	f.wantQueued(domain.QueueLaunch, 9402)
 }
 
 // A waiting delivery dead-lettered leaves its job waiting: its queued
@@ -146,8 +118,9 @@ func TestDeadLetteredArrivalWhoseStoreKeepsFailingAfterRecording(t *testing.T) {
 	}
 }
 
-// An arrival the store never recorded is dead-lettered with nothing
-// marked: the reaper admits its job from GitHub's queued jobs.
+// An arrival the store always refuses ends in the dead-letter queue
+// instead of blocking the inbox, with nothing marked: the reaper admits
+// its job from GitHub's queued jobs.
 func TestDeadLetteredArrivalNeverRecordedMarksNothing(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{Visibility: 30 * time.Second, MaxReceives: 2})
@@ -212,7 +185,5 @@ func TestRedeliveryAfterHandOffSendsTheJobOnce(t *testing.T) {
 	if n := f.resend(); n != 1 {
 		t.Fatalf("the reaper's sweep sent %d jobs, want 1", n)
 	}
-	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{9407}) {
-		t.Fatalf("pool queue %v, want [9407] once", ids)
-	}
+	f.wantQueued(domain.QueuePool, 9407)
 }

@@ -54,9 +54,7 @@ func TestQueuedJobIsRecordedAndSentToItsQueue(t *testing.T) {
 			if c.queue == domain.QueueLaunch {
 				other = domain.QueuePool
 			}
-			if ids := f.queued(c.queue); !slices.Equal(ids, []int64{1001}) {
-				t.Errorf("%s queue holds %v, want [1001]", c.queue, ids)
-			}
+			f.wantQueued(c.queue, 1001)
 			if s := f.Stats(other); s != (domain.QueueStats{}) {
 				t.Errorf("%s queue holds %+v, want nothing", other, s)
 			}
@@ -170,9 +168,7 @@ func TestRedeliveredQueuedEventCreatesNothing(t *testing.T) {
 	if n := f.sends.sent(domain.QueuePool); n != 2 {
 		t.Errorf("%d sends to the pool queue, want 2 (the second deduplicated)", n)
 	}
-	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{4001}) {
-		t.Errorf("pool queue holds %v, want the job once", ids)
-	}
+	f.wantQueued(domain.QueuePool, 4001)
 	if got := f.events("queued", "duplicate"); got != 1 {
 		t.Errorf("duplicate counted %v, want 1", got)
 	}
@@ -191,9 +187,7 @@ func TestDuplicatesWithinOneBatchMakeOneJob(t *testing.T) {
 	if j := f.Job(4002); j.Version != 1 {
 		t.Fatalf("job version %d, want 1", j.Version)
 	}
-	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{4002}) {
-		t.Errorf("pool queue holds %v, want the job once", ids)
-	}
+	f.wantQueued(domain.QueuePool, 4002)
 	f.inboxEmpty()
 }
 
@@ -261,9 +255,7 @@ func TestWaitingJobIsRecordedAndSentOnceQueued(t *testing.T) {
 	if j := f.Job(6001); j.Status != domain.JobQueued || j.Reason != "" {
 		t.Fatalf("approved job %s %q, want queued without a reason", j.Status, j.Reason)
 	}
-	if ids := f.queued(domain.QueuePool); !slices.Equal(ids, []int64{6001}) {
-		t.Fatalf("pool queue holds %v, want the approved job", ids)
-	}
+	f.wantQueued(domain.QueuePool, 6001)
 
 	// A late redelivery of the waiting event does not hold the job back again.
 	f.deliver(waiting)
