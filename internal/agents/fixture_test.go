@@ -131,6 +131,21 @@ func (f *fixture) wantNoRunner(id string) {
 	}
 }
 
+// wantToldToRun fails unless Next tells in's agent to run job jobID with
+// runner, under in's own config.
+func (f *fixture) wantToldToRun(in domain.Instance, jobID int64, runner string) {
+	f.T.Helper()
+	got, err := f.svc.Next(f.Ctx, in.CloudID)
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	a := got.Assignment
+	if got.Kind != domain.InstructionRun || a.JobID != jobID || a.RunnerName != runner || a.JITConfig != configOf(in.ID) {
+		f.T.Fatalf("%s told %s job %d runner %q (own config: %t), want run job %d on runner %q",
+			in.ID, got.Kind, a.JobID, a.RunnerName, a.JITConfig == configOf(in.ID), jobID, runner)
+	}
+}
+
 // wantDefaultDeadline fails unless in is due its state's default deadline
 // from now.
 func (f *fixture) wantDefaultDeadline(in domain.Instance) {

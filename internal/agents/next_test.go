@@ -12,15 +12,7 @@ func TestNextStartsTheRunnerRegisteredForTheInstance(t *testing.T) {
 		t.Run(string(st), func(t *testing.T) {
 			f := newFixture(t)
 			in, _ := f.bound("bp-1", st, 42)
-			got, err := f.svc.Next(f.Ctx, in.CloudID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			a := got.Assignment
-			if got.Kind != domain.InstructionRun || a.JobID != 42 || a.RunnerName != "bp-1-42" || a.JITConfig != configOf("bp-1") {
-				t.Fatalf("got %s job %d runner %q (own config: %t), want run job 42 with bp-1's registration",
-					got.Kind, a.JobID, a.RunnerName, a.JITConfig == configOf("bp-1"))
-			}
+			f.wantToldToRun(in, 42, "bp-1-42")
 		})
 	}
 }
@@ -82,17 +74,9 @@ func TestNextAfterARebindStartsTheInstancesOwnRunner(t *testing.T) {
 		t.Fatalf("after the swap bp-1 is bound to %q and job 43 (%s) to %q, want each other", in.Job, j.Status, j.InstanceID)
 	}
 
-	got, err := f.svc.Next(f.Ctx, y.CloudID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := got.Assignment
 	// bp-2 was handed job 42 (the labels match): it runs its own runner
 	// for it, which GitHub will most likely give 42.
-	if got.Kind != domain.InstructionRun || a.JobID != 42 || a.RunnerName != "bp-2-43" || a.JITConfig != configOf("bp-2") {
-		t.Fatalf("bp-2 told %s job %d runner %q (own config: %t), want run job 42 on its own runner bp-2-43",
-			got.Kind, a.JobID, a.RunnerName, a.JITConfig == configOf("bp-2"))
-	}
+	f.wantToldToRun(y, 42, "bp-2-43")
 	if got, err := f.svc.Next(f.Ctx, x.CloudID); err != nil || got.Kind != domain.InstructionWait {
 		t.Fatalf("bp-1, whose runner is busy: %+v %v, want wait", got.Kind, err)
 	}
