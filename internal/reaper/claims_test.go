@@ -42,14 +42,10 @@ func TestStaleClaimsEnd(t *testing.T) {
 	if rep := x.cycle(); rep.StaleClaims != 3 {
 		t.Fatalf("%d stale claims ended, want 3: %+v", rep.StaleClaims, rep)
 	}
-	for id, want := range map[string]domain.State{
+	x.wantInstanceStates(map[string]domain.State{
 		"bp-served-elsewhere": domain.StateTerminating, "bp-ended": domain.StateTerminating, "bp-gone-job": domain.StateTerminating,
 		"bp-unbound": domain.StateClaimed, "bp-serving": domain.StateClaimed, "bp-young": domain.StateClaimed,
-	} {
-		if in, _ := x.Store.GetInstance(x.Ctx, id); in.State != want {
-			t.Errorf("%s is %s, want %s", id, in.State, want)
-		}
-	}
+	})
 	if j, _ := x.Store.GetJob(x.Ctx, 1); j.Status != domain.JobAssigned || j.InstanceID != "bp-serving" {
 		t.Errorf("the job served elsewhere was touched: %+v", j)
 	}
@@ -80,11 +76,7 @@ func TestAMachineBootingForAJobServedElsewhereEnds(t *testing.T) {
 	if rep := x.cycle(); rep.StaleClaims != 1 {
 		t.Fatalf("%d stale claims ended, want 1: %+v", rep.StaleClaims, rep)
 	}
-	for id, want := range map[string]domain.State{
+	x.wantInstanceStates(map[string]domain.State{
 		"bp-first": domain.StateTerminating, "bp-second": domain.StateBooting, "bp-waiting": domain.StateBooting,
-	} {
-		if in, _ := x.Store.GetInstance(x.Ctx, id); in.State != want {
-			t.Errorf("%s is %s, want %s", id, in.State, want)
-		}
-	}
+	})
 }

@@ -27,15 +27,10 @@ func TestRunTerminatesRowsPastTheirDeadline(t *testing.T) {
 	f.Clock.Advance(time.Minute)
 	f.Clock.BlockUntil(1) // the second sweep ran
 	stop()
-	want := map[string]domain.State{
+	f.wantInstanceStates(map[string]domain.State{
 		"stuck-claim": domain.StateTerminated, "late-release": domain.StateTerminated, "errored": domain.StateTerminated,
 		"started-claim": domain.StateClaimed, "long-job": domain.StateTerminated, "fresh": domain.StateReady,
-	}
-	for id, state := range want {
-		if in := f.Instance(id); in.State != state {
-			t.Errorf("%s is %s, want %s", id, in.State, state)
-		}
-	}
+	})
 }
 
 // An instance bound to a job it has not started, expiring at its deadline,

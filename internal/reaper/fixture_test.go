@@ -71,3 +71,13 @@ func (f *fixture) assign(job int64, instanceID string) {
 		f.T.Fatal(err)
 	}
 }
+
+// wantInstanceStates checks the state of each instance named.
+func (f *fixture) wantInstanceStates(want map[string]domain.State) {
+	f.T.Helper()
+	for id, state := range want {
+		if in := f.Instance(id); in.State != state {
+			f.T.Errorf("%s is %s, want %s", id, in.State, state)
+		}
+	}
+}

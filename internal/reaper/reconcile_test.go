@@ -226,11 +226,7 @@ func TestSilentAgentIsTerminatedAndItsUnstartedJobRequeued(t *testing.T) {
 	if rep.Silent != 1 {
 		t.Fatalf("report %+v", rep)
 	}
-	for id, want := range map[string]domain.State{"talking": domain.StateRunning, "quiet": domain.StateTerminating, "parked": domain.StateStopped} {
-		if in, _ := x.Store.GetInstance(x.Ctx, id); in.State != want {
-			t.Errorf("%s is %s, want %s", id, in.State, want)
-		}
-	}
+	x.wantInstanceStates(map[string]domain.State{"talking": domain.StateRunning, "quiet": domain.StateTerminating, "parked": domain.StateStopped})
 	if j, _ := x.Store.GetJob(x.Ctx, 5); j.Status != domain.JobQueued || j.InstanceID != "" {
 		t.Fatalf("the silent instance's job: %+v", j)
 	}
@@ -264,11 +260,7 @@ func TestARestartedControlPlaneWaitsBeforeJudgingSilence(t *testing.T) {
 	if rep := x.cycle(); rep.Silent != 1 {
 		t.Fatalf("report %+v, want the one that stayed silent", rep)
 	}
-	for id, want := range map[string]domain.State{"busy": domain.StateRunning, "dead": domain.StateTerminating} {
-		if in, _ := x.Store.GetInstance(x.Ctx, id); in.State != want {
-			t.Errorf("%s is %s, want %s", id, in.State, want)
-		}
-	}
+	x.wantInstanceStates(map[string]domain.State{"busy": domain.StateRunning, "dead": domain.StateTerminating})
 }
 
 // A rejected job GitHub still lists as queued (the intake's one cancel was
