@@ -113,6 +113,20 @@ func (w *world) converge(n int) PoolReport {
 	return r
 }
 
+// cycleUntilPlanned runs cycles 30 s apart until one plans something, at
+// most n, and returns the last report.
+func (w *world) cycleUntilPlanned(n int) PoolReport {
+	w.T.Helper()
+	var r PoolReport
+	for range n {
+		w.Clock.Pass(30 * time.Second)
+		if r = w.cycle(); !r.Plan.Empty() {
+			break
+		}
+	}
+	return r
+}
+
 // actions is how many instances of pool p the converger counted as acted
 // on for action and reason, with result.
 func (w *world) actions(action, reason, result string) float64 {
@@ -336,13 +350,7 @@ func TestInstanceThatNeverWarmsIsReplacedAsDangling(t *testing.T) {
 	w := newWorld(t, domain.Target{Stopped: 1}, sim.Options{Latency: latency, NeverWarmEvery: 1}, Options{})
 	w.cycle()
 	stuck := w.rows(domain.StateBooting)[0]
-	var r PoolReport
-	for range 25 {
-		w.Clock.Pass(30 * time.Second)
-		if r = w.cycle(); !r.Plan.Empty() {
-			break
-		}
-	}
+	r := w.cycleUntilPlanned(25)
 	if got := Describe(r.Plan); got != "terminate/dangling×1 create/stopped×1" {
 		t.Fatalf("plan %q", got)
 	}
@@ -357,16 +365,9 @@ func TestInstanceThatNeverWarmsIsReplacedAsDangling(t *testing.T) {
 
 func TestHotInstanceIsReplacedAfterItsIdleLifetime(t *testing.T) {
 	w := newWorld(t, domain.Target{Hot: 1}, sim.Options{Latency: latency}, Options{})
-	first := w.converge(5)
-	_ = first
+	w.converge(5)
 	orig := w.rows(domain.StateReady)[0]
-	var r PoolReport
-	for range 30 {
-		w.Clock.Pass(30 * time.Second)
-		if r = w.cycle(); !r.Plan.Empty() {
-			break
-		}
-	}
+	r := w.cycleUntilPlanned(30)
 	if got := Describe(r.Plan); got != "terminate/idle-lifetime×1 create/hot×1" {
 		t.Fatalf("plan %q", got)
 	}
