@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/bullpen-ci/bullpen/internal/httpauth"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/httpauth"
 )
 
 // Server is the agent API. It is an http.Handler for the paths under
