@@ -196,13 +196,9 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.Limit = limit
-	for _, v := range splitParam(r, "status") {
-		st := domain.JobStatus(v)
-		if !st.Valid() {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown status %q (known: %s)", v, joinStatuses()))
-			return
-		}
-		f.Statuses = append(f.Statuses, st)
+	if f.Statuses, err = namesParam(r, "status", domain.JobStatuses); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	list, err := s.Store.ListJobs(r.Context(), f)
 	if err != nil {
@@ -240,13 +236,10 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := domain.InstanceFilter{Pool: r.URL.Query().Get("pool"), Runner: r.URL.Query().Get("runner")}
-	for _, v := range splitParam(r, "state") {
-		st := domain.State(v)
-		if !st.Valid() {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q (known: %s)", v, joinStates()))
-			return
-		}
-		f.States = append(f.States, st)
+	var err error
+	if f.States, err = namesParam(r, "state", domain.States); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	all, err := boolParam(r, "all")
 	if err != nil {
@@ -392,20 +385,24 @@ func splitParam(r *http.Request, key string) []string {
 	return out
 }
 
-func joinStatuses() string {
-	var s []string
-	for _, st := range domain.JobStatuses {
-		s = append(s, string(st))
+// namesParam reads a list parameter of job statuses or instance states,
+// refusing an unknown one with the names the endpoint knows.
+func namesParam[T interface {
+	~string
+	Valid() bool
+}](r *http.Request, key string, known []T) ([]T, error) {
+	var out []T
+	for _, v := range splitParam(r, key) {
+		if !T(v).Valid() {
+			names := make([]string, len(known))
+			for i, k := range known {
+				names[i] = string(k)
+			}
+			return nil, fmt.Errorf("unknown %s %q (known: %s)", key, v, strings.Join(names, ", "))
+		}
+		out = append(out, T(v))
 	}
-	return strings.Join(s, ", ")
-}
-
-func joinStates() string {
-	var s []string
-	for _, st := range domain.States {
-		s = append(s, string(st))
-	}
-	return strings.Join(s, ", ")
+	return out, nil
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -307,7 +307,6 @@ func TestStoreFailureIsAServerError(t *testing.T) {
 	r.wantError(r.get("/api/v1/jobs"), http.StatusInternalServerError)
 }
 
-// ids returns the "id" of each object as text.
 // wantIDs checks that path answers with a list under key (a list, never
 // null) of the ids want, in that order.
 func (r *rig) wantIDs(path, key string, want []string) {
@@ -322,6 +321,7 @@ func (r *rig) wantIDs(path, key string, want []string) {
 	}
 }
 
+// ids returns the "id" of each object as text.
 func ids(list []map[string]any) []string {
 	out := []string{}
 	for _, m := range list {
