@@ -125,20 +125,7 @@ func testConcurrentCommits(t *testing.T, e *env) {
 	race(racers, func(k int) {
 		_, errs[k] = e.s.Commit(e.ctx, bind(fmt.Sprintf("r%02d", k), 7))
 	})
-	winner := -1
-	for k, err := range errs {
-		switch {
-		case err == nil && winner >= 0:
-			t.Fatalf("racers %d and %d both bound the job", winner, k)
-		case err == nil:
-			winner = k
-		case !errors.Is(err, domain.ErrConflict):
-			t.Fatalf("racer %d: %v; want a conflict", k, err)
-		}
-	}
-	if winner < 0 {
-		t.Fatal("no racer bound the job")
-	}
+	winner := soleWinner(t, "racer", "bound the job", errs, anyConflict)
 	for k := range racers {
 		in := e.get(fmt.Sprintf("r%02d", k))
 		if (k == winner) != (in.State == domain.StateClaimed) {

@@ -68,9 +68,7 @@ func testHeartbeatUnknown(t *testing.T, e *env) {
 	if err := e.s.RecordHeartbeat(e.ctx, "ghost", start); !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("got %v, want ErrNotFound", err)
 	}
-	if got := e.list(domain.InstanceFilter{}); len(got) != 0 {
-		t.Fatalf("heartbeat of a missing instance created %v", ids(got))
-	}
+	instanceRows.empty(t, e, "heartbeat of a missing instance")
 }
 
 func testHeartbeatThroughTransition(t *testing.T, e *env) {

@@ -60,9 +60,7 @@ func testCreateNothing(t *testing.T, e *env) {
 	if err := e.s.CreateInstances(e.ctx, nil); err != nil {
 		t.Fatalf("create no instances: %v", err)
 	}
-	if got := e.list(domain.InstanceFilter{}); len(got) != 0 {
-		t.Fatalf("list: got %v, want nothing", ids(got))
-	}
+	instanceRows.empty(t, e, "creating no instances")
 }
 
 func testCreateTaken(t *testing.T, e *env) {
@@ -104,19 +102,12 @@ func testCreateInvalid(t *testing.T, e *env) {
 			if err == nil {
 				t.Fatal("invalid row accepted")
 			}
-			if got := e.list(domain.InstanceFilter{}); len(got) != 0 {
-				t.Fatalf("rows written despite the error: %v", ids(got))
-			}
+			instanceRows.empty(t, e, "a refused batch")
 		})
 	}
 }
 
-func testGetUnknown(t *testing.T, e *env) {
-	_, err := e.s.GetInstance(e.ctx, "nope")
-	if !errors.Is(err, domain.ErrNotFound) {
-		t.Fatalf("got %v, want ErrNotFound", err)
-	}
-}
+func testGetUnknown(t *testing.T, e *env) { instanceRows.absent(t, e, "nope") }
 
 // fleet creates rows r1..r6 spread over pools, runners, jobs and states,
 // each a millisecond after the last.
@@ -143,11 +134,7 @@ func fleet(e *env) {
 
 func testListFilters(t *testing.T, e *env) {
 	fleet(e)
-	cases := []struct {
-		name string
-		f    domain.InstanceFilter
-		want []string
-	}{
+	checkFilters(t, []filterCase[domain.InstanceFilter, string]{
 		{"no filter", domain.InstanceFilter{}, []string{"r1", "r2", "r3", "r4", "r5", "r6"}},
 		{"pool", domain.InstanceFilter{Pool: "linux"}, []string{"r1", "r2", "r5"}},
 		{"runner", domain.InstanceFilter{Runner: "large"}, []string{"r2", "r6"}},
@@ -163,14 +150,7 @@ func testListFilters(t *testing.T, e *env) {
 			States: []domain.State{domain.StateClaimed}}, []string{"r5"}},
 		{"no match", domain.InstanceFilter{Pool: "windows"}, nil},
 		{"state no row is in", domain.InstanceFilter{States: []domain.State{domain.StateTerminated}}, nil},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			if got := ids(e.list(c.f)); !slices.Equal(got, c.want) {
-				t.Fatalf("got %v, want %v", got, c.want)
-			}
-		})
-	}
+	}, func(f domain.InstanceFilter) []string { return ids(e.list(f)) })
 }
 
 // An instance is past its deadline from the deadline's instant on; one
@@ -194,25 +174,14 @@ func testListExpiredAt(t *testing.T, e *env) {
 	// Another zone than the rows were written in: the store compares
 	// instants.
 	zone := time.FixedZone("UTC-5", -5*60*60)
-	cases := []struct {
-		name string
-		f    domain.InstanceFilter
-		want []string
-	}{
+	checkFilters(t, []filterCase[domain.InstanceFilter, string]{
 		{"at a deadline", domain.InstanceFilter{ExpiredAt: start.Add(2 * time.Minute).In(zone)}, []string{"early", "exact"}},
 		{"a nanosecond before it", domain.InstanceFilter{ExpiredAt: start.Add(2*time.Minute - 1)}, []string{"early"}},
 		{"before every deadline", domain.InstanceFilter{ExpiredAt: start}, nil},
 		{"after every deadline", domain.InstanceFilter{ExpiredAt: start.Add(time.Hour)}, []string{"early", "exact", "late"}},
 		{"and a state", domain.InstanceFilter{ExpiredAt: start.Add(time.Hour), States: []domain.State{domain.StateReady}},
 			[]string{"early", "late"}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			if got := ids(e.list(c.f)); !slices.Equal(got, c.want) {
-				t.Fatalf("got %v, want %v", got, c.want)
-			}
-		})
-	}
+	}, func(f domain.InstanceFilter) []string { return ids(e.list(f)) })
 }
 
 func testListOrder(t *testing.T, e *env) {
@@ -246,11 +215,8 @@ func testDeleteTerminated(t *testing.T, e *env) {
 	if err := e.s.DeleteInstances(e.ctx, []string{"a", "b", "never-existed"}); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
-	for _, id := range []string{"a", "b"} {
-		if _, err := e.s.GetInstance(e.ctx, id); !errors.Is(err, domain.ErrNotFound) {
-			t.Fatalf("get deleted %s: got %v, want ErrNotFound", id, err)
-		}
-	}
+	instanceRows.absent(t, e, "a")
+	instanceRows.absent(t, e, "b")
 	if err := e.s.DeleteInstances(e.ctx, nil); err != nil {
 		t.Fatalf("delete nothing: %v", err)
 	}

@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -173,9 +172,7 @@ func testJobCreateNothing(t *testing.T, e *env) {
 	if err != nil || len(created) != 0 {
 		t.Fatalf("create no jobs: %v, %v", created, err)
 	}
-	if got := e.listJobs(domain.JobFilter{}); len(got) != 0 {
-		t.Fatalf("list: got %v, want nothing", jobIDs(got))
-	}
+	jobRows.empty(t, e, "creating no jobs")
 }
 
 func testJobCreateInvalid(t *testing.T, e *env) {
@@ -193,18 +190,12 @@ func testJobCreateInvalid(t *testing.T, e *env) {
 			if err == nil {
 				t.Fatal("invalid job accepted")
 			}
-			if got := e.listJobs(domain.JobFilter{}); len(got) != 0 {
-				t.Fatalf("jobs written despite the error: %v", jobIDs(got))
-			}
+			jobRows.empty(t, e, "a refused batch")
 		})
 	}
 }
 
-func testJobGetUnknown(t *testing.T, e *env) {
-	if _, err := e.s.GetJob(e.ctx, 404); !errors.Is(err, domain.ErrNotFound) {
-		t.Fatalf("got %v, want ErrNotFound", err)
-	}
-}
+func testJobGetUnknown(t *testing.T, e *env) { jobRows.absent(t, e, 404) }
 
 // jobBoard creates jobs 1..6 spread over statuses, pools and instances,
 // each a millisecond after the last (3 and 4 interrupted, 4 re-run); a
@@ -241,11 +232,7 @@ func jobBoard(e *env) {
 func testJobListFilters(t *testing.T, e *env) {
 	jobBoard(e)
 	touched := start.Add(time.Minute + 6*time.Millisecond) // when 2 and 5 changed
-	cases := []struct {
-		name string
-		f    domain.JobFilter
-		want []int64
-	}{
+	checkFilters(t, []filterCase[domain.JobFilter, int64]{
 		{"no filter", domain.JobFilter{}, []int64{1, 2, 3, 4, 5, 6}},
 		{"one status", domain.JobFilter{Statuses: []domain.JobStatus{domain.JobQueued}}, []int64{1, 6}},
 		{"final statuses", domain.JobFilter{Statuses: []domain.JobStatus{domain.JobRejected, domain.JobCompleted}}, []int64{4, 5}},
@@ -267,14 +254,7 @@ func testJobListFilters(t *testing.T, e *env) {
 		{"no match", domain.JobFilter{Pool: "windows"}, nil},
 		{"to re-run", domain.JobFilter{ToRerun: true}, []int64{3}},
 		{"to re-run and status", domain.JobFilter{ToRerun: true, Statuses: []domain.JobStatus{domain.JobCompleted}}, nil},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			if got := jobIDs(e.listJobs(c.f)); !slices.Equal(got, c.want) {
-				t.Fatalf("got %v, want %v", got, c.want)
-			}
-		})
-	}
+	}, func(f domain.JobFilter) []int64 { return jobIDs(e.listJobs(f)) })
 }
 
 func testJobListOrder(t *testing.T, e *env) {
@@ -287,20 +267,12 @@ func testJobListOrder(t *testing.T, e *env) {
 	e.createJobs(job(7, domain.JobQueued))
 	e.moveJob(10, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) { j.Attempts = 3 })
 
-	cases := []struct {
-		f    domain.JobFilter
-		want []int64
-	}{
-		{domain.JobFilter{}, []int64{10, 20, 30, 5, 7}},
-		{domain.JobFilter{Newest: true}, []int64{7, 5, 30, 20, 10}},
-		{domain.JobFilter{Limit: 3}, []int64{10, 20, 30}},
-		{domain.JobFilter{Limit: 3, Newest: true}, []int64{7, 5, 30}},
-	}
-	for _, c := range cases {
-		if got := jobIDs(e.listJobs(c.f)); !slices.Equal(got, c.want) {
-			t.Errorf("%+v: got %v, want %v", c.f, got, c.want)
-		}
-	}
+	checkFilters(t, []filterCase[domain.JobFilter, int64]{
+		{"oldest first", domain.JobFilter{}, []int64{10, 20, 30, 5, 7}},
+		{"newest first", domain.JobFilter{Newest: true}, []int64{7, 5, 30, 20, 10}},
+		{"oldest three", domain.JobFilter{Limit: 3}, []int64{10, 20, 30}},
+		{"newest three", domain.JobFilter{Limit: 3, Newest: true}, []int64{7, 5, 30}},
+	}, func(f domain.JobFilter) []int64 { return jobIDs(e.listJobs(f)) })
 }
 
 func testJobDelete(t *testing.T, e *env) {
@@ -325,7 +297,5 @@ func testJobDelete(t *testing.T, e *env) {
 			t.Fatalf("step %d: left %v, want %v", k, got, c.left)
 		}
 	}
-	if _, err := e.s.GetJob(e.ctx, 4); !errors.Is(err, domain.ErrNotFound) {
-		t.Fatalf("get deleted job: got %v, want ErrNotFound", err)
-	}
+	jobRows.absent(t, e, 4)
 }

@@ -120,9 +120,7 @@ func testJobTransitionNotFound(t *testing.T, e *env) {
 	if !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("got %v, want ErrNotFound", err)
 	}
-	if got := e.listJobs(domain.JobFilter{}); len(got) != 0 {
-		t.Fatalf("transition of a missing job created %v", jobIDs(got))
-	}
+	jobRows.empty(t, e, "transition of a missing job")
 }
 
 func testJobTransitionBookkeeping(t *testing.T, e *env) {
@@ -137,9 +135,7 @@ func testJobTransitionBookkeeping(t *testing.T, e *env) {
 		t.Fatalf("bookkeeping taken from fn: %+v", got)
 	}
 	sameJob(t, "stored job", e.getJob(1), got)
-	if _, err := e.s.GetJob(e.ctx, 666); !errors.Is(err, domain.ErrNotFound) {
-		t.Fatalf("get 666: got %v, want ErrNotFound", err)
-	}
+	jobRows.absent(t, e, 666)
 }
 
 func testJobTransitionEveryField(t *testing.T, e *env) {

@@ -14,7 +14,12 @@ import (
 // see it. Instances and jobs make the same promises through different
 // types, so those contracts are written once, over a rowKind.
 type rowKind[ID comparable, Row, Req, Res any] struct {
-	get       func(e *env, id ID) Row
+	get func(e *env, id ID) Row
+	// lookup is get's store call, for a row that may be missing.
+	lookup func(e *env, id ID) (Row, error)
+	// all lists every row the store holds, and ids their ids.
+	all       func(e *env) []Row
+	ids       func([]Row) []ID
 	same      func(t *testing.T, what string, got, want Row)
 	unchanged func(e *env, before Row)
 	// meta is what every kind of row keeps for the store: its id, version
@@ -29,7 +34,11 @@ type rowKind[ID comparable, Row, Req, Res any] struct {
 }
 
 var instanceRows = rowKind[string, domain.Instance, domain.TransitionRequest, domain.TransitionResult]{
-	get: (*env).get, same: sameInstance, unchanged: (*env).unchanged,
+	get:    (*env).get,
+	lookup: func(e *env, id string) (domain.Instance, error) { return e.s.GetInstance(e.ctx, id) },
+	all:    func(e *env) []domain.Instance { return e.list(domain.InstanceFilter{}) },
+	ids:    ids,
+	same:   sameInstance, unchanged: (*env).unchanged,
 	meta: func(i domain.Instance) (string, int64, time.Time) { return i.ID, i.Version, i.UpdatedAt },
 	batch: func(e *env, reqs []domain.TransitionRequest) ([]domain.TransitionResult, error) {
 		return e.s.TransitionBatch(e.ctx, reqs)
@@ -41,7 +50,11 @@ var instanceRows = rowKind[string, domain.Instance, domain.TransitionRequest, do
 }
 
 var jobRows = rowKind[int64, domain.Job, domain.JobTransitionRequest, domain.JobTransitionResult]{
-	get: (*env).getJob, same: sameJob, unchanged: (*env).jobUnchanged,
+	get:    (*env).getJob,
+	lookup: func(e *env, id int64) (domain.Job, error) { return e.s.GetJob(e.ctx, id) },
+	all:    func(e *env) []domain.Job { return e.listJobs(domain.JobFilter{}) },
+	ids:    jobIDs,
+	same:   sameJob, unchanged: (*env).jobUnchanged,
 	meta: func(j domain.Job) (int64, int64, time.Time) { return j.ID, j.Version, j.UpdatedAt },
 	batch: func(e *env, reqs []domain.JobTransitionRequest) ([]domain.JobTransitionResult, error) {
 		return e.s.TransitionJobs(e.ctx, reqs)
@@ -128,6 +141,42 @@ func (k rowKind[ID, Row, Req, Res]) checkOutcome(t *testing.T, n int, want outco
 		t.Errorf("request %d: got %v, want ErrNotFound", n, err)
 	case want == illegal && !k.transitionErr.is(err):
 		t.Errorf("request %d: got %v, want %s", n, err, k.transitionErr.name)
+	}
+}
+
+// absent fails unless the store has no row id.
+func (k rowKind[ID, Row, Req, Res]) absent(t *testing.T, e *env, id ID) {
+	t.Helper()
+	if _, err := k.lookup(e, id); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("get %v: got %v, want ErrNotFound", id, err)
+	}
+}
+
+// empty fails unless the store holds no row after what, a call that was
+// to write none.
+func (k rowKind[ID, Row, Req, Res]) empty(t *testing.T, e *env, what string) {
+	t.Helper()
+	if rows := k.all(e); len(rows) != 0 {
+		t.Fatalf("%s wrote %v", what, k.ids(rows))
+	}
+}
+
+// filterCase is a list filter and the ids it selects, in order.
+type filterCase[F any, ID comparable] struct {
+	name string
+	f    F
+	want []ID
+}
+
+// checkFilters runs each case as a subtest: listIDs(f) must be its ids.
+func checkFilters[F any, ID comparable](t *testing.T, cases []filterCase[F, ID], listIDs func(F) []ID) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := listIDs(c.f); !slices.Equal(got, c.want) {
+				t.Fatalf("got %v, want %v", got, c.want)
+			}
+		})
 	}
 }
 

@@ -110,9 +110,7 @@ func testTransitionNotFound(t *testing.T, e *env) {
 	if !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("got %v, want ErrNotFound", err)
 	}
-	if got := e.list(domain.InstanceFilter{}); len(got) != 0 {
-		t.Fatalf("transition of a missing row created %v", ids(got))
-	}
+	instanceRows.empty(t, e, "transition of a missing row")
 }
 
 func testTransitionInPlace(t *testing.T, e *env) {
@@ -141,9 +139,7 @@ func testTransitionBookkeeping(t *testing.T, e *env) {
 		t.Fatalf("bookkeeping taken from fn: %+v", got)
 	}
 	sameInstance(t, "stored instance", e.get("a"), got)
-	if _, err := e.s.GetInstance(e.ctx, "hijack"); !errors.Is(err, domain.ErrNotFound) {
-		t.Fatalf("get hijack: got %v, want ErrNotFound", err)
-	}
+	instanceRows.absent(t, e, "hijack")
 }
 
 func testTransitionEveryField(t *testing.T, e *env) {
