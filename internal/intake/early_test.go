@@ -55,9 +55,7 @@ func TestProgressBeforeQueuedRecordsTheJob(t *testing.T) {
 			if n := f.sends.sent(c.queue); n != 0 || f.Stats(c.queue) != (domain.QueueStats{}) {
 				t.Errorf("%d sends to the %s queue, want none", n, c.queue)
 			}
-			if got := f.events("queued", "duplicate"); got != 1 {
-				t.Errorf("queued/duplicate counted %v, want 1", got)
-			}
+			f.wantEvents("queued", "duplicate", 1)
 			f.inboxEmpty()
 		})
 	}

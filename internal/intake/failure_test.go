@@ -110,9 +110,7 @@ func TestFailingFinisherRetriesThenDeadLetters(t *testing.T) {
 		}
 	}
 	f.deadLettered(body)
-	if got := f.events("completed", "recorded"); got != 0 {
-		t.Errorf("completed/recorded counted %v for a delivery never applied", got)
-	}
+	f.wantEvents("completed", "recorded", 0)
 }
 
 func TestFinisherThatRecoversIsRetriedOnce(t *testing.T) {
@@ -128,9 +126,7 @@ func TestFinisherThatRecoversIsRetriedOnce(t *testing.T) {
 	if n := len(f.fin.recorded()); n != 2 || len(f.deadLetters()) != 0 {
 		t.Fatalf("%d Finish calls, %d dead letters; want 2 and none", n, len(f.deadLetters()))
 	}
-	if got := f.events("completed", "recorded"); got != 1 {
-		t.Errorf("completed/recorded counted %v, want 1", got)
-	}
+	f.wantEvents("completed", "recorded", 1)
 }
 
 // A queued event the store refuses holds back only itself, and the start

@@ -229,6 +229,14 @@ func (f *fixture) events(action, outcome string) float64 {
 	return testutil.ToFloat64(f.in.metrics.events.WithLabelValues(action, outcome))
 }
 
+// wantEvents checks how many deliveries of action were counted with outcome.
+func (f *fixture) wantEvents(action, outcome string, want float64) {
+	f.T.Helper()
+	if got := f.events(action, outcome); got != want {
+		f.T.Errorf("%s/%s counted %v, want %v", action, outcome, got, want)
+	}
+}
+
 // setJob rewrites a recorded job as another loop would.
 func (f *fixture) setJob(id int64, fn func(*domain.Job)) domain.Job {
 	f.T.Helper()

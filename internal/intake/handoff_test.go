@@ -36,9 +36,7 @@ func TestDeadLetteredArrivalLeavesItsRecordedJobToTheReaper(t *testing.T) {
 	if j := f.Job(9401); j.Status != domain.JobQueued || !j.SendPending {
 		t.Fatalf("job %s, send pending %v; want queued with its message pending", j.Status, j.SendPending)
 	}
-	if got := f.events("queued", "send_pending"); got != 1 {
-		t.Errorf("queued/send_pending counted %v, want 1", got)
-	}
+	f.wantEvents("queued", "send_pending", 1)
 	if l := f.logs.Lines("level=ERROR", "dead-lettered", "job=9401", "job_send_pending=true"); len(l) != 1 {
 		t.Errorf("want one ERROR saying the job's message is pending, got %q", f.logs.Lines("level=ERROR"))
 	}

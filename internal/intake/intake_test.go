@@ -59,9 +59,7 @@ func TestQueuedJobIsRecordedAndSentToItsQueue(t *testing.T) {
 				t.Errorf("%s queue holds %+v, want nothing", other, s)
 			}
 			f.inboxEmpty()
-			if got := f.events("queued", string(c.route)); got != 1 {
-				t.Errorf("queued/%s counted %v, want 1", c.route, got)
-			}
+			f.wantEvents("queued", string(c.route), 1)
 		})
 	}
 }
@@ -87,9 +85,7 @@ func TestJobsThatAreNotOursAreIgnored(t *testing.T) {
 			if s := f.sends.sent(domain.QueuePool) + f.sends.sent(domain.QueueLaunch); s != 0 {
 				t.Errorf("%d sends, want none", s)
 			}
-			if got := f.events("queued", "not_ours"); got != 1 {
-				t.Errorf("not_ours counted %v, want 1", got)
-			}
+			f.wantEvents("queued", "not_ours", 1)
 		})
 	}
 }
@@ -110,9 +106,7 @@ func TestUnknownPoolIsRejected(t *testing.T) {
 			if l := f.logs.Lines("level=WARN", "job rejected", "job=3001", `large-arm`); len(l) != 1 {
 				t.Errorf("want one WARN naming the job and the pool, got %q", l)
 			}
-			if got := f.events("queued", "rejected"); got != 1 {
-				t.Errorf("rejected counted %v, want 1", got)
-			}
+			f.wantEvents("queued", "rejected", 1)
 			if s := f.Stats(domain.QueuePool).Visible + f.Stats(domain.QueueLaunch).Visible; s != 0 {
 				t.Errorf("%d jobs sent to be served, want none", s)
 			}
@@ -169,9 +163,7 @@ func TestRedeliveredQueuedEventCreatesNothing(t *testing.T) {
 		t.Errorf("%d sends to the pool queue, want 2 (the second deduplicated)", n)
 	}
 	f.wantQueued(domain.QueuePool, 4001)
-	if got := f.events("queued", "duplicate"); got != 1 {
-		t.Errorf("duplicate counted %v, want 1", got)
-	}
+	f.wantEvents("queued", "duplicate", 1)
 	f.inboxEmpty()
 }
 
@@ -246,9 +238,7 @@ func TestWaitingJobIsRecordedAndSentOnceQueued(t *testing.T) {
 	if n := f.sends.sent(domain.QueuePool); n != 0 || f.Stats(domain.QueuePool).Visible != 0 {
 		t.Fatalf("a waiting job was sent to be served (%d sends)", n)
 	}
-	if got := f.events("waiting", "recorded"); got != 1 {
-		t.Errorf("waiting/recorded counted %v, want 1", got)
-	}
+	f.wantEvents("waiting", "recorded", 1)
 
 	f.deliver(jobEvent{action: "queued", id: 6001, runID: 61, labels: poolLabels(61)})
 	f.step()
@@ -304,9 +294,7 @@ func TestInProgressMarksTheJobRunning(t *testing.T) {
 	if j := f.Job(7003); j.Status != domain.JobRunning || !j.StartedAt.Equal(started) {
 		t.Errorf("job 7003: %s started %v; want running since %v", j.Status, j.StartedAt, started)
 	}
-	if got := f.events("in_progress", "recorded"); got != 3 {
-		t.Errorf("in_progress/recorded counted %v, want 3", got)
-	}
+	f.wantEvents("in_progress", "recorded", 3)
 	f.inboxEmpty()
 }
 
@@ -360,8 +348,6 @@ func TestCompletedCallsTheFinisher(t *testing.T) {
 	if got := f.fin.recorded(); !slices.Equal(got, want) {
 		t.Fatalf("Finish calls %v, want %v", got, want)
 	}
-	if got := f.events("completed", "recorded"); got != 2 {
-		t.Errorf("completed/recorded counted %v, want 2", got)
-	}
+	f.wantEvents("completed", "recorded", 2)
 	f.inboxEmpty()
 }

@@ -19,9 +19,7 @@ func (f *fixture) checkRejectedOnce(id, run int64) {
 	if l := f.logs.Lines("level=WARN", `msg="job rejected"`); len(l) != 1 {
 		f.T.Errorf("rejection logged %d times, want once: %q", len(l), l)
 	}
-	if got := f.events("queued", "rejected"); got != 1 {
-		f.T.Errorf("rejections counted %v, want 1", got)
-	}
+	f.wantEvents("queued", "rejected", 1)
 	if got := f.gh.cancelled(); !slices.Equal(got, []cancelCall{{"acme/widgets", run}}) {
 		f.T.Errorf("CancelRun calls %v, want run %d's once", got, run)
 	}
@@ -49,9 +47,7 @@ func TestJobCreatedByAFailedBatchWriteIsRejectedOnce(t *testing.T) {
 	f.inboxEmpty()
 	f.checkRejectedOnce(13_001, 141)
 	f.wantQueued(domain.QueuePool, 13_002)
-	if got := f.events("queued", "pool"); got != 1 {
-		t.Errorf("queued/pool counted %v, want 1", got)
-	}
+	f.wantEvents("queued", "pool", 1)
 }
 
 // A redelivery that fails to read its job holds back no rejection of a job
