@@ -46,6 +46,22 @@ func (ty *tally) count() int {
 	return len(ty.by)
 }
 
+// check fails unless every consumer ended without error, none was handed a
+// message another held invisible, and between them they got want distinct
+// messages.
+func (ty *tally) check(t *testing.T, errs []error, want int) {
+	t.Helper()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if len(ty.overlap) > 0 {
+		t.Fatalf("messages handed out while invisible: %v", ty.overlap)
+	}
+	if n := ty.count(); n != want {
+		t.Fatalf("consumers got %d distinct messages, want %d", n, want)
+	}
+}
+
 // The clock stands still, so no visibility runs out: however the
 // consumers interleave, each message goes to exactly one of them. Half of
 // them delete what they get, half keep holding it.
@@ -64,15 +80,7 @@ func testConcurrentConsumers(t *testing.T, e *env) {
 		wg.Go(func() { errs[c] = consume(e, ty, c, c%2 == 0) })
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	if len(ty.overlap) > 0 {
-		t.Fatalf("messages handed out while invisible: %v", ty.overlap)
-	}
-	if n := ty.count(); n != messages {
-		t.Fatalf("consumers got %d distinct messages, want %d", n, messages)
-	}
+	ty.check(t, errs, messages)
 	e.nothing("work")
 }
 
@@ -143,15 +151,7 @@ func testConcurrentLongPolls(t *testing.T, e *env) {
 		cancel()
 		t.Fatalf("consumers still polling a minute after the last send: %d of %d messages delivered", ty.count(), producers*perProducer)
 	}
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	if len(ty.overlap) > 0 {
-		t.Fatalf("messages handed out while invisible: %v", ty.overlap)
-	}
-	if n := ty.count(); n != producers*perProducer {
-		t.Fatalf("consumers got %d distinct messages, want %d", n, producers*perProducer)
-	}
+	ty.check(t, errs, producers*perProducer)
 }
 
 // A burst of a thousand jobs goes in with one Send and out with as few

@@ -68,15 +68,22 @@ func (e *env) notYet(done <-chan polled) {
 	}
 }
 
+// wait waits for the poll to return.
+func (e *env) wait(done <-chan polled) polled {
+	e.t.Helper()
+	select {
+	case p := <-done:
+		return p
+	case <-time.After(guard):
+		e.t.Fatalf("long poll still waiting at %v", e.clk.Now().Sub(start))
+		return polled{}
+	}
+}
+
 // got waits for the poll to return and checks the bodies it brought.
 func (e *env) got(done <-chan polled, want ...string) []domain.Message {
 	e.t.Helper()
-	var p polled
-	select {
-	case p = <-done:
-	case <-time.After(guard):
-		e.t.Fatalf("long poll still waiting at %v", e.clk.Now().Sub(start))
-	}
+	p := e.wait(done)
 	if p.err != nil {
 		e.t.Fatalf("long poll: %v", p.err)
 	}
@@ -141,13 +148,7 @@ func testLongPollCancel(t *testing.T, e *env) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := e.poll(ctx, "work")
 	cancel()
-	var p polled
-	select {
-	case p = <-done:
-	case <-time.After(guard):
-		t.Fatal("long poll still waiting after its context ended")
-	}
-	if !errors.Is(p.err, context.Canceled) || len(p.msgs) != 0 {
+	if p := e.wait(done); !errors.Is(p.err, context.Canceled) || len(p.msgs) != 0 {
 		t.Fatalf("cancelled long poll: %q, %v; want nothing and context.Canceled", bodies(p.msgs), p.err)
 	}
 }

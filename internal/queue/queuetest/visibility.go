@@ -3,6 +3,8 @@ package queuetest
 import (
 	"testing"
 	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 func visibilityContracts() []contract {
@@ -26,10 +28,7 @@ func testVisibilityExpiry(t *testing.T, e *env) {
 	e.advance(time.Second)
 
 	second := e.only("work", 30*time.Second, "x")[0]
-	if second.ID != first.ID || second.Receives != 2 || second.Receipt == first.Receipt {
-		t.Fatalf("redelivery: id %s receives %d receipt %q; want id %s, receives 2, a new receipt",
-			second.ID, second.Receives, second.Receipt, first.ID)
-	}
+	redelivered(t, first, second)
 	e.stale("work", first.Receipt)
 	e.changeVisibility("work", second.Receipt, 0)
 	third := e.receiveN("work", 1, time.Minute)
@@ -47,11 +46,18 @@ func testChangeVisibilityZero(t *testing.T, e *env) {
 	held := e.only("work", time.Hour, "retry me")[0]
 	e.changeVisibility("work", held.Receipt, 0)
 
-	again := e.only("work", time.Hour, "retry me")[0]
-	if again.ID != held.ID || again.Receives != 2 || again.Receipt == held.Receipt {
-		t.Fatalf("requeued: id %s receives %d; want id %s, receives 2, a new receipt", again.ID, again.Receives, held.ID)
-	}
+	redelivered(t, held, e.only("work", time.Hour, "retry me")[0])
 	e.stale("work", held.Receipt)
+}
+
+// redelivered fails unless again is first handed out a second time, with a
+// receipt of its own.
+func redelivered(t *testing.T, first, again domain.Message) {
+	t.Helper()
+	if again.ID != first.ID || again.Receives != 2 || again.Receipt == first.Receipt {
+		t.Fatalf("redelivery: id %s receives %d receipt %q; want id %s, receives 2, a new receipt",
+			again.ID, again.Receives, again.Receipt, first.ID)
+	}
 }
 
 // The new timeout counts from the call, not from the receive.
