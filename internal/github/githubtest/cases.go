@@ -82,9 +82,7 @@ func testEnterpriseRunners(f *fixture) {
 	f.wantErr("DeleteRunner of an enterprise runner in its organisation", f.GitHub.DeleteRunner(f.ctx, f.org, reg.RunnerID), domain.ErrNotFound)
 	_, err = f.GitHub.QueuedJobs(f.ctx, ent)
 	f.wantErr("QueuedJobs of a whole enterprise", err, domain.ErrInvalidRequest)
-	if got := f.StartRunner(reg); got != job.ID {
-		f.t.Fatalf("the enterprise runner took job %d, want %d of %s", got, job.ID, job.Repo)
-	}
+	f.start(reg, job)
 	f.wantErr("DeleteRunner of a busy enterprise runner", f.GitHub.DeleteRunner(f.ctx, ent, reg.RunnerID), domain.ErrRunnerBusy)
 	_, err = f.GitHub.ListRunners(f.ctx, domain.Scope{Enterprise: "no-such-enterprise"})
 	f.wantErr("ListRunners of an unknown enterprise", err, domain.ErrNotFound)
@@ -93,9 +91,7 @@ func testEnterpriseRunners(f *fixture) {
 func testDeleteBusyRunner(f *fixture) {
 	job := f.queue(f.repo("app"), "busy-case")
 	reg := f.register(f.org, "busy-case")
-	if got := f.StartRunner(reg); got != job.ID {
-		f.t.Fatalf("the runner took job %d, want %d", got, job.ID)
-	}
+	f.start(reg, job)
 	r := f.runner(f.org, reg.RunnerID)
 	if !r.Online || !r.Busy {
 		f.t.Errorf("a runner running a job is listed online=%t busy=%t, want both", r.Online, r.Busy)
@@ -117,24 +113,12 @@ func testQueuedJobsListsOnlyQueued(f *fixture) {
 	cancelled := f.queue(web, "linux")
 	elsewhere := f.queue(f.Owner+"-other/app", "linux")
 
-	if err := f.GitHub.CancelRun(f.ctx, cancelled.Repo, cancelled.RunID); err != nil {
-		f.t.Fatalf("CancelRun: %v", err)
-	}
-	if got := f.StartRunner(f.register(f.org, "take-me")); got != taken.ID {
-		f.t.Fatalf("the runner took job %d, want %d", got, taken.ID)
-	}
+	f.cancelRun(cancelled.Repo, cancelled.RunID)
+	f.start(f.register(f.org, "take-me"), taken)
 
-	if got, want := f.queued(f.org), sorted(waiting.ID, onWeb.ID); !slices.Equal(got, want) {
-		f.t.Errorf("QueuedJobs(%s) = %v, want %v", f.org, got, want)
-	}
-	appScope := domain.Scope{Owner: f.Owner, Repo: "app"}
-	if got, want := f.queued(appScope), sorted(waiting.ID); !slices.Equal(got, want) {
-		f.t.Errorf("QueuedJobs(%s) = %v, want %v", appScope, got, want)
-	}
-	otherOrg := domain.Scope{Owner: f.Owner + "-other"}
-	if got, want := f.queued(otherOrg), sorted(elsewhere.ID); !slices.Equal(got, want) {
-		f.t.Errorf("QueuedJobs(%s) = %v, want %v", otherOrg, got, want)
-	}
+	f.wantQueued(f.org, waiting.ID, onWeb.ID)
+	f.wantQueued(domain.Scope{Owner: f.Owner, Repo: "app"}, waiting.ID)
+	f.wantQueued(domain.Scope{Owner: f.Owner + "-other"}, elsewhere.ID)
 }
 
 func testGetJob(f *fixture) {
@@ -171,9 +155,7 @@ func testCancelRun(f *fixture) {
 	if second.RunID != first.RunID {
 		f.t.Fatalf("a job queued into run %d landed in run %d", first.RunID, second.RunID)
 	}
-	if err := f.GitHub.CancelRun(f.ctx, repo, first.RunID); err != nil {
-		f.t.Fatalf("CancelRun: %v", err)
-	}
+	f.cancelRun(repo, first.RunID)
 	for _, id := range []int64{first.ID, second.ID} {
 		if j := f.job(repo, id); j.Status != "completed" || j.Conclusion != "cancelled" {
 			f.t.Errorf("job %d of the cancelled run is %q/%q, want completed/cancelled", id, j.Status, j.Conclusion)
@@ -182,9 +164,7 @@ func testCancelRun(f *fixture) {
 	if j := f.job(repo, other.ID); j.Status != "queued" {
 		f.t.Errorf("job %d of another run is %q after the cancel, want queued", other.ID, j.Status)
 	}
-	if got, want := f.queued(f.org), sorted(other.ID); !slices.Equal(got, want) {
-		f.t.Errorf("QueuedJobs after the cancel = %v, want %v", got, want)
-	}
+	f.wantQueued(f.org, other.ID)
 	if err := f.GitHub.CancelRun(f.ctx, repo, first.RunID); err != nil {
 		f.t.Errorf("cancelling a cancelled run again: %v, want no error", err)
 	}
@@ -197,9 +177,7 @@ func testRerunJob(f *fixture) {
 	repo := f.repo("app")
 	first := f.queue(repo, "linux", "spot")
 	f.wantErr("RerunJob while its run is in progress", f.GitHub.RerunJob(f.ctx, repo, first.ID), domain.ErrRunInProgress)
-	if err := f.GitHub.CancelRun(f.ctx, repo, first.RunID); err != nil {
-		f.t.Fatalf("CancelRun: %v", err)
-	}
+	f.cancelRun(repo, first.RunID)
 	if err := f.GitHub.RerunJob(f.ctx, repo, first.ID); err != nil {
 		f.t.Fatalf("RerunJob of a completed run: %v", err)
 	}

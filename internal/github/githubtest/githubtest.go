@@ -161,6 +161,29 @@ func (f *fixture) queued(s domain.Scope) []int64 {
 	return ids
 }
 
+// wantQueued fails unless QueuedJobs(s) lists exactly the jobs ids.
+func (f *fixture) wantQueued(s domain.Scope, ids ...int64) {
+	f.t.Helper()
+	if got, want := f.queued(s), sorted(ids...); !slices.Equal(got, want) {
+		f.t.Errorf("QueuedJobs(%s) = %v, want %v", s, got, want)
+	}
+}
+
+// start runs reg's runner and fails unless it takes job.
+func (f *fixture) start(reg domain.RunnerRegistration, job domain.GitHubJob) {
+	f.t.Helper()
+	if got := f.StartRunner(reg); got != job.ID {
+		f.t.Fatalf("runner %q took job %d, want %d of %s", reg.Name, got, job.ID, job.Repo)
+	}
+}
+
+func (f *fixture) cancelRun(repo string, runID int64) {
+	f.t.Helper()
+	if err := f.GitHub.CancelRun(f.ctx, repo, runID); err != nil {
+		f.t.Fatalf("CancelRun(%s, %d): %v", repo, runID, err)
+	}
+}
+
 func (f *fixture) job(repo string, id int64) domain.GitHubJob {
 	f.t.Helper()
 	j, err := f.GitHub.GetJob(f.ctx, repo, id)
