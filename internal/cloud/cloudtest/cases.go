@@ -3,7 +3,6 @@ package cloudtest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 
@@ -98,10 +97,7 @@ func testTerminateLeavesTagListings(f *fixture) {
 	for _, m := range f.list(domain.CloudFilter{IDs: gone}) {
 		checkState(f.t, m, domain.CloudShuttingDown, domain.CloudTerminated)
 	}
-	f.eventually(func() (bool, string) {
-		got := f.list(domain.CloudFilter{Tags: f.tags()})
-		return sameIDs(got, kept), fmt.Sprintf("tag listing %v, want %v", ids(got), kept)
-	})
+	f.waitListed(kept)
 	f.waitState(ms[:2], domain.CloudTerminated)
 	checkIDs(f.t, "terminated machines by id", f.list(domain.CloudFilter{IDs: gone}), gone)
 	if err := f.cloud.Terminate(f.ctx, gone); err != nil {
@@ -118,10 +114,7 @@ func testBatchOfMaxBatch(f *fixture) {
 	if err := f.cloud.Terminate(f.ctx, ids(ms)); err != nil {
 		f.t.Fatalf("Terminate %d: %v", len(ms), err)
 	}
-	f.eventually(func() (bool, string) {
-		got := f.list(domain.CloudFilter{Tags: f.tags()})
-		return len(got) == 0, fmt.Sprintf("%d machines still listed", len(got))
-	})
+	f.waitListed(nil)
 }
 
 func testUnknownIDsAreErrors(f *fixture) {

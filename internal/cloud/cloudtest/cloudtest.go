@@ -170,6 +170,16 @@ func (f *fixture) waitState(ms []domain.CloudInstance, state domain.CloudState) 
 	})
 }
 
+// waitListed waits until listing by the case's tags shows exactly want:
+// a terminated machine leaves it in its own time.
+func (f *fixture) waitListed(want []string) {
+	f.t.Helper()
+	f.eventually(func() (bool, string) {
+		got := f.list(domain.CloudFilter{Tags: f.tags()})
+		return sameIDs(got, want), fmt.Sprintf("tag listing %v, want %v", ids(got), want)
+	})
+}
+
 // terminateAll cleans up after a case. The case's context is gone by now.
 func (f *fixture) terminateAll() {
 	ctx := context.Background()
