@@ -286,39 +286,16 @@ func (d *Dispatcher) take(ctx context.Context, msgs []domain.Message, res *Resul
 // jobs cannot be read, only unreadable messages are done: the others stay
 // in flight and come back after the visibility timeout.
 func (d *Dispatcher) load(ctx context.Context, msgs []domain.Message, res *Result) (map[string][]*item, []string, error) {
-	byPool := map[string][]*item{}
-	var done []string
-	ids := make([]int64, len(msgs))
-	for i, m := range msgs {
-		id, err := jobs.Decode(m.Body)
-		if err != nil {
-			d.Log.Error("dropping unreadable pool-queue message", "message", m.ID, "err", err)
-			done = append(done, m.Receipt)
-			res.Skipped++
-		}
-		ids[i] = id
-	}
-	list, err := d.Store.ListJobs(ctx, domain.JobFilter{IDs: ids})
+	got, done, err := jobs.ReadMessages(ctx, d.Store, d.Log, domain.QueuePool, msgs, func(j domain.Job) bool {
+		return j.Status == domain.JobQueued && j.Route == domain.RoutePool && j.InstanceID == ""
+	})
+	res.Skipped += len(done)
 	if err != nil {
-		return nil, done, fmt.Errorf("read the jobs of %d pool messages: %w", len(msgs), err)
+		return nil, done, err
 	}
-	byID := make(map[int64]domain.Job, len(list))
-	for _, j := range list {
-		byID[j.ID] = j
-	}
-	seen := map[int64]bool{}
-	for i, m := range msgs {
-		if ids[i] == 0 {
-			continue
-		}
-		j, ok := byID[ids[i]]
-		if !ok || seen[j.ID] || j.Status != domain.JobQueued || j.Route != domain.RoutePool || j.InstanceID != "" {
-			done = append(done, m.Receipt) // cancelled, served, moved on, unknown, or a duplicate message
-			res.Skipped++
-			continue
-		}
-		seen[j.ID] = true
-		byPool[j.Pool] = append(byPool[j.Pool], &item{msg: m, Handover: serving.Handover{Job: j, Via: domain.ViaPool}})
+	byPool := map[string][]*item{}
+	for _, r := range got {
+		byPool[r.Job.Pool] = append(byPool[r.Job.Pool], &item{msg: r.Msg, Handover: serving.Handover{Job: r.Job, Via: domain.ViaPool}})
 	}
 	return byPool, done, nil
 }

@@ -350,36 +350,13 @@ type received struct {
 // read reads the jobs of a received batch. A message that is unreadable, or
 // whose job no longer waits for a runner, is done with and counted dropped.
 func (p *Provisioner) read(ctx context.Context, msgs []domain.Message) (received, error) {
-	b := received{byClass: map[string][]*request{}}
-	ids := make([]int64, len(msgs))
-	for i, m := range msgs {
-		id, err := jobs.Decode(m.Body)
-		if err != nil {
-			p.Log.Error("dropping unreadable launch-queue message", "message", m.ID, "err", err)
-			b.done = append(b.done, m.Receipt)
-		}
-		ids[i] = id
-	}
-	list, err := p.Store.ListJobs(ctx, domain.JobFilter{IDs: ids})
+	got, done, err := jobs.ReadMessages(ctx, p.Store, p.Log, domain.QueueLaunch, msgs, waiting)
 	if err != nil {
-		return received{}, fmt.Errorf("read the jobs of %d launch messages: %w", len(msgs), err)
+		return received{}, err
 	}
-	byID := make(map[int64]domain.Job, len(list))
-	for _, j := range list {
-		byID[j.ID] = j
-	}
-	seen := map[int64]bool{}
-	for i, m := range msgs {
-		if ids[i] == 0 {
-			continue
-		}
-		j, ok := byID[ids[i]]
-		if !ok || !waiting(j) || seen[j.ID] {
-			b.done = append(b.done, m.Receipt) // cancelled, served elsewhere, unknown, or a duplicate
-			continue
-		}
-		seen[j.ID] = true
-		b.byClass[j.Runner] = append(b.byClass[j.Runner], &request{msg: m, job: j})
+	b := received{byClass: map[string][]*request{}, done: done}
+	for _, r := range got {
+		b.byClass[r.Job.Runner] = append(b.byClass[r.Job.Runner], &request{msg: r.Msg, job: r.Job})
 	}
 	p.metrics.jobs.WithLabelValues(outcomeDropped).Add(float64(len(b.done)))
 	return b, nil
