@@ -40,13 +40,17 @@ func SpecOf(p Params) domain.AutoscaleSpec {
 
 // PoolScaler lets the hot targets of pools with an autoscale block follow
 // their job demand. It keeps one decision state per pool, in memory, on
-// the replica converging the pool. A replica that starts converging a pool
-// (after a restart, or taking the converger's lease from another) resumes
-// from the count the converger last recorded for it, when the autoscaler
-// had raised it, rather than from the schedule: its hot instances would be
-// terminated as excess in the middle of a burst. A state left unused for
-// StaleAfter (another replica converged the pool meanwhile) is dropped the
-// same way, rather than resumed from a burst long over.
+// the replica converging the pool. A new state starts from the block's min,
+// never from the schedule's hot value: the schedule is only a floor under
+// the autoscaler's count, and a count seeded from it would be held however
+// low demand stays, so that two replicas seeing the same demand would keep
+// different counts after the schedule drops, depending on when each started.
+// A replica that starts converging a pool (after a restart, or taking the
+// converger's lease from another) resumes instead from the count the
+// converger last recorded for it, when the autoscaler had raised it: its hot
+// instances would be terminated as excess in the middle of a burst. A state
+// left unused for StaleAfter (another replica converged the pool meanwhile)
+// is dropped the same way, rather than resumed from a burst long over.
 type PoolScaler struct {
 	// Demand counts the jobs routed to a pool that are queued or in
 	// progress (assigned or running).
@@ -89,7 +93,7 @@ func (s *PoolScaler) Adjust(ctx context.Context, p domain.Pool, at time.Time, en
 	defer st.mu.Unlock()
 	if st.lastSeen.IsZero() || (s.StaleAfter > 0 && at.Sub(st.lastSeen) > s.StaleAfter) {
 		st.State, st.lastPoll, st.decision = State{}, time.Time{}, Decision{}
-		st.count = s.resumeCount(ctx, p.Name, at, max(t.Hot, params.MinInstances))
+		st.count = s.resumeCount(ctx, p.Name, at, params.MinInstances)
 	}
 	st.lastSeen = at
 	if st.lastPoll.IsZero() || !at.Before(st.lastPoll.Add(params.PollInterval)) {
@@ -135,7 +139,7 @@ func (s *PoolScaler) state(pool string) *poolState {
 
 // resumeCount is the count a pool's new state starts from: the hot target
 // last recorded for the pool when the autoscaler had raised it above the
-// schedule, and recently enough; else floor, the schedule's.
+// schedule, and recently enough; else floor, the block's min.
 func (s *PoolScaler) resumeCount(ctx context.Context, pool string, at time.Time, floor int) int {
 	if s.Recorded == nil {
 		return floor
@@ -143,7 +147,7 @@ func (s *PoolScaler) resumeCount(ctx context.Context, pool string, at time.Time,
 	rec, ok, err := s.Recorded(ctx, pool)
 	switch {
 	case err != nil:
-		s.Log.Warn("pool status unreadable; autoscaler starts from the schedule", "pool", pool, "err", err)
+		s.Log.Warn("pool status unreadable; autoscaler starts from the block's min", "pool", pool, "err", err)
 		return floor
 	case !ok || !strings.HasSuffix(rec.Schedule, RaisedSuffix) || rec.Target.Hot <= floor:
 		return floor

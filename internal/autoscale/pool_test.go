@@ -224,3 +224,56 @@ func TestPoolScalerDropsAStateLeftUnused(t *testing.T) {
 		t.Fatalf("hot %d a day later with no demand, want the schedule's 1", got.Hot)
 	}
 }
+
+// The schedule is a floor under the autoscaler's count, not where the
+// count starts: a replica that starts converging a pool while its schedule
+// holds 6 hot must come down to what demand needs once the schedule drops,
+// exactly as one that had been running since before the schedule rose.
+func TestPoolScalerStartsFromMinNotFromTheSchedule(t *testing.T) {
+	params := DefaultParams()
+	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 10, time.Minute
+	businessHours := func(at time.Time) domain.Target {
+		if at.Hour() >= 9 && at.Hour() < 18 {
+			return domain.Target{Hot: 6}
+		}
+		return domain.Target{}
+	}
+	day := func(h int) time.Time { return time.Date(2026, 11, 23, h, 0, 0, 0, time.UTC) }
+	// hotAfterHours converges the pool every 30 s from start to 19:00 under
+	// a constant demand of 3 and returns the hot target then.
+	hotAfterHours := func(start time.Time) (hot int, entry string) {
+		s := &PoolScaler{
+			Demand: func(context.Context, string) (int, error) { return 3, nil },
+			Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		}
+		p := poolWith(SpecOf(params))
+		for at := start; !at.After(day(19)); at = at.Add(30 * time.Second) {
+			sched := "nights"
+			if businessHours(at).Hot > 0 {
+				sched = "business-hours"
+			}
+			e, got := s.Adjust(context.Background(), p, at, sched, businessHours(at))
+			hot, entry = got.Hot, e
+		}
+		return hot, entry
+	}
+	early, earlyEntry := hotAfterHours(day(8))
+	restarted, restartedEntry := hotAfterHours(day(10))
+	// Demand 3 on one runner per instance: 2 instances hold it (3 is not
+	// above 2 × 1.5), 1 does not.
+	if early != 2 || earlyEntry != "nights"+RaisedSuffix {
+		t.Fatalf("running since 08:00: hot %d (%s) at 19:00, want 2 (nights%s)", early, earlyEntry, RaisedSuffix)
+	}
+	if restarted != early || restartedEntry != earlyEntry {
+		t.Fatalf("restarted at 10:00: hot %d (%s) at 19:00; one running since 08:00 holds %d (%s) on the same demand",
+			restarted, restartedEntry, early, earlyEntry)
+	}
+	// During business hours the schedule stays the floor.
+	s := &PoolScaler{
+		Demand: func(context.Context, string) (int, error) { return 3, nil },
+		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	if _, got := s.Adjust(context.Background(), poolWith(SpecOf(params)), day(10), "business-hours", businessHours(day(10))); got.Hot != 6 {
+		t.Fatalf("hot %d at 10:00, want the schedule's 6", got.Hot)
+	}
+}
