@@ -194,8 +194,7 @@ type App struct {
 	configData     []byte     // as first read from source
 	configs        *dashboard.ConfigRecorder
 	configReloads  *configReloads
-	specMu         sync.RWMutex
-	specHashs      map[string]string
+	specHashes     *specHashes
 	awsCallsOnce   sync.Once
 	awsCallsVec    *prometheus.CounterVec
 	awsCallSeconds *prometheus.HistogramVec
@@ -213,7 +212,7 @@ func New(ctx context.Context, o Options) (*App, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	a := &App{opts: o, specHashs: map[string]string{}, Notices: &agents.Notices{}}
+	a := &App{opts: o, Notices: &agents.Notices{}}
 	a.cfg.Store(o.Config)
 	if err := a.openStore(ctx); err != nil {
 		return nil, err

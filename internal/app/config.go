@@ -240,19 +240,3 @@ func (a *App) installedRepositories(ctx context.Context) []domain.Scope {
 	}
 	return rotate(all, (len(all)+reconcileTurns-1)/reconcileTurns, &a.reconcileCursor)
 }
-
-func (a *App) specHash(pool string) string {
-	a.specMu.RLock()
-	defer a.specMu.RUnlock()
-	return a.specHashs[pool]
-}
-
-func (a *App) noteSpecHashes(r converger.Report) {
-	a.specMu.Lock()
-	defer a.specMu.Unlock()
-	for _, p := range r.Pools {
-		if p.SpecHash != "" {
-			a.specHashs[p.Pool] = p.SpecHash
-		}
-	}
-}

@@ -103,7 +103,7 @@ func (a *App) RunJobPath(ctx context.Context) error { return a.Loops.Run(ctx, a.
 // NoteCycle records what a converger cycle found (the demo's step driver
 // runs cycles itself).
 func (a *App) NoteCycle(r converger.Report) {
-	a.noteSpecHashes(r)
+	a.specHashes.note(r)
 	if a.opts.OnCycle != nil {
 		a.opts.OnCycle(r)
 	}

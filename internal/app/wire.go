@@ -33,6 +33,7 @@ func (a *App) wire(ctx context.Context) error {
 	if a.Exclusive, err = loop.NewExclusive(a.Store, o.ReplicaID, clk, log.With("loop", "leases"), reg); err != nil {
 		return err
 	}
+	a.specHashes = newSpecHashes(a.Store, clk, log.With("loop", "dispatch"))
 	if a.SpotBreaker, err = spotbreaker.New(o.SpotBreaker, clk, log.With("loop", "spot"), reg); err != nil {
 		return err
 	}
@@ -113,7 +114,7 @@ func (a *App) wireJobPath() error {
 	var err error
 	a.Dispatcher, err = dispatch.New(dispatch.Deps{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "dispatch"),
-		Scope: a.scope, SpecHash: a.specHash, Notify: a.Agents.Notify,
+		Scope: a.scope, SpecHash: a.specHashes.hash, Notify: a.Agents.Notify,
 		Hold: func(queue string, receipts []string, visibility time.Duration) dispatch.Held {
 			return keepalive.Hold(a.Queue, clk, queue, receipts, visibility, log.With("loop", "dispatch"))
 		},

@@ -97,7 +97,7 @@ func (d *Dispatcher) candidates(ctx context.Context, pool string) ([]domain.Inst
 	if err != nil {
 		return nil, fmt.Errorf("list instances of pool %s: %w", pool, err)
 	}
-	now, hash := d.Clock.Now(), d.SpecHash(pool)
+	now, hash := d.Clock.Now(), d.SpecHash(ctx, pool)
 	rank := func(in domain.Instance) int {
 		switch {
 		case in.State == domain.StateReady && in.Role == domain.RoleHot:

@@ -75,7 +75,7 @@ type Deps struct {
 	Scope func(j domain.Job) domain.Scope
 	// SpecHash returns a pool's current spec hash ("" when not yet known),
 	// so that outdated instances are not handed out.
-	SpecHash func(pool string) string
+	SpecHash func(ctx context.Context, pool string) string
 	// Notify wakes an instance's agent after its assignment.
 	Notify func(cloudID string)
 	// Hold keeps the messages of a batch in hand invisible until it is
@@ -118,7 +118,7 @@ func New(d Deps, reg prometheus.Registerer, opts Options) (*Dispatcher, error) {
 		d.Notify = func(string) {}
 	}
 	if d.SpecHash == nil {
-		d.SpecHash = func(string) string { return "" }
+		d.SpecHash = func(context.Context, string) string { return "" }
 	}
 	verbs := domain.NewLifecycle(opts.Deadlines)
 	return &Dispatcher{Deps: d, opts: opts, metrics: m, verbs: verbs, pipeline: &serving.Pipeline{
