@@ -24,8 +24,10 @@ import (
 // Loop is one of the control plane's loops.
 type Loop struct {
 	Name string
-	// Every is the wait after a step that succeeded. Zero steps again at
-	// once: such a step waits inside (a long poll of its queue).
+	// Every is how far apart steps that succeed start: a step that took
+	// longer starts the next at once. Zero steps again at once: such a
+	// step waits inside (a long poll of its queue). A failed step is
+	// followed by the runner's backoff instead.
 	Every time.Duration
 	Step  func(ctx context.Context) error
 	// Final, when set, runs once after ctx ends, with a context that is
@@ -108,11 +110,15 @@ func (r *Runner) run(ctx context.Context, l Loop) (err error) {
 		}
 	}()
 	for ctx.Err() == nil {
+		started := r.clock.Now()
 		stepErr := l.Step(ctx)
 		if ctx.Err() != nil {
 			break
 		}
-		wait := l.Every
+		// Steps start Every apart, however long each took, so that what
+		// counts cycles (an autoscaler's polls) sees the interval it was
+		// configured for, not the interval plus the step's duration.
+		wait := l.Every - r.clock.Now().Sub(started)
 		if stepErr != nil {
 			n := r.note(l.Name, stepErr)
 			r.failures.WithLabelValues(l.Name).Inc()

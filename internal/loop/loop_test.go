@@ -103,3 +103,31 @@ func TestAPanicStopsOneLoopAndIsReturned(t *testing.T) {
 		t.Fatalf("%d loops in the failures gauge, want 2", n)
 	}
 }
+
+// A step's own duration is not added to its loop's interval: steps start
+// Every apart, as an autoscaler counting cycles as polls expects.
+func TestStepsStartEveryApartHoweverLongTheyTake(t *testing.T) {
+	r, clk, _ := newRunner(t)
+	started := make(chan time.Time, 1)
+	release := make(chan struct{})
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() {
+		done <- r.Run(ctx, loop.Loop{Name: "slow", Every: time.Minute, Step: func(context.Context) error {
+			started <- clk.Now()
+			<-release
+			return nil
+		}})
+	}()
+	first := <-started
+	clk.Advance(10 * time.Second) // the step takes ten seconds
+	release <- struct{}{}
+	clk.BlockUntil(1)
+	if next, ok := clk.Next(); !ok || !next.Equal(first.Add(time.Minute)) {
+		t.Errorf("next step at %v (%v), want a minute after the first started, %v", next, ok, first.Add(time.Minute))
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
