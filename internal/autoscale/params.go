@@ -183,25 +183,31 @@ func touchesReach(probs []Problem, skip map[string]bool) bool {
 }
 
 // reachProblem checks that a sustained breach, one recorded at every poll,
-// can reach BREACH_THRESHOLD. A breach at or before t − window is pruned, so
-// the breaches still counted at t are those k polls back for
-// k = 0..K with K = ceil(window/poll) − 1, and the highest score is
-// Σ_{k=0..K} 0.5^(k·poll/halfLife).
+// can reach BREACH_THRESHOLD when polls come exactly POLL_INTERVAL apart.
 func (p Params) reachProblem() (Problem, bool) {
-	k := int64((p.StabilizationWindow - 1) / p.PollInterval)
-	ratio := math.Pow(0.5, float64(p.PollInterval)/float64(p.DecayHalfLife))
-	best := sustainedMax(ratio, k)
+	best, arithmetic := p.sustained(p.PollInterval)
 	if best >= p.BreachThreshold-scoreTolerance {
 		return Problem{}, true
-	}
-	arithmetic := sumTerms(ratio, k) + " = " + short(best)
-	if k == 0 {
-		arithmetic = "1, the latest breach alone, as the window is no longer than one poll"
 	}
 	reason := fmt.Sprintf("is unreachable: with %s=%ss, %s=%s and %s=%s, a sustained breach scores at most %s",
 		EnvPollInterval, seconds(p.PollInterval), EnvDecayHalfLife, seconds(p.DecayHalfLife),
 		EnvStabilizationWindow, minutes(p.StabilizationWindow), arithmetic)
 	return Problem{Param: EnvBreachThreshold, Value: num(p.BreachThreshold), Reason: reason}, false
+}
+
+// sustained is the highest score of a breach recorded at every poll, polls
+// gap apart, and its arithmetic for people. A breach at or before
+// t − window is pruned, so the breaches still counted at t are those k
+// polls back for k = 0..K with K = ceil(window/gap) − 1, and the score is
+// Σ_{k=0..K} 0.5^(k·gap/halfLife).
+func (p Params) sustained(gap time.Duration) (best float64, arithmetic string) {
+	k := int64((p.StabilizationWindow - 1) / gap)
+	ratio := math.Pow(0.5, float64(gap)/float64(p.DecayHalfLife))
+	best = sustainedMax(ratio, k)
+	if k == 0 {
+		return best, "1, the latest breach alone, as the window is no longer than one poll"
+	}
+	return best, sumTerms(ratio, k) + " = " + short(best)
 }
 
 // sustainedMax is Σ_{k=0..n} ratio^k, summed term by term (as Decide sums
