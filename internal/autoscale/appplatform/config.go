@@ -91,7 +91,9 @@ func (e *ConfigError) Error() string {
 // variables and reports every problem at once in a *ConfigError: missing
 // required variables, an ambiguous or missing scope, malformed URLs, and
 // every autoscaler parameter problem (autoscale.ParamsFromEnv, which
-// requires MIN_INSTANCES ≥ 1 as App Platform does).
+// requires MIN_INSTANCES ≥ 1 as App Platform does), and a BREACH_THRESHOLD
+// that the loop's polls, each later than POLL_INTERVAL by its API calls,
+// never reach (autoscale.Params.LateProblem).
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	get := func(name string) string { return strings.TrimSpace(getenv(name)) }
 	c := Config{
@@ -134,6 +136,10 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		}
 	case err != nil:
 		probs = append(probs, err.Error())
+	default:
+		if pr, ok := params.LateProblem(); !ok {
+			probs = append(probs, pr.String())
+		}
 	}
 	if len(probs) > 0 {
 		return c, &ConfigError{Problems: probs}

@@ -141,3 +141,26 @@ func TestConfigNeverPrintsTokens(t *testing.T) {
 		}
 	}
 }
+
+// The loop waits POLL_INTERVAL after each poll's API calls, so its polls
+// come later than POLL_INTERVAL: a threshold that only exact polls reach
+// is refused at start, by the environment and by New.
+func TestConfigRefusesAThresholdLatePollsNeverReach(t *testing.T) {
+	env := validEnv()
+	env["POLL_INTERVAL"] = "120"
+	_, err := ConfigFromEnv(envOf(env))
+	var cerr *ConfigError
+	if !errors.As(err, &cerr) || len(cerr.Problems) != 1 ||
+		!strings.HasPrefix(cerr.Problems[0], "BREACH_THRESHOLD=1.5 is never reached once polls run late: the autoscaler waits POLL_INTERVAL=120s") {
+		t.Fatalf("want the late-poll problem alone, got %v", err)
+	}
+	env["BREACH_THRESHOLD"] = "1.46"
+	c, err := ConfigFromEnv(envOf(env))
+	if err != nil {
+		t.Fatalf("the threshold the problem suggests: %v", err)
+	}
+	c.Params.BreachThreshold = 1.5
+	if _, err := New(c, Deps{}); err == nil || !strings.Contains(err.Error(), "never reached once polls run late") {
+		t.Fatalf("New: %v", err)
+	}
+}

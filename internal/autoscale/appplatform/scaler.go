@@ -68,6 +68,9 @@ func New(cfg Config, deps Deps) (*Scaler, error) {
 	if err := cfg.Params.Validate(); err != nil {
 		return nil, err
 	}
+	if pr, ok := cfg.Params.LateProblem(); !ok {
+		return nil, &autoscale.ParamsError{Problems: []autoscale.Problem{pr}}
+	}
 	if cfg.WorkerName == "" || cfg.Scope.Owner == "" {
 		return nil, errors.New("app platform autoscaler: the configuration lacks a worker name or a scope")
 	}
