@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/google/go-github/v88/github"
@@ -39,6 +40,19 @@ func (c *Client) ListJobs(ctx context.Context, s domain.Scope, status string) ([
 	if runStatuses[status] == nil {
 		return nil, fmt.Errorf("%s: %w: status must be %q or %q", op, domain.ErrInvalidRequest, StatusQueued, StatusInProgress)
 	}
+	return c.listJobs(ctx, op, s, status)
+}
+
+// ActiveJobs lists the scope's queued and in-progress jobs in one pass, as
+// ListJobs does for each: every run is listed and its jobs read once, where
+// two ListJobs calls list an organisation's repositories twice, the
+// in-progress runs of each repository twice, and read the jobs of every
+// in-progress run twice.
+func (c *Client) ActiveJobs(ctx context.Context, s domain.Scope) ([]domain.GitHubJob, error) {
+	return c.listJobs(ctx, fmt.Sprintf("list active jobs of %s", s), s, StatusQueued, StatusInProgress)
+}
+
+func (c *Client) listJobs(ctx context.Context, op string, s domain.Scope, statuses ...string) ([]domain.GitHubJob, error) {
 	if s.Owner == "" && s.Enterprise != "" {
 		return nil, fmt.Errorf("%s: %w: GitHub lists no jobs of a whole enterprise; name an organisation or repository in it", op, domain.ErrInvalidRequest)
 	}
@@ -46,7 +60,7 @@ func (c *Client) ListJobs(ctx context.Context, s domain.Scope, status string) ([
 		return nil, fmt.Errorf("%s: %w: no owner", op, domain.ErrInvalidRequest)
 	}
 	if s.Repo != "" {
-		return c.repoJobs(ctx, op, s.Owner, s.Repo, status)
+		return c.repoJobs(ctx, op, s.Owner, s.Repo, statuses)
 	}
 	repos, err := collect(ctx, func(page int) ([]*github.Repository, *github.Response, error) {
 		return c.gh.Repositories.ListByOrg(ctx, s.Owner, &github.RepositoryListByOrgOptions{
@@ -65,7 +79,7 @@ func (c *Client) ListJobs(ctx context.Context, s domain.Scope, status string) ([
 		if owner == "" {
 			owner = s.Owner
 		}
-		jobs, err := c.repoJobs(ctx, op, owner, r.GetName(), status)
+		jobs, err := c.repoJobs(ctx, op, owner, r.GetName(), statuses)
 		if err != nil {
 			return nil, err
 		}
@@ -79,12 +93,21 @@ func (c *Client) QueuedJobs(ctx context.Context, s domain.Scope) ([]domain.GitHu
 	return c.ListJobs(ctx, s, StatusQueued)
 }
 
-// repoJobs is ListJobs for one repository.
-func (c *Client) repoJobs(ctx context.Context, op, owner, repo string, status string) ([]domain.GitHubJob, error) {
+// repoJobs lists one repository's jobs of the statuses: the runs of each
+// run status that may hold them, each run's jobs read once.
+func (c *Client) repoJobs(ctx context.Context, op, owner, repo string, statuses []string) ([]domain.GitHubJob, error) {
 	full := owner + "/" + repo
-	seen := map[int64]bool{}
+	var runStatusList []string
+	for _, st := range statuses {
+		for _, rs := range runStatuses[st] {
+			if !slices.Contains(runStatusList, rs) {
+				runStatusList = append(runStatusList, rs)
+			}
+		}
+	}
+	readRuns, seen := map[int64]bool{}, map[int64]bool{}
 	var out []domain.GitHubJob
-	for _, runStatus := range runStatuses[status] {
+	for _, runStatus := range runStatusList {
 		runs, err := collect(ctx, func(page int) ([]*github.WorkflowRun, *github.Response, error) {
 			rs, resp, err := c.gh.Actions.ListRepositoryWorkflowRuns(ctx, owner, repo, &github.ListWorkflowRunsOptions{
 				Status: runStatus, ListOptions: github.ListOptions{Page: page, PerPage: perPage},
@@ -95,6 +118,10 @@ func (c *Client) repoJobs(ctx context.Context, op, owner, repo string, status st
 			return nil, c.classify(fmt.Sprintf("%s: list %s runs of %s", op, runStatus, full), err, nil)
 		}
 		for _, run := range runs {
+			if readRuns[run.GetID()] {
+				continue // listed under two statuses: it moved on between the listings
+			}
+			readRuns[run.GetID()] = true
 			jobs, err := c.runJobs(ctx, owner, repo, run.GetID())
 			if errors.Is(err, domain.ErrNotFound) {
 				continue // the run was deleted since it was listed
@@ -103,7 +130,7 @@ func (c *Client) repoJobs(ctx context.Context, op, owner, repo string, status st
 				return nil, fmt.Errorf("%s: %w", op, err)
 			}
 			for _, j := range jobs {
-				if j.GetStatus() == status && !seen[j.GetID()] {
+				if slices.Contains(statuses, j.GetStatus()) && !seen[j.GetID()] {
 					seen[j.GetID()] = true
 					out = append(out, toJob(full, j))
 				}

@@ -149,3 +149,35 @@ func TestPaginationThatNeverEnds(t *testing.T) {
 		t.Errorf("ListRunners over circular pages: %v, want a pagination error", err)
 	}
 }
+
+// ActiveJobs finds what ListJobs finds for both statuses, with each
+// repository's runs listed and each run's jobs read once.
+func TestActiveJobsListOnceWhatTwoListingsFind(t *testing.T) {
+	srv := newServer(t)
+	srv.PageSize(pageSize)
+	var want []int64
+	for _, repo := range []string{"acme/app", "acme/web", "acme/api"} {
+		q, r := seedRepo(t, srv, repo)
+		want = append(append(want, q...), r...)
+	}
+	jobs, err := newClient(t, srv).ActiveJobs(t.Context(), domain.Scope{Owner: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(jobs); !slices.Equal(got, sortedIDs(want)) {
+		t.Errorf("ActiveJobs(acme) = %v, want %v", got, sortedIDs(want))
+	}
+	for _, j := range jobs {
+		if j.Status != rest.StatusQueued && j.Status != rest.StatusInProgress {
+			t.Errorf("job %d is %s", j.ID, j.Status)
+		}
+	}
+	if n := srv.Count("GET /orgs/{org}/repos"); n != 2 {
+		t.Errorf("3 repositories took %d requests, want 2 pages: one listing", n)
+	}
+	// Each repository holds four runs (three of one queued job, one of
+	// five jobs over three pages) listed under three run statuses.
+	if n := srv.Count("GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs"); n != 3*(3+3) {
+		t.Errorf("jobs of 12 runs read in %d requests, want %d: each run's pages once", n, 3*(3+3))
+	}
+}
