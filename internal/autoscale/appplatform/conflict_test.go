@@ -7,6 +7,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/bullpen-ci/bullpen/internal/autoscale"
 )
 
 // fastEnv makes a single breach scale: four queued jobs on one instance
@@ -33,7 +37,8 @@ func hasEnv(r *rig, key string) bool {
 	return false
 }
 
-// conflictCase is another writer's change met while scaling 1 → 3.
+// conflictCase is another writer's change, other than to the worker's
+// count, met while scaling 1 → 3.
 type conflictCase struct {
 	name     string
 	arrange  func(r *rig)
@@ -62,16 +67,6 @@ func conflictCases() []conflictCase {
 				r.do.FailNext("PUT", 409, 1)
 			},
 			accepted: 1, requests: []string{"GET", "GET", "PUT", "GET", "PUT", "GET"}, note: "409 Conflict",
-		},
-		{
-			name: "overridden right after the write",
-			arrange: func(r *rig) {
-				r.do.AfterPut(r.appID, func(spec map[string]any) {
-					addEnv("LOG_LEVEL", "debug")(spec)
-					setWorkerField("runner", "instance_count", json.Number("7"))(spec)
-				})
-			},
-			accepted: 2, requests: []string{"GET", "GET", "PUT", "GET", "GET", "PUT", "GET"}, note: "read back instance_count 7, not 3",
 		},
 	}
 }
@@ -162,4 +157,92 @@ func methods(reqs []string) []string {
 		out[i], _, _ = strings.Cut(r, " ")
 	}
 	return out
+}
+
+// Another writer's count always wins over a decision made on the count
+// before it: a scale-up from 1 to 3 must not lower the 6 a person has just
+// set, nor a read-back showing 7 be overwritten with 3.
+func TestAnotherWritersCountWins(t *testing.T) {
+	cases := []struct {
+		name     string
+		arrange  func(r *rig)
+		requests []string
+		accepted int
+		want     int
+		skipped  string
+	}{
+		{
+			name: "raised between the decision's read and the write",
+			arrange: func(r *rig) {
+				r.do.AfterGet(r.appID, func(spec map[string]any) {
+					addEnv("LOG_LEVEL", "debug")(spec)
+					setWorkerField("runner", "instance_count", json.Number("6"))(spec)
+				})
+			},
+			requests: []string{"GET", "GET"}, accepted: 0, want: 6,
+			skipped: "another writer set instance_count 6 after the decision was made on 1; 3 not written",
+		},
+		{
+			name: "overridden right after the write",
+			arrange: func(r *rig) {
+				r.do.AfterPut(r.appID, setWorkerField("runner", "instance_count", json.Number("7")))
+			},
+			requests: []string{"GET", "GET", "PUT", "GET"}, accepted: 1, want: 7,
+			skipped: "read back instance_count 7, not 3: another writer changed it after our update; left at 7",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t, fastEnv)
+			r.queue(4)
+			c.arrange(r)
+			rep, err := r.cycle()
+			if err != nil {
+				t.Fatalf("cycle: %v", err)
+			}
+			if rep.Decision.Action != autoscale.ActionUp || rep.Decision.New != 3 {
+				t.Fatalf("decision %+v, want up 1 → 3", rep.Decision)
+			}
+			if r.count() != c.want || rep.Scaled || rep.New != c.want {
+				t.Fatalf("the worker runs %d (report: scaled %v, new %d), want the other writer's %d", r.count(), rep.Scaled, rep.New, c.want)
+			}
+			if rep.Skipped != c.skipped {
+				t.Fatalf("skipped %q, want %q", rep.Skipped, c.skipped)
+			}
+			if got := methods(r.do.Requests()); !slices.Equal(got, c.requests) {
+				t.Fatalf("requests %v, want %v", got, c.requests)
+			}
+			if got := len(r.do.Updates()); got != c.accepted {
+				t.Fatalf("%d updates accepted, want %d", got, c.accepted)
+			}
+			if got := testutil.ToFloat64(r.scaler.m.superseded); got != 1 {
+				t.Fatalf("superseded decisions counted %v, want 1", got)
+			}
+			if got := testutil.ToFloat64(r.scaler.m.cycles.WithLabelValues("skipped")); got != 1 {
+				t.Fatalf("skipped cycles counted %v, want 1", got)
+			}
+			logs := r.logs.String()
+			if !strings.Contains(logs, `level=WARN msg="the worker's count changed under the decision; skipping, the next poll decides"`) ||
+				strings.Contains(logs, `msg="scaled worker"`) {
+				t.Fatalf("logs:\n%s", logs)
+			}
+		})
+	}
+}
+
+// A decision left unapplied starts no cooldown: the next poll decides on
+// the count another writer set, at once.
+func TestASupersededDecisionStartsNoCooldown(t *testing.T) {
+	r := newRig(t, fastEnv)
+	r.queue(4)
+	r.do.AfterGet(r.appID, setWorkerField("runner", "instance_count", json.Number("2")))
+	rep, err := r.cycle()
+	if err != nil || rep.Scaled || r.count() != 2 {
+		t.Fatalf("scaled %v, count %d, err %v", rep.Scaled, r.count(), err)
+	}
+	// Inside SCALE_UP_COOLDOWN (60 s): 4 jobs on 2 instances breach up.
+	rep, err = r.advanceCycle(10 * time.Second)
+	if err != nil || !rep.Scaled || rep.Current != 2 || r.count() != 3 {
+		t.Fatalf("next poll: scaled %v from %d to %d, err %v (%s)", rep.Scaled, rep.Current, r.count(), err, rep.Decision.Reason)
+	}
 }

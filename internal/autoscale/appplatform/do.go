@@ -147,26 +147,44 @@ const maxScaleAttempts = 3
 
 // ScaleResult says how SetWorkerCount went.
 type ScaleResult struct {
-	App       *App // the app as read back, showing the new count
+	App       *App // the app as read last: showing the new count, or the count another writer set
 	Attempts  int
 	Written   bool     // at least one update was accepted
 	Conflicts []string // what moved under us, one line each
+	// Superseded, when not empty, says how another writer changed the
+	// worker's count from the one the decision was made on: n was not
+	// written, or was overwritten, and the other writer's count stands.
+	Superseded string
 }
 
 // SetWorkerCount sets the worker's instance_count to n without touching
 // anything else, and checks the spec shows it. base is the app as read for
-// the decision.
+// the decision; its count is the one the decision was made on.
 //
 // The API has no conditional update, so each attempt narrows the race
 // instead: it reads the latest spec and, if it differs from the one the
 // decision was made on (another writer's change), notes a conflict and
 // applies n on top of the latest, keeping that change; it writes; it reads
-// back. A 409 answer, or a read-back with another count (a writer that
-// overrode ours), starts another attempt from the latest spec. After
+// back. A 409 answer starts another attempt from the latest spec; after
 // maxScaleAttempts the error wraps ErrConflict. A change landing between
 // an attempt's read and its write, milliseconds apart, is not seen.
+//
+// Another writer's count always wins: when the worker's count is no longer
+// the one the decision was made on, before the write or on the read-back,
+// nothing more is written and Superseded says so. A decision made on a
+// count that no longer holds is not one to apply (a scale-up from 1 to 3
+// would lower the 6 a person had just set); the next poll decides again
+// on the count that does.
 func (p *AppPlatform) SetWorkerCount(ctx context.Context, name string, base *App, n int) (ScaleResult, error) {
 	var res ScaleResult
+	from := -1
+	if base != nil {
+		c, err := WorkerCount(base.Spec, name)
+		if err != nil {
+			return res, err
+		}
+		from = c
+	}
 	for res.Attempts < maxScaleAttempts {
 		res.Attempts++
 		latest, err := p.Get(ctx)
@@ -178,10 +196,17 @@ func (p *AppPlatform) SetWorkerCount(ctx context.Context, name string, base *App
 				res.Conflicts = append(res.Conflicts, note)
 			}
 		}
-		if cur, err := WorkerCount(latest.Spec, name); err != nil {
+		cur, err := WorkerCount(latest.Spec, name)
+		if err != nil {
 			return res, err
-		} else if cur == n {
+		}
+		if cur == n {
 			res.App = latest // someone else got there first: nothing to write
+			return res, nil
+		}
+		if from >= 0 && cur != from {
+			res.App = latest
+			res.Superseded = fmt.Sprintf("another writer set instance_count %d after the decision was made on %d; %d not written", cur, from, n)
 			return res, nil
 		}
 		desired, err := withWorkerCount(latest.Spec, name, n)
@@ -190,7 +215,7 @@ func (p *AppPlatform) SetWorkerCount(ctx context.Context, name string, base *App
 		}
 		if _, err := p.Update(ctx, desired); errors.Is(err, ErrConflict) {
 			res.Conflicts = append(res.Conflicts, "DigitalOcean refused the update with 409 Conflict")
-			base = nil // the next attempt's read is the base
+			base = latest // the next attempt notes only what changes after this read
 			continue
 		} else if err != nil {
 			return res, err
@@ -204,12 +229,11 @@ func (p *AppPlatform) SetWorkerCount(ctx context.Context, name string, base *App
 		if err != nil {
 			return res, fmt.Errorf("verify: %w", err)
 		}
-		if got == n {
-			res.App = back
-			return res, nil
+		res.App = back
+		if got != n {
+			res.Superseded = fmt.Sprintf("read back instance_count %d, not %d: another writer changed it after our update; left at %d", got, n, got)
 		}
-		res.Conflicts = append(res.Conflicts, fmt.Sprintf("read back instance_count %d, not %d: another writer changed it after our update", got, n))
-		base = back
+		return res, nil
 	}
 	return res, fmt.Errorf("set worker %q to %d instances: %w in each of %d attempts: %s",
 		name, n, ErrConflict, maxScaleAttempts, strings.Join(res.Conflicts, "; "))

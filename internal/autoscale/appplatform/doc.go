@@ -15,7 +15,9 @@
 //  4. on up or down, AppPlatform.SetWorkerCount writes the spec back with
 //     only that count changed and reads it back to verify; another
 //     writer's change met on the way is kept, and the count re-applied on
-//     top of the latest spec, a bounded number of times;
+//     top of the latest spec, a bounded number of times, unless that
+//     change is to the count itself: then the other writer's count stands,
+//     and the cycle is skipped without a cooldown;
 //  5. dead-runner cleanup: runners of the scope that are offline and idle
 //     (and named with the prefix, when one is set) are deleted; one that
 //     took a job meanwhile (422) is left alone.

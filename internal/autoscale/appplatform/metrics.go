@@ -22,7 +22,10 @@ type metrics struct {
 	apiErrors *prometheus.CounterVec // api, kind: transient, permanent
 	cycles    *prometheus.CounterVec // result: ok, skipped, failed
 	conflicts prometheus.Counter
-	deleted   prometheus.Counter
+	// superseded counts decisions left unapplied because another writer
+	// changed the worker's count under them.
+	superseded prometheus.Counter
+	deleted    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -45,13 +48,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bullpen_appplatform_spec_conflicts_total", Help: "Concurrent changes of the app spec met while scaling.",
 		}),
+		superseded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bullpen_appplatform_superseded_decisions_total",
+			Help: "Scaling decisions left unapplied because another writer changed the worker's count after the decision's read.",
+		}),
 		deleted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bullpen_appplatform_dead_runners_deleted_total", Help: "Offline, idle runners removed from GitHub.",
 		}),
 	}
 	promreg.AtZero(m.decisions, "up", "down", "none")
 	promreg.AtZero(m.cycles, "ok", "skipped", "failed")
-	if err := promreg.Register(reg, "app platform autoscaler", m.demand, m.instances, m.score, m.decisions, m.apiErrors, m.cycles, m.conflicts, m.deleted); err != nil {
+	if err := promreg.Register(reg, "app platform autoscaler", m.demand, m.instances, m.score, m.decisions, m.apiErrors, m.cycles, m.conflicts, m.superseded, m.deleted); err != nil {
 		return nil, err
 	}
 	return m, nil

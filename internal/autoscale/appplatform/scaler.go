@@ -251,6 +251,21 @@ func (s *Scaler) apply(ctx context.Context, now time.Time, rep *CycleReport, app
 		}
 		return s.fail(ctx, now, apiDO, fmt.Errorf("scale %s %d → %d: %w", s.cfg.WorkerName, rep.Current, d.New, err))
 	}
+	if res.Superseded != "" {
+		// The decision was made on a count that no longer holds: the other
+		// writer's count stands, no cooldown starts, and the next poll
+		// decides on the count that holds then.
+		s.st.LastUp, s.st.LastDown = before.LastUp, before.LastDown
+		rep.Skipped = res.Superseded
+		if cur, err := WorkerCount(res.App.Spec, s.cfg.WorkerName); err == nil {
+			rep.New = cur
+			s.m.instances.Set(float64(cur))
+		}
+		s.m.superseded.Inc()
+		s.log.Warn("the worker's count changed under the decision; skipping, the next poll decides", "worker", s.cfg.WorkerName,
+			"action", d.Action, "decided_on", rep.Current, "decided", d.New, "now", rep.New, "written", res.Written, "why", res.Superseded)
+		return nil
+	}
 	rep.Scaled, rep.New = true, d.New
 	s.m.instances.Set(float64(d.New))
 	s.log.Info("scaled worker", "worker", s.cfg.WorkerName, "action", d.Action, "from", rep.Current, "to", d.New,
