@@ -104,7 +104,7 @@ func TestMixedBatch(t *testing.T) {
 	}{
 		{12_010, domain.JobQueued, ""},
 		{12_011, domain.JobQueued, ""},
-		{12_013, domain.JobRejected, `pool "gpu" is not configured for environment "dev" (pools: small-x64)`},
+		{12_013, domain.JobRejected, `pool "gpu" is not configured for environment "production" (pools: small-x64)`},
 		{12_014, domain.JobQueued, ReasonWaiting},
 		{12_001, domain.JobRunning, ""},
 		{12_002, domain.JobAssigned, ""},  // the recording Finisher does not complete it

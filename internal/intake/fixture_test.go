@@ -66,12 +66,17 @@ func newFixture(t *testing.T, o Options) *fixture {
 	return f
 }
 
+// fixtureRouting is a production stack (serve's default) whose
+// configuration also defines a pool for a dev stack.
 func fixtureRouting() Routing {
 	small := domain.RunnerSpec{Name: "small-x64", Image: "ubuntu24-full-x64", CPU: domain.Range{Min: 2, Max: 2}, RAM: domain.Range{Min: 8, Max: 8}}
 	return Routing{
-		Environment: "dev",
-		Pools:       map[string]domain.Pool{"small-x64": {Name: "small-x64", Environment: "dev", Runner: "small-x64"}},
-		Runners:     map[string]domain.RunnerSpec{"small-x64": small},
+		Environment: "production",
+		Pools: map[string]domain.Pool{
+			"small-x64": {Name: "small-x64", Environment: "production", Runner: "small-x64"},
+			"small-dev": {Name: "small-dev", Environment: "dev", Runner: "small-x64"},
+		},
+		Runners: map[string]domain.RunnerSpec{"small-x64": small},
 	}
 }
 

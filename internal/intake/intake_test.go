@@ -90,6 +90,51 @@ func TestJobsThatAreNotOursAreIgnored(t *testing.T) {
 	}
 }
 
+// With a dev and a production stack on one configuration file, a job is
+// one stack's: the other records nothing, sends nothing, and with
+// --cancel-rejected cancels nothing. A job without env= is production's,
+// and one naming the dev stack's pool is left to that stack.
+func TestAnotherEnvironmentsJobIsNeitherServedNorCancelled(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct {
+		env    string
+		labels []string
+	}{
+		"a dev pool without env=, at production":        {"production", []string{"runs-on=5/pool=small-dev"}},
+		"a dev pool with env=dev, at production":        {"production", []string{"runs-on=5/pool=small-dev/env=dev"}},
+		"a pool job without env=, at dev":               {"dev", poolLabels(5)},
+		"a cold-start job without env=, at dev":         {"dev", launchLabels(5)},
+		"an unknown pool without env=, at dev":          {"dev", []string{"runs-on=5/pool=large-arm"}},
+		"a malformed label with env=dev, at production": {"production", []string{"runs-on=5/cpu=four/env=dev"}},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, Options{CancelRejected: true})
+			f.in.Routing = func() Routing {
+				r := fixtureRouting()
+				r.Environment = c.env
+				return r
+			}
+			f.deliver(jobEvent{action: "queued", id: 2101, runID: 5, labels: c.labels})
+			f.step()
+			f.noJob(2101)
+			f.inboxEmpty()
+			if s := f.sends.sent(domain.QueuePool) + f.sends.sent(domain.QueueLaunch); s != 0 {
+				t.Errorf("%d sends, want none", s)
+			}
+			if got := f.gh.cancelled(); len(got) != 0 {
+				t.Errorf("CancelRun calls %v, want none", got)
+			}
+			if l := f.logs.Lines("level=WARN"); len(l) != 0 {
+				t.Errorf("warnings %q, want none", l)
+			}
+			f.wantEvents("queued", "not_ours", 1)
+			f.wantEvents("queued", "rejected", 0)
+		})
+	}
+}
+
 func TestUnknownPoolIsRejected(t *testing.T) {
 	t.Parallel()
 	for _, cancel := range []bool{false, true} {
@@ -100,7 +145,7 @@ func TestUnknownPoolIsRejected(t *testing.T) {
 			f.step()
 			j := f.Job(3001)
 			if j.Status != domain.JobRejected || j.Pool != "large-arm" ||
-				!strings.Contains(j.Reason, `pool "large-arm"`) || !strings.Contains(j.Reason, `environment "dev"`) {
+				!strings.Contains(j.Reason, `pool "large-arm"`) || !strings.Contains(j.Reason, `environment "production"`) {
 				t.Fatalf("job %s pool %q reason %q; want rejected naming the pool and the environment", j.Status, j.Pool, j.Reason)
 			}
 			if l := f.logs.Lines("level=WARN", "job rejected", "job=3001", `large-arm`); len(l) != 1 {

@@ -1,7 +1,7 @@
 // Package intake turns accepted webhook deliveries into jobs: it decides
-// whether a job is bullpen's, routes it to the pool queue or the launch
-// queue ("Webhook-Level Routing"), rejects jobs that name a pool
-// this environment does not have, and records jobs starting and finishing.
+// whether a job is this stack's, routes it to the pool queue or the launch
+// queue ("Webhook-Level Routing"), rejects jobs that name a pool no
+// environment has, and records jobs starting and finishing.
 package intake
 
 import (
@@ -9,19 +9,35 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode"
 
+	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/labels"
 )
 
+// DefaultEnvironment is the environment of a job without an env= label,
+// as RunsOn has it: several stacks reading one configuration file leave
+// such a job to the stack of this environment (serve's default).
+const DefaultEnvironment = "production"
+
 // Routing is the configuration the routing decision depends on.
 type Routing struct {
+	// Environment is the stack's (serve's --environment); "" is
+	// DefaultEnvironment. The stack serves the jobs of its environment
+	// only: those whose env= names it and, in DefaultEnvironment, those
+	// without env=.
 	Environment string
 	// Region is the stack's cloud region: a job naming another region
 	// (region=) is another stack's. "" (a cloud without regions) serves
 	// every region.
-	Region  string
-	Pools   map[string]domain.Pool // the pools of this environment
+	Region string
+	// Pools are the configuration's pools, every environment's: the stack
+	// serves those of its environment (config.ServedIn), and knowing the
+	// others lets it leave a job naming one of them to their stack instead
+	// of rejecting it. Holding only the stack's own pools, it rejects such
+	// a job.
+	Pools   map[string]domain.Pool
 	Runners map[string]domain.RunnerSpec
 	// Default is the runner an ad-hoc job (no pool=, no runner=) starts
 	// from before its labels' overrides.
@@ -52,24 +68,46 @@ type Decision struct {
 }
 
 // Decide routes a job by its labels. It is pure: the same labels and
-// configuration always give the same decision.
+// configuration always give the same decision. A job of another
+// environment or region, or naming another environment's pool, is not
+// ours: another stack serves or rejects it.
 func Decide(jobLabels []string, r Routing) Decision {
-	exists := func(name string) bool { _, ok := r.Pools[name]; return ok }
-	req, err := labels.Parse(jobLabels, exists)
+	env := r.Environment
+	if env == "" {
+		env = DefaultEnvironment
+	}
+	served := func(name string) bool { p, ok := r.Pools[name]; return ok && config.ServedIn(p, env) }
+	req, err := labels.Parse(jobLabels, served)
 	if !req.Ours {
 		return Decision{}
 	}
-	if req.Env != "" && r.Environment != "" && req.Env != r.Environment {
-		return Decision{} // another bullpen deployment's job
+	jobEnv, jobRegion := req.Env, req.Region
+	if err != nil {
+		// Parsing stopped at the faulty label: an env= or region= after it
+		// still says whose job this is, so that only that stack rejects it
+		// (and, with --cancel-rejected, cancels its run).
+		jobEnv, jobRegion = labelled(jobLabels, "env"), labelled(jobLabels, "region")
 	}
-	if req.Region != "" && r.Region != "" && req.Region != r.Region {
+	if jobEnv == "" {
+		jobEnv = DefaultEnvironment
+	}
+	if jobEnv != env {
+		return Decision{} // the stack of another environment serves it
+	}
+	if jobRegion != "" && r.Region != "" && jobRegion != r.Region {
 		return Decision{} // the stack of another region serves it
 	}
 	if err != nil {
 		d := Decision{Ours: true, Reject: err.Error()}
 		if errors.Is(err, labels.ErrUnknownPool) {
+			if _, elsewhere := r.Pools[req.Pool]; elsewhere {
+				// Another environment's pool: its stack is the one to
+				// judge the job, and a rejection here would cancel a run
+				// that stack may be meant to serve.
+				return Decision{}
+			}
 			d.Pool = req.Pool
-			d.Reject = fmt.Sprintf("pool %s is not configured for environment %q (pools: %s)", domain.QuoteShort(req.Pool), r.Environment, names(r.Pools))
+			d.Reject = fmt.Sprintf("pool %s is not configured for environment %q (pools: %s)", domain.QuoteShort(req.Pool), env, servedNames(r.Pools, env))
 		}
 		return d
 	}
@@ -101,6 +139,36 @@ func Decide(jobLabels []string, r Routing) Decision {
 		return Decision{Ours: true, Reject: "no image: the labels and the runner give none"}
 	}
 	return Decision{Ours: true, Route: domain.RouteLaunch, Runner: spec.Name, Spec: spec}
+}
+
+// servedNames lists the pools of pools that environment env serves.
+func servedNames(pools map[string]domain.Pool, env string) string {
+	served := map[string]domain.Pool{}
+	for name, p := range pools {
+		if config.ServedIn(p, env) {
+			served[name] = p
+		}
+	}
+	return names(served)
+}
+
+// labelled is the value the labels give key, read as labels.Parse reads
+// pairs, or "" when none gives it a usable name. It serves labels that
+// fail to parse, whose Request stops short of the faulty label.
+func labelled(jobLabels []string, key string) string {
+	for _, label := range jobLabels {
+		for _, pair := range strings.FieldsFunc(label, func(c rune) bool { return c == '/' || c == ',' }) {
+			k, v, ok := strings.Cut(pair, "=")
+			if !ok || !strings.EqualFold(strings.TrimSpace(k), key) {
+				continue
+			}
+			v = strings.TrimSpace(v)
+			if v != "" && strings.IndexFunc(v, func(c rune) bool { return unicode.IsSpace(c) || unicode.IsControl(c) }) < 0 {
+				return v
+			}
+		}
+	}
+	return ""
 }
 
 func names[V any](m map[string]V) string {

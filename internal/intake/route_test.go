@@ -11,7 +11,7 @@ func routing() Routing {
 	small := domain.RunnerSpec{Name: "small-x64", Image: "ubuntu24-full-x64", CPU: domain.Range{Min: 2, Max: 2}, Family: []string{"t3"}}
 	big := domain.RunnerSpec{Name: "big", Image: "ubuntu24-full-x64", CPU: domain.Range{Min: 16, Max: 16}}
 	return Routing{
-		Environment: "dev", Region: "eu-west-1",
+		Environment: "production", Region: "eu-west-1",
 		Pools: map[string]domain.Pool{
 			"small-x64":  {Name: "small-x64", Runner: "small-x64"},
 			"dependabot": {Name: "dependabot", Runner: "small-x64"},
@@ -19,6 +19,25 @@ func routing() Routing {
 		},
 		Runners: map[string]domain.RunnerSpec{"small-x64": small, "big": big},
 	}
+}
+
+// decision is a Decision in the form the tables want: route/pool/runner,
+// "not ours", or "reject: <reason>".
+func decision(d Decision) string {
+	switch {
+	case !d.Ours:
+		return "not ours"
+	case d.Reject != "":
+		return "reject: " + d.Reject
+	}
+	return string(d.Route) + "/" + d.Pool + "/" + d.Runner
+}
+
+// matches reports whether a decision is the one a table wants: one that
+// starts so, or a rejection whose reason holds the wanted one.
+func matches(got, want string) bool {
+	reason, rejection := strings.CutPrefix(want, "reject: ")
+	return strings.HasPrefix(got, want) || rejection && strings.HasPrefix(got, "reject: ") && strings.Contains(got, reason)
 }
 
 func TestDecide(t *testing.T) {
@@ -37,26 +56,18 @@ func TestDecide(t *testing.T) {
 		{"not ours without runs-on", []string{"self-hosted", "linux"}, "not ours"},
 		{"github-hosted", []string{"ubuntu-latest"}, "not ours"},
 		{"another environment's job", []string{"runs-on/pool=small-x64", "env=prod"}, "not ours"},
-		{"our environment named", []string{"runs-on/pool=small-x64/env=dev"}, "pool/small-x64/small-x64"},
+		{"our environment named", []string{"runs-on/pool=small-x64/env=production"}, "pool/small-x64/small-x64"},
 		{"another region's job", []string{"runs-on/pool=small-x64/region=ap-south-1"}, "not ours"},
 		{"our region named", []string{"runs-on/pool=small-x64/region=eu-west-1"}, "pool/small-x64/small-x64"},
-		{"unknown pool is rejected", []string{"runs-on=5/pool=large"}, `reject: pool "large" is not configured for environment "dev"`},
+		{"unknown pool is rejected", []string{"runs-on=5/pool=large"}, `reject: pool "large" is not configured for environment "production"`},
 		{"unknown runner is rejected", []string{"runs-on=5/runner=huge"}, `reject: runner "huge" is not configured`},
 		{"pool with a missing runner is rejected", []string{"runs-on/pool=broken"}, `reject: pool "broken" names runner "gone"`},
 		{"malformed label is rejected", []string{"runs-on=1/cpu=four"}, "reject: cpu"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			d := Decide(c.labels, routing())
-			got := "not ours"
-			switch {
-			case !d.Ours:
-			case d.Reject != "":
-				got = "reject: " + d.Reject
-			default:
-				got = string(d.Route) + "/" + d.Pool + "/" + d.Runner
-			}
-			if !strings.HasPrefix(got, c.want) && !(strings.HasPrefix(c.want, "reject: ") && strings.Contains(got, strings.TrimPrefix(c.want, "reject: "))) {
+			got := decision(Decide(c.labels, routing()))
+			if !matches(got, c.want) {
 				t.Fatalf("Decide(%q) = %s, want %s", c.labels, got, c.want)
 			}
 		})
@@ -116,5 +127,90 @@ func TestALabelsImageKeyIsResolved(t *testing.T) {
 	}
 	if d := Decide([]string{"runs-on=1/cpu=4/image=ubuntu22-full-x64"}, r); d.Spec.Image != "ubuntu22-full-x64" {
 		t.Fatalf("image %q, want a name that is no key kept as written", d.Spec.Image)
+	}
+}
+
+// Two stacks, dev and production, read one configuration file. A job
+// belongs to the environment its env= names, and to production without
+// one: exactly one of the stacks takes it, and the other neither serves
+// nor rejects it (a rejection could cancel the run the first one serves).
+// A job naming a pool of another environment is left to that
+// environment's stack, never rejected.
+func TestStacksSharingAConfigurationTakeEachJobOnce(t *testing.T) {
+	small := domain.RunnerSpec{Name: "small-x64", Image: "ubuntu24-full-x64", CPU: domain.Range{Min: 2, Max: 2}}
+	big := domain.RunnerSpec{Name: "big", Image: "ubuntu24-full-x64", CPU: domain.Range{Min: 16, Max: 16}}
+	stack := func(env string) Routing {
+		return Routing{
+			Environment: env,
+			Pools: map[string]domain.Pool{
+				"small-x64":  {Name: "small-x64", Environment: "dev", Runner: "small-x64"},
+				"deploy":     {Name: "deploy", Environment: "production", Runner: "big"},
+				"shared":     {Name: "shared", Runner: "small-x64"},
+				"dependabot": {Name: "dependabot", Runner: "small-x64"},
+			},
+			Runners: map[string]domain.RunnerSpec{"small-x64": small, "big": big},
+		}
+	}
+	cases := []struct {
+		name        string
+		labels      []string
+		dev, prod   string // the decision of each stack, as in TestDecide
+		defaultProd string // the decision of a stack left at Environment ""
+	}{
+		{"a dev pool without env= is no stack's", []string{"runs-on=1/pool=small-x64"},
+			"not ours", "not ours", "not ours"},
+		{"a dev pool with env=dev", []string{"runs-on=1/pool=small-x64/env=dev"},
+			"pool/small-x64/small-x64", "not ours", "not ours"},
+		{"a production pool without env=", []string{"runs-on=1/pool=deploy"},
+			"not ours", "pool/deploy/big", "pool/deploy/big"},
+		{"a production pool with env=dev", []string{"runs-on=1/pool=deploy", "env=dev"},
+			"not ours", "not ours", "not ours"},
+		{"a pool of every environment without env=", []string{"runs-on=1/pool=shared"},
+			"not ours", "pool/shared/small-x64", "pool/shared/small-x64"},
+		{"a pool of every environment with env=dev", []string{"runs-on=1/pool=shared/env=dev"},
+			"pool/shared/small-x64", "not ours", "not ours"},
+		{"a runner without env=", []string{"runs-on=1/runner=big"},
+			"not ours", "launch//big", "launch//big"},
+		{"a runner with env=dev", []string{"runs-on=1/runner=big/env=dev"},
+			"launch//big", "not ours", "not ours"},
+		{"an ad-hoc machine without env=", []string{"runs-on=1/cpu=4"},
+			"not ours", "launch//adhoc-", "launch//adhoc-"},
+		{"a dependabot job", []string{"self-hosted", "dependabot"},
+			"not ours", "pool/dependabot/small-x64", "pool/dependabot/small-x64"},
+		{"a pool no environment has, without env=", []string{"runs-on=1/pool=nowhere"},
+			"not ours", `reject: pool "nowhere" is not configured for environment "production" (pools: dependabot, deploy, shared)`,
+			`reject: pool "nowhere" is not configured for environment "production"`},
+		{"a pool no environment has, with env=dev", []string{"runs-on=1/pool=nowhere/env=dev"},
+			`reject: pool "nowhere" is not configured for environment "dev" (pools: dependabot, shared, small-x64)`, "not ours", "not ours"},
+		{"a third environment's job", []string{"runs-on=1/runner=big/env=staging"},
+			"not ours", "not ours", "not ours"},
+		// The faulty label stops the parse before env= is read.
+		{"a malformed label before env=dev", []string{"runs-on=1/cpu=four/env=dev"},
+			"reject: cpu", "not ours", "not ours"},
+		{"a malformed label and a separate env=dev", []string{"runs-on=1/cpu=four", "env=dev"},
+			"reject: cpu", "not ours", "not ours"},
+		{"a malformed label without env=", []string{"runs-on=1/cpu=four"},
+			"not ours", "reject: cpu", "reject: cpu"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, s := range []struct{ env, want string }{{"dev", c.dev}, {"production", c.prod}, {"", c.defaultProd}} {
+				got := decision(Decide(c.labels, stack(s.env)))
+				if !matches(got, s.want) {
+					t.Errorf("the %q stack: Decide(%q) = %s, want %s", s.env, c.labels, got, s.want)
+				}
+			}
+		})
+	}
+}
+
+// A region named after a faulty label is still read: another region's
+// stack leaves the job alone rather than rejecting it.
+func TestAMalformedJobOfAnotherRegionIsNotOurs(t *testing.T) {
+	if got := decision(Decide([]string{"runs-on=1/cpu=four/region=ap-south-1"}, routing())); got != "not ours" {
+		t.Fatalf("decision %s, want not ours", got)
+	}
+	if got := decision(Decide([]string{"runs-on=1/cpu=four/region=eu-west-1"}, routing())); !strings.HasPrefix(got, "reject: ") {
+		t.Fatalf("decision %s, want our region's job rejected", got)
 	}
 }
