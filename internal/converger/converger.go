@@ -1,6 +1,11 @@
 // Package converger runs the pool convergence loop: every interval it
 // matches each pool's schedule, computes a rebalance plan from a snapshot of
 // the store and the cloud, and applies it.
+//
+// A pool that cannot launch what it misses still does the rest of its plan:
+// while its image does not resolve it creates and rolls nothing, but still
+// sheds, parks, settles and forgets, and its status says why it does not
+// grow.
 package converger
 
 import (
@@ -139,7 +144,10 @@ type PoolReport struct {
 	SpecHash string
 	Counts   rebalance.Counts // before the plan was applied
 	Plan     rebalance.Plan
-	Err      error
+	// Err joins what kept the pool from its target this cycle: its image
+	// not resolving, a step of the plan that failed. The pool status shows
+	// it as LastError.
+	Err error
 }
 
 // Report is the outcome of one cycle, pools in name order.
@@ -260,35 +268,86 @@ func (c *Converger) cloudView(ctx context.Context) (map[string]domain.CloudInsta
 	return view, nil
 }
 
+// convergePool plans and applies one pool's changes. Creates are left out
+// of the plan while the pool's image does not resolve (there is nothing to
+// launch); everything else is still done, so that the pool still sheds what
+// its target no longer wants, parks and settles its members and forgets
+// machines the cloud lost. The image error is reported in the pool's status
+// meanwhile.
 func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec, rows []domain.Instance,
 	view map[string]domain.CloudInstance, images *imageCache) PoolReport {
 	p := ps.Pool
 	entry, target := c.opts.Targeter(p, now)
 	r := PoolReport{Pool: p.Name, Schedule: entry, Target: target, Counts: rebalance.Count(rows)}
-	imageID, err := images.resolve(ctx, ps.Runner.Image)
-	c.noteImage(p.Name, ps.Runner.Image, err)
-	if err != nil {
-		r.Err = fmt.Errorf("pool %s: resolve image %q: %w", p.Name, ps.Runner.Image, err)
-		c.recordStatus(ctx, r, now)
-		return r
+	imageID, imageErr := images.resolve(ctx, ps.Runner.Image)
+	c.noteImage(p.Name, ps.Runner.Image, imageErr)
+	if imageErr != nil {
+		imageErr = fmt.Errorf("pool %s: resolve image %q: %w", p.Name, ps.Runner.Image, imageErr)
+	} else {
+		r.SpecHash = domain.SpecHash(ps.Runner, imageID, p)
 	}
-	r.SpecHash = domain.SpecHash(ps.Runner, imageID, p)
-	r.Plan = rebalance.Compute(rebalance.Snapshot{
+	snap := rebalance.Snapshot{
 		Pool: p.Name, Now: now, Target: target, SpecHash: r.SpecHash,
 		HotIdleLifetime: p.HotIdleLifetime, DanglingAfter: c.opts.DanglingAfter, GoneGrace: c.opts.GoneGrace,
 		Instances: rows, Cloud: view,
-	})
+	}
+	if imageErr != nil {
+		r.Plan = planWithoutSpec(snap)
+	} else {
+		r.Plan = rebalance.Compute(snap)
+	}
+	if imageErr != nil {
+		r.Plan = withoutCreates(r.Plan)
+	}
+	var applyErr error
 	if !r.Plan.Empty() {
 		c.log.Info("pool plan", "pool", p.Name, "schedule", entry, "hot", target.Hot, "stopped", target.Stopped,
 			"plan", Describe(r.Plan))
 		a := applier{c: c, now: now, spec: ps, imageID: imageID, hash: r.SpecHash}
-		r.Err = a.apply(ctx, r.Plan)
+		applyErr = a.apply(ctx, r.Plan)
 	}
-	if r.Err != nil {
-		c.log.Warn("pool converged with errors", "pool", p.Name, "err", r.Err)
+	if applyErr != nil {
+		c.log.Warn("pool converged with errors", "pool", p.Name, "err", applyErr)
 	}
+	r.Err = errors.Join(imageErr, applyErr)
 	c.recordStatus(ctx, r, now)
 	return r
+}
+
+// unknownSpec is the spec hash a pool whose image did not resolve is
+// planned against: its own and every member's, so that none is outdated.
+const unknownSpec = "image-not-resolved"
+
+// planWithoutSpec is the plan of a pool whose spec hash cannot be known
+// this cycle, its image not resolving: no member is outdated, for which
+// of them are cannot be told, and a pool is never rolled on a lookup that
+// failed. Its steps name the rows as read.
+func planWithoutSpec(snap rebalance.Snapshot) rebalance.Plan {
+	asRead := make(map[string]domain.Instance, len(snap.Instances))
+	same := make([]domain.Instance, len(snap.Instances))
+	for i, in := range snap.Instances {
+		asRead[in.ID] = in
+		in.SpecHash = unknownSpec
+		same[i] = in
+	}
+	snap.SpecHash, snap.Instances = unknownSpec, same
+	plan := rebalance.Compute(snap)
+	for i, st := range plan.Steps {
+		insts := make([]domain.Instance, len(st.Instances))
+		for j, in := range st.Instances {
+			insts[j] = asRead[in.ID]
+		}
+		if st.Instances != nil {
+			plan.Steps[i].Instances = insts
+		}
+	}
+	return plan
+}
+
+// withoutCreates is p less its create steps.
+func withoutCreates(p rebalance.Plan) rebalance.Plan {
+	p.Steps = slices.DeleteFunc(slices.Clone(p.Steps), func(st rebalance.Step) bool { return st.Action == rebalance.Create })
+	return p
 }
 
 // drainRemoved retires the members of a pool that is no longer configured:
@@ -335,11 +394,11 @@ func (c *Converger) noteImage(pool, image string, err error) {
 	c.unknownImages.Unlock()
 	switch {
 	case unknown && (!known || was != image):
-		c.log.Error("pool cannot converge: the cloud knows no such image", "pool", pool, "image", image, "err", err)
+		c.log.Error("pool can neither grow nor roll: the cloud knows no such image", "pool", pool, "image", image, "err", err)
 	case unknown:
-		c.log.Debug("pool still cannot converge: unknown image", "pool", pool, "image", image)
+		c.log.Debug("pool still cannot grow: unknown image", "pool", pool, "image", image)
 	case err != nil:
-		c.log.Warn("pool not converged this cycle: its image did not resolve; the next cycle retries",
+		c.log.Warn("pool creates nothing this cycle: its image did not resolve; the next cycle retries",
 			"pool", pool, "image", image, "err", err)
 	case known:
 		c.log.Info("pool's image resolves again", "pool", pool, "image", image)

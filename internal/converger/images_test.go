@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,5 +76,53 @@ func TestThrottledImageLookupIsAWarningAndACloudError(t *testing.T) {
 	w.Clock.Pass(30 * time.Second)
 	if r := w.cycle(); r.Err != nil || Describe(r.Plan) != "create/hot×1" {
 		t.Fatalf("next cycle: err %v plan %s", r.Err, Describe(r.Plan))
+	}
+}
+
+// A pool whose image stops resolving creates nothing and rolls nothing,
+// for neither its image nor which members are outdated can be known, but
+// still settles its stops, forgets machines the cloud lost and sheds what
+// its target no longer wants; its status keeps saying why it cannot grow.
+func TestPoolWhoseImageStopsResolvingStillShedsAndSettles(t *testing.T) {
+	w := newWorld(t, domain.Target{Hot: 1, Stopped: 2}, sim.Options{Latency: latency, Images: map[string]string{"ubuntu24": "ami-1"}}, Options{})
+	for range 2 { // create; warming
+		w.cycle()
+		w.Clock.Pass(30 * time.Second)
+	}
+	if got := Describe(w.cycle().Plan); got != "stop/warm×2" {
+		t.Fatalf("at 60 s plan %q", got)
+	}
+	w.edit(func(ps *PoolSpec) { ps.Runner.Image = "ubuntu24-typo" })
+	unresolved := func(r PoolReport, want string) {
+		t.Helper()
+		if !errors.Is(r.Err, domain.ErrUnknownImage) || Describe(r.Plan) != want {
+			t.Fatalf("plan %q err %v, want plan %q and the image error", Describe(r.Plan), r.Err, want)
+		}
+		if st, err := w.Store.ListPoolStatus(context.Background()); err != nil || len(st) != 1 ||
+			!strings.Contains(st[0].LastError, `resolve image "ubuntu24-typo"`) {
+			t.Fatalf("pool status %+v %v", st, err)
+		}
+	}
+	w.Clock.Pass(30 * time.Second)
+	unresolved(w.cycle(), "settle/stopped×2")
+	if n := len(w.rows(domain.StateStopped)); n != 2 {
+		t.Fatalf("%d members stopped", n)
+	}
+	w.Clock.Pass(30 * time.Second)
+	unresolved(w.cycle(), "") // nothing outdated, nothing to do
+
+	parked := w.rows(domain.StateStopped)[0]
+	if err := w.cloud.Terminate(context.Background(), []string{parked.CloudID}); err != nil {
+		t.Fatal(err)
+	}
+	w.setTarget(domain.Target{Hot: 2, Stopped: 2})
+	w.Clock.Pass(30 * time.Second)
+	unresolved(w.cycle(), "forget/gone×1")
+
+	w.setTarget(domain.Target{})
+	w.Clock.Pass(30 * time.Second)
+	unresolved(w.cycle(), "terminate/excess×1 terminate/excess×1")
+	if n := len(w.rows(domain.StateTerminated)); n != 3 {
+		t.Fatalf("%d rows terminated, want all 3", n)
 	}
 }
