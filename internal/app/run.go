@@ -14,6 +14,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/converger"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
+	"github.com/bullpen-ci/bullpen/internal/intake"
 	"github.com/bullpen-ci/bullpen/internal/loop"
 )
 
@@ -90,7 +91,7 @@ func (a *App) simulatedJobs() *ghsim.Generator {
 	}
 	a.opts.Log.Info("the simulated GitHub queues jobs", "per_minute", a.opts.SimJobsPerMinute)
 	return ghsim.NewGenerator(a.Sim.GitHub, a.opts.Clock, ghsim.GeneratorOptions{
-		Seed: a.opts.SimSeed, PerMinute: a.opts.SimJobsPerMinute, Mix: ghsim.MixFor(a.pools()),
+		Seed: a.opts.SimSeed, PerMinute: a.opts.SimJobsPerMinute, Mix: ghsim.MixFor(a.pools(), intake.EnvLabel(a.opts.Environment)),
 		MinDuration: time.Minute, MaxDuration: 3 * time.Minute,
 	})
 }

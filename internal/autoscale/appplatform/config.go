@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/bullpen-ci/bullpen/internal/autoscale"
@@ -14,16 +15,17 @@ import (
 // Environment variables of the standalone mode, beside the autoscaler's
 // parameters (autoscale.ParamsFromEnv).
 const (
-	EnvGitHubToken      = "GITHUB_TOKEN"
-	EnvDOToken          = "DO_API_TOKEN"
-	EnvAppID            = "APP_ID"
-	EnvOwner            = "OWNER"
-	EnvRepo             = "REPO"
-	EnvOrg              = "ORG"
-	EnvWorkerName       = "WORKER_NAME"
-	EnvRunnerNamePrefix = "RUNNER_NAME_PREFIX"
-	EnvGitHubAPIURL     = "GITHUB_API_URL"
-	EnvDOAPIURL         = "DO_API_URL"
+	EnvGitHubToken       = "GITHUB_TOKEN"
+	EnvDOToken           = "DO_API_TOKEN"
+	EnvAppID             = "APP_ID"
+	EnvOwner             = "OWNER"
+	EnvRepo              = "REPO"
+	EnvOrg               = "ORG"
+	EnvWorkerName        = "WORKER_NAME"
+	EnvRunnerNamePrefix  = "RUNNER_NAME_PREFIX"
+	EnvGitHubAPIURL      = "GITHUB_API_URL"
+	EnvDOAPIURL          = "DO_API_URL"
+	EnvDeadRunnerCleanup = "DEAD_RUNNER_CLEANUP"
 )
 
 // Defaults of the optional settings.
@@ -46,15 +48,21 @@ type Config struct {
 	// count toward demand, and offline runners are removed, only when the
 	// runner's name starts with it. Empty: every self-hosted runner.
 	RunnerNamePrefix string
-	GitHubAPIURL     string // empty: api.github.com; for GHES https://HOST/api/v3
-	DOAPIURL         string // empty: DefaultDOAPIURL
-	Params           autoscale.Params
+	// NoDeadRunnerCleanup turns dead-runner cleanup off
+	// (DEAD_RUNNER_CLEANUP=false). With an organisation scope and no
+	// prefix, cleanup would remove every dead-looking runner of the
+	// organisation, other deployments' included, so that configuration
+	// is refused unless cleanup is off.
+	NoDeadRunnerCleanup bool
+	GitHubAPIURL        string // empty: api.github.com; for GHES https://HOST/api/v3
+	DOAPIURL            string // empty: DefaultDOAPIURL
+	Params              autoscale.Params
 }
 
 // String describes the configuration without its tokens.
 func (c Config) String() string {
-	return fmt.Sprintf("app %s worker %q, %s, runner prefix %q, GitHub token %s, DigitalOcean token %s",
-		c.AppID, c.WorkerName, scopeText(c.Scope), c.RunnerNamePrefix, redacted(c.GitHubToken), redacted(c.DOToken))
+	return fmt.Sprintf("app %s worker %q, %s, runner prefix %q, dead-runner cleanup %s, GitHub token %s, DigitalOcean token %s",
+		c.AppID, c.WorkerName, scopeText(c.Scope), c.RunnerNamePrefix, onOff(!c.NoDeadRunnerCleanup), redacted(c.GitHubToken), redacted(c.DOToken))
 }
 
 // GoString is String, so %#v leaks nothing either.
@@ -62,6 +70,26 @@ func (c Config) GoString() string { return c.String() }
 
 // LogValue is String, for slog.
 func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
+
+// cleanupProblem refuses dead-runner cleanup over a whole organisation's
+// runners: with an organisation scope and no prefix, every runner of the
+// organisation that looks dead would be deleted, other deployments'
+// (another team's, one restarting) included.
+func (c Config) cleanupProblem() string {
+	if c.NoDeadRunnerCleanup || c.Scope.Owner == "" || c.Scope.Repo != "" || c.RunnerNamePrefix != "" {
+		return ""
+	}
+	return fmt.Sprintf("%s=%q with %s empty: dead-runner cleanup would delete every offline, idle runner of the organisation, "+
+		"other deployments' included; set %s to this deployment's runner name prefix, or %s=false",
+		EnvOrg, c.Scope.Owner, EnvRunnerNamePrefix, EnvRunnerNamePrefix, EnvDeadRunnerCleanup)
+}
 
 func redacted(secret string) string {
 	if secret == "" {
@@ -123,6 +151,17 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	scope, scopeProbs := scopeFromEnv(get)
 	c.Scope = scope
 	probs = append(probs, scopeProbs...)
+	switchOK := true
+	if raw := get(EnvDeadRunnerCleanup); raw != "" {
+		on, err := strconv.ParseBool(raw)
+		if switchOK = err == nil; !switchOK {
+			probs = append(probs, fmt.Sprintf("%s=%q is neither true nor false (dead-runner cleanup is on unless false)", EnvDeadRunnerCleanup, raw))
+		}
+		c.NoDeadRunnerCleanup = switchOK && !on
+	}
+	if pr := c.cleanupProblem(); pr != "" && switchOK && len(scopeProbs) == 0 {
+		probs = append(probs, pr)
+	}
 	probs = append(probs, urlProblem(EnvGitHubAPIURL, c.GitHubAPIURL)...)
 	probs = append(probs, urlProblem(EnvDOAPIURL, c.DOAPIURL)...)
 

@@ -30,7 +30,7 @@ func TestConfigFromEnv(t *testing.T) {
 				t.Fatalf("params %+v", c.Params)
 			}
 		}},
-		{"an organisation", map[string]string{EnvOwner: "", EnvRepo: "", EnvOrg: "acme"}, func(t *testing.T, c Config) {
+		{"an organisation", map[string]string{EnvOwner: "", EnvRepo: "", EnvOrg: "acme", EnvRunnerNamePrefix: "do-"}, func(t *testing.T, c Config) {
 			if c.Scope != (domain.Scope{Owner: "acme"}) {
 				t.Fatalf("scope %+v", c.Scope)
 			}
@@ -162,5 +162,51 @@ func TestConfigRefusesAThresholdLatePollsNeverReach(t *testing.T) {
 	c.Params.BreachThreshold = 1.5
 	if _, err := New(c, Deps{}); err == nil || !strings.Contains(err.Error(), "never reached once polls run late") {
 		t.Fatalf("New: %v", err)
+	}
+}
+
+// With an organisation scope and no prefix, dead-runner cleanup would
+// delete every dead-looking runner of the organisation, other
+// deployments' included: refused at start unless cleanup is off.
+func TestConfigRefusesOrganisationWideCleanup(t *testing.T) {
+	env := validEnv()
+	env[EnvOwner], env[EnvRepo], env[EnvOrg] = "", "", "acme"
+	_, err := ConfigFromEnv(envOf(env))
+	var cerr *ConfigError
+	want := `ORG="acme" with RUNNER_NAME_PREFIX empty: dead-runner cleanup would delete every offline, idle runner of the organisation, ` +
+		`other deployments' included; set RUNNER_NAME_PREFIX to this deployment's runner name prefix, or DEAD_RUNNER_CLEANUP=false`
+	if !errors.As(err, &cerr) || len(cerr.Problems) != 1 || cerr.Problems[0] != want {
+		t.Fatalf("got %v\nwant the one problem %q", err, want)
+	}
+
+	env[EnvDeadRunnerCleanup] = "false"
+	c, err := ConfigFromEnv(envOf(env))
+	if err != nil || !c.NoDeadRunnerCleanup {
+		t.Fatalf("with cleanup off: %v, off %v", err, c.NoDeadRunnerCleanup)
+	}
+	if !strings.Contains(c.String(), "dead-runner cleanup off") {
+		t.Fatalf("the configuration logged does not say cleanup is off: %s", c)
+	}
+	// New refuses it too, for a Config not read from the environment.
+	c.NoDeadRunnerCleanup = false
+	if _, err := New(c, Deps{}); err == nil || !strings.Contains(err.Error(), "DEAD_RUNNER_CLEANUP=false") {
+		t.Fatalf("New: %v", err)
+	}
+
+	env[EnvDeadRunnerCleanup] = "sometimes"
+	_, err = ConfigFromEnv(envOf(env))
+	if !errors.As(err, &cerr) || len(cerr.Problems) != 1 ||
+		cerr.Problems[0] != `DEAD_RUNNER_CLEANUP="sometimes" is neither true nor false (dead-runner cleanup is on unless false)` {
+		t.Fatalf("an unreadable switch: %v", err)
+	}
+
+	// A repository, or an organisation with a prefix, keeps cleanup on.
+	repo := validEnv()
+	org := validEnv()
+	org[EnvOwner], org[EnvRepo], org[EnvOrg], org[EnvRunnerNamePrefix] = "", "", "acme", "do-"
+	for _, e := range []map[string]string{repo, org} {
+		if c, err := ConfigFromEnv(envOf(e)); err != nil || c.NoDeadRunnerCleanup {
+			t.Fatalf("%v: %v, cleanup off %v", c.Scope, err, c.NoDeadRunnerCleanup)
+		}
 	}
 }

@@ -55,9 +55,11 @@ func selfHosted(labels []string) bool {
 	return false
 }
 
-// DeadRunners picks the runners to remove: offline and not busy (crashed
-// without deregistering), and, when prefix is set, named with it, so that
-// other deployments' runners in the same scope are left alone.
+// DeadRunners picks the runners that look dead: offline and not busy
+// (crashed without deregistering, or just registering, or restarting),
+// and, when prefix is set, named with it, so that other deployments'
+// runners in the same scope are left alone. The scaler removes one only
+// when it looks dead at two polls in a row.
 func DeadRunners(runners []domain.GitHubRunner, prefix string) []domain.GitHubRunner {
 	var dead []domain.GitHubRunner
 	for _, r := range runners {

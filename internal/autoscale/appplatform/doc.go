@@ -19,8 +19,10 @@
 //     change is to the count itself: then the other writer's count stands,
 //     and the cycle is skipped without a cooldown;
 //  5. dead-runner cleanup: runners of the scope that are offline and idle
-//     (and named with the prefix, when one is set) are deleted; one that
-//     took a job meanwhile (422) is left alone.
+//     (and named with the prefix, when one is set) at this poll and the
+//     one before are deleted; one that took a job meanwhile (422) is left
+//     alone. An organisation scope without a prefix is refused unless
+//     cleanup is off (DEAD_RUNNER_CLEANUP=false).
 //
 // A transient failure (5xx, timeout, rate limit, a spec that kept
 // changing) skips the rest of the cycle with a warning: nothing is decided

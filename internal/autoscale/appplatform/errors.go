@@ -28,8 +28,8 @@ var (
 	// ErrWorkerAutoscaled: the worker uses App Platform's own autoscaling,
 	// which ignores instance_count; two autoscalers would fight.
 	ErrWorkerAutoscaled = errors.New("worker uses App Platform autoscaling")
-	// ErrConflict: the spec kept changing under our update, or another
-	// writer kept overriding our instance count, for every attempt.
+	// ErrConflict: DigitalOcean refused an update with 409 Conflict;
+	// SetWorkerCount wraps it when every attempt was refused so.
 	ErrConflict = errors.New("app spec changed concurrently")
 
 	// errDOTransient marks DigitalOcean failures that may pass by

@@ -55,6 +55,10 @@ type Scaler struct {
 	st      autoscale.State
 	ghUntil time.Time // GitHub rate-limited until then
 	doUntil time.Time // DigitalOcean rate-limited until then
+	// offline holds the ids of the runners that looked dead (offline,
+	// idle, named with the prefix) at the last runner listing; nil when
+	// the last poll listed none.
+	offline map[int64]bool
 }
 
 // New returns a Scaler for cfg (as ConfigFromEnv reads it).
@@ -73,6 +77,9 @@ func New(cfg Config, deps Deps) (*Scaler, error) {
 	}
 	if cfg.WorkerName == "" || cfg.Scope.Owner == "" {
 		return nil, errors.New("app platform autoscaler: the configuration lacks a worker name or a scope")
+	}
+	if pr := cfg.cleanupProblem(); pr != "" {
+		return nil, errors.New("app platform autoscaler: " + pr)
 	}
 	if deps.GitHub == nil {
 		gh, err := rest.New(rest.Options{Token: cfg.GitHubToken, BaseURL: cfg.GitHubAPIURL, Clock: deps.Clock})
@@ -110,8 +117,12 @@ type CycleReport struct {
 	Scaled    bool
 	New       int
 	Conflicts []string // concurrent spec changes met while scaling
-	// Dead-runner cleanup: runners found offline and idle, those deleted,
-	// and those that turned out busy (422) and were left alone.
+	// Dead-runner cleanup. Offline: runners that look dead (offline,
+	// idle, named with the prefix) for the first time, left for the next
+	// poll to confirm. Dead: those that looked dead at the last poll too,
+	// whose deletion was asked; Deleted the ones removed, Busy those that
+	// turned out busy (422) and were left alone.
+	Offline int
 	Dead    int
 	Deleted []string
 	Busy    []string
@@ -298,9 +309,17 @@ func (s *Scaler) fail(ctx context.Context, now time.Time, api string, err error)
 }
 
 // cleanup removes dead runners: offline, idle, and named with the prefix
-// when one is set. A runner that took a job since it was listed (422) is
-// left alone; one already gone is fine.
+// when one is set, at this poll and at the one before. A runner is offline
+// for a moment when it has just registered or is restarting, and deleting
+// it then breaks it; one still offline a poll later has crashed. A runner
+// that took a job since it was listed (422) is left alone; one already
+// gone is fine.
 func (s *Scaler) cleanup(ctx context.Context, now time.Time, rep *CycleReport) error {
+	if s.cfg.NoDeadRunnerCleanup {
+		return nil
+	}
+	before := s.offline
+	s.offline = nil // a poll that lists no runners breaks the run of sightings
 	if now.Before(s.ghUntil) {
 		return nil
 	}
@@ -308,7 +327,16 @@ func (s *Scaler) cleanup(ctx context.Context, now time.Time, rep *CycleReport) e
 	if err != nil {
 		return s.fail(ctx, now, apiGitHub, fmt.Errorf("dead-runner cleanup: %w", err))
 	}
-	dead := DeadRunners(runners, s.cfg.RunnerNamePrefix)
+	var dead []domain.GitHubRunner
+	s.offline = map[int64]bool{}
+	for _, r := range DeadRunners(runners, s.cfg.RunnerNamePrefix) {
+		s.offline[r.ID] = true
+		if before[r.ID] {
+			dead = append(dead, r)
+		} else {
+			rep.Offline++
+		}
+	}
 	rep.Dead = len(dead)
 	for _, r := range dead {
 		err := s.gh.DeleteRunner(ctx, s.cfg.Scope, r.ID)
