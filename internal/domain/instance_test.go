@@ -149,12 +149,12 @@ func TestSpecHashCoversWhatShapesAnInstance(t *testing.T) {
 	r2 := r
 	r2.CPU = Range{4, 4}
 	p2 := p
-	p2.HotIdleLifetime = time.Minute
+	p2.Name = "q"
 	p3 := p
 	p3.Schedule = []ScheduleEntry{{Name: "x", Hot: 3}}
 	p3.Timezone = "Europe/Paris"
 	for name, h := range map[string]string{
-		"runner": SpecHash(r2, "ami-1", p), "image": SpecHash(r, "ami-2", p), "pool settings": SpecHash(r, "ami-1", p2),
+		"runner": SpecHash(r2, "ami-1", p), "image": SpecHash(r, "ami-2", p), "pool name": SpecHash(r, "ami-1", p2),
 	} {
 		if h == base {
 			t.Errorf("changing the %s did not change the hash", name)
@@ -167,5 +167,21 @@ func TestSpecHashCoversWhatShapesAnInstance(t *testing.T) {
 	r3.Retry = RetryNever
 	if SpecHash(r3, "ami-1", p) != base {
 		t.Error("retry is the control plane's, not the machine's: it must not roll the pool")
+	}
+	// What the control plane does with the machines it has reaches none of
+	// them: editing it must not roll the pool.
+	for name, edit := range map[string]func(*Pool){
+		"hot-idle-lifetime":     func(p *Pool) { p.HotIdleLifetime = time.Minute },
+		"reuse":                 func(p *Pool) { p.Reuse = true },
+		"max-jobs-per-instance": func(p *Pool) { p.MaxJobsPerInstance = 30 },
+		"max-age":               func(p *Pool) { p.MaxAge = time.Hour },
+		"environment":           func(p *Pool) { p.Environment = "staging" },
+		"autoscale":             func(p *Pool) { p.Autoscale = &AutoscaleSpec{Max: 5} },
+	} {
+		p4 := p
+		edit(&p4)
+		if SpecHash(r, "ami-1", p4) != base {
+			t.Errorf("editing %s rolls the pool", name)
+		}
 	}
 }

@@ -135,23 +135,21 @@ const (
 	DefaultHotIdleLifetime = 10 * time.Minute
 )
 
-// SpecHash fingerprints everything that shapes a pool's instances: the runner
-// spec, the image it resolved to, and the pool settings that reach the
-// machine. Schedules and timezones only change counts, and a runner's retry
-// only what the control plane does after an interruption, so they are left
-// out: editing them must not roll a pool.
+// SpecHash fingerprints what a pool's machines are launched with: the
+// runner spec, the image it resolved to, and the pool's name (a tag of each
+// machine). Editing anything else must not roll a pool: schedules and
+// timezones only change counts; a runner's retry only what the control
+// plane does after an interruption; the environment only which control
+// plane serves the pool; and the idle lifetime, reuse and its limits only
+// how long a machine is kept and whether it takes another job, which the
+// control plane decides for the machines it has.
 func SpecHash(r RunnerSpec, imageID string, p Pool) string {
 	r.Retry = ""
 	doc := struct {
-		Runner          RunnerSpec `json:"runner"`
-		ImageID         string     `json:"image_id"`
-		Pool            string     `json:"pool"`
-		Environment     string     `json:"environment"`
-		HotIdleLifetime string     `json:"hot_idle_lifetime"`
-		Reuse           bool       `json:"reuse"`
-		MaxJobs         int        `json:"max_jobs"`
-		MaxAge          string     `json:"max_age"`
-	}{r, imageID, p.Name, p.Environment, p.HotIdleLifetime.String(), p.Reuse, p.MaxJobsPerInstance, p.MaxAge.String()}
+		Runner  RunnerSpec `json:"runner"`
+		ImageID string     `json:"image_id"`
+		Pool    string     `json:"pool"`
+	}{r, imageID, p.Name}
 	b, err := json.Marshal(doc)
 	if err != nil {
 		panic("spec hash: " + err.Error()) // plain structs always marshal
