@@ -159,9 +159,20 @@ func (l Lifecycle) Release(in Instance, retire string, now time.Time) Transition
 }
 
 // Pool puts a released instance back to idle, in the resource pool of its
-// class, until deadline.
+// class, until deadline (its idle time, capped by its max-age).
+//
+// A pool member leaves its pool for good when it takes a job: the converger
+// replaced it then. Back as a member it would put the pool one over its
+// target, and the converger would terminate a machine as excess; a parked
+// one would also be stopped again, its deadline reset to the stopped
+// allowance and its max-age lost. So it comes back as an instance of no
+// role in the pool, like one launched for a job: the reaper ends it at its
+// deadline, and it keeps its pool, whose jobs it may still serve.
 func (l Lifecycle) Pool(in Instance, deadline time.Time) TransitionRequest {
-	return change(in, func(i *Instance) { i.State, i.Deadline = StateReady, deadline })
+	return change(in, func(i *Instance) {
+		i.State, i.Deadline = StateReady, deadline
+		i.Role = RoleOnDemand
+	})
 }
 
 // Retire takes an instance out of service, to state to (error, or

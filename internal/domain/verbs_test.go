@@ -85,6 +85,17 @@ func TestInstanceVerbs(t *testing.T) {
 			}},
 		{"pool", idle(domain.StateReleasing), func(in domain.Instance) domain.TransitionRequest { return lc.Pool(in, later) },
 			func(o domain.Instance) bool { return o.State == domain.StateReady && o.Deadline.Equal(later) }},
+		{"pool gives a member's machine back to the resource pool, not to its pool's count",
+			func() domain.Instance {
+				in := idle(domain.StateReleasing)
+				in.Pool, in.Role, in.JobsServed = "medium", domain.RoleHot, 1
+				return in
+			}(),
+			func(in domain.Instance) domain.TransitionRequest { return lc.Pool(in, later) },
+			func(o domain.Instance) bool {
+				return o.State == domain.StateReady && o.Role == domain.RoleOnDemand && o.Pool == "medium" &&
+					o.Deadline.Equal(later) && o.JobsServed == 1
+			}},
 		{"fail unbinds an unstarted job", bound(domain.StateClaimed),
 			func(in domain.Instance) domain.TransitionRequest { return lc.Fail(in, "boom", now) },
 			func(o domain.Instance) bool { return o.State == domain.StateError && o.Job == "" && o.Reason == "boom" }},

@@ -236,8 +236,9 @@ type Counts struct {
 	Warming  int `json:"warming"`  // pending or booting, or warmed and waiting to stop
 	Detached int `json:"detached"` // bound to a job
 	Other    int `json:"other"`    // stopping, error, terminating
-	// Reusable counts idle instances launched for the pool's jobs and
-	// waiting in the resource pool (not pool members).
+	// Reusable counts idle instances waiting in the resource pool that are
+	// not pool members: launched for the pool's jobs, or members released
+	// after a job.
 	Reusable int `json:"reusable"`
 }
 

@@ -252,3 +252,47 @@ func TestCount(t *testing.T) {
 		t.Fatalf("Count = %+v, want %+v", got, want)
 	}
 }
+
+// A member that served a job with reuse comes back to the resource pool, not
+// to its pool's count: the converger replaced it when it left, so counting it
+// again would terminate a machine as excess, and parking it again would
+// trade its max-age for the stopped allowance.
+func TestAReusedMemberIsNotCountedAgain(t *testing.T) {
+	v := domain.NewLifecycle(domain.Deadlines{})
+	step := func(in domain.Instance, r domain.TransitionRequest) domain.Instance {
+		t.Helper()
+		out, err := domain.ApplyTransition(in, r.Guard, now, r.Apply)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		role   domain.Role
+		state  domain.State
+		target domain.Target
+	}{
+		{domain.RoleHot, domain.StateReady, domain.Target{Hot: 1}},
+		{domain.RoleStopped, domain.StateStopped, domain.Target{Stopped: 1}},
+	} {
+		t.Run(string(c.role), func(t *testing.T) {
+			in := inst("used", c.role, c.state, created(time.Hour))
+			in = step(in, v.Claim(in, "1/1", now))
+			in = step(in, v.Register(in, now))
+			in = step(in, v.Release(in, "", now))
+			idleUntil := now.Add(10 * time.Minute)
+			in = step(in, v.Pool(in, idleUntil))
+			insts := []domain.Instance{in, inst("replacement", c.role, c.state)}
+			s := Snapshot{Pool: "p", Now: now, Target: c.target, SpecHash: spec, Instances: insts, Cloud: cloudOf(insts, nil)}
+			if got := render(Compute(s)); got != "" {
+				t.Errorf("plan after the reused member came back: %s, want nothing", got)
+			}
+			if got := Count(insts); got.Reusable != 1 {
+				t.Errorf("Count = %+v, want the reused member counted as reusable", got)
+			}
+			if !in.Deadline.Equal(idleUntil) {
+				t.Errorf("reused member's deadline %s, want %s", in.Deadline, idleUntil)
+			}
+		})
+	}
+}
