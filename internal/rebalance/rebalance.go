@@ -115,7 +115,7 @@ func Compute(s Snapshot) Plan {
 	add(Terminate, ReasonError, c.errored)
 	add(Terminate, ReasonDeadline, c.expired)
 	add(Terminate, ReasonDangling, c.dangling)
-	add(Terminate, ReasonIdleLifetime, c.idle)
+	add(Terminate, ReasonIdleLifetime, retirable(c.idle, c.members[domain.RoleHot], s))
 	add(Terminate, ReasonOutdated, c.outdated)
 	excess := map[domain.Role][]domain.Instance{}
 	for _, role := range []domain.Role{domain.RoleHot, domain.RoleStopped} {
@@ -188,6 +188,44 @@ func categorize(s Snapshot) categories {
 		}
 	}
 	return c
+}
+
+// retirable picks, of the hot members idle past their lifetime, those to
+// terminate now. Such members no longer count toward the target, so the
+// plan creates their replacements; each one is kept until a ready
+// replacement takes its place: only as many go as leave the pool with at
+// least its target of ready hot instances, the longest idle first. (A kept
+// member serves and survives only while its row's deadline allows: the
+// reaper ends a row past it.)
+//
+// Members warmed together expire together: retiring them all at once leaves
+// the pool without a ready instance for as long as their replacements boot,
+// every lifetime, and retiring them while the cloud refuses the
+// replacements (a capacity shortage) empties the pool for nothing. Retiring
+// one per cycle instead would still do both to a pool of one. Keeping them
+// costs an extra machine per expired member for one boot per lifetime.
+// A member of another spec hash can serve no job of the pool, so it is not
+// kept.
+func retirable(idle, members []domain.Instance, s Snapshot) []domain.Instance {
+	ready := 0
+	for _, in := range members {
+		if in.State == domain.StateReady {
+			ready++
+		}
+	}
+	var keepable, out []domain.Instance
+	for _, in := range idle {
+		if in.SpecHash == s.SpecHash {
+			keepable = append(keepable, in)
+		} else {
+			out = append(out, in)
+		}
+	}
+	keep := min(len(keepable), max(s.Target.Hot-ready, 0))
+	slices.SortStableFunc(keepable, func(a, b domain.Instance) int {
+		return cmp.Or(a.StateSince.Compare(b.StateSince), cmp.Compare(a.ID, b.ID))
+	})
+	return append(out, keepable[:len(keepable)-keep]...)
 }
 
 // gone: domain.MachineGone, when the snapshot has a cloud listing.

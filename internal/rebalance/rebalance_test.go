@@ -121,9 +121,44 @@ func TestCompute(t *testing.T) {
 		{name: "warmed stopped member never parked is dangling", target: domain.Target{Stopped: 1},
 			insts: []domain.Instance{inst("s1", S, domain.StateReady, runningFor(11*time.Minute))},
 			want:  "terminate/dangling[s1] create/stopped×1"},
-		{name: "hot idle past its lifetime is replaced", target: domain.Target{Hot: 1},
+		{name: "hot idle past its lifetime is replaced before it goes", target: domain.Target{Hot: 1},
 			insts: []domain.Instance{inst("h1", H, domain.StateReady, since(10*time.Minute), runningFor(12*time.Minute))},
+			want:  "create/hot×1"},
+		{name: "hot idle past its lifetime goes once its replacement is ready", target: domain.Target{Hot: 1},
+			insts: []domain.Instance{
+				inst("h1", H, domain.StateReady, since(11*time.Minute), runningFor(12*time.Minute)),
+				inst("n1", H, domain.StateReady, since(10*time.Second)),
+			},
+			want: "terminate/idle-lifetime[h1]"},
+		{name: "hot members expiring together stay until replacements are ready", target: domain.Target{Hot: 3},
+			insts: []domain.Instance{
+				inst("h1", H, domain.StateReady, since(10*time.Minute)),
+				inst("h2", H, domain.StateReady, since(10*time.Minute)),
+				inst("h3", H, domain.StateReady, since(10*time.Minute)),
+			},
+			want: "create/hot×3"},
+		{name: "expired hot members go one by one as replacements become ready, longest idle first", target: domain.Target{Hot: 3},
+			insts: []domain.Instance{
+				inst("h1", H, domain.StateReady, since(11*time.Minute)),
+				inst("h2", H, domain.StateReady, since(12*time.Minute)),
+				inst("h3", H, domain.StateReady, since(10*time.Minute)),
+				inst("n1", H, domain.StateReady, since(10*time.Second)),
+				inst("n2", H, domain.StateBooting),
+				inst("n3", H, domain.StateBooting),
+			},
+			want: "terminate/idle-lifetime[h2]"},
+		{name: "no idle-lifetime retirement while the pool is below target", target: domain.Target{Hot: 2},
+			insts: []domain.Instance{
+				inst("h1", H, domain.StateReady, since(time.Hour)),
+				inst("n1", H, domain.StateReady),
+			},
+			want: "create/hot×1"},
+		{name: "an expired hot member of another spec is not kept", target: domain.Target{Hot: 1},
+			insts: []domain.Instance{inst("h1", H, domain.StateReady, since(10*time.Minute), hash("spec-v1"))},
 			want:  "terminate/idle-lifetime[h1] create/hot×1"},
+		{name: "a pool drained to zero keeps no expired hot member", target: domain.Target{},
+			insts: []domain.Instance{inst("h1", H, domain.StateReady, since(10*time.Minute))},
+			want:  "terminate/idle-lifetime[h1]"},
 		{name: "hot idle within its lifetime stays", target: domain.Target{Hot: 1},
 			insts: []domain.Instance{inst("h1", H, domain.StateReady, since(9*time.Minute), runningFor(30*time.Minute))},
 			want:  ""},
@@ -222,11 +257,13 @@ func TestComputeFollowsTheRebalanceOrder(t *testing.T) {
 		inst("hot", H, domain.StateReady),
 		inst("busy", H, domain.StateRunning, job("j")),
 	}
-	s := Snapshot{Pool: "p", Now: now, Target: domain.Target{Hot: 3, Stopped: 2}, SpecHash: spec, Instances: insts,
+	// One hot member is enough: a member past its idle lifetime goes only
+	// once the pool holds its target of ready hot instances without it.
+	s := Snapshot{Pool: "p", Now: now, Target: domain.Target{Hot: 1, Stopped: 2}, SpecHash: spec, Instances: insts,
 		Cloud: cloudOf(insts, map[string]domain.CloudState{"gone": ""})}
 	want := "forget/gone[gone] terminate/error[err] terminate/deadline[late] " +
 		"terminate/dangling[dang] terminate/idle-lifetime[idle] terminate/outdated[old] stop/warm[warm] " +
-		"create/hot×2 create/stopped×1"
+		"create/stopped×1"
 	if got := render(Compute(s)); got != want {
 		t.Errorf("plan\n got: %s\nwant: %s", got, want)
 	}
