@@ -91,7 +91,7 @@ func (a *App) routing() intake.Routing {
 	if a.opts.Cloud == "aws" {
 		r.Region = a.opts.AWS.Region
 	}
-	for _, p := range cfg.PoolsFor(a.opts.Environment) {
+	for _, p := range cfg.Pools {
 		r.Pools[p.Name] = p
 	}
 	if d, ok := cfg.Runner("default"); ok {

@@ -27,6 +27,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/converger"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
+	"github.com/bullpen-ci/bullpen/internal/intake"
 	"github.com/bullpen-ci/bullpen/internal/rebalance"
 	"github.com/bullpen-ci/bullpen/internal/simagent"
 )
@@ -121,7 +122,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	o.Environment = env
 	if o.Mix == nil {
-		o.Mix = ghsim.MixFor(o.Config.PoolsFor(env))
+		o.Mix = ghsim.MixFor(o.Config.PoolsFor(env), intake.EnvLabel(env))
 	}
 	drv, clk := newDriver(o.Start, o.Speed)
 	w, err := newWorld(context.WithoutCancel(ctx), o, clk, o.Speed <= 0) // setup is short; let it finish

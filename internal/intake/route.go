@@ -21,6 +21,15 @@ import (
 // such a job to the stack of this environment (serve's default).
 const DefaultEnvironment = "production"
 
+// EnvLabel is the env= value a job must carry to reach a stack of env:
+// none for DefaultEnvironment.
+func EnvLabel(env string) string {
+	if env == DefaultEnvironment {
+		return ""
+	}
+	return env
+}
+
 // Routing is the configuration the routing decision depends on.
 type Routing struct {
 	// Environment is the stack's (serve's --environment); "" is

@@ -19,22 +19,31 @@ type LabelChoice struct {
 
 // MixFor is a job mix for pools: most jobs ask for a pool, some name a
 // reusing pool's runner (served by reuse or a new instance), a few name an
-// ad-hoc spec (a new instance).
-func MixFor(pools []domain.Pool) []LabelChoice {
+// ad-hoc spec (a new instance). A non-empty env is written in every job's
+// labels (env=NAME), for a stack of an environment that takes only jobs
+// naming it; a dependabot job, which carries no other label, is then left
+// out.
+func MixFor(pools []domain.Pool, env string) []LabelChoice {
+	suffix := ""
+	if env != "" {
+		suffix = "/env=" + env
+	}
 	var mix []LabelChoice
 	for _, p := range pools {
 		if p.Name == "dependabot" {
-			mix = append(mix, LabelChoice{Labels: []string{"dependabot"}, Weight: 1})
+			if env == "" {
+				mix = append(mix, LabelChoice{Labels: []string{"dependabot"}, Weight: 1})
+			}
 			continue
 		}
-		mix = append(mix, LabelChoice{Labels: []string{"runs-on=" + RunIDExpr + "/pool=" + p.Name}, Weight: 3})
+		mix = append(mix, LabelChoice{Labels: []string{"runs-on=" + RunIDExpr + "/pool=" + p.Name + suffix}, Weight: 3})
 	}
 	for _, p := range pools {
 		if p.Reuse {
-			mix = append(mix, LabelChoice{Labels: []string{"runs-on=" + RunIDExpr + "/runner=" + p.Runner}, Weight: 2})
+			mix = append(mix, LabelChoice{Labels: []string{"runs-on=" + RunIDExpr + "/runner=" + p.Runner + suffix}, Weight: 2})
 		}
 	}
-	return append(mix, LabelChoice{Labels: []string{"runs-on=" + RunIDExpr + "/cpu=4/ram=16"}, Weight: 1})
+	return append(mix, LabelChoice{Labels: []string{"runs-on=" + RunIDExpr + "/cpu=4/ram=16" + suffix}, Weight: 1})
 }
 
 // GeneratorOptions configure a Generator.
