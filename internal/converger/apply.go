@@ -268,6 +268,7 @@ func (a applier) createBatch(ctx context.Context, role domain.Role, n int) (int,
 		}
 		err = fmt.Errorf("pool %s: create %d %s instances (got %d): %w", p.Name, n, role, len(res.Booted), err)
 	}
+	a.c.warmups.launched(p.Name, res.Booted)
 	a.c.log.Debug("created instances", "pool", p.Name, "role", role, "asked", n, "booting", len(res.Booted),
 		"abandoned", len(res.Closed))
 	return len(res.Booted), err

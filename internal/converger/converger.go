@@ -3,9 +3,10 @@
 // the store and the cloud, and applies it.
 //
 // A pool that cannot launch what it misses still does the rest of its plan:
-// while its image does not resolve it creates and rolls nothing, but still
-// sheds, parks, settles and forgets, and its status says why it does not
-// grow.
+// while its image does not resolve it creates and rolls nothing, and while
+// its new members keep failing before they warm its creates back off (see
+// createBackoff); either way it still sheds, parks, settles and forgets,
+// and its status says why it does not grow.
 package converger
 
 import (
@@ -114,6 +115,7 @@ type Converger struct {
 		sync.Mutex
 		byPool map[string]string
 	}
+	warmups *warmups
 }
 
 // New returns a converger over the pools that pools returns at each cycle
@@ -133,6 +135,7 @@ func New(store Store, cloud domain.Cloud, clk domain.Clock, pools func() []PoolS
 		launch: &launch.Launcher{Store: store, Cloud: cloud, Clock: clk, Verbs: verbs,
 			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL, SpotAllowed: opts.SpotAllowed, IDs: opts.IDs}}
 	c.unknownImages.byPool = map[string]string{}
+	c.warmups = newWarmups()
 	return c, nil
 }
 
@@ -145,8 +148,8 @@ type PoolReport struct {
 	Counts   rebalance.Counts // before the plan was applied
 	Plan     rebalance.Plan
 	// Err joins what kept the pool from its target this cycle: its image
-	// not resolving, a step of the plan that failed. The pool status shows
-	// it as LastError.
+	// not resolving, its creates backed off (ErrWarmUpsFailing), a step
+	// of the plan that failed. The pool status shows it as LastError.
 	Err error
 }
 
@@ -193,6 +196,7 @@ func (c *Converger) Cycle(ctx context.Context) (Report, error) {
 	started := time.Now()
 	defer func() { c.metrics.cycleSeconds.Observe(time.Since(started).Seconds()) }()
 	c.metrics.cycles.Inc()
+	c.warmups.resume(now, warmupsStaleAfter*c.opts.Interval)
 
 	specs := c.pools()
 	rows, err := c.store.ListInstances(ctx, domain.InstanceFilter{States: liveStates})
@@ -225,6 +229,7 @@ func (c *Converger) convergeAll(ctx context.Context, now time.Time, specs []Pool
 		configured[ps.Pool.Name] = true
 	}
 	c.forgetUnknownImages(configured)
+	c.warmups.forget(configured)
 	var removed []string
 	for name := range byPool {
 		if !configured[name] {
@@ -270,10 +275,11 @@ func (c *Converger) cloudView(ctx context.Context) (map[string]domain.CloudInsta
 
 // convergePool plans and applies one pool's changes. Creates are left out
 // of the plan while the pool's image does not resolve (there is nothing to
-// launch); everything else is still done, so that the pool still sheds what
-// its target no longer wants, parks and settles its members and forgets
-// machines the cloud lost. The image error is reported in the pool's status
-// meanwhile.
+// launch) and while its new members keep failing before they warm (see
+// createBackoff); everything else is still done, so that a pool in either
+// state still sheds what its target no longer wants, parks and settles its
+// members and forgets machines the cloud lost. The image error and the
+// failures are reported in the pool's status meanwhile.
 func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec, rows []domain.Instance,
 	view map[string]domain.CloudInstance, images *imageCache) PoolReport {
 	p := ps.Pool
@@ -286,6 +292,8 @@ func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec
 	} else {
 		r.SpecHash = domain.SpecHash(ps.Runner, imageID, p)
 	}
+	warm := c.warmups.observe(p.Name, r.SpecHash, rows, now)
+	c.noteWarmups(p.Name, warm, now)
 	snap := rebalance.Snapshot{
 		Pool: p.Name, Now: now, Target: target, SpecHash: r.SpecHash,
 		HotIdleLifetime: p.HotIdleLifetime, DanglingAfter: c.opts.DanglingAfter, GoneGrace: c.opts.GoneGrace,
@@ -296,7 +304,7 @@ func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec
 	} else {
 		r.Plan = rebalance.Compute(snap)
 	}
-	if imageErr != nil {
+	if imageErr != nil || warm.after.holds(now) {
 		r.Plan = withoutCreates(r.Plan)
 	}
 	var applyErr error
@@ -309,7 +317,7 @@ func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec
 	if applyErr != nil {
 		c.log.Warn("pool converged with errors", "pool", p.Name, "err", applyErr)
 	}
-	r.Err = errors.Join(imageErr, applyErr)
+	r.Err = errors.Join(imageErr, warm.after.err(p.Name, now), applyErr)
 	c.recordStatus(ctx, r, now)
 	return r
 }
@@ -402,6 +410,33 @@ func (c *Converger) noteImage(pool, image string, err error) {
 			"pool", pool, "image", image, "err", err)
 	case known:
 		c.log.Info("pool's image resolves again", "pool", pool, "image", image)
+	}
+}
+
+// noteWarmups logs and counts what a cycle changed in a pool's streak of
+// members that failed before warming, once per change: a WARN while the
+// creates back off, an ERROR when the backoff reaches its cap (six new
+// members in a row failed and none warmed: the image or the warm-up needs
+// a human), and an INFO when the streak ends.
+func (c *Converger) noteWarmups(pool string, ch warmupChange, now time.Time) {
+	if ch.failed > 0 {
+		c.metrics.warmUpFailures.WithLabelValues(pool).Add(float64(ch.failed))
+	}
+	s := ch.after
+	switch {
+	case ch.grew() && s.capped() && !ch.before.capped():
+		c.log.Error("every new instance of the pool fails before it warms: check its image and warm-up command "+
+			"(the failed machines' agent logs say why); creates are backed off to one round every "+maxCreateBackoff.String(),
+			"pool", pool, "failures_in_a_row", s.failures, "last_reason", s.reason, "creates_held_until", s.until)
+	case ch.grew():
+		c.log.Warn("new instances of the pool failed before they warmed; its creates back off",
+			"pool", pool, "failures_in_a_row", s.failures, "last_reason", s.reason, "retry_in", s.until.Sub(now))
+	case ch.before.failures > 0 && s.failures == 0 && ch.warmed:
+		c.log.Info("an instance of the pool warmed; its creates are no longer held", "pool", pool,
+			"failures_before", ch.before.failures)
+	case ch.before.failures > 0 && s.failures == 0:
+		c.log.Info("the pool's spec changed; its creates are no longer held for the old spec's failed warm-ups", "pool", pool,
+			"failures_before", ch.before.failures)
 	}
 }
 

@@ -39,6 +39,14 @@ type world struct {
 
 func newWorld(t testing.TB, target domain.Target, simOpts sim.Options, opts Options) *world {
 	t.Helper()
+	return newWorldSignals(t, target, simOpts, opts, nil)
+}
+
+// newWorldSignals is newWorld whose machines' signals reach the agents
+// service through the sink wrap makes of it, when wrap is set.
+func newWorldSignals(t testing.TB, target domain.Target, simOpts sim.Options, opts Options,
+	wrap func(domain.SignalSink) domain.SignalSink) *world {
+	t.Helper()
 	w := &world{World: testworld.New(t, start), reg: prometheus.NewRegistry()}
 	w.spec = PoolSpec{
 		Pool: domain.Pool{Name: "p", Runner: "small", HotIdleLifetime: 10 * time.Minute,
@@ -52,6 +60,9 @@ func newWorld(t testing.TB, target domain.Target, simOpts sim.Options, opts Opti
 		t.Fatal(err)
 	}
 	simOpts.Signals = warm
+	if wrap != nil {
+		simOpts.Signals = wrap(warm)
+	}
 	w.cloud = w.NewCloud(simOpts)
 	opts.ControllerID = "test"
 	if opts.LeaseTTL == 0 {

@@ -12,6 +12,9 @@ type metrics struct {
 	actions      *prometheus.CounterVec
 	cloudErrors  *prometheus.CounterVec
 	conflicts    prometheus.Counter
+	// warmUpFailures is by pool: a name from the configuration, never an
+	// instance's id.
+	warmUpFailures *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -32,8 +35,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bullpen_converger_conflicts_total", Help: "Planned changes skipped because the instance changed meanwhile (claimed for a job, say).",
 		}),
+		warmUpFailures: promreg.Counters("bullpen_pool_warmup_failures_total",
+			"New pool instances that failed before they warmed (their agent reported a failure while booting), by pool; "+
+				"each one in a row backs the pool's creates off further.",
+			"pool"),
 	}
-	if err := promreg.Register(reg, "converger", m.cycles, m.cycleSeconds, m.actions, m.cloudErrors, m.conflicts); err != nil {
+	if err := promreg.Register(reg, "converger", m.cycles, m.cycleSeconds, m.actions, m.cloudErrors, m.conflicts,
+		m.warmUpFailures); err != nil {
 		return nil, err
 	}
 	return m, nil
