@@ -29,7 +29,8 @@ subcommands:
   run      scale a DigitalOcean App Platform worker with GitHub job demand,
            configured by the autoscaler's environment variables (GITHUB_TOKEN,
            DO_API_TOKEN, APP_ID, OWNER and REPO or ORG, WORKER_NAME,
-           RUNNER_NAME_PREFIX, MIN_INSTANCES, ...); runs until interrupted
+           RUNNER_NAME_PREFIX, DEAD_RUNNER_CLEANUP, MIN_INSTANCES, ...); runs
+           until interrupted
   replay   replay a CSV trace of t,demand through the decision:
            bullpen autoscale replay --trace FILE [--initial N]
 
@@ -60,7 +61,7 @@ func autoscaleRun(ctx context.Context, e *env, args []string) int {
 	logFormat := str("log-format", "BULLPEN_LOG_FORMAT", "text", "text or json")
 	metricsAddr := str("metrics-listen", "BULLPEN_METRICS_LISTEN", "", "HTTP address for /metrics and /healthz; empty: none")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: bullpen autoscale run [flags]\n\nConfigured by the autoscaler's environment variables; see internal/autoscale/appplatform/README.md (the scaling rules: internal/autoscale/README.md).")
+		fmt.Fprintf(fs.Output(), "usage: bullpen autoscale run [flags]\n\nConfigured by the autoscaler's environment variables; see internal/autoscale/appplatform/README.md (the scaling rules: internal/autoscale/README.md).\n/healthz answers 503 with the reason after %d failed cycles in a row, ok again after a cycle that succeeds.\n\n", appplatform.UnhealthyAfter)
 		fs.PrintDefaults()
 	}
 	if status, ok := e.parseFlags(fs, args); !ok {
@@ -77,13 +78,14 @@ func autoscaleRun(ctx context.Context, e *env, args []string) int {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	scaler, err := appplatform.New(cfg, appplatform.Deps{Log: log, Registerer: reg})
+	health := &appplatform.Health{}
+	scaler, err := appplatform.New(cfg, appplatform.Deps{Log: log, Registerer: reg, OnCycle: health.Observe})
 	if err != nil {
 		fmt.Fprintln(e.stderr, "bullpen autoscale run:", err)
 		return 1
 	}
 	if *metricsAddr != "" {
-		stop, err := serveAutoscaleMetrics(*metricsAddr, reg, log)
+		stop, err := serveAutoscaleMetrics(*metricsAddr, autoscaleMux(reg, health), log)
 		if err != nil {
 			fmt.Fprintln(e.stderr, "bullpen autoscale run:", err)
 			return 1
@@ -115,16 +117,23 @@ func autoscaleConfig(e *env) (appplatform.Config, bool) {
 	return cfg, false
 }
 
-// serveAutoscaleMetrics serves /metrics and /healthz until stop is called.
-func serveAutoscaleMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+// autoscaleMux serves /metrics, and /healthz from the cycles' outcomes: a
+// process whose every cycle fails (a revoked token, an app deleted) is not
+// healthy, however alive it is.
+func autoscaleMux(reg *prometheus.Registry, health *appplatform.Health) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /healthz", health)
+	return mux
+}
+
+// serveAutoscaleMetrics serves h until stop is called.
+func serveAutoscaleMetrics(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server", "err", err)
