@@ -105,8 +105,10 @@ func New(cfg Config, deps Deps) (*Scaler, error) {
 // CycleReport is what one cycle saw and did.
 type CycleReport struct {
 	At time.Time
-	// Skipped says why the scaling part did not run to a decision ("" if
-	// it did): a transient error or a rate limit. Nothing was scaled.
+	// Skipped says why the scaling part did not run to a decision, or why
+	// the decision was not applied ("" if neither): a transient error, a
+	// rate limit, or another writer's change to the worker's count.
+	// Nothing was scaled.
 	Skipped  string
 	Demand   Demand
 	Current  int                // the worker's instance_count as read
