@@ -244,7 +244,11 @@ func (s *Service) warm(ctx context.Context, in domain.Instance) error {
 	p := s.opts.Policy(in)
 	deadline := s.opts.Deadlines.Until(domain.StateReady, now)
 	if in.Role == domain.RoleHot && p.IdleLifetime > 0 {
-		deadline = now.Add(p.IdleLifetime)
+		// The converger retires a member idle past its lifetime once a
+		// replacement is ready, which takes a boot; the deadline is the
+		// backstop behind it, not what retires it, or the pool would be
+		// left empty while the replacement boots.
+		deadline = now.Add(p.IdleLifetime + s.opts.Deadlines.Booting)
 	}
 	w := s.verbs.Warm(in, deadline)
 	_, err := s.store.Transition(ctx, w.ID, w.Guard, w.Apply)

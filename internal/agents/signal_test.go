@@ -11,7 +11,7 @@ import (
 
 func TestWarmReadiesBootingPoolMembers(t *testing.T) {
 	const lifetime = 3 * time.Minute
-	ready := domain.DefaultDeadlines().Ready
+	ready, booting := domain.DefaultDeadlines().Ready, domain.DefaultDeadlines().Booting
 	cases := []struct {
 		name         string
 		in           domain.Instance
@@ -19,7 +19,7 @@ func TestWarmReadiesBootingPoolMembers(t *testing.T) {
 		wantState    domain.State
 		wantDeadline time.Duration // after now; 0: deadline untouched
 	}{
-		{"hot member gets its pool's idle lifetime", domain.Instance{Role: domain.RoleHot, State: domain.StateBooting}, lifetime, domain.StateReady, lifetime},
+		{"hot member gets its pool's idle lifetime and a boot for its replacement", domain.Instance{Role: domain.RoleHot, State: domain.StateBooting}, lifetime, domain.StateReady, lifetime + booting},
 		{"hot member without a lifetime gets the ready default", domain.Instance{Role: domain.RoleHot, State: domain.StateBooting}, 0, domain.StateReady, ready},
 		{"stopped member waits to be parked under the ready default", domain.Instance{Role: domain.RoleStopped, State: domain.StateBooting}, lifetime, domain.StateReady, ready},
 		{"cold start bound to a job stays booting", domain.Instance{Role: domain.RoleOnDemand, State: domain.StateBooting, Job: "42"}, lifetime, domain.StateBooting, 0},
