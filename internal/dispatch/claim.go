@@ -90,8 +90,11 @@ func (d *Dispatcher) claim(ctx context.Context, pool string, items []*item) (cla
 }
 
 // candidates lists a pool's idle instances in the order they should serve:
-// running hot members, other running instances, then stopped ones; the
-// longest idle first within each group.
+// running instances back from a job (reusable, no longer members), then
+// running hot members, then stopped ones; the longest idle first within
+// each group. A reusable instance goes first because taking a member makes
+// the converger launch its replacement, while the reusable one would sit
+// idle until its deadline.
 func (d *Dispatcher) candidates(ctx context.Context, pool string) ([]domain.Instance, error) {
 	rows, err := d.Store.ListInstances(ctx, domain.InstanceFilter{Pool: pool, States: []domain.State{domain.StateReady, domain.StateStopped}})
 	if err != nil {
@@ -100,7 +103,7 @@ func (d *Dispatcher) candidates(ctx context.Context, pool string) ([]domain.Inst
 	now, hash := d.Clock.Now(), d.SpecHash(ctx, pool)
 	rank := func(in domain.Instance) int {
 		switch {
-		case in.State == domain.StateReady && in.Role == domain.RoleHot:
+		case in.State == domain.StateReady && in.Role == domain.RoleOnDemand:
 			return 0
 		case in.State == domain.StateReady:
 			return 1

@@ -284,3 +284,18 @@ func assertNoDoubleAssignment(t *testing.T, f *fixture) {
 		}
 	}
 }
+
+// An instance back from a job serves before a hot member: taking the
+// member would launch its replacement while the reusable one sits idle.
+func TestAReusableInstanceServesBeforeAHotMember(t *testing.T) {
+	f := newFixture(t)
+	hot := f.members("p", domain.RoleHot, domain.StateReady, 1)
+	reused := f.members("p", domain.RoleOnDemand, domain.StateReady, 1)
+	f.queueJobs("p", 100, 1)
+	if _, err := f.d.Step(f.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Job(100).InstanceID; got != reused[0].ID {
+		t.Errorf("job 100 went to %s, want the reusable %s before the hot member %s", got, reused[0].ID, hot[0].ID)
+	}
+}
