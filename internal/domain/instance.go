@@ -83,7 +83,7 @@ type Role string
 const (
 	RoleHot      Role = "hot"       // pool member kept running
 	RoleStopped  Role = "stopped"   // pool member warmed then parked
-	RoleOnDemand Role = "on-demand" // created for a job (cold start)
+	RoleOnDemand Role = "on-demand" // created for a job (cold start), or back from one for reuse
 )
 
 // Instance is bullpen's record of one machine. ID is bullpen's own, assigned
@@ -91,7 +91,7 @@ const (
 type Instance struct {
 	ID       string
 	CloudID  string
-	Pool     string // owning pool; "" for on-demand instances
+	Pool     string // the pool it was made for or serves jobs of; "" for a job outside pools
 	Role     Role
 	Runner   string // runner spec name; also the resource-pool class
 	SpecHash string
@@ -106,7 +106,7 @@ type Instance struct {
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
 	StateSince   time.Time
-	RunningSince time.Time // last create or start; zero while stopped
+	RunningSince time.Time // when its machine was launched: the clock of the dangling rule
 	JobsServed   int
 	Reason       string    // why it errored or is being terminated
 	Heartbeat    time.Time // the agent's last heartbeat (Store.RecordHeartbeat)
@@ -119,9 +119,10 @@ type Instance struct {
 	RunnerName   string
 	RunnerConfig string `json:"-"`
 
-	// Agent credentials, stored only as hashes (domain.HashSecret). The
-	// launch's bootstrap secret, from the launch data, is exchanged once
-	// for the instance's own token; the token authenticates every later
+	// Agent credentials, stored only as hashes (domain.HashSecret). Each
+	// machine's own bootstrap secret (MachineSecret of its launch's secret
+	// and its cloud id), from or derived from the launch data, is
+	// exchanged once for the instance's own token; the token authenticates every later
 	// agent call, for this instance alone, until the instance ends.
 	BootstrapHash  string `json:"-"`
 	AgentTokenHash string `json:"-"`
