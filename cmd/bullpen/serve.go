@@ -17,6 +17,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/app"
+	"github.com/bullpen-ci/bullpen/internal/autoscale"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/spotbreaker"
 )
@@ -264,6 +265,10 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		ln.Close()
 		fmt.Fprintf(e.stderr, "bullpen serve: %v\n", err)
+		var cadence *autoscale.CadenceError
+		if errors.As(err, &cadence) {
+			return 2 // the configuration and --converge-every disagree: no restart mends that
+		}
 		return 1
 	}
 	defer a.Close()

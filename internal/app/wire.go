@@ -102,6 +102,9 @@ func (a *App) wireConverger() error {
 	// A replica that has not converged a pool for longer than the lease
 	// and two cycles has lost it to another meanwhile: its state is old.
 	every := a.Converger.Interval()
+	if err := autoscale.CheckCadence(a.pools(), every); err != nil {
+		return fmt.Errorf("the configuration's autoscaling with a converger cycle of %v: %w", every, err)
+	}
 	a.Scaler.StaleAfter = a.leaseTTL(every) + 2*every
 	return nil
 }
