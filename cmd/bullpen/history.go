@@ -26,10 +26,12 @@ func historyUsage(w io.Writer) {
 Reads the completed workflow jobs of the runs created since --since through
 GitHub's REST API and writes one JSON line per job: its id, run, attempt,
 repository, workflow, name, labels, when it was queued, started and
-completed, its conclusion and its runner. The token comes from
-$BULLPEN_GITHUB_TOKEN or $GITHUB_TOKEN (never a flag). Rate limits are
-waited out. Run again with the same --out to resume: the jobs already in
-the file are not written again.
+completed, its conclusion and its runner. A run's jobs are written once
+all of them have completed. The token comes from $BULLPEN_GITHUB_TOKEN or
+$GITHUB_TOKEN (never a flag). Rate limits are waited out. Run again with
+the same --out to resume: the runs already in the file are not read again
+(nor a re-run of one of them since), the runs that were still in progress
+are.
 
 generate writes a made-up history in the same format, to try simulate
 without GitHub: weekday working hours busiest, one arrival in five a matrix
@@ -93,8 +95,9 @@ func historyExport(ctx context.Context, e *env, args []string) int {
 	} else {
 		p, err = x.Repos(ctx, []string{*repo})
 	}
-	fmt.Fprintf(e.stderr, "%d repositories, %d runs, %d jobs: %d written, %d already in the file, %d not completed yet; %d rate-limit waits\n",
-		p.ReposDone, p.Runs, p.Jobs, p.Written, p.Known, p.Open, p.RateLimitWaits)
+	fmt.Fprintf(e.stderr, "%d repositories, %d runs (%d already exported, not read again; %d in progress, left for a later export), "+
+		"%d jobs: %d written, %d already in the file, %d of runs in progress; %d rate-limit waits\n",
+		p.ReposDone, p.Runs, p.Skipped, p.Unfinished, p.Jobs, p.Written, p.Known, p.Open, p.RateLimitWaits)
 	if err != nil {
 		fmt.Fprintln(e.stderr, "bullpen history export:", err)
 		return 1
@@ -102,22 +105,20 @@ func historyExport(ctx context.Context, e *env, args []string) int {
 	return 0
 }
 
-// openHistoryOut opens the export's file for appending, with the ids of
-// the jobs it already holds; a file with a bad line is refused, naming
-// the line, rather than appended to.
-func openHistoryOut(path string, stdout io.Writer) (io.Writer, map[int64]bool, func(), error) {
+// openHistoryOut opens the export's file for appending, with the jobs it
+// already holds; a file with a bad line is refused, naming the line,
+// rather than appended to.
+func openHistoryOut(path string, stdout io.Writer) (io.Writer, []history.Job, func(), error) {
 	if path == "" {
 		return stdout, nil, func() {}, nil
 	}
-	have := map[int64]bool{}
+	var have []history.Job
 	if f, err := os.Open(path); err == nil {
-		jobs, rerr := history.Read(path, f)
+		var rerr error
+		have, rerr = history.Read(path, f)
 		f.Close()
 		if rerr != nil {
 			return nil, nil, nil, fmt.Errorf("%w (resuming appends to this file: fix or move it)", rerr)
-		}
-		for _, j := range jobs {
-			have[j.ID] = true
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, nil, err

@@ -24,7 +24,8 @@ func runWithEnv(vars map[string]string, args ...string) (int, string, string) {
 }
 
 // history export writes a repository's completed jobs to a file, and a
-// second run resumes it without writing any twice; a file with a bad line
+// second run resumes it without reading again the runs in the file or
+// writing any job twice; a file with a bad line
 // is refused with the line named; the token never shows.
 func TestHistoryExport(t *testing.T) {
 	gh := fakegh.New()
@@ -47,9 +48,14 @@ func TestHistoryExport(t *testing.T) {
 	if code != 0 || !strings.Contains(errOut, "3 written") {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
+	read := gh.Count("GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs")
 	code, _, errOut = runWithEnv(vars, args...)
 	if code != 0 || !strings.Contains(errOut, "0 written, 3 already in the file") {
 		t.Fatalf("resumed: exit %d: %s", code, errOut)
+	}
+	// The runs in the file are not read again: the budget goes to the others.
+	if n := gh.Count("GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs") - read; n != 0 || !strings.Contains(errOut, "3 runs (3 already exported, not read again") {
+		t.Fatalf("resumed: the jobs of %d runs read again: %s", n, errOut)
 	}
 	f, _ := os.Open(out)
 	jobs, err := history.Read(out, f)

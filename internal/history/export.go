@@ -1,11 +1,13 @@
 package history
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -21,33 +23,58 @@ type Source interface {
 
 // Progress is how far an export has come.
 type Progress struct {
-	Repo                 string // the repository being read
-	ReposDone, Repos     int
-	Runs, Jobs           int // read so far
-	Written, Known, Open int // jobs written, already in the file, not completed yet
+	Repo             string // the repository being read
+	ReposDone, Repos int
+	// Runs are the runs listed so far; Skipped those of them already in
+	// the file, whose jobs are not read again, and Unfinished those with
+	// a job not completed yet, none of whose jobs is written.
+	Runs, Skipped, Unfinished int
+	// Jobs are the jobs of the runs listed, read or already in the file:
+	// Written now, Known already in the file, Open in the unfinished
+	// runs, left for a later export.
+	Jobs, Written, Known, Open int
 	// WaitingUntil is set while a rate limit holds WaitingFor back.
 	WaitingUntil   time.Time
 	WaitingFor     string
 	RateLimitWaits int
 }
 
-// Export writes the completed jobs of repositories' workflow runs created
-// since Since to Out, one JSON line each, skipping those in Have (a
-// resumed export). A rate limit holds the export back for the time GitHub
-// asks, at most MaxWaits times in a row per call; nothing is skipped.
+// Export writes the jobs of repositories' workflow runs created since
+// Since to Out, one JSON line each, a run's jobs once all of them have
+// completed: a run in progress is left for a later export. A resumed
+// export (Have) does not read again the jobs of the runs the file holds,
+// which were complete when written, and so spends its API budget on the
+// runs still missing. A rate limit holds the export back for the time
+// GitHub asks, at most MaxWaits times in a row per call; nothing is
+// skipped.
 type Export struct {
 	Source Source
 	Clock  domain.Clock
 	Since  time.Time
 	Out    io.Writer
-	Have   map[int64]bool
+	// Have is the jobs the file already holds. A run re-run after it was
+	// written is not read again: its new attempt's jobs are left out.
+	Have []Job
 	// OnProgress, when set, is told after every run and every wait.
 	OnProgress func(Progress)
 	// MaxWaits bounds the waits of one call for rate limits; default 10.
 	MaxWaits int
 
 	progress Progress
+	// inFile counts the file's jobs by run; known are their ids. Both
+	// are built from Have at the first repository.
+	inFile map[runKey]int
+	known  map[int64]bool
 }
+
+// runKey is a run of a repository: a file may hold several repositories'
+// runs.
+type runKey struct {
+	repo string // lower case: GitHub's names are case-insensitive
+	run  int64
+}
+
+func keyOf(repo string, run int64) runKey { return runKey{strings.ToLower(repo), run} }
 
 // Org exports every repository of an organisation that can run workflows.
 func (e *Export) Org(ctx context.Context, org string) (Progress, error) {
@@ -64,6 +91,13 @@ func (e *Export) Org(ctx context.Context, org string) (Progress, error) {
 
 // Repos exports the repositories (owner/name) in turn.
 func (e *Export) Repos(ctx context.Context, repos []string) (Progress, error) {
+	if e.inFile == nil {
+		e.inFile, e.known = map[runKey]int{}, map[int64]bool{}
+		for _, j := range e.Have {
+			e.inFile[keyOf(j.Repo, j.RunID)]++
+			e.known[j.ID] = true
+		}
+	}
 	e.progress.Repos = len(repos)
 	for _, repo := range repos {
 		e.progress.Repo = repo
@@ -84,8 +118,17 @@ func (e *Export) repo(ctx context.Context, repo string) error {
 	}); err != nil {
 		return err
 	}
-	// Oldest first, so that an interrupted export resumes where it stopped.
+	// Oldest first, so that an interrupted export has written the runs
+	// it got to.
 	for i := len(runs) - 1; i >= 0; i-- {
+		e.progress.Runs++
+		if n := e.inFile[keyOf(repo, runs[i])]; n > 0 {
+			e.progress.Skipped++
+			e.progress.Jobs += n
+			e.progress.Known += n
+			e.report()
+			continue
+		}
 		var jobs []rest.PastJob
 		if err := e.retry(ctx, fmt.Sprintf("list the jobs of run %d of %s", runs[i], repo), func() (err error) {
 			jobs, err = e.Source.RunHistory(ctx, repo, runs[i])
@@ -96,33 +139,49 @@ func (e *Export) repo(ctx context.Context, repo string) error {
 		if err := e.write(jobs); err != nil {
 			return err
 		}
-		e.progress.Runs++
 		e.report()
 	}
 	return nil
 }
 
+// write writes a run's jobs, unless one of them is not completed: then
+// none, so that every run the file holds is complete there.
 func (e *Export) write(jobs []rest.PastJob) error {
-	enc := json.NewEncoder(e.Out)
+	e.progress.Jobs += len(jobs)
 	for _, p := range jobs {
-		e.progress.Jobs++
-		switch {
-		case e.Have[p.ID]:
+		if p.Status != "completed" {
+			e.progress.Open += len(jobs)
+			e.progress.Unfinished++
+			return nil
+		}
+	}
+	// The run's lines go out in one write, so that an export stopped
+	// while writing hardly ever leaves part of a run, which a resumed
+	// export would take for the whole of it.
+	var lines bytes.Buffer
+	enc := json.NewEncoder(&lines)
+	var written []rest.PastJob
+	for _, p := range jobs {
+		if e.known[p.ID] {
 			e.progress.Known++
-			continue
-		case p.Status != "completed":
-			e.progress.Open++
 			continue
 		}
 		if err := enc.Encode(lineOf(p)); err != nil {
 			return fmt.Errorf("write job %d: %w", p.ID, err)
 		}
-		if e.Have == nil {
-			e.Have = map[int64]bool{}
-		}
-		e.Have[p.ID] = true
-		e.progress.Written++
+		written = append(written, p)
 	}
+	if len(written) == 0 {
+		return nil
+	}
+	if _, err := e.Out.Write(lines.Bytes()); err != nil {
+		return fmt.Errorf("write the jobs of run %d: %w", written[0].RunID, err)
+	}
+	for _, p := range written {
+		e.known[p.ID] = true
+		e.inFile[keyOf(p.Repo, p.RunID)]++
+	}
+	e.progress.Written += len(written)
 	return nil
 }
 

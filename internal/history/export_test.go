@@ -57,7 +57,7 @@ func (w *world) ran(repo string, wait, took time.Duration, opts ...fakegh.JobOpt
 	return j.ID
 }
 
-func (w *world) export(out *bytes.Buffer, have map[int64]bool, repos ...string) (history.Progress, error) {
+func (w *world) export(out *bytes.Buffer, have []history.Job, repos ...string) (history.Progress, error) {
 	e := &history.Export{Source: w.c, Clock: w.clk, Since: t0, Out: out, Have: have}
 	return e.Repos(context.Background(), repos)
 }
@@ -153,18 +153,64 @@ func TestExportResumes(t *testing.T) {
 	if err != nil || len(kept) != 2 {
 		t.Fatalf("half the file: %d jobs, %v", len(kept), err)
 	}
-	have := map[int64]bool{}
-	for _, j := range kept {
-		have[j.ID] = true
-	}
 	resumed := bytes.NewBuffer(half)
-	p, err := w.export(resumed, have, "acme/app")
+	p, err := w.export(resumed, kept, "acme/app")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got, err := history.Read("resumed", resumed)
 	if err != nil || len(got) != len(all) || p.Known != 2 || p.Written != 2 {
 		t.Fatalf("resumed: %d jobs (%v), progress %+v; want %d, 2 known, 2 written", len(got), err, p, len(all))
+	}
+}
+
+// A resumed export does not read again the jobs of the runs the file
+// holds, which it writes only once every job of theirs has completed; a
+// run in progress is read again, and written whole once it is complete.
+func TestAResumedExportSkipsTheRunsInTheFile(t *testing.T) {
+	w := newWorld(t)
+	for range 3 {
+		w.ran("acme/app", time.Second, time.Minute)
+	}
+	done := w.gh.QueueJob("acme/app", []string{"linux"})
+	open := w.gh.QueueJob("acme/app", []string{"linux"}, fakegh.InRun(done.RunID))
+	if err := w.gh.StartJob(done.ID, "runner-2"); err != nil {
+		t.Fatal(err)
+	}
+	w.clk.Advance(time.Minute)
+	if err := w.gh.CompleteJob(done.ID, "success"); err != nil {
+		t.Fatal(err)
+	}
+	const jobsOfARun = "GET /repos/{owner}/{repo}/actions/runs/{run_id}/jobs"
+	var out bytes.Buffer
+	p, err := w.export(&out, nil, "acme/app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := history.Read("export", bytes.NewReader(out.Bytes()))
+	if len(first) != 3 || p.Written != 3 || p.Unfinished != 1 || p.Open != 2 || p.Runs != 4 {
+		t.Fatalf("first export: %d jobs in the file, progress %+v; want the 3 complete runs' jobs, the fourth run left", len(first), p)
+	}
+	if err := w.gh.StartJob(open.ID, "runner-3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.gh.CompleteJob(open.ID, "success"); err != nil {
+		t.Fatal(err)
+	}
+	read := w.gh.Count(jobsOfARun)
+	p, err = w.export(&out, first, "acme/app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := w.gh.Count(jobsOfARun) - read; n != 1 || p.Skipped != 3 || p.Known != 3 || p.Written != 2 || p.Runs != 4 {
+		t.Errorf("resumed: the jobs of %d runs read, progress %+v; want the one that was in progress, 3 skipped, its 2 jobs written", n, p)
+	}
+	all, err := history.Read("resumed", &out)
+	if err != nil || len(all) != 5 {
+		t.Fatalf("resumed: %d jobs in the file (%v), want 5", len(all), err)
+	}
+	if all[3].RunID != done.RunID || all[4].RunID != done.RunID {
+		t.Errorf("the last lines are of runs %d and %d, want %d's two jobs", all[3].RunID, all[4].RunID, done.RunID)
 	}
 }
 
