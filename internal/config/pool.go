@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,12 +24,14 @@ func (p *parser) pools(n *yaml.Node) []domain.Pool {
 
 func (p *parser) pool(path string, at, n *yaml.Node) domain.Pool {
 	pool := domain.Pool{Name: at.Value, Location: time.UTC, HotIdleLifetime: domain.DefaultHotIdleLifetime}
-	var maxJobsAt, maxAgeAt *yaml.Node
+	var maxJobsAt, maxAgeAt, autoscaleAt *yaml.Node
+	var hotAt []*yaml.Node
+	var scaled autoscaleRead
 	p.fields(path, "pool", at, n, []field{
 		{key: "environment", parse: func(path string, v *yaml.Node) { pool.Environment, _ = p.str(path, v) }},
 		{key: "runner", required: true, parse: func(path string, v *yaml.Node) { pool.Runner = p.runnerRef(path, v) }},
 		{key: "timezone", parse: func(path string, v *yaml.Node) { pool.Timezone, pool.Location = p.timezone(path, v) }},
-		{key: "schedule", parse: func(path string, v *yaml.Node) { pool.Schedule = p.schedule(path, v) }},
+		{key: "schedule", parse: func(path string, v *yaml.Node) { pool.Schedule, hotAt = p.schedule(path, v) }},
 		{key: "hot-idle-lifetime", parse: func(path string, v *yaml.Node) {
 			d, ok := p.duration(path, v)
 			if ok && d <= 0 {
@@ -44,7 +47,11 @@ func (p *parser) pool(path string, at, n *yaml.Node) domain.Pool {
 			maxJobsAt = v
 			pool.MaxJobsPerInstance = p.count(path, "max-jobs-per-instance", v)
 		}},
-		{key: "autoscale", parse: func(path string, v *yaml.Node) { pool.Autoscale = p.autoscaleBlock(path, v, v) }},
+		{key: "autoscale", parse: func(path string, v *yaml.Node) {
+			autoscaleAt = deref(v)
+			scaled = p.autoscaleBlock(path, v, v)
+			pool.Autoscale = scaled.spec
+		}},
 		{key: "max-age", parse: func(path string, v *yaml.Node) {
 			maxAgeAt = v
 			d, ok := p.duration(path, v)
@@ -63,7 +70,36 @@ func (p *parser) pool(path string, at, n *yaml.Node) domain.Pool {
 	if !pool.Reuse && pool.MaxAge > 0 {
 		p.errorf(deref(maxAgeAt), join(path, "max-age"), "max-age only applies with reuse: true")
 	}
+	if pool.Autoscale != nil && scaled.maxValid {
+		p.hotWithinMax(path, pool, hotAt, autoscaleAt, scaled.maxAt)
+	}
 	return pool
+}
+
+// hotWithinMax refuses schedule entries whose hot count is above the
+// autoscale block's max: the autoscaler caps the pool's hot target at max,
+// so the pool would silently keep fewer hot instances than its schedule
+// says. hotAt holds each entry's hot value (nil when not written).
+func (p *parser) hotWithinMax(path string, pool domain.Pool, hotAt []*yaml.Node, block, maxAt *yaml.Node) {
+	where := fmt.Sprintf("the autoscale block's max %d (line %d)", pool.Autoscale.Max, line(maxAt))
+	if maxAt == nil {
+		where = fmt.Sprintf("the autoscale block's max %d (line %d; max is not set and %d is its default)", pool.Autoscale.Max, line(block), pool.Autoscale.Max)
+	}
+	for i, e := range pool.Schedule {
+		if e.Hot <= pool.Autoscale.Max || i >= len(hotAt) {
+			continue
+		}
+		p.errorf(hotAt[i], join(index(join(path, "schedule"), i), "hot"),
+			"hot %d is above %s, and the autoscaler caps the pool's hot instances at max; set max to at least %d, or lower hot",
+			e.Hot, where, e.Hot)
+	}
+}
+
+func line(n *yaml.Node) int {
+	if n == nil || n.Line < 1 {
+		return 1
+	}
+	return n.Line
 }
 
 func (p *parser) runnerRef(path string, n *yaml.Node) string {
@@ -95,21 +131,22 @@ func (p *parser) timezone(path string, n *yaml.Node) (string, *time.Location) {
 
 // schedule reads the entries in order and checks what spans entries: unique
 // names and at most one default (an entry without match).
-func (p *parser) schedule(path string, n *yaml.Node) []domain.ScheduleEntry {
+// It also returns where each entry's hot count is written, nil where it is not.
+func (p *parser) schedule(path string, n *yaml.Node) (out []domain.ScheduleEntry, hotAt []*yaml.Node) {
 	n = deref(n)
 	if isNull(n) {
-		return nil
+		return nil, nil
 	}
 	if n.Kind != yaml.SequenceNode {
 		p.errorf(n, path, "expected a list of schedule entries, got %s", describe(n))
-		return nil
+		return nil, nil
 	}
-	var out []domain.ScheduleEntry
 	names := make(map[string]int) // name → line of its first use
 	firstDefault := -1
 	for i, item := range n.Content {
 		ipath := index(path, i)
-		e, nameAt, hasMatch := p.scheduleEntry(ipath, item)
+		e, nameAt, hot, hasMatch := p.scheduleEntry(ipath, item)
+		hotAt = append(hotAt, hot)
 		if e.Name != "" {
 			if line, dup := names[e.Name]; dup {
 				p.errorf(nameAt, join(ipath, "name"), "duplicate schedule name %q (first at line %d)", e.Name, line)
@@ -127,10 +164,10 @@ func (p *parser) schedule(path string, n *yaml.Node) []domain.ScheduleEntry {
 		}
 		out = append(out, e)
 	}
-	return out
+	return out, hotAt
 }
 
-func (p *parser) scheduleEntry(path string, n *yaml.Node) (e domain.ScheduleEntry, nameAt *yaml.Node, hasMatch bool) {
+func (p *parser) scheduleEntry(path string, n *yaml.Node) (e domain.ScheduleEntry, nameAt, hotAt *yaml.Node, hasMatch bool) {
 	p.fields(path, "schedule entry", n, n, []field{
 		{key: "name", required: true, parse: func(path string, v *yaml.Node) {
 			nameAt = deref(v)
@@ -140,10 +177,13 @@ func (p *parser) scheduleEntry(path string, n *yaml.Node) (e domain.ScheduleEntr
 			hasMatch = true
 			e.Match = p.match(path, v)
 		}},
-		{key: "hot", parse: func(path string, v *yaml.Node) { e.Hot = p.poolSize(path, "hot", v) }},
+		{key: "hot", parse: func(path string, v *yaml.Node) {
+			hotAt = deref(v)
+			e.Hot = p.poolSize(path, "hot", v)
+		}},
 		{key: "stopped", parse: func(path string, v *yaml.Node) { e.Stopped = p.poolSize(path, "stopped", v) }},
 	})
-	return e, nameAt, hasMatch
+	return e, nameAt, hotAt, hasMatch
 }
 
 const emptyMatch = "match has neither day nor time (give at least one, or omit match to make this the default entry)"
