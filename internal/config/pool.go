@@ -34,11 +34,18 @@ func (p *parser) pool(path string, at, n *yaml.Node) domain.Pool {
 		{key: "schedule", parse: func(path string, v *yaml.Node) { pool.Schedule, hotAt = p.schedule(path, v) }},
 		{key: "hot-idle-lifetime", parse: func(path string, v *yaml.Node) {
 			d, ok := p.duration(path, v)
-			if ok && d <= 0 {
+			switch {
+			case !ok:
+			case d <= 0:
 				p.errorf(deref(v), path, "hot-idle-lifetime must be > 0, got %s", d)
-				return
-			}
-			if ok {
+			case d < minHotIdleLifetime:
+				hint := ""
+				if d%time.Second == 0 {
+					hint = fmt.Sprintf(" (did you mean %dm?)", d/time.Second)
+				}
+				p.errorf(deref(v), path, "hot-idle-lifetime must be at least %s, got %s: an idle hot instance is replaced after this long, so anything shorter replaces them at nearly every converger cycle%s",
+					shortDuration(minHotIdleLifetime), d, hint)
+			default:
 				pool.HotIdleLifetime = d
 			}
 		}},
@@ -74,6 +81,19 @@ func (p *parser) pool(path string, at, n *yaml.Node) domain.Pool {
 		p.hotWithinMax(path, pool, hotAt, autoscaleAt, scaled.maxAt)
 	}
 	return pool
+}
+
+// minHotIdleLifetime is the shortest hot-idle-lifetime: shorter, every
+// converger cycle would replace the pool's idle hot instances, which is a
+// typo (15s for 15m) rather than a setting.
+const minHotIdleLifetime = time.Minute
+
+// shortDuration writes whole minutes as 1m rather than time's 1m0s.
+func shortDuration(d time.Duration) string {
+	if d%time.Minute == 0 {
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	}
+	return d.String()
 }
 
 // hotWithinMax refuses schedule entries whose hot count is above the

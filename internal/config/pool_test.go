@@ -276,3 +276,20 @@ func TestSummary(t *testing.T) {
 		}
 	}
 }
+
+// A hot-idle-lifetime in seconds is a typo for minutes: every converger
+// cycle would replace the pool's idle hot instances.
+func TestHotIdleLifetimeHasAMinimum(t *testing.T) {
+	checkProblems(t, withKeys(poolBase), []problemCase{
+		{"seconds for minutes", "hot-idle-lifetime: 15s", []string{
+			`7:24: pools.p.hot-idle-lifetime: hot-idle-lifetime must be at least 1m, got 15s: an idle hot instance is replaced after this long, so anything shorter replaces them at nearly every converger cycle (did you mean 15m?)`,
+		}},
+		{"under a second", "hot-idle-lifetime: 500ms", []string{
+			`7:24: pools.p.hot-idle-lifetime: hot-idle-lifetime must be at least 1m, got 500ms: an idle hot instance is replaced after this long, so anything shorter replaces them at nearly every converger cycle`,
+		}},
+		{"the minimum", "hot-idle-lifetime: 60s", nil},
+	})
+	if p := poolWith(t, "hot-idle-lifetime: 1m"); p.HotIdleLifetime != minHotIdleLifetime {
+		t.Errorf("lifetime %v", p.HotIdleLifetime)
+	}
+}
