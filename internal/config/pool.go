@@ -10,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/schedule"
 )
 
 func (p *parser) pools(n *yaml.Node) []domain.Pool {
@@ -161,6 +162,7 @@ func (p *parser) schedule(path string, n *yaml.Node) (out []domain.ScheduleEntry
 		p.errorf(n, path, "expected a list of schedule entries, got %s", describe(n))
 		return nil, nil
 	}
+	errsBefore := len(p.errs)
 	names := make(map[string]int) // name → line of its first use
 	firstDefault := -1
 	for i, item := range n.Content {
@@ -184,7 +186,82 @@ func (p *parser) schedule(path string, n *yaml.Node) (out []domain.ScheduleEntry
 		}
 		out = append(out, e)
 	}
+	if len(p.errs) == errsBefore {
+		p.warnNeverApplies(path, out, n.Content)
+	}
 	return out, hotAt
+}
+
+// maxShadowCheck bounds the schedules checked for entries that never
+// apply: the check costs entries × window edges × 7 days, and a schedule
+// longer than this is generated rather than written by hand.
+const maxShadowCheck = 256
+
+// warnNeverApplies warns about the entries of a schedule that are never in
+// force: an entry with a match whose every instant is also matched by a
+// later entry (of the entries that match, the last wins), and a default
+// when the matches cover the whole week. Matches depend only on the local
+// weekday and minute, and only change at midnight and at window edges, so
+// resolving the schedule at those minutes of each weekday is exact; every
+// local weekday and minute occurs in some week, whatever the timezone.
+func (p *parser) warnNeverApplies(path string, entries []domain.ScheduleEntry, items []*yaml.Node) {
+	if len(entries) < 2 || len(entries) > maxShadowCheck {
+		return
+	}
+	// Entries are resolved under their index, so that names (unique once
+	// the file is valid) play no part.
+	byIndex := make([]domain.ScheduleEntry, len(entries))
+	for i, e := range entries {
+		e.Name = strconv.Itoa(i)
+		byIndex[i] = e
+	}
+	edges := []int{0}
+	for _, e := range entries {
+		if e.Match != nil && e.Match.Window != nil {
+			edges = append(edges, e.Match.Window.Start%(24*60), e.Match.Window.End%(24*60))
+		}
+	}
+	slices.Sort(edges)
+	edges = slices.Compact(edges)
+
+	applies := make([]bool, len(entries))
+	// shadowedBy[i] lists, in order, the entries in force at the instants
+	// entry i matches.
+	shadowedBy := make([][]int, len(entries))
+	monday := time.Date(2024, time.January, 1, 0, 0, 0, 0, time.UTC)
+	for day := range 7 {
+		for _, m := range edges {
+			at := monday.Add(time.Duration(day*24*60+m) * time.Minute)
+			r := schedule.Resolve(domain.Pool{Schedule: byIndex}, at)
+			if r.Entry == "" {
+				continue
+			}
+			winner, _ := strconv.Atoi(r.Entry)
+			applies[winner] = true
+			for i, e := range byIndex[:winner] {
+				if e.Match != nil && schedule.Resolve(domain.Pool{Schedule: byIndex[i : i+1]}, at).Entry != "" && !slices.Contains(shadowedBy[i], winner) {
+					shadowedBy[i] = append(shadowedBy[i], winner)
+				}
+			}
+		}
+	}
+	for i, e := range entries {
+		if applies[i] || i >= len(items) {
+			continue
+		}
+		ipath := index(path, i)
+		if e.Match == nil {
+			p.warnf(deref(items[i]), ipath, "the default entry %q never applies: the entries with a match cover the whole week", e.Name)
+			continue
+		}
+		slices.Sort(shadowedBy[i])
+		names := make([]string, len(shadowedBy[i]))
+		for k, j := range shadowedBy[i] {
+			names[k] = strconv.Quote(entries[j].Name)
+		}
+		p.warnf(deref(items[i]), ipath, "schedule entry %q never applies: whenever it matches, %s later in the list matches too, and the last entry that matches wins; move it below them or remove it",
+			e.Name, strings.Join(names, " or "))
+	}
 }
 
 func (p *parser) scheduleEntry(path string, n *yaml.Node) (e domain.ScheduleEntry, nameAt, hotAt *yaml.Node, hasMatch bool) {

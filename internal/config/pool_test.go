@@ -293,3 +293,62 @@ func TestHotIdleLifetimeHasAMinimum(t *testing.T) {
 		t.Errorf("lifetime %v", p.HotIdleLifetime)
 	}
 }
+
+// Of the entries whose match holds the last wins, so an entry every instant
+// of which a later entry also matches is never in force, nor is a default
+// under matches covering the whole week.
+func TestScheduleEntriesThatNeverApplyWarn(t *testing.T) {
+	cases := []struct {
+		name, schedule string // the pool's schedule:, indented by 4
+		want           string
+	}{
+		{"saturday morning before the weekend", `schedule:
+      - name: saturday-morning
+        match: {day: [saturday], time: ["09:00", "12:00"]}
+        hot: 3
+      - name: weekend
+        match: {day: [saturday, sunday]}
+        hot: 1`,
+			`test.yml:8:9: pools.p.schedule[0]: schedule entry "saturday-morning" never applies: whenever it matches, "weekend" later in the list matches too, and the last entry that matches wins; move it below them or remove it`},
+		{"saturday morning after the weekend", `schedule:
+      - name: weekend
+        match: {day: [saturday, sunday]}
+        hot: 1
+      - name: saturday-morning
+        match: {day: [saturday], time: ["09:00", "12:00"]}
+        hot: 3`, ""},
+		{"covered by two later entries together", `schedule:
+      - name: friday-night
+        match: {day: [friday], time: ["20:00", "02:00"]}
+      - name: friday-evening
+        match: {day: [friday], time: ["18:00", "24:00"]}
+      - name: saturday
+        match: {day: [saturday]}`,
+			`test.yml:8:9: pools.p.schedule[0]: schedule entry "friday-night" never applies: whenever it matches, "friday-evening" or "saturday" later in the list matches too, and the last entry that matches wins; move it below them or remove it`},
+		{"partly covered", `schedule:
+      - name: friday-night
+        match: {day: [friday], time: ["20:00", "02:00"]}
+      - name: friday-evening
+        match: {day: [friday], time: ["18:00", "24:00"]}`, ""},
+		{"a default under the whole week", `schedule:
+      - name: default
+        hot: 1
+      - name: days
+        match: {time: ["06:00", "22:00"]}
+      - name: nights
+        match: {time: ["22:00", "06:00"]}`,
+			`test.yml:8:9: pools.p.schedule[0]: the default entry "default" never applies: the entries with a match cover the whole week`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := mustParse(t, withKeys(poolBase)(c.schedule))
+			if got := cfg.Warnings.Error(); got != c.want {
+				t.Errorf("warnings\n got: %s\nwant: %s", got, c.want)
+			}
+		})
+	}
+	example, err := Load("../../examples/runs-on.yml")
+	if err != nil || len(example.Warnings) != 0 {
+		t.Errorf("the example: %v, warnings %v", err, example.Warnings)
+	}
+}
