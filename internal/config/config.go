@@ -193,7 +193,12 @@ func (p *parser) config(root *yaml.Node) *Config {
 			{key: "images", parse: keep(&images)},
 			// RunsOn settings bullpen has no use for.
 			{key: "admins"},
-			{key: "_extends"},
+			// Files that inherit from another (RunsOn reads the named
+			// repository's file first) lose what they inherit here: say so.
+			{key: "_extends", parse: func(path string, v *yaml.Node) {
+				from := describe(deref(v))
+				p.warnf(deref(v), path, "bullpen does not follow _extends: the settings of %s are not read, only this file's; copy the runners and pools this file needs into it", from)
+			}},
 		})
 	}
 	// Images, then runners, whatever the file order, so runners can name

@@ -222,3 +222,13 @@ func TestLoad(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+// RunsOn reads the file _extends names before this one; bullpen reads only
+// this one, so a file relying on inherited runners or pools must be told.
+func TestExtendsWarns(t *testing.T) {
+	cfg := mustParse(t, "pools: {}\n_extends: .github-private\n")
+	want := `test.yml:2:11: _extends: bullpen does not follow _extends: the settings of ".github-private" are not read, only this file's; copy the runners and pools this file needs into it`
+	if got := cfg.Warnings.Error(); got != want {
+		t.Fatalf("warnings\n got: %s\nwant: %s", got, want)
+	}
+}
