@@ -128,6 +128,12 @@ func (r *Runner) run(ctx context.Context, l Loop) (err error) {
 			}
 			r.log.Log(ctx, level, "loop step failed", "loop", l.Name, "failures_in_a_row", n, "err", stepErr)
 			wait = r.backoffAfter(n)
+			if n >= r.unhealthyAfter {
+				// A step that keeps failing is not tried more often than it
+				// runs when it succeeds: a sweep of every repository every
+				// five minutes does not become one a minute in an outage.
+				wait = max(wait, l.Every)
+			}
 		} else {
 			r.note(l.Name, nil)
 		}

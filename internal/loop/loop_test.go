@@ -48,8 +48,10 @@ func TestAFailingLoopBacksOffAndIsReported(t *testing.T) {
 			return nil
 		}})
 	}()
-	// Failures 1, 2, 3 wait 1 s, 2 s, 4 s.
-	for i, wait := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+	// Failures 1 and 2 wait 1 s and 2 s; from the third, which makes the
+	// loop unhealthy, the backoff (4 s, 8 s, …) is at least the loop's
+	// minute.
+	for i, wait := range []time.Duration{time.Second, 2 * time.Second, time.Minute} {
 		<-steps
 		clk.BlockUntil(1)
 		if got := r.Statuses()[0].Failures; got != i+1 {
@@ -62,8 +64,11 @@ func TestAFailingLoopBacksOffAndIsReported(t *testing.T) {
 	if r.Healthy() {
 		t.Fatal("a loop failing 4 times in a row is reported healthy")
 	}
+	if next, _ := clk.Next(); !next.Equal(clk.Now().Add(time.Minute)) {
+		t.Fatalf("after the fourth failure the step is tried again at %v, want a minute on, at %v", next, clk.Now().Add(time.Minute))
+	}
 	fail.Store(false)
-	clk.Advance(8 * time.Second)
+	clk.Advance(time.Minute)
 	<-steps
 	clk.BlockUntil(1)
 	if !r.Healthy() || r.Statuses()[0].Failures != 0 {
