@@ -67,6 +67,14 @@ type direction struct {
 //
 // now must not go backwards between calls on the same st.
 func Decide(p Params, st *State, now time.Time, demand, current int) Decision {
+	return decideAbove(p, st, now, demand, current, p.MinInstances)
+}
+
+// decideAbove is Decide with a scale-down bounded by lower rather than by
+// MIN_INSTANCES alone: a pool's schedule keeps its hot value whatever the
+// autoscaler decides, so a scale-down below it would change nothing and
+// only start a cooldown. lower is at least p.MinInstances.
+func decideAbove(p Params, st *State, now time.Time, demand, current, lower int) Decision {
 	capacity := current * p.RunnersPerInstance
 	d := Decision{Action: ActionNone, New: current, Capacity: capacity}
 	upLimit := float64(capacity) * p.ScaleUpThreshold
@@ -111,10 +119,10 @@ func Decide(p Params, st *State, now time.Time, demand, current int) Decision {
 	if dir.name == ActionUp {
 		newCount, step, working = scaleUp(p, demand, capacity, current)
 	} else {
-		newCount, step, working = scaleDown(p, demand, capacity, current)
+		newCount, step, working = scaleDown(p, demand, capacity, current, lower)
 	}
 	if (dir.name == ActionUp && newCount <= current) || (dir.name == ActionDown && newCount >= current) {
-		d.Reason = fmt.Sprintf("%s, %s", head, boundReason(p, dir.name, current))
+		d.Reason = fmt.Sprintf("%s, %s", head, boundReason(p, dir.name, current, lower))
 		return d
 	}
 	*dir.last = now
@@ -138,13 +146,14 @@ func scaleUp(p Params, demand, capacity, current int) (newCount, step int, worki
 	return min(current+step, p.MaxInstances), step, working
 }
 
-// scaleDown is the specification's scale-down formula; working shows its arithmetic.
-func scaleDown(p Params, demand, capacity, current int) (newCount, step int, working string) {
+// scaleDown is the specification's scale-down formula, bounded by lower;
+// working shows its arithmetic.
+func scaleDown(p Params, demand, capacity, current, lower int) (newCount, step int, working string) {
 	excess := capacity - demand
 	raw := int(float64(excess)*p.ScaleDownProportion/float64(p.RunnersPerInstance) + 0.5)
 	step = min(max(raw, 1), p.ScaleDownStep)
 	working = fmt.Sprintf("excess %d × %s / %d → %d, cap %d", excess, num(p.ScaleDownProportion), p.RunnersPerInstance, raw, p.ScaleDownStep)
-	return max(current-step, p.MinInstances), step, working
+	return max(current-step, lower), step, working
 }
 
 // boundReason explains a triggered decision that the bounds turned into no
@@ -152,12 +161,15 @@ func scaleDown(p Params, demand, capacity, current int) (newCount, step int, wor
 // decision in the other direction: the specification's formula would, say, "scale
 // up" from 7 to a MAX_INSTANCES of 5, which bullpen refuses to call a
 // scale-up.
-func boundReason(p Params, name string, current int) string {
+func boundReason(p Params, name string, current, lower int) string {
 	if name == ActionUp {
 		if current == p.MaxInstances {
 			return fmt.Sprintf("already at MAX_INSTANCES=%d", p.MaxInstances)
 		}
 		return fmt.Sprintf("count %d is above MAX_INSTANCES=%d", current, p.MaxInstances)
+	}
+	if lower > p.MinInstances && current == lower {
+		return fmt.Sprintf("already at the schedule's hot value %d", lower)
 	}
 	if current == p.MinInstances {
 		return fmt.Sprintf("already at MIN_INSTANCES=%d", p.MinInstances)

@@ -40,7 +40,9 @@ func SpecOf(p Params) domain.AutoscaleSpec {
 
 // PoolScaler lets the hot targets of pools with an autoscale block follow
 // their job demand. It keeps one decision state per pool, in memory, on
-// the replica converging the pool. A new state starts from the block's min,
+// the replica converging the pool. Its decisions start from the pool's hot
+// target, the schedule's hot value at least, but its count keeps only what
+// it raised above the schedule. A new state starts from the block's min,
 // never from the schedule's hot value: the schedule is only a floor under
 // the autoscaler's count, and a count seeded from it would be held however
 // low demand stays, so that two replicas seeing the same demand would keep
@@ -104,8 +106,20 @@ func (s *PoolScaler) Adjust(ctx context.Context, p domain.Pool, at time.Time, en
 			s.Metrics.skippedPoll(p.Name)
 		} else {
 			st.lastPoll = at
-			d := Decide(params, &st.State, at, demand, st.count)
+			// Decide from what the pool holds: a count left below the
+			// schedule's hot value would spend its first scale-ups climbing
+			// back to it, changing nothing, while jobs wait.
+			floor := min(t.Hot, params.MaxInstances)
+			current := min(max(st.count, floor), params.MaxInstances)
+			d := decideAbove(params, &st.State, at, demand, current, max(params.MinInstances, floor))
 			st.count, st.decision = d.New, d
+			if d.New <= floor {
+				// The count holds only what the autoscaler raised above the
+				// schedule, as a state resumed from the record does: when
+				// the schedule drops, so does the pool, and every replica
+				// decides from the same count.
+				st.count = params.MinInstances
+			}
 			s.Metrics.decided(p.Name, d.Action)
 			level := slog.LevelDebug
 			if d.Action != ActionNone {

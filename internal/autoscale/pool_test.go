@@ -1,10 +1,12 @@
 package autoscale
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -275,5 +277,145 @@ func TestPoolScalerStartsFromMinNotFromTheSchedule(t *testing.T) {
 	}
 	if _, got := s.Adjust(context.Background(), poolWith(SpecOf(params)), day(10), "business-hours", businessHours(day(10))); got.Hot != 6 {
 		t.Fatalf("hot %d at 10:00, want the schedule's 6", got.Hot)
+	}
+}
+
+// The autoscaler decides from what the pool holds, the schedule's hot value
+// at least. A pool whose own count is below its schedule's floor scales up
+// as soon as one whose count is at the floor: its first scale-ups are not
+// spent climbing to the floor, changing nothing, while jobs wait.
+func TestPoolScalerScalesUpFromTheSchedulesHotValue(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	sched := domain.Target{Hot: 1}
+	// pollsBeforeRaise runs quiet polls, then polls with a demand of 2, and
+	// returns how many of those came before the hot target rose.
+	pollsBeforeRaise := func(minInstances, quiet int) int {
+		params := DefaultParams()
+		params.MinInstances, params.MaxInstances, params.PollInterval = minInstances, 5, 30*time.Second
+		demand := 0
+		s := &PoolScaler{
+			Demand: func(context.Context, string) (int, error) { return demand, nil },
+			Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		}
+		p := poolWith(SpecOf(params))
+		at := t0
+		for range quiet {
+			if _, got := s.Adjust(context.Background(), p, at, "default", sched); got.Hot != 1 {
+				t.Fatalf("hot %d without demand, want the schedule's 1", got.Hot)
+			}
+			at = at.Add(params.PollInterval)
+		}
+		demand = 2
+		for polls := range 10 {
+			if _, got := s.Adjust(context.Background(), p, at, "default", sched); got.Hot > 1 {
+				return polls
+			}
+			at = at.Add(params.PollInterval)
+		}
+		t.Fatalf("min %d, %d quiet polls: a demand of 2 never raised the hot target", minInstances, quiet)
+		return 0
+	}
+	atFloor := pollsBeforeRaise(1, 1)
+	if atFloor != 1 {
+		t.Fatalf("a count at the floor: the hot target rose after %d polls with demand, want 1 (two breaches)", atFloor)
+	}
+	for _, quiet := range []int{1, 20} {
+		if got := pollsBeforeRaise(0, quiet); got != atFloor {
+			t.Errorf("a count below the floor, %d quiet polls: the hot target rose after %d polls with demand; at the floor, after %d",
+				quiet, got, atFloor)
+		}
+	}
+}
+
+// A burst over, the autoscaler comes back down to the schedule's hot value
+// and stops there: a scale-down below it would change nothing, and is
+// neither logged nor counted as one.
+func TestPoolScalerScalesDownToTheSchedulesHotValueOnly(t *testing.T) {
+	params := DefaultParams()
+	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 5, 30*time.Second
+	m, err := NewPoolMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	demand := 6
+	s := &PoolScaler{
+		Demand:  func(context.Context, string) (int, error) { return demand, nil },
+		Log:     slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Metrics: m,
+	}
+	p, sched := poolWith(SpecOf(params)), domain.Target{Hot: 1}
+	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	hot := []int{}
+	for i := range 80 {
+		if i == 8 {
+			demand = 0
+		}
+		_, got := s.Adjust(context.Background(), p, t0.Add(time.Duration(i)*params.PollInterval), "default", sched)
+		if len(hot) == 0 || got.Hot != hot[len(hot)-1] {
+			hot = append(hot, got.Hot)
+		}
+	}
+	if len(hot) < 3 || hot[0] != 1 || hot[len(hot)-1] != 1 {
+		t.Fatalf("hot targets %v, want up from the schedule's 1 and back", hot)
+	}
+	rises, falls := 0, 0
+	for i := 1; i < len(hot); i++ {
+		if hot[i] > hot[i-1] {
+			rises++
+		} else {
+			falls++
+		}
+	}
+	ups, downs := testutil.ToFloat64(m.decisions.WithLabelValues("p", ActionUp)), testutil.ToFloat64(m.decisions.WithLabelValues("p", ActionDown))
+	if ups != float64(rises) || downs != float64(falls) {
+		t.Errorf("hot targets %v: %v up and %v down decisions counted, want %d and %d", hot, ups, downs, rises, falls)
+	}
+	if n := strings.Count(log.String(), "action=down"); n != falls {
+		t.Errorf("hot targets %v: %d scale-downs logged, want %d:\n%s", hot, n, falls, log.String())
+	}
+	if d, _ := s.Last("p"); d.Action != ActionNone || d.New != 1 || !strings.Contains(d.Reason, "already at the schedule's hot value 1") {
+		t.Errorf("last decision %+v, want none at the schedule's 1", d)
+	}
+}
+
+// When the schedule's hot value drops, the pool drops with it to what the
+// autoscaler raised above the schedule, if anything: the schedule's count is
+// not carried into the evening.
+func TestPoolScalerFollowsTheScheduleDown(t *testing.T) {
+	params := DefaultParams()
+	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 10, 30*time.Second
+	t0 := time.Date(2026, 11, 23, 17, 50, 0, 0, time.UTC)
+	demand := 0
+	s := &PoolScaler{
+		Demand: func(context.Context, string) (int, error) { return demand, nil },
+		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	p := poolWith(SpecOf(params))
+	at := t0
+	for range 10 {
+		if _, got := s.Adjust(context.Background(), p, at, "business-hours", domain.Target{Hot: 6}); got.Hot != 6 {
+			t.Fatalf("hot %d by day, want the schedule's 6", got.Hot)
+		}
+		at = at.Add(params.PollInterval)
+	}
+	if e, got := s.Adjust(context.Background(), p, at, "nights", domain.Target{}); got.Hot != 0 || e != "nights" {
+		t.Fatalf("at the first cycle of the night without demand: hot %d (%s), want 0 (nights)", got.Hot, e)
+	}
+	// A burst raises the pool above its daytime floor; the night keeps
+	// what the autoscaler raised, not the floor.
+	at = at.Add(params.PollInterval)
+	demand = 12
+	var hot int
+	for range 4 {
+		_, got := s.Adjust(context.Background(), p, at, "business-hours", domain.Target{Hot: 6})
+		hot = got.Hot
+		at = at.Add(params.PollInterval)
+	}
+	if hot <= 6 {
+		t.Fatalf("hot %d under a demand of 12 on a floor of 6, want it raised", hot)
+	}
+	if e, got := s.Adjust(context.Background(), p, at, "nights", domain.Target{}); got.Hot != hot || e != "nights"+RaisedSuffix {
+		t.Fatalf("the first cycle of the night after a burst: hot %d (%s), want the raised %d (nights%s)", got.Hot, e, hot, RaisedSuffix)
 	}
 }
