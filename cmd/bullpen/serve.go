@@ -272,9 +272,30 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		return 1
 	}
 	defer a.Close()
+	f.logProviders(log)
 	settings := f.http
 	settings.grace = f.shutdownGrace
 	return serveUntilDone(ctx, a, ln, log, settings)
+}
+
+// logProviders says what this process serves with, and warns when it is
+// the simulation: a production install whose settings file was not read
+// would otherwise run on the simulated cloud and GitHub without a word,
+// its jobs assigned to machines that do not exist.
+func (f *serveFlags) logProviders(log *slog.Logger) {
+	store, _, _ := strings.Cut(f.store, "://")
+	log.Info("serving with", "cloud", f.cloud, "github", f.github, "environment", f.environment, "store", store)
+	var simulated []string
+	if f.cloud == "sim" {
+		simulated = append(simulated, "cloud")
+	}
+	if f.github == "sim" {
+		simulated = append(simulated, "github")
+	}
+	if len(simulated) > 0 {
+		log.Warn("serving with simulated providers: no real job is served; set --cloud and --github (BULLPEN_CLOUD, BULLPEN_GITHUB) for real ones",
+			"simulated", strings.Join(simulated, ","))
+	}
 }
 
 // The HTTP server's limits. Until a request is authenticated it is
