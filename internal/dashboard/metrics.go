@@ -39,7 +39,7 @@ func newCollector(d *Dashboard) *collector {
 			"Jobs waiting for a runner or holding one, by status (queued, assigned, running).",
 			[]string{"status"}, nil),
 		oldest: prometheus.NewDesc("bullpen_job_oldest_queued_seconds",
-			"How long the oldest job still waiting for a runner has waited since GitHub queued it, by pool (empty: the launch queue); 0 when none waits.",
+			"How long the oldest job not yet started (queued, or assigned to an instance whose runner has not taken it) has waited since GitHub queued it, by pool (empty: the launch queue); 0 when none waits.",
 			[]string{"pool"}, nil),
 		queries: prometheus.NewDesc("bullpen_dashboard_store_queries_total",
 			"Store queries made for the dashboard, its event streams and these gauges.", nil, nil),
@@ -81,9 +81,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, j := range s.active {
 		byStatus[j.Status]++
-		if j.Status == domain.JobQueued && j.Reason != waitingReason && !j.QueuedAt.IsZero() {
-			if t, seen := oldest[j.Pool]; !seen || t.IsZero() || j.QueuedAt.Before(t) {
-				oldest[j.Pool] = j.QueuedAt
+		if since, ok := waitingSince(j); ok {
+			if t, seen := oldest[j.Pool]; !seen || t.IsZero() || since.Before(t) {
+				oldest[j.Pool] = since
 			}
 		}
 	}
@@ -97,6 +97,24 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, wait, pool)
 	}
+}
+
+// waitingSince says whether j still waits for a runner, and since when.
+// An assigned job waits too until its runner takes it: one whose runner never
+// comes up would otherwise drop out of the wait. The wait runs from GitHub
+// queuing the job, which a requeue (after a failed create, say) leaves as
+// it is, so a job that goes back and forth between queued and assigned
+// keeps its age. A job GitHub holds for an approval waits for a person.
+func waitingSince(j domain.Job) (time.Time, bool) {
+	switch {
+	case j.Status == domain.JobQueued && j.Reason == waitingReason:
+		return time.Time{}, false
+	case j.Status != domain.JobQueued && j.Status != domain.JobAssigned:
+		return time.Time{}, false
+	case !j.StartedAt.IsZero() || j.QueuedAt.IsZero():
+		return time.Time{}, false
+	}
+	return j.QueuedAt, true
 }
 
 // collectPools exports, for every configured pool, what counts toward its

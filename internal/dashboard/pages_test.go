@@ -203,7 +203,7 @@ bullpen_pool_target_instances{pool="small-x64",role="stopped"} 2
 bullpen_jobs{status="assigned"} 1
 bullpen_jobs{status="queued"} 1
 bullpen_jobs{status="running"} 1
-# HELP bullpen_job_oldest_queued_seconds How long the oldest job still waiting for a runner has waited since GitHub queued it, by pool (empty: the launch queue); 0 when none waits.
+# HELP bullpen_job_oldest_queued_seconds How long the oldest job not yet started (queued, or assigned to an instance whose runner has not taken it) has waited since GitHub queued it, by pool (empty: the launch queue); 0 when none waits.
 # TYPE bullpen_job_oldest_queued_seconds gauge
 bullpen_job_oldest_queued_seconds{pool="burst"} 0
 bullpen_job_oldest_queued_seconds{pool="small-x64"} 600
