@@ -18,9 +18,10 @@ import (
 )
 
 // GitHub is the part of the GitHub API the autoscaler uses; *rest.Client
-// implements it. ListJobs must read every page and fail as a whole.
+// implements it. ActiveJobs (the queued and in-progress jobs) must read
+// every page and fail as a whole.
 type GitHub interface {
-	ListJobs(ctx context.Context, s domain.Scope, status string) ([]domain.GitHubJob, error)
+	ActiveJobs(ctx context.Context, s domain.Scope) ([]domain.GitHubJob, error)
 	ListRunners(ctx context.Context, s domain.Scope) ([]domain.GitHubRunner, error)
 	DeleteRunner(ctx context.Context, s domain.Scope, id int64) error
 }
@@ -214,15 +215,19 @@ func (s *Scaler) scale(ctx context.Context, now time.Time, rep *CycleReport) err
 	return s.apply(ctx, now, rep, app, d, before)
 }
 
-// demand counts the jobs of the scope, all pages of both lists or nothing.
+// demand counts the jobs of the scope, every page or nothing.
 func (s *Scaler) demand(ctx context.Context) (Demand, error) {
-	queued, err := s.gh.ListJobs(ctx, s.cfg.Scope, rest.StatusQueued)
+	active, err := s.gh.ActiveJobs(ctx, s.cfg.Scope)
 	if err != nil {
 		return Demand{}, fmt.Errorf("count demand: %w", err)
 	}
-	running, err := s.gh.ListJobs(ctx, s.cfg.Scope, rest.StatusInProgress)
-	if err != nil {
-		return Demand{}, fmt.Errorf("count demand: %w", err)
+	var queued, running []domain.GitHubJob
+	for _, j := range active {
+		if j.Status == rest.StatusQueued {
+			queued = append(queued, j)
+		} else {
+			running = append(running, j)
+		}
 	}
 	return CountDemand(queued, running, s.cfg.RunnerNamePrefix), nil
 }
