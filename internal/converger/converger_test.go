@@ -379,12 +379,49 @@ func TestHotInstanceIsReplacedAfterItsIdleLifetime(t *testing.T) {
 	w.converge(5)
 	orig := w.rows(domain.StateReady)[0]
 	r := w.cycleUntilPlanned(30)
-	if got := Describe(r.Plan); got != "terminate/idle-lifetime×1 create/hot×1" {
-		t.Fatalf("plan %q", got)
+	if got := Describe(r.Plan); got != "create/hot×1" {
+		t.Fatalf("plan %q at expiry, want the replacement created first", got)
 	}
 	if idle := w.Clock.Now().Sub(orig.StateSince); idle < 10*time.Minute || idle >= 10*time.Minute+30*time.Second {
 		t.Fatalf("replaced after %s idle", idle)
 	}
+	// The original serves until its replacement is ready, then goes.
+	for range 5 {
+		if n := w.readyHot(); n == 0 {
+			t.Fatalf("no ready hot instance %s after expiry", w.Clock.Now().Sub(orig.StateSince))
+		}
+		w.Clock.Pass(30 * time.Second)
+		if r = w.cycle(); !r.Plan.Empty() {
+			break
+		}
+	}
+	if got := Describe(r.Plan); got != "terminate/idle-lifetime×1" {
+		t.Fatalf("plan %q once the replacement is ready", got)
+	}
+	if r.Counts.ReadyHot != 2 {
+		t.Fatalf("retired with %d ready hot instances, want the original and its replacement", r.Counts.ReadyHot)
+	}
+	if got := r.Plan.Steps[0].Instances[0].ID; got != orig.ID {
+		t.Fatalf("retired %s, want the original %s", got, orig.ID)
+	}
+	if got, _ := w.Store.GetInstance(context.Background(), orig.ID); got.State != domain.StateTerminated || got.Reason != "idle-lifetime" {
+		t.Fatalf("original instance %+v", got)
+	}
+	if n := w.readyHot(); n != 1 {
+		t.Fatalf("%d ready hot instances after the retirement, want the replacement", n)
+	}
+}
+
+// readyHot is how many hot members of the pool are ready now.
+func (w *world) readyHot() int {
+	w.T.Helper()
+	n := 0
+	for _, in := range w.rows(domain.StateReady) {
+		if in.Role == domain.RoleHot {
+			n++
+		}
+	}
+	return n
 }
 
 func TestLeaseHeldByAnotherReplicaSkipsTheCycle(t *testing.T) {
