@@ -152,8 +152,8 @@ func (a applier) closeRows(ctx context.Context, insts []domain.Instance) ([]doma
 
 // terminate marks the rows first (so no claim can race the call), then
 // terminates their machines at most MaxBatch per call, then closes the rows
-// whose call succeeded. Rows of a failed call stay terminating and are
-// retried next cycle.
+// whose machines are gone. Rows of a failed call stay terminating, for the
+// terminator to retry.
 func (a applier) terminate(ctx context.Context, insts []domain.Instance, why []rebalance.Reason) error {
 	marked, err := a.transition(ctx, insts, func(i int, in domain.Instance) domain.TransitionRequest {
 		return a.c.verbs.Terminate(in, string(why[i]), a.now)
@@ -178,11 +178,18 @@ func (a applier) terminate(ctx context.Context, insts []domain.Instance, why []r
 		}
 	}
 	for _, batch := range domain.Chunk(withMachine, domain.MaxBatch) {
-		if err := a.c.cloud.Terminate(ctx, cloudIDs(batch)); err != nil {
+		err := a.c.cloud.Terminate(ctx, cloudIDs(batch))
+		// The cloud acts on the ids it knows and names the others: those
+		// machines are gone already, which is what was asked, as the
+		// terminator holds too.
+		if err != nil && !errors.Is(err, domain.ErrUnknownInstance) {
 			a.c.metrics.cloudErrors.WithLabelValues("TerminateInstances").Inc()
 			counted(batch, resultError)
 			errs = append(errs, fmt.Errorf("terminate %d instances: %w", len(batch), err))
 			continue
+		}
+		if err != nil {
+			a.c.log.Debug("machines gone before their terminate", "pool", a.spec.Pool.Name, "err", err)
 		}
 		done = append(done, batch...)
 	}

@@ -333,6 +333,51 @@ func TestFailedTerminateIsLeftToTheTerminator(t *testing.T) {
 	}
 }
 
+// A machine ended outside bullpen (from the console, say) and no longer
+// known to the cloud is terminated already: its row is closed as any
+// other, with no error, cloud error or failed action counted for it.
+func TestTerminateOfAMachineGoneAlreadyIsDone(t *testing.T) {
+	w := newWorld(t, domain.Target{Hot: 2}, sim.Options{TerminatedRetention: time.Minute}, Options{})
+	w.converge(5)
+	hot := w.rows(domain.StateReady)
+	if err := w.cloud.Terminate(w.Ctx, []string{hot[0].CloudID}); err != nil {
+		t.Fatal(err)
+	}
+	w.Clock.Pass(2 * time.Minute) // past the retention: the cloud no longer knows it
+	if _, ok := w.cloud.Get(hot[0].CloudID); ok {
+		t.Fatal("the machine ended outside is still known")
+	}
+	w.setTarget(domain.Target{})
+	// Without a listing the plan cannot tell the machine is gone.
+	w.cloud.FailNext(sim.OpDescribeInstances, 1, errors.New("service unavailable"))
+	rep, err := w.conv.Cycle(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Pools[0]
+	if got := Describe(r.Plan); got != "terminate/excess×2" {
+		t.Fatalf("plan %q", got)
+	}
+	if r.Err != nil {
+		t.Fatalf("pool error %v for a machine gone already", r.Err)
+	}
+	for _, in := range hot {
+		got, _ := w.Store.GetInstance(context.Background(), in.ID)
+		if got.State != domain.StateTerminated {
+			t.Errorf("%s is %s, want terminated", in.ID, got.State)
+		}
+	}
+	if m, _ := w.cloud.Get(hot[1].CloudID); m.State != domain.CloudShuttingDown && m.State != domain.CloudTerminated {
+		t.Fatalf("the other machine is %s", m.State)
+	}
+	if ok, failed := w.actions("terminate", "excess", "ok"), w.actions("terminate", "excess", "error"); ok != 2 || failed != 0 {
+		t.Fatalf("terminations counted %v ok, %v error; want 2 and 0", ok, failed)
+	}
+	if got := testutil.ToFloat64(w.conv.metrics.cloudErrors.WithLabelValues("TerminateInstances")); got != 0 {
+		t.Fatalf("%v terminate calls counted as failed", got)
+	}
+}
+
 func TestPartialFulfilmentLeavesNoStrayRows(t *testing.T) {
 	w := newWorld(t, domain.Target{Hot: 3}, sim.Options{Capacity: 2}, Options{})
 	r := w.cycle()
