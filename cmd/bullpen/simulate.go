@@ -52,7 +52,8 @@ Replays the history's jobs at their original arrival times and run times
 through bullpen's control plane (converger, dispatch, provisioning, release,
 autoscaling) on the simulated cloud and a virtual clock, and reports the
 queue times it gives — overall, by pool, and by how jobs were served — next
-to the queue times the history recorded.
+to the queue times the history recorded for the jobs it served. Jobs whose
+labels are not for bullpen (GitHub-hosted ones) are counted apart.
 
 `)
 		fs.PrintDefaults()
@@ -222,6 +223,7 @@ func printComparison(w io.Writer, nameA, nameB string, a, b simulate.Report) {
 	fmt.Fprintf(w, "jobs                    %7s %7s %7s\n", "A", "B", "B-A")
 	fmt.Fprintf(w, "  %-21s %7d %7d %+7d\n", "served", servedA, servedB, servedB-servedA)
 	fmt.Fprintf(w, "  %-21s %7d %7d %+7d\n", "no pool or runner", unserved(a), unserved(b), unserved(b)-unserved(a))
+	fmt.Fprintf(w, "  %-21s %7d %7d %+7d\n", "not for bullpen", a.NotForBullpen, b.NotForBullpen, b.NotForBullpen-a.NotForBullpen)
 	if servedA != servedB {
 		// A configuration that serves fewer jobs has shorter queue times
 		// and a smaller bill for it: say so before the figures.
@@ -271,6 +273,13 @@ func unserved(r simulate.Report) int {
 func printSimulation(w io.Writer, r simulate.Report) {
 	fmt.Fprintf(w, "%d jobs from %s to %s, %d replayed (%s simulated) by the pools of environment %s\n", r.Jobs,
 		r.From.Format("2006-01-02 15:04"), r.To.Format("2006-01-02 15:04"), r.Replayed, r.Virtual, r.Environment)
+	if r.NotForBullpen > 0 {
+		fmt.Fprintf(w, "not for bullpen: %d (their labels leave them to GitHub's runners or to another stack), left out of the figures\n", r.NotForBullpen)
+	}
+	if r.NotRun > 0 {
+		fmt.Fprintf(w, "never ran: %d (no start or no completion in the history), not replayed\n", r.NotRun)
+	}
+	fmt.Fprintf(w, "window: %s, from the first arrival to the last completion of the replayed jobs\n", spanOf(r.Window))
 	if len(r.OtherPools) > 0 {
 		fmt.Fprintf(w, "not served here (pools of other environments): %s\n", strings.Join(r.OtherPools, ", "))
 	}
@@ -279,7 +288,7 @@ func printSimulation(w io.Writer, r simulate.Report) {
 	row := func(name string, l demo.Latencies) {
 		fmt.Fprintf(w, "  %-19s %6d %6.1f %6.1f %6.1f %6.1f\n", name, l.Count, l.P50, l.P90, l.P99, l.Max)
 	}
-	row("recorded", r.Recorded)
+	row("recorded", r.Recorded) // the jobs the replay served, as the history recorded them
 	row("simulated", r.Simulated.QueueTime)
 	for _, via := range []string{"pool", "hot", "stopped", "reuse", "cold"} {
 		if l, ok := r.Simulated.QueueTimes[via]; ok {
@@ -318,6 +327,8 @@ func printSimulation(w io.Writer, r simulate.Report) {
 	}
 	fmt.Fprintf(w, "\nestimated cost (USD, prices %s): %.2f — compute %.2f (idle hot instances %.2f), volumes %.2f; %.4f per job\n",
 		r.Bill.PriceTable, r.Bill.Total, r.Bill.Total-r.Bill.Volumes, r.Bill.HotIdle, r.Bill.Volumes, r.Bill.PerJob)
+	fmt.Fprintf(w, "  over the replay's run, %s: %s of warm-up before the window, %s after it\n",
+		spanOf(r.Run), r.Window.From.Sub(r.Run.From), r.Run.To.Sub(r.Window.To))
 	if len(r.Bill.Unpriced) > 0 {
 		fmt.Fprintf(w, "  not priced (no price in the table): %s\n", strings.Join(r.Bill.Unpriced, ", "))
 	}
@@ -326,6 +337,15 @@ func printSimulation(w io.Writer, r simulate.Report) {
 		calls = append(calls, fmt.Sprintf("%s %d", op, r.CloudCalls[op]))
 	}
 	fmt.Fprintf(w, "\ncloud calls: %s\n", strings.Join(calls, ", "))
+}
+
+// spanOf writes a window as its ends and its length.
+func spanOf(win simulate.Window) string {
+	to := win.To.Format("15:04:05")
+	if win.To.YearDay() != win.From.YearDay() || win.To.Year() != win.From.Year() {
+		to = win.To.Format("2006-01-02 15:04:05")
+	}
+	return fmt.Sprintf("%s to %s (%s)", win.From.Format("2006-01-02 15:04:05"), to, win.To.Sub(win.From))
 }
 
 // weekOrder sorts "Mon 09"-style hours of the week from Monday on.

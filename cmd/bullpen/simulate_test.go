@@ -195,3 +195,58 @@ func TestSimulateAndDemoServeTheEnvironmentNamed(t *testing.T) {
 		t.Errorf("demo in an environment without pools: exit %d: %s", code, errOut)
 	}
 }
+
+// simulate sets the recorded queue times of the jobs it served against
+// its own, counts the jobs GitHub's runners took apart, and says over
+// which window the jobs ran and over which run the cost is reckoned.
+func TestSimulateComparesTheJobsItServed(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "pool.yml")
+	if err := os.WriteFile(cfg, []byte("runners:\n  small: {image: ubuntu-24.04, ram: 1, family: [t3]}\npools:\n  p:\n    runner: small\n    schedule:\n      - name: default\n        hot: 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "history.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := json.NewEncoder(f)
+	start := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	job := func(id int64, labels string, at time.Time, wait time.Duration) {
+		started, completed := at.Add(wait), at.Add(wait+2*time.Minute)
+		if err := enc.Encode(history.Job{ID: id, RunID: 200 + id, Repo: "acme/app", Name: "build", Labels: []string{labels},
+			Created: at, Started: &started, Completed: &completed, Conclusion: "success"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 10 {
+		job(int64(i+1), "ubuntu-latest", start.Add(time.Duration(i)*time.Minute), 90*time.Second)
+	}
+	job(11, "runs-on=211/pool=p", start.Add(2*time.Minute), 2*time.Second)
+	job(12, "runs-on=212/pool=p", start.Add(5*time.Minute), 2*time.Second)
+	f.Close()
+	code, out, errOut := runWithEnv(nil, "simulate", "--config", cfg, "--jobs", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"12 jobs from 2026-11-23 10:00 to 2026-11-23 10:09, 2 replayed",
+		"not for bullpen: 10",
+		"  recorded                 2    2.0    2.0    2.0    2.0\n",
+		"window: 2026-11-23 10:02:00 to 10:07:",
+		"over the replay's run, 2026-11-23 09:57:00 to 10:22:00 (25m0s): 5m0s of warm-up before the window",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+	}
+	code, js, _ := runWithEnv(nil, "simulate", "--config", cfg, "--jobs", path, "--json")
+	var rep struct {
+		Replayed      int
+		NotForBullpen int `json:"not_for_bullpen"`
+		Window        struct{ From, To time.Time }
+	}
+	if code != 0 || json.Unmarshal([]byte(js), &rep) != nil || rep.Replayed != 2 || rep.NotForBullpen != 10 || !rep.Window.From.Equal(start.Add(2*time.Minute)) {
+		t.Fatalf("json: exit %d, %+v\n%s", code, rep, js)
+	}
+}

@@ -3,7 +3,8 @@
 // provisioning, release and autoscaling that serve runs — on the simulated
 // cloud and GitHub and a virtual clock, as fast as the machine allows,
 // and reports the queue times it would give next to the ones the history
-// recorded.
+// recorded for the same jobs, and what the pools would cost over the
+// replay.
 package simulate
 
 import (
@@ -12,13 +13,16 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/demo"
+	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/history"
+	"github.com/bullpen-ci/bullpen/internal/intake"
 )
 
 // Options configure a replay.
@@ -37,8 +41,10 @@ type Options struct {
 	// Interval is the converger's; 30 s when zero, as serve's default.
 	Interval time.Duration
 	Seed     uint64
-	// Tail is how long the replay runs after the last job's arrival and
-	// longest run, so that every job can finish; 15 min when zero.
+	// Tail is how long the replay runs after the history's last
+	// completion (the latest of the replayed jobs' arrival plus run time),
+	// so that jobs the replay starts later than the history did can
+	// finish; 15 min when zero.
 	Tail time.Duration
 	// Progress, when set, is told how far the replay has come: the virtual
 	// time reached, the jobs arrived so far and in all.
@@ -57,16 +63,32 @@ type Report struct {
 	// those it left out, as "name@environment".
 	Environment string   `json:"environment"`
 	OtherPools  []string `json:"other_environment_pools,omitempty"`
-	// Jobs is the history's; Replayed those with a run time (completed
-	// after a start), which are replayed.
-	Jobs     int `json:"jobs"`
-	Replayed int `json:"replayed"`
+	// Jobs is the history's. NotRun are those without a run time (never
+	// started, or not completed), which are not replayed. NotForBullpen
+	// ran, but their labels leave them to other runners (GitHub-hosted
+	// ones, another environment's bullpen): they are queued on the
+	// simulated GitHub as they were, and the intake ignores them.
+	// Replayed are the rest, bullpen's jobs, served or refused.
+	Jobs          int `json:"jobs"`
+	NotRun        int `json:"not_run"`
+	NotForBullpen int `json:"not_for_bullpen"`
+	Replayed      int `json:"replayed"`
 	// From and To bound the history's arrivals.
 	From time.Time `json:"from"`
 	To   time.Time `json:"to"`
+	// Window runs from the first replayed job's arrival to the last
+	// completion of a job the replay served; Run is the whole replay,
+	// from the warm-up lead before the first arrival to Tail after the
+	// history's last completion. The instance-hours and the bill cover
+	// Run.
+	Window Window `json:"window"`
+	Run    Window `json:"run"`
 	// Simulated is the replay's jobs as the control plane served them.
 	Simulated demo.JobsReport `json:"simulated"`
-	// Recorded is the queue time the history itself recorded.
+	// Recorded is the queue time the history recorded for the jobs the
+	// replay served, so that it sets the same jobs side by side with
+	// Simulated.QueueTime (which also counts the re-runs of jobs a spot
+	// interruption failed).
 	Recorded demo.Latencies `json:"recorded_queue_time_seconds"`
 	// InstanceHours is the replay's instance time by type, option and
 	// state, and Bill its estimated cost.
@@ -95,20 +117,25 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	slices.SortStableFunc(jobs, func(a, b history.Job) int { return a.Created.Compare(b.Created) })
 	rep := Report{Environment: o.Environment, OtherPools: demo.OtherPools(o.Config, o.Environment),
 		Jobs: len(jobs), From: jobs[0].Created, To: jobs[len(jobs)-1].Created}
-	scheduled, recorded, longest := replayable(jobs, rep.From)
-	rep.Replayed = len(scheduled)
-	if len(recorded) > 0 {
-		rep.Recorded = demo.LatenciesOf(recorded)
+	plan := planReplay(jobs, bullpens(o.Config, o.Environment))
+	rep.NotRun, rep.NotForBullpen, rep.Replayed = plan.notRun, plan.notOurs, plan.replayed
+	if plan.replayed == 0 {
+		return Report{}, fmt.Errorf("simulate: nothing to replay: of %d jobs, %d never ran to completion and %d are not for bullpen "+
+			"in environment %s (their labels leave them to GitHub's runners or to another environment's or region's stack)",
+			rep.Jobs, rep.NotRun, rep.NotForBullpen, o.Environment)
 	}
+	// The replay starts the lead before bullpen's first job: other jobs
+	// that came earlier arrive as it starts.
 	warm := o.warm()
-	for i := range scheduled {
-		scheduled[i].At += warm
+	for i := range plan.scheduled {
+		plan.scheduled[i].At = max(plan.scheduled[i].At+warm, 0)
 	}
-	start := rep.From.Add(-warm)
+	start := plan.firstArrival.Add(-warm)
+	duration := warm + plan.lastEnd + o.Tail
 	res, err := demo.Run(ctx, demo.Options{
-		Config: o.Config, Environment: o.Environment, Duration: warm + rep.To.Sub(rep.From) + longest + o.Tail, Start: start,
-		Interval: o.Interval, Seed: o.Seed, Latency: o.Latency, FamilyLatency: o.FamilyLatency, Scheduled: scheduled,
-		Progress: arrivals(o.Progress, scheduled, start),
+		Config: o.Config, Environment: o.Environment, Duration: duration, Start: start,
+		Interval: o.Interval, Seed: o.Seed, Latency: o.Latency, FamilyLatency: o.FamilyLatency, Scheduled: plan.scheduled,
+		Progress: arrivals(o.Progress, plan.scheduled, start),
 	})
 	if err != nil {
 		return Report{}, fmt.Errorf("simulate: %w", err)
@@ -116,12 +143,27 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if res.Interrupted {
 		// The jobs not yet arrived, and those still running, would read as
 		// a report of the whole history: give none.
-		return Report{}, interrupted(ctx, res.Virtual, scheduled, res.Stream)
+		return Report{}, interrupted(ctx, res.Virtual, plan.scheduled, res.Stream)
 	}
+	recorded, last := plan.served(res.Stream)
+	if len(recorded) > 0 {
+		rep.Recorded = demo.LatenciesOf(recorded)
+	}
+	rep.Window = Window{From: plan.firstArrival, To: plan.lastArrival}
+	if last.After(rep.Window.To) {
+		rep.Window.To = last
+	}
+	rep.Run = Window{From: start, To: start.Add(duration)}
 	rep.Simulated, rep.CloudCalls, rep.Virtual = res.Jobs, res.CloudCalls, res.Virtual
 	rep.InstanceHours = res.InstanceHours
 	rep.Bill = prices.bill(res.InstanceHours, rep.Simulated.ByStatus["completed"])
 	return rep, nil
+}
+
+// Window is a span of the replay's virtual time, which is the history's.
+type Window struct {
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
 }
 
 // check refuses a replay without a configuration or jobs, or whose prices
@@ -144,23 +186,134 @@ func (o Options) check() (Prices, error) {
 	return prices, nil
 }
 
-// replayable schedules the jobs that ran (sorted by arrival) at their
-// arrival after from, each to run as long as it ran, and returns with them
-// every job's recorded queue time in seconds and the longest run.
-func replayable(jobs []history.Job, from time.Time) (scheduled []demo.Scheduled, recorded []float64, longest time.Duration) {
+// bullpens says whether the intake of env takes a job with these labels
+// as bullpen's, as serve's intake decides it on cfg.
+func bullpens(cfg *config.Config, env string) func(labels []string) bool {
+	r := intake.Routing{Environment: env, Pools: map[string]domain.Pool{}}
+	for _, p := range cfg.Pools {
+		r.Pools[p.Name] = p
+	}
+	return func(labels []string) bool { return intake.Decide(labels, r).Ours }
+}
+
+// replayPlan is the history as the replay queues it.
+type replayPlan struct {
+	// scheduled are the jobs that ran, at their arrival after bullpen's
+	// first (before it for earlier ones), each to run as long as it ran;
+	// queued those jobs, in the same order, with whether each is
+	// bullpen's.
+	scheduled []demo.Scheduled
+	queued    []queuedJob
+	// replayed counts bullpen's jobs among them, notOurs the others;
+	// notRun the jobs that did not run, which are not queued.
+	replayed, notOurs, notRun int
+	// firstArrival and lastArrival bound bullpen's jobs' arrivals, and
+	// lastEnd is the latest of their arrivals plus run times, after the
+	// first.
+	firstArrival, lastArrival time.Time
+	lastEnd                   time.Duration
+}
+
+// queuedJob is a history job the replay queues.
+type queuedJob struct {
+	key  jobKey
+	ours bool
+	wait time.Duration // the queue time the history recorded
+}
+
+// jobKey is what tells a queued job apart on the simulated GitHub, which
+// gives the jobs ids of its own: jobs of one key are told apart by their
+// order of arrival.
+type jobKey struct {
+	repo           string
+	run            int64
+	workflow, name string
+}
+
+func keyOf(repo string, run int64, workflow, name string) jobKey {
+	// The simulated GitHub names the jobs that have no name as it does.
+	return jobKey{repo: strings.ToLower(repo), run: run, workflow: cmp.Or(workflow, ghsim.DefaultWorkflow), name: cmp.Or(name, ghsim.DefaultJobName)}
+}
+
+// planReplay queues the jobs that ran (sorted by arrival); ours tells
+// bullpen's jobs from the others.
+func planReplay(jobs []history.Job, ours func(labels []string) bool) replayPlan {
+	var p replayPlan
 	for _, j := range jobs {
-		if q, ok := j.QueueTime(); ok {
-			recorded = append(recorded, q.Seconds())
+		if j.Started != nil && j.Completed != nil && ours(j.Labels) {
+			p.firstArrival = j.Created
+			break
 		}
-		if j.Started == nil || j.Completed == nil {
+	}
+	// A job of no run would start a run of its own, whose id the simulated
+	// GitHub picks: give it one past the history's, so that it is known.
+	nextRun := int64(0)
+	for _, j := range jobs {
+		nextRun = max(nextRun, j.RunID)
+	}
+	for _, j := range jobs {
+		wait, ok := j.QueueTime()
+		if !ok || j.Completed == nil {
+			p.notRun++
 			continue // it never ran: nothing to replay
 		}
+		run := j.RunID
+		if run == 0 {
+			nextRun++
+			run = nextRun
+		}
 		took := j.Completed.Sub(*j.Started)
-		longest = max(longest, took)
-		scheduled = append(scheduled, demo.Scheduled{At: j.Created.Sub(from), Job: ghsim.JobSpec{
-			Repo: j.Repo, Name: j.Name, Workflow: j.Workflow, Labels: j.Labels, RunID: j.RunID, Duration: took}})
+		at := j.Created.Sub(p.firstArrival)
+		q := queuedJob{key: keyOf(j.Repo, run, j.Workflow, j.Name), ours: ours(j.Labels), wait: wait}
+		p.queued = append(p.queued, q)
+		p.scheduled = append(p.scheduled, demo.Scheduled{At: at, Job: ghsim.JobSpec{
+			Repo: j.Repo, Name: j.Name, Workflow: j.Workflow, Labels: j.Labels, RunID: run, Duration: took}})
+		if !q.ours {
+			p.notOurs++
+			continue
+		}
+		p.replayed++
+		p.lastArrival = j.Created
+		p.lastEnd = max(p.lastEnd, at+took)
 	}
-	return scheduled, recorded, longest
+	return p
+}
+
+// served matches the simulated GitHub's jobs with the queued ones and
+// returns the recorded queue times, in seconds, of bullpen's jobs that a
+// runner took in the replay, and the last completion of one of them or
+// of their re-runs.
+func (p replayPlan) served(stream []ghsim.JobRecord) (recorded []float64, last time.Time) {
+	byKey, ours := map[jobKey][]queuedJob{}, map[jobKey]bool{}
+	for _, q := range p.queued {
+		byKey[q.key] = append(byKey[q.key], q)
+		ours[q.key] = ours[q.key] || q.ours
+	}
+	for _, r := range stream { // in the order they were queued
+		key := keyOf(r.Repo, r.RunID, r.Workflow, r.Name)
+		if r.RunAttempt != 1 {
+			// A re-run the replay made of a job a spot interruption
+			// failed: no job of the history, but bullpen serves it.
+			if ours[key] && r.CompletedAt.After(last) {
+				last = r.CompletedAt
+			}
+			continue
+		}
+		same := byKey[key]
+		if len(same) == 0 {
+			continue
+		}
+		q := same[0]
+		byKey[key] = same[1:]
+		if !q.ours || r.StartedAt.IsZero() {
+			continue
+		}
+		recorded = append(recorded, q.wait.Seconds())
+		if r.CompletedAt.After(last) {
+			last = r.CompletedAt
+		}
+	}
+	return recorded, last
 }
 
 // warm is how long the control plane runs before the first arrival: Lead,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"reflect"
 	"runtime"
@@ -157,5 +158,84 @@ func TestTheSameReplayGivesTheSameReport(t *testing.T) {
 		if !bytes.Equal(got, first) {
 			t.Fatalf("on %d threads the report differs from the first run's:\n%s\nfirst:\n%s", threads, got, first)
 		}
+	}
+}
+
+// onePool is a configuration of one pool of two hot machines, for every
+// environment.
+func onePool(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("p.yml", fmt.Appendf(nil, propertyConfig, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// ranJob is a job of the history queued at at, started after wait and
+// running for took.
+func ranJob(id int64, labels []string, at time.Time, wait, took time.Duration) history.Job {
+	started, completed := at.Add(wait), at.Add(wait+took)
+	return history.Job{ID: id, RunID: 700 + id, Repo: "acme/app", Name: "test", Labels: labels, Created: at,
+		Started: &started, Completed: &completed, Conclusion: "success"}
+}
+
+// The recorded queue times are those of the jobs the replay served: jobs
+// GitHub's own runners took (which the intake leaves alone) and jobs the
+// replay refused are counted apart, not set against bullpen's.
+func TestRecordedQueueTimesAreThoseOfTheJobsServed(t *testing.T) {
+	at := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	var jobs []history.Job
+	for i := range 10 {
+		jobs = append(jobs, ranJob(int64(i+1), []string{"ubuntu-latest"}, at.Add(time.Duration(i)*time.Minute), 90*time.Second, 2*time.Minute))
+	}
+	jobs = append(jobs,
+		ranJob(11, []string{"runs-on=711/pool=p"}, at.Add(2*time.Minute), 2*time.Second, 2*time.Minute),
+		ranJob(12, []string{"runs-on=712/pool=p"}, at.Add(5*time.Minute), 2*time.Second, 2*time.Minute),
+		ranJob(13, []string{"runs-on=713/pool=nope"}, at.Add(6*time.Minute), 30*time.Second, 2*time.Minute),
+		history.Job{ID: 14, RunID: 714, Repo: "acme/app", Labels: []string{"runs-on=714/pool=p"}, Created: at.Add(7 * time.Minute)}, // cancelled while queued
+	)
+	rep, err := simulate.Run(context.Background(), simulate.Options{Config: onePool(t), Jobs: jobs, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Jobs != 14 || rep.NotRun != 1 || rep.NotForBullpen != 10 || rep.Replayed != 3 {
+		t.Errorf("%d jobs: %d not run, %d not for bullpen, %d replayed; want 14: 1, 10, 3", rep.Jobs, rep.NotRun, rep.NotForBullpen, rep.Replayed)
+	}
+	if rep.Simulated.QueueTime.Count != 2 || rep.Simulated.Unserved["runs-on=<run>/pool=nope"].Jobs != 1 {
+		t.Fatalf("simulated: %d served, unserved %+v; want the 2 pool jobs served, the third refused", rep.Simulated.QueueTime.Count, rep.Simulated.Unserved)
+	}
+	if want := (demo.Latencies{Count: 2, P50: 2, P90: 2, P99: 2, Max: 2}); rep.Recorded != want {
+		t.Errorf("recorded %+v, want the 2 served pool jobs' %+v", rep.Recorded, want)
+	}
+}
+
+// A replay runs from the warm-up lead to the tail after the history's last
+// completion, however far apart its longest job and its last arrival
+// are, and reports the window its jobs span: a long job at the start no
+// longer adds its length after the last arrival.
+func TestAReplayEndsAfterTheLastCompletion(t *testing.T) {
+	at := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	jobs := []history.Job{ranJob(1, []string{"runs-on=701/pool=p"}, at, 2*time.Second, time.Hour)}
+	for i := range 20 {
+		jobs = append(jobs, ranJob(int64(i+2), []string{fmt.Sprintf("runs-on=%d/pool=p", 702+i)}, at.Add(time.Duration(2*i)*time.Minute), 2*time.Second, 2*time.Minute))
+	}
+	const lead, tail = 5 * time.Minute, 15 * time.Minute
+	rep, err := simulate.Run(context.Background(), simulate.Options{Config: onePool(t), Jobs: jobs, Seed: 1, Lead: lead, Tail: tail})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The history's last completion is the long job's: its arrival and
+	// its hour of run time.
+	if want := (simulate.Window{From: at.Add(-lead), To: at.Add(time.Hour + tail)}); rep.Run != want {
+		t.Errorf("the replay ran %s to %s, want %s to %s: the lead, the history up to its last completion, and the tail",
+			rep.Run.From, rep.Run.To, want.From, want.To)
+	}
+	if rep.Simulated.ByStatus["completed"] != 21 {
+		t.Fatalf("by status %v, want the 21 jobs completed", rep.Simulated.ByStatus)
+	}
+	// The long job starts when a runner takes it and runs an hour.
+	if served := rep.Window.To.Sub(at.Add(time.Hour)); rep.Window.From != at || served < 0 || served > time.Minute {
+		t.Errorf("window %s to %s, want from the first arrival to the long job's end, an hour and its queue time later", rep.Window.From, rep.Window.To)
 	}
 }
