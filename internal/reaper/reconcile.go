@@ -121,6 +121,15 @@ func (r *Reconciler) Init(reg prometheus.Registerer) error {
 // Report counts what one cycle did.
 type Report struct {
 	Orphans, Gone, Silent, StaleClaims, DeadRunners, Recovered, Requeued, Resent, Rerun, Cancelled, JobsDeleted, RowsDeleted int
+	// Scopes counts the scopes looked at, by outcome.
+	Scopes ScopeOutcomes
+}
+
+// ScopeOutcomes counts the scopes of a cycle by what their look at GitHub
+// gave: answered, failed, or gone (GitHub no longer has the repository or
+// organisation).
+type ScopeOutcomes struct {
+	OK, Failed, Gone int
 }
 
 // Loop reconciles every Interval.
@@ -153,19 +162,7 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	errs = append(errs, err)
 	rep.StaleClaims, err = r.staleClaims(ctx, rows)
 	errs = append(errs, err)
-	// Scopes that share their runners' home (an enterprise's) list them once.
-	listed := map[domain.Scope]bool{}
-	for _, s := range r.scopes(ctx) {
-		if home := s.Runners(); !listed[home] {
-			listed[home] = true
-			n, err := r.deadRunners(ctx, home, rows)
-			rep.DeadRunners += n
-			errs = append(errs, err)
-		}
-		rec, req, can, err := r.queuedJobs(ctx, s)
-		rep.Recovered, rep.Requeued, rep.Cancelled = rep.Recovered+rec, rep.Requeued+req, rep.Cancelled+can
-		errs = append(errs, err)
-	}
+	errs = append(errs, r.lookAtScopes(ctx, rows, &rep))
 	rep.Rerun, err = r.rerunInterrupted(ctx)
 	errs = append(errs, err)
 	// A job whose queue message is pending: sent back to its queue by a
@@ -175,12 +172,19 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	rep.JobsDeleted, rep.RowsDeleted, err = r.retention(ctx, rows)
 	errs = append(errs, err)
 	r.metrics.count(rep)
-	if rep != (Report{}) {
+	if rep.acted() {
 		r.Log.Info("reconciled", "orphans", rep.Orphans, "gone", rep.Gone, "silent", rep.Silent, "stale_claims", rep.StaleClaims, "dead_runners", rep.DeadRunners,
 			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "resent_jobs", rep.Resent, "rerun_jobs", rep.Rerun, "cancelled_runs", rep.Cancelled,
 			"jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
 	}
 	return rep, errors.Join(errs...)
+}
+
+// acted reports whether the cycle changed anything: looking at scopes
+// alone is not worth a log line.
+func (rep Report) acted() bool {
+	rep.Scopes = ScopeOutcomes{}
+	return rep != (Report{})
 }
 
 func (r *Reconciler) scopes(ctx context.Context) []domain.Scope {
@@ -321,11 +325,11 @@ func (r *Reconciler) close(ctx context.Context, in domain.Instance, why string) 
 
 // deadRunners deregisters bullpen's runners that GitHub lists offline and
 // idle, unless a live instance still holds that registration (a runner is
-// offline until its instance's agent starts it).
+// offline until its instance's agent starts it). Every error is GitHub's.
 func (r *Reconciler) deadRunners(ctx context.Context, s domain.Scope, rows []domain.Instance) (int, error) {
 	runners, err := r.GitHub.ListRunners(ctx, s)
 	if err != nil {
-		return 0, fmt.Errorf("list runners of %s: %w", s, err)
+		return 0, err // GitHub's clients name the call and the scope
 	}
 	held := map[string]bool{}
 	for _, in := range rows {
@@ -355,13 +359,15 @@ func (r *Reconciler) deadRunners(ctx context.Context, s domain.Scope, rows []dom
 // queuedJobs reads the jobs GitHub still has queued, so that a missed
 // webhook never leaves a job waiting: an unknown one of ours is admitted
 // as if its webhook had come; one bullpen assigned to an instance that no
-// longer serves it goes back to its queue.
-func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope) (recovered, requeued, cancelled int, err error) {
-	queued, err := r.GitHub.QueuedJobs(ctx, s)
-	if err != nil {
-		return 0, 0, 0, fmt.Errorf("queued jobs of %s: %w", s, err)
+// longer serves it goes back to its queue. GitHub's errors (ghErr) are
+// kept apart from the store's and the queue's (err): the first concern
+// the scope, the others every scope.
+func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope) (recovered, requeued, cancelled int, ghErr, err error) {
+	queued, ghErr := r.GitHub.QueuedJobs(ctx, s)
+	if ghErr != nil {
+		return 0, 0, 0, ghErr, nil // GitHub's clients name the call and the scope
 	}
-	var errs []error
+	var ghErrs, errs []error
 	for _, gj := range queued {
 		j, err := r.Store.GetJob(ctx, gj.ID)
 		switch {
@@ -383,14 +389,18 @@ func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope) (recovered,
 			requeued++
 		case j.Status == domain.JobRejected && r.CancelRejected:
 			r.Log.Info("rejected job still queued on GitHub; cancelling its run", "job", j.ID, "repo", j.Repo, "run", j.RunID)
-			if err := r.GitHub.CancelRun(ctx, j.Repo, j.RunID); err != nil {
-				errs = append(errs, fmt.Errorf("cancel the run of rejected job %d: %w", j.ID, err))
+			err := r.GitHub.CancelRun(ctx, j.Repo, j.RunID)
+			if errors.Is(err, domain.ErrNotFound) {
+				continue // the run was deleted: nothing is left to cancel
+			}
+			if err != nil {
+				ghErrs = append(ghErrs, fmt.Errorf("cancel the run of rejected job %d: %w", j.ID, err))
 				continue
 			}
 			cancelled++
 		}
 	}
-	return recovered, requeued, cancelled, errors.Join(errs...)
+	return recovered, requeued, cancelled, errors.Join(ghErrs...), errors.Join(errs...)
 }
 
 // serving reports whether the job's instance may still run it.
@@ -435,12 +445,25 @@ func (r *Reconciler) retention(ctx context.Context, rows []domain.Instance) (int
 
 type reconcileMetrics struct {
 	actions *prometheus.CounterVec
+	scopes  *prometheus.CounterVec
 }
 
+// Outcomes of a scope's look (bullpen_reaper_scopes_total).
+const (
+	scopeOK     = "ok"
+	scopeFailed = "failed"
+	scopeGone   = "gone"
+)
+
 func newReconcileMetrics(reg prometheus.Registerer) (*reconcileMetrics, error) {
-	m := &reconcileMetrics{actions: promreg.Counters("bullpen_reaper_actions_total",
-		"What the reaper reconciled, by kind (orphan, gone, silent, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, cancelled_run, job_deleted, row_deleted).", "kind")}
-	if err := promreg.Register(reg, "reaper", m.actions); err != nil {
+	m := &reconcileMetrics{
+		actions: promreg.Counters("bullpen_reaper_actions_total",
+			"What the reaper reconciled, by kind (orphan, gone, silent, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, cancelled_run, job_deleted, row_deleted).", "kind"),
+		scopes: promreg.Counters("bullpen_reaper_scopes_total",
+			"Scopes the reaper looked at on GitHub, by outcome (ok, failed, gone).", "outcome"),
+	}
+	promreg.AtZero(m.scopes, scopeOK, scopeFailed, scopeGone)
+	if err := promreg.Register(reg, "reaper", m.actions, m.scopes); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -452,8 +475,12 @@ func (m *reconcileMetrics) count(r Report) {
 	}
 	for kind, n := range map[string]int{
 		"orphan": r.Orphans, "gone": r.Gone, "silent": r.Silent, "stale_claim": r.StaleClaims, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
-		"requeued_job": r.Requeued, "resent_job": r.Resent, "rerun_job": r.Rerun, "cancelled_run": r.Cancelled, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
+		"requeued_job": r.Requeued, "resent_job": r.Resent, "rerun_job": r.Rerun, "cancelled_run": r.Cancelled,
+		"job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
 	} {
 		m.actions.WithLabelValues(kind).Add(float64(n))
+	}
+	for outcome, n := range map[string]int{scopeOK: r.Scopes.OK, scopeFailed: r.Scopes.Failed, scopeGone: r.Scopes.Gone} {
+		m.scopes.WithLabelValues(outcome).Add(float64(n))
 	}
 }

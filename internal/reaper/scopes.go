@@ -1,0 +1,83 @@
+package reaper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// lookAtScopes deregisters dead runners and reads the queued jobs of every
+// scope, counting each scope's outcome in rep. A scope GitHub fails to
+// answer for (a permission taken back, an outage of one account) is
+// logged and counted, and fails the step only when every scope of the
+// cycle failed: one bad account must not keep the reaper, and the health
+// of every replica, failing for as long as it lasts. A scope GitHub no
+// longer has (a deleted repository) fails nothing. The store's and the
+// queue's errors fail the step as every step's do.
+func (r *Reconciler) lookAtScopes(ctx context.Context, rows []domain.Instance, rep *Report) error {
+	scopes := r.scopes(ctx)
+	var errs, failures []error
+	// Scopes that share their runners' home (an enterprise's) list them
+	// once; the listing's outcome is the first such scope's.
+	listed := map[domain.Scope]bool{}
+	for _, s := range scopes {
+		var ghErrs []error
+		if home := s.Runners(); !listed[home] {
+			listed[home] = true
+			n, err := r.deadRunners(ctx, home, rows)
+			rep.DeadRunners += n
+			ghErrs = append(ghErrs, err)
+		}
+		rec, req, can, ghErr, err := r.queuedJobs(ctx, s)
+		rep.Recovered, rep.Requeued, rep.Cancelled = rep.Recovered+rec, rep.Requeued+req, rep.Cancelled+can
+		errs = append(errs, err)
+		ghErrs = append(ghErrs, ghErr)
+		switch failed, gone := scopeOutcome(ghErrs); {
+		case failed != nil:
+			rep.Scopes.Failed++
+			failures = append(failures, failed)
+			r.Log.Warn("GitHub failed to answer for a scope; the others go on", "scope", s.String(), "err", failed)
+		case gone != nil:
+			rep.Scopes.Gone++
+			r.Log.Info("GitHub no longer has this scope; skipped", "scope", s.String(), "err", gone)
+		default:
+			rep.Scopes.OK++
+		}
+	}
+	if len(failures) > 0 && len(failures) == len(scopes) {
+		errs = append(errs, allScopesFailed(failures))
+	}
+	return errors.Join(errs...)
+}
+
+// scopeOutcome sorts the errors GitHub gave for one scope: failed joins
+// those that are failures; gone, when there are none, those saying GitHub
+// no longer has what was asked for.
+func scopeOutcome(errs []error) (failed, gone error) {
+	var fails, gones []error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case isGone(err):
+			gones = append(gones, err)
+		default:
+			fails = append(fails, err)
+		}
+	}
+	return errors.Join(fails...), errors.Join(gones...)
+}
+
+// isGone reports whether err says GitHub no longer has a scope's
+// repository or organisation (a 404), rather than that it failed.
+func isGone(err error) bool { return errors.Is(err, domain.ErrNotFound) }
+
+// allScopesFailed is the step's error when no scope was answered for: the
+// first failure stands for the others, which were logged.
+func allScopesFailed(failures []error) error {
+	if len(failures) == 1 {
+		return failures[0]
+	}
+	return fmt.Errorf("GitHub failed to answer for all %d scopes; the first: %w", len(failures), failures[0])
+}
