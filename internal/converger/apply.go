@@ -20,6 +20,7 @@ type applier struct {
 	spec    PoolSpec
 	imageID string
 	hash    string
+	calls   *cloudCalls // the pool's, for this cycle
 }
 
 func (a applier) apply(ctx context.Context, p rebalance.Plan) error {
@@ -179,6 +180,7 @@ func (a applier) terminate(ctx context.Context, insts []domain.Instance, why []r
 	}
 	for _, batch := range domain.Chunk(withMachine, domain.MaxBatch) {
 		err := a.c.cloud.Terminate(ctx, cloudIDs(batch))
+		a.calls.note(err)
 		// The cloud acts on the ids it knows and names the others: those
 		// machines are gone already, which is what was asked, as the
 		// terminator holds too.
@@ -207,7 +209,9 @@ func (a applier) stop(ctx context.Context, insts []domain.Instance, why rebalanc
 	}, a.lostAs(rebalance.Stop, why))
 	errs := []error{err}
 	for _, batch := range domain.Chunk(marked, domain.MaxBatch) {
-		if err := a.c.cloud.Stop(ctx, cloudIDs(batch)); err != nil {
+		err := a.c.cloud.Stop(ctx, cloudIDs(batch))
+		a.calls.note(err)
+		if err != nil {
 			a.c.metrics.cloudErrors.WithLabelValues("StopInstances").Inc()
 			a.tally(rebalance.Stop, why, resultError, len(batch))
 			errs = append(errs, fmt.Errorf("stop %d instances: %w", len(batch), err))
@@ -266,7 +270,9 @@ func (a applier) createBatch(ctx context.Context, role domain.Role, n int) (int,
 		// expired and replaced for ever. Parked members run on-demand.
 		r.Spot = ""
 	}
-	res, err := a.c.launch.Launch(ctx, launch.Fleet{Rows: rows, Spec: r, Image: a.imageID, Tags: map[string]string{
+	l := *a.c.launch
+	l.Cloud = watchedCloud{Cloud: l.Cloud, calls: a.calls}
+	res, err := l.Launch(ctx, launch.Fleet{Rows: rows, Spec: r, Image: a.imageID, Tags: map[string]string{
 		domain.TagPool: p.Name, domain.TagRole: string(role), domain.TagRunner: r.Name, domain.TagSpecHash: a.hash,
 	}})
 	if err != nil {

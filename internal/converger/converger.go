@@ -158,23 +158,33 @@ type Report struct {
 	At      time.Time
 	Skipped bool // another replica holds the lease
 	Pools   []PoolReport
+	// CloudErr is set when no cloud call of the cycle went through and
+	// some failed for want of the cloud (credentials refused, an outage,
+	// throttling): the loop counts such a cycle as failed, so that /healthz
+	// shows it. A capacity shortage, an image the cloud does not know and
+	// machines gone already are the cloud's answers, not failures.
+	CloudErr error
 }
 
 // Interval is the time between two cycles.
 func (c *Converger) Interval() time.Duration { return c.opts.Interval }
 
-// Loop converges every interval; reports (if non-nil) receives each
-// cycle's report and must be drained.
+// Loop converges every interval; reports (if non-nil) receives the report
+// of each cycle that ran and must be drained. A cycle that could not act on
+// the cloud at all (Report.CloudErr) is a failed step, after its report.
 func (c *Converger) Loop(reports chan<- Report) loop.Loop {
 	return loop.Loop{Name: "converger", Every: c.opts.Interval, Step: func(ctx context.Context) error {
 		r, err := c.Cycle(ctx)
-		if reports != nil && err == nil {
+		if err != nil {
+			return err
+		}
+		if reports != nil {
 			select {
 			case reports <- r:
 			case <-ctx.Done():
 			}
 		}
-		return err
+		return r.CloudErr
 	}}
 }
 
@@ -209,19 +219,26 @@ func (c *Converger) Cycle(ctx context.Context) (Report, error) {
 			byPool[in.Pool] = append(byPool[in.Pool], in)
 		}
 	}
-	view, err := c.cloudView(ctx)
-	if err != nil {
-		c.log.Warn("cloud listing failed; converging without it", "err", err)
+	view, listErr := c.cloudView(ctx)
+	if listErr != nil {
+		c.log.Warn("cloud listing failed; converging without it", "err", listErr)
 	}
-	rep.Pools = c.convergeAll(ctx, now, specs, byPool, view)
+	var names []string
+	var calls []cloudCalls
+	rep.Pools, names, calls = c.convergeAll(ctx, now, specs, byPool, view)
 	sort.Slice(rep.Pools, func(a, b int) bool { return rep.Pools[a].Pool < rep.Pools[b].Pool })
+	if ctx.Err() == nil {
+		rep.CloudErr = blindness(listErr, names, calls)
+	}
 	return rep, nil
 }
 
 // convergeAll converges the configured pools and drains removed ones, at
-// most Parallelism at a time.
+// most Parallelism at a time. Besides the configured pools' reports, it
+// returns how each pool's cloud calls went, removed ones included, with
+// their names, in the same order.
 func (c *Converger) convergeAll(ctx context.Context, now time.Time, specs []PoolSpec,
-	byPool map[string][]domain.Instance, view map[string]domain.CloudInstance) []PoolReport {
+	byPool map[string][]domain.Instance, view map[string]domain.CloudInstance) ([]PoolReport, []string, []cloudCalls) {
 	images := newImageCache(c.cloud, c.metrics.cloudErrors.WithLabelValues("DescribeImages"))
 	reports := make([]PoolReport, len(specs))
 	configured := make(map[string]bool, len(specs))
@@ -237,16 +254,22 @@ func (c *Converger) convergeAll(ctx context.Context, now time.Time, specs []Pool
 		}
 	}
 	slices.Sort(removed)
-	clock.Fan(c.clock, len(specs)+len(removed), c.opts.Parallelism, func(i int) {
+	names := make([]string, 0, len(specs)+len(removed))
+	for _, ps := range specs {
+		names = append(names, ps.Pool.Name)
+	}
+	names = append(names, removed...)
+	calls := make([]cloudCalls, len(names))
+	clock.Fan(c.clock, len(names), c.opts.Parallelism, func(i int) {
 		if i < len(specs) {
 			ps := specs[i]
-			reports[i] = c.convergePool(ctx, now, ps, byPool[ps.Pool.Name], view, images)
+			reports[i] = c.convergePool(ctx, now, ps, byPool[ps.Pool.Name], view, images, &calls[i])
 			return
 		}
-		name := removed[i-len(specs)]
-		c.drainRemoved(ctx, now, name, byPool[name], view)
+		name := names[i]
+		c.drainRemoved(ctx, now, name, byPool[name], view, &calls[i])
 	})
-	return reports
+	return reports, names, calls
 }
 
 // liveStates are all but terminated.
@@ -281,11 +304,12 @@ func (c *Converger) cloudView(ctx context.Context) (map[string]domain.CloudInsta
 // members and forgets machines the cloud lost. The image error and the
 // failures are reported in the pool's status meanwhile.
 func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec, rows []domain.Instance,
-	view map[string]domain.CloudInstance, images *imageCache) PoolReport {
+	view map[string]domain.CloudInstance, images *imageCache, calls *cloudCalls) PoolReport {
 	p := ps.Pool
 	entry, target := c.opts.Targeter(p, now)
 	r := PoolReport{Pool: p.Name, Schedule: entry, Target: target, Counts: rebalance.Count(rows)}
 	imageID, imageErr := images.resolve(ctx, ps.Runner.Image)
+	calls.noteRead(imageErr)
 	c.noteImage(p.Name, ps.Runner.Image, imageErr)
 	if imageErr != nil {
 		imageErr = fmt.Errorf("pool %s: resolve image %q: %w", p.Name, ps.Runner.Image, imageErr)
@@ -311,7 +335,7 @@ func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec
 	if !r.Plan.Empty() {
 		c.log.Info("pool plan", "pool", p.Name, "schedule", entry, "hot", target.Hot, "stopped", target.Stopped,
 			"plan", Describe(r.Plan))
-		a := applier{c: c, now: now, spec: ps, imageID: imageID, hash: r.SpecHash}
+		a := applier{c: c, now: now, spec: ps, imageID: imageID, hash: r.SpecHash, calls: calls}
 		applyErr = a.apply(ctx, r.Plan)
 	}
 	if applyErr != nil {
@@ -364,7 +388,7 @@ func withoutCreates(p rebalance.Plan) rebalance.Plan {
 // Instances bound to a job are left to finish it; released, they are idle
 // members again, and a later cycle terminates them.
 func (c *Converger) drainRemoved(ctx context.Context, now time.Time, name string, rows []domain.Instance,
-	view map[string]domain.CloudInstance) {
+	view map[string]domain.CloudInstance, calls *cloudCalls) {
 	plan := rebalance.Compute(rebalance.Snapshot{
 		Pool: name, Now: now, SpecHash: removedPoolHash,
 		DanglingAfter: c.opts.DanglingAfter, GoneGrace: c.opts.GoneGrace,
@@ -374,7 +398,7 @@ func (c *Converger) drainRemoved(ctx context.Context, now time.Time, name string
 		return
 	}
 	c.log.Info("pool removed from configuration; draining", "pool", name, "plan", Describe(plan))
-	a := applier{c: c, now: now, spec: PoolSpec{Pool: domain.Pool{Name: name}}}
+	a := applier{c: c, now: now, spec: PoolSpec{Pool: domain.Pool{Name: name}}, calls: calls}
 	if err := a.apply(ctx, plan); err != nil && ctx.Err() == nil {
 		c.log.Warn("draining a removed pool failed; next cycle retries", "pool", name, "err", err)
 	}
