@@ -42,6 +42,9 @@ type Reconciler struct {
 	// heard is since when agents could be heard: silence counts from it at
 	// the latest.
 	heard hearing
+	// asked is when GitHub was last asked about each stranded job, so
+	// that the jobs asked least lately go first.
+	asked map[int64]time.Time
 }
 
 // Options tune the reconciler; zero values take the documented defaults.
@@ -66,6 +69,10 @@ type Options struct {
 	// TerminatingAllowance is the deadline given to an instance the
 	// reaper marks terminating; default 10 min.
 	TerminatingAllowance time.Duration
+	// RunningAllowance is the longest bullpen lets a job run (the running
+	// state's deadline): a started job whose instance has ended, and about
+	// which GitHub has given no answer by then, is given up. Default 24 h.
+	RunningAllowance time.Duration
 	// SilentAfter: an instance whose agent should be alive (ready, claimed,
 	// running, releasing) and has not been heard from for this long —
 	// neither a heartbeat nor a state change — is terminated. Default 3 min.
@@ -98,6 +105,7 @@ func (o *Options) defaults() {
 	def(&o.SilentAfter, DefaultSilentAfter)
 	def(&o.StaleClaimAfter, time.Minute)
 	def(&o.TerminatingAllowance, domain.DefaultDeadlines().Terminating)
+	def(&o.RunningAllowance, domain.DefaultDeadlines().Running)
 	if o.RunnerPrefix == "" {
 		o.RunnerPrefix = "bp-"
 	}
@@ -121,6 +129,11 @@ func (r *Reconciler) Init(reg prometheus.Registerer) error {
 // Report counts what one cycle did.
 type Report struct {
 	Orphans, Gone, Silent, StaleClaims, DeadRunners, Recovered, Requeued, Resent, Rerun, Cancelled, JobsDeleted, RowsDeleted int
+	// Completed and Abandoned are assigned or running jobs whose instance
+	// ended and whose completed webhook never came: completed as GitHub
+	// reports them, or given up when GitHub no longer has them or gave no
+	// answer about them within the running allowance.
+	Completed, Abandoned int
 	// Scopes counts the scopes looked at, by outcome.
 	Scopes ScopeOutcomes
 }
@@ -163,6 +176,8 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	rep.StaleClaims, err = r.staleClaims(ctx, rows)
 	errs = append(errs, err)
 	errs = append(errs, r.lookAtScopes(ctx, rows, &rep))
+	rep.Completed, rep.Abandoned, err = r.strandedJobs(ctx, rows)
+	errs = append(errs, err)
 	rep.Rerun, err = r.rerunInterrupted(ctx)
 	errs = append(errs, err)
 	// A job whose queue message is pending: sent back to its queue by a
@@ -175,7 +190,7 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	if rep.acted() {
 		r.Log.Info("reconciled", "orphans", rep.Orphans, "gone", rep.Gone, "silent", rep.Silent, "stale_claims", rep.StaleClaims, "dead_runners", rep.DeadRunners,
 			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "resent_jobs", rep.Resent, "rerun_jobs", rep.Rerun, "cancelled_runs", rep.Cancelled,
-			"jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
+			"completed_jobs", rep.Completed, "abandoned_jobs", rep.Abandoned, "jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
 	}
 	return rep, errors.Join(errs...)
 }
@@ -458,7 +473,7 @@ const (
 func newReconcileMetrics(reg prometheus.Registerer) (*reconcileMetrics, error) {
 	m := &reconcileMetrics{
 		actions: promreg.Counters("bullpen_reaper_actions_total",
-			"What the reaper reconciled, by kind (orphan, gone, silent, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, cancelled_run, job_deleted, row_deleted).", "kind"),
+			"What the reaper reconciled, by kind (orphan, gone, silent, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, cancelled_run, completed_job, abandoned_job, job_deleted, row_deleted).", "kind"),
 		scopes: promreg.Counters("bullpen_reaper_scopes_total",
 			"Scopes the reaper looked at on GitHub, by outcome (ok, failed, gone).", "outcome"),
 	}
@@ -475,8 +490,8 @@ func (m *reconcileMetrics) count(r Report) {
 	}
 	for kind, n := range map[string]int{
 		"orphan": r.Orphans, "gone": r.Gone, "silent": r.Silent, "stale_claim": r.StaleClaims, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
-		"requeued_job": r.Requeued, "resent_job": r.Resent, "rerun_job": r.Rerun, "cancelled_run": r.Cancelled,
-		"job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
+		"requeued_job": r.Requeued, "resent_job": r.Resent, "rerun_job": r.Rerun, "cancelled_run": r.Cancelled, "completed_job": r.Completed,
+		"abandoned_job": r.Abandoned, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
 	} {
 		m.actions.WithLabelValues(kind).Add(float64(n))
 	}
