@@ -120,9 +120,13 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	plan := planReplay(jobs, bullpens(o.Config, o.Environment))
 	rep.NotRun, rep.NotForBullpen, rep.Replayed = plan.notRun, plan.notOurs, plan.replayed
 	if plan.replayed == 0 {
-		return Report{}, fmt.Errorf("simulate: nothing to replay: of %d jobs, %d never ran to completion and %d are not for bullpen "+
+		err := fmt.Errorf("simulate: nothing to replay: of %d jobs, %d never ran to completion and %d are not for bullpen "+
 			"in environment %s (their labels leave them to GitHub's runners or to another environment's or region's stack)",
 			rep.Jobs, rep.NotRun, rep.NotForBullpen, o.Environment)
+		if plan.notOurs > 0 && o.Environment != intake.DefaultEnvironment {
+			err = fmt.Errorf("%w; a job without an env= label is %s's", err, intake.DefaultEnvironment)
+		}
+		return Report{}, err
 	}
 	// The replay starts the lead before bullpen's first job: other jobs
 	// that came earlier arrive as it starts.

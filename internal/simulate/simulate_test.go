@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -237,5 +238,25 @@ func TestAReplayEndsAfterTheLastCompletion(t *testing.T) {
 	// The long job starts when a runner takes it and runs an hour.
 	if served := rep.Window.To.Sub(at.Add(time.Hour)); rep.Window.From != at || served < 0 || served > time.Minute {
 		t.Errorf("window %s to %s, want from the first arrival to the long job's end, an hour and its queue time later", rep.Window.From, rep.Window.To)
+	}
+}
+
+// A history none of whose jobs is for the environment's bullpen is
+// refused, saying why, rather than replayed to empty figures.
+func TestAHistoryWithNoJobForBullpenIsRefused(t *testing.T) {
+	cfg, err := config.Parse("dev.yml", []byte("runners:\n  small: {image: ubuntu24-full-x64, ram: 1, family: [t3]}\npools:\n  p:\n    environment: dev\n    runner: small\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	jobs := []history.Job{
+		ranJob(1, []string{"ubuntu-latest"}, at, time.Second, time.Minute),
+		ranJob(2, []string{"runs-on=702/pool=p"}, at, time.Second, time.Minute),
+	}
+	_, err = simulate.Run(context.Background(), simulate.Options{Config: cfg, Jobs: jobs})
+	for _, want := range []string{"nothing to replay: of 2 jobs, 0 never ran to completion and 2 are not for bullpen in environment dev", "a job without an env= label is production's"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want it to say %q", err, want)
+		}
 	}
 }
