@@ -190,8 +190,8 @@ type App struct {
 
 	closers        []func() error // released by Close, last first
 	source         configsource.Source
-	reloadMu       sync.Mutex // one configuration read at a time
-	configData     []byte     // as first read from source
+	reloadMu       sync.Mutex  // one configuration read at a time
+	configReads    configReads // what they found; under reloadMu once New returns
 	configs        *dashboard.ConfigRecorder
 	configReloads  *configReloads
 	specHashes     *specHashes

@@ -53,3 +53,7 @@ func (m *configReloads) count(result string) {
 		m.refused.Set(1)
 	}
 }
+
+// backInForce: the newest file read is the one in force again (an invalid
+// edit reverted), so none is refused; nothing new was loaded to count.
+func (m *configReloads) backInForce() { m.refused.Set(0) }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/configsource"
+	"github.com/bullpen-ci/bullpen/internal/dashboard"
 	"github.com/bullpen-ci/bullpen/internal/github/installations"
 	"github.com/bullpen-ci/bullpen/internal/github/rest"
 	"github.com/bullpen-ci/bullpen/internal/httpauth"
@@ -17,13 +18,17 @@ import (
 
 // newConfigSource builds the source ConfigPath names — a file, or a file
 // in a GitHub repository read through the GitHub the options chose — and
-// reads it once: the first configuration when none was given, else the
-// baseline later reads compare with.
+// reads it once: the first configuration when none was given. When one
+// was given (serve parses a file before the app starts), the file as read
+// here replaces it if it validates, since it may have changed in between
+// and is what later reads compare with; if it does not, the one given
+// stays in force and the file is reported as refused.
 func (a *App) newConfigSource(ctx context.Context) error {
 	var err error
 	if a.configReloads, err = newConfigReloads(a.opts.Registry); err != nil {
 		return err
 	}
+	a.configs = &dashboard.ConfigRecorder{}
 	path := a.opts.ConfigPath
 	if path == "" {
 		return nil
@@ -37,23 +42,26 @@ func (a *App) newConfigSource(ctx context.Context) error {
 		}
 		a.source = src
 	}
+	name, now := a.source.Name(), a.opts.Clock.Now()
+	if given := a.Config(); given != nil {
+		a.configs.Loaded(name, nil, given, now) // its file is not known until a read matches it
+	}
 	data, _, err := a.source.Read(ctx)
 	if err != nil {
-		if a.Config() != nil {
-			a.opts.Log.Warn("configuration unreadable; keeping the one given", "path", a.source.Name(), "err", err)
-			return nil
+		if a.Config() == nil {
+			return fmt.Errorf("configuration: %w", err)
 		}
-		return fmt.Errorf("configuration: %w", err)
+		return a.configUnreadable(err, now)
 	}
-	a.configData = data
-	if a.Config() != nil {
-		return nil
+	cfg, err := config.Parse(name, data)
+	switch {
+	case err != nil && a.Config() == nil:
+		return fmt.Errorf("configuration %s is invalid:\n%w", name, err)
+	case err != nil:
+		a.refuseConfig(data, err, now)
+	default:
+		a.putConfigInForce(data, cfg, now)
 	}
-	cfg, err := config.Parse(a.source.Name(), data)
-	if err != nil {
-		return fmt.Errorf("configuration %s is invalid:\n%w", a.source.Name(), err)
-	}
-	a.SetConfig(cfg)
 	return nil
 }
 

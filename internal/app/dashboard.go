@@ -5,13 +5,10 @@ import (
 )
 
 // wireDashboard builds the web dashboard on the store port, with the pools,
-// the configuration in force and the autoscaler's decisions of this app.
+// the configuration in force (as newConfigSource and the reloads record
+// it) and the autoscaler's decisions of this app.
 func (a *App) wireDashboard() error {
 	o := a.opts
-	a.configs = &dashboard.ConfigRecorder{}
-	if a.source != nil && a.configData != nil {
-		a.configs.Loaded(a.source.Name(), a.configData, a.Config(), o.Clock.Now())
-	}
 	var err error
 	a.Dashboard, err = dashboard.New(dashboard.Options{
 		Store: a.Store, Clock: o.Clock, Log: o.Log.With("loop", "dashboard"),

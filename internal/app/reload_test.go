@@ -21,6 +21,13 @@ import (
 // function that rewrites that file.
 func appOnFile(t *testing.T, text string) (*App, func(string)) {
 	t.Helper()
+	a, write, _ := appOnLoggedFile(t, text)
+	return a, write
+}
+
+// appOnLoggedFile is appOnFile with the app's log.
+func appOnLoggedFile(t *testing.T, text string) (*App, func(string), *testlog.Buffer) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "runs-on.yml")
 	write := func(s string) {
 		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
@@ -32,13 +39,14 @@ func appOnFile(t *testing.T, text string) (*App, func(string)) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var logs testlog.Buffer
 	a, err := New(context.Background(), Options{Config: cfg, ConfigPath: path, StorePath: sqlitetest.Path(t), WebhookSecret: "secret", AdminToken: "token",
-		Clock: clock.NewVirtual(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)), Log: slog.New(slog.DiscardHandler)})
+		Clock: clock.NewVirtual(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)), Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	return a, write
+	return a, write, &logs
 }
 
 // An empty file, as a write that is not atomic leaves it for a moment, is

@@ -4,14 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/converger"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/intake"
@@ -144,34 +142,4 @@ func defaultReplicaID() string {
 // configLoop re-reads the configuration every ConfigInterval.
 func (a *App) configLoop() loop.Loop {
 	return loop.Loop{Name: "config", Every: a.opts.ConfigInterval, Step: a.reloadConfig}
-}
-
-// reloadConfig reads the configuration and puts it in force when it
-// changed; one that does not validate is reported and the configuration in
-// force kept. The loop and pushes to a configuration repository call it.
-func (a *App) reloadConfig(ctx context.Context) error {
-	a.reloadMu.Lock()
-	defer a.reloadMu.Unlock()
-	name := a.source.Name()
-	data, changed, err := a.source.Read(ctx)
-	if err != nil {
-		a.configReloads.count(reloadUnreadable)
-		a.configs.Refused(name, nil, err, a.opts.Clock.Now())
-		return fmt.Errorf("configuration %s unreadable; keeping the one in force: %w", name, err)
-	}
-	if !changed {
-		return nil
-	}
-	cfg, err := config.Parse(name, data) // an empty file (a write caught midway) is refused too
-	if err != nil {
-		a.configReloads.count(reloadRefused)
-		a.configs.Refused(name, data, err, a.opts.Clock.Now())
-		a.opts.Log.Error("configuration invalid; keeping the one in force", "path", name, "problems", err.Error())
-		return nil // a human must fix the file: retrying the same bytes cannot help
-	}
-	a.SetConfig(cfg)
-	a.configReloads.count(reloadLoaded)
-	a.configs.Loaded(name, data, cfg, a.opts.Clock.Now())
-	a.notePools(cfg, "configuration reloaded")
-	return nil
 }

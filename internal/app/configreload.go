@@ -1,0 +1,140 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// configReads is what the reads of the configuration source found. Each
+// read is compared with the file in force and the file last refused, not
+// with the read before: a source says what changed since its own last
+// read, which after a failed read, or a start on a configuration parsed
+// elsewhere, is not what is in force nor what the dashboard shows.
+type configReads struct {
+	inForce  []byte // the file in force, when known
+	known    bool   // false: the configuration was given, and no read of the source matched it
+	loadedAt time.Time
+	// refused is the newest file read when it does not validate.
+	refused *refusedConfig
+	// unreadable: the last read failed, and the dashboard shows why.
+	unreadable bool
+	// pausedUntil is when GitHub's rate limit lets the source be read
+	// again.
+	pausedUntil time.Time
+}
+
+// refusedConfig is a file that does not validate, as first read.
+type refusedConfig struct {
+	data []byte
+	err  error
+	at   time.Time
+}
+
+// reloadConfig reads the configuration and puts it in force when it is
+// neither the file in force nor the one last refused; one that does not
+// validate is reported and the configuration in force kept. A source that
+// cannot be read is reported without failing the step: every replica
+// reads the same source, and the configuration in force is still valid,
+// so failing would take all of them out of service at once. The loop and
+// pushes to a configuration repository call it.
+func (a *App) reloadConfig(ctx context.Context) error {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	now := a.opts.Clock.Now()
+	if now.Before(a.configReads.pausedUntil) {
+		// Still unread: counted, so that an alert on unreadable reads
+		// holds for as long as GitHub makes them wait.
+		a.configReloads.count(reloadUnreadable)
+		return nil
+	}
+	data, _, err := a.source.Read(ctx)
+	if err != nil {
+		return a.configUnreadable(err, now)
+	}
+	if cfg := a.configRead(data, now); cfg != nil {
+		a.notePools(cfg, "configuration reloaded")
+	}
+	return nil
+}
+
+// configUnreadable reports a read of the source that failed; the
+// configuration in force is kept. After a rate limit, the source is not
+// read again before GitHub said.
+func (a *App) configUnreadable(err error, now time.Time) error {
+	name := a.source.Name()
+	a.configReloads.count(reloadUnreadable)
+	a.configs.Refused(name, nil, err, now)
+	a.configReads.unreadable = true
+	if a.Config() == nil {
+		return fmt.Errorf("configuration %s unreadable: %w", name, err)
+	}
+	var retry domain.RetryAt
+	if errors.As(err, &retry) && retry.RetryAt().After(now) {
+		a.configReads.pausedUntil = retry.RetryAt()
+		a.opts.Log.Warn("configuration unreadable for GitHub's rate limit; keeping the one in force", "path", name,
+			"until", a.configReads.pausedUntil.UTC().Format(time.RFC3339), "err", err)
+		return nil
+	}
+	a.opts.Log.Warn("configuration unreadable; keeping the one in force", "path", name, "err", err)
+	return nil
+}
+
+// configRead acts on a file read from the source, and returns the
+// configuration it put in force, nil when none.
+func (a *App) configRead(data []byte, now time.Time) *config.Config {
+	st, name := &a.configReads, a.source.Name()
+	wasUnreadable := st.unreadable
+	st.unreadable = false
+	switch {
+	case st.known && bytes.Equal(data, st.inForce):
+		if st.refused != nil || wasUnreadable {
+			st.refused = nil
+			a.configReloads.backInForce()
+			a.configs.Loaded(name, st.inForce, a.Config(), st.loadedAt)
+			a.opts.Log.Info("configuration read again is the one in force", "path", name)
+		}
+		return nil
+	case st.refused != nil && bytes.Equal(data, st.refused.data):
+		if wasUnreadable {
+			// The read error replaced the file's problems on the
+			// dashboard; it is counted and logged already.
+			a.configs.Refused(name, st.refused.data, st.refused.err, st.refused.at)
+		}
+		return nil
+	}
+	cfg, err := config.Parse(name, data) // an empty file (a write caught midway) is refused too
+	if err != nil {
+		a.refuseConfig(data, err, now)
+		return nil
+	}
+	a.putConfigInForce(data, cfg, now)
+	a.configReloads.count(reloadLoaded)
+	return cfg
+}
+
+// refuseConfig reports a file that does not validate; the configuration
+// in force is kept. A human must fix the file: reading the same bytes
+// again cannot help, so they are reported once.
+func (a *App) refuseConfig(data []byte, err error, now time.Time) {
+	name := a.source.Name()
+	a.configReads.refused = &refusedConfig{data: slices.Clone(data), err: err, at: now}
+	a.configReloads.count(reloadRefused)
+	a.configs.Refused(name, data, err, now)
+	a.opts.Log.Error("configuration invalid; keeping the one in force", "path", name, "problems", err.Error())
+}
+
+// putConfigInForce makes cfg, parsed from data, the configuration in
+// force.
+func (a *App) putConfigInForce(data []byte, cfg *config.Config, now time.Time) {
+	a.SetConfig(cfg)
+	st := &a.configReads
+	st.inForce, st.known, st.loadedAt, st.refused = slices.Clone(data), true, now, nil
+	a.configs.Loaded(a.source.Name(), data, cfg, now)
+}
