@@ -59,7 +59,7 @@ func (a *App) reloadConfig(ctx context.Context) error {
 		return a.configUnreadable(err, now)
 	}
 	if cfg := a.configRead(data, now); cfg != nil {
-		a.notePools(cfg, "configuration reloaded")
+		a.noteConfig(cfg, "configuration reloaded")
 	}
 	return nil
 }
@@ -137,4 +137,17 @@ func (a *App) putConfigInForce(data []byte, cfg *config.Config, now time.Time) {
 	st := &a.configReads
 	st.inForce, st.known, st.loadedAt, st.refused = slices.Clone(data), true, now, nil
 	a.configs.Loaded(a.source.Name(), data, cfg, now)
+}
+
+// noteConfig logs what a configuration put in force serves, and each of
+// its warnings with its place in the file: serve's log is where an
+// operator sees that a key is ignored.
+func (a *App) noteConfig(cfg *config.Config, msg string) {
+	if cfg == nil {
+		return
+	}
+	a.notePools(cfg, msg)
+	for _, w := range cfg.Warnings {
+		a.opts.Log.Warn("configuration warning", "path", a.sourceName(), "line", w.Line, "col", w.Col, "warning", w.Msg)
+	}
 }

@@ -224,3 +224,34 @@ func TestAFileChangedBeforeTheFirstReadIsPutInForce(t *testing.T) {
 		t.Fatalf("the dashboard shows %q in force, want the file read", got)
 	}
 }
+
+// What the parser ignores or suspects (RunsOn-only runner keys) is logged
+// with its position, once each time a configuration is put in force: at
+// start and at a reload, not at every read of the same file.
+func TestConfigurationWarningsAreLoggedWhenPutInForce(t *testing.T) {
+	const warned = "runners:\n  small:\n    image: ubuntu-24.04\n    private: true\npools:\n  linux:\n    runner: small\n"
+	a, write, logs := appOnLoggedFile(t, warned)
+	stopped, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := a.Run(stopped); err != nil {
+		t.Fatal(err)
+	}
+	private := func() int {
+		return len(logs.Lines("level=WARN", "configuration warning", "line=4", "col=5", `\"private\"`))
+	}
+	if n := private(); n != 1 {
+		t.Fatalf("%d WARN lines for line 4 at start, want 1:\n%s", n, logs.String())
+	}
+	write(strings.Replace(warned, "private: true", "private: true\n    tags: [a]", 1))
+	for range 2 {
+		if err := a.reloadConfig(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := private(); n != 2 {
+		t.Errorf("%d WARN lines for line 4 after a reload, want 2:\n%s", n, logs.String())
+	}
+	if n := len(logs.Lines("level=WARN", "configuration warning", "line=5", `\"tags\"`)); n != 1 {
+		t.Errorf("%d WARN lines for line 5 after a reload, want 1:\n%s", n, logs.String())
+	}
+}

@@ -73,7 +73,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.source != nil {
 		loops = append(loops, a.configLoop())
 	}
-	a.notePools(a.Config(), "configuration in force")
+	a.noteConfig(a.Config(), "configuration in force")
 	if gen := a.simulatedJobs(); gen != nil {
 		gen.Start()
 		defer gen.Stop()
