@@ -221,7 +221,7 @@ func newWorld(ctx context.Context, o Options) (*world, error) {
 		return nil, err
 	}
 	a, err := app.New(ctx, app.Options{
-		Config: cfg, Environment: "bench", StorePath: filepath.Join(o.Dir, "bench.db"), Shared: o.Shared, WebhookSecret: secret,
+		Config: cfg, Environment: "production", StorePath: filepath.Join(o.Dir, "bench.db"), Shared: o.Shared, WebhookSecret: secret,
 		AdminToken: "bench", Clock: clock.Real{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Registry: prometheus.NewRegistry(), Latency: sim.Latency{},
 		// The cloud is instant; a runner still takes the simulated agents' default
