@@ -130,7 +130,7 @@ func (c *Client) classifyAnswer(op string, resp *http.Response, message string, 
 		e.kind = special[status]
 	case status == http.StatusUnauthorized:
 		e.kind = ErrUnauthorized
-	case status == http.StatusNotFound:
+	case status == http.StatusNotFound, status == http.StatusGone:
 		e.kind = domain.ErrNotFound
 	case status >= 500:
 		e.kind = errTransient

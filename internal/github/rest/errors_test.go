@@ -93,6 +93,8 @@ func TestErrorMapping(t *testing.T) {
 		{name: "re-running an unknown job is ErrNotFound", call: func(t *testing.T, c *rest.Client, _ *fakegh.Server) error {
 			return c.RerunJob(t.Context(), repo, 42)
 		}, want: domain.ErrNotFound, status: 404},
+		{name: "410 (a repository or resource gone) is ErrNotFound", setup: fail("GET /repos/{owner}/{repo}/actions/runs", 410), call: listRuns,
+			want: domain.ErrNotFound, status: 410},
 		{name: "500 is transient", setup: fail("GET /repos/{owner}/{repo}/actions/runs", 500), call: listRuns, status: 500, transient: true},
 		{name: "502 is transient", setup: fail("GET /repos/{owner}/{repo}/actions/runs", 502), call: listRuns, status: 502, transient: true},
 		{name: "503 on a page of jobs fails the whole listing", setup: func(t *testing.T, srv *fakegh.Server) {
