@@ -156,6 +156,7 @@ func (a *App) wireReaper() error {
 	}
 	rp := o.Reaper
 	rp.TerminatingAllowance = o.Deadlines.Terminating
+	rp.RunningAllowance = o.Deadlines.Running
 	rp.CancelRejected = rp.CancelRejected || o.CancelRejected
 	a.Reconciler = &reaper.Reconciler{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: o.Clock, Log: o.Log.With("loop", "reaper"),
