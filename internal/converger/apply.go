@@ -181,10 +181,7 @@ func (a applier) terminate(ctx context.Context, insts []domain.Instance, why []r
 	for _, batch := range domain.Chunk(withMachine, domain.MaxBatch) {
 		err := a.c.cloud.Terminate(ctx, cloudIDs(batch))
 		a.calls.note(err)
-		// The cloud acts on the ids it knows and names the others: those
-		// machines are gone already, which is what was asked, as the
-		// terminator holds too.
-		if err != nil && !errors.Is(err, domain.ErrUnknownInstance) {
+		if !domain.TerminateDone(err) {
 			a.c.metrics.cloudErrors.WithLabelValues("TerminateInstances").Inc()
 			counted(batch, resultError)
 			errs = append(errs, fmt.Errorf("terminate %d instances: %w", len(batch), err))

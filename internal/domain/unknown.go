@@ -21,6 +21,13 @@ func (e *UnknownInstancesError) Error() string {
 
 func (e *UnknownInstancesError) Unwrap() error { return ErrUnknownInstance }
 
+// TerminateDone says whether a terminate call that returned err left every
+// machine of its batch terminated or gone: it succeeded, or the cloud named
+// ids it no longer knows and acted on the others, which is what was asked.
+func TerminateDone(err error) bool {
+	return err == nil || errors.Is(err, ErrUnknownInstance)
+}
+
 // SkipUnknown runs a batch call on ids and, when it fails because some ids
 // are unknown (unknown names them, from the error), runs it again on the
 // others, so that one machine gone does not hold back the rest. It returns

@@ -352,3 +352,18 @@ func TestAssignJobTakesAWaitingJobOnly(t *testing.T) {
 		t.Fatalf("a job assigned elsewhere meanwhile: %v, want a conflict", err)
 	}
 }
+
+func TestTerminateDoneWhenEveryMachineIsGone(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		done bool
+	}{
+		{nil, true},
+		{&domain.UnknownInstancesError{Op: "TerminateInstances", IDs: []string{"i-1"}}, true},
+		{&domain.CloudError{Op: "TerminateInstances", Code: "UnauthorizedOperation", Err: domain.ErrUnauthorized}, false},
+	} {
+		if got := domain.TerminateDone(tc.err); got != tc.done {
+			t.Errorf("TerminateDone(%v) = %t, want %t", tc.err, got, tc.done)
+		}
+	}
+}

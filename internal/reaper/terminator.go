@@ -128,7 +128,7 @@ func (t *Terminator) terminate(ctx context.Context, batch []domain.Instance) ([]
 		ids[i] = in.CloudID
 	}
 	err := t.Cloud.Terminate(ctx, ids)
-	if err == nil || errors.Is(err, domain.ErrUnknownInstance) {
+	if domain.TerminateDone(err) {
 		return batch, nil
 	}
 	t.metrics.cloudError(opTerminate)
