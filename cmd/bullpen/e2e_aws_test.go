@@ -224,7 +224,7 @@ func TestServeOnEC2(t *testing.T) {
 	}
 
 	const first = 6_100_001
-	for i, body := range queuedFor(t, 2, first, "runs-on=%d/pool=warm") {
+	for i, body := range queuedFor(t, 2, first, "runs-on=%d/pool=warm/env=e2e-aws") {
 		id := fmt.Sprintf("aws-q-%d", first+i)
 		if code, resp := s.post(id, body, testfixtures.GoSign(s.secret, body)); code != http.StatusAccepted {
 			t.Fatalf("deliver %s: %d %s", id, code, resp)

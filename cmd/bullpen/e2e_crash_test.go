@@ -86,7 +86,7 @@ func (b *burstStack) start() time.Time {
 		b.s.eventually("the killed serve's port free again", 30*time.Second, b.portFree)
 	}
 	b.s = startServerWith(b.t, burstConfig, "--store", "sqlite://"+b.store, "--listen", "127.0.0.1:"+b.port,
-		"--cloud", "local", "--local-dir", b.machines, "--environment", "burst",
+		"--cloud", "local", "--local-dir", b.machines,
 		"--converge-every", "500ms", "--terminate-every", "500ms", "--reap-every", "1s", "--redelivery-after", "3s",
 		"--silent-after", "20s", "--orphan-grace", "5s", "--gone-grace", "5s",
 		// A claim, a create or a boot that a crash cut short holds its

@@ -237,7 +237,7 @@ func signIn(t *testing.T, b *browser, s *server) {
 func followAJob(t *testing.T, b *browser, s *server) {
 	t.Helper()
 	const id, run = 7_000_001, 8_000_001
-	job := testfixtures.Job{ID: id, RunID: run, Labels: []string{fmt.Sprintf("runs-on=%d/pool=small-x64", run)}, Created: time.Now()}
+	job := testfixtures.Job{ID: id, RunID: run, Labels: []string{fmt.Sprintf("runs-on=%d/pool=small-x64/env=dev", run)}, Created: time.Now()}
 	b.do(chromedp.Navigate(s.base+"/jobs"), chromedp.WaitVisible(chromedp.CSS("#active")))
 	deliver(t, s, "browser-queued", job)
 	row := fmt.Sprintf(`tr[data-job="%d"]`, id)
@@ -269,7 +269,7 @@ func followAJob(t *testing.T, b *browser, s *server) {
 // them: the page the README shows.
 func serveABurst(t *testing.T, b *browser, s *server) {
 	t.Helper()
-	labels := []string{"runs-on=%d/pool=small-x64", "runs-on=%d/pool=small-x64", "runs-on=%d/runner=small-x64", "runs-on=%d/pool=medium-x64"}
+	labels := []string{"runs-on=%d/pool=small-x64/env=dev", "runs-on=%d/pool=small-x64/env=dev", "runs-on=%d/runner=small-x64/env=dev", "runs-on=%d/pool=medium-x64/env=dev"}
 	jobs := make([]testfixtures.Job, len(labels))
 	b.do(chromedp.Navigate(s.base + "/jobs"))
 	for k, l := range labels {
@@ -307,9 +307,9 @@ func rejectedJobShowsItsReason(t *testing.T, b *browser, s *server) {
 	const gpu, markup, run = 7_000_002, 7_000_003, 8_000_002
 	const label = `<script>window.pwned=1</script>`
 	deliver(t, s, "browser-rejected", testfixtures.Job{ID: gpu, RunID: run, Created: time.Now(),
-		Labels: []string{fmt.Sprintf("runs-on=%d/pool=gpu", run)}})
+		Labels: []string{fmt.Sprintf("runs-on=%d/pool=gpu/env=dev", run)}})
 	deliver(t, s, "browser-markup", testfixtures.Job{ID: markup, RunID: run, Created: time.Now(),
-		Labels: []string{fmt.Sprintf("runs-on=%d/pool=small-x64", run), label}})
+		Labels: []string{fmt.Sprintf("runs-on=%d/pool=small-x64/env=dev", run), label}})
 	row := func(id int) string { return fmt.Sprintf(`#rejected tr[data-job="%d"]`, id) }
 	b.do(chromedp.Navigate(s.base+"/jobs"), chromedp.WaitVisible(chromedp.CSS(row(gpu))), chromedp.WaitVisible(chromedp.CSS(row(markup))))
 	if got := b.text(row(gpu) + " .reason"); !strings.Contains(got, `pool "gpu" is not configured for environment "dev"`) {

@@ -32,7 +32,7 @@ func TestServeWithEnterpriseRunners(t *testing.T) {
 	t.Setenv("BULLPEN_GITHUB_TOKEN", token)
 	s := startServerWith(t, fmt.Sprintf(githubConfig, 0),
 		"--github", "token", "--github-url", gh.URL()+"/", "--runner-scope", "enterprise", "--github-enterprise", "megacorp", "--runner-group", "BullPen",
-		"--cloud", "local", "--local-dir", filepath.Join(dir, "machines"), "--environment", "e2e",
+		"--cloud", "local", "--local-dir", filepath.Join(dir, "machines"),
 		"--converge-every", "500ms", "--terminate-every", "500ms", "--reap-every", "1s",
 		"--local-agent-env", "BULLPEN_AGENT_RUNNER_COMMAND="+runner+" {jitconfig}",
 		"--local-agent-env", "BULLPEN_AGENT_HEARTBEAT_INTERVAL=500ms", "--local-agent-env", "BULLPEN_AGENT_POLL_WAIT=2s")

@@ -73,7 +73,7 @@ func TestServeWithAGitHubApp(t *testing.T) {
 	}
 	s := startServerWith(t, "", "--config", "github://acme/.github-private/.github/runs-on.yml",
 		"--github", "app", "--github-app-id", fmt.Sprint(appID), "--github-app-key-file", keyFile, "--github-url", gh.URL()+"/",
-		"--cloud", "local", "--local-dir", filepath.Join(dir, "machines"), "--environment", "e2e",
+		"--cloud", "local", "--local-dir", filepath.Join(dir, "machines"),
 		"--converge-every", "500ms", "--terminate-every", "500ms", "--reap-every", "1s", "--reload", "1h",
 		"--local-agent-env", "BULLPEN_AGENT_RUNNER_COMMAND="+runner+" {jitconfig}",
 		"--local-agent-env", "BULLPEN_AGENT_HEARTBEAT_INTERVAL=500ms", "--local-agent-env", "BULLPEN_AGENT_POLL_WAIT=2s")

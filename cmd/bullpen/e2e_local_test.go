@@ -82,7 +82,7 @@ func (l *localStack) queue(pool string) int64 {
 	l.t.Helper()
 	l.seq++
 	id := 5_000_000 + l.seq
-	body := queuedFor(l.t, 1, id, "runs-on=%d/pool="+pool)[0]
+	body := queuedFor(l.t, 1, id, "runs-on=%d/pool="+pool+"/env=e2e")[0]
 	if code, resp := l.post(fmt.Sprintf("q-%d", id), body, testfixtures.GoSign(l.secret, body)); code != http.StatusAccepted {
 		l.t.Fatalf("queue job %d: %d %s", id, code, resp)
 	}

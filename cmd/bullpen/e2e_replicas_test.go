@@ -139,7 +139,7 @@ func burstThroughReplicas(t *testing.T, rs *replicaSet, hot, jobs, first int) {
 	t.Helper()
 	rs.b.eventually("the pool converges", 120*time.Second, func() bool { return rs.b.poolCounts("warm")["ready_hot"] == hot })
 
-	bodies := queuedFor(t, jobs, first, "runs-on=%d/pool=warm")
+	bodies := queuedFor(t, jobs, first, "runs-on=%d/pool=warm/env=replicas")
 	began := time.Now()
 	var killedAt time.Time
 	var refused atomic.Int64
