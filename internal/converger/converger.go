@@ -308,7 +308,7 @@ func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec
 	p := ps.Pool
 	entry, target := c.opts.Targeter(p, now)
 	r := PoolReport{Pool: p.Name, Schedule: entry, Target: target, Counts: rebalance.Count(rows)}
-	imageID, imageErr := images.resolve(ctx, ps.Runner.Image)
+	imageID, imageErr := images.resolve(ctx, ps.Runner)
 	calls.noteRead(imageErr)
 	c.noteImage(p.Name, ps.Runner.Image, imageErr)
 	if imageErr != nil {
@@ -533,16 +533,20 @@ func newImageCache(cloud domain.Cloud, failed prometheus.Counter) *imageCache {
 	return &imageCache{cloud: cloud, failed: failed, ids: map[string]imageResult{}}
 }
 
-func (ic *imageCache) resolve(ctx context.Context, name string) (string, error) {
+// resolve resolves runner r's image; one name may give runners of
+// different architectures different images, so the answer is kept by
+// runner and name.
+func (ic *imageCache) resolve(ctx context.Context, r domain.RunnerSpec) (string, error) {
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
-	if r, ok := ic.ids[name]; ok {
-		return r.id, r.err
+	key := r.Name + "\x00" + r.Image
+	if res, ok := ic.ids[key]; ok {
+		return res.id, res.err
 	}
-	id, err := ic.cloud.ResolveImage(ctx, name)
+	id, err := ic.cloud.ResolveImage(ctx, r.Image, r)
 	if err != nil && ctx.Err() == nil {
 		ic.failed.Inc()
 	}
-	ic.ids[name] = imageResult{id, err}
+	ic.ids[key] = imageResult{id, err}
 	return id, err
 }

@@ -91,8 +91,10 @@ type Cloud interface {
 	Tag(ctx context.Context, ids []string, tags map[string]string) error
 	List(ctx context.Context, f CloudFilter) ([]CloudInstance, error)
 	// ResolveImage turns an image name from the configuration into the
-	// provider's image id (an AMI id on EC2).
-	ResolveImage(ctx context.Context, name string) (string, error)
+	// provider's image id (an AMI id on EC2) for runner r: where a name
+	// matches images of several architectures, the newest that r's
+	// instance types can boot.
+	ResolveImage(ctx context.Context, name string, r RunnerSpec) (string, error)
 }
 
 // MaxBatch is the most ids bullpen sends in one start, stop, terminate or

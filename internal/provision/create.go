@@ -94,7 +94,7 @@ func (p *Provisioner) noteFulfilled(class string, got, asked int, err error) {
 // is written, so a panic on the way still closes it.
 func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request, led *ledger) ([]domain.Instance, error) {
 	spec := reqs[0].job.Spec
-	imageID, err := led.images.resolve(ctx, spec.Image)
+	imageID, err := led.images.resolve(ctx, spec)
 	if err != nil {
 		return nil, rejectable(fmt.Errorf("resolve image %q: %w", spec.Image, err),
 			class, fmt.Sprintf("image %q of runner %s does not resolve", spec.Image, class))

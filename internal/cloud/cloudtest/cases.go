@@ -158,15 +158,15 @@ func testClientTokenIsIdempotent(f *fixture) {
 }
 
 func testResolveImage(f *fixture) {
-	id, err := f.cloud.ResolveImage(f.ctx, Image)
+	id, err := f.cloud.ResolveImage(f.ctx, Image, domain.RunnerSpec{})
 	if err != nil || id == "" {
 		f.t.Fatalf("ResolveImage(%q) = %q, %v", Image, id, err)
 	}
-	again, err := f.cloud.ResolveImage(f.ctx, Image)
+	again, err := f.cloud.ResolveImage(f.ctx, Image, domain.RunnerSpec{})
 	if err != nil || again != id {
 		f.t.Errorf("ResolveImage again = %q, %v; want %q", again, err, id)
 	}
-	if _, err := f.cloud.ResolveImage(f.ctx, ""); !errors.Is(err, domain.ErrUnknownImage) {
+	if _, err := f.cloud.ResolveImage(f.ctx, "", domain.RunnerSpec{}); !errors.Is(err, domain.ErrUnknownImage) {
 		f.t.Errorf("ResolveImage(\"\") = %v, want ErrUnknownImage", err)
 	}
 }

@@ -100,7 +100,7 @@ func (f *fixture) tags(kv ...string) map[string]string {
 // create launches n machines tagged with tags and checks the answer.
 func (f *fixture) create(n int, tags map[string]string, token string) []domain.CloudInstance {
 	f.t.Helper()
-	image, err := f.cloud.ResolveImage(f.ctx, Image)
+	image, err := f.cloud.ResolveImage(f.ctx, Image, domain.RunnerSpec{})
 	if err != nil {
 		f.t.Fatalf("ResolveImage(%q): %v", Image, err)
 	}

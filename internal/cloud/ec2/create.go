@@ -39,7 +39,7 @@ func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.Cl
 	if launched, err := c.launched(ctx, spec); err != nil || len(launched) > 0 {
 		return launched, err
 	}
-	img, err := c.image(ctx, spec.ImageID)
+	img, err := c.image(ctx, spec.ImageID, spec.Runner)
 	if err != nil {
 		return nil, err
 	}

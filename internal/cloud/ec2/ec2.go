@@ -79,10 +79,10 @@ type Cloud struct {
 	api  API
 	opts Options
 
-	mu        sync.Mutex
-	templates map[string]string // launch template id by name
-	images    map[string]image  // by the name asked for
-	types     []typeInfo        // every instance type, once read
+	mu         sync.Mutex
+	templates  map[string]string       // launch template id by name
+	imageCache map[string]cachedImages // by the name asked for
+	types      []typeInfo              // every instance type, once read
 	// keptVersions are the templates whose launch versions could not be
 	// deleted, so that the failure is a warning once, not per launch.
 	keptVersions map[string]bool
@@ -117,7 +117,7 @@ func New(api API, o Options) (*Cloud, error) {
 		o.Log = slog.Default()
 	}
 	return &Cloud{api: api, opts: o, templates: map[string]string{}, makingTemplate: map[string]chan struct{}{},
-		images: map[string]image{}, keptVersions: map[string]bool{}}, nil
+		imageCache: map[string]cachedImages{}, keptVersions: map[string]bool{}}, nil
 }
 
 // Check verifies that the configured subnets and security groups exist,

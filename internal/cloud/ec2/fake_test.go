@@ -37,6 +37,7 @@ type fakeAPI struct {
 	calls     map[string]int
 	pages     [][]types.Instance
 	types     []types.InstanceTypeInfo
+	images    []types.Image // nil: two x86_64 images, ami-old and ami-new
 	// Launch templates: the id by name (nil answers lt-1 to every name),
 	// a refusal of a create before it is made (nil: the next id, or
 	// AlreadyExists), and a refusal of a new version by template id.
@@ -94,6 +95,9 @@ func (f *fakeAPI) DescribeInstances(_ context.Context, in *awsec2.DescribeInstan
 }
 
 func (f *fakeAPI) DescribeImages(context.Context, *awsec2.DescribeImagesInput, ...func(*awsec2.Options)) (*awsec2.DescribeImagesOutput, error) {
+	if f.images != nil {
+		return &awsec2.DescribeImagesOutput{Images: f.images}, nil
+	}
 	return &awsec2.DescribeImagesOutput{Images: []types.Image{
 		{ImageId: aws.String("ami-old"), CreationDate: aws.String("2026-01-01T00:00:00.000Z"), RootDeviceName: aws.String("/dev/sda1"), Architecture: "x86_64"},
 		{ImageId: aws.String("ami-new"), CreationDate: aws.String("2026-11-01T00:00:00.000Z"), RootDeviceName: aws.String("/dev/xvda"), Architecture: "x86_64"},
@@ -419,5 +423,37 @@ func TestInstanceTypesFollowTheRunner(t *testing.T) {
 		if err != nil || !slices.Equal(got, tc.want) {
 			t.Errorf("%+v on %s: %v, %v; want %v", tc.runner, tc.arch, got, err, tc.want)
 		}
+	}
+}
+
+// A name matching images of two architectures (as Ubuntu's names do) gives
+// each runner the newest image its instance types can boot, not the newest
+// of all, which an arm64 runner could not launch.
+func TestAnImageNameOfSeveralArchitecturesFollowsTheRunner(t *testing.T) {
+	f := newFake()
+	f.types = append(typeList("c7a.large:2:4096"), types.InstanceTypeInfo{
+		InstanceType: "c7g.large", VCpuInfo: &types.VCpuInfo{DefaultVCpus: aws.Int32(2)}, MemoryInfo: &types.MemoryInfo{SizeInMiB: aws.Int64(4096)},
+		ProcessorInfo: &types.ProcessorInfo{SupportedArchitectures: []types.ArchitectureType{"arm64"}}, CurrentGeneration: aws.Bool(true)})
+	f.images = []types.Image{
+		{ImageId: aws.String("ami-arm"), CreationDate: aws.String("2026-10-01T00:00:00.000Z"), Architecture: "arm64"},
+		{ImageId: aws.String("ami-x86"), CreationDate: aws.String("2026-11-01T00:00:00.000Z"), Architecture: "x86_64"},
+		{ImageId: aws.String("ami-x86-old"), CreationDate: aws.String("2026-01-01T00:00:00.000Z"), Architecture: "x86_64"},
+	}
+	c := newFakeCloud(t, f, ec2.Options{})
+	for _, tc := range []struct {
+		runner domain.RunnerSpec
+		want   string
+	}{
+		{domain.RunnerSpec{Name: "arm", Family: []string{"c7g"}}, "ami-arm"},
+		{domain.RunnerSpec{Name: "x86", Family: []string{"c7a"}}, "ami-x86"},
+		{domain.RunnerSpec{Name: "any"}, "ami-x86"},
+	} {
+		if got, err := c.ResolveImage(t.Context(), "ubuntu-24.04-*", tc.runner); err != nil || got != tc.want {
+			t.Errorf("runner %s: %q, %v; want %s", tc.runner.Name, got, err, tc.want)
+		}
+	}
+	_, err := c.ResolveImage(t.Context(), "ubuntu-24.04-*", domain.RunnerSpec{Name: "graviton4", Family: []string{"r8g"}})
+	if !errors.Is(err, domain.ErrInvalidRequest) || !strings.Contains(err.Error(), "arm64, x86_64") || !strings.Contains(err.Error(), "graviton4") {
+		t.Errorf("a runner no image's architecture fits: %v, want the architectures and the runner named", err)
 	}
 }

@@ -255,9 +255,9 @@ func TestCreateThatCannotStartAProcessLaunchesNothing(t *testing.T) {
 
 func TestResolveImage(t *testing.T) {
 	c := newCloud(t, Options{Command: newHelpers(t, "sleep").command})
-	if id, err := c.ResolveImage(t.Context(), "ubuntu24"); err != nil || id != "local-ubuntu24" {
+	if id, err := c.ResolveImage(t.Context(), "ubuntu24", domain.RunnerSpec{}); err != nil || id != "local-ubuntu24" {
 		t.Errorf("ResolveImage = %q, %v; want local-ubuntu24", id, err)
 	}
-	_, err := c.ResolveImage(t.Context(), "")
+	_, err := c.ResolveImage(t.Context(), "", domain.RunnerSpec{})
 	wantCode(t, err, domain.ErrUnknownImage, ec2like.CodeAMINotFound)
 }

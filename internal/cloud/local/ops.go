@@ -205,7 +205,7 @@ func (c *Cloud) List(ctx context.Context, f domain.CloudFilter) ([]domain.CloudI
 
 // ResolveImage accepts any non-empty name: a local machine runs the
 // Command whatever its image. The id is "local-" and the name.
-func (c *Cloud) ResolveImage(ctx context.Context, name string) (string, error) {
+func (c *Cloud) ResolveImage(ctx context.Context, name string, _ domain.RunnerSpec) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := ec2like.DescribeImage(ctx, c.call, name); err != nil {

@@ -119,7 +119,8 @@ func (c *Cloud) newID() string {
 // ResolveImage returns the id of the image called name: from Options.Images
 // when set, otherwise "ami-" and a hash of the name and its generation (see
 // PublishImage). An empty or unconfigured name is domain.ErrUnknownImage.
-func (c *Cloud) ResolveImage(ctx context.Context, name string) (string, error) {
+// A simulated machine boots any image: r does not choose.
+func (c *Cloud) ResolveImage(ctx context.Context, name string, _ domain.RunnerSpec) (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := ec2like.DescribeImage(ctx, c.call, name); err != nil {

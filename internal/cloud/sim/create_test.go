@@ -151,7 +151,7 @@ func TestResolveAndPublishImagesByName(t *testing.T) {
 	ctx := t.Context()
 	resolve := func(name string) string {
 		t.Helper()
-		id, err := c.ResolveImage(ctx, name)
+		id, err := c.ResolveImage(ctx, name, domain.RunnerSpec{})
 		if err != nil {
 			t.Fatalf("ResolveImage(%q): %v", name, err)
 		}
@@ -165,7 +165,7 @@ func TestResolveAndPublishImagesByName(t *testing.T) {
 	if released == ubuntu || resolve("ubuntu-24.04") != released || resolve("ubuntu-22.04") != other {
 		t.Fatalf("after publish: %q", released)
 	}
-	_, err := c.ResolveImage(ctx, "")
+	_, err := c.ResolveImage(ctx, "", domain.RunnerSpec{})
 	wantCode(t, err, domain.ErrUnknownImage, sim.CodeAMINotFound)
 	_, err = c.Create(ctx, domain.LaunchSpec{Count: 1})
 	wantCode(t, err, domain.ErrUnknownImage, sim.CodeAMIMalformed)
@@ -176,16 +176,16 @@ func TestResolveConfiguredImages(t *testing.T) {
 	c, _ := newSim(t, sim.Options{Images: images})
 	ctx := t.Context()
 	images["runner"] = "ami-changed-by-caller"
-	if id, err := c.ResolveImage(ctx, "runner"); err != nil || id != "ami-0aaaaaaaaaaaaaaaa" {
+	if id, err := c.ResolveImage(ctx, "runner", domain.RunnerSpec{}); err != nil || id != "ami-0aaaaaaaaaaaaaaaa" {
 		t.Fatalf("ResolveImage = %q, %v", id, err)
 	}
-	_, err := c.ResolveImage(ctx, "missing")
+	_, err := c.ResolveImage(ctx, "missing", domain.RunnerSpec{})
 	wantCode(t, err, domain.ErrUnknownImage, sim.CodeAMINotFound)
 	_, err = c.Create(ctx, domain.LaunchSpec{ImageID: "ami-elsewhere", Count: 1})
 	wantCode(t, err, domain.ErrUnknownImage, sim.CodeAMINotFound)
 
 	released := c.PublishImage("runner")
-	if id, _ := c.ResolveImage(ctx, "runner"); id != released {
+	if id, _ := c.ResolveImage(ctx, "runner", domain.RunnerSpec{}); id != released {
 		t.Fatalf("after publish: %q, want %q", id, released)
 	}
 	for _, image := range []string{"ami-0aaaaaaaaaaaaaaaa", released} {

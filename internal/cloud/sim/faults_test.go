@@ -72,7 +72,7 @@ func TestThrottlingRecoversAsTheClockAdvances(t *testing.T) {
 		}
 		wantCode(t, list(), domain.ErrThrottled, sim.CodeThrottled)
 	}
-	if _, err := c.ResolveImage(ctx, "other-op"); err != nil {
+	if _, err := c.ResolveImage(ctx, "other-op", domain.RunnerSpec{}); err != nil {
 		t.Fatalf("throttling leaked to another operation: %v", err)
 	}
 	c.Throttle(sim.OpDescribeInstances, 0, 0)
@@ -133,7 +133,7 @@ func TestThrottledCallsDoNotUseUpFailures(t *testing.T) {
 	c, _ := newSim(t, sim.Options{})
 	ctx := t.Context()
 	resolve := func() error {
-		_, err := c.ResolveImage(ctx, "x")
+		_, err := c.ResolveImage(ctx, "x", domain.RunnerSpec{})
 		return err
 	}
 	c.Throttle(sim.OpDescribeImages, 0, 1)

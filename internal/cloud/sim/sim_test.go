@@ -269,7 +269,7 @@ func TestCallCountersAndMaxIDsPerCall(t *testing.T) {
 	if _, err := c.List(ctx, domain.CloudFilter{IDs: ids[:7]}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.ResolveImage(ctx, "ubuntu"); err != nil {
+	if _, err := c.ResolveImage(ctx, "ubuntu", domain.RunnerSpec{}); err != nil {
 		t.Fatal(err)
 	}
 	_ = c.Tag(ctx, ids[:2], map[string]string{"a": "b"})
