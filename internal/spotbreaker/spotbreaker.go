@@ -16,12 +16,14 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/labels"
 	"github.com/bullpen-ci/bullpen/internal/promreg"
 )
 
@@ -115,8 +117,8 @@ func (b *Breaker) Record(runner string, at time.Time) {
 	o := Open{Runner: runner, OpenedAt: now, Until: now.Add(b.opts.Cooldown), Interruptions: len(kept)}
 	b.open[runner] = o
 	b.recent[runner] = nil
-	b.openGauge.WithLabelValues(runner).Set(1)
-	b.openings.WithLabelValues(runner).Inc()
+	b.setGauge(runner)
+	b.openings.WithLabelValues(metricRunner(runner)).Inc()
 	b.log.Warn("spot circuit breaker open: launching on-demand", "runner", runner, "interruptions", o.Interruptions,
 		"window", b.opts.Window, "until", o.Until)
 }
@@ -153,10 +155,34 @@ func (b *Breaker) closeEnded(now time.Time) {
 			continue
 		}
 		delete(b.open, runner)
-		b.openGauge.WithLabelValues(runner).Set(0)
+		b.setGauge(runner)
 		b.log.Info("spot circuit breaker closed: launching spot again", "runner", runner,
 			"opened_at", o.OpenedAt, "closed_at", o.Until)
 	}
+}
+
+// metricRunner is runner as a metric label: the configuration's runner
+// classes by name, and every ad-hoc one (a job's own spec, named by its
+// hash) as "adhoc", since their names come and go with the jobs and a
+// series each would stay forever.
+func metricRunner(runner string) string {
+	if strings.HasPrefix(runner, labels.AdhocPrefix) {
+		return "adhoc"
+	}
+	return runner
+}
+
+// setGauge sets the open gauge of runner's label: how many of the classes
+// it stands for are open (1 or 0 for a named class); b.mu is held.
+func (b *Breaker) setGauge(runner string) {
+	label := metricRunner(runner)
+	n := 0
+	for r := range b.open {
+		if metricRunner(r) == label {
+			n++
+		}
+	}
+	b.openGauge.WithLabelValues(label).Set(float64(n))
 }
 
 // collector closes the breakers that have ended before their gauge is

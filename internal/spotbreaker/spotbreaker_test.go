@@ -139,3 +139,24 @@ func sample(t *testing.T, r rig, name, runner string) float64 {
 	v, _ := promtest.Value(t, r.reg, name, "runner", runner)
 	return v
 }
+
+// Ad-hoc runner classes (a job's own spec, named by its hash) share one
+// series, "adhoc", counting those open: a series each would outlive them.
+func TestAdhocClassesShareOneSeries(t *testing.T) {
+	r := newRig(t, spotbreaker.Options{})
+	r.interruptAt("adhoc-1111", 0, time.Minute)
+	r.interruptAt("adhoc-2222", 0, time.Minute)
+	if got := sample(t, r, "bullpen_spot_breaker_open", "adhoc"); got != 2 {
+		t.Fatalf("adhoc gauge %v with two ad-hoc classes open, want 2", got)
+	}
+	if got := sample(t, r, "bullpen_spot_breaker_openings_total", "adhoc"); got != 2 {
+		t.Fatalf("adhoc openings %v, want 2", got)
+	}
+	if got := sample(t, r, "bullpen_spot_breaker_open", "adhoc-1111"); got != 0 {
+		t.Fatalf("an ad-hoc class has a series of its own: %v", got)
+	}
+	r.clk.AdvanceTo(r.b.Opened()[0].Until)
+	if got := sample(t, r, "bullpen_spot_breaker_open", "adhoc"); got != 0 {
+		t.Fatalf("adhoc gauge %v after the cooldowns", got)
+	}
+}
