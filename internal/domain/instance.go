@@ -59,7 +59,7 @@ var transitions = stateMachine[State]{
 	StateBooting:     {StateReady, StateRunning, StateError, StateTerminating},
 	StateReady:       {StateStopping, StateClaimed, StateError, StateTerminating},
 	StateStopping:    {StateStopped, StateError, StateTerminating},
-	StateStopped:     {StateClaimed, StateError, StateTerminating},
+	StateStopped:     {StateBooting, StateClaimed, StateError, StateTerminating},
 	StateClaimed:     {StateRunning, StateReady, StateStopped, StateError, StateTerminating},
 	StateRunning:     {StateReleasing, StateError, StateTerminating},
 	StateReleasing:   {StateReady, StateError, StateTerminating},

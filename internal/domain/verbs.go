@@ -71,6 +71,33 @@ func (l Lifecycle) Stopped(in Instance, now time.Time) TransitionRequest {
 	})
 }
 
+// ConvertToStopped makes a ready hot member a stopped-pool member and parks
+// it: the pool has a hot member too many and a stopped one too few, and
+// stopping a machine that is up and warm costs less than terminating it and
+// launching another to warm and stop. The caller stops the machine after
+// this change, never before: a job that claimed the member meanwhile keeps
+// it. A spot machine cannot be stopped: the plan never converts one.
+func (l Lifecycle) ConvertToStopped(in Instance, now time.Time) TransitionRequest {
+	return change(in, func(i *Instance) {
+		l.enter(i, StateStopping, now)
+		i.Role = RoleStopped
+	})
+}
+
+// ConvertToHot makes a parked member whose machine was just started a hot
+// member: it boots again, and becomes ready as every new member does, when
+// its agent reports that warm-up finished (on a started machine the agent
+// keeps its token and warms up again, from a disk already warm). Its
+// launch clock restarts, as the cloud's does, so that the dangling rule
+// times this boot. The caller starts the machine before this change: a
+// start the cloud refuses leaves the row parked, as it was.
+func (l Lifecycle) ConvertToHot(in Instance, now time.Time) TransitionRequest {
+	return change(in, func(i *Instance) {
+		l.enter(i, StateBooting, now)
+		i.Role, i.RunningSince = RoleHot, now
+	})
+}
+
 // Claim reserves an idle instance (ready or stopped) for job, guarded on
 // the row as read.
 func (l Lifecycle) Claim(in Instance, job string, now time.Time) TransitionRequest {

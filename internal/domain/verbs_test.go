@@ -56,6 +56,17 @@ func TestInstanceVerbs(t *testing.T) {
 			func(o domain.Instance) bool { return o.State == domain.StateStopping }},
 		{"stopped", idle(domain.StateStopping), func(in domain.Instance) domain.TransitionRequest { return lc.Stopped(in, now) },
 			func(o domain.Instance) bool { return o.State == domain.StateStopped && o.RunningSince.IsZero() }},
+		{"convert to stopped", func() domain.Instance { in := idle(domain.StateReady); in.Role = domain.RoleHot; return in }(),
+			func(in domain.Instance) domain.TransitionRequest { return lc.ConvertToStopped(in, now) },
+			func(o domain.Instance) bool {
+				return o.State == domain.StateStopping && o.Role == domain.RoleStopped && o.Deadline.Equal(now.Add(d.Stopping))
+			}},
+		{"convert to hot", func() domain.Instance { in := idle(domain.StateStopped); in.Role = domain.RoleStopped; return in }(),
+			func(in domain.Instance) domain.TransitionRequest { return lc.ConvertToHot(in, now) },
+			func(o domain.Instance) bool {
+				return o.State == domain.StateBooting && o.Role == domain.RoleHot && o.RunningSince.Equal(now) &&
+					o.Deadline.Equal(now.Add(d.Booting))
+			}},
 		{"claim", idle(domain.StateStopped), func(in domain.Instance) domain.TransitionRequest { return lc.Claim(in, "42", now) },
 			func(o domain.Instance) bool {
 				return o.State == domain.StateClaimed && o.Job == "42" && o.Deadline.Equal(now.Add(d.Claimed))
@@ -148,6 +159,29 @@ func TestVerbsAreGuardedOnTheRowAsRead(t *testing.T) {
 	busy.Job = "7"
 	if _, err := domain.ApplyTransition(busy, r.Guard, now, r.Apply); !errors.Is(err, domain.ErrConflict) {
 		t.Fatalf("claim of a bound instance by id: %v, want a conflict", err)
+	}
+}
+
+// A conversion is guarded on the member as the plan read it: a job that
+// claimed the member meanwhile keeps it.
+func TestConversionsLoseToAClaim(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   domain.Instance
+		req  func(domain.Instance) domain.TransitionRequest
+	}{
+		{"to stopped", domain.Instance{ID: "bp-1", Role: domain.RoleHot, State: domain.StateReady, Version: 3},
+			func(in domain.Instance) domain.TransitionRequest { return lc.ConvertToStopped(in, now) }},
+		{"to hot", domain.Instance{ID: "bp-1", Role: domain.RoleStopped, State: domain.StateStopped, Version: 3},
+			func(in domain.Instance) domain.TransitionRequest { return lc.ConvertToHot(in, now) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			claimed := apply(t, c.in, lc.Claim(c.in, "42", now))
+			r := c.req(c.in)
+			if _, err := domain.ApplyTransition(claimed, r.Guard, now, r.Apply); !errors.Is(err, domain.ErrConflict) {
+				t.Fatalf("conversion of a member claimed since: %v, want a conflict", err)
+			}
+		})
 	}
 }
 
