@@ -14,7 +14,7 @@ import (
 // A replay interrupted half-way (Ctrl-C) says so and gives no report:
 // the jobs not yet arrived would read as a history fully replayed.
 func TestAnInterruptedReplayGivesNoReport(t *testing.T) {
-	jobs := burst("small-x64")[:12] // the quiet hour and the burst's first jobs: enough to stop half-way
+	jobs := burst("small-x64", "dev")[:12] // the quiet hour and the burst's first jobs: enough to stop half-way
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	progress := func(_ time.Time, arrived, total int) {
@@ -47,7 +47,7 @@ func TestAnInterruptedSuggestionGivesNone(t *testing.T) {
 	defer cancel()
 	rounds := 0
 	s, err := simulate.Suggest(ctx, simulate.SuggestOptions{
-		Options:   simulate.Options{Config: example(t), Jobs: burst("small-x64")[:12], Seed: 3, Tail: 3 * time.Minute},
+		Options:   simulate.Options{Config: example(t), Jobs: burst("small-x64", "dev")[:12], Seed: 3, Tail: 3 * time.Minute},
 		TargetP90: time.Millisecond, Rounds: 3,
 		OnRound: func(simulate.Round) { rounds++; cancel() },
 	})

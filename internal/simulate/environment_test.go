@@ -15,7 +15,7 @@ import (
 // A replay serves the environment it is given, says which, and names the
 // pools it leaves out; by default it serves the first pool's.
 func TestAReplayServesTheEnvironmentItIsGiven(t *testing.T) {
-	jobs := append(burst("a")[:6], burst("b")[:6]...)
+	jobs := append(burst("a", "dev")[:6], burst("b", "prod")[:6]...)
 	for i := range jobs[6:] {
 		jobs[6+i].ID += 1000
 	}
@@ -40,7 +40,7 @@ func TestSuggestPlansOnlyTheEnvironmentServed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a replay")
 	}
-	jobs := append(burst("a")[:6], burst("b")[:6]...)
+	jobs := append(burst("a", "dev")[:6], burst("b", "prod")[:6]...)
 	for i := range jobs[6:] {
 		jobs[6+i].ID += 1000
 	}
@@ -59,5 +59,48 @@ func TestSuggestPlansOnlyTheEnvironmentServed(t *testing.T) {
 	if _, err := simulate.Run(context.Background(), simulate.Options{Config: noneShared, Environment: "staging", Jobs: jobs}); err == nil ||
 		!strings.Contains(err.Error(), `environment "staging"`) {
 		t.Errorf("an environment no pool belongs to: %v", err)
+	}
+}
+
+// The first estimate counts only the jobs the served environment's stack
+// takes: another environment's jobs for a pool every environment shares
+// give it no plan.
+func TestSuggestCountsOnlyTheServedEnvironmentsJobs(t *testing.T) {
+	jobs := append(burst("a", "dev")[:6], burst("shared", "prod")[:6]...)
+	for i := range jobs[6:] {
+		jobs[6+i].ID += 1000
+	}
+	s, err := simulate.Suggest(context.Background(), simulate.SuggestOptions{
+		Options:   simulate.Options{Config: testfixtures.TwoEnvironments(t), Environment: "dev", Jobs: jobs, Seed: 3, Tail: 3 * time.Minute},
+		TargetP90: time.Minute, Rounds: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Plans["shared"]; ok || len(s.Plans) != 1 {
+		t.Errorf("plans for %d pools, shared planned %v: want a's only, prod's jobs for shared left to prod", len(s.Plans), ok)
+	}
+}
+
+// A generated history's jobs carry the env= label their environment's
+// stack takes, none for production's.
+func TestAGeneratedHistoryIsForItsEnvironment(t *testing.T) {
+	for env, want := range map[string]string{"dev": "/env=dev", "production": "", "": ""} {
+		jobs := simulate.Generate(simulate.Workload{Jobs: 30, Days: 0.25, Pools: []string{"a", "shared"}, Environment: env, Seed: 2,
+			Start: time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)})
+		for _, j := range jobs {
+			if len(j.Labels) != 1 || !strings.HasSuffix(j.Labels[0], want) || (want == "" && strings.Contains(j.Labels[0], "env=")) {
+				t.Fatalf("environment %q: a job labelled %q", env, j.Labels)
+			}
+		}
+	}
+	jobs := simulate.Generate(simulate.Workload{Jobs: 30, Days: 0.25, Pools: []string{"a", "shared"}, Environment: "dev", Seed: 2,
+		Start: time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)})
+	rep, err := simulate.Run(context.Background(), simulate.Options{Config: testfixtures.TwoEnvironments(t), Jobs: jobs, Seed: 2, Tail: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Replayed != len(jobs) || rep.NotForBullpen != 0 {
+		t.Errorf("%d of %d generated jobs replayed by dev's stack, %d not for bullpen", rep.Replayed, len(jobs), rep.NotForBullpen)
 	}
 }

@@ -117,7 +117,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	slices.SortStableFunc(jobs, func(a, b history.Job) int { return a.Created.Compare(b.Created) })
 	rep := Report{Environment: o.Environment, OtherPools: demo.OtherPools(o.Config, o.Environment),
 		Jobs: len(jobs), From: jobs[0].Created, To: jobs[len(jobs)-1].Created}
-	plan := planReplay(jobs, bullpens(o.Config, o.Environment))
+	route := router(o.Config, o.Environment)
+	plan := planReplay(jobs, func(labels []string) bool { return route(labels).Ours })
 	rep.NotRun, rep.NotForBullpen, rep.Replayed = plan.notRun, plan.notOurs, plan.replayed
 	if plan.replayed == 0 {
 		err := fmt.Errorf("simulate: nothing to replay: of %d jobs, %d never ran to completion and %d are not for bullpen "+
@@ -190,14 +191,15 @@ func (o Options) check() (Prices, error) {
 	return prices, nil
 }
 
-// bullpens says whether the intake of env takes a job with these labels
-// as bullpen's, as serve's intake decides it on cfg.
-func bullpens(cfg *config.Config, env string) func(labels []string) bool {
+// router decides, as the intake of env's stack does on cfg, whether a job
+// with these labels is bullpen's, and which pool serves it. Only the
+// decision's Ours and Pool are used, so the runners are left out.
+func router(cfg *config.Config, env string) func(labels []string) intake.Decision {
 	r := intake.Routing{Environment: env, Pools: map[string]domain.Pool{}}
 	for _, p := range cfg.Pools {
 		r.Pools[p.Name] = p
 	}
-	return func(labels []string) bool { return intake.Decide(labels, r).Ours }
+	return func(labels []string) intake.Decision { return intake.Decide(labels, r) }
 }
 
 // replayPlan is the history as the replay queues it.

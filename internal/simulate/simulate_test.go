@@ -106,9 +106,9 @@ func TestUnservedLabelsAreReported(t *testing.T) {
 	at := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 	started, done := at.Add(5*time.Second), at.Add(time.Minute)
 	jobs := []history.Job{
-		{ID: 1, RunID: 11, Repo: "acme/app", Labels: []string{"runs-on=11/pool=nope"}, Created: at, Started: &started, Completed: &done},
-		{ID: 2, RunID: 12, Repo: "acme/app", Labels: []string{"runs-on=12/pool=small-x64"}, Created: at, Started: &started, Completed: &done},
-		{ID: 3, RunID: 13, Repo: "acme/app", Labels: []string{"runs-on=13/pool=nope"}, Created: at, Started: &started, Completed: &done},
+		{ID: 1, RunID: 11, Repo: "acme/app", Labels: []string{"runs-on=11/pool=nope/env=dev"}, Created: at, Started: &started, Completed: &done},
+		{ID: 2, RunID: 12, Repo: "acme/app", Labels: []string{"runs-on=12/pool=small-x64/env=dev"}, Created: at, Started: &started, Completed: &done},
+		{ID: 3, RunID: 13, Repo: "acme/app", Labels: []string{"runs-on=13/pool=nope/env=dev"}, Created: at, Started: &started, Completed: &done},
 	}
 	var calls, arrived, total int
 	progress := func(_ time.Time, a, n int) { calls, arrived, total = calls+1, a, n }
@@ -120,7 +120,7 @@ func TestUnservedLabelsAreReported(t *testing.T) {
 		t.Errorf("progress told %d times, last %d of %d jobs arrived; want every cycle, ending with 3 of 3", calls, arrived, total)
 	}
 	// The jobs of two runs asking for the same missing pool count together.
-	u, ok := rep.Simulated.Unserved["runs-on=<run>/pool=nope"]
+	u, ok := rep.Simulated.Unserved["runs-on=<run>/pool=nope/env=dev"]
 	if !ok || u.Jobs != 2 || u.Reason == "" || len(rep.Simulated.Unserved) != 1 {
 		t.Fatalf("unserved: %+v", rep.Simulated.Unserved)
 	}
@@ -135,7 +135,7 @@ func TestUnservedLabelsAreReported(t *testing.T) {
 // the simulated machines and agents act on their timers.
 func TestTheSameReplayGivesTheSameReport(t *testing.T) {
 	cfg := example(t)
-	jobs := simulate.Generate(simulate.Workload{Jobs: 60, Days: 1.0 / 24, Seed: 5,
+	jobs := simulate.Generate(simulate.Workload{Jobs: 60, Days: 1.0 / 24, Seed: 5, Environment: "dev",
 		Pools: []string{"small-x64", "medium-x64", "burst-x64", "dependabot"}, Start: time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)})
 	var first []byte
 	for _, threads := range []int{4, 1} {

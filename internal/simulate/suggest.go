@@ -13,7 +13,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/demo"
 	"github.com/bullpen-ci/bullpen/internal/history"
-	"github.com/bullpen-ci/bullpen/internal/labels"
 )
 
 // SuggestOptions configure a search for pool schedules.
@@ -131,21 +130,21 @@ func replacementTime(o Options) time.Duration {
 	return o.Interval + o.Latency.Boot + o.Latency.WarmUp
 }
 
-// firstEstimate sizes each pool-hour of the pools env serves from its
-// jobs' arrivals; other environments' pools serve none of the replay's
-// jobs, so they are left as configured.
+// firstEstimate sizes each pool-hour of the pools env serves from the
+// arrivals of the jobs env's stack takes for it: a job of another
+// environment is not counted, though it names a pool every environment
+// shares. Other environments' pools serve none of the replay's jobs, so
+// they are left as configured.
 func firstEstimate(cfg *config.Config, env string, jobs []history.Job, window time.Duration, hot bool) map[string]WeekPlan {
 	arrivals := map[string][]time.Time{}
-	exists := func(name string) bool { _, ok := cfg.Pool(name); return ok }
+	route := router(cfg, env)
 	for _, j := range jobs {
 		if j.Started == nil || j.Completed == nil {
 			continue
 		}
-		req, err := labels.Parse(j.Labels, exists)
-		if err != nil || req.Pool == "" {
-			continue
+		if d := route(j.Labels); d.Ours && d.Pool != "" {
+			arrivals[d.Pool] = append(arrivals[d.Pool], j.Created.UTC())
 		}
-		arrivals[req.Pool] = append(arrivals[req.Pool], j.Created.UTC())
 	}
 	plans := map[string]WeekPlan{}
 	for _, p := range cfg.PoolsFor(env) {

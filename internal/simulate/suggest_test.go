@@ -10,6 +10,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/history"
+	"github.com/bullpen-ci/bullpen/internal/intake"
 	"github.com/bullpen-ci/bullpen/internal/schedule"
 	"github.com/bullpen-ci/bullpen/internal/simulate"
 )
@@ -54,17 +55,22 @@ func TestWeekPlanRoundTripsThroughTheConfiguration(t *testing.T) {
 	}
 }
 
-// burst is a history of pool jobs: a quiet hour of one job every ten
+// burst is a history of pool jobs for environment env's stack (env=
+// labels them as intake.EnvLabel says): a quiet hour of one job every ten
 // minutes, then half an hour with a job every 20 s, each running two
 // minutes.
-func burst(pool string) []history.Job {
+func burst(pool, env string) []history.Job {
+	suffix := ""
+	if label := intake.EnvLabel(env); label != "" {
+		suffix = "/env=" + label
+	}
 	start := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
 	var jobs []history.Job
 	add := func(at time.Time) {
 		id := int64(len(jobs) + 1)
 		started, completed := at.Add(5*time.Second), at.Add(125*time.Second)
 		jobs = append(jobs, history.Job{ID: id, RunID: 100 + id, Repo: "acme/app", Name: "test",
-			Labels: []string{fmt.Sprintf("runs-on=%d/pool=%s", 100+id, pool)}, Created: at,
+			Labels: []string{fmt.Sprintf("runs-on=%d/pool=%s%s", 100+id, pool, suffix)}, Created: at,
 			Started: &started, Completed: &completed, Conclusion: "success"})
 	}
 	for m := 0; m < 60; m += 10 {
@@ -86,7 +92,7 @@ func TestSuggestMeetsATargetWithMoreCapacityWhereJobsAre(t *testing.T) {
 	cfg := example(t)
 	var rounds []simulate.Round
 	s, err := simulate.Suggest(context.Background(), simulate.SuggestOptions{
-		Options:   simulate.Options{Config: cfg, Jobs: burst("small-x64"), Seed: 3, Tail: 3 * time.Minute},
+		Options:   simulate.Options{Config: cfg, Jobs: burst("small-x64", "dev"), Seed: 3, Tail: 3 * time.Minute},
 		TargetP90: 8 * time.Second, Rounds: 3,
 		OnRound: func(r simulate.Round) { rounds = append(rounds, r) },
 	})
@@ -125,7 +131,7 @@ func TestSuggestUsesStoppedInstancesWhenTheTargetAllows(t *testing.T) {
 		t.Skip("several replays")
 	}
 	s, err := simulate.Suggest(context.Background(), simulate.SuggestOptions{
-		Options:   simulate.Options{Config: example(t), Jobs: burst("small-x64"), Seed: 3, Tail: 3 * time.Minute},
+		Options:   simulate.Options{Config: example(t), Jobs: burst("small-x64", "dev"), Seed: 3, Tail: 3 * time.Minute},
 		TargetP90: 40 * time.Second,
 	})
 	if err != nil {

@@ -52,7 +52,7 @@ func TestFamilyTimingsSlowOnlyThatFamily(t *testing.T) {
 		created := at.Add(time.Duration(i) * time.Second)
 		started, completed := created.Add(time.Second), created.Add(time.Minute)
 		jobs = append(jobs, history.Job{ID: id, RunID: 700 + id, Repo: "acme/app", Name: "build",
-			Labels: []string{fmt.Sprintf("runs-on=%d/runner=small-x64", 700+id)}, Created: created,
+			Labels: []string{fmt.Sprintf("runs-on=%d/runner=small-x64/env=dev", 700+id)}, Created: created,
 			Started: &started, Completed: &completed, Conclusion: "success"})
 	}
 	slow := demo.DefaultLatency

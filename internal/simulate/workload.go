@@ -9,16 +9,21 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/history"
+	"github.com/bullpen-ci/bullpen/internal/intake"
 )
 
 // Workload sizes a generated history: Jobs over Days (a fraction counts
 // whole hours) from Start, spread over Pools, the first the busiest.
+// Environment is the environment whose stack the jobs are for: a stack
+// takes only the jobs of its own environment, and a job without env= is
+// production's, so the jobs of any other carry env=NAME.
 type Workload struct {
-	Jobs  int
-	Days  float64
-	Pools []string
-	Seed  uint64
-	Start time.Time
+	Jobs        int
+	Days        float64
+	Pools       []string
+	Environment string
+	Seed        uint64
+	Start       time.Time
 }
 
 // WorkloadPools names n pools as WorkloadConfig does: pool-1 … pool-N.
@@ -49,7 +54,7 @@ func hourWeight(day time.Weekday, hour int) float64 {
 // five arrivals is a matrix of 3 to 12 jobs queued at once; pools are
 // picked with falling weights (the first busiest); run times are a minute
 // plus an exponential of mean 5 minutes, at most 30. The same workload
-// gives the same history.
+// gives the same history, whatever its environment.
 func Generate(w Workload) []history.Job {
 	rng := rand.New(rand.NewPCG(w.Seed, 0x5eed))
 	hours := max(int(math.Ceil(w.Days*24)), 1)
@@ -70,6 +75,10 @@ func Generate(w Workload) []history.Job {
 		}
 		return hours - 1
 	}
+	suffix := ""
+	if env := intake.EnvLabel(w.Environment); env != "" {
+		suffix = "/env=" + env
+	}
 	var jobs []history.Job
 	for len(jobs) < w.Jobs {
 		at := w.Start.Add(time.Duration(pickHour())*time.Hour + time.Duration(rng.IntN(3600))*time.Second)
@@ -85,7 +94,7 @@ func Generate(w Workload) []history.Job {
 			took := (time.Minute + min(time.Duration(rng.ExpFloat64()*float64(5*time.Minute)), 29*time.Minute)).Round(time.Second)
 			completed := started.Add(took)
 			jobs = append(jobs, history.Job{ID: id, RunID: run, RunAttempt: 1, Repo: "acme/app", Workflow: "ci", Name: fmt.Sprint("job-", id),
-				Labels: []string{fmt.Sprintf("runs-on=%d/pool=%s", run, pool)}, Created: at,
+				Labels: []string{fmt.Sprintf("runs-on=%d/pool=%s%s", run, pool, suffix)}, Created: at,
 				Started: &started, Completed: &completed, Conclusion: "success"})
 		}
 	}
