@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/demo"
 	"github.com/bullpen-ci/bullpen/internal/simulate"
 )
 
@@ -50,8 +51,14 @@ func benchReplay(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "bullpen bench replay:", err)
 		return 1
 	}
+	environment, err := demo.Environment(cfg, "")
+	if err != nil {
+		fmt.Fprintln(e.stderr, "bullpen bench replay:", err)
+		return 1
+	}
 	start := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC) // a Monday
-	history := simulate.Generate(simulate.Workload{Jobs: *jobs, Days: *days, Pools: simulate.WorkloadPools(*pools), Seed: *seed, Start: start})
+	history := simulate.Generate(simulate.Workload{Jobs: *jobs, Days: *days, Pools: simulate.WorkloadPools(*pools),
+		Environment: environment, Seed: *seed, Start: start})
 	stop, err := startCPUProfile(*cpuProfile)
 	if err != nil {
 		fmt.Fprintln(e.stderr, "bullpen bench replay:", err)
@@ -62,7 +69,7 @@ func benchReplay(ctx context.Context, e *env, args []string) int {
 	// Ps only add hand-offs between threads at every turn.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	began := time.Now()
-	rep, err := simulate.Run(ctx, simulate.Options{Config: cfg, Jobs: history, Seed: *seed})
+	rep, err := simulate.Run(ctx, simulate.Options{Config: cfg, Environment: environment, Jobs: history, Seed: *seed})
 	wall := time.Since(began)
 	if err != nil {
 		fmt.Fprintln(e.stderr, "bullpen bench replay:", err)

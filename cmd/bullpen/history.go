@@ -21,7 +21,7 @@ func init() {
 
 func historyUsage(w io.Writer) {
 	fmt.Fprint(w, `usage: bullpen history export (--repo OWNER/NAME | --org ORG) [--since 7d] [--out FILE]
-       bullpen history generate --pools NAME,NAME [--jobs 2000] [--days 7] [--seed 1]
+       bullpen history generate (--config FILE [--environment NAME] | --pools NAME,NAME) [--jobs 2000] [--days 7] [--seed 1]
 
 Reads the completed workflow jobs of the runs created since --since through
 GitHub's REST API and writes one JSON line per job: its id, run, attempt,
@@ -35,7 +35,9 @@ are.
 
 generate writes a made-up history in the same format, to try simulate
 without GitHub: weekday working hours busiest, one arrival in five a matrix
-of 3 to 12 jobs, the first pool the busiest.
+of 3 to 12 jobs, the first pool the busiest. With --config, the jobs ask for
+the pools simulate --config serves (or those --pools names) and carry the
+env= label its environment's stack takes, as real jobs must.
 
 Run 'bullpen history export -h' or 'bullpen history generate -h' for their flags.
 `)

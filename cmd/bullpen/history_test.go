@@ -96,7 +96,7 @@ func TestSimulateAnExportedHistory(t *testing.T) {
 	t.Cleanup(gh.Close)
 	const token = "ghp_simulateToken"
 	gh.RequireToken(token)
-	for i, labels := range [][]string{{"runs-on=1/pool=small-x64"}, {"runs-on=2/pool=small-x64"}, {"runs-on=3/pool=medium-x64"}, {"runs-on=4/pool=nowhere"}} {
+	for i, labels := range [][]string{{"runs-on=1/pool=small-x64/env=dev"}, {"runs-on=2/pool=small-x64/env=dev"}, {"runs-on=3/pool=medium-x64/env=dev"}, {"runs-on=4/pool=nowhere/env=dev"}} {
 		j := gh.QueueJob("acme/app", labels, fakegh.Named(fmt.Sprint("job-", i)))
 		if err := gh.StartJob(j.ID, "r"); err != nil {
 			t.Fatal(err)
@@ -115,7 +115,7 @@ func TestSimulateAnExportedHistory(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("simulate: exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"4 jobs from", "4 replayed", "recorded", "simulated", "pool small-x64", "1 × runs-on=<run>/pool=nowhere", "cloud calls:"} {
+	for _, want := range []string{"4 jobs from", "4 replayed", "recorded", "simulated", "pool small-x64", "1 × runs-on=<run>/pool=nowhere/env=dev", "cloud calls:"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("the report lacks %q:\n%s", want, report)
 		}
@@ -140,5 +140,57 @@ func TestSimulateAnExportedHistory(t *testing.T) {
 	}
 	if code, _, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", "history_test.go"); code != 1 || !strings.Contains(errOut, "history_test.go:1: not a job") {
 		t.Fatalf("a file that is no history: exit %d: %s", code, errOut)
+	}
+}
+
+// history generate labels its jobs for the environment whose stack is to
+// take them: with --config, the one simulate serves and its pools; a pool
+// that stack does not serve is refused by name.
+func TestHistoryGenerateLabelsJobsForTheEnvironment(t *testing.T) {
+	labelsOf := func(args ...string) []string {
+		t.Helper()
+		code, out, errOut := runWithEnv(nil, append([]string{"history", "generate", "--jobs", "30", "--days", "0.1"}, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+		var labels []string
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var j history.Job
+			if err := json.Unmarshal([]byte(line), &j); err != nil || len(j.Labels) != 1 {
+				t.Fatalf("%v: %q: %v", args, line, err)
+			}
+			labels = append(labels, j.Labels[0])
+		}
+		return labels
+	}
+	pools := map[string]bool{}
+	for _, l := range labelsOf("--config", "../../examples/runs-on.yml") {
+		if !strings.HasSuffix(l, "/env=dev") {
+			t.Fatalf("a job of the example's dev stack labelled %q", l)
+		}
+		pools[strings.TrimSuffix(l[strings.Index(l, "pool="):], "/env=dev")] = true
+	}
+	if !pools["pool=small-x64"] || len(pools) < 2 {
+		t.Errorf("the jobs ask for %v: want the dev stack's pools, small-x64 the busiest", pools)
+	}
+	for args, env := range map[string]string{
+		"--config ../../examples/runs-on.yml --environment production": "",
+		"--pools small-x64 --environment dev":                          "/env=dev",
+		"--pools small-x64":                                            "",
+	} {
+		for _, l := range labelsOf(strings.Fields(args)...) {
+			if !strings.HasSuffix(l, env) || (env == "" && strings.Contains(l, "env=")) {
+				t.Fatalf("%s: a job labelled %q", args, l)
+			}
+		}
+	}
+	for args, want := range map[string]string{
+		"--config ../../examples/runs-on.yml --pools nowhere":                            `the configuration has no pool "nowhere"`,
+		"--config ../../examples/runs-on.yml --environment production --pools small-x64": "pool small-x64 belongs to environment dev, not production",
+	} {
+		code, _, errOut := runWithEnv(nil, append([]string{"history", "generate"}, strings.Fields(args)...)...)
+		if code != 2 || !strings.Contains(errOut, want) {
+			t.Errorf("%s: exit %d: %s", args, code, errOut)
+		}
 	}
 }

@@ -176,10 +176,12 @@ func (f *simulateFlags) replayAndPrint(ctx context.Context, e *env, replay simul
 	if !ok {
 		return 1
 	}
-	replay.Config, replay.Progress = other, nil
+	// The history's jobs are labelled for one environment's stack: B
+	// serves the environment A served, whichever its own pools name first.
+	replay.Config, replay.Progress, replay.Environment = other, nil, rep.Environment
 	alt, err := simulate.Run(ctx, replay)
 	if err != nil {
-		return fail(err)
+		return fail(fmt.Errorf("--compare %s: %w", f.compare, err))
 	}
 	if f.asJSON {
 		return printReport(e, true, map[string]simulate.Report{f.config: rep, f.compare: alt}, fail)

@@ -13,8 +13,9 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/history"
 )
 
-// writeHistory writes half an hour of pool jobs, one every 40 s, each
-// running two minutes.
+// writeHistory writes half an hour of pool jobs for the dev stack (which
+// takes only jobs labelled env=dev), one every 40 s, each running two
+// minutes.
 func writeHistory(t *testing.T, pool string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "history.jsonl")
@@ -30,7 +31,7 @@ func writeHistory(t *testing.T, pool string) string {
 		started, completed := at.Add(4*time.Second), at.Add(124*time.Second)
 		id := int64(i + 1)
 		if err := enc.Encode(history.Job{ID: id, RunID: 500 + id, Repo: "acme/app", Name: "build",
-			Labels: []string{fmt.Sprintf("runs-on=%d/pool=%s", 500+id, pool)}, Created: at,
+			Labels: []string{fmt.Sprintf("runs-on=%d/pool=%s/env=dev", 500+id, pool)}, Created: at,
 			Started: &started, Completed: &completed, Conclusion: "success"}); err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +119,7 @@ func TestBenchReplayReportsItsPace(t *testing.T) {
 // history generate writes the same history for the same seed, in the
 // format simulate reads.
 func TestHistoryGenerateFeedsSimulate(t *testing.T) {
-	args := []string{"history", "generate", "--pools", "small-x64,medium-x64", "--jobs", "20", "--days", "0.1", "--seed", "4"}
+	args := []string{"history", "generate", "--config", "../../examples/runs-on.yml", "--pools", "small-x64,medium-x64", "--jobs", "20", "--days", "0.1", "--seed", "4"}
 	code, first, errOut := runWithEnv(nil, args...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
