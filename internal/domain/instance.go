@@ -56,7 +56,7 @@ var transitions = stateMachine[State]{
 	StatePending: {StateBooting, StateError, StateTerminating},
 	// A cold-start instance is created bound to its job and registers for
 	// it straight from booting.
-	StateBooting:     {StateReady, StateRunning, StateError, StateTerminating},
+	StateBooting:     {StateReady, StateRunning, StateStopped, StateError, StateTerminating},
 	StateReady:       {StateStopping, StateClaimed, StateError, StateTerminating},
 	StateStopping:    {StateStopped, StateError, StateTerminating},
 	StateStopped:     {StateBooting, StateClaimed, StateError, StateTerminating},

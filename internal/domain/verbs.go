@@ -84,17 +84,29 @@ func (l Lifecycle) ConvertToStopped(in Instance, now time.Time) TransitionReques
 	})
 }
 
-// ConvertToHot makes a parked member whose machine was just started a hot
-// member: it boots again, and becomes ready as every new member does, when
+// ConvertToHot makes a parked member a hot member whose machine is to be
+// started: it boots again, and becomes ready as every new member does, when
 // its agent reports that warm-up finished (on a started machine the agent
 // keeps its token and warms up again, from a disk already warm). Its
 // launch clock restarts, as the cloud's does, so that the dangling rule
-// times this boot. The caller starts the machine before this change: a
-// start the cloud refuses leaves the row parked, as it was.
+// times this boot. The caller starts the machine after this change, never
+// before: a job that claimed the member meanwhile keeps it, and the agent's
+// warm signal always finds the row booting.
 func (l Lifecycle) ConvertToHot(in Instance, now time.Time) TransitionRequest {
 	return change(in, func(i *Instance) {
 		l.enter(i, StateBooting, now)
 		i.Role, i.RunningSince = RoleHot, now
+	})
+}
+
+// StartFailed takes ConvertToHot back when the cloud did not start the
+// machine (no capacity for it, say): the member, in as ConvertToHot left
+// it, is parked again with the role and the parked allowance it had when
+// it was read as parked.
+func (l Lifecycle) StartFailed(in, parked Instance) TransitionRequest {
+	return change(in, func(i *Instance) {
+		i.State, i.Role, i.Deadline = StateStopped, parked.Role, parked.Deadline
+		i.RunningSince = time.Time{}
 	})
 }
 

@@ -67,6 +67,17 @@ func TestInstanceVerbs(t *testing.T) {
 				return o.State == domain.StateBooting && o.Role == domain.RoleHot && o.RunningSince.Equal(now) &&
 					o.Deadline.Equal(now.Add(d.Booting))
 			}},
+		{"start failed", func() domain.Instance {
+			in := idle(domain.StateBooting)
+			in.Role, in.RunningSince = domain.RoleHot, now
+			return in
+		}(),
+			func(in domain.Instance) domain.TransitionRequest {
+				return lc.StartFailed(in, domain.Instance{ID: "bp-1", State: domain.StateStopped, Role: domain.RoleStopped, Deadline: later})
+			},
+			func(o domain.Instance) bool {
+				return o.State == domain.StateStopped && o.Role == domain.RoleStopped && o.Deadline.Equal(later) && o.RunningSince.IsZero()
+			}},
 		{"claim", idle(domain.StateStopped), func(in domain.Instance) domain.TransitionRequest { return lc.Claim(in, "42", now) },
 			func(o domain.Instance) bool {
 				return o.State == domain.StateClaimed && o.Job == "42" && o.Deadline.Equal(now.Add(d.Claimed))
