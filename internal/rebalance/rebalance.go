@@ -1,9 +1,14 @@
 // Package rebalance decides, as a pure function of a snapshot, what the pool
 // converger must do to bring one pool to its target. The order of the plan is
-// the warm-pool design's: terminate error instances, terminate
-// dangling ones, terminate outdated ones (before creating, to free quota),
-// stop warmed stopped-pool members, create what is missing, and last
-// terminate the excess. Instances bound to a job are never touched.
+// the warm-pool design's, with conversions before the creates: settle
+// finished stops and forget machines gone; terminate error instances,
+// instances past their deadline, dangling ones, hot ones idle past their
+// lifetime and outdated ones (before creating, to free quota); re-send stops
+// the cloud did not carry out and stop warmed stopped-pool members; convert
+// members whose role is in excess to the role that is short (stop ready hot
+// members to park them, start parked members to make them hot); create what
+// is still missing; and last terminate the excess. Instances bound to a job
+// are never touched.
 package rebalance
 
 import (
@@ -20,7 +25,9 @@ type Action string
 const (
 	Terminate Action = "terminate"
 	Stop      Action = "stop"
-	Create    Action = "create"
+	// Start starts parked members that become hot (reason convert).
+	Start  Action = "start"
+	Create Action = "create"
 	// Forget closes rows whose machine is already gone: no cloud call.
 	Forget Action = "forget"
 	// Settle records what the cloud finished: a stop that completed.
@@ -42,11 +49,16 @@ const (
 	ReasonRestop       Reason = "restop"        // a stop that the cloud did not carry out
 	ReasonMissing      Reason = "missing"       // below target
 	ReasonExcess       Reason = "excess"        // above target
+	// ReasonConvert: a member of a role in excess becomes one of the role
+	// that is short (a schedule that swaps stopped for hot capacity, or
+	// back), stopped or started rather than terminated and replaced.
+	ReasonConvert Reason = "convert"
 )
 
-// Step is one action of a plan. Terminate, Stop, Forget and Settle steps name the
-// instances (as read, so the applier can guard on their version); Create
-// steps give a role and a count.
+// Step is one action of a plan. Terminate, Stop, Start, Forget and Settle
+// steps name the instances (as read, so the applier can guard on their
+// version); Create steps give a role and a count, and conversions the role
+// their instances become.
 type Step struct {
 	Action    Action
 	Reason    Reason
@@ -81,6 +93,15 @@ type Snapshot struct {
 	// means the view is unavailable this cycle: rows are not reconciled
 	// with the cloud, but the rest of the plan still runs.
 	Cloud map[string]domain.CloudInstance
+	// NoConvert: no member changes role this cycle, because which members
+	// are of the pool's current spec cannot be told (its image did not
+	// resolve): a member of an outdated spec must not become a hot one.
+	NoConvert bool
+	// NoStart: no parked member is started to become hot this cycle,
+	// because the cloud lately refused to start the pool's machines for
+	// want of capacity: the hot members missing are created instead, and
+	// a create may find another instance type or zone.
+	NoStart bool
 }
 
 // Defaults for the snapshot's durations.
@@ -117,10 +138,15 @@ func Compute(s Snapshot) Plan {
 	add(Terminate, ReasonDangling, c.dangling)
 	add(Terminate, ReasonIdleLifetime, retirable(c.idle, c.members[domain.RoleHot], s))
 	add(Terminate, ReasonOutdated, c.outdated)
+	toStopped, toHot := conversions(c, s)
+	members := map[domain.Role][]domain.Instance{
+		domain.RoleHot:     slices.Concat(without(c.members[domain.RoleHot], toStopped), toHot),
+		domain.RoleStopped: slices.Concat(without(c.members[domain.RoleStopped], toHot), toStopped),
+	}
 	excess := map[domain.Role][]domain.Instance{}
 	for _, role := range []domain.Role{domain.RoleHot, domain.RoleStopped} {
-		if n := len(c.members[role]) - s.Target.For(role); n > 0 {
-			excess[role] = excessVictims(c.members[role], n)
+		if n := len(members[role]) - s.Target.For(role); n > 0 {
+			excess[role] = excessVictims(members[role], n)
 		}
 	}
 	// A member about to go as excess is not worth parking first.
@@ -131,9 +157,15 @@ func Compute(s Snapshot) Plan {
 	notVictim := func(in domain.Instance) bool { return victim[in.ID] }
 	add(Stop, ReasonRestop, slices.DeleteFunc(c.restop, notVictim))
 	add(Stop, ReasonWarm, slices.DeleteFunc(c.warm, notVictim))
+	if len(toStopped) > 0 {
+		p.Steps = append(p.Steps, Step{Action: Stop, Reason: ReasonConvert, Role: domain.RoleStopped, Instances: toStopped})
+	}
+	if len(toHot) > 0 {
+		p.Steps = append(p.Steps, Step{Action: Start, Reason: ReasonConvert, Role: domain.RoleHot, Instances: toHot})
+	}
 
 	for _, role := range []domain.Role{domain.RoleHot, domain.RoleStopped} {
-		if n := s.Target.For(role) - len(c.members[role]); n > 0 {
+		if n := s.Target.For(role) - len(members[role]); n > 0 {
 			p.Steps = append(p.Steps, Step{Action: Create, Reason: ReasonMissing, Role: role, Count: n})
 		}
 	}
@@ -188,6 +220,86 @@ func categorize(s Snapshot) categories {
 		}
 	}
 	return c
+}
+
+// conversions picks the members that change role this cycle, while one
+// role is in excess and the other short. Stopping a machine that is up and
+// warm, or starting a parked one (in seconds, its disk already warm), costs
+// far less than terminating it and launching a replacement, which boots and
+// warms up from nothing (and, to be a stopped member, is stopped after).
+//
+// Toward stopped go ready hot members, but only those beyond the ready
+// ones the hot target still needs (a hot member still booting is the one
+// to go as excess), and never a spot machine, which cannot be stopped.
+// Toward hot go parked members, the cloud agreeing that their machines are
+// stopped (one still stopping cannot be started yet). Either way only
+// members of the pool's current spec: a member of an outdated one is
+// rolled, not kept. Oldest first.
+func conversions(c categories, s Snapshot) (toStopped, toHot []domain.Instance) {
+	if s.NoConvert {
+		return nil, nil
+	}
+	hot, stopped := c.members[domain.RoleHot], c.members[domain.RoleStopped]
+	excessHot, excessStopped := len(hot)-s.Target.Hot, len(stopped)-s.Target.Stopped
+	if n := min(excessHot, -excessStopped); n > 0 {
+		ready := 0
+		var stoppable []domain.Instance
+		for _, in := range hot {
+			if in.State != domain.StateReady {
+				continue
+			}
+			ready++
+			machine, known := s.Cloud[in.CloudID]
+			if in.SpecHash == s.SpecHash && !spot(in, machine) && (s.Cloud == nil || known && machine.State == domain.CloudRunning) {
+				stoppable = append(stoppable, in)
+			}
+		}
+		toStopped = oldest(stoppable, min(n, ready-s.Target.Hot))
+	}
+	if n := min(excessStopped, -excessHot); n > 0 && !s.NoStart {
+		var parked []domain.Instance
+		for _, in := range stopped {
+			machine, known := s.Cloud[in.CloudID]
+			if in.State == domain.StateStopped && in.SpecHash == s.SpecHash && (s.Cloud == nil || known && machine.State == domain.CloudStopped) {
+				parked = append(parked, in)
+			}
+		}
+		toHot = oldest(parked, n)
+	}
+	return toStopped, toHot
+}
+
+// spot reports whether an instance's machine is a spot one, as its row
+// (the create call's answer) or the cloud's listing says.
+func spot(in domain.Instance, machine domain.CloudInstance) bool {
+	return in.UsageClass == usageSpot || machine.UsageClass == usageSpot
+}
+
+// usageSpot is the usage class of a spot machine.
+const usageSpot = "spot"
+
+// oldest returns the n first created of insts (none when n <= 0).
+func oldest(insts []domain.Instance, n int) []domain.Instance {
+	if n <= 0 || len(insts) == 0 {
+		return nil
+	}
+	sorted := slices.Clone(insts)
+	slices.SortStableFunc(sorted, func(a, b domain.Instance) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	return sorted[:min(n, len(sorted))]
+}
+
+// without is insts less those in drop (by id).
+func without(insts, drop []domain.Instance) []domain.Instance {
+	if len(drop) == 0 {
+		return insts
+	}
+	ids := make(map[string]bool, len(drop))
+	for _, in := range drop {
+		ids[in.ID] = true
+	}
+	return slices.DeleteFunc(slices.Clone(insts), func(in domain.Instance) bool { return ids[in.ID] })
 }
 
 // retirable picks, of the hot members idle past their lifetime, those to

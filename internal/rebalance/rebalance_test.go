@@ -44,6 +44,7 @@ func job(j string) func(*domain.Instance)  { return func(i *domain.Instance) { i
 func started() func(*domain.Instance)      { return func(i *domain.Instance) { i.JobStarted = true } }
 func expired() func(*domain.Instance)      { return func(i *domain.Instance) { i.Deadline = now } }
 func noCloudID() func(*domain.Instance)    { return func(i *domain.Instance) { i.CloudID = "" } }
+func onSpot() func(*domain.Instance)       { return func(i *domain.Instance) { i.UsageClass = "spot" } }
 
 // render writes a plan compactly: "terminate/error[a b] create/hot×2".
 func render(p Plan) string {
@@ -70,6 +71,10 @@ func cloudOf(insts []domain.Instance, states map[string]domain.CloudState) map[s
 			continue
 		}
 		st, ok := states[in.ID]
+		usage := "on-demand"
+		if st == "spot" { // running on spot capacity
+			st, ok, usage = domain.CloudRunning, true, "spot"
+		}
 		if !ok {
 			st = domain.CloudRunning
 			if in.State == domain.StateStopped {
@@ -79,7 +84,7 @@ func cloudOf(insts []domain.Instance, states map[string]domain.CloudState) map[s
 		if st == "" { // missing from the listing
 			continue
 		}
-		m[in.CloudID] = domain.CloudInstance{ID: in.CloudID, State: st}
+		m[in.CloudID] = domain.CloudInstance{ID: in.CloudID, State: st, UsageClass: usage}
 	}
 	return m
 }
@@ -205,6 +210,41 @@ func TestCompute(t *testing.T) {
 		{name: "warm member that is also excess is terminated, not stopped", target: domain.Target{Stopped: 2},
 			insts: []domain.Instance{inst("s1", S, domain.StateStopped), inst("s2", S, domain.StateReady), inst("s3", S, domain.StateReady, created(time.Hour))},
 			want:  "stop/warm[s2] terminate/excess[s3]"},
+		{name: "a schedule swapping stopped for hot starts the parked members", target: domain.Target{Hot: 2},
+			insts: []domain.Instance{inst("s1", S, domain.StateStopped), inst("s2", S, domain.StateStopped)},
+			want:  "start/convert[s1 s2]"},
+		{name: "a schedule swapping hot for stopped parks the ready hot members", target: domain.Target{Stopped: 2},
+			insts: []domain.Instance{inst("h1", H, domain.StateReady), inst("h2", H, domain.StateReady)},
+			want:  "stop/convert[h1 h2]"},
+		{name: "a spot hot member is never stopped: it goes as excess", target: domain.Target{Stopped: 2},
+			insts: []domain.Instance{inst("h1", H, domain.StateReady, onSpot()), inst("h2", H, domain.StateReady)},
+			want:  "stop/convert[h2] create/stopped×1 terminate/excess[h1]"},
+		{name: "a hot member the cloud lists as spot is never stopped", target: domain.Target{Hot: 1, Stopped: 1},
+			insts: []domain.Instance{inst("h1", H, domain.StateReady, created(time.Hour)), inst("h2", H, domain.StateReady)},
+			cloud: map[string]domain.CloudState{"h1": "spot"},
+			want:  "stop/convert[h2]"},
+		{name: "only as many parked members start as hot ones are missing, oldest first", target: domain.Target{Hot: 1, Stopped: 1},
+			insts: []domain.Instance{
+				inst("s1", S, domain.StateStopped, created(time.Minute)),
+				inst("s2", S, domain.StateStopped, created(time.Hour)),
+			},
+			want: "start/convert[s2]"},
+		{name: "hot members are parked only beyond the ready ones the hot target needs", target: domain.Target{Hot: 1, Stopped: 1},
+			insts: []domain.Instance{inst("h1", H, domain.StateReady), inst("h2", H, domain.StateBooting)},
+			want:  "create/stopped×1 terminate/excess[h2]"},
+		{name: "a parked member starts while a warming stopped member keeps its place", target: domain.Target{Hot: 1, Stopped: 1},
+			insts: []domain.Instance{inst("s1", S, domain.StateStopped), inst("s2", S, domain.StateBooting)},
+			want:  "start/convert[s1]"},
+		{name: "what cannot be converted is replaced", target: domain.Target{Hot: 3},
+			insts: []domain.Instance{inst("s1", S, domain.StateStopped), inst("s2", S, domain.StateBooting), inst("s3", S, domain.StateReady)},
+			want:  "start/convert[s1] create/hot×2 terminate/excess[s2 s3]"},
+		{name: "a member whose machine is still stopping is not started", target: domain.Target{Hot: 1},
+			insts: []domain.Instance{inst("s1", S, domain.StateStopped)},
+			cloud: map[string]domain.CloudState{"s1": domain.CloudStopping},
+			want:  "create/hot×1 terminate/excess[s1]"},
+		{name: "outdated members are rolled, not converted", target: domain.Target{Hot: 1},
+			insts: []domain.Instance{inst("s1", S, domain.StateStopped, hash("spec-v1"))},
+			want:  "terminate/outdated[s1] create/hot×1"},
 		{name: "machine gone from the cloud is forgotten and replaced", target: domain.Target{Hot: 1},
 			insts: []domain.Instance{inst("h1", H, domain.StateReady)},
 			cloud: map[string]domain.CloudState{"h1": ""},
@@ -274,6 +314,60 @@ func TestComputeFollowsTheRebalanceOrder(t *testing.T) {
 		if st.Action == Terminate && st.Reason != ReasonExcess {
 			t.Errorf("step %d terminates for %s after creating", firstCreate+i, st.Reason)
 		}
+	}
+}
+
+// Conversions come after the stops of warmed members and before the
+// creates, which they spare, and the excess goes last.
+func TestComputeConvertsBeforeCreating(t *testing.T) {
+	H, S := domain.RoleHot, domain.RoleStopped
+	insts := []domain.Instance{
+		inst("old", H, domain.StateReady, hash("spec-v1")),
+		inst("warm", S, domain.StateReady),
+		inst("p1", S, domain.StateStopped),
+		inst("p2", S, domain.StateStopped),
+		inst("boot", S, domain.StateBooting),
+	}
+	s := Snapshot{Pool: "p", Now: now, Target: domain.Target{Hot: 4, Stopped: 1}, SpecHash: spec, Instances: insts,
+		Cloud: cloudOf(insts, nil)}
+	want := "terminate/outdated[old] stop/warm[warm] start/convert[p1 p2] create/hot×2 terminate/excess[boot]"
+	if got := render(Compute(s)); got != want {
+		t.Errorf("plan\n got: %s\nwant: %s", got, want)
+	}
+	for _, st := range Compute(s).Steps {
+		if st.Action == Start && st.Role != domain.RoleHot {
+			t.Errorf("start step makes its members %q, want hot", st.Role)
+		}
+	}
+}
+
+// A pool whose spec cannot be told converts nothing; one whose starts
+// the cloud lately refused for capacity creates its hot members, but
+// still parks hot members it has too many of.
+func TestConversionsHeldBack(t *testing.T) {
+	H, S := domain.RoleHot, domain.RoleStopped
+	parked := []domain.Instance{inst("s1", S, domain.StateStopped)}
+	ready := []domain.Instance{inst("h1", H, domain.StateReady)}
+	cases := []struct {
+		name               string
+		insts              []domain.Instance
+		target             domain.Target
+		noConvert, noStart bool
+		want               string
+	}{
+		{"spec unknown: no start", parked, domain.Target{Hot: 1}, true, false, "create/hot×1 terminate/excess[s1]"},
+		{"spec unknown: no stop", ready, domain.Target{Stopped: 1}, true, false, "create/stopped×1 terminate/excess[h1]"},
+		{"starts refused: hot created", parked, domain.Target{Hot: 1}, false, true, "create/hot×1 terminate/excess[s1]"},
+		{"starts refused: stops go on", ready, domain.Target{Stopped: 1}, false, true, "stop/convert[h1]"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := Snapshot{Pool: "p", Now: now, Target: c.target, SpecHash: spec, Instances: c.insts,
+				Cloud: cloudOf(c.insts, nil), NoConvert: c.noConvert, NoStart: c.noStart}
+			if got := render(Compute(s)); got != c.want {
+				t.Errorf("plan\n got: %s\nwant: %s", got, c.want)
+			}
+		})
 	}
 }
 
