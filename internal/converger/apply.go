@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -52,6 +53,9 @@ func (a applier) apply(ctx context.Context, p rebalance.Plan) error {
 		case rebalance.Stop:
 			flush()
 			errs = append(errs, a.stop(ctx, st.Instances, st.Reason))
+		case rebalance.Start:
+			flush()
+			errs = append(errs, a.start(ctx, st.Instances, st.Reason))
 		case rebalance.Create:
 			flush()
 			errs = append(errs, a.create(ctx, st.Role, st.Reason, st.Count))
@@ -199,10 +203,16 @@ func (a applier) terminate(ctx context.Context, insts []domain.Instance, why []r
 	return errors.Join(append(errs, err)...)
 }
 
-// stop parks warmed stopped-pool members: rows first, then the cloud.
+// stop parks warmed stopped-pool members, or hot members converted to
+// stopped ones: rows first, then the cloud, so that a job that claims a
+// member meanwhile keeps it running.
 func (a applier) stop(ctx context.Context, insts []domain.Instance, why rebalance.Reason) error {
+	verb := a.c.verbs.Stop
+	if why == rebalance.ReasonConvert {
+		verb = a.c.verbs.ConvertToStopped
+	}
 	marked, err := a.transition(ctx, insts, func(_ int, in domain.Instance) domain.TransitionRequest {
-		return a.c.verbs.Stop(in, a.now)
+		return verb(in, a.now)
 	}, a.lostAs(rebalance.Stop, why))
 	errs := []error{err}
 	for _, batch := range domain.Chunk(marked, domain.MaxBatch) {
@@ -215,6 +225,58 @@ func (a applier) stop(ctx context.Context, insts []domain.Instance, why rebalanc
 			continue
 		}
 		a.tally(rebalance.Stop, why, resultOK, len(batch))
+	}
+	return errors.Join(errs...)
+}
+
+// start makes parked members hot: rows first (one guarded transition
+// each, so that a job that claimed a member meanwhile keeps it), then the
+// cloud, at most MaxBatch per call. A member whose machine the cloud did
+// not start is parked again, as it was; when the cloud had no capacity,
+// the pool's starts are held for a while (startHold), and its next cycles
+// create the hot members instead. A row left booting over a machine that
+// did not start (its change back failed) ends as dangling, as a machine
+// that never warmed.
+func (a applier) start(ctx context.Context, insts []domain.Instance, why rebalance.Reason) error {
+	parked := make(map[string]domain.Instance, len(insts))
+	for _, in := range insts {
+		parked[in.ID] = in
+	}
+	marked, err := a.transition(ctx, insts, func(_ int, in domain.Instance) domain.TransitionRequest {
+		return a.c.verbs.ConvertToHot(in, a.now)
+	}, a.lostAs(rebalance.Start, why))
+	errs := []error{err}
+	var notStarted []domain.Instance
+	for _, batch := range domain.Chunk(marked, domain.MaxBatch) {
+		err := a.c.cloud.Start(ctx, cloudIDs(batch))
+		a.calls.note(err)
+		if err == nil {
+			a.tally(rebalance.Start, why, resultOK, len(batch))
+			continue
+		}
+		a.c.metrics.cloudErrors.WithLabelValues("StartInstances").Inc()
+		if errors.Is(err, domain.ErrInsufficientCapacity) {
+			a.c.starts.refused(a.spec.Pool.Name, a.now)
+		}
+		// The cloud starts the machines it knows and names the others,
+		// which are gone: their rows are parked again, to be forgotten.
+		unknown := domain.UnknownIDs(err)
+		failed := 0
+		for _, in := range batch {
+			if unknown == nil || slices.Contains(unknown, in.CloudID) {
+				notStarted = append(notStarted, in)
+				failed++
+			}
+		}
+		a.tally(rebalance.Start, why, resultOK, len(batch)-failed)
+		a.tally(rebalance.Start, why, resultError, failed)
+		errs = append(errs, fmt.Errorf("pool %s: start %d instances: %w", a.spec.Pool.Name, failed, err))
+	}
+	if len(notStarted) > 0 {
+		_, err := a.transition(ctx, notStarted, func(_ int, in domain.Instance) domain.TransitionRequest {
+			return a.c.verbs.StartFailed(in, parked[in.ID])
+		}, nil)
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -3,10 +3,10 @@
 // the store and the cloud, and applies it.
 //
 // A pool that cannot launch what it misses still does the rest of its plan:
-// while its image does not resolve it creates and rolls nothing, and while
-// its new members keep failing before they warm its creates back off (see
-// createBackoff); either way it still sheds, parks, settles and forgets,
-// and its status says why it does not grow.
+// while its image does not resolve it creates, rolls and converts nothing,
+// and while its new members keep failing before they warm its creates back
+// off (see createBackoff); either way it still sheds, parks, settles and
+// forgets, and its status says why it does not grow.
 package converger
 
 import (
@@ -116,6 +116,7 @@ type Converger struct {
 		byPool map[string]string
 	}
 	warmups *warmups
+	starts  startRefusals
 }
 
 // New returns a converger over the pools that pools returns at each cycle
@@ -136,6 +137,7 @@ func New(store Store, cloud domain.Cloud, clk domain.Clock, pools func() []PoolS
 			ControllerID: opts.ControllerID, AgentURL: opts.AgentURL, SpotAllowed: opts.SpotAllowed, IDs: opts.IDs}}
 	c.unknownImages.byPool = map[string]string{}
 	c.warmups = newWarmups()
+	c.starts.at = map[string]time.Time{}
 	return c, nil
 }
 
@@ -247,6 +249,7 @@ func (c *Converger) convergeAll(ctx context.Context, now time.Time, specs []Pool
 	}
 	c.forgetUnknownImages(configured)
 	c.warmups.forget(configured)
+	c.starts.forget(configured)
 	var removed []string
 	for name := range byPool {
 		if !configured[name] {
@@ -321,7 +324,7 @@ func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec
 	snap := rebalance.Snapshot{
 		Pool: p.Name, Now: now, Target: target, SpecHash: r.SpecHash,
 		HotIdleLifetime: p.HotIdleLifetime, DanglingAfter: c.opts.DanglingAfter, GoneGrace: c.opts.GoneGrace,
-		Instances: rows, Cloud: view,
+		Instances: rows, Cloud: view, NoStart: c.starts.held(p.Name, now),
 	}
 	if imageErr != nil {
 		r.Plan = planWithoutSpec(snap)
@@ -346,6 +349,50 @@ func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec
 	return r
 }
 
+// startHold is how long a pool's parked members are not started to become
+// hot once the cloud refused to start its machines for want of capacity:
+// meanwhile the hot members it misses are created, as another instance
+// type or in another zone if need be, rather than waiting for the shortage
+// to end.
+const startHold = 10 * time.Minute
+
+// startRefusals remembers, by pool, when the cloud last refused to start
+// the pool's machines for want of capacity. Like the warm-up streaks, it
+// lives in the memory of the replica holding the converger's lease.
+type startRefusals struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (r *startRefusals) refused(pool string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.at[pool] = now
+}
+
+// held reports whether pool's starts are held at now.
+func (r *startRefusals) held(pool string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.at[pool]
+	if ok && !now.Before(at.Add(startHold)) {
+		delete(r.at, pool)
+		return false
+	}
+	return ok
+}
+
+// forget drops the pools not configured.
+func (r *startRefusals) forget(configured map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for pool := range r.at {
+		if !configured[pool] {
+			delete(r.at, pool)
+		}
+	}
+}
+
 // unknownSpec is the spec hash a pool whose image did not resolve is
 // planned against: its own and every member's, so that none is outdated.
 const unknownSpec = "image-not-resolved"
@@ -353,7 +400,8 @@ const unknownSpec = "image-not-resolved"
 // planWithoutSpec is the plan of a pool whose spec hash cannot be known
 // this cycle, its image not resolving: no member is outdated, for which
 // of them are cannot be told, and a pool is never rolled on a lookup that
-// failed. Its steps name the rows as read.
+// failed; for the same reason no member changes role. Its steps name the
+// rows as read.
 func planWithoutSpec(snap rebalance.Snapshot) rebalance.Plan {
 	asRead := make(map[string]domain.Instance, len(snap.Instances))
 	same := make([]domain.Instance, len(snap.Instances))
@@ -362,7 +410,7 @@ func planWithoutSpec(snap rebalance.Snapshot) rebalance.Plan {
 		in.SpecHash = unknownSpec
 		same[i] = in
 	}
-	snap.SpecHash, snap.Instances = unknownSpec, same
+	snap.SpecHash, snap.Instances, snap.NoConvert = unknownSpec, same, true
 	plan := rebalance.Compute(snap)
 	for i, st := range plan.Steps {
 		insts := make([]domain.Instance, len(st.Instances))

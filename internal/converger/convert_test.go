@@ -1,0 +1,236 @@
+package converger
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+)
+
+// ids are the ids of insts, sorted.
+func ids(insts []domain.Instance) []string {
+	out := make([]string, len(insts))
+	for i, in := range insts {
+		out[i] = in.ID
+	}
+	slices.Sort(out)
+	return out
+}
+
+// A schedule that swaps stopped capacity for hot capacity, and back, starts
+// and stops the same machines: no machine is terminated or launched.
+func TestScheduleFlipConvertsMembers(t *testing.T) {
+	w := newWorld(t, domain.Target{Stopped: 2}, sim.Options{Latency: latency}, Options{})
+	w.converge(10)
+	parked := w.rows(domain.StateStopped)
+	w.cloud.ResetCalls()
+
+	w.setTarget(domain.Target{Hot: 2})
+	r := w.cycle()
+	if got := Describe(r.Plan); got != "start/convert×2" {
+		t.Fatalf("stopped 2 → hot 2 plans %q", got)
+	}
+	for _, in := range w.rows(domain.StateBooting) {
+		if in.Role != domain.RoleHot || !in.RunningSince.Equal(w.Clock.Now()) {
+			t.Fatalf("started member %+v, want a hot member booting since the start", in)
+		}
+	}
+	w.converge(5)
+	if got := ids(w.rows(domain.StateReady)); !slices.Equal(got, ids(parked)) || w.readyHot() != 2 {
+		t.Fatalf("ready hot %v, want the parked members %v", got, ids(parked))
+	}
+	calls := w.cloud.Calls()
+	if calls[sim.OpStartInstances] != 1 || calls[sim.OpCreateFleet] != 0 || calls[sim.OpTerminateInstances] != 0 {
+		t.Fatalf("calls %v, want one start and no create or terminate", calls)
+	}
+	if got := w.actions("start", "convert", "ok"); got != 2 {
+		t.Fatalf("starts counted %v", got)
+	}
+
+	w.setTarget(domain.Target{Stopped: 2})
+	if got := Describe(w.cycle().Plan); got != "stop/convert×2" {
+		t.Fatalf("hot 2 → stopped 2 plans %q", got)
+	}
+	w.converge(5)
+	if got := ids(w.rows(domain.StateStopped)); !slices.Equal(got, ids(parked)) {
+		t.Fatalf("parked %v, want the same members %v", got, ids(parked))
+	}
+	for _, in := range w.rows(domain.StateStopped) {
+		if in.Role != domain.RoleStopped {
+			t.Fatalf("parked member %s has role %s", in.ID, in.Role)
+		}
+	}
+	calls = w.cloud.Calls()
+	if calls[sim.OpStopInstances] != 1 || calls[sim.OpCreateFleet] != 0 || calls[sim.OpTerminateInstances] != 0 {
+		t.Fatalf("calls %v, want one stop and no create or terminate", calls)
+	}
+	if got := w.actions("stop", "convert", "ok"); got != 2 {
+		t.Fatalf("stops counted %v", got)
+	}
+}
+
+// Conversions go to the cloud in calls of at most MaxBatch ids.
+func TestConversionsGoInBatches(t *testing.T) {
+	w := newWorld(t, domain.Target{Stopped: 120}, sim.Options{}, Options{})
+	w.converge(5)
+	w.cloud.ResetCalls()
+	w.setTarget(domain.Target{Hot: 120})
+	if got := Describe(w.cycle().Plan); got != "start/convert×120" {
+		t.Fatalf("plan %q", got)
+	}
+	w.converge(5)
+	w.setTarget(domain.Target{Stopped: 120})
+	if got := Describe(w.cycle().Plan); got != "stop/convert×120" {
+		t.Fatalf("plan %q", got)
+	}
+	calls, most := w.cloud.Calls(), w.cloud.MaxIDsPerCall()
+	for _, op := range []string{sim.OpStartInstances, sim.OpStopInstances} {
+		if calls[op] != 3 || most[op] > domain.MaxBatch {
+			t.Errorf("%s: %d calls, at most %d ids", op, calls[op], most[op])
+		}
+	}
+}
+
+// A spot machine cannot be stopped: a spot runner's hot members are
+// replaced by on-demand stopped ones, not parked.
+func TestSpotHotMembersAreNotStopped(t *testing.T) {
+	w := newWorld(t, domain.Target{Hot: 2}, sim.Options{Latency: latency}, Options{})
+	w.edit(func(ps *PoolSpec) { ps.Runner.Spot = "price-capacity-optimized" })
+	w.converge(5)
+	w.cloud.ResetCalls()
+	w.setTarget(domain.Target{Stopped: 2})
+	if got := Describe(w.cycle().Plan); got != "create/stopped×2 terminate/excess×2" {
+		t.Fatalf("plan %q", got)
+	}
+	if n := w.cloud.Calls()[sim.OpStopInstances]; n != 0 {
+		t.Fatalf("%d stop calls for spot machines", n)
+	}
+}
+
+// claimRace claims one instance for a job just before the converger's
+// first batch of row changes lands.
+type claimRace struct {
+	domain.Store
+	once   sync.Once
+	victim domain.Instance
+	err    error
+}
+
+func (s *claimRace) TransitionBatch(ctx context.Context, reqs []domain.TransitionRequest) ([]domain.TransitionResult, error) {
+	s.once.Do(func() {
+		r := domain.NewLifecycle(domain.Deadlines{}).Claim(s.victim, "job-1", s.victim.UpdatedAt)
+		_, s.err = s.Store.Transition(ctx, r.ID, r.Guard, r.Apply)
+	})
+	return s.Store.TransitionBatch(ctx, reqs)
+}
+
+// A job that claims a member while it is being converted keeps it: the
+// conversion of that member is skipped, the others go ahead.
+func TestClaimWinsOverAConversion(t *testing.T) {
+	t.Run("to stopped", func(t *testing.T) {
+		w := newWorld(t, domain.Target{Hot: 2}, sim.Options{Latency: latency}, Options{})
+		w.converge(10)
+		hot := w.rows(domain.StateReady)
+		rs := &claimRace{Store: w.Store, victim: hot[0]}
+		w.conv.store = rs
+		w.setTarget(domain.Target{Stopped: 2})
+		if got := Describe(w.cycle().Plan); got != "stop/convert×2" {
+			t.Fatalf("plan %q", got)
+		}
+		if rs.err != nil {
+			t.Fatal(rs.err)
+		}
+		claimed, _ := w.Store.GetInstance(context.Background(), hot[0].ID)
+		if claimed.State != domain.StateClaimed || claimed.Job != "job-1" || claimed.Role != domain.RoleHot {
+			t.Fatalf("claimed member became %+v", claimed)
+		}
+		if m, _ := w.cloud.Get(claimed.CloudID); m.State != domain.CloudRunning {
+			t.Fatalf("claimed member's machine is %s", m.State)
+		}
+		other, _ := w.Store.GetInstance(context.Background(), hot[1].ID)
+		if other.State != domain.StateStopping || other.Role != domain.RoleStopped {
+			t.Fatalf("the other member is %s %s, want a stopped member stopping", other.State, other.Role)
+		}
+		if ok, conflict := w.actions("stop", "convert", "ok"), w.actions("stop", "convert", "conflict"); ok != 1 || conflict != 1 {
+			t.Fatalf("conversions counted %v ok, %v conflict; want 1 and 1", ok, conflict)
+		}
+	})
+	t.Run("to hot", func(t *testing.T) {
+		w := newWorld(t, domain.Target{Stopped: 2}, sim.Options{Latency: latency}, Options{})
+		w.converge(10)
+		parked := w.rows(domain.StateStopped)
+		rs := &claimRace{Store: w.Store, victim: parked[0]}
+		w.conv.store = rs
+		w.setTarget(domain.Target{Hot: 2})
+		if got := Describe(w.cycle().Plan); got != "start/convert×2" {
+			t.Fatalf("plan %q", got)
+		}
+		if rs.err != nil {
+			t.Fatal(rs.err)
+		}
+		claimed, _ := w.Store.GetInstance(context.Background(), parked[0].ID)
+		if claimed.State != domain.StateClaimed || claimed.Job != "job-1" || claimed.Role != domain.RoleStopped {
+			t.Fatalf("claimed member became %+v", claimed)
+		}
+		if m, _ := w.cloud.Get(claimed.CloudID); m.State != domain.CloudStopped {
+			t.Fatalf("claimed member's machine is %s: its job's dispatcher starts it, not the converger", m.State)
+		}
+		other, _ := w.Store.GetInstance(context.Background(), parked[1].ID)
+		if other.State != domain.StateBooting || other.Role != domain.RoleHot {
+			t.Fatalf("the other member is %s %s, want a hot member booting", other.State, other.Role)
+		}
+		if ok, conflict := w.actions("start", "convert", "ok"), w.actions("start", "convert", "conflict"); ok != 1 || conflict != 1 {
+			t.Fatalf("conversions counted %v ok, %v conflict; want 1 and 1", ok, conflict)
+		}
+	})
+}
+
+// A start the cloud refuses for capacity leaves the members parked, and the
+// pool creates its hot members instead until the hold ends.
+func TestStartRefusedForCapacityCreatesInstead(t *testing.T) {
+	w := newWorld(t, domain.Target{Stopped: 2}, sim.Options{Latency: latency}, Options{})
+	w.converge(10)
+	parked := w.rows(domain.StateStopped)
+	w.cloud.FailNext(sim.OpStartInstances, 1, domain.ErrInsufficientCapacity)
+	w.setTarget(domain.Target{Hot: 2})
+	r := w.cycle()
+	if got := Describe(r.Plan); got != "start/convert×2" {
+		t.Fatalf("plan %q", got)
+	}
+	if !errors.Is(r.Err, domain.ErrInsufficientCapacity) {
+		t.Fatalf("pool error %v, want the capacity refusal", r.Err)
+	}
+	if got := ids(w.rows(domain.StateStopped)); !slices.Equal(got, ids(parked)) {
+		t.Fatalf("parked after the refusal %v, want %v", got, ids(parked))
+	}
+	for i, in := range w.rows(domain.StateStopped) {
+		if in.Role != domain.RoleStopped || !in.Deadline.Equal(parked[i].Deadline) || !in.RunningSince.IsZero() {
+			t.Fatalf("refused member %+v, want it parked as it was", in)
+		}
+	}
+	if got := w.actions("start", "convert", "error"); got != 2 {
+		t.Fatalf("refused starts counted %v", got)
+	}
+	w.Clock.Pass(30 * time.Second)
+	if got := Describe(w.cycle().Plan); got != "create/hot×2 terminate/excess×2" {
+		t.Fatalf("plan after the refusal %q", got)
+	}
+	w.converge(5)
+}
+
+// A pool whose image does not resolve cannot tell which members are
+// current: none is converted.
+func TestUnresolvedImageConvertsNothing(t *testing.T) {
+	w := newWorld(t, domain.Target{Stopped: 2}, sim.Options{Latency: latency, Images: map[string]string{"ubuntu24": "ami-1"}}, Options{})
+	w.converge(10)
+	w.edit(func(ps *PoolSpec) { ps.Runner.Image = "ubuntu24-typo" })
+	w.setTarget(domain.Target{Hot: 2})
+	if got := Describe(w.cycle().Plan); got != "terminate/excess×2" {
+		t.Fatalf("plan %q", got)
+	}
+}
