@@ -31,11 +31,7 @@ const (
 // createBackoff is how long a pool's creates wait after failures members
 // in a row failed before warming.
 func createBackoff(failures int) time.Duration {
-	d := minCreateBackoff
-	for i := 1; i < failures && d < maxCreateBackoff; i++ {
-		d *= 2
-	}
-	return min(d, maxCreateBackoff)
+	return domain.Doubling(minCreateBackoff, maxCreateBackoff, failures)
 }
 
 // ErrWarmUpsFailing says a pool's new members fail before they warm: its

@@ -412,3 +412,11 @@ func TestTerminateDoneWhenEveryMachineIsGone(t *testing.T) {
 		}
 	}
 }
+
+func TestDoublingWaitsGrowToTheirCap(t *testing.T) {
+	for n, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 6: 30 * time.Second, 100: 30 * time.Second} {
+		if got := domain.Doubling(time.Second, 30*time.Second, n); got != want {
+			t.Errorf("Doubling(1s, 30s, %d) = %v, want %v", n, got, want)
+		}
+	}
+}

@@ -23,11 +23,7 @@ const (
 // seconds for as long as GitHub keeps it queued; backing off, it takes
 // about a dozen an hour after the first eight.
 func RetryDelay(attempts int) time.Duration {
-	d := RequeueDelay
-	for i := 1; i < attempts && d < MaxRequeueDelay; i++ {
-		d *= 2
-	}
-	return min(d, MaxRequeueDelay)
+	return domain.Doubling(RequeueDelay, MaxRequeueDelay, attempts)
 }
 
 // Requeue sends a job that was assigned to instanceID back to its queue,

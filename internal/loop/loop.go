@@ -155,11 +155,7 @@ func (r *Runner) run(ctx context.Context, l Loop) (err error) {
 // backoffAfter is the wait after the nth failure in a row: doubling from
 // the backoff up to the maximum.
 func (r *Runner) backoffAfter(n int) time.Duration {
-	d := r.backoff
-	for i := 1; i < n && d < r.max; i++ {
-		d *= 2
-	}
-	return min(d, r.max)
+	return domain.Doubling(r.backoff, r.max, n)
 }
 
 func (r *Runner) track(name string) {
