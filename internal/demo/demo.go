@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,6 +52,16 @@ type Options struct {
 	// Scheduled are jobs queued at given offsets from the start (a replayed
 	// history), besides the generated ones.
 	Scheduled []Scheduled
+	// BillFrom, when set, is when the instance-hours begin: time before
+	// it (a warm-up in which the pools fill, say) is not counted.
+	BillFrom time.Time
+	// EndWhenServed ends the run before Duration has passed, at the first
+	// converger cycle after the last scheduled job has arrived (and the
+	// generated ones have stopped) at which every job is served: none is
+	// queued, assigned or running, none that a spot interruption failed
+	// waits for its re-run, and the intake has taken in every delivery.
+	// Such an end is no interruption.
+	EndWhenServed bool
 	// Progress, when set, is told the virtual time every converger cycle.
 	Progress func(at time.Time)
 	// Mix is the kinds of jobs; default ghsim.MixFor of the pools the
@@ -97,6 +108,9 @@ type Result struct {
 	// Interrupted is set when ctx ended the run before its virtual
 	// duration had passed: the result is the state at that moment.
 	Interrupted bool `json:"interrupted,omitempty"`
+	// End is the virtual time the run ended: its duration after the
+	// start, or sooner (EndWhenServed, or an interruption).
+	End time.Time `json:"end"`
 	// InstanceHours is the run's instance time by type, option and state.
 	InstanceHours []InstanceHours `json:"instance_hours"`
 	// Stream is every job the simulated GitHub saw, with its times.
@@ -133,12 +147,15 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 	res := Result{Environment: env}
 	var last converger.Report
-	used := &usage{}
+	used := &usage{from: o.BillFrom}
 	w.used = used
 	w.onCycle = func(rep converger.Report) {
 		res.Cycles++
 		last = rep
 		used.sample(context.WithoutCancel(ctx), w.a.Store, w.a.Config().Runner, rep.At)
+		if o.EndWhenServed && w.allServed(context.WithoutCancel(ctx), rep.At) {
+			w.markServed()
+		}
 		if o.Progress != nil {
 			o.Progress(rep.At)
 		}
@@ -156,16 +173,22 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		defer w.gen.Stop()
 		quiet := clk.AfterFunc(feedFor(o.Duration), w.gen.Stop)
 		defer quiet.Stop()
+		w.feedEnds = o.Start.Add(feedFor(o.Duration))
 	}
+	w.scheduled = len(o.Scheduled)
 	for _, sj := range o.Scheduled {
-		t := clk.AfterFunc(sj.At, func() { w.a.Sim.GitHub.QueueJob(sj.Job) })
+		t := clk.AfterFunc(sj.At, func() {
+			w.a.Sim.GitHub.QueueJob(sj.Job)
+			w.arrived.Add(1)
+		})
 		defer t.Stop()
 	}
 	end := o.Start.Add(o.Duration)
 	if err := drv.run(ctx, w, end); err != nil {
 		return Result{}, fmt.Errorf("demo: stopped after %s of virtual time: %w", clk.Now().Sub(o.Start).Round(time.Second), err)
 	}
-	res.Interrupted = ctx.Err() != nil && clk.Now().Before(end)
+	res.End = clk.Now()
+	res.Interrupted = !w.isServed() && ctx.Err() != nil && res.End.Before(end)
 	res, err = w.result(context.WithoutCancel(ctx), res, last, clk.Now().Sub(o.Start))
 	res.InstanceHours = used.list()
 	return res, err
@@ -191,6 +214,27 @@ type world struct {
 	lines  io.Writer
 	rolled bool
 	log    *slog.Logger
+	// For EndWhenServed: the scheduled jobs, those arrived so far, the
+	// end of the generated jobs' arrivals, and served, closed once every
+	// job is served.
+	scheduled  int
+	arrived    atomic.Int64
+	feedEnds   time.Time
+	served     chan struct{}
+	servedOnce sync.Once
+}
+
+// markServed tells the driver that every job is served.
+func (w *world) markServed() { w.servedOnce.Do(func() { close(w.served) }) }
+
+// isServed reports whether markServed was called.
+func (w *world) isServed() bool {
+	select {
+	case <-w.served:
+		return true
+	default:
+		return false
+	}
 }
 
 // stepFailed logs a failed step of the job path: the run goes on, as
@@ -202,7 +246,7 @@ func (w *world) stepFailed(what string, err error) {
 }
 
 func newWorld(ctx context.Context, o Options, clk domain.Clock, stepped bool) (*world, error) {
-	w := &world{interval: o.Interval, log: o.Log}
+	w := &world{interval: o.Interval, log: o.Log, served: make(chan struct{})}
 	path := o.StorePath
 	if err := checkFreshStore(path); err != nil {
 		return nil, err

@@ -25,6 +25,7 @@ func (d *scaledDriver) run(ctx context.Context, w *world, end time.Time) error {
 	}()
 	select {
 	case <-ctx.Done():
+	case <-w.served:
 	case <-d.c.After(end.Sub(d.c.Now())):
 	}
 	stop()
@@ -64,6 +65,9 @@ func (d *virtualDriver) run(ctx context.Context, w *world, end time.Time) error 
 				return fmt.Errorf("converger cycle at %s: %w", now.Format(time.RFC3339), err)
 			}
 			w.a.NoteCycle(rep)
+			if w.isServed() {
+				return nil
+			}
 			nextCycle = now.Add(w.interval)
 		}
 		d.serveJobs(ctx, provisioning, w)

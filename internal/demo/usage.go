@@ -40,6 +40,9 @@ func usageState(s domain.State) string {
 // one's interval to its type, option and state: a sampled integral, as
 // fine as the cycle.
 type usage struct {
+	// from is when billing begins (zero: at the first sample); last the
+	// previous sample.
+	from  time.Time
 	last  time.Time
 	hours map[[3]string]*InstanceHours
 	// roles are the roles of the instances seen, by id: the jobs report
@@ -58,7 +61,13 @@ func (u *usage) sample(ctx context.Context, st interface {
 		u.last = now
 		return
 	}
-	step := now.Sub(u.last).Hours()
+	// Of the time since the last sample, only what comes after from is
+	// billed; before it, the instances are still read for their roles.
+	from := u.last
+	if u.from.After(from) {
+		from = u.from
+	}
+	step := max(now.Sub(from), 0).Hours()
 	u.last = now
 	rows, err := st.ListInstances(ctx, domain.InstanceFilter{States: billed})
 	if err != nil {
@@ -69,8 +78,8 @@ func (u *usage) sample(ctx context.Context, st interface {
 	}
 	for _, in := range rows {
 		u.roles[in.ID] = in.Role
-		if in.State == domain.StateTerminated || in.InstanceType == "" {
-			continue // no machine (yet, or any more): nothing to bill
+		if in.State == domain.StateTerminated || in.InstanceType == "" || step == 0 {
+			continue // no machine (yet, or any more), or not billed yet
 		}
 		option := in.UsageClass
 		if option == "" {
