@@ -41,10 +41,11 @@ type Options struct {
 	// Interval is the converger's; 30 s when zero, as serve's default.
 	Interval time.Duration
 	Seed     uint64
-	// Tail is how long the replay runs after the history's last
+	// Tail is how long the replay may run after the history's last
 	// completion (the latest of the replayed jobs' arrival plus run time),
 	// so that jobs the replay starts later than the history did can
-	// finish; 15 min when zero.
+	// finish; 15 min when zero. The replay ends sooner, at the first
+	// converger cycle at which every job it took is done.
 	Tail time.Duration
 	// Progress, when set, is told how far the replay has come: the virtual
 	// time reached, the jobs arrived so far and in all.
@@ -66,8 +67,9 @@ type Report struct {
 	// Jobs is the history's. NotRun are those without a run time (never
 	// started, or not completed), which are not replayed. NotForBullpen
 	// ran, but their labels leave them to other runners (GitHub-hosted
-	// ones, another environment's bullpen): they are queued on the
-	// simulated GitHub as they were, and the intake ignores them.
+	// ones, another environment's bullpen): those that came before
+	// bullpen's last are queued on the simulated GitHub as they were, and
+	// the intake ignores them.
 	// Replayed are the rest, bullpen's jobs, served or refused.
 	Jobs          int `json:"jobs"`
 	NotRun        int `json:"not_run"`
@@ -77,12 +79,15 @@ type Report struct {
 	From time.Time `json:"from"`
 	To   time.Time `json:"to"`
 	// Window runs from the first replayed job's arrival to the last
-	// completion of a job the replay served; Run is the whole replay,
-	// from the warm-up lead before the first arrival to Tail after the
-	// history's last completion. The instance-hours and the bill cover
-	// Run.
-	Window Window `json:"window"`
-	Run    Window `json:"run"`
+	// completion of a job the replay served. Run is what the
+	// instance-hours and the bill cover: from the first arrival to the
+	// end of the replay, the first converger cycle at which every job it
+	// took was done (or Tail after the history's last completion, if
+	// sooner). Start is when the replay began, the warm-up lead before
+	// the first arrival, in which the pools fill unbilled.
+	Window Window    `json:"window"`
+	Run    Window    `json:"run"`
+	Start  time.Time `json:"start"`
 	// Simulated is the replay's jobs as the control plane served them.
 	Simulated demo.JobsReport `json:"simulated"`
 	// Recorded is the queue time the history recorded for the jobs the
@@ -141,6 +146,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		Config: o.Config, Environment: o.Environment, Duration: duration, Start: start,
 		Interval: o.Interval, Seed: o.Seed, Latency: o.Latency, FamilyLatency: o.FamilyLatency, Scheduled: plan.scheduled,
 		Progress: arrivals(o.Progress, plan.scheduled, start),
+		// The pools filling before the first arrival, and idling once
+		// every job is done, would be billed to the history's jobs.
+		BillFrom: plan.firstArrival, EndWhenServed: true,
 	})
 	if err != nil {
 		return Report{}, fmt.Errorf("simulate: %w", err)
@@ -158,7 +166,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if last.After(rep.Window.To) {
 		rep.Window.To = last
 	}
-	rep.Run = Window{From: start, To: start.Add(duration)}
+	rep.Run, rep.Start = Window{From: plan.firstArrival, To: res.End}, start
 	rep.Simulated, rep.CloudCalls, rep.Virtual = res.Jobs, res.CloudCalls, res.Virtual
 	rep.InstanceHours = res.InstanceHours
 	rep.Bill = prices.bill(res.InstanceHours, rep.Simulated.ByStatus["completed"])
@@ -205,8 +213,10 @@ func router(cfg *config.Config, env string) func(labels []string) intake.Decisio
 // replayPlan is the history as the replay queues it.
 type replayPlan struct {
 	// scheduled are the jobs that ran, at their arrival after bullpen's
-	// first (before it for earlier ones), each to run as long as it ran;
-	// queued those jobs, in the same order, with whether each is
+	// first (before it for earlier ones), each to run as long as it ran,
+	// up to bullpen's last: other runners' jobs after it would only keep
+	// the replay, and its bill, going once bullpen's jobs are done.
+	// queued are those jobs, in the same order, with whether each is
 	// bullpen's.
 	scheduled []demo.Scheduled
 	queued    []queuedJob
@@ -257,6 +267,7 @@ func planReplay(jobs []history.Job, ours func(labels []string) bool) replayPlan 
 	for _, j := range jobs {
 		nextRun = max(nextRun, j.RunID)
 	}
+	last := 0 // bullpen's last job and those before it are scheduled
 	for _, j := range jobs {
 		wait, ok := j.QueueTime()
 		if !ok || j.Completed == nil {
@@ -281,7 +292,9 @@ func planReplay(jobs []history.Job, ours func(labels []string) bool) replayPlan 
 		p.replayed++
 		p.lastArrival = j.Created
 		p.lastEnd = max(p.lastEnd, at+took)
+		last = len(p.scheduled)
 	}
+	p.scheduled, p.queued = p.scheduled[:last], p.queued[:last]
 	return p
 }
 

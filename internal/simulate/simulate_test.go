@@ -211,33 +211,44 @@ func TestRecordedQueueTimesAreThoseOfTheJobsServed(t *testing.T) {
 	}
 }
 
-// A replay runs from the warm-up lead to the tail after the history's last
-// completion, however far apart its longest job and its last arrival
-// are, and reports the window its jobs span: a long job at the start no
-// longer adds its length after the last arrival.
-func TestAReplayEndsAfterTheLastCompletion(t *testing.T) {
+// A replay bills from the first arrival to the first converger cycle after
+// its last job ended: not the warm-up lead before it, nor the tail it may
+// run after the history's last completion, so that a long job at the start
+// and short ones after bill no time past the long job's end, whatever the
+// tail, and though GitHub's own runners take a job an hour later. It
+// reports the window its jobs span.
+func TestAReplayBillsFromTheFirstArrivalToTheLastCompletion(t *testing.T) {
 	at := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
-	jobs := []history.Job{ranJob(1, []string{"runs-on=701/pool=p"}, at, 2*time.Second, time.Hour)}
+	jobs := []history.Job{ranJob(1, []string{"runs-on=701/pool=p"}, at, 2*time.Second, 4*time.Hour)}
 	for i := range 20 {
 		jobs = append(jobs, ranJob(int64(i+2), []string{fmt.Sprintf("runs-on=%d/pool=p", 702+i)}, at.Add(time.Duration(2*i)*time.Minute), 2*time.Second, 2*time.Minute))
 	}
-	const lead, tail = 5 * time.Minute, 15 * time.Minute
-	rep, err := simulate.Run(context.Background(), simulate.Options{Config: onePool(t), Jobs: jobs, Seed: 1, Lead: lead, Tail: tail})
-	if err != nil {
-		t.Fatal(err)
+	jobs = append(jobs, ranJob(99, []string{"ubuntu-latest"}, at.Add(5*time.Hour), time.Minute, time.Minute))
+	const lead, interval = 5 * time.Minute, 30 * time.Second
+	replay := func(tail time.Duration) simulate.Report {
+		t.Helper()
+		rep, err := simulate.Run(context.Background(), simulate.Options{Config: onePool(t), Jobs: jobs, Seed: 1, Lead: lead, Tail: tail, Interval: interval})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
 	}
-	// The history's last completion is the long job's: its arrival and
-	// its hour of run time.
-	if want := (simulate.Window{From: at.Add(-lead), To: at.Add(time.Hour + tail)}); rep.Run != want {
-		t.Errorf("the replay ran %s to %s, want %s to %s: the lead, the history up to its last completion, and the tail",
-			rep.Run.From, rep.Run.To, want.From, want.To)
+	rep := replay(15 * time.Minute)
+	if rep.Simulated.ByStatus["completed"] != 21 || rep.NotForBullpen != 1 {
+		t.Fatalf("by status %v, %d not for bullpen: want the 21 pool jobs completed, the hosted one apart", rep.Simulated.ByStatus, rep.NotForBullpen)
 	}
-	if rep.Simulated.ByStatus["completed"] != 21 {
-		t.Fatalf("by status %v, want the 21 jobs completed", rep.Simulated.ByStatus)
+	// The long job starts when a runner takes it and runs four hours.
+	if served := rep.Window.To.Sub(at.Add(4 * time.Hour)); rep.Window.From != at || served < 0 || served > time.Minute {
+		t.Errorf("window %s to %s, want from the first arrival to the long job's end, four hours and its queue time later", rep.Window.From, rep.Window.To)
 	}
-	// The long job starts when a runner takes it and runs an hour.
-	if served := rep.Window.To.Sub(at.Add(time.Hour)); rep.Window.From != at || served < 0 || served > time.Minute {
-		t.Errorf("window %s to %s, want from the first arrival to the long job's end, an hour and its queue time later", rep.Window.From, rep.Window.To)
+	if rep.Start != at.Add(-lead) || rep.Run.From != at || rep.Run.To.Before(rep.Window.To) || rep.Run.To.Sub(rep.Window.To) > interval {
+		t.Errorf("the replay began %s and billed %s to %s, want the lead before %s, and from then to the first cycle after the last completion, %s",
+			rep.Start, rep.Run.From, rep.Run.To, at, rep.Window.To)
+	}
+	long := replay(3 * time.Hour)
+	if long.Run != rep.Run || !reflect.DeepEqual(long.InstanceHours, rep.InstanceHours) || long.Bill.Total != rep.Bill.Total {
+		t.Errorf("with a 3-hour tail the replay billed %s to %s for %.2f, with 15 minutes %s to %s for %.2f: the tail is not billed",
+			long.Run.From, long.Run.To, long.Bill.Total, rep.Run.From, rep.Run.To, rep.Bill.Total)
 	}
 }
 
