@@ -329,8 +329,8 @@ func printSimulation(w io.Writer, r simulate.Report) {
 	}
 	fmt.Fprintf(w, "\nestimated cost (USD, prices %s): %.2f — compute %.2f (idle hot instances %.2f), volumes %.2f; %.4f per job\n",
 		r.Bill.PriceTable, r.Bill.Total, r.Bill.Total-r.Bill.Volumes, r.Bill.HotIdle, r.Bill.Volumes, r.Bill.PerJob)
-	fmt.Fprintf(w, "  over the replay's run, %s: %s of warm-up before the window, %s after it\n",
-		spanOf(r.Run), r.Window.From.Sub(r.Run.From), r.Run.To.Sub(r.Window.To))
+	fmt.Fprintf(w, "  over the replay's run from the first arrival, %s: it ended %s after the window; the %s of warm-up before it is not billed\n",
+		spanOf(r.Run), r.Run.To.Sub(r.Window.To), r.Run.From.Sub(r.Start))
 	if len(r.Bill.Unpriced) > 0 {
 		fmt.Fprintf(w, "  not priced (no price in the table): %s\n", strings.Join(r.Bill.Unpriced, ", "))
 	}

@@ -235,7 +235,7 @@ func TestSimulateComparesTheJobsItServed(t *testing.T) {
 		"not for bullpen: 10",
 		"  recorded                 2    2.0    2.0    2.0    2.0\n",
 		"window: 2026-11-23 10:02:00 to 10:07:",
-		"over the replay's run, 2026-11-23 09:57:00 to 10:22:00 (25m0s): 5m0s of warm-up before the window",
+		"over the replay's run from the first arrival, 2026-11-23 10:02:00 to 10:07:30 (5m30s): it ended 28s after the window; the 5m0s of warm-up before it is not billed",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the report lacks %q:\n%s", want, out)
