@@ -92,15 +92,13 @@ func TestJobsThatAreNotOursAreIgnored(t *testing.T) {
 
 // With a dev and a production stack on one configuration file, a job is
 // one stack's: the other records nothing, sends nothing, and with
-// --cancel-rejected cancels nothing. A job without env= is production's,
-// and one naming the dev stack's pool is left to that stack.
+// --cancel-rejected cancels nothing. A job without env= is production's.
 func TestAnotherEnvironmentsJobIsNeitherServedNorCancelled(t *testing.T) {
 	t.Parallel()
 	cases := map[string]struct {
 		env    string
 		labels []string
 	}{
-		"a dev pool without env=, at production":        {"production", []string{"runs-on=5/pool=small-dev"}},
 		"a dev pool with env=dev, at production":        {"production", []string{"runs-on=5/pool=small-dev/env=dev"}},
 		"a pool job without env=, at dev":               {"dev", poolLabels(5)},
 		"a cold-start job without env=, at dev":         {"dev", launchLabels(5)},
@@ -133,6 +131,22 @@ func TestAnotherEnvironmentsJobIsNeitherServedNorCancelled(t *testing.T) {
 			f.wantEvents("queued", "rejected", 0)
 		})
 	}
+}
+
+// A job of this stack's environment naming another environment's pool is
+// rejected with the env= label it lacks: the pool's own stack leaves it
+// alone as another environment's job, so a quiet "not ours" would leave it
+// queued until GitHub drops it.
+func TestAJobForAnotherEnvironmentsPoolIsRejectedWithTheLabelItLacks(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	f.deliver(jobEvent{action: "queued", id: 2102, runID: 6, labels: []string{"runs-on=6/pool=small-dev"}})
+	f.step()
+	j := f.Job(2102)
+	if j.Status != domain.JobRejected || j.Pool != "small-dev" || !strings.Contains(j.Reason, "add env=dev") {
+		t.Fatalf("job %s pool %q reason %q; want rejected, saying to add env=dev", j.Status, j.Pool, j.Reason)
+	}
+	f.wantEvents("queued", "rejected", 1)
 }
 
 func TestUnknownPoolIsRejected(t *testing.T) {

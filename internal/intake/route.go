@@ -78,8 +78,9 @@ type Decision struct {
 
 // Decide routes a job by its labels. It is pure: the same labels and
 // configuration always give the same decision. A job of another
-// environment or region, or naming another environment's pool, is not
-// ours: another stack serves or rejects it.
+// environment or region is not ours: another stack serves or rejects it.
+// A job of ours naming another environment's pool is rejected, with the
+// env= label it lacks: no other stack takes it.
 func Decide(jobLabels []string, r Routing) Decision {
 	env := r.Environment
 	if env == "" {
@@ -109,14 +110,16 @@ func Decide(jobLabels []string, r Routing) Decision {
 	if err != nil {
 		d := Decision{Ours: true, Reject: err.Error()}
 		if errors.Is(err, labels.ErrUnknownPool) {
-			if _, elsewhere := r.Pools[req.Pool]; elsewhere {
-				// Another environment's pool: its stack is the one to
-				// judge the job, and a rejection here would cancel a run
-				// that stack may be meant to serve.
-				return Decision{}
-			}
 			d.Pool = req.Pool
 			d.Reject = fmt.Sprintf("pool %s is not configured for environment %q (pools: %s)", domain.QuoteShort(req.Pool), env, servedNames(r.Pools, env))
+			if p, elsewhere := r.Pools[req.Pool]; elsewhere {
+				// Another environment's pool. The job is this stack's (its
+				// env= names it, or it has none and this is production):
+				// the pool's own stack ignores it, so unless this one says
+				// why, the job waits until GitHub drops it.
+				d.Reject = fmt.Sprintf("pool %s belongs to environment %q, and the job to %q: add env=%s to its runs-on label",
+					domain.QuoteShort(req.Pool), p.Environment, env, p.Environment)
+			}
 		}
 		return d
 	}

@@ -157,14 +157,15 @@ func TestStacksSharingAConfigurationTakeEachJobOnce(t *testing.T) {
 		dev, prod   string // the decision of each stack, as in TestDecide
 		defaultProd string // the decision of a stack left at Environment ""
 	}{
-		{"a dev pool without env= is no stack's", []string{"runs-on=1/pool=small-x64"},
-			"not ours", "not ours", "not ours"},
+		{"a dev pool without env= is rejected by production, saying which env= it needs", []string{"runs-on=1/pool=small-x64"},
+			"not ours", `reject: pool "small-x64" belongs to environment "dev", and the job to "production": add env=dev`,
+			`reject: pool "small-x64" belongs to environment "dev", and the job to "production": add env=dev`},
 		{"a dev pool with env=dev", []string{"runs-on=1/pool=small-x64/env=dev"},
 			"pool/small-x64/small-x64", "not ours", "not ours"},
 		{"a production pool without env=", []string{"runs-on=1/pool=deploy"},
 			"not ours", "pool/deploy/big", "pool/deploy/big"},
-		{"a production pool with env=dev", []string{"runs-on=1/pool=deploy", "env=dev"},
-			"not ours", "not ours", "not ours"},
+		{"a production pool with env=dev is rejected by dev", []string{"runs-on=1/pool=deploy", "env=dev"},
+			`reject: pool "deploy" belongs to environment "production", and the job to "dev": add env=production`, "not ours", "not ours"},
 		{"a pool of every environment without env=", []string{"runs-on=1/pool=shared"},
 			"not ours", "pool/shared/small-x64", "pool/shared/small-x64"},
 		{"a pool of every environment with env=dev", []string{"runs-on=1/pool=shared/env=dev"},
