@@ -139,8 +139,8 @@ type Report struct {
 }
 
 // ScopeOutcomes counts the scopes of a cycle by what their look at GitHub
-// gave: answered, failed, or gone (GitHub no longer has the repository or
-// organisation).
+// gave: answered, failed (a 404 too, which may mean lost access), or gone
+// (GitHub answered 410 for the repository or organisation).
 type ScopeOutcomes struct {
 	OK, Failed, Gone int
 }
@@ -475,7 +475,7 @@ func newReconcileMetrics(reg prometheus.Registerer) (*reconcileMetrics, error) {
 		actions: promreg.Counters("bullpen_reaper_actions_total",
 			"What the reaper reconciled, by kind (orphan, gone, silent, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, cancelled_run, completed_job, abandoned_job, job_deleted, row_deleted).", "kind"),
 		scopes: promreg.Counters("bullpen_reaper_scopes_total",
-			"Scopes the reaper looked at on GitHub, by outcome (ok, failed, gone).", "outcome"),
+			"Scopes the reaper looked at on GitHub, by outcome: ok, failed (a 404 included: the credentials may have lost access), gone (GitHub answered 410).", "outcome"),
 	}
 	promreg.AtZero(m.scopes, scopeOK, scopeFailed, scopeGone)
 	if err := promreg.Register(reg, "reaper", m.actions, m.scopes); err != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/github/rest"
 )
 
 // lookAtScopes deregisters dead runners and reads the queued jobs of every
@@ -13,9 +15,13 @@ import (
 // answer for (a permission taken back, an outage of one account) is
 // logged and counted, and fails the step only when every scope of the
 // cycle failed: one bad account must not keep the reaper, and the health
-// of every replica, failing for as long as it lasts. A scope GitHub no
-// longer has (a deleted repository) fails nothing. The store's and the
-// queue's errors fail the step as every step's do.
+// of every replica, failing for as long as it lasts. A 404 is such a
+// failure: GitHub answers it for a repository the credentials cannot see
+// (dropped from the App's selection, a token that lost access) as for a
+// deleted one, and taking it for the latter would let every scope go dark
+// with the step, and the health, still green. Only a scope GitHub says is
+// gone for good (410) fails nothing. The store's and the queue's errors
+// fail the step as every step's do.
 func (r *Reconciler) lookAtScopes(ctx context.Context, rows []domain.Instance, rep *Report) error {
 	scopes := r.scopes(ctx)
 	var errs, failures []error
@@ -35,13 +41,18 @@ func (r *Reconciler) lookAtScopes(ctx context.Context, rows []domain.Instance, r
 		errs = append(errs, err)
 		ghErrs = append(ghErrs, ghErr)
 		switch failed, gone := scopeOutcome(ghErrs); {
+		case failed != nil && errors.Is(failed, domain.ErrNotFound):
+			rep.Scopes.Failed++
+			failures = append(failures, failed)
+			r.Log.Warn("GitHub does not find this scope: the credentials may have lost access to it (a repository dropped from the App's selection, a token's access taken back), or it was deleted; the others go on",
+				"scope", s.String(), "err", failed)
 		case failed != nil:
 			rep.Scopes.Failed++
 			failures = append(failures, failed)
 			r.Log.Warn("GitHub failed to answer for a scope; the others go on", "scope", s.String(), "err", failed)
 		case gone != nil:
 			rep.Scopes.Gone++
-			r.Log.Info("GitHub no longer has this scope; skipped", "scope", s.String(), "err", gone)
+			r.Log.Info("GitHub says this scope is gone (410); skipped", "scope", s.String(), "err", gone)
 		default:
 			rep.Scopes.OK++
 		}
@@ -69,9 +80,14 @@ func scopeOutcome(errs []error) (failed, gone error) {
 	return errors.Join(fails...), errors.Join(gones...)
 }
 
-// isGone reports whether err says GitHub no longer has a scope's
-// repository or organisation (a 404), rather than that it failed.
-func isGone(err error) bool { return errors.Is(err, domain.ErrNotFound) }
+// isGone reports whether err is GitHub's 410, saying a scope's repository
+// or organisation is gone for good. The REST client maps 404 to the same
+// domain.ErrNotFound, so the status is read from its answer: a 404 cannot
+// tell a deleted repository from one the credentials no longer see.
+func isGone(err error) bool {
+	var answer *rest.APIError
+	return errors.As(err, &answer) && answer.Status == http.StatusGone
+}
 
 // allScopesFailed is the step's error when no scope was answered for: the
 // first failure stands for the others, which were logged.

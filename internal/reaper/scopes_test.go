@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-github/v88/github"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/github/rest"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 )
 
@@ -40,7 +43,16 @@ func (g scopeFaults) QueuedJobs(ctx context.Context, s domain.Scope) ([]domain.G
 var (
 	broken  = domain.Scope{Owner: "broken", Repo: "app"}
 	deleted = domain.Scope{Owner: "acme", Repo: "deleted"}
+	hidden  = domain.Scope{Owner: "acme", Repo: "hidden"}
 )
+
+// answered is the REST client's error for GitHub answering status.
+func answered(status int) error {
+	return rest.Classify("GitHub call", &github.ErrorResponse{
+		Response: &http.Response{StatusCode: status, Header: http.Header{}},
+		Message:  http.StatusText(status),
+	}, nil)
+}
 
 // lookingAt has the reconciler look at scopes on GitHub gh, and returns
 // what it logs.
@@ -120,11 +132,11 @@ func TestEveryScopeFailingFailsTheCycle(t *testing.T) {
 	}
 }
 
-// A scope GitHub no longer has (a deleted repository) fails nothing, even
-// alone, and is logged once a cycle although both of its looks fail.
+// A scope GitHub says is gone (410) fails nothing, even alone, and is
+// logged once a cycle although both of its looks fail.
 func TestGoneScopeFailsNothing(t *testing.T) {
 	x := newFixture(t)
-	gh := scopeFaults{x.gh, map[domain.Scope]error{deleted: domain.ErrNotFound}}
+	gh := scopeFaults{x.gh, map[domain.Scope]error{deleted: answered(http.StatusGone)}}
 	for _, scopes := range [][]domain.Scope{{deleted}, {deleted, scope}} {
 		logs := x.lookingAt(gh, scopes...)
 		for i := range 2 {
@@ -143,6 +155,52 @@ func TestGoneScopeFailsNothing(t *testing.T) {
 		if got := x.scopeOutcomes("gone"); got != 2 {
 			t.Fatalf("%v: gone scopes counted %v, want 2", scopes, got)
 		}
+	}
+}
+
+// A scope GitHub answers 404 for may be one the credentials lost access
+// to: it is a failure, warned about as such, and alone it fails the step
+// (the health goes red rather than the reaper going blind). Beside a scope
+// that answers, it fails nothing.
+func TestNotFoundScopeFails(t *testing.T) {
+	x := newFixture(t)
+	if err := answered(http.StatusNotFound); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("the client's 404 is %v, want domain.ErrNotFound", err)
+	}
+	gh := scopeFaults{x.gh, map[domain.Scope]error{hidden: answered(http.StatusNotFound)}}
+	logs := x.lookingAt(gh, hidden)
+	x.Clock.Advance(time.Minute)
+	rep, err := x.r.Cycle(x.Ctx)
+	if err == nil || !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("cycle error %v, want the 404 of the only scope", err)
+	}
+	if want := (ScopeOutcomes{Failed: 1}); rep.Scopes != want {
+		t.Fatalf("scopes %+v, want %+v", rep.Scopes, want)
+	}
+	if got := x.scopeOutcomes("failed"); got != 1 {
+		t.Fatalf("failed scopes counted %v, want 1", got)
+	}
+	if got := x.scopeOutcomes("gone"); got != 0 {
+		t.Fatalf("gone scopes counted %v, want 0", got)
+	}
+	var warning string
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "level=WARN") && strings.Contains(line, "scope=acme/hidden") {
+			warning = line
+		}
+	}
+	if !strings.Contains(warning, "lost access") || !strings.Contains(warning, "deleted") {
+		t.Fatalf("no warning naming the scope and saying access may be lost or the repository deleted:\n%s", logs)
+	}
+
+	x.lookingAt(gh, hidden, scope)
+	x.Clock.Advance(time.Minute)
+	rep, err = x.r.Cycle(x.Ctx)
+	if err != nil {
+		t.Fatalf("the cycle failed for one scope of two: %v", err)
+	}
+	if want := (ScopeOutcomes{OK: 1, Failed: 1}); rep.Scopes != want {
+		t.Fatalf("scopes %+v, want %+v", rep.Scopes, want)
 	}
 }
 
