@@ -2,13 +2,16 @@ package app
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/autoscale"
 	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/converger"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
@@ -109,7 +112,7 @@ func (a *App) configRead(data []byte, now time.Time) *config.Config {
 		}
 		return nil
 	}
-	cfg, err := config.Parse(name, data) // an empty file (a write caught midway) is refused too
+	cfg, err := a.parseConfig(name, data) // an empty file (a write caught midway) is refused too
 	if err != nil {
 		a.refuseConfig(data, err, now)
 		return nil
@@ -117,6 +120,22 @@ func (a *App) configRead(data []byte, now time.Time) *config.Config {
 	a.putConfigInForce(data, cfg, now)
 	a.configReloads.count(reloadLoaded)
 	return cfg
+}
+
+// parseConfig parses a configuration read from the source, and refuses
+// one whose autoscaling this stack's converger could not carry out (its
+// polls come only on cycles), as serve refuses it at start: put in force
+// by a reload, it would never scale, and the next restart would stop.
+func (a *App) parseConfig(name string, data []byte) (*config.Config, error) {
+	cfg, err := config.Parse(name, data)
+	if err != nil {
+		return nil, err
+	}
+	every := cmp.Or(a.opts.Converger.Interval, converger.DefaultInterval)
+	if err := autoscale.CheckCadence(cfg.PoolsFor(a.opts.Environment), every); err != nil {
+		return nil, fmt.Errorf("with a converger cycle of %v: %w", every, err)
+	}
+	return cfg, nil
 }
 
 // refuseConfig reports a file that does not validate; the configuration

@@ -255,3 +255,21 @@ func TestConfigurationWarningsAreLoggedWhenPutInForce(t *testing.T) {
 		t.Errorf("%d WARN lines for line 5 after a reload, want 1:\n%s", n, logs.String())
 	}
 }
+
+// A reload is refused, as serve's start is, when a pool's autoscaling could
+// not reach its threshold at the converger's cycle: in force it would never
+// scale, and the next restart would stop on it.
+func TestAReloadWhoseAutoscalingTheConvergerCannotPollIsRefused(t *testing.T) {
+	a, write := appOnFile(t, linuxPool)
+	write(linuxPool + "    autoscale: {poll-interval: 100s}\n")
+	if err := a.reloadConfig(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ref := a.configs.Status().Refused
+	if ref == nil || len(ref.Problems) == 0 || !strings.Contains(ref.Problems[0].Msg, "linux") {
+		t.Fatalf("the dashboard shows %+v, want the pool's autoscaling refused", ref)
+	}
+	if _, ok := a.Config().Pool("linux"); !ok || a.Config().Pools[0].Autoscale != nil {
+		t.Errorf("the refused file was put in force: %+v", a.Config().Pools)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/configsource"
 	"github.com/bullpen-ci/bullpen/internal/dashboard"
 	"github.com/bullpen-ci/bullpen/internal/github/installations"
@@ -53,7 +52,7 @@ func (a *App) newConfigSource(ctx context.Context) error {
 		}
 		return a.configUnreadable(err, now)
 	}
-	cfg, err := config.Parse(name, data)
+	cfg, err := a.parseConfig(name, data)
 	switch {
 	case err != nil && a.Config() == nil:
 		return fmt.Errorf("configuration %s is invalid:\n%w", name, err)

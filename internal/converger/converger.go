@@ -68,9 +68,13 @@ type Options struct {
 	IDs func(prefix string) string
 }
 
+// DefaultInterval is the time between cycles when Options.Interval is
+// not set.
+const DefaultInterval = 30 * time.Second
+
 func (o *Options) defaults() {
 	if o.Interval <= 0 {
-		o.Interval = 30 * time.Second
+		o.Interval = DefaultInterval
 	}
 	if o.Deadlines == (domain.Deadlines{}) {
 		o.Deadlines = domain.DefaultDeadlines()
