@@ -179,7 +179,7 @@ func (c *Converger) Interval() time.Duration { return c.opts.Interval }
 // of each cycle that ran and must be drained. A cycle that could not act on
 // the cloud at all (Report.CloudErr) is a failed step, after its report.
 func (c *Converger) Loop(reports chan<- Report) loop.Loop {
-	return loop.Loop{Name: "converger", Every: c.opts.Interval, Step: func(ctx context.Context) error {
+	return loop.Loop{Name: "converger", Every: c.opts.Interval, MinRetry: c.opts.Interval, Step: func(ctx context.Context) error {
 		r, err := c.Cycle(ctx)
 		if err != nil {
 			return err

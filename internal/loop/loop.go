@@ -29,6 +29,11 @@ type Loop struct {
 	// step waits inside (a long poll of its queue). A failed step is
 	// followed by the runner's backoff instead.
 	Every time.Duration
+	// MinRetry is the least wait after a failed step: a loop whose step
+	// is a whole sweep (every pool's cloud calls) is not retried within
+	// seconds, which would call a throttled API twice more and count a
+	// blip of a few seconds as three failures in a row.
+	MinRetry time.Duration
 	Step  func(ctx context.Context) error
 	// Final, when set, runs once after ctx ends, with a context that is
 	// not cancelled (a last flush of what is in hand).
@@ -127,7 +132,7 @@ func (r *Runner) run(ctx context.Context, l Loop) (err error) {
 				level = slog.LevelError // it keeps failing: a human should look
 			}
 			r.log.Log(ctx, level, "loop step failed", "loop", l.Name, "failures_in_a_row", n, "err", stepErr)
-			wait = r.backoffAfter(n)
+			wait = max(r.backoffAfter(n), l.MinRetry)
 			if n >= r.unhealthyAfter {
 				// A step that keeps failing is not tried more often than it
 				// runs when it succeeds: a sweep of every repository every

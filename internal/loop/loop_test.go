@@ -136,3 +136,26 @@ func TestStepsStartEveryApartHoweverLongTheyTake(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A loop's MinRetry holds back the retries of a failed step.
+func TestAFailedStepWaitsAtLeastItsMinRetry(t *testing.T) {
+	r, clk, _ := newRunner(t)
+	failed := make(chan struct{}, 1)
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() {
+		done <- r.Run(ctx, loop.Loop{Name: "sweep", Every: 30 * time.Second, MinRetry: 30 * time.Second, Step: func(context.Context) error {
+			failed <- struct{}{}
+			return errors.New("throttled")
+		}})
+	}()
+	<-failed
+	clk.BlockUntil(1)
+	if next, _ := clk.Next(); !next.Equal(clk.Now().Add(30 * time.Second)) {
+		t.Errorf("after the first failure the step is tried again at %v, want 30 s on, at %v", next, clk.Now().Add(30*time.Second))
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
