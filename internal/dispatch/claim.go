@@ -111,7 +111,11 @@ func (d *Dispatcher) candidates(ctx context.Context, pool string) ([]domain.Inst
 		return 2
 	}
 	out := slices.DeleteFunc(rows, func(in domain.Instance) bool {
-		return in.Detached() || in.Expired(now) || (hash != "" && in.SpecHash != hash && in.Role != domain.RoleOnDemand)
+		// A reusable instance of the pool (back from a job) is held to the
+		// pool's spec as its members are: it was launched with the same
+		// spec hash, and one from before a roll must not take jobs ahead
+		// of the rolled members.
+		return in.Detached() || in.Expired(now) || (hash != "" && in.SpecHash != hash)
 	})
 	slices.SortStableFunc(out, func(a, b domain.Instance) int {
 		return cmp.Or(cmp.Compare(rank(a), rank(b)), a.StateSince.Compare(b.StateSince), cmp.Compare(a.ID, b.ID))

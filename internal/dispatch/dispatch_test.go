@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -297,5 +298,29 @@ func TestAReusableInstanceServesBeforeAHotMember(t *testing.T) {
 	}
 	if got := f.Job(100).InstanceID; got != reused[0].ID {
 		t.Errorf("job 100 went to %s, want the reusable %s before the hot member %s", got, reused[0].ID, hot[0].ID)
+	}
+}
+
+// A reusable instance from before the pool's roll (another spec hash) does
+// not take the pool's jobs: a member of the current spec does.
+func TestAReusableInstanceOfAnOutdatedSpecIsPassedOver(t *testing.T) {
+	f := newFixture(t)
+	f.d.SpecHash = func(context.Context, string) string { return "current" }
+	hot := f.members("p", domain.RoleHot, domain.StateReady, 1)
+	reused := f.members("p", domain.RoleOnDemand, domain.StateReady, 1)
+	for _, c := range []struct {
+		in   domain.Instance
+		hash string
+	}{{hot[0], "current"}, {reused[0], "before-the-roll"}} {
+		if _, err := f.Store.Transition(f.Ctx, c.in.ID, domain.Guard{State: domain.StateReady}, func(in *domain.Instance) { in.SpecHash = c.hash }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.queueJobs("p", 100, 1)
+	if _, err := f.d.Step(f.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Job(100).InstanceID; got != hot[0].ID {
+		t.Errorf("job 100 went to %s, want the current member %s, not the outdated reusable %s", got, hot[0].ID, reused[0].ID)
 	}
 }

@@ -103,7 +103,7 @@ func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request,
 	for i, rq := range reqs {
 		rows[i] = domain.Instance{
 			ID: p.launcher.ID("bp"), Pool: rq.job.Pool, Role: domain.RoleOnDemand, Runner: class,
-			SpecHash: domain.SpecHash(spec, imageID, domain.Pool{}), Job: rq.job.Key(),
+			SpecHash: domain.SpecHash(spec, imageID, domain.Pool{Name: rq.job.Pool}), Job: rq.job.Key(),
 			CPU: spec.CPU.Min, MemoryMiB: spec.RAM.Min * 1024,
 		}
 	}
