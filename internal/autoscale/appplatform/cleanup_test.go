@@ -22,7 +22,7 @@ func TestDeadRunnerCleanup(t *testing.T) {
 		firstSighting(t, r, 2)
 		// GitHub answers 422 for the first delete: the runner is busy now.
 		r.gh.FailNext("DELETE /repos/{owner}/{repo}/actions/runners/{runner_id}", 422, 1)
-		rep, err := r.advanceCycle(time.Minute)
+		rep, err := r.advanceCycle(DeadRunnerAge)
 		if err != nil {
 			t.Fatalf("a busy runner is no error: %v", err)
 		}
@@ -40,7 +40,7 @@ func TestDeadRunnerCleanup(t *testing.T) {
 		r.gh.AddRunner(fakegh.RunnerSpec{Scope: repoScope, Name: "c-offline-busy", Busy: true})
 		r.gh.AddRunner(fakegh.RunnerSpec{Scope: repoScope, Name: "d-online", Online: true})
 		firstSighting(t, r, 2)
-		rep, err := r.advanceCycle(time.Minute)
+		rep, err := r.advanceCycle(DeadRunnerAge)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +57,7 @@ func TestDeadRunnerCleanup(t *testing.T) {
 		firstSighting(t, r, 1)
 		r.queue(4)
 		r.gh.FailNext("DELETE /repos/{owner}/{repo}/actions/runners/{runner_id}", 500, 1)
-		rep, err := r.advanceCycle(time.Minute)
+		rep, err := r.advanceCycle(DeadRunnerAge)
 		if !IsTransient(err) || !rep.Scaled || rep.Skipped != "" || len(r.gh.Runners()) != 1 {
 			t.Fatalf("err %v, scaled %v, skipped %q, runners %d", err, rep.Scaled, rep.Skipped, len(r.gh.Runners()))
 		}
@@ -102,7 +102,7 @@ func TestOrganisationScope(t *testing.T) {
 	if rep.Offline != 1 || len(rep.Deleted) != 0 {
 		t.Fatalf("first poll: %d runners seen offline, deleted %q; want one seen and none deleted", rep.Offline, rep.Deleted)
 	}
-	if rep, err = r.advanceCycle(time.Minute); err != nil {
+	if rep, err = r.advanceCycle(DeadRunnerAge); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(rep.Deleted, []string{"org-dead"}) {
@@ -146,7 +146,8 @@ func (g *seenOnline) ListRunners(ctx context.Context, s domain.Scope) ([]domain.
 
 // A runner offline at one poll may be registering or restarting: it is
 // deleted only when it is still offline and idle at the next poll, and a
-// poll that could not list the runners breaks the run.
+// poll that could not list the runners breaks the run. The polls here are
+// DeadRunnerAge apart, so that only the sightings decide.
 func TestDeadRunnersNeedTwoSightingsInARow(t *testing.T) {
 	r := newRig(t, nil)
 	rc, err := rest.New(rest.Options{Token: testGitHubToken, BaseURL: r.gh.URL(), Clock: r.clk})
@@ -161,29 +162,64 @@ func TestDeadRunnersNeedTwoSightingsInARow(t *testing.T) {
 
 	// The booting runner comes online; the crashed one stays offline.
 	gh.online[booting] = true
-	rep, err := r.advanceCycle(time.Minute)
+	rep, err := r.advanceCycle(DeadRunnerAge)
 	if err != nil || !slices.Equal(rep.Deleted, []string{crashed}) || rep.Offline != 0 {
 		t.Fatalf("second poll: deleted %q, offline %d, err %v; want the crashed runner alone", rep.Deleted, rep.Offline, err)
 	}
 
 	// It goes offline (restarting): seen once, kept.
 	gh.online[booting] = false
-	if rep, err = r.advanceCycle(time.Minute); err != nil || rep.Offline != 1 || len(rep.Deleted) != 0 {
+	if rep, err = r.advanceCycle(DeadRunnerAge); err != nil || rep.Offline != 1 || len(rep.Deleted) != 0 {
 		t.Fatalf("restarting: offline %d, deleted %q, err %v", rep.Offline, rep.Deleted, err)
 	}
 	// The listing fails: the next sighting is a first one again.
 	r.gh.FailNext("GET /repos/{owner}/{repo}/actions/runners", 500, 1)
-	if _, err = r.advanceCycle(time.Minute); !IsTransient(err) {
+	if _, err = r.advanceCycle(DeadRunnerAge); !IsTransient(err) {
 		t.Fatalf("failed listing: %v", err)
 	}
-	if rep, err = r.advanceCycle(time.Minute); err != nil || rep.Offline != 1 || len(rep.Deleted) != 0 {
+	if rep, err = r.advanceCycle(DeadRunnerAge); err != nil || rep.Offline != 1 || len(rep.Deleted) != 0 {
 		t.Fatalf("after a failed listing: offline %d, deleted %q, err %v", rep.Offline, rep.Deleted, err)
 	}
-	if rep, err = r.advanceCycle(time.Minute); err != nil || !slices.Equal(rep.Deleted, []string{booting}) {
+	if rep, err = r.advanceCycle(DeadRunnerAge); err != nil || !slices.Equal(rep.Deleted, []string{booting}) {
 		t.Fatalf("still offline a poll later: deleted %q, err %v", rep.Deleted, err)
 	}
 	if names := runnerNames(r.gh.Runners()); len(names) != 0 {
 		t.Fatalf("runners left %q", names)
+	}
+}
+
+// Short polls do not make a runner dead sooner: one offline for a poll or
+// two while it restarts to update itself is kept, and one that stays
+// offline goes at the first poll DeadRunnerAge after it was first seen so.
+func TestDeadRunnersNeedTime(t *testing.T) {
+	const poll = 10 * time.Second
+	r := newRig(t, map[string]string{"POLL_INTERVAL": "10"})
+	rc, err := rest.New(rest.Options{Token: testGitHubToken, BaseURL: r.gh.URL(), Clock: r.clk})
+	must(t, err)
+	gh := &seenOnline{GitHub: rc, online: map[string]bool{}}
+	r.scaler, err = New(r.cfg, Deps{GitHub: gh, Clock: r.clk})
+	must(t, err)
+	updating, crashed := testPrefix+"updating", testPrefix+"crashed"
+	r.gh.AddRunner(fakegh.RunnerSpec{Scope: repoScope, Name: updating})
+	r.gh.AddRunner(fakegh.RunnerSpec{Scope: repoScope, Name: crashed})
+	firstSighting(t, r, 2)
+
+	// The updating runner is still offline at the next poll, 10 s on.
+	rep, err := r.advanceCycle(poll)
+	if err != nil || rep.Offline != 2 || rep.Dead != 0 || len(rep.Deleted) != 0 {
+		t.Fatalf("t=10s: offline %d, dead %d, deleted %q, err %v; want both kept", rep.Offline, rep.Dead, rep.Deleted, err)
+	}
+	gh.online[updating] = true
+	for at := 2 * poll; at < DeadRunnerAge; at += poll {
+		if rep, err = r.advanceCycle(poll); err != nil || rep.Offline != 1 || len(rep.Deleted) != 0 {
+			t.Fatalf("t=%v: offline %d, deleted %q, err %v; want the crashed runner kept until %v", at, rep.Offline, rep.Deleted, err, DeadRunnerAge)
+		}
+	}
+	if rep, err = r.advanceCycle(poll); err != nil || !slices.Equal(rep.Deleted, []string{crashed}) || rep.Offline != 0 {
+		t.Fatalf("t=%v: deleted %q, offline %d, err %v; want the crashed runner alone", DeadRunnerAge, rep.Deleted, rep.Offline, err)
+	}
+	if names := runnerNames(r.gh.Runners()); !slices.Equal(names, []string{updating}) {
+		t.Fatalf("runners left %q, want the updated one", names)
 	}
 }
 

@@ -20,8 +20,8 @@
 //     and the cycle is skipped without a cooldown;
 //  5. dead-runner cleanup: runners of the scope that are offline and idle
 //     (and named with the prefix, when one is set) at this poll and the
-//     one before are deleted; one that took a job meanwhile (422) is left
-//     alone. An organisation scope without a prefix is refused unless
+//     one before, and for DeadRunnerAge at least since first seen so, are
+//     deleted; one that took a job meanwhile (422) is left alone. An organisation scope without a prefix is refused unless
 //     cleanup is off (DEAD_RUNNER_CLEANUP=false).
 //
 // A transient failure (5xx, timeout, rate limit, a spec that kept

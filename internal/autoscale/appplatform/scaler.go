@@ -56,11 +56,17 @@ type Scaler struct {
 	st      autoscale.State
 	ghUntil time.Time // GitHub rate-limited until then
 	doUntil time.Time // DigitalOcean rate-limited until then
-	// offline holds the ids of the runners that looked dead (offline,
-	// idle, named with the prefix) at the last runner listing; nil when
-	// the last poll listed none.
-	offline map[int64]bool
+	// offline holds, for each runner that looked dead (offline, idle,
+	// named with the prefix) at the last runner listing, when the polls
+	// in a row that saw it so began; nil when the last poll listed none.
+	offline map[int64]time.Time
 }
+
+// DeadRunnerAge is how long a runner must have looked dead, over at least
+// two polls in a row, before the cleanup deletes it. A runner restarting
+// to update itself is offline for some seconds; counting polls alone, a
+// short POLL_INTERVAL would take it for dead and delete it.
+const DeadRunnerAge = 2 * time.Minute
 
 // New returns a Scaler for cfg (as ConfigFromEnv reads it).
 func New(cfg Config, deps Deps) (*Scaler, error) {
@@ -121,9 +127,10 @@ type CycleReport struct {
 	New       int
 	Conflicts []string // concurrent spec changes met while scaling
 	// Dead-runner cleanup. Offline: runners that look dead (offline,
-	// idle, named with the prefix) for the first time, left for the next
-	// poll to confirm. Dead: those that looked dead at the last poll too,
-	// whose deletion was asked; Deleted the ones removed, Busy those that
+	// idle, named with the prefix) but not yet for long enough, left for
+	// later polls to confirm. Dead: those that looked dead at the last
+	// poll too, and at every poll for DeadRunnerAge at least, whose
+	// deletion was asked; Deleted the ones removed, Busy those that
 	// turned out busy (422) and were left alone.
 	Offline int
 	Dead    int
@@ -316,11 +323,12 @@ func (s *Scaler) fail(ctx context.Context, now time.Time, api string, err error)
 }
 
 // cleanup removes dead runners: offline, idle, and named with the prefix
-// when one is set, at this poll and at the one before. A runner is offline
-// for a moment when it has just registered or is restarting, and deleting
-// it then breaks it; one still offline a poll later has crashed. A runner
-// that took a job since it was listed (422) is left alone; one already
-// gone is fine.
+// when one is set, at this poll and the one before, and at every poll
+// since DeadRunnerAge ago at least. A runner is offline for a moment when
+// it has just registered or is restarting, and deleting it then breaks
+// it; one still offline minutes later, by the clock rather than by a
+// count of polls however close together, has crashed. A runner that took
+// a job since it was listed (422) is left alone; one already gone is fine.
 func (s *Scaler) cleanup(ctx context.Context, now time.Time, rep *CycleReport) error {
 	if s.cfg.NoDeadRunnerCleanup {
 		return nil
@@ -335,10 +343,14 @@ func (s *Scaler) cleanup(ctx context.Context, now time.Time, rep *CycleReport) e
 		return s.fail(ctx, now, apiGitHub, fmt.Errorf("dead-runner cleanup: %w", err))
 	}
 	var dead []domain.GitHubRunner
-	s.offline = map[int64]bool{}
+	s.offline = map[int64]time.Time{}
 	for _, r := range DeadRunners(runners, s.cfg.RunnerNamePrefix) {
-		s.offline[r.ID] = true
-		if before[r.ID] {
+		since, seenBefore := before[r.ID]
+		if !seenBefore {
+			since = now
+		}
+		s.offline[r.ID] = since
+		if seenBefore && now.Sub(since) >= DeadRunnerAge {
 			dead = append(dead, r)
 		} else {
 			rep.Offline++

@@ -177,7 +177,8 @@ func checkStep(t *testing.T, r *rig, at int, rep CycleReport) {
 	switch at {
 	case 0:
 		// Offline at one poll may be a runner registering or restarting:
-		// only one still offline at the next poll is deleted.
+		// only one still offline at the next poll, and DeadRunnerAge
+		// (2 min) after it was first seen so, is deleted.
 		if rep.Offline != 1 || rep.Dead != 0 || len(rep.Deleted) != 0 {
 			t.Fatalf("t=0: runners seen offline %d, dead %d, deleted %q; want one seen, none deleted", rep.Offline, rep.Dead, rep.Deleted)
 		}
@@ -185,14 +186,17 @@ func checkStep(t *testing.T, r *rig, at int, rep CycleReport) {
 		if rep.Demand.Queued != 6 || rep.Demand.InProgress != 0 {
 			t.Fatalf("t=60: demand %+v, want 6 queued", rep.Demand)
 		}
+		if rep.Offline != 1 || rep.Dead != 0 || len(rep.Deleted) != 0 {
+			t.Fatalf("t=60: runners seen offline %d, dead %d, deleted %q; want one seen, none deleted before 2 min", rep.Offline, rep.Dead, rep.Deleted)
+		}
+	case 120:
 		if !slices.Equal(rep.Deleted, []string{testPrefix + "crashed"}) || rep.Dead != 1 {
-			t.Fatalf("t=60: dead runners %d, deleted %q; want only %s", rep.Dead, rep.Deleted, testPrefix+"crashed")
+			t.Fatalf("t=120: dead runners %d, deleted %q; want only %s", rep.Dead, rep.Deleted, testPrefix+"crashed")
 		}
 		names := runnerNames(r.gh.Runners())
 		if !slices.Equal(names, []string{testPrefix + "online", "other-pool-9"}) {
-			t.Fatalf("t=60: runners left %q", names)
+			t.Fatalf("t=120: runners left %q", names)
 		}
-	case 120:
 		if len(rep.Conflicts) == 0 {
 			t.Fatal("t=120: the concurrent spec change was not noticed")
 		}
