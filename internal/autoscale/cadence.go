@@ -10,16 +10,17 @@ import (
 )
 
 // StepAllowancePercent is the share of a loop's interval, in percent, set
-// aside for the work of each step. Polls ride on loops that wait their interval after each
-// step (the standalone autoscaler waits POLL_INTERVAL after its API calls;
-// a pool's autoscaler polls on the converger's cycles), so real polls come
-// further apart than the interval says, and a threshold that polls exactly
-// one interval apart reach only just is never reached at all.
+// aside for the work of each step. Polls ride on loops (the standalone
+// autoscaler waits POLL_INTERVAL after its API calls; a pool's autoscaler
+// polls on the converger's cycles, which start an interval apart unless a
+// cycle overruns), so real polls come further apart than the interval
+// says, and a threshold that polls exactly one interval apart reach only
+// just is never reached at all.
 const StepAllowancePercent = 10
 
 // Cadence is how far apart polls come, at worst, when they ride on a loop.
 type Cadence struct {
-	Every  time.Duration // the loop's wait after each step
+	Every  time.Duration // the loop's interval
 	Cycles int64         // steps per poll: ceil(POLL_INTERVAL / Every), at least 1
 	Gap    time.Duration // the longest time between two polls, the steps' work included
 	Best   float64       // the highest score of a breach sustained at that gap
@@ -28,8 +29,8 @@ type Cadence struct {
 	Reaches bool
 }
 
-// CadenceOn is the cadence of polls riding on a loop that waits every
-// after each step, a step taking up to StepAllowancePercent of every. A poll is due
+// CadenceOn is the cadence of polls riding on a loop of interval every,
+// a step taking up to StepAllowancePercent of every beyond it. A poll is due
 // at the first step at least POLL_INTERVAL after the last poll, so polls
 // come every ceil(POLL_INTERVAL / (every + step)) steps; slower steps can
 // only lower that count, so two polls are at most
@@ -57,8 +58,8 @@ func (e *CadenceError) Error() string {
 }
 
 // CheckCadence checks, for every pool with an autoscale block, that a
-// sustained breach reaches its breach-threshold when the converger waits
-// every (serve's --converge-every) after each cycle. A pool's autoscaler
+// sustained breach reaches its breach-threshold when the converger cycles
+// every (serve's --converge-every). A pool's autoscaler
 // polls only on converger cycles, so its polls come every
 // ceil(poll-interval / every) cycles, not every poll-interval, plus each
 // cycle's own work (StepAllowancePercent): a block that validates on its own
