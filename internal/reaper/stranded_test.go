@@ -67,23 +67,25 @@ func (x *fixture) actions(kind string) float64 {
 // A started job whose machine vanished, and whose completed webhook was
 // lost, is completed as GitHub reports it once GitHub has failed it: not
 // before its row was closed and a few minutes passed, and without asking
-// GitHub again once it is over.
+// GitHub again once it is over. The clock is passed, not advanced: GitHub
+// notices the dead runner in a timer's callback, whose effects must settle
+// before the reaper asks.
 func TestStartedJobOnAVanishedMachineIsCompletedAsGitHubReports(t *testing.T) {
 	x := newFixture(t)
 	g := x.githubRunning(20 * time.Minute)
 	id := x.strandedJob(g)
-	x.Clock.Advance(2 * time.Minute)
+	x.Clock.Pass(2 * time.Minute)
 	if rep := x.cycle(); rep.Gone != 1 || x.Instance("bp-1").State != domain.StateTerminated {
 		t.Fatalf("the row of the vanished machine is not closed: %+v", rep)
 	}
 	for range 4 {
-		x.Clock.Advance(time.Minute)
+		x.Clock.Pass(time.Minute)
 		x.cycle()
 	}
 	if n := x.getJobCalls(); n != 0 {
 		t.Fatalf("GitHub asked %d times about a job whose webhook may still come", n)
 	}
-	x.Clock.Advance(time.Minute)
+	x.Clock.Pass(time.Minute)
 	x.cycle()
 	if n := x.getJobCalls(); n != 1 {
 		t.Fatalf("GitHub asked %d times about a stranded job, want 1", n)
@@ -92,7 +94,7 @@ func TestStartedJobOnAVanishedMachineIsCompletedAsGitHubReports(t *testing.T) {
 		t.Fatalf("job is %s while GitHub has it in progress", j.Status)
 	}
 	for range 15 {
-		x.Clock.Advance(time.Minute)
+		x.Clock.Pass(time.Minute)
 		x.cycle()
 	}
 	want, _ := x.gh.Job(g.ID)
@@ -104,7 +106,7 @@ func TestStartedJobOnAVanishedMachineIsCompletedAsGitHubReports(t *testing.T) {
 		t.Fatalf("completed_job counted %v times, want 1", got)
 	}
 	calls := x.getJobCalls()
-	x.Clock.Advance(time.Hour)
+	x.Clock.Pass(time.Hour)
 	x.cycle()
 	if n := x.getJobCalls(); n != calls {
 		t.Fatalf("GitHub asked again about a job that is over (%d calls, then %d)", calls, n)
