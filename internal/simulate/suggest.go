@@ -46,6 +46,21 @@ type Suggestion struct {
 	Rounds []Round             `json:"rounds"`
 	// Met is whether every pool-hour of the last round met the target.
 	Met bool `json:"met"`
+	// Capped are the pools, by name, that autoscale and whose plan wanted
+	// more hot instances than their block's max in some hour: the plan
+	// keeps max there, since the autoscaler never keeps more (and the
+	// configuration refuses a schedule that asks for more).
+	Capped map[string]Capped `json:"capped,omitempty"`
+}
+
+// Capped is how far a pool's plan wanted to go past its autoscale max.
+type Capped struct {
+	// Max is the block's; Wanted the most hot instances the search wanted
+	// in an hour, over its rounds; Hours the hours of the week the
+	// suggested plan holds at Max.
+	Max    int `json:"max"`
+	Wanted int `json:"wanted_hot"`
+	Hours  int `json:"hours_at_max"`
 }
 
 // Suggest searches, per pool, the hot or stopped counts for each hour of
@@ -60,10 +75,12 @@ type Suggestion struct {
 // replays the history through the control plane with those schedules and
 // adds capacity (a quarter more, at least one) to every pool-hour still
 // over the target, until none is or the rounds run out. Pool-hours
-// without jobs keep nothing; pools without jobs in the history keep their
-// schedules, and so do the pools of environments other than the one
-// served (see Options.Environment). A search that ctx ends returns no
-// suggestion and an error wrapping ctx's.
+// without jobs keep nothing; a pool that autoscales keeps at most its
+// block's max hot instances in any hour (Suggestion.Capped says where it
+// wanted more); pools without jobs in the history keep their schedules,
+// and so do the pools of environments other than the one served (see
+// Options.Environment). A search that ctx ends returns no suggestion and
+// an error wrapping ctx's.
 func Suggest(ctx context.Context, o SuggestOptions) (Suggestion, error) {
 	if o.Config == nil {
 		return Suggestion{}, errors.New("simulate: no configuration")
@@ -83,6 +100,8 @@ func Suggest(ctx context.Context, o SuggestOptions) (Suggestion, error) {
 	hot := o.TargetP90 < 2*o.Latency.Start
 	plans := firstEstimate(o.Config, env, o.Jobs, replacementTime(o.Options), hot)
 	var s Suggestion
+	var capped capping
+	capHot(o.Config, plans, &capped)
 	for round := 1; ; round++ {
 		cfg := withPlans(o.Config, plans)
 		replay := o.Options
@@ -99,7 +118,7 @@ func Suggest(ctx context.Context, o SuggestOptions) (Suggestion, error) {
 		if o.OnRound != nil {
 			o.OnRound(r)
 		}
-		s.Plans, s.Config, s.Report, s.Met = plans, cfg, rep, len(missed) == 0
+		s.Plans, s.Config, s.Report, s.Met, s.Capped = plans, cfg, rep, len(missed) == 0, maps.Clone(capped.pools)
 		if s.Met || round > o.Rounds {
 			return s, nil
 		}
@@ -109,7 +128,54 @@ func Suggest(ctx context.Context, o SuggestOptions) (Suggestion, error) {
 			plan.grow(m.day, m.hour, hot)
 			plans[m.pool] = plan
 		}
+		capHot(o.Config, plans, &capped)
 	}
+}
+
+// capHot holds the planned hot instances of each pool that autoscales at
+// its block's max in every hour. c records, by pool, the most a plan
+// wanted and the hours held: the search only adds, so an hour held once
+// stays at max.
+func capHot(cfg *config.Config, plans map[string]WeekPlan, c *capping) {
+	for name, plan := range plans {
+		p, ok := cfg.Pool(name)
+		if !ok || p.Autoscale == nil {
+			continue
+		}
+		held := false
+		for day := range plan {
+			for hour := range plan[day] {
+				w := &plan[day][hour]
+				if w.Hot <= p.Autoscale.Max {
+					continue
+				}
+				c.hold(name, p.Autoscale.Max, w.Hot, day, hour)
+				w.Hot, held = p.Autoscale.Max, true
+			}
+		}
+		if held {
+			plans[name] = plan
+		}
+	}
+}
+
+// capping gathers the pools whose plans capHot held at their max.
+type capping struct {
+	pools map[string]Capped
+	hours map[string]map[[2]int]bool
+}
+
+// hold records that pool's plan wanted wanted hot instances in the hour,
+// and keeps limit.
+func (c *capping) hold(pool string, limit, wanted, day, hour int) {
+	if c.pools == nil {
+		c.pools, c.hours = map[string]Capped{}, map[string]map[[2]int]bool{}
+	}
+	if c.hours[pool] == nil {
+		c.hours[pool] = map[[2]int]bool{}
+	}
+	c.hours[pool][[2]int{day, hour}] = true
+	c.pools[pool] = Capped{Max: limit, Wanted: max(c.pools[pool].Wanted, wanted), Hours: len(c.hours[pool])}
 }
 
 // withDefaults fills the zero timings and interval, for Run and for the

@@ -143,3 +143,52 @@ func TestSuggestUsesStoppedInstancesWhenTheTargetAllows(t *testing.T) {
 		t.Errorf("busy hour %+v, met %v: want stopped instances only, meeting the target", busy, s.Met)
 	}
 }
+
+const autoscaledPool = `runners:
+  small:
+    image: ubuntu24-full-x64
+    ram: 1
+    family: [t3]
+pools:
+  p:
+    runner: small
+    schedule:
+      - name: default
+        hot: 1
+    autoscale:
+      max: 2
+`
+
+// A pool that autoscales is planned no more hot instances than its block's
+// max, which the configuration refuses a schedule above; the suggestion
+// says how many the plan wanted.
+func TestSuggestKeepsHotWithinTheAutoscaleMax(t *testing.T) {
+	cfg, err := config.Parse("p.yml", []byte(autoscaledPool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := simulate.Suggest(context.Background(), simulate.SuggestOptions{
+		Options:   simulate.Options{Config: cfg, Jobs: burst("p", ""), Seed: 3, Tail: 3 * time.Minute},
+		TargetP90: time.Millisecond, Rounds: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := s.Plans["p"]
+	for day := range plan {
+		for hour, w := range plan[day] {
+			if w.Hot > 2 {
+				t.Fatalf("%s %02d:00: %d hot planned, above the block's max 2", time.Weekday(day), hour, w.Hot)
+			}
+		}
+	}
+	if c := s.Capped["p"]; c.Max != 2 || c.Wanted <= 2 || c.Hours == 0 || len(s.Capped) != 1 {
+		t.Errorf("capped %+v: want p's, its max 2 and the more the plan wanted", s.Capped)
+	}
+	if plan[time.Tuesday][10].Hot != 2 {
+		t.Errorf("the busy hour keeps %+v, want the max", plan[time.Tuesday][10])
+	}
+	if _, err := config.WithSchedules("p.yml", []byte(autoscaledPool), map[string][]domain.ScheduleEntry{"p": plan.Schedule()}); err != nil {
+		t.Fatalf("the suggestion does not make a valid configuration: %v", err)
+	}
+}
