@@ -59,6 +59,10 @@ func suggestSchedules(ctx context.Context, e *env, cfgPath string, o simulate.Su
 	if !s.Met {
 		fmt.Fprintf(e.stderr, "the target is not met after %d rounds: these are the last round's schedules; try more --rounds\n", len(s.Rounds))
 	}
+	capped := cappedLines(s.Capped)
+	for _, line := range capped {
+		fmt.Fprintln(e.stderr, line)
+	}
 	if asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -75,6 +79,21 @@ func suggestSchedules(ctx context.Context, e *env, cfgPath string, o simulate.Su
 		s.Report.From.Format("2006-01-02"), s.Report.To.Format("2006-01-02"))
 	fmt.Fprintf(e.stdout, "# Pool jobs' p90 %.1f s, estimated cost %.2f (as configured: %.1f s, %.2f). Schedules in UTC.\n",
 		s.Report.Simulated.QueueTimes["pool"].P90, s.Report.Bill.Total, given.Simulated.QueueTimes["pool"].P90, given.Bill.Total)
+	for _, line := range capped {
+		fmt.Fprintln(e.stdout, "# "+strings.ToUpper(line[:1])+line[1:]+".")
+	}
 	fmt.Fprint(e.stdout, strings.TrimLeft(string(out), "\n"))
 	return 0
+}
+
+// cappedLines says, for each pool whose plan wanted more hot instances
+// than its autoscale block's max, how many, and what to raise max to.
+func cappedLines(capped map[string]simulate.Capped) []string {
+	var out []string
+	for _, pool := range sortedKeys(capped) {
+		c := capped[pool]
+		out = append(out, fmt.Sprintf("pool %s: the plan wanted up to %d hot instances, above its autoscale block's max %d, "+
+			"so %d hours of the week keep %d; raise max to %d and search again to plan them", pool, c.Wanted, c.Max, c.Hours, c.Max, c.Wanted))
+	}
+	return out
 }

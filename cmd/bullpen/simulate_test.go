@@ -251,3 +251,40 @@ func TestSimulateComparesTheJobsItServed(t *testing.T) {
 		t.Fatalf("json: exit %d, %+v\n%s", code, rep, js)
 	}
 }
+
+// simulate --suggest plans a pool that autoscales no more hot instances
+// than its block's max, which validate would refuse, and says in the
+// suggestion that the plan wanted more and max should be raised.
+func TestSimulateSuggestHoldsHotAtTheAutoscaleMax(t *testing.T) {
+	if testing.Short() {
+		t.Skip("several replays")
+	}
+	jobs := writeHistory(t, "p")
+	cfg := filepath.Join(t.TempDir(), "autoscaled.yml")
+	if err := os.WriteFile(cfg, []byte("runners:\n  small: {image: ubuntu24-full-x64, ram: 1, family: [t3]}\npools:\n  p:\n    environment: dev\n    runner: small\n"+
+		"    schedule:\n      - name: default\n        hot: 1\n    autoscale:\n      max: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runWithEnv(nil, "simulate", "--config", cfg, "--jobs", jobs, "--suggest", "--target-p90", "1s", "--rounds", "0")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"the plan wanted up to ", "above its autoscale block's max 1", "raise max to "} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+		if !strings.Contains(out, want) {
+			t.Errorf("the suggestion lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(out, "\n# Pool p: the plan wanted up to ") || !strings.Contains(errOut, "\npool p: the plan wanted up to ") {
+		t.Errorf("the pool is not named, or the suggestion does not say it as a comment:\n%s\n%s", errOut, out)
+	}
+	file := filepath.Join(t.TempDir(), "suggested.yml")
+	if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, vout, verr := runWithEnv(nil, "validate", file); code != 0 {
+		t.Fatalf("validate refuses the suggestion: %s%s", vout, verr)
+	}
+}
