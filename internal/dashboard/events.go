@@ -20,7 +20,7 @@ type hub struct {
 	cache   *cache
 	clock   domain.Clock
 	every   time.Duration
-	version func(*snapshot) string
+	version func(*snapshot, error) string
 
 	mu      sync.Mutex
 	clients map[chan string]struct{}
@@ -31,7 +31,7 @@ type hub struct {
 
 func newHub(c *cache, clk domain.Clock, every time.Duration) *hub {
 	return &hub{cache: c, clock: clk, every: every, clients: map[chan string]struct{}{}, done: make(chan struct{}),
-		version: func(s *snapshot) string { return fmt.Sprint(s.gen) }}
+		version: func(s *snapshot, _ error) string { return fmt.Sprint(s.gen) }}
 }
 
 // subscribe adds a listener and starts the ticker if it is the first; it
@@ -70,12 +70,14 @@ func (h *hub) run(stop chan struct{}) {
 		case <-h.clock.After(h.every):
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), h.every)
-		s, _ := h.cache.get(ctx)
+		s, stale := h.cache.get(ctx)
 		cancel()
 		if s != nil {
 			// Every tick, changed or not: an unchanged version costs the
 			// page nothing and keeps idle connections open through proxies.
-			h.broadcast(h.version(s))
+			// A store that stops answering, and one that answers again,
+			// change the version, so that open pages say so.
+			h.broadcast(h.version(s, stale))
 		}
 	}
 }
@@ -140,8 +142,8 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 	defer lifetime.Stop()
 	_ = rc.SetWriteDeadline(time.Now().Add(streamWriteWindow))
 	fmt.Fprintf(w, "retry: %d\n\n", d.opts.Refresh.Milliseconds())
-	if s := d.cache.current(); s != nil {
-		if !send(d.version(s)) {
+	if s, stale := d.cache.current(); s != nil {
+		if !send(d.version(s, stale)) {
 			return
 		}
 	} else if rc.Flush() != nil {

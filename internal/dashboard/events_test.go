@@ -3,12 +3,16 @@ package dashboard
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 // stream is one open /events connection; its updates arrive on versions.
@@ -163,4 +167,82 @@ func (h *hub) listeners() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.clients)
+}
+
+// failingStore stops answering while failing is set.
+type failingStore struct {
+	Store
+	failing atomic.Bool
+}
+
+var errStoreDown = errors.New("database is locked")
+
+func (f *failingStore) ListInstances(ctx context.Context, flt domain.InstanceFilter) ([]domain.Instance, error) {
+	if f.failing.Load() {
+		return nil, errStoreDown
+	}
+	return f.Store.ListInstances(ctx, flt)
+}
+
+// fragmentBody fetches a page's content the way the page's script does,
+// and returns it with its version.
+func fragmentBody(t *testing.T, base, path string) (body, version string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+viewerToken)
+	req.Header.Set("X-Fragment", "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("fragment %s: %d", path, resp.StatusCode)
+	}
+	return string(b), resp.Header.Get("X-Content-Version")
+}
+
+// An open page learns that the store stopped answering, and that it
+// answers again: the stream announces both, and the content the page then
+// fetches carries the warning, or no longer does.
+func TestOpenPagesLearnThatTheStoreStoppedAndCameBack(t *testing.T) {
+	t.Parallel()
+	var fs *failingStore
+	r := newRig(t, func(o *Options) { fs = &failingStore{Store: o.Store}; o.Store = fs })
+	r.seed()
+	srv := httptest.NewServer(r.d)
+	defer func() { srv.CloseClientConnections(); srv.Close() }()
+	_, fresh := fragmentBody(t, srv.URL, "/jobs")
+	s := openStream(t, srv.URL)
+	if v := s.next(t); v != fresh {
+		t.Fatalf("version on connecting %q, want %q", v, fresh)
+	}
+	tick := func() string {
+		t.Helper()
+		r.clk.BlockUntil(1)
+		r.clk.Advance(DefaultRefresh)
+		return s.next(t)
+	}
+	fs.failing.Store(true)
+	stale := tick()
+	if stale == fresh {
+		t.Fatalf("the stream still announces %q once the store stopped answering", stale)
+	}
+	body, v := fragmentBody(t, srv.URL, "/jobs")
+	if v != stale || !strings.Contains(body, "The store did not answer; this is what it held at 09:00:00 UTC. Stale since 09:00 UTC.") {
+		t.Errorf("stale fragment (version %q, announced %q) says: %.200s", v, stale, body)
+	}
+	if again := tick(); again != stale {
+		t.Errorf("the version moved from %q to %q while the store stayed down", stale, again)
+	}
+	fs.failing.Store(false)
+	back := tick()
+	if back == stale {
+		t.Fatalf("the stream still announces %q once the store answers again", back)
+	}
+	body, v = fragmentBody(t, srv.URL, "/jobs")
+	if v != back || strings.Contains(body, "did not answer") {
+		t.Errorf("after recovery the fragment (version %q, announced %q) still warns: %v", v, back, strings.Contains(body, "did not answer"))
+	}
 }

@@ -84,18 +84,25 @@ func (d *Dashboard) page(name string, fn func(*http.Request, *snapshot) (pageRes
 			return
 		}
 		p := pageData{Page: name, Title: res.Title, Role: roleOf(r.Context()), Env: d.opts.Environment,
-			Now: d.opts.Clock.Now(), Version: d.version(s), Live: res.Live, Data: res.Data}
-		if stale != nil {
-			p.Stale = "The store did not answer; this is what it held at " + s.at.UTC().Format("15:04:05") + " UTC."
+			Now: d.opts.Clock.Now(), Version: d.version(s, stale), Live: res.Live, Data: res.Data}
+		var failure *errStale
+		if errors.As(stale, &failure) {
+			p.Stale = "The store did not answer; this is what it held at " + s.at.UTC().Format("15:04:05") +
+				" UTC. Stale since " + failure.since.UTC().Format("15:04") + " UTC."
 		}
 		d.render(w, name, p, r.Header.Get("X-Fragment") != "", http.StatusOK)
 	}))
 }
 
-// version identifies what a page shows: the snapshot's content and the
+// version identifies what a page shows: the snapshot's content, whether
+// the store has stopped answering (and since when), and the
 // configuration's last load or refusal.
-func (d *Dashboard) version(s *snapshot) string {
+func (d *Dashboard) version(s *snapshot, stale error) string {
 	v := strconv.FormatUint(s.gen, 10)
+	var failure *errStale
+	if errors.As(stale, &failure) {
+		v += ".stale" + strconv.FormatInt(failure.since.Unix(), 36)
+	}
 	if d.opts.Config != nil {
 		st := d.opts.Config()
 		v += "." + strconv.FormatInt(st.LoadedAt.UnixNano(), 36)
@@ -117,7 +124,7 @@ func (d *Dashboard) render(w http.ResponseWriter, name string, p pageData, fragm
 	var buf bytes.Buffer
 	tmpl := "layout"
 	if fragment {
-		tmpl = "content"
+		tmpl = "live"
 	}
 	if err := t.ExecuteTemplate(&buf, tmpl, p); err != nil {
 		d.log.Error("dashboard: render "+name, "err", err)

@@ -71,9 +71,12 @@ type cache struct {
 	log   *slog.Logger
 
 	cur     atomic.Pointer[snapshot]
-	mu      sync.Mutex // one read at a time; guards failedAt, failure
+	mu      sync.Mutex // one read at a time; guards failed, failure
 	failed  time.Time
-	failure error
+	failure *errStale
+	// stale is the failure in force, readable without waiting for a read
+	// of the store in progress; nil while the store answers.
+	stale   atomic.Pointer[errStale]
 	queries atomic.Int64
 	history history
 }
@@ -83,8 +86,12 @@ func newCache(st Store, clk domain.Clock, every time.Duration, log *slog.Logger)
 }
 
 // errStale says the store did not answer; the snapshot returned with it,
-// if any, is the last one read.
-type errStale struct{ err error }
+// if any, is the last one read. since is the first failure of the run of
+// failures, which stays the same while the store keeps failing.
+type errStale struct {
+	err   error
+	since time.Time
+}
 
 func (e *errStale) Error() string { return "store unavailable: " + e.err.Error() }
 func (e *errStale) Unwrap() error { return e.err }
@@ -117,11 +124,17 @@ func (c *cache) get(ctx context.Context) (*snapshot, error) {
 	defer cancel()
 	next, err := c.read(rctx, now)
 	if err != nil {
-		c.failed, c.failure = now, &errStale{err}
+		since := now
+		if c.failure != nil {
+			since = c.failure.since
+		}
+		c.failed, c.failure = now, &errStale{err: err, since: since}
+		c.stale.Store(c.failure)
 		c.log.Warn("dashboard: read the store", "err", err)
 		return s, c.failure
 	}
 	c.failure = nil
+	c.stale.Store(nil)
 	next.gen = 1
 	if s != nil {
 		next.gen = s.gen
@@ -134,8 +147,15 @@ func (c *cache) get(ctx context.Context) (*snapshot, error) {
 	return next, nil
 }
 
-// current returns the snapshot in hand without reading the store.
-func (c *cache) current() *snapshot { return c.cur.Load() }
+// current returns the snapshot in hand and the failure in force, if any,
+// without reading the store.
+func (c *cache) current() (*snapshot, error) {
+	s := c.cur.Load()
+	if f := c.stale.Load(); f != nil {
+		return s, f
+	}
+	return s, nil
+}
 
 // read makes the snapshotQueries queries of one snapshot.
 func (c *cache) read(ctx context.Context, now time.Time) (*snapshot, error) {
