@@ -119,7 +119,7 @@ func TestTimeline(t *testing.T) {
 	}{
 		{"rejected", domain.Job{Status: domain.JobRejected, QueuedAt: at(0), CreatedAt: at(1), Reason: "no pool"},
 			nil, "queued,routed"},
-		{"waiting for approval", domain.Job{Status: domain.JobQueued, QueuedAt: at(0), CreatedAt: at(1), Reason: waitingReason},
+		{"waiting for approval", domain.Job{Status: domain.JobQueued, QueuedAt: at(0), CreatedAt: at(1), Reason: domain.ReasonWaitingForApproval},
 			nil, "queued,routed"},
 		{"cold start", domain.Job{ID: 7, Status: domain.JobCompleted, Route: domain.RouteLaunch, Via: domain.ViaCold,
 			InstanceID: "bp-c", QueuedAt: at(0), CreatedAt: at(1), AssignedAt: at(2), StartedAt: at(40), CompletedAt: at(80)},

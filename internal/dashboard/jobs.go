@@ -15,10 +15,6 @@ const (
 	maxRejectedRows = 50
 )
 
-// waitingReason marks a queued job GitHub holds for an approval (a
-// deployment protection rule): it is not waiting for a runner yet.
-const waitingReason = "waiting for approval"
-
 // jobRow is a job as the lists show it.
 type jobRow struct {
 	domain.Job
@@ -27,7 +23,8 @@ type jobRow struct {
 	HasQueue   bool
 	Run        time.Duration
 	HasRun     bool
-	WaitingFor time.Time // since when it has waited for a runner
+	WaitingFor time.Time // since GitHub queued it
+	Approval   bool      // GitHub holds it for an approval
 }
 
 type jobsView struct {
@@ -35,7 +32,9 @@ type jobsView struct {
 	Pools                     []string
 	Queued, Assigned, Running int
 	Approval                  int // queued, held by GitHub for an approval
-	OldestQueued              time.Time
+	// OldestWaiting is when the job that has waited longest for a runner
+	// was queued (see domain.Job.WaitingSince); zero when none waits.
+	OldestWaiting time.Time
 	Active, Recent, Rejected  []jobRow
 	MoreActive                int
 	// Charted is how many jobs the queue-time chart shows: the latest that
@@ -55,14 +54,14 @@ func (d *Dashboard) jobsPage(r *http.Request, s *snapshot) (pageResult, error) {
 		if !keep(j) {
 			continue
 		}
+		if since, ok := j.WaitingSince(); ok && (v.OldestWaiting.IsZero() || since.Before(v.OldestWaiting)) {
+			v.OldestWaiting = since
+		}
 		switch {
-		case j.Status == domain.JobQueued && j.Reason == waitingReason:
+		case j.HeldForApproval():
 			v.Approval++
 		case j.Status == domain.JobQueued:
 			v.Queued++
-			if v.OldestQueued.IsZero() || j.QueuedAt.Before(v.OldestQueued) {
-				v.OldestQueued = j.QueuedAt
-			}
 		case j.Status == domain.JobAssigned:
 			v.Assigned++
 		case j.Status == domain.JobRunning:
@@ -102,7 +101,7 @@ func (d *Dashboard) jobsPage(r *http.Request, s *snapshot) (pageResult, error) {
 }
 
 func rowOf(j domain.Job, s *snapshot) jobRow {
-	r := jobRow{Job: j, Served: served(j, s), WaitingFor: j.QueuedAt}
+	r := jobRow{Job: j, Served: served(j, s), WaitingFor: j.QueuedAt, Approval: j.HeldForApproval()}
 	r.Queue, r.HasQueue = queueTime(j)
 	if !j.StartedAt.IsZero() && !j.CompletedAt.IsZero() {
 		r.Run, r.HasRun = max(j.CompletedAt.Sub(j.StartedAt), 0), true

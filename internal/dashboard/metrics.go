@@ -81,7 +81,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, j := range s.active {
 		byStatus[j.Status]++
-		if since, ok := waitingSince(j); ok {
+		if since, ok := j.WaitingSince(); ok {
 			if t, seen := oldest[j.Pool]; !seen || t.IsZero() || since.Before(t) {
 				oldest[j.Pool] = since
 			}
@@ -97,24 +97,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, wait, pool)
 	}
-}
-
-// waitingSince says whether j still waits for a runner, and since when.
-// An assigned job waits too until its runner takes it: one whose runner never
-// comes up would otherwise drop out of the wait. The wait runs from GitHub
-// queuing the job, which a requeue (after a failed create, say) leaves as
-// it is, so a job that goes back and forth between queued and assigned
-// keeps its age. A job GitHub holds for an approval waits for a person.
-func waitingSince(j domain.Job) (time.Time, bool) {
-	switch {
-	case j.Status == domain.JobQueued && j.Reason == waitingReason:
-		return time.Time{}, false
-	case j.Status != domain.JobQueued && j.Status != domain.JobAssigned:
-		return time.Time{}, false
-	case !j.StartedAt.IsZero() || j.QueuedAt.IsZero():
-		return time.Time{}, false
-	}
-	return j.QueuedAt, true
 }
 
 // collectPools exports, for every configured pool, what counts toward its

@@ -48,7 +48,7 @@ func TestOldestWaitCountsJobsNotYetStarted(t *testing.T) {
 		job(201, "small-x64", t0.Add(-12*time.Minute), func(j *domain.Job) {
 			j.Status, j.InstanceID, j.Via, j.AssignedAt = domain.JobAssigned, "bp-hot1", domain.ViaPool, t0.Add(-11*time.Minute)
 		}),
-		job(202, "small-x64", t0.Add(-30*time.Minute), func(j *domain.Job) { j.Reason = waitingReason }),
+		job(202, "small-x64", t0.Add(-30*time.Minute), func(j *domain.Job) { j.Reason = domain.ReasonWaitingForApproval }),
 		job(203, "small-x64", t0.Add(-40*time.Minute), func(j *domain.Job) {
 			j.Status, j.InstanceID, j.Via = domain.JobRunning, "bp-hot2", domain.ViaPool
 			j.AssignedAt, j.StartedAt = t0.Add(-39*time.Minute), t0.Add(-38*time.Minute)

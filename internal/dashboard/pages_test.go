@@ -280,3 +280,22 @@ func TestAViewerWhoLeavesMidReadDoesNotFailTheSnapshot(t *testing.T) {
 		t.Fatalf("a store failure was logged: %q", warns)
 	}
 }
+
+// The jobs page's oldest wait is the gauge's: queued jobs not held for an
+// approval and assigned jobs not started, from when GitHub queued them.
+func TestJobsPageOldestWaitIsTheGauges(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed() // jobs 101 (queued) and 102 (assigned) queued 10 min ago
+	base := domain.Job{RunAttempt: 1, Repo: "acme/app", Name: "deploy", Workflow: "CD", Route: domain.RoutePool, Pool: "small-x64", Runner: "small"}
+	held, assigned := base, base
+	held.ID, held.RunID, held.QueuedAt, held.Status, held.Reason = 301, 3010, t0.Add(-30*time.Minute), domain.JobQueued, domain.ReasonWaitingForApproval
+	assigned.ID, assigned.RunID, assigned.QueuedAt = 302, 3020, t0.Add(-20*time.Minute)
+	assigned.Status, assigned.InstanceID, assigned.Via, assigned.AssignedAt = domain.JobAssigned, "bp-stop1", domain.ViaPool, t0.Add(-19*time.Minute)
+	r.createJobs(held, assigned)
+	r.pageShows("/jobs", `<dd id="oldest-wait"><span data-since="2026-11-24T08:40:00Z">20m00s</span></dd>`,
+		`<dt>awaiting approval</dt><dd>1</dd>`, `data-job="301" data-status="queued"`, `queued</span> (approval)`)
+	if got := r.oldestWait()["small-x64"]; got != 20*60 {
+		t.Errorf("gauge: oldest wait %v s, want 1200", got)
+	}
+}

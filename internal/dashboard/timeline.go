@@ -95,7 +95,7 @@ func routed(j domain.Job) string {
 	switch {
 	case j.Status == domain.JobRejected:
 		return "rejected: " + j.Reason
-	case j.Reason == waitingReason:
+	case j.Reason == domain.ReasonWaitingForApproval:
 		return "recorded; GitHub holds it for an approval"
 	case j.Route == domain.RoutePool:
 		return "recorded and sent to the pool queue of " + j.Pool

@@ -109,6 +109,34 @@ type Job struct {
 	CompletedAt time.Time
 }
 
+// ReasonWaitingForApproval is the Reason of a queued job GitHub holds for
+// an approval (a deployment protection rule): it waits for a person, not
+// for a runner.
+const ReasonWaitingForApproval = "waiting for approval"
+
+// HeldForApproval reports whether GitHub holds j, queued, for an approval.
+func (j Job) HeldForApproval() bool {
+	return j.Status == JobQueued && j.Reason == ReasonWaitingForApproval
+}
+
+// WaitingSince says whether j waits for a runner, and since when: queued
+// and not held for an approval, or assigned to an instance whose runner has
+// not taken it yet (one that never comes up must not drop the job out of
+// the wait). The wait runs from GitHub queuing the job, which a requeue
+// leaves as it is, so a job going back and forth between queued and
+// assigned keeps its age.
+func (j Job) WaitingSince() (time.Time, bool) {
+	switch {
+	case j.HeldForApproval():
+		return time.Time{}, false
+	case j.Status != JobQueued && j.Status != JobAssigned:
+		return time.Time{}, false
+	case !j.StartedAt.IsZero() || j.QueuedAt.IsZero():
+		return time.Time{}, false
+	}
+	return j.QueuedAt, true
+}
+
 // Key is the job's id as instances carry it (Instance.Job).
 func (j Job) Key() string { return JobKey(j.ID) }
 

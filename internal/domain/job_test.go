@@ -1,0 +1,38 @@
+package domain
+
+import (
+	"testing"
+	"time"
+)
+
+// A job waits for a runner while it is queued, unless GitHub holds it for
+// an approval, and while it is assigned to an instance whose runner has
+// not taken it; always from when GitHub queued it.
+func TestJobWaitingSince(t *testing.T) {
+	queued := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	later := queued.Add(time.Minute)
+	for _, c := range []struct {
+		name string
+		job  Job
+		want bool
+	}{
+		{"queued", Job{Status: JobQueued, QueuedAt: queued}, true},
+		{"queued again after a failed create", Job{Status: JobQueued, QueuedAt: queued, Reason: "instance creation timed out"}, true},
+		{"held for an approval", Job{Status: JobQueued, QueuedAt: queued, Reason: ReasonWaitingForApproval}, false},
+		{"assigned, not started", Job{Status: JobAssigned, QueuedAt: queued, AssignedAt: later}, true},
+		{"assigned, started", Job{Status: JobAssigned, QueuedAt: queued, AssignedAt: later, StartedAt: later}, false},
+		{"running", Job{Status: JobRunning, QueuedAt: queued, StartedAt: later}, false},
+		{"completed", Job{Status: JobCompleted, QueuedAt: queued}, false},
+		{"rejected", Job{Status: JobRejected, QueuedAt: queued}, false},
+		{"queued time unknown", Job{Status: JobQueued}, false},
+	} {
+		since, ok := c.job.WaitingSince()
+		if ok != c.want || (ok && !since.Equal(queued)) {
+			t.Errorf("%s: waiting %v since %v, want %v since %v", c.name, ok, since, c.want, queued)
+		}
+	}
+	if !(Job{Status: JobQueued, Reason: ReasonWaitingForApproval}).HeldForApproval() ||
+		(Job{Status: JobAssigned, Reason: ReasonWaitingForApproval}).HeldForApproval() {
+		t.Error("HeldForApproval: only a queued job is held")
+	}
+}
