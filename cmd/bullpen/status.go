@@ -14,6 +14,7 @@ import (
 	"unicode"
 
 	"github.com/bullpen-ci/bullpen/internal/api"
+	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
 func init() {
@@ -103,12 +104,15 @@ func printStatus(w io.Writer, server string, now time.Time, pools []api.PoolView
 	fmt.Fprintf(w, "  %-14s %-17s %-9s %-9s %-8s %-8s %s\n", "pool", "schedule", "hot", "stopped", "warming", "serving", "next change")
 	var problems []string
 	for _, p := range pools {
-		mark := " "
-		if p.Counts["ready_hot"] == p.Target.Hot && p.Counts["stopped"] == p.Target.Stopped && p.Counts["warming"] == 0 {
-			mark = "✓"
+		mark, target := " ", domain.Target{}
+		if p.Target != nil {
+			target = *p.Target
+			if p.Counts["ready_hot"] == target.Hot && p.Counts["stopped"] == target.Stopped && p.Counts["warming"] == 0 {
+				mark = "✓"
+			}
 		}
 		fmt.Fprintf(w, "%s %-14s %-17s %-9s %-9s %-8d %-8d %s\n", mark, p.Name, cmp.Or(p.Schedule, "(none)"),
-			fmt.Sprintf("%d/%d", p.Counts["ready_hot"], p.Target.Hot), fmt.Sprintf("%d/%d", p.Counts["stopped"], p.Target.Stopped),
+			fmt.Sprintf("%d/%d", p.Counts["ready_hot"], target.Hot), fmt.Sprintf("%d/%d", p.Counts["stopped"], target.Stopped),
 			p.Counts["warming"], p.Counts["detached"], nextChange(p, now))
 		if p.LastError != "" {
 			problems = append(problems, fmt.Sprintf("  ! %s: %s", p.Name, clean(p.LastError)))

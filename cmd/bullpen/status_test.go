@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -38,6 +39,23 @@ func statusServer(t *testing.T) string {
 		if err := st.PutPoolStatus(ctx, ps); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// The API counts the pools' instances as they are, whatever the last
+	// cycle recorded.
+	var insts []domain.Instance
+	member := func(pool string, role domain.Role, state domain.State, job string) {
+		insts = append(insts, domain.Instance{ID: fmt.Sprintf("i-%d", len(insts)+1), Pool: pool, Role: role, Runner: pool, State: state, Job: job})
+	}
+	member("small-x64", domain.RoleHot, domain.StateReady, "")
+	member("small-x64", domain.RoleStopped, domain.StateStopped, "")
+	member("small-x64", domain.RoleStopped, domain.StateStopped, "")
+	member("small-x64", domain.RoleHot, domain.StateTerminated, "")
+	member("burst", domain.RoleHot, domain.StateReady, "")
+	member("burst", domain.RoleHot, domain.StatePending, "")
+	member("burst", domain.RoleHot, domain.StateBooting, "")
+	member("burst", domain.RoleHot, domain.StateClaimed, "12")
+	if err := st.CreateInstances(ctx, insts); err != nil {
+		t.Fatal(err)
 	}
 	q := now.Add(-time.Minute)
 	jobs := []domain.Job{

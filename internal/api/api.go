@@ -18,6 +18,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/httpauth"
+	"github.com/bullpen-ci/bullpen/internal/rebalance"
 	"github.com/bullpen-ci/bullpen/internal/spotbreaker"
 )
 
@@ -247,7 +248,7 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(f.States) == 0 && !all {
-		f.States = slices.DeleteFunc(slices.Clone(domain.States), func(s domain.State) bool { return s == domain.StateTerminated })
+		f.States = liveStates()
 	}
 	list, err := s.Store.ListInstances(r.Context(), f)
 	if err != nil {
@@ -261,22 +262,35 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"instances": out})
 }
 
-// PoolView joins a pool's configuration with what the converger last saw.
+// PoolView joins a pool's configuration with the converger's last cycle and
+// the pool's instances now. Counts are tallied at each request, so they
+// include what the last cycle did (machines it created or stopped), which
+// the converger records before acting. Target, Schedule and SpecHash are
+// the last cycle's; Target and LastCycle are null until the converger has
+// recorded one, so a new pool never reads as being at its target.
 type PoolView struct {
 	Name        string         `json:"name"`
 	Environment string         `json:"environment,omitempty"`
 	Runner      string         `json:"runner"`
 	Timezone    string         `json:"timezone,omitempty"`
 	Schedule    string         `json:"schedule"`
-	Target      domain.Target  `json:"target"`
+	Target      *domain.Target `json:"target"`
 	Counts      map[string]int `json:"counts"`
 	SpecHash    string         `json:"spec_hash,omitempty"`
-	LastCycle   *time.Time     `json:"last_cycle,omitempty"`
+	LastCycle   *time.Time     `json:"last_cycle"`
 	LastError   string         `json:"last_error,omitempty"`
 	// NextChange is when the schedule next changes the target, to the
 	// entry NextSchedule.
 	NextChange   *time.Time `json:"next_change,omitempty"`
 	NextSchedule string     `json:"next_schedule,omitempty"`
+}
+
+// liveCounts renders rebalance.Count under the names the converger records
+// them by; every name is present, zero included.
+func liveCounts(insts []domain.Instance) map[string]int {
+	c := rebalance.Count(insts)
+	return map[string]int{"ready_hot": c.ReadyHot, "stopped": c.Stopped, "warming": c.Warming,
+		"detached": c.Detached, "other": c.Other, "reusable": c.Reusable}
 }
 
 func (s *Server) pools(w http.ResponseWriter, r *http.Request) {
@@ -298,17 +312,39 @@ func (s *Server) pools(w http.ResponseWriter, r *http.Request) {
 		configured = s.Pools()
 	}
 	out := []PoolView{}
-	for _, p := range configured {
-		st := byName[p.Name]
-		counts := st.Counts
-		if counts == nil {
-			counts = map[string]int{}
+	if len(configured) == 0 {
+		writeJSON(w, http.StatusOK, map[string]any{"pools": out})
+		return
+	}
+	// One listing for every pool: a query per pool would grow with the
+	// configuration, on every request.
+	live, err := s.Store.ListInstances(r.Context(), domain.InstanceFilter{States: liveStates()})
+	if err != nil {
+		s.fail(w, "list instances", err)
+		return
+	}
+	members := map[string][]domain.Instance{}
+	for _, in := range live {
+		if in.Pool != "" {
+			members[in.Pool] = append(members[in.Pool], in)
 		}
-		out = append(out, PoolView{Name: p.Name, Environment: p.Environment, Runner: p.Runner, Timezone: p.Timezone,
-			Schedule: st.Schedule, Target: st.Target, Counts: counts, SpecHash: st.SpecHash,
-			LastCycle: ts(st.LastCycle), LastError: st.LastError, NextChange: ts(p.NextChange), NextSchedule: p.Next})
+	}
+	for _, p := range configured {
+		v := PoolView{Name: p.Name, Environment: p.Environment, Runner: p.Runner, Timezone: p.Timezone,
+			Counts: liveCounts(members[p.Name]), NextChange: ts(p.NextChange), NextSchedule: p.Next}
+		if st, ok := byName[p.Name]; ok && !st.LastCycle.IsZero() {
+			target := st.Target
+			v.Schedule, v.Target, v.SpecHash, v.LastCycle, v.LastError = st.Schedule, &target, st.SpecHash, ts(st.LastCycle), st.LastError
+		}
+		out = append(out, v)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"pools": out})
+}
+
+// liveStates is every state but terminated: what the lists show unless
+// asked for everything.
+func liveStates() []domain.State {
+	return slices.DeleteFunc(slices.Clone(domain.States), func(s domain.State) bool { return s == domain.StateTerminated })
 }
 
 func (s *Server) fail(w http.ResponseWriter, what string, err error) {

@@ -2,7 +2,9 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -226,14 +228,91 @@ func TestPoolsJoinConfigurationWithStatus(t *testing.T) {
 		t.Fatalf("pools %+v, want the configured pools in configuration order", body.Pools)
 	}
 	small, big := body.Pools[0], body.Pools[1]
+	// i-1 (hot, claimed) serves a job; i-3 (stopped, ready) is warmed and
+	// waits to stop; i-4 is terminated and counts nowhere.
+	wantSmall := map[string]int{"ready_hot": 0, "stopped": 0, "warming": 1, "detached": 1, "other": 0, "reusable": 0}
 	if small.Environment != "dev" || small.Runner != "small-x64" || small.Timezone != "Europe/Paris" ||
-		small.Schedule != "workday" || small.Target.Hot != 2 || small.Target.Stopped != 3 || small.SpecHash != "abc123" ||
-		small.Counts["hot/claimed"] != 1 || small.LastCycle == nil || !small.LastCycle.Equal(t0) ||
+		small.Schedule != "workday" || small.Target == nil || small.Target.Hot != 2 || small.Target.Stopped != 3 ||
+		small.SpecHash != "abc123" || !maps.Equal(small.Counts, wantSmall) || small.LastCycle == nil || !small.LastCycle.Equal(t0) ||
 		small.LastError != "StartInstances: throttled" {
-		t.Errorf("small-x64: %+v", small)
+		t.Errorf("small-x64: %+v (counts %v, want %v)", small, small.Counts, wantSmall)
 	}
-	if big.Runner != "big" || big.Counts == nil || len(big.Counts) != 0 || big.LastCycle != nil || big.Schedule != "" {
+	if big.Runner != "big" || big.Counts == nil || big.Counts["ready_hot"] != 0 || big.Counts["warming"] != 0 ||
+		big.LastCycle != nil || big.Schedule != "" || big.Target != nil {
 		t.Errorf("big (no status yet): %+v", big)
+	}
+}
+
+// A pool the converger has not cycled yet has no target: read as zero,
+// its empty counts would say it is at target.
+func TestPoolsWithoutACycleHaveNoTarget(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	var body struct{ Pools []map[string]any }
+	r.getJSON("/api/v1/pools", &body)
+	big := body.Pools[1]
+	for _, k := range []string{"target", "last_cycle"} {
+		v, ok := big[k]
+		if !ok || v != nil {
+			t.Errorf("big %s = %v (present: %t), want null", k, v, ok)
+		}
+	}
+	if small := body.Pools[0]; small["last_cycle"] != t0.Format(time.RFC3339) {
+		t.Errorf("small-x64 last_cycle = %v, want %s", small["last_cycle"], t0.Format(time.RFC3339))
+	}
+}
+
+// The converger records a pool's counts before applying its plan; the
+// API counts the instances as they are now, so what the last cycle created
+// shows at once.
+func TestPoolCountsAreLiveNotTheLastCycles(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	if err := r.store.PutPoolStatus(r.ctx, domain.PoolStatus{Name: "big", Schedule: "default", Target: domain.Target{Hot: 3},
+		Counts: map[string]int{"ready_hot": 0, "warming": 0}, LastCycle: r.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		in := domain.Instance{ID: fmt.Sprintf("b-%d", i), Pool: "big", Role: domain.RoleHot, Runner: "big", State: domain.StatePending}
+		if err := r.store.CreateInstances(r.ctx, []domain.Instance{in}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var body struct{ Pools []PoolView }
+	r.getJSON("/api/v1/pools", &body)
+	big := body.Pools[1]
+	if big.Counts["warming"] != 3 || big.Counts["ready_hot"] != 0 || big.Target == nil || big.Target.Hot != 3 ||
+		big.Schedule != "default" || big.LastCycle == nil || !big.LastCycle.Equal(r.clk.Now()) {
+		t.Errorf("big: %+v, counts %v; want 3 warming toward a target of 3 hot", big, big.Counts)
+	}
+}
+
+// countingStore counts the listings of instances.
+type countingStore struct {
+	Store
+	listings int
+}
+
+func (c *countingStore) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error) {
+	c.listings++
+	return c.Store.ListInstances(ctx, f)
+}
+
+func TestPoolsListTheInstancesOnceForAllPools(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	cs := &countingStore{Store: r.store}
+	r.srv.Store = cs
+	r.srv.Pools = func() []PoolInfo {
+		return []PoolInfo{{Name: "small-x64"}, {Name: "big"}, {Name: "gpu"}, {Name: "arm"}}
+	}
+	var body struct{ Pools []PoolView }
+	r.getJSON("/api/v1/pools", &body)
+	if len(body.Pools) != 4 || body.Pools[0].Counts["detached"] != 1 {
+		t.Fatalf("pools %+v", body.Pools)
+	}
+	if cs.listings != 1 {
+		t.Errorf("%d instance listings for 4 pools, want 1", cs.listings)
 	}
 }
 
