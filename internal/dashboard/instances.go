@@ -43,21 +43,24 @@ func (d *Dashboard) instancesPage(r *http.Request, s *snapshot) (pageResult, err
 		return (v.ID == "" || in.ID == v.ID) && (v.Pool == "" || in.Pool == v.Pool || (v.Pool == "-" && in.Pool == "")) &&
 			(v.State == "" || string(in.State) == v.State)
 	}
-	var ended []domain.Instance
+	var live, ended []domain.Instance
 	for _, in := range s.instances {
 		switch {
 		case !keep(in):
 		case in.State == domain.StateTerminated:
 			ended = append(ended, in)
-		case len(v.Rows) < maxInstanceRows:
-			v.Rows = append(v.Rows, in)
 		default:
-			v.More++
+			live = append(live, in)
 		}
 	}
-	slices.SortStableFunc(v.Rows, func(a, b domain.Instance) int {
-		return cmp.Or(cmp.Compare(a.Pool, b.Pool), cmp.Compare(stateOrder(a.State), stateOrder(b.State)))
+	// Sorted before the cut, so that the rows that need a look are never
+	// the ones left out.
+	slices.SortStableFunc(live, func(a, b domain.Instance) int {
+		return cmp.Or(cmp.Compare(attention(a.State), attention(b.State)),
+			cmp.Compare(a.Pool, b.Pool), cmp.Compare(stateOrder(a.State), stateOrder(b.State)))
 	})
+	v.More = max(len(live)-maxInstanceRows, 0)
+	v.Rows = live[:min(len(live), maxInstanceRows)]
 	slices.SortFunc(ended, func(a, b domain.Instance) int { return b.StateSince.Compare(a.StateSince) })
 	v.MoreEnded = max(len(ended)-maxEndedRows, 0)
 	v.Ended = ended[:min(len(ended), maxEndedRows)]
@@ -96,3 +99,15 @@ func matrix(insts []domain.Instance) []poolRow {
 }
 
 func stateOrder(s domain.State) int { return slices.Index(liveStates, s) }
+
+// attention puts first the instances that need a look: in error, then
+// terminating.
+func attention(s domain.State) int {
+	switch s {
+	case domain.StateError:
+		return 0
+	case domain.StateTerminating:
+		return 1
+	}
+	return 2
+}

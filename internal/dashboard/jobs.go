@@ -34,9 +34,13 @@ type jobsView struct {
 	Approval                  int // queued, held by GitHub for an approval
 	// OldestWaiting is when the job that has waited longest for a runner
 	// was queued (see domain.Job.WaitingSince); zero when none waits.
-	OldestWaiting time.Time
-	Active, Recent, Rejected  []jobRow
-	MoreActive                int
+	OldestWaiting            time.Time
+	Active, Recent, Rejected []jobRow
+	MoreActive               int
+	// RecentSince is when the oldest job the snapshot holds was recorded:
+	// the recent list covers the jobs recorded since. Zero when the
+	// snapshot holds every job.
+	RecentSince time.Time
 	// Charted is how many jobs the queue-time chart shows: the latest that
 	// started, running or finished, since a job's queue time is known once
 	// it starts.
@@ -73,7 +77,7 @@ func (d *Dashboard) jobsPage(r *http.Request, s *snapshot) (pageResult, error) {
 			v.MoreActive++
 		}
 	}
-	var started []domain.Job
+	var started, finished []domain.Job
 	for _, j := range s.recent {
 		if !keep(j) {
 			continue
@@ -83,14 +87,21 @@ func (d *Dashboard) jobsPage(r *http.Request, s *snapshot) (pageResult, error) {
 		}
 		switch j.Status {
 		case domain.JobCompleted:
-			if len(v.Recent) < maxRecentRows {
-				v.Recent = append(v.Recent, rowOf(j, s))
-			}
+			finished = append(finished, j)
 		case domain.JobRejected:
 			if len(v.Rejected) < maxRejectedRows {
 				v.Rejected = append(v.Rejected, rowOf(j, s))
 			}
 		}
+	}
+	// The snapshot holds the newest jobs by when they were recorded; the
+	// list shows those that finished last, so it is sorted before the cut.
+	slices.SortStableFunc(finished, func(a, b domain.Job) int { return b.CompletedAt.Compare(a.CompletedAt) })
+	for _, j := range finished[:min(len(finished), maxRecentRows)] {
+		v.Recent = append(v.Recent, rowOf(j, s))
+	}
+	if len(s.recent) >= recentJobs {
+		v.RecentSince = s.recent[len(s.recent)-1].CreatedAt
 	}
 	by := byPath(started, s)
 	for _, ds := range by {

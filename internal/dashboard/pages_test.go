@@ -299,3 +299,43 @@ func TestJobsPageOldestWaitIsTheGauges(t *testing.T) {
 		t.Errorf("gauge: oldest wait %v s, want 1200", got)
 	}
 }
+
+// More live instances than the page lists: the rows are sorted before the
+// cut, so an instance in error is listed, however new.
+func TestInstancesPageListsAnInstanceInErrorPastTheCut(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	var insts []domain.Instance
+	for k := range maxInstanceRows + 20 {
+		insts = append(insts, domain.Instance{ID: fmt.Sprintf("bp-run%03d", k), CloudID: fmt.Sprintf("c%d", k), Role: domain.RoleOnDemand,
+			Runner: "small", State: domain.StateRunning, Job: fmt.Sprint(1000 + k)})
+	}
+	if err := r.store.CreateInstances(r.ctx, insts); err != nil {
+		t.Fatal(err)
+	}
+	r.storeClk.Advance(time.Minute)
+	r.createInstances(domain.Instance{ID: "bp-broken", CloudID: "cb", Pool: "small-x64", Role: domain.RoleHot, Runner: "small",
+		State: domain.StateError, Reason: "agent failed"})
+	body := r.pageShows("/instances", `data-instance="bp-broken" data-state="error"`, "and 21 more")
+	if n := count(body, `data-state="running"`); n != maxInstanceRows-1 {
+		t.Errorf("%d running rows, want %d", n, maxInstanceRows-1)
+	}
+}
+
+// Recently finished lists jobs by when they finished, latest first, not by
+// when they were recorded, and says which jobs it covers.
+func TestRecentlyFinishedIsInOrderOfCompletion(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed() // job 104 finished 5 min after it was queued, 10 min ago
+	q := t0.Add(-10 * time.Minute)
+	r.createJobs(domain.Job{ID: 401, RunID: 4010, RunAttempt: 1, Repo: "acme/app", Name: "lint", QueuedAt: q, Route: domain.RoutePool,
+		Pool: "small-x64", Runner: "small", Status: domain.JobCompleted, InstanceID: "bp-stop1", Via: domain.ViaPool, Conclusion: "success",
+		AssignedAt: q.Add(time.Second), StartedAt: q.Add(20 * time.Second), CompletedAt: q.Add(2 * time.Minute)})
+	body := r.pageShows("/jobs", `Up to 100 jobs, the most recently finished first, among every job recorded.`)
+	recent := body[strings.Index(body, `<section id="recent"`):]
+	first, second := strings.Index(recent, `data-job="104"`), strings.Index(recent, `data-job="401"`)
+	if first < 0 || second < 0 || first > second {
+		t.Errorf("job 104 (finished later, recorded earlier) at %d, job 401 at %d: want 104 first", first, second)
+	}
+}

@@ -49,6 +49,10 @@ var funcs = template.FuncMap{
 	"num":   func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"score": func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
 	"add":   func(a, b int) int { return a + b },
+	// when writes an instant for people: to the second, in UTC.
+	"when":       func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 UTC") },
+	"maxRecent":  func() int { return maxRecentRows },
+	"recentJobs": func() int { return recentJobs },
 }
 
 // age is how long ago t was at now, as the page's script also writes it.
