@@ -246,3 +246,21 @@ func TestOpenPagesLearnThatTheStoreStoppedAndCameBack(t *testing.T) {
 		t.Errorf("after recovery the fragment (version %q, announced %q) still warns: %v", v, back, strings.Contains(body, "did not answer"))
 	}
 }
+
+// Heartbeats alone do not change the version: open pages are not replaced
+// at every tick while the fleet merely stays alive.
+func TestHeartbeatsDoNotChangeTheVersion(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed()
+	before := r.get("/instances").Header().Get("X-Content-Version")
+	for _, id := range []string{"bp-hot1", "bp-stop1", "bp-cold1"} {
+		if err := r.store.RecordHeartbeat(r.ctx, id, t0.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.later()
+	if after := r.get("/instances").Header().Get("X-Content-Version"); after != before {
+		t.Errorf("heartbeats moved the version from %q to %q", before, after)
+	}
+}

@@ -20,9 +20,6 @@ const (
 	// recentJobs is how many of the newest jobs a snapshot holds, for the
 	// recent and rejected lists and the queue-time charts.
 	recentJobs = 2000
-	// heartbeatGrain: heartbeats move without a version change; a change
-	// of this size makes the snapshot count as changed.
-	heartbeatGrain = 15 * time.Second
 )
 
 // activeStatuses are the jobs still waiting for, or holding, a runner.
@@ -195,7 +192,9 @@ func (c *cache) read(ctx context.Context, now time.Time) (*snapshot, error) {
 }
 
 // fingerprint changes when anything a page shows changes: a row's
-// version, a heartbeat by more than heartbeatGrain, a converger cycle.
+// version, a converger cycle. Heartbeats are left out: every instance sends
+// one every few seconds, so with them every open page would be replaced at
+// every tick; the ages a page shows tick in the browser.
 func fingerprint(s *snapshot) uint64 {
 	h := fnv.New64a()
 	var b [8]byte
@@ -206,7 +205,6 @@ func fingerprint(s *snapshot) uint64 {
 	for _, in := range s.instances {
 		h.Write([]byte(in.ID))
 		num(in.Version)
-		num(in.Heartbeat.Truncate(heartbeatGrain).Unix())
 	}
 	for _, list := range [][]domain.Job{s.active, s.recent} {
 		for _, j := range list {

@@ -26,6 +26,7 @@
   }
 
   function tick() {
+    if (held !== null && !busy()) { swap(held); held = null; }
     var now = Date.now() + offset;
     document.querySelectorAll('[data-since]').forEach(function (el) {
       var t = Date.parse(el.getAttribute('data-since'));
@@ -45,6 +46,25 @@
   var version = body.getAttribute('data-version');
   var fetching = false;
   var wanted = null;
+  var held = null; // content fetched while the reader was busy in #live
+
+  // busy: the reader is selecting text or typing in the content; replacing
+  // it would lose the selection or the focus.
+  function busy() {
+    var live = document.getElementById('live');
+    if (!live) { return false; }
+    var sel = window.getSelection ? window.getSelection() : null;
+    if (sel && !sel.isCollapsed && sel.rangeCount > 0 && live.contains(sel.getRangeAt(0).commonAncestorContainer)) { return true; }
+    var active = document.activeElement;
+    return active !== null && active !== body && live.contains(active);
+  }
+
+  function swap(update) {
+    // Server-rendered and escaped by its templates, like the page itself.
+    document.getElementById('live').innerHTML = update.html;
+    body.setAttribute('data-version', update.version);
+    status('live', 'live · ' + new Date(Date.now() + offset).toISOString().substring(11, 19) + ' UTC');
+  }
 
   function refresh(target) {
     if (fetching) { wanted = target; return; }
@@ -58,11 +78,10 @@
         return r.text();
       })
       .then(function (html) {
-        // Server-rendered and escaped by its templates, like the page itself.
-        document.getElementById('live').innerHTML = html;
-        body.setAttribute('data-version', version);
+        // While the reader is busy in the content, the newest one waits
+        // for the first tick after they are done.
+        held = { html: html, version: version };
         tick();
-        status('live', 'live · ' + new Date(Date.now() + offset).toISOString().substring(11, 19) + ' UTC');
       })
       .catch(function () { status('lost', 'update failed'); })
       .then(function () {
