@@ -14,7 +14,7 @@ import (
 	"unicode"
 
 	"github.com/bullpen-ci/bullpen/internal/api"
-	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/intake"
 )
 
 func init() {
@@ -98,22 +98,24 @@ func (c *statusClient) get(ctx context.Context, path string, into any) error {
 }
 
 // printStatus writes the pools as the demo's table, then the jobs: what
-// waits and runs, and how the latest were served.
+// waits and runs, and how the latest were served. A pool the converger has
+// not cycled yet has no target to be at, and says so.
 func printStatus(w io.Writer, server string, now time.Time, pools []api.PoolView, active, latest []api.JobView) {
 	fmt.Fprintf(w, "bullpen at %s, %s\n\n", server, now.UTC().Format("2006-01-02 15:04:05 UTC"))
-	fmt.Fprintf(w, "  %-14s %-17s %-9s %-9s %-8s %-8s %s\n", "pool", "schedule", "hot", "stopped", "warming", "serving", "next change")
+	fmt.Fprintf(w, "  %-14s %-17s %-9s %-9s %-8s %-8s %-17s %s\n", "pool", "schedule", "hot", "stopped", "warming", "serving",
+		"last cycle", "next change")
 	var problems []string
 	for _, p := range pools {
-		mark, target := " ", domain.Target{}
-		if p.Target != nil {
-			target = *p.Target
-			if p.Counts["ready_hot"] == target.Hot && p.Counts["stopped"] == target.Stopped && p.Counts["warming"] == 0 {
+		mark, hot, stopped, cycle := " ", fmt.Sprintf("%d/-", p.Counts["ready_hot"]), fmt.Sprintf("%d/-", p.Counts["stopped"]), "not converged yet"
+		if p.Target != nil && p.LastCycle != nil {
+			if p.Counts["ready_hot"] == p.Target.Hot && p.Counts["stopped"] == p.Target.Stopped && p.Counts["warming"] == 0 {
 				mark = "✓"
 			}
+			hot, stopped = fmt.Sprintf("%d/%d", p.Counts["ready_hot"], p.Target.Hot), fmt.Sprintf("%d/%d", p.Counts["stopped"], p.Target.Stopped)
+			cycle = max(now.Sub(*p.LastCycle), 0).Round(time.Second).String() + " ago"
 		}
-		fmt.Fprintf(w, "%s %-14s %-17s %-9s %-9s %-8d %-8d %s\n", mark, p.Name, cmp.Or(p.Schedule, "(none)"),
-			fmt.Sprintf("%d/%d", p.Counts["ready_hot"], target.Hot), fmt.Sprintf("%d/%d", p.Counts["stopped"], target.Stopped),
-			p.Counts["warming"], p.Counts["detached"], nextChange(p, now))
+		fmt.Fprintf(w, "%s %-14s %-17s %-9s %-9s %-8d %-8d %-17s %s\n", mark, p.Name, cmp.Or(p.Schedule, "(none)"),
+			hot, stopped, p.Counts["warming"], p.Counts["detached"], cycle, nextChange(p, now))
 		if p.LastError != "" {
 			problems = append(problems, fmt.Sprintf("  ! %s: %s", p.Name, clean(p.LastError)))
 		}
@@ -144,18 +146,25 @@ const activeListed = api.MaxLimit
 
 func printJobs(w io.Writer, now time.Time, active, latest []api.JobView) {
 	counts := map[string]int{}
+	held := 0
 	var oldest time.Time
 	for _, j := range active {
+		if j.Status == "queued" && j.Reason == intake.ReasonWaiting {
+			held++ // it waits for a person, not for a runner
+			continue
+		}
 		counts[j.Status]++
-		if j.Status == "queued" && j.QueuedAt != nil && (oldest.IsZero() || j.QueuedAt.Before(oldest)) {
+		// An assigned job waits too until its runner takes it.
+		waiting := (j.Status == "queued" || j.Status == "assigned") && j.StartedAt == nil
+		if waiting && j.QueuedAt != nil && (oldest.IsZero() || j.QueuedAt.Before(oldest)) {
 			oldest = *j.QueuedAt
 		}
 	}
-	wait := ""
+	fmt.Fprintf(w, "\njobs: %d queued, %d assigned, %d running, %d held for approval\n",
+		counts["queued"], counts["assigned"], counts["running"], held)
 	if !oldest.IsZero() {
-		wait = fmt.Sprintf(" (the oldest for %s)", now.Sub(oldest).Round(time.Second))
+		fmt.Fprintf(w, "  the oldest waiting for a runner has waited %s\n", max(now.Sub(oldest), 0).Round(time.Second))
 	}
-	fmt.Fprintf(w, "\njobs: %d queued%s, %d assigned, %d running\n", counts["queued"], wait, counts["assigned"], counts["running"])
 	if len(active) >= activeListed {
 		fmt.Fprintf(w, "  (the newest %d active jobs only: there may be more, and older)\n", activeListed)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/api"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/intake"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 )
 
@@ -32,9 +33,9 @@ func statusServer(t *testing.T) string {
 	ctx := context.Background()
 	for _, ps := range []domain.PoolStatus{
 		{Name: "small-x64", Schedule: "default", Target: domain.Target{Hot: 1, Stopped: 2},
-			Counts: map[string]int{"ready_hot": 1, "stopped": 2}, LastCycle: now},
+			Counts: map[string]int{"ready_hot": 1, "stopped": 2}, LastCycle: now.Add(-30 * time.Second)},
 		{Name: "burst", Schedule: "default+autoscale", Target: domain.Target{Hot: 3},
-			Counts: map[string]int{"ready_hot": 1, "warming": 2, "detached": 1}, LastCycle: now, LastError: "StartInstances: throttled\x1b[31m"},
+			Counts: map[string]int{"ready_hot": 1, "warming": 2, "detached": 1}, LastCycle: now.Add(-125 * time.Second), LastError: "StartInstances: throttled\x1b[31m"},
 	} {
 		if err := st.PutPoolStatus(ctx, ps); err != nil {
 			t.Fatal(err)
@@ -61,6 +62,9 @@ func statusServer(t *testing.T) string {
 	jobs := []domain.Job{
 		{ID: 1, Status: domain.JobQueued, Repo: "acme/app", QueuedAt: q},
 		{ID: 2, Status: domain.JobRejected, Repo: "acme/app", QueuedAt: q, Reason: "pool \"gpu\" is not configured\x1b]0;pwned\x07"},
+		// Held for an environment's approval longer than any job waits for a
+		// runner: it is neither queued nor the oldest wait.
+		{ID: 3, Status: domain.JobQueued, Repo: "acme/app", QueuedAt: now.Add(-time.Hour), Reason: intake.ReasonWaiting},
 	}
 	if _, err := st.CreateJobs(ctx, jobs); err != nil {
 		t.Fatal(err)
@@ -79,7 +83,7 @@ func statusServer(t *testing.T) string {
 		}
 	}
 	srv := &api.Server{Store: st, Token: statusAdminToken, Pools: func() []api.PoolInfo {
-		return []api.PoolInfo{{Name: "small-x64", Timezone: "Europe/Paris", NextChange: now.Add(2 * time.Hour), Next: "nights"}, {Name: "burst"}}
+		return []api.PoolInfo{{Name: "small-x64", Timezone: "Europe/Paris", NextChange: now.Add(2 * time.Hour), Next: "nights"}, {Name: "burst"}, {Name: "new"}}
 	}}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
@@ -102,12 +106,13 @@ func TestStatusPrintsThePoolsAndJobs(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{
-		"  pool           schedule          hot       stopped   warming  serving  next change",
-		"✓ small-x64      default           1/1       2/2       0        0        nights in 2h00m (",
-		"  burst          default+autoscale 1/3       0/0       2        1        -",
+		"  pool           schedule          hot       stopped   warming  serving  last cycle        next change",
+		"✓ small-x64      default           1/1       2/2       0        0        30s ago           nights in 2h00m (",
+		"  burst          default+autoscale 1/3       0/0       2        1        2m5s ago          -",
+		"  new            (none)            0/-       0/-       0        0        not converged yet -",
 		"  ! burst: StartInstances: throttled[31m",
-		"jobs: 1 queued (the oldest for 1m0s), 0 assigned, 3 running",
-		"of the latest 5: 0 completed, 1 rejected",
+		"jobs: 1 queued, 0 assigned, 3 running, 1 held for approval\n  the oldest waiting for a runner has waited 1m0s\n",
+		"of the latest 6: 0 completed, 1 rejected",
 		"  pool     2 jobs   p50   4.0s   p90   4.0s   max   4.0s",
 		"  cold     1 jobs   p50  40.0s   p90  40.0s   max  40.0s",
 		`  2  acme/app  pool "gpu" is not configured]0;pwned`,
@@ -115,6 +120,10 @@ func TestStatusPrintsThePoolsAndJobs(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	// No member and no target read as zero would be "at target".
+	if strings.Contains(out, "✓ new") {
+		t.Error("a pool with no recorded cycle is marked at target")
 	}
 	if strings.ContainsAny(out, "\x1b\x07") {
 		t.Error("control characters from the store reached the terminal")
@@ -161,7 +170,7 @@ func TestStatusSaysWhenItsCountsStopAtTheList(t *testing.T) {
 	}
 	var out bytes.Buffer
 	printJobs(&out, statusNow, active, nil)
-	if !strings.Contains(out.String(), "jobs: 0 queued, 1000 assigned, 0 running\n  (the newest 1000 active jobs only: there may be more, and older)") {
+	if !strings.Contains(out.String(), "jobs: 0 queued, 1000 assigned, 0 running, 0 held for approval\n  (the newest 1000 active jobs only: there may be more, and older)") {
 		t.Fatalf("got:\n%s", out.String())
 	}
 	out.Reset()
@@ -182,5 +191,30 @@ func TestStatusSaysWhenNoJobHasStartedYet(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "of the latest 1: 0 completed, 0 rejected; none started yet, so no queue times\n") ||
 		strings.Contains(out, "by how they were served") {
 		t.Fatalf("exit %d: %s\n%s", code, errs, out)
+	}
+}
+
+// A job waits for a runner from its queuing until it starts, assigned or
+// not; one GitHub holds for an approval waits for a person and is counted
+// apart.
+func TestStatusOldestWaitCoversAssignedJobsNotApprovals(t *testing.T) {
+	at := func(d time.Duration) *time.Time { x := statusNow.Add(-d); return &x }
+	active := []api.JobView{
+		{ID: 1, Status: "queued", QueuedAt: at(time.Minute)},
+		{ID: 2, Status: "assigned", QueuedAt: at(5 * time.Minute), AssignedAt: at(4 * time.Minute)},
+		{ID: 3, Status: "queued", QueuedAt: at(time.Hour), Reason: intake.ReasonWaiting},
+		{ID: 4, Status: "queued", QueuedAt: at(2 * time.Hour), Reason: intake.ReasonWaiting},
+		{ID: 5, Status: "running", QueuedAt: at(3 * time.Hour), StartedAt: at(2 * time.Hour)},
+	}
+	var out bytes.Buffer
+	printJobs(&out, statusNow, active, nil)
+	want := "jobs: 1 queued, 1 assigned, 1 running, 2 held for approval\n  the oldest waiting for a runner has waited 5m0s\n"
+	if !strings.Contains(out.String(), want) {
+		t.Fatalf("got:\n%s\nwant:\n%s", out.String(), want)
+	}
+	out.Reset()
+	printJobs(&out, statusNow, active[2:4], nil)
+	if !strings.HasPrefix(out.String(), "\njobs: 0 queued, 0 assigned, 0 running, 2 held for approval\nof the latest") {
+		t.Fatalf("jobs held for approval alone wait for no runner:\n%s", out.String())
 	}
 }
