@@ -28,6 +28,11 @@ type configReads struct {
 	refused *refusedConfig
 	// unreadable: the last read failed, and the dashboard shows why.
 	unreadable bool
+	// unreadableSince and unreadableErr are the first of the failed reads
+	// in a row that failed the same way: the dashboard shows that time, so
+	// that the same failure, repeated, is not a change.
+	unreadableSince time.Time
+	unreadableErr   string
 	// pausedUntil is when GitHub's rate limit lets the source be read
 	// again.
 	pausedUntil time.Time
@@ -73,8 +78,12 @@ func (a *App) reloadConfig(ctx context.Context) error {
 func (a *App) configUnreadable(err error, now time.Time) error {
 	name := a.source.Name()
 	a.configReloads.count(reloadUnreadable)
-	a.configs.Refused(name, nil, err, now)
-	a.configReads.unreadable = true
+	st := &a.configReads
+	if !st.unreadable || st.unreadableErr != err.Error() {
+		st.unreadableSince, st.unreadableErr = now, err.Error()
+	}
+	st.unreadable = true
+	a.configs.Refused(name, nil, err, st.unreadableSince)
 	if a.Config() == nil {
 		return fmt.Errorf("configuration %s unreadable: %w", name, err)
 	}

@@ -30,6 +30,10 @@ type Refusal struct {
 	Source   []byte // the file that was refused; nil when it could not be read
 }
 
+// Unreadable reports a reload that failed to read the file, rather than
+// one that read a file that does not validate (an empty one among them).
+func (r *Refusal) Unreadable() bool { return r.Source == nil }
+
 // Problem is one message about a configuration file; Line is 0 when the
 // message is not about a line.
 type Problem struct {

@@ -339,3 +339,24 @@ func TestRecentlyFinishedIsInOrderOfCompletion(t *testing.T) {
 		t.Errorf("job 104 (finished later, recorded earlier) at %d, job 401 at %d: want 104 first", first, second)
 	}
 }
+
+// A file that could not be read is not a file that did not validate; the
+// page says which, and writes times to the second.
+func TestConfigPageTellsAnUnreadableFileFromAnInvalidOne(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	at := t0.Add(-90*time.Second + 123456789*time.Nanosecond)
+	r.recorder.Refused("runs-on.yml", nil, errors.New("open runs-on.yml: no such file or directory"), at)
+	body := r.pageShows("/config", "The file could not be read",
+		`Since <time datetime="2026-11-24T08:58:30.123456789Z">2026-11-24 08:58:30 UTC</time> reading the file has failed`,
+		"open runs-on.yml: no such file or directory",
+		`<time datetime="2026-11-24T07:00:00Z">2026-11-24 07:00:00 UTC</time>`)
+	if strings.Contains(body, "did not validate") || strings.Contains(body, "was refused") {
+		t.Error("an unreadable file is said not to validate")
+	}
+	r.recorder.Refused("runs-on.yml", []byte{}, errors.New("the file is empty"), at)
+	r.later()
+	if body := r.page("/config"); !strings.Contains(body, "did not validate") || strings.Contains(body, "could not be read") {
+		t.Error("an empty file read is said to be unreadable")
+	}
+}
