@@ -59,7 +59,55 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/instances", s.instances)
 	mux.HandleFunc("GET /api/v1/pools", s.pools)
 	mux.HandleFunc("GET /api/v1/spot", s.spot)
-	return s.authorize(mux)
+	return s.authorize(jsonRefusals(mux))
+}
+
+// jsonRefusals answers the requests mux has no route for (an unknown path,
+// or a method the path does not take) in the API's JSON error shape rather
+// than the mux's plain text, keeping the mux's status and its Allow header.
+func jsonRefusals(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		// The mux's own refusal decides 404 or 405 and what to allow; only
+		// its status and headers are kept.
+		refusal := &headerRecorder{header: http.Header{}, code: http.StatusOK}
+		h.ServeHTTP(refusal, r)
+		switch refusal.code {
+		case http.StatusMethodNotAllowed:
+			allow := refusal.header.Get("Allow")
+			w.Header().Set("Allow", allow)
+			writeError(w, refusal.code, fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow))
+		case http.StatusNotFound:
+			writeError(w, refusal.code, fmt.Sprintf("no endpoint %s (endpoints: /api/v1/jobs, /api/v1/jobs/{id}, "+
+				"/api/v1/instances, /api/v1/pools, /api/v1/spot)", r.URL.Path))
+		default:
+			writeError(w, refusal.code, http.StatusText(refusal.code))
+		}
+	})
+}
+
+// headerRecorder keeps what a handler sets of a response but its body.
+type headerRecorder struct {
+	header http.Header
+	code   int
+	wrote  bool
+}
+
+func (h *headerRecorder) Header() http.Header { return h.header }
+
+func (h *headerRecorder) WriteHeader(code int) {
+	if !h.wrote {
+		h.code, h.wrote = code, true
+	}
+}
+
+func (h *headerRecorder) Write(b []byte) (int, error) {
+	h.WriteHeader(http.StatusOK)
+	return len(b), nil
 }
 
 // authorize lets through requests bearing the admin token. A request

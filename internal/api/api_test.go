@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -63,6 +64,39 @@ func TestTheRightTokenIsAccepted(t *testing.T) {
 	}
 	if rec := r.get("/api/v1/nowhere"); rec.Code != http.StatusNotFound {
 		t.Errorf("unknown path with the token: %d, want 404", rec.Code)
+	}
+}
+
+// Requests the routes do not take are answered in the API's JSON error
+// shape too, not the mux's plain text.
+func TestUnknownPathsAndMethodsAnswerJSON(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	cases := []struct {
+		method, path string
+		code         int
+		allow        string
+		parts        []string
+	}{
+		{http.MethodGet, "/api/v1/nowhere", http.StatusNotFound, "", []string{"/api/v1/nowhere", "/api/v1/pools"}},
+		{http.MethodGet, "/api/v1/jobs/", http.StatusNotFound, "", []string{"/api/v1/jobs/"}},
+		{http.MethodGet, "/api/v2/jobs", http.StatusNotFound, "", []string{"/api/v2/jobs"}},
+		{http.MethodPost, "/api/v1/jobs", http.StatusMethodNotAllowed, "GET, HEAD", []string{"POST", "/api/v1/jobs", "GET, HEAD"}},
+		{http.MethodDelete, "/api/v1/jobs/101", http.StatusMethodNotAllowed, "GET, HEAD", []string{"DELETE"}},
+		{http.MethodPut, "/api/v1/pools", http.StatusMethodNotAllowed, "GET, HEAD", []string{"PUT", "/api/v1/pools"}},
+	}
+	for _, c := range cases {
+		req := httptest.NewRequest(c.method, c.path, nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		rec := httptest.NewRecorder()
+		r.srv.Handler().ServeHTTP(rec, req)
+		if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+			t.Errorf("%s %s: content type %q, body %q", c.method, c.path, ct, rec.Body)
+		}
+		if got := rec.Header().Get("Allow"); got != c.allow {
+			t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
+		}
+		r.wantError(rec, c.code, c.parts...)
 	}
 }
 
