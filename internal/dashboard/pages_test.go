@@ -106,7 +106,7 @@ func TestJobPageShowsItsTimeline(t *testing.T) {
 	r := newRig(t)
 	r.seed()
 	body := r.pageShows("/jobs/104", `data-status="completed"`, "finished: success", "instance bp-gone1 is terminated: job finished &lt;b&gt;",
-		"Not recorded by bullpen yet", `data-live="false"`)
+		"Not recorded by bullpen yet", `data-live="false"`, "ago · 1 job served")
 	events := regexp.MustCompile(`data-event="([a-z]+)"`).FindAllStringSubmatch(body, -1)
 	var kinds []string
 	for _, e := range events {
