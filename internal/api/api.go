@@ -1,9 +1,13 @@
 // Package api serves bullpen's status API (/api/v1/jobs, /instances, /pools,
 // /spot) to operators holding the admin token. Responses never carry a credential:
 // runner configurations and tokens stay out.
+//
+// The lists of jobs and of instances are newest first and take limit=N:
+// 100 by default, at most MaxLimit (1000); a limit outside 1..1000 is a 400.
 package api
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -230,7 +234,7 @@ func ts(t time.Time) *time.Time {
 	return &u
 }
 
-// MaxLimit is the most jobs one answer lists.
+// MaxLimit is the most jobs, or instances, one answer lists.
 const MaxLimit = 1000
 
 func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
@@ -279,8 +283,10 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ViewJob(j))
 }
 
+// instances lists the newest instances first, at most limit of them, as
+// jobs does: a store keeps terminated rows, which all=1 lists too.
 func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
-	if err := checkParams(r, []string{"pool", "runner", "all"}, []string{"state"}); err != nil {
+	if err := checkParams(r, []string{"pool", "runner", "all", "limit"}, []string{"state"}); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -295,6 +301,11 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	limit, err := limitParam(r, 100)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	if len(f.States) == 0 && !all {
 		f.States = liveStates()
 	}
@@ -303,6 +314,10 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "list instances", err)
 		return
 	}
+	slices.SortStableFunc(list, func(a, b domain.Instance) int {
+		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), strings.Compare(b.ID, a.ID))
+	})
+	list = list[:min(len(list), limit)]
 	out := make([]InstanceView, len(list))
 	for i, in := range list {
 		out[i] = viewInstance(in)

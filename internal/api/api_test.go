@@ -225,17 +225,20 @@ func TestInstances(t *testing.T) {
 		query string
 		want  []string
 	}{
-		{"", []string{"i-1", "i-2", "i-3"}},
-		{"all=1", []string{"i-1", "i-2", "i-3", "i-4"}},
-		{"all", []string{"i-1", "i-2", "i-3", "i-4"}},
-		{"all=true", []string{"i-1", "i-2", "i-3", "i-4"}},
-		{"all=0", []string{"i-1", "i-2", "i-3"}},
+		{"", []string{"i-3", "i-2", "i-1"}},
+		{"all=1", []string{"i-4", "i-3", "i-2", "i-1"}},
+		{"all", []string{"i-4", "i-3", "i-2", "i-1"}},
+		{"all=true", []string{"i-4", "i-3", "i-2", "i-1"}},
+		{"all=0", []string{"i-3", "i-2", "i-1"}},
 		{"state=terminated", []string{"i-4"}},
-		{"state=claimed,ready", []string{"i-1", "i-3"}},
+		{"state=claimed,ready", []string{"i-3", "i-1"}},
 		{"state=stopped", []string{}},
-		{"pool=small-x64", []string{"i-1", "i-3"}},
-		{"pool=small-x64&all=1", []string{"i-1", "i-3", "i-4"}},
+		{"pool=small-x64", []string{"i-3", "i-1"}},
+		{"pool=small-x64&all=1", []string{"i-4", "i-3", "i-1"}},
 		{"runner=adhoc-1", []string{"i-2"}},
+		{"all=1&limit=2", []string{"i-4", "i-3"}},
+		{"limit=1&pool=small-x64", []string{"i-3"}},
+		{"limit=1000", []string{"i-3", "i-2", "i-1"}},
 	}
 	for _, c := range cases {
 		r.wantIDs("/api/v1/instances?"+c.query, "instances", c.want)
@@ -247,10 +250,39 @@ func TestInstances(t *testing.T) {
 	}
 	r.wantError(r.get("/api/v1/instances?state=bogus"), http.StatusBadRequest, `"bogus"`, "terminated")
 	r.wantError(r.get("/api/v1/instances?all=maybe"), http.StatusBadRequest, "all", `"maybe"`)
-	r.wantError(r.get("/api/v1/instances?status=running"), http.StatusBadRequest, `unknown parameter "status"`, "all, pool, runner, state")
-	r.wantError(r.get("/api/v1/instances?limit=5"), http.StatusBadRequest, `unknown parameter "limit"`)
+	r.wantError(r.get("/api/v1/instances?status=running"), http.StatusBadRequest, `unknown parameter "status"`, "all, limit, pool, runner, state")
+	for q, parts := range map[string][]string{
+		"limit=0": {"limit"}, "limit=-1": {"limit"}, "limit=abc": {"limit", `"abc"`}, "limit=1001": {"limit", "1..1000"},
+		"limit=1&limit=2": {`parameter "limit" given 2 times`},
+	} {
+		r.wantError(r.get("/api/v1/instances?"+q), http.StatusBadRequest, parts...)
+	}
 	r.wantError(r.get("/api/v1/pools?pool=linux"), http.StatusBadRequest, `unknown parameter "pool": this list takes none`)
 	r.wantError(r.get("/api/v1/spot?x=1"), http.StatusBadRequest, `unknown parameter "x": this list takes none`)
+}
+
+// A store keeps terminated instances: listing them all is bounded as the
+// jobs are, the newest kept.
+func TestInstancesListIsLimited(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	for i := range 120 {
+		r.clk.Advance(time.Second)
+		in := domain.Instance{ID: fmt.Sprintf("old-%03d", i), Pool: "small-x64", Role: domain.RoleHot, Runner: "small-x64",
+			State: domain.StateTerminated}
+		if err := r.store.CreateInstances(r.ctx, []domain.Instance{in}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var body struct{ Instances []map[string]any }
+	r.getJSON("/api/v1/instances?all=1", &body)
+	if got := ids(body.Instances); len(got) != 100 || got[0] != "old-119" || got[99] != "old-020" {
+		t.Errorf("all=1 lists %d instances from %v to %v, want the newest 100 (old-119 to old-020)", len(got), got[0], got[len(got)-1])
+	}
+	r.getJSON("/api/v1/instances?all=1&limit=1000", &body)
+	if got := ids(body.Instances); len(got) != 124 || got[123] != "i-1" {
+		t.Errorf("all=1&limit=1000 lists %d instances, the last %v; want all 124, i-1 last", len(got), got[len(got)-1])
+	}
 }
 
 func TestPoolsJoinConfigurationWithStatus(t *testing.T) {
