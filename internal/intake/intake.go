@@ -19,7 +19,7 @@ import (
 
 // ReasonWaiting marks a job GitHub holds for an approval (action waiting):
 // recorded, not yet sent to be served.
-const ReasonWaiting = "waiting for approval"
+const ReasonWaiting = domain.ReasonWaitingForApproval
 
 // DeadLetterQueue keeps inbox messages that failed too often, so nothing
 // accepted is ever silently dropped.
