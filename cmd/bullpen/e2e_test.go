@@ -229,7 +229,7 @@ func (s *server) jobs() []api.JobView {
 func (s *server) instances() []api.InstanceView {
 	s.t.Helper()
 	var list struct{ Instances []api.InstanceView }
-	s.get("/api/v1/instances?all=1", &list)
+	s.get("/api/v1/instances?all=1&limit=1000", &list)
 	return list.Instances
 }
 
