@@ -130,7 +130,7 @@ func TestServeWithoutAWSCredentialsSaysSo(t *testing.T) {
 	}
 	home := t.TempDir()
 	cmd := exec.Command(bin, "serve", "--config", "../../examples/runs-on.yml", "--store", "dynamodb://bullpen", "--queue", "sqs://bullpen-",
-		"--aws-region", mototest.Region, "--aws-endpoint", "http://127.0.0.1:1")
+		"--aws-region", mototest.Region, "--aws-endpoint", "http://127.0.0.1:1", "--listen", "127.0.0.1:0")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "AWS_EC2_METADATA_DISABLED=true",
 		"AWS_CONFIG_FILE=" + home + "/none", "AWS_SHARED_CREDENTIALS_FILE=" + home + "/none",
 		"BULLPEN_WEBHOOK_SECRET=s", "BULLPEN_ADMIN_TOKEN=aws-faults-admin-token"}
