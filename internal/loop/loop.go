@@ -34,7 +34,7 @@ type Loop struct {
 	// seconds, which would call a throttled API twice more and count a
 	// blip of a few seconds as three failures in a row.
 	MinRetry time.Duration
-	Step  func(ctx context.Context) error
+	Step     func(ctx context.Context) error
 	// Final, when set, runs once after ctx ends, with a context that is
 	// not cancelled (a last flush of what is in hand).
 	Final func(ctx context.Context) error
