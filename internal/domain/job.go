@@ -52,14 +52,38 @@ const (
 	RouteLaunch Route = "launch" // the launch queue: reuse from the resource pool, else create
 )
 
-// Via says how a job got its instance, for latency figures.
+// Via says how a job got its instance, for latency figures. It is decided
+// when the instance is claimed and kept: the instance's role and state
+// change afterwards (a member serving a job is detached, released for reuse,
+// stopped), so they cannot tell it later.
 type Via string
 
 const (
-	ViaPool  Via = "pool"  // a warm pool member
-	ViaReuse Via = "reuse" // an idle instance from the resource pool
-	ViaCold  Via = "cold"  // a new instance
+	ViaHot     Via = "hot"     // a running pool member
+	ViaStopped Via = "stopped" // a stopped pool member, started for the job
+	ViaReuse   Via = "reuse"   // an idle instance back from a job: the resource pool's, or a pool's reusable one
+	ViaCold    Via = "cold"    // a new instance
+	// ViaPool is a pool member, hot or stopped not recorded: only jobs
+	// recorded before the two were told apart hold it.
+	ViaPool Via = "pool"
 )
+
+// PoolMember reports whether v is a pool member serving the job: hot,
+// stopped, or an older row's pool.
+func (v Via) PoolMember() bool { return v == ViaHot || v == ViaStopped || v == ViaPool }
+
+// ViaClaim is how a pool job is served by the pool instance in, as it was
+// when claimed: a running instance back from a job (no longer a member) is
+// reuse, a running member hot, and a stopped one is started for the job.
+func ViaClaim(in Instance) Via {
+	switch {
+	case in.State == StateStopped:
+		return ViaStopped
+	case in.Role == RoleOnDemand:
+		return ViaReuse
+	}
+	return ViaHot
+}
 
 // Job is a GitHub workflow job bullpen has accepted (or rejected).
 type Job struct {

@@ -36,3 +36,28 @@ func TestJobWaitingSince(t *testing.T) {
 		t.Error("HeldForApproval: only a queued job is held")
 	}
 }
+
+// How a pool job is served follows from its instance as claimed: the
+// instance's state says whether it must be started, and a running one
+// that is no longer a member is a reusable instance back from a job.
+func TestViaClaim(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   Instance
+		want Via
+	}{
+		{"running hot member", Instance{State: StateReady, Role: RoleHot}, ViaHot},
+		{"stopped-role member still warm", Instance{State: StateReady, Role: RoleStopped}, ViaHot},
+		{"stopped member", Instance{State: StateStopped, Role: RoleStopped}, ViaStopped},
+		{"reusable instance back from a job", Instance{State: StateReady, Role: RoleOnDemand}, ViaReuse},
+	} {
+		if got := ViaClaim(c.in); got != c.want {
+			t.Errorf("%s: via %q, want %q", c.name, got, c.want)
+		}
+	}
+	for v, member := range map[Via]bool{ViaHot: true, ViaStopped: true, ViaPool: true, ViaReuse: false, ViaCold: false, "": false} {
+		if v.PoolMember() != member {
+			t.Errorf("%q.PoolMember() = %v, want %v", v, !member, member)
+		}
+	}
+}
