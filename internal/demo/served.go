@@ -18,23 +18,6 @@ var openStatuses = func() []domain.JobStatus {
 	return out
 }()
 
-// rerunWithin is how long after its creation the reaper still re-runs an
-// interrupted job; one older than that is given up, and waits for nothing.
-const rerunWithin = 24 * time.Hour
-
-// awaitsRerun reports whether j, failed by a spot interruption, is still
-// to be re-run, as the reaper decides it: the run is not over for it.
-func awaitsRerun(j domain.Job, now time.Time) bool {
-	if !j.Interrupted || j.Rerun || !j.Spec.RerunsInterrupted() || now.Sub(j.CreatedAt) >= rerunWithin {
-		return false
-	}
-	switch j.Conclusion {
-	case "success", "skipped", "neutral":
-		return false // the notice came as it finished: it is not run again
-	}
-	return true
-}
-
 // allServed reports whether every job of the run has been served at now:
 // the scheduled ones have all arrived (and the generated ones stopped),
 // the simulated GitHub's deliveries have all been taken in, and the store
@@ -58,7 +41,7 @@ func (w *world) allServed(ctx context.Context, now time.Time) bool {
 		return false
 	}
 	for _, j := range interrupted {
-		if awaitsRerun(j, now) {
+		if j.AwaitsRerun(now) {
 			return false
 		}
 	}

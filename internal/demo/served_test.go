@@ -131,10 +131,10 @@ func TestAJobWaitingForItsRerunIsNotServed(t *testing.T) {
 		"failed":             {failed, monday, true},
 		"runner never":       {never, monday, false},
 		"ran to its end":     {func() domain.Job { j := failed; j.Conclusion = "success"; return j }(), monday, false},
-		"given up after 24h": {failed, monday.Add(rerunWithin), false},
+		"given up after 24h": {failed, monday.Add(domain.RerunWithin), false},
 		"not interrupted":    {func() domain.Job { j := failed; j.Interrupted = false; return j }(), monday, false},
 	} {
-		if got := awaitsRerun(c.job, c.at); got != c.want {
+		if got := c.job.AwaitsRerun(c.at); got != c.want {
 			t.Errorf("%s: awaits its re-run %v, want %v", name, got, c.want)
 		}
 	}

@@ -4,16 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
-
-// rerunWithin bounds how long after its creation an interrupted job is
-// re-run: a workflow run still going a day later waits for something else
-// (an approval, say), and asking every cycle meanwhile would cost a request
-// each time.
-const rerunWithin = 24 * time.Hour
 
 // githubCompleted is the status GitHub gives a job that has ended.
 const githubCompleted = "completed"
@@ -35,7 +28,7 @@ func (r *Reconciler) rerunInterrupted(ctx context.Context) (int, error) {
 	var errs []error
 	done := 0
 	for _, j := range waiting {
-		if !j.Interrupted || j.Rerun || !j.Spec.RerunsInterrupted() || now.Sub(j.CreatedAt) >= rerunWithin || ranToItsEnd(j.Conclusion) {
+		if !j.AwaitsRerun(now) {
 			continue
 		}
 		ok, err := r.rerun(ctx, j)
@@ -47,16 +40,6 @@ func (r *Reconciler) rerunInterrupted(ctx context.Context) (int, error) {
 		}
 	}
 	return done, errors.Join(errs...)
-}
-
-// ranToItsEnd reports whether GitHub's conclusion says a job was not cut
-// short: its machine's interruption notice came as it finished.
-func ranToItsEnd(conclusion string) bool {
-	switch conclusion {
-	case "success", "skipped", "neutral":
-		return true
-	}
-	return false
 }
 
 // rerun asks GitHub to re-run job j, once j has ended: its completed
@@ -75,7 +58,7 @@ func (r *Reconciler) rerun(ctx context.Context, j domain.Job) (bool, error) {
 			return false, fmt.Errorf("status of interrupted job %d: %w", j.ID, err)
 		case g.Status != githubCompleted:
 			return false, nil // GitHub has not failed it yet
-		case ranToItsEnd(g.Conclusion):
+		case domain.RanToItsEnd(g.Conclusion):
 			return false, nil // the notice came as it finished: it must not run twice
 		}
 	}

@@ -85,7 +85,7 @@ func TestInterruptedJobIsRerunOnlyOnceItsRunCompleted(t *testing.T) {
 		{"run in progress", spotJob{more: true, status: domain.JobCompleted, interrupted: true}, 0, 1, false, false},
 		{"retry false", spotJob{status: domain.JobCompleted, interrupted: true, retry: domain.RetryNever}, 0, 0, false, false},
 		{"not interrupted", spotJob{status: domain.JobCompleted}, 0, 0, false, false},
-		{"interrupted more than a day ago", interrupted, rerunWithin, 0, false, false},
+		{"interrupted more than a day ago", interrupted, domain.RerunWithin, 0, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := newFixture(t)
