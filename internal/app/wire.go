@@ -99,15 +99,23 @@ func (a *App) wireConverger() error {
 	if err != nil {
 		return err
 	}
-	// A replica that has not converged a pool for longer than the lease
-	// and two cycles has lost it to another meanwhile: its state is old.
 	every := a.Converger.Interval()
 	if err := autoscale.CheckCadence(a.pools(), every); err != nil {
 		return fmt.Errorf("the configuration's autoscaling with a converger cycle of %v: %w", every, err)
 	}
-	a.Scaler.StaleAfter = a.leaseTTL(every) + 2*every
+	// A replica that has not converged a pool for longer than the lease
+	// and two cycles has lost it to another meanwhile: its state is old.
+	// A restart's gap is allowed on top, so that a replica stopped in the
+	// middle of a burst (a SIGTERM takes up to twice the shutdown grace)
+	// and started again resumes the count it recorded.
+	a.Scaler.StaleAfter = a.leaseTTL(every) + 2*every + restartAllowance
 	return nil
 }
+
+// restartAllowance is how long a restart of serve may take, stop and start
+// together, for its autoscalers to resume the counts they recorded: twice
+// the default shutdown grace and a service manager's restart delay.
+const restartAllowance = 3 * time.Minute
 
 // wireJobPath builds the loops that serve jobs: intake, pool dispatch and
 // provisioning.
