@@ -81,7 +81,9 @@ func (d *Dispatcher) claim(ctx context.Context, pool string, items []*item) (cla
 				still = append(still, it)
 				continue
 			}
-			it.Inst, it.wasStopped = r.Instance, try[i].State == domain.StateStopped
+			// How the job is served is decided from the instance as it was
+			// claimed: its state and role change while it serves the job.
+			it.Inst, it.wasStopped, it.Via = r.Instance, try[i].State == domain.StateStopped, domain.ViaClaim(try[i])
 			claimed = append(claimed, it)
 		}
 		waiting, cands = append(still, waiting[k:]...), rest

@@ -295,7 +295,7 @@ func (d *Dispatcher) load(ctx context.Context, msgs []domain.Message, res *Resul
 	}
 	byPool := map[string][]*item{}
 	for _, r := range got {
-		byPool[r.Job.Pool] = append(byPool[r.Job.Pool], &item{msg: r.Msg, Handover: serving.Handover{Job: r.Job, Via: domain.ViaPool}})
+		byPool[r.Job.Pool] = append(byPool[r.Job.Pool], &item{msg: r.Msg, Handover: serving.Handover{Job: r.Job}})
 	}
 	return byPool, done, nil
 }

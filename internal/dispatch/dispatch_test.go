@@ -70,7 +70,7 @@ func (f *fixture) members(pool string, role domain.Role, state domain.State, n i
 	}
 	rows := make([]domain.Instance, n)
 	for i, m := range ms {
-		rows[i] = domain.Instance{ID: fmt.Sprintf("%s-%s-%03d", pool, role, i), CloudID: m.ID, Pool: pool, Role: role,
+		rows[i] = domain.Instance{ID: fmt.Sprintf("%s-%s-%s-%03d", pool, role, state, i), CloudID: m.ID, Pool: pool, Role: role,
 			Runner: "small", State: state, Deadline: t0.Add(time.Hour)}
 	}
 	if err := f.Store.CreateInstances(f.Ctx, rows); err != nil {
@@ -117,7 +117,8 @@ func TestBatchPrefersRunningInstancesAndOverflowsTheRest(t *testing.T) {
 		t.Fatalf("the first job must get the running instance: %s, %s", j100.InstanceID, j101.InstanceID)
 	}
 	for _, j := range []domain.Job{j100, j101} {
-		if j.Status != domain.JobAssigned || j.Via != domain.ViaPool || j.RunnerName != domain.RunnerName(j.InstanceID, j.ID) || j.RunnerID == 0 {
+		via := map[string]domain.Via{hot[0].ID: domain.ViaHot, stopped[0].ID: domain.ViaStopped}[j.InstanceID]
+		if j.Status != domain.JobAssigned || j.Via != via || j.RunnerName != domain.RunnerName(j.InstanceID, j.ID) || j.RunnerID == 0 {
 			t.Fatalf("job %d: %+v", j.ID, j)
 		}
 		// The registration is the instance's: its agent starts that runner.
@@ -322,5 +323,34 @@ func TestAReusableInstanceOfAnOutdatedSpecIsPassedOver(t *testing.T) {
 	}
 	if got := f.Job(100).InstanceID; got != hot[0].ID {
 		t.Errorf("job 100 went to %s, want the current member %s, not the outdated reusable %s", got, hot[0].ID, reused[0].ID)
+	}
+}
+
+// How each pool job was served is recorded when its instance is claimed,
+// from the instance as it was then: a reusable instance (no longer a
+// member) is reuse, a running member hot, whatever its role, and only a
+// member started for the job is stopped.
+func TestEachPoolJobRecordsHowItsInstanceWasClaimed(t *testing.T) {
+	f := newFixture(t)
+	reused := f.members("p", domain.RoleOnDemand, domain.StateReady, 1)
+	hot := f.members("p", domain.RoleHot, domain.StateReady, 1)
+	warm := f.members("p", domain.RoleStopped, domain.StateReady, 1) // not stopped yet after warming up
+	stopped := f.members("p", domain.RoleStopped, domain.StateStopped, 1)
+	f.queueJobs("p", 100, 4)
+	res, err := f.d.Step(f.Ctx)
+	if err != nil || res.Assigned != 4 {
+		t.Fatalf("result %+v err %v", res, err)
+	}
+	want := map[string]domain.Via{reused[0].ID: domain.ViaReuse, hot[0].ID: domain.ViaHot, warm[0].ID: domain.ViaHot,
+		stopped[0].ID: domain.ViaStopped}
+	for id := int64(100); id < 104; id++ {
+		j := f.Job(id)
+		if w, ok := want[j.InstanceID]; !ok || j.Via != w {
+			t.Errorf("job %d on %s: via %q, want %q", id, j.InstanceID, j.Via, w)
+		}
+		delete(want, j.InstanceID)
+	}
+	if len(want) != 0 {
+		t.Errorf("instances that served no job: %v", want)
 	}
 }
