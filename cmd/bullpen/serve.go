@@ -136,6 +136,52 @@ func fromEnvironment(fs *flag.FlagSet, getenv func(string) string, problems stri
 	return out
 }
 
+// givenFlags are the flags given on the command line or by their
+// environment variable.
+func givenFlags(fs *flag.FlagSet, getenv func(string) string) map[string]bool {
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	fs.VisitAll(func(fl *flag.Flag) {
+		if m := envVariable.FindStringSubmatch(fl.Usage); m != nil && getenv(m[1]) != "" {
+			given[fl.Name] = true
+		}
+	})
+	return given
+}
+
+// providerFlags are the settings of one cloud or GitHub provider only
+// (--aws-region and --aws-endpoint also serve DynamoDB and SQS, so they
+// are not among them).
+var providerFlags = []struct {
+	applies func(f *serveFlags) bool
+	flags   []string
+}{
+	{func(f *serveFlags) bool { return f.cloud == "aws" }, []string{"aws-agent-env", "aws-agent-sha256", "aws-agent-url",
+		"aws-identity-certificate", "aws-image-owners", "aws-instance-profile", "aws-no-spot-fallback",
+		"aws-security-groups", "aws-subnets", "aws-template-prefix"}},
+	{func(f *serveFlags) bool { return f.cloud == "local" }, []string{"local-agent-env", "local-dir"}},
+	{func(f *serveFlags) bool { return f.github == "app" }, []string{"github-app-id", "github-app-key-file"}},
+	{func(f *serveFlags) bool { return f.github == "sim" }, []string{"sim-jobs-per-minute"}},
+}
+
+// unusedProviderFlags are the given flags of providers not in use: an
+// --aws-subnets with the simulated cloud is more likely a forgotten
+// --cloud aws than a setting meant to do nothing.
+func unusedProviderFlags(f *serveFlags, given map[string]bool) []string {
+	var out []string
+	for _, p := range providerFlags {
+		if p.applies(f) {
+			continue
+		}
+		for _, name := range p.flags {
+			if given[name] {
+				out = append(out, "--"+name)
+			}
+		}
+	}
+	return out
+}
+
 // envString defines a string flag whose default $env sets when it is not
 // empty.
 func envString(fs *flag.FlagSet, getenv func(string) string, p *string, name, env, def, usage string) {
@@ -273,6 +319,9 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	}
 	defer a.Close()
 	f.logProviders(log)
+	if unused := unusedProviderFlags(&f, givenFlags(fs, e.getenv)); len(unused) > 0 {
+		log.Warn("settings of a provider not in use are ignored", "flags", strings.Join(unused, ","), "cloud", f.cloud, "github", f.github)
+	}
 	settings := f.http
 	settings.grace = f.shutdownGrace
 	return serveUntilDone(ctx, a, ln, log, settings)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -31,5 +33,26 @@ func TestServeSaysWhenItServesWithSimulatedProviders(t *testing.T) {
 		if warned != (tc.warn != "") || (tc.warn != "" && !strings.Contains(logs, tc.warn)) {
 			t.Errorf("%s/%s: want warning %q:\n%s", tc.cloud, tc.github, tc.warn, logs)
 		}
+	}
+}
+
+// Settings of a provider not in use are named at start: an --aws-subnets
+// with the simulated cloud is likely a forgotten --cloud aws. --aws-region
+// also serves DynamoDB and SQS, so it is never among them.
+func TestServeNamesSettingsOfProvidersNotInUse(t *testing.T) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var f serveFlags
+	env := map[string]string{"BULLPEN_LOCAL_DIR": "/var/lib/machines"}
+	f.define(fs, func(k string) string { return env[k] })
+	if err := fs.Parse([]string{"--aws-subnets", "subnet-1", "--aws-region", "eu-west-1", "--github-app-id", "7"}); err != nil {
+		t.Fatal(err)
+	}
+	got := unusedProviderFlags(&f, givenFlags(fs, func(k string) string { return env[k] }))
+	if want := []string{"--aws-subnets", "--local-dir", "--github-app-id"}; !slices.Equal(got, want) {
+		t.Errorf("unused provider flags %v, want %v", got, want)
+	}
+	f.cloud, f.github = "aws", "app"
+	if got := unusedProviderFlags(&f, givenFlags(fs, func(k string) string { return env[k] })); !slices.Equal(got, []string{"--local-dir"}) {
+		t.Errorf("with --cloud aws --github app: %v, want only --local-dir", got)
 	}
 }
