@@ -18,6 +18,11 @@ type InstanceFilter struct {
 	// (Instance.Expired), so that the reaper reads only those rather than
 	// every live row.
 	ExpiredAt time.Time
+	// Limit caps the result (0 = no cap), so that a page of a listing
+	// reads that page rather than every row kept; the newest instances
+	// come first when Newest is set, else the oldest.
+	Limit  int
+	Newest bool
 }
 
 // TransitionRequest is one conditional update of a batch.
@@ -57,7 +62,8 @@ type Instances interface {
 	CreateInstances(ctx context.Context, insts []Instance) error
 	// GetInstance returns ErrNotFound for an unknown id.
 	GetInstance(ctx context.Context, id string) (Instance, error)
-	// ListInstances returns matching rows ordered by CreatedAt, then ID.
+	// ListInstances returns matching rows ordered by CreatedAt, then ID,
+	// or the reverse when f.Newest is set, at most f.Limit of them.
 	ListInstances(ctx context.Context, f InstanceFilter) ([]Instance, error)
 	// Transition is the only way an instance changes: if the row matches g,
 	// fn edits a copy, the state machine is checked (see ApplyTransition)

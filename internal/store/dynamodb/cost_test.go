@@ -362,3 +362,72 @@ func TestDeletingInstancesReadsThemInBatches(t *testing.T) {
 		t.Fatalf("%d instances left (%v); want none", len(left), err)
 	}
 }
+
+// A listing of instances with a limit reads its index in the order asked
+// for and stops once it has the instances it returns, which are the ones a
+// read of every row gives, cut to the limit: the API's page of instances
+// reads that page, not every terminated row kept.
+func TestAnInstanceListingWithALimitReadsOnlyTheInstancesItReturns(t *testing.T) {
+	s := metered(t)
+	var insts []domain.Instance
+	for k := range 300 {
+		in := domain.Instance{ID: fmt.Sprintf("bp-%03d", k), Pool: []string{"linux", "arm"}[k%2], Runner: "small",
+			Role: domain.RoleHot, State: domain.StateTerminated}
+		if k >= 150 && k < 160 {
+			in.State = domain.StateReady
+		}
+		insts = append(insts, in)
+	}
+	for _, batch := range domain.Chunk(insts, 4) {
+		if err := s.CreateInstances(t.Context(), batch); err != nil {
+			t.Fatal(err)
+		}
+		s.clk.Advance(time.Second)
+	}
+	live := []domain.State{domain.StateReady, domain.StateBooting}
+	cases := []struct {
+		name    string
+		f       domain.InstanceFilter
+		maxRows int // 0: the rows it skips are not bounded here
+	}{
+		{"newest", domain.InstanceFilter{Newest: true, Limit: 10}, 10},
+		{"oldest", domain.InstanceFilter{Limit: 10}, 10},
+		{"newest of two states", domain.InstanceFilter{States: live, Newest: true, Limit: 4}, 8},
+		{"newest of a pool", domain.InstanceFilter{Pool: "arm", Newest: true, Limit: 10}, 10},
+		{"a pool's live ones", domain.InstanceFilter{Pool: "arm", States: live, Newest: true, Limit: 3}, 10},
+		{"fewer than the limit", domain.InstanceFilter{States: live, Limit: 50}, 10},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			every := c.f
+			every.Limit = 0
+			all, err := s.ListInstances(t.Context(), every)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := instanceIDsOf(all)
+			want = want[:min(c.f.Limit, len(want))]
+			s.m.reset()
+			page, err := s.ListInstances(t.Context(), c.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := instanceIDsOf(page)
+			if !slices.Equal(got, want) {
+				t.Fatalf("got %v, want %v", got, want)
+			}
+			t.Logf("%d queries, %d rows read, %.1f read units", s.m.queries, s.m.rows, s.m.units)
+			if c.maxRows > 0 && s.m.rows > c.maxRows {
+				t.Errorf("%d rows read for %d instances listed; want at most %d", s.m.rows, len(got), c.maxRows)
+			}
+		})
+	}
+}
+
+func instanceIDsOf(insts []domain.Instance) []string {
+	out := make([]string, len(insts))
+	for k, in := range insts {
+		out[k] = in.ID
+	}
+	return out
+}

@@ -1,6 +1,7 @@
 package dynamodb
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -110,42 +111,85 @@ func (s *Store) GetInstance(ctx context.Context, id string) (domain.Instance, er
 }
 
 // ListInstances queries the index of the filter's most selective field and
-// checks the others on what it returns.
+// checks the others on what it returns; with a limit, it reads no more of
+// the index than it needs (findInstances).
 func (s *Store) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
-	var lookups []lookup
-	switch {
-	case f.TokenHash != "":
-		lookups = []lookup{{index: indexToken, attr: attrToken, value: f.TokenHash}}
-	case f.CloudID != "":
-		lookups = []lookup{{index: indexCloud, attr: attrCloud, value: f.CloudID}}
-	case f.Job != "":
-		lookups = []lookup{{index: indexLink, attr: attrLink, value: kindInstance + "#" + f.Job}}
-	case f.Pool != "":
-		lookups = []lookup{{index: indexPool, attr: attrPool, value: kindInstance + "#" + f.Pool}}
-	case len(f.States) > 0:
-		for _, st := range slices.Compact(slices.Sorted(slices.Values(f.States))) {
-			lookups = append(lookups, lookup{index: indexState, attr: attrState, value: kindInstance + "#" + string(st)})
-		}
-	default:
-		lookups = []lookup{{index: indexKind, attr: attrKind, value: kindInstance}}
-	}
-	items, err := s.queryAll(ctx, lookups)
-	if err != nil {
-		return nil, fmt.Errorf("list instances: %w", err)
-	}
-	out, err := instanceKind.matching(items, func(in domain.Instance) bool { return matchesInstance(in, f) })
+	out, err := s.findInstances(ctx, instanceLookups(f), f)
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
 	slices.SortFunc(out, func(a, b domain.Instance) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
+		c := cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+		if f.Newest {
+			return -c
 		}
-		return strings.Compare(a.ID, b.ID)
+		return c
 	})
+	if f.Limit > 0 && len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
+	return out, nil
+}
+
+// instanceLookups are the index queries that find every instance f keeps.
+func instanceLookups(f domain.InstanceFilter) []lookup {
+	switch {
+	case f.TokenHash != "":
+		return []lookup{{index: indexToken, attr: attrToken, value: f.TokenHash}}
+	case f.CloudID != "":
+		return []lookup{{index: indexCloud, attr: attrCloud, value: f.CloudID}}
+	case f.Job != "":
+		return []lookup{{index: indexLink, attr: attrLink, value: kindInstance + "#" + f.Job}}
+	case f.Pool != "" && len(f.States) > 0 && !slices.ContainsFunc(f.States, domain.State.Terminal):
+		// The live states' partitions hold the fleet now, every pool's;
+		// a pool's partition holds its every terminated row kept too. So
+		// a claim of a pool's ready machine, or a page of its live ones,
+		// reads the fleet, not the pool's history.
+		return stateLookups(f.States)
+	case f.Pool != "":
+		return []lookup{{index: indexPool, attr: attrPool, value: kindInstance + "#" + f.Pool}}
+	case len(f.States) > 0:
+		return stateLookups(f.States)
+	}
+	return []lookup{{index: indexKind, attr: attrKind, value: kindInstance}}
+}
+
+// stateLookups query the state index's partition of each state.
+func stateLookups(states []domain.State) []lookup {
+	var out []lookup
+	for _, st := range slices.Compact(slices.Sorted(slices.Values(states))) {
+		out = append(out, lookup{index: indexState, attr: attrState, value: kindInstance + "#" + string(st)})
+	}
+	return out
+}
+
+// findInstances returns the instances the lookups find that f keeps. Every
+// index is sorted as a listing is (created, then id), so whichever one the
+// filter picks, with a limit each lookup reads in the order asked for and
+// stops once it has found f.Limit instances: the first f.Limit of all the
+// lookups' instances together are among those. Without one, every row is
+// read.
+func (s *Store) findInstances(ctx context.Context, ls []lookup, f domain.InstanceFilter) ([]domain.Instance, error) {
+	var out []domain.Instance
+	for _, l := range ls {
+		l.newest = f.Newest
+		found := 0
+		err := s.query(ctx, l, max(f.Limit, 0), func(items []map[string]types.AttributeValue) (bool, error) {
+			rows, err := instanceKind.matching(items, func(in domain.Instance) bool { return matchesInstance(in, f) })
+			if err != nil {
+				return false, err
+			}
+			out = append(out, rows...)
+			found += len(rows)
+			return f.Limit > 0 && found >= f.Limit, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 

@@ -84,21 +84,6 @@ func (s *Store) query(ctx context.Context, l lookup, pageRows int, each func([]m
 	}
 }
 
-// queryAll returns every row the lookups find.
-func (s *Store) queryAll(ctx context.Context, ls []lookup) ([]map[string]types.AttributeValue, error) {
-	var out []map[string]types.AttributeValue
-	for _, l := range ls {
-		err := s.query(ctx, l, 0, func(items []map[string]types.AttributeValue) (bool, error) {
-			out = append(out, items...)
-			return false, nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
 // TableAPI is what Ensure needs of the client.
 type TableAPI interface {
 	DescribeTable(context.Context, *awsdynamodb.DescribeTableInput, ...func(*awsdynamodb.Options)) (*awsdynamodb.DescribeTableOutput, error)

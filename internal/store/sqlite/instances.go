@@ -127,7 +127,8 @@ func (s *Store) GetInstance(ctx context.Context, id string) (domain.Instance, er
 	return instanceKind.getRow(ctx, s, id)
 }
 
-// ListInstances returns the instances matching f, ordered by CreatedAt, then ID.
+// ListInstances returns the instances matching f, oldest first by
+// CreatedAt then ID, or newest first when f.Newest is set, at most f.Limit.
 func (s *Store) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error) {
 	query, args := listQuery(f)
 	return instanceKind.listRows(ctx, s, query, args)
@@ -159,7 +160,16 @@ func listQuery(f domain.InstanceFilter) (string, []any) {
 	if len(conds) > 0 {
 		query += ` WHERE ` + strings.Join(conds, " AND ")
 	}
-	return query + ` ORDER BY created_at, id`, args
+	if f.Newest {
+		query += ` ORDER BY created_at DESC, id DESC`
+	} else {
+		query += ` ORDER BY created_at, id`
+	}
+	if f.Limit > 0 {
+		query += ` LIMIT ?`
+		args = append(args, f.Limit)
+	}
+	return query, args
 }
 
 func placeholders(n int) string {

@@ -21,6 +21,7 @@ func instanceContracts() []contract {
 		{"ListFilters", testListFilters},
 		{"ListExpiredAt", testListExpiredAt},
 		{"ListOrdersByCreatedThenID", testListOrder},
+		{"ListNewestFirstAndLimit", testListNewestAndLimit},
 		{"DeleteTerminated", testDeleteTerminated},
 		{"DeleteRefusesLiveRowsAndDeletesNothing", testDeleteRefuses},
 		{"RunnerRegistrationStoredFaithfully", testRunnerRoundTrip},
@@ -199,6 +200,45 @@ func testListOrder(t *testing.T, e *env) {
 	if got := ids(e.list(domain.InstanceFilter{})); !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
+}
+
+// Newest reverses the order, ties included; Limit keeps the first rows of
+// that order, whichever filter picks them (several states, a pool, a field
+// checked on the rows) and however few rows match.
+func testListNewestAndLimit(t *testing.T, e *env) {
+	rows := []struct {
+		id, pool, runner string
+		state            domain.State
+		after            time.Duration // created this long after the row before
+	}{
+		{"m", "linux", "small", domain.StateReady, 0},
+		{"c", "arm", "small", domain.StateReady, 0},
+		{"x", "linux", "large", domain.StateBooting, 0},
+		{"a", "arm", "large", domain.StateBooting, time.Microsecond},
+		{"b", "linux", "small", domain.StateReady, time.Second},
+	}
+	for _, r := range rows {
+		e.clk.Advance(r.after)
+		in := instance(r.id, r.state)
+		in.Pool, in.Runner = r.pool, r.runner
+		e.create(in)
+	}
+	e.move("c", readyUnbound, func(i *domain.Instance) { i.Reason = "touched" })
+
+	both := []domain.State{domain.StateReady, domain.StateBooting}
+	checkFilters(t, []filterCase[domain.InstanceFilter, string]{
+		{"oldest first", domain.InstanceFilter{}, []string{"c", "m", "x", "a", "b"}},
+		{"newest first", domain.InstanceFilter{Newest: true}, []string{"b", "a", "x", "m", "c"}},
+		{"oldest three", domain.InstanceFilter{Limit: 3}, []string{"c", "m", "x"}},
+		{"newest three", domain.InstanceFilter{Limit: 3, Newest: true}, []string{"b", "a", "x"}},
+		{"newest two of two states", domain.InstanceFilter{States: both, Newest: true, Limit: 2}, []string{"b", "a"}},
+		{"oldest two of two states", domain.InstanceFilter{States: both, Limit: 2}, []string{"c", "m"}},
+		{"newest two of a pool", domain.InstanceFilter{Pool: "linux", Newest: true, Limit: 2}, []string{"b", "x"}},
+		{"newest of a runner", domain.InstanceFilter{Runner: "large", Newest: true, Limit: 1}, []string{"a"}},
+		{"fewer than the limit", domain.InstanceFilter{States: []domain.State{domain.StateReady}, Newest: true, Limit: 10},
+			[]string{"b", "m", "c"}},
+		{"limit and no match", domain.InstanceFilter{Pool: "windows", Limit: 1}, nil},
+	}, func(f domain.InstanceFilter) []string { return ids(e.list(f)) })
 }
 
 // terminate walks id from ready to terminated.
