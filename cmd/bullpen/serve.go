@@ -136,6 +136,23 @@ func fromEnvironment(fs *flag.FlagSet, getenv func(string) string, problems stri
 	return out
 }
 
+// warnSimulatedLeftovers warns when the store holds live instances while
+// the cloud is the simulated one, which starts empty every run: they are
+// an earlier run's, their machines do not exist, and the reaper closes
+// them as gone (the demo refuses such a store outright).
+func warnSimulatedLeftovers(ctx context.Context, st interface {
+	ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error)
+}, log *slog.Logger) {
+	live, err := st.ListInstances(ctx, domain.InstanceFilter{States: []domain.State{domain.StatePending, domain.StateBooting,
+		domain.StateReady, domain.StateStopping, domain.StateStopped, domain.StateClaimed, domain.StateRunning,
+		domain.StateReleasing, domain.StateTerminating, domain.StateError}})
+	if err != nil || len(live) == 0 {
+		return
+	}
+	log.Warn("the store holds instances of an earlier run, and the simulated cloud starts empty: they are closed as gone; "+
+		"point --store at a new file for a clean start", "instances", len(live))
+}
+
 // givenFlags are the flags given on the command line or by their
 // environment variable.
 func givenFlags(fs *flag.FlagSet, getenv func(string) string) map[string]bool {
@@ -319,6 +336,9 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	}
 	defer a.Close()
 	f.logProviders(log)
+	if f.cloud == "sim" {
+		warnSimulatedLeftovers(ctx, a.Store, log)
+	}
 	if unused := unusedProviderFlags(&f, givenFlags(fs, e.getenv)); len(unused) > 0 {
 		log.Warn("settings of a provider not in use are ignored", "flags", strings.Join(unused, ","), "cloud", f.cloud, "github", f.github)
 	}

@@ -7,6 +7,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 )
 
 // serve names what it serves with, and warns when any of it is simulated:
@@ -54,5 +59,26 @@ func TestServeNamesSettingsOfProvidersNotInUse(t *testing.T) {
 	f.cloud, f.github = "aws", "app"
 	if got := unusedProviderFlags(&f, givenFlags(fs, func(k string) string { return env[k] })); !slices.Equal(got, []string{"--local-dir"}) {
 		t.Errorf("with --cloud aws --github app: %v, want only --local-dir", got)
+	}
+}
+
+// On the simulated cloud, which starts empty, live instances in the store
+// are an earlier run's: serve says so rather than closing them in silence.
+func TestServeWarnsOfAnEarlierRunsInstancesOnTheSimulatedCloud(t *testing.T) {
+	now := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
+	st, _ := sqlitetest.Open(t, clock.NewVirtual(now))
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	warnSimulatedLeftovers(t.Context(), st, log)
+	if buf.Len() != 0 {
+		t.Fatalf("an empty store warned:\n%s", buf.String())
+	}
+	if err := st.CreateInstances(t.Context(), []domain.Instance{{ID: "bp-1", CloudID: "i-1", Pool: "p", Role: domain.RoleHot,
+		Runner: "small", State: domain.StateReady, Deadline: now.Add(time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	warnSimulatedLeftovers(t.Context(), st, log)
+	if !strings.Contains(buf.String(), "level=WARN") || !strings.Contains(buf.String(), "instances=1") {
+		t.Errorf("no warning of the earlier run's instance:\n%s", buf.String())
 	}
 }
