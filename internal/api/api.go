@@ -7,7 +7,6 @@
 package api
 
 import (
-	"cmp"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -284,7 +283,8 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 }
 
 // instances lists the newest instances first, at most limit of them, as
-// jobs does: a store keeps terminated rows, which all=1 lists too.
+// jobs does: a store keeps terminated rows, which all=1 lists too, so the
+// store is asked for the page alone rather than every row to cut here.
 func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
 	if err := checkParams(r, []string{"pool", "runner", "all", "limit"}, []string{"state"}); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
@@ -309,15 +309,12 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
 	if len(f.States) == 0 && !all {
 		f.States = liveStates()
 	}
+	f.Limit, f.Newest = limit, true
 	list, err := s.Store.ListInstances(r.Context(), f)
 	if err != nil {
 		s.fail(w, "list instances", err)
 		return
 	}
-	slices.SortStableFunc(list, func(a, b domain.Instance) int {
-		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), strings.Compare(b.ID, a.ID))
-	})
-	list = list[:min(len(list), limit)]
 	out := make([]InstanceView, len(list))
 	for i, in := range list {
 		out[i] = viewInstance(in)

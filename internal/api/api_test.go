@@ -274,10 +274,17 @@ func TestInstancesListIsLimited(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	cs := &countingStore{Store: r.store}
+	r.srv.Store = cs
 	var body struct{ Instances []map[string]any }
 	r.getJSON("/api/v1/instances?all=1", &body)
 	if got := ids(body.Instances); len(got) != 100 || got[0] != "old-119" || got[99] != "old-020" {
 		t.Errorf("all=1 lists %d instances from %v to %v, want the newest 100 (old-119 to old-020)", len(got), got[0], got[len(got)-1])
+	}
+	// The store hands over the page, not every row it keeps for the
+	// handler to cut.
+	if cs.listings != 1 || cs.rows != 100 {
+		t.Errorf("all=1 read %d rows in %d listings of the store, want the 100 listed in one", cs.rows, cs.listings)
 	}
 	r.getJSON("/api/v1/instances?all=1&limit=1000", &body)
 	if got := ids(body.Instances); len(got) != 124 || got[123] != "i-1" {
@@ -353,15 +360,17 @@ func TestPoolCountsAreLiveNotTheLastCycles(t *testing.T) {
 	}
 }
 
-// countingStore counts the listings of instances.
+// countingStore counts the listings of instances and the rows they return.
 type countingStore struct {
 	Store
-	listings int
+	listings, rows int
 }
 
 func (c *countingStore) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error) {
 	c.listings++
-	return c.Store.ListInstances(ctx, f)
+	list, err := c.Store.ListInstances(ctx, f)
+	c.rows += len(list)
+	return list, err
 }
 
 func TestPoolsListTheInstancesOnceForAllPools(t *testing.T) {
