@@ -136,7 +136,7 @@ func TestTimeline(t *testing.T) {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
 		}
 	}
-	requeued := assigned(domain.Job{InstanceID: "bp-1", Via: domain.ViaPool, Attempts: 2, RunnerName: "r"}, nil)
+	requeued := assigned(domain.Job{InstanceID: "bp-1", Via: domain.ViaPool, Attempts: 2, RunnerName: "r"})
 	if !strings.Contains(requeued, "attempt 2 (earlier attempts are not kept)") {
 		t.Errorf("assigned: %q", requeued)
 	}

@@ -236,14 +236,14 @@ func (r *rig) seed() {
 	r.createJobs(
 		job(101, func(j *domain.Job) { j.Status = domain.JobQueued; j.Repo = `acme/"><img src=x onerror=alert(1)>` }),
 		job(102, func(j *domain.Job) {
-			j.Status, j.InstanceID, j.Via, j.AssignedAt = domain.JobAssigned, "bp-hot1", domain.ViaPool, q.Add(2*time.Second)
+			j.Status, j.InstanceID, j.Via, j.AssignedAt = domain.JobAssigned, "bp-hot1", domain.ViaHot, q.Add(2*time.Second)
 		}),
 		job(103, func(j *domain.Job) {
 			j.Status, j.InstanceID, j.Via, j.Route, j.Pool = domain.JobRunning, "bp-cold1", domain.ViaCold, domain.RouteLaunch, ""
 			j.AssignedAt, j.StartedAt, j.RunnerName = q.Add(40*time.Second), q.Add(55*time.Second), "bp-cold1-103<i>"
 		}),
 		job(104, func(j *domain.Job) {
-			j.Status, j.InstanceID, j.Via, j.Conclusion = domain.JobCompleted, "bp-gone1", domain.ViaPool, "success"
+			j.Status, j.InstanceID, j.Via, j.Conclusion = domain.JobCompleted, "bp-gone1", domain.ViaHot, "success"
 			j.AssignedAt, j.StartedAt, j.CompletedAt = q.Add(time.Second), q.Add(3*time.Second), q.Add(5*time.Minute)
 		}),
 		job(105, func(j *domain.Job) {

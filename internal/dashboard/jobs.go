@@ -18,7 +18,7 @@ const (
 // jobRow is a job as the lists show it.
 type jobRow struct {
 	domain.Job
-	Served     string // hot, stopped, reuse, cold; "" before it has an instance
+	Served     string // hot, stopped, reuse, cold (pool on older rows); "" before it has an instance
 	Queue      time.Duration
 	HasQueue   bool
 	Run        time.Duration
@@ -72,7 +72,7 @@ func (d *Dashboard) jobsPage(r *http.Request, s *snapshot) (pageResult, error) {
 			v.Running++
 		}
 		if len(v.Active) < maxActiveRows {
-			v.Active = append(v.Active, rowOf(j, s))
+			v.Active = append(v.Active, rowOf(j))
 		} else {
 			v.MoreActive++
 		}
@@ -90,7 +90,7 @@ func (d *Dashboard) jobsPage(r *http.Request, s *snapshot) (pageResult, error) {
 			finished = append(finished, j)
 		case domain.JobRejected:
 			if len(v.Rejected) < maxRejectedRows {
-				v.Rejected = append(v.Rejected, rowOf(j, s))
+				v.Rejected = append(v.Rejected, rowOf(j))
 			}
 		}
 	}
@@ -98,12 +98,12 @@ func (d *Dashboard) jobsPage(r *http.Request, s *snapshot) (pageResult, error) {
 	// list shows those that finished last, so it is sorted before the cut.
 	slices.SortStableFunc(finished, func(a, b domain.Job) int { return b.CompletedAt.Compare(a.CompletedAt) })
 	for _, j := range finished[:min(len(finished), maxRecentRows)] {
-		v.Recent = append(v.Recent, rowOf(j, s))
+		v.Recent = append(v.Recent, rowOf(j))
 	}
 	if len(s.recent) >= recentJobs {
 		v.RecentSince = s.recent[len(s.recent)-1].CreatedAt
 	}
-	by := byPath(started, s)
+	by := byPath(started)
 	for _, ds := range by {
 		v.Charted += len(ds)
 	}
@@ -111,8 +111,8 @@ func (d *Dashboard) jobsPage(r *http.Request, s *snapshot) (pageResult, error) {
 	return pageResult{Title: "Jobs", Data: v, Live: true}, nil
 }
 
-func rowOf(j domain.Job, s *snapshot) jobRow {
-	r := jobRow{Job: j, Served: served(j, s), WaitingFor: j.QueuedAt, Approval: j.HeldForApproval()}
+func rowOf(j domain.Job) jobRow {
+	r := jobRow{Job: j, Served: served(j), WaitingFor: j.QueuedAt, Approval: j.HeldForApproval()}
 	r.Queue, r.HasQueue = queueTime(j)
 	if !j.StartedAt.IsZero() && !j.CompletedAt.IsZero() {
 		r.Run, r.HasRun = max(j.CompletedAt.Sub(j.StartedAt), 0), true
@@ -120,16 +120,12 @@ func rowOf(j domain.Job, s *snapshot) jobRow {
 	return r
 }
 
-// served says how a job got its instance: from a pool's hot or stopped
-// members, reused from the resource pool, or a cold start.
-func served(j domain.Job, s *snapshot) string {
+// served says how a job got its instance, as recorded when it was claimed:
+// a pool's hot or stopped member, reuse, or a cold start; pool for jobs
+// recorded before hot and stopped were told apart.
+func served(j domain.Job) string {
 	switch j.Via {
-	case domain.ViaPool:
-		if in, ok := s.instance(j.InstanceID); ok && (in.Role == domain.RoleHot || in.Role == domain.RoleStopped) {
-			return string(in.Role)
-		}
-		return "pool" // the instance row is gone: hot or stopped is not known
-	case domain.ViaReuse, domain.ViaCold:
+	case domain.ViaHot, domain.ViaStopped, domain.ViaPool, domain.ViaReuse, domain.ViaCold:
 		return string(j.Via)
 	}
 	return ""
@@ -139,11 +135,11 @@ func served(j domain.Job, s *snapshot) string {
 var paths = []string{"hot", "stopped", "pool", "reuse", "cold"}
 
 // byPath groups queue times by how the jobs were served.
-func byPath(jobs []domain.Job, s *snapshot) map[string][]time.Duration {
+func byPath(jobs []domain.Job) map[string][]time.Duration {
 	out := map[string][]time.Duration{}
 	for _, j := range jobs {
 		if q, ok := queueTime(j); ok {
-			p := served(j, s)
+			p := served(j)
 			if p == "" {
 				continue
 			}

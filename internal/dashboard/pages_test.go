@@ -125,6 +125,74 @@ func TestJobPageShowsItsTimeline(t *testing.T) {
 	}
 }
 
+// A job shows how it was served as recorded at the claim, whatever its
+// instance's role is now: a pool's reusable instance is reuse, a stopped
+// member claimed while still warm is hot, one started for the job is
+// stopped, and an older row that recorded only "pool" stays pool. Once the
+// instance is released for reuse (on-demand now), its job's label and
+// timeline do not change.
+func TestJobPageShowsHowTheJobWasServedWhenClaimed(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	q := t0.Add(-10 * time.Minute)
+	r.storeClk.AdvanceTo(q.Add(time.Second))
+	base := domain.Job{RunAttempt: 1, Repo: "acme/app", Name: "build", Workflow: "CI", QueuedAt: q, Route: domain.RoutePool,
+		Pool: "small-x64", Runner: "small", Status: domain.JobRunning, AssignedAt: q.Add(2 * time.Second), StartedAt: q.Add(4 * time.Second)}
+	type served struct {
+		id     int64
+		in     domain.Instance
+		via    domain.Via
+		served string
+		how    string
+	}
+	cases := []served{
+		{601, domain.Instance{ID: "bp-reused", Role: domain.RoleOnDemand}, domain.ViaReuse, "reuse", "an idle instance back from an earlier job (reuse)"},
+		{602, domain.Instance{ID: "bp-warm", Role: domain.RoleStopped}, domain.ViaHot, "hot", "a running member of pool small-x64 (hot)"},
+		{603, domain.Instance{ID: "bp-started", Role: domain.RoleStopped}, domain.ViaStopped, "stopped", "a stopped member of pool small-x64, started for it"},
+		{604, domain.Instance{ID: "bp-older", Role: domain.RoleHot}, domain.ViaPool, "pool", "a member of pool small-x64 (hot or stopped: not recorded)"},
+	}
+	for _, c := range cases {
+		j := base
+		j.ID, j.RunID, j.InstanceID, j.Via = c.id, c.id*10, c.in.ID, c.via
+		r.createJobs(j)
+	}
+	// The instances' rows are newer than the jobs': a member launched
+	// after the job was recorded must not pass for a cold start.
+	for _, c := range cases {
+		in := c.in
+		in.CloudID, in.Pool, in.Runner, in.State, in.Job, in.JobStarted = "c-"+in.ID, "small-x64", "small", domain.StateRunning, fmt.Sprint(c.id), true
+		r.createInstances(in)
+	}
+	shows := func(c served) {
+		t.Helper()
+		body := r.pageShows(fmt.Sprintf("/jobs/%d", c.id), "<dt>served</dt><dd>"+c.served+"</dd>", "assigned to instance "+c.in.ID+", "+c.how)
+		if strings.Contains(body, `data-event="launched"`) {
+			t.Errorf("job %d: its timeline has the instance launched for it (a cold start)", c.id)
+		}
+	}
+	for _, c := range cases {
+		shows(c)
+	}
+	// The warm member finishes job 602 and is released for reuse.
+	if _, err := r.store.TransitionJob(r.ctx, 602, domain.JobGuard{Status: domain.JobRunning}, func(j *domain.Job) {
+		j.Status, j.Conclusion, j.CompletedAt = domain.JobCompleted, "success", q.Add(time.Minute)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.store.Transition(r.ctx, "bp-warm", domain.Guard{State: domain.StateRunning, Job: "602"}, func(in *domain.Instance) {
+		in.State = domain.StateReleasing
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.store.Transition(r.ctx, "bp-warm", domain.Guard{State: domain.StateReleasing, Job: "602"}, func(in *domain.Instance) {
+		in.State, in.Role, in.Job, in.JobStarted = domain.StateReady, domain.RoleOnDemand, "", false
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r.later()
+	shows(cases[1])
+}
+
 func TestInstancesPage(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)

@@ -55,7 +55,7 @@ func (d *Dashboard) jobPage(r *http.Request, s *snapshot) (pageResult, error) {
 			return pageResult{}, fmt.Errorf("get job %d: %w", id, err)
 		}
 	}
-	v := jobView{jobRow: rowOf(j, s), NotRecorded: notRecorded}
+	v := jobView{jobRow: rowOf(j), NotRecorded: notRecorded}
 	if in, ok := s.instance(j.InstanceID); ok {
 		v.Instance = &in
 	}
@@ -76,10 +76,12 @@ func timeline(j domain.Job, in *domain.Instance) []event {
 	}
 	add(j.QueuedAt, "queued", "GitHub queued the job")
 	add(j.CreatedAt, "routed", routed(j))
-	if e := add(j.AssignedAt, "assigned", assigned(j, in)); e != nil && j.InstanceID != "" {
+	if e := add(j.AssignedAt, "assigned", assigned(j)); e != nil && j.InstanceID != "" {
 		e.Link, e.LinkTo = j.InstanceID, "/instances?id="+j.InstanceID
 	}
-	if in != nil && in.Role == domain.RoleOnDemand && !in.CreatedAt.Before(j.CreatedAt) {
+	// The instance's role is no witness: one back from a job is on-demand
+	// whatever it was when it took this one.
+	if in != nil && j.Via == domain.ViaCold && !in.CreatedAt.Before(j.CreatedAt) {
 		add(in.CreatedAt, "launched", "instance "+in.ID+" launched for a job (cold start)")
 	}
 	add(j.StartedAt, "started", "started on runner "+cmp.Or(j.RunnerName, "(unknown)"))
@@ -105,15 +107,19 @@ func routed(j domain.Job) string {
 	return "recorded"
 }
 
-func assigned(j domain.Job, in *domain.Instance) string {
-	how := map[domain.Via]string{domain.ViaPool: "a warm pool member", domain.ViaReuse: "an idle instance (reuse)",
-		domain.ViaCold: "a new instance (cold start)"}[j.Via]
+// assigned says how the job got its instance as recorded at the claim, not
+// from the instance's role now, which changes once it is released.
+func assigned(j domain.Job) string {
+	how := map[domain.Via]string{
+		domain.ViaHot:     "a running member of pool " + j.Pool + " (hot)",
+		domain.ViaStopped: "a stopped member of pool " + j.Pool + ", started for it",
+		domain.ViaPool:    "a member of pool " + j.Pool + " (hot or stopped: not recorded)",
+		domain.ViaReuse:   "an idle instance back from an earlier job (reuse)",
+		domain.ViaCold:    "a new instance (cold start)",
+	}[j.Via]
 	s := "assigned to instance " + j.InstanceID
 	if how != "" {
 		s += ", " + how
-	}
-	if in != nil && in.Role != domain.RoleOnDemand {
-		s += fmt.Sprintf(" (%s member of %s)", in.Role, in.Pool)
 	}
 	if j.RunnerName != "" {
 		s += "; runner " + j.RunnerName
