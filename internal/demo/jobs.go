@@ -3,7 +3,6 @@ package demo
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -15,9 +14,11 @@ import (
 type JobsReport struct {
 	Total    int            `json:"total"`
 	ByStatus map[string]int `json:"by_status"`
-	// QueueTimes are by how jobs were served: pool, reuse, cold; and the
-	// pool's jobs again by what served them: a running instance (hot) or
-	// a stopped member started for the job (stopped).
+	// QueueTimes are by how jobs were served: pool (a pool's member),
+	// reuse (an instance back from a job, a pool's own included), cold;
+	// and the pool members' jobs again by how the member was claimed:
+	// running (hot) or stopped and started for the job (stopped). Jobs
+	// recorded before the two were told apart count only under pool.
 	QueueTimes map[string]Latencies `json:"queue_time_seconds"`
 	// QueueTime is every served job's; ByPool the pool jobs', by pool.
 	QueueTime Latencies            `json:"queue_time_all_seconds"`
@@ -49,32 +50,11 @@ type Latencies struct {
 	Max   float64 `json:"max"`
 }
 
-// poolRoles maps instances to their roles: those the usage samples saw,
-// and the rows the store holds.
-func (w *world) poolRoles(ctx context.Context) (map[string]domain.Role, error) {
-	rows, err := w.a.Store.ListInstances(ctx, domain.InstanceFilter{})
-	if err != nil {
-		return nil, fmt.Errorf("demo: read instances: %w", err)
-	}
-	roles := map[string]domain.Role{}
-	if w.used != nil {
-		maps.Copy(roles, w.used.roles)
-	}
-	for _, in := range rows {
-		roles[in.ID] = in.Role
-	}
-	return roles, nil
-}
-
 // jobsReport sums up the jobs the store holds.
 func (w *world) jobsReport(ctx context.Context) (JobsReport, error) {
 	list, err := w.a.Store.ListJobs(ctx, domain.JobFilter{})
 	if err != nil {
 		return JobsReport{}, fmt.Errorf("demo: read jobs: %w", err)
-	}
-	roles, err := w.poolRoles(ctx)
-	if err != nil {
-		return JobsReport{}, err
 	}
 	r := JobsReport{Total: len(list), ByStatus: map[string]int{}, QueueTimes: map[string]Latencies{}}
 	waits := newQueueWaits()
@@ -83,7 +63,7 @@ func (w *world) jobsReport(ctx context.Context) (JobsReport, error) {
 		if j.Status == domain.JobRejected {
 			r.unserved(j)
 		}
-		waits.add(j, roles)
+		waits.add(j)
 	}
 	waits.summarize(&r)
 	return r, nil
@@ -92,8 +72,8 @@ func (w *world) jobsReport(ctx context.Context) (JobsReport, error) {
 // queueWaits gathers the served jobs' queue times, in seconds, in the
 // groups a JobsReport gives percentiles of.
 type queueWaits struct {
-	// byVia is by how jobs were served, and the pool's jobs again by what
-	// served them (hot or stopped).
+	// byVia is by how jobs were served, a pool member's jobs both under
+	// pool and under hot or stopped.
 	byVia, byPool, byHour map[string][]float64
 	byPoolHour            map[string]map[string][]float64
 	all                   []float64
@@ -106,22 +86,15 @@ func newQueueWaits() *queueWaits {
 	}
 }
 
-// add counts the job's queue time if it was served, roles telling the
-// pool's hot members from the stopped ones.
-func (q *queueWaits) add(j domain.Job, roles map[string]domain.Role) {
+// add counts the job's queue time if it was served.
+func (q *queueWaits) add(j domain.Job) {
 	if j.Via == "" || j.StartedAt.IsZero() || j.QueuedAt.IsZero() {
 		return
 	}
 	wait := j.StartedAt.Sub(j.QueuedAt).Seconds()
 	q.byVia[string(j.Via)] = append(q.byVia[string(j.Via)], wait)
-	if role, ok := roles[j.InstanceID]; ok && j.Via == domain.ViaPool {
-		// Only the converger stops instances, and only stopped pool
-		// members: any other instance a pool job got was running.
-		member := "hot"
-		if role == domain.RoleStopped {
-			member = "stopped"
-		}
-		q.byVia[member] = append(q.byVia[member], wait)
+	if j.Via.PoolMember() && j.Via != domain.ViaPool {
+		q.byVia[string(domain.ViaPool)] = append(q.byVia[string(domain.ViaPool)], wait)
 	}
 	q.all = append(q.all, wait)
 	hour := j.QueuedAt.UTC().Format("Mon 15")

@@ -286,7 +286,8 @@ func overTarget(rep Report, target time.Duration) []poolHour {
 	return out
 }
 
-// poolP90 is the p90 queue time of the jobs warm pools served.
+// poolP90 is the p90 queue time of the jobs the pools' members served, hot
+// or started; a pool's reusable instances count under reuse.
 func poolP90(rep Report) float64 { return rep.Simulated.QueueTimes["pool"].P90 }
 
 func weekdayOf(key string) time.Weekday {
