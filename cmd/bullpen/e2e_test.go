@@ -312,8 +312,8 @@ func TestServeEndToEnd(t *testing.T) {
 		seen[j.InstanceID] = j.ID
 		via[j.Via]++
 	}
-	if via["pool"] != 3 || via["cold"] != 2 {
-		t.Fatalf("jobs served via %v, want 3 from the pool and 2 cold starts", via)
+	if via["stopped"] != 3 || via["cold"] != 2 {
+		t.Fatalf("jobs served via %v, want 3 stopped pool members started and 2 cold starts", via)
 	}
 	if strings.Contains(s.logs.String(), s.secret) {
 		t.Fatal("the webhook secret appears in the logs")

@@ -188,7 +188,7 @@ func printJobs(w io.Writer, now time.Time, active, latest []api.JobView) {
 		fmt.Fprintf(w, "of the latest %d: %d completed, %d rejected; queue time (queued → started) by how they were served:\n",
 			len(latest), done, len(rejected))
 	}
-	for _, via := range []string{"pool", "reuse", "cold"} {
+	for _, via := range []string{"hot", "stopped", "pool", "reuse", "cold"} {
 		ds := byVia[via]
 		if len(ds) == 0 {
 			continue

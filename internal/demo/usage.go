@@ -45,9 +45,6 @@ type usage struct {
 	from  time.Time
 	last  time.Time
 	hours map[[3]string]*InstanceHours
-	// roles are the roles of the instances seen, by id: the jobs report
-	// tells pool jobs apart by them after terminated rows are gone.
-	roles map[string]domain.Role
 }
 
 // billed are the states of instances that have, or may have, a machine:
@@ -74,10 +71,9 @@ func (u *usage) sample(ctx context.Context, st interface {
 		return
 	}
 	if u.hours == nil {
-		u.hours, u.roles = map[[3]string]*InstanceHours{}, map[string]domain.Role{}
+		u.hours = map[[3]string]*InstanceHours{}
 	}
 	for _, in := range rows {
-		u.roles[in.ID] = in.Role
 		if in.State == domain.StateTerminated || in.InstanceType == "" || step == 0 {
 			continue // no machine (yet, or any more), or not billed yet
 		}
