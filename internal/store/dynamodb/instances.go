@@ -112,12 +112,12 @@ func (s *Store) GetInstance(ctx context.Context, id string) (domain.Instance, er
 
 // ListInstances queries the index of the filter's most selective field and
 // checks the others on what it returns; with a limit, it reads no more of
-// the index than it needs (findInstances).
+// the index than it needs (rowKind.find).
 func (s *Store) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
-	out, err := s.findInstances(ctx, instanceLookups(f), f)
+	out, err := instanceKind.find(ctx, s, instanceLookups(f), f.Newest, f.Limit, func(in domain.Instance) bool { return matchesInstance(in, f) })
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
@@ -148,49 +148,13 @@ func instanceLookups(f domain.InstanceFilter) []lookup {
 		// a pool's partition holds its every terminated row kept too. So
 		// a claim of a pool's ready machine, or a page of its live ones,
 		// reads the fleet, not the pool's history.
-		return stateLookups(f.States)
+		return partitionLookups(kindInstance, f.States)
 	case f.Pool != "":
 		return []lookup{{index: indexPool, attr: attrPool, value: kindInstance + "#" + f.Pool}}
 	case len(f.States) > 0:
-		return stateLookups(f.States)
+		return partitionLookups(kindInstance, f.States)
 	}
 	return []lookup{{index: indexKind, attr: attrKind, value: kindInstance}}
-}
-
-// stateLookups query the state index's partition of each state.
-func stateLookups(states []domain.State) []lookup {
-	var out []lookup
-	for _, st := range slices.Compact(slices.Sorted(slices.Values(states))) {
-		out = append(out, lookup{index: indexState, attr: attrState, value: kindInstance + "#" + string(st)})
-	}
-	return out
-}
-
-// findInstances returns the instances the lookups find that f keeps. Every
-// index is sorted as a listing is (created, then id), so whichever one the
-// filter picks, with a limit each lookup reads in the order asked for and
-// stops once it has found f.Limit instances: the first f.Limit of all the
-// lookups' instances together are among those. Without one, every row is
-// read.
-func (s *Store) findInstances(ctx context.Context, ls []lookup, f domain.InstanceFilter) ([]domain.Instance, error) {
-	var out []domain.Instance
-	for _, l := range ls {
-		l.newest = f.Newest
-		found := 0
-		err := s.query(ctx, l, max(f.Limit, 0), func(items []map[string]types.AttributeValue) (bool, error) {
-			rows, err := instanceKind.matching(items, func(in domain.Instance) bool { return matchesInstance(in, f) })
-			if err != nil {
-				return false, err
-			}
-			out = append(out, rows...)
-			found += len(rows)
-			return f.Limit > 0 && found >= f.Limit, nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }
 
 func matchesInstance(in domain.Instance, f domain.InstanceFilter) bool {

@@ -81,7 +81,7 @@ func (s *Store) GetJob(ctx context.Context, id int64) (domain.Job, error) {
 
 // ListJobs reads the jobs by id when the filter names them, else queries
 // the index of its most selective field, and checks the rest on the rows;
-// with a limit, it reads no more of the index than it needs (findJobs).
+// with a limit, it reads no more of the index than it needs (rowKind.find).
 func (s *Store) ListJobs(ctx context.Context, f domain.JobFilter) ([]domain.Job, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
@@ -91,7 +91,7 @@ func (s *Store) ListJobs(ctx context.Context, f domain.JobFilter) ([]domain.Job,
 	if len(f.IDs) > 0 {
 		out, err = s.jobsByID(ctx, f)
 	} else {
-		out, err = s.findJobs(ctx, jobLookups(f), f)
+		out, err = jobKind.find(ctx, s, jobLookups(f), f.Newest, f.Limit, func(j domain.Job) bool { return matchesJob(j, f) })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
@@ -121,48 +121,13 @@ func jobLookups(f domain.JobFilter) []lookup {
 		// queued or in progress, a few minutes' worth; a pool's partition
 		// holds its every job kept, days' worth. So an autoscaler asking
 		// for a pool's demand reads the live jobs, not the pool's history.
-		return statusLookups(f.Statuses)
+		return partitionLookups(kindJob, f.Statuses)
 	case f.Pool != "":
 		return []lookup{{index: indexPool, attr: attrPool, value: kindJob + "#" + f.Pool}}
 	case len(f.Statuses) > 0:
-		return statusLookups(f.Statuses)
+		return partitionLookups(kindJob, f.Statuses)
 	}
 	return []lookup{{index: indexKind, attr: attrKind, value: kindJob}}
-}
-
-// statusLookups query the status index's partition of each status.
-func statusLookups(statuses []domain.JobStatus) []lookup {
-	var out []lookup
-	for _, st := range slices.Compact(slices.Sorted(slices.Values(statuses))) {
-		out = append(out, lookup{index: indexState, attr: attrState, value: kindJob + "#" + string(st)})
-	}
-	return out
-}
-
-// findJobs returns the jobs the lookups find that f keeps. Every index is
-// sorted as a listing is (created, then id), so with a limit each lookup
-// reads in the order asked for and stops once it has found f.Limit jobs:
-// the first f.Limit of all the lookups' jobs together are among those.
-// Without one, every row is read.
-func (s *Store) findJobs(ctx context.Context, ls []lookup, f domain.JobFilter) ([]domain.Job, error) {
-	var out []domain.Job
-	for _, l := range ls {
-		l.newest = f.Newest
-		found := 0
-		err := s.query(ctx, l, max(f.Limit, 0), func(items []map[string]types.AttributeValue) (bool, error) {
-			rows, err := jobKind.matching(items, func(j domain.Job) bool { return matchesJob(j, f) })
-			if err != nil {
-				return false, err
-			}
-			out = append(out, rows...)
-			found += len(rows)
-			return f.Limit > 0 && found >= f.Limit, nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }
 
 func matchesJob(j domain.Job, f domain.JobFilter) bool {
@@ -223,11 +188,11 @@ func (s *Store) DeleteJobs(ctx context.Context, before time.Time) (int, error) {
 		return 0, fmt.Errorf("delete jobs: %w", err)
 	}
 	f := domain.JobFilter{Statuses: []domain.JobStatus{domain.JobCompleted, domain.JobRejected}, UpdatedBefore: before}
-	ls := statusLookups(f.Statuses)
+	ls := partitionLookups(kindJob, f.Statuses)
 	for k := range ls {
 		ls[k].before = formatTime(before)
 	}
-	old, err := s.findJobs(ctx, ls, f)
+	old, err := jobKind.find(ctx, s, ls, f.Newest, f.Limit, func(j domain.Job) bool { return matchesJob(j, f) })
 	if err != nil {
 		return 0, fmt.Errorf("delete jobs: %w", err)
 	}

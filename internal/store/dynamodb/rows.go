@@ -105,6 +105,43 @@ func (k *rowKind[ID, Row, Guard, Req, Res]) matching(items []map[string]types.At
 	return out, nil
 }
 
+// find returns the rows the lookups find that keep keeps. Every index is
+// sorted as a listing is (created, then id), so with a limit each lookup
+// reads in the order asked for (newest first or oldest) and stops once it
+// has found limit rows: the first limit of all the lookups' rows together
+// are among those. Without one (limit 0), every row is read.
+func (k *rowKind[ID, Row, Guard, Req, Res]) find(ctx context.Context, s *Store, ls []lookup, newest bool, limit int,
+	keep func(Row) bool) ([]Row, error) {
+	var out []Row
+	for _, l := range ls {
+		l.newest = newest
+		found := 0
+		err := s.query(ctx, l, max(limit, 0), func(items []map[string]types.AttributeValue) (bool, error) {
+			rows, err := k.matching(items, keep)
+			if err != nil {
+				return false, err
+			}
+			out = append(out, rows...)
+			found += len(rows)
+			return limit > 0 && found >= limit, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// partitionLookups query the state index's partition of each of a kind's
+// states (an instance's state, a job's status), each once.
+func partitionLookups[V ~string](kind string, values []V) []lookup {
+	var out []lookup
+	for _, v := range slices.Compact(slices.Sorted(slices.Values(values))) {
+		out = append(out, lookup{index: indexState, attr: attrState, value: kind + "#" + string(v)})
+	}
+	return out
+}
+
 // get reads one row consistently; found is false when there is none.
 func (k *rowKind[ID, Row, Guard, Req, Res]) get(ctx context.Context, s *Store, id ID) (row Row, found bool, err error) {
 	item, err := k.getItem(ctx, s, id)
