@@ -127,13 +127,22 @@ func fromEnvironment(fs *flag.FlagSet, getenv func(string) string, problems stri
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	var out []string
 	fs.VisitAll(func(fl *flag.Flag) {
-		m := envVariable.FindStringSubmatch(fl.Usage)
-		if m == nil || set[fl.Name] || getenv(m[1]) == "" || !strings.Contains(problems, "--"+fl.Name+" ") {
+		v := envVariableOf(fl)
+		if v == "" || set[fl.Name] || getenv(v) == "" || !strings.Contains(problems, "--"+fl.Name+" ") {
 			return
 		}
-		out = append(out, fmt.Sprintf("--%s came from $%s", fl.Name, m[1]))
+		out = append(out, fmt.Sprintf("--%s came from $%s", fl.Name, v))
 	})
 	return out
+}
+
+// envVariableOf is the variable that sets fl when it is not given, ""
+// for none.
+func envVariableOf(fl *flag.Flag) string {
+	if m := envVariable.FindStringSubmatch(fl.Usage); m != nil {
+		return m[1]
+	}
+	return ""
 }
 
 // warnSimulatedLeftovers warns when the store holds live instances while
@@ -159,7 +168,7 @@ func givenFlags(fs *flag.FlagSet, getenv func(string) string) map[string]bool {
 	given := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
 	fs.VisitAll(func(fl *flag.Flag) {
-		if m := envVariable.FindStringSubmatch(fl.Usage); m != nil && getenv(m[1]) != "" {
+		if v := envVariableOf(fl); v != "" && getenv(v) != "" {
 			given[fl.Name] = true
 		}
 	})
