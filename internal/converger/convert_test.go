@@ -132,62 +132,52 @@ func (s *claimRace) TransitionBatch(ctx context.Context, reqs []domain.Transitio
 // A job that claims a member while it is being converted keeps it: the
 // conversion of that member is skipped, the others go ahead.
 func TestClaimWinsOverAConversion(t *testing.T) {
-	t.Run("to stopped", func(t *testing.T) {
-		w := newWorld(t, domain.Target{Hot: 2}, sim.Options{Latency: latency}, Options{})
-		w.converge(10)
-		hot := w.rows(domain.StateReady)
-		rs := &claimRace{Store: w.Store, victim: hot[0]}
-		w.conv.store = rs
-		w.setTarget(domain.Target{Stopped: 2})
-		if got := Describe(w.cycle().Plan); got != "stop/convert×2" {
-			t.Fatalf("plan %q", got)
-		}
-		if rs.err != nil {
-			t.Fatal(rs.err)
-		}
-		claimed, _ := w.Store.GetInstance(context.Background(), hot[0].ID)
-		if claimed.State != domain.StateClaimed || claimed.Job != "job-1" || claimed.Role != domain.RoleHot {
-			t.Fatalf("claimed member became %+v", claimed)
-		}
-		if m, _ := w.cloud.Get(claimed.CloudID); m.State != domain.CloudRunning {
-			t.Fatalf("claimed member's machine is %s", m.State)
-		}
-		other, _ := w.Store.GetInstance(context.Background(), hot[1].ID)
-		if other.State != domain.StateStopping || other.Role != domain.RoleStopped {
-			t.Fatalf("the other member is %s %s, want a stopped member stopping", other.State, other.Role)
-		}
-		if ok, conflict := w.actions("stop", "convert", "ok"), w.actions("stop", "convert", "conflict"); ok != 1 || conflict != 1 {
-			t.Fatalf("conversions counted %v ok, %v conflict; want 1 and 1", ok, conflict)
-		}
-	})
-	t.Run("to hot", func(t *testing.T) {
-		w := newWorld(t, domain.Target{Stopped: 2}, sim.Options{Latency: latency}, Options{})
-		w.converge(10)
-		parked := w.rows(domain.StateStopped)
-		rs := &claimRace{Store: w.Store, victim: parked[0]}
-		w.conv.store = rs
-		w.setTarget(domain.Target{Hot: 2})
-		if got := Describe(w.cycle().Plan); got != "start/convert×2" {
-			t.Fatalf("plan %q", got)
-		}
-		if rs.err != nil {
-			t.Fatal(rs.err)
-		}
-		claimed, _ := w.Store.GetInstance(context.Background(), parked[0].ID)
-		if claimed.State != domain.StateClaimed || claimed.Job != "job-1" || claimed.Role != domain.RoleStopped {
-			t.Fatalf("claimed member became %+v", claimed)
-		}
-		if m, _ := w.cloud.Get(claimed.CloudID); m.State != domain.CloudStopped {
-			t.Fatalf("claimed member's machine is %s: its job's dispatcher starts it, not the converger", m.State)
-		}
-		other, _ := w.Store.GetInstance(context.Background(), parked[1].ID)
-		if other.State != domain.StateBooting || other.Role != domain.RoleHot {
-			t.Fatalf("the other member is %s %s, want a hot member booting", other.State, other.Role)
-		}
-		if ok, conflict := w.actions("start", "convert", "ok"), w.actions("start", "convert", "conflict"); ok != 1 || conflict != 1 {
-			t.Fatalf("conversions counted %v ok, %v conflict; want 1 and 1", ok, conflict)
-		}
-	})
+	for _, c := range []struct {
+		name         string
+		from, to     domain.Target
+		members      domain.State // the state the converted members wait in
+		plan, action string
+		claimedRole  domain.Role       // the claimed member keeps its role
+		machine      domain.CloudState // and its machine its state
+		otherState   domain.State      // the other member goes ahead
+		otherRole    domain.Role
+	}{
+		{"to stopped", domain.Target{Hot: 2}, domain.Target{Stopped: 2}, domain.StateReady, "stop/convert×2", "stop",
+			domain.RoleHot, domain.CloudRunning, domain.StateStopping, domain.RoleStopped},
+		// The claimed member's machine stays stopped: its job's dispatcher
+		// starts it, not the converger.
+		{"to hot", domain.Target{Stopped: 2}, domain.Target{Hot: 2}, domain.StateStopped, "start/convert×2", "start",
+			domain.RoleStopped, domain.CloudStopped, domain.StateBooting, domain.RoleHot},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(t, c.from, sim.Options{Latency: latency}, Options{})
+			w.converge(10)
+			members := w.rows(c.members)
+			rs := &claimRace{Store: w.Store, victim: members[0]}
+			w.conv.store = rs
+			w.setTarget(c.to)
+			if got := Describe(w.cycle().Plan); got != c.plan {
+				t.Fatalf("plan %q, want %q", got, c.plan)
+			}
+			if rs.err != nil {
+				t.Fatal(rs.err)
+			}
+			claimed, _ := w.Store.GetInstance(context.Background(), members[0].ID)
+			if claimed.State != domain.StateClaimed || claimed.Job != "job-1" || claimed.Role != c.claimedRole {
+				t.Fatalf("claimed member became %+v", claimed)
+			}
+			if m, _ := w.cloud.Get(claimed.CloudID); m.State != c.machine {
+				t.Fatalf("claimed member's machine is %s, want %s", m.State, c.machine)
+			}
+			other, _ := w.Store.GetInstance(context.Background(), members[1].ID)
+			if other.State != c.otherState || other.Role != c.otherRole {
+				t.Fatalf("the other member is %s %s, want %s %s", other.State, other.Role, c.otherRole, c.otherState)
+			}
+			if ok, conflict := w.actions(c.action, "convert", "ok"), w.actions(c.action, "convert", "conflict"); ok != 1 || conflict != 1 {
+				t.Fatalf("conversions counted %v ok, %v conflict; want 1 and 1", ok, conflict)
+			}
+		})
+	}
 }
 
 // A start the cloud refuses for capacity leaves the members parked, and the
