@@ -156,18 +156,25 @@ func listQuery(f domain.InstanceFilter) (string, []any) {
 		conds = append(conds, "deadline <= ?") // a NULL (no) deadline never matches
 		args = append(args, formatTime(f.ExpiredAt))
 	}
-	query := `SELECT ` + instanceColumns + ` FROM instances`
+	return orderedListing(`SELECT `+instanceColumns+` FROM instances`, conds, args, f.Newest, f.Limit)
+}
+
+// orderedListing completes a listing's query: its conditions, the order
+// listings share (created, then id; newest first when asked) and a limit
+// (0: none).
+func orderedListing(selectFrom string, conds []string, args []any, newest bool, limit int) (string, []any) {
+	query := selectFrom
 	if len(conds) > 0 {
 		query += ` WHERE ` + strings.Join(conds, " AND ")
 	}
-	if f.Newest {
+	if newest {
 		query += ` ORDER BY created_at DESC, id DESC`
 	} else {
 		query += ` ORDER BY created_at, id`
 	}
-	if f.Limit > 0 {
+	if limit > 0 {
 		query += ` LIMIT ?`
-		args = append(args, f.Limit)
+		args = append(args, limit)
 	}
 	return query, args
 }

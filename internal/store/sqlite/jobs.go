@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -177,20 +176,7 @@ func listJobsQuery(f domain.JobFilter) (string, []any) {
 		ids, _ := json.Marshal(f.IDs)
 		conds, args = append(conds, "id IN (SELECT value FROM json_each(?))"), append(args, string(ids))
 	}
-	query := `SELECT ` + jobColumns + ` FROM jobs`
-	if len(conds) > 0 {
-		query += ` WHERE ` + strings.Join(conds, " AND ")
-	}
-	if f.Newest {
-		query += ` ORDER BY created_at DESC, id DESC`
-	} else {
-		query += ` ORDER BY created_at, id`
-	}
-	if f.Limit > 0 {
-		query += ` LIMIT ?`
-		args = append(args, f.Limit)
-	}
-	return query, args
+	return orderedListing(`SELECT `+jobColumns+` FROM jobs`, conds, args, f.Newest, f.Limit)
 }
 
 // DeleteJobs removes the completed and rejected jobs last changed before
