@@ -2,6 +2,8 @@ package domain
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -142,6 +144,46 @@ type Leases interface {
 	ReleaseLease(ctx context.Context, name, holder string) error
 }
 
+// Configurations keep the configuration file last put in force from each
+// source, so that a replica starting while its source cannot be read, or
+// holds a file that does not validate, serves what the others serve
+// rather than nothing.
+type Configurations interface {
+	// PutConfiguration replaces what is kept for c.Source. Data over
+	// MaxConfigurationBytes is refused.
+	PutConfiguration(ctx context.Context, c ConfigRecord) error
+	// GetConfiguration returns what is kept for source; found is false
+	// when nothing is.
+	GetConfiguration(ctx context.Context, source string) (c ConfigRecord, found bool, err error)
+}
+
+// ConfigRecord is a configuration file as it was put in force.
+type ConfigRecord struct {
+	Source string // where it was read, as the source names itself
+	Data   []byte
+	At     time.Time // when it was put in force
+}
+
+// MaxConfigurationBytes is the largest configuration file a store keeps:
+// well under the item size of the stores that have one (DynamoDB's
+// 400 KB), and far over any real runs-on.yml.
+const MaxConfigurationBytes = 256 << 10
+
+// Check refuses a record a store should not keep.
+func (c ConfigRecord) Check() error {
+	switch {
+	case c.Source == "":
+		return errors.New("no source")
+	case len(c.Data) == 0:
+		return errors.New("no data")
+	case c.At.IsZero():
+		return errors.New("no time it was put in force")
+	case len(c.Data) > MaxConfigurationBytes:
+		return fmt.Errorf("%d bytes, over the %d a store keeps", len(c.Data), MaxConfigurationBytes)
+	}
+	return nil
+}
+
 // Store is every port of the state together: what a backend implements.
 // Consumers declare the few methods they use.
 type Store interface {
@@ -151,6 +193,7 @@ type Store interface {
 	Changes
 	PoolStatuses
 	Leases
+	Configurations
 	Close() error
 }
 

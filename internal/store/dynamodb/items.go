@@ -35,6 +35,8 @@ const (
 	attrExpires  = "expires"
 	attrTTL      = "ttl"  // epoch seconds: DynamoDB removes the row after it
 	attrMark     = "mark" // the last single conditional write's own mark (writeMark)
+	attrData     = "data" // a configuration file's bytes
+	attrPutAt    = "at"
 	sortKeyOfRow = "row"
 	poolsPK      = "pools"
 )

@@ -156,13 +156,17 @@ func testClose(t *testing.T, e *env) {
 		"DeleteInstances": func() error { return s.DeleteInstances(ctx, []string{"a"}) },
 		"PutPoolStatus":   func() error { return s.PutPoolStatus(ctx, domain.PoolStatus{Name: "p"}) },
 		"ListPoolStatus":  func() error { _, err := s.ListPoolStatus(ctx); return err },
-		"AcquireLease":    func() error { _, _, err := s.AcquireLease(ctx, "l", "h", time.Minute); return err },
-		"ReleaseLease":    func() error { return s.ReleaseLease(ctx, "l", "h") },
-		"RecordHeartbeat": func() error { return s.RecordHeartbeat(ctx, "a", start) },
-		"CreateJobs":      func() error { _, err := s.CreateJobs(ctx, []domain.Job{job(1, domain.JobQueued)}); return err },
-		"GetJob":          func() error { _, err := s.GetJob(ctx, 1); return err },
-		"ListJobs":        func() error { _, err := s.ListJobs(ctx, domain.JobFilter{}); return err },
-		"TransitionJob":   func() error { _, err := s.TransitionJob(ctx, 1, queuedGuard, assign("a")); return err },
+		"PutConfiguration": func() error {
+			return s.PutConfiguration(ctx, domain.ConfigRecord{Source: "f", Data: []byte("pools: {}"), At: start})
+		},
+		"GetConfiguration": func() error { _, _, err := s.GetConfiguration(ctx, "f"); return err },
+		"AcquireLease":     func() error { _, _, err := s.AcquireLease(ctx, "l", "h", time.Minute); return err },
+		"ReleaseLease":     func() error { return s.ReleaseLease(ctx, "l", "h") },
+		"RecordHeartbeat":  func() error { return s.RecordHeartbeat(ctx, "a", start) },
+		"CreateJobs":       func() error { _, err := s.CreateJobs(ctx, []domain.Job{job(1, domain.JobQueued)}); return err },
+		"GetJob":           func() error { _, err := s.GetJob(ctx, 1); return err },
+		"ListJobs":         func() error { _, err := s.ListJobs(ctx, domain.JobFilter{}); return err },
+		"TransitionJob":    func() error { _, err := s.TransitionJob(ctx, 1, queuedGuard, assign("a")); return err },
 		"TransitionJobs": func() error {
 			_, err := s.TransitionJobs(ctx, []domain.JobTransitionRequest{{ID: 1, Guard: queuedGuard, Apply: assign("a")}})
 			return err

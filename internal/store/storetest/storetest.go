@@ -43,6 +43,7 @@ func Run(t *testing.T, open Opener) {
 	RunJobs(t, open)
 	RunChanges(t, open)
 	RunLeases(t, open)
+	RunConfigurations(t, open)
 }
 
 // RunInstances is the contract of domain.Instances (concurrent claims and
@@ -61,6 +62,9 @@ func RunJobs(t *testing.T, open Opener) {
 
 // RunChanges is the contract of domain.Changes.
 func RunChanges(t *testing.T, open Opener) { run(t, open, commitContracts()) }
+
+// RunConfigurations is the contract of domain.Configurations.
+func RunConfigurations(t *testing.T, open Opener) { run(t, open, configurationContracts()) }
 
 // RunLeases is the contract of domain.Leases and domain.PoolStatuses.
 func RunLeases(t *testing.T, open Opener) { run(t, open, leaseContracts()) }
