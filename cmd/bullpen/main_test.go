@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 )
 
 // runCmd runs the binary's entry point in-process.
@@ -332,13 +334,16 @@ func TestServeNamesAVariableItCannotParse(t *testing.T) {
 }
 
 // A configuration serve cannot use is named once, for what it is: none
-// given, a file that is not there, a file with nothing in it.
+// given, a file that is not there, a file with nothing in it. A store
+// yet to be created is not created for it; one that exists is asked for
+// the file last in force, and says it keeps none.
 func TestServeNamesAConfigurationItCannotUse(t *testing.T) {
 	empty := filepath.Join(t.TempDir(), "runs-on.yml")
 	if err := os.WriteFile(empty, []byte("# to be written\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	vars := map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "test-admin-token"}
+	newStore := filepath.Join(t.TempDir(), "bullpen.db")
+	vars := map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "test-admin-token", "BULLPEN_STORE": "sqlite://" + newStore}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -346,13 +351,17 @@ func TestServeNamesAConfigurationItCannotUse(t *testing.T) {
 		{nil, "bullpen serve: no configuration: pass --config FILE or set $BULLPEN_CONFIG\n"},
 		{[]string{"--config", "nosuch.yml"}, "bullpen serve: --config: open nosuch.yml: no such file or directory\n"},
 		{[]string{"--config", empty}, "the file holds no configuration; to have no pools, write pools: {}"},
+		{[]string{"--config", empty, "--store", "sqlite://" + sqlitetest.Path(t)}, "the file holds no configuration; to have no pools, write pools: {}\nno earlier configuration to start on: the store keeps none from " + empty},
 	} {
 		var out, errb bytes.Buffer
 		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return vars[k] }}
 		code := run(t.Context(), e, append([]string{"serve", "--listen", "127.0.0.1:0"}, tc.args...))
-		if code != 2 || !strings.Contains(errb.String(), tc.want) || strings.Count(errb.String(), "\n") > 2 {
+		if code != 2 || !strings.Contains(errb.String(), tc.want) || strings.Count(errb.String(), "\n") > 3 {
 			t.Errorf("serve %v: exit %d, stderr:\n%s\nwant exit 2 and only %q", tc.args, code, errb.String(), tc.want)
 		}
+	}
+	if _, err := os.Stat(newStore); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused start left a store behind: %v", err)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/app"
 	"github.com/bullpen-ci/bullpen/internal/autoscale"
+	"github.com/bullpen-ci/bullpen/internal/configsource"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/spotbreaker"
 )
@@ -340,6 +341,9 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		var cadence *autoscale.CadenceError
 		if errors.As(err, &cadence) {
 			return 2 // the configuration and --converge-every disagree: no restart mends that
+		}
+		if errors.Is(err, app.ErrNoConfiguration) && !strings.HasPrefix(f.config, configsource.Scheme) {
+			return 2 // a file on this machine: a human must mend it, where GitHub may answer the next start
 		}
 		return 1
 	}

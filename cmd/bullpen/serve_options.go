@@ -34,12 +34,15 @@ type serveSettings struct {
 	agent                 simagent.Options
 }
 
-// options turns the flags into the app's options, naming every problem.
+// options turns the flags into the app's options, naming every problem
+// of the flags and of the configuration file at once. A file that cannot
+// be read or does not validate is left to the app when the flags are
+// right: the store may keep the file last put in force to start on.
 func (f *serveFlags) options(e *env, log *slog.Logger) (app.Options, error) {
 	s, err := f.settings()
 	cfg, cfgErr := f.initialConfig()
-	if err := errors.Join(err, cfgErr); err != nil {
-		return app.Options{}, err
+	if err != nil || cfgErr != nil && s.shared == nil && !fileExists(s.storePath) {
+		return app.Options{}, errors.Join(err, cfgErr) // a store yet to be created keeps no configuration
 	}
 	o := app.Options{
 		Config: cfg, ConfigPath: f.config, ConfigInterval: f.reload, Environment: f.environment, StorePath: s.storePath,
@@ -90,8 +93,11 @@ func (f *serveFlags) settings() (serveSettings, error) {
 	problems = append(problems, err)
 	s.viewer, err = f.viewerToken(s.token)
 	problems = append(problems, err)
-	if f.config == "" {
+	switch {
+	case f.config == "":
 		problems = append(problems, errors.New("no configuration: pass --config FILE or set $BULLPEN_CONFIG"))
+	case strings.HasPrefix(f.config, configsource.Scheme) && f.github == "sim":
+		problems = append(problems, fmt.Errorf("--config %s: a configuration in a GitHub repository needs --github app or token", f.config))
 	}
 	problems = append(problems, checkRate("sim-jobs-per-minute", f.simJobsPerMinute))
 	if f.simJobsPerMinute > 0 && f.github != "sim" {
@@ -210,17 +216,16 @@ func (f *serveFlags) simTimings() (sim.Latency, simagent.Options, error) {
 	return sim.Latency{}, simagent.Options{}, fmt.Errorf("--sim-latency %q: want realistic or zero", f.simLatency)
 }
 
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 // initialConfig loads --config when it is a file. One in a repository is
 // read once GitHub's credentials are, by the app: it is nil here.
 func (f *serveFlags) initialConfig() (*config.Config, error) {
-	if strings.HasPrefix(f.config, configsource.Scheme) {
-		if f.github == "sim" {
-			return nil, fmt.Errorf("--config %s: a configuration in a GitHub repository needs --github app or token", f.config)
-		}
-		return nil, nil
-	}
-	if f.config == "" {
-		return nil, nil // settings names the missing flag
+	if f.config == "" || strings.HasPrefix(f.config, configsource.Scheme) {
+		return nil, nil // settings names a missing flag
 	}
 	data, err := os.ReadFile(f.config)
 	if err != nil {

@@ -258,7 +258,7 @@ func (o *Options) check() error {
 // depends on the cloud.
 func (o *Options) problems() []string {
 	var problems []string
-	if o.Config == nil && !strings.HasPrefix(o.ConfigPath, configsource.Scheme) {
+	if o.Config == nil && o.ConfigPath == "" {
 		problems = append(problems, "no configuration")
 	}
 	if o.StorePath == "" && o.Shared == nil {

@@ -66,7 +66,7 @@ func (a *App) reloadConfig(ctx context.Context) error {
 	if err != nil {
 		return a.configUnreadable(err, now)
 	}
-	if cfg := a.configRead(data, now); cfg != nil {
+	if cfg := a.configRead(ctx, data, now); cfg != nil {
 		a.noteConfig(cfg, "configuration reloaded")
 	}
 	return nil
@@ -100,7 +100,7 @@ func (a *App) configUnreadable(err error, now time.Time) error {
 
 // configRead acts on a file read from the source, and returns the
 // configuration it put in force, nil when none.
-func (a *App) configRead(data []byte, now time.Time) *config.Config {
+func (a *App) configRead(ctx context.Context, data []byte, now time.Time) *config.Config {
 	st, name := &a.configReads, a.source.Name()
 	wasUnreadable := st.unreadable
 	st.unreadable = false
@@ -126,7 +126,7 @@ func (a *App) configRead(data []byte, now time.Time) *config.Config {
 		a.refuseConfig(data, err, now)
 		return nil
 	}
-	a.putConfigInForce(data, cfg, now)
+	a.putConfigInForce(ctx, data, cfg, now)
 	a.configReloads.count(reloadLoaded)
 	return cfg
 }
@@ -159,12 +159,18 @@ func (a *App) refuseConfig(data []byte, err error, now time.Time) {
 }
 
 // putConfigInForce makes cfg, parsed from data, the configuration in
-// force.
-func (a *App) putConfigInForce(data []byte, cfg *config.Config, now time.Time) {
+// force, and keeps its file in the store for a start that finds its
+// source failing. A file the store cannot keep is logged and still put in
+// force: only such a start would miss it.
+func (a *App) putConfigInForce(ctx context.Context, data []byte, cfg *config.Config, now time.Time) {
 	a.SetConfig(cfg)
 	st := &a.configReads
 	st.inForce, st.known, st.loadedAt, st.refused = slices.Clone(data), true, now, nil
-	a.configs.Loaded(a.source.Name(), data, cfg, now)
+	name := a.source.Name()
+	a.configs.Loaded(name, data, cfg, now)
+	if err := a.Store.PutConfiguration(ctx, domain.ConfigRecord{Source: name, Data: data, At: now}); err != nil {
+		a.opts.Log.Warn("could not keep the configuration in force in the store; a replica starting while the source fails will not find it", "path", name, "err", err)
+	}
 }
 
 // noteConfig logs what a configuration put in force serves, and each of

@@ -3,9 +3,11 @@ package app
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/configsource"
 	"github.com/bullpen-ci/bullpen/internal/dashboard"
@@ -45,22 +47,65 @@ func (a *App) newConfigSource(ctx context.Context) error {
 	if given := a.Config(); given != nil {
 		a.configs.Loaded(name, nil, given, now) // its file is not known until a read matches it
 	}
-	data, _, err := a.source.Read(ctx)
-	if err != nil {
-		if a.Config() == nil {
-			return fmt.Errorf("configuration: %w", err)
+	data, _, readErr := a.source.Read(ctx)
+	if readErr != nil && a.Config() != nil {
+		return a.configUnreadable(readErr, now)
+	}
+	var parseErr error
+	if readErr == nil {
+		cfg, err := a.parseConfig(name, data)
+		switch {
+		case err == nil:
+			a.putConfigInForce(ctx, data, cfg, now)
+			return nil
+		case a.Config() != nil:
+			a.refuseConfig(data, err, now)
+			return nil
 		}
-		return a.configUnreadable(err, now)
+		parseErr = err
 	}
-	cfg, err := a.parseConfig(name, data)
+	if err := a.startOnRecord(ctx, name); err != nil {
+		if readErr != nil {
+			return fmt.Errorf("configuration: %w\n%w", readErr, err)
+		}
+		return fmt.Errorf("configuration %s is invalid:\n%w\n%w", name, parseErr, err)
+	}
+	if readErr != nil {
+		return a.configUnreadable(readErr, now)
+	}
+	a.refuseConfig(data, parseErr, now)
+	return nil
+}
+
+// ErrNoConfiguration is why a start found nothing to serve: the source
+// could not be read or did not validate, and the store keeps no file put
+// in force from it before that validates.
+var ErrNoConfiguration = errors.New("no earlier configuration to start on")
+
+// startOnRecord puts in force the file last put in force from the source,
+// as the store keeps it, so that a replica starting while its source
+// cannot be read (GitHub down) or holds a file that does not validate
+// serves what the other replicas serve, and what it served before it
+// stopped, rather than nothing. The source's problem is reported as on a
+// reload, and the next read that validates replaces it.
+func (a *App) startOnRecord(ctx context.Context, name string) error {
+	rec, found, err := a.Store.GetConfiguration(ctx, name)
 	switch {
-	case err != nil && a.Config() == nil:
-		return fmt.Errorf("configuration %s is invalid:\n%w", name, err)
 	case err != nil:
-		a.refuseConfig(data, err, now)
-	default:
-		a.putConfigInForce(data, cfg, now)
+		return fmt.Errorf("%w: %w", ErrNoConfiguration, err)
+	case !found:
+		return fmt.Errorf("%w: the store keeps none from %s", ErrNoConfiguration, name)
 	}
+	put := rec.At.UTC().Format(time.RFC3339)
+	cfg, err := a.parseConfig(name, rec.Data)
+	if err != nil {
+		return fmt.Errorf("%w: the one the store keeps from %s, put in force at %s, is invalid too:\n%w", ErrNoConfiguration, name, put, err)
+	}
+	a.SetConfig(cfg)
+	st := &a.configReads
+	st.inForce, st.known, st.loadedAt = rec.Data, true, rec.At
+	a.configs.Loaded(name, rec.Data, cfg, rec.At)
+	a.opts.Log.Warn("starting on the configuration last put in force, as the store keeps it", "path", name, "put_in_force", put)
 	return nil
 }
 
