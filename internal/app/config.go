@@ -149,11 +149,18 @@ func (a *App) poolStatus(ctx context.Context, pool string) (domain.PoolStatus, b
 }
 
 // demand is what a pool's autoscaler follows: the jobs routed to the pool
-// that are queued or in progress.
+// that are queued or in progress. A job GitHub holds for an approval waits
+// for a person, for hours maybe: machines started for it would idle.
 func (a *App) demand(ctx context.Context, pool string) (int, error) {
 	list, err := a.Store.ListJobs(ctx, domain.JobFilter{Pool: pool,
 		Statuses: []domain.JobStatus{domain.JobQueued, domain.JobAssigned, domain.JobRunning}})
-	return len(list), err
+	n := 0
+	for _, j := range list {
+		if !j.HeldForApproval() {
+			n++
+		}
+	}
+	return n, err
 }
 
 // scopes are where the reaper looks for queued jobs and dead runners: the
