@@ -34,9 +34,12 @@ func (s secretSetting) defineFile(fs *flag.FlagSet, p *string, usage string) {
 
 // resolve returns the secret. Flags win over variables, and of each a
 // file over a value: --FLAG-file, --FLAG, $ENV_FILE, $ENV. It is "" when
-// nothing gives one.
+// nothing gives one. Spaces and line ends around a value are dropped, as
+// around a file's: a Kubernetes secret or an echo into a variable often
+// ends in a newline, and kept, every webhook would fail its signature
+// check with nothing to say why.
 func (s secretSetting) resolve(getenv func(string) string, value, file string) (string, error) {
-	if file == "" && value != "" {
+	if value = strings.TrimSpace(value); file == "" && value != "" {
 		return value, nil
 	}
 	if v, given, err := s.fromFile(getenv, file); given || err != nil {
@@ -45,7 +48,7 @@ func (s secretSetting) resolve(getenv func(string) string, value, file string) (
 	if getenv == nil {
 		return "", nil
 	}
-	return getenv(s.env), nil
+	return strings.TrimSpace(getenv(s.env)), nil
 }
 
 // fromFile reads the secret from the file named by file (the flag) or

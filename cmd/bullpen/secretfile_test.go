@@ -59,7 +59,8 @@ func TestASecretPutWhereItsFileBelongsNeverShows(t *testing.T) {
 }
 
 // A file setting names where its secret came from; the flag wins over the
-// variable, and an empty file is refused as such.
+// variable, an empty file is refused as such, and a value loses the line
+// end around it as a file's does.
 func TestSecretFilesResolve(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, text string) string {
@@ -82,6 +83,8 @@ func TestSecretFilesResolve(t *testing.T) {
 		{"the value flag", "from-value-flag", "", "from-value-flag", "", nil},
 		{"the value variable", "", "", "from-env", "", func(k string) string { return map[string]string{"BULLPEN_ADMIN_TOKEN": "from-env"}[k] }},
 		{"nothing", "", "", "", "", nil},
+		{"a variable ending in a newline", "", "", "from-env", "", func(k string) string { return map[string]string{"BULLPEN_ADMIN_TOKEN": " from-env\n"}[k] }},
+		{"a flag ending in a newline", "from-value-flag\r\n", "", "from-value-flag", "", nil},
 		{"an empty file", "", empty, "", "--admin-token-file names an empty file", getenv},
 	} {
 		got, err := adminToken.resolve(c.getenv, c.value, c.file)
