@@ -45,6 +45,11 @@ type Reconciler struct {
 	// asked is when GitHub was last asked about each stranded job, so
 	// that the jobs asked least lately go first.
 	asked map[int64]time.Time
+	// waitAnswered is when GitHub last said something about each job
+	// waiting for a runner (listed it queued, or answered a look-up) or
+	// was last asked about it, so that it is asked about again only once
+	// that is old, the jobs asked least lately first.
+	waitAnswered map[int64]time.Time
 }
 
 // Options tune the reconciler; zero values take the documented defaults.
@@ -118,6 +123,7 @@ func (r *Reconciler) Init(reg prometheus.Registerer) error {
 	}
 	r.Options.defaults()
 	r.heard = hearing{since: r.Clock.Now()}
+	r.waitAnswered = map[int64]time.Time{}
 	if r.Log == nil {
 		r.Log = slog.Default()
 	}
@@ -134,6 +140,11 @@ type Report struct {
 	// reports them, or given up when GitHub no longer has them or gave no
 	// answer about them within the running allowance.
 	Completed, Abandoned int
+	// CompletedWaiting and AbandonedWaiting are jobs waiting for a runner
+	// that GitHub ended before they started and whose completed webhook
+	// never came: completed as GitHub reports them, or given up when GitHub
+	// no longer has them.
+	CompletedWaiting, AbandonedWaiting int
 	// Scopes counts the scopes looked at, by outcome.
 	Scopes ScopeOutcomes
 }
@@ -176,8 +187,7 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	rep.StaleClaims, err = r.staleClaims(ctx, rows)
 	errs = append(errs, err)
 	errs = append(errs, r.lookAtScopes(ctx, rows, &rep))
-	rep.Completed, rep.Abandoned, err = r.strandedJobs(ctx, rows)
-	errs = append(errs, err)
+	errs = append(errs, r.openJobs(ctx, rows, &rep))
 	rep.Rerun, err = r.rerunInterrupted(ctx)
 	errs = append(errs, err)
 	// A job whose queue message is pending: sent back to its queue by a
@@ -190,9 +200,30 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	if rep.acted() {
 		r.Log.Info("reconciled", "orphans", rep.Orphans, "gone", rep.Gone, "silent", rep.Silent, "stale_claims", rep.StaleClaims, "dead_runners", rep.DeadRunners,
 			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "resent_jobs", rep.Resent, "rerun_jobs", rep.Rerun, "cancelled_runs", rep.Cancelled,
-			"completed_jobs", rep.Completed, "abandoned_jobs", rep.Abandoned, "jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
+			"completed_jobs", rep.Completed, "abandoned_jobs", rep.Abandoned, "completed_waiting_jobs", rep.CompletedWaiting,
+			"abandoned_waiting_jobs", rep.AbandonedWaiting, "jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
 	}
 	return rep, errors.Join(errs...)
+}
+
+// openJobs asks GitHub about the jobs not over whose webhooks may have
+// been lost: those whose instance ended (strandedJobs), and those waiting
+// for a runner (endedWaits). One listing serves both, and they pick apart
+// jobs: an assigned job is endedWaits' while its instance has not ended.
+func (r *Reconciler) openJobs(ctx context.Context, rows []domain.Instance, rep *Report) error {
+	if r.GitHub == nil {
+		return nil
+	}
+	open, err := r.Store.ListJobs(ctx, domain.JobFilter{Statuses: []domain.JobStatus{domain.JobQueued, domain.JobAssigned, domain.JobRunning}})
+	if err != nil {
+		return fmt.Errorf("list open jobs: %w", err)
+	}
+	var errs []error
+	rep.Completed, rep.Abandoned, err = r.strandedJobs(ctx, rows, open)
+	errs = append(errs, err)
+	rep.CompletedWaiting, rep.AbandonedWaiting, err = r.endedWaits(ctx, rows, open)
+	errs = append(errs, err)
+	return errors.Join(errs...)
 }
 
 // acted reports whether the cycle changed anything: looking at scopes
@@ -385,6 +416,9 @@ func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope) (recovered,
 	var ghErrs, errs []error
 	for _, gj := range queued {
 		j, err := r.Store.GetJob(ctx, gj.ID)
+		if err == nil {
+			r.sawQueued(j.ID)
+		}
 		switch {
 		case errors.Is(err, domain.ErrNotFound) && !r.Ours(gj.Labels):
 			// Someone else's: its runner, not bullpen, serves it.
@@ -473,7 +507,7 @@ const (
 func newReconcileMetrics(reg prometheus.Registerer) (*reconcileMetrics, error) {
 	m := &reconcileMetrics{
 		actions: promreg.Counters("bullpen_reaper_actions_total",
-			"What the reaper reconciled, by kind (orphan, gone, silent, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, cancelled_run, completed_job, abandoned_job, job_deleted, row_deleted).", "kind"),
+			"What the reaper reconciled, by kind (orphan, gone, silent, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, cancelled_run, completed_job, abandoned_job, completed_waiting_job, abandoned_waiting_job, job_deleted, row_deleted).", "kind"),
 		scopes: promreg.Counters("bullpen_reaper_scopes_total",
 			"Scopes the reaper looked at on GitHub, by outcome: ok, failed (a 404 included: the credentials may have lost access), gone (GitHub answered 410).", "outcome"),
 	}
@@ -491,7 +525,7 @@ func (m *reconcileMetrics) count(r Report) {
 	for kind, n := range map[string]int{
 		"orphan": r.Orphans, "gone": r.Gone, "silent": r.Silent, "stale_claim": r.StaleClaims, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
 		"requeued_job": r.Requeued, "resent_job": r.Resent, "rerun_job": r.Rerun, "cancelled_run": r.Cancelled, "completed_job": r.Completed,
-		"abandoned_job": r.Abandoned, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
+		"abandoned_job": r.Abandoned, "completed_waiting_job": r.CompletedWaiting, "abandoned_waiting_job": r.AbandonedWaiting, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
 	} {
 		m.actions.WithLabelValues(kind).Add(float64(n))
 	}

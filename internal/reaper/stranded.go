@@ -32,15 +32,9 @@ const strandedPerCycle = 20
 // completed without a conclusion, with a reason. One GitHub reports queued
 // or in progress is left: GitHub fails a job whose runner died, and a
 // queued one goes back to its queue when queuedJobs lists it. Only the
-// store's errors fail the step; GitHub's are logged, and asked again.
-func (r *Reconciler) strandedJobs(ctx context.Context, rows []domain.Instance) (completed, abandoned int, err error) {
-	if r.GitHub == nil {
-		return 0, 0, nil
-	}
-	open, err := r.Store.ListJobs(ctx, domain.JobFilter{Statuses: []domain.JobStatus{domain.JobAssigned, domain.JobRunning}})
-	if err != nil {
-		return 0, 0, fmt.Errorf("list open jobs: %w", err)
-	}
+// store's errors fail the step; GitHub's are logged, and asked again. It
+// picks its jobs from open, the cycle's listing of the jobs not over.
+func (r *Reconciler) strandedJobs(ctx context.Context, rows []domain.Instance, open []domain.Job) (completed, abandoned int, err error) {
 	listed := make(map[string]domain.Instance, len(rows))
 	for _, in := range rows {
 		listed[in.ID] = in
@@ -49,7 +43,7 @@ func (r *Reconciler) strandedJobs(ctx context.Context, rows []domain.Instance) (
 	var errs []error
 	var stranded []domain.Job
 	for _, j := range open {
-		if j.InstanceID == "" || now.Sub(j.UpdatedAt) < strandedAfter {
+		if (j.Status != domain.JobAssigned && j.Status != domain.JobRunning) || j.InstanceID == "" || now.Sub(j.UpdatedAt) < strandedAfter {
 			continue
 		}
 		ended, err := r.instanceEnded(ctx, j.InstanceID, listed, now)
@@ -79,21 +73,33 @@ func (r *Reconciler) strandedJobs(ctx context.Context, rows []domain.Instance) (
 }
 
 // instanceEnded reports whether instance id has ended strandedAfter ago at
-// least: terminated that long, or its row deleted. A row not in the
-// cycle's listing is looked up, for it may be newer than the listing.
+// least: terminated that long, or its row deleted.
 func (r *Reconciler) instanceEnded(ctx context.Context, id string, listed map[string]domain.Instance, now time.Time) (bool, error) {
-	in, ok := listed[id]
-	if !ok {
-		var err error
-		in, err = r.Store.GetInstance(ctx, id)
-		if errors.Is(err, domain.ErrNotFound) {
-			return true, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("read instance %s: %w", id, err)
-		}
+	in, found, err := r.instanceRow(ctx, id, listed)
+	if err != nil {
+		return false, err
+	}
+	if !found {
+		return true, nil
 	}
 	return in.State == domain.StateTerminated && now.Sub(in.StateSince) >= strandedAfter, nil
+}
+
+// instanceRow returns instance id's row, found false when it was deleted.
+// A row not in the cycle's listing is looked up, for it may be newer than
+// the listing.
+func (r *Reconciler) instanceRow(ctx context.Context, id string, listed map[string]domain.Instance) (in domain.Instance, found bool, err error) {
+	if in, ok := listed[id]; ok {
+		return in, true, nil
+	}
+	in, err = r.Store.GetInstance(ctx, id)
+	if errors.Is(err, domain.ErrNotFound) {
+		return domain.Instance{}, false, nil
+	}
+	if err != nil {
+		return domain.Instance{}, false, fmt.Errorf("read instance %s: %w", id, err)
+	}
+	return in, true, nil
 }
 
 // forgetAsked keeps in r.asked only the jobs still stranded.
