@@ -43,37 +43,68 @@ const rebindAttempts = 8
 // holder's runner could take it, which makes a swap of two runners that
 // could each take both jobs; otherwise the displaced job goes back to its
 // queue and the holder is unbound, its runner left to wait UnboundWait for
-// another job. A job that is over, an instance that no longer serves a job
-// and rows bullpen does not know are left as they are.
+// another job.
+//
+// The runner took the reported job, so it will never run the displaced one:
+// that job goes back to its queue even when the reported job is over
+// (GitHub's completed came before anything else of it) or is not one
+// bullpen knows (another stack's, whose labels taker's runner carries).
+// Neither can be bound to taker, which is unbound: it serves no job of
+// bullpen's. With no displaced job, a job that is over, an instance that
+// no longer serves a job and rows bullpen does not know are left as they
+// are.
 func Rebind(ctx context.Context, st Store, q domain.Queue, id int64, taker string, now time.Time) error {
+	_, err := follow(ctx, st, q, id, taker, "", now)
+	return err
+}
+
+// FollowRunner is Rebind for GitHub's report that the runner called
+// runnerName ran job id, when that name is one bullpen gave a runner
+// (domain.RunnerName). A report about a runner the instance no longer
+// holds (a late delivery about its previous job) is not followed. It
+// reports whether anything was changed.
+func FollowRunner(ctx context.Context, st Store, q domain.Queue, id int64, runnerName string, now time.Time) (bool, error) {
+	taker, _, ok := domain.ParseRunnerName(runnerName)
+	if !ok {
+		return false, nil
+	}
+	return follow(ctx, st, q, id, taker, runnerName, now)
+}
+
+// follow is Rebind, with the name of the runner reported when known.
+func follow(ctx context.Context, st Store, q domain.Queue, id int64, taker, runnerName string, now time.Time) (bool, error) {
 	for range rebindAttempts {
-		rows, ok, err := readRebind(ctx, st, id, taker)
+		rows, ok, err := readRebind(ctx, st, id, taker, runnerName)
 		if err != nil || !ok {
-			return err
+			return false, err
 		}
 		c := rows.plan(now)
 		if c.Empty() {
-			return nil
+			return false, nil
 		}
 		done, err := st.Commit(ctx, c)
 		if errors.Is(err, domain.ErrConflict) {
 			continue // a row moved on: read and decide again
 		}
 		if err != nil {
-			return fmt.Errorf("bind job %d to %s: %w", id, taker, err)
+			return false, fmt.Errorf("bind job %d to %s: %w", id, taker, err)
 		}
-		return sendRequeued(ctx, st, q, done.Jobs)
+		return true, sendRequeued(ctx, st, q, done.Jobs)
 	}
-	return fmt.Errorf("bind job %d to %s: still changing after %d attempts", id, taker, rebindAttempts)
+	return false, fmt.Errorf("bind job %d to %s: still changing after %d attempts", id, taker, rebindAttempts)
 }
 
 // rebindRows are the rows a rebind reads: the reported job, its taker, its
 // previous holder and the job the taker held, with what their runners carry.
 type rebindRows struct {
-	job       domain.Job
-	taker     domain.Instance
-	holder    *domain.Instance // the instance still bound to job, when another
-	displaced *domain.Job      // the job still assigned to taker, when another
+	reported int64
+	job      domain.Job
+	// unbindable: the reported job is over, or the store has none (job is
+	// zero then); taker cannot be bound to it.
+	unbindable bool
+	taker      domain.Instance
+	holder     *domain.Instance // the instance still bound to job, when another
+	displaced  *domain.Job      // the job still assigned to taker, when another
 	// holderTakes: the holder's runner carries the displaced job's labels
 	// and the taker's runner the reported job's: each could run both.
 	holderTakes bool
@@ -81,15 +112,18 @@ type rebindRows struct {
 
 // readRebind reads what Rebind decides on; ok is false when there is
 // nothing to follow.
-func readRebind(ctx context.Context, st Store, id int64, taker string) (rebindRows, bool, error) {
-	var r rebindRows
+func readRebind(ctx context.Context, st Store, id int64, taker, runnerName string) (rebindRows, bool, error) {
+	r := rebindRows{reported: id}
 	j, err := st.GetJob(ctx, id)
-	if errors.Is(err, domain.ErrNotFound) {
-		return r, false, nil
-	}
-	if err != nil || j.Status.Final() {
+	unknown := errors.Is(err, domain.ErrNotFound)
+	if err != nil && !unknown {
 		return r, false, err
 	}
+	over := !unknown && j.Status.Final()
+	if over && j.InstanceID != "" {
+		return r, false, nil // it ended on an instance, released with it: a late report
+	}
+	r.unbindable = unknown || over
 	in, err := st.GetInstance(ctx, taker)
 	if errors.Is(err, domain.ErrNotFound) {
 		return r, false, nil
@@ -97,7 +131,19 @@ func readRebind(ctx context.Context, st Store, id int64, taker string) (rebindRo
 	if err != nil || !ServesJob(in.State) {
 		return r, false, err // not running a job of ours
 	}
+	if runnerName != "" && in.RunnerName != "" && !strings.EqualFold(runnerName, in.RunnerName) {
+		return r, false, nil // about a runner it held before
+	}
 	r.job, r.taker = j, in
+	if d, err := boundJob(ctx, st, in); err != nil {
+		return r, false, err
+	} else if d != nil && d.ID != id {
+		r.displaced = d
+	}
+	if r.unbindable {
+		// Nothing of bullpen's waits on the report but the displaced job.
+		return r, r.displaced != nil, nil
+	}
 	if j.InstanceID != "" && j.InstanceID != taker {
 		h, err := st.GetInstance(ctx, j.InstanceID)
 		if err != nil && !errors.Is(err, domain.ErrNotFound) {
@@ -106,11 +152,6 @@ func readRebind(ctx context.Context, st Store, id int64, taker string) (rebindRo
 		if err == nil && h.Job == j.Key() && ServesJob(h.State) {
 			r.holder = &h
 		}
-	}
-	if d, err := boundJob(ctx, st, in); err != nil {
-		return r, false, err
-	} else if d != nil && d.ID != id {
-		r.displaced = d
 	}
 	if r.holder != nil && r.displaced != nil {
 		if r.holderTakes, err = runnerTakes(ctx, st, *r.holder, r.displaced.Labels); err == nil {
@@ -171,6 +212,10 @@ func runnerTakes(ctx context.Context, st Store, in domain.Instance, want []strin
 // say what it says.
 func (r rebindRows) plan(now time.Time) domain.Change {
 	var c domain.Change
+	if r.unbindable {
+		c.Instances = append(c.Instances, verbs.Unbind(r.taker, now.Add(UnboundWait)))
+		return r.placeDisplaced(c, now)
+	}
 	key, taker := r.job.Key(), r.taker.ID
 	if r.taker.Job != key {
 		c.Instances = append(c.Instances, verbs.Bind(r.taker, key))
@@ -199,7 +244,7 @@ func (r rebindRows) placeDisplaced(c domain.Change, now time.Time) domain.Change
 	if r.holder != nil {
 		c.Instances = append(c.Instances, verbs.Unbind(*r.holder, now.Add(UnboundWait)))
 	}
-	c.Jobs = append(c.Jobs, verbs.RequeueJob(d, fmt.Sprintf("its runner took job %d", r.job.ID)))
+	c.Jobs = append(c.Jobs, verbs.RequeueJob(d, fmt.Sprintf("its runner took job %d", r.reported)))
 	return c
 }
 

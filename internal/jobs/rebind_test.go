@@ -291,3 +291,84 @@ func (f *fixture) wantQueued(n int) {
 		}
 	}
 }
+
+// bp-1's runner took job 43, which bp-1 cannot be bound to: one that is
+// over (GitHub's first word of it, its queued and in_progress deliveries
+// lost or late), or one bullpen does not know (another stack's, whose
+// labels bp-1's runner carries). The runner will never run job 42, which
+// goes back to its queue; bp-1 is unbound, serving no job of bullpen's.
+func TestFollowRunnerRequeuesTheJobOfARunnerThatTookAJobItCannotBeBoundTo(t *testing.T) {
+	for name, job43 := range map[string]*domain.Job{
+		"over":    {ID: 43, Status: domain.JobCompleted, Conclusion: "success"},
+		"unknown": nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			f.createInstance("bp-1", domain.StateRunning, 42)
+			f.createJob(domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: "bp-1", RunnerName: "bp-1-42", Attempts: 1})
+			if job43 != nil {
+				f.createJob(*job43)
+			}
+			moved, err := jobs.FollowRunner(f.Ctx, f.Store, f.Queue, 43, "bp-1-42", t0)
+			if err != nil || !moved {
+				t.Fatalf("moved %v, %v; want the report followed", moved, err)
+			}
+			if j := f.Job(42); j.Status != domain.JobQueued || j.InstanceID != "" || j.Attempts != 2 || j.Reason != "its runner took job 43" {
+				t.Fatalf("job 42 %s on %q attempt %d (%q), want queued again, unbound", j.Status, j.InstanceID, j.Attempts, j.Reason)
+			}
+			f.wantQueued(1)
+			if in := f.Instance("bp-1"); in.Job != "" || in.State != domain.StateRunning || in.Deadline.After(t0.Add(jobs.UnboundWait)) {
+				t.Fatalf("bp-1 %s bound to %q until %s, want unbound, waiting at most %s", in.State, in.Job, in.Deadline, jobs.UnboundWait)
+			}
+			if job43 != nil {
+				if j := f.Job(43); j.Status != domain.JobCompleted || j.InstanceID != "" {
+					t.Fatalf("job 43 %s on %q, want left completed", j.Status, j.InstanceID)
+				}
+			}
+		})
+	}
+}
+
+// What FollowRunner leaves alone, beyond what Rebind does: a report about
+// a runner the instance no longer holds (a late delivery about its last
+// job), a name bullpen did not give, a job that ended on an instance, and
+// a displaced job that already started.
+func TestFollowRunnerLeavesAlone(t *testing.T) {
+	cases := []struct {
+		name   string
+		runner string
+		job    *domain.Job // job 43, when written
+		status domain.JobStatus
+	}{
+		{"another runner of the instance, job over", "bp-1-40", &domain.Job{Status: domain.JobCompleted}, domain.JobAssigned},
+		{"another runner of the instance, job unknown", "bp-1-40", nil, domain.JobAssigned},
+		{"another runner of the instance, job assigned", "bp-1-40", &domain.Job{Status: domain.JobAssigned, InstanceID: "bp-2"}, domain.JobAssigned},
+		{"not bullpen's runner", "GitHub Actions 5", nil, domain.JobAssigned},
+		{"job over on this instance", "bp-1-42", &domain.Job{Status: domain.JobCompleted, InstanceID: "bp-1"}, domain.JobAssigned},
+		{"job over on another instance", "bp-1-42", &domain.Job{Status: domain.JobCompleted, InstanceID: "bp-2"}, domain.JobAssigned},
+		{"job unknown, own job started", "bp-1-42", nil, domain.JobRunning},
+		{"job over, own job started", "bp-1-42", &domain.Job{Status: domain.JobCompleted}, domain.JobRunning},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			before := f.createInstance("bp-1", domain.StateRunning, 42)
+			jbefore := f.createJob(domain.Job{ID: 42, Status: tc.status, InstanceID: "bp-1", RunnerName: "bp-1-42", Attempts: 1})
+			if tc.job != nil {
+				tc.job.ID = 43
+				f.createJob(*tc.job)
+			}
+			moved, err := jobs.FollowRunner(f.Ctx, f.Store, f.Queue, 43, tc.runner, t0)
+			if err != nil || moved {
+				t.Fatalf("moved %v, %v; want nothing done", moved, err)
+			}
+			if after := f.Instance("bp-1"); after.Version != before.Version {
+				t.Fatalf("bp-1 changed: %q v%d → %q v%d", before.Job, before.Version, after.Job, after.Version)
+			}
+			if after := f.Job(42); after.Version != jbefore.Version {
+				t.Fatalf("job 42 changed: %s v%d → %s v%d", jbefore.Status, jbefore.Version, after.Status, after.Version)
+			}
+			f.wantQueued(0)
+		})
+	}
+}
