@@ -145,7 +145,11 @@ func GoSign(secret string, body []byte) string {
 // Job describes a workflow_job delivery for Payload. Zero fields take the
 // values a fresh queued job has.
 type Job struct {
-	Action     string // queued (default), waiting, in_progress, completed
+	Action string // queued (default), waiting, in_progress, completed
+	// Status is workflow_job.status; the action's when empty. A job held
+	// for an environment's approval comes queued with status waiting, then
+	// waiting, and once approved queued again with status queued.
+	Status     string
 	ID, RunID  int64
 	RunAttempt int
 	Name       string
@@ -176,7 +180,10 @@ func Payload(j Job) []byte {
 	if j.Created.IsZero() {
 		j.Created = time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
 	}
-	status := j.Action
+	status := j.Status
+	if status == "" {
+		status = j.Action
+	}
 	ts := func(t time.Time) any {
 		if t.IsZero() {
 			return nil

@@ -43,3 +43,41 @@ func TestPayloadParses(t *testing.T) {
 		t.Fatalf("parsed %+v", ev)
 	}
 }
+
+// A payload's status is its action's unless it says otherwise, as for a job
+// held for an approval, which comes queued with status waiting.
+func TestPayloadStatus(t *testing.T) {
+	for _, c := range []struct{ action, status, want string }{
+		{"queued", "", "queued"},
+		{"completed", "", "completed"},
+		{"queued", "waiting", "waiting"},
+		{"waiting", "waiting", "waiting"},
+	} {
+		ev, err := webhook.ParseWorkflowJob(Payload(Job{Action: c.action, Status: c.status, ID: 7, RunID: 8}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Action != c.action || ev.Job.Status != c.want {
+			t.Errorf("%s with status %q: parsed %s with status %q, want %q", c.action, c.status, ev.Action, ev.Job.Status, c.want)
+		}
+	}
+}
+
+// GitHub's own examples hold a job waiting for an approval under both
+// actions, queued and waiting, each with status waiting: the sequence
+// Payload's Status lets tests send.
+func TestExamplesSendAHeldJobQueuedWithStatusWaiting(t *testing.T) {
+	held := map[string]bool{}
+	for _, raw := range WorkflowJobExamples(t) {
+		ev, err := webhook.ParseWorkflowJob(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Job.Status == "waiting" {
+			held[ev.Action] = true
+		}
+	}
+	if !held["queued"] || !held["waiting"] {
+		t.Fatalf("examples with status waiting come as %v, want queued and waiting", held)
+	}
+}
