@@ -3,7 +3,9 @@
 // Each bullpen queue is one SQS queue, named by a prefix (so several
 // installations share an account) and the bullpen name with "/" turned
 // into "-" (SQS allows no slash): "rp/small" under "bullpen-" is
-// "bullpen-rp-small".
+// "bullpen-rp-small". A name SQS cannot take that way (a runner class
+// such as "ubuntu-22.04", or one too long) has its other characters
+// turned into "-" and a hash of it appended (see SQSName).
 //
 // The port promises both per-message delays and deduplication ids, and no
 // SQS queue type keeps both: standard queues take DelaySeconds per message
@@ -31,6 +33,8 @@ package sqs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -38,6 +42,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -110,27 +115,58 @@ var ErrNoQueue = errors.New("queue does not exist")
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
+// fifoSuffix ends the name of every FIFO queue, within maxNameLen.
+const fifoSuffix = ".fifo"
+
+// nameHashLen is how many hex digits of a name's hash an SQS name that
+// had to be changed carries: 40 bits, so that the few classes of one
+// installation never share a queue.
+const nameHashLen = 10
+
 // fifoQueue reports whether the bullpen queue name is a FIFO queue.
 func (q *Queue) fifoQueue(name string) bool { return slices.Contains(q.fifo, name) }
 
-// SQSName is the SQS queue name of the bullpen queue name. Distinct
-// bullpen names that differ only by "/" and "-" share one SQS queue;
-// bullpen's names never do.
+// SQSName is the SQS queue name of the bullpen queue name: the prefix and
+// the name with "/" turned into "-", as it has always been wherever SQS
+// takes that. Otherwise (a runner class named "ubuntu-22.04", or a name
+// too long) every character SQS refuses becomes "-", the name is cut to
+// fit, and "-" and a hash of the bullpen name follow, so that two names
+// changed alike still get queues of their own. The prefix is kept whole,
+// as the IAM policy allows the queues under it only; a prefix SQS refuses,
+// or too long to leave room for a hash, is an error.
 func (q *Queue) SQSName(name string) (string, error) {
 	if name == "" {
 		return "", errors.New("sqs: empty queue name")
 	}
-	s := q.prefix + strings.ReplaceAll(name, "/", "-")
-	if !validName.MatchString(s) {
-		return "", fmt.Errorf("sqs: queue %q: SQS queue name %q may hold only letters, digits, '-' and '_'", name, s)
+	if q.prefix != "" && !validName.MatchString(q.prefix) {
+		return "", fmt.Errorf("sqs: queue prefix %q may hold only letters, digits, '-' and '_'", q.prefix)
 	}
+	suffix := ""
 	if q.fifoQueue(name) {
-		s += ".fifo"
+		suffix = fifoSuffix
 	}
-	if len(s) > maxNameLen {
-		return "", fmt.Errorf("sqs: queue %q: SQS queue name %q is longer than %d characters", name, s, maxNameLen)
+	plain := strings.ReplaceAll(name, "/", "-")
+	if validName.MatchString(plain) && len(q.prefix)+len(plain)+len(suffix) <= maxNameLen {
+		return q.prefix + plain + suffix, nil
 	}
-	return s, nil
+	sum := sha256.Sum256([]byte(name))
+	hash := "-" + hex.EncodeToString(sum[:])[:nameHashLen]
+	room := maxNameLen - len(q.prefix) - len(hash) - len(suffix)
+	if room < 1 {
+		return "", fmt.Errorf("sqs: queue %q: prefix %q leaves no room for the queue's name within SQS's %d characters", name, q.prefix, maxNameLen)
+	}
+	var b strings.Builder
+	for _, r := range plain {
+		if b.Len() == room {
+			break
+		}
+		if r < utf8.RuneSelf && validName.MatchString(string(r)) {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	return q.prefix + b.String() + hash + suffix, nil
 }
 
 // url resolves a bullpen queue name to its queue URL, once per name.

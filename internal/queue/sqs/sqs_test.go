@@ -146,6 +146,25 @@ func TestResourcePoolQueueIsCreatedOnFirstUse(t *testing.T) {
 	}
 }
 
+// Runner classes are named as the configuration allows, dots and colons
+// included: each has a resource-pool queue of its own on SQS.
+func TestResourcePoolOfAnyRunnerName(t *testing.T) {
+	q := open(t)
+	ctx := t.Context()
+	runners := []string{"ubuntu-22.04", "ubuntu-22-04", "small.x64", "gpu:a10"}
+	for _, runner := range runners {
+		if err := q.Send(ctx, domain.ResourcePoolQueue(runner), []domain.SendRequest{{Body: []byte(runner)}}); err != nil {
+			t.Fatalf("offer to the resource pool of runner %q: %v", runner, err)
+		}
+	}
+	for _, runner := range runners {
+		got, err := q.Receive(ctx, domain.ResourcePoolQueue(runner), 10, time.Minute, 0)
+		if err != nil || len(got) != 1 || string(got[0].Body) != runner {
+			t.Fatalf("resource pool of runner %q: %d messages, %v; want its own one", runner, len(got), err)
+		}
+	}
+}
+
 // SQS stamps the send time itself: on queues in real time, beside those
 // whose time follows the contract suite's clock, it is the wall clock's.
 func TestSendReceiveDeleteInRealTime(t *testing.T) {

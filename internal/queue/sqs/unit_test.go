@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -77,10 +78,8 @@ func TestSQSName(t *testing.T) {
 			t.Errorf("SQSName(%q) = %q, %v; want %q", name, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "rp/with.dot", "sp ace", strings.Repeat("x", 78)} {
-		if got, err := q.SQSName(bad); err == nil {
-			t.Errorf("SQSName(%q) = %q, want an error", bad, got)
-		}
+	if got, err := q.SQSName(""); err == nil {
+		t.Errorf("SQSName(\"\") = %q, want an error", got)
 	}
 	// The FIFO list replaces the default.
 	q = New(nil, "", Options{FIFO: []string{"work"}})
@@ -93,6 +92,56 @@ func TestSQSName(t *testing.T) {
 	q = New(nil, strings.Repeat("p", 70), Options{})
 	if got, err := q.SQSName(domain.QueueInbox); err != nil || len(got) != 80 {
 		t.Errorf("longest FIFO name: %q, %v", got, err)
+	}
+}
+
+// Every name the configuration takes for a runner class has a queue: one
+// SQS accepts, of its own, under the prefix.
+func TestSQSNameOfAnyName(t *testing.T) {
+	sqsName := regexp.MustCompile(`^[A-Za-z0-9_-]{1,80}$`)
+	q := New(nil, "bp-", Options{FIFO: []string{domain.QueueInbox, "in.box"}})
+	names := []string{
+		domain.ResourcePoolQueue("ubuntu-22.04"), domain.ResourcePoolQueue("ubuntu-22-04"), domain.ResourcePoolQueue("ubuntu-22_04"),
+		domain.ResourcePoolQueue("small.x64"), domain.ResourcePoolQueue("gpu:a10"), domain.ResourcePoolQueue("gpu;a10"),
+		domain.ResourcePoolQueue("zürich"), domain.ResourcePoolQueue("zurich"), domain.ResourcePoolQueue("sp ace"),
+		domain.ResourcePoolQueue(strings.Repeat("x", 78)), domain.ResourcePoolQueue(strings.Repeat("x", 79)),
+		domain.ResourcePoolQueue(strings.Repeat("é", 60)), domain.ResourcePoolQueue(strings.Repeat("è", 60)),
+		"in.box", "in-box", strings.Repeat("y", 200),
+	}
+	seen := map[string]string{}
+	for _, name := range names {
+		got, err := q.SQSName(name)
+		if err != nil {
+			t.Errorf("SQSName(%q): %v", name, err)
+			continue
+		}
+		base, fifo := strings.CutSuffix(got, ".fifo")
+		if !strings.HasPrefix(got, "bp-") || !sqsName.MatchString(base) || len(got) > 80 || fifo != q.fifoQueue(name) {
+			t.Errorf("SQSName(%q) = %q: not an SQS name under the prefix, ending in .fifo for a FIFO queue only", name, got)
+		}
+		if other, ok := seen[got]; ok {
+			t.Errorf("%q and %q share the SQS queue %q", other, name, got)
+		}
+		seen[got] = name
+		if again, _ := q.SQSName(name); again != got {
+			t.Errorf("SQSName(%q) = %q, then %q", name, got, again)
+		}
+	}
+	// A name SQS takes as it is keeps the queue it has always had.
+	for name, want := range map[string]string{
+		domain.ResourcePoolQueue("ubuntu-22-04"):          "bp-rp-ubuntu-22-04",
+		domain.ResourcePoolQueue(strings.Repeat("x", 74)): "bp-rp-" + strings.Repeat("x", 74),
+	} {
+		if got, _ := q.SQSName(name); got != want {
+			t.Errorf("SQSName(%q) = %q, want %q as before", name, got, want)
+		}
+	}
+	// The prefix is kept whole, as the IAM policy allows only the queues
+	// under it, so one SQS refuses or too long for any name is an error.
+	for _, prefix := range []string{"bp.", strings.Repeat("p", 70)} {
+		if got, err := New(nil, prefix, Options{}).SQSName(domain.ResourcePoolQueue("ubuntu-22.04")); err == nil {
+			t.Errorf("prefix %q: SQSName = %q, want an error", prefix, got)
+		}
 	}
 }
 
