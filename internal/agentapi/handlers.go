@@ -21,8 +21,10 @@ const helloAttempts = 5
 // by that cloud id, so a sibling's secret or the launch's never matches)
 // for the instance's own token, once. The token's hash goes on the row with
 // a guarded in-place rewrite, so of two concurrent hellos one wins and the
-// other finds the token issued, unless it is a retry proposing the token
-// the winner proposed.
+// other finds the token issued, unless it is a retry proposing the secret
+// the winner proposed. The token names its instance (issueToken), so the
+// agent's first call, which follows at once, is checked on a read of the
+// row by id, on whichever server it reaches.
 func (s *Server) hello(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req HelloRequest
 	if err := decode(w, r, &req); err != nil {
@@ -33,7 +35,7 @@ func (s *Server) hello(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	if req.Token != "" && !domain.ValidSecret(req.Token) {
-		return nil, badRequest("token: a proposed token is 64 lowercase hex digits")
+		return nil, badRequest("token: a proposed token's secret is 64 lowercase hex digits")
 	}
 	if s.identity != nil {
 		if err := s.identity.Verify(req.CloudID, req.IdentityDocument, req.IdentitySignature); err != nil {
@@ -47,22 +49,36 @@ func (s *Server) hello(w http.ResponseWriter, r *http.Request) (any, error) {
 			return nil, err
 		}
 		if in.AgentTokenHash != "" { // a retry of the hello that was issued this token
+			token := issuedTo(in, req.Token)
+			s.rememberIssued(token, in)
 			s.log.Info("agent said hello again; its token stands", "instance", in.ID, "cloud_id", in.CloudID)
-			return s.helloResponse(in, req.Token), nil
+			return s.helloResponse(in, token), nil
 		}
-		token := cmp.Or(req.Token, domain.NewSecret())
+		token := issueToken(in.ID, cmp.Or(req.Token, domain.NewSecret()))
 		issue := domain.Lifecycle{}.IssueToken(in, domain.HashSecret(token))
-		_, err = s.store.Transition(r.Context(), issue.ID, issue.Guard, issue.Apply)
+		issued, err := s.store.Transition(r.Context(), issue.ID, issue.Guard, issue.Apply)
 		if errors.Is(err, domain.ErrConflict) {
 			continue // the row moved on: decide again on what it is now
 		}
 		if err != nil {
 			return nil, fmt.Errorf("issue agent token for %s: %w", in.ID, err)
 		}
+		s.rememberIssued(token, issued)
 		s.log.Info("agent said hello", "instance", in.ID, "cloud_id", in.CloudID, "state", in.State)
 		return s.helloResponse(in, token), nil
 	}
 	return nil, errors.New("hello: the instance keeps changing")
+}
+
+// rememberIssued keeps in as the instance of the token hello gives. A token
+// naming its instance needs nothing more; a bare one, given back to a hello
+// retried across the upgrade to named tokens, is then read by id here
+// rather than looked up in the store's index, which may not hold it yet.
+// It is kept as not yet checked, so that the agent's first call reads the
+// row: an instance that ended before that call has its token refused, as
+// on every later one.
+func (s *Server) rememberIssued(token string, in domain.Instance) {
+	s.remember(domain.HashSecret(token), owner{in: in})
 }
 
 func (s *Server) helloResponse(in domain.Instance, token string) HelloResponse {
@@ -95,11 +111,26 @@ func (s *Server) helloCandidate(ctx context.Context, req HelloRequest) (domain.I
 	if ended(in.State) || in.State == domain.StateError {
 		return domain.Instance{}, fail(http.StatusUnauthorized, CodeInstanceEnded, "instance is %s", in.State)
 	}
-	if in.AgentTokenHash != "" && (req.Token == "" || !hashMatches(in.AgentTokenHash, req.Token)) {
+	if in.AgentTokenHash != "" && issuedTo(in, req.Token) == "" {
 		s.log.Warn("agent hello refused: token already issued", "instance", in.ID, "cloud_id", in.CloudID)
 		return domain.Instance{}, fail(http.StatusConflict, CodeTokenIssued, "a token was already issued for this instance")
 	}
 	return in, nil
+}
+
+// issuedTo returns the token in was issued if secret is its secret, or "".
+// A token issued before tokens named their instance is the secret itself:
+// a hello retried across an upgrade is given it back as it was.
+func issuedTo(in domain.Instance, secret string) string {
+	if secret == "" {
+		return ""
+	}
+	for _, token := range []string{issueToken(in.ID, secret), secret} {
+		if hashMatches(in.AgentTokenHash, token) {
+			return token
+		}
+	}
+	return ""
 }
 
 func (s *Server) heartbeat(_ http.ResponseWriter, r *http.Request) (any, error) {

@@ -17,8 +17,9 @@ func TestHelloIssuesTheTokenOnce(t *testing.T) {
 	before := h.Launch("bp-1", domain.StateBooting, secret)
 
 	resp := h.helloAnswer(helloBody(before.CloudID, before.LaunchID, secret))
-	if resp.InstanceID != "bp-1" || resp.HeartbeatSeconds != 5 || len(resp.Token) != 64 {
-		t.Fatalf("hello answered %+v (token of %d chars)", resp, len(resp.Token))
+	if secret, named := strings.CutPrefix(resp.Token, "bp-1."); resp.InstanceID != "bp-1" || resp.HeartbeatSeconds != 5 ||
+		!named || !domain.ValidSecret(secret) {
+		t.Fatalf("hello answered %+v, want a token of bp-1 and 64 hex digits", resp)
 	}
 	after := h.Get("bp-1")
 	if after.AgentTokenHash != domain.HashSecret(resp.Token) {
@@ -32,10 +33,10 @@ func TestHelloIssuesTheTokenOnce(t *testing.T) {
 	h.WantUnchanged(after)
 }
 
-// An agent that proposes its token can retry a hello whose answer it lost:
-// the retry proposing the same token gets it again without a write, while
-// a hello proposing another token, or none, still finds it issued. A
-// proposed token must look drawn at random.
+// An agent that proposes its token's secret can retry a hello whose answer
+// it lost: the retry proposing the same secret gets the same token again
+// without a write, while a hello proposing another secret, or none, still
+// finds it issued. A proposed secret must look drawn at random.
 func TestHelloWithAProposedTokenCanBeRetried(t *testing.T) {
 	h := newHarness(t)
 	secret := domain.NewSecret()
@@ -44,26 +45,48 @@ func TestHelloWithAProposedTokenCanBeRetried(t *testing.T) {
 		b, _ := json.Marshal(agentapi.HelloRequest{CloudID: in.CloudID, LaunchID: in.LaunchID, Bootstrap: secret, Token: token})
 		return string(b)
 	}
-	for _, bad := range []string{"short", strings.Repeat("G", 64), strings.Repeat("A", 64)} {
+	for _, bad := range []string{"short", strings.Repeat("G", 64), strings.Repeat("A", 64), "bp-1." + domain.NewSecret()} {
 		wantStatus(t, h.do(http.MethodPost, agentapi.PathHello, "", proposing(bad)), http.StatusBadRequest, agentapi.CodeBadRequest)
 	}
 	h.WantUnchanged(in)
 
 	token := domain.NewSecret()
 	for range 2 {
-		if resp := h.helloAnswer(proposing(token)); resp.Token != token || resp.InstanceID != "bp-1" {
+		if resp := h.helloAnswer(proposing(token)); resp.Token != "bp-1."+token || resp.InstanceID != "bp-1" {
 			t.Fatalf("hello proposing a token answered %+v", resp)
 		}
 	}
 	issued := h.Get("bp-1")
-	if issued.AgentTokenHash != domain.HashSecret(token) || issued.Version != in.Version+1 {
+	if issued.AgentTokenHash != domain.HashSecret("bp-1."+token) || issued.Version != in.Version+1 {
 		t.Fatalf("row after a hello and its retry: version %d (want %d), hash of the proposed token %v",
-			issued.Version, in.Version+1, issued.AgentTokenHash == domain.HashSecret(token))
+			issued.Version, in.Version+1, issued.AgentTokenHash == domain.HashSecret("bp-1."+token))
 	}
 	for _, other := range []string{domain.NewSecret(), ""} {
 		h.wantTokenWithheld(proposing(other), token)
 	}
 	h.WantUnchanged(issued)
+}
+
+// A hello retried across the upgrade to tokens naming their instance, whose
+// first answer was a bare token, is given that token back, and the server
+// that gave it serves it without the store's index of token hashes, which
+// may not have caught up with the write yet.
+func TestHelloRetriedAcrossTheUpgradeGetsTheBareToken(t *testing.T) {
+	h := newHarness(t)
+	secret, token := domain.NewSecret(), domain.NewSecret()
+	h.Launch("bp-1", domain.StateBooting, secret)
+	in := h.Move("bp-1", func(i *domain.Instance) { i.AgentTokenHash = domain.HashSecret(token) })
+	store := &tokenQueries{Store: h.Store, lagging: true}
+	h.Server = h.server(store)
+	b, _ := json.Marshal(agentapi.HelloRequest{CloudID: in.CloudID, LaunchID: in.LaunchID, Bootstrap: secret, Token: token})
+	if resp := h.helloAnswer(string(b)); resp.Token != token || resp.InstanceID != "bp-1" {
+		t.Fatalf("hello retried across the upgrade answered %+v, want the bare token", resp)
+	}
+	h.WantUnchanged(in)
+	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
+	if got := store.n.Load(); got != 0 {
+		t.Fatalf("%d look-ups by token hash, want none", got)
+	}
 }
 
 // Of two hellos at once, one gets the token; the other learns it is taken.

@@ -45,12 +45,15 @@ func TestCredentialsNeverLeak(t *testing.T) {
 	h.do(http.MethodPost, agentapi.PathHeartbeat, wrong, "")
 	h.do(http.MethodPost, agentapi.PathHeartbeat, "x"+token, "")
 
+	_, tokenSecret, _ := strings.Cut(token, ".")
+	h.do(http.MethodPost, agentapi.PathHeartbeat, "bp-2."+tokenSecret, "")
+
 	logs, answers := h.Logs.String(), h.answers()
 	if !strings.Contains(logs, "agent said hello") {
 		t.Fatalf("the test logged nothing to check:\n%s", logs)
 	}
 	for name, cred := range map[string]string{
-		"bootstrap secret": secret, "wrong secret": wrong, "token": token,
+		"bootstrap secret": secret, "wrong secret": wrong, "token": token, "token's secret": tokenSecret,
 		"token hash": domain.HashSecret(token), "bootstrap hash": domain.HashSecret(secret),
 	} {
 		if strings.Contains(logs, cred) {

@@ -266,7 +266,7 @@ func (s *Server) authenticateWithin(r *http.Request, fresh time.Duration) (domai
 		return domain.Instance{}, fail(http.StatusUnauthorized, CodeUnauthorized, "missing token (Authorization: Bearer TOKEN)")
 	}
 	hash := domain.HashSecret(token)
-	in, err := s.tokenOwner(r.Context(), hash, fresh)
+	in, err := s.tokenOwner(r.Context(), token, hash, fresh)
 	if err != nil {
 		return domain.Instance{}, err
 	}
@@ -275,6 +275,38 @@ func (s *Server) authenticateWithin(r *http.Request, fresh time.Duration) (domai
 		return domain.Instance{}, fail(http.StatusUnauthorized, CodeInstanceEnded, "token expired with its instance")
 	}
 	return in, nil
+}
+
+// An agent token is "<instance id>.<secret>", and its row holds the hash of
+// the whole of it. Naming the row lets the token be checked on a read of
+// the row by its key, which every store answers with what was last
+// written: a search by the hash goes through an index, and DynamoDB's
+// indexes trail the table, so a token just issued could be refused as
+// unknown on the agent's first call, a refusal the agent takes as final.
+const tokenSeparator = "."
+
+// maxTokenInstanceID bounds the instance id a token may name, so that a
+// malformed token is refused without asking the store about it.
+const maxTokenInstanceID = 256
+
+// issueToken returns the token of instance id with that secret.
+func issueToken(id, secret string) string { return id + tokenSeparator + secret }
+
+// tokenInstance returns the instance id a token names, and whether it
+// names one. Tokens issued before they named their instance are a bare
+// secret (64 hex digits, no separator); they name none.
+func tokenInstance(token string) (id string, named bool) {
+	i := strings.LastIndex(token, tokenSeparator)
+	if i < 0 {
+		return "", false
+	}
+	return token[:i], true
+}
+
+// wellFormed reports whether a token naming an instance has the form
+// issueToken gives it, so that no other is taken to the store.
+func wellFormed(token, id string) bool {
+	return id != "" && len(id) <= maxTokenInstanceID && domain.ValidSecret(token[len(id)+len(tokenSeparator):])
 }
 
 // maxOwners bounds the token cache; past it, the cache starts over.
@@ -292,49 +324,71 @@ type owner struct {
 	checked time.Time
 }
 
-// tokenOwner returns the instance holding the token whose hash is hash. A
-// token never moves to another instance, so the instance found once is
-// remembered and read again by id (unless its last reading is within
-// fresh): on a store like DynamoDB, finding a token is an index query, and
-// every agent request would otherwise make one. The row read must still
-// hold the token.
-func (s *Server) tokenOwner(ctx context.Context, hash string, fresh time.Duration) (domain.Instance, error) {
+var errUnknownToken = fail(http.StatusUnauthorized, CodeUnauthorized, "unknown token")
+
+// tokenOwner returns the instance holding token, whose hash is hash. A
+// token never moves to another instance, so its instance is remembered and
+// read again by id (unless its last reading is within fresh); the row read
+// must still hold the token's hash. A token naming its instance is read by
+// that id from the start.
+func (s *Server) tokenOwner(ctx context.Context, token, hash string, fresh time.Duration) (domain.Instance, error) {
 	now := s.clk.Now()
+	id, named := tokenInstance(token)
+	if named && !wellFormed(token, id) {
+		return domain.Instance{}, errUnknownToken
+	}
 	if v, ok := s.owners.Load(hash); ok {
 		o := v.(owner)
 		if now.Sub(o.checked) < fresh {
 			return o.in, nil
 		}
-		in, err := s.store.GetInstance(ctx, o.in.ID)
-		if err == nil && in.AgentTokenHash != "" && subtle.ConstantTimeCompare([]byte(in.AgentTokenHash), []byte(hash)) == 1 {
-			s.owners.Store(hash, owner{in: in, checked: now})
+		id = o.in.ID
+	}
+	if id != "" {
+		in, err := s.store.GetInstance(ctx, id)
+		if err == nil && sameHash(in.AgentTokenHash, hash) {
+			s.remember(hash, owner{in: in, checked: now})
 			return in, nil
 		}
 		if err != nil && !errors.Is(err, domain.ErrNotFound) {
 			return domain.Instance{}, fmt.Errorf("authenticate agent: %w", err)
 		}
 		s.owners.Delete(hash)
+		if named {
+			return domain.Instance{}, errUnknownToken
+		}
 	}
+	// A bare token was issued before tokens named their instance: it is
+	// found through the store's index of token hashes, accepted until the
+	// machines that hold one have ended, and then read by id as above.
 	rows, err := s.store.ListInstances(ctx, domain.InstanceFilter{TokenHash: hash})
 	if err != nil {
 		return domain.Instance{}, fmt.Errorf("authenticate agent: %w", err)
 	}
 	if len(rows) != 1 {
-		return domain.Instance{}, fail(http.StatusUnauthorized, CodeUnauthorized, "unknown token")
+		return domain.Instance{}, errUnknownToken
 	}
-	if s.ownerCount.Add(1) > maxOwners {
-		s.owners.Clear()
-		s.ownerCount.Store(0)
-	}
-	s.owners.Store(hash, owner{in: rows[0], checked: now})
+	s.remember(hash, owner{in: rows[0], checked: now})
 	return rows[0], nil
+}
+
+// remember keeps o as the instance of the token whose hash is hash.
+func (s *Server) remember(hash string, o owner) {
+	if _, known := s.owners.Load(hash); !known && s.ownerCount.Add(1) > maxOwners {
+		s.owners.Clear()
+		s.ownerCount.Store(1)
+	}
+	s.owners.Store(hash, o)
 }
 
 // hashMatches compares a stored hash with the hash of a presented secret in
 // constant time; an empty stored hash matches nothing.
 func hashMatches(stored, secret string) bool {
-	if stored == "" {
-		return false
-	}
-	return subtle.ConstantTimeCompare([]byte(stored), []byte(domain.HashSecret(secret))) == 1
+	return sameHash(stored, domain.HashSecret(secret))
+}
+
+// sameHash compares a stored hash with another in constant time; an empty
+// stored hash matches nothing.
+func sameHash(stored, hash string) bool {
+	return stored != "" && subtle.ConstantTimeCompare([]byte(stored), []byte(hash)) == 1
 }

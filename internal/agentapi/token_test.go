@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -146,9 +147,13 @@ func TestAnInstanceInErrorKeepsItsToken(t *testing.T) {
 }
 
 // tokenQueries counts the look-ups of instances by token hash, the
-// listings by state, and the reads of rows by id.
+// listings by state, and the reads of rows by id. lagging makes it a store
+// whose index of token hashes has not caught up with the writes yet, as
+// DynamoDB's global secondary indexes trail the table: a look-up by token
+// finds nothing.
 type tokenQueries struct {
 	*sqlite.Store
+	lagging        bool
 	n, lists, gets atomic.Int64
 }
 
@@ -160,6 +165,9 @@ func (s *tokenQueries) GetInstance(ctx context.Context, id string) (domain.Insta
 func (s *tokenQueries) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error) {
 	if f.TokenHash != "" {
 		s.n.Add(1)
+		if s.lagging {
+			return nil, nil
+		}
 	}
 	if len(f.States) > 0 {
 		s.lists.Add(1)
@@ -167,13 +175,109 @@ func (s *tokenQueries) ListInstances(ctx context.Context, f domain.InstanceFilte
 	return s.Store.ListInstances(ctx, f)
 }
 
-// A token is found by its hash once; later requests read its instance by
-// id, which on a store like DynamoDB is a key look-up instead of an index
-// query per request, and a heartbeat reads it at most once per
-// HeartbeatAuthFresh. The row read must still hold the token.
-func TestATokenIsLookedUpOnceThenReadByID(t *testing.T) {
+// server returns another server over store, as another replica, logging
+// into the harness's logs.
+func (h *harness) server(store agentapi.Store) *agentapi.Server {
+	return agentapi.New(store, h.Calls, h.Clock, slog.New(slog.NewTextHandler(h.Logs, nil)), nil)
+}
+
+// bareToken writes a booting instance holding a token as servers issued
+// them before tokens named their instance: a bare secret.
+func (h *harness) bareToken(id string) (domain.Instance, string) {
+	h.t.Helper()
+	token := domain.NewSecret()
+	h.Launch(id, domain.StateBooting, domain.NewSecret())
+	return h.Move(id, func(i *domain.Instance) { i.AgentTokenHash = domain.HashSecret(token) }), token
+}
+
+// A token names its instance, so it is checked on a read of that row by id,
+// never through the store's index of token hashes: on a store whose index
+// trails its writes, the agent's first calls after hello are served, by
+// the replica that said hello and by any other.
+func TestATokenIsCheckedOnTheRowItNames(t *testing.T) {
 	h := newHarness(t)
+	store := &tokenQueries{Store: h.Store, lagging: true}
+	h.Server = h.server(store)
 	in, token := h.launched("bp-1")
+	for _, srv := range []*agentapi.Server{h.Server, h.server(store)} {
+		h.Server = srv
+		wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
+		if ins := nextOf(t, h, token); ins.Kind != "wait" {
+			t.Fatalf("next answered %+v", ins)
+		}
+	}
+	wantStatus(t, h.signal(token, agentapi.SignalRequest{Kind: "warm"}), http.StatusNoContent, "")
+	if got := h.Get(in.ID).State; got != domain.StateReady {
+		t.Fatalf("bp-1 is %s after its warm signal, want ready", got)
+	}
+	if got := store.n.Load(); got != 0 {
+		t.Fatalf("%d look-ups by token hash, want none", got)
+	}
+	if id, _, named := strings.Cut(token, "."); !named || id != in.ID {
+		t.Fatalf("hello issued a token that does not name %s", in.ID)
+	}
+
+	h.Move(in.ID, func(i *domain.Instance) { i.State = domain.StateTerminating })
+	wantStatus(t, h.do(http.MethodGet, agentapi.PathNext, token, ""), http.StatusUnauthorized, agentapi.CodeInstanceEnded)
+}
+
+// The instance a token names must hold the hash of the whole token: a
+// secret presented with another instance's id, or a token that names no
+// instance there is, is refused, and says nothing of the secret.
+func TestATokenNamingAnotherInstanceIsRefused(t *testing.T) {
+	h := newHarness(t)
+	_, tokenA := h.launched("bp-a")
+	_, tokenB := h.launched("bp-b")
+	a, b := h.Get("bp-a"), h.Get("bp-b")
+	_, secretA, _ := strings.Cut(tokenA, ".")
+	_, secretB, _ := strings.Cut(tokenB, ".")
+	store := &tokenQueries{Store: h.Store}
+	h.Server = h.server(store)
+	for _, token := range []string{
+		b.ID + "." + secretA, a.ID + "." + secretB, b.ID + "." + tokenA, "bp-c." + secretA,
+		secretA, a.ID + "." + domain.HashSecret(tokenA), a.ID + ".",
+	} {
+		for _, req := range []struct{ method, path, body string }{
+			{http.MethodPost, agentapi.PathHeartbeat, ""},
+			{http.MethodGet, agentapi.PathNext, ""},
+			{http.MethodPost, agentapi.PathSignal, `{"kind":"warm"}`},
+		} {
+			w := h.do(req.method, req.path, token, req.body)
+			wantStatus(t, w, http.StatusUnauthorized, agentapi.CodeUnauthorized)
+			for _, secret := range []string{secretA, secretB} {
+				if strings.Contains(w.Body.String(), secret) {
+					t.Fatalf("a refusal tells a secret: %s", w.Body)
+				}
+			}
+		}
+	}
+	h.WantUnchanged(a)
+	h.WantUnchanged(b)
+	if h.Calls.Count(func(agentapitest.Call) bool { return true }) != 0 {
+		t.Fatal("an unauthenticated call reached the control plane")
+	}
+	if logs := h.Logs.String(); strings.Contains(logs, secretA) || strings.Contains(logs, secretB) {
+		t.Fatal("a secret is in the logs")
+	}
+
+	// A token that could not have been issued is refused without a read.
+	gets := store.gets.Load()
+	for _, token := range []string{"." + secretA, a.ID + ".short", strings.Repeat("x", 300) + "." + secretA} {
+		wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusUnauthorized, agentapi.CodeUnauthorized)
+	}
+	if got := store.gets.Load(); got != gets {
+		t.Fatalf("malformed tokens made %d reads", got-gets)
+	}
+}
+
+// A bare token, issued before tokens named their instance, is still
+// accepted: it is found by its hash once; later requests read its instance
+// by id, which on a store like DynamoDB is a key look-up instead of an
+// index query per request, and a heartbeat reads it at most once per
+// HeartbeatAuthFresh. The row read must still hold the token.
+func TestABareTokenIsLookedUpOnceThenReadByID(t *testing.T) {
+	h := newHarness(t)
+	in, token := h.bareToken("bp-1")
 	counted := &tokenQueries{Store: h.Store}
 	h.Server = agentapi.New(counted, h.Service, h.Clock, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	for range 3 {
@@ -192,7 +296,7 @@ func TestATokenIsLookedUpOnceThenReadByID(t *testing.T) {
 	if got := counted.n.Load(); got != 1 {
 		t.Fatalf("%d look-ups by token, want still 1: the instance is read by id", got)
 	}
-	_, token2 := h.launched("bp-2")
+	_, token2 := h.bareToken("bp-2")
 	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token2, ""), http.StatusNoContent, "")
 	h2 := h.Get("bp-2")
 	if _, err := h.Store.Transition(t.Context(), h2.ID, domain.GuardOf(h2), func(i *domain.Instance) {
@@ -204,4 +308,24 @@ func TestATokenIsLookedUpOnceThenReadByID(t *testing.T) {
 	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token2, ""), http.StatusNoContent, "")
 	h.Clock.Advance(agentapi.HeartbeatAuthFresh)
 	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token2, ""), http.StatusUnauthorized, agentapi.CodeInstanceEnded)
+}
+
+// A token naming its instance is read by id from the first request, and a
+// heartbeat reads it at most once per HeartbeatAuthFresh, as a bare one.
+func TestANamedTokenIsReadByIDAndNeverLookedUp(t *testing.T) {
+	h := newHarness(t)
+	_, token := h.launched("bp-1")
+	counted := &tokenQueries{Store: h.Store}
+	h.Server = agentapi.New(counted, h.Service, h.Clock, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	for range 3 {
+		wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
+	}
+	if got, reads := counted.n.Load(), counted.gets.Load(); got != 0 || reads != 1 {
+		t.Fatalf("three heartbeats: %d look-ups by token and %d reads by id, want 0 and 1", got, reads)
+	}
+	h.Clock.Advance(agentapi.HeartbeatAuthFresh)
+	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
+	if got, reads := counted.n.Load(), counted.gets.Load(); got != 0 || reads != 2 {
+		t.Fatalf("a heartbeat past the window: %d look-ups by token and %d reads by id, want 0 and 2", got, reads)
+	}
 }

@@ -3,7 +3,9 @@
 // once for the instance's own token), heartbeats, a long poll for the next
 // instruction, and signals. The token is the caller's identity: every call
 // acts for the one instance whose row holds the token's hash, so an agent
-// can neither read nor change another instance.
+// can neither read nor change another instance. A token is
+// "<instance id>.<secret>": naming the row it is checked against lets the
+// server read that row by id, never through an index that may lag.
 package agentapi
 
 import "time"
@@ -43,16 +45,18 @@ type HelloRequest struct {
 	// signature, from the metadata service.
 	IdentityDocument  string `json:"identity_document,omitempty"`
 	IdentitySignature string `json:"identity_signature,omitempty"`
-	// Token, when set, is the token the agent asks to be issued: 64 hex
-	// digits it drew at random. A hello whose answer was lost (a timeout,
-	// a balancer's error) can then be retried: the retry proposing the
-	// same token gets it again, while any other hello still finds the
-	// token issued. Without it the server draws the token.
+	// Token, when set, is the secret of the token the agent asks to be
+	// issued: 64 hex digits it drew at random. A hello whose answer was
+	// lost (a timeout, a balancer's error) can then be retried: the retry
+	// proposing the same secret gets the same token, while any other hello
+	// still finds the token issued. Without it the server draws the secret.
 	Token string `json:"token,omitempty"`
 }
 
-// HelloResponse carries the instance's token: given once, and again only
-// to a retry proposing that same token.
+// HelloResponse carries the instance's token, "<instance id>.<secret>"
+// (tokens issued before that form are the bare secret): given once, and
+// again only to a retry proposing that same secret. Agents present it as
+// it is, without taking it apart.
 type HelloResponse struct {
 	Token            string `json:"token"`
 	InstanceID       string `json:"instance_id"`
