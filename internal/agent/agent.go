@@ -213,10 +213,11 @@ func (a *Agent) hello(ctx context.Context) error {
 	if a.cfg.LaunchID == "" || bootstrap == "" {
 		return fmt.Errorf("no saved token and no bootstrap credentials (launch id and secret): %w", ErrUnauthorized)
 	}
-	// The agent draws its token itself, and keeps it until the identity is
-	// saved, so that a retry of a hello whose answer was lost, or a hello
-	// of an agent restarted before it saved the identity, is given it
-	// again rather than refused.
+	// The agent draws its token's secret itself, and keeps it until the
+	// identity is saved, so that a retry of a hello whose answer was lost,
+	// or a hello of an agent restarted before it saved the identity, is
+	// given the same token again rather than refused. The token answered
+	// (the instance's id and that secret) is saved and presented as is.
 	token, err := proposedToken(a.cfg.StateDir, a.cloudID)
 	if err != nil {
 		return fmt.Errorf("hello: %w", err)

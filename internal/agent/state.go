@@ -154,17 +154,18 @@ func markedJob(dir string) (string, error) {
 	return strings.TrimSpace(string(data)), nil
 }
 
-// proposal is the token hello proposes for a machine. It is kept from
-// before the first hello until the identity is saved: an agent restarted
-// in between proposes it again and is given it, where a new token would be
-// refused (token_issued) and leave the machine without one.
+// proposal is the secret hello proposes for a machine's token. It is kept
+// from before the first hello until the identity is saved: an agent
+// restarted in between proposes it again and is given the same token,
+// where a new secret would be refused (token_issued) and leave the machine
+// without one.
 type proposal struct {
 	CloudID string `json:"cloud_id"`
 	Token   string `json:"token"`
 }
 
-// proposedToken returns the token kept for cloudID, or draws and keeps a
-// new one.
+// proposedToken returns the secret kept for cloudID's token, or draws and
+// keeps a new one.
 func proposedToken(dir, cloudID string) (string, error) {
 	path := filepath.Join(dir, proposedTokenFile)
 	data, err := os.ReadFile(path)
