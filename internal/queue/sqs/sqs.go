@@ -227,7 +227,7 @@ func (q *Queue) Ensure(ctx context.Context, names []string) (created, found []st
 			continue
 		}
 		if !queueMissing(err) {
-			return created, found, fmt.Errorf("sqs GetQueueUrl %s: %w", sqsName, err)
+			return created, found, q.wrap("GetQueueUrl", name, err)
 		}
 		in := &awssqs.CreateQueueInput{QueueName: aws.String(sqsName)}
 		if q.fifoQueue(name) {
@@ -238,7 +238,7 @@ func (q *Queue) Ensure(ctx context.Context, names []string) (created, found []st
 		}
 		cout, err := q.api.CreateQueue(ctx, in)
 		if err != nil {
-			return created, found, fmt.Errorf("sqs CreateQueue %s: %w", sqsName, err)
+			return created, found, q.wrap("CreateQueue", name, err)
 		}
 		q.urls.Store(name, aws.ToString(cout.QueueUrl))
 		created = append(created, sqsName)

@@ -21,18 +21,27 @@ import (
 // fake is an SQS client that records calls and answers from its fields;
 // every queue exists.
 type fake struct {
-	API      // nil: a call the test does not expect panics
-	sends    [][]types.SendMessageBatchRequestEntry
-	sendOut  func(call int, in *awssqs.SendMessageBatchInput) (*awssqs.SendMessageBatchOutput, error)
-	receives []awssqs.ReceiveMessageInput
-	recvOut  func(call int, in *awssqs.ReceiveMessageInput) (*awssqs.ReceiveMessageOutput, error)
-	deletes  [][]types.DeleteMessageBatchRequestEntry
-	delOut   func(in *awssqs.DeleteMessageBatchInput) (*awssqs.DeleteMessageBatchOutput, error)
-	visErr   error
+	API       // nil: a call the test does not expect panics
+	sends     [][]types.SendMessageBatchRequestEntry
+	sendOut   func(call int, in *awssqs.SendMessageBatchInput) (*awssqs.SendMessageBatchOutput, error)
+	receives  []awssqs.ReceiveMessageInput
+	recvOut   func(call int, in *awssqs.ReceiveMessageInput) (*awssqs.ReceiveMessageOutput, error)
+	deletes   [][]types.DeleteMessageBatchRequestEntry
+	delOut    func(in *awssqs.DeleteMessageBatchInput) (*awssqs.DeleteMessageBatchOutput, error)
+	visErr    error
+	urlErr    error // every GetQueueUrl's answer when set
+	createErr error // every CreateQueue's answer
 }
 
 func (f *fake) GetQueueUrl(_ context.Context, in *awssqs.GetQueueUrlInput, _ ...func(*awssqs.Options)) (*awssqs.GetQueueUrlOutput, error) {
+	if f.urlErr != nil {
+		return nil, f.urlErr
+	}
 	return &awssqs.GetQueueUrlOutput{QueueUrl: aws.String("https://sqs.example/1/" + aws.ToString(in.QueueName))}, nil
+}
+
+func (f *fake) CreateQueue(context.Context, *awssqs.CreateQueueInput, ...func(*awssqs.Options)) (*awssqs.CreateQueueOutput, error) {
+	return nil, f.createErr
 }
 
 func (f *fake) SendMessageBatch(_ context.Context, in *awssqs.SendMessageBatchInput, _ ...func(*awssqs.Options)) (*awssqs.SendMessageBatchOutput, error) {
@@ -492,5 +501,23 @@ func TestARefusalOfTheCredentialsShowsNoMessage(t *testing.T) {
 	_, err := New(f, "bp-", Options{}).Receive(t.Context(), domain.QueuePool, 5, time.Minute, time.Second)
 	if !errors.Is(err, awsconf.ErrCredentials) || strings.Contains(err.Error(), "SESSIONSECRET") || !strings.Contains(err.Error(), "SignatureDoesNotMatch") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// Creating queues (bullpen aws bootstrap, a resource pool's first use)
+// refused for the credentials says so without AWS's message, which may
+// quote the signed request, a session token's header among it.
+func TestEnsureShowsNoMessageOfARefusalOfTheCredentials(t *testing.T) {
+	refused := apiErr("InvalidSignatureException", "The Canonical String for this request should have been 'x-amz-security-token:SESSIONSECRET'")
+	f := &fake{urlErr: refused}
+	q := New(f, "bp-", Options{})
+	_, _, eerr := q.Ensure(t.Context(), []string{domain.QueueInbox})
+	// A resource pool's queue is missing, and creating it is refused.
+	f.urlErr, f.createErr = &types.QueueDoesNotExist{Message: aws.String("no queue")}, refused
+	serr := q.Send(t.Context(), domain.ResourcePoolQueue("small"), []domain.SendRequest{{Body: []byte("x")}})
+	for what, err := range map[string]error{"ensure": eerr, "first use": serr} {
+		if !errors.Is(err, awsconf.ErrCredentials) || strings.Contains(err.Error(), "SESSIONSECRET") || !strings.Contains(err.Error(), "InvalidSignatureException") {
+			t.Errorf("%s: got %v, want ErrCredentials with the code and without AWS's message", what, err)
+		}
 	}
 }
