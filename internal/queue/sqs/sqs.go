@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -72,14 +73,20 @@ type Options struct {
 	// domain.QueueInbox. Sends to them are deduplicated and may not be
 	// delayed; sends to the others may be delayed and are not deduplicated.
 	FIFO []string
+	// DeadLetter lists the bullpen queues that keep what could not be
+	// processed; nil means just "inbox-dead", intake's. Ensure creates
+	// them with SQS's longest retention, where the others keep its
+	// default of four days.
+	DeadLetter []string
 }
 
 // Queue is domain.Queue on SQS. It is safe for concurrent use.
 type Queue struct {
-	api    API
-	prefix string
-	fifo   []string
-	urls   sync.Map // bullpen name → queue URL
+	api        API
+	prefix     string
+	fifo       []string
+	deadLetter []string
+	urls       sync.Map // bullpen name → queue URL
 }
 
 var _ domain.Queue = (*Queue)(nil)
@@ -90,7 +97,11 @@ func New(client API, prefix string, opts Options) *Queue {
 	if fifo == nil {
 		fifo = []string{domain.QueueInbox}
 	}
-	return &Queue{api: client, prefix: prefix, fifo: slices.Clone(fifo)}
+	deadLetter := opts.DeadLetter
+	if deadLetter == nil {
+		deadLetter = []string{"inbox-dead"}
+	}
+	return &Queue{api: client, prefix: prefix, fifo: slices.Clone(fifo), deadLetter: slices.Clone(deadLetter)}
 }
 
 // Limits of SQS that shape requests.
@@ -105,6 +116,8 @@ const (
 	maxWait = 20 * time.Second
 	// maxNameLen bounds an SQS queue name, ".fifo" included.
 	maxNameLen = 80
+	// maxRetention is SQS's longest MessageRetentionPeriod, 14 days.
+	maxRetention = 14 * 24 * time.Hour
 	// Groups is how many message groups a FIFO queue's messages are spread
 	// over: as many batches of one queue can be in flight at once.
 	Groups = 16
@@ -125,6 +138,10 @@ const nameHashLen = 10
 
 // fifoQueue reports whether the bullpen queue name is a FIFO queue.
 func (q *Queue) fifoQueue(name string) bool { return slices.Contains(q.fifo, name) }
+
+// deadLetterQueue reports whether the bullpen queue name keeps dead
+// letters.
+func (q *Queue) deadLetterQueue(name string) bool { return slices.Contains(q.deadLetter, name) }
 
 // SQSName is the SQS queue name of the bullpen queue name: the prefix and
 // the name with "/" turned into "-", as it has always been wherever SQS
@@ -212,8 +229,9 @@ func (q *Queue) Check(ctx context.Context, names []string) error {
 
 // Ensure creates the SQS queues of names that do not exist yet: FIFO ones
 // as FIFO queues deduplicating by explicit id only, the others as plain
-// standard queues. It returns the SQS names it created and those it found.
-// Running it again changes nothing.
+// standard queues; dead-letter queues keep their messages for SQS's
+// longest retention. It returns the SQS names it created and those it
+// found. Running it again changes nothing.
 func (q *Queue) Ensure(ctx context.Context, names []string) (created, found []string, err error) {
 	for _, name := range names {
 		sqsName, err := q.SQSName(name)
@@ -229,12 +247,13 @@ func (q *Queue) Ensure(ctx context.Context, names []string) (created, found []st
 		if !queueMissing(err) {
 			return created, found, q.wrap("GetQueueUrl", name, err)
 		}
-		in := &awssqs.CreateQueueInput{QueueName: aws.String(sqsName)}
+		in := &awssqs.CreateQueueInput{QueueName: aws.String(sqsName), Attributes: map[string]string{}}
 		if q.fifoQueue(name) {
-			in.Attributes = map[string]string{
-				string(types.QueueAttributeNameFifoQueue):                 "true",
-				string(types.QueueAttributeNameContentBasedDeduplication): "false",
-			}
+			in.Attributes[string(types.QueueAttributeNameFifoQueue)] = "true"
+			in.Attributes[string(types.QueueAttributeNameContentBasedDeduplication)] = "false"
+		}
+		if q.deadLetterQueue(name) {
+			in.Attributes[string(types.QueueAttributeNameMessageRetentionPeriod)] = strconv.Itoa(int(maxRetention / time.Second))
 		}
 		cout, err := q.api.CreateQueue(ctx, in)
 		if err != nil {

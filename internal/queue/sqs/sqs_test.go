@@ -13,10 +13,12 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/intake"
 	"github.com/bullpen-ci/bullpen/internal/queue/queuetest"
 	"github.com/bullpen-ci/bullpen/internal/queue/sqs"
 )
@@ -161,6 +163,30 @@ func TestResourcePoolOfAnyRunnerName(t *testing.T) {
 		got, err := q.Receive(ctx, domain.ResourcePoolQueue(runner), 10, time.Minute, 0)
 		if err != nil || len(got) != 1 || string(got[0].Body) != runner {
 			t.Fatalf("resource pool of runner %q: %d messages, %v; want its own one", runner, len(got), err)
+		}
+	}
+}
+
+// Intake's dead-letter queue keeps what it holds for SQS's longest
+// retention, 14 days; the other queues keep SQS's default.
+func TestDeadLettersAreKeptFourteenDays(t *testing.T) {
+	p := prefix(t)
+	api := awssqs.NewFromConfig(mototest.Config(t))
+	if _, _, err := sqs.New(api, p, sqs.Options{}).Ensure(t.Context(), []string{intake.DeadLetterQueue, domain.QueueLaunch}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{intake.DeadLetterQueue: "1209600", domain.QueueLaunch: "345600"} {
+		u, err := api.GetQueueUrl(t.Context(), &awssqs.GetQueueUrlInput{QueueName: aws.String(p + name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := api.GetQueueAttributes(t.Context(), &awssqs.GetQueueAttributesInput{QueueUrl: u.QueueUrl,
+			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameMessageRetentionPeriod}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := out.Attributes["MessageRetentionPeriod"]; got != want {
+			t.Errorf("%s keeps messages %s s, want %s", name, got, want)
 		}
 	}
 }
