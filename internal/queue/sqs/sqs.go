@@ -29,6 +29,13 @@
 // one per runner class, and classes come and go with the configuration
 // and with jobs' labels, so the first use of one creates it (standard, as
 // Ensure would).
+//
+// The SDK leaves a zero WaitTimeSeconds or DelaySeconds out of a request,
+// and SQS then applies the queue's own setting: a receive asked not to
+// wait would long-poll, a message sent without a delay would be delayed.
+// So a queue bullpen did not create is checked when it is first resolved,
+// and one whose receive wait or delivery delay is not 0 is refused with
+// the setting to change.
 package sqs
 
 import (
@@ -186,7 +193,8 @@ func (q *Queue) SQSName(name string) (string, error) {
 	return q.prefix + b.String() + hash + suffix, nil
 }
 
-// url resolves a bullpen queue name to its queue URL, once per name.
+// url resolves a bullpen queue name to its queue URL, once per name,
+// checking the queue's setup on the way.
 func (q *Queue) url(ctx context.Context, op, name string) (string, error) {
 	if u, ok := q.urls.Load(name); ok {
 		return u.(string), nil
@@ -207,6 +215,9 @@ func (q *Queue) url(ctx context.Context, op, name string) (string, error) {
 		return "", q.wrap(op, name, err)
 	}
 	u := aws.ToString(out.QueueUrl)
+	if err := q.checkSetup(ctx, name, u); err != nil {
+		return "", err
+	}
 	q.urls.Store(name, u)
 	return u, nil
 }
@@ -215,8 +226,50 @@ func (q *Queue) url(ctx context.Context, op, name string) (string, error) {
 // resource-pool queues, one per runner class.
 func onDemand(name string) bool { return strings.HasPrefix(name, domain.ResourcePoolQueue("")) }
 
+// ErrQueueSetup: the SQS queue exists but is set up so that bullpen's
+// requests would not do what they ask.
+var ErrQueueSetup = errors.New("queue set up in a way bullpen cannot use")
+
+// zeroAttributes are the queue attributes that must be 0, because the SDK
+// leaves a zero of theirs out of a request and SQS then applies the
+// queue's: with what a request asked for 0 would do instead.
+var zeroAttributes = []struct {
+	name   types.QueueAttributeName
+	effect string
+}{
+	{types.QueueAttributeNameReceiveMessageWaitTimeSeconds, "a receive asked not to wait waits that long"},
+	{types.QueueAttributeNameDelaySeconds, "a message sent without a delay is delayed that long"},
+}
+
+// checkSetup refuses a queue whose defaults would override what
+// bullpen's requests ask for, naming each setting and how to change it.
+func (q *Queue) checkSetup(ctx context.Context, name, u string) error {
+	names := make([]types.QueueAttributeName, len(zeroAttributes))
+	for k, a := range zeroAttributes {
+		names[k] = a.name
+	}
+	out, err := q.api.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(u), AttributeNames: names})
+	if err != nil {
+		return q.wrap("GetQueueAttributes", name, err)
+	}
+	var problems, fixes []string
+	for _, a := range zeroAttributes {
+		if v, ok := out.Attributes[string(a.name)]; ok && v != "0" {
+			problems = append(problems, fmt.Sprintf("%s is %s s: %s", a.name, v, a.effect))
+			fixes = append(fixes, string(a.name)+"=0")
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	sqsName, _ := q.SQSName(name)
+	return fmt.Errorf("sqs queue %s for bullpen queue %q: %w: %s (bullpen sets these on each request, and SQS applies the queue's when the request's is 0: `aws sqs set-queue-attributes --queue-url %s --attributes %s`)",
+		sqsName, name, ErrQueueSetup, strings.Join(problems, "; "), u, strings.Join(fixes, ","))
+}
+
 // Check resolves the queues of names, failing with every one that is
-// missing, so that bullpen reports them when it starts.
+// missing or set up so that bullpen cannot use it, so that bullpen
+// reports them when it starts.
 func (q *Queue) Check(ctx context.Context, names []string) error {
 	var errs []error
 	for _, name := range names {
@@ -231,7 +284,8 @@ func (q *Queue) Check(ctx context.Context, names []string) error {
 // as FIFO queues deduplicating by explicit id only, the others as plain
 // standard queues; dead-letter queues keep their messages for SQS's
 // longest retention. It returns the SQS names it created and those it
-// found. Running it again changes nothing.
+// found, and fails on a found queue that Check would refuse. Running it
+// again changes nothing.
 func (q *Queue) Ensure(ctx context.Context, names []string) (created, found []string, err error) {
 	for _, name := range names {
 		sqsName, err := q.SQSName(name)
@@ -240,8 +294,12 @@ func (q *Queue) Ensure(ctx context.Context, names []string) (created, found []st
 		}
 		out, err := q.api.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String(sqsName)})
 		if err == nil {
-			q.urls.Store(name, aws.ToString(out.QueueUrl))
 			found = append(found, sqsName)
+			u := aws.ToString(out.QueueUrl)
+			if err := q.checkSetup(ctx, name, u); err != nil {
+				return created, found, err
+			}
+			q.urls.Store(name, u)
 			continue
 		}
 		if !queueMissing(err) {

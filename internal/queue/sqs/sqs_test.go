@@ -167,6 +167,39 @@ func TestResourcePoolOfAnyRunnerName(t *testing.T) {
 	}
 }
 
+// A queue made by other tooling that long-polls or delays by default is
+// refused when bullpen starts and on a resource pool's first use, naming
+// the setting; set to 0, it is used.
+func TestQueuesThatWaitOrDelayByDefaultAreRefused(t *testing.T) {
+	p := prefix(t)
+	api := awssqs.NewFromConfig(mototest.Config(t))
+	urls := map[string]string{}
+	for name, attr := range map[string]string{"launch": "ReceiveMessageWaitTimeSeconds", "rp-small": "DelaySeconds"} {
+		out, err := api.CreateQueue(t.Context(), &awssqs.CreateQueueInput{QueueName: aws.String(p + name), Attributes: map[string]string{attr: "3"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		urls[attr] = aws.ToString(out.QueueUrl)
+	}
+	q := sqs.New(api, p, sqs.Options{})
+	err := q.Check(t.Context(), []string{domain.QueueLaunch})
+	if !errors.Is(err, sqs.ErrQueueSetup) || !strings.Contains(err.Error(), p+"launch") || !strings.Contains(err.Error(), "ReceiveMessageWaitTimeSeconds is 3") {
+		t.Fatalf("check of a queue that long-polls by default: %v; want ErrQueueSetup naming it and the setting", err)
+	}
+	_, err = q.Receive(t.Context(), domain.ResourcePoolQueue("small"), 1, time.Minute, 0)
+	if !errors.Is(err, sqs.ErrQueueSetup) || !strings.Contains(err.Error(), "DelaySeconds is 3") {
+		t.Fatalf("first use of a resource pool that delays by default: %v; want ErrQueueSetup naming the setting", err)
+	}
+	for attr, u := range urls {
+		if _, err := api.SetQueueAttributes(t.Context(), &awssqs.SetQueueAttributesInput{QueueUrl: aws.String(u), Attributes: map[string]string{attr: "0"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Check(t.Context(), []string{domain.QueueLaunch, domain.ResourcePoolQueue("small")}); err != nil {
+		t.Fatalf("check once the queues are set to 0: %v", err)
+	}
+}
+
 // Intake's dead-letter queue keeps what it holds for SQS's longest
 // retention, 14 days; the other queues keep SQS's default.
 func TestDeadLettersAreKeptFourteenDays(t *testing.T) {

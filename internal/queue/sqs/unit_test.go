@@ -29,8 +29,10 @@ type fake struct {
 	deletes   [][]types.DeleteMessageBatchRequestEntry
 	delOut    func(in *awssqs.DeleteMessageBatchInput) (*awssqs.DeleteMessageBatchOutput, error)
 	visErr    error
-	urlErr    error // every GetQueueUrl's answer when set
-	createErr error // every CreateQueue's answer
+	urlErr    error             // every GetQueueUrl's answer when set
+	createErr error             // every CreateQueue's answer
+	attrs     map[string]string // every queue's attributes
+	attrGets  int
 }
 
 func (f *fake) GetQueueUrl(_ context.Context, in *awssqs.GetQueueUrlInput, _ ...func(*awssqs.Options)) (*awssqs.GetQueueUrlOutput, error) {
@@ -42,6 +44,17 @@ func (f *fake) GetQueueUrl(_ context.Context, in *awssqs.GetQueueUrlInput, _ ...
 
 func (f *fake) CreateQueue(context.Context, *awssqs.CreateQueueInput, ...func(*awssqs.Options)) (*awssqs.CreateQueueOutput, error) {
 	return nil, f.createErr
+}
+
+func (f *fake) GetQueueAttributes(_ context.Context, in *awssqs.GetQueueAttributesInput, _ ...func(*awssqs.Options)) (*awssqs.GetQueueAttributesOutput, error) {
+	f.attrGets++
+	out := &awssqs.GetQueueAttributesOutput{Attributes: map[string]string{}}
+	for _, n := range in.AttributeNames {
+		if v, ok := f.attrs[string(n)]; ok {
+			out.Attributes[string(n)] = v
+		}
+	}
+	return out, nil
 }
 
 func (f *fake) SendMessageBatch(_ context.Context, in *awssqs.SendMessageBatchInput, _ ...func(*awssqs.Options)) (*awssqs.SendMessageBatchOutput, error) {
@@ -501,6 +514,45 @@ func TestARefusalOfTheCredentialsShowsNoMessage(t *testing.T) {
 	_, err := New(f, "bp-", Options{}).Receive(t.Context(), domain.QueuePool, 5, time.Minute, time.Second)
 	if !errors.Is(err, awsconf.ErrCredentials) || strings.Contains(err.Error(), "SESSIONSECRET") || !strings.Contains(err.Error(), "SignatureDoesNotMatch") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// The SDK leaves a zero wait or delay out of a request, so SQS would apply
+// the queue's own: a queue whose receive wait or delay is not 0 is refused
+// before any message is sent or received, naming each setting and the fix,
+// and its setup is read once.
+func TestAQueueWithItsOwnWaitOrDelayIsRefused(t *testing.T) {
+	f := &fake{attrs: map[string]string{"ReceiveMessageWaitTimeSeconds": "3", "DelaySeconds": "5", "VisibilityTimeout": "30"},
+		recvOut: func(int, *awssqs.ReceiveMessageInput) (*awssqs.ReceiveMessageOutput, error) {
+			return &awssqs.ReceiveMessageOutput{}, nil
+		}}
+	q := New(f, "bp-", Options{})
+	_, rerr := q.Receive(t.Context(), domain.ResourcePoolQueue("small"), 1, time.Minute, 0)
+	serr := q.Send(t.Context(), domain.QueueLaunch, []domain.SendRequest{{Body: []byte("x")}})
+	cerr := q.Check(t.Context(), []string{domain.QueuePool})
+	for what, err := range map[string]error{"receive": rerr, "send": serr, "check": cerr} {
+		if !errors.Is(err, ErrQueueSetup) {
+			t.Errorf("%s on a queue that long-polls and delays by default: %v, want ErrQueueSetup", what, err)
+			continue
+		}
+		for _, want := range []string{"ReceiveMessageWaitTimeSeconds is 3", "DelaySeconds is 5", "set-queue-attributes", "ReceiveMessageWaitTimeSeconds=0,DelaySeconds=0"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %q does not say %q", what, err, want)
+			}
+		}
+	}
+	if len(f.receives) != 0 || len(f.sends) != 0 {
+		t.Fatalf("%d receives and %d sends on refused queues, want none", len(f.receives), len(f.sends))
+	}
+	f.attrs = map[string]string{"ReceiveMessageWaitTimeSeconds": "0", "DelaySeconds": "0"}
+	gets := f.attrGets
+	for range 3 {
+		if _, err := q.Receive(t.Context(), domain.ResourcePoolQueue("small"), 1, time.Minute, 0); err != nil {
+			t.Fatalf("receive once the queue is set right: %v", err)
+		}
+	}
+	if f.attrGets != gets+1 {
+		t.Fatalf("setup read %d times for three receives, want once", f.attrGets-gets)
 	}
 }
 
