@@ -23,8 +23,15 @@ type Options struct {
 	// Endpoint, when set, is where every AWS call goes (moto, LocalStack).
 	Endpoint string
 	// MaxAttempts bounds the SDK's attempts of a throttled or failed call;
-	// default 5. Mutating calls are retried by the SDK only when they carry
-	// an idempotency token or are idempotent by nature.
+	// default 5. The SDK retries every call whose failure it deems
+	// retryable, mutating ones too, so a call whose answer was lost may
+	// take effect twice. Where that matters the call guards itself: EC2
+	// fleet requests and DynamoDB transactions carry a client token the
+	// retry resends, and the store's conditional writes recognise their
+	// own first attempt. An SQS message sent again reaches its queue
+	// twice: the FIFO inbox drops the copy by its deduplication id, and
+	// the other queues' consumers are idempotent, as SQS's at-least-once
+	// delivery requires of them anyway.
 	MaxAttempts int
 	// MaxBackoff caps the SDK's wait between attempts; default 20 s.
 	MaxBackoff time.Duration
