@@ -91,6 +91,7 @@ func launchLabels(runID int64) []string {
 // jobEvent says how to rewrite a real workflow_job example.
 type jobEvent struct {
 	action     string
+	status     string // workflow_job.status; the action's when empty
 	id, runID  int64
 	labels     []string // nil: a label that is not bullpen's
 	conclusion string
@@ -104,7 +105,7 @@ func (f *fixture) payload(e jobEvent) []byte {
 	if labels == nil {
 		labels = []string{"ubuntu-latest"}
 	}
-	j := testfixtures.Job{Action: e.action, ID: e.id, RunID: e.runID, Labels: labels,
+	j := testfixtures.Job{Action: e.action, Status: e.status, ID: e.id, RunID: e.runID, Labels: labels,
 		Conclusion: e.conclusion, RunnerName: e.runnerName, Created: createdAt}
 	if e.action == "in_progress" || e.action == "completed" {
 		j.Started = startedAt
@@ -116,9 +117,16 @@ func (f *fixture) payload(e jobEvent) []byte {
 // delivery id, and returns the message body.
 func (f *fixture) deliver(e jobEvent) []byte {
 	f.T.Helper()
+	return f.deliverPayload(f.payload(e))
+}
+
+// deliverPayload puts a workflow_job payload in the inbox under a new
+// delivery id, and returns the message body.
+func (f *fixture) deliverPayload(payload []byte) []byte {
+	f.T.Helper()
 	f.seq++
 	id := fmt.Sprintf("delivery-%d", f.seq)
-	body, err := json.Marshal(webhook.Delivery{ID: id, Event: "workflow_job", ReceivedAt: f.Clock.Now(), Payload: f.payload(e)})
+	body, err := json.Marshal(webhook.Delivery{ID: id, Event: "workflow_job", ReceivedAt: f.Clock.Now(), Payload: payload})
 	if err != nil {
 		f.T.Fatal(err)
 	}

@@ -17,9 +17,12 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
-// ReasonWaiting marks a job GitHub holds for an approval (action waiting):
-// recorded, not yet sent to be served.
+// ReasonWaiting marks a job GitHub holds for an approval (see
+// heldForApproval): recorded, not yet sent to be served.
 const ReasonWaiting = domain.ReasonWaitingForApproval
+
+// statusWaiting is workflow_job.status for a job held for an approval.
+const statusWaiting = "waiting"
 
 // DeadLetterQueue keeps inbox messages that failed too often, so nothing
 // accepted is ever silently dropped.
@@ -150,6 +153,14 @@ func isArrival(e event) bool {
 	return e.ev.Action == webhook.ActionQueued || e.ev.Action == webhook.ActionWaiting
 }
 
+// heldForApproval reports whether an arrival is of a job GitHub holds for
+// an environment's approval. GitHub says so twice, queued with the job's
+// status waiting and then waiting; once the job is approved, it sends
+// queued again with status queued, the one arrival that releases it.
+func heldForApproval(ev webhook.WorkflowJobEvent) bool {
+	return ev.Action == webhook.ActionWaiting || ev.Job.Status == statusWaiting
+}
+
 // decode reads the batch's envelopes. It returns the events to apply and
 // the receipts of messages already dealt with: unhandled actions, and
 // messages moved to the dead-letter queue.
@@ -231,9 +242,10 @@ func (in *Intake) retryOrDeadLetter(ctx context.Context, e event, err error) []s
 // reaper from GitHub's queued jobs; a recorded one waiting for a runner
 // has no other message coming (the failure may have been its send, or
 // anything after it was recorded), so it is marked SendPending, as a
-// requeued job is, and the reaper's sweep sends it. A queued delivery
-// also releases a job recorded waiting for approval, as its redelivery
-// would have. It reports whether it marked the job.
+// requeued job is, and the reaper's sweep sends it. A queued delivery of a
+// job no longer held for an approval also releases a job recorded waiting
+// for one, as its redelivery would have. It reports whether it marked the
+// job.
 func (in *Intake) handOff(ctx context.Context, e event) (bool, error) {
 	j, err := in.Store.GetJob(ctx, e.ev.Job.ID)
 	if errors.Is(err, domain.ErrNotFound) {
@@ -242,7 +254,7 @@ func (in *Intake) handOff(ctx context.Context, e event) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("read job %d: %w", e.ev.Job.ID, err)
 	}
-	release := e.ev.Action == webhook.ActionQueued && j.Reason == ReasonWaiting
+	release := !heldForApproval(e.ev) && j.Reason == ReasonWaiting
 	if j.Status != domain.JobQueued || j.InstanceID != "" || j.SendPending || (j.Reason == ReasonWaiting && !release) {
 		return false, nil // served, over, or still waiting for its approval
 	}
@@ -372,7 +384,7 @@ func (in *Intake) jobsOf(ctx context.Context, events []event) ([]domain.Job, []s
 }
 
 // redelivered is the recorded job a redelivery of j found, released from
-// waiting when j says the job is queued now.
+// waiting when j says the job is queued now, no longer held.
 func (in *Intake) redelivered(ctx context.Context, j domain.Job) (domain.Job, error) {
 	cur, err := in.Store.GetJob(ctx, j.ID)
 	if err != nil {
@@ -423,7 +435,7 @@ func newJob(e event, d Decision, now time.Time) domain.Job {
 	}
 	if d.Reject != "" {
 		j.Status, j.Reason = domain.JobRejected, d.Reject
-	} else if e.ev.Action == webhook.ActionWaiting {
+	} else if heldForApproval(e.ev) {
 		j.Reason = ReasonWaiting
 	}
 	return j

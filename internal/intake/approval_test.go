@@ -1,0 +1,111 @@
+package intake
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/testfixtures"
+)
+
+// heldEvent is a delivery of job 6101 while an environment's reviewers
+// hold it: GitHub reports its status waiting under either action.
+func heldEvent(action string) jobEvent {
+	return jobEvent{action: action, status: "waiting", id: 6101, runID: 611, labels: poolLabels(611)}
+}
+
+// A job held for an approval comes queued with status waiting and waiting,
+// in either order. It is recorded waiting and sent nowhere until GitHub
+// queues it with status queued, once approved.
+func TestAJobHeldForApprovalIsSentOnlyOnceApproved(t *testing.T) {
+	t.Parallel()
+	for _, order := range [][]string{{"queued", "waiting"}, {"waiting", "queued"}} {
+		t.Run(strings.Join(order, " then "), func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, Options{})
+			for _, action := range order {
+				f.deliver(heldEvent(action))
+				f.step()
+				if j := f.Job(6101); j.Status != domain.JobQueued || j.Reason != ReasonWaiting {
+					t.Fatalf("after %s (status waiting): job %s %q, want queued, waiting for approval", action, j.Status, j.Reason)
+				}
+				if n := f.sends.sent(domain.QueuePool); n != 0 {
+					t.Fatalf("after %s (status waiting): %d sends to the pool queue, want none", action, n)
+				}
+			}
+			f.wantEvents("waiting", "recorded", 1)
+
+			f.deliver(jobEvent{action: "queued", id: 6101, runID: 611, labels: poolLabels(611)})
+			f.step()
+			if j := f.Job(6101); j.Status != domain.JobQueued || j.Reason != "" {
+				t.Fatalf("approved job %s %q, want queued without a reason", j.Status, j.Reason)
+			}
+			f.wantQueued(domain.QueuePool, 6101)
+
+			// A late held delivery does not hold the job back again.
+			f.deliver(heldEvent("queued"))
+			f.step()
+			if j := f.Job(6101); j.Reason != "" {
+				t.Errorf("late held delivery set reason %q", j.Reason)
+			}
+			f.inboxEmpty()
+		})
+	}
+}
+
+// GitHub's own payloads of a held job (@octokit/webhooks-examples), with
+// bullpen's labels: neither sends it to be served.
+func TestGitHubsPayloadsOfAHeldJobSendNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	var ids []int64
+	for _, raw := range testfixtures.WorkflowJobExamples(t) {
+		var p map[string]any
+		if err := json.Unmarshal(raw, &p); err != nil {
+			t.Fatal(err)
+		}
+		job := p["workflow_job"].(map[string]any)
+		if job["status"] != "waiting" {
+			continue
+		}
+		job["labels"] = poolLabels(612)
+		b, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.deliverPayload(b)
+		ids = append(ids, int64(job["id"].(float64)))
+	}
+	if len(ids) < 2 {
+		t.Fatalf("%d examples of a held job, want its queued and its waiting", len(ids))
+	}
+	for range ids {
+		f.step()
+	}
+	if j := f.Job(ids[0]); j.Reason != ReasonWaiting {
+		t.Fatalf("job %s %q, want waiting for approval", j.Status, j.Reason)
+	}
+	if n := f.sends.sent(domain.QueuePool); n != 0 {
+		t.Fatalf("%d sends to the pool queue, want none", n)
+	}
+	f.inboxEmpty()
+}
+
+// A held delivery dead-lettered leaves its job waiting, even a queued one:
+// only the approval's queued delivery may release it.
+func TestDeadLetteredHeldQueuedDeliveryLeavesItsJobWaiting(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{Visibility: 30 * time.Second, MaxReceives: 2})
+	f.deliver(heldEvent("waiting"))
+	f.step()
+	f.writes.failCreate = func([]domain.Job) error { return errors.New("disk full") }
+	body := f.deliver(heldEvent("queued"))
+	f.failingRounds(2)
+	f.deadLettered(body)
+	if j := f.Job(6101); j.Reason != ReasonWaiting || j.SendPending {
+		t.Fatalf("job reason %q, send pending %v; want still waiting, nothing to send", j.Reason, j.SendPending)
+	}
+}
