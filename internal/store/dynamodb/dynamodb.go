@@ -83,6 +83,8 @@ type Store struct {
 	// HeartbeatResolution.
 	beats  sync.Map
 	recent *recentRows
+	// sleep waits out throttling (see throttled); tests replace it.
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 var _ domain.Store = (*Store)(nil)
@@ -102,7 +104,7 @@ func New(api API, table string, clk domain.Clock, opts Options) (*Store, error) 
 	if opts.Recent == 0 {
 		opts.Recent = 2 * time.Second
 	}
-	return &Store{api: api, table: table, clk: clk, opts: opts, recent: newRecentRows(opts.Recent)}, nil
+	return &Store{api: api, table: table, clk: clk, opts: opts, recent: newRecentRows(opts.Recent), sleep: sleep}, nil
 }
 
 // Open checks that table exists and is ready, so a missing table is

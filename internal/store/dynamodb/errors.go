@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
@@ -27,6 +28,10 @@ func describe(op, table string, err error) error {
 	var api smithy.APIError
 	if errors.As(err, &api) && api.ErrorCode() == "ResourceNotFoundException" {
 		return fmt.Errorf("dynamodb %s on %s: %w", op, table, ErrNoTable)
+	}
+	if isThrottledCancel(err) {
+		// The message names the reasons, nothing of the request.
+		return fmt.Errorf("dynamodb %s on %s: %w: %w", op, table, awsconf.ErrThrottled, err)
 	}
 	if kind := awsconf.Kind(err); kind != nil {
 		return fmt.Errorf("dynamodb %s on %s: %w: %s: %s", op, table, kind, api.ErrorCode(), awsconf.Shown(api))
@@ -94,4 +99,28 @@ func retryable(reasons []types.CancellationReason) bool {
 		}
 	}
 	return true
+}
+
+// throttledOnly reports whether a transaction was cancelled for
+// throughput and nothing else that sending it again would not cure: no
+// condition of it failed.
+func throttledOnly(reasons []types.CancellationReason) bool {
+	throttled := false
+	for _, r := range reasons {
+		switch aws.ToString(r.Code) {
+		case "ThrottlingError", "ProvisionedThroughputExceeded":
+			throttled = true
+		case "", "None", "TransactionConflict":
+		default:
+			return false
+		}
+	}
+	return throttled
+}
+
+// isThrottledCancel reports whether err is a transaction cancelled for
+// throughput alone.
+func isThrottledCancel(err error) bool {
+	reasons := cancelled(err)
+	return reasons != nil && throttledOnly(reasons)
 }

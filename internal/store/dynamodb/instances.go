@@ -84,7 +84,11 @@ func (s *Store) undoCreate(ctx context.Context, ids []string) error {
 }
 
 // transact writes items in one transaction. The rows it updates are no
-// longer as remembered, whether it succeeded or not.
+// longer as remembered, whether it succeeded or not. A transaction
+// cancelled for throughput alone is sent again after a backoff (see
+// throttled), as each of its writes would be by the SDK; any other
+// cancellation is returned as DynamoDB gave it, for the caller to read
+// its reasons.
 func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) error {
 	defer func() {
 		for _, it := range items {
@@ -93,11 +97,25 @@ func (s *Store) transact(ctx context.Context, items []types.TransactWriteItem) e
 			}
 		}
 	}()
-	_, err := s.api.TransactWriteItems(ctx, &awsdynamodb.TransactWriteItemsInput{TransactItems: items})
-	if err != nil && cancelled(err) == nil {
-		return describe("TransactWriteItems", s.table, err)
+	th := throttled{s: s}
+	for {
+		// A new input each time, so that each call gets its own
+		// idempotency token: the cancelled call wrote nothing.
+		_, err := s.api.TransactWriteItems(ctx, &awsdynamodb.TransactWriteItemsInput{TransactItems: items})
+		if err == nil {
+			return nil
+		}
+		reasons := cancelled(err)
+		if reasons == nil {
+			return describe("TransactWriteItems", s.table, err)
+		}
+		if !throttledOnly(reasons) {
+			return err
+		}
+		if werr := th.again(ctx, false); werr != nil {
+			return fmt.Errorf("%w: %w", describe("TransactWriteItems", s.table, err), werr)
+		}
 	}
-	return err
 }
 
 // GetInstance reads the row consistently.
@@ -225,25 +243,28 @@ func (s *Store) DeleteInstances(ctx context.Context, ids []string) error {
 const maxBatchGet = 100
 
 // batchGet reads the rows of keys consistently, 100 to a call, asking
-// again for what DynamoDB left unprocessed; rows that do not exist are
-// left out, and the rest come in no particular order.
+// again, after a backoff (see throttled), for what DynamoDB left
+// unprocessed; rows that do not exist are left out, and the rest come in
+// no particular order.
 func (s *Store) batchGet(ctx context.Context, keys []map[string]types.AttributeValue) ([]map[string]types.AttributeValue, error) {
 	var out []map[string]types.AttributeValue
 	for _, chunk := range domain.Chunk(keys, maxBatchGet) {
-		for attempt := 1; len(chunk) > 0; attempt++ {
-			if attempt > maxAttempts {
-				return nil, fmt.Errorf("dynamodb BatchGetItem on %s: %d reads still unprocessed: %w", s.table, len(chunk), awsconf.ErrThrottled)
-			}
-			if err := backoff(ctx, attempt); err != nil {
-				return nil, err
-			}
+		th := throttled{s: s}
+		for len(chunk) > 0 {
 			page, err := s.api.BatchGetItem(ctx, &awsdynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
 				s.table: {Keys: chunk, ConsistentRead: aws.Bool(true)}}})
 			if err != nil {
 				return nil, describe("BatchGetItem", s.table, err)
 			}
 			out = append(out, page.Responses[s.table]...)
-			chunk = page.UnprocessedKeys[s.table].Keys
+			left := page.UnprocessedKeys[s.table].Keys
+			if len(left) == 0 {
+				break
+			}
+			if err := th.again(ctx, len(left) < len(chunk)); err != nil {
+				return nil, fmt.Errorf("dynamodb BatchGetItem on %s: %d reads still unprocessed: %w: %w", s.table, len(left), awsconf.ErrThrottled, err)
+			}
+			chunk = left
 		}
 	}
 	return out, nil
@@ -265,19 +286,23 @@ func (s *Store) deleteKeys(ctx context.Context, keys []map[string]types.Attribut
 	return nil
 }
 
+// batchWrite writes reqs in one BatchWriteItem, sending again, after a
+// backoff (see throttled), what DynamoDB left unprocessed.
 func (s *Store) batchWrite(ctx context.Context, reqs []types.WriteRequest) error {
-	for attempt := 1; len(reqs) > 0; attempt++ {
-		if attempt > maxAttempts {
-			return fmt.Errorf("dynamodb BatchWriteItem on %s: %d writes still unprocessed: %w", s.table, len(reqs), awsconf.ErrThrottled)
-		}
-		if err := backoff(ctx, attempt); err != nil {
-			return err
-		}
+	th := throttled{s: s}
+	for len(reqs) > 0 {
 		out, err := s.api.BatchWriteItem(ctx, &awsdynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.table: reqs}})
 		if err != nil {
 			return describe("BatchWriteItem", s.table, err)
 		}
-		reqs = out.UnprocessedItems[s.table]
+		left := out.UnprocessedItems[s.table]
+		if len(left) == 0 {
+			break
+		}
+		if err := th.again(ctx, len(left) < len(reqs)); err != nil {
+			return fmt.Errorf("dynamodb BatchWriteItem on %s: %d writes still unprocessed: %w: %w", s.table, len(left), awsconf.ErrThrottled, err)
+		}
+		reqs = left
 	}
 	return nil
 }
