@@ -109,3 +109,82 @@ func TestEarlyStartOnOurRunnerBindsItsInstance(t *testing.T) {
 	}
 	f.inboxEmpty()
 }
+
+// Two jobs of one run share their labels. Job 9301 is assigned to bp-swap,
+// whose runner took job 9302 instead; 9302's queued and in_progress
+// deliveries were lost, and its completed is the first word of it. The
+// runner will never run job 9301, which goes back to its queue, and bp-swap
+// no longer holds it: else its agent's reports would complete a job that
+// never ran.
+func TestCompletedFirstOnASwappedRunnerRequeuesTheRunnersJob(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	f.deliver(jobEvent{action: "queued", id: 9301, runID: 93, labels: poolLabels(93)})
+	f.step()
+	f.instance("bp-swap", domain.StateRunning, 9301)
+	f.setJob(9301, func(j *domain.Job) { j.Status, j.InstanceID = domain.JobAssigned, "bp-swap" })
+	f.deliver(jobEvent{action: "completed", id: 9302, runID: 93, labels: poolLabels(93), conclusion: "success",
+		runnerName: domain.RunnerName("bp-swap", 9301)})
+	f.step()
+	if j := f.Job(9302); j.Status != domain.JobCompleted || j.Conclusion != "success" {
+		t.Fatalf("job 9302 %s %q, want completed, success", j.Status, j.Conclusion)
+	}
+	if j := f.Job(9301); j.Status != domain.JobQueued || j.InstanceID != "" || j.SendPending {
+		t.Fatalf("job 9301 %s on %q (send pending %v), want queued again, its message sent", j.Status, j.InstanceID, j.SendPending)
+	}
+	if n := f.sends.sent(domain.QueuePool); n != 2 {
+		t.Errorf("%d sends to the pool queue, want 2: its arrival and its requeue", n)
+	}
+	if in := f.Instance("bp-swap"); in.Job != "" {
+		t.Errorf("bp-swap bound to %q, want unbound", in.Job)
+	}
+	f.inboxEmpty()
+}
+
+// Two stacks read one file, and pool shared serves both. The dev job 9401
+// carries env=dev as a label of its own, so its runner's labels cover the
+// production job 9402's, and GitHub gives 9402 to it. The dev stack follows
+// its runner though the job is not its own: 9401 goes back to its queue,
+// and a warning says what let it happen.
+func TestOurRunnerTakingAnotherStacksJobRequeuesItsOwn(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	f.in.Routing = func() Routing {
+		r := fixtureRouting()
+		r.Environment = "dev"
+		r.Pools["shared"] = domain.Pool{Name: "shared", Runner: "small-x64"}
+		return r
+	}
+	dev, prod := []string{"runs-on/pool=shared", "env=dev"}, []string{"runs-on/pool=shared"}
+	f.deliver(jobEvent{action: "queued", id: 9401, runID: 94, labels: dev})
+	f.deliver(jobEvent{action: "queued", id: 9402, runID: 95, labels: prod})
+	f.step()
+	f.noJob(9402)
+	f.instance("bp-dev", domain.StateRunning, 9401)
+	f.setJob(9401, func(j *domain.Job) { j.Status, j.InstanceID = domain.JobAssigned, "bp-dev" })
+	runner := domain.RunnerName("bp-dev", 9401)
+	f.deliver(jobEvent{action: "in_progress", id: 9402, runID: 95, labels: prod, runnerName: runner})
+	f.step()
+	f.noJob(9402)
+	if j := f.Job(9401); j.Status != domain.JobQueued || j.InstanceID != "" {
+		t.Fatalf("job 9401 %s on %q, want queued again", j.Status, j.InstanceID)
+	}
+	if in := f.Instance("bp-dev"); in.Job != "" {
+		t.Errorf("bp-dev bound to %q, want unbound", in.Job)
+	}
+	if l := f.logs.Lines("level=WARN", "not this stack's", "runner="+runner, "job=9402"); len(l) != 1 {
+		t.Errorf("want one WARN naming the runner and the job, got %q", l)
+	}
+	f.wantEvents("in_progress", "not_ours", 1)
+
+	// Its completed changes nothing more, and says nothing more.
+	f.deliver(jobEvent{action: "completed", id: 9402, runID: 95, labels: prod, runnerName: runner, conclusion: "success"})
+	f.step()
+	if l := f.logs.Lines("level=WARN"); len(l) != 1 {
+		t.Errorf("warnings %q, want the first alone", l)
+	}
+	if got := f.fin.recorded(); len(got) != 0 {
+		t.Errorf("Finish calls %v, want none: the job is not ours", got)
+	}
+	f.inboxEmpty()
+}

@@ -273,6 +273,7 @@ type countingStore struct {
 	// DynamoDB, which puts job by job, does when one put fails.
 	failLast error
 	failGet  map[int64]error
+	gets     int // GetJob calls
 	// failTransitions fails that many of the next TransitionJob calls on
 	// a job, with errTransition.
 	failTransitions map[int64]int
@@ -303,6 +304,7 @@ func (s *countingStore) CreateJobs(ctx context.Context, batch []domain.Job) ([]b
 func (s *countingStore) GetJob(ctx context.Context, id int64) (domain.Job, error) {
 	s.mu.Lock()
 	err := s.failGet[id]
+	s.gets++
 	s.mu.Unlock()
 	if err != nil {
 		return domain.Job{}, err
@@ -321,6 +323,12 @@ func (s *countingStore) TransitionJob(ctx context.Context, id int64, g domain.Jo
 		return domain.Job{}, errTransition
 	}
 	return s.Store.TransitionJob(ctx, id, g, fn)
+}
+
+func (s *countingStore) jobReads() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gets
 }
 
 func (s *countingStore) setFailures(failLast error, failGet map[int64]error) {

@@ -100,11 +100,12 @@ func (in *Intake) Loop() loop.Loop {
 	}}
 }
 
-// event is one decoded delivery of a batch.
+// event is one decoded delivery of a batch, with where its labels route it.
 type event struct {
 	msg      domain.Message
 	delivery webhook.Delivery
 	ev       webhook.WorkflowJobEvent
+	decision Decision
 }
 
 // Step processes one batch: new jobs first (one store write for all of
@@ -120,8 +121,10 @@ func (in *Intake) Step(ctx context.Context) (int, error) {
 		defer in.Hold(domain.QueueInbox, jobs.Receipts(msgs), in.opts.Visibility)()
 	}
 	events, done := in.decode(ctx, msgs)
+	routing := in.Routing()
 	var arrivals, progress []event
 	for _, e := range events {
+		e.decision = Decide(e.ev.Job.Labels, routing)
 		if isArrival(e) {
 			arrivals = append(arrivals, e)
 		} else {
@@ -364,12 +367,11 @@ func (in *Intake) admit(ctx context.Context, events []event) ([]string, error) {
 // jobsOf is the jobs of the events whose labels are ours, routed (rejected
 // when no runner can ever serve them), and every event's receipt.
 func (in *Intake) jobsOf(ctx context.Context, events []event) ([]domain.Job, []string) {
-	routing := in.Routing()
 	var batch []domain.Job
 	var receipts []string
 	for _, e := range events {
 		receipts = append(receipts, e.msg.Receipt)
-		d := Decide(e.ev.Job.Labels, routing)
+		d := e.decision
 		if !d.Ours {
 			in.metrics.events.WithLabelValues(e.ev.Action, "not_ours").Inc()
 			continue

@@ -410,3 +410,28 @@ func TestCompletedCallsTheFinisher(t *testing.T) {
 	f.wantEvents("completed", "recorded", 2)
 	f.inboxEmpty()
 }
+
+// The starts and ends of jobs that are not ours (GitHub-hosted, other
+// self-hosted runners) are most of what GitHub sends: they are counted as
+// not ours and cost no store read.
+func TestProgressOfJobsThatAreNotOursReadsNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	for _, labels := range [][]string{nil, {"self-hosted", "linux"}} {
+		f.deliver(jobEvent{action: "in_progress", id: 2201, runID: 22, labels: labels, runnerName: "GitHub Actions 5"})
+		f.deliver(jobEvent{action: "completed", id: 2201, runID: 22, labels: labels, runnerName: "GitHub Actions 5", conclusion: "success"})
+	}
+	f.step()
+	if n := f.writes.jobReads(); n != 0 {
+		t.Errorf("%d job reads, want none", n)
+	}
+	if got := f.fin.recorded(); len(got) != 0 {
+		t.Errorf("Finish calls %v, want none", got)
+	}
+	f.wantEvents("in_progress", "not_ours", 2)
+	f.wantEvents("completed", "not_ours", 2)
+	f.wantEvents("in_progress", "recorded", 0)
+	f.wantEvents("completed", "recorded", 0)
+	f.noJob(2201)
+	f.inboxEmpty()
+}

@@ -10,9 +10,15 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
-// progress applies in_progress and completed events.
+// progress applies in_progress and completed events. Those of jobs that
+// are not ours (GitHub-hosted runners, other stacks) cost no store read,
+// unless one of bullpen's runners took the job.
 func (in *Intake) progress(ctx context.Context, e event) error {
 	w := e.ev.Job
+	if !e.decision.Ours {
+		in.metrics.events.WithLabelValues(e.ev.Action, "not_ours").Inc()
+		return in.followForeign(ctx, e)
+	}
 	if err := in.recordEarly(ctx, e); err != nil {
 		return err
 	}
@@ -24,10 +30,8 @@ func (in *Intake) progress(ctx context.Context, e event) error {
 		}
 		// GitHub says which runner took the job; with several jobs of the
 		// same labels it may not be the one bullpen assigned.
-		if inst, _, ok := domain.ParseRunnerName(w.RunnerName); ok {
-			if err := jobs.Rebind(ctx, in.Store, in.Queue, w.ID, inst, in.Clock.Now()); err != nil {
-				return fmt.Errorf("job %d started on %s: %w", w.ID, w.RunnerName, err)
-			}
+		if _, err := jobs.FollowRunner(ctx, in.Store, in.Queue, w.ID, w.RunnerName, in.Clock.Now()); err != nil {
+			return fmt.Errorf("job %d started on %s: %w", w.ID, w.RunnerName, err)
 		}
 		if err := jobs.MarkRunning(ctx, in.Store, w.ID, at, w.RunnerName); err != nil {
 			return fmt.Errorf("job %d started: %w", w.ID, err)
@@ -36,15 +40,33 @@ func (in *Intake) progress(ctx context.Context, e event) error {
 		return in.protect(ctx, w.ID)
 	case webhook.ActionCompleted:
 		// Release the instance whose runner ran the job.
-		if inst, _, ok := domain.ParseRunnerName(w.RunnerName); ok {
-			if err := jobs.Rebind(ctx, in.Store, in.Queue, w.ID, inst, in.Clock.Now()); err != nil {
-				return fmt.Errorf("job %d completed on %s: %w", w.ID, w.RunnerName, err)
-			}
+		if _, err := jobs.FollowRunner(ctx, in.Store, in.Queue, w.ID, w.RunnerName, in.Clock.Now()); err != nil {
+			return fmt.Errorf("job %d completed on %s: %w", w.ID, w.RunnerName, err)
 		}
 		if err := in.Finisher.Finish(ctx, w.ID, w.Conclusion); err != nil {
 			return fmt.Errorf("job %d completed: %w", w.ID, err)
 		}
 		in.metrics.events.WithLabelValues(e.ev.Action, "recorded").Inc()
+	}
+	return nil
+}
+
+// followForeign follows GitHub's report that a runner of bullpen's took a
+// job that is not this stack's: a job of another environment whose labels
+// the runner carries (its own job's labels are a superset of the other's).
+// The runner's own job goes back to its queue, as it will never run there.
+func (in *Intake) followForeign(ctx context.Context, e event) error {
+	w := e.ev.Job
+	if _, _, ok := domain.ParseRunnerName(w.RunnerName); !ok {
+		return nil
+	}
+	moved, err := jobs.FollowRunner(ctx, in.Store, in.Queue, w.ID, w.RunnerName, in.Clock.Now())
+	if err != nil {
+		return fmt.Errorf("job %d, not ours, %s on %s: %w", w.ID, e.ev.Action, w.RunnerName, err)
+	}
+	if moved {
+		in.Log.Warn("a runner of this stack took a job that is not this stack's; the job the runner was started for goes back to its queue (give jobs of different stacks labels neither's runners carry)",
+			"runner", w.RunnerName, "job", w.ID, "repo", e.ev.Repo, "labels", w.Labels)
 	}
 	return nil
 }
@@ -95,7 +117,7 @@ func (in *Intake) recordEarly(ctx context.Context, e event) error {
 		}
 		return nil
 	}
-	d := Decide(w.Labels, in.Routing())
+	d := e.decision
 	if !d.Ours || d.Reject != "" {
 		// Not ours, or never to be served: its queued delivery, if it
 		// comes, records and rejects it as it would have.
