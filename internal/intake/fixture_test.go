@@ -93,6 +93,7 @@ type jobEvent struct {
 	action     string
 	status     string // workflow_job.status; the action's when empty
 	id, runID  int64
+	repo       string   // owner/name; testfixtures' default when empty
 	labels     []string // nil: a label that is not bullpen's
 	conclusion string
 	runnerName string
@@ -105,7 +106,7 @@ func (f *fixture) payload(e jobEvent) []byte {
 	if labels == nil {
 		labels = []string{"ubuntu-latest"}
 	}
-	j := testfixtures.Job{Action: e.action, Status: e.status, ID: e.id, RunID: e.runID, Labels: labels,
+	j := testfixtures.Job{Action: e.action, Status: e.status, ID: e.id, RunID: e.runID, Repo: e.repo, Labels: labels,
 		Conclusion: e.conclusion, RunnerName: e.runnerName, Created: createdAt}
 	if e.action == "in_progress" || e.action == "completed" {
 		j.Started = startedAt

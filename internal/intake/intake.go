@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 	"github.com/bullpen-ci/bullpen/internal/loop"
@@ -42,7 +43,14 @@ type Options struct {
 	Linger      time.Duration // see jobs.BatchOptions; default 10 ms, negative none
 	// CancelRejected cancels the workflow run of a rejected job.
 	CancelRejected bool
+	// AccountCheckTimeout bounds the look-ups of a batch that ask GitHub
+	// whether the App is installed for its jobs' owners; default 5 s. An
+	// owner not answered by then is taken as served.
+	AccountCheckTimeout time.Duration
 }
+
+// accountChecks is how many owners' look-ups a batch makes at a time.
+const accountChecks = 8
 
 // Deps are the intake's collaborators.
 type Deps struct {
@@ -84,6 +92,9 @@ func New(d Deps, reg prometheus.Registerer, o Options) (*Intake, error) {
 	if o.Linger == 0 {
 		o.Linger = 10 * time.Millisecond
 	}
+	if o.AccountCheckTimeout <= 0 {
+		o.AccountCheckTimeout = 5 * time.Second
+	}
 	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -106,6 +117,16 @@ type event struct {
 	delivery webhook.Delivery
 	ev       webhook.WorkflowJobEvent
 	decision Decision
+}
+
+// batch is what a Step learns once for all the deliveries it holds.
+type batch struct {
+	// unservable is why the jobs of an owner (lower case) cannot be
+	// served; an owner is absent when they can, or GitHub did not say.
+	unservable map[string]string
+	// rejected are the jobs rejected on arrival, whose runs are cancelled
+	// once each after the arrivals are recorded.
+	rejected []domain.Job
 }
 
 // Step processes one batch: new jobs first (one store write for all of
@@ -131,7 +152,9 @@ func (in *Intake) Step(ctx context.Context) (int, error) {
 			progress = append(progress, e)
 		}
 	}
-	handled, unrecorded, err := in.admitAll(ctx, arrivals)
+	b := &batch{unservable: in.checkAccounts(ctx, arrivals)}
+	handled, unrecorded, err := in.admitAll(ctx, b, arrivals)
+	in.cancelRuns(ctx, b.rejected)
 	done = append(done, handled...)
 	for _, e := range progress {
 		if unrecorded[e.ev.Job.ID] {
@@ -194,8 +217,8 @@ func (in *Intake) decode(ctx context.Context, msgs []domain.Message) ([]event, [
 // admitAll records the arrivals in one batch. When that fails it tries them
 // one by one, so that a delivery the store refuses holds back only itself.
 // It returns the receipts to delete and the jobs whose arrival failed.
-func (in *Intake) admitAll(ctx context.Context, arrivals []event) ([]string, map[int64]bool, error) {
-	done, err := in.admit(ctx, arrivals)
+func (in *Intake) admitAll(ctx context.Context, b *batch, arrivals []event) ([]string, map[int64]bool, error) {
+	done, err := in.admit(ctx, b, arrivals)
 	if err == nil {
 		return done, nil, nil
 	}
@@ -208,7 +231,7 @@ func (in *Intake) admitAll(ctx context.Context, arrivals []event) ([]string, map
 	done = nil
 	failed := map[int64]bool{}
 	for _, e := range arrivals {
-		one, err := in.admit(ctx, []event{e})
+		one, err := in.admit(ctx, b, []event{e})
 		if err != nil {
 			errs = errors.Join(errs, err)
 			failed[e.ev.Job.ID] = true
@@ -296,20 +319,52 @@ type AccountChecker interface {
 	CheckAccount(ctx context.Context, owner string) error
 }
 
-// unservable is why a job of repo cannot get a runner whatever is done, or
-// "": the GitHub App has no installation on its owner. Other errors (GitHub
-// unreachable) say nothing, and the job goes on.
-func (in *Intake) unservable(ctx context.Context, repo string) string {
+// checkAccounts asks GitHub whether the App can act for the owners of the
+// arrivals that are ours and not rejected already, once per owner, and
+// returns why it cannot, by owner (see batch.unservable). The look-ups run
+// side by side, all within AccountCheckTimeout: one that fails or has not
+// answered by then (GitHub unreachable) says nothing, and its jobs go on.
+func (in *Intake) checkAccounts(ctx context.Context, arrivals []event) map[string]string {
 	checker, ok := in.GitHub.(AccountChecker)
 	if !ok {
-		return ""
+		return nil
 	}
+	var owners []string
+	seen := map[string]bool{}
+	for _, e := range arrivals {
+		if !e.decision.Ours || e.decision.Reject != "" {
+			continue
+		}
+		owner := ownerOf(e.ev.Repo)
+		if key := strings.ToLower(owner); !seen[key] {
+			seen[key] = true
+			owners = append(owners, owner)
+		}
+	}
+	if len(owners) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer in.Clock.AfterFunc(in.opts.AccountCheckTimeout, cancel).Stop()
+	reasons := make([]string, len(owners))
+	clock.Fan(in.Clock, len(owners), accountChecks, func(i int) {
+		if err := checker.CheckAccount(ctx, owners[i]); err != nil && errors.Is(err, domain.ErrUnauthorized) {
+			reasons[i] = err.Error()
+		}
+	})
+	out := map[string]string{}
+	for i, owner := range owners {
+		if reasons[i] != "" {
+			out[strings.ToLower(owner)] = reasons[i]
+		}
+	}
+	return out
+}
+
+func ownerOf(repo string) string {
 	owner, _, _ := strings.Cut(repo, "/")
-	err := checker.CheckAccount(ctx, owner)
-	if err == nil || !errors.Is(err, domain.ErrUnauthorized) {
-		return ""
-	}
-	return err.Error()
+	return owner
 }
 
 // admit records the batch's queued and waiting jobs (events holds only
@@ -317,8 +372,8 @@ func (in *Intake) unservable(ctx context.Context, repo string) string {
 // job already recorded; a job still waiting for a runner is sent again,
 // harmlessly (the send is deduplicated, and the job's one guarded
 // assignment decides).
-func (in *Intake) admit(ctx context.Context, events []event) ([]string, error) {
-	batch, receipts := in.jobsOf(ctx, events)
+func (in *Intake) admit(ctx context.Context, b *batch, events []event) ([]string, error) {
+	batch, receipts := in.jobsOf(b, events)
 	if len(batch) == 0 {
 		return receipts, nil
 	}
@@ -331,7 +386,7 @@ func (in *Intake) admit(ctx context.Context, events []event) ([]string, error) {
 	if len(created) == len(batch) {
 		for i, j := range batch {
 			if created[i] {
-				in.announce(ctx, j)
+				in.announce(b, j)
 			}
 		}
 	}
@@ -366,7 +421,7 @@ func (in *Intake) admit(ctx context.Context, events []event) ([]string, error) {
 
 // jobsOf is the jobs of the events whose labels are ours, routed (rejected
 // when no runner can ever serve them), and every event's receipt.
-func (in *Intake) jobsOf(ctx context.Context, events []event) ([]domain.Job, []string) {
+func (in *Intake) jobsOf(b *batch, events []event) ([]domain.Job, []string) {
 	var batch []domain.Job
 	var receipts []string
 	for _, e := range events {
@@ -377,7 +432,7 @@ func (in *Intake) jobsOf(ctx context.Context, events []event) ([]domain.Job, []s
 			continue
 		}
 		if d.Reject == "" {
-			d.Reject = in.unservable(ctx, e.ev.Repo)
+			d.Reject = b.unservable[strings.ToLower(ownerOf(e.ev.Repo))]
 		}
 		j := newJob(e, d, in.Clock.Now())
 		batch = append(batch, j)
@@ -405,10 +460,11 @@ func (in *Intake) redelivered(ctx context.Context, j domain.Job) (domain.Job, er
 
 // announce acts once on a job just created: a rejected one is rejected, a
 // queued or waiting one counted.
-func (in *Intake) announce(ctx context.Context, j domain.Job) {
+func (in *Intake) announce(b *batch, j domain.Job) {
 	switch {
 	case j.Status == domain.JobRejected:
-		in.reject(ctx, j)
+		in.reject(j)
+		b.rejected = append(b.rejected, j)
 	case j.Reason == ReasonWaiting:
 		in.metrics.events.WithLabelValues("waiting", "recorded").Inc()
 	default:
@@ -443,15 +499,32 @@ func newJob(e event, d Decision, now time.Time) domain.Job {
 	return j
 }
 
-// reject tells the operator (log, metric) and, when configured, cancels the
-// workflow run so that it does not wait forever.
-func (in *Intake) reject(ctx context.Context, j domain.Job) {
+// reject tells the operator (log, metric).
+func (in *Intake) reject(j domain.Job) {
 	in.metrics.events.WithLabelValues("queued", "rejected").Inc()
 	in.Log.Warn("job rejected", "job", j.ID, "repo", j.Repo, "run", j.RunID, "reason", j.Reason)
+}
+
+// cancelRuns cancels, when configured, the workflow runs of rejected jobs
+// so that they do not wait forever: each run once, however many of its jobs
+// were rejected (a matrix with a mistyped pool is rejected whole).
+func (in *Intake) cancelRuns(ctx context.Context, rejected []domain.Job) {
 	if !in.opts.CancelRejected || in.GitHub == nil {
 		return
 	}
-	if err := in.GitHub.CancelRun(ctx, j.Repo, j.RunID); err != nil {
-		in.Log.Warn("cancel the run of a rejected job", "job", j.ID, "run", j.RunID, "err", err)
+	type run struct {
+		repo string
+		id   int64
+	}
+	cancelled := map[run]bool{}
+	for _, j := range rejected {
+		r := run{strings.ToLower(j.Repo), j.RunID}
+		if cancelled[r] {
+			continue
+		}
+		cancelled[r] = true
+		if err := in.GitHub.CancelRun(ctx, j.Repo, j.RunID); err != nil {
+			in.Log.Warn("cancel the run of a rejected job", "job", j.ID, "run", j.RunID, "err", err)
+		}
 	}
 }

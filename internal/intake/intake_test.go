@@ -411,6 +411,29 @@ func TestCompletedCallsTheFinisher(t *testing.T) {
 	f.inboxEmpty()
 }
 
+// A matrix with a mistyped pool is rejected whole, in one batch: each run
+// is cancelled once, not once per job.
+func TestRejectedJobsOfOneRunCancelItOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{CancelRejected: true})
+	for i := range int64(4) {
+		f.deliver(jobEvent{action: "queued", id: 3101 + i, runID: 33, labels: []string{"runs-on=33/pool=typo"}})
+	}
+	f.deliver(jobEvent{action: "queued", id: 3201, runID: 34, labels: []string{"runs-on=34/pool=typo"}})
+	f.deliver(jobEvent{action: "queued", id: 3202, runID: 34, labels: []string{"runs-on=34/pool=typo"}})
+	f.step()
+	for _, id := range []int64{3101, 3102, 3103, 3104, 3201, 3202} {
+		if j := f.Job(id); j.Status != domain.JobRejected {
+			t.Fatalf("job %d %s, want rejected", id, j.Status)
+		}
+	}
+	if got, want := f.gh.cancelled(), []cancelCall{{"acme/widgets", 33}, {"acme/widgets", 34}}; !slices.Equal(got, want) {
+		t.Errorf("CancelRun calls %v, want %v", got, want)
+	}
+	f.wantEvents("queued", "rejected", 6)
+	f.inboxEmpty()
+}
+
 // The starts and ends of jobs that are not ours (GitHub-hosted, other
 // self-hosted runners) are most of what GitHub sends: they are counted as
 // not ours and cost no store read.
