@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +53,10 @@ type Options struct {
 // accountChecks is how many owners' look-ups a batch makes at a time.
 const accountChecks = 8
 
+// UnknownEnvironmentWarnEvery is how often the intake warns, per
+// environment name, of jobs naming an environment no pool names.
+const UnknownEnvironmentWarnEvery = 10 * time.Minute
+
 // Deps are the intake's collaborators.
 type Deps struct {
 	Store    Store
@@ -73,6 +78,11 @@ type Intake struct {
 	Deps
 	opts    Options
 	metrics *metrics
+
+	mu sync.Mutex
+	// envWarned is when each unknown environment (lower case) was last
+	// warned of.
+	envWarned map[string]time.Time
 }
 
 // New returns an intake; reg may be nil.
@@ -99,7 +109,7 @@ func New(d Deps, reg prometheus.Registerer, o Options) (*Intake, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Intake{Deps: d, opts: o, metrics: m}, nil
+	return &Intake{Deps: d, opts: o, metrics: m, envWarned: map[string]time.Time{}}, nil
 }
 
 // Loop consumes the inbox, a batch a step (each long-polls the queue and
@@ -147,6 +157,7 @@ func (in *Intake) Step(ctx context.Context) (int, error) {
 	for _, e := range events {
 		e.decision = Decide(e.ev.Job.Labels, routing)
 		if isArrival(e) {
+			in.warnUnknownEnvironment(e)
 			arrivals = append(arrivals, e)
 		} else {
 			progress = append(progress, e)
@@ -526,5 +537,34 @@ func (in *Intake) cancelRuns(ctx context.Context, rejected []domain.Job) {
 		if err := in.GitHub.CancelRun(ctx, j.Repo, j.RunID); err != nil {
 			in.Log.Warn("cancel the run of a rejected job", "job", j.ID, "run", j.RunID, "err", err)
 		}
+	}
+}
+
+// warnUnknownEnvironment warns of an arrival whose labels are bullpen's but
+// name an environment no pool of the configuration names: no stack reading
+// the file may serve it, and it waits until GitHub drops it. Once per
+// environment name every UnknownEnvironmentWarnEvery: a run of such jobs
+// is one mistake, said once.
+func (in *Intake) warnUnknownEnvironment(e event) {
+	env := e.decision.UnknownEnvironment
+	if env == "" {
+		return
+	}
+	now, key := in.Clock.Now(), strings.ToLower(env)
+	in.mu.Lock()
+	last, warned := in.envWarned[key]
+	due := !warned || now.Sub(last) >= UnknownEnvironmentWarnEvery
+	if due {
+		for k, at := range in.envWarned {
+			if now.Sub(at) >= UnknownEnvironmentWarnEvery {
+				delete(in.envWarned, k)
+			}
+		}
+		in.envWarned[key] = now
+	}
+	in.mu.Unlock()
+	if due {
+		in.Log.Warn("job names an environment no pool of the configuration names; no stack may serve it (a typo in env=?)",
+			"job", e.ev.Job.ID, "repo", e.ev.Repo, "env", env, "labels", e.ev.Job.Labels)
 	}
 }

@@ -458,3 +458,41 @@ func TestProgressOfJobsThatAreNotOursReadsNothing(t *testing.T) {
 	f.noJob(2201)
 	f.inboxEmpty()
 }
+
+// A job whose labels are bullpen's but name an environment no pool names
+// (a typo, most likely) waits for a runner no stack starts: a warning says
+// so, once per environment name every UnknownEnvironmentWarnEvery.
+func TestAJobNamingAnUnknownEnvironmentIsWarnedOf(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	warnings := func() int { return len(f.logs.Lines("level=WARN", "environment no pool")) }
+	f.deliver(jobEvent{action: "queued", id: 2301, runID: 23, labels: []string{"runs-on=23/pool=small-x64/env=dve"}})
+	f.deliver(jobEvent{action: "queued", id: 2302, runID: 23, labels: []string{"runs-on=23/pool=small-x64/env=DVE"}})
+	f.deliver(jobEvent{action: "queued", id: 2303, runID: 23, labels: []string{"runs-on=23/pool=small-dev/env=dev"}})
+	f.deliver(jobEvent{action: "queued", id: 2304, runID: 23, labels: []string{"ubuntu-latest"}})
+	f.step()
+	if l := f.logs.Lines("level=WARN", "environment no pool", "env=dve", "job=2301"); len(l) != 1 || warnings() != 1 {
+		t.Fatalf("want one WARN naming the job and its environment, got %q", f.logs.Lines("level=WARN"))
+	}
+	f.noJob(2301)
+	f.wantEvents("queued", "not_ours", 4)
+
+	f.Clock.Advance(UnknownEnvironmentWarnEvery - time.Second)
+	f.deliver(jobEvent{action: "queued", id: 2305, runID: 24, labels: []string{"runs-on=24/pool=small-x64/env=dve"}})
+	f.step()
+	if n := warnings(); n != 1 {
+		t.Fatalf("%d warnings within %s of the first, want 1", n, UnknownEnvironmentWarnEvery)
+	}
+	f.deliver(jobEvent{action: "queued", id: 2306, runID: 24, labels: []string{"runs-on=24/pool=small-x64/env=stagin"}})
+	f.step()
+	if n := warnings(); n != 2 {
+		t.Fatalf("%d warnings, want a second for another environment", n)
+	}
+	f.Clock.Advance(time.Second)
+	f.deliver(jobEvent{action: "queued", id: 2307, runID: 25, labels: []string{"runs-on=25/pool=small-x64/env=dve"}})
+	f.step()
+	if n := warnings(); n != 3 {
+		t.Fatalf("%d warnings, want the first environment's again once %s passed", n, UnknownEnvironmentWarnEvery)
+	}
+	f.inboxEmpty()
+}

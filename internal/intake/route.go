@@ -74,13 +74,18 @@ type Decision struct {
 	Pool   string
 	Runner string // the resource-pool class of its machine
 	Spec   domain.RunnerSpec
+	// UnknownEnvironment is the env= value of a job that is not ours only
+	// because it names an environment no pool of the configuration names:
+	// most likely a typo, and then no stack serves it.
+	UnknownEnvironment string
 }
 
 // Decide routes a job by its labels. It is pure: the same labels and
 // configuration always give the same decision. A job of another
 // environment or region is not ours: another stack serves or rejects it.
-// A job of ours naming another environment's pool is rejected, with the
-// env= label it lacks: no other stack takes it.
+// Environments and regions are compared without case, as GitHub compares
+// labels. A job of ours naming another environment's pool is rejected,
+// with the env= label it lacks: no other stack takes it.
 func Decide(jobLabels []string, r Routing) Decision {
 	env := r.Environment
 	if env == "" {
@@ -98,13 +103,17 @@ func Decide(jobLabels []string, r Routing) Decision {
 		// (and, with --cancel-rejected, cancels its run).
 		jobEnv, jobRegion = labelled(jobLabels, "env"), labelled(jobLabels, "region")
 	}
+	named := jobEnv
 	if jobEnv == "" {
 		jobEnv = DefaultEnvironment
 	}
-	if jobEnv != env {
+	if !strings.EqualFold(jobEnv, env) {
+		if named != "" && !knownEnvironment(r.Pools, named) {
+			return Decision{UnknownEnvironment: named}
+		}
 		return Decision{} // the stack of another environment serves it
 	}
-	if jobRegion != "" && r.Region != "" && jobRegion != r.Region {
+	if jobRegion != "" && r.Region != "" && !strings.EqualFold(jobRegion, r.Region) {
 		return Decision{} // the stack of another region serves it
 	}
 	if err != nil {
@@ -151,6 +160,20 @@ func Decide(jobLabels []string, r Routing) Decision {
 		return Decision{Ours: true, Reject: "no image: the labels and the runner give none"}
 	}
 	return Decision{Ours: true, Route: domain.RouteLaunch, Runner: spec.Name, Spec: spec}
+}
+
+// knownEnvironment reports whether env is the default environment or one
+// a pool names.
+func knownEnvironment(pools map[string]domain.Pool, env string) bool {
+	if strings.EqualFold(env, DefaultEnvironment) {
+		return true
+	}
+	for _, p := range pools {
+		if strings.EqualFold(p.Environment, env) {
+			return true
+		}
+	}
+	return false
 }
 
 // servedNames lists the pools of pools that environment env serves.

@@ -215,3 +215,56 @@ func TestAMalformedJobOfAnotherRegionIsNotOurs(t *testing.T) {
 		t.Fatalf("decision %s, want our region's job rejected", got)
 	}
 }
+
+// GitHub compares labels without case, and so does Decide an env= or a
+// region= with the stack's.
+func TestEnvironmentAndRegionAreComparedWithoutCase(t *testing.T) {
+	dev := routing()
+	dev.Environment = "dev"
+	for _, c := range []struct {
+		stack  Routing
+		labels []string
+	}{
+		{routing(), []string{"runs-on/pool=small-x64/env=Production"}},
+		{routing(), []string{"RUNS-ON/POOL=small-x64/ENV=PRODUCTION"}},
+		{routing(), []string{"runs-on/pool=small-x64", "env=PRODUCTION"}},
+		{routing(), []string{"runs-on/pool=small-x64/region=EU-West-1"}},
+		{dev, []string{"runs-on/pool=small-x64/env=Dev"}},
+		{dev, []string{"runs-on/pool=small-x64", "ENV=DEV"}},
+	} {
+		if got := decision(Decide(c.labels, c.stack)); got != "pool/small-x64/small-x64" {
+			t.Errorf("the %s stack: Decide(%q) = %s, want the pool's", c.stack.Environment, c.labels, got)
+		}
+	}
+	if got := decision(Decide([]string{"runs-on/pool=small-x64/region=AP-South-1"}, routing())); got != "not ours" {
+		t.Errorf("another region's job in capitals: %s, want not ours", got)
+	}
+}
+
+// A job not ours only because its env= names an environment no pool names
+// says which: most likely a typo, which no stack serves. The default
+// environment, one a pool names in any case, and jobs not ours for other
+// reasons are not.
+func TestDecideNamesAnEnvironmentNoPoolNames(t *testing.T) {
+	r := routing()
+	r.Pools["dev-only"] = domain.Pool{Name: "dev-only", Environment: "dev", Runner: "small-x64"}
+	for _, c := range []struct {
+		labels []string
+		want   string
+	}{
+		{[]string{"runs-on/pool=small-x64/env=dve"}, "dve"},
+		{[]string{"runs-on/runner=big", "env=Staging"}, "Staging"},
+		{[]string{"runs-on=1/cpu=four/env=dve"}, "dve"}, // read past the faulty label
+		{[]string{"runs-on/pool=small-x64/env=dev"}, ""},
+		{[]string{"runs-on/pool=small-x64/env=DEV"}, ""},
+		{[]string{"runs-on/pool=small-x64/env=production"}, ""},
+		{[]string{"runs-on/pool=small-x64/region=ap-south-1"}, ""},
+		{[]string{"self-hosted", "env=dve"}, ""},
+		{[]string{"ubuntu-latest"}, ""},
+	} {
+		d := Decide(c.labels, r)
+		if d.UnknownEnvironment != c.want || (c.want != "" && d.Ours) {
+			t.Errorf("Decide(%q): ours %v, unknown environment %q; want %q", c.labels, d.Ours, d.UnknownEnvironment, c.want)
+		}
+	}
+}
