@@ -50,6 +50,7 @@ const RunIDExpr = "${{ github.run_id }}"
 // Job statuses and conclusions as GitHub spells them.
 const (
 	StatusQueued     = "queued"
+	StatusWaiting    = "waiting" // held for an environment's approval
 	StatusInProgress = "in_progress"
 	StatusCompleted  = "completed"
 
@@ -96,6 +97,11 @@ type JobSpec struct {
 	// Conclusion is how the job ends when it runs to completion;
 	// ConclusionSuccess when empty.
 	Conclusion string
+	// AwaitApproval holds the job for its environment's reviewers: it is
+	// waiting, and no runner may take it, until Approve. Its webhooks are
+	// GitHub's: queued and waiting with status waiting, then queued with
+	// status queued once approved.
+	AwaitApproval bool
 }
 
 // JobRecord is a job with the times GitHub knows, for reports.
@@ -144,6 +150,7 @@ type job struct {
 	completedAt time.Time
 	duration    time.Duration
 	outcome     string // the conclusion when it runs to the end
+	gated       bool   // its environment needs an approval, each attempt
 	timer       domain.Timer
 }
 
@@ -181,7 +188,8 @@ func New(clk domain.Clock, opts Options) *GitHub {
 
 // QueueJob creates a queued job, sends its queued webhook and hands it to a
 // waiting runner whose labels cover it, if any. It returns the job as it was
-// queued.
+// queued. A job that awaits an approval is created waiting instead (see
+// JobSpec.AwaitApproval).
 func (g *GitHub) QueueJob(spec JobSpec) domain.GitHubJob {
 	j := g.queueAt(spec, time.Time{})
 	g.flush()
@@ -198,11 +206,40 @@ func (g *GitHub) queueAt(spec JobSpec, at time.Time) domain.GitHubJob {
 	}
 	j := g.newJob(spec, at)
 	out := j.public()
+	g.announce(j)
+	return out
+}
+
+// announce sends the webhooks of a job just created and, unless it awaits
+// an approval, hands it to a waiting runner. Called under g.mu.
+func (g *GitHub) announce(j *job) {
 	g.emit("queued", j)
+	if j.Status == StatusWaiting {
+		g.emit("waiting", j)
+		return
+	}
 	if r := g.idleRunnerFor(j); r != nil {
 		g.start(j, r)
 	}
-	return out
+}
+
+// Approve approves a job held for its environment's reviewers: it is
+// queued, its queued webhook sent, and a waiting runner whose labels cover
+// it takes it. domain.ErrNotFound when no job id waits for an approval.
+func (g *GitHub) Approve(id int64) error {
+	return g.apply(func() error {
+		j := g.jobs[id]
+		if j == nil || j.Status != StatusWaiting {
+			return fmt.Errorf("approve job %d: %w: no such job waiting for an approval", id, domain.ErrNotFound)
+		}
+		j.Status = StatusQueued
+		g.queue = append(g.queue, j)
+		g.emit("queued", j)
+		if r := g.idleRunnerFor(j); r != nil {
+			g.start(j, r)
+		}
+		return nil
+	})
 }
 
 // newJob records a queued job. Called under g.mu.
@@ -223,9 +260,14 @@ func (g *GitHub) newJob(spec JobSpec, at time.Time) *job {
 		headBranch: DefaultHeadBranch,
 		duration:   max(spec.Duration, 0),
 		outcome:    spec.Conclusion,
+		gated:      spec.AwaitApproval,
 	}
 	ru.jobs = append(ru.jobs, j)
 	g.jobs[j.ID] = j
+	if j.gated {
+		j.Status = StatusWaiting
+		return j
+	}
 	g.queue = append(g.queue, j)
 	return j
 }
@@ -309,8 +351,9 @@ func (g *GitHub) QueuedJobs(ctx context.Context, s domain.Scope) ([]domain.GitHu
 	return out, nil
 }
 
-// CancelRun cancels every job of the run that has not completed: queued and
-// in-progress jobs complete as cancelled, and runners running them finish.
+// CancelRun cancels every job of the run that has not completed: queued,
+// waiting and in-progress jobs complete as cancelled, and runners running
+// them finish.
 // A run with nothing left to cancel is not an error.
 func (g *GitHub) CancelRun(ctx context.Context, repo string, runID int64) error {
 	return g.apply(func() error { return g.cancelRun(ctx, repo, runID) })
@@ -327,7 +370,7 @@ func (g *GitHub) cancelRun(ctx context.Context, repo string, runID int64) error 
 	now := g.clk.Now()
 	for _, j := range ru.jobs {
 		switch j.Status {
-		case StatusQueued:
+		case StatusQueued, StatusWaiting:
 			g.complete(j, ConclusionCancelled, now)
 		case StatusInProgress:
 			r := j.runner
@@ -358,12 +401,9 @@ func (g *GitHub) rerun(ctx context.Context, repo string, jobID int64) error {
 		}
 	}
 	j := g.newJob(JobSpec{Repo: old.Repo, Name: old.Name, Workflow: old.Workflow, Labels: old.Labels, RunID: old.RunID,
-		Duration: old.duration, Conclusion: old.outcome}, g.clk.Now())
+		Duration: old.duration, Conclusion: old.outcome, AwaitApproval: old.gated}, g.clk.Now())
 	j.RunAttempt = old.RunAttempt + 1
-	g.emit("queued", j)
-	if r := g.idleRunnerFor(j); r != nil {
-		g.start(j, r)
-	}
+	g.announce(j)
 	return nil
 }
 
