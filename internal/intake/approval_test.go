@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/testfixtures"
+	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
 // heldEvent is a delivery of job 6101 while an environment's reviewers
@@ -108,4 +110,33 @@ func TestDeadLetteredHeldQueuedDeliveryLeavesItsJobWaiting(t *testing.T) {
 	if j := f.Job(6101); j.Reason != ReasonWaiting || j.SendPending {
 		t.Fatalf("job reason %q, send pending %v; want still waiting, nothing to send", j.Reason, j.SendPending)
 	}
+}
+
+// The simulated GitHub holds a job for its approval as GitHub does, and
+// the intake sends it to be served only once it is approved.
+func TestASimulatedJobAwaitingApprovalIsServedOnceApproved(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	gh := sim.New(f.Clock, sim.Options{Deliver: func(_, id string, body []byte) {
+		if err := webhook.Enqueue(f.Ctx, f.Queue, f.Clock.Now(), id, body); err != nil {
+			t.Error(err)
+		}
+	}})
+	job := gh.QueueJob(sim.JobSpec{Repo: "acme/widgets", Labels: []string{"runs-on=" + sim.RunIDExpr + "/pool=small-x64"},
+		AwaitApproval: true})
+	for f.Stats(domain.QueueInbox).Visible > 0 {
+		f.step()
+	}
+	if j := f.Job(job.ID); j.Reason != ReasonWaiting {
+		t.Fatalf("job %s %q, want waiting for approval", j.Status, j.Reason)
+	}
+	if n := f.sends.sent(domain.QueuePool); n != 0 {
+		t.Fatalf("%d sends to the pool queue before the approval, want none", n)
+	}
+	if err := gh.Approve(job.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.step()
+	f.wantQueued(domain.QueuePool, job.ID)
+	f.inboxEmpty()
 }
