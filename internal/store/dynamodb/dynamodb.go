@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,8 @@ type Options struct {
 	// "transaction" for a Commit. The change is decided again, unless
 	// that was its last attempt.
 	Refused func(row string, remembered bool)
+	// Log hears Open's warnings about the table; nil: slog.Default().
+	Log *slog.Logger
 }
 
 // Store is domain.Store on one DynamoDB table.
@@ -107,14 +110,20 @@ func New(api API, table string, clk domain.Clock, opts Options) (*Store, error) 
 	return &Store{api: api, table: table, clk: clk, opts: opts, recent: newRecentRows(opts.Recent), sleep: sleep}, nil
 }
 
-// Open checks that table exists and is ready, so a missing table is
-// reported when bullpen starts rather than at its first job.
+// Open checks that table exists, is ready and has bullpen's keys and
+// indexes, so a missing or unsuitable table is reported when bullpen
+// starts rather than at its first job; a time to live that is off is
+// logged as a warning.
 func Open(ctx context.Context, client *awsdynamodb.Client, table string, clk domain.Clock, opts Options) (*Store, error) {
 	s, err := New(client, table, clk, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := check(ctx, client, table); err != nil {
+	log := opts.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := check(ctx, client, table, log); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -1,10 +1,13 @@
 package dynamodb_test
 
 import (
+	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
 	"github.com/bullpen-ci/bullpen/internal/clock"
@@ -65,6 +69,68 @@ func TestOpenNamesAMissingTable(t *testing.T) {
 	_, err := dynamodb.Open(t.Context(), client, "bullpen-no-such-table", clock.NewVirtual(time.Now()), dynamodb.Options{})
 	if !errors.Is(err, dynamodb.ErrNoTable) || !strings.Contains(err.Error(), "bullpen-no-such-table") || !strings.Contains(err.Error(), "bullpen aws bootstrap") {
 		t.Fatalf("open on a missing table: %v; want ErrNoTable naming it and the bootstrap command", err)
+	}
+}
+
+// A table made by other tooling without bullpen's indexes is refused by
+// Open and by bootstrap, naming what is missing and what to do, rather
+// than failing the queries of the missing indexes at run time.
+func TestATableWithoutTheIndexesIsRefused(t *testing.T) {
+	client := awsdynamodb.NewFromConfig(mototest.Config(t))
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	table := "bullpen-no-indexes-" + hex.EncodeToString(b)
+	_, err := client.CreateTable(t.Context(), &awsdynamodb.CreateTableInput{
+		TableName: aws.String(table),
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String("sk"), AttributeType: types.ScalarAttributeTypeS},
+		},
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String("sk"), KeyType: types.KeyTypeRange},
+		},
+		BillingMode: types.BillingModePayPerRequest,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = client.DeleteTable(context.Background(), &awsdynamodb.DeleteTableInput{TableName: &table})
+	})
+	_, oerr := dynamodb.Open(t.Context(), client, table, clock.NewVirtual(time.Now()), dynamodb.Options{})
+	_, eerr := dynamodb.Ensure(t.Context(), client, table)
+	for what, err := range map[string]error{"open": oerr, "bootstrap": eerr} {
+		if !errors.Is(err, dynamodb.ErrTableLayout) || !strings.Contains(err.Error(), table) ||
+			!strings.Contains(err.Error(), "index by-pool is missing") || !strings.Contains(err.Error(), "bullpen aws bootstrap") {
+			t.Errorf("%s of a table without indexes: %v; want ErrTableLayout naming the table, the missing index and the fix", what, err)
+		}
+	}
+}
+
+// A table whose time to live is off works, and Open says it keeps what
+// bullpen's clean-up misses.
+func TestOpenWarnsOfATimeToLiveThatIsOff(t *testing.T) {
+	client, table := newTable(t)
+	_, err := client.UpdateTimeToLive(t.Context(), &awsdynamodb.UpdateTimeToLiveInput{TableName: aws.String(table),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String("ttl"), Enabled: aws.Bool(false)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	if _, err := dynamodb.Open(t.Context(), client, table, clock.NewVirtual(time.Now()), dynamodb.Options{Log: log}); err != nil {
+		t.Fatalf("open with time to live off: %v", err)
+	}
+	if got := logged.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "time to live") || !strings.Contains(got, table) {
+		t.Fatalf("logged %q; want a warning naming the table and its time to live", got)
+	}
+	logged.Reset()
+	if _, err := dynamodb.Ensure(t.Context(), client, table); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dynamodb.Open(t.Context(), client, table, clock.NewVirtual(time.Now()), dynamodb.Options{Log: log}); err != nil || logged.Len() != 0 {
+		t.Fatalf("open once bootstrap turned time to live on: %v, logged %q; want nothing", err, logged.String())
 	}
 }
 

@@ -9,8 +9,8 @@ import (
 )
 
 // Policy is the IAM statement that lets serve use table: the calls of API
-// (and the DescribeTable of Open) on the table and its indexes, nothing
-// else. Creating the table is `bullpen aws bootstrap`'s, run by an
+// (and Open's DescribeTable and DescribeTimeToLive) on the table and its
+// indexes, nothing else. Creating the table is `bullpen aws bootstrap`'s, run by an
 // administrator.
 func Policy(region, account, table string) awsconf.Statement {
 	arn := fmt.Sprintf("arn:aws:dynamodb:%s:%s:table/%s", cmp.Or(region, "*"), cmp.Or(account, "*"), table)
@@ -18,7 +18,7 @@ func Policy(region, account, table string) awsconf.Statement {
 		Sid: "StateInDynamoDB", Effect: "Allow",
 		Action: append(awsconf.Actions("dynamodb", reflect.TypeFor[API](), map[string][]string{
 			"TransactWriteItems": {"PutItem", "UpdateItem"}, // what the store's transactions hold
-		}), "dynamodb:DescribeTable"),
+		}), "dynamodb:DescribeTable", "dynamodb:DescribeTimeToLive"),
 		Resource: []string{arn, arn + "/index/*"},
 	}
 }

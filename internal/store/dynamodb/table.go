@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -95,7 +98,8 @@ type TableAPI interface {
 // Ensure creates table with its indexes and time to live unless it
 // exists, and reports what it did: "created" or "found". On-demand
 // capacity: bullpen's load comes in bursts that provisioned capacity
-// would throttle or pay for idle.
+// would throttle or pay for idle. A table found without bullpen's keys
+// and indexes is an error, as Open would refuse it.
 func Ensure(ctx context.Context, api TableAPI, table string) (string, error) {
 	_, err := api.DescribeTable(ctx, &awsdynamodb.DescribeTableInput{TableName: aws.String(table)})
 	did := "found"
@@ -108,7 +112,11 @@ func Ensure(ctx context.Context, api TableAPI, table string) (string, error) {
 		}
 		did = "created"
 	}
-	if err := waitActive(ctx, api, table); err != nil {
+	desc, err := waitActive(ctx, api, table)
+	if err != nil {
+		return "", err
+	}
+	if err := checkLayout(table, desc); err != nil {
 		return "", err
 	}
 	ttl, err := api.DescribeTimeToLive(ctx, &awsdynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)})
@@ -155,27 +163,35 @@ func tableSpec(table string) *awsdynamodb.CreateTableInput {
 	}
 }
 
-// waitActive polls until a new table is ready to use; DynamoDB gives no
-// signal for it.
-func waitActive(ctx context.Context, api TableAPI, table string) error {
+// waitActive polls until a new table is ready to use, and returns its
+// description; DynamoDB gives no signal for it.
+func waitActive(ctx context.Context, api TableAPI, table string) (*types.TableDescription, error) {
 	for {
 		out, err := api.DescribeTable(ctx, &awsdynamodb.DescribeTableInput{TableName: aws.String(table)})
 		if err != nil {
-			return describe("DescribeTable", table, err)
+			return nil, describe("DescribeTable", table, err)
 		}
 		if out.Table != nil && out.Table.TableStatus == types.TableStatusActive {
-			return nil
+			return out.Table, nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("dynamodb table %s: not active yet: %w", table, ctx.Err())
+			return nil, fmt.Errorf("dynamodb table %s: not active yet: %w", table, ctx.Err())
 		case <-time.After(time.Second):
 		}
 	}
 }
 
-// check fails unless table exists and is active.
-func check(ctx context.Context, api TableAPI, table string) error {
+// ErrTableLayout: the table exists but lacks the keys or indexes bullpen
+// reads it by.
+var ErrTableLayout = errors.New("table lacks the keys or indexes bullpen needs")
+
+// check fails unless table exists, is active and has bullpen's keys and
+// indexes: a table made by other tooling without an index would pass a
+// look at its status and fail the queries of that index at run time. A
+// time to live that is off only draws a warning: the table works, but
+// keeps the rows bullpen's own clean-up misses.
+func check(ctx context.Context, api TableAPI, table string, log *slog.Logger) error {
 	out, err := api.DescribeTable(ctx, &awsdynamodb.DescribeTableInput{TableName: aws.String(table)})
 	if err != nil {
 		return describe("DescribeTable", table, err)
@@ -183,5 +199,62 @@ func check(ctx context.Context, api TableAPI, table string) error {
 	if out.Table == nil || out.Table.TableStatus != types.TableStatusActive {
 		return fmt.Errorf("dynamodb table %s is not active", table)
 	}
+	if err := checkLayout(table, out.Table); err != nil {
+		return err
+	}
+	// A warning at most, and so is a failure to read it: a policy
+	// printed before the store read it lacks the permission.
+	ttl, err := api.DescribeTimeToLive(ctx, &awsdynamodb.DescribeTimeToLiveInput{TableName: aws.String(table)})
+	if err != nil {
+		log.Warn("dynamodb table: could not read its time to live", "table", table, "err", describe("DescribeTimeToLive", table, err))
+		return nil
+	}
+	if d := ttl.TimeToLiveDescription; d == nil || aws.ToString(d.AttributeName) != attrTTL ||
+		(d.TimeToLiveStatus != types.TimeToLiveStatusEnabled && d.TimeToLiveStatus != types.TimeToLiveStatusEnabling) {
+		log.Warn("dynamodb table: time to live is not on attribute "+attrTTL+", so rows bullpen's clean-up misses are kept for ever; `bullpen aws bootstrap` turns it on",
+			"table", table)
+	}
 	return nil
+}
+
+// checkLayout fails, naming each problem and the fix, unless the table
+// has bullpen's keys and every index bullpen queries, ready.
+func checkLayout(table string, d *types.TableDescription) error {
+	var problems []string
+	if got := keysOf(d.KeySchema); got != keysOf(tableSpec(table).KeySchema) {
+		problems = append(problems, fmt.Sprintf("its key is %s, want %s", got, keysOf(tableSpec(table).KeySchema)))
+	}
+	for _, want := range tableSpec(table).GlobalSecondaryIndexes {
+		name := aws.ToString(want.IndexName)
+		i := slices.IndexFunc(d.GlobalSecondaryIndexes, func(g types.GlobalSecondaryIndexDescription) bool { return aws.ToString(g.IndexName) == name })
+		if i < 0 {
+			problems = append(problems, fmt.Sprintf("index %s is missing", name))
+			continue
+		}
+		got := d.GlobalSecondaryIndexes[i]
+		if keysOf(got.KeySchema) != keysOf(want.KeySchema) {
+			problems = append(problems, fmt.Sprintf("index %s is keyed %s, want %s", name, keysOf(got.KeySchema), keysOf(want.KeySchema)))
+		}
+		if got.Projection == nil || got.Projection.ProjectionType != types.ProjectionTypeAll {
+			problems = append(problems, fmt.Sprintf("index %s does not project every attribute (ALL)", name))
+		}
+		if got.IndexStatus != "" && got.IndexStatus != types.IndexStatusActive {
+			problems = append(problems, fmt.Sprintf("index %s is %s, not yet ACTIVE", name, got.IndexStatus))
+		}
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("dynamodb table %s: %w: %s (`bullpen aws bootstrap` creates a table that has them under a name not yet taken; "+
+		"or add each index to this one, keyed by its attribute (hash) and %s (range), projecting ALL, and wait until it is ACTIVE)",
+		table, ErrTableLayout, strings.Join(problems, "; "), attrOrder)
+}
+
+// keysOf writes a key schema as "pk (HASH), sk (RANGE)".
+func keysOf(ks []types.KeySchemaElement) string {
+	parts := make([]string, len(ks))
+	for k, e := range ks {
+		parts[k] = fmt.Sprintf("%s (%s)", aws.ToString(e.AttributeName), e.KeyType)
+	}
+	return strings.Join(parts, ", ")
 }
