@@ -66,7 +66,7 @@ func (c *Config) PoolsFor(environment string) []domain.Pool {
 
 // ServedIn reports whether the deployment of environment serves pool p.
 func ServedIn(p domain.Pool, environment string) bool {
-	return p.Environment == "" || p.Environment == environment
+	return p.Environment == "" || strings.EqualFold(p.Environment, environment)
 }
 
 // Runner returns the runner spec called name.

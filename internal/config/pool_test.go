@@ -234,6 +234,7 @@ pools:
 	}
 	for env, want := range map[string]string{
 		"dev": "dev-only,everywhere", "prod": "everywhere,prod-only", "staging": "everywhere", "": "everywhere",
+		"Dev": "dev-only,everywhere", // as env= labels are matched
 	} {
 		if got := names(cfg.PoolsFor(env)); got != want {
 			t.Errorf("PoolsFor(%q) = %s, want %s", env, got, want)

@@ -180,6 +180,19 @@ func (l Lifecycle) Unbind(in Instance, wait time.Time) TransitionRequest {
 	})
 }
 
+// UnbindForeign takes an instance's job away because its runner took a
+// job bullpen does not know (another stack's, whose labels it carries):
+// that job runs on it, so it is kept until until at least, where Unbind
+// only shortens a wait.
+func (l Lifecycle) UnbindForeign(in Instance, until time.Time) TransitionRequest {
+	return change(in, func(i *Instance) {
+		i.Job = ""
+		if until.After(i.Deadline) {
+			i.Deadline = until
+		}
+	})
+}
+
 // Release ends an instance's job: with reuse it is releasing (the trigger
 // of the release handshake: its agent deregisters), else, when retire
 // says why, it is terminated for that reason. Its runner is spent either

@@ -142,6 +142,15 @@ func TestInstanceVerbs(t *testing.T) {
 		{"unbind shortens a waiting runner's deadline", func() domain.Instance { in := bound(domain.StateClaimed); in.Deadline = later; return in }(),
 			func(in domain.Instance) domain.TransitionRequest { return lc.Unbind(in, now.Add(time.Minute)) },
 			func(o domain.Instance) bool { return o.Job == "" && o.Deadline.Equal(now.Add(time.Minute)) }},
+		{"unbind for a foreign job lengthens the deadline", func() domain.Instance {
+			in := bound(domain.StateRunning)
+			in.Deadline = now.Add(time.Minute)
+			return in
+		}(),
+			func(in domain.Instance) domain.TransitionRequest { return lc.UnbindForeign(in, later) },
+			func(o domain.Instance) bool {
+				return o.Job == "" && o.State == domain.StateRunning && o.Deadline.Equal(later)
+			}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

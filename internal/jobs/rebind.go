@@ -26,6 +26,13 @@ func ServesJob(s domain.State) bool {
 // job with the same labels, before the reaper terminates it.
 const UnboundWait = 5 * time.Minute
 
+// ForeignJobWait is how long an instance whose runner took a job bullpen
+// does not know (another stack's, whose labels the runner carries) is
+// left unbound before the reaper terminates it: that job runs on it, and
+// cutting it short fails it. It is GitHub's default job timeout
+// (timeout-minutes: 360).
+const ForeignJobWait = 6 * time.Hour
+
 // rebindAttempts bounds how often Rebind reads and decides again when a
 // concurrent writer changed one of the rows it read.
 const rebindAttempts = 8
@@ -213,7 +220,11 @@ func runnerTakes(ctx context.Context, st Store, in domain.Instance, want []strin
 func (r rebindRows) plan(now time.Time) domain.Change {
 	var c domain.Change
 	if r.unbindable {
-		c.Instances = append(c.Instances, verbs.Unbind(r.taker, now.Add(UnboundWait)))
+		if r.job.ID == 0 {
+			c.Instances = append(c.Instances, verbs.UnbindForeign(r.taker, now.Add(ForeignJobWait)))
+		} else { // the reported job is over: the runner is done with it
+			c.Instances = append(c.Instances, verbs.Unbind(r.taker, now.Add(UnboundWait)))
+		}
 		return r.placeDisplaced(c, now)
 	}
 	key, taker := r.job.Key(), r.taker.ID
