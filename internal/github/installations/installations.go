@@ -37,6 +37,12 @@ const (
 	// missingFor is how long a missing one is remembered: a new
 	// installation is noticed this soon.
 	missingFor = time.Minute
+	// failingFor is how long a lookup GitHub failed (an outage, a rate
+	// limit) is remembered: intake checks the account of every arrival,
+	// and each would otherwise wait for GitHub to fail again. An
+	// installation found before is kept meanwhile: GitHub failing says
+	// nothing about it.
+	failingFor = 15 * time.Second
 	// appAccount is the budget of the App's own calls (its JWT: finding
 	// installations, listing them), apart from every installation's. No
 	// GitHub login has parentheses, so it names no account.
@@ -75,9 +81,9 @@ type GitHub struct {
 }
 
 type lookup struct {
-	id  int64
-	err error
-	at  time.Time
+	id    int64
+	err   error
+	until time.Time // kept until then
 }
 
 // New checks the key and returns the App's GitHub; it makes no request.
@@ -167,32 +173,35 @@ func perInstallation[T any](ctx context.Context, g *GitHub, owner string, made m
 }
 
 // installation finds owner's installation: the organisation's, else the
-// user's. Answers are kept (foundFor, missingFor).
+// user's. Answers are kept (foundFor, missingFor, failingFor).
 func (g *GitHub) installation(ctx context.Context, owner string) (int64, error) {
 	key := strings.ToLower(owner)
 	now := g.now()
 	g.mu.Lock()
-	l, ok := g.owners[key]
+	prev, ok := g.owners[key]
 	g.mu.Unlock()
-	if ok && (l.err == nil && now.Sub(l.at) < foundFor || l.err != nil && now.Sub(l.at) < missingFor) {
-		return l.id, l.err
+	if ok && now.Before(prev.until) {
+		return prev.id, prev.err
 	}
 	inst, resp, err := g.app.Apps.GetOrganizationInstallation(ctx, owner)
 	if resp != nil && resp.StatusCode == http.StatusNotFound {
 		inst, resp, err = g.app.Apps.GetUserInstallation(ctx, owner)
 	}
+	l := lookup{id: inst.GetID(), until: now.Add(foundFor)}
 	switch {
 	case resp != nil && resp.StatusCode == http.StatusNotFound:
-		err = fmt.Errorf("%w: %s (install it on the account, or check its repository selection)", ErrNotInstalled, owner)
+		l = lookup{err: fmt.Errorf("%w: %s (install it on the account, or check its repository selection)", ErrNotInstalled, owner), until: now.Add(missingFor)}
+	case err != nil && ok && prev.err == nil:
+		l = lookup{id: prev.id, until: now.Add(failingFor)}
+		g.o.Log.Warn("GitHub failed to confirm an account's App installation; using the one found before", "account", owner,
+			"err", rest.Classify("find the App's installation on "+owner, err, g.clock()))
 	case err != nil:
-		return 0, rest.Classify("find the App's installation on "+owner, err, g.clock()) // not kept: transient
+		l = lookup{err: rest.Classify("find the App's installation on "+owner, err, g.clock()), until: now.Add(failingFor)}
 	case inst.SuspendedAt != nil:
-		err = fmt.Errorf("%w: %s suspended it on %s", ErrNotInstalled, owner, inst.SuspendedAt.Format(time.DateOnly))
+		l = lookup{err: fmt.Errorf("%w: %s suspended it on %s", ErrNotInstalled, owner, inst.SuspendedAt.Format(time.DateOnly)), until: now.Add(missingFor)}
 	}
-	l = lookup{id: inst.GetID(), err: err, at: now}
-	if err != nil {
-		l.id = 0
-		g.o.Log.Warn("no GitHub App installation for an account", "account", owner, "err", err)
+	if errors.Is(l.err, ErrNotInstalled) {
+		g.o.Log.Warn("no GitHub App installation for an account", "account", owner, "err", l.err)
 	}
 	g.mu.Lock()
 	g.owners[key] = l

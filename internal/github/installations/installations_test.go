@@ -231,3 +231,46 @@ func TestAnInstallationOfSelectedRepositories(t *testing.T) {
 		t.Fatalf("a runner in the selected repository: %v", err)
 	}
 }
+
+// While GitHub fails to answer, an installation found before is still
+// used (GitHub failing says nothing about it), and an account's lookup is
+// not repeated for every job that arrives.
+func TestALookupGitHubFailsIsRememberedBrieflyAndKeepsTheOneFound(t *testing.T) {
+	gh, key := twoAccounts(t)
+	clk := clock.NewVirtual(time.Now().Truncate(time.Second)) // near the wall clock, which signs the JWTs
+	gh.SetClock(clk)
+	g, err := installations.New(installations.Options{BaseURL: gh.URL() + "/", AppID: appID, PrivateKey: key,
+		Clock: clk, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := g.CheckAccount(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour + time.Second) // the installation found is due to be confirmed
+	const lookup = "GET /orgs/{org}/installation"
+	gh.FailNext(lookup, http.StatusBadGateway, 1000)
+	if err := g.CheckAccount(ctx, "acme"); err != nil {
+		t.Fatalf("GitHub failing to confirm an installation found before: %v, want it kept", err)
+	}
+
+	if err := g.CheckAccount(ctx, "globex"); err == nil || errors.Is(err, installations.ErrNotInstalled) {
+		t.Fatalf("GitHub failing: %v, want a failure that is not a missing installation", err)
+	}
+	first := gh.Count(lookup)
+	for range 5 {
+		clk.Advance(2 * time.Second)
+		if err := g.CheckAccount(ctx, "globex"); err == nil || errors.Is(err, installations.ErrNotInstalled) {
+			t.Fatalf("GitHub failing: %v, want the failure again", err)
+		}
+	}
+	if n := gh.Count(lookup); n != first {
+		t.Fatalf("%d lookups reached GitHub in 10 s after the first failed, want none: the failure is kept a while", n-first)
+	}
+	clk.Advance(10 * time.Second)
+	_ = g.CheckAccount(ctx, "globex")
+	if n := gh.Count(lookup); n == first {
+		t.Fatal("20 s after the failure, the lookup was not tried again")
+	}
+}
