@@ -50,6 +50,9 @@ type Reconciler struct {
 	// was last asked about it, so that it is asked about again only once
 	// that is old, the jobs asked least lately first.
 	waitAnswered map[int64]time.Time
+	// spared holds the instances kept although their agent is silent, as
+	// their job started and nothing else says it ended, by id.
+	spared map[string]spared
 }
 
 // Options tune the reconciler; zero values take the documented defaults.
@@ -80,7 +83,9 @@ type Options struct {
 	RunningAllowance time.Duration
 	// SilentAfter: an instance whose agent should be alive (ready, claimed,
 	// running, releasing) and has not been heard from for this long —
-	// neither a heartbeat nor a state change — is terminated. Default 3 min.
+	// neither a heartbeat nor a state change — is terminated, unless its
+	// job started and nothing else says that job ended (see silent).
+	// Default 3 min.
 	SilentAfter time.Duration
 	// CancelRejected: a job bullpen rejected that GitHub still lists as
 	// queued has its workflow run cancelled again, every cycle until GitHub
@@ -124,6 +129,7 @@ func (r *Reconciler) Init(reg prometheus.Registerer) error {
 	r.Options.defaults()
 	r.heard = hearing{since: r.Clock.Now()}
 	r.waitAnswered = map[int64]time.Time{}
+	r.spared = map[string]spared{}
 	if r.Log == nil {
 		r.Log = slog.Default()
 	}
@@ -134,7 +140,10 @@ func (r *Reconciler) Init(reg prometheus.Registerer) error {
 
 // Report counts what one cycle did.
 type Report struct {
-	Orphans, Gone, Silent, StaleClaims, DeadRunners, Recovered, Requeued, Resent, Rerun, Cancelled, JobsDeleted, RowsDeleted int
+	// Silent counts the instances terminated for their agent's silence;
+	// SilentKept those whose agent fell silent while their job ran, kept
+	// as nothing else said the job had ended (each once a silence).
+	Orphans, Gone, Silent, SilentKept, StaleClaims, DeadRunners, Recovered, Requeued, Resent, Rerun, Cancelled, JobsDeleted, RowsDeleted int
 	// Completed and Abandoned are assigned or running jobs whose instance
 	// ended and whose completed webhook never came: completed as GitHub
 	// reports them, or given up when GitHub no longer has them or gave no
@@ -173,16 +182,21 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 		return rep, fmt.Errorf("list instances: %w", err)
 	}
 	var errs []error
+	var listed map[string]domain.CloudInstance // nil: the cloud gave no listing
 	machines, err := r.Cloud.List(ctx, domain.CloudFilter{Tags: map[string]string{domain.TagController: r.ControllerID}})
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list machines: %w", err))
 	} else {
+		listed = make(map[string]domain.CloudInstance, len(machines))
+		for _, m := range machines {
+			listed[m.ID] = m
+		}
 		rep.Orphans, err = r.orphans(ctx, rows, machines)
 		errs = append(errs, err)
-		rep.Gone, err = r.gone(ctx, rows, machines)
+		rep.Gone, err = r.gone(ctx, rows, listed)
 		errs = append(errs, err)
 	}
-	rep.Silent, err = r.silent(ctx, rows)
+	rep.Silent, rep.SilentKept, err = r.silent(ctx, rows, listed)
 	errs = append(errs, err)
 	rep.StaleClaims, err = r.staleClaims(ctx, rows)
 	errs = append(errs, err)
@@ -198,7 +212,7 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	errs = append(errs, err)
 	r.metrics.count(rep)
 	if rep.acted() {
-		r.Log.Info("reconciled", "orphans", rep.Orphans, "gone", rep.Gone, "silent", rep.Silent, "stale_claims", rep.StaleClaims, "dead_runners", rep.DeadRunners,
+		r.Log.Info("reconciled", "orphans", rep.Orphans, "gone", rep.Gone, "silent", rep.Silent, "silent_kept", rep.SilentKept, "stale_claims", rep.StaleClaims, "dead_runners", rep.DeadRunners,
 			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "resent_jobs", rep.Resent, "rerun_jobs", rep.Rerun, "cancelled_runs", rep.Cancelled,
 			"completed_jobs", rep.Completed, "abandoned_jobs", rep.Abandoned, "completed_waiting_jobs", rep.CompletedWaiting,
 			"abandoned_waiting_jobs", rep.AbandonedWaiting, "jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
@@ -277,11 +291,7 @@ func (r *Reconciler) orphans(ctx context.Context, rows []domain.Instance, machin
 // gone closes rows whose machine the cloud no longer has (terminated behind
 // bullpen's back, or the instance shut itself down); a job such an instance
 // had not started goes back to its queue.
-func (r *Reconciler) gone(ctx context.Context, rows []domain.Instance, machines []domain.CloudInstance) (int, error) {
-	listed := map[string]domain.CloudInstance{}
-	for _, m := range machines {
-		listed[m.ID] = m
-	}
+func (r *Reconciler) gone(ctx context.Context, rows []domain.Instance, listed map[string]domain.CloudInstance) (int, error) {
 	now := r.Clock.Now()
 	var errs []error
 	closed := 0
@@ -297,44 +307,6 @@ func (r *Reconciler) gone(ctx context.Context, rows []domain.Instance, machines 
 		closed++
 	}
 	return closed, errors.Join(errs...)
-}
-
-// silent terminates instances whose agent stopped talking: the machine
-// died, or the agent did (killed mid-job, say). A job such an instance had
-// not started goes back to its queue; one it had started fails on GitHub's
-// side and its completed webhook finds the instance gone. Silence counts
-// from the first cycle at the latest: after an outage of the control plane
-// every agent has been unheard for as long, and busy machines must not be
-// killed for it before their agents had a chance to come back.
-func (r *Reconciler) silent(ctx context.Context, rows []domain.Instance) (int, error) {
-	now := r.Clock.Now()
-	since := r.heard.look(now, max(r.SilentAfter/2, 2*r.Interval))
-	var errs []error
-	marked := 0
-	for _, in := range rows {
-		if !agentExpected(in.State) {
-			continue
-		}
-		heard := in.StateSince
-		if in.Heartbeat.After(heard) {
-			heard = in.Heartbeat
-		}
-		if now.Sub(heard) < r.SilentAfter || now.Sub(since) < r.SilentAfter {
-			continue
-		}
-		why := fmt.Sprintf("agent silent since %s", heard.UTC().Format(time.RFC3339))
-		// A job it had not started goes back to its queue in the same change.
-		_, ok, err := jobs.Retire(ctx, r.Store, r.Queue, in, domain.StateTerminating, why, now.Add(r.TerminatingAllowance))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("terminate silent %s: %w", in.ID, err))
-		}
-		if !ok {
-			continue // it changed meanwhile: next cycle looks again
-		}
-		marked++
-		r.Log.Warn("instance's agent is silent; terminating it", "instance", in.ID, "state", in.State, "since", heard)
-	}
-	return marked, errors.Join(errs...)
 }
 
 // agentExpected reports whether an instance in state s runs an agent that
@@ -507,7 +479,7 @@ const (
 func newReconcileMetrics(reg prometheus.Registerer) (*reconcileMetrics, error) {
 	m := &reconcileMetrics{
 		actions: promreg.Counters("bullpen_reaper_actions_total",
-			"What the reaper reconciled, by kind (orphan, gone, silent, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, cancelled_run, completed_job, abandoned_job, completed_waiting_job, abandoned_waiting_job, job_deleted, row_deleted).", "kind"),
+			"What the reaper reconciled, by kind (orphan, gone, silent, silent_kept, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, cancelled_run, completed_job, abandoned_job, completed_waiting_job, abandoned_waiting_job, job_deleted, row_deleted).", "kind"),
 		scopes: promreg.Counters("bullpen_reaper_scopes_total",
 			"Scopes the reaper looked at on GitHub, by outcome: ok, failed (a 404 included: the credentials may have lost access), gone (GitHub answered 410).", "outcome"),
 	}
@@ -523,7 +495,7 @@ func (m *reconcileMetrics) count(r Report) {
 		return
 	}
 	for kind, n := range map[string]int{
-		"orphan": r.Orphans, "gone": r.Gone, "silent": r.Silent, "stale_claim": r.StaleClaims, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
+		"orphan": r.Orphans, "gone": r.Gone, "silent": r.Silent, "silent_kept": r.SilentKept, "stale_claim": r.StaleClaims, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
 		"requeued_job": r.Requeued, "resent_job": r.Resent, "rerun_job": r.Rerun, "cancelled_run": r.Cancelled, "completed_job": r.Completed,
 		"abandoned_job": r.Abandoned, "completed_waiting_job": r.CompletedWaiting, "abandoned_waiting_job": r.AbandonedWaiting, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
 	} {

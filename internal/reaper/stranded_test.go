@@ -215,9 +215,15 @@ func TestJobOnAnInstanceNotEndedIsNotAskedAbout(t *testing.T) {
 	m := x.machine(map[string]string{domain.TagController: "ctl"})
 	x.CreateInstance(domain.Instance{ID: "bp-1", CloudID: m.ID, State: domain.StateRunning, Job: "7", JobStarted: true, Role: domain.RoleHot})
 	x.CreateJob(domain.Job{ID: 7, Repo: spotRepo, Status: domain.JobRunning, Route: domain.RoutePool, Pool: "p", InstanceID: "bp-1"})
+	if err := x.cloud.Stop(x.Ctx, []string{m.ID}); err != nil {
+		t.Fatal(err)
+	}
 	for range 10 {
 		x.Clock.Advance(time.Minute)
-		x.cycle() // its agent is silent: the instance is marked terminating, and no terminator closes it
+		x.cycle() // its agent is silent and its machine stopped: the instance is marked terminating, and no terminator closes it
+	}
+	if in := x.Instance("bp-1"); in.State != domain.StateTerminating {
+		t.Fatalf("the silent instance whose machine stopped is %s, want terminating", in.State)
 	}
 	if n := x.getJobCalls(); n != 0 {
 		t.Fatalf("GitHub asked %d times about a job its instance serves", n)
