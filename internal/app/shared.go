@@ -57,7 +57,7 @@ func (a *App) openShared(ctx context.Context, sh Shared) error {
 		return err
 	}
 	st, err := dynamodb.Open(ctx, awsdynamodb.NewFromConfig(cfg), sh.Table, a.opts.Clock, dynamodb.Options{
-		HeartbeatResolution: sh.HeartbeatResolution,
+		HeartbeatResolution: sh.HeartbeatResolution, Log: a.opts.Log,
 		Refused: func(row string, remembered bool) {
 			refused.WithLabelValues(row, strconv.FormatBool(remembered)).Inc()
 		},
