@@ -283,7 +283,7 @@ func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) strin
 	dur(&f.reapEvery, "reap-every", "BULLPEN_REAP_EVERY", time.Minute, "reaper interval (orphans, gone machines, silent agents, dead runners, missed webhooks, retention)")
 	dur(&f.orphanGrace, "orphan-grace", "BULLPEN_ORPHAN_GRACE", 10*time.Minute, "a machine with this stack's tag that no instance knows is terminated once this old")
 	dur(&f.goneGrace, "gone-grace", "BULLPEN_GONE_GRACE", 2*time.Minute, "an instance whose machine the cloud no longer lists is closed once its state is this old")
-	dur(&f.silentAfter, "silent-after", "BULLPEN_SILENT_AFTER", 3*time.Minute, "an instance whose agent has not been heard from for this long is terminated")
+	dur(&f.silentAfter, "silent-after", "BULLPEN_SILENT_AFTER", 3*time.Minute, "an instance whose agent has not been heard from for this long is terminated; one running a job that started only once the cloud or GitHub says the job cannot be running there, or at its running deadline")
 	dur(&f.jobRetention, "job-retention", "BULLPEN_JOB_RETENTION", 72*time.Hour, "completed and rejected jobs are deleted this long after they ended")
 	dur(&f.instanceRetention, "instance-retention", "BULLPEN_INSTANCE_RETENTION", 24*time.Hour, "terminated instances are deleted from the store this long after they ended")
 	dur(&f.danglingAfter, "dangling-after", "BULLPEN_DANGLING_AFTER", 10*time.Minute, "a pool instance running this long without a job (warm-up never finished, never parked) is replaced")
