@@ -38,6 +38,8 @@ type fakeAPI struct {
 	pages     [][]types.Instance
 	types     []types.InstanceTypeInfo
 	images    []types.Image // nil: two x86_64 images, ami-old and ami-new
+	imagesErr error         // DescribeImages's refusal
+	typesErr  error         // DescribeInstanceTypes's refusal
 	// Launch templates: the id by name (nil answers lt-1 to every name),
 	// a refusal of a create before it is made (nil: the next id, or
 	// AlreadyExists), and a refusal of a new version by template id.
@@ -95,6 +97,9 @@ func (f *fakeAPI) DescribeInstances(_ context.Context, in *awsec2.DescribeInstan
 }
 
 func (f *fakeAPI) DescribeImages(context.Context, *awsec2.DescribeImagesInput, ...func(*awsec2.Options)) (*awsec2.DescribeImagesOutput, error) {
+	if f.imagesErr != nil {
+		return nil, f.imagesErr
+	}
 	if f.images != nil {
 		return &awsec2.DescribeImagesOutput{Images: f.images}, nil
 	}
@@ -105,6 +110,9 @@ func (f *fakeAPI) DescribeImages(context.Context, *awsec2.DescribeImagesInput, .
 }
 
 func (f *fakeAPI) DescribeInstanceTypes(context.Context, *awsec2.DescribeInstanceTypesInput, ...func(*awsec2.Options)) (*awsec2.DescribeInstanceTypesOutput, error) {
+	if f.typesErr != nil {
+		return nil, f.typesErr
+	}
 	return &awsec2.DescribeInstanceTypesOutput{InstanceTypes: f.types}, nil
 }
 
@@ -322,6 +330,14 @@ func TestFleetRefusalsMapToTypedErrors(t *testing.T) {
 		"ExpiredToken":                 domain.ErrUnauthorized,
 		"Throttling":                   domain.ErrThrottled,
 		"InsufficientInstanceCapacity": domain.ErrInsufficientCapacity,
+		// A subnet out of addresses gets some back as machines end.
+		"InsufficientFreeAddressesInSubnet": domain.ErrInsufficientCapacity,
+		"InvalidParameterValue":             domain.ErrInvalidRequest,
+		"MissingParameter":                  domain.ErrInvalidRequest,
+		"InvalidSubnetID.NotFound":          domain.ErrInvalidRequest,
+		"InvalidGroup.NotFound":             domain.ErrInvalidRequest,
+		"InvalidUserData.Malformed":         domain.ErrInvalidRequest,
+		"UnsupportedOperation":              domain.ErrInvalidRequest,
 	} {
 		f := newFake()
 		f.fleet = func(int, *awsec2.CreateFleetInput) (*awsec2.CreateFleetOutput, error) {

@@ -29,29 +29,40 @@ const (
 // on-demand) when any error is: a capacity code, or Unsupported for a
 // type that some other override of the request can stand in for. It is
 // also one when the fleet launched machines at all, since the request then
-// is one EC2 can fill. Only when every error says the request itself is
-// wrong is the error that of the first such code (ErrInvalidRequest for
-// most), after which the provisioner refuses the jobs for good.
+// is one EC2 can fill. Otherwise an error with no kind of the port's (a
+// fault on EC2's side, a code not known here) makes the whole a failure
+// to retry later, under that code: a request EC2 could not serve this
+// time is not one it refuses. Only when every error says the request
+// itself is wrong is the error that of the first such code
+// (ErrInvalidRequest for most), after which the provisioner refuses the
+// jobs for good.
 func fleetError(errs []types.CreateFleetError, overrides []types.FleetLaunchTemplateOverridesRequest, have, want int) error {
 	unsupported := unsupportedPools(errs, overrides)
-	var capacityCode, poolCode, configCode string
+	var capacityCode, poolCode, passingCode, configCode string
+	passing := false
 	for _, e := range errs {
 		code := deref(e.ErrorCode)
+		sentinel := sentinelOf(code)
 		switch {
-		case errors.Is(sentinelOf(code), domain.ErrInsufficientCapacity):
+		case errors.Is(sentinel, domain.ErrInsufficientCapacity):
 			capacityCode = or(capacityCode, code)
 		case code == codeUnsupported && unsupported < len(overrides):
 			poolCode = code
+		case sentinel == nil:
+			passingCode, passing = or(passingCode, code), true
 		default:
 			configCode = or(configCode, code)
 		}
 	}
 	code, sentinel := configCode, sentinelOf(configCode)
-	if capacityCode != "" || poolCode != "" || have > 0 {
-		code, sentinel = or(capacityCode, or(poolCode, configCode)), domain.ErrInsufficientCapacity
+	switch {
+	case capacityCode != "" || poolCode != "" || have > 0:
+		code, sentinel = or(capacityCode, or(poolCode, or(configCode, passingCode))), domain.ErrInsufficientCapacity
+	case passing:
+		code, sentinel = passingCode, nil
 	}
 	return &domain.CloudError{Op: ec2like.OpCreateFleet, Code: code,
-		Err: fmt.Errorf("%w: %d of %d machines: %s", sentinel, have, want, fleetErrorSummary(errs))}
+		Err: withSentinel(sentinel, fmt.Sprintf("%d of %d machines: %s", have, want, fleetErrorSummary(errs)))}
 }
 
 // unsupportedPools counts the overrides of a request that an Unsupported

@@ -36,10 +36,13 @@ func or(s, def string) string {
 var smallPools = []string{"c7a.large@subnet-a", "c7a.large@subnet-b", "m7a.large@subnet-a", "m7a.large@subnet-b",
 	"c7a.xlarge@subnet-a", "c7a.xlarge@subnet-b"}
 
-func unsupportedEverywhere() []types.CreateFleetError {
+func unsupportedEverywhere() []types.CreateFleetError { return everyPool("Unsupported") }
+
+// everyPool is one error of code for each of the small runner's pools.
+func everyPool(code string) []types.CreateFleetError {
 	var out []types.CreateFleetError
 	for _, p := range smallPools {
-		out = append(out, fleetErr("Unsupported", p))
+		out = append(out, fleetErr(code, p))
 	}
 	return out
 }
@@ -68,6 +71,8 @@ func TestAFleetErrorIsReadFromAllItsErrors(t *testing.T) {
 		{"a bad parameter and unsupported everywhere", append([]types.CreateFleetError{fleetErr("InvalidParameterValue", "")},
 			unsupportedEverywhere()...), 0, domain.ErrInvalidRequest, "InvalidParameterValue"},
 		{"an unknown image", []types.CreateFleetError{fleetErr("InvalidAMIID.NotFound", "")}, 0, domain.ErrUnknownImage, "InvalidAMIID.NotFound"},
+		{"no free address in any subnet", everyPool("InsufficientFreeAddressesInSubnet"), 0, domain.ErrInsufficientCapacity,
+			"InsufficientFreeAddressesInSubnet"},
 	} {
 		f := newFake()
 		f.fleet = func(n int, in *awsec2.CreateFleetInput) (*awsec2.CreateFleetOutput, error) {
@@ -85,6 +90,33 @@ func TestAFleetErrorIsReadFromAllItsErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), *e.ErrorCode) {
 				t.Errorf("%s: %v does not name %s", tc.name, err, *e.ErrorCode)
 			}
+		}
+	}
+}
+
+// A fleet that failed in every pool on EC2's side, or with a code not
+// known here beside others that say the request is wrong, failed this
+// time: it fails without a kind, to be tried again, and the jobs are not
+// rejected.
+func TestAFleetThatFailedOnEC2sSideIsNotRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		errs []types.CreateFleetError
+		code string
+	}{
+		{"an internal error in every pool", everyPool("InternalError"), "InternalError"},
+		{"no code at all", []types.CreateFleetError{{}}, ""},
+		{"a code not known here and a bad parameter", []types.CreateFleetError{fleetErr("InvalidParameterValue", ""),
+			fleetErr("ACodeEC2AddsLater", "")}, "ACodeEC2AddsLater"},
+	} {
+		f := newFake()
+		f.fleet = func(int, *awsec2.CreateFleetInput) (*awsec2.CreateFleetOutput, error) {
+			return &awsec2.CreateFleetOutput{Errors: tc.errs}, nil
+		}
+		ms, err := newFakeCloud(t, f, ec2.Options{}).Create(t.Context(), launchSpec(2, small))
+		ce, ok := errors.AsType[*domain.CloudError](err)
+		if len(ms) != 0 || !ok || ce.Code != tc.code || kindOf(err) != nil {
+			t.Errorf("%s: %d machines, %v (kind %v); want none, code %q and no kind", tc.name, len(ms), err, kindOf(err), tc.code)
 		}
 	}
 }
