@@ -23,9 +23,13 @@ import (
 type reachability struct {
 	mu    sync.Mutex
 	since time.Time // zero while reachable
-	file  string    // where the streak's start is kept; "" keeps it in memory only
-	boot  string    // the boot the streak is counted in
-	log   *slog.Logger
+	// back is closed when the streak ends: every call waiting out a
+	// backoff is tried again at once, rather than after the rest of a
+	// delay that grew while the control plane was away.
+	back chan struct{}
+	file string // where the streak's start is kept; "" keeps it in memory only
+	boot string // the boot the streak is counted in
+	log  *slog.Logger
 }
 
 // keepIn keeps the streak in dir from now on, and resumes the streak an
@@ -48,19 +52,28 @@ func (r *reachability) keepIn(dir, boot string) time.Time {
 	return time.Time{}
 }
 
+// ok notes a call answered: the streak, if any, is over.
 func (r *reachability) ok() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.back != nil {
+		close(r.back)
+		r.back = nil
+	}
 	if !r.since.IsZero() {
 		r.since = time.Time{}
 		r.forget()
 	}
 }
 
-// fail notes a failure at now and returns when the streak began.
-func (r *reachability) fail(now time.Time) time.Time {
+// fail notes a failure at now and returns when the streak began, and a
+// channel closed when the streak ends.
+func (r *reachability) fail(now time.Time) (time.Time, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.back == nil {
+		r.back = make(chan struct{})
+	}
 	if r.since.IsZero() {
 		r.since = now
 		if r.file != "" {
@@ -69,7 +82,7 @@ func (r *reachability) fail(now time.Time) time.Time {
 			}
 		}
 	}
-	return r.since
+	return r.since, r.back
 }
 
 // forget removes the kept streak.
@@ -84,9 +97,13 @@ func (r *reachability) forget() {
 
 // retry calls call until it succeeds or fails for good, waiting with
 // exponential backoff (with jitter, honouring Retry-After) while the
-// failure is transient. Once the control plane has been unreachable for
-// the deadline it gives up with ErrUnreachable, unless a job is running: a
-// job in progress does not need the control plane.
+// failure is transient. Any call of the agent answered (a heartbeat, most
+// often) cuts the wait short, though never before the server's
+// Retry-After: the control plane is back, and a long poll left in a 30 s
+// backoff would miss instructions it waits for. Once the control plane
+// has been unreachable for the deadline it gives up with ErrUnreachable,
+// unless a job is running: a job in progress does not need the control
+// plane.
 func (a *Agent) retry(ctx context.Context, what string, call func(context.Context) error) error {
 	backoff := a.cfg.BackoffMin
 	for {
@@ -102,25 +119,50 @@ func (a *Agent) retry(ctx context.Context, what string, call func(context.Contex
 			return err
 		}
 		now := a.clk.Now()
-		since := a.reach.fail(now)
+		since, back := a.reach.fail(now)
 		giveUpAt := since.Add(a.cfg.UnreachableDeadline)
 		if a.givingUp(now, since) {
 			return unreachable(what, since, err)
 		}
-		delay := a.jitter(backoff)
+		delay, floor := a.jitter(backoff), time.Duration(0)
 		var ae *APIError
-		if errors.As(err, &ae) && ae.RetryAfter > delay {
-			delay = min(ae.RetryAfter, a.cfg.BackoffMax)
+		if errors.As(err, &ae) && ae.RetryAfter > 0 {
+			floor = min(ae.RetryAfter, a.cfg.BackoffMax)
+			delay = max(delay, floor)
 		}
 		if left := giveUpAt.Sub(now); !a.jobRunning.Load() && delay > left {
 			delay = left // one last try at the deadline
 		}
+		floor = min(floor, delay)
 		a.log.Warn("control plane call failed; retrying", "call", what, "in", delay, "err", err)
-		if err := a.sleep(ctx, delay); err != nil {
+		if err := a.backoff(ctx, delay, floor, back); err != nil {
 			return err
 		}
 		backoff = min(2*backoff, a.cfg.BackoffMax)
 	}
+}
+
+// backoff waits delay, or until back is closed once floor has passed, or
+// until ctx ends.
+func (a *Agent) backoff(ctx context.Context, delay, floor time.Duration, back <-chan struct{}) error {
+	if floor > 0 {
+		if err := a.sleep(ctx, floor); err != nil {
+			return err
+		}
+		delay -= floor
+	}
+	if delay <= 0 {
+		return nil
+	}
+	done, stop := clock.Closes(a.clk, delay)
+	defer stop()
+	select {
+	case <-done:
+	case <-back:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
 }
 
 // givingUp reports whether the control plane, unreachable since since, has
