@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -66,7 +67,13 @@ func (c *Cloud) Tag(ctx context.Context, ids []string, tags map[string]string) e
 // call when one id is unknown: the unknown ids are skipped and the call
 // made again with the rest (domain.SkipUnknown). Where EC2 does not say
 // which ids (or an emulator fails otherwise), the ids are checked with
-// DescribeInstances before giving up.
+// DescribeInstances before giving up. EC2 fails it as well over one
+// machine it names that the call cannot act on (see refusedIDs): those are
+// taken out too and the call made on the rest, so that one machine an
+// operator protects, or one terminated behind bullpen's back, does not
+// hold back the others at every try. Of the machines taken out so, those
+// terminated or shutting down are reported as gone with the unknown ids;
+// any other is reported in a *RefusedInstancesError.
 func (c *Cloud) batch(ctx context.Context, op string, ids []string, call func([]string) error) error {
 	if len(ids) == 0 {
 		return &domain.CloudError{Op: op, Code: "MissingParameter", Err: fmt.Errorf("%w: no instance ids", domain.ErrInvalidRequest)}
@@ -75,21 +82,132 @@ func (c *Cloud) batch(ctx context.Context, op string, ids []string, call func([]
 		return &domain.CloudError{Op: op, Code: "InvalidParameterValue",
 			Err: fmt.Errorf("%w: %d instance ids, at most %d per call", domain.ErrInvalidRequest, len(ids), domain.MaxBatch)}
 	}
-	return domain.SkipUnknown(op, ids, func(ids []string) error {
-		err := mapError(op, call(ids))
-		if err == nil || len(unknownIDs(err)) > 0 || errors.Is(err, domain.ErrThrottled) || errors.Is(err, domain.ErrUnauthorized) {
-			return err
+	var refused []string
+	var refusal *domain.CloudError // EC2's first, kept for its code and message
+	err := domain.SkipUnknown(op, ids, func(ids []string) error {
+		ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return slices.Contains(refused, id) })
+		for len(ids) > 0 {
+			err := mapError(op, call(ids))
+			named := refusedIDs(err, ids)
+			if len(named) == 0 {
+				return c.unknownAmong(ctx, op, ids, err)
+			}
+			if refusal == nil {
+				refusal, _ = errors.AsType[*domain.CloudError](err)
+			}
+			refused = append(refused, named...)
+			ids = slices.DeleteFunc(ids, func(id string) bool { return slices.Contains(named, id) })
 		}
-		if gone, merr := c.missing(ctx, ids); merr == nil && len(gone) > 0 {
-			return &domain.CloudError{Op: op, Code: "InvalidInstanceID.NotFound", Err: &domain.UnknownInstancesError{Op: op, IDs: gone}}
-		}
-		return err
+		return nil
 	}, func(err error) []string {
 		if ids := domain.UnknownIDs(err); len(ids) > 0 {
 			return ids
 		}
 		return unknownIDs(err)
 	})
+	if len(refused) == 0 || (err != nil && !errors.Is(err, domain.ErrUnknownInstance)) {
+		return err
+	}
+	unknown := slices.Clone(domain.UnknownIDs(err))
+	gone, still := c.splitGone(ctx, refused)
+	unknown = append(unknown, gone...)
+	if len(still) == 0 {
+		return &domain.CloudError{Op: op, Code: refusal.Code, Err: &domain.UnknownInstancesError{Op: op, IDs: unknown}}
+	}
+	return &domain.CloudError{Op: op, Code: refusal.Code,
+		Err: &RefusedInstancesError{Op: op, IDs: still, Unknown: unknown, Reason: refusal.Err.Error()}}
+}
+
+// unknownAmong is what a batch call on ids that failed with err says:
+// err itself, unless EC2 might have refused it for an unknown id without
+// naming it; then the ids are described, and the unknown ones named.
+// Throttling, credentials and EC2's own faults are returned at once.
+func (c *Cloud) unknownAmong(ctx context.Context, op string, ids []string, err error) error {
+	if err == nil || len(unknownIDs(err)) > 0 || errors.Is(err, domain.ErrThrottled) || errors.Is(err, domain.ErrUnauthorized) ||
+		isServerFault(codeOf(err)) {
+		return err
+	}
+	if gone, merr := c.missing(ctx, ids); merr == nil && len(gone) > 0 {
+		return &domain.CloudError{Op: op, Code: "InvalidInstanceID.NotFound", Err: &domain.UnknownInstancesError{Op: op, IDs: gone}}
+	}
+	return err
+}
+
+// refusalCodes are EC2's codes for a batch call refused over machines its
+// message names: one in a state the call cannot change (a terminated
+// machine to start, a pending one to stop), one an attribute protects
+// (termination or stop protection), one the call does not apply to (a
+// spot machine to stop).
+var refusalCodes = []string{"IncorrectInstanceState", "OperationNotPermitted", "UnsupportedOperation"}
+
+// refusedIDs returns the ids of a call on ids that EC2 refused it over, as
+// its message names them, or nil when err is no such refusal or names no
+// id of the call.
+func refusedIDs(err error, ids []string) []string {
+	ce, ok := errors.AsType[*domain.CloudError](err)
+	if !ok || !slices.Contains(refusalCodes, ce.Code) {
+		return nil
+	}
+	var named []string
+	for _, id := range instanceIDs.FindAllString(ce.Err.Error(), -1) {
+		if slices.Contains(ids, id) && !slices.Contains(named, id) {
+			named = append(named, id)
+		}
+	}
+	return named
+}
+
+// splitGone parts the machines a call was refused over into those that no
+// longer exist for bullpen (terminated or shutting down, or no longer
+// described) and the others. A describe that fails leaves them all with
+// the others: they are reported as refused, not as gone.
+func (c *Cloud) splitGone(ctx context.Context, ids []string) (gone, still []string) {
+	found, err := c.describe(ctx, &ec2.DescribeInstancesInput{InstanceIds: ids})
+	if err != nil {
+		unknown := unknownIDs(err)
+		for _, id := range ids {
+			if slices.Contains(unknown, id) {
+				gone = append(gone, id)
+			} else {
+				still = append(still, id)
+			}
+		}
+		return gone, still
+	}
+	state := map[string]domain.CloudState{}
+	for _, m := range found {
+		state[m.ID] = m.State
+	}
+	for _, id := range ids {
+		switch s, ok := state[id]; {
+		case !ok, s == domain.CloudTerminated, s == domain.CloudShuttingDown:
+			gone = append(gone, id)
+		default:
+			still = append(still, id)
+		}
+	}
+	return gone, still
+}
+
+// RefusedInstancesError names the machines of a batch call that EC2
+// refused to act on (a machine protected from termination, one stopping
+// that cannot be started yet); the call acted on the others. Unknown are
+// the ids of the call that are gone, as a *domain.UnknownInstancesError
+// would name them. It does not wrap domain.ErrUnknownInstance: the refused
+// machines exist, and a terminate that left them running is not done.
+type RefusedInstancesError struct {
+	Op      string
+	IDs     []string
+	Unknown []string
+	Reason  string // EC2's message for the first refusal
+}
+
+func (e *RefusedInstancesError) Error() string {
+	msg := fmt.Sprintf("%s: refused for instances %s (%s)", e.Op, strings.Join(e.IDs, ", "), e.Reason)
+	if len(e.Unknown) > 0 {
+		msg += "; unknown instances " + strings.Join(e.Unknown, ", ")
+	}
+	return msg
 }
 
 // missing returns the ids of ids EC2 does not describe. EC2 names them

@@ -102,6 +102,17 @@ func isInvalidRequestCode(code string) bool {
 	return false
 }
 
+// isServerFault says whether EC2 failed on its side (its 5xx codes). The
+// SDK has retried such a call already; bullpen's loops try again at their
+// next cycle.
+func isServerFault(code string) bool {
+	switch code {
+	case "InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable":
+		return true
+	}
+	return false
+}
+
 // mapError turns an error of call op into a *domain.CloudError keeping
 // EC2's code. Errors that are not EC2's (a cancelled context, a network
 // failure) are returned as they are, wrapped with op.
@@ -124,6 +135,14 @@ func withSentinel(sentinel error, message string) error {
 		return errors.New(message)
 	}
 	return fmt.Errorf("%w: %s", sentinel, message)
+}
+
+// codeOf is the EC2 code an error carries, "" for none.
+func codeOf(err error) string {
+	if ce, ok := errors.AsType[*domain.CloudError](err); ok {
+		return ce.Code
+	}
+	return ""
 }
 
 // instanceIDs finds instance ids in EC2's messages ("The instance IDs

@@ -32,6 +32,8 @@ type fakeAPI struct {
 	versions  []*awsec2.CreateLaunchTemplateVersionInput
 	deleted   []string
 	terminate func(ids []string) error
+	start     func(ids []string) error
+	started   [][]string
 	describe  func(ids []string) error // before the pages are answered
 	tagged    [][]string
 	calls     map[string]int
@@ -176,6 +178,19 @@ func (f *fakeAPI) TerminateInstances(_ context.Context, in *awsec2.TerminateInst
 		}
 	}
 	return &awsec2.TerminateInstancesOutput{}, nil
+}
+
+func (f *fakeAPI) StartInstances(_ context.Context, in *awsec2.StartInstancesInput, _ ...func(*awsec2.Options)) (*awsec2.StartInstancesOutput, error) {
+	f.count("StartInstances")
+	if f.start != nil {
+		if err := f.start(in.InstanceIds); err != nil {
+			return nil, err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.started = append(f.started, in.InstanceIds)
+	return &awsec2.StartInstancesOutput{}, nil
 }
 
 func (f *fakeAPI) CreateTags(_ context.Context, in *awsec2.CreateTagsInput, _ ...func(*awsec2.Options)) (*awsec2.CreateTagsOutput, error) {

@@ -2,14 +2,17 @@ package ec2_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsec2 "github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
 	"github.com/bullpen-ci/bullpen/internal/clock"
@@ -99,5 +102,49 @@ func TestCheckNamesWhatDoesNotExist(t *testing.T) {
 	ok, _ := newMotoCloud(t, ec2.Options{Subnets: []string{good}})
 	if err := ok.Check(t.Context()); err != nil {
 		t.Fatalf("check of an existing subnet: %v", err)
+	}
+}
+
+// On the emulator too, one machine protected from termination does not
+// keep the others of its batch running; it is named as refused.
+func TestTerminateGoesOnBesideAProtectedMachineOnMoto(t *testing.T) {
+	c, api := newMotoCloud(t, ec2.Options{})
+	ctx := t.Context()
+	img, err := c.ResolveImage(ctx, cloudtest.Image, domain.RunnerSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := c.Create(ctx, domain.LaunchSpec{Runner: domain.RunnerSpec{Name: "protected", CPU: domain.Range{Min: 2, Max: 2}},
+		ImageID: img, Count: 3, Tags: map[string]string{domain.TagController: "protected-" + t.Name()}})
+	if err != nil || len(ms) != 3 {
+		t.Fatalf("create: %d machines, %v", len(ms), err)
+	}
+	ids := []string{ms[0].ID, ms[1].ID, ms[2].ID}
+	protect := func(on bool) error {
+		_, err := api.ModifyInstanceAttribute(context.WithoutCancel(ctx), &awsec2.ModifyInstanceAttributeInput{
+			InstanceId: aws.String(ids[1]), DisableApiTermination: &types.AttributeBooleanValue{Value: aws.Bool(on)}})
+		return err
+	}
+	if err := protect(true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if protect(false) == nil {
+			_ = c.Terminate(context.WithoutCancel(ctx), ids[1:2])
+		}
+	})
+	err = c.Terminate(ctx, ids)
+	if refused, ok := errors.AsType[*ec2.RefusedInstancesError](err); !ok || !slices.Equal(refused.IDs, ids[1:2]) || domain.TerminateDone(err) {
+		t.Fatalf("terminate: %v; want %s named as refused", err, ids[1])
+	}
+	got, err := c.List(ctx, domain.CloudFilter{IDs: ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range got {
+		ended := m.State == domain.CloudShuttingDown || m.State == domain.CloudTerminated
+		if ended == (m.ID == ids[1]) {
+			t.Errorf("%s is %s", m.ID, m.State)
+		}
 	}
 }
