@@ -105,8 +105,18 @@ func (c Config) Validate() error {
 			EnvPrefix + "LAUNCH_SECRET): the launch data gives one")
 	case c.StateDir == "":
 		return errors.New("no state directory (--state-dir)")
+	}
+	return c.validateWork()
+}
+
+// validateWork reports the first setting of the agent's work (its commands,
+// pattern and durations) that cannot work.
+func (c Config) validateWork() error {
+	switch {
 	case c.RunnerCommand == "" || c.ShutdownCommand == "":
 		return errors.New("the runner and shutdown commands cannot be empty")
+	case !strings.Contains(c.RunnerCommand, JITConfigPlaceholder):
+		return errNoPlaceholder
 	case c.UnreachableDeadline <= 0 || c.HeartbeatEvery <= 0 || c.PollWait <= 0 || c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
 		return errors.New("durations must be positive, and the backoff maximum at least its minimum")
 	}
@@ -115,6 +125,11 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// errNoPlaceholder: the runner gets its job's configuration only where the
+// command says {jitconfig}; without it every runner would start with none.
+var errNoPlaceholder = errors.New("the runner command has no " + JITConfigPlaceholder +
+	": its runner would never get a job's configuration")
 
 // machineSecret is the bootstrap secret hello presents for the machine
 // cloudID: the machine's own when the launch data holds it, else derived
@@ -178,7 +193,8 @@ var settings = []setting{
 // defaults, the --config file (an environment file as launchdata.EnvFile
 // writes it), the environment (BULLPEN_AGENT_*), and flags. It returns
 // warnings (unknown BULLPEN_AGENT_* names in the file) beside the config;
-// flag.ErrHelp for -h.
+// flag.ErrHelp for -h; an error wrapping ErrConfigUnreadable when the file
+// cannot be read, any other error being settings that cannot work.
 func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Config, []string, error) {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(usage)
@@ -224,10 +240,16 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	return cfg, warnings, cfg.Validate()
 }
 
+// ErrConfigUnreadable is wrapped by LoadConfig's error when the config
+// file could not be read at all: the machine may yet mend that (a file
+// written late, a passing I/O error), where settings that cannot work
+// stay so however often the agent starts.
+var ErrConfigUnreadable = errors.New("read config")
+
 func applyFile(cfg *Config, path string) ([]string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrConfigUnreadable, err)
 	}
 	vars, err := ParseEnvFile(string(data))
 	if err != nil {

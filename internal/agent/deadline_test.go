@@ -78,7 +78,7 @@ func TestAnIdleRunnerDoesNotHoldTheDeadlineOff(t *testing.T) {
 	// The control plane goes as soon as it has given the job.
 	_, _, front := behindBalancer(t, true)
 	cfg := r.config("bp-1", "secret")
-	cfg.RunnerCommand = "sh " + agent.ShellQuote(r.path("idle-runner.sh"))
+	cfg.RunnerCommand = "sh " + agent.ShellQuote(r.path("idle-runner.sh")) + " " + agent.JITConfigPlaceholder
 	clk, g := r.startAgainst(cfg, front)
 	// The heartbeats wait for their next turn and the registered signal for
 	// its retry: the agent heard the last answers, and its first failure
@@ -101,7 +101,7 @@ func TestAStartedJobHoldsTheDeadlineOff(t *testing.T) {
 	r := newRig(t)
 	stub, gone, front := behindBalancer(t, false)
 	cfg := r.config("bp-1", "secret")
-	cfg.RunnerCommand = "sh " + agent.ShellQuote(r.path("blocking-runner.sh"))
+	cfg.RunnerCommand = "sh " + agent.ShellQuote(r.path("blocking-runner.sh")) + " " + agent.JITConfigPlaceholder
 	clk, g := r.startAgainst(cfg, front)
 	stub.await(t, "job-started", func() bool { return stub.signals["job-started"] == 1 })
 	gone.Store(true)

@@ -154,7 +154,7 @@ func TestRunnerFailingBeforeItsJob(t *testing.T) {
 	cp := r.cp
 	r.write("broken-runner.sh", "#!/bin/sh\necho 'cannot register'\nexit 2\n")
 	cfg := r.launched("bp-1")
-	cfg.RunnerCommand = "sh " + agent.ShellQuote(r.path("broken-runner.sh"))
+	cfg.RunnerCommand = "sh " + agent.ShellQuote(r.path("broken-runner.sh")) + " " + agent.JITConfigPlaceholder
 	r.run(cfg)
 	r.servingOnce("bp-1", 101, "jit")
 	c := cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalFailed))
@@ -172,7 +172,7 @@ func TestAgentStoppedMidJobReportsItAtRestart(t *testing.T) {
 	r := newRig(t)
 	cp := r.cp
 	cfg := r.launched("bp-1")
-	cfg.RunnerCommand = "sh " + agent.ShellQuote(r.path("blocking-runner.sh"))
+	cfg.RunnerCommand = "sh " + agent.ShellQuote(r.path("blocking-runner.sh")) + " " + agent.JITConfigPlaceholder
 	first := r.run(cfg)
 	r.servingOnce("bp-1", 101, "jit")
 	cp.Calls.Await(t, 1, agentapitest.IsSignal(domain.SignalJobStarted))
