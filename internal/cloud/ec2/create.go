@@ -20,11 +20,16 @@ import (
 // (image, volume, security groups, instance profile, user data with the
 // launch's bootstrap, IMDSv2 required, shutdown terminates); the fleet's
 // overrides give one per subnet and allowed instance type, and its tags go
-// on the fleet, the instances and their volumes in the same call. A retried call finds
-// the machines of its launch by the launch tag and returns them rather
-// than launch again. When spot capacity is refused, what is missing is
-// launched on-demand (unless DisableSpotFallback). A partly fulfilled fleet
-// returns what it launched with an error wrapping ErrInsufficientCapacity.
+// on the fleet, the instances and their volumes in the same call. The
+// fleet request carries spec.ClientToken (the on-demand fallback a token
+// derived from it), by which EC2 answers a request the SDK repeats after
+// a lost answer with the fleet it launched the first time. Nothing is
+// listed before: bullpen calls Create once per launch, with a fresh
+// token. A create called again with the token of a launch made before
+// finds that launch's machines (see launched). When spot capacity is
+// refused, what is missing is launched on-demand (unless
+// DisableSpotFallback). A partly fulfilled fleet returns what it launched
+// with an error wrapping ErrInsufficientCapacity.
 func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.CloudInstance, error) {
 	if spec.Count <= 0 {
 		return nil, &domain.CloudError{Op: ec2like.OpCreateFleet, Code: "InvalidParameterValue",
@@ -35,9 +40,6 @@ func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.Cl
 		// token and no launch of bullpen's is its own launch.
 		spec.Tags = cloneTags(spec.Tags)
 		spec.Tags[domain.TagLaunch] = spec.ClientToken
-	}
-	if launched, err := c.launched(ctx, spec); err != nil || len(launched) > 0 {
-		return launched, err
 	}
 	img, err := c.image(ctx, spec.ImageID, spec.Runner)
 	if err != nil {
@@ -58,6 +60,9 @@ func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.Cl
 		capacity = types.DefaultTargetCapacityTypeSpot
 	}
 	out, err := c.fleet(ctx, spec, version, instanceTypes, spec.Count, capacity, spec.ClientToken)
+	if isCode(err, ec2like.CodeIdempotentMismatch) && spec.Tags[domain.TagLaunch] != "" {
+		return c.launched(ctx, spec)
+	}
 	spotShort := err == nil || errors.Is(err, domain.ErrInsufficientCapacity)
 	if spotShort && len(out) < spec.Count && capacity == types.DefaultTargetCapacityTypeSpot && !c.opts.DisableSpotFallback {
 		c.opts.Log.Info("spot capacity short; launching the rest on-demand", "runner", spec.Runner.Name,
@@ -87,15 +92,20 @@ func suffixed(token, suffix string) string {
 	return token + suffix
 }
 
-// launched returns the live machines of spec's launch, found by its tag: a
-// create call that went through before (a retry after a lost answer, or
-// after a crash) is not made twice.
+// launched returns the live machines of spec's launch, found by its tag,
+// once EC2 refused its fleet request as a reuse of a client token for
+// another request: the launch was made before, by an earlier call with
+// the same token, whose request differed only in the template version
+// each call makes. Where none of its machines is listed yet, the refusal
+// is returned without its kind, to be retried rather than make the
+// provisioner reject the jobs.
 func (c *Cloud) launched(ctx context.Context, spec domain.LaunchSpec) ([]domain.CloudInstance, error) {
-	launch := spec.Tags[domain.TagLaunch]
-	if launch == "" {
-		return nil, nil
+	out, err := c.List(ctx, domain.CloudFilter{Tags: map[string]string{domain.TagLaunch: spec.Tags[domain.TagLaunch]}})
+	if err != nil || len(out) > 0 {
+		return out, err
 	}
-	return c.List(ctx, domain.CloudFilter{Tags: map[string]string{domain.TagLaunch: launch}})
+	return nil, &domain.CloudError{Op: ec2like.OpCreateFleet, Code: ec2like.CodeIdempotentMismatch,
+		Err: fmt.Errorf("launch %s was made before, and none of its machines is listed yet", spec.Tags[domain.TagLaunch])}
 }
 
 // fleet makes one instant fleet request for n machines.

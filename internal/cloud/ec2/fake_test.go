@@ -285,6 +285,46 @@ func TestCreateMakesOneFleetFromTheLaunchsOwnTemplateVersion(t *testing.T) {
 	}
 }
 
+// A launch lists nothing before its fleet request, whose client token is
+// what keeps EC2 from launching twice: a throttled DescribeInstances
+// cannot fail it.
+func TestALaunchListsNothingBeforeItsFleet(t *testing.T) {
+	f := newFake()
+	f.describe = func([]string) error { return apiError("RequestLimitExceeded", "Request limit exceeded.") }
+	ms, err := newFakeCloud(t, f, ec2.Options{}).Create(t.Context(), launchSpec(2, small))
+	if err != nil || len(ms) != 2 || f.calls["DescribeInstances"] != 0 {
+		t.Fatalf("%d machines, %v after %d DescribeInstances; want 2 and none", len(ms), err, f.calls["DescribeInstances"])
+	}
+}
+
+// A create called again for a launch made before makes a new template
+// version, so EC2 refuses its fleet request as another request under the
+// same token: the launch's machines are listed by its tag and returned,
+// none launched twice.
+func TestACreateCalledAgainReturnsItsLaunchsMachines(t *testing.T) {
+	f := newFake()
+	f.fleet = func(n int, in *awsec2.CreateFleetInput) (*awsec2.CreateFleetOutput, error) {
+		if n > 1 {
+			return nil, apiError("IdempotentParameterMismatch", "Client token already used before.")
+		}
+		return fleetOf(2, n), nil
+	}
+	c := newFakeCloud(t, f, ec2.Options{})
+	first, err := c.Create(t.Context(), launchSpec(2, small))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page []types.Instance
+	for _, m := range first {
+		page = append(page, types.Instance{InstanceId: aws.String(m.ID), State: &types.InstanceState{Name: types.InstanceStateNameRunning}})
+	}
+	f.pages = [][]types.Instance{page}
+	again, err := c.Create(t.Context(), launchSpec(2, small))
+	if err != nil || len(again) != 2 || again[0].ID != first[0].ID || again[1].ID != first[1].ID {
+		t.Fatalf("again: %v, %v; want the machines of the first call", again, err)
+	}
+}
+
 // A fleet short of capacity returns what it launched, with the code.
 func TestAPartialFleetReturnsWhatItGotAndTheCode(t *testing.T) {
 	f := newFake()

@@ -2,6 +2,7 @@ package ec2_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsec2 "github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/bullpen-ci/bullpen/internal/awsconf/mototest"
 	"github.com/bullpen-ci/bullpen/internal/clock"
@@ -75,11 +77,51 @@ func newMotoCloud(t *testing.T, o ec2.Options) (*ec2.Cloud, *awsec2.Client) {
 		o.Subnets = motoSubnets(t, api)
 	}
 	o.Clock, o.Log = clock.Real{}, slog.New(slog.DiscardHandler)
-	c, err := ec2.New(api, o)
+	c, err := ec2.New(&fleetTokens{Client: api, seen: map[string]fleetAnswer{}}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c, api
+}
+
+// fleetTokens gives the emulator's CreateFleet EC2's client tokens, which
+// it ignores: a request made again with its token is answered as it was
+// the first time, without a second fleet, and another request with the
+// same token is refused as IdempotentParameterMismatch.
+type fleetTokens struct {
+	*awsec2.Client
+	mu   sync.Mutex
+	seen map[string]fleetAnswer
+}
+
+type fleetAnswer struct {
+	request string
+	out     *awsec2.CreateFleetOutput
+}
+
+func (f *fleetTokens) CreateFleet(ctx context.Context, in *awsec2.CreateFleetInput, opts ...func(*awsec2.Options)) (*awsec2.CreateFleetOutput, error) {
+	token := aws.ToString(in.ClientToken)
+	if token == "" {
+		return f.Client.CreateFleet(ctx, in, opts...)
+	}
+	request, err := json.Marshal(in)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if seen, ok := f.seen[token]; ok {
+		if seen.request != string(request) {
+			return nil, &smithy.GenericAPIError{Code: "IdempotentParameterMismatch",
+				Message: "Client token already used before with different parameters."}
+		}
+		return seen.out, nil
+	}
+	out, err := f.Client.CreateFleet(ctx, in, opts...)
+	if err == nil {
+		f.seen[token] = fleetAnswer{request: string(request), out: out}
+	}
+	return out, err
 }
 
 func TestContractOnMoto(t *testing.T) {
