@@ -19,32 +19,36 @@ func CloudIDFromMetadata(ctx context.Context, hc *http.Client, base, source stri
 		if err != nil {
 			return "", err
 		}
-		return vals[0], nil
+		return strings.TrimSpace(vals[0]), nil
 	case "digitalocean":
-		return metadataGet(ctx, hc, http.MethodGet, base+"/metadata/v1/id", nil)
+		id, err := metadataGet(ctx, hc, http.MethodGet, base+"/metadata/v1/id", nil)
+		return strings.TrimSpace(id), err
 	}
 	return "", fmt.Errorf("unknown metadata source %q (want imds or digitalocean)", source)
 }
 
 // IdentityFromIMDS reads EC2's instance identity document and its base64
 // RSA-SHA256 signature: the control plane checks them before it gives the
-// machine its token.
+// machine its token. The document is returned byte for byte as EC2 serves
+// it, white space included: the signature is over those bytes.
 func IdentityFromIMDS(ctx context.Context, hc *http.Client, base string) (doc, signature string, err error) {
 	vals, err := imdsGet(ctx, hc, strings.TrimRight(base, "/"),
 		"dynamic/instance-identity/document", "dynamic/instance-identity/signature")
 	if err != nil {
 		return "", "", err
 	}
-	return vals[0], vals[1], nil
+	return vals[0], strings.TrimSpace(vals[1]), nil
 }
 
-// imdsGet reads paths under /latest/ with one IMDSv2 session token.
+// imdsGet reads paths under /latest/ with one IMDSv2 session token, each
+// answer as it was sent.
 func imdsGet(ctx context.Context, hc *http.Client, base string, paths ...string) ([]string, error) {
 	token, err := metadataGet(ctx, hc, http.MethodPut, base+"/latest/api/token",
 		map[string]string{"X-aws-ec2-metadata-token-ttl-seconds": "300"})
 	if err != nil {
 		return nil, fmt.Errorf("IMDSv2 token: %w", err)
 	}
+	token = strings.TrimSpace(token)
 	out := make([]string, len(paths))
 	for i, p := range paths {
 		if out[i], err = metadataGet(ctx, hc, http.MethodGet, base+"/latest/"+p,
@@ -55,6 +59,8 @@ func imdsGet(ctx context.Context, hc *http.Client, base string, paths ...string)
 	return out, nil
 }
 
+// metadataGet returns the body of the answer as it was sent; a body of
+// nothing but white space is an error.
 func metadataGet(ctx context.Context, hc *http.Client, method, url string, header map[string]string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
@@ -81,9 +87,8 @@ func metadataGet(ctx context.Context, hc *http.Client, method, url string, heade
 		// the agent (exit 3, never restarted).
 		return "", &APIError{Status: resp.StatusCode, Message: "metadata service: " + http.StatusText(resp.StatusCode), Foreign: true}
 	}
-	v := strings.TrimSpace(string(body))
-	if v == "" {
+	if strings.TrimSpace(string(body)) == "" {
 		return "", fmt.Errorf("%s answered nothing", url)
 	}
-	return v, nil
+	return string(body), nil
 }
