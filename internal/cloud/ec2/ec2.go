@@ -62,8 +62,10 @@ type Options struct {
 	// ControllerID tags the launch templates bullpen creates, so that its
 	// IAM policy can limit new versions to its own templates.
 	ControllerID string
-	// TemplatePrefix names the launch templates: PREFIX-RUNNER. Default
-	// "bullpen"; give each stack its own when several share an account.
+	// TemplatePrefix names the launch templates: PREFIX-RUNNER, with the
+	// characters EC2 refuses in a name replaced and a hash added where
+	// there are any (or the name is too long). Default "bullpen"; give
+	// each stack its own when several share an account.
 	TemplatePrefix string
 	// SpotFallback launches on-demand what spot capacity could not give.
 	// Default true (set DisableSpotFallback to turn it off).

@@ -2,10 +2,13 @@ package ec2
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
@@ -36,7 +39,7 @@ func (c *Cloud) templateVersion(ctx context.Context, spec domain.LaunchSpec, img
 	if err != nil {
 		return templateRef{}, err
 	}
-	name := c.opts.TemplatePrefix + "-" + spec.Runner.Name
+	name := templateName(c.opts.TemplatePrefix, spec.Runner.Name)
 	for again := false; ; again = true {
 		id, err := c.template(ctx, name)
 		if err != nil {
@@ -187,6 +190,48 @@ func (c *Cloud) dropVersion(ctx context.Context, v templateRef) {
 		level = slog.LevelWarn // once per template: an emulator may not support it at all
 	}
 	c.opts.Log.Log(ctx, level, "delete a launch template version; it is kept", "template", v.id, "version", v.number, "err", err)
+}
+
+// templateName is the launch template of a runner: PREFIX-RUNNER as it is
+// where EC2 takes it (3 to 128 of ASCII letters, digits and "()./_-").
+// Where it does not, each character EC2 refuses becomes "_" and the name,
+// cut to fit, ends in a hash of the name asked for: two runners whose
+// names differ only in such characters, or past the cut, still get a
+// template each, and the same runner always the same.
+func templateName(prefix, runner string) string {
+	name := prefix + "-" + runner
+	if len(name) >= minTemplateName && len(name) <= maxTemplateName && !strings.ContainsFunc(name, refusedInTemplateName) {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	suffix := "-" + hex.EncodeToString(sum[:])[:templateNameHash]
+	var b strings.Builder
+	for _, r := range name {
+		if b.Len() >= maxTemplateName-len(suffix) {
+			break
+		}
+		if refusedInTemplateName(r) {
+			r = '_'
+		}
+		b.WriteRune(r)
+	}
+	return b.String() + suffix
+}
+
+// EC2's bounds on a launch template's name, and the hex digits of the hash
+// that ends a name made to fit them.
+const (
+	minTemplateName  = 3
+	maxTemplateName  = 128
+	templateNameHash = 10
+)
+
+func refusedInTemplateName(r rune) bool {
+	switch {
+	case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9':
+		return false
+	}
+	return !strings.ContainsRune("()./_-", r)
 }
 
 // templateTags mark a launch template as this controller's.

@@ -2,6 +2,11 @@ package ec2_test
 
 import (
 	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -103,5 +108,41 @@ func TestAFleetWhoseTemplateIsGoneForgetsIt(t *testing.T) {
 	}
 	if _, err := c.Create(t.Context(), otherLaunch(1, small, "launch-b")); err != nil || f.calls["DescribeLaunchTemplates"] != 2 {
 		t.Fatalf("%v after %d DescribeLaunchTemplates; want the template looked up again", err, f.calls["DescribeLaunchTemplates"])
+	}
+}
+
+// A runner name with characters EC2 refuses in a launch template's name
+// (":", "@", non-ASCII), or too long for one, gets a name EC2 takes, its
+// own and the same at every launch; a name EC2 takes is kept as it was,
+// so that the templates made before are found.
+func TestTemplateNamesAreOnesEC2Takes(t *testing.T) {
+	f := newFake()
+	f.templates = map[string]string{}
+	long := strings.Repeat("long", 40)
+	runners := []string{"small", "gpu_a100", "gpu:a100", "gpu@a100", "größe", "gr_e", long, long + "er"}
+	launch := func(c *ec2.Cloud, i int, name string) {
+		r := small
+		r.Name = name
+		if _, err := c.Create(t.Context(), otherLaunch(1, r, fmt.Sprintf("launch-%d", i))); err != nil {
+			t.Fatalf("runner %q: %v", name, err)
+		}
+	}
+	for i, name := range runners {
+		launch(newFakeCloud(t, f, ec2.Options{}), i, name)
+	}
+	valid := regexp.MustCompile(`^[a-zA-Z0-9().\-/_]{3,128}$`)
+	for name := range f.templates {
+		if !valid.MatchString(name) {
+			t.Errorf("template name %q is not one EC2 takes", name)
+		}
+	}
+	if len(f.templates) != len(runners) || f.templates["bullpen-small"] == "" || f.templates["bullpen-gpu_a100"] == "" {
+		t.Fatalf("templates %v; want one per runner, the valid names kept", slices.Sorted(maps.Keys(f.templates)))
+	}
+	for i, name := range runners {
+		launch(newFakeCloud(t, f, ec2.Options{}), i, name)
+	}
+	if f.calls["CreateLaunchTemplate"] != len(runners) {
+		t.Errorf("%d templates created for %d runners launched twice; want each found again", f.calls["CreateLaunchTemplate"], len(runners))
 	}
 }
