@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,7 @@ type Agent struct {
 
 	cloudID   string
 	heartbeat time.Duration
+	firstBoot bool // this run is in the machine's first boot
 	// jobRunning: a runner has started its job (printed the job-started
 	// line) and not exited. The unreachable deadline waits for it.
 	jobRunning atomic.Bool
@@ -101,12 +103,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		return a.finish(ctx, err)
 	}
 	defer unlock() // last: the shutdown command runs with the directory still held
-	if since := a.reach.keepIn(a.cfg.StateDir, bootID()); !since.IsZero() {
+	boot := bootID()
+	if since := a.reach.keepIn(a.cfg.StateDir, boot); !since.IsZero() {
 		a.log.Warn("the control plane has not answered since before this run; the deadline counts from then",
 			"since", since, "deadline_at", since.Add(a.cfg.UnreachableDeadline))
 	}
 	if err := a.identify(ctx); err != nil {
 		return a.finish(ctx, err)
+	}
+	if a.firstBoot, err = firstBoot(a.cfg.StateDir, a.cloudID, boot); err != nil {
+		a.log.Warn("the warm-up is told this is the machine's first boot", "err", err)
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -303,17 +309,27 @@ func (a *Agent) heartbeats(ctx context.Context, stop context.CancelCauseFunc) {
 	}
 }
 
+// FirstBootEnv is set for the warm-up command: "1" in the machine's first
+// boot, "0" in any later one (a stopped machine started again), so that a
+// warm-up can skip the work whose results the first left on the disk.
+const FirstBootEnv = "BULLPEN_FIRST_BOOT"
+
 // warm runs the warm-up command, then reports warm, or failed if it failed.
 func (a *Agent) warm(ctx context.Context) error {
-	return a.stage(ctx, "warm-up", a.cfg.WarmUpCommand, domain.SignalWarm, "warm-up failed")
+	first := "0"
+	if a.firstBoot {
+		first = "1"
+	}
+	return a.stage(ctx, "warm-up", a.cfg.WarmUpCommand, []string{FirstBootEnv + "=" + first}, domain.SignalWarm, "warm-up failed")
 }
 
 // stage runs the command of a stage of the instance's life (none when line
-// is empty), then reports done, or logs failure and reports failed, with
-// the stage and how its command ended as the reason, if it failed.
-func (a *Agent) stage(ctx context.Context, name, line string, done domain.SignalKind, failure string) error {
+// is empty), with env added to the commands', then reports done, or logs
+// failure and reports failed, with the stage and how its command ended as
+// the reason, if it failed.
+func (a *Agent) stage(ctx context.Context, name, line string, env []string, done domain.SignalKind, failure string) error {
 	if line != "" {
-		if err := a.runCommand(ctx, name, line); err != nil {
+		if err := a.runCommand(ctx, name, line, env...); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -324,9 +340,11 @@ func (a *Agent) stage(ctx context.Context, name, line string, done domain.Signal
 	return a.signal(ctx, agentapi.SignalRequest{Kind: string(done)})
 }
 
-// runCommand runs a command to its end, its output to the agent's.
-func (a *Agent) runCommand(ctx context.Context, what, line string) error {
-	p, err := a.cmd.Start(ctx, Command{Line: line, Dir: a.cfg.WorkDir, Env: a.cfg.Env, Output: a.output})
+// runCommand runs a command to its end, its output to the agent's, with
+// env added to the commands' environment.
+func (a *Agent) runCommand(ctx context.Context, what, line string, env ...string) error {
+	cenv := append(slices.Clip(a.cfg.Env), env...)
+	p, err := a.cmd.Start(ctx, Command{Line: line, Dir: a.cfg.WorkDir, Env: cenv, Output: a.output})
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}

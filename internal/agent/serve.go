@@ -150,7 +150,7 @@ func (a *Agent) endServe(rep *reporter) error {
 // plane pools the instance. A just-in-time runner is removed by GitHub
 // after its one job: there is no registration left to delete.
 func (a *Agent) release(ctx context.Context) error {
-	return a.stage(ctx, "cleanup", a.cfg.CleanupCommand, domain.SignalDeregistered, "cleanup failed; the instance will not be reused")
+	return a.stage(ctx, "cleanup", a.cfg.CleanupCommand, nil, domain.SignalDeregistered, "cleanup failed; the instance will not be reused")
 }
 
 // reporter sends one serve's signals in order, in the background, so the

@@ -19,6 +19,7 @@ const (
 	proposedTokenFile = "proposed-token.json" // the token hello proposes, until identity.json holds it: 0600
 	jobFile           = "job"                 // the job whose runner is running
 	unreachableFile   = "unreachable.json"    // since when the control plane has not answered, while it does not
+	firstBootFile     = "first-boot.json"     // the machine's first boot: the one its agent first ran in
 )
 
 // identity is what hello gave this machine, kept so that a stopped and
@@ -231,4 +232,37 @@ func bootID() string {
 		return ""
 	}
 	return strings.TrimSpace(string(data))
+}
+
+// bootMark names the boot in which an agent first ran on a state directory,
+// for the machine whose cloud id it holds.
+type bootMark struct {
+	CloudID string `json:"cloud_id"`
+	BootID  string `json:"boot_id"`
+}
+
+// firstBoot reports whether boot is the machine cloudID's first: the boot
+// in which an agent first ran on dir for it, which the first run records.
+// A mark of another machine (a state directory baked into an image) counts
+// for nothing. Where boots have no name (boot is ""), only the first run
+// is in the first boot. When the mark cannot be read or kept, the answer
+// is true, with the error: a warm-up told it is the first boot does all
+// of its work.
+func firstBoot(dir, cloudID, boot string) (bool, error) {
+	path := filepath.Join(dir, firstBootFile)
+	data, err := os.ReadFile(path)
+	var mark bootMark
+	switch {
+	case err == nil && json.Unmarshal(data, &mark) == nil && mark.CloudID == cloudID:
+		return boot != "" && mark.BootID == boot, nil
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return true, fmt.Errorf("read the first boot's mark: %w", err)
+	}
+	if data, err = json.Marshal(bootMark{CloudID: cloudID, BootID: boot}); err == nil {
+		err = writeFileAtomic(path, data)
+	}
+	if err != nil {
+		return true, fmt.Errorf("keep the first boot's mark: %w", err)
+	}
+	return true, nil
 }
