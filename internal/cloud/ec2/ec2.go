@@ -85,9 +85,12 @@ type Cloud struct {
 	templates  map[string]string       // launch template id by name
 	imageCache map[string]cachedImages // by the name asked for
 	types      []typeInfo              // every instance type, once read
-	// keptVersions are the templates whose launch versions could not be
-	// deleted, so that the failure is a warning once, not per launch.
-	keptVersions map[string]bool
+	// undeletedVersions are, by template id, the launch versions whose
+	// delete failed, to delete with the template's next launch version.
+	undeletedVersions map[string][]int64
+	// warnedVersions are the templates whose failed deletes were warned
+	// of, so that it is a warning once, not per launch.
+	warnedVersions map[string]bool
 	// makingTemplate holds, by name, the templates being found or created,
 	// each closed when that is done: one at a time per name.
 	makingTemplate map[string]chan struct{}
@@ -119,7 +122,7 @@ func New(api API, o Options) (*Cloud, error) {
 		o.Log = slog.Default()
 	}
 	return &Cloud{api: api, opts: o, templates: map[string]string{}, makingTemplate: map[string]chan struct{}{},
-		imageCache: map[string]cachedImages{}, keptVersions: map[string]bool{}}, nil
+		imageCache: map[string]cachedImages{}, undeletedVersions: map[string][]int64{}, warnedVersions: map[string]bool{}}, nil
 }
 
 // Check verifies that the configured subnets and security groups exist,

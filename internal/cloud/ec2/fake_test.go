@@ -48,6 +48,10 @@ type fakeAPI struct {
 	templates      map[string]string
 	createTemplate func(name string) error
 	version        func(id string) error
+	// deleteVersions answers DeleteLaunchTemplateVersions (nil: every
+	// version deleted); deleted records only the versions it deleted.
+	deleteVersions func(versions []string) (*awsec2.DeleteLaunchTemplateVersionsOutput, error)
+	deleteCalls    [][]string
 }
 
 func newFake() *fakeAPI { return &fakeAPI{calls: map[string]int{}} }
@@ -166,8 +170,22 @@ func (f *fakeAPI) CreateLaunchTemplateVersion(_ context.Context, in *awsec2.Crea
 func (f *fakeAPI) DeleteLaunchTemplateVersions(_ context.Context, in *awsec2.DeleteLaunchTemplateVersionsInput, _ ...func(*awsec2.Options)) (*awsec2.DeleteLaunchTemplateVersionsOutput, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.deleted = append(f.deleted, in.Versions...)
-	return &awsec2.DeleteLaunchTemplateVersionsOutput{}, nil
+	f.deleteCalls = append(f.deleteCalls, in.Versions)
+	out := &awsec2.DeleteLaunchTemplateVersionsOutput{}
+	if f.deleteVersions != nil {
+		var err error
+		if out, err = f.deleteVersions(in.Versions); err != nil {
+			return nil, err
+		}
+	}
+	for _, v := range in.Versions {
+		if !slices.ContainsFunc(out.UnsuccessfullyDeletedLaunchTemplateVersions, func(e types.DeleteLaunchTemplateVersionsResponseErrorItem) bool {
+			return fmt.Sprint(aws.ToInt64(e.VersionNumber)) == v
+		}) {
+			f.deleted = append(f.deleted, v)
+		}
+	}
+	return out, nil
 }
 
 func (f *fakeAPI) TerminateInstances(_ context.Context, in *awsec2.TerminateInstancesInput, _ ...func(*awsec2.Options)) (*awsec2.TerminateInstancesOutput, error) {

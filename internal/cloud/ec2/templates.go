@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -169,27 +170,78 @@ func (c *Cloud) findTemplate(ctx context.Context, name string) (string, error) {
 	return "", mapError("DescribeLaunchTemplates", err)
 }
 
+// maxVersionsPerDelete is the most versions one DeleteLaunchTemplateVersions
+// call takes.
+const maxVersionsPerDelete = 200
+
 // dropVersion deletes a launch's template version once its fleet request
 // is made: the machines keep their user data, and the template keeps no
 // more than its first version between launches. It is tried once, not
-// retried: the launch is done, and a version left behind costs nothing
-// but a copy of user data whose secret is spent once.
+// retried within the launch, which is done: a version whose delete fails
+// is kept in mind and deleted with the template's next launch version, so
+// that a passing failure does not leave it for good, and a template never
+// nears EC2's 10,000 versions. At most maxVersionsPerDelete-1 are kept per
+// template, so that one call takes them all with the new one; beyond that
+// the oldest are left behind, and named in the log.
 func (c *Cloud) dropVersion(ctx context.Context, v templateRef) {
-	_, err := c.api.DeleteLaunchTemplateVersions(context.WithoutCancel(ctx), &ec2.DeleteLaunchTemplateVersionsInput{
-		LaunchTemplateId: aws.String(v.id), Versions: []string{strconv.FormatInt(v.number, 10)}},
+	c.mu.Lock()
+	numbers := append(slices.Clone(c.undeletedVersions[v.id]), v.number)
+	delete(c.undeletedVersions, v.id)
+	c.mu.Unlock()
+	versions := make([]string, len(numbers))
+	for i, n := range numbers {
+		versions[i] = strconv.FormatInt(n, 10)
+	}
+	out, err := c.api.DeleteLaunchTemplateVersions(context.WithoutCancel(ctx), &ec2.DeleteLaunchTemplateVersionsInput{
+		LaunchTemplateId: aws.String(v.id), Versions: versions},
 		func(o *ec2.Options) { o.RetryMaxAttempts = 1 })
-	if err == nil {
+	err = mapError("DeleteLaunchTemplateVersions", err)
+	var failed []int64
+	switch {
+	case templateGone(err):
+		return // its versions went with it
+	case err != nil:
+		failed = numbers
+	default:
+		failed = undeleted(out)
+	}
+	if len(failed) == 0 {
 		return
 	}
 	c.mu.Lock()
-	first := !c.keptVersions[v.id]
-	c.keptVersions[v.id] = true
+	kept := append(failed, c.undeletedVersions[v.id]...) // a launch that ran meanwhile kept its own
+	var dropped []int64
+	if over := len(kept) - (maxVersionsPerDelete - 1); over > 0 {
+		dropped, kept = kept[:over], kept[over:]
+	}
+	c.undeletedVersions[v.id] = kept
+	first := !c.warnedVersions[v.id]
+	c.warnedVersions[v.id] = true
 	c.mu.Unlock()
 	level := slog.LevelDebug
 	if first {
 		level = slog.LevelWarn // once per template: an emulator may not support it at all
 	}
-	c.opts.Log.Log(ctx, level, "delete a launch template version; it is kept", "template", v.id, "version", v.number, "err", err)
+	if err == nil {
+		err = fmt.Errorf("%d of %d versions not deleted", len(failed), len(numbers))
+	}
+	attrs := []any{"template", v.id, "versions", failed, "err", err}
+	if len(dropped) > 0 {
+		attrs = append(attrs, "left_behind", dropped) // too many failed deletes to keep them all
+	}
+	c.opts.Log.Log(ctx, level, "delete launch template versions; the next launch tries again", attrs...)
+}
+
+// undeleted returns the versions a delete call could not delete for a
+// reason that may pass; one that does not exist is deleted already.
+func undeleted(out *ec2.DeleteLaunchTemplateVersionsOutput) []int64 {
+	var failed []int64
+	for _, e := range out.UnsuccessfullyDeletedLaunchTemplateVersions {
+		if e.ResponseError != nil && e.ResponseError.Code == types.LaunchTemplateErrorCodeUnexpectedError {
+			failed = append(failed, deref(e.VersionNumber))
+		}
+	}
+	return failed
 }
 
 // templateName is the launch template of a runner: PREFIX-RUNNER as it is

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsec2 "github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/bullpen-ci/bullpen/internal/cloud/ec2"
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -144,5 +145,60 @@ func TestTemplateNamesAreOnesEC2Takes(t *testing.T) {
 	}
 	if f.calls["CreateLaunchTemplate"] != len(runners) {
 		t.Errorf("%d templates created for %d runners launched twice; want each found again", f.calls["CreateLaunchTemplate"], len(runners))
+	}
+}
+
+// A launch version whose delete failed, or that EC2 reported as not
+// deleted, is deleted with the template's next launch version; one that
+// does not exist any more is not asked for again.
+func TestAVersionNotDeletedIsDeletedWithTheNext(t *testing.T) {
+	f := newFake()
+	answers := []func([]string) (*awsec2.DeleteLaunchTemplateVersionsOutput, error){
+		func([]string) (*awsec2.DeleteLaunchTemplateVersionsOutput, error) {
+			return nil, apiError("InternalError", "An internal error has occurred.")
+		},
+		func([]string) (*awsec2.DeleteLaunchTemplateVersionsOutput, error) {
+			return &awsec2.DeleteLaunchTemplateVersionsOutput{UnsuccessfullyDeletedLaunchTemplateVersions: []types.DeleteLaunchTemplateVersionsResponseErrorItem{
+				{VersionNumber: aws.Int64(2), ResponseError: &types.ResponseError{Code: types.LaunchTemplateErrorCodeUnexpectedError}},
+				{VersionNumber: aws.Int64(3), ResponseError: &types.ResponseError{Code: types.LaunchTemplateErrorCodeLaunchTemplateVersionDoesNotExist}},
+			}}, nil
+		},
+	}
+	f.deleteVersions = func(v []string) (*awsec2.DeleteLaunchTemplateVersionsOutput, error) {
+		if len(answers) == 0 {
+			return &awsec2.DeleteLaunchTemplateVersionsOutput{}, nil
+		}
+		answer := answers[0]
+		answers = answers[1:]
+		return answer(v)
+	}
+	c := newFakeCloud(t, f, ec2.Options{})
+	for _, launch := range []string{"launch-a", "launch-b", "launch-c", "launch-d"} {
+		if _, err := c.Create(t.Context(), otherLaunch(1, small, launch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := [][]string{{"2"}, {"2", "3"}, {"2", "4"}, {"5"}}
+	if !slices.EqualFunc(f.deleteCalls, want, slices.Equal) {
+		t.Fatalf("delete calls %v, want %v", f.deleteCalls, want)
+	}
+}
+
+// Versions whose deletes keep failing are kept up to what one call can
+// delete, never more.
+func TestVersionsKeptForDeletionAreBounded(t *testing.T) {
+	f := newFake()
+	f.deleteVersions = func([]string) (*awsec2.DeleteLaunchTemplateVersionsOutput, error) {
+		return nil, apiError("InternalError", "An internal error has occurred.")
+	}
+	c := newFakeCloud(t, f, ec2.Options{})
+	for i := range 210 {
+		if _, err := c.Create(t.Context(), otherLaunch(1, small, fmt.Sprintf("launch-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := f.deleteCalls[len(f.deleteCalls)-1]
+	if len(last) != 200 || last[199] != "211" {
+		t.Fatalf("last delete call: %d versions ending in %s; want 200, the newest last", len(last), last[len(last)-1])
 	}
 }
