@@ -244,7 +244,8 @@ func (l Lifecycle) Retire(in Instance, to State, reason string, deadline time.Ti
 // service: terminating, for reason, until deadline. A job that started (as
 // its agent or GitHub reported) stays bound to it and is marked started, so
 // that its completion finds it; one that had not is unbound, and must go
-// back to its queue in the same change.
+// back to its queue in the same change. An instance still running its
+// started job is left to finish it instead (Leave).
 func (l Lifecycle) Interrupt(in Instance, jobStarted bool, reason string, deadline time.Time) TransitionRequest {
 	return change(in, func(i *Instance) {
 		i.State, i.Reason, i.Deadline = StateTerminating, reason, deadline
@@ -255,6 +256,31 @@ func (l Lifecycle) Interrupt(in Instance, jobStarted bool, reason string, deadli
 			i.Job = ""
 		}
 	})
+}
+
+// Leave takes an instance whose machine the cloud is taking back at until
+// out of service while it runs a job that started (as its agent or GitHub
+// reported): the job is not cut short before the cloud cuts it, and a short
+// job, or the last steps of a long one, may finish. The instance is
+// running, bound to its job and marked started, for reason, until then
+// (Leaving): it is no pool's member and nothing claims or releases it; the
+// end of its job retires it, and past until the reaper terminates it if
+// the cloud has not. An instance booting or claimed whose runner GitHub
+// saw start its job is running that job: it is running now.
+func (l Lifecycle) Leave(in Instance, reason string, until time.Time) TransitionRequest {
+	if reason == "" {
+		reason = "the cloud is taking the machine back"
+	}
+	return change(in, func(i *Instance) {
+		i.State, i.Reason, i.Deadline = StateRunning, reason, until
+		i.JobStarted = true
+	})
+}
+
+// Leaving reports whether i is out of service while its machine runs on
+// (Leave): a running instance is given a reason only there.
+func (i Instance) Leaving() bool {
+	return i.State == StateRunning && i.Reason != ""
 }
 
 // Fail takes an instance out of service in error, for reason.

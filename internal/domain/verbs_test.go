@@ -137,6 +137,15 @@ func TestInstanceVerbs(t *testing.T) {
 			func(o domain.Instance) bool {
 				return o.State == domain.StateTerminating && o.Job == "42" && o.JobStarted
 			}},
+		{"leave runs a started job on until the cloud takes the machine", bound(domain.StateClaimed),
+			func(in domain.Instance) domain.TransitionRequest { return lc.Leave(in, "spot", later) },
+			func(o domain.Instance) bool {
+				return o.State == domain.StateRunning && o.Job == "42" && o.JobStarted && o.Reason == "spot" &&
+					o.Deadline.Equal(later) && o.Leaving() && o.Detached()
+			}},
+		{"leave always gives a reason", bound(domain.StateRunning),
+			func(in domain.Instance) domain.TransitionRequest { return lc.Leave(in, "", later) },
+			func(o domain.Instance) bool { return o.Leaving() && o.Deadline.Equal(later) }},
 		{"close", idle(domain.StateTerminating), lc.Close,
 			func(o domain.Instance) bool { return o.State == domain.StateTerminated && o.Deadline.IsZero() }},
 		{"unbind shortens a waiting runner's deadline", func() domain.Instance { in := bound(domain.StateClaimed); in.Deadline = later; return in }(),
@@ -159,6 +168,20 @@ func TestInstanceVerbs(t *testing.T) {
 				t.Fatalf("after %s: %+v", tc.name, out)
 			}
 		})
+	}
+}
+
+// Only an instance Leave left running is leaving service: a running one
+// serves its job, and one terminating or failed has left already.
+func TestLeaving(t *testing.T) {
+	for _, in := range []domain.Instance{
+		{State: domain.StateRunning, Job: "42", JobStarted: true},
+		{State: domain.StateTerminating, Job: "42", Reason: "spot"},
+		{State: domain.StateError, Job: "42", Reason: "spot"},
+	} {
+		if in.Leaving() {
+			t.Errorf("%s instance (reason %q) counted as leaving", in.State, in.Reason)
+		}
 	}
 }
 
