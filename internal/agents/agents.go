@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -389,20 +390,23 @@ func (s *Service) finishedHere(ctx context.Context, in domain.Instance, sig doma
 
 // interrupted: the cloud is taking the machine back (a spot interruption
 // notice gives it two minutes). The instance leaves service at once; in the
-// same change a job it had not started goes back to its queue, and one it
-// had started is marked interrupted: GitHub fails that job, and the reaper
-// re-runs it once its run completes. An instance that changed meanwhile (a
-// warm signal, a claim) is read again: the notice does not wait for the
-// agent's retry. A repeated notice changes nothing.
+// same change a job it had not started goes back to its queue and the
+// instance is terminated, and one it had started is marked interrupted
+// while the instance runs on until the notice's time: the job may finish
+// before the machine goes, and if it does not, GitHub fails it and the
+// reaper re-runs it once its run completes. An instance that changed
+// meanwhile (a warm signal, a claim) is read again: the notice does not
+// wait for the agent's retry. A repeated notice changes nothing.
 func (s *Service) interrupted(ctx context.Context, in domain.Instance, sig domain.Signal) error {
 	const reason = "spot interruption: the cloud is taking the machine back"
 	id := in.ID
 	for range releaseAttempts {
-		if in.State == domain.StateTerminating || in.State.Terminal() {
+		if in.State == domain.StateTerminating || in.State.Terminal() || in.Leaving() {
 			return nil
 		}
 		now := s.clock.Now()
-		done, ok, err := jobs.Interrupt(ctx, s.store, s.queue, in, reason, s.opts.Deadlines.Until(domain.StateTerminating, now))
+		notice := noticeTime(sig.Reason, now)
+		done, ok, err := jobs.Interrupt(ctx, s.store, s.queue, in, reason, notice, s.opts.Deadlines.Until(domain.StateTerminating, now))
 		if ok {
 			s.noteInterruption(in, sig, done, err, now)
 			return nil
@@ -415,6 +419,28 @@ func (s *Service) interrupted(ctx context.Context, in domain.Instance, sig domai
 		}
 	}
 	return fmt.Errorf("interrupted %s: %w", id, domain.ErrConflict) // the agent retries
+}
+
+// spotNotice is how far ahead EC2 gives notice of a spot interruption.
+const spotNotice = 2 * time.Minute
+
+// noticeTime is when the cloud takes the machine back, as the agent's
+// report of the notice says ("<action> at <RFC 3339 time>", EC2's
+// instance-action), but no later than spotNotice from now: the agent reads
+// the notice within seconds of its coming, and the report is only as
+// trustworthy as the machine. A report without a time it can read gets
+// the whole spotNotice.
+func noticeTime(report string, now time.Time) time.Time {
+	latest := now.Add(spotNotice)
+	i := strings.LastIndex(report, " at ")
+	if i < 0 {
+		return latest
+	}
+	at, err := time.Parse(time.RFC3339, strings.TrimSpace(report[i+len(" at "):]))
+	if err != nil || at.After(latest) {
+		return latest
+	}
+	return at
 }
 
 // noteInterruption logs and counts an instance taken out of service by an
@@ -430,6 +456,13 @@ func (s *Service) noteInterruption(in domain.Instance, sig domain.Signal, done j
 			job = "started"
 		}
 		attrs = append(attrs, "job", j.ID, "repo", j.Repo, "job_outcome", interruptedJobOutcome(*j))
+	}
+	if done.Instance.Leaving() {
+		// Terminated now, the machine would cut its job short up to two
+		// minutes before the cloud does.
+		attrs = append(attrs, "machine", "runs its started job on until the notice's time, then terminated", "until", done.Instance.Deadline)
+	} else {
+		attrs = append(attrs, "machine", "terminated now")
 	}
 	s.metrics.interruptions.WithLabelValues(job).Inc()
 	s.log.Warn("spot interruption: instance out of service", attrs...)
@@ -448,7 +481,7 @@ func interruptedJobOutcome(j domain.Job) string {
 	case !j.Interrupted:
 		return "back in its queue"
 	case j.Spec.RerunsInterrupted():
-		return "fails on GitHub; re-run once its workflow run completes"
+		return "runs until the machine goes; if GitHub fails it, re-run once its workflow run completes"
 	}
-	return "fails on GitHub; not re-run (retry: false)"
+	return "runs until the machine goes; if GitHub fails it, not re-run (retry: false)"
 }

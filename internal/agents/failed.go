@@ -10,7 +10,9 @@ import (
 
 // failed: the agent gave up. The instance goes to error (the converger or
 // the reaper terminates it) and, in the same change, a job it had not
-// started goes back to its queue.
+// started goes back to its queue. An instance already leaving (its machine
+// taken back) is left as it is: it is out of service, and its deadline
+// ends it when the cloud takes the machine.
 func (s *Service) failed(ctx context.Context, in domain.Instance, sig domain.Signal) error {
 	if sig.Job != "" && in.Job != "" && sig.Job != in.Job && sig.Job != runnerJob(in) {
 		return reject(sig.Kind, "instance is bound to job %q, not %q", in.Job, sig.Job)
@@ -18,6 +20,10 @@ func (s *Service) failed(ctx context.Context, in domain.Instance, sig domain.Sig
 	reason := sig.Reason
 	if reason == "" {
 		reason = "agent reported a failure"
+	}
+	if in.Leaving() {
+		s.log.Info("agent of an instance leaving service reports a failure; it ends at its deadline as planned", "instance", in.ID, "reason", reason, "until", in.Deadline)
+		return nil
 	}
 	switch in.State {
 	case domain.StateTerminating, domain.StateTerminated:

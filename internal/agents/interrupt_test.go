@@ -3,6 +3,7 @@ package agents_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/promtest"
+	"github.com/bullpen-ci/bullpen/internal/reaper"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite"
 )
 
@@ -75,6 +77,7 @@ func newSpotRig(t *testing.T) *spotRig {
 	r.writes = &writeLog{Store: r.Store}
 	var err error
 	r.svc, err = agents.New(r.writes, r.Queue, r.Clock, r.Log, r.reg, agents.Options{
+		Policy:      func(domain.Instance) agents.Policy { return r.policy },
 		Interrupted: func(runner string, at time.Time) { r.told = append(r.told, runner) },
 	})
 	if err != nil {
@@ -85,7 +88,13 @@ func newSpotRig(t *testing.T) *spotRig {
 
 func (r *spotRig) interrupt(in domain.Instance) {
 	r.T.Helper()
-	err := r.svc.Signal(r.Ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalInterrupted, Reason: "terminate at 09:02:00"})
+	r.notice(in, "terminate at 09:02:00")
+}
+
+// notice reports a spot interruption notice for in, as its agent words it.
+func (r *spotRig) notice(in domain.Instance, report string) {
+	r.T.Helper()
+	err := r.svc.Signal(r.Ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalInterrupted, Reason: report})
 	if err != nil {
 		r.T.Fatal(err)
 	}
@@ -131,7 +140,9 @@ func TestInterruptedRequeuesAnUnstartedJobInTheSameChange(t *testing.T) {
 
 // A job that had started is GitHub's: it is marked interrupted (to be
 // re-run), not requeued, in the same change that takes the instance out of
-// service; its instance keeps it, so that the completed webhook finds it.
+// service; its instance keeps it, so that the completed webhook finds it,
+// and runs on until the notice's time (a report without a time it can
+// read gives the notice's two minutes), so that the job may finish.
 // GitHub's in_progress alone says it started, as does the agent's report.
 func TestInterruptedMarksAStartedJob(t *testing.T) {
 	for _, tc := range []struct {
@@ -149,9 +160,14 @@ func TestInterruptedMarksAStartedJob(t *testing.T) {
 			r.createJob(domain.Job{ID: 42, Status: tc.status, Route: domain.RouteLaunch, InstanceID: in.ID, Via: domain.ViaCold, Attempts: 1})
 			r.interrupt(in)
 			r.wantFirstWrite("commit 1+1")
-			if after := r.Instance(in.ID); after.State != domain.StateTerminating || after.Job != "42" || !after.JobStarted {
-				t.Fatalf("instance %s bound to %q (started %t), want terminating, still bound to its started job",
-					after.State, after.Job, after.JobStarted)
+			after := r.Instance(in.ID)
+			if !after.Leaving() || after.Job != "42" || !after.JobStarted {
+				t.Fatalf("instance %s bound to %q (started %t, reason %q), want it leaving service, still bound to its started job",
+					after.State, after.Job, after.JobStarted, after.Reason)
+			}
+			if want := t0.Add(2 * time.Minute); !after.Deadline.Equal(want) || !after.Detached() {
+				t.Fatalf("instance until %s (detached %t), want until the notice's time %s, no pool's member",
+					after.Deadline, after.Detached(), want)
 			}
 			j := r.Job(42)
 			if !j.Interrupted || j.Status != tc.status || j.InstanceID != in.ID || j.Attempts != 1 {
@@ -224,5 +240,120 @@ func TestInterruptedDecidesAgainOnAnInstanceThatMovedOn(t *testing.T) {
 	r.interrupt(in)
 	if after := r.Instance(in.ID); after.State != domain.StateTerminating {
 		t.Fatalf("instance %s, want terminating", after.State)
+	}
+}
+
+// startedSpot writes a spot instance running job 42, which started.
+func (r *spotRig) startedSpot() domain.Instance {
+	r.T.Helper()
+	in := r.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateRunning, Job: "42", JobStarted: true, Runner: "spot-x64"})
+	r.createJob(domain.Job{ID: 42, Status: domain.JobRunning, Route: domain.RouteLaunch, InstanceID: in.ID, Via: domain.ViaCold, Attempts: 1})
+	return in
+}
+
+// The instance of a started job leaves service at the notice but is
+// terminated only at the notice's time, as the agent reports it (capped at
+// the notice's two minutes): terminated at once, it would cut the job
+// short up to two minutes before the cloud does.
+func TestInterruptedInstanceRunsUntilTheNoticeTime(t *testing.T) {
+	for _, tc := range []struct {
+		name, report string
+		until        time.Time
+	}{
+		{"at the notice's time", "terminate at 2026-11-23T09:01:30Z", t0.Add(90 * time.Second)},
+		{"a time past two minutes is capped", "terminate at 2026-11-23T09:30:00Z", t0.Add(2 * time.Minute)},
+		{"no time it can read", "hibernate at once", t0.Add(2 * time.Minute)},
+		{"no report", "", t0.Add(2 * time.Minute)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newSpotRig(t)
+			in := r.startedSpot()
+			r.notice(in, tc.report)
+			after := r.Instance(in.ID)
+			if !after.Leaving() || !after.Deadline.Equal(tc.until) {
+				t.Fatalf("instance %s (reason %q) until %s, want it leaving service until %s", after.State, after.Reason, after.Deadline, tc.until)
+			}
+			term := &reaper.Terminator{Store: r.Store, Queue: r.Queue, Clock: r.Clock, Log: r.Log}
+			r.Clock.AdvanceTo(tc.until.Add(-time.Second))
+			if n, err := term.Expire(r.Ctx); err != nil || n != 0 {
+				t.Fatalf("deadline sweep before the notice's time: %d marked, %v; want none", n, err)
+			}
+			r.WantUnchanged(after)
+			r.Clock.AdvanceTo(tc.until)
+			if n, err := term.Expire(r.Ctx); err != nil || n != 1 {
+				t.Fatalf("deadline sweep at the notice's time: %d marked, %v; want the instance", n, err)
+			}
+			if got := r.Instance(in.ID); got.State != domain.StateTerminating {
+				t.Fatalf("instance %s at the notice's time, want terminating", got.State)
+			}
+		})
+	}
+}
+
+// An instance leaving service is out of it: nothing claims it, no pool
+// counts it, and a repeated notice or its agent's failure changes nothing
+// (the spot circuit breaker is told once).
+func TestALeavingInstanceStaysOutOfService(t *testing.T) {
+	r := newSpotRig(t)
+	in := r.startedSpot()
+	r.interrupt(in)
+	leaving := r.Instance(in.ID)
+	r.interrupt(leaving)
+	if err := r.svc.Signal(r.Ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalFailed, Reason: "runner crashed"}); err != nil {
+		t.Fatal(err)
+	}
+	r.WantUnchanged(leaving)
+	if len(r.told) != 1 || r.counted("started") != 1 {
+		t.Fatalf("breaker told %v, %v counted; want once", r.told, r.counted("started"))
+	}
+	if !leaving.Detached() {
+		t.Fatal("a leaving instance counts as a pool member")
+	}
+	claim := domain.NewLifecycle(domain.Deadlines{}).ClaimIdle(in.ID, "7", r.Clock.Now())
+	if _, err := r.Store.Transition(r.Ctx, claim.ID, claim.Guard, claim.Apply); err == nil {
+		t.Fatal("a leaving instance was claimed")
+	}
+	if got, err := r.svc.Next(r.Ctx, in.CloudID); err != nil || got.Kind != domain.InstructionWait {
+		t.Fatalf("leaving instance told %s (%v), want wait", got.Kind, err)
+	}
+}
+
+// A started job that finishes before the notice's time (as its agent or
+// GitHub reports) retires its instance, even under a policy of reuse: its
+// machine is going. The job keeps its interrupted mark, by which the
+// reaper re-runs it only if GitHub failed it.
+func TestAJobFinishedBeforeTheNoticeTimeRetiresItsInstance(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		finish func(r *spotRig) error
+	}{
+		{"its agent's report", func(r *spotRig) error {
+			return r.svc.Signal(r.Ctx, domain.Signal{CloudID: "i-bp-1", Kind: domain.SignalJobFinished, Job: "42", Reason: "exit 0"})
+		}},
+		{"GitHub's report", func(r *spotRig) error { return r.svc.Finish(r.Ctx, 42, "success") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newSpotRig(t)
+			r.policy = agentsPolicy(true, time.Hour)
+			in := r.startedSpot()
+			r.interrupt(in)
+			r.Clock.Advance(time.Minute)
+			if err := tc.finish(r); err != nil {
+				t.Fatal(err)
+			}
+			after := r.Instance(in.ID)
+			if after.State != domain.StateTerminating || !strings.Contains(after.Reason, "spot interruption") {
+				t.Fatalf("instance %s (%q) after its job, want terminating for the interruption", after.State, after.Reason)
+			}
+			if got := r.ResourcePool(in.Runner); len(got) != 0 {
+				t.Fatalf("resource pool %v, want the leaving instance never offered", got)
+			}
+			if got := r.notifications(); len(got) != 0 {
+				t.Fatalf("agents told to release: %v, want none", got)
+			}
+			if j := r.Job(42); j.Status != domain.JobCompleted || !j.Interrupted {
+				t.Fatalf("job %s (interrupted %t), want completed, still marked interrupted", j.Status, j.Interrupted)
+			}
+		})
 	}
 }

@@ -128,6 +128,9 @@ func (s *Service) retireReason(in domain.Instance, now time.Time) string {
 		// It failed while its job ran: the job is over, so it can go now,
 		// for the reason it failed.
 		return cmp.Or(in.Reason, "failed during its job")
+	case in.Leaving():
+		// The cloud is taking its machine back: it takes no other job.
+		return in.Reason
 	case !p.Reuse:
 		return "job done"
 	case in.State != domain.StateRunning:

@@ -115,16 +115,23 @@ type Interruption struct {
 	Job *domain.Job
 }
 
-// Interrupt takes an instance whose machine the cloud is taking back (a
-// spot interruption) out of service at once: terminating, for reason,
-// until deadline. In the same change, a job it had not started goes back
-// to its queue, and one that had started (as its agent or GitHub reported)
-// is marked interrupted: GitHub fails it, and it may be re-run once its run
-// completes. ok is false when in changed since it was read.
-func Interrupt(ctx context.Context, st Store, q domain.Queue, in domain.Instance, reason string, deadline time.Time) (Interruption, bool, error) {
+// Interrupt takes an instance whose machine the cloud is taking back at
+// notice (a spot interruption) out of service at once. In the same change,
+// a job it had not started goes back to its queue, and the instance is
+// terminating, for reason, until deadline. One that had started (as its
+// agent or GitHub reported) is marked interrupted: the cloud may cut it
+// short, GitHub then fails it, and it may be re-run once its run completes.
+// Its instance is not terminated before the cloud takes the machine: it
+// leaves service but runs on until notice (domain.Lifecycle.Leave), so that
+// the job may still finish. ok is false when in changed since it was read.
+func Interrupt(ctx context.Context, st Store, q domain.Queue, in domain.Instance, reason string, notice, deadline time.Time) (Interruption, bool, error) {
 	done, ok, err := takeOut(ctx, st, q, in, func(j *domain.Job) domain.Change {
 		started := in.JobStarted || (j != nil && j.Status == domain.JobRunning)
-		c := domain.Change{Instances: []domain.TransitionRequest{verbs.Interrupt(in, started, reason, deadline)}}
+		out := verbs.Interrupt(in, started, reason, deadline)
+		if started && ServesJob(in.State) {
+			out = verbs.Leave(in, reason, notice)
+		}
+		c := domain.Change{Instances: []domain.TransitionRequest{out}}
 		switch {
 		case j == nil:
 		case started:

@@ -112,7 +112,7 @@ func TestInterruptLeavesACompletedJobAlone(t *testing.T) {
 	j := assigned()
 	j.Status = domain.JobCompleted
 	f.createJob(j)
-	done, ok, err := jobs.Interrupt(f.Ctx, f.Store, f.Queue, in, "spot", t0.Add(time.Minute))
+	done, ok, err := jobs.Interrupt(f.Ctx, f.Store, f.Queue, in, "spot", t0.Add(2*time.Minute), t0.Add(time.Minute))
 	if err != nil || !ok {
 		t.Fatalf("interrupt: %t, %v", ok, err)
 	}
@@ -122,4 +122,48 @@ func TestInterruptLeavesACompletedJobAlone(t *testing.T) {
 	if got := f.Job(42); got.Interrupted || got.Status != domain.JobCompleted {
 		t.Fatalf("completed job became %s, interrupted %t", got.Status, got.Interrupted)
 	}
+}
+
+// An instance whose job started (as GitHub reports it, or its agent) is
+// taken out of service by an interruption but runs on until the notice's
+// time, bound to the job, which is marked interrupted: the job may finish
+// before the cloud takes the machine. One whose job had not started ends
+// now, and its job goes back to its queue.
+func TestInterruptLeavesAStartedJobRunningUntilTheNotice(t *testing.T) {
+	notice, deadline := t0.Add(2*time.Minute), t0.Add(10*time.Minute)
+	for _, st := range []domain.State{domain.StateClaimed, domain.StateRunning} {
+		t.Run(string(st), func(t *testing.T) {
+			f := newFixture(t)
+			in := f.createInstance("bp-1", st, 42)
+			j := assigned()
+			j.Status = domain.JobRunning
+			f.createJob(j)
+			done, ok, err := jobs.Interrupt(f.Ctx, f.Store, f.Queue, in, "spot", notice, deadline)
+			if err != nil || !ok {
+				t.Fatalf("interrupt: %t, %v", ok, err)
+			}
+			got := f.Instance("bp-1")
+			if got.State != domain.StateRunning || !got.Leaving() || got.Job != "42" || !got.JobStarted || !got.Deadline.Equal(notice) {
+				t.Fatalf("instance %s bound to %q (started %t, %q) until %s, want running its job until the notice, out of service",
+					got.State, got.Job, got.JobStarted, got.Reason, got.Deadline)
+			}
+			if done.Job == nil || !done.Job.Interrupted || f.Job(42).Status != domain.JobRunning {
+				t.Fatalf("job %+v, want it running, marked interrupted", f.Job(42))
+			}
+		})
+	}
+	t.Run("not started", func(t *testing.T) {
+		f := newFixture(t)
+		in := f.createInstance("bp-1", domain.StateClaimed, 42)
+		f.createJob(assigned())
+		if _, ok, err := jobs.Interrupt(f.Ctx, f.Store, f.Queue, in, "spot", notice, deadline); err != nil || !ok {
+			t.Fatalf("interrupt: %t, %v", ok, err)
+		}
+		if got := f.Instance("bp-1"); got.State != domain.StateTerminating || got.Job != "" || !got.Deadline.Equal(deadline) {
+			t.Fatalf("instance %s bound to %q until %s, want terminating, unbound, until %s", got.State, got.Job, got.Deadline, deadline)
+		}
+		if j := f.Job(42); j.Status != domain.JobQueued || j.Interrupted {
+			t.Fatalf("job %s (interrupted %t), want back in its queue, not marked", j.Status, j.Interrupted)
+		}
+	})
 }
