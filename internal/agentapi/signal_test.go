@@ -176,12 +176,23 @@ func TestInterruptedSignal(t *testing.T) {
 	in, token := h.running("bp-1")
 	notice := agentapi.SignalRequest{Kind: "interrupted", Reason: "terminate at 2026-11-23T09:02:00Z"}
 	wantStatus(t, h.signal(token, notice), http.StatusNoContent, "")
-	if got := h.Get(in.ID); got.State != domain.StateTerminating || got.Job != "101" {
-		t.Fatalf("instance %s bound to %q, want terminating, still bound to its started job", got.State, got.Job)
+	// Its job started: the machine leaves service but runs on until the
+	// notice's time (two minutes after the harness's clock at most), and
+	// its token stays good for the job's end.
+	got := h.Get(in.ID)
+	notice2 := time.Date(2026, 11, 23, 9, 2, 0, 0, time.UTC)
+	if limit := h.Clock.Now().Add(2 * time.Minute); limit.Before(notice2) {
+		notice2 = limit
+	}
+	if !got.Leaving() || got.Job != "101" || !got.Deadline.Equal(notice2) {
+		t.Fatalf("instance %s bound to %q until %v (leaving %v), want leaving, still bound to its started job until %v", got.State, got.Job, got.Deadline, got.Leaving(), notice2)
 	}
 	j, err := h.Store.GetJob(h.Ctx, 101)
 	if err != nil || !j.Interrupted {
 		t.Fatalf("job %+v (%v), want it marked interrupted", j, err)
 	}
-	wantStatus(t, h.signal(token, notice), http.StatusUnauthorized, agentapi.CodeInstanceEnded)
+	wantStatus(t, h.signal(token, notice), http.StatusNoContent, "")
+	if again := h.Get(in.ID); again.Version != got.Version {
+		t.Errorf("a repeated notice changed the instance: %+v", again)
+	}
 }
