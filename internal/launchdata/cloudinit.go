@@ -20,9 +20,10 @@ const (
 // written with printf, never a here-document whose end marker a value could
 // forge), so no value can break out into the script.
 func CloudInit(b domain.AgentBootstrap, o CloudInitOptions) (string, error) {
-	if err := o.normalize(); err != nil {
+	if err := o.Check(); err != nil {
 		return "", err
 	}
+	_ = o.normalize() // checked above: this fills in the defaults
 	extra := maps.Clone(o.Extra)
 	if extra == nil {
 		extra = map[string]string{}

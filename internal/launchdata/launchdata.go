@@ -140,9 +140,23 @@ var (
 func (o CloudInitOptions) Check() error {
 	errs := []error{o.normalize()}
 	for _, k := range slices.Sorted(maps.Keys(o.Extra)) {
-		errs = append(errs, checkSetting(k))
+		errs = append(errs, checkSetting(k), checkCloudInitSetting(k))
 	}
 	return errors.Join(errs...)
+}
+
+// checkCloudInitSetting refuses an extra setting that CloudInit writes
+// itself, rather than let one replace the other unseen: each machine reads
+// its own cloud id from the metadata service, which CloudIDFrom names, and
+// the state directory is StateDir.
+func checkCloudInitSetting(k string) error {
+	switch k {
+	case EnvCloudID, EnvCloudIDFrom:
+		return fmt.Errorf("agent setting %s: each machine reads its own cloud id from the metadata service (the cloud id source option)", k)
+	case EnvStateDir:
+		return fmt.Errorf("agent setting %s: set by the launch data (the state dir option)", k)
+	}
+	return nil
 }
 
 func (o *CloudInitOptions) normalize() error {

@@ -254,3 +254,18 @@ func TestCheckRefusesWhatCloudInitWould(t *testing.T) {
 		t.Fatal("a short checksum passed")
 	}
 }
+
+// A setting the user data writes itself is refused, named, by Check and by
+// CloudInit: given in Extra it used to be replaced without a word.
+func TestCloudInitRefusesTheSettingsItWritesItself(t *testing.T) {
+	for _, k := range []string{launchdata.EnvStateDir, launchdata.EnvCloudIDFrom, launchdata.EnvCloudID} {
+		o := options()
+		o.Extra = map[string]string{k: "x", "BULLPEN_AGENT_WORK_DIR": "/home/runner"}
+		if err := o.Check(); err == nil || !strings.Contains(err.Error(), k) {
+			t.Errorf("Check with %s: %v, want an error naming it", k, err)
+		}
+		if _, err := launchdata.CloudInit(bootstrap("s"), o); err == nil || !strings.Contains(err.Error(), k) {
+			t.Errorf("CloudInit with %s: %v, want an error naming it", k, err)
+		}
+	}
+}
