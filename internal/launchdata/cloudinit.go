@@ -31,6 +31,7 @@ func CloudInit(b domain.AgentBootstrap, o CloudInitOptions) (string, error) {
 	extra[EnvStateDir] = o.StateDir
 	extra[EnvCloudIDFrom] = o.CloudIDFrom
 	unitPath := path.Join(o.UnitDir, UnitName)
+	stoppedPath := o.stoppedPath()
 	// The user data is every machine's of a launch: it holds the launch's
 	// secret, and each agent derives its own machine's.
 	env, err := envFile(b, EnvLaunchSecret, extra)
@@ -39,17 +40,19 @@ func CloudInit(b domain.AgentBootstrap, o CloudInitOptions) (string, error) {
 	}
 	var sb strings.Builder
 	err = script.Execute(&sb, map[string]string{
-		"EnvDir":   shellQuote(path.Dir(o.EnvPath)),
-		"EnvPath":  shellQuote(o.EnvPath),
-		"EnvFile":  shellQuote(env),
-		"Bin":      shellQuote(o.InstallPath),
-		"URL":      quoteIfSet(o.AgentURL),
-		"SHA256":   shellQuote(o.AgentSHA256),
-		"UnitPath": shellQuote(unitPath),
-		"Unit":     shellQuote(unit(o)),
-		"UnitName": shellQuote(UnitName),
-		"Begin":    SettingsBegin,
-		"End":      SettingsEnd,
+		"EnvDir":      shellQuote(path.Dir(o.EnvPath)),
+		"EnvPath":     shellQuote(o.EnvPath),
+		"EnvFile":     shellQuote(env),
+		"Bin":         shellQuote(o.InstallPath),
+		"URL":         quoteIfSet(o.AgentURL),
+		"SHA256":      shellQuote(o.AgentSHA256),
+		"UnitPath":    shellQuote(unitPath),
+		"Unit":        shellQuote(unit(o)),
+		"StoppedPath": shellQuote(stoppedPath),
+		"Stopped":     shellQuote(stoppedScript(o)),
+		"UnitName":    shellQuote(UnitName),
+		"Begin":       SettingsBegin,
+		"End":         SettingsEnd,
 	})
 	if err != nil {
 		return "", err
@@ -57,8 +60,13 @@ func CloudInit(b domain.AgentBootstrap, o CloudInitOptions) (string, error) {
 	return sb.String(), nil
 }
 
-// unit is the systemd service. Exit statuses 3 (credentials refused) and 4
-// (the agent shut the machine down) are final: restarting helps neither.
+// unit is the systemd service. Exit statuses 2 (settings that cannot
+// work), 3 (credentials refused) and 4 (the agent shut the machine down)
+// are final: restarting helps none of them. After 2 and 3 the machine
+// would be left running with no agent, billed for nothing and never
+// reporting, so the unit's stop shuts it down (stoppedScript). Status 1,
+// a failure a restart may mend (a config file that could not be read
+// among them), is restarted.
 func unit(o CloudInitOptions) string {
 	return `[Unit]
 Description=bullpen agent
@@ -67,14 +75,51 @@ After=network-online.target
 
 [Service]
 ExecStart=` + o.InstallPath + ` agent --config ` + o.EnvPath + `
+ExecStopPost=` + o.stoppedPath() + `
 Restart=on-failure
 RestartSec=5
-RestartPreventExitStatus=3 4
+RestartPreventExitStatus=2 3 4
 KillMode=mixed
 TimeoutStopSec=30
 
 [Install]
 WantedBy=multi-user.target
+`
+}
+
+// defaultShutdownCommand is the agent's own default shutdown command
+// (agent.DefaultShutdownCommand).
+const defaultShutdownCommand = "shutdown -h now"
+
+// StoppedName is the program, beside the agent's binary, that the unit runs
+// each time the agent stops (systemd's ExecStopPost).
+const StoppedName = "bullpen-agent-stopped"
+
+func (o CloudInitOptions) stoppedPath() string {
+	return path.Join(path.Dir(o.InstallPath), StoppedName)
+}
+
+// stoppedScript shuts the machine down when the agent exited with a status
+// the unit does not restart and after which the agent did not shut the
+// machine down itself: 2 and 3. It runs the agent's shutdown command as
+// the env file sets it (the default when the file does not say, or cannot
+// be read: its settings may be what failed) with /bin/sh -c, as the agent
+// does. systemd gives it how the agent ended in EXIT_CODE and EXIT_STATUS.
+func stoppedScript(o CloudInitOptions) string {
+	return `#!/bin/sh
+# bullpen: run by systemd each time the agent stops. After exit status 2
+# (settings that cannot work) or 3 (credentials refused) the agent is not
+# restarted: the machine is shut down rather than left running without one.
+[ "${EXIT_CODE:-}" = exited ] || exit 0
+case "${EXIT_STATUS:-}" in
+2 | 3) ;;
+*) exit 0 ;;
+esac
+# The agent's settings file, written by the launch data.
+# shellcheck source=/dev/null
+shutdown_command=$(. ` + shellQuote(o.EnvPath) + ` >/dev/null 2>&1 && printf '%s' "${BULLPEN_AGENT_SHUTDOWN_COMMAND:-}")
+echo "bullpen: the agent exited with status $EXIT_STATUS, which no restart mends; shutting the machine down" >&2
+exec /bin/sh -c "${shutdown_command:-` + defaultShutdownCommand + `}"
 `
 }
 
@@ -108,6 +153,13 @@ install -m 0755 "$download" {{.Bin}}
 {{else}}# The agent binary is baked into the image.
 [ -x {{.Bin}} ] || { echo "bullpen: no agent binary at "{{.Bin}} >&2; exit 1; }
 {{end}}
+# What the service runs when the agent stops.
+stopped_path={{.StoppedPath}}
+mkdir -p "$(dirname "$stopped_path")"
+# The script is written as it is: its expansions happen when it runs.
+# shellcheck disable=SC2016
+printf '%s' {{.Stopped}} > "$stopped_path"
+chmod 0755 "$stopped_path"
 # The agent runs as a service, restarted if it fails.
 unit_path={{.UnitPath}}
 mkdir -p "$(dirname "$unit_path")"

@@ -37,6 +37,7 @@ done
 cp "$FAKE_ROOT/served" "$out"
 `,
 		"systemctl": "#!/bin/sh\nprintf '%s\\n' \"$*\" >> \"$FAKE_ROOT/systemctl.log\"\n",
+		"shutdown":  "#!/bin/sh\nprintf 'shutdown %s\\n' \"$*\" >> \"$FAKE_ROOT/halted.log\"\n",
 		"chown":     "#!/bin/sh\nprintf '%s\\n' \"$*\" >> \"$FAKE_ROOT/chown.log\"\n",
 	}
 	os.MkdirAll(filepath.Join(m.root, "fakebin"), 0o755)
@@ -127,7 +128,8 @@ func TestCloudInitInstallsAndStartsTheAgent(t *testing.T) {
 			unit := m.read("etc/systemd/system/bullpen-agent.service")
 			for _, want := range []string{
 				"ExecStart=" + o.InstallPath + " agent --config " + o.EnvPath + "\n", "Restart=on-failure\n",
-				"RestartPreventExitStatus=3 4\n", "WantedBy=multi-user.target\n",
+				"RestartPreventExitStatus=2 3 4\n", "WantedBy=multi-user.target\n",
+				"ExecStopPost=" + m.path("usr/local/bin/"+launchdata.StoppedName) + "\n",
 			} {
 				if !strings.Contains(unit, want) {
 					t.Fatalf("unit lacks %q:\n%s", want, unit)
@@ -192,5 +194,82 @@ func TestCloudInitWithTheBinaryBakedIn(t *testing.T) {
 	}
 	if got := m.read("systemctl.log"); !strings.Contains(got, "enable --now bullpen-agent.service") {
 		t.Fatalf("systemctl calls:\n%s", got)
+	}
+}
+
+// After the agent exits 2 (settings that cannot work) or 3 (credentials
+// refused), statuses the unit does not restart, the unit's stop shuts the
+// machine down with the agent's shutdown command, rather than leave it
+// running with no agent. Any other end leaves the machine alone: the agent
+// is restarted, stopped on purpose, or shut the machine down itself.
+func TestTheUnitShutsDownAMachineWhoseAgentCannotRun(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		shutdown string // the agent's shutdown command, "" for the default
+		code     string // systemd's EXIT_CODE
+		status   string // and EXIT_STATUS
+		want     string // what halted.log holds after
+	}{
+		{"bad settings", "", "exited", "2", "shutdown -h now\n"},
+		{"credentials refused", "", "exited", "3", "shutdown -h now\n"},
+		{"its own shutdown command", `printf 'own %s\n' "$RUNNER_ALLOW_RUNASROOT" >> "$FAKE_ROOT/halted.log"`, "exited", "3", "own \n"},
+		{"a failure restarted", "", "exited", "1", ""},
+		{"shut down by the agent", "", "exited", "4", ""},
+		{"stopped", "", "exited", "0", ""},
+		{"killed", "", "killed", "TERM", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t)
+			o := m.options()
+			o.Extra = map[string]string{"RUNNER_ALLOW_RUNASROOT": "1"}
+			if tc.shutdown != "" {
+				o.Extra["BULLPEN_AGENT_SHUTDOWN_COMMAND"] = tc.shutdown
+			}
+			script, err := launchdata.CloudInit(bootstrap("s3cret"), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out, err := m.run(script, m.binary); err != nil {
+				t.Fatalf("script failed: %v\n%s", err, out)
+			}
+			stopped := m.path("usr/local/bin/" + launchdata.StoppedName)
+			if m.mode("usr/local/bin/"+launchdata.StoppedName) != 0o755 {
+				t.Fatalf("%s is not executable", stopped)
+			}
+			cmd := exec.Command(stopped)
+			cmd.Env = []string{"PATH=" + m.path("fakebin") + ":" + os.Getenv("PATH"), "FAKE_ROOT=" + m.root,
+				"EXIT_CODE=" + tc.code, "EXIT_STATUS=" + tc.status}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v\n%s", stopped, err, out)
+			}
+			got, _ := os.ReadFile(m.path("halted.log"))
+			if string(got) != tc.want {
+				t.Fatalf("halted.log %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// The script the unit runs when the agent stops passes shellcheck.
+func TestTheStoppedScriptPassesShellcheck(t *testing.T) {
+	m := newMachine(t)
+	script, err := launchdata.CloudInit(bootstrap("s3cret"), m.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := m.run(script, m.binary); err != nil {
+		t.Fatalf("script failed: %v\n%s", err, out)
+	}
+	shellcheck(t, "sh", m.read("usr/local/bin/"+launchdata.StoppedName))
+}
+
+// The unit's stop falls back on the agent's own default shutdown command.
+func TestTheStoppedScriptDefaultsToTheAgentsShutdownCommand(t *testing.T) {
+	script, err := launchdata.CloudInit(bootstrap("s3cret"), options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(script, `"${shutdown_command:-`+agent.DefaultShutdownCommand+`}"`) {
+		t.Fatalf("the script does not fall back on %q", agent.DefaultShutdownCommand)
 	}
 }
