@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -76,6 +78,9 @@ func open(ctx context.Context, path string, clk domain.Clock, migrations fs.FS, 
 	if clk == nil {
 		return nil, fmt.Errorf("open sqlite store %s: no clock", path)
 	}
+	if err := checkDirectory(path); err != nil {
+		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+	}
 	s := &Store{path: path, clk: clk, scratch: scratch}
 	if err := s.openWriter(ctx, migrations); err != nil {
 		return nil, err
@@ -85,6 +90,36 @@ func open(ctx context.Context, path string, clk domain.Clock, migrations fs.FS, 
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkDirectory says what is wrong with the directory path is in when
+// SQLite could not create the file there, its WAL and shared-memory files
+// beside it included: SQLite itself says only "unable to open database
+// file", which names neither the directory nor what to do. A trial file,
+// rather than the mode bits, tells whether this process may write there:
+// it answers for root, ACLs and read-only mounts alike.
+func checkDirectory(path string) error {
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("directory %s does not exist: create it (mkdir -p %s) or choose a file in another", dir, dir)
+	case err != nil:
+		return fmt.Errorf("directory %s: %w", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	trial, err := os.CreateTemp(dir, ".bullpen-write-check-*")
+	if errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("directory %s is not writable by this user (uid %d): SQLite creates the store and its journal there; "+
+			"give the user write access to it or choose a file in another", dir, os.Getuid())
+	}
+	if err != nil {
+		return fmt.Errorf("directory %s is not writable: %w", dir, err)
+	}
+	trial.Close()
+	_ = os.Remove(trial.Name()) // an empty file left behind harms nothing; refusing the store for it would
+	return nil
 }
 
 func (s *Store) openWriter(ctx context.Context, migrations fs.FS) error {
