@@ -80,14 +80,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/launchdata"
 )
 
 // Defaults for zero Options fields.
@@ -157,8 +160,25 @@ type Options struct {
 	// Log receives machine events; nil means slog.Default().
 	Log *slog.Logger
 	// AgentEnv adds settings to every machine's launch data (for example
-	// BULLPEN_AGENT_RUNNER_COMMAND, so a test can run a fake runner).
+	// BULLPEN_AGENT_RUNNER_COMMAND, so a test can run a fake runner). New
+	// refuses what no launch data can hold, and the settings the Cloud
+	// writes for each machine itself (its cloud id and state directory).
 	AgentEnv map[string]string
+}
+
+// checkAgentEnv says why env cannot be added to every machine's launch
+// data, naming each setting at fault.
+func checkAgentEnv(env map[string]string) error {
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if k == launchdata.EnvCloudID || k == launchdata.EnvStateDir {
+			errs = append(errs, fmt.Errorf("agent setting %s: set by the provider for each machine", k))
+		}
+	}
+	if _, err := launchdata.EnvFile(domain.AgentBootstrap{}, env); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // Cloud is the local provider. It is safe for concurrent use.
@@ -197,6 +217,9 @@ func New(opts Options) (*Cloud, error) {
 	}
 	if opts.Capacity < 0 {
 		return nil, fmt.Errorf("local cloud: capacity %d is negative", opts.Capacity)
+	}
+	if err := checkAgentEnv(opts.AgentEnv); err != nil {
+		return nil, fmt.Errorf("local cloud: %w", err)
 	}
 	c := &Cloud{
 		opts:     opts,

@@ -41,7 +41,7 @@ func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.Cl
 	if done != nil {
 		return ec2like.Views(c.machines, done.IDs, (*machine).view), done.Err
 	}
-	if err := validateLaunch(spec); err != nil {
+	if err := validateLaunch(spec, c.opts.AgentEnv); err != nil {
 		return nil, err
 	}
 	n := ec2like.Fit(spec.Count, c.opts.Capacity, ec2like.Live(c.machines))
@@ -65,11 +65,13 @@ func (c *Cloud) Create(ctx context.Context, spec domain.LaunchSpec) ([]domain.Cl
 	return out, err
 }
 
-func validateLaunch(spec domain.LaunchSpec) error {
+// validateLaunch refuses a launch whose machines' launch data, rendered as
+// newMachine renders it, would not be written.
+func validateLaunch(spec domain.LaunchSpec, agentEnv map[string]string) error {
 	if err := ec2like.CheckLaunch(spec, MaxPerCall); err != nil {
 		return err
 	}
-	if _, err := launchdata.EnvFile(spec.Agent, nil); err != nil {
+	if _, err := launchdata.EnvFile(spec.Agent, agentEnv); err != nil {
 		return ec2like.Errorf(ec2like.OpCreateFleet, ec2like.CodeInvalidParameter, domain.ErrInvalidRequest, "%v", err)
 	}
 	return nil
