@@ -96,7 +96,8 @@ func (c *Cloud) batch(ctx context.Context, op string, ids []string, call func([]
 				refusal, _ = errors.AsType[*domain.CloudError](err)
 			}
 			refused = append(refused, named...)
-			ids = slices.DeleteFunc(ids, func(id string) bool { return slices.Contains(named, id) })
+			// A new slice: the one the call was given may still be read.
+			ids = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return slices.Contains(named, id) })
 		}
 		return nil
 	}, func(err error) []string {

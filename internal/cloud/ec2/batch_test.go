@@ -87,10 +87,11 @@ func TestOneProtectedMachineDoesNotHoldBackItsBatch(t *testing.T) {
 	f := newFake()
 	ids := batchIDs(domain.MaxBatch - 1)
 	ids = append(ids[:10], append([]string{protected}, ids[10:]...)...)
-	var done [][]string
+	var done, asked [][]string
 	refuse := refusing("OperationNotPermitted",
 		"The instance '%s' may not be terminated. Modify its 'disableApiTermination' instance attribute and try again.", protected)
 	f.terminate = func(ids []string) error {
+		asked = append(asked, ids)
 		if err := refuse(ids); err != nil {
 			return err
 		}
@@ -105,6 +106,9 @@ func TestOneProtectedMachineDoesNotHoldBackItsBatch(t *testing.T) {
 	}
 	if len(done) != 1 || len(done[0]) != len(ids)-1 || slices.Contains(done[0], protected) {
 		t.Fatalf("terminated %v; want the %d others in one call", done, len(ids)-1)
+	}
+	if len(asked) != 2 || !slices.Equal(asked[0], ids) {
+		t.Fatalf("calls %v; want the refused one with every id as it was sent, then the one without it", asked)
 	}
 }
 
