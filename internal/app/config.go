@@ -29,25 +29,42 @@ func (a *App) pools() []domain.Pool { return a.Config().PoolsFor(a.opts.Environm
 
 // notePools logs which pools of cfg this stack serves, and those it leaves
 // to stacks of other environments. Leaving some is what environments are
-// for; leaving every one means --environment is most likely not the one
-// meant (serve's default is production), so that is a warning.
+// for; a file that names environments, none of them this stack's, is most
+// likely read with the wrong --environment (serve's default is production),
+// so that is a warning even when pools without environment: are served:
+// those belong to every stack, so they say nothing of the flag, and the
+// jobs meant for the file's environments go unanswered.
 func (a *App) notePools(cfg *config.Config, msg string) {
 	if cfg == nil {
 		return
 	}
-	var served, others []string
+	var served, others, named []string
+	ownNamed := false
 	for _, p := range cfg.Pools {
 		if config.ServedIn(p, a.opts.Environment) {
 			served = append(served, p.Name)
 		} else {
 			others = append(others, p.Name+"@"+p.Environment)
 		}
+		if p.Environment == "" {
+			continue
+		}
+		ownNamed = ownNamed || p.Environment == a.opts.Environment
+		if !slices.Contains(named, p.Environment) {
+			named = append(named, p.Environment)
+		}
 	}
 	attrs := []any{"path", a.sourceName(), "environment", a.opts.Environment, "pools", len(served),
 		"served", strings.Join(served, ","), "other_environments", strings.Join(others, ",")}
 	a.opts.Log.Info(msg, attrs...)
-	if len(served) == 0 && len(others) > 0 {
-		a.opts.Log.Warn("no pool of the configuration is this environment's: set --environment to one of theirs to serve them", attrs...)
+	if len(named) > 0 && !ownNamed {
+		slices.Sort(named)
+		what := "no pool of the configuration is this environment's"
+		if len(served) > 0 {
+			what = "no pool of the configuration names this environment, so only those naming none are served"
+		}
+		a.opts.Log.Warn(what+": set --environment to one of the file's environments to serve its pools and take its jobs",
+			append(attrs, "file_environments", strings.Join(named, ","))...)
 	}
 }
 
