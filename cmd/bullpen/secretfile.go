@@ -25,6 +25,7 @@ var (
 	adminToken    = secretSetting{"admin token", "admin-token", "BULLPEN_ADMIN_TOKEN"}
 	viewerToken   = secretSetting{"viewer token", "viewer-token", "BULLPEN_VIEWER_TOKEN"}
 	githubAppKey  = secretSetting{"GitHub App's private key (PEM)", "github-app-key", "BULLPEN_GITHUB_APP_KEY"}
+	githubToken   = secretSetting{"GitHub token", "github-token", "BULLPEN_GITHUB_TOKEN"}
 )
 
 // defineFile defines the --FLAG-file flag, without a default.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,6 +91,51 @@ func TestSecretFilesResolve(t *testing.T) {
 		got, err := adminToken.resolve(c.getenv, c.value, c.file)
 		if got != c.want || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
 			t.Errorf("%s: %q, %v; want %q, %q", c.name, got, err, c.want, c.err)
+		}
+	}
+}
+
+// --github token reads its token from a file, as the admin token's is
+// read (the systemd unit's credentials are files), the flag over
+// $BULLPEN_GITHUB_TOKEN_FILE over the variables; a file that cannot be
+// read is named by its setting, never by its path.
+func TestServeReadsTheGitHubTokenFromAFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	fromFlag, fromEnv := write("flag", "ghp_from_flag\n"), write("env", "ghp_from_env_file")
+	missing := filepath.Join(dir, "ghp_put_where_the_path_goes")
+	for _, c := range []struct {
+		name  string
+		args  []string
+		vars  map[string]string
+		want  string
+		error string
+	}{
+		{"the file flag", []string{"--github-token-file", fromFlag}, map[string]string{"BULLPEN_GITHUB_TOKEN_FILE": fromEnv, "BULLPEN_GITHUB_TOKEN": "ghp_var"}, "ghp_from_flag", ""},
+		{"the file variable", nil, map[string]string{"BULLPEN_GITHUB_TOKEN_FILE": fromEnv, "BULLPEN_GITHUB_TOKEN": "ghp_var"}, "ghp_from_env_file", ""},
+		{"the variable", nil, map[string]string{"BULLPEN_GITHUB_TOKEN": "ghp_var", "GITHUB_TOKEN": "ghp_other"}, "ghp_var", ""},
+		{"GitHub's variable", nil, map[string]string{"GITHUB_TOKEN": "ghp_other"}, "ghp_other", ""},
+		{"an unreadable file", []string{"--github-token-file", missing}, map[string]string{"GITHUB_TOKEN": "ghp_other"}, "", "--github-token-file: cannot read the file it names"},
+		{"nothing", nil, nil, "", "pass --github-token-file FILE"},
+	} {
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		var f githubFlags
+		f.define(fs, func(k string) string { return c.vars[k] })
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		o, err := f.options("token")
+		if o.Token != c.want || (err == nil) != (c.error == "") || err != nil && !strings.Contains(err.Error(), c.error) {
+			t.Errorf("%s: token %q, %v; want %q, %q", c.name, o.Token, err, c.want, c.error)
+		}
+		if err != nil && strings.Contains(err.Error(), "ghp_put_where") {
+			t.Errorf("%s: the error shows the file's path: %v", c.name, err)
 		}
 	}
 }

@@ -188,6 +188,7 @@ var providerFlags = []struct {
 		"aws-security-groups", "aws-subnets", "aws-template-prefix"}},
 	{func(f *serveFlags) bool { return f.cloud == "local" }, []string{"local-agent-env", "local-dir"}},
 	{func(f *serveFlags) bool { return f.github == "app" }, []string{"github-app-id", "github-app-key-file"}},
+	{func(f *serveFlags) bool { return f.github == "token" }, []string{"github-token-file"}},
 	{func(f *serveFlags) bool { return f.github == "sim" }, []string{"sim-jobs-per-minute"}},
 }
 
@@ -228,7 +229,7 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.cloud, "cloud", "BULLPEN_CLOUD", "sim", "compute provider: sim (simulated, in this process), local (each machine a bullpen agent process here) or aws (EC2)")
 	str(&f.localDir, "local-dir", "BULLPEN_LOCAL_DIR", "", "with --cloud local: where machines keep their files; their processes outlive serve, for the next serve on it to adopt (default: a temporary directory, removed with its machines when serve exits)")
 	str(&f.agentURL, "agent-url", "BULLPEN_AGENT_URL", "", "where machines' agents reach this control plane (default: http:// and the listen address)")
-	str(&f.github, "github", "BULLPEN_GITHUB", "sim", "GitHub: sim (simulated, in this process), app (a GitHub App) or token (a token from $BULLPEN_GITHUB_TOKEN)")
+	str(&f.github, "github", "BULLPEN_GITHUB", "sim", "GitHub: sim (simulated, in this process), app (a GitHub App) or token (a token from --github-token-file or $BULLPEN_GITHUB_TOKEN)")
 	// Secrets and their files' paths are read from the environment after
 	// parsing, never as flag defaults (see secretSetting).
 	fs.StringVar(&f.secret, "webhook-secret", "", "GitHub webhook secret (prefer $BULLPEN_WEBHOOK_SECRET or --webhook-secret-file)")

@@ -5,14 +5,17 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/bullpen-ci/bullpen/internal/app"
 )
 
 // githubFlags are serve's settings of a real GitHub (--github app or
-// token). The token comes from the environment only.
+// token). The token comes from a file or the environment, never a flag of
+// its own: a command line is seen by every user of the host.
 type githubFlags struct {
 	url, appID, keyFile string
+	tokenFile           string
 	runnerGroup         string
 	enterprise          string
 	workFolder          string
@@ -26,6 +29,7 @@ func (f *githubFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	str(&f.url, "github-url", "BULLPEN_GITHUB_URL", "with --github app or token: the API root, for GitHub Enterprise Server https://HOST/api/v3/ (default GitHub.com's)")
 	str(&f.appID, "github-app-id", "BULLPEN_GITHUB_APP_ID", "with --github app: the App's id")
 	githubAppKey.defineFile(fs, &f.keyFile, "with --github app: the App's private key (PEM file)")
+	githubToken.defineFile(fs, &f.tokenFile, "with --github token: file holding the token (else $BULLPEN_GITHUB_TOKEN or $GITHUB_TOKEN)")
 	str(&f.enterprise, "github-enterprise", "BULLPEN_GITHUB_ENTERPRISE", "with --runner-scope enterprise: the enterprise's slug (needs --github token: a classic token with manage_runners:enterprise)")
 	str(&f.runnerGroup, "runner-group", "BULLPEN_RUNNER_GROUP", "with --runner-scope org or enterprise: the runner group runners join, by name (default: the Default group)")
 	str(&f.workFolder, "runner-work-folder", "BULLPEN_RUNNER_WORK_FOLDER", "with --github app or token: the runners' work directory, relative to the runner's (GitHub's default: _work)")
@@ -55,13 +59,17 @@ func (f *githubFlags) options(kind string) (app.GitHubAPI, error) {
 		}
 		o.PrivateKey = []byte(key)
 	case "token":
-		o.Token = f.getenv("BULLPEN_GITHUB_TOKEN")
-		if o.Token == "" {
-			o.Token = f.getenv("GITHUB_TOKEN")
+		token, err := githubToken.resolve(f.getenv, "", f.tokenFile)
+		if err == nil && token == "" {
+			token = strings.TrimSpace(f.getenv("GITHUB_TOKEN"))
 		}
-		if o.Token == "" {
-			problems = append(problems, errors.New("--github token needs a token in $BULLPEN_GITHUB_TOKEN or $GITHUB_TOKEN (never a flag)"))
+		switch {
+		case err != nil:
+			problems = append(problems, err)
+		case token == "":
+			problems = append(problems, errors.New("--github token needs a token: pass --github-token-file FILE, or set $BULLPEN_GITHUB_TOKEN_FILE, $BULLPEN_GITHUB_TOKEN or $GITHUB_TOKEN (never a flag)"))
 		}
+		o.Token = token
 	}
 	return o, errors.Join(problems...)
 }
