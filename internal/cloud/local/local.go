@@ -27,7 +27,11 @@
 //     it back.
 //
 // Close terminates every machine and waits for every process, so nothing
-// outlives the control plane or the test that made the Cloud.
+// outlives the control plane or the test that made the Cloud. On Linux the
+// processes of a temporary Dir's machines are also sent SIGTERM when this
+// process ends without Close (a crash, SIGKILL): their parent-death signal,
+// which they get from a thread kept for starting them, since Linux sends it
+// when the starting thread ends. Elsewhere they outlive such an end.
 //
 // # Machines on disk
 //

@@ -164,7 +164,13 @@ func (c *Cloud) spawn(m *machine) error {
 	if err != nil {
 		return err
 	}
-	err = cmd.Start()
+	if c.ownsDir {
+		// A temporary directory's machines end with this process, however
+		// it ends; those of a Dir of the caller's are meant to outlive it.
+		err = startTied(cmd)
+	} else {
+		err = cmd.Start()
+	}
 	if logFile != nil {
 		_ = logFile.Close() // the child holds its own copy
 	}

@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 		case "serve":
 			runServe(os.Args[2])
 			return
+		case "serve-temporary":
+			runServeTemporary()
+			return
 		case "agent":
 			runFakeAgent(os.Args[1:])
 			// Not 0: a race-enabled binary pauses a second on a
