@@ -50,6 +50,43 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// validate refuses an autoscale block that serve refuses at start and at
+// a reload with the same --converge-every (its polls come on the
+// converger's cycles), placing it at the block, and takes it with a
+// converger that cycles often enough.
+func TestValidateRefusesWhatServeRefusesAtItsCadence(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "autoscale.yml")
+	if err := os.WriteFile(path, []byte(`runners:
+  small:
+    image: ubuntu24-full-x64
+    ram: 1
+    family: [t3]
+pools:
+  p1:
+    runner: small
+    schedule:
+      - name: default
+        hot: 1
+    autoscale:
+      poll-interval: 100s
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCmd(t, "validate", path)
+	if code != 1 || out != "" || !strings.Contains(errs, path+":12:5: pool \"p1\": breach-threshold 1.5 is never reached with the converger running every 30s") {
+		t.Errorf("at serve's default --converge-every: exit %d, stdout %q, stderr:\n%s", code, out, errs)
+	}
+	if code, out, errs := runCmd(t, "validate", path, "--converge-every", "10s"); code != 0 || !strings.Contains(out, "ok (1 runners, 1 pools)") {
+		t.Errorf("--converge-every 10s: exit %d:\n%s%s", code, out, errs)
+	}
+	if code, out, errs := runWithEnv(map[string]string{"BULLPEN_CONVERGE_EVERY": "10s"}, "validate", path); code != 0 {
+		t.Errorf("$BULLPEN_CONVERGE_EVERY=10s: exit %d:\n%s%s", code, out, errs)
+	}
+	if code, _, errs := runCmd(t, "validate", "--converge-every", "0s", path); code != 2 || !strings.Contains(errs, "--converge-every 0s: want a positive duration") {
+		t.Errorf("--converge-every 0s: exit %d:\n%s", code, errs)
+	}
+}
+
 func TestSchedule(t *testing.T) {
 	cases := []struct {
 		at   string

@@ -5,9 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
+	"github.com/bullpen-ci/bullpen/internal/autoscale"
 	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/converger"
+	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/schedule"
 )
 
@@ -18,28 +24,111 @@ func init() {
 
 func cmdValidate(_ context.Context, e *env, args []string) int {
 	fs := e.flags("validate")
+	every := fs.Duration("converge-every", converger.DefaultInterval,
+		"serve's --converge-every: an autoscale block whose polls, which come on the converger's cycles, could never scale is refused, as serve refuses it ($BULLPEN_CONVERGE_EVERY)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: bullpen validate FILE\n\nChecks a pool configuration (runs-on.yml format): prints one line per pool and exits 0,\nor lists every problem as FILE:LINE:COL: message and exits 1.")
+		fmt.Fprint(fs.Output(), "usage: bullpen validate FILE [--converge-every 30s]\n\nChecks a pool configuration (runs-on.yml format) as serve does at start and at each reload: prints one line\nper pool and exits 0, or lists every problem as FILE:LINE:COL: message and exits 1.\nWarnings (settings bullpen ignores) go to the standard error.\n\n")
+		fs.PrintDefaults()
 	}
-	if status, ok := e.parseArgs(fs, args, 1); !ok {
+	if v := e.getenv("BULLPEN_CONVERGE_EVERY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "bullpen validate: $BULLPEN_CONVERGE_EVERY=%s: want a duration with its unit, such as 30s\n", domain.QuoteShort(v))
+			return 2
+		}
+		*every = d
+	}
+	file, rest := splitFile(args)
+	most := 1 // FILE, when it comes after the flags
+	if file != "" {
+		most = 0
+	}
+	if status, ok := e.parseArgs(fs, rest, most); !ok {
 		return status
 	}
-	if fs.NArg() != 1 {
+	if file == "" && fs.NArg() == 1 {
+		file = fs.Arg(0)
+	}
+	if file == "" {
 		fs.Usage()
 		return 2
 	}
-	cfg, ok := loadConfig(e, fs.Arg(0))
+	if *every <= 0 {
+		fmt.Fprintf(e.stderr, "bullpen validate: --converge-every %s: want a positive duration\n", *every)
+		return 2
+	}
+	cfg, ok := loadConfig(e, file)
 	if !ok {
 		return 1
 	}
 	for _, w := range cfg.Warnings {
 		fmt.Fprintf(e.stderr, "warning: %s\n", w)
 	}
+	if problems := cadenceProblems(file, cfg, *every); len(problems) > 0 {
+		fmt.Fprintf(e.stderr, "%s has %d problem(s):\n%v\n", file, len(problems), problems)
+		return 1
+	}
 	for _, p := range cfg.Pools {
 		fmt.Fprintln(e.stdout, config.Summary(p))
 	}
-	fmt.Fprintf(e.stdout, "%s: ok (%d runners, %d pools)\n", fs.Arg(0), len(cfg.Runners), len(cfg.Pools))
+	fmt.Fprintf(e.stdout, "%s: ok (%d runners, %d pools)\n", file, len(cfg.Runners), len(cfg.Pools))
 	return 0
+}
+
+// cadenceProblems are the autoscale blocks of cfg, read from file, that
+// would never scale with the converger cycling every: serve refuses them
+// at start and at a reload. Each is placed at its block in the file when
+// it can be found there.
+func cadenceProblems(file string, cfg *config.Config, every time.Duration) config.Errors {
+	data, _ := os.ReadFile(file) // read once already: at worst the problems lose their positions
+	var problems config.Errors
+	for _, p := range cfg.Pools {
+		var cadence *autoscale.CadenceError
+		if !errors.As(autoscale.CheckCadence([]domain.Pool{p}, every), &cadence) {
+			continue
+		}
+		line, col := autoscalePosition(data, p.Name)
+		for _, msg := range cadence.Problems {
+			problems = append(problems, config.Error{File: file, Line: line, Col: col, Msg: msg})
+		}
+	}
+	return problems
+}
+
+// autoscalePosition is where pool's autoscale block is written in data:
+// at its key, else at the pool's (a block that a merge key brings in),
+// else 1:1.
+func autoscalePosition(data []byte, pool string) (line, col int) {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+		return 1, 1
+	}
+	_, pools := mappingEntry(doc.Content[0], "pools")
+	key, value := mappingEntry(pools, pool)
+	if key == nil {
+		return 1, 1
+	}
+	if k, _ := mappingEntry(value, "autoscale"); k != nil {
+		key = k
+	}
+	return key.Line, key.Column
+}
+
+// mappingEntry is the key and value of name in the mapping n (an alias
+// followed), nils when n is no mapping or has no such key.
+func mappingEntry(n *yaml.Node, name string) (key, value *yaml.Node) {
+	if n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil, nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == name {
+			return n.Content[i], n.Content[i+1]
+		}
+	}
+	return nil, nil
 }
 
 func cmdSchedule(_ context.Context, e *env, args []string) int {
