@@ -1,16 +1,19 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
 
 	awsec2 "github.com/aws/aws-sdk-go-v2/service/ec2"
 
+	"github.com/bullpen-ci/bullpen/internal/agent"
 	"github.com/bullpen-ci/bullpen/internal/awsconf"
 	"github.com/bullpen-ci/bullpen/internal/cloud/ec2"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/launchdata"
+	"github.com/bullpen-ci/bullpen/internal/reaper"
 )
 
 // AWS configures the EC2 provider (--cloud aws). Credentials come from the
@@ -63,6 +66,17 @@ func (o AWS) check() []string {
 // and returns the verifier of instance identity documents, if any.
 func (a *App) newEC2(ctx context.Context) (domain.IdentityVerifier, error) {
 	o := a.opts.AWS
+	extra := map[string]string{"BULLPEN_AGENT_WORK_DIR": DefaultRunnerDir}
+	maps.Copy(extra, o.AgentEnv)
+	// Checked here, or every machine's agent would refuse them at boot,
+	// seen by nobody, while the pools launched more.
+	if err := agent.CheckSettings(extra, agent.SettingsLimits{SilentAfter: cmp.Or(a.opts.Reaper.SilentAfter, reaper.DefaultSilentAfter)}); err != nil {
+		return nil, fmt.Errorf("aws: --aws-agent-env: %w", err)
+	}
+	cloudInit := launchdata.CloudInitOptions{AgentURL: o.AgentURL, AgentSHA256: o.AgentSHA256, CloudIDFrom: "imds", Extra: extra}
+	if err := cloudInit.Check(); err != nil {
+		return nil, fmt.Errorf("aws: agent launch data: %w", err)
+	}
 	onCall, err := a.awsCalls()
 	if err != nil {
 		return nil, err
@@ -70,12 +84,6 @@ func (a *App) newEC2(ctx context.Context) (domain.IdentityVerifier, error) {
 	cfg, err := awsconf.Load(ctx, awsconf.Options{Region: o.Region, Endpoint: o.Endpoint, OnCall: onCall})
 	if err != nil {
 		return nil, err
-	}
-	extra := map[string]string{"BULLPEN_AGENT_WORK_DIR": DefaultRunnerDir}
-	maps.Copy(extra, o.AgentEnv)
-	cloudInit := launchdata.CloudInitOptions{AgentURL: o.AgentURL, AgentSHA256: o.AgentSHA256, CloudIDFrom: "imds", Extra: extra}
-	if err := cloudInit.Check(); err != nil {
-		return nil, fmt.Errorf("aws: agent launch data: %w", err)
 	}
 	prefix := o.TemplatePrefix
 	if prefix == "" {

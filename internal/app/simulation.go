@@ -1,15 +1,19 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"sync/atomic"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/agent"
 	"github.com/bullpen-ci/bullpen/internal/cloud/local"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
+	"github.com/bullpen-ci/bullpen/internal/reaper"
 	"github.com/bullpen-ci/bullpen/internal/simagent"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
@@ -91,8 +95,11 @@ func (a *App) newCloud(ctx context.Context) (domain.IdentityVerifier, error) {
 			// "Shutting the machine down" is the agent exiting: never the host.
 			"BULLPEN_AGENT_SHUTDOWN_COMMAND": "true",
 		}
-		for k, v := range o.LocalAgentEnv {
-			env[k] = v
+		maps.Copy(env, o.LocalAgentEnv)
+		// Checked here, or every machine's agent would refuse them, seen
+		// only in its own log, while the pools launched more.
+		if err := agent.CheckSettings(env, agent.SettingsLimits{SilentAfter: cmp.Or(o.Reaper.SilentAfter, reaper.DefaultSilentAfter)}); err != nil {
+			return nil, fmt.Errorf("local cloud: --local-agent-env: %w", err)
 		}
 		l, err := local.New(local.Options{Dir: o.LocalDir, KeepOnClose: o.LocalKeep, Clock: o.Clock,
 			Log: o.Log.With("loop", "local-cloud"), AgentEnv: env})
