@@ -79,12 +79,19 @@ type CloudFilter struct {
 // Cloud is the compute provider. Batch calls (Start, Stop, Terminate, Tag)
 // take at most MaxBatch ids; the caller splits larger sets. A batch with ids
 // the cloud does not know acts on the others and returns an
-// *UnknownInstancesError naming the unknown ones.
+// *UnknownInstancesError naming the unknown ones. NotActedOn reads which
+// ids a batch call's error leaves as they were.
 type Cloud interface {
 	// Create launches machines like an instant fleet. On partial fulfilment
 	// it returns the machines it did create together with an error that
 	// wraps ErrInsufficientCapacity; the caller decides their fate.
 	Create(ctx context.Context, spec LaunchSpec) ([]CloudInstance, error)
+	// Start, Stop and Terminate change the state of machines. A machine
+	// the call cannot change (still stopping for a start, protected from
+	// termination) does not fail the others: the call acts on every other
+	// id and returns a *RefusedInstancesError naming the refused ids (and
+	// any unknown ones). A machine terminated or shutting down that the
+	// call cannot change is reported as unknown: it is gone.
 	Start(ctx context.Context, ids []string) error
 	Stop(ctx context.Context, ids []string) error
 	Terminate(ctx context.Context, ids []string) error

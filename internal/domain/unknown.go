@@ -64,10 +64,62 @@ func SkipUnknown(op string, ids []string, call func(ids []string) error, unknown
 	return u
 }
 
-// UnknownIDs returns the ids an error names as unknown, or nil.
+// UnknownIDs returns the ids an error names as unknown, or nil: those of
+// an *UnknownInstancesError, or the Unknown of a *RefusedInstancesError.
 func UnknownIDs(err error) []string {
 	if e, ok := errors.AsType[*UnknownInstancesError](err); ok {
 		return e.IDs
 	}
+	if e, ok := errors.AsType[*RefusedInstancesError](err); ok {
+		return e.Unknown
+	}
 	return nil
+}
+
+// RefusedInstancesError names the machines of a batch call that the cloud
+// refused to act on although they exist: one protected from termination,
+// one still stopping that cannot be started yet, one the call does not
+// apply to. The call acted on every other id, except those named in
+// Unknown, which it skipped as an *UnknownInstancesError would name them.
+// It does not wrap ErrUnknownInstance: a terminate that left a machine
+// running is not done (TerminateDone), and asking again at once is refused
+// the same way until someone or something changes the machine.
+type RefusedInstancesError struct {
+	Op      string
+	Code    string // the provider's code for the refusal
+	IDs     []string
+	Unknown []string
+	Reason  string // the provider's message for the first refusal
+}
+
+func (e *RefusedInstancesError) Error() string {
+	msg := fmt.Sprintf("%s: refused for instances %s (%s)", e.Op, strings.Join(e.IDs, ", "), e.Reason)
+	if len(e.Unknown) > 0 {
+		msg += "; unknown instances " + strings.Join(e.Unknown, ", ")
+	}
+	return msg
+}
+
+// RefusedIDs returns the ids an error names as refused, or nil.
+func RefusedIDs(err error) []string {
+	if e, ok := errors.AsType[*RefusedInstancesError](err); ok {
+		return e.IDs
+	}
+	return nil
+}
+
+// NotActedOn reads the error of a batch call (Start, Stop, Terminate,
+// Tag): named reports whether err names the ids the call did not act on
+// (unknown or refused), which are ids; the call then acted on every other
+// id. When named is false, err is about the whole call, and no id can be
+// counted as acted on; for a nil err, every id was.
+func NotActedOn(err error) (ids []string, named bool) {
+	if err == nil {
+		return nil, true
+	}
+	refused, unknown := RefusedIDs(err), UnknownIDs(err)
+	if len(refused) == 0 && len(unknown) == 0 {
+		return nil, false
+	}
+	return append(slices.Clone(refused), unknown...), true
 }
