@@ -73,7 +73,7 @@ func (c *Cloud) Tag(ctx context.Context, ids []string, tags map[string]string) e
 // operator protects, or one terminated behind bullpen's back, does not
 // hold back the others at every try. Of the machines taken out so, those
 // terminated or shutting down are reported as gone with the unknown ids;
-// any other is reported in a *RefusedInstancesError.
+// any other is reported in a *domain.RefusedInstancesError.
 func (c *Cloud) batch(ctx context.Context, op string, ids []string, call func([]string) error) error {
 	if len(ids) == 0 {
 		return &domain.CloudError{Op: op, Code: "MissingParameter", Err: fmt.Errorf("%w: no instance ids", domain.ErrInvalidRequest)}
@@ -115,8 +115,14 @@ func (c *Cloud) batch(ctx context.Context, op string, ids []string, call func([]
 	if len(still) == 0 {
 		return &domain.CloudError{Op: op, Code: refusal.Code, Err: &domain.UnknownInstancesError{Op: op, IDs: unknown}}
 	}
-	return &domain.CloudError{Op: op, Code: refusal.Code,
-		Err: &RefusedInstancesError{Op: op, IDs: still, Unknown: unknown, Reason: refusal.Err.Error()}}
+	// EC2's own words: the sentinel mapError put before them says nothing
+	// of the machines (UnsupportedOperation reads as an invalid request).
+	reason := refusal.Err.Error()
+	if s := sentinelOf(refusal.Code); s != nil {
+		reason = strings.TrimPrefix(reason, s.Error()+": ")
+	}
+	return &domain.CloudError{Op: op, Code: refusal.Code, Err: &domain.RefusedInstancesError{
+		Op: op, Code: refusal.Code, IDs: still, Unknown: unknown, Reason: reason}}
 }
 
 // unknownAmong is what a batch call on ids that failed with err says:
@@ -188,27 +194,6 @@ func (c *Cloud) splitGone(ctx context.Context, ids []string) (gone, still []stri
 		}
 	}
 	return gone, still
-}
-
-// RefusedInstancesError names the machines of a batch call that EC2
-// refused to act on (a machine protected from termination, one stopping
-// that cannot be started yet); the call acted on the others. Unknown are
-// the ids of the call that are gone, as a *domain.UnknownInstancesError
-// would name them. It does not wrap domain.ErrUnknownInstance: the refused
-// machines exist, and a terminate that left them running is not done.
-type RefusedInstancesError struct {
-	Op      string
-	IDs     []string
-	Unknown []string
-	Reason  string // EC2's message for the first refusal
-}
-
-func (e *RefusedInstancesError) Error() string {
-	msg := fmt.Sprintf("%s: refused for instances %s (%s)", e.Op, strings.Join(e.IDs, ", "), e.Reason)
-	if len(e.Unknown) > 0 {
-		msg += "; unknown instances " + strings.Join(e.Unknown, ", ")
-	}
-	return msg
 }
 
 // missing returns the ids of ids EC2 does not describe. EC2 names them

@@ -100,8 +100,9 @@ func TestOneProtectedMachineDoesNotHoldBackItsBatch(t *testing.T) {
 	}
 	f.pages = machines(protected + ":running")
 	err := newFakeCloud(t, f, ec2.Options{}).Terminate(t.Context(), ids)
-	refused, ok := errors.AsType[*ec2.RefusedInstancesError](err)
-	if !ok || !slices.Equal(refused.IDs, []string{protected}) || domain.TerminateDone(err) || codeOf(err) != "OperationNotPermitted" {
+	refused, ok := errors.AsType[*domain.RefusedInstancesError](err)
+	if !ok || !slices.Equal(refused.IDs, []string{protected}) || domain.TerminateDone(err) || codeOf(err) != "OperationNotPermitted" ||
+		refused.Code != "OperationNotPermitted" || !strings.HasPrefix(refused.Reason, "The instance '"+protected+"' may not be terminated") {
 		t.Fatalf("err %v; want the protected machine named as refused, and the terminate not done", err)
 	}
 	if len(done) != 1 || len(done[0]) != len(ids)-1 || slices.Contains(done[0], protected) {
@@ -139,10 +140,30 @@ func TestAStartReportsAMachineItCannotStartYet(t *testing.T) {
 	f.pages = machines(stopping+":stopping", terminated+":terminated")
 	ids := append(batchIDs(2), stopping, terminated)
 	err := newFakeCloud(t, f, ec2.Options{}).Start(t.Context(), ids)
-	refused, ok := errors.AsType[*ec2.RefusedInstancesError](err)
+	refused, ok := errors.AsType[*domain.RefusedInstancesError](err)
 	if !ok || !slices.Equal(refused.IDs, []string{stopping}) || !slices.Equal(refused.Unknown, []string{terminated}) ||
 		errors.Is(err, domain.ErrUnknownInstance) {
 		t.Fatalf("err %v; want the stopping machine refused and the terminated one named as gone", err)
+	}
+	if len(f.started) != 1 || !slices.Equal(f.started[0], ids[:2]) {
+		t.Fatalf("started %v; want the two others", f.started)
+	}
+}
+
+// A machine the call does not apply to (UnsupportedOperation, which EC2
+// also uses for requests that can never work) is refused in EC2's words;
+// the refusal does not read as an invalid request, which would reject the
+// jobs waiting for the others.
+func TestAnUnsupportedOperationOnOneMachineIsARefusal(t *testing.T) {
+	f := newFake()
+	f.start = refusing("UnsupportedOperation", "The instance '%s' does not support this operation.", stopping)
+	f.pages = machines(stopping + ":stopped")
+	ids := append(batchIDs(2), stopping)
+	err := newFakeCloud(t, f, ec2.Options{}).Start(t.Context(), ids)
+	refused, ok := errors.AsType[*domain.RefusedInstancesError](err)
+	if !ok || !slices.Equal(refused.IDs, []string{stopping}) || errors.Is(err, domain.ErrInvalidRequest) ||
+		refused.Reason != "The instance '"+stopping+"' does not support this operation." {
+		t.Fatalf("err %v; want the machine refused in EC2's words, not an invalid request", err)
 	}
 	if len(f.started) != 1 || !slices.Equal(f.started[0], ids[:2]) {
 		t.Fatalf("started %v; want the two others", f.started)

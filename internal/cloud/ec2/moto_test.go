@@ -176,7 +176,7 @@ func TestTerminateGoesOnBesideAProtectedMachineOnMoto(t *testing.T) {
 		}
 	})
 	err = c.Terminate(ctx, ids)
-	if refused, ok := errors.AsType[*ec2.RefusedInstancesError](err); !ok || !slices.Equal(refused.IDs, ids[1:2]) || domain.TerminateDone(err) {
+	if refused, ok := errors.AsType[*domain.RefusedInstancesError](err); !ok || !slices.Equal(refused.IDs, ids[1:2]) || domain.TerminateDone(err) {
 		t.Fatalf("terminate: %v; want %s named as refused", err, ids[1])
 	}
 	got, err := c.List(ctx, domain.CloudFilter{IDs: ids})
