@@ -169,3 +169,44 @@ func ids(ms []*box) []string {
 	}
 	return out
 }
+
+// SkipRefused takes each machine a call is refused over out of it and
+// calls again on the rest; those still there are refused by name, those
+// terminated or shutting down are gone.
+func TestSkipRefusedCallsAgainWithoutTheRefusedMachines(t *testing.T) {
+	all := fleet(domain.CloudRunning, domain.CloudPending, domain.CloudStopped, domain.CloudTerminated)
+	var calls [][]string
+	var changed []string
+	err := ec2like.SkipRefused(ec2like.OpStopInstances, []string{"a", "b", "c", "d"}, lookupIn(all, 10), func(ids []string) error {
+		calls = append(calls, ids)
+		return ec2like.Apply(ec2like.OpStopInstances, ids, lookupIn(all, 10), ec2like.StopRules,
+			func(b *box) { changed = append(changed, b.inst.ID) })
+	})
+	checkCode(t, err, ec2like.OpStopInstances, ec2like.CodeIncorrectState)
+	r, ok := errors.AsType[*domain.RefusedInstancesError](err)
+	if !ok || !slices.Equal(r.IDs, []string{"b"}) || !slices.Equal(r.Unknown, []string{"d"}) || r.Reason != "instance b is pending" ||
+		errors.Is(err, domain.ErrInvalidRequest) {
+		t.Fatalf("error %v; want b refused, d gone", err)
+	}
+	if !slices.Equal(changed, []string{"a"}) || len(calls) != 3 || !slices.Equal(calls[2], []string{"a", "c"}) {
+		t.Fatalf("calls %v changed %v; want a stopped by the third call", calls, changed)
+	}
+
+	calls = nil
+	err = ec2like.SkipRefused(ec2like.OpStopInstances, []string{"d"}, lookupIn(all, 10), func(ids []string) error {
+		calls = append(calls, ids)
+		return ec2like.Apply(ec2like.OpStopInstances, ids, lookupIn(all, 10), ec2like.StopRules, func(*box) {})
+	})
+	if got := domain.UnknownIDs(err); !errors.Is(err, domain.ErrUnknownInstance) || !slices.Equal(got, []string{"d"}) || len(calls) != 1 {
+		t.Fatalf("error %v after calls %v; want d gone after one call", err, calls)
+	}
+
+	calls = nil
+	err = ec2like.SkipRefused(ec2like.OpStopInstances, nil, lookupIn(all, 10), func(ids []string) error {
+		calls = append(calls, ids)
+		return ec2like.Apply(ec2like.OpStopInstances, ids, lookupIn(all, 10), ec2like.StopRules, func(*box) {})
+	})
+	if checkCode(t, err, ec2like.OpStopInstances, ec2like.CodeMissingParameter); len(calls) != 1 {
+		t.Fatalf("%d calls without ids; want the one EC2 refuses", len(calls))
+	}
+}
