@@ -12,6 +12,7 @@ import (
 // EC2 error codes the sim returns.
 const (
 	CodeIncorrectState     = ec2like.CodeIncorrectState
+	CodeNotPermitted       = "OperationNotPermitted"
 	CodeNotFound           = ec2like.CodeNotFound
 	CodeAMINotFound        = ec2like.CodeAMINotFound
 	CodeAMIMalformed       = ec2like.CodeAMIMalformed

@@ -30,7 +30,8 @@ func (c *Cloud) Stop(ctx context.Context, ids []string) error {
 }
 
 // Terminate terminates machines in any state; terminating them again is a
-// no-op.
+// no-op. A machine protected from termination (Protect) is refused, as on
+// EC2 (OperationNotPermitted).
 func (c *Cloud) Terminate(ctx context.Context, ids []string) error {
 	return c.batch(ctx, OpTerminateInstances, ids, ec2like.TerminateRules, func(m *machine, now time.Time) {
 		c.endRun(m, now)
@@ -38,12 +39,52 @@ func (c *Cloud) Terminate(ctx context.Context, ids []string) error {
 	})
 }
 
-// batch runs a state change over ids (see ec2like.Batch).
+// batch runs a state change over ids as bullpen's EC2 provider makes it:
+// each call as EC2 makes it (see ec2like.Batch), and a machine a call is
+// refused over taken out and the call made again on the others
+// (ec2like.SkipRefused).
 func (c *Cloud) batch(ctx context.Context, op string, ids []string,
 	rules ec2like.Rules, apply func(*machine, time.Time)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ec2like.Batch(ctx, op, ids, c.call, c.lookup, rules, apply)
+	lookup := c.lookup
+	if op == OpTerminateInstances {
+		lookup = c.lookupTerminable
+	}
+	return ec2like.SkipRefused(op, ids, c.lookup, func(ids []string) error {
+		return ec2like.Batch(ctx, op, ids, c.call, lookup, rules, apply)
+	})
+}
+
+// lookupTerminable resolves the ids of a terminate call, which EC2 refuses
+// whole over a machine protected from termination that is not terminated
+// yet. Called under c.mu.
+func (c *Cloud) lookupTerminable(op string, ids []string) ([]*machine, error) {
+	ms, err := c.lookup(op, ids)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range ms {
+		if m.protected && m.inst.State != domain.CloudTerminated && m.inst.State != domain.CloudShuttingDown {
+			return nil, ec2like.Refusal(op, CodeNotPermitted, nil, m.inst.ID,
+				"The instance '%s' may not be terminated. Modify its 'disableApiTermination' instance attribute and try again.", m.inst.ID)
+		}
+	}
+	return ms, nil
+}
+
+// Protect turns termination protection on or off for a machine, as EC2's
+// disableApiTermination attribute does: a protected machine is refused by
+// Terminate until it is turned off. It reports false for an id the cloud
+// does not know.
+func (c *Cloud) Protect(id string, on bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.machines[id]
+	if ok {
+		m.protected = on
+	}
+	return ok
 }
 
 // Tag adds tags to machines, overwriting values of keys they already have.

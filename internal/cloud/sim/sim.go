@@ -141,6 +141,7 @@ type machine struct {
 	nextAt       time.Time
 	terminatedAt time.Time
 	neverWarm    bool
+	protected    bool // from termination (Protect)
 	run          *run // the current or last stint of running
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -77,6 +78,50 @@ func wantCode(t *testing.T, err error, sentinel error, code string) {
 	if !errors.Is(err, sentinel) || !errors.As(err, &ce) || ce.Code != code {
 		t.Fatalf("error %v, want %s wrapping %v", err, code, sentinel)
 	}
+}
+
+// wantRefused fails unless err names exactly ids as refused with code,
+// reads as neither an invalid request nor an unknown machine, and says
+// why.
+func wantRefused(t *testing.T, err error, code string, ids ...string) {
+	t.Helper()
+	r, ok := errors.AsType[*domain.RefusedInstancesError](err)
+	if !ok || !slices.Equal(r.IDs, ids) || r.Code != code || r.Reason == "" || codeOf(err) != code ||
+		errors.Is(err, domain.ErrInvalidRequest) || errors.Is(err, domain.ErrUnknownInstance) {
+		t.Fatalf("error %v, want %s refusing %v", err, code, ids)
+	}
+}
+
+func codeOf(err error) string {
+	if ce, ok := errors.AsType[*domain.CloudError](err); ok {
+		return ce.Code
+	}
+	return ""
+}
+
+// A machine protected from termination is refused by name, as on EC2; the
+// rest of its batch is terminated, and it is once the protection is off.
+func TestTerminationProtectionRefusesOnlyTheProtectedMachine(t *testing.T) {
+	c, clk := newSim(t, sim.Options{Latency: latency})
+	ctx := t.Context()
+	ids := create(t, c, 3, nil)
+	clk.Advance(latency.Boot)
+	if !c.Protect(ids[1], true) || c.Protect("i-0000000000000dead", true) {
+		t.Fatal("Protect does not report which machines it knows")
+	}
+	err := c.Terminate(ctx, append(ids, "i-0000000000000dead"))
+	wantRefused(t, err, sim.CodeNotPermitted, ids[1])
+	if got := domain.UnknownIDs(err); len(got) != 1 || got[0] != "i-0000000000000dead" || domain.TerminateDone(err) {
+		t.Fatalf("unknown %v, done %t; want the unknown id named and the terminate not done", got, domain.TerminateDone(err))
+	}
+	wantState(t, c, ids[0], domain.CloudShuttingDown)
+	wantState(t, c, ids[1], domain.CloudRunning)
+	wantState(t, c, ids[2], domain.CloudShuttingDown)
+	c.Protect(ids[1], false)
+	if err := c.Terminate(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, c, ids[1], domain.CloudShuttingDown)
 }
 
 var latency = sim.Latency{
@@ -165,8 +210,11 @@ func machineIn(t *testing.T, state domain.CloudState) (*sim.Cloud, string) {
 	return c, id
 }
 
+// A state a call cannot change is refused, as on EC2; a machine refused
+// so that is terminated or shutting down is gone for the caller, as
+// bullpen's EC2 provider reports it: named as unknown.
 func TestStateChangeRulesFollowEC2(t *testing.T) {
-	const refused = domain.CloudState("refused")
+	const refused, gone = domain.CloudState("refused"), domain.CloudState("gone")
 	type call = func(*sim.Cloud, context.Context, []string) error
 	start, stop, term := call((*sim.Cloud).Start), call((*sim.Cloud).Stop), call((*sim.Cloud).Terminate)
 	tests := []struct {
@@ -179,14 +227,14 @@ func TestStateChangeRulesFollowEC2(t *testing.T) {
 		{domain.CloudRunning, "start", start, domain.CloudRunning},
 		{domain.CloudStopping, "start", start, refused},
 		{domain.CloudStopped, "start", start, domain.CloudPending},
-		{domain.CloudShuttingDown, "start", start, refused},
-		{domain.CloudTerminated, "start", start, refused},
+		{domain.CloudShuttingDown, "start", start, gone},
+		{domain.CloudTerminated, "start", start, gone},
 		{domain.CloudPending, "stop", stop, refused},
 		{domain.CloudRunning, "stop", stop, domain.CloudStopping},
 		{domain.CloudStopping, "stop", stop, domain.CloudStopping},
 		{domain.CloudStopped, "stop", stop, domain.CloudStopped},
-		{domain.CloudShuttingDown, "stop", stop, refused},
-		{domain.CloudTerminated, "stop", stop, refused},
+		{domain.CloudShuttingDown, "stop", stop, gone},
+		{domain.CloudTerminated, "stop", stop, gone},
 		{domain.CloudPending, "terminate", term, domain.CloudShuttingDown},
 		{domain.CloudRunning, "terminate", term, domain.CloudShuttingDown},
 		{domain.CloudStopping, "terminate", term, domain.CloudShuttingDown},
@@ -198,8 +246,16 @@ func TestStateChangeRulesFollowEC2(t *testing.T) {
 		t.Run(fmt.Sprintf("%s %s", tt.op, tt.from), func(t *testing.T) {
 			c, id := machineIn(t, tt.from)
 			err := tt.call(c, t.Context(), []string{id})
-			if tt.want == refused {
-				wantCode(t, err, domain.ErrInvalidRequest, sim.CodeIncorrectState)
+			switch tt.want {
+			case refused:
+				wantRefused(t, err, sim.CodeIncorrectState, id)
+				wantState(t, c, id, tt.from)
+				return
+			case gone:
+				wantCode(t, err, domain.ErrUnknownInstance, sim.CodeIncorrectState)
+				if got := domain.UnknownIDs(err); len(got) != 1 || got[0] != id {
+					t.Fatalf("unknown %v, want %s", got, id)
+				}
 				wantState(t, c, id, tt.from)
 				return
 			}
@@ -211,8 +267,10 @@ func TestStateChangeRulesFollowEC2(t *testing.T) {
 	}
 }
 
-// A machine in a state a batch refuses fails the whole batch, as on EC2;
-// an unknown id is skipped and the rest goes on, as every provider does.
+// A machine in a state a batch refuses fails the whole EC2 call: it is
+// taken out and the call made on the rest, as bullpen's EC2 provider does,
+// and named as refused; an unknown id is skipped and the rest goes on, as
+// every provider does.
 func TestBatchRefusalsAndUnknownIDs(t *testing.T) {
 	c, clk := newSim(t, sim.Options{Latency: latency})
 	ctx := t.Context()
@@ -221,9 +279,13 @@ func TestBatchRefusalsAndUnknownIDs(t *testing.T) {
 	pending := create(t, c, 1, nil)[0]
 
 	err := c.Stop(ctx, append([]string{pending}, running...))
-	wantCode(t, err, domain.ErrInvalidRequest, sim.CodeIncorrectState)
+	wantRefused(t, err, sim.CodeIncorrectState, pending)
+	wantState(t, c, pending, domain.CloudPending)
 	for _, id := range running {
-		wantState(t, c, id, domain.CloudRunning)
+		wantState(t, c, id, domain.CloudStopping)
+	}
+	if n := c.Calls()[sim.OpStopInstances]; n != 2 {
+		t.Fatalf("%d stop calls; want the refused one and one without the pending machine", n)
 	}
 	err = c.Tag(ctx, []string{running[0], "i-nope"}, map[string]string{"a": "b"})
 	wantCode(t, err, domain.ErrUnknownInstance, sim.CodeNotFound)
