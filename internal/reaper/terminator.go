@@ -9,6 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +41,7 @@ type Terminator struct {
 	AgentGrace time.Duration
 	metrics    *terminatorMetrics // nil until Init: nothing is counted
 	heard      hearing            // since when agents could be heard
+	refused    setAside           // rows whose machine the cloud refused to terminate
 }
 
 // every is the time between two sweeps.
@@ -75,20 +79,26 @@ func (t *Terminator) Sweep(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("list terminating instances: %w", err)
 	}
+	now := t.Clock.Now()
+	t.refused.keep(rows)
 	var done, withMachine []domain.Instance
 	for _, in := range rows {
-		if in.CloudID == "" {
+		switch {
+		case in.CloudID == "":
 			done = append(done, in)
-		} else {
+		case t.refused.waiting(in.ID, now):
+			// asked again once its wait is over
+		default:
 			withMachine = append(withMachine, in)
 		}
 	}
 	var errs []error
 	for _, batch := range domain.Chunk(withMachine, domain.MaxBatch) {
-		ok, err := t.terminate(ctx, batch)
+		ok, err := t.terminate(ctx, batch, now)
 		done = append(done, ok...)
 		errs = append(errs, err)
 	}
+	t.refused.forget(done)
 	reqs := make([]domain.TransitionRequest, len(done))
 	for i, in := range done {
 		reqs[i] = t.verbs().Close(in)
@@ -121,8 +131,12 @@ func (t *Terminator) log() *slog.Logger {
 
 // terminate makes one batched call. The provider acts on the ids it knows
 // and names the others: those machines are gone already, so their rows are
-// done too.
-func (t *Terminator) terminate(ctx context.Context, batch []domain.Instance) ([]domain.Instance, error) {
+// done too. A machine the cloud refuses to terminate (protected from
+// termination) is named as refused while the others are terminated: their
+// rows are done, its row stays terminating and is set aside (setAside), so
+// that neither the batch nor the loop fails at every sweep for one machine
+// only a person can release.
+func (t *Terminator) terminate(ctx context.Context, batch []domain.Instance, now time.Time) ([]domain.Instance, error) {
 	ids := make([]string, len(batch))
 	for i, in := range batch {
 		ids[i] = in.CloudID
@@ -131,8 +145,119 @@ func (t *Terminator) terminate(ctx context.Context, batch []domain.Instance) ([]
 	if domain.TerminateDone(err) {
 		return batch, nil
 	}
-	t.metrics.cloudError(opTerminate)
-	return nil, fmt.Errorf("terminate %d instances: %w", len(ids), err)
+	refusal, ok := errors.AsType[*domain.RefusedInstancesError](err)
+	if !ok {
+		t.metrics.cloudError(opTerminate)
+		return nil, fmt.Errorf("terminate %d instances: %w", len(ids), err)
+	}
+	var done, refused []domain.Instance
+	for _, in := range batch {
+		if slices.Contains(refusal.IDs, in.CloudID) {
+			refused = append(refused, in)
+		} else {
+			done = append(done, in)
+		}
+	}
+	t.metrics.add(actionRefused, len(refused))
+	t.setAside(refused, refusal, now)
+	return done, nil
+}
+
+// setAside notes rows whose machine the cloud refused to terminate. The
+// first refusal of a row is logged at WARN, since a person must lift what
+// protects the machine; later ones, every time the wait doubles, at
+// DEBUG.
+func (t *Terminator) setAside(rows []domain.Instance, refusal *domain.RefusedInstancesError, now time.Time) {
+	var first, again []string
+	var wait time.Duration
+	for _, in := range rows {
+		tries, w := t.refused.note(in.ID, now)
+		wait = max(wait, w)
+		if tries == 1 {
+			first = append(first, in.ID+" ("+in.CloudID+")")
+		} else {
+			again = append(again, in.ID)
+		}
+	}
+	if len(first) > 0 {
+		t.log().Warn("the cloud refuses to terminate machines; their rows stay terminating and are asked again, less and less often, until the cause is lifted",
+			"instances", first, "code", refusal.Code, "reason", refusal.Reason, "next_try_in", wait)
+	}
+	if len(again) > 0 {
+		t.log().Debug("the cloud still refuses to terminate machines", "instances", again, "code", refusal.Code,
+			"reason", refusal.Reason, "next_try_in", wait)
+	}
+}
+
+// The wait before a machine the cloud refused to terminate is asked about
+// again: it doubles at each refusal, from a minute up to an hour, so that
+// a machine released soon goes soon, and one left protected costs a call
+// an hour.
+const (
+	refusedFirstWait = time.Minute
+	refusedMostWait  = time.Hour
+)
+
+// setAside holds the rows whose machine the cloud refused to terminate,
+// by row id, with their refusals so far and when to ask again. It lives in
+// the process: after a restart each such row is asked once more, and its
+// refusal logged again.
+type setAside struct {
+	mu   sync.Mutex
+	rows map[string]refusedRow
+}
+
+type refusedRow struct {
+	tries int
+	next  time.Time
+}
+
+// note records one more refusal of row id at now and returns how many
+// there were and how long to wait before the next try.
+func (s *setAside) note(id string, now time.Time) (int, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rows == nil {
+		s.rows = map[string]refusedRow{}
+	}
+	r := s.rows[id]
+	r.tries++
+	wait := domain.Doubling(refusedFirstWait, refusedMostWait, r.tries)
+	r.next = now.Add(wait)
+	s.rows[id] = r
+	return r.tries, wait
+}
+
+// waiting says whether row id was refused and its wait is not over at now.
+func (s *setAside) waiting(id string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.rows[id]
+	return ok && now.Before(r.next)
+}
+
+// keep forgets every row not among rows: closed meanwhile (its machine
+// went, and the reconciler saw it), or deleted.
+func (s *setAside) keep(rows []domain.Instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.rows) == 0 {
+		return
+	}
+	live := make(map[string]bool, len(rows))
+	for _, in := range rows {
+		live[in.ID] = true
+	}
+	maps.DeleteFunc(s.rows, func(id string, _ refusedRow) bool { return !live[id] })
+}
+
+// forget drops rows whose machine is terminated at last.
+func (s *setAside) forget(rows []domain.Instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, in := range rows {
+		delete(s.rows, in.ID)
+	}
 }
 
 // What the terminator counts: rows it marked because their deadline
@@ -141,7 +266,11 @@ func (t *Terminator) terminate(ctx context.Context, batch []domain.Instance) ([]
 const (
 	actionExpired    = "expired"
 	actionTerminated = "terminated"
-	opTerminate      = "TerminateInstances" // the call's EC2 name, as the other loops' cloud errors
+	// actionRefused counts each time the cloud refused to terminate a
+	// row's machine while it took the rest of the batch: no failed call,
+	// but a machine left running and billed until a person acts.
+	actionRefused = "refused"
+	opTerminate   = "TerminateInstances" // the call's EC2 name, as the other loops' cloud errors
 )
 
 type terminatorMetrics struct {
@@ -155,7 +284,7 @@ type terminatorMetrics struct {
 func newTerminatorMetrics(reg prometheus.Registerer) (*terminatorMetrics, error) {
 	m := &terminatorMetrics{
 		actions: promreg.Counters("bullpen_terminator_actions_total",
-			"Instances the terminator acted on, by kind (expired: marked terminating as their state's deadline passed; terminated: closed once their machine was terminated).",
+			"Instances the terminator acted on, by kind (expired: marked terminating as their state's deadline passed; terminated: closed once their machine was terminated; refused: the cloud refused to terminate their machine, which stays running, each time it was asked).",
 			"kind"),
 		cloudErrors: promreg.Counters("bullpen_terminator_cloud_errors_total",
 			"Failed cloud calls made by the terminator, by operation; the rows stay terminating and the next sweep tries again.",

@@ -2,6 +2,7 @@ package reaper
 
 import (
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 // machines launches n machines and records them as rows in state st.
@@ -184,4 +186,58 @@ func TestTheTerminatorCountsWhatItDoesAndItsFailedCloudCalls(t *testing.T) {
 	if got := count(f.term.metrics.actions, "expired"); got != 1 {
 		t.Fatalf("expired counted %g, want 1", got)
 	}
+}
+
+// One machine protected from termination does not hold back its batch:
+// the others are terminated and their rows closed in the same sweep, which
+// does not fail, and the protected machine's row stays terminating, set
+// aside: logged once at WARN, counted at each refusal, and asked about
+// again only after a wait that doubles, until the protection is lifted.
+func TestSweepSetsAsideAMachineTheCloudRefusesToTerminate(t *testing.T) {
+	f := newFixture(t)
+	var log testlog.Buffer
+	f.term.Log = slog.New(slog.NewTextHandler(&log, nil))
+	if err := f.term.Init(prometheus.NewPedanticRegistry()); err != nil {
+		t.Fatal(err)
+	}
+	rows := f.machines(3, domain.StateTerminating)
+	protected, others := rows[1:2], []domain.Instance{rows[0], rows[2]}
+	f.cloud.Protect(protected[0].CloudID, true)
+
+	f.sweep(2, false)
+	f.wantStates(others, domain.StateTerminated)
+	f.wantMachines(others, domain.CloudTerminated)
+	f.wantStates(protected, domain.StateTerminating)
+	f.wantMachines(protected, domain.CloudRunning)
+	refusals := func() float64 { return testutil.ToFloat64(f.term.metrics.actions.WithLabelValues("refused")) }
+	if got := refusals(); got != 1 {
+		t.Fatalf("refusals counted %g, want 1", got)
+	}
+	calls, _ := f.terminateCalls()
+	// Each sweep that asks again is one call; the wait doubles from a minute.
+	for _, step := range []struct {
+		pass time.Duration
+		asks bool
+	}{{0, false}, {time.Minute - time.Second, false}, {time.Second, true}, {time.Minute, false}, {time.Minute, true}} {
+		f.Clock.Advance(step.pass)
+		f.sweep(0, false)
+		if step.asks {
+			calls++
+		}
+		if got, _ := f.terminateCalls(); got != calls {
+			t.Fatalf("after %s more, %d terminate calls; want %d", step.pass, got, calls)
+		}
+	}
+	if got := refusals(); got != 3 {
+		t.Fatalf("refusals counted %g, want 3", got)
+	}
+	if lines := log.Lines("level=WARN", "refuses to terminate", protected[0].ID, "OperationNotPermitted"); len(lines) != 1 || len(log.Lines("level=WARN")) != 1 {
+		t.Fatalf("log %q; want one warning naming the row and the cloud's code", log.String())
+	}
+
+	f.cloud.Protect(protected[0].CloudID, false)
+	f.Clock.Advance(4 * time.Minute)
+	f.sweep(1, false)
+	f.wantStates(protected, domain.StateTerminated)
+	f.wantMachines(protected, domain.CloudTerminated)
 }
