@@ -113,6 +113,9 @@ type Result struct {
 	End time.Time `json:"end"`
 	// InstanceHours is the run's instance time by type, option and state.
 	InstanceHours []InstanceHours `json:"instance_hours"`
+	// Warnings say what makes the run's figures misleading: an
+	// environment no pool names.
+	Warnings []string `json:"warnings,omitempty"`
 	// Stream is every job the simulated GitHub saw, with its times.
 	Stream []ghsim.JobRecord `json:"-"`
 }
@@ -146,6 +149,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	defer w.close()
 
 	res := Result{Environment: env}
+	if warning := environmentWarning(o.Config, env); warning != "" {
+		res.Warnings = append(res.Warnings, warning)
+	}
 	var last converger.Report
 	used := &usage{from: o.BillFrom}
 	w.used = used

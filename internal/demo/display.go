@@ -36,6 +36,9 @@ func Header(w io.Writer, o Options) {
 	if others := OtherPools(o.Config, env); len(others) > 0 {
 		fmt.Fprintf(w, "not served here (pools of other environments): %s\n", strings.Join(others, ", "))
 	}
+	if warning := environmentWarning(o.Config, env); warning != "" {
+		fmt.Fprintf(w, "warning: %s\n", warning)
+	}
 	if o.JobsPerMinute > 0 {
 		fmt.Fprintf(w, "simulated GitHub queues about %g jobs a minute: pool jobs, runner= jobs (reuse or a new instance), ad-hoc specs\n", o.JobsPerMinute)
 	}
@@ -127,5 +130,11 @@ func Summary(w io.Writer, r Result) {
 		for _, l := range queueTimeSummary(r.Jobs) {
 			fmt.Fprintln(w, l)
 		}
+	}
+	if len(r.Warnings) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, warning := range r.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warning)
 	}
 }

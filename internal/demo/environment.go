@@ -56,3 +56,25 @@ func OtherPools(cfg *config.Config, env string) []string {
 	}
 	return out
 }
+
+// environmentWarning says, when cfg names environments but none is env,
+// that a run of env serves only the pools that name none: the demo runs
+// such a file, but a stack deployed with env would leave every job meant
+// for the file's environments unanswered, so the flag is most likely not
+// the one meant. It is "" otherwise.
+func environmentWarning(cfg *config.Config, env string) string {
+	named := environments(cfg)
+	if len(named) == 0 || slices.Contains(named, env) {
+		return ""
+	}
+	var served []string
+	for _, p := range cfg.PoolsFor(env) {
+		served = append(served, p.Name)
+	}
+	what := "none is served"
+	if len(served) > 0 {
+		what = "only pools naming none are served (" + strings.Join(served, ", ") + ")"
+	}
+	return fmt.Sprintf("no pool names environment %s: %s; the file's environments are %s (pick one with --environment)",
+		env, what, strings.Join(named, ", "))
+}

@@ -61,3 +61,45 @@ func TestDemoServesTheEnvironmentItIsGiven(t *testing.T) {
 		t.Fatalf("an environment no pool belongs to: %v", err)
 	}
 }
+
+// An environment the file names no pool of, beside pools that name none,
+// is served (those pools belong to every environment) but warned about in
+// the header, the result and the summary, naming the file's environments:
+// a stack deployed with it would leave every job meant for them unanswered.
+func TestAnEnvironmentNoPoolNamesIsWarnedAbout(t *testing.T) {
+	const want = "no pool names environment production: only pools naming none are served (dependabot); " +
+		"the file's environments are dev (pick one with --environment)"
+	o := Options{Config: exampleConfig(t), Environment: "production", Duration: 2 * time.Minute, Start: monday,
+		Interval: 30 * time.Second, Latency: DefaultLatency}
+	var header bytes.Buffer
+	Header(&header, o)
+	if !strings.Contains(header.String(), "\nwarning: "+want+"\n") {
+		t.Errorf("the header does not warn:\n%s", header.String())
+	}
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Pools) != 1 || res.Pools[0].Name != "dependabot" || len(res.Warnings) != 1 || res.Warnings[0] != want {
+		t.Fatalf("pools %+v, warnings %q", res.Pools, res.Warnings)
+	}
+	var summary bytes.Buffer
+	Summary(&summary, res)
+	if !strings.Contains(summary.String(), "\nwarning: "+want+"\n") {
+		t.Errorf("the summary does not warn:\n%s", summary.String())
+	}
+
+	// The file's own environment, and one of a file naming several, is
+	// no cause for a warning.
+	for _, c := range []struct {
+		o   Options
+		env string
+	}{{Options{Config: exampleConfig(t)}, "dev"}, {Options{Config: testfixtures.TwoEnvironments(t)}, "prod"}} {
+		c.o.Environment, c.o.Duration, c.o.Interval = c.env, time.Minute, 30*time.Second
+		var out bytes.Buffer
+		Header(&out, c.o)
+		if strings.Contains(out.String(), "warning") {
+			t.Errorf("environment %s: the header warns:\n%s", c.env, out.String())
+		}
+	}
+}
