@@ -91,8 +91,12 @@ type PoolResult struct {
 	Schedule string        `json:"schedule"`
 	Target   domain.Target `json:"target"`
 	rebalance.Counts
-	AtTarget bool `json:"at_target"`
-	Rolled   bool `json:"rolled,omitempty"` // every member carries the spec in force at the end
+	// OtherStates are the states of the members counted as Other
+	// (stopping, terminating, in error): why a pool whose ready and
+	// stopped counts match its target is not at it.
+	OtherStates map[string]int `json:"other_states,omitempty"`
+	AtTarget    bool           `json:"at_target"`
+	Rolled      bool           `json:"rolled,omitempty"` // every member carries the spec in force at the end
 }
 
 // Result is the demo's final report.
@@ -385,6 +389,12 @@ func (w *world) result(ctx context.Context, res Result, last converger.Report, e
 		for _, in := range byPool[pr.Pool] {
 			if in.State != domain.StateTerminated && !in.Detached() && in.SpecHash != pr.SpecHash {
 				r.Rolled = false
+			}
+			if rebalance.Count([]domain.Instance{in}).Other > 0 {
+				if r.OtherStates == nil {
+					r.OtherStates = map[string]int{}
+				}
+				r.OtherStates[string(in.State)]++
 			}
 		}
 		res.AllAtGoal = res.AllAtGoal && r.AtTarget

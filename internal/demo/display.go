@@ -3,6 +3,8 @@ package demo
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -113,8 +115,8 @@ func Summary(w io.Writer, r Result) {
 		if !p.AtTarget {
 			state = "not at target yet"
 		}
-		fmt.Fprintf(w, "  %-14s %-17s hot %d/%d  stopped %d/%d  warming %d  serving jobs %d  — %s\n", p.Name, p.Schedule,
-			p.ReadyHot, p.Target.Hot, p.Stopped, p.Target.Stopped, p.Warming, p.Detached, state)
+		fmt.Fprintf(w, "  %-14s %-17s hot %d/%d  stopped %d/%d  warming %d  serving jobs %d%s  — %s\n", p.Name, p.Schedule,
+			p.ReadyHot, p.Target.Hot, p.Stopped, p.Target.Stopped, p.Warming, p.Detached, otherCount(p), state)
 	}
 	ops := make([]string, 0, len(r.CloudCalls))
 	for op := range r.CloudCalls {
@@ -137,4 +139,24 @@ func Summary(w io.Writer, r Result) {
 	for _, warning := range r.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", warning)
 	}
+}
+
+// otherCount is "  other N (state)" for a pool with members stopping,
+// terminating or in error, which keep it from its target whatever its
+// ready and stopped counts say; "" for none.
+func otherCount(p PoolResult) string {
+	if p.Other == 0 {
+		return ""
+	}
+	states := slices.Sorted(maps.Keys(p.OtherStates))
+	switch len(states) {
+	case 0:
+		return fmt.Sprintf("  other %d", p.Other)
+	case 1:
+		return fmt.Sprintf("  other %d (%s)", p.Other, states[0])
+	}
+	for i, st := range states {
+		states[i] = fmt.Sprintf("%d %s", p.OtherStates[st], st)
+	}
+	return fmt.Sprintf("  other %d (%s)", p.Other, strings.Join(states, ", "))
 }

@@ -29,6 +29,10 @@ type JobsReport struct {
 	// ByPoolHour is the pool jobs' queue times by pool and by the hour of
 	// the week they were queued in.
 	ByPoolHour map[string]map[string]Latencies `json:"queue_time_by_pool_and_hour_seconds,omitempty"`
+	// NotStarted counts the jobs that have no queue time, by status:
+	// still queued, assigned to a machine whose runner has not taken them
+	// yet, rejected, or completed before they started (cancelled).
+	NotStarted map[string]int `json:"not_started,omitempty"`
 	// Unserved counts the rejected jobs by their labels (joined by ",",
 	// the run id of a runs-on label written <run>), with the reason of the
 	// first: labels no pool or runner serves.
@@ -63,7 +67,12 @@ func (w *world) jobsReport(ctx context.Context) (JobsReport, error) {
 		if j.Status == domain.JobRejected {
 			r.unserved(j)
 		}
-		waits.add(j)
+		if !waits.add(j) {
+			if r.NotStarted == nil {
+				r.NotStarted = map[string]int{}
+			}
+			r.NotStarted[string(j.Status)]++
+		}
 	}
 	waits.summarize(&r)
 	return r, nil
@@ -86,10 +95,11 @@ func newQueueWaits() *queueWaits {
 	}
 }
 
-// add counts the job's queue time if it was served.
-func (q *queueWaits) add(j domain.Job) {
+// add counts the job's queue time if it was served, and says whether it
+// was.
+func (q *queueWaits) add(j domain.Job) bool {
 	if j.Via == "" || j.StartedAt.IsZero() || j.QueuedAt.IsZero() {
-		return
+		return false
 	}
 	wait := j.StartedAt.Sub(j.QueuedAt).Seconds()
 	q.byVia[string(j.Via)] = append(q.byVia[string(j.Via)], wait)
@@ -106,6 +116,7 @@ func (q *queueWaits) add(j domain.Job) {
 		}
 		q.byPoolHour[j.Pool][hour] = append(q.byPoolHour[j.Pool][hour], wait)
 	}
+	return true
 }
 
 // summarize sets the report's queue-time percentiles, leaving the optional
@@ -225,5 +236,33 @@ func queueTimeSummary(r JobsReport) []string {
 		}
 		out = append(out, fmt.Sprintf("  %-6s %3d jobs   p50 %5.1fs   p90 %5.1fs   max %5.1fs", v, l.Count, l.P50, l.P90, l.Max))
 	}
+	if line := notStartedLine(r.NotStarted); line != "" {
+		out = append(out, line)
+	}
 	return out
+}
+
+// notStartedLine accounts for the jobs fed that the queue-time rows leave
+// out, so that the rows add up to the jobs fed: "not started: 1 queued,
+// 2 rejected". It is "" when every job started.
+func notStartedLine(byStatus map[string]int) string {
+	var parts []string
+	for _, st := range domain.JobStatuses {
+		n := byStatus[string(st)]
+		if n == 0 {
+			continue
+		}
+		switch st {
+		case domain.JobAssigned:
+			parts = append(parts, fmt.Sprintf("%d waiting for their runner", n))
+		case domain.JobCompleted:
+			parts = append(parts, fmt.Sprintf("%d ended before starting", n))
+		default:
+			parts = append(parts, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "  not started: " + strings.Join(parts, ", ")
 }
