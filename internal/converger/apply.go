@@ -158,7 +158,9 @@ func (a applier) closeRows(ctx context.Context, insts []domain.Instance) ([]doma
 // terminate marks the rows first (so no claim can race the call), then
 // terminates their machines at most MaxBatch per call, then closes the rows
 // whose machines are gone. Rows of a failed call stay terminating, for the
-// terminator to retry.
+// terminator to retry, as do the rows of machines the cloud refused to
+// terminate (protected from termination) while it took the others: the
+// terminator asks again, less and less often, and warns.
 func (a applier) terminate(ctx context.Context, insts []domain.Instance, why []rebalance.Reason) error {
 	marked, err := a.transition(ctx, insts, func(i int, in domain.Instance) domain.TransitionRequest {
 		return a.c.verbs.Terminate(in, string(why[i]), a.now)
@@ -184,7 +186,15 @@ func (a applier) terminate(ctx context.Context, insts []domain.Instance, why []r
 	}
 	for _, batch := range domain.Chunk(withMachine, domain.MaxBatch) {
 		err := a.c.cloud.Terminate(ctx, cloudIDs(batch))
-		a.calls.note(err)
+		a.noteBatch(err)
+		if refused := domain.RefusedIDs(err); len(refused) > 0 {
+			left, gone := split(batch, refused)
+			counted(left, resultError)
+			done = append(done, gone...)
+			a.c.log.Info("the cloud refused to terminate machines; their rows stay terminating, for the terminator",
+				"pool", a.spec.Pool.Name, "instances", len(left), "err", err)
+			continue
+		}
 		if !domain.TerminateDone(err) {
 			a.c.metrics.cloudErrors.WithLabelValues("TerminateInstances").Inc()
 			counted(batch, resultError)
@@ -217,11 +227,13 @@ func (a applier) stop(ctx context.Context, insts []domain.Instance, why rebalanc
 	errs := []error{err}
 	for _, batch := range domain.Chunk(marked, domain.MaxBatch) {
 		err := a.c.cloud.Stop(ctx, cloudIDs(batch))
-		a.calls.note(err)
+		a.noteBatch(err)
 		if err != nil {
+			failed, _ := notActedOn(batch, err)
 			a.c.metrics.cloudErrors.WithLabelValues("StopInstances").Inc()
-			a.tally(rebalance.Stop, why, resultError, len(batch))
-			errs = append(errs, fmt.Errorf("stop %d instances: %w", len(batch), err))
+			a.tally(rebalance.Stop, why, resultOK, len(batch)-len(failed))
+			a.tally(rebalance.Stop, why, resultError, len(failed))
+			errs = append(errs, fmt.Errorf("stop %d instances: %w", len(failed), err))
 			continue
 		}
 		a.tally(rebalance.Stop, why, resultOK, len(batch))
@@ -232,7 +244,9 @@ func (a applier) stop(ctx context.Context, insts []domain.Instance, why rebalanc
 // start makes parked members hot: rows first (one guarded transition
 // each, so that a job that claimed a member meanwhile keeps it), then the
 // cloud, at most MaxBatch per call. A member whose machine the cloud did
-// not start is parked again, as it was; when the cloud had no capacity,
+// not start (the call failed, or it named the machine as gone or refused,
+// one still stopping, say, while it started the others) is parked again,
+// as it was; when the cloud had no capacity,
 // the pool's starts are held for a while (startHold), and its next cycles
 // create the hot members instead. A row left booting over a machine that
 // did not start (its change back failed) ends as dangling, as a machine
@@ -249,7 +263,7 @@ func (a applier) start(ctx context.Context, insts []domain.Instance, why rebalan
 	var notStarted []domain.Instance
 	for _, batch := range domain.Chunk(marked, domain.MaxBatch) {
 		err := a.c.cloud.Start(ctx, cloudIDs(batch))
-		a.calls.note(err)
+		a.noteBatch(err)
 		if err == nil {
 			a.tally(rebalance.Start, why, resultOK, len(batch))
 			continue
@@ -258,19 +272,14 @@ func (a applier) start(ctx context.Context, insts []domain.Instance, why rebalan
 		if errors.Is(err, domain.ErrInsufficientCapacity) {
 			a.c.starts.refused(a.spec.Pool.Name, a.now)
 		}
-		// The cloud starts the machines it knows and names the others,
-		// which are gone: their rows are parked again, to be forgotten.
-		unknown := domain.UnknownIDs(err)
-		failed := 0
-		for _, in := range batch {
-			if unknown == nil || slices.Contains(unknown, in.CloudID) {
-				notStarted = append(notStarted, in)
-				failed++
-			}
-		}
-		a.tally(rebalance.Start, why, resultOK, len(batch)-failed)
-		a.tally(rebalance.Start, why, resultError, failed)
-		errs = append(errs, fmt.Errorf("pool %s: start %d instances: %w", a.spec.Pool.Name, failed, err))
+		// The cloud starts the machines it can and names the others: those
+		// gone, parked again to be forgotten, and those it refused, parked
+		// again to be started at a later cycle.
+		failed, _ := notActedOn(batch, err)
+		notStarted = append(notStarted, failed...)
+		a.tally(rebalance.Start, why, resultOK, len(batch)-len(failed))
+		a.tally(rebalance.Start, why, resultError, len(failed))
+		errs = append(errs, fmt.Errorf("pool %s: start %d instances: %w", a.spec.Pool.Name, len(failed), err))
 	}
 	if len(notStarted) > 0 {
 		_, err := a.transition(ctx, notStarted, func(_ int, in domain.Instance) domain.TransitionRequest {
@@ -279,6 +288,40 @@ func (a applier) start(ctx context.Context, insts []domain.Instance, why rebalan
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// noteBatch records a batch call in a.calls. A call whose error names the
+// machines it did not act on went through for the others: it is the
+// cloud's answer about them, not a failure to reach or use the cloud.
+func (a applier) noteBatch(err error) {
+	if _, named := domain.NotActedOn(err); named {
+		err = nil
+	}
+	a.calls.note(err)
+}
+
+// notActedOn returns the instances of batch whose machines a call that
+// returned err left as they were, and the others. Where err does not name
+// them, the whole batch failed.
+func notActedOn(batch []domain.Instance, err error) (failed, acted []domain.Instance) {
+	ids, named := domain.NotActedOn(err)
+	if !named {
+		return batch, nil
+	}
+	return split(batch, ids)
+}
+
+// split parts insts into those whose machine is among cloudIDs and the
+// others.
+func split(insts []domain.Instance, cloudIDs []string) (in, out []domain.Instance) {
+	for _, i := range insts {
+		if slices.Contains(cloudIDs, i.CloudID) {
+			in = append(in, i)
+		} else {
+			out = append(out, i)
+		}
+	}
+	return in, out
 }
 
 func cloudIDs(insts []domain.Instance) []string {
