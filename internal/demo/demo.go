@@ -117,8 +117,11 @@ type Result struct {
 	End time.Time `json:"end"`
 	// InstanceHours is the run's instance time by type, option and state.
 	InstanceHours []InstanceHours `json:"instance_hours"`
+	// Pace says how well the loops kept up with a scaled clock (a run at
+	// --speed 0 cannot fall behind: time waits for the loops).
+	Pace *Pace `json:"pace,omitempty"`
 	// Warnings say what makes the run's figures misleading: an
-	// environment no pool names.
+	// environment no pool names, loops that fell behind the clock.
 	Warnings []string `json:"warnings,omitempty"`
 	// Stream is every job the simulated GitHub saw, with its times.
 	Stream []ghsim.JobRecord `json:"-"`
@@ -159,7 +162,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	var last converger.Report
 	used := &usage{from: o.BillFrom}
 	w.used = used
+	end := o.Start.Add(o.Duration)
+	if o.Speed > 0 {
+		w.pace = newPace(o.Speed, o.Start, end, o.Interval)
+	}
 	w.onCycle = func(rep converger.Report) {
+		if w.pace != nil {
+			w.pace.cycle(rep.At, clk.Now())
+		}
 		res.Cycles++
 		last = rep
 		used.sample(context.WithoutCancel(ctx), w.a.Store, w.a.Config().Runner, rep.At)
@@ -193,7 +203,6 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		})
 		defer t.Stop()
 	}
-	end := o.Start.Add(o.Duration)
 	if err := drv.run(ctx, w, end); err != nil {
 		return Result{}, fmt.Errorf("demo: stopped after %s of virtual time: %w", clk.Now().Sub(o.Start).Round(time.Second), err)
 	}
@@ -201,6 +210,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	res.Interrupted = !w.isServed() && ctx.Err() != nil && res.End.Before(end)
 	res, err = w.result(context.WithoutCancel(ctx), res, last, clk.Now().Sub(o.Start))
 	res.InstanceHours = used.list()
+	if w.pace != nil {
+		var warning string
+		if res.Pace, warning = w.pace.report(res.End); warning != "" {
+			res.Warnings = append(res.Warnings, warning)
+		}
+	}
 	return res, err
 }
 
@@ -219,6 +234,7 @@ type world struct {
 	interval time.Duration
 	onCycle  func(converger.Report)
 	used     *usage
+	pace     *pace // on a scaled clock only
 	// The roll: at rollAt (zero: never), once, announced on lines.
 	rollAt time.Time
 	lines  io.Writer

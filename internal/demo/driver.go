@@ -28,6 +28,7 @@ func (d *scaledDriver) run(ctx context.Context, w *world, end time.Time) error {
 	case <-w.served:
 	case <-d.c.After(end.Sub(d.c.Now())):
 	}
+	w.pace.stop(d.c.Now())
 	stop()
 	<-done
 	return nil
