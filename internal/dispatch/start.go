@@ -46,8 +46,9 @@ func (d *Dispatcher) startBatch(ctx context.Context, batch []*item) {
 }
 
 // startCall makes one start call and records each item's outcome. The cloud
-// skips the ids it does not know and starts the others (domain.Cloud), so
-// such an error fails only the items it names.
+// skips the ids it does not know, and those it refuses to start (a machine
+// still stopping), and starts the others (domain.Cloud), so such an error
+// fails only the items it names: their jobs are retried, the others served.
 func (d *Dispatcher) startCall(ctx context.Context, batch []*item) {
 	ids := make([]string, len(batch))
 	for i, it := range batch {
@@ -57,10 +58,10 @@ func (d *Dispatcher) startCall(ctx context.Context, batch []*item) {
 	if err != nil {
 		d.metrics.cloudErrors.WithLabelValues("StartInstances").Inc()
 	}
-	unknown := domain.UnknownIDs(err)
+	notStarted, named := domain.NotActedOn(err)
 	started := 0
 	for _, it := range batch {
-		if err != nil && (unknown == nil || slices.Contains(unknown, it.Inst.CloudID)) {
+		if err != nil && (!named || slices.Contains(notStarted, it.Inst.CloudID)) {
 			it.Err = fmt.Errorf("start: %w", err)
 			continue
 		}

@@ -168,3 +168,50 @@ func TestUnknownInstanceFailsOnlyItsOwnStart(t *testing.T) {
 	}
 	assertNoInstanceHeldForNothing(t, f)
 }
+
+// stillStopping is a cloud on which some machines are still stopping: a
+// start call starts the others and names these as refused, as the port
+// says a provider does.
+type stillStopping struct {
+	domain.Cloud
+	stopping []string // cloud ids
+}
+
+func (c stillStopping) Start(ctx context.Context, ids []string) error {
+	rest := slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return slices.Contains(c.stopping, id) })
+	if len(rest) > 0 {
+		if err := c.Cloud.Start(ctx, rest); err != nil {
+			return err
+		}
+	}
+	if len(rest) == len(ids) {
+		return nil
+	}
+	return &domain.CloudError{Op: sim.OpStartInstances, Code: sim.CodeIncorrectState, Err: &domain.RefusedInstancesError{
+		Op: sim.OpStartInstances, Code: sim.CodeIncorrectState, IDs: c.stopping, Reason: "not in a state from which it can be started"}}
+}
+
+// A start call that the cloud refused for one machine (still stopping)
+// started the others: only the refused instance's job is retried, the
+// others are served, and their running machines are not recorded as
+// stopped.
+func TestAMachineStillStoppingFailsOnlyItsOwnStart(t *testing.T) {
+	f := newFixture(t)
+	members := f.members("p", domain.RoleStopped, domain.StateStopped, 3)
+	slow := members[1]
+	f.queueJobs("p", 1, 3)
+	d := f.dispatcherWith(func(d *Deps) { d.Cloud = stillStopping{Cloud: f.cloud, stopping: []string{slow.CloudID}} }, Options{Wait: -1})
+
+	res, err := d.Step(f.Ctx)
+	if err != nil || res.Assigned != 2 || res.Retried != 1 || res.NoCapacity != 0 {
+		t.Fatalf("result %+v err %v; want 2 served and the refused instance's job retried", res, err)
+	}
+	for _, in := range []domain.Instance{members[0], members[2]} {
+		got := f.Instance(in.ID)
+		if m, _ := f.cloud.Get(in.CloudID); got.State != domain.StateClaimed || got.Job == "" || m.State != domain.CloudRunning {
+			t.Fatalf("started instance %s is %s, job %q, machine %s; want it serving", in.ID, got.State, got.Job, m.State)
+		}
+	}
+	wantStoppedAndFree(t, f, slow)
+	assertNoInstanceHeldForNothing(t, f)
+}
