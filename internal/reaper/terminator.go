@@ -293,7 +293,7 @@ func newTerminatorMetrics(reg prometheus.Registerer) (*terminatorMetrics, error)
 	if err := promreg.Register(reg, "terminator", m.actions, m.cloudErrors); err != nil {
 		return nil, err
 	}
-	promreg.AtZero(m.actions, actionExpired, actionTerminated)
+	promreg.AtZero(m.actions, actionExpired, actionTerminated, actionRefused)
 	promreg.AtZero(m.cloudErrors, opTerminate)
 	return m, nil
 }
