@@ -161,7 +161,7 @@ func TestTheTerminatorCountsWhatItDoesAndItsFailedCloudCalls(t *testing.T) {
 	if err := f.term.Init(reg); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := testutil.GatherAndCount(reg, "bullpen_terminator_actions_total", "bullpen_terminator_cloud_errors_total"); err != nil || n != 3 {
+	if n, err := testutil.GatherAndCount(reg, "bullpen_terminator_actions_total", "bullpen_terminator_cloud_errors_total"); err != nil || n != 4 {
 		t.Fatalf("%d series before anything happened, %v; want every one at zero", n, err)
 	}
 	count := func(vec *prometheus.CounterVec, label string) float64 {
