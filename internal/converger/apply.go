@@ -186,7 +186,7 @@ func (a applier) terminate(ctx context.Context, insts []domain.Instance, why []r
 	}
 	for _, batch := range domain.Chunk(withMachine, domain.MaxBatch) {
 		err := a.c.cloud.Terminate(ctx, cloudIDs(batch))
-		a.noteBatch(err)
+		a.calls.note(err)
 		if refused := domain.RefusedIDs(err); len(refused) > 0 {
 			left, gone := split(batch, refused)
 			counted(left, resultError)
@@ -227,7 +227,7 @@ func (a applier) stop(ctx context.Context, insts []domain.Instance, why rebalanc
 	errs := []error{err}
 	for _, batch := range domain.Chunk(marked, domain.MaxBatch) {
 		err := a.c.cloud.Stop(ctx, cloudIDs(batch))
-		a.noteBatch(err)
+		a.calls.note(err)
 		if err != nil {
 			failed, _ := notActedOn(batch, err)
 			a.c.metrics.cloudErrors.WithLabelValues("StopInstances").Inc()
@@ -263,7 +263,7 @@ func (a applier) start(ctx context.Context, insts []domain.Instance, why rebalan
 	var notStarted []domain.Instance
 	for _, batch := range domain.Chunk(marked, domain.MaxBatch) {
 		err := a.c.cloud.Start(ctx, cloudIDs(batch))
-		a.noteBatch(err)
+		a.calls.note(err)
 		if err == nil {
 			a.tally(rebalance.Start, why, resultOK, len(batch))
 			continue
@@ -288,16 +288,6 @@ func (a applier) start(ctx context.Context, insts []domain.Instance, why rebalan
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// noteBatch records a batch call in a.calls. A call whose error names the
-// machines it did not act on went through for the others: it is the
-// cloud's answer about them, not a failure to reach or use the cloud.
-func (a applier) noteBatch(err error) {
-	if _, named := domain.NotActedOn(err); named {
-		err = nil
-	}
-	a.calls.note(err)
 }
 
 // notActedOn returns the instances of batch whose machines a call that

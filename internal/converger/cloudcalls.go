@@ -20,11 +20,13 @@ type cloudCalls struct {
 // answered says whether err is the cloud's answer about what was asked
 // rather than a failure to reach or use it: a capacity shortage is
 // normal weather, an image the cloud does not know is the pool's to fix
-// (its status and an ERROR say so), and machines gone already are what a
-// terminate asks for.
+// (its status and an ERROR say so), machines gone already are what a
+// terminate asks for, and a call that names the machines the cloud refused
+// went through for the others.
 func answered(err error) bool {
+	var refused *domain.RefusedInstancesError
 	return errors.Is(err, domain.ErrInsufficientCapacity) || errors.Is(err, domain.ErrUnknownImage) ||
-		errors.Is(err, domain.ErrUnknownInstance)
+		errors.Is(err, domain.ErrUnknownInstance) || errors.As(err, &refused)
 }
 
 // note records a call that changes machines (create, stop, terminate).

@@ -71,6 +71,9 @@ func (d *Dispatcher) giveBack(ctx context.Context, it *item, what string) error 
 // causeOf names the kind of a failure, for the one line that sums up a
 // batch's: a few fixed words, whatever the error's text.
 func causeOf(err error) string {
+	if len(domain.RefusedIDs(err)) > 0 {
+		return "refused"
+	}
 	for _, c := range []struct {
 		err  error
 		name string
