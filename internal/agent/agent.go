@@ -273,10 +273,11 @@ func (a *Agent) adopt(id identity) {
 func (a *Agent) heartbeats(ctx context.Context, stop context.CancelCauseFunc) {
 	var down time.Time // when heartbeats began to fail; zero while they are answered
 	for {
+		mark := a.reach.mark()
 		err := a.api.heartbeat(ctx)
 		switch {
 		case err == nil:
-			a.reach.ok()
+			a.reach.ok(mark)
 			if !down.IsZero() {
 				a.log.Warn("the control plane answers heartbeats again", "after", a.clk.Now().Sub(down))
 				down = time.Time{}

@@ -21,15 +21,19 @@ import (
 // an error) goes on counting from it rather than from its own start: the
 // deadline is what keeps an abandoned machine from being billed forever.
 type reachability struct {
-	mu    sync.Mutex
-	since time.Time // zero while reachable
-	// back is closed when the streak ends: every call waiting out a
-	// backoff is tried again at once, rather than after the rest of a
-	// delay that grew while the control plane was away.
-	back chan struct{}
-	file string // where the streak's start is kept; "" keeps it in memory only
-	boot string // the boot the streak is counted in
-	log  *slog.Logger
+	mu       sync.Mutex
+	since    time.Time // zero while reachable
+	failures uint64    // failures noted so far
+	// back is closed when a call sent after failure backFrom is answered:
+	// every call waiting out a backoff since is tried again at once,
+	// rather than after the rest of a delay that grew while the control
+	// plane was away. A call sent before the failure proves nothing of
+	// the control plane after it.
+	back     chan struct{}
+	backFrom uint64
+	file     string // where the streak's start is kept; "" keeps it in memory only
+	boot     string // the boot the streak is counted in
+	log      *slog.Logger
 }
 
 // keepIn keeps the streak in dir from now on, and resumes the streak an
@@ -52,11 +56,18 @@ func (r *reachability) keepIn(dir, boot string) time.Time {
 	return time.Time{}
 }
 
-// ok notes a call answered: the streak, if any, is over.
-func (r *reachability) ok() {
+// mark is what a call takes before it is sent, for ok.
+func (r *reachability) mark() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.back != nil {
+	return r.failures
+}
+
+// ok notes a call answered, sent at mark: the streak, if any, is over.
+func (r *reachability) ok(mark uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.back != nil && mark >= r.backFrom {
 		close(r.back)
 		r.back = nil
 	}
@@ -67,12 +78,13 @@ func (r *reachability) ok() {
 }
 
 // fail notes a failure at now and returns when the streak began, and a
-// channel closed when the streak ends.
+// channel closed once a call sent after it is answered.
 func (r *reachability) fail(now time.Time) (time.Time, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.failures++
 	if r.back == nil {
-		r.back = make(chan struct{})
+		r.back, r.backFrom = make(chan struct{}), r.failures
 	}
 	if r.since.IsZero() {
 		r.since = now
@@ -97,19 +109,20 @@ func (r *reachability) forget() {
 
 // retry calls call until it succeeds or fails for good, waiting with
 // exponential backoff (with jitter, honouring Retry-After) while the
-// failure is transient. Any call of the agent answered (a heartbeat, most
-// often) cuts the wait short, though never before the server's
-// Retry-After: the control plane is back, and a long poll left in a 30 s
-// backoff would miss instructions it waits for. Once the control plane
-// has been unreachable for the deadline it gives up with ErrUnreachable,
-// unless a job is running: a job in progress does not need the control
-// plane.
+// failure is transient. Any call of the agent sent after the failure and
+// answered (a heartbeat, most often) cuts the wait short, though never
+// before the server's Retry-After: the control plane is back, and a long
+// poll left in a 30 s backoff would miss instructions it waits for. Once
+// the control plane has been unreachable for the deadline it gives up with
+// ErrUnreachable, unless a job is running: a job in progress does not need
+// the control plane.
 func (a *Agent) retry(ctx context.Context, what string, call func(context.Context) error) error {
 	backoff := a.cfg.BackoffMin
 	for {
+		mark := a.reach.mark()
 		err := call(ctx)
 		if err == nil {
-			a.reach.ok()
+			a.reach.ok(mark)
 			return nil
 		}
 		if ctx.Err() != nil {

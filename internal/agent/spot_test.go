@@ -92,7 +92,15 @@ func TestAgentWatchesForASpotInterruption(t *testing.T) {
 
 	w.give(notice)
 	clk.BlockUntil(2)
-	clk.Advance(7 * time.Second)
+	// The heartbeat at 10 s is answered before the look at 14 s finds the
+	// notice: one answered after the report was refused would end its
+	// backoff at once.
+	var seen int
+	w.read(func() { seen = w.beats })
+	clk.Advance(3 * time.Second)
+	w.await(t, "the heartbeat", func() bool { return w.beats == seen+1 })
+	clk.BlockUntil(2)
+	clk.Advance(4 * time.Second)
 	w.await(t, "the report", func() bool { return w.signals["interrupted"] == 1 })
 	clk.BlockUntil(2) // the heartbeat's interval and the report's backoff
 	clk.Advance(time.Second)

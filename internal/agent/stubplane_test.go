@@ -105,3 +105,26 @@ func (s *stubPlane) await(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// reached returns a channel closed once cond holds on the counts.
+func (s *stubPlane) reached(t *testing.T, cond func() bool) <-chan struct{} {
+	done, stop := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go func() {
+		for {
+			s.mu.Lock()
+			ok, changed := cond(), s.changed
+			s.mu.Unlock()
+			if ok {
+				close(done)
+				return
+			}
+			select {
+			case <-changed:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return done
+}
