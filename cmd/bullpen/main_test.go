@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -300,6 +301,52 @@ func TestServeNamesEveryBadFlagAtOnce(t *testing.T) {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
 		}
+	}
+}
+
+// serve refuses a silence allowance, or a claim's heartbeat age, that
+// agents beating as they should cannot meet, at the agents' default
+// interval or the one their settings give, naming the flag and the least
+// it takes.
+func TestServeRefusesHeartbeatAllowancesAgentsCannotMeet(t *testing.T) {
+	check := func(args ...string) string {
+		t.Helper()
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		var f serveFlags
+		f.define(fs, func(string) string { return "" })
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.checkDurations(); err != nil {
+			return err.Error()
+		}
+		return ""
+	}
+	for _, tc := range []struct {
+		args []string
+		want string // "" for none
+	}{
+		{[]string{"--silent-after", "2s"}, "--silent-after 2s: want at least 16s, three of the agents' heartbeats (every 5s, the agents' default) and --heartbeat-flush (1s)"},
+		{[]string{"--silent-after", "3s", "--heartbeat-flush", "3s"}, "--silent-after 3s: want at least 18s"},
+		{[]string{"--silent-after", "16s"}, ""},
+		{[]string{"--claim-heartbeat-max-age", "3s"}, "--claim-heartbeat-max-age 3s: want at least 11s, two of the agents' heartbeats"},
+		{[]string{"--claim-heartbeat-max-age", "11s"}, ""},
+		{[]string{"--cloud", "local", "--local-agent-env", "BULLPEN_AGENT_HEARTBEAT_INTERVAL=10s", "--silent-after", "30s"},
+			"--silent-after 30s: want at least 31s, three of the agents' heartbeats (every 10s, BULLPEN_AGENT_HEARTBEAT_INTERVAL=10s of --local-agent-env)"},
+		{[]string{"--cloud", "local", "--local-agent-env", "BULLPEN_AGENT_HEARTBEAT_INTERVAL=500ms", "--silent-after", "3s"}, ""},
+		{[]string{"--cloud", "aws", "--aws-agent-env", "BULLPEN_AGENT_HEARTBEAT_INTERVAL=20s"}, "--claim-heartbeat-max-age 15s: want at least 41s"},
+		{[]string{"--store", "dynamodb://bullpen", "--silent-after", "40s"}, "--silent-after 40s: want at least 46s"},
+	} {
+		got := check(tc.args...)
+		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("%v: got %q, want %q", tc.args, got, tc.want)
+		}
+	}
+	// Named with serve's other problems (here: no configuration).
+	code, _, errs := runWithEnv(map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "test-admin-token"},
+		"serve", "--listen", "127.0.0.1:0", "--silent-after", "3s")
+	if code != 2 || !strings.Contains(errs, "--silent-after 3s: want at least 16s") {
+		t.Errorf("serve --silent-after 3s: exit %d:\n%s", code, errs)
 	}
 }
 

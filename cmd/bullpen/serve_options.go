@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/agent"
+	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/app"
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
@@ -158,7 +160,51 @@ func (f *serveFlags) checkDurations() error {
 	if f.recheck < 0 {
 		problems = append(problems, fmt.Errorf("--agent-recheck %s: want a positive duration, or 0 for none", f.recheck))
 	}
-	return errors.Join(problems...)
+	return errors.Join(append(problems, f.checkHeartbeatAllowances()...)...)
+}
+
+// checkHeartbeatAllowances refuses a silence allowance or a claim's
+// heartbeat age that agents beating as they should cannot meet: every
+// instance would be terminated as silent, or fail its post-claim check,
+// in a loop. A beat reaches the store up to --heartbeat-flush after the
+// agent sends it, and a shared store keeps beats only to its resolution.
+func (f *serveFlags) checkHeartbeatAllowances() []error {
+	beat, from := f.agentHeartbeat()
+	flush := max(f.heartbeatFlush, 0)
+	var lag time.Duration
+	lagSays := ""
+	if strings.HasPrefix(f.store, "dynamodb://") {
+		lag, lagSays = app.DefaultHeartbeatResolution, fmt.Sprintf(", and the shared store's heartbeat resolution (%s)", app.DefaultHeartbeatResolution)
+	}
+	var problems []error
+	// Silence: an agent that misses a heartbeat, and whose next one is
+	// late besides, is still alive.
+	if least := 3*beat + flush + lag; f.silentAfter > 0 && f.silentAfter < least {
+		problems = append(problems, fmt.Errorf("--silent-after %s: want at least %s, three of the agents' heartbeats (every %s, %s) and --heartbeat-flush (%s)%s; "+
+			"anything shorter terminates healthy instances as silent", f.silentAfter, least, beat, from, flush, lagSays))
+	}
+	// A claim: an agent that missed one heartbeat passes the check (the
+	// store's resolution is allowed for apart).
+	if least := 2*beat + flush; f.claimHeartbeat > 0 && f.claimHeartbeat < least {
+		problems = append(problems, fmt.Errorf("--claim-heartbeat-max-age %s: want at least %s, two of the agents' heartbeats (every %s, %s) and --heartbeat-flush (%s); "+
+			"anything shorter fails healthy reused instances at their post-claim check", f.claimHeartbeat, least, beat, from, flush))
+	}
+	return problems
+}
+
+// agentHeartbeat is how often the agents of the cloud in use beat, and
+// what says so: the heartbeat interval of the provider's agent settings,
+// else the longer of the agent's default and the one hello gives agents
+// that keep their default.
+func (f *serveFlags) agentHeartbeat() (time.Duration, string) {
+	name := agent.EnvPrefix + "HEARTBEAT_INTERVAL"
+	vars := map[string]map[string]string{"aws": f.aws.agentEnv, "local": f.localEnv}[f.cloud]
+	if v := vars[name]; v != "" {
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			return d, fmt.Sprintf("%s=%s of --%s-agent-env", name, v, f.cloud)
+		}
+	}
+	return max(agent.DefaultHeartbeatEvery, agentapi.HeartbeatEvery), "the agents' default"
 }
 
 // cloudOptions checks --cloud and returns the EC2 provider's options when
