@@ -18,8 +18,9 @@ func init() {
 }
 
 // Exit codes of bullpen agent. The systemd unit of the launch data does not
-// restart the agent after 3 or 4: neither a refused credential nor a
-// shutdown gets better by trying again.
+// restart the agent after 2, 3 or 4: neither settings that cannot work, a
+// refused credential nor a shutdown gets better by trying again. A config
+// file that cannot be read is 1: it may be readable at the next start.
 const (
 	exitAgentOK           = 0 // stopped, or the instance ended
 	exitAgentFailed       = 1
@@ -35,6 +36,10 @@ func cmdAgent(ctx context.Context, e *env, args []string) int {
 	if errors.Is(err, flag.ErrHelp) {
 		_, _, _ = agent.LoadConfig(args, e.getenv, e.stdout)
 		return exitAgentOK
+	}
+	if errors.Is(err, agent.ErrConfigUnreadable) {
+		fmt.Fprintf(e.stderr, "bullpen agent: %v\n", err)
+		return exitAgentFailed
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "bullpen agent: %v\nRun 'bullpen agent -h' for its flags.\n", err)
