@@ -52,10 +52,30 @@ func register(name, summary string, run func(ctx context.Context, env *env, args
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := untilSignalled(context.Background())
 	code := run(ctx, &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
 	stop()
 	os.Exit(code)
+}
+
+// untilSignalled is parent, ended by the first SIGINT or SIGTERM. The
+// signals have Go's default handling back before it ends, so that a second
+// one ends the process at once: a shutdown may take twice serve's grace,
+// and one that hangs could otherwise be ended only by SIGKILL.
+func untilSignalled(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-signals:
+			signal.Stop(signals)
+			cancel(fmt.Errorf("%v received", s))
+		case <-ctx.Done():
+			signal.Stop(signals)
+		}
+	}()
+	return ctx, func() { cancel(nil) }
 }
 
 func run(ctx context.Context, e *env, args []string) int {

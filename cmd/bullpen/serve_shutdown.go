@@ -43,7 +43,8 @@ func serveUntilDone(ctx context.Context, a servable, ln net.Listener, log *slog.
 	code := 0
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down: finishing work in hand; still serving agents and storing deliveries until then")
+		log.Info("shutting down: finishing work in hand; still serving agents and storing deliveries until then; " +
+			"a second SIGINT or SIGTERM (Ctrl-C again) exits at once")
 	case err := <-httpErr:
 		log.Error("HTTP server failed", "err", err)
 		code = 1

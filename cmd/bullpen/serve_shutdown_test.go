@@ -1,14 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
@@ -121,5 +128,83 @@ func TestServeExitsOneWhenALoopFailed(t *testing.T) {
 	}
 	if len(logs.Lines("level=ERROR", "last flush failed")) != 1 {
 		t.Fatalf("the loop's error is not logged at ERROR:\n%s", logs)
+	}
+}
+
+// signalHelper set in its environment makes the test binary, run again,
+// the process TestASecondSignalEndsTheProcessAtOnce signals.
+const signalHelper = "SIGNAL_HELPER_PROCESS"
+
+// TestSignalHelperProcess stands for a command whose shutdown never ends:
+// it waits for its first signal, says so, and then for its standard input
+// to close, which the test never does.
+func TestSignalHelperProcess(t *testing.T) {
+	if os.Getenv(signalHelper) != "1" {
+		t.Skip("run by TestASecondSignalEndsTheProcessAtOnce")
+	}
+	ctx, stop := untilSignalled(context.Background())
+	defer stop()
+	fmt.Println("ready")
+	<-ctx.Done()
+	fmt.Println("shutting down:", context.Cause(ctx))
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// A first Ctrl-C or SIGTERM starts the shutdown; a second one ends the
+// process at once, however long the shutdown would still take, rather
+// than being swallowed until it ends.
+func TestASecondSignalEndsTheProcessAtOnce(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSignalHelperProcess$")
+	cmd.Env = append(os.Environ(), signalHelper+"=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Should the helper never say what the test awaits, it is killed,
+	// which ends the wait.
+	watchdog := time.AfterFunc(generous, func() { _ = cmd.Process.Kill() })
+	defer watchdog.Stop()
+	lines := bufio.NewScanner(stdout)
+	await := func(prefix string) {
+		t.Helper()
+		for lines.Scan() {
+			if strings.HasPrefix(lines.Text(), prefix) {
+				return
+			}
+		}
+		_ = cmd.Process.Kill()
+		t.Fatalf("the helper ended, or was killed, before saying %q", prefix)
+	}
+	await("ready")
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	await("shutting down:")
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) {
+			t.Fatalf("the helper ended with %v, want killed by SIGTERM", err)
+		}
+		if ws, ok := exit.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+			t.Fatalf("the helper ended with %v, want killed by SIGTERM", err)
+		}
+	case <-time.After(generous):
+		_ = cmd.Process.Kill()
+		t.Fatal("a second signal during the shutdown did not end the process")
 	}
 }
