@@ -19,7 +19,14 @@ import (
 // variables.
 func runWithEnv(vars map[string]string, args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return vars[k] }}
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return vars[k] },
+		environ: func() []string {
+			var kv []string
+			for k, v := range vars {
+				kv = append(kv, k+"="+v)
+			}
+			return kv
+		}}
 	return run(context.Background(), e, args), out.String(), errb.String()
 }
 

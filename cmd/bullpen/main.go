@@ -33,6 +33,8 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// environ lists the variables as KEY=VALUE; nil for none.
+	environ func() []string
 	// now is the wall clock; tests fix it.
 	now func() time.Time
 }
@@ -53,7 +55,7 @@ func register(name, summary string, run func(ctx context.Context, env *env, args
 
 func main() {
 	ctx, stop := untilSignalled(context.Background())
-	code := run(ctx, &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:])
+	code := run(ctx, &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
@@ -107,6 +109,14 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'bullpen COMMAND -h' for a command's flags.")
+}
+
+// variables lists the environment as KEY=VALUE.
+func (e *env) variables() []string {
+	if e.environ == nil {
+		return nil
+	}
+	return e.environ()
 }
 
 // flags is a command's flag set: a wrong flag is returned to the command

@@ -350,6 +350,42 @@ func TestServeRefusesHeartbeatAllowancesAgentsCannotMeet(t *testing.T) {
 	}
 }
 
+// A BULLPEN_* variable that names no setting is named at start, with the
+// setting it most likely misspells, and never its value: otherwise serve
+// starts on the default it was meant to change without a word. The
+// variables of secrets, of other commands and of the agent are no strays.
+func TestServeNamesAVariableThatSetsNothing(t *testing.T) {
+	vars := map[string]string{
+		"BULLPEN_ENVIROMENT":           "dev",
+		"BULLPEN_GITHUB_APP_KEY":       "-----BEGIN RSA PRIVATE KEY----- MIIEstray",
+		"BULLPEN_FROBNICATE":           "s3cr3t-stray",
+		"BULLPEN_WEBHOOK_SECRET":       "s",
+		"BULLPEN_ADMIN_TOKEN_FILE":     "/nonexistent/admin-token",
+		"BULLPEN_GITHUB_TOKEN":         "ghp_x",
+		"BULLPEN_SERVER":               "http://127.0.0.1:8080",
+		"BULLPEN_AGENT_RUNNER_COMMAND": "./run.sh --jitconfig {jitconfig}",
+		"BULLPEN_CLOUD":                "sim",
+		"GITHUB_TOKEN":                 "ghp_y",
+	}
+	code, _, errs := runWithEnv(vars, "serve", "--listen", "127.0.0.1:0")
+	if code != 2 {
+		t.Fatalf("exit %d, want 2 (no configuration):\n%s", code, errs)
+	}
+	warnings := strings.Count(errs, "level=WARN")
+	for _, want := range []string{
+		"variable=BULLPEN_ENVIROMENT did_you_mean=BULLPEN_ENVIRONMENT",
+		"variable=BULLPEN_GITHUB_APP_KEY did_you_mean=BULLPEN_GITHUB_APP_KEY_FILE",
+		"variable=BULLPEN_FROBNICATE\n",
+	} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("the start does not say %q:\n%s", want, errs)
+		}
+	}
+	if warnings != 3 || strings.Contains(errs, "MIIE") || strings.Contains(errs, "s3cr3t") {
+		t.Errorf("%d warnings, want 3 and no value shown:\n%s", warnings, errs)
+	}
+}
+
 // A short admin token is refused at start, named but not shown: it keys
 // the dashboard's sessions, and a cookie lets it be guessed offline.
 func TestServeRefusesAShortAdminToken(t *testing.T) {

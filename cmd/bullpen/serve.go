@@ -317,7 +317,15 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	// Every problem of the flags and the configuration is named at once.
 	log, logErr := newLogger(e, f.logLevel, f.logFormat)
 	if logErr != nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.New(slog.NewTextHandler(e.stderr, nil)) // for the warnings below; the error stops serve
+	}
+	// Before the problems: a misspelt variable may be their cause.
+	for _, v := range strayVariables(fs, e.variables()) {
+		attrs := []any{"variable", v.name}
+		if v.meant != "" {
+			attrs = append(attrs, "did_you_mean", v.meant)
+		}
+		log.Warn("an environment variable names no setting of serve and is ignored", attrs...)
 	}
 	opts, err := f.options(e, log)
 	if err := errors.Join(append(f.envErrors(fs), logErr, err)...); err != nil {
