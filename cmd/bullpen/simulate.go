@@ -218,26 +218,36 @@ func replayProgress(w io.Writer, began time.Time) func(time.Time, int, int) {
 }
 
 // printComparison puts two replays of one history side by side, with the
-// difference of the second from the first.
+// difference of the second from the first. Every section's rows hold
+// their figures in the columns of its heading.
 func printComparison(w io.Writer, nameA, nameB string, a, b simulate.Report) {
-	fmt.Fprintf(w, "%d jobs replayed through %s (A) and %s (B), environment %s\n\n", a.Replayed, nameA, nameB, a.Environment)
+	fmt.Fprintf(w, "%d jobs replayed through %s (A) and %s (B), environment %s\n", a.Replayed, nameA, nameB, a.Environment)
+	heading := func(title string) { fmt.Fprintf(w, "\n%-23s %7s %7s %7s\n", title, "A", "B", "B-A") }
+	count := func(name string, x, y int) { fmt.Fprintf(w, "  %-21s %7d %7d %+7d\n", name, x, y, y-x) }
 	servedA, servedB := a.Simulated.QueueTime.Count, b.Simulated.QueueTime.Count
-	fmt.Fprintf(w, "jobs                    %7s %7s %7s\n", "A", "B", "B-A")
-	fmt.Fprintf(w, "  %-21s %7d %7d %+7d\n", "served", servedA, servedB, servedB-servedA)
-	fmt.Fprintf(w, "  %-21s %7d %7d %+7d\n", "no pool or runner", unserved(a), unserved(b), unserved(b)-unserved(a))
-	fmt.Fprintf(w, "  %-21s %7d %7d %+7d\n", "not for bullpen", a.NotForBullpen, b.NotForBullpen, b.NotForBullpen-a.NotForBullpen)
+	heading("jobs")
+	count("served", servedA, servedB)
+	for _, via := range []string{"pool", "hot", "stopped", "reuse", "cold"} {
+		name := "  by " + via
+		if via == "hot" || via == "stopped" {
+			name = "    " + via // of the pool's
+		}
+		count(name, a.Simulated.QueueTimes[via].Count, b.Simulated.QueueTimes[via].Count)
+	}
+	count("no pool or runner", unserved(a), unserved(b))
+	count("not for bullpen", a.NotForBullpen, b.NotForBullpen)
 	if servedA != servedB {
 		// A configuration that serves fewer jobs has shorter queue times
 		// and a smaller bill for it: say so before the figures.
 		fmt.Fprintf(w, "  note: A and B served different jobs; their queue times and costs are over the jobs each served\n")
 	}
-	fmt.Fprintf(w, "\nqueue time (s)          %7s %7s %7s\n", "A", "B", "B-A")
+	heading("queue time (s)")
 	row := func(name string, x, y float64) { fmt.Fprintf(w, "  %-21s %7.1f %7.1f %+7.1f\n", name, x, y, y-x) }
 	row("p50", a.Simulated.QueueTime.P50, b.Simulated.QueueTime.P50)
 	row("p90", a.Simulated.QueueTime.P90, b.Simulated.QueueTime.P90)
 	row("p99", a.Simulated.QueueTime.P99, b.Simulated.QueueTime.P99)
 	row("max", a.Simulated.QueueTime.Max, b.Simulated.QueueTime.Max)
-	fmt.Fprintf(w, "\ncost (USD, %s)\n", a.Bill.PriceTable)
+	heading("cost (USD)")
 	// Dollars in cents, and a job's share to a hundredth of a cent: at
 	// the queue times' one decimal, a job's cost read 0.0.
 	money := func(name, format string, x, y float64) {
@@ -246,11 +256,8 @@ func printComparison(w io.Writer, nameA, nameB string, a, b simulate.Report) {
 	money("total", "%7.2f", a.Bill.Total, b.Bill.Total)
 	money("per job", "%7.4f", a.Bill.PerJob, b.Bill.PerJob)
 	money("idle hot instances", "%7.2f", a.Bill.HotIdle, b.Bill.HotIdle)
-	for _, via := range []string{"pool", "hot", "stopped", "reuse", "cold"} {
-		fmt.Fprintf(w, "  jobs served by %-7s%7d %7d %+7d\n", via, a.Simulated.QueueTimes[via].Count, b.Simulated.QueueTimes[via].Count,
-			b.Simulated.QueueTimes[via].Count-a.Simulated.QueueTimes[via].Count)
-	}
-	fmt.Fprintln(w, "\ncloud calls             A       B     B-A")
+	fmt.Fprintf(w, "  prices: %s\n", a.Bill.PriceTable)
+	heading("cloud calls")
 	ops := map[string]bool{}
 	for op := range a.CloudCalls {
 		ops[op] = true
@@ -259,7 +266,7 @@ func printComparison(w io.Writer, nameA, nameB string, a, b simulate.Report) {
 		ops[op] = true
 	}
 	for _, op := range sortedKeys(ops) {
-		fmt.Fprintf(w, "  %-19s %7d %7d %+7d\n", op, a.CloudCalls[op], b.CloudCalls[op], b.CloudCalls[op]-a.CloudCalls[op])
+		count(op, a.CloudCalls[op], b.CloudCalls[op])
 	}
 }
 

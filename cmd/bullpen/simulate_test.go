@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/demo"
 	"github.com/bullpen-ci/bullpen/internal/history"
+	"github.com/bullpen-ci/bullpen/internal/simulate"
 )
 
 // writeHistory writes half an hour of pool jobs for the dev stack (which
@@ -173,6 +177,69 @@ pools:
 		if !strings.Contains(out, want) {
 			t.Errorf("the comparison lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// Each section of a comparison holds its figures under the A, B and B-A
+// of its heading, and the jobs each configuration served by each way are
+// counted among the jobs, not under the cost.
+func TestSimulateCompareLinesUpItsColumns(t *testing.T) {
+	report := func(served, byPool, cold, creates int) simulate.Report {
+		var r simulate.Report
+		r.Replayed, r.Environment = 40, "production"
+		r.Simulated.QueueTime = demo.Latencies{Count: served, P50: 2, P90: 12.5, P99: 30, Max: 41}
+		r.Simulated.QueueTimes = map[string]demo.Latencies{"pool": {Count: byPool}, "cold": {Count: cold}}
+		r.Bill = simulate.Bill{Total: 12.5, PerJob: 0.3125, HotIdle: 3, PriceTable: "us-east-1 2026-11-01"}
+		r.CloudCalls = map[string]int{"CreateFleet": creates, "TerminateInstances": creates}
+		return r
+	}
+	var out strings.Builder
+	printComparison(&out, "a.yml", "b.yml", report(40, 30, 10, 12), report(40, 38, 2, 4))
+	text := out.String()
+	// ends are where the last three fields of line end.
+	ends := func(line string) []int {
+		var at []int
+		for i := range line {
+			if line[i] != ' ' && (i+1 == len(line) || line[i+1] == ' ') {
+				at = append(at, i+1)
+			}
+		}
+		return at[max(len(at)-3, 0):]
+	}
+	var columns []int
+	rows := 0
+	for _, line := range strings.Split(text, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) >= 3 && strings.Join(fields[len(fields)-3:], " ") == "A B B-A" {
+			columns = ends(line)
+			continue
+		}
+		if len(fields) < 4 || columns == nil {
+			continue
+		}
+		numbers := true
+		for _, f := range fields[len(fields)-3:] {
+			if _, err := strconv.ParseFloat(f, 64); err != nil {
+				numbers = false
+			}
+		}
+		if numbers {
+			rows++
+			if got := ends(line); !slices.Equal(got, columns) {
+				t.Errorf("%q: figures end at %v, under a heading whose columns end at %v", line, got, columns)
+			}
+		}
+	}
+	if rows < 12 {
+		t.Errorf("%d rows of figures, want every section's:\n%s", rows, text)
+	}
+	jobs, queue, cost := strings.Index(text, "\njobs "), strings.Index(text, "\nqueue time (s) "), strings.Index(text, "\ncost (USD) ")
+	byPool := strings.Index(text, "    by pool                  30      38      +8\n")
+	if jobs < 0 || byPool < jobs || byPool > queue || queue > cost {
+		t.Errorf("the jobs served by a pool are not counted among the jobs:\n%s", text)
+	}
+	if !strings.Contains(text, "  CreateFleet                12       4      -8\n") {
+		t.Errorf("the cloud calls are not counted:\n%s", text)
 	}
 }
 
