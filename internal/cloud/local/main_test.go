@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -309,6 +310,26 @@ func children(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// wantRefused fails unless err names exactly ids as refused with code (the
+// call acted on every other machine), and reads as neither an invalid
+// request nor an unknown machine.
+func wantRefused(t *testing.T, err error, code string, ids ...string) {
+	t.Helper()
+	r, ok := errors.AsType[*domain.RefusedInstancesError](err)
+	if !ok || !slices.Equal(r.IDs, ids) || r.Code != code || errors.Is(err, domain.ErrInvalidRequest) || errors.Is(err, domain.ErrUnknownInstance) {
+		t.Fatalf("error %v, want %s refusing %v", err, code, ids)
+	}
+}
+
+// wantGoneIDs fails unless err names exactly ids as unknown: terminated
+// machines, as EC2's provider reports them.
+func wantGoneIDs(t *testing.T, err error, ids ...string) {
+	t.Helper()
+	if got := domain.UnknownIDs(err); !slices.Equal(got, ids) {
+		t.Fatalf("error %v names %v unknown, want %v", err, got, ids)
+	}
 }
 
 func wantCode(t *testing.T, err error, sentinel error, code string) {

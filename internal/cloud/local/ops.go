@@ -167,12 +167,16 @@ func (c *Cloud) Terminate(ctx context.Context, ids []string) error {
 	})
 }
 
-// batch runs a state change over ids (see ec2like.Batch).
+// batch runs a state change over ids as bullpen's EC2 provider makes it
+// (see ec2like.Batch): a machine the call is refused over is taken out and
+// the call made again on the others (ec2like.SkipRefused).
 func (c *Cloud) batch(ctx context.Context, op string, ids []string,
 	rules ec2like.Rules, apply func(*machine, time.Time)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ec2like.Batch(ctx, op, ids, c.call, c.lookup, rules, apply)
+	return ec2like.SkipRefused(op, ids, c.lookup, func(ids []string) error {
+		return ec2like.Batch(ctx, op, ids, c.call, c.lookup, rules, apply)
+	})
 }
 
 // Tag adds tags to machines, overwriting values of keys they already have,

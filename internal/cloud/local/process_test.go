@@ -92,7 +92,7 @@ func TestMachineIsStoppingUntilItsProcessesAreGone(t *testing.T) {
 	if got := stateOf(t, c, id); got != domain.CloudStopping {
 		t.Fatalf("%s is %s right after Stop, want stopping", id, got)
 	}
-	wantCode(t, c.Start(t.Context(), []string{id}), domain.ErrInvalidRequest, ec2like.CodeIncorrectState)
+	wantRefused(t, c.Start(t.Context(), []string{id}), ec2like.CodeIncorrectState, id)
 	if err := c.Stop(t.Context(), []string{id}); err != nil {
 		t.Errorf("Stop of a stopping machine: %v", err)
 	}
@@ -230,8 +230,8 @@ func TestStateChangeRulesFollowEC2(t *testing.T) {
 		t.Fatalf("Terminate: %v", err)
 	}
 	waitState(t, c, id, domain.CloudTerminated)
-	wantCode(t, c.Stop(t.Context(), []string{id}), domain.ErrInvalidRequest, ec2like.CodeIncorrectState)
-	wantCode(t, c.Start(t.Context(), []string{id}), domain.ErrInvalidRequest, ec2like.CodeIncorrectState)
+	wantGoneIDs(t, c.Stop(t.Context(), []string{id}), id)
+	wantGoneIDs(t, c.Start(t.Context(), []string{id}), id)
 	wantCode(t, c.Stop(t.Context(), nil), domain.ErrInvalidRequest, ec2like.CodeMissingParameter)
 	wantCode(t, c.Tag(t.Context(), []string{id}, nil), domain.ErrInvalidRequest, ec2like.CodeMissingParameter)
 }
