@@ -27,7 +27,7 @@ func cmdBench(ctx context.Context, e *env, args []string) int {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	only := fs.String("only", "", "run one scenario: "+strings.Join(bench.Scenarios, " or "))
 	var state stateFlags
-	fs.StringVar(&state.store, "store", "sqlite://", "sqlite:// (a temporary file), or dynamodb://TABLE to run on DynamoDB and SQS and count their calls per job (a table of its own, made by bullpen aws bootstrap)")
+	fs.StringVar(&state.store, "store", "sqlite://", "sqlite:// (a temporary file of its own: no path), or dynamodb://TABLE to run on DynamoDB and SQS and count their calls per job (a table of its own, made by bullpen aws bootstrap)")
 	fs.StringVar(&state.queue, "queue", "", "with --store dynamodb://: sqs://PREFIX")
 	fs.StringVar(&state.region, "aws-region", or(e.getenv("AWS_REGION"), "us-east-1"), "with --store dynamodb://: the region")
 	fs.StringVar(&state.endpoint, "aws-endpoint", e.getenv("BULLPEN_AWS_ENDPOINT"), "with --store dynamodb://: an emulator's URL (moto)")
@@ -45,6 +45,10 @@ jobs through simulate instead (bullpen bench replay -h).
 	}
 	if status, ok := e.parseFlags(fs, args); !ok {
 		return status
+	}
+	if path, ok := strings.CutPrefix(state.store, "sqlite://"); ok && path != "" {
+		fmt.Fprintf(e.stderr, "bullpen bench: --store %s: bench keeps its SQLite state in a temporary file of its own; give sqlite:// or dynamodb://TABLE\n", state.store)
+		return 2
 	}
 	if state.store == "sqlite://" {
 		state.store = "sqlite://bench" // the bench's own temporary file

@@ -120,6 +120,18 @@ func TestBenchReplayReportsItsPace(t *testing.T) {
 	}
 }
 
+// bench keeps its SQLite state in a temporary file of its own: a path it
+// would not use is refused rather than silently ignored.
+func TestBenchRefusesAStorePathItWouldNotUse(t *testing.T) {
+	code, _, errOut := runWithEnv(nil, "bench", "--store", "sqlite:///var/lib/bullpen/bullpen.db", "--jobs", "0")
+	if code != 2 || !strings.Contains(errOut, "--store sqlite:///var/lib/bullpen/bullpen.db: bench keeps its SQLite state in a temporary file of its own") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := runWithEnv(nil, "bench", "--store", "sqlite://", "--jobs", "0"); code != 2 || !strings.Contains(errOut, "--jobs must be positive") {
+		t.Errorf("--store sqlite://: exit %d: %s", code, errOut)
+	}
+}
+
 // history generate writes the same history for the same seed, in the
 // format simulate reads.
 func TestHistoryGenerateFeedsSimulate(t *testing.T) {
