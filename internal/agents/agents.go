@@ -52,6 +52,10 @@ type Options struct {
 	// Interrupted, when set, is told of every machine the cloud takes back
 	// (the spot circuit breaker counts them by runner class).
 	Interrupted func(runner string, at time.Time)
+	// SpecHash, when set, returns a pool's current spec hash ("" when not
+	// known): an instance of the pool launched before a roll is retired
+	// after its job rather than offered for reuse.
+	SpecHash func(ctx context.Context, pool string) string
 }
 
 // Service implements domain.AgentAPI and the release of instances.

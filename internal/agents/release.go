@@ -115,12 +115,12 @@ func (s *Service) releasable(ctx context.Context, job domain.Job, now time.Time)
 	if in.Job != job.Key() || !(jobs.ServesJob(in.State) || in.State == domain.StateError) {
 		return domain.Instance{}, "", false, nil // already released, or being terminated
 	}
-	return in, s.retireReason(in, now), true, nil
+	return in, s.retireReason(ctx, in, now), true, nil
 }
 
 // retireReason says why in is terminated after its job rather than
 // released for another one, or "" when its policy reuses it.
-func (s *Service) retireReason(in domain.Instance, now time.Time) string {
+func (s *Service) retireReason(ctx context.Context, in domain.Instance, now time.Time) string {
 	p := s.opts.Policy(in)
 	served := in.JobsServed + 1
 	switch {
@@ -139,8 +139,21 @@ func (s *Service) retireReason(in domain.Instance, now time.Time) string {
 		return fmt.Sprintf("served %d jobs (max-jobs-per-instance)", served)
 	case p.MaxAge > 0 && now.Sub(in.CreatedAt) >= p.MaxAge:
 		return "older than max-age"
+	case s.outdated(ctx, in):
+		return "its pool's spec changed since it was launched"
 	}
 	return ""
+}
+
+// outdated reports whether in was launched for its pool before the pool's
+// spec changed (a new image, a roll): reused, it would serve the old spec
+// for as long as it keeps being pooled.
+func (s *Service) outdated(ctx context.Context, in domain.Instance) bool {
+	if s.opts.SpecHash == nil || in.Pool == "" || in.SpecHash == "" {
+		return false
+	}
+	hash := s.opts.SpecHash(ctx, in.Pool)
+	return hash != "" && hash != in.SpecHash
 }
 
 // released tells the agent of an instance released for reuse to

@@ -1,12 +1,14 @@
 package agents_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
@@ -378,5 +380,41 @@ func TestFailedInstancesAreCountedOnce(t *testing.T) {
 	}
 	if got := f.instancesFailed(); got != 2 {
 		t.Fatalf("after a runner ended before its job: %v failed instances, want 2", got)
+	}
+}
+
+// An instance of a pool whose spec changed since it was launched (a new
+// image rolled the pool) is retired after its job rather than offered for
+// reuse, where it would serve the old spec for as long as it kept being
+// pooled; one on the current spec is released for reuse.
+func TestAnInstanceFromBeforeARollIsRetiredAfterItsJob(t *testing.T) {
+	for _, tc := range []struct {
+		current string
+		want    domain.State
+	}{
+		{"new", domain.StateTerminating},
+		{"old", domain.StateReleasing},
+		{"", domain.StateReleasing}, // not known yet: nothing to hold it to
+	} {
+		t.Run(tc.current, func(t *testing.T) {
+			f := newFixture(t)
+			f.policy = agents.Policy{Reuse: true}
+			svc, err := agents.New(f.Store, f.Queue, f.Clock, f.Log, nil, agents.Options{
+				Policy:   func(domain.Instance) agents.Policy { return f.policy },
+				SpecHash: func(_ context.Context, pool string) string { return map[string]string{"p": tc.current}[pool] },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := f.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateRunning, Job: domain.JobKey(42), Pool: "p", SpecHash: "old",
+				CPU: 4, MemoryMiB: 16384, RunnerName: runnerOf("bp-1", 42), RunnerConfig: configOf("bp-1"), JobStarted: true})
+			f.createJob(domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: in.ID, Labels: []string{"runs-on=1/pool=p"}})
+			if err := svc.Finish(f.Ctx, 42, "success"); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.Instance(in.ID); got.State != tc.want {
+				t.Fatalf("pool spec %q: instance %s (%q), want %s", tc.current, got.State, got.Reason, tc.want)
+			}
+		})
 	}
 }

@@ -39,7 +39,7 @@ func (a *App) wire(ctx context.Context) error {
 	}
 	a.Agents, err = agents.New(a.Store, a.Queue, clk, log.With("loop", "agents"), reg, agents.Options{
 		Policy: a.policy, HeartbeatFlush: o.HeartbeatFlush, HeartbeatResolution: o.beatResolution, Deadlines: o.Deadlines, Notices: a.Notices,
-		Interrupted: a.SpotBreaker.Record})
+		Interrupted: a.SpotBreaker.Record, SpecHash: a.specHashes.hash})
 	if err != nil {
 		return err
 	}
