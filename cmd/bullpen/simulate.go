@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/demo"
 	"github.com/bullpen-ci/bullpen/internal/history"
@@ -89,6 +91,16 @@ func cmdSimulate(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		return fail(err)
 	}
+	configs := []*config.Config{cfg}
+	if f.compare != "" {
+		if other, err := config.Load(f.compare); err == nil {
+			configs = append(configs, other) // one that does not load is refused before its replay
+		}
+	}
+	if unused, launched := familiesNoRunnerLaunches(replay.FamilyLatency, configs); len(unused) > 0 {
+		fmt.Fprintf(e.stderr, "bullpen simulate: warning: --timings %s sets the timings of families no runner launches in the simulation: %s (the runners launch %s); "+
+			"a job whose family= label asks for one of them still takes its timings\n", f.timings, strings.Join(unused, ", "), cmp.Or(strings.Join(launched, ", "), "none"))
+	}
 	if isTerminal(e.stderr) {
 		replay.Progress = replayProgress(e.stderr, time.Now())
 	}
@@ -146,6 +158,27 @@ func (f *simulateFlags) replayOptions(cfg *config.Config) (simulate.Options, err
 	}
 	return simulate.Options{Config: cfg, Jobs: jobs, Seed: f.seed, Prices: prices, Environment: f.env,
 		Latency: timings.Default, FamilyLatency: timings.Families}, nil
+}
+
+// familiesNoRunnerLaunches are the families of timings that no runner of
+// the configurations launches on the simulated cloud (a misspelt family,
+// or one the runners' sizes rule out), and the families they launch.
+func familiesNoRunnerLaunches(timings map[string]sim.Latency, configs []*config.Config) (unused, launched []string) {
+	families := map[string]bool{}
+	for _, cfg := range configs {
+		for _, r := range cfg.Runners {
+			if itype, err := sim.InstanceType(r); err == nil {
+				family, _, _ := strings.Cut(itype, ".")
+				families[family] = true
+			}
+		}
+	}
+	for _, family := range sortedKeys(timings) {
+		if !families[family] {
+			unused = append(unused, family)
+		}
+	}
+	return unused, sortedKeys(families)
 }
 
 // readHistory reads a job history file.

@@ -120,6 +120,20 @@ func TestBenchReplayReportsItsPace(t *testing.T) {
 	}
 }
 
+// A family of --timings that no runner launches, a typo most likely, is
+// named before the replay: its timings would change nothing.
+func TestSimulateNamesTimingsOfFamiliesNoRunnerLaunches(t *testing.T) {
+	jobs := writeHistory(t, "small-x64")
+	timings := filepath.Join(t.TempDir(), "timings.json")
+	if err := os.WriteFile(timings, []byte(`{"families": {"t3": {"boot": "20s"}, "m7gg": {"boot": "40s"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--timings", timings)
+	if code != 0 || !strings.Contains(errOut, "warning: --timings "+timings+" sets the timings of families no runner launches in the simulation: m7gg (the runners launch ") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+}
+
 // bench keeps its SQLite state in a temporary file of its own: a path it
 // would not use is refused rather than silently ignored.
 func TestBenchRefusesAStorePathItWouldNotUse(t *testing.T) {
