@@ -111,7 +111,8 @@ func TestSchedule(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got["schedule"] != "" || got["hot"] != 0.0 {
 		t.Errorf("no match: exit %d, %s", code, out)
 	}
-	if code, _, errs := runCmd(t, "schedule", "../../examples/runs-on.yml", "--pool", "nope"); code != 1 || !strings.Contains(errs, `unknown pool "nope"`) {
+	// A --pool the file lacks is a wrong value, as a bad --at is: 2.
+	if code, _, errs := runCmd(t, "schedule", "../../examples/runs-on.yml", "--pool", "nope"); code != 2 || !strings.Contains(errs, `unknown pool "nope"`) {
 		t.Errorf("unknown pool: exit %d, %s", code, errs)
 	}
 	if code, _, errs := runCmd(t, "schedule", "../../examples/runs-on.yml", "--pool", "small-x64", "--at", "tomorrow"); code != 2 || !strings.Contains(errs, "bad --at") {

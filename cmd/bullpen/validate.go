@@ -170,7 +170,7 @@ func cmdSchedule(_ context.Context, e *env, args []string) int {
 	p, ok := cfg.Pool(*pool)
 	if !ok {
 		fmt.Fprintf(e.stderr, "bullpen schedule: unknown pool %q in %s (pools: %s)\n", *pool, file, poolNames(cfg))
-		return 1
+		return 2 // the file is fine: --pool is wrong
 	}
 	r := schedule.Resolve(p, when)
 	out, _ := json.Marshal(struct {
