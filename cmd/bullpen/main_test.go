@@ -387,6 +387,15 @@ func TestServeNamesAVariableThatSetsNothing(t *testing.T) {
 	}
 }
 
+// serve -h tells the shutdown in the order serve stops: the loops first,
+// while HTTP still answers agents, then the requests still open.
+func TestServeHelpTellsTheShutdownInOrder(t *testing.T) {
+	_, out, _ := runCmd(t, "serve", "-h")
+	if !strings.Contains(out, "on SIGTERM, how long the loops, and then the requests still open, each get to finish") {
+		t.Errorf("serve -h does not tell the shutdown's order:\n%s", out)
+	}
+}
+
 // A short admin token is refused at start, named but not shown: it keys
 // the dashboard's sessions, and a cookie lets it be guessed offline.
 func TestServeRefusesAShortAdminToken(t *testing.T) {

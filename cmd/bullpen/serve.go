@@ -301,7 +301,7 @@ func (f *serveFlags) defineIntervals(fs *flag.FlagSet, getenv func(string) strin
 	dur(&f.leasePeriod, "lease-period", "BULLPEN_LEASE_PERIOD", 30*time.Second, "the converger, reaper and terminator run on one replica at a time, under a lease of this (or twice the loop's interval, if longer); another replica takes a loop over within that once its holder stops")
 	dur(&f.recheck, "agent-recheck", "BULLPEN_AGENT_RECHECK", 2*time.Second, "look this often for jobs and releases another replica gave the agents long-polling this one (one store query however many wait), so such a job reaches its agent within this (0: only this replica's assignments wake them)")
 	dur(&f.heartbeatFlush, "heartbeat-flush", "BULLPEN_HEARTBEAT_FLUSH", time.Second, "agent heartbeats are written to the store together at this interval")
-	dur(&f.shutdownGrace, "shutdown-grace", "BULLPEN_SHUTDOWN_GRACE", time.Minute, "on SIGTERM, how long open requests and then the loops get to finish before serve exits anyway, with status 1")
+	dur(&f.shutdownGrace, "shutdown-grace", "BULLPEN_SHUTDOWN_GRACE", time.Minute, "on SIGTERM, how long the loops, and then the requests still open, each get to finish before serve exits anyway, with status 1")
 	dur(&f.http.read, "http-read-timeout", "BULLPEN_HTTP_READ_TIMEOUT", defaultHTTPRead, "a request's headers and body must arrive within this (GitHub gives up on a delivery after 10s)")
 	dur(&f.http.write, "http-write-timeout", "BULLPEN_HTTP_WRITE_TIMEOUT", defaultHTTPWrite, "a request must be answered within this once its headers are read (agents' long polls get their wait on top)")
 	dur(&f.http.idle, "http-idle-timeout", "BULLPEN_HTTP_IDLE_TIMEOUT", defaultHTTPIdle, "a keep-alive connection with no request is closed after this")
