@@ -387,11 +387,23 @@ func (l Lifecycle) Approve(j Job) JobTransitionRequest {
 	return jobChange(j, func(x *Job) { x.Reason = "" })
 }
 
+// LaunchFor records, on a queued job, the instance about to be launched
+// for it, before the create call. The job stays queued (its runner is not
+// registered yet) but no longer waits for another machine: a provisioner
+// holding a second message for it leaves it to this launch while the
+// instance's row may still serve it. Guarded on the job as read, so that
+// of two provisioners marking one job, one launches.
+func (l Lifecycle) LaunchFor(j Job, instanceID string) JobTransitionRequest {
+	return jobChange(j, func(x *Job) { x.InstanceID = instanceID })
+}
+
 // RetryJob records another attempt at serving a queued job, and why the
-// last one failed.
+// last one failed. The launch the job was marked with (LaunchFor), if any,
+// is over.
 func (l Lifecycle) RetryJob(j Job, reason string) JobTransitionRequest {
 	return jobChange(j, func(x *Job) {
 		x.Attempts++
+		x.InstanceID = ""
 		if reason != "" {
 			x.Reason = reason
 		}

@@ -89,16 +89,21 @@ func (p *Provisioner) useClaimed(ctx context.Context, rq *request, in domain.Ins
 	}
 }
 
-// gone reports whether the request's job no longer waits for a runner,
-// marking the request so; otherwise it refreshes the job for the next try.
+// gone reports whether the request's job no longer waits for a machine
+// from it (served, cancelled, or launched for elsewhere), marking the
+// request so; otherwise it refreshes the job for the next try.
 func (p *Provisioner) gone(ctx context.Context, rq *request) bool {
 	j, err := p.Store.GetJob(ctx, rq.job.ID)
 	if err != nil && !errors.Is(err, domain.ErrNotFound) {
 		rq.err = fmt.Errorf("re-read job: %w", err)
 		return true
 	}
-	if err != nil || !waiting(j) {
+	if err != nil {
 		rq.err = errGone
+		return true
+	}
+	if err := p.waits(ctx, rq, j); err != nil {
+		rq.err = err
 		return true
 	}
 	rq.job = j

@@ -14,17 +14,14 @@ import (
 
 // create is the creation step: one fleet request for the requests the
 // resource pool could not serve (split at CreateBatch, or at what the last
-// partially fulfilled fleet of this class got). Rows are written before the
-// call, bound to their jobs; a partially fulfilled fleet is terminated whole
+// partially fulfilled fleet of this class got). Jobs are marked with their
+// instances (mark.go) and rows written before the call, bound to their jobs; a partially fulfilled fleet is terminated whole
 // so nothing is orphaned; each new instance must register for its job
 // within CreationTimeout.
 func (p *Provisioner) create(ctx context.Context, class string, reqs []*request, led *ledger) {
-	var want []*request
-	for _, rq := range reqs {
-		if !p.gone(ctx, rq) { // cancelled meanwhile: no machine for it
-			want = append(want, rq)
-		}
-	}
+	// Marked before the rows are written: a job cancelled meanwhile, or
+	// launched for by another provisioner, gets no machine.
+	want := p.mark(ctx, reqs)
 	for len(want) > 0 && !led.stopped() && led.failure() == nil {
 		k := min(len(want), p.fleetSize(class))
 		batch := want[:k]
@@ -102,7 +99,7 @@ func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request,
 	rows := make([]domain.Instance, len(reqs))
 	for i, rq := range reqs {
 		rows[i] = domain.Instance{
-			ID: p.launcher.ID("bp"), Pool: rq.job.Pool, Role: domain.RoleOnDemand, Runner: class,
+			ID: rq.mark, Pool: rq.job.Pool, Role: domain.RoleOnDemand, Runner: class,
 			SpecHash: domain.SpecHash(spec, imageID, domain.Pool{Name: rq.job.Pool}), Job: rq.job.Key(),
 			CPU: spec.CPU.Min, MemoryMiB: spec.RAM.Min * 1024,
 		}

@@ -17,7 +17,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		jobs: promreg.Counters("bullpen_provision_jobs_total",
-			"Launch-queue jobs by outcome (reuse, cold, requeued; rejected: the cloud cannot serve them as asked; dropped: no longer waiting for a runner, unknown, a duplicate message or an unreadable one).", "outcome"),
+			"Launch-queue jobs by outcome (reuse, cold, requeued; rejected: the cloud cannot serve them as asked; dropped: no longer waiting for a runner, unknown, a duplicate message, an unreadable one, or sent back already by whoever took its instance; deferred: a machine launched elsewhere may still serve it, and its message comes back once that launch is over).", "outcome"),
 		exhausted: promreg.Counters("bullpen_resource_pool_exhausted_total",
 			"Resource-pool searches that found nothing, by kind (global: queue empty; local: same instance seen N times; fresh: the job's pool does not reuse, so no search).", "kind"),
 		claims: promreg.Counters("bullpen_resource_pool_claims_total",

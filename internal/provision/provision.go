@@ -300,8 +300,14 @@ func (p *Provisioner) receive(ctx context.Context) ([]domain.Message, error) {
 
 // request is one job being provisioned.
 type request struct {
-	msg  domain.Message
-	job  domain.Job
+	msg domain.Message
+	job domain.Job
+	// attempts is the job's Attempts when its message was read: a change
+	// means someone else sent the job back to its queue since.
+	attempts int
+	// mark is the instance this request launches for its job, once the
+	// job is marked with it (mark.go).
+	mark string
 	inst domain.Instance // the instance serving it, once found
 	// h is the handover of the instance being tried, with the runner
 	// registered for it until the job has it for good or it is deleted.
@@ -341,22 +347,35 @@ func (p *Provisioner) Serve(ctx context.Context, msgs []domain.Message) error {
 }
 
 // received is a received batch sorted out: the requests of the jobs that
-// wait for a runner, by class, and the receipts of the messages done with.
+// wait for a runner, by class; those of jobs another provisioner launches
+// a machine for; and the receipts of the messages done with.
 type received struct {
-	byClass map[string][]*request
-	done    []string
+	byClass  map[string][]*request
+	deferred []*request // rq.err is their *launchedElsewhere
+	done     []string
 }
 
 // read reads the jobs of a received batch. A message that is unreadable, or
 // whose job no longer waits for a runner, is done with and counted dropped.
 func (p *Provisioner) read(ctx context.Context, msgs []domain.Message) (received, error) {
-	got, done, err := jobs.ReadMessages(ctx, p.Store, p.Log, domain.QueueLaunch, msgs, waiting)
+	got, done, err := jobs.ReadMessages(ctx, p.Store, p.Log, domain.QueueLaunch, msgs,
+		func(j domain.Job) bool { return j.Status == domain.JobQueued })
 	if err != nil {
 		return received{}, err
 	}
 	b := received{byClass: map[string][]*request{}, done: done}
 	for _, r := range got {
-		b.byClass[r.Job.Runner] = append(b.byClass[r.Job.Runner], &request{msg: r.Msg, job: r.Job})
+		rq := &request{msg: r.Msg, job: r.Job, attempts: r.Job.Attempts}
+		le, err := p.launchUnderWay(ctx, r.Job, "")
+		if err != nil {
+			return received{}, err
+		}
+		if le != nil {
+			rq.err = le
+			b.deferred = append(b.deferred, rq)
+			continue
+		}
+		b.byClass[r.Job.Runner] = append(b.byClass[r.Job.Runner], rq)
 	}
 	p.metrics.jobs.WithLabelValues(outcomeDropped).Add(float64(len(b.done)))
 	return b, nil
@@ -368,6 +387,7 @@ func (p *Provisioner) provision(ctx context.Context, quit <-chan struct{}, b rec
 	if err := p.Queue.Delete(ctx, domain.QueueLaunch, b.done); err != nil {
 		p.Log.Warn("delete settled launch messages", "err", err)
 	}
+	p.settle(ctx, b.deferred)
 	// A job waits here through its machine's boot: its message is kept
 	// invisible meanwhile, so the visibility timeout only says how soon a
 	// message held by a process that died is taken again.
@@ -386,9 +406,6 @@ func (p *Provisioner) provision(ctx context.Context, quit <-chan struct{}, b rec
 		p.serveClass(ctx, newLedger(quit, imgs), classes[i], b.byClass[classes[i]])
 	})
 }
-
-// waiting reports whether j still needs a runner.
-func waiting(j domain.Job) bool { return j.Status == domain.JobQueued && j.InstanceID == "" }
 
 // serveClass provisions one class's requests, dumps what it holds if
 // anything panicked, and settles every request.

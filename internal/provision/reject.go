@@ -41,6 +41,9 @@ const (
 	outcomeRequeued = "requeued"
 	outcomeRejected = "rejected"
 	outcomeDropped  = "dropped" // it no longer waits for a runner, or its message names none
+	// deferred: another provisioner launches a machine for it; its message
+	// comes back once that launch's mark ends.
+	outcomeDeferred = "deferred"
 )
 
 // settle deletes the messages of served and rejected jobs and sends the
@@ -69,30 +72,43 @@ func (p *Provisioner) settleOne(ctx context.Context, rq *request) (string, error
 		return string(rq.outcome), nil
 	}
 	if rej := (*rejection)(nil); errors.As(rq.err, &rej) {
-		return p.reject(ctx, rq.job.ID, rej)
+		return p.reject(ctx, rq, rej)
 	}
 	return p.requeue(ctx, rq)
 }
 
-// stillWaiting re-reads job id; ok is false when it no longer waits for a
-// runner (gone, cancelled, or served elsewhere).
-func (p *Provisioner) stillWaiting(ctx context.Context, id int64) (j domain.Job, ok bool, err error) {
-	j, err = p.Store.GetJob(ctx, id)
+// stillWaiting re-reads rq's job to settle its message. When the job no
+// longer waits for a machine from rq, settled is the outcome the message
+// is settled with: dropped when it no longer waits for a runner, deferred
+// when another provisioner launches one for it.
+func (p *Provisioner) stillWaiting(ctx context.Context, rq *request) (j domain.Job, settled string, err error) {
+	j, err = p.Store.GetJob(ctx, rq.job.ID)
 	if errors.Is(err, domain.ErrNotFound) {
-		return j, false, nil
+		return j, outcomeDropped, nil
 	}
 	if err != nil {
-		return j, false, fmt.Errorf("re-read job: %w", err)
+		return j, "", fmt.Errorf("re-read job: %w", err)
 	}
-	return j, waiting(j), nil
+	var le *launchedElsewhere
+	switch err := p.waits(ctx, rq, j); {
+	case err == nil:
+		return j, "", nil
+	case errors.As(err, &le):
+		settled, err := p.deferTo(ctx, j, le)
+		return j, settled, err
+	case errors.Is(err, errGone):
+		return j, outcomeDropped, nil
+	default:
+		return j, "", err
+	}
 }
 
 // reject records that the job will not be served, and why, so that nobody
 // waits for a runner that never comes.
-func (p *Provisioner) reject(ctx context.Context, id int64, rej *rejection) (string, error) {
-	j, ok, err := p.stillWaiting(ctx, id)
-	if err != nil || !ok {
-		return outcomeDropped, err
+func (p *Provisioner) reject(ctx context.Context, rq *request, rej *rejection) (string, error) {
+	j, settled, err := p.stillWaiting(ctx, rq)
+	if settled != "" || err != nil {
+		return settled, err
 	}
 	r := p.verbs.RejectJob(j, rej.Error())
 	j, err = p.Store.TransitionJob(ctx, r.ID, r.Guard, r.Apply)
@@ -103,11 +119,20 @@ func (p *Provisioner) reject(ctx context.Context, id int64, rej *rejection) (str
 	return outcomeRejected, nil
 }
 
-// requeue sends an unserved job back with a growing delay.
+// requeue sends an unserved job back with a growing delay, unless someone
+// else sent it back already: whoever took its instance out of service
+// (jobs.Retire: an agent that failed, the reaper, a spot interruption)
+// sends its message and counts the attempt, and a second message would
+// count it twice and could give the job a second machine.
 func (p *Provisioner) requeue(ctx context.Context, rq *request) (string, error) {
-	j, ok, err := p.stillWaiting(ctx, rq.job.ID)
-	if err != nil || !ok {
-		return outcomeDropped, err
+	j, settled, err := p.stillWaiting(ctx, rq)
+	if settled != "" || err != nil {
+		return settled, err
+	}
+	if j.SendPending || j.Attempts != rq.attempts {
+		p.Log.Info("launch job already sent back to its queue; not sending it again",
+			"job", j.ID, "attempt", j.Attempts, "reason", j.Reason)
+		return outcomeDropped, nil
 	}
 	why := ""
 	if rq.err != nil {

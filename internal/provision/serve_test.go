@@ -76,7 +76,7 @@ func TestRequeueBackoffIsCappedAtAMinute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if outcome, err := f.p.requeue(f.Ctx, &request{job: j}); outcome != outcomeRequeued || err != nil {
+	if outcome, err := f.p.requeue(f.Ctx, &request{job: j, attempts: j.Attempts}); outcome != outcomeRequeued || err != nil {
 		t.Fatalf("requeue = %q, %v", outcome, err)
 	}
 	f.Clock.Advance(time.Minute - time.Millisecond)

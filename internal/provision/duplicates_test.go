@@ -1,0 +1,126 @@
+package provision
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
+)
+
+// failAtOnce is an agent that gives up as soon as it is woken, before the
+// provisioner looks at its registration: the agents service takes the
+// instance out of service and sends its job back to the launch queue.
+func failAtOnce(f *fixture, cloudID string) {
+	sig := domain.Signal{CloudID: cloudID, Kind: domain.SignalFailed, Reason: "runner command not found"}
+	if err := f.agents.Signal(f.Ctx, sig); err != nil {
+		f.T.Errorf("failed: %v", err)
+	}
+}
+
+// A new machine whose agent fails sends its job back once: the agents
+// service requeues it with its own message and reason, and the provisioner
+// sends no second message, which counted the attempt twice, overwrote the
+// agent's reason, and could launch a second machine for the job.
+func TestAJobItsFailedMachineSentBackIsNotSentAgain(t *testing.T) {
+	f := newFixture(t)
+	f.setAgent(failAtOnce)
+	f.queueJobs(small, 100, 1)
+
+	f.serve()
+
+	j := f.Job(100)
+	if j.Status != domain.JobQueued || j.InstanceID != "" || j.Attempts != 1 || !strings.Contains(j.Reason, "runner command not found") {
+		t.Fatalf("job %s on %q, attempts %d, reason %q; want queued once, for the agent's reason", j.Status, j.InstanceID, j.Attempts, j.Reason)
+	}
+	if st := f.Stats(domain.QueueLaunch); st.Visible+st.Delayed+st.InFlight != 1 {
+		t.Fatalf("launch queue %+v: want the one message the agents service sent", st)
+	}
+	if counter(t, f.p.metrics.jobs, outcomeRequeued) != 0 || counter(t, f.p.metrics.jobs, outcomeDropped) != 1 {
+		t.Fatal("the provisioner's message must be dropped, not requeued")
+	}
+}
+
+// receiveOne takes one visible launch-queue message.
+func (f *fixture) receiveOne() []domain.Message {
+	f.T.Helper()
+	msgs, err := f.Queue.Receive(f.Ctx, domain.QueueLaunch, 1, 5*time.Minute, 0)
+	if err != nil || len(msgs) != 1 {
+		f.T.Fatalf("received %d messages, err %v; want one", len(msgs), err)
+	}
+	return msgs
+}
+
+// A second message of a job, served by another provisioner while the
+// first one's create call is in flight, launches no second machine: the
+// job is marked with the instance launched for it, and the other message
+// comes back once that launch is over, to be dropped.
+func TestADuplicateMessageDuringACreateLaunchesNoSecondMachine(t *testing.T) {
+	var rc *recordingCloud
+	f := newFixture(t, withRecordingCloud(&rc))
+	f.queueJobs(small, 100, 1)
+	if err := f.Queue.Send(f.Ctx, domain.QueueLaunch, []domain.SendRequest{{Body: jobs.Encode(100), DedupID: "redelivered"}}); err != nil {
+		t.Fatal(err)
+	}
+	first, second := f.receiveOne(), f.receiveOne()
+	other := f.newProvisioner(nil, Options{ControllerID: "ctl-test", Wait: -1})
+	served := false
+	rc.onCreate = func(domain.LaunchSpec) {
+		if !served {
+			served = true
+			other.Serve(f.Ctx, second)
+		}
+	}
+
+	f.p.Serve(f.Ctx, first)
+
+	if got := rc.fleets(); !slices.Equal(got, []int{1}) {
+		t.Fatalf("fleet requests %v, want one machine for the job", got)
+	}
+	ins := f.Instances(domain.InstanceFilter{Runner: "small"})
+	if len(ins) != 1 {
+		t.Fatalf("%d instance rows, want 1", len(ins))
+	}
+	f.wantJob(100, domain.JobAssigned, domain.ViaCold, ins[0].ID)
+	if counter(t, other.metrics.jobs, outcomeDeferred) != 1 {
+		t.Fatal("the second message must be deferred")
+	}
+	if st := f.Stats(domain.QueueLaunch); st.Delayed != 1 || st.Visible+st.InFlight != 0 {
+		t.Fatalf("launch queue %+v: want the second message put off", st)
+	}
+	f.Clock.Advance(f.p.opts.Deadlines.Pending)
+	f.serve()
+	if got := rc.fleets(); len(got) != 1 || counter(t, f.p.metrics.jobs, outcomeDropped) != 1 {
+		t.Fatalf("fleet requests %v: the put-off message must be dropped once its job is served", got)
+	}
+}
+
+// A job marked by a provisioner that died before writing its rows waits
+// for the mark to end, then is served.
+func TestAJobMarkedByAProvisionerThatDiedIsServedAfterTheMark(t *testing.T) {
+	f := newFixture(t)
+	j := f.queueJobs(small, 100, 1)[0]
+	j, err := f.Store.GetJob(f.Ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := f.p.verbs.LaunchFor(j, "bp-never-written")
+	if _, err := f.Store.TransitionJob(f.Ctx, m.ID, m.Guard, m.Apply); err != nil {
+		t.Fatal(err)
+	}
+
+	f.serve()
+	if n := f.cloud.Calls()["CreateFleet"]; n != 0 {
+		t.Fatalf("%d fleets while another launch may still serve the job", n)
+	}
+	f.Clock.Advance(f.p.opts.Deadlines.Pending)
+	f.serve()
+
+	in := f.Instances(domain.InstanceFilter{Job: "100"})
+	if len(in) != 1 {
+		t.Fatalf("%d instances for the job after its mark ended, want 1", len(in))
+	}
+	f.wantJob(100, domain.JobAssigned, domain.ViaCold, in[0].ID)
+}
