@@ -387,6 +387,19 @@ func TestServeNamesAVariableThatSetsNothing(t *testing.T) {
 	}
 }
 
+// Agent settings that no machine's agent can run with stop serve with
+// status 2, which a supervisor does not restart: a restart mends nothing,
+// where the loop of restarts hid them.
+func TestServeExitsTwoForAgentSettingsThatCannotWork(t *testing.T) {
+	code, _, errs := runWithEnv(map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "test-admin-token"},
+		"serve", "--config", "../../examples/runs-on.yml", "--listen", "127.0.0.1:0", "--environment", "dev",
+		"--store", "sqlite://"+filepath.Join(t.TempDir(), "bullpen.db"), "--cloud", "local", "--local-dir", t.TempDir(),
+		"--local-agent-env", "BULLPEN_AGENT_RUNER_COMMAND=./run.sh {jitconfig}")
+	if code != 2 || !strings.Contains(errs, "BULLPEN_AGENT_RUNER_COMMAND") {
+		t.Errorf("exit %d, want 2:\n%s", code, errs)
+	}
+}
+
 // serve -h tells the shutdown in the order serve stops: the loops first,
 // while HTTP still answers agents, then the requests still open.
 func TestServeHelpTellsTheShutdownInOrder(t *testing.T) {

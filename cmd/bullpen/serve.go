@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/agent"
 	"github.com/bullpen-ci/bullpen/internal/agentapi"
 	"github.com/bullpen-ci/bullpen/internal/app"
 	"github.com/bullpen-ci/bullpen/internal/autoscale"
@@ -350,6 +351,9 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		var cadence *autoscale.CadenceError
 		if errors.As(err, &cadence) {
 			return 2 // the configuration and --converge-every disagree: no restart mends that
+		}
+		if errors.Is(err, agent.ErrBadSettings) {
+			return 2 // no machine's agent can run with them, however often serve restarts
 		}
 		if errors.Is(err, app.ErrNoConfiguration) && !strings.HasPrefix(f.config, configsource.Scheme) {
 			return 2 // a file on this machine: a human must mend it, where GitHub may answer the next start
