@@ -14,14 +14,16 @@ import (
 
 // create is the creation step: one fleet request for the requests the
 // resource pool could not serve (split at CreateBatch, or at what the last
-// partially fulfilled fleet of this class got). Jobs are marked with their
-// instances (mark.go) and rows written before the call, bound to their jobs; a partially fulfilled fleet is terminated whole
-// so nothing is orphaned; each new instance must register for its job
-// within CreationTimeout.
+// partially fulfilled fleet of this class got). Each job is marked with
+// its instance (mark.go) and its runner registered before the call, and
+// rows are written before it, bound to their jobs; a partially fulfilled
+// fleet is terminated whole so nothing is orphaned; each new instance must
+// register for its job within CreationTimeout.
 func (p *Provisioner) create(ctx context.Context, class string, reqs []*request, led *ledger) {
 	// Marked before the rows are written: a job cancelled meanwhile, or
 	// launched for by another provisioner, gets no machine.
-	want := p.mark(ctx, reqs)
+	want := p.register(ctx, p.mark(ctx, reqs), led)
+	defer p.discardUnlaunched(ctx, want)
 	for len(want) > 0 && !led.stopped() && led.failure() == nil {
 		k := min(len(want), p.fleetSize(class))
 		batch := want[:k]
@@ -30,10 +32,49 @@ func (p *Provisioner) create(ctx context.Context, class string, reqs []*request,
 		if err != nil {
 			for _, rq := range batch {
 				rq.err = err
+				p.pipeline.Discard(ctx, rq.h)
 			}
 			continue
 		}
 		p.handOverNew(ctx, batch, insts, led)
+	}
+}
+
+// register registers each request's runner, named for the instance its
+// job is marked with, before that instance is launched: a runner GitHub
+// refuses (credentials, permissions, a runner group or labels it will not
+// take) or cannot register now (an outage) costs no machine, and the job
+// is retried without one. A registration refused for GitHub's rate limit
+// is tried again once the limit lifts, within CreationTimeout. It returns
+// the requests whose runner is registered.
+func (p *Provisioner) register(ctx context.Context, reqs []*request, led *ledger) []*request {
+	hs := make([]*serving.Handover, len(reqs))
+	for i, rq := range reqs {
+		hs[i] = rq.attempt(domain.Instance{ID: rq.mark, Runner: rq.job.Runner}, domain.ViaCold)
+	}
+	p.pipeline.Register(ctx, hs)
+	var ok []*request
+	for _, rq := range reqs {
+		err := rq.h.Err
+		if errors.Is(err, domain.ErrRateLimited) {
+			err = p.retryRateLimited(ctx, rq, err, led)
+		}
+		if err != nil {
+			rq.err = err
+			continue
+		}
+		ok = append(ok, rq)
+	}
+	return ok
+}
+
+// discardUnlaunched deletes the runners registered for requests whose
+// machine was never launched (provisioning stopped, or panicked, first).
+func (p *Provisioner) discardUnlaunched(ctx context.Context, reqs []*request) {
+	for _, rq := range reqs {
+		if rq.outcome == "" && rq.h != nil && rq.h.Inst.ID == rq.mark && rq.h.Inst.CloudID == "" {
+			p.pipeline.Discard(ctx, rq.h)
+		}
 	}
 }
 
@@ -202,9 +243,6 @@ func (p *Provisioner) pendingLeft(ctx context.Context, rows, booted []domain.Ins
 // the instance is terminated and the job unbound, to be requeued.
 func (p *Provisioner) validate(ctx context.Context, rq *request, in domain.Instance, assignErr error, led *ledger) {
 	err := assignErr
-	if errors.Is(err, domain.ErrRateLimited) {
-		err = p.retryRateLimited(ctx, rq, err, led)
-	}
 	if err == nil {
 		err = p.awaitRegistration(ctx, rq.job, in.ID, p.opts.CreationTimeout, led.quit, p.Registrations.Wait(in.ID))
 		p.Registrations.Forget(in.ID)
@@ -227,13 +265,15 @@ func (p *Provisioner) validate(ctx context.Context, rq *request, in domain.Insta
 	}
 }
 
-// assignMany hands every new instance to its job through the serving
-// pipeline: a fleet's assignments cost one store batch, not one write per
-// instance. It returns each request's error.
+// assignMany hands every new instance to its job, with the runner
+// registered for it before the launch, through the serving pipeline: a
+// fleet's assignments cost one store batch, not one write per instance.
+// It returns each request's error.
 func (p *Provisioner) assignMany(ctx context.Context, reqs []*request, insts []domain.Instance) []error {
 	hs := make([]*serving.Handover, len(reqs))
 	for i, rq := range reqs {
-		hs[i] = rq.attempt(insts[i], domain.ViaCold)
+		rq.h.Inst, rq.h.Job = insts[i], rq.job
+		hs[i] = rq.h
 	}
 	p.pipeline.HandOver(ctx, hs)
 	errs := make([]error, len(reqs))
@@ -247,10 +287,9 @@ func (p *Provisioner) assignMany(ctx context.Context, reqs []*request, insts []d
 // waits before it is tried again, when the refusal does not say.
 const rateLimitPoll = 30 * time.Second
 
-// retryRateLimited tries again a handover GitHub refused for its rate
-// limit, once the limit lifts, within the instance's creation timeout: the
-// machine is up, and terminating it to requeue its job would only launch
-// another into the same limit.
+// retryRateLimited tries again a registration GitHub refused for its rate
+// limit, once the limit lifts, within the creation timeout: requeued, the
+// job would only come back into the same limit.
 func (p *Provisioner) retryRateLimited(ctx context.Context, rq *request, err error, led *ledger) error {
 	deadline := p.Clock.Now().Add(p.opts.CreationTimeout)
 	for errors.Is(err, domain.ErrRateLimited) {
@@ -263,13 +302,13 @@ func (p *Provisioner) retryRateLimited(ctx context.Context, rq *request, err err
 		if now.Add(wait).After(deadline) {
 			return err
 		}
-		p.Log.Info("runner registration refused for GitHub's rate limit; the new instance waits", "job", rq.job.ID, "wait", wait)
+		p.Log.Info("runner registration refused for GitHub's rate limit; the launch waits", "job", rq.job.ID, "instance", rq.mark, "wait", wait)
 		if !clock.Sleep(p.tasks, p.Clock, led.quit, wait) {
 			return err
 		}
 		rq.h.Err = nil
-		p.pipeline.HandOver(ctx, []*serving.Handover{rq.h})
-		rq.job, err = rq.h.Job, rq.h.Err
+		p.pipeline.Register(ctx, []*serving.Handover{rq.h})
+		err = rq.h.Err
 	}
 	return err
 }

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/github/rest"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/serving"
 )
 
 // rejection is a launch no retry will mend: the job's image does not
@@ -119,6 +122,32 @@ func (p *Provisioner) reject(ctx context.Context, rq *request, rej *rejection) (
 	return outcomeRejected, nil
 }
 
+// repeatedRefusals is the attempt from which a job whose runner GitHub
+// refuses is logged as an error: the first may be a settings change on
+// its way, the third is not.
+const repeatedRefusals = 3
+
+// refusedByGitHub reports whether err is GitHub refusing to register a
+// runner in a way no retry soon mends: the credentials or the App's
+// permissions (401, 403 other than a rate limit), a runner group or scope
+// it does not know (404), or a request it will not take (422: labels, a
+// group the repository may not use).
+func refusedByGitHub(err error) bool {
+	if !errors.Is(err, serving.ErrRegistration) || errors.Is(err, domain.ErrRateLimited) {
+		return false
+	}
+	var answer *rest.APIError
+	if errors.As(err, &answer) {
+		switch answer.Status {
+		case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusUnprocessableEntity:
+			return true
+		}
+		return false
+	}
+	return errors.Is(err, rest.ErrUnauthorized) || errors.Is(err, domain.ErrUnauthorized) ||
+		errors.Is(err, domain.ErrNotFound) || errors.Is(err, domain.ErrInvalidRequest)
+}
+
 // requeue sends an unserved job back with a growing delay, unless someone
 // else sent it back already: whoever took its instance out of service
 // (jobs.Retire: an agent that failed, the reaper, a spot interruption)
@@ -144,11 +173,24 @@ func (p *Provisioner) requeue(ctx context.Context, rq *request) (string, error) 
 		return "", fmt.Errorf("requeue job: %w", err)
 	}
 	delay := min(time.Duration(1<<min(j.Attempts, 6))*time.Second, time.Minute)
-	level := slog.LevelWarn
-	if errors.Is(rq.err, errStopped) {
+	level, msg := slog.LevelWarn, "launch job not served; retrying"
+	switch {
+	case errors.Is(rq.err, errStopped):
 		level = slog.LevelDebug // not a fault: the process stops, and the loop says so once
+	case refusedByGitHub(rq.err):
+		// Only a change of the settings, the App or the labels mends
+		// it: tried ever more slowly, and a human's from the third try.
+		delay = jobs.RetryDelay(j.Attempts)
+		msg = "GitHub refuses the job's runner: check the runner group, the GitHub App's permissions and the job's labels; retrying"
+		if j.Attempts >= repeatedRefusals {
+			level = slog.LevelError
+		}
 	}
-	p.Log.Log(ctx, level, "launch job not served; retrying", "job", j.ID, "attempt", j.Attempts, "in", delay, "reason", j.Reason)
+	var limited domain.RetryAt
+	if errors.As(rq.err, &limited) {
+		delay = min(max(delay, limited.RetryAt().Sub(p.Clock.Now())), domain.MaxQueueDelay)
+	}
+	p.Log.Log(ctx, level, msg, "job", j.ID, "attempt", j.Attempts, "in", delay, "reason", j.Reason)
 	if err := p.Queue.Send(ctx, domain.QueueLaunch, []domain.SendRequest{jobs.SendRequest(j, delay)}); err != nil {
 		return "", fmt.Errorf("requeue job: %w", err)
 	}

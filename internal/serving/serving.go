@@ -58,13 +58,16 @@ type Handover struct {
 	Err error // why this handover failed; a failed one is skipped
 }
 
-// HandOver registers the runner of every handover without an error, then
-// commits each one's assignment (the job assigned with its runner, the
+// ErrRegistration wraps why a handover's runner could not be registered.
+var ErrRegistration = errors.New("register runner")
+
+// HandOver registers the runner of every handover without an error and
+// without a runner yet (Register), then commits each one's assignment (the job assigned with its runner, the
 // instance given that runner: one atomic change each, all in one batch),
 // then wakes the assigned instances' agents. Handovers that fail get Err
 // and keep Reg, so that RollBack can delete the runner.
 func (p *Pipeline) HandOver(ctx context.Context, hs []*Handover) (ok, failed []*Handover) {
-	p.register(ctx, hs)
+	p.Register(ctx, hs)
 	var ready []*Handover
 	for _, h := range hs {
 		if h.Err != nil {
@@ -103,9 +106,13 @@ func (p *Pipeline) HandOver(ctx context.Context, hs []*Handover) (ok, failed []*
 	return ok, failed
 }
 
-// register creates a just-in-time runner for each handover's job, with the
-// job's own labels so that GitHub hands this runner this job.
-func (p *Pipeline) register(ctx context.Context, hs []*Handover) {
+// Register creates a just-in-time runner for the job of each handover
+// without an error and without a runner yet, with the job's own labels so
+// that GitHub hands this runner this job. Only Inst.ID is read of the
+// instance, for the runner's name: a runner may be registered before its
+// machine is launched. A handover whose runner was not registered gets
+// Err, wrapping ErrRegistration.
+func (p *Pipeline) Register(ctx context.Context, hs []*Handover) {
 	n := p.Parallelism
 	if n <= 0 {
 		n = 16
@@ -121,7 +128,7 @@ func (p *Pipeline) register(ctx context.Context, hs []*Handover) {
 		name := domain.RunnerName(h.Inst.ID, h.Job.ID)
 		reg, err := p.GitHub.RegisterRunner(ctx, p.Scope(h.Job), name, h.Job.Labels)
 		if err != nil {
-			h.Err = fmt.Errorf("register runner: %w", err)
+			h.Err = fmt.Errorf("%w: %w", ErrRegistration, err)
 			return
 		}
 		h.Reg = reg
@@ -213,6 +220,10 @@ func (p *Pipeline) rollBackChange(ctx context.Context, h *Handover, undo Undo, r
 	}
 	return c, nil
 }
+
+// Discard deletes the runner registered for a handover whose instance will
+// never get it (its launch failed): nobody will run it.
+func (p *Pipeline) Discard(ctx context.Context, h *Handover) { p.dropRunner(ctx, h) }
 
 // dropRunner deletes the runner registered for a handover that will not run
 // it.
