@@ -12,32 +12,40 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/serving"
 )
 
+// fleetsAtOnce bounds the fleets of one class and batch launched at once
+// (more than one only when the batch outgrows CreateBatch).
+const fleetsAtOnce = 8
+
 // create is the creation step: one fleet request for the requests the
-// resource pool could not serve (split at CreateBatch, or at what the last
-// partially fulfilled fleet of this class got). Each job is marked with
-// its instance (mark.go) and its runner registered before the call, and
-// rows are written before it, bound to their jobs; a partially fulfilled
-// fleet is terminated whole so nothing is orphaned; each new instance must
+// resource pool could not serve, split at CreateBatch, the fleets launched
+// at once, so that none waits for another's machines to boot. Each job is
+// marked with its instance (mark.go) and its runner registered before the
+// call, and rows are written before it, bound to their jobs. A fleet is a
+// batch of independent jobs: when the cloud fills part of it, the jobs it
+// filled are served and the others requeued. Each new instance must
 // register for its job within CreationTimeout.
 func (p *Provisioner) create(ctx context.Context, class string, reqs []*request, led *ledger) {
 	// Marked before the rows are written: a job cancelled meanwhile, or
 	// launched for by another provisioner, gets no machine.
 	want := p.register(ctx, p.mark(ctx, reqs), led)
 	defer p.discardUnlaunched(ctx, want)
-	for len(want) > 0 && !led.stopped() && led.failure() == nil {
-		k := min(len(want), p.fleetSize(class))
-		batch := want[:k]
-		want = want[k:]
-		insts, err := p.launch(ctx, class, batch, led)
-		if err != nil {
-			for _, rq := range batch {
-				rq.err = err
-				p.pipeline.Discard(ctx, rq.h)
+	fleets := domain.Chunk(want, p.opts.CreateBatch)
+	clock.Each(p.tasks, len(fleets), fleetsAtOnce, func(i int) {
+		led.guard(func() {
+			if led.stopped() || led.failure() != nil {
+				return
 			}
-			continue
-		}
-		p.handOverNew(ctx, batch, insts, led)
-	}
+			got, insts := p.launch(ctx, class, fleets[i], led)
+			for _, rq := range fleets[i] {
+				if rq.err != nil {
+					p.pipeline.Discard(ctx, rq.h)
+				}
+			}
+			if len(got) > 0 {
+				p.handOverNew(ctx, got, insts, led)
+			}
+		})
+	})
 }
 
 // register registers each request's runner, named for the instance its
@@ -102,40 +110,25 @@ func (p *Provisioner) handOverNew(ctx context.Context, reqs []*request, insts []
 	})
 }
 
-func (p *Provisioner) fleetSize(class string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if c, ok := p.fleetCap[class]; ok && c > 0 {
-		return min(c, p.opts.CreateBatch)
-	}
-	return p.opts.CreateBatch
-}
-
-// noteFulfilled caps the class's next fleets at what came when the cloud
-// ran short of capacity, and lifts the cap once a fleet is fulfilled. Other
-// failures (throttling, a bad request) say nothing about capacity.
-func (p *Provisioner) noteFulfilled(class string, got, asked int, err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case err == nil && got >= asked:
-		delete(p.fleetCap, class)
-	case got < asked && (err == nil || errors.Is(err, domain.ErrInsufficientCapacity)):
-		p.fleetCap[class] = max(got, 1)
-	}
-}
-
 // launch writes one pending row per request, bound to its job, and makes
-// one fleet request. It returns the booting instances in request order, or
-// an error after cleaning up everything it made: a partially fulfilled
-// fleet is terminated whole. Every row is in the ledger from the moment it
-// is written, so a panic on the way still closes it.
-func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request, led *ledger) ([]domain.Instance, error) {
+// one fleet request. It returns the requests the cloud filled, with their
+// booting instances in the same order; the others get their error. A
+// fleet the cloud filled in part (short of capacity) keeps what came: its
+// rows the cloud did not fill are closed (the launcher's). One that failed
+// otherwise is cleaned up whole. Every row is in the ledger from the
+// moment it is written, so a panic on the way still closes it.
+func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request, led *ledger) ([]*request, []domain.Instance) {
+	fail := func(err error) ([]*request, []domain.Instance) {
+		for _, rq := range reqs {
+			rq.err = err
+		}
+		return nil, nil
+	}
 	spec := reqs[0].job.Spec
 	imageID, err := led.images.resolve(ctx, spec)
 	if err != nil {
-		return nil, rejectable(fmt.Errorf("resolve image %q: %w", spec.Image, err),
-			class, fmt.Sprintf("image %q of runner %s does not resolve", spec.Image, class))
+		return fail(rejectable(fmt.Errorf("resolve image %q: %w", spec.Image, err),
+			class, fmt.Sprintf("image %q of runner %s does not resolve", spec.Image, class)))
 	}
 	rows := make([]domain.Instance, len(reqs))
 	for i, rq := range reqs {
@@ -152,21 +145,51 @@ func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request,
 				led.hold(holding{inst: rows[i], rq: rq, created: true})
 			}
 		}})
-	p.noteFulfilled(class, len(res.Booted), len(rows), err)
-	if err != nil || len(res.Booted) != len(rows) {
+	if err == nil && len(res.Booted) < len(rows) {
+		err = fmt.Errorf("the cloud returned %d of %d machines", len(res.Booted), len(rows))
+	}
+	if len(res.Booted) == 0 || (err != nil && !errors.Is(err, domain.ErrInsufficientCapacity)) {
 		p.metrics.fleets.WithLabelValues("failed").Inc()
-		if err == nil {
-			err = fmt.Errorf("fleet returned %d of %d machines", len(res.Booted), len(rows))
-		}
 		p.abandon(ctx, rows, res.Booted, err, led)
-		return nil, rejectable(fmt.Errorf("create %d %s instances: %w", len(rows), class, err),
-			class, fmt.Sprintf("image %q (%s) of runner %s is unknown to the cloud", spec.Image, imageID, class))
+		return fail(rejectable(fmt.Errorf("create %d %s instances: %w", len(rows), class, err),
+			class, fmt.Sprintf("image %q (%s) of runner %s is unknown to the cloud", spec.Image, imageID, class)))
 	}
-	p.metrics.fleets.WithLabelValues("fulfilled").Inc()
-	for i, in := range res.Booted {
-		led.hold(holding{inst: in, rq: reqs[i], created: true})
+	for _, in := range res.Closed {
+		led.release(in.ID)
 	}
-	return res.Booted, nil
+	byID := make(map[string]*request, len(reqs))
+	for _, rq := range reqs {
+		byID[rq.mark] = rq
+	}
+	got := make([]*request, 0, len(res.Booted))
+	for _, in := range res.Booted {
+		rq := byID[in.ID]
+		delete(byID, in.ID)
+		led.hold(holding{inst: in, rq: rq, created: true})
+		got = append(got, rq)
+	}
+	if len(byID) == 0 {
+		p.metrics.fleets.WithLabelValues("fulfilled").Inc()
+		return got, res.Booted
+	}
+	p.metrics.fleets.WithLabelValues("partial").Inc()
+	short := fmt.Errorf("create %d %s instances: %w", len(rows), class, err)
+	for _, rq := range byID {
+		rq.err = short
+		led.release(rq.mark)
+	}
+	if len(res.Booted)+len(res.Closed) < len(rows) {
+		// Rows whose machine could not be recorded: the launcher
+		// terminated the machines; their rows are closed here.
+		for _, c := range p.pendingLeft(ctx, rows, res.Booted, err, p.Clock.Now()) {
+			if _, err := p.Store.Transition(ctx, c.ID, c.Guard, c.Apply); err != nil {
+				p.Log.Warn("close row of a fleet filled in part", "instance", c.ID, "err", err)
+			}
+		}
+	}
+	p.Log.Info("fleet filled in part; serving the jobs it filled, requeuing the others",
+		"runner", class, "asked", len(rows), "got", len(res.Booted), "err", err)
+	return got, res.Booted
 }
 
 // abandon terminates the machines of a failed fleet and closes their rows

@@ -139,7 +139,12 @@ func TestCreatedInstancesThatNeverRegisterAreTerminated(t *testing.T) {
 	}
 }
 
-func TestPartiallyFulfilledFleetIsTerminatedWhole(t *testing.T) {
+// A fleet is a batch of independent jobs: when the cloud fills part of it,
+// the jobs it filled are served and the others requeued, where every
+// machine that came was terminated and every job requeued. The next fleet
+// asks for all it needs: a shortage costs nothing more than what did not
+// come.
+func TestAPartiallyFulfilledFleetServesTheJobsItFilled(t *testing.T) {
 	var rc *recordingCloud
 	f := newFixture(t, withRecordingCloud(&rc))
 	f.cloud.SetCapacity(2)
@@ -150,11 +155,6 @@ func TestPartiallyFulfilledFleetIsTerminatedWhole(t *testing.T) {
 	if got := rc.fleets(); !slices.Equal(got, []int{5}) {
 		t.Fatalf("fleet requests %v", got)
 	}
-	for _, m := range f.cloud.Instances() {
-		if m.State != domain.CloudTerminated && m.State != domain.CloudShuttingDown {
-			t.Fatalf("machine %s left %s", m.ID, m.State)
-		}
-	}
 	if n := len(f.cloud.Instances()); n != 2 {
 		t.Fatalf("%d machines launched, want the 2 that fitted", n)
 	}
@@ -162,36 +162,77 @@ func TestPartiallyFulfilledFleetIsTerminatedWhole(t *testing.T) {
 	if len(rows) != 5 {
 		t.Fatalf("%d rows", len(rows))
 	}
+	served, requeued := 0, 0
+	for id := int64(100); id < 105; id++ {
+		j := f.Job(id)
+		switch {
+		case j.Status == domain.JobAssigned && j.Via == domain.ViaCold:
+			f.wantState(j.InstanceID, domain.StateRunning)
+			served++
+		case j.Status == domain.JobQueued && j.InstanceID == "" && j.Attempts == 1 && strings.Contains(j.Reason, "insufficient capacity"):
+			requeued++
+		default:
+			t.Fatalf("job %d: %s on %q, attempts %d: %s", id, j.Status, j.InstanceID, j.Attempts, j.Reason)
+		}
+	}
+	if served != 2 || requeued != 3 {
+		t.Fatalf("%d jobs served and %d requeued, want 2 and 3", served, requeued)
+	}
 	for _, in := range rows {
-		if in.State != domain.StateTerminated {
+		if in.State != domain.StateRunning && in.State != domain.StateTerminated {
 			t.Fatalf("row %s left %s", in.ID, in.State)
 		}
 	}
-	for id := int64(100); id < 105; id++ {
-		j := f.Job(id)
-		if j.Status != domain.JobQueued || j.Attempts != 1 || !strings.Contains(j.Reason, "insufficient capacity") {
-			t.Fatalf("job %d: %s attempts %d: %s", id, j.Status, j.Attempts, j.Reason)
-		}
-	}
-	if st := f.Stats(domain.QueueLaunch); st.Delayed != 5 {
+	if st := f.Stats(domain.QueueLaunch); st.Delayed != 3 {
 		t.Fatalf("launch queue %+v", st)
 	}
-	if counter(t, f.p.metrics.fleets, "failed") != 1 || counter(t, f.p.metrics.jobs, "requeued") != 5 {
-		t.Fatal("metrics do not show one failed fleet and five requeued jobs")
+	if rs := f.runners(); len(rs) != 2 {
+		t.Fatalf("%d runners registered, want those of the 2 jobs served", len(rs))
+	}
+	if counter(t, f.p.metrics.fleets, "partial") != 1 || counter(t, f.p.metrics.jobs, "cold") != 2 || counter(t, f.p.metrics.jobs, "requeued") != 3 {
+		t.Fatal("metrics do not show one partial fleet, two cold starts and three requeued jobs")
 	}
 
-	// The next fleet of the class asks for no more than came last time.
 	f.cloud.SetCapacity(0)
 	f.Clock.Advance(2 * time.Second) // the first retry's backoff
 	f.serve()
-	if got := rc.fleets(); len(got) < 2 || got[1] > 2 {
-		t.Fatalf("fleet requests %v: the second asked for more than the 2 that came", got)
+	if got := rc.fleets(); !slices.Equal(got, []int{5, 3}) {
+		t.Fatalf("fleet requests %v, want the 3 jobs left in one", got)
 	}
 	for id := int64(100); id < 105; id++ {
 		if j := f.Job(id); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
 			t.Fatalf("job %d: %s via %q", id, j.Status, j.Via)
 		}
 	}
+	if n := len(f.cloud.Instances()); n != 5 {
+		t.Fatalf("%d machines for 5 jobs", n)
+	}
+}
+
+// The fleets of one batch are launched at once: none waits for the
+// machines of another to register.
+func TestTheFleetsOfABatchAreLaunchedAtOnce(t *testing.T) {
+	var rc *recordingCloud
+	f := newFixture(t, withRecordingCloud(&rc), withOptions(func(o *Options) { o.CreateBatch = 2 }))
+	asked := make(chan struct{}, 3)
+	rc.onCreate = func(domain.LaunchSpec) { asked <- struct{}{} }
+	f.setAgent(silent) // no machine registers while the fleets are asked
+	f.queueJobs(small, 100, 6)
+
+	done := f.serveAsync(f.p, f.receive())
+	for range 3 {
+		select {
+		case <-asked:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("fleet requests %v: the others wait for the first fleet's machines", rc.fleets())
+		}
+	}
+	if got := rc.fleets(); !slices.Equal(got, []int{2, 2, 2}) || !f.Clock.Now().Equal(t0) {
+		t.Fatalf("fleet requests %v at %s", got, f.Clock.Now())
+	}
+	f.Clock.BlockUntil(12) // every machine's registration wait
+	f.Clock.Advance(f.p.opts.CreationTimeout)
+	<-done
 }
 
 func TestAFleetRefusedForOtherReasonsDoesNotShrinkTheNext(t *testing.T) {

@@ -2,14 +2,15 @@
 // describes (Provisioning): reuse first (the pickup manager takes idle instances of the
 // job's class off the resource-pool queue, claim workers claim them with one
 // guarded transition and check heartbeat and registration), then creation
-// for whatever is left (one fleet request, all-or-nothing), then
-// post-provision (success, rollback, or dumping everything on an unexpected
-// error).
+// for whatever is left (one fleet request per class), then post-provision
+// (success, rollback, or dumping everything on an unexpected error).
 //
 // A provision request is one job: GitHub jobs each need one runner. Jobs of
 // the same runner class received together share one fleet request, which is
 // where batching pays; validation is per job, since each new instance
-// registers for its own job.
+// registers for its own job, and so is the seed's all-or-nothing: a fleet
+// the cloud fills in part serves the jobs it filled, and only the others
+// are requeued.
 //
 // Post-provision, as decided here: a claimed instance that fails a check
 // (stale heartbeat, no registration in time) is terminated and the next
@@ -199,9 +200,6 @@ type Provisioner struct {
 
 	mu      sync.Mutex
 	pickups map[string]*pickup
-	// fleetCap remembers, per class, how many machines the last partially
-	// fulfilled fleet got, so the next request asks for what can come.
-	fleetCap map[string]int
 }
 
 // New returns a provisioner; reg may be nil.
@@ -224,7 +222,7 @@ func New(d Deps, reg prometheus.Registerer, opts Options) (*Provisioner, error) 
 		d.Log = slog.Default()
 	}
 	verbs := domain.NewLifecycle(opts.Deadlines)
-	return &Provisioner{Deps: d, opts: opts, metrics: m, pickups: map[string]*pickup{}, fleetCap: map[string]int{},
+	return &Provisioner{Deps: d, opts: opts, metrics: m, pickups: map[string]*pickup{},
 		verbs: verbs, tasks: clock.TasksOf(d.Clock), pipeline: &serving.Pipeline{Store: d.Store, GitHub: d.GitHub, Clock: d.Clock, Log: d.Log,
 			Verbs: verbs, Scope: d.Scope, Notify: d.Notify},
 		launcher: &launch.Launcher{Store: d.Store, Cloud: d.Cloud, Clock: d.Clock, Verbs: verbs,
