@@ -184,6 +184,43 @@ func (c ConfigRecord) Check() error {
 	return nil
 }
 
+// Interruptions keep the spot interruptions heard of lately, so that the
+// spot circuit breaker of every replica counts those any replica heard,
+// and one that restarts forgets none of them.
+type Interruptions interface {
+	// RecordInterruption keeps i until i.Expires. An ID kept already
+	// changes nothing, so a write whose answer was lost may be made again.
+	RecordInterruption(ctx context.Context, i Interruption) error
+	// ListInterruptions returns those at or after since that have not
+	// expired, oldest first (by At, then ID).
+	ListInterruptions(ctx context.Context, since time.Time) ([]Interruption, error)
+}
+
+// Interruption is a spot machine the cloud took back.
+type Interruption struct {
+	ID     string // the recorder's, unique
+	Runner string // the machine's runner class
+	At     time.Time
+	// Expires is when it stops mattering: it is listed before, and a
+	// store may forget it from then on.
+	Expires time.Time
+}
+
+// Check refuses an interruption a store should not keep.
+func (i Interruption) Check() error {
+	switch {
+	case i.ID == "":
+		return errors.New("no id")
+	case i.Runner == "":
+		return errors.New("no runner class")
+	case i.At.IsZero():
+		return errors.New("no time")
+	case !i.Expires.After(i.At):
+		return fmt.Errorf("expires at %v, not after its time %v", i.Expires, i.At)
+	}
+	return errors.Join(CheckTime("interruption time", i.At), CheckTime("interruption expiry", i.Expires))
+}
+
 // Store is every port of the state together: what a backend implements.
 // Consumers declare the few methods they use.
 type Store interface {
@@ -194,6 +231,7 @@ type Store interface {
 	PoolStatuses
 	Leases
 	Configurations
+	Interruptions
 	Close() error
 }
 

@@ -44,6 +44,7 @@ func Run(t *testing.T, open Opener) {
 	RunChanges(t, open)
 	RunLeases(t, open)
 	RunConfigurations(t, open)
+	RunInterruptions(t, open)
 }
 
 // RunInstances is the contract of domain.Instances (concurrent claims and
@@ -65,6 +66,9 @@ func RunChanges(t *testing.T, open Opener) { run(t, open, commitContracts()) }
 
 // RunConfigurations is the contract of domain.Configurations.
 func RunConfigurations(t *testing.T, open Opener) { run(t, open, configurationContracts()) }
+
+// RunInterruptions is the contract of domain.Interruptions.
+func RunInterruptions(t *testing.T, open Opener) { run(t, open, interruptionContracts()) }
 
 // RunLeases is the contract of domain.Leases and domain.PoolStatuses.
 func RunLeases(t *testing.T, open Opener) { run(t, open, leaseContracts()) }
