@@ -17,7 +17,9 @@ import (
 const fleetsAtOnce = 8
 
 // create is the creation step: one fleet request for the requests the
-// resource pool could not serve, split at CreateBatch, the fleets launched
+// resource pool could not serve, per version of the class's spec (jobs
+// recorded on both sides of a configuration change ask for different
+// machines), split at CreateBatch, the fleets launched
 // at once, so that none waits for another's machines to boot. Each job is
 // marked with its instance (mark.go) and its runner registered before the
 // call, and rows are written before it, bound to their jobs. A fleet is a
@@ -29,7 +31,7 @@ func (p *Provisioner) create(ctx context.Context, class string, reqs []*request,
 	// launched for by another provisioner, gets no machine.
 	want := p.register(ctx, p.mark(ctx, reqs), led)
 	defer p.discardUnlaunched(ctx, want)
-	fleets := domain.Chunk(want, p.opts.CreateBatch)
+	fleets := p.fleets(want)
 	clock.Each(p.tasks, len(fleets), fleetsAtOnce, func(i int) {
 		led.guard(func() {
 			if led.stopped() || led.failure() != nil {
@@ -46,6 +48,25 @@ func (p *Provisioner) create(ctx context.Context, class string, reqs []*request,
 			}
 		})
 	})
+}
+
+// fleets splits requests into fleets: one per version of their spec, in
+// the order each version first comes, each split at CreateBatch.
+func (p *Provisioner) fleets(reqs []*request) [][]*request {
+	var order []string
+	bySpec := map[string][]*request{}
+	for _, rq := range reqs {
+		k := domain.SpecHash(rq.job.Spec, "", domain.Pool{})
+		if _, ok := bySpec[k]; !ok {
+			order = append(order, k)
+		}
+		bySpec[k] = append(bySpec[k], rq)
+	}
+	var out [][]*request
+	for _, k := range order {
+		out = append(out, domain.Chunk(bySpec[k], p.opts.CreateBatch)...)
+	}
+	return out
 }
 
 // register registers each request's runner, named for the instance its
@@ -124,7 +145,7 @@ func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request,
 		}
 		return nil, nil
 	}
-	spec := reqs[0].job.Spec
+	spec := reqs[0].job.Spec // a fleet's jobs share their spec (fleets)
 	imageID, err := led.images.resolve(ctx, spec)
 	if err != nil {
 		return fail(rejectable(fmt.Errorf("resolve image %q: %w", spec.Image, err),

@@ -209,6 +209,38 @@ func TestAPartiallyFulfilledFleetServesTheJobsItFilled(t *testing.T) {
 	}
 }
 
+// Jobs of one runner recorded under two versions of its spec (a
+// configuration change between them) are launched in a fleet per version,
+// each with its own spec, where every job got the first job's machine.
+func TestJobsOfOneRunnerWithTwoSpecsGetAFleetEach(t *testing.T) {
+	var rc *recordingCloud
+	f := newFixture(t, withRecordingCloud(&rc))
+	var mu sync.Mutex
+	var specs []domain.RunnerSpec
+	rc.onCreate = func(s domain.LaunchSpec) { mu.Lock(); specs = append(specs, s.Runner); mu.Unlock() }
+	bigger := small
+	bigger.CPU, bigger.RAM = domain.Range{Min: 8, Max: 8}, domain.Range{Min: 16, Max: 16}
+	f.queueJobs(small, 100, 2)
+	f.queueJobs(bigger, 102, 1)
+
+	f.serve()
+
+	if got := rc.fleets(); len(got) != 2 || got[0]+got[1] != 3 {
+		t.Fatalf("fleet requests %v, want one per spec", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(specs, func(s domain.RunnerSpec) bool { return s.CPU == bigger.CPU }) {
+		t.Fatalf("fleets launched with %+v: none with the second spec", specs)
+	}
+	for id, want := range map[int64]domain.RunnerSpec{100: small, 101: small, 102: bigger} {
+		j := f.wantJob(id, domain.JobAssigned, domain.ViaCold, f.Job(id).InstanceID)
+		if in := f.Instance(j.InstanceID); in.CPU != want.CPU.Min || in.MemoryMiB != want.RAM.Min*1024 {
+			t.Fatalf("job %d asked for %d CPUs and %d GiB, got an instance of %d and %d MiB", id, want.CPU.Min, want.RAM.Min, in.CPU, in.MemoryMiB)
+		}
+	}
+}
+
 // The fleets of one batch are launched at once: none waits for the
 // machines of another to register.
 func TestTheFleetsOfABatchAreLaunchedAtOnce(t *testing.T) {
