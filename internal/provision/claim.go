@@ -49,6 +49,13 @@ func (p *Provisioner) selectFor(ctx context.Context, class string, rq *request, 
 		if !ok {
 			continue
 		}
+		if why, outdated := p.outdated(ctx, in); outdated {
+			p.retire(ctx, rq, in, why)
+			if p.gone(ctx, rq) {
+				return
+			}
+			continue
+		}
 		led.hold(holding{inst: in, rq: rq, threshold: e.Threshold})
 		done := p.useClaimed(ctx, rq, in, e.Threshold, led)
 		led.release(in.ID)
@@ -87,6 +94,30 @@ func (p *Provisioner) useClaimed(ctx context.Context, rq *request, in domain.Ins
 		rq.err = err
 		return true
 	}
+}
+
+// outdated reports whether in was launched with another spec than its
+// pool's current one (an image roll, a change of the pool's runner), and
+// why: its pool's members are replaced for it, and it must not serve jobs
+// ahead of them.
+func (p *Provisioner) outdated(ctx context.Context, in domain.Instance) (string, bool) {
+	if in.Pool == "" {
+		return "", false
+	}
+	current := p.SpecHash(ctx, in.Pool)
+	if current == "" || in.SpecHash == current {
+		return "", false
+	}
+	return fmt.Sprintf("outdated: launched with spec %s, pool %s now runs %s", in.SpecHash, in.Pool, current), true
+}
+
+// retire terminates a claimed instance that must not serve (outdated),
+// unbinding the job it was claimed for in the same change, so that the
+// worker tries the next candidate.
+func (p *Provisioner) retire(ctx context.Context, rq *request, in domain.Instance, why string) {
+	p.Log.Info("reused instance has an outdated spec; retiring it", "instance", in.ID, "job", rq.job.ID, "reason", why)
+	p.metrics.postClaim.WithLabelValues("outdated").Inc()
+	p.rollBack(ctx, rq, in, serving.Undo{Terminate: why}, why)
 }
 
 // gone reports whether the request's job no longer waits for a machine

@@ -23,7 +23,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		claims: promreg.Counters("bullpen_resource_pool_claims_total",
 			"Claims of resource-pool instances, won or lost.", "result"),
 		postClaim: promreg.Counters("bullpen_resource_pool_post_claim_total",
-			"Claimed instances that failed a post-claim check or were rolled back.", "outcome"),
+			"Claimed instances that failed a post-claim check (failed), were given back (rolled_back), or were retired for a spec older than their pool's (outdated).", "outcome"),
 		fleets: promreg.Counters("bullpen_provision_fleets_total",
 			"Fleet requests for new instances, fulfilled or failed.", "result"),
 	}

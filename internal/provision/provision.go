@@ -164,6 +164,11 @@ type Deps struct {
 	// how soon a message held by a process that died is taken again. Nil
 	// holds nothing: a batch must then settle within the visibility.
 	Hold func(queue string, receipts []string, visibility time.Duration) (stop func())
+	// SpecHash returns a pool's current spec hash, "" while none is known
+	// (as the dispatcher's). A reused instance of a pool launched with
+	// another (before an image roll, a change of its runner) is retired
+	// instead of serving. Nil knows none.
+	SpecHash func(ctx context.Context, pool string) string
 }
 
 func (d Deps) missing() string {
@@ -217,6 +222,9 @@ func New(d Deps, reg prometheus.Registerer, opts Options) (*Provisioner, error) 
 	}
 	if d.Notify == nil {
 		d.Notify = func(string) {}
+	}
+	if d.SpecHash == nil {
+		d.SpecHash = func(context.Context, string) string { return "" }
 	}
 	if d.Log == nil {
 		d.Log = slog.Default()

@@ -1,6 +1,7 @@
 package provision
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"sync"
@@ -253,5 +254,39 @@ func TestManyConcurrentJobsNeverShareAnInstance(t *testing.T) {
 	}
 	if live := f.Instances(domain.InstanceFilter{States: []domain.State{domain.StateRunning}}); len(live) != n {
 		t.Fatalf("%d running instances for %d jobs", len(live), n)
+	}
+}
+
+// A reused instance of a pool launched with another spec than the pool's
+// current one (before an image roll) does not serve: it is retired after
+// its claim and the search goes on, to an instance of the current spec.
+// The dispatcher passes such instances over; reuse from the launch queue
+// handed them jobs ahead of the rolled members.
+func TestReuseRetiresAnInstanceOfAnOutdatedSpec(t *testing.T) {
+	f := newFixture(t, func(_ *fixture, d *Deps, _ *Options) {
+		d.SpecHash = func(_ context.Context, pool string) string {
+			if pool == "p" {
+				return "rolled"
+			}
+			return ""
+		}
+	})
+	stale := f.reusable(small, 1, func(i *domain.Instance) { i.Pool, i.SpecHash = "p", "before-the-roll" })[0]
+	f.Clock.Advance(time.Second) // the current one comes second
+	current := f.reusable(small, 1, func(i *domain.Instance) { i.Pool, i.SpecHash = "p", "rolled" })[0]
+	f.queueJobs(small, 100, 1)
+
+	f.serve()
+
+	f.wantJob(100, domain.JobAssigned, domain.ViaReuse, current.ID)
+	out := f.wantState(stale.ID, domain.StateTerminating)
+	if out.Job != "" || !strings.Contains(out.Reason, "outdated") {
+		t.Fatalf("outdated instance left bound to %q, reason %q", out.Job, out.Reason)
+	}
+	if n := f.cloud.Calls()["CreateFleet"]; n != 0 {
+		t.Fatalf("%d fleets although an instance of the current spec was idle", n)
+	}
+	if counter(t, f.p.metrics.postClaim, "outdated") != 1 || counter(t, f.p.metrics.postClaim, "failed") != 0 {
+		t.Fatal("the outdated instance must be counted so, not as failing its checks")
 	}
 }
