@@ -55,6 +55,11 @@ type Options struct {
 	// one held by a process that died is taken again. Default 1 min.
 	Visibility time.Duration
 	Wait       time.Duration // long poll; default 1 s; negative: none, and Run pauses 1 s after an empty receive
+	// Linger: see jobs.BatchOptions. A burst reaches the launch queue in
+	// the intake's and the dispatcher's batches, and each receive served
+	// alone makes its own fleet. Default 20 ms, as the dispatcher's;
+	// negative: none.
+	Linger time.Duration
 	// Batches bounds the received batches served at once; default 64.
 	// Each may hold Parallelism workers for up to CreationTimeout; at the
 	// bound Run receives no more, so jobs wait in the launch queue (where
@@ -111,6 +116,9 @@ func (o *Options) defaults() {
 	set(&o.Visibility, time.Minute)
 	if o.Wait == 0 {
 		o.Wait = time.Second
+	}
+	if o.Linger == 0 {
+		o.Linger = 20 * time.Millisecond
 	}
 	set(&o.HeartbeatMaxAge, 15*time.Second)
 	set(&o.RegistrationTimeout, 10*time.Second)
@@ -288,10 +296,12 @@ func (p *Provisioner) Loop() loop.Loop {
 	}, Final: func(context.Context) error { p.finish(len(slots), &wg, cut); return nil }}
 }
 
-// receive takes the next batch from the launch queue. After an empty
-// receive without a long poll, it pauses so that the loop never spins.
+// receive takes the next batch from the launch queue, lingering while a
+// burst keeps arriving. After an empty receive without a long poll, it
+// pauses so that the loop never spins.
 func (p *Provisioner) receive(ctx context.Context) ([]domain.Message, error) {
-	msgs, err := p.Queue.Receive(ctx, domain.QueueLaunch, p.opts.BatchMax, p.opts.Visibility, max(p.opts.Wait, 0))
+	msgs, err := jobs.ReceiveBatch(ctx, p.Queue, p.Clock, domain.QueueLaunch, jobs.BatchOptions{
+		Max: p.opts.BatchMax, Visibility: p.opts.Visibility, Wait: p.opts.Wait, Linger: p.opts.Linger})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, nil

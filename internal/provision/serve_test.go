@@ -198,6 +198,39 @@ func TestRunServesUntilCancelledAndFinishesWhatItReceived(t *testing.T) {
 	}
 }
 
+// A burst reaching the launch queue in pieces (the intake's and the
+// dispatcher's batches) is received as one batch while it keeps coming,
+// and so launched in one fleet, not one per piece.
+func TestABurstArrivingInPiecesIsReceivedAsOneBatch(t *testing.T) {
+	f := newFixture(t, withOptions(func(o *Options) { o.Wait = time.Second }))
+	f.queueJobs(small, 100, 10)
+	got := make(chan []domain.Message)
+	go func() {
+		msgs, err := f.p.receive(f.Ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- msgs
+	}()
+	lingering := make(chan struct{})
+	go func() { f.Clock.BlockUntil(1); close(lingering) }()
+	select {
+	case msgs := <-got:
+		t.Fatalf("received %d jobs without waiting for the rest of the burst", len(msgs))
+	case <-lingering:
+	}
+	for piece := 1; piece < 4; piece++ {
+		f.Clock.BlockUntil(1) // lingering for more
+		f.queueJobs(small, int64(100+10*piece), 10)
+		f.Clock.Advance(f.p.opts.Linger)
+	}
+	f.Clock.BlockUntil(1)
+	f.Clock.Advance(f.p.opts.Linger) // nothing more came
+	if msgs := <-got; len(msgs) != 40 {
+		t.Fatalf("received %d of the burst's 40 jobs in one batch", len(msgs))
+	}
+}
+
 func TestRunWithoutLongPollWaitsBetweenEmptyReceives(t *testing.T) {
 	f := newFixture(t)
 	looptest.CheckIdlePolls(t, f.Clock, domain.QueueLaunch, idlePoll, func(wrap func(domain.Queue) domain.Queue) loop.Loop {
