@@ -34,7 +34,9 @@ func (a *App) wire(ctx context.Context) error {
 		return err
 	}
 	a.specHashes = newSpecHashes(a.Store, clk, log.With("loop", "dispatch"))
-	if a.SpotBreaker, err = spotbreaker.New(o.SpotBreaker, clk, log.With("loop", "spot"), reg); err != nil {
+	spot := o.SpotBreaker
+	spot.Store = a.Store // every replica counts the interruptions any of them hears of
+	if a.SpotBreaker, err = spotbreaker.New(spot, clk, log.With("loop", "spot"), reg); err != nil {
 		return err
 	}
 	a.Agents, err = agents.New(a.Store, a.Queue, clk, log.With("loop", "agents"), reg, agents.Options{
