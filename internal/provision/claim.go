@@ -27,8 +27,9 @@ const (
 // manager for candidates until one is claimed and passes its post-claim
 // checks, or the pool is exhausted. A candidate that fails a check is
 // terminated and the worker tries the next one, as long as the job still
-// waits.
-func (p *Provisioner) selectFor(ctx context.Context, class string, rq *request, led *ledger) {
+// waits. It tells w when it waits for a candidate and when it looks again
+// (looking says which it does).
+func (p *Provisioner) selectFor(ctx context.Context, class string, rq *request, led *ledger, w *waves, looking *bool) {
 	if p.ReuseAllowed != nil && !p.ReuseAllowed(rq.job) {
 		p.metrics.exhausted.WithLabelValues("fresh").Inc()
 		return // a fresh machine: creation serves it
@@ -57,11 +58,15 @@ func (p *Provisioner) selectFor(ctx context.Context, class string, rq *request, 
 			continue
 		}
 		led.hold(holding{inst: in, rq: rq, threshold: e.Threshold})
+		w.waiting()
+		*looking = false
 		done := p.useClaimed(ctx, rq, in, e.Threshold, led)
 		led.release(in.ID)
 		if done {
 			return
 		}
+		w.looking()
+		*looking = true
 	}
 }
 

@@ -439,21 +439,3 @@ func (p *Provisioner) serveClass(ctx context.Context, led *ledger, class string,
 	}
 	p.settle(ctx, reqs)
 }
-
-// provisionClass runs selection for every request in parallel, then
-// creation for the rest.
-func (p *Provisioner) provisionClass(ctx context.Context, class string, reqs []*request, led *ledger) {
-	clock.Each(p.tasks, len(reqs), p.opts.Parallelism, func(i int) {
-		led.guard(func() { p.selectFor(ctx, class, reqs[i], led) })
-	})
-	if led.failure() != nil || led.stopped() {
-		return
-	}
-	var rest []*request
-	for _, rq := range reqs {
-		if rq.outcome == "" && rq.err == nil {
-			rest = append(rest, rq)
-		}
-	}
-	p.create(ctx, class, rest, led)
-}

@@ -290,3 +290,39 @@ func TestReuseRetiresAnInstanceOfAnOutdatedSpec(t *testing.T) {
 		t.Fatal("the outdated instance must be counted so, not as failing its checks")
 	}
 }
+
+// The jobs whose search found nothing are launched for at once, not once
+// a reused instance slow to register (up to its registration timeout) has
+// answered or failed.
+func TestColdStartsDoNotWaitForASlowReusedInstance(t *testing.T) {
+	var rc *recordingCloud
+	f := newFixture(t, withRecordingCloud(&rc))
+	slow := f.reusable(small, 1, nil)[0]
+	f.setAgent(silentFor(slow.CloudID))
+	asked := make(chan time.Time, 2)
+	rc.onCreate = func(domain.LaunchSpec) { asked <- f.Clock.Now() }
+	f.queueJobs(small, 100, 5)
+
+	done := f.serveAsync(f.p, f.receive())
+	select {
+	case at := <-asked:
+		if !at.Equal(t0) {
+			t.Fatalf("the cold starts were asked for at %s, after the slow instance's wait", at)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no fleet asked for while a reused instance registers")
+	}
+	f.Clock.BlockUntil(2) // the slow instance's registration wait
+	f.Clock.Advance(f.p.opts.RegistrationTimeout)
+	<-done
+
+	if got := rc.fleets(); !slices.Equal(got, []int{4, 1}) {
+		t.Fatalf("fleet requests %v, want the 4 cold starts, then the slow instance's job", got)
+	}
+	for id := int64(100); id < 105; id++ {
+		if j := f.Job(id); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
+			t.Fatalf("job %d: %s via %q (%s)", id, j.Status, j.Via, j.Reason)
+		}
+	}
+	f.wantState(slow.ID, domain.StateTerminating)
+}
