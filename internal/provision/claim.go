@@ -34,6 +34,10 @@ func (p *Provisioner) selectFor(ctx context.Context, class string, rq *request, 
 		p.metrics.exhausted.WithLabelValues("fresh").Inc()
 		return // a fresh machine: creation serves it
 	}
+	if p.Reused != nil && !p.Reused(class) {
+		p.metrics.exhausted.WithLabelValues("unfed").Inc()
+		return // nothing ever offers its instances: creation serves it
+	}
 	pm := p.pickupFor(class)
 	s := &search{req: RequirementsOf(rq.job.Spec), seen: map[string]int{}}
 	for !led.stopped() {

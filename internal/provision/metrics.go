@@ -19,7 +19,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		jobs: promreg.Counters("bullpen_provision_jobs_total",
 			"Launch-queue jobs by outcome (reuse, cold, requeued; rejected: the cloud cannot serve them as asked; dropped: no longer waiting for a runner, unknown, a duplicate message, an unreadable one, or sent back already by whoever took its instance; deferred: a machine launched elsewhere may still serve it, and its message comes back once that launch is over).", "outcome"),
 		exhausted: promreg.Counters("bullpen_resource_pool_exhausted_total",
-			"Resource-pool searches that found nothing, by kind (global: queue empty; local: same instance seen N times; fresh: the job's pool does not reuse, so no search).", "kind"),
+			"Resource-pool searches that found nothing, by kind (global: queue empty, and again on a second look when the store knows idle instances of the class; local: same instance seen N times; fresh: the job's pool does not reuse, so no search; unfed: no pool that reuses its instances runs the class, so no search).", "kind"),
 		claims: promreg.Counters("bullpen_resource_pool_claims_total",
 			"Claims of resource-pool instances, won or lost.", "result"),
 		postClaim: promreg.Counters("bullpen_resource_pool_post_claim_total",

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"slices"
 	"sync"
 	"time"
 
@@ -98,15 +99,34 @@ func matchesAny(s string, patterns []string) bool {
 // candidate off the resource-pool queue, deletes it at once (so other
 // pickups do not contend for it), filters it in memory, and re-queues misses
 // with a short delay. A search ends globally exhausted (the queue gave
-// nothing) or locally exhausted (the same instance came round N times).
+// nothing, and gave nothing again when the store says idle instances of
+// the class are there) or locally exhausted (the same instance came round
+// N times).
 type pickup struct {
 	queue        domain.Queue
+	store        idleRows
 	clock        domain.Clock
 	class        string
 	requeueDelay time.Duration
 	seenLimit    int
-	mu           sync.Mutex // one receiver per class, a singleton per class
+	// longPoll is how long a second look at a queue that gave nothing
+	// waits for an entry; zero: a second short poll.
+	longPoll time.Duration
+	mu       sync.Mutex // one receiver per class, a singleton per class
+	// emptyAt is when a second look last found the pool empty: for
+	// emptyFor after it, an empty receive is taken at its word, so that a
+	// burst's searches cost one look at the store, not one each.
+	emptyAt time.Time
 }
+
+// idleRows lists instances, for the store's view of the idle ones.
+type idleRows interface {
+	ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error)
+}
+
+// emptyFor is how long a pool found empty on a second look is taken to
+// stay so.
+const emptyFor = time.Second
 
 // search is one request's walk through the queue.
 type search struct {
@@ -126,8 +146,11 @@ func (p *pickup) next(ctx context.Context, s *search) (*domain.ResourcePoolEntry
 			return nil, "", fmt.Errorf("resource pool %s: receive: %w", p.class, err)
 		}
 		if len(msgs) == 0 {
-			return nil, "global", nil
+			if msgs = p.lookAgain(ctx, q); len(msgs) == 0 {
+				return nil, "global", nil
+			}
 		}
+		p.emptyAt = time.Time{}
 		m := msgs[0]
 		if err := p.queue.Delete(ctx, q, []string{m.Receipt}); err != nil {
 			return nil, "", fmt.Errorf("resource pool %s: delete: %w", p.class, err)
@@ -153,6 +176,33 @@ func (p *pickup) next(ctx context.Context, s *search) (*domain.ResourcePoolEntry
 			return nil, "local", nil
 		}
 	}
+}
+
+// lookAgain receives once more from a queue that gave nothing, when the
+// store holds idle instances of the class (ready, launched for jobs, not
+// expired) that may have entries there: SQS's short poll samples some of
+// its servers and may answer nothing while a few entries wait, and a pool
+// of one to three idle machines is that case. A long poll asks every
+// server. A store that cannot say leaves the pool as the receive found it.
+func (p *pickup) lookAgain(ctx context.Context, q string) []domain.Message {
+	now := p.clock.Now()
+	if !p.emptyAt.IsZero() && now.Sub(p.emptyAt) < emptyFor {
+		return nil
+	}
+	rows, err := p.store.ListInstances(ctx, domain.InstanceFilter{Runner: p.class, States: []domain.State{domain.StateReady}})
+	if err != nil {
+		return nil
+	}
+	idle := slices.ContainsFunc(rows, func(in domain.Instance) bool { return in.Role == domain.RoleOnDemand && !in.Expired(now) })
+	var msgs []domain.Message
+	if idle {
+		msgs, err = p.queue.Receive(ctx, q, 1, 30*time.Second, p.longPoll)
+	}
+	if err != nil || len(msgs) == 0 {
+		p.emptyAt = p.clock.Now()
+		return nil
+	}
+	return msgs
 }
 
 // requeue puts an entry back with the requeue delay, for an instance that

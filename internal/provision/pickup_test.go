@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -222,5 +223,81 @@ func TestPickupIsLocallyExhaustedAfterSeeingAnInstanceNTimes(t *testing.T) {
 				t.Fatalf("resource pool holds %v", got)
 			}
 		})
+	}
+}
+
+// forgetful answers the first receive from one queue with nothing, as an
+// SQS short poll may while a few messages wait on servers it did not
+// sample; it counts the receives from that queue.
+type forgetful struct {
+	domain.Queue
+	queue    string
+	receives *atomic.Int32
+}
+
+func (q forgetful) Receive(ctx context.Context, name string, max int, vis, wait time.Duration) ([]domain.Message, error) {
+	if name == q.queue && q.receives.Add(1) == 1 {
+		return nil, nil
+	}
+	return q.Queue.Receive(ctx, name, max, vis, wait)
+}
+
+// listCounting counts the listings of instances.
+type listCounting struct {
+	Store
+	lists *atomic.Int32
+}
+
+func (s listCounting) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error) {
+	s.lists.Add(1)
+	return s.Store.ListInstances(ctx, f)
+}
+
+// One empty receive is not taken for an empty pool while the store knows
+// an idle instance of the class: a second look finds its entry.
+func TestPickupLooksAgainWhenTheStoreKnowsAnIdleInstance(t *testing.T) {
+	var receives atomic.Int32
+	f := newFixture(t, func(_ *fixture, d *Deps, o *Options) {
+		d.Queue = forgetful{Queue: d.Queue, queue: domain.ResourcePoolQueue("small"), receives: &receives}
+		o.Wait = time.Second
+	})
+	in := f.reusable(small, 1, nil)[0]
+	f.queueJobs(small, 100, 1)
+
+	f.serve()
+
+	f.wantJob(100, domain.JobAssigned, domain.ViaReuse, in.ID)
+	if n := f.cloud.Calls()["CreateFleet"]; n != 0 || counter(t, f.p.metrics.exhausted, "global") != 0 {
+		t.Fatalf("%d fleets: an empty receive was taken for an empty pool", n)
+	}
+}
+
+// A burst's searches of a pool found empty on a second look take it at its
+// word: the store is read once, not once per search.
+func TestABurstLooksAtTheStoreOnce(t *testing.T) {
+	var lists atomic.Int32
+	f := newFixture(t, func(_ *fixture, d *Deps, _ *Options) { d.Store = listCounting{Store: d.Store, lists: &lists} })
+	f.queueJobs(small, 100, 5)
+	f.serve()
+	if n := lists.Load(); n != 1 || counter(t, f.p.metrics.exhausted, "global") != 5 {
+		t.Fatalf("%d listings for 5 searches of an empty pool, want 1", n)
+	}
+}
+
+// A class no pool that reuses its instances runs is never offered one: its
+// jobs go to creation without a search.
+func TestAClassNoReusingPoolRunsIsNotSearched(t *testing.T) {
+	var receives atomic.Int32
+	f := newFixture(t, func(_ *fixture, d *Deps, _ *Options) {
+		d.Queue = forgetful{Queue: d.Queue, queue: domain.ResourcePoolQueue("small"), receives: &receives}
+		d.Reused = func(runner string) bool { return runner != "small" }
+	})
+	f.queueJobs(small, 100, 1)
+	f.serve()
+	if n := receives.Load(); n != 0 || counter(t, f.p.metrics.exhausted, "unfed") != 1 {
+		t.Fatalf("%d receives from the resource pool of a class nothing feeds", n)
+	}
+	if j := f.Job(100); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
+		t.Fatalf("job %s via %q (%s)", j.Status, j.Via, j.Reason)
 	}
 }

@@ -167,6 +167,10 @@ type Deps struct {
 	// ran on. A pool that does not reuse its instances promises its jobs a
 	// fresh machine, even when they overflow. Nil allows every job.
 	ReuseAllowed func(j domain.Job) bool
+	// Reused says whether some pool that reuses its instances runs the
+	// runner class: only those offer idle instances to its resource
+	// pool, so for any other no search is made. Nil: any may.
+	Reused func(runner string) bool
 	// Hold keeps the launch messages in hand invisible until the returned
 	// stop is called (keepalive.Hold), so the visibility timeout only says
 	// how soon a message held by a process that died is taken again. Nil
@@ -250,7 +254,10 @@ func (p *Provisioner) pickupFor(class string) *pickup {
 	defer p.mu.Unlock()
 	pm, ok := p.pickups[class]
 	if !ok {
-		pm = &pickup{queue: p.Queue, clock: p.Clock, class: class, requeueDelay: p.opts.RequeueDelay, seenLimit: p.opts.SeenLimit}
+		pm = &pickup{queue: p.Queue, store: p.Store, clock: p.Clock, class: class, requeueDelay: p.opts.RequeueDelay, seenLimit: p.opts.SeenLimit}
+		if p.opts.Wait >= 0 {
+			pm.longPoll = time.Second
+		}
 		p.pickups[class] = pm
 	}
 	return pm
