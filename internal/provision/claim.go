@@ -93,6 +93,14 @@ func (p *Provisioner) useClaimed(ctx context.Context, rq *request, in domain.Ins
 	case err == nil:
 		rq.outcome, rq.inst = domain.ViaReuse, in
 		return true
+	case errors.Is(err, errNotRegistered) && p.jobLeft(ctx, rq, in):
+		// The job ended meanwhile (cancelled, or run by another
+		// instance): the instance is not at fault, and goes back unless
+		// the job's end took it out of service already.
+		p.Log.Info("job no longer waits for its reused instance; giving the instance back", "instance", in.ID, "job", rq.job.ID, "reason", err)
+		p.giveBack(ctx, rq, in, threshold, "its job no longer waits: "+err.Error())
+		rq.err = errGone
+		return true
 	case errors.Is(err, errNotRegistered):
 		p.fail(ctx, rq, in, err.Error())
 		return p.gone(ctx, rq)
@@ -103,6 +111,17 @@ func (p *Provisioner) useClaimed(ctx context.Context, rq *request, in domain.Ins
 		rq.err = err
 		return true
 	}
+}
+
+// jobLeft reports whether rq's job ended, or another instance took it,
+// while in was to register for it. A job that cannot be read is taken to
+// wait still.
+func (p *Provisioner) jobLeft(ctx context.Context, rq *request, in domain.Instance) bool {
+	j, err := p.Store.GetJob(ctx, rq.job.ID)
+	if errors.Is(err, domain.ErrNotFound) {
+		return true
+	}
+	return err == nil && (j.Status.Final() || (j.InstanceID != "" && j.InstanceID != in.ID))
 }
 
 // outdated reports whether in was launched with another spec than its

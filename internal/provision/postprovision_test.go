@@ -11,6 +11,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 func (f *fixture) runners() []domain.GitHubRunner {
@@ -282,4 +283,54 @@ func TestDumpOnPanic(t *testing.T) {
 		f.wantRequeued(100, "cloud client bug")
 		f.wantRequeued(101, "cloud client bug")
 	})
+}
+
+// A reused instance whose job ends while it registers did not fail: it is
+// not logged or counted as failing its checks, and one its job's end left
+// in service goes back to its resource pool rather than being terminated.
+func TestAJobEndingWhileItsReusedInstanceRegistersIsNotTheInstancesFault(t *testing.T) {
+	completeOnWake := func(f *fixture, cloudID string) {
+		c := f.p.verbs.CompleteJob(f.Job(100), f.Clock.Now(), "cancelled")
+		if _, err := f.Store.TransitionJob(f.Ctx, c.ID, c.Guard, c.Apply); err != nil {
+			f.T.Error(err)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		agent agentFunc
+		back  bool // the instance goes back to its resource pool
+	}{
+		{"cancelled, its release ending the instance", cancelOnWake, false},
+		{"ended without a word to its instance", completeOnWake, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log testlog.Buffer
+			f := newFixture(t, withLog(&log))
+			in := f.reusable(small, 1, nil)[0]
+			f.setAgent(tc.agent)
+			f.queueJobs(small, 100, 1)
+			done := f.serveAsync(f.p, f.receive())
+			if tc.back {
+				f.Clock.BlockUntil(2) // the registration wait
+				f.Clock.Advance(f.p.opts.RegistrationTimeout)
+			}
+			<-done
+
+			if strings.Contains(log.String(), "failed its checks") || counter(t, f.p.metrics.postClaim, "failed") != 0 {
+				t.Fatalf("the instance counted as failing its checks:\n%s", log.String())
+			}
+			if !tc.back {
+				f.wantState(in.ID, domain.StateTerminating)
+				return
+			}
+			f.wantState(in.ID, domain.StateReady)
+			f.wantNoRunner(in.ID)
+			if got := f.poolEntries("small"); !slices.Equal(got, []string{in.ID}) {
+				t.Fatalf("resource pool %v, want the instance back", got)
+			}
+			if counter(t, f.p.metrics.postClaim, "rolled_back") != 1 || counter(t, f.p.metrics.jobs, "dropped") != 1 {
+				t.Fatal("the instance must count as given back and its job as dropped")
+			}
+		})
+	}
 }
