@@ -170,7 +170,7 @@ func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request,
 		err = fmt.Errorf("the cloud returned %d of %d machines", len(res.Booted), len(rows))
 	}
 	if len(res.Booted) == 0 || (err != nil && !errors.Is(err, domain.ErrInsufficientCapacity)) {
-		p.metrics.fleets.WithLabelValues("failed").Inc()
+		p.metrics.fleets.WithLabelValues("failed", fleetCause(err)).Inc()
 		p.abandon(ctx, rows, res.Booted, err, led)
 		return fail(rejectable(fmt.Errorf("create %d %s instances: %w", len(rows), class, err),
 			class, fmt.Sprintf("image %q (%s) of runner %s is unknown to the cloud", spec.Image, imageID, class)))
@@ -190,10 +190,10 @@ func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request,
 		got = append(got, rq)
 	}
 	if len(byID) == 0 {
-		p.metrics.fleets.WithLabelValues("fulfilled").Inc()
+		p.metrics.fleets.WithLabelValues("fulfilled", "").Inc()
 		return got, res.Booted
 	}
-	p.metrics.fleets.WithLabelValues("partial").Inc()
+	p.metrics.fleets.WithLabelValues("partial", fleetCause(err)).Inc()
 	short := fmt.Errorf("create %d %s instances: %w", len(rows), class, err)
 	for _, rq := range byID {
 		rq.err = short
@@ -211,6 +211,20 @@ func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request,
 	p.Log.Info("fleet filled in part; serving the jobs it filled, requeuing the others",
 		"runner", class, "asked", len(rows), "got", len(res.Booted), "err", err)
 	return got, res.Booted
+}
+
+// fleetCause says, in a bounded set of words, why the cloud did not fill
+// a fleet.
+func fleetCause(err error) string {
+	switch {
+	case errors.Is(err, domain.ErrInsufficientCapacity):
+		return "capacity"
+	case errors.Is(err, domain.ErrThrottled):
+		return "throttled"
+	case errors.Is(err, domain.ErrInvalidRequest), errors.Is(err, domain.ErrUnknownImage):
+		return "invalid"
+	}
+	return "other"
 }
 
 // abandon terminates the machines of a failed fleet and closes their rows
@@ -298,6 +312,9 @@ func (p *Provisioner) validate(ctx context.Context, rq *request, in domain.Insta
 		return
 	}
 	rq.err = err
+	if errors.Is(err, errNotRegistered) && !p.jobLeft(ctx, rq, in) {
+		p.metrics.unregistered.Inc()
+	}
 	p.rollBack(ctx, rq, in, serving.Undo{Terminate: err.Error()}, err.Error())
 	led.release(in.ID)
 	switch {

@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 func TestCreationMakesOneFleetForTheRestOfAClass(t *testing.T) {
@@ -65,7 +68,7 @@ func TestCreationMakesOneFleetForTheRestOfAClass(t *testing.T) {
 			t.Fatalf("machine %+v", m)
 		}
 	}
-	if counter(t, f.p.metrics.jobs, "cold") != 3 || counter(t, f.p.metrics.fleets, "fulfilled") != 1 ||
+	if counter(t, f.p.metrics.jobs, "cold") != 3 || counter(t, f.p.metrics.fleets, "fulfilled", "") != 1 ||
 		counter(t, f.p.metrics.exhausted, "global") != 3 {
 		t.Fatal("metrics do not show three exhausted searches, one fleet and three cold starts")
 	}
@@ -189,7 +192,7 @@ func TestAPartiallyFulfilledFleetServesTheJobsItFilled(t *testing.T) {
 	if rs := f.runners(); len(rs) != 2 {
 		t.Fatalf("%d runners registered, want those of the 2 jobs served", len(rs))
 	}
-	if counter(t, f.p.metrics.fleets, "partial") != 1 || counter(t, f.p.metrics.jobs, "cold") != 2 || counter(t, f.p.metrics.jobs, "requeued") != 3 {
+	if counter(t, f.p.metrics.fleets, "partial", "capacity") != 1 || counter(t, f.p.metrics.jobs, "cold") != 2 || counter(t, f.p.metrics.jobs, "requeued") != 3 {
 		t.Fatal("metrics do not show one partial fleet, two cold starts and three requeued jobs")
 	}
 
@@ -371,5 +374,61 @@ func TestARateLimitedRegistrationDoesNotChurnTheNewMachine(t *testing.T) {
 	insts := f.Instances(domain.InstanceFilter{Runner: "small"})
 	if len(insts) != 1 || insts[0].State != domain.StateRunning || insts[0].ID != j.InstanceID {
 		t.Fatalf("instances %+v, want the one machine running the job", insts)
+	}
+}
+
+// A failed fleet says why, in a bounded set of words.
+func TestAFailedFleetIsCountedByCause(t *testing.T) {
+	for cause, err := range map[string]error{
+		"capacity":  domain.ErrInsufficientCapacity,
+		"throttled": domain.ErrThrottled,
+		"invalid":   domain.ErrInvalidRequest,
+		"other":     errors.New("connection reset by peer"),
+	} {
+		t.Run(cause, func(t *testing.T) {
+			f := newFixture(t)
+			f.cloud.FailNext(sim.OpCreateFleet, 1, err)
+			f.queueJobs(small, 100, 1)
+			f.serve()
+			if got := counter(t, f.p.metrics.fleets, "failed", cause); got != 1 {
+				t.Fatalf("%v fleets failed for %s, want 1", got, cause)
+			}
+		})
+	}
+}
+
+// New machines whose runner never registers are counted, and the job's
+// retry names the machine it gave up on; a job cancelled while its
+// machine boots is no such failure.
+func TestNewMachinesThatNeverRegisterAreCounted(t *testing.T) {
+	unregistered := func(f *fixture) float64 {
+		var m dto.Metric
+		if err := f.p.metrics.unregistered.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	var log testlog.Buffer
+	f := newFixture(t, withLog(&log))
+	f.setAgent(silent)
+	f.queueJobs(small, 100, 1)
+	done := f.serveAsync(f.p, f.receive())
+	f.Clock.BlockUntil(2) // the registration wait
+	f.Clock.Advance(f.p.opts.CreationTimeout)
+	<-done
+	if got := unregistered(f); got != 1 {
+		t.Fatalf("%v machines counted as never registering, want 1", got)
+	}
+	in := f.Instances(domain.InstanceFilter{Runner: "small"})[0]
+	if line := logLine(log.String(), "launch job not served"); !strings.Contains(line, "instance="+in.ID) {
+		t.Fatalf("the retry does not name instance %s:\n%s", in.ID, log.String())
+	}
+
+	cancelled := newFixture(t)
+	cancelled.setAgent(cancelOnWake)
+	cancelled.queueJobs(small, 100, 1)
+	cancelled.serve()
+	if got := unregistered(cancelled); got != 0 {
+		t.Fatalf("a machine whose job was cancelled counted as never registering")
 	}
 }

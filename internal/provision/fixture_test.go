@@ -257,10 +257,10 @@ func (f *fixture) wantState(id string, want domain.State) domain.Instance {
 }
 
 // counter reads one labelled counter of a provisioner's metrics.
-func counter(t *testing.T, c *prometheus.CounterVec, label string) float64 {
+func counter(t *testing.T, c *prometheus.CounterVec, labels ...string) float64 {
 	t.Helper()
 	var m dto.Metric
-	if err := c.WithLabelValues(label).Write(&m); err != nil {
+	if err := c.WithLabelValues(labels...).Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()

@@ -12,6 +12,9 @@ type metrics struct {
 	claims    *prometheus.CounterVec
 	postClaim *prometheus.CounterVec
 	fleets    *prometheus.CounterVec
+	// unregistered counts new machines let go because their runner never
+	// registered for their job.
+	unregistered prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -25,9 +28,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		postClaim: promreg.Counters("bullpen_resource_pool_post_claim_total",
 			"Claimed instances that failed a post-claim check (failed), were given back (rolled_back), or were retired for a spec older than their pool's (outdated).", "outcome"),
 		fleets: promreg.Counters("bullpen_provision_fleets_total",
-			"Fleet requests for new instances, fulfilled or failed.", "result"),
+			"Fleet requests for new instances, by result (fulfilled; partial: the jobs filled are served, the others requeued; failed) and, for those not fulfilled, cause (capacity, throttled, invalid, other).", "result", "cause"),
+		unregistered: prometheus.NewCounter(prometheus.CounterOpts{Name: "bullpen_provision_new_instances_unregistered_total",
+			Help: "New instances terminated because their runner did not register for their job within the creation timeout, or their agent failed first."}),
 	}
-	if err := promreg.Register(reg, "provision", m.jobs, m.exhausted, m.claims, m.postClaim, m.fleets); err != nil {
+	if err := promreg.Register(reg, "provision", m.jobs, m.exhausted, m.claims, m.postClaim, m.fleets, m.unregistered); err != nil {
 		return nil, err
 	}
 	// Rejections at zero from the start: an alert on their increase

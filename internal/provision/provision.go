@@ -331,7 +331,9 @@ type request struct {
 	// mark is the instance this request launches for its job, once the
 	// job is marked with it (mark.go).
 	mark string
-	inst domain.Instance // the instance serving it, once found
+	// tried is the instance last tried for the job, for the log.
+	tried string
+	inst  domain.Instance // the instance serving it, once found
 	// h is the handover of the instance being tried, with the runner
 	// registered for it until the job has it for good or it is deleted.
 	h *serving.Handover
@@ -343,6 +345,7 @@ type request struct {
 // attempt starts the handover of instance in to the request's job.
 func (rq *request) attempt(in domain.Instance, via domain.Via) *serving.Handover {
 	rq.h = &serving.Handover{Job: rq.job, Inst: in, Via: via}
+	rq.tried = in.ID
 	return rq.h
 }
 

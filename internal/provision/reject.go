@@ -190,7 +190,7 @@ func (p *Provisioner) requeue(ctx context.Context, rq *request) (string, error) 
 	if errors.As(rq.err, &limited) {
 		delay = min(max(delay, limited.RetryAt().Sub(p.Clock.Now())), domain.MaxQueueDelay)
 	}
-	p.Log.Log(ctx, level, msg, "job", j.ID, "attempt", j.Attempts, "in", delay, "reason", j.Reason)
+	p.Log.Log(ctx, level, msg, "job", j.ID, "instance", rq.tried, "attempt", j.Attempts, "in", delay, "reason", j.Reason)
 	if err := p.Queue.Send(ctx, domain.QueueLaunch, []domain.SendRequest{jobs.SendRequest(j, delay)}); err != nil {
 		return "", fmt.Errorf("requeue job: %w", err)
 	}
