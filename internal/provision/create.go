@@ -19,16 +19,17 @@ const fleetsAtOnce = 8
 // create is the creation step: one fleet request for the requests the
 // resource pool could not serve, per version of the class's spec (jobs
 // recorded on both sides of a configuration change ask for different
-// machines), split at CreateBatch, the fleets launched
-// at once, so that none waits for another's machines to boot. Each job is
-// marked with its instance (mark.go) and its runner registered before the
-// call, and rows are written before it, bound to their jobs. A fleet is a
-// batch of independent jobs: when the cloud fills part of it, the jobs it
-// filled are served and the others requeued. Each new instance must
-// register for its job within CreationTimeout.
+// machines), split at CreateBatch, the fleets launched at once, so that
+// none waits for another's machines to boot. Each job is marked with its
+// instance (mark.go) and its runner registered before the call, and rows
+// are written before it, bound to their jobs. A fleet is a batch of
+// independent jobs: when the cloud fills part of it, the jobs it filled
+// are served and the others requeued. Each new instance must register for
+// its job within CreationTimeout.
 func (p *Provisioner) create(ctx context.Context, class string, reqs []*request, led *ledger) {
-	// Marked before the rows are written: a job cancelled meanwhile, or
-	// launched for by another provisioner, gets no machine.
+	// Marked before anything is made for it: a job cancelled meanwhile,
+	// or launched for by another provisioner, gets no runner and no
+	// machine.
 	want := p.register(ctx, p.mark(ctx, reqs), led)
 	defer p.discardUnlaunched(ctx, want)
 	fleets := p.fleets(want)
