@@ -129,6 +129,18 @@ func (a *App) reuseAllowed(j domain.Job) bool {
 	return !ok || p.Reuse
 }
 
+// reusedRunner says whether a pool of this stack that reuses its instances
+// runs the runner class: only those offer idle instances to its resource
+// pool.
+func (a *App) reusedRunner(runner string) bool {
+	for _, p := range a.pools() {
+		if p.Reuse && p.Runner == runner {
+			return true
+		}
+	}
+	return false
+}
+
 // policy is an instance's after-job policy: its pool's settings.
 func (a *App) policy(in domain.Instance) agents.Policy {
 	p, ok := a.Config().Pool(in.Pool)

@@ -26,3 +26,15 @@ func TestDemandLeavesOutJobsHeldForAnApproval(t *testing.T) {
 		t.Fatalf("demand %d, %v; want 1: the queued job, not those held for an approval nor the completed one", n, err)
 	}
 }
+
+// Only a pool that reuses its instances offers idle ones of its runner
+// class for reuse: a class no such pool runs is not searched.
+func TestARunnerClassIsReusedOnlyWhereAPoolReusesIt(t *testing.T) {
+	a, _ := appOnFile(t, "runners:\n  small: {image: ubuntu-24.04}\n  large: {image: ubuntu-24.04}\npools:\n"+
+		"  linux:\n    runner: small\n    reuse: true\n  big:\n    runner: large\n")
+	for runner, want := range map[string]bool{"small": true, "large": false, "adhoc-1": false} {
+		if got := a.reusedRunner(runner); got != want {
+			t.Errorf("reusedRunner(%q) = %v, want %v", runner, got, want)
+		}
+	}
+}

@@ -140,6 +140,7 @@ func (a *App) wireJobPath() error {
 	a.Provisioner, err = provision.New(provision.Deps{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "provision"),
 		Scope: a.scope, Notify: a.Agents.Notify, Registrations: a.Agents.Registrations(), ReuseAllowed: a.reuseAllowed,
+		Reused: a.reusedRunner, SpecHash: a.specHashes.hash,
 		Hold: func(queue string, receipts []string, visibility time.Duration) func() {
 			return keepalive.Hold(a.Queue, clk, queue, receipts, visibility, log.With("loop", "provision")).Stop
 		},
