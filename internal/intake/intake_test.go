@@ -436,8 +436,9 @@ func TestRejectedJobsOfOneRunCancelItOnce(t *testing.T) {
 
 // The starts and ends of jobs that are not ours (GitHub-hosted, other
 // self-hosted runners) are most of what GitHub sends: they are counted as
-// not ours and cost no store read.
-func TestProgressOfJobsThatAreNotOursReadsNothing(t *testing.T) {
+// not ours and cost one store read each (is the job recorded here?),
+// nothing more.
+func TestProgressOfJobsThatAreNotOursReadsOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{})
 	for _, labels := range [][]string{nil, {"self-hosted", "linux"}} {
@@ -445,8 +446,8 @@ func TestProgressOfJobsThatAreNotOursReadsNothing(t *testing.T) {
 		f.deliver(jobEvent{action: "completed", id: 2201, runID: 22, labels: labels, runnerName: "GitHub Actions 5", conclusion: "success"})
 	}
 	f.step()
-	if n := f.writes.jobReads(); n != 0 {
-		t.Errorf("%d job reads, want none", n)
+	if n := f.writes.jobReads(); n != 4 {
+		t.Errorf("%d job reads, want one per event", n)
 	}
 	if got := f.fin.recorded(); len(got) != 0 {
 		t.Errorf("Finish calls %v, want none", got)
@@ -494,5 +495,22 @@ func TestAJobNamingAnUnknownEnvironmentIsWarnedOf(t *testing.T) {
 	if n := warnings(); n != 3 {
 		t.Fatalf("%d warnings, want the first environment's again once %s passed", n, UnknownEnvironmentWarnEvery)
 	}
+	f.inboxEmpty()
+}
+
+// A job this stack recorded is its to start and end, whatever the labels
+// of a later delivery say (none at all, or labels the configuration in
+// force no longer routes here).
+func TestProgressOfARecordedJobIsAppliedWhateverItsLabels(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	f.deliver(jobEvent{action: "queued", id: 2401, runID: 24, labels: poolLabels(24)})
+	f.step()
+	f.deliver(jobEvent{action: "completed", id: 2401, runID: 24, conclusion: "failure"})
+	f.step()
+	if got := f.fin.recorded(); !slices.Equal(got, []finishCall{{2401, "failure"}}) {
+		t.Fatalf("Finish calls %v, want job 2401's", got)
+	}
+	f.wantEvents("completed", "recorded", 1)
 	f.inboxEmpty()
 }

@@ -11,13 +11,20 @@ import (
 )
 
 // progress applies in_progress and completed events. Those of jobs that
-// are not ours (GitHub-hosted runners, other stacks) cost no store read,
-// unless one of bullpen's runners took the job.
+// are not ours by their labels (GitHub-hosted runners, other stacks) cost
+// one store read: a job this stack recorded is still its to end, whatever
+// the labels as delivered, or the configuration in force now, say.
 func (in *Intake) progress(ctx context.Context, e event) error {
 	w := e.ev.Job
 	if !e.decision.Ours {
-		in.metrics.events.WithLabelValues(e.ev.Action, "not_ours").Inc()
-		return in.followForeign(ctx, e)
+		_, err := in.Store.GetJob(ctx, w.ID)
+		switch {
+		case errors.Is(err, domain.ErrNotFound):
+			in.metrics.events.WithLabelValues(e.ev.Action, "not_ours").Inc()
+			return in.followForeign(ctx, e)
+		case err != nil:
+			return fmt.Errorf("read job %d: %w", w.ID, err)
+		}
 	}
 	if err := in.recordEarly(ctx, e); err != nil {
 		return err
