@@ -38,27 +38,18 @@ func (a *App) notePools(cfg *config.Config, msg string) {
 	if cfg == nil {
 		return
 	}
-	var served, others, named []string
-	ownNamed := false
+	var served, others []string
 	for _, p := range cfg.Pools {
 		if config.ServedIn(p, a.opts.Environment) {
 			served = append(served, p.Name)
 		} else {
 			others = append(others, p.Name+"@"+p.Environment)
 		}
-		if p.Environment == "" {
-			continue
-		}
-		ownNamed = ownNamed || p.Environment == a.opts.Environment
-		if !slices.Contains(named, p.Environment) {
-			named = append(named, p.Environment)
-		}
 	}
 	attrs := []any{"path", a.sourceName(), "environment", a.opts.Environment, "pools", len(served),
 		"served", strings.Join(served, ","), "other_environments", strings.Join(others, ",")}
 	a.opts.Log.Info(msg, attrs...)
-	if len(named) > 0 && !ownNamed {
-		slices.Sort(named)
+	if named := cfg.Environments(); len(named) > 0 && !cfg.NamesEnvironment(a.opts.Environment) {
 		what := "no pool of the configuration is this environment's"
 		if len(served) > 0 {
 			what = "no pool of the configuration names this environment, so only those naming none are served"

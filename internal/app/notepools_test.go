@@ -40,6 +40,7 @@ func TestAnEnvironmentNoPoolNamesIsWarnedAbout(t *testing.T) {
 			warn: `no pool of the configuration is this environment's: set --environment to one of the file's environments to serve its pools and take its jobs`,
 		},
 		{name: "the example's own environment", cfg: example, env: "dev", info: `pools=4`},
+		{name: "the file's environment in other case", cfg: example, env: "Dev", info: `pools=4`},
 		{name: "the file's environment beside a shared pool", file: prodAndShared, env: "production", info: `pools=2 served=linux,dependabot`},
 		{name: "a file naming no environment", file: runners + shared, env: "staging", info: `pools=1 served=dependabot other_environments=""`},
 	} {

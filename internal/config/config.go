@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	// The tz database is built in so that pool timezones validate and
 	// resolve the same way on a minimal container image as on a laptop.
@@ -62,6 +63,27 @@ func (c *Config) PoolsFor(environment string) []domain.Pool {
 		}
 	}
 	return out
+}
+
+// Environments lists the environments the file's pools name, sorted, each
+// once.
+func (c *Config) Environments() []string {
+	var out []string
+	for _, p := range c.Pools {
+		if p.Environment != "" && !slices.ContainsFunc(out, func(e string) bool { return strings.EqualFold(e, p.Environment) }) {
+			out = append(out, p.Environment)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// NamesEnvironment reports whether a pool of the file names environment,
+// compared as ServedIn compares it.
+func (c *Config) NamesEnvironment(environment string) bool {
+	return slices.ContainsFunc(c.Pools, func(p domain.Pool) bool {
+		return p.Environment != "" && strings.EqualFold(p.Environment, environment)
+	})
 }
 
 // ServedIn reports whether the deployment of environment serves pool p.

@@ -2,7 +2,6 @@ package demo
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/bullpen-ci/bullpen/internal/config"
@@ -28,21 +27,9 @@ func Environment(cfg *config.Config, env string) (string, error) {
 	}
 	if len(cfg.Pools) > 0 && len(cfg.PoolsFor(env)) == 0 {
 		return "", fmt.Errorf("no pool of the configuration belongs to environment %q: its pools' environments are %s",
-			env, strings.Join(environments(cfg), ", "))
+			env, strings.Join(cfg.Environments(), ", "))
 	}
 	return env, nil
-}
-
-// environments lists the environments cfg's pools name, sorted.
-func environments(cfg *config.Config) []string {
-	var out []string
-	for _, p := range cfg.Pools {
-		if p.Environment != "" && !slices.Contains(out, p.Environment) {
-			out = append(out, p.Environment)
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // OtherPools lists the pools of cfg that a run serving env leaves out, as
@@ -63,8 +50,8 @@ func OtherPools(cfg *config.Config, env string) []string {
 // for the file's environments unanswered, so the flag is most likely not
 // the one meant. It is "" otherwise.
 func environmentWarning(cfg *config.Config, env string) string {
-	named := environments(cfg)
-	if len(named) == 0 || slices.Contains(named, env) {
+	named := cfg.Environments()
+	if len(named) == 0 || cfg.NamesEnvironment(env) {
 		return ""
 	}
 	var served []string

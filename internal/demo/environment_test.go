@@ -89,12 +89,12 @@ func TestAnEnvironmentNoPoolNamesIsWarnedAbout(t *testing.T) {
 		t.Errorf("the summary does not warn:\n%s", summary.String())
 	}
 
-	// The file's own environment, and one of a file naming several, is
-	// no cause for a warning.
+	// The file's own environment (in any case, as pools are matched), and
+	// one of a file naming several, is no cause for a warning.
 	for _, c := range []struct {
 		o   Options
 		env string
-	}{{Options{Config: exampleConfig(t)}, "dev"}, {Options{Config: testfixtures.TwoEnvironments(t)}, "prod"}} {
+	}{{Options{Config: exampleConfig(t)}, "dev"}, {Options{Config: exampleConfig(t)}, "DEV"}, {Options{Config: testfixtures.TwoEnvironments(t)}, "prod"}} {
 		c.o.Environment, c.o.Duration, c.o.Interval = c.env, time.Minute, 30*time.Second
 		var out bytes.Buffer
 		Header(&out, c.o)
