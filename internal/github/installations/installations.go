@@ -187,6 +187,11 @@ func (g *GitHub) installation(ctx context.Context, owner string) (int64, error) 
 	if resp != nil && resp.StatusCode == http.StatusNotFound {
 		inst, resp, err = g.app.Apps.GetUserInstallation(ctx, owner)
 	}
+	if ctx.Err() != nil {
+		// The caller gave up (its own deadline): that says nothing about
+		// GitHub, so nothing is kept for the next caller.
+		return prev.id, fmt.Errorf("find the App's installation on %s: %w", owner, ctx.Err())
+	}
 	l := lookup{id: inst.GetID(), until: now.Add(foundFor)}
 	switch {
 	case resp != nil && resp.StatusCode == http.StatusNotFound:

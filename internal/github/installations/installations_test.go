@@ -274,3 +274,25 @@ func TestALookupGitHubFailsIsRememberedBrieflyAndKeepsTheOneFound(t *testing.T) 
 		t.Fatal("20 s after the failure, the lookup was not tried again")
 	}
 }
+
+// A lookup its caller gave up on (the intake's short deadline) is not kept:
+// the next caller asks GitHub.
+func TestALookupItsCallerGaveUpOnIsNotKept(t *testing.T) {
+	gh, key := twoAccounts(t)
+	clk := clock.NewVirtual(time.Now().Truncate(time.Second)) // near the wall clock, which signs the JWTs
+	gh.SetClock(clk)
+	g, err := installations.New(installations.Options{BaseURL: gh.URL() + "/", AppID: appID, PrivateKey: key,
+		Clock: clk, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := g.CheckAccount(ctx, "acme"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a lookup cancelled by its caller: %v", err)
+	}
+	clk.Advance(time.Second)
+	if err := g.CheckAccount(context.Background(), "acme"); err != nil {
+		t.Fatalf("the next caller: %v, want GitHub asked again", err)
+	}
+}
