@@ -109,6 +109,12 @@ func Load(path string) (*Config, error) {
 // Parse reads a configuration; filename is only used in messages. When the
 // file is invalid the error is an Errors listing every problem.
 func Parse(filename string, data []byte) (*Config, error) {
+	if len(data) > domain.MaxConfigurationBytes {
+		// Far over any real file, and more than the store keeps for a
+		// start whose source fails.
+		return nil, Errors{{File: filename, Line: 1, Col: 1,
+			Msg: fmt.Sprintf("the file is %d bytes, over the %d a configuration may be", len(data), domain.MaxConfigurationBytes)}}
+	}
 	root, errs := decode(filename, data)
 	if len(errs) > 0 {
 		return nil, errs

@@ -117,6 +117,8 @@ func TestDocumentProblems(t *testing.T) {
 	cases := []problemCase{
 		{"empty file", "", []string{"1:1: the file holds no configuration; to have no pools, write pools: {}"}},
 		{"comments only", "# nothing yet\n", []string{"1:1: the file holds no configuration; to have no pools, write pools: {}"}},
+		{"a file too large to keep", "pools: {}\n" + strings.Repeat("# padding\n", 26215),
+			[]string{"1:1: the file is 262160 bytes, over the 262144 a configuration may be"}},
 		{"empty sections", "runners:\npools:\nimages:\n", nil},
 		{"RunsOn keys bullpen ignores", "_extends: .github-private\nadmins: [alice, bob]\n", nil},
 		{"unknown top-level key", "runners: {}\npool: {}\n",
