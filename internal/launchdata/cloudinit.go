@@ -1,8 +1,10 @@
 package launchdata
 
 import (
+	"fmt"
 	"maps"
 	"path"
+	"strconv"
 	"strings"
 	"text/template"
 
@@ -60,13 +62,24 @@ func CloudInit(b domain.AgentBootstrap, o CloudInitOptions) (string, error) {
 	return sb.String(), nil
 }
 
-// unit is the systemd service. Exit statuses 2 (settings that cannot
-// work), 3 (credentials refused) and 4 (the agent shut the machine down)
-// are final: restarting helps none of them. After 2 and 3 the machine
+// Exit statuses of `bullpen agent` that its unit does not restart: no
+// start mends them. Settings that cannot work exit 78, EX_CONFIG of
+// sysexits.h, rather than 2, which is also how a Go program ends after a
+// panic or a fatal runtime error: a crash is restarted like any other
+// failure, where a final 2 would cost the machine its pool place or its
+// job.
+const (
+	AgentExitUnauthorized = 3  // credentials refused
+	AgentExitShutdown     = 4  // the agent ran the shutdown command itself
+	AgentExitSettings     = 78 // settings that cannot work
+)
+
+// unit is the systemd service. The agent's final statuses are not
+// restarted. After AgentExitSettings and AgentExitUnauthorized the machine
 // would be left running with no agent, billed for nothing and never
-// reporting, so the unit's stop shuts it down (stoppedScript). Status 1,
-// a failure a restart may mend (a config file that could not be read
-// among them), is restarted.
+// reporting, so the unit's stop shuts it down (stoppedScript). Any other
+// failure, a crash or a config file that could not be read among them, is
+// restarted.
 func unit(o CloudInitOptions) string {
 	return `[Unit]
 Description=bullpen agent
@@ -78,7 +91,7 @@ ExecStart=` + o.InstallPath + ` agent --config ` + o.EnvPath + `
 ExecStopPost=` + o.stoppedPath() + `
 Restart=on-failure
 RestartSec=5
-RestartPreventExitStatus=2 3 4
+RestartPreventExitStatus=` + fmt.Sprintf("%d %d %d", AgentExitUnauthorized, AgentExitShutdown, AgentExitSettings) + `
 KillMode=mixed
 TimeoutStopSec=30
 
@@ -101,18 +114,21 @@ func (o CloudInitOptions) stoppedPath() string {
 
 // stoppedScript shuts the machine down when the agent exited with a status
 // the unit does not restart and after which the agent did not shut the
-// machine down itself: 2 and 3. It runs the agent's shutdown command as
-// the env file sets it (the default when the file does not say, or cannot
-// be read: its settings may be what failed) with /bin/sh -c, as the agent
-// does. systemd gives it how the agent ended in EXIT_CODE and EXIT_STATUS.
+// machine down itself: AgentExitUnauthorized and AgentExitSettings. It runs
+// the agent's shutdown command as the env file sets it (the default when
+// the file does not say, or cannot be read: its settings may be what
+// failed) with /bin/sh -c, as the agent does. systemd gives it how the
+// agent ended in EXIT_CODE and EXIT_STATUS.
 func stoppedScript(o CloudInitOptions) string {
+	final := fmt.Sprintf("%d | %d", AgentExitUnauthorized, AgentExitSettings)
 	return `#!/bin/sh
-# bullpen: run by systemd each time the agent stops. After exit status 2
-# (settings that cannot work) or 3 (credentials refused) the agent is not
+# bullpen: run by systemd each time the agent stops. After exit status ` + strconv.Itoa(AgentExitUnauthorized) + `
+# (credentials refused) or ` + strconv.Itoa(AgentExitSettings) + ` (settings that cannot work) the agent is not
 # restarted: the machine is shut down rather than left running without one.
+# Any other status, a crash's 2 among them, is restarted and left alone here.
 [ "${EXIT_CODE:-}" = exited ] || exit 0
 case "${EXIT_STATUS:-}" in
-2 | 3) ;;
+` + final + `) ;;
 *) exit 0 ;;
 esac
 # The agent's settings file, written by the launch data.

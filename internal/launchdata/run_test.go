@@ -128,7 +128,7 @@ func TestCloudInitInstallsAndStartsTheAgent(t *testing.T) {
 			unit := m.read("etc/systemd/system/bullpen-agent.service")
 			for _, want := range []string{
 				"ExecStart=" + o.InstallPath + " agent --config " + o.EnvPath + "\n", "Restart=on-failure\n",
-				"RestartPreventExitStatus=2 3 4\n", "WantedBy=multi-user.target\n",
+				"RestartPreventExitStatus=3 4 78\n", "WantedBy=multi-user.target\n",
 				"ExecStopPost=" + m.path("usr/local/bin/"+launchdata.StoppedName) + "\n",
 			} {
 				if !strings.Contains(unit, want) {
@@ -197,11 +197,13 @@ func TestCloudInitWithTheBinaryBakedIn(t *testing.T) {
 	}
 }
 
-// After the agent exits 2 (settings that cannot work) or 3 (credentials
+// After the agent exits 78 (settings that cannot work) or 3 (credentials
 // refused), statuses the unit does not restart, the unit's stop shuts the
 // machine down with the agent's shutdown command, rather than leave it
 // running with no agent. Any other end leaves the machine alone: the agent
-// is restarted, stopped on purpose, or shut the machine down itself.
+// is restarted, stopped on purpose, or shut the machine down itself. A
+// crash (Go exits 2 after a panic) is restarted: shutting down would lose
+// the machine's pool place or the job it runs.
 func TestTheUnitShutsDownAMachineWhoseAgentCannotRun(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -210,10 +212,11 @@ func TestTheUnitShutsDownAMachineWhoseAgentCannotRun(t *testing.T) {
 		status   string // and EXIT_STATUS
 		want     string // what halted.log holds after
 	}{
-		{"bad settings", "", "exited", "2", "shutdown -h now\n"},
+		{"bad settings", "", "exited", "78", "shutdown -h now\n"},
 		{"credentials refused", "", "exited", "3", "shutdown -h now\n"},
 		{"its own shutdown command", `printf 'own %s\n' "$RUNNER_ALLOW_RUNASROOT" >> "$FAKE_ROOT/halted.log"`, "exited", "3", "own \n"},
 		{"a failure restarted", "", "exited", "1", ""},
+		{"a crash restarted", "", "exited", "2", ""},
 		{"shut down by the agent", "", "exited", "4", ""},
 		{"stopped", "", "exited", "0", ""},
 		{"killed", "", "killed", "TERM", ""},
