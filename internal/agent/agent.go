@@ -289,7 +289,7 @@ func (a *Agent) heartbeats(ctx context.Context, stop context.CancelCauseFunc) {
 			return
 		case transient(err):
 			now := a.clk.Now()
-			since, _ := a.reach.fail(now)
+			since, _ := a.reach.fail(now, answeredByControlPlane(err))
 			if down.IsZero() {
 				down = now
 				a.log.Warn("the control plane does not answer heartbeats; the machine shuts down if this lasts past the deadline with no job running",

@@ -82,6 +82,13 @@ func transient(err error) bool {
 	return ae.Foreign || ae.Status >= 500 || ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusRequestTimeout
 }
 
+// answeredByControlPlane reports whether err is the control plane's own
+// answer, which proves it reachable whatever the answer says.
+func answeredByControlPlane(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && !ae.Foreign
+}
+
 // client speaks the agent API. The token is set once, before the calls
 // that use it start.
 type client struct {

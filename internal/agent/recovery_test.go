@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -176,5 +177,53 @@ func parkedOr(clk *clock.Virtual, n int, ch <-chan struct{}) bool {
 			clk.AfterFunc(time.Hour, func() {}) // releases the BlockUntil above
 		}
 		return false
+	}
+}
+
+// A control plane that answers a long poll itself with 503 (its store
+// throttled) is reachable: its answered heartbeats say nothing new, and the
+// long poll backs off as far as the backoff grows, Retry-After its floor,
+// rather than coming again with every heartbeat.
+func TestHeartbeatsDoNotCutTheBackoffOfAnAnsweredFailure(t *testing.T) {
+	r := newRig(t)
+	clk := clock.NewVirtual(agentapitest.T0)
+	var mu sync.Mutex
+	var polls []time.Duration
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		switch req.URL.Path {
+		case agentapi.PathHello:
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(agentapi.HelloResponse{Token: "tok", InstanceID: "bp-1", HeartbeatSeconds: 5})
+		case agentapi.PathNext:
+			mu.Lock()
+			polls = append(polls, clk.Now().Sub(agentapitest.T0))
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			json.NewEncoder(w).Encode(agentapi.ErrorResponse{Error: "throttled", Code: agentapi.CodeUnavailable})
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	cfg := r.config("bp-1", "secret")
+	cfg.URL = srv.URL
+	r.start(cfg, clk, srv.Client())
+
+	// Heartbeats are answered every 5 s throughout.
+	for clk.Now().Sub(agentapitest.T0) < 70*time.Second {
+		clk.BlockUntil(2) // the heartbeat's interval and the long poll's backoff
+		next, _ := clk.Next()
+		clk.AdvanceTo(next)
+	}
+	clk.BlockUntil(2)
+	mu.Lock()
+	defer mu.Unlock()
+	// Waits of 2 (Retry-After over 1 s), 2, 4, 8, 16, 30 and 30 s.
+	want := []time.Duration{0, 2 * time.Second, 4 * time.Second, 8 * time.Second,
+		16 * time.Second, 32 * time.Second, 62 * time.Second}
+	if !slices.Equal(polls, want) {
+		t.Fatalf("long polls at %v, want at %v", polls, want)
 	}
 }

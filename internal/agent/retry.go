@@ -24,11 +24,12 @@ type reachability struct {
 	mu       sync.Mutex
 	since    time.Time // zero while reachable
 	failures uint64    // failures noted so far
-	// back is closed when a call sent after failure backFrom is answered:
-	// every call waiting out a backoff since is tried again at once,
-	// rather than after the rest of a delay that grew while the control
-	// plane was away. A call sent before the failure proves nothing of
-	// the control plane after it.
+	// back is closed when a call sent after failure backFrom (the first
+	// since the last close that got no answer from the control plane) is
+	// answered: every call waiting out a backoff since is tried again at
+	// once, rather than after the rest of a delay that grew while the
+	// control plane was away. A call sent before the failure proves
+	// nothing of the control plane after it.
 	back     chan struct{}
 	backFrom uint64
 	file     string // where the streak's start is kept; "" keeps it in memory only
@@ -78,13 +79,21 @@ func (r *reachability) ok(mark uint64) {
 }
 
 // fail notes a failure at now and returns when the streak began, and a
-// channel closed once a call sent after it is answered.
-func (r *reachability) fail(now time.Time) (time.Time, <-chan struct{}) {
+// channel closed once a call sent after it is answered. A failure the
+// control plane answered itself (answered: a 503 while its store is
+// throttled) gets a nil channel: it was reachable all along, so another
+// call answered says nothing new, and cutting the backoff short would
+// retry the failing call at every heartbeat.
+func (r *reachability) fail(now time.Time, answered bool) (time.Time, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.failures++
-	if r.back == nil {
-		r.back, r.backFrom = make(chan struct{}), r.failures
+	var back chan struct{}
+	if !answered {
+		if r.back == nil {
+			r.back, r.backFrom = make(chan struct{}), r.failures
+		}
+		back = r.back
 	}
 	if r.since.IsZero() {
 		r.since = now
@@ -94,7 +103,7 @@ func (r *reachability) fail(now time.Time) (time.Time, <-chan struct{}) {
 			}
 		}
 	}
-	return r.since, r.back
+	return r.since, back
 }
 
 // forget removes the kept streak.
@@ -109,13 +118,15 @@ func (r *reachability) forget() {
 
 // retry calls call until it succeeds or fails for good, waiting with
 // exponential backoff (with jitter, honouring Retry-After) while the
-// failure is transient. Any call of the agent sent after the failure and
-// answered (a heartbeat, most often) cuts the wait short, though never
-// before the server's Retry-After: the control plane is back, and a long
-// poll left in a 30 s backoff would miss instructions it waits for. Once
-// the control plane has been unreachable for the deadline it gives up with
-// ErrUnreachable, unless a job is running: a job in progress does not need
-// the control plane.
+// failure is transient. When the failure got no answer from the control
+// plane (the network, a timeout, a proxy's page), any call of the agent
+// sent after it and answered (a heartbeat, most often) cuts the wait
+// short, though never before a Retry-After it carried: the control plane
+// is back, and a long poll left in a 30 s backoff would miss instructions
+// it waits for. A failure the control plane answered itself (503, 429) is
+// waited out in full. Once the control plane has been unreachable for the
+// deadline it gives up with ErrUnreachable, unless a job is running: a job
+// in progress does not need the control plane.
 func (a *Agent) retry(ctx context.Context, what string, call func(context.Context) error) error {
 	backoff := a.cfg.BackoffMin
 	for {
@@ -132,7 +143,7 @@ func (a *Agent) retry(ctx context.Context, what string, call func(context.Contex
 			return err
 		}
 		now := a.clk.Now()
-		since, back := a.reach.fail(now)
+		since, back := a.reach.fail(now, answeredByControlPlane(err))
 		giveUpAt := since.Add(a.cfg.UnreachableDeadline)
 		if a.givingUp(now, since) {
 			return unreachable(what, since, err)
