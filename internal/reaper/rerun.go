@@ -42,14 +42,19 @@ func (r *Reconciler) rerunInterrupted(ctx context.Context) (int, error) {
 	return done, errors.Join(errs...)
 }
 
-// rerun asks GitHub to re-run job j, once j has ended: its completed
-// webhook said so, or (that webhook missed) GitHub does. Until then its run
-// cannot have completed, and no request is spent on it. The re-run is
-// recorded before it is asked for, guarded on the job as read, so that of
-// several reapers one asks, and a crash never makes it twice; a refusal
-// takes the record back.
+// rerun asks GitHub to re-run job j, once j has ended on GitHub. A job
+// the store has completed with GitHub's conclusion is asked for at once.
+// Any other is looked up first: its completed webhook may be lost, or its
+// agent reported it finished (an interrupted machine runs on until the
+// notice's time, and a job may finish there) knowing only how its runner
+// exited, and such a job may have succeeded. Until GitHub has it completed
+// its run cannot have completed, and no request is spent on it; the
+// conclusion GitHub gives a job the store completed without one is
+// recorded, so that it is looked up once. The re-run is recorded before it
+// is asked for, guarded on the job as read, so that of several reapers one
+// asks, and a crash never makes it twice; a refusal takes the record back.
 func (r *Reconciler) rerun(ctx context.Context, j domain.Job) (bool, error) {
-	if j.Status != domain.JobCompleted {
+	if j.Status != domain.JobCompleted || j.Conclusion == "" {
 		g, err := r.GitHub.GetJob(ctx, j.Repo, j.ID)
 		switch {
 		case errors.Is(err, domain.ErrNotFound):
@@ -58,8 +63,15 @@ func (r *Reconciler) rerun(ctx context.Context, j domain.Job) (bool, error) {
 			return false, fmt.Errorf("status of interrupted job %d: %w", j.ID, err)
 		case g.Status != githubCompleted:
 			return false, nil // GitHub has not failed it yet
-		case domain.RanToItsEnd(g.Conclusion):
-			return false, nil // the notice came as it finished: it must not run twice
+		default:
+			concluded, ok, err := r.conclude(ctx, j, g.Conclusion)
+			if !ok {
+				return false, err
+			}
+			j = concluded
+			if domain.RanToItsEnd(g.Conclusion) {
+				return false, nil // it finished before its machine went: it must not run twice
+			}
 		}
 	}
 	mark := domain.Lifecycle{}.RerunJob(j)
@@ -89,4 +101,24 @@ func (r *Reconciler) rerun(ctx context.Context, j domain.Job) (bool, error) {
 		return false, nil // its run has not completed: next cycle
 	}
 	return false, fmt.Errorf("re-run job %d: %w", j.ID, err)
+}
+
+// conclude records GitHub's conclusion on an interrupted job the store has
+// completed without one, and returns the job as it then is; a job in any
+// other state is returned as it is. ok is false when the job changed
+// meanwhile (GitHub's completed webhook came, another reaper concluded it),
+// for the next cycle to read again, or when the store failed (err).
+func (r *Reconciler) conclude(ctx context.Context, j domain.Job, conclusion string) (_ domain.Job, ok bool, err error) {
+	if j.Status != domain.JobCompleted || j.Conclusion != "" || conclusion == "" {
+		return j, true, nil
+	}
+	c := domain.Lifecycle{}.ConcludeJob(j, conclusion)
+	concluded, err := r.Store.TransitionJob(ctx, j.ID, c.Guard, c.Apply)
+	switch {
+	case errors.Is(err, domain.ErrConflict) || errors.Is(err, domain.ErrNotFound):
+		return domain.Job{}, false, nil
+	case err != nil:
+		return domain.Job{}, false, fmt.Errorf("record GitHub's conclusion of interrupted job %d: %w", j.ID, err)
+	}
+	return concluded, true, nil
 }

@@ -3,6 +3,7 @@ package reaper
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -18,9 +19,12 @@ const spotRepo = "acme/app"
 // says it goes on; GitHub fails the job of a dead runner at once. The store
 // holds the job as the control plane recorded it: status, interrupted,
 // retry. more adds a second, queued job to the run, so the run stays in
-// progress.
+// progress. finished has the job run to its end (a success) on its machine
+// before the store records it, as one may on a machine that runs on until
+// its interruption notice's time.
 type spotJob struct {
 	running     bool
+	finished    bool
 	more        bool
 	status      domain.JobStatus
 	interrupted bool
@@ -29,8 +33,13 @@ type spotJob struct {
 
 func (x *fixture) spotJob(s spotJob) domain.GitHubJob {
 	x.T.Helper()
-	labels := []string{"spot", x.T.Name()}
-	g := x.gh.QueueJob(ghsim.JobSpec{Repo: spotRepo, Labels: labels, Duration: time.Hour})
+	// Labels of its own: a re-run of an earlier job must not take its runner.
+	labels := []string{"spot", x.T.Name(), fmt.Sprint(len(x.gh.Jobs()))}
+	lasts := time.Hour
+	if s.finished {
+		lasts = time.Minute
+	}
+	g := x.gh.QueueJob(ghsim.JobSpec{Repo: spotRepo, Labels: labels, Duration: lasts})
 	reg, err := x.gh.RegisterRunner(x.Ctx, domain.Scope{Owner: "acme", Repo: "app"}, "bp-"+x.T.Name(), labels)
 	if err != nil {
 		x.T.Fatal(err)
@@ -38,7 +47,11 @@ func (x *fixture) spotJob(s spotJob) domain.GitHubJob {
 	if err := x.gh.RunJIT(x.Ctx, reg.JITConfig, nil, nil); err != nil {
 		x.T.Fatal(err)
 	}
-	if !s.running && !x.gh.Kill(reg.RunnerID) {
+	switch {
+	case s.finished:
+		x.Clock.Advance(lasts)
+		x.Clock.Settle()
+	case !s.running && !x.gh.Kill(reg.RunnerID):
 		x.T.Fatal("no runner process to kill")
 	}
 	if s.more {
@@ -215,5 +228,44 @@ func TestAnInterruptedJobThatSucceededIsNotRerun(t *testing.T) {
 	}
 	if got := x.reruns(); got != 0 {
 		t.Fatalf("asked GitHub %d times to re-run a succeeded job", got)
+	}
+}
+
+// A job whose machine's interruption notice came while it ran may still
+// finish there, and its agent's report completes it before GitHub's
+// conclusion is known. GitHub is asked: one that succeeded is not run
+// again, one that failed is. The conclusion is recorded, so that GitHub is
+// asked about the job once.
+func TestAnInterruptedJobCompletedByItsAgentIsRerunOnlyIfGitHubFailedIt(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		job        spotJob
+		conclusion string
+		asked      int // RerunJob calls
+	}{
+		{"it succeeded", spotJob{finished: true, status: domain.JobCompleted, interrupted: true}, "success", 0},
+		{"it failed", spotJob{status: domain.JobCompleted, interrupted: true}, "failure", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := newFixture(t)
+			g := x.spotJob(tc.job)
+			if gj, err := x.gh.GetJob(x.Ctx, spotRepo, g.ID); err != nil || gj.Conclusion != tc.conclusion {
+				t.Fatalf("GitHub has the job %+v (%v), want it concluded %s", gj, err, tc.conclusion)
+			}
+			lookups := x.getJobCalls()
+			for range 3 {
+				x.cycle()
+				x.Clock.Advance(time.Minute)
+			}
+			if got := x.reruns(); got != tc.asked {
+				t.Fatalf("GitHub asked to re-run %d times, want %d", got, tc.asked)
+			}
+			if got := x.getJobCalls() - lookups; got != 1 {
+				t.Errorf("GitHub asked about the job %d times, want once", got)
+			}
+			if j, _ := x.Store.GetJob(x.Ctx, g.ID); j.Conclusion != tc.conclusion || j.Rerun != (tc.asked == 1) {
+				t.Errorf("job recorded concluded %q, re-run %t; want %q, %t", j.Conclusion, j.Rerun, tc.conclusion, tc.asked == 1)
+			}
+		})
 	}
 }
