@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,6 +54,9 @@ type Reconciler struct {
 	// spared holds the instances kept although their agent is silent, as
 	// their job started and nothing else says it ended, by id.
 	spared map[string]spared
+	// refusedOrphans holds the orphans the cloud refused to terminate, by
+	// machine id.
+	refusedOrphans setAside
 }
 
 // Options tune the reconciler; zero values take the documented defaults.
@@ -144,6 +148,9 @@ type Report struct {
 	// SilentKept those whose agent fell silent while their job ran, kept
 	// as nothing else said the job had ended (each once a silence).
 	Orphans, Gone, Silent, SilentKept, StaleClaims, DeadRunners, Recovered, Requeued, Resent, Rerun, Cancelled, JobsDeleted, RowsDeleted int
+	// OrphansRefused counts the orphans the cloud refused to terminate
+	// (protected from termination), each time it was asked.
+	OrphansRefused int
 	// Completed and Abandoned are assigned or running jobs whose instance
 	// ended and whose completed webhook never came: completed as GitHub
 	// reports them, or given up when GitHub no longer has them or gave no
@@ -191,7 +198,7 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 		for _, m := range machines {
 			listed[m.ID] = m
 		}
-		rep.Orphans, err = r.orphans(ctx, rows, machines)
+		rep.Orphans, rep.OrphansRefused, err = r.orphans(ctx, rows, machines)
 		errs = append(errs, err)
 		rep.Gone, err = r.gone(ctx, rows, listed)
 		errs = append(errs, err)
@@ -212,7 +219,7 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	errs = append(errs, err)
 	r.metrics.count(rep)
 	if rep.acted() {
-		r.Log.Info("reconciled", "orphans", rep.Orphans, "gone", rep.Gone, "silent", rep.Silent, "silent_kept", rep.SilentKept, "stale_claims", rep.StaleClaims, "dead_runners", rep.DeadRunners,
+		r.Log.Info("reconciled", "orphans", rep.Orphans, "orphans_refused", rep.OrphansRefused, "gone", rep.Gone, "silent", rep.Silent, "silent_kept", rep.SilentKept, "stale_claims", rep.StaleClaims, "dead_runners", rep.DeadRunners,
 			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "resent_jobs", rep.Resent, "rerun_jobs", rep.Rerun, "cancelled_runs", rep.Cancelled,
 			"completed_jobs", rep.Completed, "abandoned_jobs", rep.Abandoned, "completed_waiting_jobs", rep.CompletedWaiting,
 			"abandoned_waiting_jobs", rep.AbandonedWaiting, "jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
@@ -256,8 +263,13 @@ func (r *Reconciler) scopes(ctx context.Context) []domain.Scope {
 
 // orphans terminates machines tagged as this controller's that no live row
 // knows: created behind bullpen's back, or left by a crash between a create
-// call and recording its machines.
-func (r *Reconciler) orphans(ctx context.Context, rows []domain.Instance, machines []domain.CloudInstance) (int, error) {
+// call and recording its machines. It reports how many it terminated, and
+// how many the cloud refused to terminate (protected from termination):
+// the others of their batch are terminated all the same, and a refused
+// orphan fails no cycle, since only a person can lift what protects it. It
+// is set aside, logged at its first refusal and asked about again after a
+// wait that doubles, as the terminator does with its rows.
+func (r *Reconciler) orphans(ctx context.Context, rows []domain.Instance, machines []domain.CloudInstance) (terminated, refused int, err error) {
 	live := map[string]bool{}
 	for _, in := range rows {
 		if in.CloudID != "" && in.State != domain.StateTerminated {
@@ -265,7 +277,7 @@ func (r *Reconciler) orphans(ctx context.Context, rows []domain.Instance, machin
 		}
 	}
 	now := r.Clock.Now()
-	var ids []string
+	var ids, orphaned []string
 	for _, m := range machines {
 		if live[m.ID] || m.State == domain.CloudTerminated || m.State == domain.CloudShuttingDown {
 			continue
@@ -273,19 +285,57 @@ func (r *Reconciler) orphans(ctx context.Context, rows []domain.Instance, machin
 		if now.Sub(m.LaunchedAt) < r.OrphanGrace {
 			continue
 		}
-		r.Log.Warn("terminating a machine no instance record knows", "machine", m.ID, "launch", m.Tags[domain.TagLaunch], "launched", m.LaunchedAt)
+		orphaned = append(orphaned, m.ID)
+		switch {
+		case r.refusedOrphans.waiting(m.ID, now):
+			continue // asked again once its wait is over
+		case !r.refusedOrphans.known(m.ID):
+			r.Log.Warn("terminating a machine no instance record knows", "machine", m.ID, "launch", m.Tags[domain.TagLaunch], "launched", m.LaunchedAt)
+		}
 		ids = append(ids, m.ID)
 	}
+	r.refusedOrphans.keep(orphaned)
 	var errs []error
-	done := 0
 	for _, batch := range domain.Chunk(ids, domain.MaxBatch) {
-		if err := r.Cloud.Terminate(ctx, batch); err != nil {
+		err := r.Cloud.Terminate(ctx, batch)
+		left, named := domain.NotActedOn(err)
+		if !named {
 			errs = append(errs, fmt.Errorf("terminate %d orphans: %w", len(batch), err))
 			continue
 		}
-		done += len(batch)
+		terminated += len(batch) - len(left)
+		r.refusedOrphans.forget(slices.DeleteFunc(slices.Clone(batch), func(id string) bool { return slices.Contains(left, id) }))
+		if refusal, ok := errors.AsType[*domain.RefusedInstancesError](err); ok {
+			refused += len(refusal.IDs)
+			r.setAsideOrphans(refusal, now)
+		}
 	}
-	return done, errors.Join(errs...)
+	return terminated, refused, errors.Join(errs...)
+}
+
+// setAsideOrphans notes orphans the cloud refused to terminate: the first
+// refusal of each is logged at WARN, since a person must lift what protects
+// the machine; later ones at DEBUG.
+func (r *Reconciler) setAsideOrphans(refusal *domain.RefusedInstancesError, now time.Time) {
+	var first, again []string
+	var wait time.Duration
+	for _, id := range refusal.IDs {
+		tries, w := r.refusedOrphans.note(id, now)
+		wait = max(wait, w)
+		if tries == 1 {
+			first = append(first, id)
+		} else {
+			again = append(again, id)
+		}
+	}
+	if len(first) > 0 {
+		r.Log.Warn("the cloud refuses to terminate machines no instance record knows; asking again, less and less often, until the cause is lifted",
+			"machines", first, "code", refusal.Code, "reason", refusal.Reason, "next_try_in", wait)
+	}
+	if len(again) > 0 {
+		r.Log.Debug("the cloud still refuses to terminate machines no instance record knows", "machines", again, "code", refusal.Code,
+			"reason", refusal.Reason, "next_try_in", wait)
+	}
 }
 
 // gone closes rows whose machine the cloud no longer has (terminated behind
@@ -479,7 +529,7 @@ const (
 func newReconcileMetrics(reg prometheus.Registerer) (*reconcileMetrics, error) {
 	m := &reconcileMetrics{
 		actions: promreg.Counters("bullpen_reaper_actions_total",
-			"What the reaper reconciled, by kind (orphan, gone, silent, silent_kept, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, cancelled_run, completed_job, abandoned_job, completed_waiting_job, abandoned_waiting_job, job_deleted, row_deleted).", "kind"),
+			"What the reaper reconciled, by kind (orphan, orphan_refused, gone, silent, silent_kept, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, cancelled_run, completed_job, abandoned_job, completed_waiting_job, abandoned_waiting_job, job_deleted, row_deleted).", "kind"),
 		scopes: promreg.Counters("bullpen_reaper_scopes_total",
 			"Scopes the reaper looked at on GitHub, by outcome: ok, failed (a 404 included: the credentials may have lost access), gone (GitHub answered 410).", "outcome"),
 	}
@@ -495,7 +545,7 @@ func (m *reconcileMetrics) count(r Report) {
 		return
 	}
 	for kind, n := range map[string]int{
-		"orphan": r.Orphans, "gone": r.Gone, "silent": r.Silent, "silent_kept": r.SilentKept, "stale_claim": r.StaleClaims, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
+		"orphan": r.Orphans, "orphan_refused": r.OrphansRefused, "gone": r.Gone, "silent": r.Silent, "silent_kept": r.SilentKept, "stale_claim": r.StaleClaims, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
 		"requeued_job": r.Requeued, "resent_job": r.Resent, "rerun_job": r.Rerun, "cancelled_run": r.Cancelled, "completed_job": r.Completed,
 		"abandoned_job": r.Abandoned, "completed_waiting_job": r.CompletedWaiting, "abandoned_waiting_job": r.AbandonedWaiting, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
 	} {

@@ -3,6 +3,7 @@ package reaper
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 	"github.com/bullpen-ci/bullpen/internal/webhook"
 )
 
@@ -53,6 +55,64 @@ func TestOrphanMachineIsTerminatedAfterItsGrace(t *testing.T) {
 		if m, _ := x.cloud.Get(id); m.State != domain.CloudRunning {
 			t.Fatalf("%s must be left alone, is %s", id, m.State)
 		}
+	}
+}
+
+// An orphan the cloud refuses to terminate (protected from termination)
+// holds back neither the others of its batch nor the cycle, which does not
+// fail: the others are terminated and counted, the refused one is counted
+// at each refusal, logged once, and asked about again after a wait that
+// doubles, until the protection is lifted.
+func TestAnOrphanTheCloudRefusesToTerminateFailsNoCycle(t *testing.T) {
+	x := newFixture(t)
+	var log testlog.Buffer
+	x.r.Log = slog.New(slog.NewTextHandler(&log, nil))
+	var orphans []domain.CloudInstance
+	for range 3 {
+		orphans = append(orphans, x.machine(map[string]string{domain.TagController: "ctl"}))
+	}
+	protected := orphans[1]
+	x.cloud.Protect(protected.ID, true)
+	x.Clock.Advance(x.r.OrphanGrace)
+	if rep := x.cycle(); rep.Orphans != 2 || rep.OrphansRefused != 1 {
+		t.Fatalf("report %+v, want 2 orphans terminated and 1 refused", rep)
+	}
+	for _, m := range orphans {
+		want := domain.CloudShuttingDown
+		if m.ID == protected.ID {
+			want = domain.CloudRunning
+		}
+		if got, _ := x.cloud.Get(m.ID); got.State != want && !(want == domain.CloudShuttingDown && got.State == domain.CloudTerminated) {
+			t.Fatalf("machine %s is %s, want %s", m.ID, got.State, want)
+		}
+	}
+	x.cloud.ResetCalls()
+	calls := 0
+	// Each cycle that asks again is one call; the wait doubles from a minute.
+	for _, step := range []struct {
+		pass time.Duration
+		asks bool
+	}{{time.Minute - time.Second, false}, {time.Second, true}, {time.Minute, false}, {time.Minute, true}} {
+		x.Clock.Advance(step.pass)
+		rep := x.cycle()
+		if step.asks {
+			calls++
+		}
+		if got, _ := x.terminateCalls(); got != calls || rep.OrphansRefused != btoi(step.asks) || rep.Orphans != 0 {
+			t.Fatalf("after %s more, %d terminate calls, report %+v; want %d calls", step.pass, got, rep, calls)
+		}
+	}
+	if refused, terminated := x.actions("orphan_refused"), x.actions("orphan"); refused != 3 || terminated != 2 {
+		t.Fatalf("counted %g refusals and %g orphans terminated, want 3 and 2", refused, terminated)
+	}
+	if lines := log.Lines("level=WARN", "refuses to terminate", protected.ID, "OperationNotPermitted"); len(lines) != 1 || len(log.Lines("level=WARN", protected.ID)) != 2 {
+		t.Fatalf("log %q; want the orphan's termination and its refusal logged once each", log.String())
+	}
+
+	x.cloud.Protect(protected.ID, false)
+	x.Clock.Advance(4 * time.Minute)
+	if rep := x.cycle(); rep.Orphans != 1 || rep.OrphansRefused != 0 {
+		t.Fatalf("report %+v once the protection was lifted, want the orphan terminated", rep)
 	}
 }
 

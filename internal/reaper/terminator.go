@@ -80,7 +80,7 @@ func (t *Terminator) Sweep(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("list terminating instances: %w", err)
 	}
 	now := t.Clock.Now()
-	t.refused.keep(rows)
+	t.refused.keep(rowIDs(rows))
 	var done, withMachine []domain.Instance
 	for _, in := range rows {
 		switch {
@@ -98,7 +98,7 @@ func (t *Terminator) Sweep(ctx context.Context) (int, error) {
 		done = append(done, ok...)
 		errs = append(errs, err)
 	}
-	t.refused.forget(done)
+	t.refused.forget(rowIDs(done))
 	reqs := make([]domain.TransitionRequest, len(done))
 	for i, in := range done {
 		reqs[i] = t.verbs().Close(in)
@@ -198,10 +198,10 @@ const (
 	refusedMostWait  = time.Hour
 )
 
-// setAside holds the rows whose machine the cloud refused to terminate,
-// by row id, with their refusals so far and when to ask again. It lives in
-// the process: after a restart each such row is asked once more, and its
-// refusal logged again.
+// setAside holds what the cloud refused to terminate (the terminator's
+// rows, by row id; the reconciler's orphans, by machine id), with their
+// refusals so far and when to ask again. It lives in the process: after a
+// restart each is asked once more, and its refusal logged again.
 type setAside struct {
 	mu   sync.Mutex
 	rows map[string]refusedRow
@@ -236,28 +236,44 @@ func (s *setAside) waiting(id string, now time.Time) bool {
 	return ok && now.Before(r.next)
 }
 
-// keep forgets every row not among rows: closed meanwhile (its machine
-// went, and the reconciler saw it), or deleted.
-func (s *setAside) keep(rows []domain.Instance) {
+// keep forgets every id not among ids: a row closed meanwhile (its
+// machine went, and the reconciler saw it) or deleted, a machine gone.
+func (s *setAside) keep(ids []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.rows) == 0 {
 		return
 	}
-	live := make(map[string]bool, len(rows))
-	for _, in := range rows {
-		live[in.ID] = true
+	live := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		live[id] = true
 	}
 	maps.DeleteFunc(s.rows, func(id string, _ refusedRow) bool { return !live[id] })
 }
 
-// forget drops rows whose machine is terminated at last.
-func (s *setAside) forget(rows []domain.Instance) {
+// forget drops ids whose machine is terminated at last.
+func (s *setAside) forget(ids []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, in := range rows {
-		delete(s.rows, in.ID)
+	for _, id := range ids {
+		delete(s.rows, id)
 	}
+}
+
+// known says whether id was refused before and is still held.
+func (s *setAside) known(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.rows[id]
+	return ok
+}
+
+func rowIDs(rows []domain.Instance) []string {
+	ids := make([]string, len(rows))
+	for i, in := range rows {
+		ids[i] = in.ID
+	}
+	return ids
 }
 
 // What the terminator counts: rows it marked because their deadline
