@@ -392,36 +392,82 @@ func (r *Reconciler) close(ctx context.Context, in domain.Instance, why string) 
 }
 
 // deadRunners deregisters bullpen's runners that GitHub lists offline and
-// idle, unless a live instance still holds that registration (a runner is
-// offline until its instance's agent starts it). Every error is GitHub's.
-func (r *Reconciler) deadRunners(ctx context.Context, s domain.Scope, rows []domain.Instance) (int, error) {
-	runners, err := r.GitHub.ListRunners(ctx, s)
-	if err != nil {
-		return 0, err // GitHub's clients name the call and the scope
+// idle, unless an instance may still start one: a runner is offline until
+// its instance's agent starts it. GitHub's errors (ghErr) are kept apart
+// from the store's (err), as queuedJobs keeps them.
+func (r *Reconciler) deadRunners(ctx context.Context, s domain.Scope, rows []domain.Instance) (deleted int, ghErr, err error) {
+	runners, ghErr := r.GitHub.ListRunners(ctx, s)
+	if ghErr != nil {
+		return 0, ghErr, nil // GitHub's clients name the call and the scope
 	}
+	// The cycle's rows spare the runners they hold without a read; any
+	// other is read again (runnerAwaited).
 	held := map[string]bool{}
 	for _, in := range rows {
 		if in.RunnerName != "" && jobs.ServesJob(in.State) {
 			held[in.RunnerName] = true
 		}
 	}
-	var errs []error
-	deleted := 0
+	var ghErrs, errs []error
 	for _, rn := range runners {
 		if rn.Online || rn.Busy || !strings.HasPrefix(rn.Name, r.RunnerPrefix) || held[rn.Name] {
 			continue
 		}
-		err := r.GitHub.DeleteRunner(ctx, s, rn.ID)
+		awaited, err := r.runnerAwaited(ctx, rn.Name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if awaited {
+			continue
+		}
+		err = r.GitHub.DeleteRunner(ctx, s, rn.ID)
 		switch {
 		case err == nil:
 			deleted++
 		case errors.Is(err, domain.ErrRunnerBusy), errors.Is(err, domain.ErrNotFound):
 			// Busy after all (GitHub's 422), or already gone: not an error.
 		default:
-			errs = append(errs, fmt.Errorf("delete runner %s: %w", rn.Name, err))
+			ghErrs = append(ghErrs, fmt.Errorf("delete runner %s: %w", rn.Name, err))
 		}
 	}
-	return deleted, errors.Join(errs...)
+	return deleted, errors.Join(ghErrs...), errors.Join(errs...)
+}
+
+// runnerAwaited reads, after GitHub listed the runners, the row of the
+// instance a runner is named for (domain.RunnerName), and reports whether
+// that instance may still start the runner: it holds the runner and serves
+// a job, or it is bound to the runner's job, in any state short of its end.
+// The cycle's rows cannot tell: a new machine's runner is registered before
+// its launch, its row is written (pending, bound to the job) just before
+// the create call, and it holds the runner only once the call returned; a
+// claimed instance is bound to its job before its runner is registered.
+func (r *Reconciler) runnerAwaited(ctx context.Context, name string) (bool, error) {
+	id, job, ok := domain.ParseRunnerName(name)
+	if !ok {
+		return false, nil
+	}
+	in, err := r.Store.GetInstance(ctx, id)
+	switch {
+	case errors.Is(err, domain.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read the instance of runner %s: %w", name, err)
+	}
+	if in.RunnerName == name && jobs.ServesJob(in.State) {
+		return true, nil
+	}
+	return in.Job == domain.JobKey(job) && !endingOrEnded(in.State), nil
+}
+
+// endingOrEnded reports whether an instance in state s is on its way out:
+// a runner it was given will never run.
+func endingOrEnded(s domain.State) bool {
+	switch s {
+	case domain.StateTerminating, domain.StateTerminated, domain.StateError:
+		return true
+	}
+	return false
 }
 
 // queuedJobs reads the jobs GitHub still has queued, so that a missed

@@ -166,6 +166,67 @@ func TestDeadRunnersAreDeregisteredButNotOnesAnInstanceHolds(t *testing.T) {
 	}
 }
 
+// launchDuringListing is GitHub while a provisioner launches a machine:
+// launch runs just before the runners are listed, after the cycle read its
+// rows.
+type launchDuringListing struct {
+	domain.GitHub
+	launch func()
+}
+
+func (g launchDuringListing) ListRunners(ctx context.Context, s domain.Scope) ([]domain.GitHubRunner, error) {
+	if g.launch != nil {
+		g.launch()
+	}
+	return g.GitHub.ListRunners(ctx, s)
+}
+
+// A runner is registered before its machine is launched, and its instance
+// holds it only once the create call returned: until then a runner whose
+// instance is bound to its job (pending for the create call, claimed from
+// a resource pool) is not dead, though the row was written after the cycle
+// read its rows. A runner whose instance no longer serves its job is.
+func TestARunnerRegisteredBeforeItsMachineIsNotDead(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		row    domain.Instance
+		during bool // the row is written after the cycle read its rows
+		dead   bool
+	}{
+		{"row pending for the create call", domain.Instance{State: domain.StatePending, Job: "100"}, false, false},
+		{"row written during the cycle", domain.Instance{State: domain.StatePending, Job: "100"}, true, false},
+		{"reused instance claimed for the job", domain.Instance{State: domain.StateClaimed, Job: "100", CloudID: "i-1"}, false, false},
+		{"instance released since", domain.Instance{State: domain.StateReady, CloudID: "i-1"}, false, true},
+		{"instance bound to another job", domain.Instance{State: domain.StateClaimed, Job: "101", CloudID: "i-1"}, false, true},
+		{"launch abandoned", domain.Instance{State: domain.StateTerminating, Job: "100"}, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := newFixture(t)
+			row := tc.row
+			row.ID, row.Role, row.Deadline = "bp-new", domain.RoleOnDemand, x.Clock.Now().Add(5*time.Minute)
+			write := func() {
+				if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{row}); err != nil {
+					t.Error(err)
+				}
+			}
+			if tc.during {
+				x.r.GitHub = launchDuringListing{GitHub: x.gh, launch: write}
+			} else {
+				write()
+			}
+			reg, err := x.gh.RegisterRunner(x.Ctx, scope, domain.RunnerName("bp-new", 100), []string{"x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := x.cycle()
+			left, _ := x.gh.ListRunners(x.Ctx, scope)
+			if dead := len(left) == 0; dead != tc.dead || rep.DeadRunners != btoi(tc.dead) {
+				t.Errorf("runner %s deleted %t (dead runners %d), want %t", reg.Name, dead, rep.DeadRunners, tc.dead)
+			}
+		})
+	}
+}
+
 // Enterprise runners live in one place whatever repository a scope names
 // for its jobs: a cycle over two repositories lists them once.
 func TestEnterpriseRunnersAreListedOncePerCycle(t *testing.T) {

@@ -32,9 +32,10 @@ func (r *Reconciler) lookAtScopes(ctx context.Context, rows []domain.Instance, r
 		var ghErrs []error
 		if home := s.Runners(); !listed[home] {
 			listed[home] = true
-			n, err := r.deadRunners(ctx, home, rows)
+			n, ghErr, err := r.deadRunners(ctx, home, rows)
 			rep.DeadRunners += n
-			ghErrs = append(ghErrs, err)
+			ghErrs = append(ghErrs, ghErr)
+			errs = append(errs, err)
 		}
 		rec, req, can, ghErr, err := r.queuedJobs(ctx, s)
 		rep.Recovered, rep.Requeued, rep.Cancelled = rep.Recovered+rec, rep.Requeued+req, rep.Cancelled+can
