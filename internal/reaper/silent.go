@@ -22,7 +22,9 @@ const silentLookupEvery = 3 * time.Minute
 // silent busy instances: a network cut silences every agent at once, and
 // each job is then asked about in turn. With the stranded and waiting
 // jobs' shares, a cycle looks up strandedPerCycle + waitingPerCycle +
-// silentPerCycle jobs at most.
+// silentPerCycle jobs at most: 20 + 10 + 10, 40 calls. The interrupted
+// jobs waiting for their re-run come on top, with no bound of their own:
+// one call each a cycle (rerunInterrupted) until it is re-run or settled.
 const silentPerCycle = 10
 
 // spared is what the reaper remembers of a silent busy instance it keeps:
