@@ -224,7 +224,8 @@ func ApplyJobTransition(cur Job, g JobGuard, now time.Time, fn func(*Job)) (Job,
 	next := cur
 	next.Labels = slices.Clone(cur.Labels)
 	fn(&next)
-	if !CanJobTransition(cur.Status, next.Status) && !onlyRerunMarked(cur, next) && !onlyConcluded(cur, next) {
+	if !CanJobTransition(cur.Status, next.Status) && !onlyRerunMarked(cur, next) && !onlyConcluded(cur, next) &&
+		!startUndone(cur, next) {
 		return Job{}, &JobTransitionError{ID: cur.ID, From: cur.Status, To: next.Status}
 	}
 	next.ID, next.CreatedAt = cur.ID, cur.CreatedAt
@@ -240,6 +241,16 @@ func onlyRerunMarked(cur, next Job) bool {
 	probe := next
 	probe.Rerun = cur.Rerun
 	return reflect.DeepEqual(probe, cur)
+}
+
+// startUndone reports whether next sends a running job back to its queue
+// as RequeueNotRun does: unbound, its start forgotten, its queue message
+// to be sent. Only its agent's word had it running, and GitHub, which says
+// its runner took another job, holds it queued still. Any other way back
+// from running stays refused.
+func startUndone(cur, next Job) bool {
+	return cur.Status == JobRunning && next.Status == JobQueued && next.InstanceID == "" &&
+		next.StartedAt.IsZero() && !next.Interrupted && next.SendPending
 }
 
 // onlyConcluded reports whether next gives a completed job without a

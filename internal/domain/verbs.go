@@ -435,6 +435,20 @@ func (l Lifecycle) StartJob(j Job, at time.Time, runnerName string) JobTransitio
 	})
 }
 
+// RequeueNotRun is RequeueJob for a job its agent reported started on a
+// runner that GitHub says took another job: the job never ran there, and
+// GitHub holds it queued still. Its start is forgotten, and so is an
+// interruption of the machine it was thought to run on.
+func (l Lifecycle) RequeueNotRun(j Job, reason string) JobTransitionRequest {
+	r := l.RequeueJob(j, reason)
+	requeue := r.Apply
+	r.Apply = func(x *Job) {
+		requeue(x)
+		x.StartedAt, x.Interrupted = time.Time{}, false
+	}
+	return r
+}
+
 // CompleteJob records a job's end.
 func (l Lifecycle) CompleteJob(j Job, at time.Time, conclusion string) JobTransitionRequest {
 	return jobChange(j, func(x *Job) { x.Status, x.CompletedAt, x.Conclusion = JobCompleted, at, conclusion })

@@ -315,6 +315,37 @@ func TestACompletedJobTakesOnlyItsRerunMarkAndAFirstConclusion(t *testing.T) {
 	}
 }
 
+// A running job goes back to its queue only as RequeueNotRun sends it:
+// unbound, its start and interruption forgotten, its message to be sent.
+// A running job bound elsewhere or still started stays refused.
+func TestARunningJobGoesBackToItsQueueOnlyAsNotRun(t *testing.T) {
+	running := domain.Job{ID: 42, Status: domain.JobRunning, InstanceID: "bp-1", RunnerName: "bp-1-42", RunnerID: 9,
+		Via: domain.ViaCold, QueuedAt: now.Add(-time.Minute), AssignedAt: now, StartedAt: now, Interrupted: true,
+		Attempts: 1, Version: 3}
+	back, err := domain.ApplyJobTransition(running, domain.JobGuardOf(running), now, lc.RequeueNotRun(running, "its runner took job 43").Apply)
+	if err != nil {
+		t.Fatalf("requeue of a job that never ran: %v", err)
+	}
+	if back.Status != domain.JobQueued || back.InstanceID != "" || back.RunnerName != "" || !back.StartedAt.IsZero() ||
+		back.Interrupted || !back.SendPending || back.Attempts != 2 || back.Reason != "its runner took job 43" {
+		t.Fatalf("after RequeueNotRun: %+v", back)
+	}
+	if since, ok := back.WaitingSince(); !ok || !since.Equal(running.QueuedAt) {
+		t.Fatalf("waiting %v since %s, want waiting since GitHub queued it", ok, since)
+	}
+	for name, fn := range map[string]func(*domain.Job){
+		"requeued as if assigned": lc.RequeueJob(running, "x").Apply,
+		"still bound":             func(j *domain.Job) { lc.RequeueNotRun(running, "x").Apply(j); j.InstanceID = "bp-1" },
+		"message not to be sent":  func(j *domain.Job) { lc.RequeueNotRun(running, "x").Apply(j); j.SendPending = false },
+		"status alone":            func(j *domain.Job) { j.Status = domain.JobQueued },
+	} {
+		var te *domain.JobTransitionError
+		if _, err := domain.ApplyJobTransition(running, domain.JobGuardOf(running), now, fn); !errors.As(err, &te) {
+			t.Errorf("%s: %v, want an illegal transition", name, err)
+		}
+	}
+}
+
 // Assign is one change: the job is assigned and the instance gets its
 // runner together.
 func TestAssignIsOneChange(t *testing.T) {
