@@ -30,7 +30,8 @@ const UnboundWait = 5 * time.Minute
 // does not know (another stack's, whose labels the runner carries) is
 // left unbound before the reaper terminates it: that job runs on it, and
 // cutting it short fails it. It is GitHub's default job timeout
-// (timeout-minutes: 360).
+// (timeout-minutes: 360). GitHub's report of that job's end retires the
+// instance sooner (FollowRunnerEnded).
 const ForeignJobWait = 6 * time.Hour
 
 // rebindAttempts bounds how often Rebind reads and decides again when a
@@ -57,11 +58,13 @@ const rebindAttempts = 8
 // (GitHub's completed came before anything else of it) or is not one
 // bullpen knows (another stack's, whose labels taker's runner carries).
 // Neither can be bound to taker, which is unbound: it serves no job of
-// bullpen's. With no displaced job, a job that is over, an instance that
-// no longer serves a job and rows bullpen does not know are left as they
-// are.
+// bullpen's. The displaced job goes back then even when it is running: its
+// agent reported that its runner started a job, not which one, and GitHub
+// says which (see FollowRunner for the exception). With no displaced job,
+// a job that is over, an instance that no longer serves a job and rows
+// bullpen does not know are left as they are.
 func Rebind(ctx context.Context, st Store, q domain.Queue, id int64, taker string, now time.Time) error {
-	_, err := follow(ctx, st, q, id, taker, "", now)
+	_, err := follow(ctx, st, q, id, taker, "", false, now)
 	return err
 }
 
@@ -70,18 +73,39 @@ func Rebind(ctx context.Context, st Store, q domain.Queue, id int64, taker strin
 // (domain.RunnerName). A report about a runner the instance no longer
 // holds (a late delivery about its previous job) is not followed. It
 // reports whether anything was changed.
+//
+// A running job bound to the runner's instance stays there when GitHub
+// itself reported it on that runner, as the name it recorded for the job
+// shows: the report contradicts GitHub's own and is not followed. The
+// name shows it only when it is not the one registered for the job (a
+// name bullpen registers carries its job's id); an agent's report never
+// records one.
 func FollowRunner(ctx context.Context, st Store, q domain.Queue, id int64, runnerName string, now time.Time) (bool, error) {
 	taker, _, ok := domain.ParseRunnerName(runnerName)
 	if !ok {
 		return false, nil
 	}
-	return follow(ctx, st, q, id, taker, runnerName, now)
+	return follow(ctx, st, q, id, taker, runnerName, false, now)
 }
 
-// follow is Rebind, with the name of the runner reported when known.
-func follow(ctx context.Context, st Store, q domain.Queue, id int64, taker, runnerName string, now time.Time) (bool, error) {
+// FollowRunnerEnded is FollowRunner for GitHub's report that job id ended
+// on the runner called runnerName. A just-in-time runner serves one job:
+// one that ended a job its instance cannot be bound to (over, or not
+// bullpen's) is spent, and the instance is retired (terminated) at once,
+// where its runner would never take another job however long it waited.
+func FollowRunnerEnded(ctx context.Context, st Store, q domain.Queue, id int64, runnerName string, now time.Time) (bool, error) {
+	taker, _, ok := domain.ParseRunnerName(runnerName)
+	if !ok {
+		return false, nil
+	}
+	return follow(ctx, st, q, id, taker, runnerName, true, now)
+}
+
+// follow is Rebind, with the name of the runner reported when known, and
+// whether the report is of the job's end.
+func follow(ctx context.Context, st Store, q domain.Queue, id int64, taker, runnerName string, ended bool, now time.Time) (bool, error) {
 	for range rebindAttempts {
-		rows, ok, err := readRebind(ctx, st, id, taker, runnerName)
+		rows, ok, err := readRebind(ctx, st, id, taker, runnerName, ended)
 		if err != nil || !ok {
 			return false, err
 		}
@@ -109,9 +133,12 @@ type rebindRows struct {
 	// unbindable: the reported job is over, or the store has none (job is
 	// zero then); taker cannot be bound to it.
 	unbindable bool
-	taker      domain.Instance
-	holder     *domain.Instance // the instance still bound to job, when another
-	displaced  *domain.Job      // the job still assigned to taker, when another
+	// spent: the report is of the end of a job taker cannot be bound to,
+	// and taker serves no other job of bullpen's: its runner is done.
+	spent     bool
+	taker     domain.Instance
+	holder    *domain.Instance // the instance still bound to job, when another
+	displaced *domain.Job      // the job bound to taker that its runner will not run, when another
 	// holderTakes: the holder's runner carries the displaced job's labels
 	// and the taker's runner the reported job's: each could run both.
 	holderTakes bool
@@ -119,7 +146,7 @@ type rebindRows struct {
 
 // readRebind reads what Rebind decides on; ok is false when there is
 // nothing to follow.
-func readRebind(ctx context.Context, st Store, id int64, taker, runnerName string) (rebindRows, bool, error) {
+func readRebind(ctx context.Context, st Store, id int64, taker, runnerName string, ended bool) (rebindRows, bool, error) {
 	r := rebindRows{reported: id}
 	j, err := st.GetJob(ctx, id)
 	unknown := errors.Is(err, domain.ErrNotFound)
@@ -142,14 +169,27 @@ func readRebind(ctx context.Context, st Store, id int64, taker, runnerName strin
 		return r, false, nil // about a runner it held before
 	}
 	r.job, r.taker = j, in
+	if r.unbindable {
+		// Nothing of bullpen's waits on the report but the job taker's
+		// runner was started for, and taker itself once that runner is done.
+		d, err := jobOf(ctx, st, in, domain.JobAssigned, domain.JobRunning)
+		if err != nil {
+			return r, false, err
+		}
+		if d != nil && reportedOn(*d, runnerName) {
+			return r, false, nil
+		}
+		r.displaced = d
+		// A runner it no longer holds (released, or a new job's not named
+		// yet) proves nothing spent.
+		holds := in.RunnerName != "" && strings.EqualFold(in.RunnerName, runnerName)
+		r.spent = ended && holds && (d != nil || in.Job == "")
+		return r, d != nil || r.spent, nil
+	}
 	if d, err := boundJob(ctx, st, in); err != nil {
 		return r, false, err
 	} else if d != nil && d.ID != id {
 		r.displaced = d
-	}
-	if r.unbindable {
-		// Nothing of bullpen's waits on the report but the displaced job.
-		return r, r.displaced != nil, nil
 	}
 	if j.InstanceID != "" && j.InstanceID != taker {
 		h, err := st.GetInstance(ctx, j.InstanceID)
@@ -171,6 +211,15 @@ func readRebind(ctx context.Context, st Store, id int64, taker, runnerName strin
 		}
 	}
 	return r, true, nil
+}
+
+// reportedOn reports whether GitHub's word that job j runs on the runner
+// called runnerName is on record: a name bullpen registers for a job
+// carries that job's id, so j's recorded name is GitHub's when it names
+// that runner and another job.
+func reportedOn(j domain.Job, runnerName string) bool {
+	_, registeredFor, ok := domain.ParseRunnerName(j.RunnerName)
+	return ok && registeredFor != j.ID && strings.EqualFold(j.RunnerName, runnerName)
 }
 
 // boundJob returns the unstarted job assigned to in, if any.
@@ -220,10 +269,16 @@ func runnerTakes(ctx context.Context, st Store, in domain.Instance, want []strin
 func (r rebindRows) plan(now time.Time) domain.Change {
 	var c domain.Change
 	if r.unbindable {
-		if r.job.ID == 0 {
+		switch {
+		case r.spent:
+			c.Instances = append(c.Instances, retiring.Release(r.taker, r.spentReason(), now))
+		case r.job.ID == 0:
 			c.Instances = append(c.Instances, verbs.UnbindForeign(r.taker, now.Add(ForeignJobWait)))
-		} else { // the reported job is over: the runner is done with it
+		default: // the reported job is over: the runner is done with it
 			c.Instances = append(c.Instances, verbs.Unbind(r.taker, now.Add(UnboundWait)))
+		}
+		if r.displaced == nil {
+			return c
 		}
 		return r.placeDisplaced(c, now)
 	}
@@ -255,8 +310,24 @@ func (r rebindRows) placeDisplaced(c domain.Change, now time.Time) domain.Change
 	if r.holder != nil {
 		c.Instances = append(c.Instances, verbs.Unbind(*r.holder, now.Add(UnboundWait)))
 	}
-	c.Jobs = append(c.Jobs, verbs.RequeueJob(d, fmt.Sprintf("its runner took job %d", r.reported)))
+	requeue := verbs.RequeueJob
+	if d.Status == domain.JobRunning {
+		requeue = verbs.RequeueNotRun // its agent saw the runner start the reported job
+	}
+	c.Jobs = append(c.Jobs, requeue(d, fmt.Sprintf("its runner took job %d", r.reported)))
 	return c
+}
+
+// retiring ends the instance of a spent runner. The deadline of the state
+// it enters only bounds the retries of the terminate call.
+var retiring = domain.NewLifecycle(domain.Deadlines{})
+
+// spentReason says why a spent runner's instance is retired.
+func (r rebindRows) spentReason() string {
+	if r.job.ID == 0 {
+		return fmt.Sprintf("its runner ran job %d, not this stack's, to its end: a runner serves one job", r.reported)
+	}
+	return fmt.Sprintf("its runner ran job %d to its end: a runner serves one job", r.reported)
 }
 
 // labelsCover reports whether a runner registered with labels have can take

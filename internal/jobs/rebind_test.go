@@ -1,8 +1,11 @@
 package jobs_test
 
 import (
+	"context"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
@@ -335,46 +338,211 @@ func TestFollowRunnerRequeuesTheJobOfARunnerThatTookAJobItCannotBeBoundTo(t *tes
 	}
 }
 
-// What FollowRunner leaves alone, beyond what Rebind does: a report about
-// a runner the instance no longer holds (a late delivery about its last
-// job), a name bullpen did not give, a job that ended on an instance, and
-// a displaced job that already started.
+// What FollowRunner and FollowRunnerEnded leave alone, beyond what Rebind
+// does: a report about a runner the instance no longer holds (a late
+// delivery about its last job), a name bullpen did not give, a job that
+// ended on an instance, and a job GitHub itself reported started on the
+// runner, which a report that the runner took another job contradicts.
 func TestFollowRunnerLeavesAlone(t *testing.T) {
 	cases := []struct {
 		name   string
 		runner string
 		job    *domain.Job // job 43, when written
 		status domain.JobStatus
+		// ranOn is the runner job 42 is recorded on, when not the one
+		// registered for it: GitHub reported it there.
+		ranOn string
 	}{
-		{"another runner of the instance, job over", "bp-1-40", &domain.Job{Status: domain.JobCompleted}, domain.JobAssigned},
-		{"another runner of the instance, job unknown", "bp-1-40", nil, domain.JobAssigned},
-		{"another runner of the instance, job assigned", "bp-1-40", &domain.Job{Status: domain.JobAssigned, InstanceID: "bp-2"}, domain.JobAssigned},
-		{"not bullpen's runner", "GitHub Actions 5", nil, domain.JobAssigned},
-		{"job over on this instance", "bp-1-42", &domain.Job{Status: domain.JobCompleted, InstanceID: "bp-1"}, domain.JobAssigned},
-		{"job over on another instance", "bp-1-42", &domain.Job{Status: domain.JobCompleted, InstanceID: "bp-2"}, domain.JobAssigned},
-		{"job unknown, own job started", "bp-1-42", nil, domain.JobRunning},
-		{"job over, own job started", "bp-1-42", &domain.Job{Status: domain.JobCompleted}, domain.JobRunning},
+		{"another runner of the instance, job over", "bp-1-40", &domain.Job{Status: domain.JobCompleted}, domain.JobAssigned, ""},
+		{"another runner of the instance, job unknown", "bp-1-40", nil, domain.JobAssigned, ""},
+		{"another runner of the instance, job assigned", "bp-1-40", &domain.Job{Status: domain.JobAssigned, InstanceID: "bp-2"}, domain.JobAssigned, ""},
+		{"not bullpen's runner", "GitHub Actions 5", nil, domain.JobAssigned, ""},
+		{"job over on this instance", "bp-1-42", &domain.Job{Status: domain.JobCompleted, InstanceID: "bp-1"}, domain.JobAssigned, ""},
+		{"job over on another instance", "bp-1-42", &domain.Job{Status: domain.JobCompleted, InstanceID: "bp-2"}, domain.JobAssigned, ""},
+		{"job unknown, own job started as GitHub reported", "bp-1-41", nil, domain.JobRunning, "bp-1-41"},
+		{"job over, own job started as GitHub reported", "bp-1-41", &domain.Job{Status: domain.JobCompleted}, domain.JobRunning, "bp-1-41"},
+	}
+	follows := map[string]func(context.Context, jobs.Store, domain.Queue, int64, string, time.Time) (bool, error){
+		"started": jobs.FollowRunner, "ended": jobs.FollowRunnerEnded,
+	}
+	for _, tc := range cases {
+		for report, follow := range follows {
+			t.Run(tc.name+", "+report, func(t *testing.T) {
+				f := newFixture(t)
+				runner := "bp-1-42"
+				if tc.ranOn != "" {
+					runner = tc.ranOn // bp-1's runner, registered for job 41, was handed job 42
+				}
+				before := f.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateRunning, Job: "42",
+					RunnerName: runner, RunnerConfig: "jit-of-bp-1"})
+				jbefore := f.createJob(domain.Job{ID: 42, Status: tc.status, InstanceID: "bp-1", RunnerName: runner, Attempts: 1})
+				if tc.job != nil {
+					tc.job.ID = 43
+					f.createJob(*tc.job)
+				}
+				moved, err := follow(f.Ctx, f.Store, f.Queue, 43, tc.runner, t0)
+				if err != nil || moved {
+					t.Fatalf("moved %v, %v; want nothing done", moved, err)
+				}
+				if after := f.Instance("bp-1"); after.Version != before.Version {
+					t.Fatalf("bp-1 changed: %q v%d → %q v%d", before.Job, before.Version, after.Job, after.Version)
+				}
+				if after := f.Job(42); after.Version != jbefore.Version {
+					t.Fatalf("job 42 changed: %s v%d → %s v%d", jbefore.Status, jbefore.Version, after.Status, after.Version)
+				}
+				f.wantQueued(0)
+			})
+		}
+	}
+}
+
+// The usual order of a take: bp-1's agent reports its runner started a
+// job, which marks job 42 running, before GitHub's report that the runner
+// took job 43 (another stack's, or one that is over). The agent cannot
+// tell which job its runner started; GitHub can: job 42 never ran on bp-1,
+// and goes back to its queue, its start forgotten.
+func TestFollowRunnerRequeuesAJobOnlyItsAgentSawStart(t *testing.T) {
+	for name, job43 := range map[string]*domain.Job{
+		"over":    {ID: 43, Status: domain.JobCompleted, Conclusion: "success"},
+		"unknown": nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			in := f.createInstance("bp-1", domain.StateRunning, 42)
+			f.createJob(domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: "bp-1", RunnerName: "bp-1-42", Attempts: 1,
+				QueuedAt: t0.Add(-time.Minute)})
+			if job43 != nil {
+				f.createJob(*job43)
+			}
+			// What the agent's job-started writes.
+			if _, err := f.Store.Transition(f.Ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) { i.JobStarted = true }); err != nil {
+				t.Fatal(err)
+			}
+			if err := jobs.MarkRunning(f.Ctx, f.Store, 42, t0, ""); err != nil {
+				t.Fatal(err)
+			}
+			moved, err := jobs.FollowRunner(f.Ctx, f.Store, f.Queue, 43, "bp-1-42", t0.Add(time.Second))
+			if err != nil || !moved {
+				t.Fatalf("moved %v, %v; want the report followed", moved, err)
+			}
+			j := f.Job(42)
+			if j.Status != domain.JobQueued || j.InstanceID != "" || j.RunnerName != "" || j.Attempts != 2 ||
+				j.Reason != "its runner took job 43" || !j.StartedAt.IsZero() {
+				t.Fatalf("job 42 %s on %q runner %q attempt %d (%q) started %s, want queued again, unbound, not started",
+					j.Status, j.InstanceID, j.RunnerName, j.Attempts, j.Reason, j.StartedAt)
+			}
+			if since, ok := j.WaitingSince(); !ok || !since.Equal(t0.Add(-time.Minute)) {
+				t.Fatalf("job 42 waiting %v since %s, want waiting since GitHub queued it", ok, since)
+			}
+			f.wantQueued(1)
+			if in := f.Instance("bp-1"); in.Job != "" || in.State != domain.StateRunning {
+				t.Fatalf("bp-1 %s bound to %q, want running, unbound", in.State, in.Job)
+			}
+		})
+	}
+}
+
+// GitHub's report that job 43, which bp-1 cannot be bound to, ended on
+// bp-1's runner: the runner served its one job and will take no other.
+// bp-1 is retired, whether the start of job 43 was reported first (bp-1
+// unbound already), never (its job goes back to its queue in the same
+// change), or after bp-1's agent had reported a start; a report of the
+// start coming late changes nothing more.
+func TestFollowRunnerEndedRetiresASpentRunner(t *testing.T) {
+	cases := []struct {
+		name         string
+		job43        *domain.Job
+		agentStarted bool // bp-1's agent reported its runner started a job
+		startedFirst bool // GitHub's start of job 43 was followed before its end
+	}{
+		{"unknown job, start reported first", nil, false, true},
+		{"unknown job, agent's start then GitHub's", nil, true, true},
+		{"unknown job, end reported alone", nil, false, false},
+		{"unknown job, agent's start then the end alone", nil, true, false},
+		{"job over, end reported alone", &domain.Job{ID: 43, Status: domain.JobCompleted, Conclusion: "success"}, false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			before := f.createInstance("bp-1", domain.StateRunning, 42)
-			jbefore := f.createJob(domain.Job{ID: 42, Status: tc.status, InstanceID: "bp-1", RunnerName: "bp-1-42", Attempts: 1})
-			if tc.job != nil {
-				tc.job.ID = 43
-				f.createJob(*tc.job)
+			in := f.createInstance("bp-1", domain.StateRunning, 42)
+			f.createJob(domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: "bp-1", RunnerName: "bp-1-42", Attempts: 1})
+			if tc.job43 != nil {
+				f.createJob(*tc.job43)
 			}
-			moved, err := jobs.FollowRunner(f.Ctx, f.Store, f.Queue, 43, tc.runner, t0)
+			if tc.agentStarted {
+				if _, err := f.Store.Transition(f.Ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) { i.JobStarted = true }); err != nil {
+					t.Fatal(err)
+				}
+				if err := jobs.MarkRunning(f.Ctx, f.Store, 42, t0, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.startedFirst {
+				if _, err := jobs.FollowRunner(f.Ctx, f.Store, f.Queue, 43, "bp-1-42", t0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ended := t0.Add(2 * time.Minute)
+			moved, err := jobs.FollowRunnerEnded(f.Ctx, f.Store, f.Queue, 43, "bp-1-42", ended)
+			if err != nil || !moved {
+				t.Fatalf("moved %v, %v; want the end followed", moved, err)
+			}
+			got := f.Instance("bp-1")
+			if got.State != domain.StateTerminating || got.Job != "" || got.JobStarted || got.RunnerName != "" || got.RunnerConfig != "" ||
+				!strings.Contains(got.Reason, "job 43") || got.Deadline.After(ended.Add(domain.DefaultDeadlines().Terminating)) {
+				t.Fatalf("bp-1 %s bound to %q (started %v) runner %q until %s (%q), want terminating, its runner spent",
+					got.State, got.Job, got.JobStarted, got.RunnerName, got.Deadline, got.Reason)
+			}
+			if j := f.Job(42); j.Status != domain.JobQueued || j.InstanceID != "" || j.Attempts != 2 || !j.StartedAt.IsZero() {
+				t.Fatalf("job 42 %s on %q attempt %d started %s, want queued again once", j.Status, j.InstanceID, j.Attempts, j.StartedAt)
+			}
+			f.wantQueued(1)
+
+			// GitHub's start of job 43, delivered late.
+			if moved, err := jobs.FollowRunner(f.Ctx, f.Store, f.Queue, 43, "bp-1-42", ended.Add(time.Second)); err != nil || moved {
+				t.Fatalf("late start: moved %v, %v; want nothing done", moved, err)
+			}
+			if after := f.Instance("bp-1"); after.Version != got.Version {
+				t.Fatalf("bp-1 written again by a late start: v%d → v%d", got.Version, after.Version)
+			}
+		})
+	}
+}
+
+// The end of a job bullpen binds is followed as its start is: the job is
+// bound to the instance whose runner ran it, which its end releases.
+func TestFollowRunnerEndedBindsAJobOfOurs(t *testing.T) {
+	f := newFixture(t)
+	swapPair(f)
+	moved, err := jobs.FollowRunnerEnded(f.Ctx, f.Store, f.Queue, 43, "bp-1-42", t0)
+	if err != nil || !moved {
+		t.Fatalf("moved %v, %v; want the report followed", moved, err)
+	}
+	wantBound(t, f, "bp-1", 43)
+	wantBound(t, f, "bp-2", 42)
+	if in := f.Instance("bp-1"); in.State != domain.StateRunning {
+		t.Fatalf("bp-1 %s, want running: the end of its job releases it", in.State)
+	}
+}
+
+// A late report of the end of a job the instance's previous runner ran,
+// reaching it while it holds no runner (a pool member warming up again, or
+// claimed for a job whose runner is not named yet), does not retire it.
+func TestFollowRunnerEndedLeavesAnInstanceHoldingNoRunner(t *testing.T) {
+	for name, in := range map[string]domain.Instance{
+		"warming up":       {ID: "bp-1", State: domain.StateBooting, Role: domain.RoleHot},
+		"claimed, unnamed": {ID: "bp-1", State: domain.StateClaimed, Job: "44"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			before := f.CreateInstance(in)
+			moved, err := jobs.FollowRunnerEnded(f.Ctx, f.Store, f.Queue, 43, "bp-1-42", t0)
 			if err != nil || moved {
 				t.Fatalf("moved %v, %v; want nothing done", moved, err)
 			}
 			if after := f.Instance("bp-1"); after.Version != before.Version {
-				t.Fatalf("bp-1 changed: %q v%d → %q v%d", before.Job, before.Version, after.Job, after.Version)
+				t.Fatalf("bp-1 changed: %s v%d → %s v%d", before.State, before.Version, after.State, after.Version)
 			}
-			if after := f.Job(42); after.Version != jbefore.Version {
-				t.Fatalf("job 42 changed: %s v%d → %s v%d", jbefore.Status, jbefore.Version, after.Status, after.Version)
-			}
-			f.wantQueued(0)
 		})
 	}
 }
