@@ -47,7 +47,7 @@ func (in *Intake) progress(ctx context.Context, e event) error {
 		return in.protect(ctx, w.ID)
 	case webhook.ActionCompleted:
 		// Release the instance whose runner ran the job.
-		if _, err := jobs.FollowRunner(ctx, in.Store, in.Queue, w.ID, w.RunnerName, in.Clock.Now()); err != nil {
+		if _, err := jobs.FollowRunnerEnded(ctx, in.Store, in.Queue, w.ID, w.RunnerName, in.Clock.Now()); err != nil {
 			return fmt.Errorf("job %d completed on %s: %w", w.ID, w.RunnerName, err)
 		}
 		if err := in.Finisher.Finish(ctx, w.ID, w.Conclusion); err != nil {
@@ -61,17 +61,28 @@ func (in *Intake) progress(ctx context.Context, e event) error {
 // followForeign follows GitHub's report that a runner of bullpen's took a
 // job that is not this stack's: a job of another environment whose labels
 // the runner carries (its own job's labels are a superset of the other's).
-// The runner's own job goes back to its queue, as it will never run there.
+// The runner's own job goes back to its queue, as it will never run there;
+// the end of the job the runner took retires the runner's instance, as a
+// runner serves one job.
 func (in *Intake) followForeign(ctx context.Context, e event) error {
 	w := e.ev.Job
 	if _, _, ok := domain.ParseRunnerName(w.RunnerName); !ok {
 		return nil
 	}
-	moved, err := jobs.FollowRunner(ctx, in.Store, in.Queue, w.ID, w.RunnerName, in.Clock.Now())
+	ended := e.ev.Action == webhook.ActionCompleted
+	follow := jobs.FollowRunner
+	if ended {
+		follow = jobs.FollowRunnerEnded
+	}
+	moved, err := follow(ctx, in.Store, in.Queue, w.ID, w.RunnerName, in.Clock.Now())
 	if err != nil {
 		return fmt.Errorf("job %d, not ours, %s on %s: %w", w.ID, e.ev.Action, w.RunnerName, err)
 	}
-	if moved {
+	switch {
+	case moved && ended: // the take was warned of when the job started
+		in.Log.Info("a runner of this stack ran a job that is not this stack's to its end; its instance is retired",
+			"runner", w.RunnerName, "job", w.ID, "repo", e.ev.Repo)
+	case moved:
 		in.Log.Warn("a runner of this stack took a job that is not this stack's; the job the runner was started for goes back to its queue (give jobs of different stacks labels neither's runners carry)",
 			"runner", w.RunnerName, "job", w.ID, "repo", e.ev.Repo, "labels", w.Labels)
 	}
