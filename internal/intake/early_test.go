@@ -160,9 +160,12 @@ func TestOurRunnerTakingAnotherStacksJobRequeuesItsOwn(t *testing.T) {
 	f.deliver(jobEvent{action: "queued", id: 9402, runID: 95, labels: prod})
 	f.step()
 	f.noJob(9402)
-	f.instance("bp-dev", domain.StateRunning, 9401)
-	f.setJob(9401, func(j *domain.Job) { j.Status, j.InstanceID = domain.JobAssigned, "bp-dev" })
 	runner := domain.RunnerName("bp-dev", 9401)
+	if err := f.Store.CreateInstances(f.Ctx, []domain.Instance{{ID: "bp-dev", CloudID: "cloud-bp-dev", Pool: "shared", Runner: "small-x64",
+		State: domain.StateRunning, Job: domain.JobKey(9401), RunnerName: runner}}); err != nil {
+		t.Fatal(err)
+	}
+	f.setJob(9401, func(j *domain.Job) { j.Status, j.InstanceID = domain.JobAssigned, "bp-dev" })
 	f.deliver(jobEvent{action: "in_progress", id: 9402, runID: 95, labels: prod, runnerName: runner})
 	f.step()
 	f.noJob(9402)
@@ -177,11 +180,15 @@ func TestOurRunnerTakingAnotherStacksJobRequeuesItsOwn(t *testing.T) {
 	}
 	f.wantEvents("in_progress", "not_ours", 1)
 
-	// Its completed changes nothing more, and says nothing more.
+	// Its completed retires bp-dev, whose runner is spent, and warns no
+	// more.
 	f.deliver(jobEvent{action: "completed", id: 9402, runID: 95, labels: prod, runnerName: runner, conclusion: "success"})
 	f.step()
 	if l := f.logs.Lines("level=WARN"); len(l) != 1 {
 		t.Errorf("warnings %q, want the first alone", l)
+	}
+	if in := f.Instance("bp-dev"); in.State != domain.StateTerminating {
+		t.Errorf("bp-dev %s after the foreign job's end, want terminating", in.State)
 	}
 	if got := f.fin.recorded(); len(got) != 0 {
 		t.Errorf("Finish calls %v, want none: the job is not ours", got)
