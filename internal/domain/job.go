@@ -103,6 +103,13 @@ type Job struct {
 	Spec   RunnerSpec // the machine the job needs
 
 	InstanceID string // bullpen instance bound to it
+	// LaunchedOn is the instance a provisioner launches for the queued job
+	// (Lifecycle.LaunchFor), recorded before its create call so that a
+	// second message for the job is put off while that launch may still
+	// serve it. It binds nothing: the job is that instance's only once the
+	// handover assigns it (InstanceID). Going back to wait for a runner
+	// clears it.
+	LaunchedOn string
 	// RunnerName is the runner registered for the job, until GitHub reports
 	// the runner that took it (possibly another one: see jobs.Rebind).
 	RunnerName string
@@ -131,6 +138,20 @@ type Job struct {
 	AssignedAt  time.Time
 	StartedAt   time.Time
 	CompletedAt time.Time
+}
+
+// HandoverAllowance is how long a machine launched for a job may boot
+// without its runner. The provisioner hands a new machine its job and
+// runner as soon as its fleet returns, so one still without them after
+// this long was left by a provisioner that stopped in between (a crash, a
+// replica killed), and nobody will hand it over.
+const HandoverAllowance = time.Minute
+
+// AbandonedLaunch reports whether in is a machine launched for a job and
+// left booting without its runner for HandoverAllowance at now.
+func AbandonedLaunch(in Instance, now time.Time) bool {
+	return in.State == StateBooting && in.Role == RoleOnDemand && in.Job != "" && in.RunnerName == "" &&
+		!now.Before(in.StateSince.Add(HandoverAllowance))
 }
 
 // ReasonWaitingForApproval is the Reason of a queued job GitHub holds for

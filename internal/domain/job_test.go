@@ -37,6 +37,34 @@ func TestJobWaitingSince(t *testing.T) {
 	}
 }
 
+// A machine launched for a job is an abandoned launch once it has booted
+// without its runner for the handover allowance; one handed over, one
+// not launched for a job, or one not booting is not.
+func TestAbandonedLaunch(t *testing.T) {
+	booted := time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)
+	due := booted.Add(HandoverAllowance)
+	launched := Instance{ID: "bp-1", State: StateBooting, Role: RoleOnDemand, Job: "42", StateSince: booted}
+	with := func(edit func(*Instance)) Instance { in := launched; edit(&in); return in }
+	for _, c := range []struct {
+		name string
+		in   Instance
+		at   time.Time
+		want bool
+	}{
+		{"booting without its runner past the allowance", launched, due, true},
+		{"within the allowance", launched, due.Add(-time.Second), false},
+		{"handed its runner", with(func(in *Instance) { in.RunnerName = "bp-1-42" }), due, false},
+		{"bound to no job", with(func(in *Instance) { in.Job = "" }), due, false},
+		{"a pool member warming up", with(func(in *Instance) { in.Role, in.Job = RoleHot, "" }), due, false},
+		{"still pending", with(func(in *Instance) { in.State = StatePending }), due, false},
+		{"running", with(func(in *Instance) { in.State = StateRunning }), due, false},
+	} {
+		if got := AbandonedLaunch(c.in, c.at); got != c.want {
+			t.Errorf("%s: abandoned %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 // How a pool job is served follows from its instance as claimed: the
 // instance's state says whether it must be started, and a running one
 // that is no longer a member is a reusable instance back from a job.

@@ -365,7 +365,7 @@ func (l Lifecycle) UnassignJob(j Job, reason string) JobTransitionRequest {
 	return jobChange(j, func(x *Job) {
 		x.Status, x.Reason = JobQueued, reason
 		x.InstanceID, x.RunnerName, x.RunnerID, x.Via = "", "", 0, ""
-		x.AssignedAt = time.Time{}
+		x.AssignedAt, x.LaunchedOn = time.Time{}, ""
 	})
 }
 
@@ -375,7 +375,7 @@ func (l Lifecycle) UnassignJob(j Job, reason string) JobTransitionRequest {
 func (l Lifecycle) RequeueJob(j Job, reason string) JobTransitionRequest {
 	return jobChange(j, func(x *Job) {
 		x.Status, x.Reason, x.SendPending = JobQueued, reason, true
-		x.InstanceID, x.RunnerName, x.RunnerID = "", "", 0
+		x.InstanceID, x.RunnerName, x.RunnerID, x.LaunchedOn = "", "", 0, ""
 		x.AssignedAt, x.Via = time.Time{}, ""
 		x.Attempts++
 	})
@@ -388,13 +388,13 @@ func (l Lifecycle) Approve(j Job) JobTransitionRequest {
 }
 
 // LaunchFor records, on a queued job, the instance about to be launched
-// for it, before the create call. The job stays queued (its runner is not
-// registered yet) but no longer waits for another machine: a provisioner
-// holding a second message for it leaves it to this launch while the
-// instance's row may still serve it. Guarded on the job as read, so that
-// of two provisioners marking one job, one launches.
+// for it (LaunchedOn), before the create call. The job stays queued and
+// bound to no instance until the handover, but a provisioner holding a
+// second message for it leaves it to this launch while the instance's row
+// may still serve it. Guarded on the job as read, so that of two
+// provisioners marking one job, one launches.
 func (l Lifecycle) LaunchFor(j Job, instanceID string) JobTransitionRequest {
-	return jobChange(j, func(x *Job) { x.InstanceID = instanceID })
+	return jobChange(j, func(x *Job) { x.LaunchedOn = instanceID })
 }
 
 // RetryJob records another attempt at serving a queued job, and why the
@@ -403,7 +403,7 @@ func (l Lifecycle) LaunchFor(j Job, instanceID string) JobTransitionRequest {
 func (l Lifecycle) RetryJob(j Job, reason string) JobTransitionRequest {
 	return jobChange(j, func(x *Job) {
 		x.Attempts++
-		x.InstanceID = ""
+		x.LaunchedOn = ""
 		if reason != "" {
 			x.Reason = reason
 		}

@@ -233,6 +233,10 @@ func TestJobVerbs(t *testing.T) {
 	assigned := domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: "bp-1", RunnerName: "bp-1-42", RunnerID: 9,
 		Via: domain.ViaPool, AssignedAt: now, Version: 2, Attempts: 1}
 	interrupted := domain.Job{ID: 42, Status: domain.JobCompleted, Interrupted: true, Version: 5}
+	marked := queued
+	marked.LaunchedOn = "bp-3"
+	launched := assigned
+	launched.LaunchedOn = "bp-1"
 	rerun := interrupted
 	rerun.Rerun = true
 	cases := []struct {
@@ -267,6 +271,18 @@ func TestJobVerbs(t *testing.T) {
 		}},
 		{"interrupt", assigned, lc.InterruptJob(assigned), func(j domain.Job) bool {
 			return j.Interrupted && !j.Rerun && j.Status == domain.JobAssigned && j.InstanceID == "bp-1"
+		}},
+		{"launch for", queued, lc.LaunchFor(queued, "bp-3"), func(j domain.Job) bool {
+			return j.Status == domain.JobQueued && j.LaunchedOn == "bp-3" && j.InstanceID == "" && j.Version == 3
+		}},
+		{"retry a marked job", marked, lc.RetryJob(marked, "fleet failed"), func(j domain.Job) bool {
+			return j.Status == domain.JobQueued && j.LaunchedOn == "" && j.Attempts == 2 && j.Reason == "fleet failed"
+		}},
+		{"requeue a launched job", launched, lc.RequeueJob(launched, "gone"), func(j domain.Job) bool {
+			return j.Status == domain.JobQueued && j.LaunchedOn == "" && j.InstanceID == ""
+		}},
+		{"unassign a launched job", launched, lc.UnassignJob(launched, "retry"), func(j domain.Job) bool {
+			return j.Status == domain.JobQueued && j.LaunchedOn == "" && j.InstanceID == ""
 		}},
 		{"re-run", interrupted, lc.RerunJob(interrupted), func(j domain.Job) bool { return j.Interrupted && j.Rerun }},
 		{"re-run refused", rerun, lc.RerunRefused(rerun), func(j domain.Job) bool { return j.Interrupted && !j.Rerun }},
