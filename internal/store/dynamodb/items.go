@@ -147,6 +147,9 @@ func (s *Store) jobItem(j domain.Job) (map[string]types.AttributeValue, error) {
 	item[attrKind] = str(kindJob)
 	item[attrState] = str(kindJob + "#" + string(j.Status))
 	optional(item, attrPool, kindJob, j.Pool)
+	// The link is the instance bound to the job, which JobFilter.Instance
+	// looks up; the instance a launch is under way on (LaunchedOn) binds
+	// nothing and is looked up by no one, so the doc alone carries it.
 	optional(item, attrLink, kindJob, j.InstanceID)
 	if j.Interrupted && !j.Rerun {
 		item[attrRerun] = str(kindJob)

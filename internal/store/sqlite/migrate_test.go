@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"io/fs"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -275,5 +276,35 @@ func TestUpgradeFromJobRunnerConfig(t *testing.T) {
 	}
 	if got, err := s.GetInstance(t.Context(), "bp-1"); err != nil || got.RunnerName != "bp-1-42" || got.RunnerConfig != "jit-new" {
 		t.Fatalf("runner on the upgraded instance: %q (config %t), %v", got.RunnerName, got.RunnerConfig == "jit-new", err)
+	}
+}
+
+// A database from before the launch mark had its own column opens with
+// every job unmarked, and a job marked since keeps its mark.
+func TestUpgradeToTheLaunchMark(t *testing.T) {
+	path, clk := tempPath(t), clock.NewVirtual(epoch)
+	names, err := fs.Glob(migrationsFS(), "00*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := slices.DeleteFunc(names, func(n string) bool { return n >= "0012" })
+	oldRelease(t, path, clk, before,
+		`INSERT INTO jobs (id, status, instance_id, attempts, version, created_at, updated_at)
+			VALUES (42, 'queued', '', 1, 3, ?, ?)`)
+
+	s := openAt(t, path, clk)
+	j, err := s.GetJob(t.Context(), 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Status != domain.JobQueued || j.InstanceID != "" || j.LaunchedOn != "" || j.Version != 3 {
+		t.Fatalf("upgraded job: %+v", j)
+	}
+	m := domain.NewLifecycle(domain.Deadlines{}).LaunchFor(j, "bp-7")
+	if _, err := s.TransitionJob(t.Context(), m.ID, m.Guard, m.Apply); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetJob(t.Context(), 42); err != nil || got.LaunchedOn != "bp-7" || got.InstanceID != "" {
+		t.Fatalf("marked job after the upgrade: launched on %q, bound to %q, %v", got.LaunchedOn, got.InstanceID, err)
 	}
 }

@@ -38,7 +38,7 @@ func job(id int64, status domain.JobStatus) domain.Job {
 			Family: []string{"c7i", "m7i"}, Volume: domain.Volume{Type: "gp3", SizeGB: 40, ThroughputMBps: 125, IOPS: 3000},
 			Spot: "price-capacity-optimized", Retry: domain.RetryNever,
 		},
-		InstanceID: fmt.Sprintf("inst-%d", id), RunnerName: fmt.Sprintf("bullpen-%d", id), RunnerID: 77 + id,
+		InstanceID: fmt.Sprintf("inst-%d", id), LaunchedOn: fmt.Sprintf("launched-%d", id), RunnerName: fmt.Sprintf("bullpen-%d", id), RunnerID: 77 + id,
 		Reason: "because", Conclusion: "success", Attempts: 1, SendPending: true, Interrupted: true, Rerun: true,
 		QueuedAt:    start.Add(-5*time.Second - 11*time.Microsecond).In(zone),
 		AssignedAt:  start.Add(-4 * time.Second).In(zone),
