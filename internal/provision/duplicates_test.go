@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 )
@@ -123,4 +124,72 @@ func TestAJobMarkedByAProvisionerThatDiedIsServedAfterTheMark(t *testing.T) {
 		t.Fatalf("%d instances for the job after its mark ended, want 1", len(in))
 	}
 	f.wantJob(100, domain.JobAssigned, domain.ViaCold, in[0].ID)
+}
+
+// The launch mark binds nothing: while its machine is launched, the job is
+// queued and bound to no instance, for everything that reads InstanceID
+// as the instance serving the job; the mark names the instance launched.
+func TestALaunchMarkBindsNoInstance(t *testing.T) {
+	var rc *recordingCloud
+	f := newFixture(t, withRecordingCloud(&rc))
+	f.queueJobs(small, 100, 1)
+	var during domain.Job
+	var readErr error
+	rc.onCreate = func(domain.LaunchSpec) { during, readErr = f.Store.GetJob(f.Ctx, 100) }
+
+	f.serve()
+
+	ins := f.Instances(domain.InstanceFilter{Job: "100"})
+	if readErr != nil || len(ins) != 1 {
+		t.Fatalf("job read during the create call: %v; %d instances for it, want 1", readErr, len(ins))
+	}
+	if during.Status != domain.JobQueued || during.InstanceID != "" || during.LaunchedOn != ins[0].ID {
+		t.Fatalf("job during its create call: %s, bound to %q, launched on %q; want queued, unbound, launched on %s",
+			during.Status, during.InstanceID, during.LaunchedOn, ins[0].ID)
+	}
+	f.wantJob(100, domain.JobAssigned, domain.ViaCold, ins[0].ID)
+}
+
+// A provisioner killed between its create call and the handover leaves
+// the job marked and its machine booting without a runner. The job's
+// message, back after the visibility timeout, is put off only until the
+// handover allowance has passed, not until that machine's booting
+// deadline, and the job gets another machine.
+func TestAJobWhoseProvisionerDiedAfterItsCreateCallIsServedOnceTheHandoverIsOverdue(t *testing.T) {
+	f := newFixture(t)
+	j := f.queueJobs(small, 100, 1)[0]
+	j, err := f.Store.GetJob(f.Ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := f.p.verbs.LaunchFor(j, "bp-dead")
+	if _, err := f.Store.TransitionJob(f.Ctx, m.ID, m.Guard, m.Apply); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := f.cloud.Create(f.Ctx, domain.LaunchSpec{Runner: small, ImageID: "ami-1", Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := domain.Instance{ID: "bp-dead", CloudID: ms[0].ID, Role: domain.RoleOnDemand, Runner: small.Name,
+		State: domain.StateBooting, Job: j.Key(), Deadline: f.Clock.Now().Add(f.p.opts.Deadlines.Booting)}
+	if err := f.Store.CreateInstances(f.Ctx, []domain.Instance{dead}); err != nil {
+		t.Fatal(err)
+	}
+	f.cloud.ResetCalls()
+
+	f.Clock.Advance(domain.HandoverAllowance / 2)
+	f.serve()
+	if n := f.cloud.Calls()[sim.OpCreateFleet]; n != 0 || counter(t, f.p.metrics.jobs, outcomeDeferred) != 1 {
+		t.Fatalf("%d fleets within the handover allowance; want the message put off", n)
+	}
+	f.Clock.Advance(domain.HandoverAllowance / 2)
+	f.serve()
+	if n := f.cloud.Calls()[sim.OpCreateFleet]; n != 1 {
+		t.Fatalf("%d fleets once the handover was overdue, want 1 (launch queue %+v)", n, f.Stats(domain.QueueLaunch))
+	}
+	ins := f.Instances(domain.InstanceFilter{Job: "100", States: []domain.State{domain.StateRunning}})
+	if len(ins) != 1 || ins[0].ID == dead.ID {
+		t.Fatalf("running instances for the job %+v, want a new one", ins)
+	}
+	f.wantJob(100, domain.JobAssigned, domain.ViaCold, ins[0].ID)
 }

@@ -12,13 +12,15 @@ import (
 
 // A job may have two launch messages: a redelivery on SQS, or a message
 // sent while another was in hand. Before its create call, the provisioner
-// marks the job with the instance it launches for it
-// (domain.Lifecycle.LaunchFor, guarded on the job as read), so that a
+// marks the job with the instance it launches for it (Job.LaunchedOn, by
+// domain.Lifecycle.LaunchFor, guarded on the job as read), so that a
 // second provisioner holding the other message launches nothing while that
-// instance may still serve the job. The mark holds while the instance's
-// row is pending or booting for the job, until the row's deadline; before
-// the row is written, for the pending allowance from the mark. A mark
-// left by a provisioner that died ends so, and the job is served again.
+// instance may still serve the job. The mark binds nothing: the job stays
+// queued and unbound until the handover. It holds while the instance's row
+// is pending or booting for the job, until the row's deadline; before the
+// row is written, for the pending allowance from the mark. A mark left by
+// a provisioner that died ends so, and the job is served again; one whose
+// machine boots without its runner ends sooner (domain.AbandonedLaunch).
 
 // launchedElsewhere says another provisioner launches a machine for the
 // job, and until when that launch may still serve it.
@@ -29,13 +31,17 @@ type launchedElsewhere struct {
 
 func (e *launchedElsewhere) Error() string { return "job already served by instance " + e.instance }
 
+// waiting reports whether j still needs a runner: queued, and bound to no
+// instance.
+func waiting(j domain.Job) bool { return j.Status == domain.JobQueued && j.InstanceID == "" }
+
 // launchUnderWay returns the launch j is marked with when it is not mine
 // and may still serve j; nil when there is none.
 func (p *Provisioner) launchUnderWay(ctx context.Context, j domain.Job, mine string) (*launchedElsewhere, error) {
-	if j.Status != domain.JobQueued || j.InstanceID == "" || j.InstanceID == mine {
+	if !waiting(j) || j.LaunchedOn == "" || j.LaunchedOn == mine {
 		return nil, nil
 	}
-	in, err := p.Store.GetInstance(ctx, j.InstanceID)
+	in, err := p.Store.GetInstance(ctx, j.LaunchedOn)
 	var until time.Time
 	switch {
 	case errors.Is(err, domain.ErrNotFound):
@@ -43,23 +49,31 @@ func (p *Provisioner) launchUnderWay(ctx context.Context, j domain.Job, mine str
 		// that marked it died in between.
 		until = j.UpdatedAt.Add(p.opts.Deadlines.Pending)
 	case err != nil:
-		return nil, fmt.Errorf("read instance %s launched for job %d: %w", j.InstanceID, j.ID, err)
+		return nil, fmt.Errorf("read instance %s launched for job %d: %w", j.LaunchedOn, j.ID, err)
 	case in.Job != j.Key() || (in.State != domain.StatePending && in.State != domain.StateBooting):
 		return nil, nil // that launch is over
+	case in.State == domain.StateBooting && in.RunnerName == "":
+		// Its provisioner hands it over as soon as its fleet returns: one
+		// still without its runner past the allowance was abandoned
+		// (domain.AbandonedLaunch), minutes before its booting deadline.
+		until = in.StateSince.Add(domain.HandoverAllowance)
+		if in.Deadline.Before(until) {
+			until = in.Deadline
+		}
 	default:
 		until = in.Deadline
 	}
 	if !p.Clock.Now().Before(until) {
 		return nil, nil
 	}
-	return &launchedElsewhere{instance: j.InstanceID, until: until}, nil
+	return &launchedElsewhere{instance: j.LaunchedOn, until: until}, nil
 }
 
 // waits says whether rq's job, as read now (j), still waits for a machine
 // from rq: nil if it does, errGone when it no longer waits for a runner, a
 // *launchedElsewhere when another provisioner launches one for it.
 func (p *Provisioner) waits(ctx context.Context, rq *request, j domain.Job) error {
-	if j.Status != domain.JobQueued {
+	if !waiting(j) {
 		return errGone
 	}
 	le, err := p.launchUnderWay(ctx, j, rq.mark)

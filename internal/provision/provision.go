@@ -384,8 +384,7 @@ type received struct {
 // read reads the jobs of a received batch. A message that is unreadable, or
 // whose job no longer waits for a runner, is done with and counted dropped.
 func (p *Provisioner) read(ctx context.Context, msgs []domain.Message) (received, error) {
-	got, done, err := jobs.ReadMessages(ctx, p.Store, p.Log, domain.QueueLaunch, msgs,
-		func(j domain.Job) bool { return j.Status == domain.JobQueued })
+	got, done, err := jobs.ReadMessages(ctx, p.Store, p.Log, domain.QueueLaunch, msgs, waiting)
 	if err != nil {
 		return received{}, err
 	}
