@@ -30,7 +30,7 @@ func (p *Provisioner) create(ctx context.Context, class string, reqs []*request,
 	// Marked before anything is made for it: a job cancelled meanwhile,
 	// or launched for by another provisioner, gets no runner and no
 	// machine.
-	want := p.register(ctx, p.mark(ctx, reqs), led)
+	want := p.register(ctx, p.mark(ctx, reqs))
 	defer p.discardUnlaunched(ctx, want)
 	fleets := p.fleets(want)
 	clock.Each(p.tasks, len(fleets), fleetsAtOnce, func(i int) {
@@ -73,11 +73,13 @@ func (p *Provisioner) fleets(reqs []*request) [][]*request {
 // register registers each request's runner, named for the instance its
 // job is marked with, before that instance is launched: a runner GitHub
 // refuses (credentials, permissions, a runner group or labels it will not
-// take) or cannot register now (an outage) costs no machine, and the job
-// is retried without one. A registration refused for GitHub's rate limit
-// is tried again once the limit lifts, within CreationTimeout. It returns
-// the requests whose runner is registered.
-func (p *Provisioner) register(ctx context.Context, reqs []*request, led *ledger) []*request {
+// take), cannot register now (an outage) or will not register yet (its
+// rate limit) costs no machine, and the job is retried without one, a
+// rate-limited one once the limit lifts (requeue). Nothing waits here:
+// the other requests' runners are registered already, and their machines
+// are launched at once. It returns the requests whose runner is
+// registered.
+func (p *Provisioner) register(ctx context.Context, reqs []*request) []*request {
 	hs := make([]*serving.Handover, len(reqs))
 	for i, rq := range reqs {
 		hs[i] = rq.attempt(domain.Instance{ID: rq.mark, Runner: rq.job.Runner}, domain.ViaCold)
@@ -85,12 +87,8 @@ func (p *Provisioner) register(ctx context.Context, reqs []*request, led *ledger
 	p.pipeline.Register(ctx, hs)
 	var ok []*request
 	for _, rq := range reqs {
-		err := rq.h.Err
-		if errors.Is(err, domain.ErrRateLimited) {
-			err = p.retryRateLimited(ctx, rq, err, led)
-		}
-		if err != nil {
-			rq.err = err
+		if rq.h.Err != nil {
+			rq.err = rq.h.Err
 			continue
 		}
 		ok = append(ok, rq)
@@ -343,34 +341,4 @@ func (p *Provisioner) assignMany(ctx context.Context, reqs []*request, insts []d
 		reqs[i].job, errs[i] = h.Job, h.Err
 	}
 	return errs
-}
-
-// rateLimitPoll is how long a handover refused for GitHub's rate limit
-// waits before it is tried again, when the refusal does not say.
-const rateLimitPoll = 30 * time.Second
-
-// retryRateLimited tries again a registration GitHub refused for its rate
-// limit, once the limit lifts, within the creation timeout: requeued, the
-// job would only come back into the same limit.
-func (p *Provisioner) retryRateLimited(ctx context.Context, rq *request, err error, led *ledger) error {
-	deadline := p.Clock.Now().Add(p.opts.CreationTimeout)
-	for errors.Is(err, domain.ErrRateLimited) {
-		now := p.Clock.Now()
-		wait := rateLimitPoll
-		var at domain.RetryAt
-		if errors.As(err, &at) && at.RetryAt().After(now) {
-			wait = at.RetryAt().Sub(now)
-		}
-		if now.Add(wait).After(deadline) {
-			return err
-		}
-		p.Log.Info("runner registration refused for GitHub's rate limit; the launch waits", "job", rq.job.ID, "instance", rq.mark, "wait", wait)
-		if !clock.Sleep(p.tasks, p.Clock, led.quit, wait) {
-			return err
-		}
-		rq.h.Err = nil
-		p.pipeline.Register(ctx, []*serving.Handover{rq.h})
-		err = rq.h.Err
-	}
-	return err
 }

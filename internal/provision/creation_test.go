@@ -348,32 +348,69 @@ func TestColdStartsUseTheImageCurrentWhenTheirBatchIsServed(t *testing.T) {
 	}
 }
 
-// A new machine whose runner registration GitHub refuses for its rate
-// limit waits for the limit to lift and gets its runner then: it is not
-// terminated, and its job is not requeued to launch another.
-func TestARateLimitedRegistrationDoesNotChurnTheNewMachine(t *testing.T) {
-	f := newFixture(t)
+// A runner registration GitHub refuses for its rate limit costs no machine
+// and holds up no other job of its wave: their machines are launched at
+// once, and the refused job goes back to the launch queue, its launch mark
+// over, until the limit lifts, to get its one machine then. Waiting in
+// place held the whole wave, while the runners registered for the others
+// were held by no instance row, and could outlive the job's mark.
+func TestARateLimitedRegistrationWaitsInTheQueueAndHoldsUpNoOtherJob(t *testing.T) {
+	var rc *recordingCloud
+	f := newFixture(t, withRecordingCloud(&rc))
 	f.setAgent(registerAtOnce)
-	f.gh.FailNext(ghsim.OpRegisterRunner, 1, &ghsim.RateLimitError{Reset: t0.Add(45 * time.Second)})
-	f.queueJobs(small, 100, 1)
+	reset := t0.Add(45 * time.Second)
+	f.gh.FailNext(ghsim.OpRegisterRunner, 1, &ghsim.RateLimitError{Reset: reset})
+	asked := make(chan time.Time, 2)
+	rc.onCreate = func(domain.LaunchSpec) { asked <- f.Clock.Now() }
+	f.queueJobs(small, 100, 5)
+
 	done := f.serveAsync(f.p, f.receive())
-	waiting := make(chan struct{})
-	go func() { f.Clock.BlockUntil(1); close(waiting) }() // the wait for the limit to lift
 	select {
 	case <-done:
-		j := f.Job(100)
-		t.Fatalf("served without waiting for the limit: job %s, attempts %d (%s)", j.Status, j.Attempts, j.Reason)
-	case <-waiting:
+	case <-time.After(10 * time.Second): // a watchdog, not a wait for something
+		f.Clock.Advance(45 * time.Second)
+		<-done
+		t.Fatalf("the wave waited for one job's rate limit: fleet requests %v", rc.fleets())
 	}
-	f.Clock.Advance(45 * time.Second)
-	<-done
-	j := f.Job(100)
-	if j.Status != domain.JobAssigned || j.Via != domain.ViaCold || j.Attempts != 0 {
+	if got, at := rc.fleets(), <-asked; !slices.Equal(got, []int{4}) || !at.Equal(t0) {
+		t.Fatalf("fleet requests %v, the first at %s; want the 4 registered jobs' fleet at once", got, at)
+	}
+	var limited []domain.Job
+	for id := int64(100); id < 105; id++ {
+		if j := f.Job(id); j.Status == domain.JobQueued {
+			limited = append(limited, j)
+		}
+	}
+	if len(limited) != 1 {
+		t.Fatalf("%d jobs left queued, want the one whose registration was refused", len(limited))
+	}
+	j := limited[0]
+	if j.InstanceID != "" || j.LaunchedOn != "" || j.Attempts != 1 || !strings.Contains(j.Reason, "rate limit") {
+		t.Fatalf("refused job on %q, launched on %q, attempts %d (%s); want it back in the queue, its mark over",
+			j.InstanceID, j.LaunchedOn, j.Attempts, j.Reason)
+	}
+	if n := len(f.Instances(domain.InstanceFilter{Runner: "small"})); n != 4 {
+		t.Fatalf("%d instance rows, want none for the refused job", n)
+	}
+	if st := f.Stats(domain.QueueLaunch); st.Delayed != 1 || st.Visible+st.InFlight != 0 {
+		t.Fatalf("launch queue %+v: want the refused job's message put off", st)
+	}
+
+	f.Clock.Advance(reset.Sub(f.Clock.Now()) - time.Second)
+	if st := f.Stats(domain.QueueLaunch); st.Visible != 0 {
+		t.Fatalf("launch queue %+v: the refused job came back before the limit lifted", st)
+	}
+	f.Clock.Advance(time.Second)
+	f.serve()
+	j = f.Job(j.ID)
+	if j.Status != domain.JobAssigned || j.Via != domain.ViaCold || j.Attempts != 1 {
 		t.Fatalf("job %s via %q, attempts %d (%s), want assigned on its first machine", j.Status, j.Via, j.Attempts, j.Reason)
 	}
-	insts := f.Instances(domain.InstanceFilter{Runner: "small"})
-	if len(insts) != 1 || insts[0].State != domain.StateRunning || insts[0].ID != j.InstanceID {
-		t.Fatalf("instances %+v, want the one machine running the job", insts)
+	if got := rc.fleets(); !slices.Equal(got, []int{4, 1}) {
+		t.Fatalf("fleet requests %v, want one more machine once the limit lifted", got)
+	}
+	if in := f.Instance(j.InstanceID); in.State != domain.StateRunning {
+		t.Fatalf("instance %+v, want the one machine running the job", in)
 	}
 }
 

@@ -122,6 +122,11 @@ func (p *Provisioner) reject(ctx context.Context, rq *request, rej *rejection) (
 	return outcomeRejected, nil
 }
 
+// rateLimitPoll is how long a job whose runner GitHub refused for its
+// rate limit waits before it is tried again, when the refusal does not
+// say when the limit lifts.
+const rateLimitPoll = 30 * time.Second
+
 // repeatedRefusals is the attempt from which a job whose runner GitHub
 // refuses is logged as an error: the first may be a settings change on
 // its way, the third is not.
@@ -185,6 +190,13 @@ func (p *Provisioner) requeue(ctx context.Context, rq *request) (string, error) 
 		if j.Attempts >= repeatedRefusals {
 			level = slog.LevelError
 		}
+	}
+	if errors.Is(rq.err, domain.ErrRateLimited) {
+		// Not the job's fault, and it mends itself: the job comes back
+		// when the limit lifts, and its mark is over meanwhile, so that
+		// no launch waits for it.
+		delay = max(delay, rateLimitPoll)
+		level, msg = slog.LevelInfo, "runner registration refused for GitHub's rate limit; the job waits for the limit to lift"
 	}
 	var limited domain.RetryAt
 	if errors.As(rq.err, &limited) {
