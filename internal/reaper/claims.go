@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
@@ -17,8 +18,10 @@ import (
 // nothing. A machine launched for a job and still booting is such a claim
 // too: a provisioner that died before the handover leaves it to its
 // booting deadline (10 min) while the job's message, back in its queue,
-// gets another machine. The claim must be StaleClaimAfter old, so that a
-// claim in progress is never judged on the job it has not yet bound.
+// gets another machine; and since the handover follows the fleet at once,
+// one still without its runner past domain.HandoverAllowance is abandoned
+// whatever its job's state. The claim must be StaleClaimAfter old, so that
+// a claim in progress is never judged on the job it has not yet bound.
 func (r *Reconciler) staleClaims(ctx context.Context, rows []domain.Instance) (int, error) {
 	now := r.Clock.Now()
 	var errs []error
@@ -27,7 +30,7 @@ func (r *Reconciler) staleClaims(ctx context.Context, rows []domain.Instance) (i
 		if !claimFor(in) || in.JobStarted || in.Job == "" || now.Sub(in.StateSince) < r.StaleClaimAfter {
 			continue
 		}
-		why, stale, err := r.claimStale(ctx, in)
+		why, stale, err := r.claimStale(ctx, in, now)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -54,8 +57,8 @@ func claimFor(in domain.Instance) bool {
 }
 
 // claimStale says whether in's claim is for a job that does not need it,
-// and why.
-func (r *Reconciler) claimStale(ctx context.Context, in domain.Instance) (string, bool, error) {
+// or was abandoned, and why.
+func (r *Reconciler) claimStale(ctx context.Context, in domain.Instance, now time.Time) (string, bool, error) {
 	id, err := domain.ParseJobKey(in.Job)
 	if err != nil {
 		return "claimed for a job whose key is not a job id", true, nil
@@ -70,6 +73,8 @@ func (r *Reconciler) claimStale(ctx context.Context, in domain.Instance) (string
 		return fmt.Sprintf("claimed for job %d, which has ended (%s)", id, j.Status), true, nil
 	case j.InstanceID != "" && j.InstanceID != in.ID:
 		return fmt.Sprintf("claimed for job %d, which instance %s serves", id, j.InstanceID), true, nil
+	case j.InstanceID != in.ID && domain.AbandonedLaunch(in, now):
+		return fmt.Sprintf("launched for job %d and never handed its runner: its provisioner stopped before the handover", id), true, nil
 	}
 	return "", false, nil
 }

@@ -1,6 +1,7 @@
 package reaper
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -53,7 +54,7 @@ func TestStaleClaimsEnd(t *testing.T) {
 
 // A machine launched for a job whose provisioner died before the handover
 // ends once the job is served by another machine, not at its booting
-// deadline; one whose job still waits is left to boot.
+// deadline; one handed its runner whose job still waits is left to boot.
 func TestAMachineBootingForAJobServedElsewhereEnds(t *testing.T) {
 	x := newFixture(t)
 	jobs := []domain.Job{
@@ -67,7 +68,9 @@ func TestAMachineBootingForAJobServedElsewhereEnds(t *testing.T) {
 		return domain.Instance{ID: id, CloudID: "i-" + id, State: domain.StateBooting, Job: job, Role: domain.RoleOnDemand,
 			Deadline: x.Clock.Now().Add(10 * time.Minute)}
 	}
-	rows := []domain.Instance{booting("bp-first", "1"), booting("bp-second", "1"), booting("bp-waiting", "2")}
+	waiting := booting("bp-waiting", "2")
+	waiting.RunnerName = domain.RunnerName(waiting.ID, 2)
+	rows := []domain.Instance{booting("bp-first", "1"), booting("bp-second", "1"), waiting}
 	if err := x.Store.CreateInstances(x.Ctx, rows); err != nil {
 		t.Fatal(err)
 	}
@@ -79,4 +82,47 @@ func TestAMachineBootingForAJobServedElsewhereEnds(t *testing.T) {
 	x.wantInstanceStates(map[string]domain.State{
 		"bp-first": domain.StateTerminating, "bp-second": domain.StateBooting, "bp-waiting": domain.StateBooting,
 	})
+}
+
+// A machine launched for a job and left booting without its runner past
+// the handover allowance is an abandoned launch: its provisioner stopped
+// between the create call and the handover, which follows the fleet at
+// once. It ends while its job still waits, not at its booting deadline;
+// one within the allowance, or handed its runner, is left to boot.
+func TestAnAbandonedLaunchEnds(t *testing.T) {
+	x := newFixture(t)
+	jobs := []domain.Job{
+		{ID: 1, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RouteLaunch, LaunchedOn: "bp-abandoned"},
+		{ID: 2, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RouteLaunch, LaunchedOn: "bp-handed-over"},
+		{ID: 3, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RouteLaunch, LaunchedOn: "bp-just-booted"},
+	}
+	if _, err := x.Store.CreateJobs(x.Ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	booting := func(id, job string) domain.Instance {
+		return domain.Instance{ID: id, CloudID: "i-" + id, State: domain.StateBooting, Job: job, Role: domain.RoleOnDemand,
+			Deadline: x.Clock.Now().Add(10 * time.Minute)}
+	}
+	handed := booting("bp-handed-over", "2")
+	handed.RunnerName = domain.RunnerName(handed.ID, 2)
+	if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{booting("bp-abandoned", "1"), handed}); err != nil {
+		t.Fatal(err)
+	}
+	x.Clock.Advance(domain.HandoverAllowance / 2)
+	if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{booting("bp-just-booted", "3")}); err != nil {
+		t.Fatal(err)
+	}
+	x.Clock.Advance(domain.HandoverAllowance / 2)
+	if rep := x.cycle(); rep.StaleClaims != 1 {
+		t.Fatalf("%d stale claims ended, want 1: %+v", rep.StaleClaims, rep)
+	}
+	x.wantInstanceStates(map[string]domain.State{
+		"bp-abandoned": domain.StateTerminating, "bp-handed-over": domain.StateBooting, "bp-just-booted": domain.StateBooting,
+	})
+	if in := x.Instance("bp-abandoned"); !strings.Contains(in.Reason, "never handed its runner") {
+		t.Errorf("abandoned launch ended for %q", in.Reason)
+	}
+	if j, _ := x.Store.GetJob(x.Ctx, 1); j.Status != domain.JobQueued || j.InstanceID != "" {
+		t.Errorf("the abandoned launch's job was touched: %+v", j)
+	}
 }
