@@ -437,11 +437,14 @@ func (r *Reconciler) deadRunners(ctx context.Context, s domain.Scope, rows []dom
 // runnerAwaited reads, after GitHub listed the runners, the row of the
 // instance a runner is named for (domain.RunnerName), and reports whether
 // that instance may still start the runner: it holds the runner and serves
-// a job, or it is bound to the runner's job, in any state short of its end.
-// The cycle's rows cannot tell: a new machine's runner is registered before
+// a job, or it is bound to the runner's job, in any state short of its end;
+// with no row yet, whether the runner's job, still queued, is marked
+// launched on that instance (LaunchedOn). The cycle's rows cannot tell: a
+// new machine's runner is registered after its job is marked and before
 // its launch, its row is written (pending, bound to the job) just before
-// the create call, and it holds the runner only once the call returned; a
-// claimed instance is bound to its job before its runner is registered.
+// the create call (a batch's later fleets waiting for its first ones),
+// and it holds the runner only once the call returned; a claimed instance
+// is bound to its job before its runner is registered.
 func (r *Reconciler) runnerAwaited(ctx context.Context, name string) (bool, error) {
 	id, job, ok := domain.ParseRunnerName(name)
 	if !ok {
@@ -450,7 +453,7 @@ func (r *Reconciler) runnerAwaited(ctx context.Context, name string) (bool, erro
 	in, err := r.Store.GetInstance(ctx, id)
 	switch {
 	case errors.Is(err, domain.ErrNotFound):
-		return false, nil
+		return r.launchMarked(ctx, job, id)
 	case err != nil:
 		return false, fmt.Errorf("read the instance of runner %s: %w", name, err)
 	}
@@ -458,6 +461,19 @@ func (r *Reconciler) runnerAwaited(ctx context.Context, name string) (bool, erro
 		return true, nil
 	}
 	return in.Job == domain.JobKey(job) && !endingOrEnded(in.State), nil
+}
+
+// launchMarked reports whether job, still queued, is marked launched on
+// instance id.
+func (r *Reconciler) launchMarked(ctx context.Context, job int64, id string) (bool, error) {
+	j, err := r.Store.GetJob(ctx, job)
+	switch {
+	case errors.Is(err, domain.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read the job of runner %s: %w", domain.RunnerName(id, job), err)
+	}
+	return j.Status == domain.JobQueued && j.LaunchedOn == id, nil
 }
 
 // endingOrEnded reports whether an instance in state s is on its way out:

@@ -183,28 +183,51 @@ func (g launchDuringListing) ListRunners(ctx context.Context, s domain.Scope) ([
 
 // A runner is registered before its machine is launched, and its instance
 // holds it only once the create call returned: until then a runner whose
-// instance is bound to its job (pending for the create call, claimed from
-// a resource pool) is not dead, though the row was written after the cycle
-// read its rows. A runner whose instance no longer serves its job is.
+// job is marked launched on its instance, or whose instance is bound to
+// that job (pending for the create call, claimed from a resource pool), is
+// not dead, though the row was written after the cycle read its rows. A
+// runner whose instance no longer serves its job is, as is one whose job's
+// launch mark names another instance or whose job no longer waits.
 func TestARunnerRegisteredBeforeItsMachineIsNotDead(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		row    domain.Instance
+		row    domain.Instance // none when it has no state
+		mark   string          // the instance job 100 is marked launched on
+		status domain.JobStatus
 		during bool // the row is written after the cycle read its rows
 		dead   bool
 	}{
-		{"row pending for the create call", domain.Instance{State: domain.StatePending, Job: "100"}, false, false},
-		{"row written during the cycle", domain.Instance{State: domain.StatePending, Job: "100"}, true, false},
-		{"reused instance claimed for the job", domain.Instance{State: domain.StateClaimed, Job: "100", CloudID: "i-1"}, false, false},
-		{"instance released since", domain.Instance{State: domain.StateReady, CloudID: "i-1"}, false, true},
-		{"instance bound to another job", domain.Instance{State: domain.StateClaimed, Job: "101", CloudID: "i-1"}, false, true},
-		{"launch abandoned", domain.Instance{State: domain.StateTerminating, Job: "100"}, false, true},
+		{"job marked, row not written yet", domain.Instance{}, "bp-new", domain.JobQueued, false, false},
+		{"job marked for another launch", domain.Instance{}, "bp-other", domain.JobQueued, false, true},
+		{"job cancelled", domain.Instance{}, "bp-new", domain.JobCompleted, false, true},
+		{"row pending for the create call", domain.Instance{State: domain.StatePending, Job: "100"}, "bp-new", domain.JobQueued, false, false},
+		{"row written during the cycle", domain.Instance{State: domain.StatePending, Job: "100"}, "bp-new", domain.JobQueued, true, false},
+		{"reused instance claimed for the job", domain.Instance{State: domain.StateClaimed, Job: "100", CloudID: "i-1"}, "", domain.JobQueued, false, false},
+		{"instance released since", domain.Instance{State: domain.StateReady, CloudID: "i-1"}, "", domain.JobCompleted, false, true},
+		{"instance bound to another job", domain.Instance{State: domain.StateClaimed, Job: "101", CloudID: "i-1"}, "", domain.JobQueued, false, true},
+		{"launch abandoned", domain.Instance{State: domain.StateTerminating, Job: "100"}, "bp-new", domain.JobQueued, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := newFixture(t)
+			x.CreateJob(domain.Job{ID: 100, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RouteLaunch})
+			if tc.mark != "" {
+				j, _ := x.Store.GetJob(x.Ctx, 100)
+				m := domain.Lifecycle{}.LaunchFor(j, tc.mark)
+				if _, err := x.Store.TransitionJob(x.Ctx, m.ID, m.Guard, m.Apply); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.status != domain.JobQueued {
+				if _, err := x.Store.TransitionJob(x.Ctx, 100, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) { j.Status = tc.status }); err != nil {
+					t.Fatal(err)
+				}
+			}
 			row := tc.row
 			row.ID, row.Role, row.Deadline = "bp-new", domain.RoleOnDemand, x.Clock.Now().Add(5*time.Minute)
 			write := func() {
+				if row.State == "" {
+					return
+				}
 				if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{row}); err != nil {
 					t.Error(err)
 				}
