@@ -95,10 +95,13 @@ func (r *Reconciler) endedWaits(ctx context.Context, rows []domain.Instance, ope
 
 // waitStart says whether j waits for a runner as far as the store knows,
 // and since when: from GitHub queuing it, or from its record when that is
-// not known. A job held for an approval does not wait for a runner.
+// later or GitHub's time is not known (bullpen cannot have served a job it
+// had not heard of: a job queued an hour before its late webhook came has
+// waited for bullpen no longer than since then). A job held for an
+// approval does not wait for a runner.
 func waitStart(j domain.Job) (time.Time, bool) {
 	if since, ok := j.WaitingSince(); ok {
-		return since, true
+		return maxTime(since, j.CreatedAt), true
 	}
 	if j.HeldForApproval() || !j.StartedAt.IsZero() || (j.Status != domain.JobQueued && j.Status != domain.JobAssigned) {
 		return time.Time{}, false
@@ -184,4 +187,11 @@ func (r *Reconciler) completeWaiting(ctx context.Context, j domain.Job, at time.
 		return false, nil
 	}
 	return false, fmt.Errorf("complete waiting job %d: %w", j.ID, err)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -162,3 +162,24 @@ func TestWaitingJobsAreLookedUpInTurnWithinACap(t *testing.T) {
 		}
 	}
 }
+
+// A job whose webhook came late (GitHub queued it an hour before bullpen
+// heard of it) has waited for bullpen only since then: it is not looked up
+// before it has waited waitingAfter from its record.
+func TestAJobHeardOfLateIsLookedUpOnlyAfterWaitingForBullpen(t *testing.T) {
+	x := newFixture(t)
+	x.CreateJob(domain.Job{ID: 7, Repo: spotRepo, Labels: []string{"runs-on=1/pool=p"}, Status: domain.JobQueued, Route: domain.RoutePool, Pool: "p",
+		QueuedAt: x.Clock.Now().Add(-time.Hour)})
+	for range 9 {
+		x.Clock.Advance(time.Minute)
+		x.cycle()
+	}
+	if n := x.getJobCalls(); n != 0 {
+		t.Fatalf("GitHub asked %d times about a job bullpen heard of %s ago", n, 9*time.Minute)
+	}
+	x.Clock.Advance(time.Minute)
+	x.cycle()
+	if n := x.getJobCalls(); n != 1 {
+		t.Fatalf("GitHub asked %d times once the job waited %s for bullpen, want 1", n, waitingAfter)
+	}
+}
