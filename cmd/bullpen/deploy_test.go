@@ -111,6 +111,22 @@ func parseServeFlags(args []string) error {
 	return nil
 }
 
+// The unit restarts serve after any failure but a start it refused, which
+// exits 78 (EX_CONFIG): no restart mends that. A crash, which Go ends with
+// status 2, is restarted.
+func TestSystemdUnitRestartsServeUnlessItRefusedToStart(t *testing.T) {
+	u := readSystemdUnit(t)
+	var final []string
+	for _, line := range strings.Split(u.text, "\n") {
+		if v, ok := strings.CutPrefix(line, "RestartPreventExitStatus="); ok {
+			final = append(final, strings.Fields(v)...)
+		}
+	}
+	if !slices.Equal(final, []string{"78"}) || !strings.Contains(u.text, "\nRestart=on-failure\n") {
+		t.Errorf("the unit does not restart serve unless it exits 78: RestartPreventExitStatus %v", final)
+	}
+}
+
 // The systemd unit starts serve with flags serve knows, and every secret
 // comes from a systemd credential that ExecStart names.
 func TestSystemdUnitStartsServeWithKnownFlags(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,7 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/agent"
+	"github.com/bullpen-ci/bullpen/internal/app"
+	"github.com/bullpen-ci/bullpen/internal/autoscale"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/queue/sqs"
+	"github.com/bullpen-ci/bullpen/internal/store/dynamodb"
 	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 )
 
@@ -208,13 +214,19 @@ func TestServeHelpAndFlagErrorsDoNotShowSecrets(t *testing.T) {
 }
 
 // Every command answers -h with its usage and exit 0, and a flag it does
-// not know with exit 2, as scripts and service managers expect.
+// not know with exit 2, as scripts and service managers expect; serve and
+// the agent, which systemd runs, with 78 (EX_CONFIG), which their units do
+// not restart, where 2 is also a crash's.
 func TestEveryCommandsHelpExitsZeroAndAWrongFlagTwo(t *testing.T) {
 	for name := range commands {
+		wrongFlag := 2
+		if name == "serve" || name == "agent" {
+			wrongFlag = 78
+		}
 		for _, tc := range []struct {
 			flag string
 			want int
-		}{{"-h", 0}, {"--no-such-flag", 2}} {
+		}{{"-h", 0}, {"--no-such-flag", wrongFlag}} {
 			var out, errb bytes.Buffer
 			e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
 			if got := run(t.Context(), e, []string{name, tc.flag}); got != tc.want {
@@ -253,10 +265,14 @@ func TestAStrayArgumentIsRefusedNotTheFlagsAfterItIgnored(t *testing.T) {
 		{"validate", "a.yml", "b.yml"},
 		{"schedule", "../../examples/runs-on.yml", "--pool", "small-x64", "stray"},
 	} {
+		want := 2
+		if args[0] == "serve" {
+			want = 78 // its refusals are final for its systemd unit
+		}
 		var out, errb bytes.Buffer
 		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
-		if code := run(t.Context(), e, args); code != 2 || !strings.Contains(errb.String(), "unexpected argument") {
-			t.Errorf("%v: exit %d, want 2 and the argument named:\n%s", args, code, errb.String())
+		if code := run(t.Context(), e, args); code != want || !strings.Contains(errb.String(), "unexpected argument") {
+			t.Errorf("%v: exit %d, want %d and the argument named:\n%s", args, code, want, errb.String())
 		}
 	}
 }
@@ -265,7 +281,7 @@ func TestAStrayArgumentIsRefusedNotTheFlagsAfterItIgnored(t *testing.T) {
 // not shown: it would be part of the secret.
 func TestAStrayWordAfterASecretIsNotShown(t *testing.T) {
 	code, _, errOut := runWithEnv(nil, "serve", "--admin-token", "my", "s3cr3t-rest", "--listen", "127.0.0.1:1")
-	if code != 2 || strings.Contains(errOut, "s3cr3t") || !strings.Contains(errOut, "unexpected argument after --admin-token") {
+	if code != 78 || strings.Contains(errOut, "s3cr3t") || !strings.Contains(errOut, "unexpected argument after --admin-token") {
 		t.Fatalf("exit %d:\n%s", code, errOut)
 	}
 }
@@ -275,7 +291,7 @@ func TestAStrayWordAfterASecretIsNotShown(t *testing.T) {
 func TestABadDurationSaysWhatADurationIs(t *testing.T) {
 	var out, errb bytes.Buffer
 	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
-	if code := run(t.Context(), e, []string{"serve", "--converge-every", "10"}); code != 2 ||
+	if code := run(t.Context(), e, []string{"serve", "--converge-every", "10"}); code != 78 ||
 		!strings.Contains(errb.String(), `bullpen serve: --converge-every "10": want a duration with its unit, such as 30s`) {
 		t.Fatalf("exit %d:\n%s", code, errb.String())
 	}
@@ -293,8 +309,8 @@ func TestServeNamesEveryBadFlagAtOnce(t *testing.T) {
 	code := run(t.Context(), e, []string{"serve", "--config", "../../examples/runs-on.yml", "--listen", "127.0.0.1:0",
 		"--log-level", "loud", "--cloud", "mars", "--reap-every", "1ns", "--job-retention", "-1h", "--converge-every", "0s",
 		"--runner-scope", "orgs", "--sim-jobs-per-minute", "-3"})
-	if code != 2 {
-		t.Fatalf("exit %d, want 2\n%s", code, errb.String())
+	if code != 78 {
+		t.Fatalf("exit %d, want 78\n%s", code, errb.String())
 	}
 	for _, want := range []string{`--log-level "loud"`, `--cloud "mars"`, "--reap-every 1ns: want at least 100ms",
 		"--job-retention -1h0m0s: want a positive duration", "--converge-every 0s: want a positive duration",
@@ -346,7 +362,7 @@ func TestServeRefusesHeartbeatAllowancesAgentsCannotMeet(t *testing.T) {
 	// Named with serve's other problems (here: no configuration).
 	code, _, errs := runWithEnv(map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "test-admin-token"},
 		"serve", "--listen", "127.0.0.1:0", "--silent-after", "3s")
-	if code != 2 || !strings.Contains(errs, "--silent-after 3s: want at least 16s") {
+	if code != 78 || !strings.Contains(errs, "--silent-after 3s: want at least 16s") {
 		t.Errorf("serve --silent-after 3s: exit %d:\n%s", code, errs)
 	}
 }
@@ -369,8 +385,8 @@ func TestServeNamesAVariableThatSetsNothing(t *testing.T) {
 		"GITHUB_TOKEN":                 "ghp_y",
 	}
 	code, _, errs := runWithEnv(vars, "serve", "--listen", "127.0.0.1:0")
-	if code != 2 {
-		t.Fatalf("exit %d, want 2 (no configuration):\n%s", code, errs)
+	if code != 78 {
+		t.Fatalf("exit %d, want 78 (no configuration):\n%s", code, errs)
 	}
 	warnings := strings.Count(errs, "level=WARN")
 	for _, want := range []string{
@@ -388,15 +404,15 @@ func TestServeNamesAVariableThatSetsNothing(t *testing.T) {
 }
 
 // Agent settings that no machine's agent can run with stop serve with
-// status 2, which a supervisor does not restart: a restart mends nothing,
-// where the loop of restarts hid them.
-func TestServeExitsTwoForAgentSettingsThatCannotWork(t *testing.T) {
+// status 78 (EX_CONFIG), which its systemd unit does not restart: a
+// restart mends nothing, where the loop of restarts hid them.
+func TestServeExitsSeventyEightForAgentSettingsThatCannotWork(t *testing.T) {
 	code, _, errs := runWithEnv(map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "test-admin-token"},
 		"serve", "--config", "../../examples/runs-on.yml", "--listen", "127.0.0.1:0", "--environment", "dev",
 		"--store", "sqlite://"+filepath.Join(t.TempDir(), "bullpen.db"), "--cloud", "local", "--local-dir", t.TempDir(),
 		"--local-agent-env", "BULLPEN_AGENT_RUNER_COMMAND=./run.sh {jitconfig}")
-	if code != 2 || !strings.Contains(errs, "BULLPEN_AGENT_RUNER_COMMAND") {
-		t.Errorf("exit %d, want 2:\n%s", code, errs)
+	if code != 78 || !strings.Contains(errs, "BULLPEN_AGENT_RUNER_COMMAND") {
+		t.Errorf("exit %d, want 78:\n%s", code, errs)
 	}
 }
 
@@ -418,8 +434,8 @@ func TestServeRefusesAShortAdminToken(t *testing.T) {
 	var errb bytes.Buffer
 	e := &env{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &errb, getenv: getenv}
 	code := run(t.Context(), e, []string{"serve", "--config", "../../examples/runs-on.yml", "--listen", "127.0.0.1:0"})
-	if code != 2 || !strings.Contains(errb.String(), "the admin token is 7 characters: want at least 16") {
-		t.Fatalf("exit %d, want 2 naming the short admin token\n%s", code, errb.String())
+	if code != 78 || !strings.Contains(errb.String(), "the admin token is 7 characters: want at least 16") {
+		t.Fatalf("exit %d, want 78 naming the short admin token\n%s", code, errb.String())
 	}
 	if strings.Contains(errb.String(), "hunter2") {
 		t.Fatalf("the token is in the message:\n%s", errb.String())
@@ -427,7 +443,7 @@ func TestServeRefusesAShortAdminToken(t *testing.T) {
 }
 
 // A runner scope that does not go with the GitHub asked for is a problem of
-// the command line, named with the others: exit 2, where it was found only
+// the command line, named with the others: exit 78, where it was found only
 // once the app was built and exited 1, after the other problems were fixed.
 func TestServeNamesARunnerScopeProblemWithTheOthers(t *testing.T) {
 	getenv := func(k string) string {
@@ -437,8 +453,8 @@ func TestServeNamesARunnerScopeProblemWithTheOthers(t *testing.T) {
 	e := &env{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &errb, getenv: getenv}
 	code := run(t.Context(), e, []string{"serve", "--config", "../../examples/runs-on.yml", "--listen", "127.0.0.1:0",
 		"--runner-scope", "enterprise", "--converge-every", "1ms"})
-	if code != 2 {
-		t.Fatalf("exit %d, want 2\n%s", code, errb.String())
+	if code != 78 {
+		t.Fatalf("exit %d, want 78\n%s", code, errb.String())
 	}
 	for _, want := range []string{"runner scope enterprise needs the enterprise's slug", "--converge-every 1ms"} {
 		if !strings.Contains(errb.String(), want) {
@@ -457,8 +473,8 @@ func TestServeNamesAVariableItCannotParse(t *testing.T) {
 	var out, errb bytes.Buffer
 	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return vars[k] }}
 	code := run(t.Context(), e, []string{"serve", "--config", "../../examples/runs-on.yml", "--listen", "127.0.0.1:0", "--cloud", "mars"})
-	if code != 2 {
-		t.Fatalf("exit %d, want 2\n%s", code, errb.String())
+	if code != 78 {
+		t.Fatalf("exit %d, want 78\n%s", code, errb.String())
 	}
 	for _, want := range []string{`$BULLPEN_CONVERGE_EVERY="fast": time: invalid duration "fast"`,
 		`$BULLPEN_SPOT_BREAKER_INTERRUPTIONS="two": want a whole number`, `$BULLPEN_CANCEL_REJECTED="yes": want true or false`,
@@ -499,8 +515,8 @@ func TestServeNamesAConfigurationItCannotUse(t *testing.T) {
 		var out, errb bytes.Buffer
 		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return vars[k] }}
 		code := run(t.Context(), e, append([]string{"serve", "--listen", "127.0.0.1:0"}, tc.args...))
-		if code != 2 || !strings.Contains(errb.String(), tc.want) || strings.Count(errb.String(), "\n") > 3 {
-			t.Errorf("serve %v: exit %d, stderr:\n%s\nwant exit 2 and only %q", tc.args, code, errb.String(), tc.want)
+		if code != 78 || !strings.Contains(errb.String(), tc.want) || strings.Count(errb.String(), "\n") > 3 {
+			t.Errorf("serve %v: exit %d, stderr:\n%s\nwant exit 78 and only %q", tc.args, code, errb.String(), tc.want)
 		}
 	}
 	if _, err := os.Stat(newStore); !errors.Is(err, os.ErrNotExist) {
@@ -572,10 +588,46 @@ func TestVersion(t *testing.T) {
 func TestServeSaysWhichBadValuesCameFromTheEnvironment(t *testing.T) {
 	vars := map[string]string{"BULLPEN_CLOUD": "gce", "BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "test-admin-token"}
 	code, _, errOut := runWithEnv(vars, "serve", "--config", "../../examples/runs-on.yml", "--github", "hub")
-	if code != 2 || !strings.Contains(errOut, `--cloud "gce": want sim, local or aws`) || !strings.Contains(errOut, "(--cloud came from $BULLPEN_CLOUD)") {
+	if code != 78 || !strings.Contains(errOut, `--cloud "gce": want sim, local or aws`) || !strings.Contains(errOut, "(--cloud came from $BULLPEN_CLOUD)") {
 		t.Fatalf("exit %d:\n%s", code, errOut)
 	}
 	if strings.Contains(errOut, "--github came from") {
 		t.Fatalf("a flag given on the command line said to come from the environment:\n%s", errOut)
+	}
+}
+
+// A start that no restart mends exits 78 (EX_CONFIG), which the systemd
+// unit does not restart: autoscaling the converger cannot poll, agent
+// settings that cannot work, a table or queue made by hand without what
+// bullpen needs, a configuration file with none kept to start on. A
+// source GitHub may answer next time, and any other failure, exit 1.
+func TestServeStartStatusSaysWhetherARestartMayMendIt(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		err    error
+		config string
+		want   int
+	}{
+		{"cadence", fmt.Errorf("with a converger cycle of 2m0s: %w", &autoscale.CadenceError{Problems: []string{"p"}}), "runs-on.yml", 78},
+		{"agent settings", fmt.Errorf("local cloud: --local-agent-env: %w", agent.ErrBadSettings), "runs-on.yml", 78},
+		{"table layout", fmt.Errorf("open store: %w", fmt.Errorf("dynamodb table t: %w: index x is missing", dynamodb.ErrTableLayout)), "runs-on.yml", 78},
+		{"queue setup", fmt.Errorf("open queues: %w", errors.Join(errors.New("queue a: not found"),
+			fmt.Errorf("sqs queue b: %w: DelaySeconds is 5 s", sqs.ErrQueueSetup))), "runs-on.yml", 78},
+		{"a file with none kept", fmt.Errorf("%w: the store keeps none from runs-on.yml", app.ErrNoConfiguration), "runs-on.yml", 78},
+		{"github with none kept", fmt.Errorf("%w: the store keeps none from github://o/r/p", app.ErrNoConfiguration), "github://o/r/p", 1},
+		{"a store that does not answer", errors.New("open store: timeout"), "runs-on.yml", 1},
+	} {
+		if got := startStatus(tc.err, tc.config); got != tc.want {
+			t.Errorf("%s: exit %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// serve -h says which exit statuses its unit restarts.
+func TestServeHelpTellsItsExitStatuses(t *testing.T) {
+	_, out, _ := runCmd(t, "serve", "-h")
+	if said := strings.Join(strings.Fields(out), " "); !strings.Contains(said, "78 (EX_CONFIG) a start refused") ||
+		!strings.Contains(said, "a github:// configuration that cannot be read") {
+		t.Errorf("serve -h does not tell its exit statuses:\n%s", out)
 	}
 }

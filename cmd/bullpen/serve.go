@@ -21,7 +21,9 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/autoscale"
 	"github.com/bullpen-ci/bullpen/internal/configsource"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/queue/sqs"
 	"github.com/bullpen-ci/bullpen/internal/spotbreaker"
+	"github.com/bullpen-ci/bullpen/internal/store/dynamodb"
 )
 
 func init() {
@@ -312,7 +314,15 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	fs := e.flags("serve")
 	var f serveFlags
 	f.define(fs, e.getenv)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: bullpen serve [flags]\n\n")
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), serveExitStatuses)
+	}
 	if status, ok := e.parseFlags(fs, args); !ok {
+		if status != 0 {
+			return exitConfig // the unit's command line or settings file: no restart mends it
+		}
 		return status
 	}
 	// Every problem of the flags and the configuration is named at once.
@@ -334,7 +344,7 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		for _, src := range fromEnvironment(fs, e.getenv, err.Error()) {
 			fmt.Fprintln(e.stderr, "  ("+src+")")
 		}
-		return 2
+		return exitConfig
 	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
@@ -348,17 +358,7 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	if err != nil {
 		ln.Close()
 		fmt.Fprintf(e.stderr, "bullpen serve: %v\n", err)
-		var cadence *autoscale.CadenceError
-		if errors.As(err, &cadence) {
-			return 2 // the configuration and --converge-every disagree: no restart mends that
-		}
-		if errors.Is(err, agent.ErrBadSettings) {
-			return 2 // no machine's agent can run with them, however often serve restarts
-		}
-		if errors.Is(err, app.ErrNoConfiguration) && !strings.HasPrefix(f.config, configsource.Scheme) {
-			return 2 // a file on this machine: a human must mend it, where GitHub may answer the next start
-		}
-		return 1
+		return startStatus(err, f.config)
 	}
 	defer a.Close()
 	f.logProviders(log)
@@ -371,6 +371,44 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	settings := f.http
 	settings.grace = f.shutdownGrace
 	return serveUntilDone(ctx, a, ln, log, settings)
+}
+
+// exitConfig is EX_CONFIG of sysexits.h: serve cannot work with its
+// flags, settings or configuration, and no restart mends that, so
+// deploy/bullpen.service does not restart it. Not 2: Go exits 2 after a
+// panic, which a restart may well mend.
+const exitConfig = 78
+
+// serveExitStatuses ends serve -h.
+var serveExitStatuses = fmt.Sprintf(`
+Exit status: 0 after SIGINT or SIGTERM, the work in hand finished. 1 a failure
+a restart may mend: the listen address taken; a store, queue, cloud or GitHub
+that does not answer; a github:// configuration that cannot be read or does
+not validate, with none put in force from it kept in the store; a shutdown
+past --shutdown-grace. %d (EX_CONFIG) a start refused, every problem named at
+once: flags or variables, agent settings, a configuration file that cannot be
+read or does not validate with none put in force from it kept in the store,
+autoscaling that the --converge-every cycle never lets scale, a DynamoDB
+table without bullpen's keys or indexes, an SQS queue with its own wait or
+delay. deploy/bullpen.service restarts serve after anything but 0 and %d
+(a crash, which Go ends with 2, included).
+`, exitConfig, exitConfig)
+
+// startStatus is serve's exit status after the app refused to start with
+// err, its configuration read from config.
+func startStatus(err error, config string) int {
+	var cadence *autoscale.CadenceError
+	switch {
+	case errors.As(err, &cadence):
+		return exitConfig // the configuration and --converge-every disagree
+	case errors.Is(err, agent.ErrBadSettings):
+		return exitConfig // no machine's agent can run with them
+	case errors.Is(err, dynamodb.ErrTableLayout), errors.Is(err, sqs.ErrQueueSetup):
+		return exitConfig // made or changed by hand: bullpen does not alter them
+	case errors.Is(err, app.ErrNoConfiguration) && !strings.HasPrefix(config, configsource.Scheme):
+		return exitConfig // a file on this machine: a human must mend it
+	}
+	return 1 // GitHub, the store or the cloud may answer the next start
 }
 
 // logProviders says what this process serves with, and warns when it is

@@ -257,7 +257,7 @@ func TestLongPollOutlivesTheHTTPTimeouts(t *testing.T) {
 func TestServeRefusesNonPositiveHTTPTimeouts(t *testing.T) {
 	for _, flag := range []string{"--http-read-timeout", "--http-write-timeout", "--http-idle-timeout"} {
 		code, _, errs := runCmd(t, "serve", flag, "0s")
-		if code != 2 || !strings.Contains(errs, flag+" 0s: want a positive duration") {
+		if code != 78 || !strings.Contains(errs, flag+" 0s: want a positive duration") {
 			t.Errorf("%s 0s: exit %d, %s", flag, code, errs)
 		}
 	}
