@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -630,4 +632,34 @@ func TestServeHelpTellsItsExitStatuses(t *testing.T) {
 		!strings.Contains(said, "a github:// configuration that cannot be read") {
 		t.Errorf("serve -h does not tell its exit statuses:\n%s", out)
 	}
+}
+
+// Every variable a flag's usage names is the one that sets it, booleans'
+// included ("($BULLPEN_CANCEL_REJECTED=true)"): serve does not call one
+// it reads a variable that sets nothing, and counts a provider's flag
+// its variable gives as given.
+func TestServeKnowsTheVariableOfEveryFlag(t *testing.T) {
+	vars := map[string]string{"BULLPEN_CANCEL_REJECTED": "true", "BULLPEN_AWS_NO_SPOT_FALLBACK": "true", "BULLPEN_WEBHOOK_SECRET": "s"}
+	_, _, errs := runWithEnv(vars, "serve", "--listen", "127.0.0.1:0")
+	for _, v := range []string{"BULLPEN_CANCEL_REJECTED", "BULLPEN_AWS_NO_SPOT_FALLBACK"} {
+		if strings.Contains(errs, "variable="+v) {
+			t.Errorf("serve calls $%s, which it reads, a variable that sets nothing:\n%s", v, errs)
+		}
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	f := serveFlags{cloud: "sim", github: "sim"}
+	f.define(fs, func(k string) string { return vars[k] })
+	if got := unusedProviderFlags(&f, f.givenFlags(fs)); !slices.Equal(got, []string{"--aws-no-spot-fallback"}) {
+		t.Errorf("unused provider flags %v, want --aws-no-spot-fallback, which its variable gives", got)
+	}
+	named := regexp.MustCompile(`\(\$(BULLPEN_[A-Z0-9_]+)(=[a-z]+)?\)`)
+	fs.VisitAll(func(fl *flag.Flag) {
+		want := ""
+		if m := named.FindStringSubmatch(fl.Usage); m != nil {
+			want = m[1]
+		}
+		if got := f.variables[fl.Name]; got != want {
+			t.Errorf("--%s: set by $%s, its usage names $%s", fl.Name, got, want)
+		}
+	})
 }

@@ -126,7 +126,7 @@ func TestServeReadsTheGitHubTokenFromAFile(t *testing.T) {
 	} {
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 		var f githubFlags
-		f.define(fs, func(k string) string { return c.vars[k] })
+		f.define(fs, &serveFlags{getenv: func(k string) string { return c.vars[k] }})
 		if err := fs.Parse(c.args); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,6 +59,17 @@ type serveFlags struct {
 	// flag: they are named with the flags' problems, never silently
 	// dropped, unless the command line sets the flag.
 	envProblems map[string]error
+	// variables names, by flag, the variable that sets the flag when the
+	// command line does not.
+	variables map[string]string
+}
+
+// setBy records that $env sets the flag name.
+func (f *serveFlags) setBy(name, env string) {
+	if f.variables == nil {
+		f.variables = map[string]string{}
+	}
+	f.variables[name] = env
 }
 
 // parseBool and parseInt are strconv's, saying what they want.
@@ -91,6 +101,7 @@ func parseInt(v string) (int, error) {
 // its value parsed, or def when it is unset. A value that does not parse is
 // recorded as a problem of the flag (and def kept until it is reported).
 func envDefault[T any](f *serveFlags, name, env string, def T, parse func(string) (T, error)) T {
+	f.setBy(name, env)
 	v := f.getenv(env)
 	if v == "" {
 		return def
@@ -120,33 +131,21 @@ func (f *serveFlags) envErrors(fs *flag.FlagSet) []error {
 	return out
 }
 
-// envVariable finds the variable a flag's usage names as its source.
-var envVariable = regexp.MustCompile(`\(\$([A-Z0-9_]+)\)$`)
-
 // fromEnvironment says which flags that a problem names took their value
 // from the environment rather than the command line, since the problem
 // names the flag: "--cloud came from $BULLPEN_CLOUD".
-func fromEnvironment(fs *flag.FlagSet, getenv func(string) string, problems string) []string {
+func (f *serveFlags) fromEnvironment(fs *flag.FlagSet, problems string) []string {
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	var out []string
 	fs.VisitAll(func(fl *flag.Flag) {
-		v := envVariableOf(fl)
-		if v == "" || set[fl.Name] || getenv(v) == "" || !strings.Contains(problems, "--"+fl.Name+" ") {
+		v := f.variables[fl.Name]
+		if v == "" || set[fl.Name] || f.getenv(v) == "" || !strings.Contains(problems, "--"+fl.Name+" ") {
 			return
 		}
 		out = append(out, fmt.Sprintf("--%s came from $%s", fl.Name, v))
 	})
 	return out
-}
-
-// envVariableOf is the variable that sets fl when it is not given, ""
-// for none.
-func envVariableOf(fl *flag.Flag) string {
-	if m := envVariable.FindStringSubmatch(fl.Usage); m != nil {
-		return m[1]
-	}
-	return ""
 }
 
 // warnSimulatedLeftovers warns when the store holds live instances while
@@ -168,14 +167,14 @@ func warnSimulatedLeftovers(ctx context.Context, st interface {
 
 // givenFlags are the flags given on the command line or by their
 // environment variable.
-func givenFlags(fs *flag.FlagSet, getenv func(string) string) map[string]bool {
+func (f *serveFlags) givenFlags(fs *flag.FlagSet) map[string]bool {
 	given := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
-	fs.VisitAll(func(fl *flag.Flag) {
-		if v := envVariableOf(fl); v != "" && getenv(v) != "" {
-			given[fl.Name] = true
+	for name, v := range f.variables {
+		if f.getenv(v) != "" {
+			given[name] = true
 		}
-	})
+	}
 	return given
 }
 
@@ -215,16 +214,23 @@ func unusedProviderFlags(f *serveFlags, given map[string]bool) []string {
 
 // envString defines a string flag whose default $env sets when it is not
 // empty.
-func envString(fs *flag.FlagSet, getenv func(string) string, p *string, name, env, def, usage string) {
-	if v := getenv(env); v != "" {
+func (f *serveFlags) envString(fs *flag.FlagSet, p *string, name, env, def, usage string) {
+	f.setBy(name, env)
+	if v := f.getenv(env); v != "" {
 		def = v
 	}
 	fs.StringVar(p, name, def, usage+" ($"+env+")")
 }
 
+// defineSecretFile defines the file flag of the secret s, which $ENV_FILE sets.
+func (f *serveFlags) defineSecretFile(fs *flag.FlagSet, s secretSetting, p *string, usage string) {
+	f.setBy(s.flag+"-file", s.env+"_FILE")
+	s.defineFile(fs, p, usage)
+}
+
 func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	f.getenv = getenv
-	str := func(p *string, name, env, def, usage string) { envString(fs, getenv, p, name, env, def, usage) }
+	str := func(p *string, name, env, def, usage string) { f.envString(fs, p, name, env, def, usage) }
 	str(&f.config, "config", "BULLPEN_CONFIG", "", "pool configuration (runs-on.yml format), re-read every --reload: a file, or github://OWNER/REPO/PATH in a repository")
 	str(&f.listen, "listen", "BULLPEN_LISTEN", "127.0.0.1:8080", "HTTP address for /webhook, /api/v1, /metrics, /healthz")
 	str(&f.store, "store", "BULLPEN_STORE", "sqlite://bullpen.db", "state store: sqlite://PATH, or dynamodb://TABLE shared by several replicas (with --queue sqs://PREFIX)")
@@ -236,11 +242,11 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	// Secrets and their files' paths are read from the environment after
 	// parsing, never as flag defaults (see secretSetting).
 	fs.StringVar(&f.secret, "webhook-secret", "", "GitHub webhook secret (prefer $BULLPEN_WEBHOOK_SECRET or --webhook-secret-file)")
-	webhookSecret.defineFile(fs, &f.secretFile, "file holding the webhook secret")
+	f.defineSecretFile(fs, webhookSecret, &f.secretFile, "file holding the webhook secret")
 	fs.StringVar(&f.token, "admin-token", "", "bearer token for /api/v1 (prefer $BULLPEN_ADMIN_TOKEN or --admin-token-file)")
-	adminToken.defineFile(fs, &f.tokenFile, "file holding the admin token")
+	f.defineSecretFile(fs, adminToken, &f.tokenFile, "file holding the admin token")
 	fs.StringVar(&f.viewer, "viewer-token", "", "optional read-only token for the dashboard (prefer $BULLPEN_VIEWER_TOKEN or --viewer-token-file)")
-	viewerToken.defineFile(fs, &f.viewerFile, "file holding the viewer token")
+	f.defineSecretFile(fs, viewerToken, &f.viewerFile, "file holding the viewer token")
 	str(&f.environment, "environment", "BULLPEN_ENVIRONMENT", "production", "which pools this stack serves (pools without environment: belong to all)")
 	str(&f.controllerID, "controller-id", "BULLPEN_CONTROLLER_ID", "", "tag value marking this stack's machines (default bullpen-ENVIRONMENT)")
 	str(&f.replicaID, "replica-id", "BULLPEN_REPLICA_ID", "", "this replica's name in the leases of the loops that run on one replica at a time (default: with an SQLite store, the host name and a hash of --listen and the store's path, so that a serve restarted after a crash takes its leases back at once; else the host name and a random suffix)")
@@ -252,7 +258,7 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 		"with --github sim: the simulated GitHub queues about this many jobs a minute for the pools served, each running 1 to 3 minutes, as in the demo ($BULLPEN_SIM_JOBS_PER_MINUTE)")
 	f.defineIntervals(fs, getenv)
 	f.aws.define(fs, f)
-	f.gh.define(fs, getenv)
+	f.gh.define(fs, f)
 	f.deadlines = domain.DefaultDeadlines()
 	fs.Func("deadline", "STATE=DURATION: how long an instance may stay in a state before it is terminated (repeatable; "+deadlineDefaults()+")", func(v string) error {
 		return setDeadline(&f.deadlines, v)
@@ -331,7 +337,7 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		log = slog.New(slog.NewTextHandler(e.stderr, nil)) // for the warnings below; the error stops serve
 	}
 	// Before the problems: a misspelt variable may be their cause.
-	for _, v := range strayVariables(fs, e.variables()) {
+	for _, v := range f.strayVariables(e.variables()) {
 		attrs := []any{"variable", v.name}
 		if v.meant != "" {
 			attrs = append(attrs, "did_you_mean", v.meant)
@@ -341,7 +347,7 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	opts, err := f.options(e, log)
 	if err := errors.Join(append(f.envErrors(fs), logErr, err)...); err != nil {
 		fmt.Fprintf(e.stderr, "bullpen serve: %v\n", err)
-		for _, src := range fromEnvironment(fs, e.getenv, err.Error()) {
+		for _, src := range f.fromEnvironment(fs, err.Error()) {
 			fmt.Fprintln(e.stderr, "  ("+src+")")
 		}
 		return exitConfig
@@ -365,7 +371,7 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	if f.cloud == "sim" {
 		warnSimulatedLeftovers(ctx, a.Store, log)
 	}
-	if unused := unusedProviderFlags(&f, givenFlags(fs, e.getenv)); len(unused) > 0 {
+	if unused := unusedProviderFlags(&f, f.givenFlags(fs)); len(unused) > 0 {
 		log.Warn("settings of a provider not in use are ignored", "flags", strings.Join(unused, ","), "cloud", f.cloud, "github", f.github)
 	}
 	settings := f.http

@@ -22,9 +22,8 @@ type awsFlags struct {
 }
 
 func (f *awsFlags) define(fs *flag.FlagSet, serve *serveFlags) {
-	getenv := serve.getenv
-	str := func(p *string, name, env, def, usage string) { envString(fs, getenv, p, name, env, def, usage) }
-	region := getenv("AWS_REGION")
+	str := func(p *string, name, env, def, usage string) { serve.envString(fs, p, name, env, def, usage) }
+	region := serve.getenv("AWS_REGION")
 	str(&f.region, "aws-region", "BULLPEN_AWS_REGION", region, "with --cloud aws or --store dynamodb://: the region (default $AWS_REGION)")
 	str(&f.endpoint, "aws-endpoint", "BULLPEN_AWS_ENDPOINT", "", "with --cloud aws or --store dynamodb://: send every AWS call here (an emulator such as moto)")
 	str(&f.subnets, "aws-subnets", "BULLPEN_AWS_SUBNETS", "", "with --cloud aws: subnet ids, comma-separated: each is one availability zone of every fleet")

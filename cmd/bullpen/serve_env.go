@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"maps"
 	"slices"
 	"strings"
@@ -32,22 +31,20 @@ type strayVariable struct {
 	name, meant string
 }
 
-// strayVariables are the BULLPEN_* variables of environ that name no flag
-// of fs and none of otherVariables: a misspelt one (BULLPEN_ENVIROMENT)
+// strayVariables are the BULLPEN_* variables of environ that set no flag
+// of serve and are none of otherVariables: a misspelt one (BULLPEN_ENVIROMENT)
 // is otherwise ignored without a word, and serve starts with the default
 // it was meant to change. The agent's settings (BULLPEN_AGENT_*) are the
 // agent's to check. Only names are returned, never a value: it may be a
 // secret.
-func strayVariables(fs *flag.FlagSet, environ []string) []strayVariable {
+func (f *serveFlags) strayVariables(environ []string) []strayVariable {
 	known := map[string]bool{}
 	for _, v := range otherVariables {
 		known[v] = true
 	}
-	fs.VisitAll(func(fl *flag.Flag) {
-		if v := envVariableOf(fl); v != "" {
-			known[v] = true
-		}
-	})
+	for _, v := range f.variables {
+		known[v] = true
+	}
 	var out []strayVariable
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")

@@ -23,13 +23,13 @@ type githubFlags struct {
 	getenv              func(string) string
 }
 
-func (f *githubFlags) define(fs *flag.FlagSet, getenv func(string) string) {
-	str := func(p *string, name, env, usage string) { envString(fs, getenv, p, name, env, "", usage) }
-	f.getenv = getenv
+func (f *githubFlags) define(fs *flag.FlagSet, serve *serveFlags) {
+	str := func(p *string, name, env, usage string) { serve.envString(fs, p, name, env, "", usage) }
+	f.getenv = serve.getenv
 	str(&f.url, "github-url", "BULLPEN_GITHUB_URL", "with --github app or token: the API root, for GitHub Enterprise Server https://HOST/api/v3/ (default GitHub.com's)")
 	str(&f.appID, "github-app-id", "BULLPEN_GITHUB_APP_ID", "with --github app: the App's id")
-	githubAppKey.defineFile(fs, &f.keyFile, "with --github app: the App's private key (PEM file)")
-	githubToken.defineFile(fs, &f.tokenFile, "with --github token: file holding the token (else $BULLPEN_GITHUB_TOKEN or $GITHUB_TOKEN)")
+	serve.defineSecretFile(fs, githubAppKey, &f.keyFile, "with --github app: the App's private key (PEM file)")
+	serve.defineSecretFile(fs, githubToken, &f.tokenFile, "with --github token: file holding the token (else $BULLPEN_GITHUB_TOKEN or $GITHUB_TOKEN)")
 	str(&f.enterprise, "github-enterprise", "BULLPEN_GITHUB_ENTERPRISE", "with --runner-scope enterprise: the enterprise's slug (needs --github token: a classic token with manage_runners:enterprise)")
 	str(&f.runnerGroup, "runner-group", "BULLPEN_RUNNER_GROUP", "with --runner-scope org or enterprise: the runner group runners join, by name (default: the Default group)")
 	str(&f.workFolder, "runner-work-folder", "BULLPEN_RUNNER_WORK_FOLDER", "with --github app or token: the runners' work directory, relative to the runner's (GitHub's default: _work)")

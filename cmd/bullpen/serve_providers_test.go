@@ -52,12 +52,12 @@ func TestServeNamesSettingsOfProvidersNotInUse(t *testing.T) {
 	if err := fs.Parse([]string{"--aws-subnets", "subnet-1", "--aws-region", "eu-west-1", "--github-app-id", "7"}); err != nil {
 		t.Fatal(err)
 	}
-	got := unusedProviderFlags(&f, givenFlags(fs, func(k string) string { return env[k] }))
+	got := unusedProviderFlags(&f, f.givenFlags(fs))
 	if want := []string{"--aws-subnets", "--local-dir", "--github-app-id"}; !slices.Equal(got, want) {
 		t.Errorf("unused provider flags %v, want %v", got, want)
 	}
 	f.cloud, f.github = "aws", "app"
-	if got := unusedProviderFlags(&f, givenFlags(fs, func(k string) string { return env[k] })); !slices.Equal(got, []string{"--local-dir"}) {
+	if got := unusedProviderFlags(&f, f.givenFlags(fs)); !slices.Equal(got, []string{"--local-dir"}) {
 		t.Errorf("with --cloud aws --github app: %v, want only --local-dir", got)
 	}
 }
