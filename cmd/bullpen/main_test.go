@@ -663,3 +663,55 @@ func TestServeKnowsTheVariableOfEveryFlag(t *testing.T) {
 		}
 	})
 }
+
+// serve checks autoscaling only for the pools its environment serves, at
+// its own --converge-every: validate --environment checks the same pools,
+// so that a dev pool needing a faster converger does not fail the file
+// for the production stack. Without it every pool is checked.
+func TestValidateChecksThePoolsOfTheEnvironmentGiven(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "environments.yml")
+	if err := os.WriteFile(path, []byte(`runners:
+  small:
+    image: ubuntu24-full-x64
+    ram: 1
+    family: [t3]
+pools:
+  fast:
+    runner: small
+    environment: dev
+    schedule:
+      - name: default
+        hot: 1
+    autoscale:
+      poll-interval: 100s
+  steady:
+    runner: small
+    environment: production
+    schedule:
+      - name: default
+        hot: 1
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := runCmd(t, "validate", path); code != 1 || out != "" || !strings.Contains(errs, `pool "fast"`) {
+		t.Errorf("every environment at 30s: exit %d, stdout %q, stderr:\n%s", code, out, errs)
+	}
+	code, out, errs := runCmd(t, "validate", path, "--environment", "production")
+	if code != 0 || strings.Contains(out, "fast:") || !strings.Contains(out, "steady:") || !strings.Contains(out, "ok (1 runners, 1 pools in environment production)") {
+		t.Errorf("--environment production: exit %d:\n%s%s", code, out, errs)
+	}
+	if code, out, errs := runWithEnv(map[string]string{"BULLPEN_ENVIRONMENT": "production"}, "validate", path); code != 0 {
+		t.Errorf("$BULLPEN_ENVIRONMENT=production: exit %d:\n%s%s", code, out, errs)
+	}
+	if code, out, errs := runCmd(t, "validate", path, "--environment", "dev"); code != 1 || !strings.Contains(errs, `pool "fast"`) {
+		t.Errorf("--environment dev at 30s: exit %d:\n%s%s", code, out, errs)
+	}
+	if code, out, errs := runCmd(t, "validate", path, "--environment", "dev", "--converge-every", "10s"); code != 0 || !strings.Contains(out, "fast:") {
+		t.Errorf("--environment dev at 10s: exit %d:\n%s%s", code, out, errs)
+	}
+	code, out, errs = runCmd(t, "validate", path, "--environment", "staging")
+	if code != 0 || !strings.Contains(errs, "warning: no pool names environment staging") || !strings.Contains(errs, "dev, production") ||
+		!strings.Contains(out, "0 pools in environment staging") {
+		t.Errorf("--environment staging: exit %d:\n%s%s", code, out, errs)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -26,8 +27,23 @@ func cmdValidate(_ context.Context, e *env, args []string) int {
 	fs := e.flags("validate")
 	every := fs.Duration("converge-every", converger.DefaultInterval,
 		"serve's --converge-every: an autoscale block whose polls, which come on the converger's cycles, could never scale is refused, as serve refuses it ($BULLPEN_CONVERGE_EVERY)")
+	environment := fs.String("environment", e.getenv("BULLPEN_ENVIRONMENT"),
+		"check only the pools serve's --environment serves, those of this environment and those naming none (default: every pool) ($BULLPEN_ENVIRONMENT)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: bullpen validate FILE [--converge-every 30s]\n\nChecks a pool configuration (runs-on.yml format) as serve does at start and at each reload: prints one line\nper pool and exits 0, or lists every problem as FILE:LINE:COL: message and exits 1.\nWarnings (settings bullpen ignores) go to the standard error.\n\n")
+		fmt.Fprint(fs.Output(), `usage: bullpen validate FILE [--converge-every 30s] [--environment NAME]
+
+Checks a pool configuration (runs-on.yml format) as serve does at start and at each reload: prints one line
+per pool and exits 0, or lists every problem as FILE:LINE:COL: message and exits 1.
+Warnings (settings bullpen ignores) go to the standard error.
+
+serve checks the autoscale blocks of the pools its --environment serves against its --converge-every.
+Without --environment the blocks of every pool are checked, whatever its environment: a file that passes
+suits every stack that reads it at that interval, where serve's own default (production) would leave the
+other environments' pools unchecked. When stacks converge at different intervals, check the file once per
+stack with its --environment and --converge-every; with serve's settings in the environment
+($BULLPEN_ENVIRONMENT, $BULLPEN_CONVERGE_EVERY) validate checks what that serve checks.
+
+`)
 		fs.PrintDefaults()
 	}
 	if v := e.getenv("BULLPEN_CONVERGE_EVERY"); v != "" {
@@ -64,25 +80,33 @@ func cmdValidate(_ context.Context, e *env, args []string) int {
 	for _, w := range cfg.Warnings {
 		fmt.Fprintf(e.stderr, "warning: %s\n", w)
 	}
-	if problems := cadenceProblems(file, cfg, *every); len(problems) > 0 {
+	pools, served := cfg.Pools, ""
+	if *environment != "" {
+		pools, served = cfg.PoolsFor(*environment), " in environment "+*environment
+		if named := cfg.Environments(); len(named) > 0 && !cfg.NamesEnvironment(*environment) {
+			fmt.Fprintf(e.stderr, "warning: no pool names environment %s, so only pools naming none are checked; the file's environments are %s\n",
+				*environment, strings.Join(named, ", "))
+		}
+	}
+	if problems := cadenceProblems(file, pools, *every); len(problems) > 0 {
 		fmt.Fprintf(e.stderr, "%s has %d problem(s):\n%v\n", file, len(problems), problems)
 		return 1
 	}
-	for _, p := range cfg.Pools {
+	for _, p := range pools {
 		fmt.Fprintln(e.stdout, config.Summary(p))
 	}
-	fmt.Fprintf(e.stdout, "%s: ok (%d runners, %d pools)\n", file, len(cfg.Runners), len(cfg.Pools))
+	fmt.Fprintf(e.stdout, "%s: ok (%d runners, %d pools%s)\n", file, len(cfg.Runners), len(pools), served)
 	return 0
 }
 
-// cadenceProblems are the autoscale blocks of cfg, read from file, that
+// cadenceProblems are the autoscale blocks of pools, read from file, that
 // would never scale with the converger cycling every: serve refuses them
 // at start and at a reload. Each is placed at its block in the file when
 // it can be found there.
-func cadenceProblems(file string, cfg *config.Config, every time.Duration) config.Errors {
+func cadenceProblems(file string, pools []domain.Pool, every time.Duration) config.Errors {
 	data, _ := os.ReadFile(file) // read once already: at worst the problems lose their positions
 	var problems config.Errors
-	for _, p := range cfg.Pools {
+	for _, p := range pools {
 		var cadence *autoscale.CadenceError
 		if !errors.As(autoscale.CheckCadence([]domain.Pool{p}, every), &cadence) {
 			continue
