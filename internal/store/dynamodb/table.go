@@ -220,7 +220,7 @@ func check(ctx context.Context, api TableAPI, table string, log *slog.Logger) er
 // checkLayout fails, naming each problem and the fix, unless the table
 // has bullpen's keys and every index bullpen queries, ready.
 func checkLayout(table string, d *types.TableDescription) error {
-	var problems []string
+	var problems, building []string
 	if got := keysOf(d.KeySchema); got != keysOf(tableSpec(table).KeySchema) {
 		problems = append(problems, fmt.Sprintf("its key is %s, want %s", got, keysOf(tableSpec(table).KeySchema)))
 	}
@@ -239,9 +239,15 @@ func checkLayout(table string, d *types.TableDescription) error {
 			problems = append(problems, fmt.Sprintf("index %s does not project every attribute (ALL)", name))
 		}
 		if got.IndexStatus != "" && got.IndexStatus != types.IndexStatusActive {
-			problems = append(problems, fmt.Sprintf("index %s is %s, not yet ACTIVE", name, got.IndexStatus))
+			building = append(building, fmt.Sprintf("index %s is %s, not yet ACTIVE", name, got.IndexStatus))
 		}
 	}
+	if len(problems) == 0 && len(building) > 0 {
+		// Not a layout a human must mend: the index is on its way, and a
+		// start a little later finds it ready.
+		return fmt.Errorf("dynamodb table %s: %s", table, strings.Join(building, "; "))
+	}
+	problems = append(problems, building...)
 	if len(problems) == 0 {
 		return nil
 	}
