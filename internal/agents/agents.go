@@ -267,7 +267,7 @@ func (s *Service) warm(ctx context.Context, in domain.Instance) error {
 // bound to, or the one its runner was registered for (a real agent names its
 // assignment and cannot know which job GitHub gave its runner). A report
 // about any other job is refused: only GitHub's own reports move a job
-// between instances (jobs.Rebind), so a token cannot act on another
+// between instances (jobs.FollowRunner), so a token cannot act on another
 // instance's job.
 func ownJob(in domain.Instance, sig domain.Signal) error {
 	if in.Job == "" || sig.Job == "" || (sig.Job != in.Job && sig.Job != runnerJob(in)) {

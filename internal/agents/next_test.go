@@ -64,7 +64,7 @@ func TestNextAfterARebindStartsTheInstancesOwnRunner(t *testing.T) {
 	y, _ := f.bound("bp-2", domain.StateClaimed, 43)
 	// GitHub's in_progress webhook says bp-1's runner took job 43; then
 	// bp-1's agent reports its start, naming its own assignment.
-	if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", f.Clock.Now()); err != nil {
+	if _, err := jobs.FollowRunner(f.Ctx, f.Store, f.Queue, 43, f.Instance("bp-1").RunnerName, f.Clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.signal(f.Instance("bp-1"), domain.SignalJobStarted, "42"); err != nil {
@@ -114,7 +114,7 @@ func TestRealAgentReportsFollowTheWebhooksRebind(t *testing.T) {
 	x, _ := f.bound("bp-1", domain.StateClaimed, 42) // runner bp-1-42
 	f.bound("bp-2", domain.StateClaimed, 43)         // runner bp-2-43
 	// GitHub: bp-1's runner took job 43 (the in_progress webhook's rebind).
-	if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", f.Clock.Now()); err != nil {
+	if _, err := jobs.FollowRunner(f.Ctx, f.Store, f.Queue, 43, f.Instance("bp-1").RunnerName, f.Clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	// bp-1's agent reports under its assignment, 42.

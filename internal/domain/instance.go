@@ -113,7 +113,7 @@ type Instance struct {
 
 	// The just-in-time runner registered for the job this instance was
 	// given. The registration belongs to the instance: GitHub may hand the
-	// runner another queued job with the same labels (jobs.Rebind), but the
+	// runner another queued job with the same labels (jobs.FollowRunner), but the
 	// instance's agent still starts this runner. RunnerConfig is a
 	// credential: never logged, never returned but to the instance's agent.
 	RunnerName   string

@@ -111,7 +111,7 @@ type Job struct {
 	// clears it.
 	LaunchedOn string
 	// RunnerName is the runner registered for the job, until GitHub reports
-	// the runner that took it (possibly another one: see jobs.Rebind).
+	// the runner that took it (possibly another one: see jobs.FollowRunner).
 	RunnerName string
 	RunnerID   int64
 	Reason     string

@@ -34,12 +34,13 @@ const UnboundWait = 5 * time.Minute
 // instance sooner (FollowRunnerEnded).
 const ForeignJobWait = 6 * time.Hour
 
-// rebindAttempts bounds how often Rebind reads and decides again when a
+// rebindAttempts bounds how often FollowRunner reads and decides again when a
 // concurrent writer changed one of the rows it read.
 const rebindAttempts = 8
 
-// Rebind records GitHub's report that the runner on instance taker runs
-// job id. That is not always the instance bullpen assigned the job to: a
+// FollowRunner records GitHub's report that the runner called runnerName
+// (a name bullpen gave a runner: domain.RunnerName, naming its instance,
+// the taker) ran job id. That is not always the instance bullpen assigned the job to: a
 // just-in-time runner takes any queued job whose labels it carries, so jobs
 // with the same labels (two dependabot jobs, two jobs of one run) can swap
 // runners. Only GitHub's own reports (a webhook, the jobs API) are followed:
@@ -60,19 +61,13 @@ const rebindAttempts = 8
 // Neither can be bound to taker, which is unbound: it serves no job of
 // bullpen's. The displaced job goes back then even when it is running: its
 // agent reported that its runner started a job, not which one, and GitHub
-// says which (see FollowRunner for the exception). With no displaced job,
+// says which (but see below). With no displaced job,
 // a job that is over, an instance that no longer serves a job and rows
 // bullpen does not know are left as they are.
-func Rebind(ctx context.Context, st Store, q domain.Queue, id int64, taker string, now time.Time) error {
-	_, err := follow(ctx, st, q, id, taker, "", false, now)
-	return err
-}
-
-// FollowRunner is Rebind for GitHub's report that the runner called
-// runnerName ran job id, when that name is one bullpen gave a runner
-// (domain.RunnerName). A report about a runner the instance no longer
-// holds (a late delivery about its previous job) is not followed. It
-// reports whether anything was changed.
+//
+// A report about a runner the instance no longer holds (a late delivery
+// about its previous job) is not followed. It reports whether anything
+// was changed.
 //
 // A running job bound to the runner's instance stays there when GitHub
 // itself reported it on that runner, as the name it recorded for the job
@@ -101,7 +96,7 @@ func FollowRunnerEnded(ctx context.Context, st Store, q domain.Queue, id int64, 
 	return follow(ctx, st, q, id, taker, runnerName, true, now)
 }
 
-// follow is Rebind, with the name of the runner reported when known, and
+// follow is FollowRunner for the instance taker, with the name of the runner reported, and
 // whether the report is of the job's end.
 func follow(ctx context.Context, st Store, q domain.Queue, id int64, taker, runnerName string, ended bool, now time.Time) (bool, error) {
 	for range rebindAttempts {
@@ -144,7 +139,7 @@ type rebindRows struct {
 	holderTakes bool
 }
 
-// readRebind reads what Rebind decides on; ok is false when there is
+// readRebind reads what FollowRunner decides on; ok is false when there is
 // nothing to follow.
 func readRebind(ctx context.Context, st Store, id int64, taker, runnerName string, ended bool) (rebindRows, bool, error) {
 	r := rebindRows{reported: id}

@@ -11,6 +11,19 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/jobs"
 )
 
+// rebind follows GitHub's report that the runner on instance taker ran job
+// id, as the intake does: by the runner's name, the one the instance
+// holds (or one naming it, when it holds none).
+func rebind(f *fixture, st jobs.Store, id int64, taker string) error {
+	f.T.Helper()
+	name := domain.RunnerName(taker, id)
+	if in, err := f.Store.GetInstance(f.Ctx, taker); err == nil && in.RunnerName != "" {
+		name = in.RunnerName
+	}
+	_, err := jobs.FollowRunner(f.Ctx, st, f.Queue, id, name, t0)
+	return err
+}
+
 func TestServesJob(t *testing.T) {
 	serving := []domain.State{domain.StateBooting, domain.StateClaimed, domain.StateRunning}
 	for _, st := range domain.States {
@@ -55,7 +68,7 @@ func TestRebindFollowsTheRunnerThatTookTheJob(t *testing.T) {
 	f := newFixture(t)
 	swapPair(f)
 	// bp-1's runner took job 43.
-	if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", t0); err != nil {
+	if err := rebind(f, f.Store, 43, "bp-1"); err != nil {
 		t.Fatal(err)
 	}
 	wantBound(t, f, "bp-1", 43)
@@ -74,7 +87,7 @@ func TestRebindFollowsTheRunnerThatTookTheJob(t *testing.T) {
 
 	// bp-2's runner took job 42, as expected: nothing more to do.
 	before := f.Instance("bp-2")
-	if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 42, "bp-2", t0); err != nil {
+	if err := rebind(f, f.Store, 42, "bp-2"); err != nil {
 		t.Fatal(err)
 	}
 	wantBound(t, f, "bp-2", 42)
@@ -96,7 +109,7 @@ func TestRebindRequeuesADisplacedJobNoLeftRunnerCanTake(t *testing.T) {
 		Labels: []string{"self-hosted", "Linux", "gpu"}})
 	f.createJob(domain.Job{ID: 43, Status: domain.JobAssigned, InstanceID: "bp-2", RunnerName: "bp-2-43", Attempts: 1,
 		Labels: []string{"self-hosted", "linux"}})
-	if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", t0); err != nil {
+	if err := rebind(f, f.Store, 43, "bp-1"); err != nil {
 		t.Fatal(err)
 	}
 	wantBound(t, f, "bp-1", 43)
@@ -124,7 +137,7 @@ func TestRebindRequeuesADisplacedJobWhenTheLeftInstanceMovedOn(t *testing.T) {
 			if _, err := f.Store.Transition(f.Ctx, in.ID, domain.GuardOf(in), move); err != nil {
 				t.Fatal(err)
 			}
-			if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", t0); err != nil {
+			if err := rebind(f, f.Store, 43, "bp-1"); err != nil {
 				t.Fatal(err)
 			}
 			if j := f.Job(42); j.Status != domain.JobQueued || j.InstanceID != "" {
@@ -147,7 +160,7 @@ func TestRebindHandsTheDisplacedJobToAStartedRunnerThatCanTakeIt(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", t0); err != nil {
+	if err := rebind(f, f.Store, 43, "bp-1"); err != nil {
 		t.Fatal(err)
 	}
 	if in, j := f.Instance("bp-2"), f.Job(42); in.Job != "42" || !in.JobStarted || j.InstanceID != "bp-2" {
@@ -163,7 +176,7 @@ func TestRebindAlreadyBoundChangesNothing(t *testing.T) {
 	}{
 		{"job started on the instance it was assigned", func(*fixture) {}},
 		{"repeated report of a swap", func(f *fixture) {
-			if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", t0); err != nil {
+			if err := rebind(f, f.Store, 43, "bp-1"); err != nil {
 				f.T.Fatal(err)
 			}
 		}},
@@ -175,7 +188,7 @@ func TestRebindAlreadyBoundChangesNothing(t *testing.T) {
 			tc.setup(f)
 			id := f.Job(43).InstanceID
 			in, j := f.Instance(id), f.Job(43)
-			if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, id, t0); err != nil {
+			if err := rebind(f, f.Store, 43, id); err != nil {
 				t.Fatal(err)
 			}
 			if after, jafter := f.Instance(id), f.Job(43); after.Version != in.Version || jafter.Version != j.Version {
@@ -218,7 +231,7 @@ func TestRebindLeavesAlone(t *testing.T) {
 				tc.job.ID = 43
 				jbefore = f.createJob(*tc.job)
 			}
-			if err := jobs.Rebind(f.Ctx, f.Store, f.Queue, 43, "bp-1", t0); err != nil {
+			if err := rebind(f, f.Store, 43, "bp-1"); err != nil {
 				t.Fatal(err)
 			}
 			if tc.inst != "" {
@@ -248,7 +261,7 @@ func TestRebindRetriesLostRaces(t *testing.T) {
 			f := newFixture(t)
 			swapPair(f)
 			racer := &racingStore{Store: f.Store, jobRaces: tc.jobRaces, instanceRaces: tc.instanceRaces}
-			if err := jobs.Rebind(f.Ctx, racer, f.Queue, 43, "bp-1", t0); err != nil {
+			if err := rebind(f, racer, 43, "bp-1"); err != nil {
 				t.Fatal(err)
 			}
 			wantBound(t, f, "bp-1", 43)
@@ -262,7 +275,7 @@ func TestRebindRetriesLostRaces(t *testing.T) {
 		swapPair(f)
 		// The job is read once by Rebind itself: completed on its next read.
 		racer := &racingStore{Store: f.Store, jobRaces: 1, final: true}
-		if err := jobs.Rebind(f.Ctx, racer, f.Queue, 43, "bp-1", t0); err != nil {
+		if err := rebind(f, racer, 43, "bp-1"); err != nil {
 			t.Fatal(err)
 		}
 		if j := f.Job(43); j.Status != domain.JobCompleted || j.InstanceID != "bp-2" {
@@ -272,7 +285,7 @@ func TestRebindRetriesLostRaces(t *testing.T) {
 	t.Run("gives up on an instance that never stops changing", func(t *testing.T) {
 		f := newFixture(t)
 		swapPair(f)
-		if err := jobs.Rebind(f.Ctx, &racingStore{Store: f.Store, instanceRaces: 100}, f.Queue, 43, "bp-1", t0); err == nil {
+		if err := rebind(f, &racingStore{Store: f.Store, instanceRaces: 100}, 43, "bp-1"); err == nil {
 			t.Fatal("no error, though bp-1 was never bound to job 43")
 		}
 		if in, j := f.Instance("bp-1"), f.Job(43); in.Job != "42" || j.InstanceID != "bp-2" {

@@ -271,7 +271,7 @@ func (p *Provisioner) registeredFor(ctx context.Context, j domain.Job, id string
 	}
 	if cur.State == domain.StateRunning && cur.Job != "" {
 		// Its runner registered, and GitHub gave it another queued job
-		// with the same labels: jobs.Rebind handed this job to the runner
+		// with the same labels: jobs.FollowRunner handed this job to the runner
 		// that job leaves, or requeued it. Either way it is not ours to
 		// wait for any more.
 		return true, nil
