@@ -45,12 +45,12 @@ type Reconciler struct {
 	heard hearing
 	// asked is when GitHub was last asked about each stranded job, so
 	// that the jobs asked least lately go first.
-	asked map[int64]time.Time
+	asked askedAt
 	// waitAnswered is when GitHub last said something about each job
 	// waiting for a runner (listed it queued, or answered a look-up) or
 	// was last asked about it, so that it is asked about again only once
 	// that is old, the jobs asked least lately first.
-	waitAnswered map[int64]time.Time
+	waitAnswered askedAt
 	// spared holds the instances kept although their agent is silent, as
 	// their job started and nothing else says it ended, by id.
 	spared map[string]spared
@@ -132,7 +132,7 @@ func (r *Reconciler) Init(reg prometheus.Registerer) error {
 	}
 	r.Options.defaults()
 	r.heard = hearing{since: r.Clock.Now()}
-	r.waitAnswered = map[int64]time.Time{}
+	r.waitAnswered = askedAt{}
 	r.spared = map[string]spared{}
 	if r.Log == nil {
 		r.Log = slog.Default()

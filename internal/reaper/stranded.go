@@ -1,11 +1,9 @@
 package reaper
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -36,11 +34,7 @@ const strandedPerCycle = 20
 // store's errors fail the step; GitHub's are logged, and asked again. It
 // picks its jobs from open, the cycle's listing of the jobs not over.
 func (r *Reconciler) strandedJobs(ctx context.Context, rows []domain.Instance, open []domain.Job) (completed, abandoned int, err error) {
-	listed := make(map[string]domain.Instance, len(rows))
-	for _, in := range rows {
-		listed[in.ID] = in
-	}
-	now := r.Clock.Now()
+	listed, now := byID(rows), r.Clock.Now()
 	var errs []error
 	var stranded []domain.Job
 	for _, j := range open {
@@ -56,21 +50,11 @@ func (r *Reconciler) strandedJobs(ctx context.Context, rows []domain.Instance, o
 			stranded = append(stranded, j)
 		}
 	}
-	r.forgetAsked(stranded)
-	slices.SortStableFunc(stranded, func(a, b domain.Job) int {
-		return cmp.Or(r.asked[a.ID].Compare(r.asked[b.ID]), openSince(a).Compare(openSince(b)), cmp.Compare(a.ID, b.ID))
+	r.asked = r.asked.keep(stranded)
+	completed, abandoned, err = settleEach(r.asked.inTurn(stranded, openSince, strandedPerCycle), func(j domain.Job) (bool, bool, error) {
+		return r.settle(ctx, j, now)
 	})
-	for _, j := range stranded[:min(len(stranded), strandedPerCycle)] {
-		done, gaveUp, err := r.settle(ctx, j, now)
-		errs = append(errs, err)
-		if done {
-			completed++
-		}
-		if gaveUp {
-			abandoned++
-		}
-	}
-	return completed, abandoned, errors.Join(errs...)
+	return completed, abandoned, errors.Join(append(errs, err)...)
 }
 
 // instanceEnded reports whether instance id has ended strandedAfter ago at
@@ -101,17 +85,6 @@ func (r *Reconciler) instanceRow(ctx context.Context, id string, listed map[stri
 		return domain.Instance{}, false, fmt.Errorf("read instance %s: %w", id, err)
 	}
 	return in, true, nil
-}
-
-// forgetAsked keeps in r.asked only the jobs still stranded.
-func (r *Reconciler) forgetAsked(stranded []domain.Job) {
-	keep := make(map[int64]time.Time, len(stranded))
-	for _, j := range stranded {
-		if at, ok := r.asked[j.ID]; ok {
-			keep[j.ID] = at
-		}
-	}
-	r.asked = keep
 }
 
 // openSince is when a job began to be served: started, else assigned,

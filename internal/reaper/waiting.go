@@ -1,11 +1,9 @@
 package reaper
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -44,11 +42,7 @@ const waitingPerCycle = 10
 // runner, and is never looked up. Only the store's errors fail the step;
 // GitHub's are logged, and the job is looked up again later.
 func (r *Reconciler) endedWaits(ctx context.Context, rows []domain.Instance, open []domain.Job) (completed, abandoned int, err error) {
-	listed := make(map[string]domain.Instance, len(rows))
-	for _, in := range rows {
-		listed[in.ID] = in
-	}
-	now := r.Clock.Now()
+	listed, now := byID(rows), r.Clock.Now()
 	var errs []error
 	var waiting []domain.Job
 	for _, j := range open {
@@ -67,7 +61,7 @@ func (r *Reconciler) endedWaits(ctx context.Context, rows []domain.Instance, ope
 		}
 		waiting = append(waiting, j)
 	}
-	r.forgetWaitAnswers(waiting)
+	r.waitAnswered = r.waitAnswered.keep(waiting)
 	var due []domain.Job
 	for _, j := range waiting {
 		since, _ := waitStart(j)
@@ -75,22 +69,11 @@ func (r *Reconciler) endedWaits(ctx context.Context, rows []domain.Instance, ope
 			due = append(due, j)
 		}
 	}
-	slices.SortStableFunc(due, func(a, b domain.Job) int {
-		sa, _ := waitStart(a)
-		sb, _ := waitStart(b)
-		return cmp.Or(r.waitAnswered[a.ID].Compare(r.waitAnswered[b.ID]), sa.Compare(sb), cmp.Compare(a.ID, b.ID))
+	since := func(j domain.Job) time.Time { s, _ := waitStart(j); return s }
+	completed, abandoned, err = settleEach(r.waitAnswered.inTurn(due, since, waitingPerCycle), func(j domain.Job) (bool, bool, error) {
+		return r.endWait(ctx, j, now)
 	})
-	for _, j := range due[:min(len(due), waitingPerCycle)] {
-		done, gaveUp, err := r.endWait(ctx, j, now)
-		errs = append(errs, err)
-		if done {
-			completed++
-		}
-		if gaveUp {
-			abandoned++
-		}
-	}
-	return completed, abandoned, errors.Join(errs...)
+	return completed, abandoned, errors.Join(append(errs, err)...)
 }
 
 // waitStart says whether j waits for a runner as far as the store knows,
@@ -112,17 +95,6 @@ func waitStart(j domain.Job) (time.Time, bool) {
 // sawQueued notes that GitHub listed job id queued: it is not looked up
 // again before waitingAfter.
 func (r *Reconciler) sawQueued(id int64) { r.waitAnswered[id] = r.Clock.Now() }
-
-// forgetWaitAnswers keeps in r.waitAnswered only the jobs still waiting.
-func (r *Reconciler) forgetWaitAnswers(waiting []domain.Job) {
-	keep := make(map[int64]time.Time, len(waiting))
-	for _, j := range waiting {
-		if at, ok := r.waitAnswered[j.ID]; ok {
-			keep[j.ID] = at
-		}
-	}
-	r.waitAnswered = keep
-}
 
 // endWait looks up one waiting job on GitHub and ends it when GitHub says
 // it ended (done), or gives it up when GitHub no longer has it (gaveUp).
