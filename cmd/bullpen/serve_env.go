@@ -7,6 +7,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/agent"
 	"github.com/bullpen-ci/bullpen/internal/cloud/local"
+	"github.com/bullpen-ci/bullpen/internal/spelling"
 )
 
 // variablePrefix starts the name of every variable of bullpen's.
@@ -64,37 +65,6 @@ func nearestVariable(name string, known map[string]bool) string {
 	if known[name+"_FILE"] {
 		return name + "_FILE"
 	}
-	best, bestDistance := "", 0
-	for _, k := range slices.Sorted(maps.Keys(known)) {
-		if d := editDistance(strings.ToUpper(name), k); best == "" || d < bestDistance {
-			best, bestDistance = k, d
-		}
-	}
 	// A typo is a few edits away; anything further is a guess.
-	if bestDistance > 3 {
-		return ""
-	}
-	return best
-}
-
-// editDistance is the number of single-byte insertions, deletions and
-// substitutions that turn a into b.
-func editDistance(a, b string) int {
-	row := make([]int, len(b)+1)
-	for j := range row {
-		row[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		diagonal := row[0]
-		row[0] = i
-		for j := 1; j <= len(b); j++ {
-			substitute := diagonal
-			if a[i-1] != b[j-1] {
-				substitute++
-			}
-			diagonal = row[j]
-			row[j] = min(row[j]+1, row[j-1]+1, substitute)
-		}
-	}
-	return row[len(b)]
+	return spelling.Closest(strings.ToUpper(name), slices.Collect(maps.Keys(known)), 3)
 }

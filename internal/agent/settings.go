@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/spelling"
 )
 
 // ErrBadSettings is wrapped by every error of CheckSettings: settings that
@@ -113,38 +115,10 @@ func envName(flag string) string { return setting{name: flag}.env() }
 // unknownSetting says that k is none of the agent's settings, and which
 // one it may have meant.
 func unknownSetting(k string, byEnv map[string]setting) string {
-	upper := strings.ToUpper(k)
-	best, bestDistance := "", 0
-	for _, name := range slices.Sorted(maps.Keys(byEnv)) {
-		if d := editDistance(upper, name); best == "" || d < bestDistance {
-			best, bestDistance = name, d
-		}
-	}
 	msg := k + ": the agent has no such setting"
 	// A typo is a few edits away; anything further is a guess, not a hint.
-	if bestDistance <= 3 {
+	if best := spelling.Closest(strings.ToUpper(k), slices.Collect(maps.Keys(byEnv)), 3); best != "" {
 		return msg + " (did you mean " + best + "?)"
 	}
 	return msg + " (bullpen agent -h lists them)"
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

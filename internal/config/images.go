@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/bullpen-ci/bullpen/internal/spelling"
 )
 
 // Image is one entry of the optional top-level `images:` map (RunsOn custom
@@ -68,7 +70,7 @@ func (p *parser) nearImageKey(name string) string {
 		return ""
 	}
 	for _, key := range slices.Sorted(maps.Keys(p.images)) {
-		d := editDistance(strings.ToLower(name), strings.ToLower(key))
+		d := spelling.Distance(strings.ToLower(name), strings.ToLower(key))
 		// A third of the key may differ at most, so that short keys do not
 		// make every short name look like a typo.
 		if d <= 2 && d*3 <= len(key) {
@@ -132,25 +134,4 @@ func (p *parser) image(path string, at, n *yaml.Node) Image {
 		}
 	}
 	return img
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
