@@ -191,15 +191,7 @@ func backoff(ctx context.Context, attempt int) error {
 	if attempt < 2 {
 		return nil
 	}
-	d := time.Duration(attempt) * time.Millisecond
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return sleep(ctx, time.Duration(attempt)*time.Millisecond)
 }
 
 // errContended: a row kept changing under every attempt.
