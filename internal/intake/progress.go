@@ -16,18 +16,17 @@ import (
 // the labels as delivered, or the configuration in force now, say.
 func (in *Intake) progress(ctx context.Context, e event) error {
 	w := e.ev.Job
-	if !e.decision.Ours {
-		_, err := in.Store.GetJob(ctx, w.ID)
-		switch {
-		case errors.Is(err, domain.ErrNotFound):
-			in.metrics.events.WithLabelValues(e.ev.Action, "not_ours").Inc()
-			return in.followForeign(ctx, e)
-		case err != nil:
-			return fmt.Errorf("read job %d: %w", w.ID, err)
+	_, err := in.Store.GetJob(ctx, w.ID)
+	switch {
+	case errors.Is(err, domain.ErrNotFound) && !e.decision.Ours:
+		in.metrics.events.WithLabelValues(e.ev.Action, "not_ours").Inc()
+		return in.followForeign(ctx, e)
+	case errors.Is(err, domain.ErrNotFound):
+		if err := in.recordEarly(ctx, e); err != nil {
+			return err
 		}
-	}
-	if err := in.recordEarly(ctx, e); err != nil {
-		return err
+	case err != nil:
+		return fmt.Errorf("read job %d: %w", w.ID, err)
 	}
 	switch e.ev.Action {
 	case webhook.ActionInProgress:
@@ -120,21 +119,14 @@ func (in *Intake) protect(ctx context.Context, jobID int64) error {
 	return fmt.Errorf("instance %s of job %d keeps changing", j.InstanceID, jobID)
 }
 
-// recordEarly records a job of ours that GitHub reports started or finished
-// before its queued delivery was processed (deliveries are not ordered, and
-// a failed queued delivery comes back after later ones). Recorded in the
-// status the event gives it, the job is found by its late queued delivery,
-// which then sends nothing: else that delivery would create it queued and
-// bind an instance and a runner to a job that is over.
+// recordEarly records a job of ours, not recorded yet, that GitHub reports
+// started or finished before its queued delivery was processed (deliveries
+// are not ordered, and a failed queued delivery comes back after later
+// ones). Recorded in the status the event gives it, the job is found by its
+// late queued delivery, which then sends nothing: else that delivery would
+// create it queued and bind an instance and a runner to a job that is over.
 func (in *Intake) recordEarly(ctx context.Context, e event) error {
 	w := e.ev.Job
-	_, err := in.Store.GetJob(ctx, w.ID)
-	if !errors.Is(err, domain.ErrNotFound) {
-		if err != nil {
-			return fmt.Errorf("read job %d: %w", w.ID, err)
-		}
-		return nil
-	}
 	d := e.decision
 	if !d.Ours || d.Reject != "" {
 		// Not ours, or never to be served: its queued delivery, if it
