@@ -163,14 +163,20 @@ func (a *App) refuseConfig(data []byte, err error, now time.Time) {
 // source failing. A file the store cannot keep is logged and still put in
 // force: only such a start would miss it.
 func (a *App) putConfigInForce(ctx context.Context, data []byte, cfg *config.Config, now time.Time) {
-	a.SetConfig(cfg)
-	st := &a.configReads
-	st.inForce, st.known, st.loadedAt, st.refused = slices.Clone(data), true, now, nil
+	a.inForce(data, cfg, now)
 	name := a.source.Name()
-	a.configs.Loaded(name, data, cfg, now)
 	if err := a.Store.PutConfiguration(ctx, domain.ConfigRecord{Source: name, Data: data, At: now}); err != nil {
 		a.opts.Log.Warn("could not keep the configuration in force in the store; a replica starting while the source fails will not find it", "path", name, "err", err)
 	}
+}
+
+// inForce makes cfg, parsed from data put in force at at, the
+// configuration in force, as the reads and the dashboard know it.
+func (a *App) inForce(data []byte, cfg *config.Config, at time.Time) {
+	a.SetConfig(cfg)
+	st := &a.configReads
+	st.inForce, st.known, st.loadedAt, st.refused = slices.Clone(data), true, at, nil
+	a.configs.Loaded(a.source.Name(), data, cfg, at)
 }
 
 // noteConfig logs what a configuration put in force serves, and each of

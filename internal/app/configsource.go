@@ -101,10 +101,7 @@ func (a *App) startOnRecord(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("%w: the one the store keeps from %s, put in force at %s, is invalid too:\n%w", ErrNoConfiguration, name, put, err)
 	}
-	a.SetConfig(cfg)
-	st := &a.configReads
-	st.inForce, st.known, st.loadedAt = rec.Data, true, rec.At
-	a.configs.Loaded(name, rec.Data, cfg, rec.At)
+	a.inForce(rec.Data, cfg, rec.At)
 	a.opts.Log.Warn("starting on the configuration last put in force, as the store keeps it", "path", name, "put_in_force", put)
 	return nil
 }
