@@ -44,6 +44,21 @@ func twoAccounts(t *testing.T) (*fakegh.Server, []byte) {
 	return gh, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
 }
 
+// appOnVirtualClock is the App of twoAccounts on a virtual clock that the
+// fake GitHub shares, started near the wall clock, which signs the JWTs.
+func appOnVirtualClock(t *testing.T) (*fakegh.Server, *installations.GitHub, *clock.Virtual) {
+	t.Helper()
+	gh, key := twoAccounts(t)
+	clk := clock.NewVirtual(time.Now().Truncate(time.Second))
+	gh.SetClock(clk)
+	g, err := installations.New(installations.Options{BaseURL: gh.URL() + "/", AppID: appID, PrivateKey: key,
+		Clock: clk, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gh, g, clk
+}
+
 func newApp(t *testing.T, gh *fakegh.Server, id int64, key []byte) *installations.GitHub {
 	t.Helper()
 	g, err := installations.New(installations.Options{BaseURL: gh.URL() + "/", AppID: id, PrivateKey: key,
@@ -236,14 +251,7 @@ func TestAnInstallationOfSelectedRepositories(t *testing.T) {
 // used (GitHub failing says nothing about it), and an account's lookup is
 // not repeated for every job that arrives.
 func TestALookupGitHubFailsIsRememberedBrieflyAndKeepsTheOneFound(t *testing.T) {
-	gh, key := twoAccounts(t)
-	clk := clock.NewVirtual(time.Now().Truncate(time.Second)) // near the wall clock, which signs the JWTs
-	gh.SetClock(clk)
-	g, err := installations.New(installations.Options{BaseURL: gh.URL() + "/", AppID: appID, PrivateKey: key,
-		Clock: clk, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	gh, g, clk := appOnVirtualClock(t)
 	ctx := context.Background()
 	if err := g.CheckAccount(ctx, "acme"); err != nil {
 		t.Fatal(err)
@@ -278,14 +286,7 @@ func TestALookupGitHubFailsIsRememberedBrieflyAndKeepsTheOneFound(t *testing.T) 
 // A lookup its caller gave up on (the intake's short deadline) is not kept:
 // the next caller asks GitHub.
 func TestALookupItsCallerGaveUpOnIsNotKept(t *testing.T) {
-	gh, key := twoAccounts(t)
-	clk := clock.NewVirtual(time.Now().Truncate(time.Second)) // near the wall clock, which signs the JWTs
-	gh.SetClock(clk)
-	g, err := installations.New(installations.Options{BaseURL: gh.URL() + "/", AppID: appID, PrivateKey: key,
-		Clock: clk, Log: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, g, clk := appOnVirtualClock(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := g.CheckAccount(ctx, "acme"); !errors.Is(err, context.Canceled) {
