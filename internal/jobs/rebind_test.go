@@ -390,8 +390,9 @@ func TestFollowRunnerLeavesAlone(t *testing.T) {
 					RunnerName: runner, RunnerConfig: "jit-of-bp-1"})
 				jbefore := f.createJob(domain.Job{ID: 42, Status: tc.status, InstanceID: "bp-1", RunnerName: runner, Attempts: 1})
 				if tc.job != nil {
-					tc.job.ID = 43
-					f.createJob(*tc.job)
+					j := *tc.job // each subtest its own copy: they run in parallel
+					j.ID = 43
+					f.createJob(j)
 				}
 				moved, err := follow(f.Ctx, f.Store, f.Queue, 43, tc.runner, t0)
 				if err != nil || moved {
