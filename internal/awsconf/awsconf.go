@@ -69,6 +69,7 @@ func Load(ctx context.Context, o Options) (aws.Config, error) {
 	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
 		return aws.Config{}, fmt.Errorf("aws: no usable credentials: %w: %v", ErrCredentials, err)
 	}
+	cfg.HTTPClient = HTTPClient(cfg.HTTPClient)
 	if o.Endpoint != "" {
 		cfg.BaseEndpoint = aws.String(o.Endpoint)
 	}

@@ -19,7 +19,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/bullpen-ci/bullpen/internal/awsconf"
 )
 
 // Region is the region the emulator is used in.
@@ -70,6 +73,7 @@ func Config(t testing.TB) aws.Config {
 		Region:       Region,
 		BaseEndpoint: aws.String(Endpoint(t)),
 		Credentials:  credentials.NewStaticCredentialsProvider("testing", "testing", ""),
+		HTTPClient:   awsconf.HTTPClient(awshttp.NewBuildableClient()),
 	}
 }
 
