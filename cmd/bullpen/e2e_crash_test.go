@@ -145,7 +145,7 @@ func (b *burstStack) killNine(at string) {
 }
 
 // TestServeSurvivesKillNineInABurst plays GitHub to serve on the local
-// cloud through a burst of 48 jobs — pool jobs, jobs on machines that serve
+// cloud through a burst of 60 jobs — pool jobs, jobs on machines that serve
 // one after another, ad-hoc runner= jobs on machines made for them — and
 // kills serve with SIGKILL three times: with deliveries accepted and not
 // taken in, with machines being created and claimed, with jobs running.
@@ -174,6 +174,11 @@ func TestServeSurvivesKillNineInABurst(t *testing.T) {
 	b.send(b.queue(4, 4, 4)) // refused: serve is down
 	b.restart("restart (b)")
 
+	// Jobs of their own for the kill while jobs run: the restart may have
+	// drained every job before it (a job whose create the kill cut short
+	// waits until that launch's pending deadline, and the others run
+	// meanwhile), leaving nothing running to kill under.
+	b.send(b.queue(4, 4, 4))
 	b.s.eventually("jobs running", 60*time.Second, func() bool { return b.running() >= 4 })
 	b.killNine("(c) while jobs were running")
 	ended := b.ended()
