@@ -27,7 +27,7 @@ const (
 	DefaultSpotWatchEvery      = 5 * time.Second
 	DefaultPollWait            = 30 * time.Second
 	DefaultBackoffMin          = time.Second
-	DefaultBackoffMax          = 30 * time.Second
+	DefaultBackoffMax          = domain.AgentBackoffMax
 	DefaultMetadataURL         = "http://169.254.169.254"
 	// JITConfigPlaceholder in the runner command is replaced by the job's
 	// runner configuration, quoted for the shell.

@@ -147,6 +147,12 @@ type Job struct {
 // replica killed), and nobody will hand it over.
 const HandoverAllowance = time.Minute
 
+// AgentBackoffMax is the longest an agent waits between two tries to reach
+// the control plane. After an outage of the control plane every agent is
+// somewhere in its backoff, so one may stay unheard this long after the
+// control plane is back, alive and well.
+const AgentBackoffMax = 30 * time.Second
+
 // AbandonedLaunch reports whether in is a machine launched for a job and
 // left booting without its runner for HandoverAllowance at now.
 func AbandonedLaunch(in Instance, now time.Time) bool {

@@ -41,8 +41,18 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // reconciler returns a reconciler of the fixture's world, as another
-// control plane sharing its store would run.
+// control plane sharing its store would run. It has run a while: the
+// agents' backoffs after its start are over (see started).
 func (f *fixture) reconciler() *Reconciler {
+	f.T.Helper()
+	r := f.started()
+	r.heard.since = f.Clock.Now().Add(-domain.AgentBackoffMax)
+	return r
+}
+
+// started returns a reconciler of the fixture's world that starts now, as
+// a control plane does after a restart.
+func (f *fixture) started() *Reconciler {
 	f.T.Helper()
 	r := &Reconciler{
 		Store: f.Store, Queue: f.Queue, Cloud: f.cloud, GitHub: f.gh, Clock: f.Clock, Log: f.Log, ControllerID: "ctl",

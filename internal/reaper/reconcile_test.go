@@ -378,7 +378,8 @@ func TestSilentAgentIsTerminatedAndItsUnstartedJobRequeued(t *testing.T) {
 
 // A control plane back from an outage longer than the silence allowance
 // does not kill busy machines whose agents it could not hear: it gives
-// them the allowance again from its start, then judges as usual.
+// them the allowance again from its start, and the agents' longest backoff
+// besides (each tries again at the end of its own), then judges as usual.
 func TestARestartedControlPlaneWaitsBeforeJudgingSilence(t *testing.T) {
 	x := newFixture(t)
 	rows := []domain.Instance{
@@ -389,7 +390,7 @@ func TestARestartedControlPlaneWaitsBeforeJudgingSilence(t *testing.T) {
 		t.Fatal(err)
 	}
 	x.Clock.Advance(time.Hour) // the control plane is down meanwhile
-	x.r = x.reconciler()       // and starts again
+	x.r = x.started()          // and starts again
 	if rep := x.cycle(); rep.Silent != 0 {
 		t.Fatalf("%d instances judged silent at the restart, want none before their agents could report", rep.Silent)
 	}
@@ -400,7 +401,13 @@ func TestARestartedControlPlaneWaitsBeforeJudgingSilence(t *testing.T) {
 	x.cycle()
 	x.Clock.Advance(time.Minute)
 	x.cycle()
+	// The allowance from the start has passed, but not the longest backoff
+	// an agent may be in after it: one that comes back at its end is alive.
 	x.Clock.Advance(time.Minute + time.Second)
+	if rep := x.cycle(); rep.Silent != 0 {
+		t.Fatalf("report %+v: judged silent before the agents' backoff after the restart was over", rep)
+	}
+	x.Clock.Advance(domain.AgentBackoffMax)
 	if rep := x.cycle(); rep.Silent != 1 {
 		t.Fatalf("report %+v, want the one that stayed silent", rep)
 	}

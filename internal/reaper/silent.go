@@ -50,10 +50,11 @@ type spared struct {
 // GitHub not answer, ended at its running deadline. machines is the
 // cycle's cloud listing, nil when the listing failed.
 //
-// Silence counts from the first cycle at the latest: after an outage of
-// the control plane every agent has been unheard for as long, and busy
-// machines must not be killed for it before their agents had a chance to
-// come back.
+// Silence counts from the first cycle at the latest, and from the end of
+// the agents' longest backoff after it (domain.AgentBackoffMax): after an
+// outage of the control plane every agent has been unheard for as long,
+// each tries again at the end of its backoff, and machines must not be
+// killed for it before their agents had a chance to come back.
 func (r *Reconciler) silent(ctx context.Context, rows []domain.Instance, machines map[string]domain.CloudInstance) (marked, kept int, err error) {
 	now := r.Clock.Now()
 	since := r.heard.look(now, max(r.SilentAfter/2, 2*r.Interval))
@@ -64,7 +65,7 @@ func (r *Reconciler) silent(ctx context.Context, rows []domain.Instance, machine
 			continue
 		}
 		heard := lastHeard(in)
-		if now.Sub(heard) < r.SilentAfter || now.Sub(since) < r.SilentAfter {
+		if now.Sub(heard) < r.SilentAfter || now.Sub(since) < r.SilentAfter+domain.AgentBackoffMax {
 			continue
 		}
 		if runsStartedJob(in) {
