@@ -82,7 +82,7 @@ func decideAbove(p Params, st *State, now time.Time, demand, current, lower int)
 
 	var dir direction
 	switch {
-	case float64(demand) > upLimit+scoreTolerance:
+	case upBreach(p, demand, current):
 		dir = direction{ActionUp, &st.UpBreaches, &st.LastUp, p.ScaleUpCooldown}
 	case float64(demand) < downLimit-scoreTolerance:
 		dir = direction{ActionDown, &st.DownBreaches, &st.LastDown, p.ScaleDownCooldown}
@@ -129,6 +129,11 @@ func decideAbove(p Params, st *State, now time.Time, demand, current, lower int)
 	d.Action, d.New, d.Step = dir.name, newCount, step
 	d.Reason = fmt.Sprintf("%s, step %d (%s), %d → %d", head, step, working, current, newCount)
 	return d
+}
+
+// upBreach says whether demand on current instances is an up breach.
+func upBreach(p Params, demand, current int) bool {
+	return float64(demand) > float64(current*p.RunnersPerInstance)*p.ScaleUpThreshold+scoreTolerance
 }
 
 // wholeSecondsUp rounds d up to whole seconds, for people: polls come at

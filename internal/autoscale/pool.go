@@ -3,6 +3,7 @@ package autoscale
 import (
 	"context"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -41,8 +42,10 @@ func SpecOf(p Params) domain.AutoscaleSpec {
 // PoolScaler lets the hot targets of pools with an autoscale block follow
 // their job demand. It keeps one decision state per pool, in memory, on
 // the replica converging the pool. Its decisions start from the pool's hot
-// target, the schedule's hot value at least, but its count keeps only what
-// it raised above the schedule. A new state starts from the block's min,
+// target, the schedule's hot value at least, but its count keeps what it
+// raised above the schedule and, of the schedule's, only what demand
+// needs, so that a pool whose schedule drops keeps its busy spares and
+// drops with the schedule when idle. A new state starts from the block's min,
 // never from the schedule's hot value: the schedule is only a floor under
 // the autoscaler's count, and a count seeded from it would be held however
 // low demand stays, so that two replicas seeing the same demand would keep
@@ -76,7 +79,13 @@ type PoolScaler struct {
 type poolState struct {
 	mu sync.Mutex // a pool is converged by one goroutine at a time; Last may read meanwhile
 	State
-	count    int
+	// count is the autoscaler's own count: what it raised above the
+	// schedule, or of what the schedule held, as much as the last demand
+	// justified.
+	count int
+	// held is the last decision's count when it sat at the schedule's hot
+	// value, 0 otherwise: the next poll bounds it by its own demand.
+	held     int
 	lastPoll time.Time
 	lastSeen time.Time // the last Adjust: the last cycle of this replica over the pool
 	decision Decision
@@ -94,7 +103,7 @@ func (s *PoolScaler) Adjust(ctx context.Context, p domain.Pool, at time.Time, en
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.lastSeen.IsZero() || (s.StaleAfter > 0 && at.Sub(st.lastSeen) > s.StaleAfter) {
-		st.State, st.lastPoll, st.decision = State{}, time.Time{}, Decision{}
+		st.State, st.lastPoll, st.decision, st.held = State{}, time.Time{}, Decision{}, 0
 		st.count = s.resumeCount(ctx, p.Name, at, params.MinInstances)
 	}
 	st.lastSeen = at
@@ -110,15 +119,24 @@ func (s *PoolScaler) Adjust(ctx context.Context, p domain.Pool, at time.Time, en
 			// schedule's hot value would spend its first scale-ups climbing
 			// back to it, changing nothing, while jobs wait.
 			floor := min(t.Hot, params.MaxInstances)
-			current := min(max(st.count, floor), params.MaxInstances)
+			holding := leastHolding(params, demand)
+			count := st.count
+			if st.held > 0 {
+				count = min(st.held, holding)
+			}
+			current := min(max(count, floor), params.MaxInstances)
 			d := decideAbove(params, &st.State, at, demand, current, max(params.MinInstances, floor))
-			st.count, st.decision = d.New, d
+			st.count, st.held, st.decision = d.New, 0, d
 			if d.New <= floor {
-				// The count holds only what the autoscaler raised above the
-				// schedule, as a state resumed from the record does: when
-				// the schedule drops, so does the pool, and every replica
-				// decides from the same count.
-				st.count = params.MinInstances
+				// Of what the schedule holds, the count keeps what this
+				// demand needs, and the next poll bounds it by its own:
+				// when the schedule drops, the pool keeps the spares its
+				// jobs need, for scale-downs to remove as demand falls,
+				// rather than terminating them and creating them again on
+				// the next up breaches. Without demand it drops with the
+				// schedule at once; what it keeps depends on demand alone,
+				// so replicas that started at different times keep the same.
+				st.count, st.held = min(d.New, holding), d.New
 			}
 			s.Metrics.decided(p.Name, d.Action)
 			level := slog.LevelDebug
@@ -135,6 +153,22 @@ func (s *PoolScaler) Adjust(ctx context.Context, p domain.Pool, at time.Time, en
 	}
 	t.Hot = hot
 	return entry, t
+}
+
+// leastHolding is the smallest count, MIN_INSTANCES at least, on which
+// demand is not an up breach: the count a pool may keep of its schedule's
+// when the schedule drops, without starting a climb back.
+func leastHolding(p Params, demand int) int {
+	perInstance := float64(p.RunnersPerInstance) * p.ScaleUpThreshold
+	n := max(int(math.Ceil(float64(demand)/perInstance)), p.MinInstances)
+	// The division and upBreach's tolerance may disagree by one.
+	for n > p.MinInstances && !upBreach(p, demand, n-1) {
+		n--
+	}
+	for upBreach(p, demand, n) {
+		n++
+	}
+	return n
 }
 
 func (s *PoolScaler) state(pool string) *poolState {

@@ -419,3 +419,59 @@ func TestPoolScalerFollowsTheScheduleDown(t *testing.T) {
 		t.Fatalf("the first cycle of the night after a burst: hot %d (%s), want the raised %d (nights%s)", got.Hot, e, hot, RaisedSuffix)
 	}
 }
+
+// When the schedule's hot value drops under unchanged demand, the pool keeps
+// the instances that demand needs: terminating them and creating them again
+// on the next up breaches would boot machines for nothing, past the step
+// caps and the down cooldown. What demand does not need goes at once; the
+// rest goes by scale-downs once demand falls.
+func TestPoolScalerKeepsWhatDemandNeedsWhenTheScheduleDrops(t *testing.T) {
+	params := DefaultParams()
+	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 10, 30*time.Second
+	demand := 6
+	s := &PoolScaler{
+		Demand: func(context.Context, string) (int, error) { return demand, nil },
+		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	p := poolWith(SpecOf(params))
+	at := time.Date(2026, 11, 23, 17, 50, 0, 0, time.UTC)
+	poll := func(entry string, hot int) int {
+		_, got := s.Adjust(context.Background(), p, at, entry, domain.Target{Hot: hot})
+		if d, _ := s.Last("p"); d.Action == ActionUp {
+			t.Fatalf("%s: scaled up under a demand that did not change: %s", at.Format("15:04:05"), d.Reason)
+		}
+		at = at.Add(params.PollInterval)
+		return got.Hot
+	}
+	for range 20 {
+		if hot := poll("business-hours", 5); hot != 5 {
+			t.Fatalf("hot %d by day, want the schedule's 5", hot)
+		}
+	}
+	// 4 instances hold a demand of 6 (6 is not above 4 × 1.5); 3 do not.
+	for i := range 20 {
+		if hot := poll("nights", 1); hot != 4 {
+			t.Fatalf("poll %d of the night under a demand of 6: hot %d, want 4", i, hot)
+		}
+	}
+	demand = 0
+	hot, lastFall := 4, time.Time{}
+	for range 60 {
+		fell := at
+		got := poll("nights", 1)
+		switch {
+		case got > hot:
+			t.Fatalf("%s: hot rose from %d to %d without demand", fell.Format("15:04:05"), hot, got)
+		case got < hot-params.ScaleDownStep:
+			t.Fatalf("%s: hot fell from %d to %d, more than a step of %d", fell.Format("15:04:05"), hot, got, params.ScaleDownStep)
+		case got < hot && !lastFall.IsZero() && fell.Sub(lastFall) < params.ScaleDownCooldown:
+			t.Fatalf("%s: hot fell to %d %v after the last fall, inside the down cooldown", fell.Format("15:04:05"), got, fell.Sub(lastFall))
+		case got < hot:
+			lastFall = fell
+		}
+		hot = got
+	}
+	if hot != 1 {
+		t.Fatalf("hot %d long after demand went away, want the schedule's 1", hot)
+	}
+}
