@@ -39,6 +39,9 @@ type Decision struct {
 	Capacity int     // current × RUNNERS_PER_INSTANCE
 	Step     int     // instances added or removed; 0 without scaling
 	Reason   string  // one line for logs and people
+	// Capped is a scale-up triggered that MAX_INSTANCES turned into no
+	// action: demand asks for more than the count may be.
+	Capped bool
 }
 
 // direction bundles what differs between scaling up and scaling down.
@@ -122,6 +125,7 @@ func decideAbove(p Params, st *State, now time.Time, demand, current, lower int)
 		newCount, step, working = scaleDown(p, demand, capacity, current, lower)
 	}
 	if (dir.name == ActionUp && newCount <= current) || (dir.name == ActionDown && newCount >= current) {
+		d.Capped = dir.name == ActionUp
 		d.Reason = fmt.Sprintf("%s, %s", head, boundReason(p, dir.name, current, lower))
 		return d
 	}

@@ -69,7 +69,8 @@ type PoolScaler struct {
 	// states are kept and statuses trusted however old.
 	StaleAfter time.Duration
 	Log        *slog.Logger
-	// Metrics counts the decisions; nil counts nothing.
+	// Metrics counts the decisions and shows what they decided from; nil
+	// counts and shows nothing.
 	Metrics *PoolMetrics
 
 	mu    sync.Mutex
@@ -85,7 +86,9 @@ type poolState struct {
 	count int
 	// held is the last decision's count when it sat at the schedule's hot
 	// value, 0 otherwise: the next poll bounds it by its own demand.
-	held     int
+	held int
+	// capped: the last decision wanted more than MAX_INSTANCES.
+	capped   bool
 	lastPoll time.Time
 	lastSeen time.Time // the last Adjust: the last cycle of this replica over the pool
 	decision Decision
@@ -96,6 +99,7 @@ type poolState struct {
 // never above the block's max). It decides at most once per poll interval.
 func (s *PoolScaler) Adjust(ctx context.Context, p domain.Pool, at time.Time, entry string, t domain.Target) (string, domain.Target) {
 	if p.Autoscale == nil {
+		s.forget(p.Name) // its block was removed
 		return entry, t
 	}
 	params := ParamsOf(*p.Autoscale)
@@ -103,7 +107,7 @@ func (s *PoolScaler) Adjust(ctx context.Context, p domain.Pool, at time.Time, en
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.lastSeen.IsZero() || (s.StaleAfter > 0 && at.Sub(st.lastSeen) > s.StaleAfter) {
-		st.State, st.lastPoll, st.decision, st.held = State{}, time.Time{}, Decision{}, 0
+		st.State, st.lastPoll, st.decision, st.held, st.capped = State{}, time.Time{}, Decision{}, 0, false
 		st.count = s.resumeCount(ctx, p.Name, at, params.MinInstances)
 	}
 	st.lastSeen = at
@@ -138,11 +142,16 @@ func (s *PoolScaler) Adjust(ctx context.Context, p domain.Pool, at time.Time, en
 				// so replicas that started at different times keep the same.
 				st.count, st.held = min(d.New, holding), d.New
 			}
-			s.Metrics.decided(p.Name, d.Action)
+			s.Metrics.decided(p.Name, d, demand, score(st.UpBreaches, at, params.DecayHalfLife),
+				score(st.DownBreaches, at, params.DecayHalfLife))
 			level := slog.LevelDebug
-			if d.Action != ActionNone {
+			if d.Action != ActionNone || (d.Capped && !st.capped) {
+				// A pool held at its max while demand asks for more is
+				// worth seeing, once as it starts: at every poll it would
+				// drown the decisions that change something.
 				level = slog.LevelInfo
 			}
+			st.capped = d.Capped
 			s.Log.Log(ctx, level, "pool autoscaler", "pool", p.Name, "demand", demand, "action", d.Action,
 				"count", d.New, "score", d.Score, "reason", d.Reason)
 		}
@@ -153,6 +162,38 @@ func (s *PoolScaler) Adjust(ctx context.Context, p domain.Pool, at time.Time, en
 	}
 	t.Hot = hot
 	return entry, t
+}
+
+// Retain forgets the pools that are not among pools with an autoscale
+// block: their states and their metric series. Pools leave with the
+// configuration; a removed pool's last demand and scores would otherwise
+// be served for as long as the process runs, and its state resumed if a
+// pool of that name came back.
+func (s *PoolScaler) Retain(pools []domain.Pool) {
+	kept := make(map[string]bool, len(pools))
+	for _, p := range pools {
+		if p.Autoscale != nil {
+			kept[p.Name] = true
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name := range s.pools {
+		if !kept[name] {
+			delete(s.pools, name)
+			s.Metrics.forget(name)
+		}
+	}
+}
+
+// forget drops pool's state and series, if it has any.
+func (s *PoolScaler) forget(pool string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.pools[pool]; ok {
+		delete(s.pools, pool)
+		s.Metrics.forget(pool)
+	}
 }
 
 // leastHolding is the smallest count, MIN_INSTANCES at least, on which

@@ -147,7 +147,7 @@ func TestPoolScalerCountsItsDecisionsByPool(t *testing.T) {
 	if got := testutil.ToFloat64(m.skipped.WithLabelValues("p")); got != 1 {
 		t.Errorf("skipped polls = %v, want 1", got)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 4 {
+	if n, err := testutil.GatherAndCount(reg, "bullpen_autoscale_decisions_total", "bullpen_autoscale_skipped_polls_total"); err != nil || n != 4 {
 		t.Errorf("%d series (%v), want 4: three actions and the skipped polls of the one pool", n, err)
 	}
 }
@@ -473,5 +473,158 @@ func TestPoolScalerKeepsWhatDemandNeedsWhenTheScheduleDrops(t *testing.T) {
 	}
 	if hot != 1 {
 		t.Fatalf("hot %d long after demand went away, want the schedule's 1", hot)
+	}
+}
+
+// Each pool's demand and breach scores at its last poll are served, so that
+// a pool that does not scale shows why: a demand inside the hysteresis band,
+// or a score short of the threshold.
+func TestPoolScalerServesDemandAndBreachScores(t *testing.T) {
+	params := DefaultParams()
+	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 4, 30*time.Second
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewPoolMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	demand, fail := 6, error(nil)
+	s := &PoolScaler{
+		Demand:  func(context.Context, string) (int, error) { return demand, fail },
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics: m,
+	}
+	p := poolWith(SpecOf(params))
+	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	fail = errors.New("store down")
+	s.Adjust(context.Background(), p, t0, "default", domain.Target{Hot: 1})
+	if n, err := testutil.GatherAndCount(reg, "bullpen_autoscale_demand", "bullpen_autoscale_breach_score"); err != nil || n != 0 {
+		t.Fatalf("%d demand and score series (%v) before any demand was read, want none", n, err)
+	}
+	fail = nil
+	gauges := func() (demand, up, down float64) {
+		return testutil.ToFloat64(m.demand.WithLabelValues("p")),
+			testutil.ToFloat64(m.score.WithLabelValues("p", ActionUp)), testutil.ToFloat64(m.score.WithLabelValues("p", ActionDown))
+	}
+	// 6 jobs on the schedule's one instance: an up breach, short of 1.5.
+	s.Adjust(context.Background(), p, t0.Add(30*time.Second), "default", domain.Target{Hot: 1})
+	if d, up, down := gauges(); d != 6 || up != 1 || down != 0 {
+		t.Fatalf("after one up breach: demand %v, scores up %v down %v; want 6, 1 and 0", d, up, down)
+	}
+	// The demand gone: a down breach, and the up breach's weight decays.
+	demand = 0
+	s.Adjust(context.Background(), p, t0.Add(time.Minute), "default", domain.Target{Hot: 1})
+	last, _ := s.Last("p")
+	wantUp := score([]time.Time{t0.Add(30 * time.Second)}, t0.Add(time.Minute), params.DecayHalfLife)
+	if d, up, down := gauges(); d != 0 || up != wantUp || down != last.Score || down != 1 {
+		t.Fatalf("after a down breach: demand %v, scores up %v down %v; want 0, %v and the decision's %v", d, up, down, wantUp, last.Score)
+	}
+	// A demand read that fails leaves what the last read showed.
+	fail = errors.New("store down")
+	s.Adjust(context.Background(), p, t0.Add(90*time.Second), "default", domain.Target{Hot: 1})
+	if d, _, down := gauges(); d != 0 || down != 1 {
+		t.Fatalf("after a failed read: demand %v, down score %v; want the last poll's 0 and 1", d, down)
+	}
+}
+
+// A pool held at its max while demand asks for more says so at INFO once,
+// as the bound starts to hold, not at every poll; the next time it starts
+// to hold, it says so again.
+func TestPoolScalerLogsOnceThatItIsHeldAtItsMax(t *testing.T) {
+	params := DefaultParams()
+	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 2, 30*time.Second
+	var log bytes.Buffer
+	demand := 10
+	s := &PoolScaler{
+		Demand: func(context.Context, string) (int, error) { return demand, nil },
+		Log:    slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+	p := poolWith(SpecOf(params))
+	at := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	polls := func(n int) {
+		for range n {
+			s.Adjust(context.Background(), p, at, "default", domain.Target{})
+			at = at.Add(params.PollInterval)
+		}
+	}
+	const atMax = "already at MAX_INSTANCES=2"
+	polls(20)
+	if d, _ := s.Last("p"); !d.Capped || !strings.Contains(d.Reason, atMax) {
+		t.Fatalf("last decision %+v under a demand of 10, want held at the max of 2", d)
+	}
+	if n := strings.Count(log.String(), atMax); n != 1 {
+		t.Fatalf("%q logged %d times at INFO over 20 polls at the max, want once:\n%s", atMax, n, log.String())
+	}
+	demand = 2 // 2 on 2 instances: stable
+	polls(2)
+	if d, _ := s.Last("p"); d.Capped {
+		t.Fatalf("last decision %+v on a demand of 2, want it no longer held at the max", d)
+	}
+	demand = 10
+	polls(10)
+	if n := strings.Count(log.String(), atMax); n != 2 {
+		t.Fatalf("%q logged %d times at INFO over two spells at the max, want once each:\n%s", atMax, n, log.String())
+	}
+}
+
+// A pool removed from the configuration, or whose block was, leaves no
+// series behind and no state to resume if it comes back.
+func TestPoolScalerForgetsPoolsItNoLongerScales(t *testing.T) {
+	params := DefaultParams()
+	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 4, 30*time.Second
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewPoolMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &PoolScaler{
+		Demand:  func(context.Context, string) (int, error) { return 6, nil },
+		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics: m,
+	}
+	spec := SpecOf(params)
+	pools := []domain.Pool{{Name: "kept", Autoscale: &spec}, {Name: "removed", Autoscale: &spec}, {Name: "unblocked", Autoscale: &spec}}
+	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	var hot int
+	for i := range 6 {
+		for _, p := range pools {
+			_, got := s.Adjust(context.Background(), p, t0.Add(time.Duration(i)*30*time.Second), "default", domain.Target{Hot: 1})
+			hot = got.Hot
+		}
+	}
+	if hot != 4 {
+		t.Fatalf("hot %d under a demand of 6, want the max of 4", hot)
+	}
+	// The pools' series: 3 actions, skipped polls, demand, 2 scores.
+	const perPool = 7
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 3*perPool {
+		t.Fatalf("%d series (%v) for 3 pools, want %d", n, err, 3*perPool)
+	}
+	at := t0.Add(6 * 30 * time.Second)
+	unblocked := domain.Pool{Name: "unblocked"}
+	if _, got := s.Adjust(context.Background(), unblocked, at, "default", domain.Target{Hot: 1}); got.Hot != 1 {
+		t.Fatalf("hot %d without a block, want the schedule's 1", got.Hot)
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 2*perPool {
+		t.Fatalf("%d series (%v) once a pool's block is removed, want the other two pools' %d", n, err, 2*perPool)
+	}
+	s.Retain([]domain.Pool{pools[0], unblocked})
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != perPool {
+		t.Fatalf("%d series (%v) once only one pool is scaled, want its %d", n, err, perPool)
+	}
+	if got := testutil.ToFloat64(m.demand.WithLabelValues("kept")); got != 6 {
+		t.Errorf("the kept pool's demand %v, want 6", got)
+	}
+	for _, name := range []string{"removed", "unblocked"} {
+		if d, ok := s.Last(name); ok {
+			t.Errorf("pool %s's last decision kept: %+v", name, d)
+		}
+	}
+	if d, ok := s.Last("kept"); !ok || d.New != 4 {
+		t.Errorf("the kept pool's last decision %+v %v, want its count of 4", d, ok)
+	}
+	// Back in the configuration, a pool starts afresh from its min: what
+	// it held before it left is not resumed.
+	if _, got := s.Adjust(context.Background(), pools[1], at, "default", domain.Target{Hot: 1}); got.Hot != 1 {
+		t.Fatalf("hot %d for a pool back in the configuration, want the schedule's 1", got.Hot)
 	}
 }
