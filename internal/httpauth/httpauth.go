@@ -1,6 +1,6 @@
-// Package httpauth reads the credentials of bullpen's HTTP APIs, throttles
-// the addresses that offer too many wrong ones, and sends bullpen's own to
-// the APIs it calls.
+// Package httpauth reads the credentials of bullpen's HTTP APIs, tells the
+// admin token from the viewer token, throttles the addresses that offer too
+// many wrong ones, and sends bullpen's own to the APIs it calls.
 package httpauth
 
 import (
