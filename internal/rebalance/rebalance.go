@@ -7,8 +7,9 @@
 // the cloud did not carry out and stop warmed stopped-pool members; convert
 // members whose role is in excess to the role that is short (stop ready hot
 // members to park them, start parked members to make them hot); create what
-// is still missing; and last terminate the excess. Instances bound to a job
-// are never touched.
+// is still missing; and last terminate the excess, but for the members a
+// conversion held this cycle would have taken (Plan.Kept). Instances bound
+// to a job are never touched.
 package rebalance
 
 import (
@@ -53,7 +54,17 @@ const (
 	// that is short (a schedule that swaps stopped for hot capacity, or
 	// back), stopped or started rather than terminated and replaced.
 	ReasonConvert Reason = "convert"
+	// ReasonStartsHeld: members kept rather than terminated as excess,
+	// because the parked members that would become hot are not started
+	// this cycle (Snapshot.NoStart).
+	ReasonStartsHeld Reason = "starts-held"
+	// ReasonConvertsHeld: members kept rather than terminated as excess,
+	// because no member changes role this cycle (Snapshot.NoConvert).
+	ReasonConvertsHeld Reason = "converts-held"
 )
+
+// KeptReasons are the reasons a plan keeps members (Plan.Kept).
+var KeptReasons = []Reason{ReasonStartsHeld, ReasonConvertsHeld}
 
 // Step is one action of a plan. Terminate, Stop, Start, Forget and Settle
 // steps name the instances (as read, so the applier can guard on their
@@ -71,6 +82,21 @@ type Step struct {
 type Plan struct {
 	Pool  string
 	Steps []Step
+	// Kept are members beyond their role's target that no step touches:
+	// the conversion that would take them is held this cycle (see
+	// Snapshot.NoStart and NoConvert), so they are not terminated as
+	// excess. Nothing is to be done with them; they are named so that
+	// logs and metrics say why the pool holds more than its target.
+	Kept []Kept
+}
+
+// Kept is a group of members a plan keeps (Plan.Kept), for the same
+// reason, until a conversion to Role takes them or that role's target is
+// met by ready members.
+type Kept struct {
+	Reason    Reason
+	Role      domain.Role
+	Instances []domain.Instance
 }
 
 // Empty reports whether the plan does nothing.
@@ -96,11 +122,13 @@ type Snapshot struct {
 	// NoConvert: no member changes role this cycle, because which members
 	// are of the pool's current spec cannot be told (its image did not
 	// resolve): a member of an outdated spec must not become a hot one.
+	// The members a conversion would take are kept meanwhile (Plan.Kept).
 	NoConvert bool
 	// NoStart: no parked member is started to become hot this cycle,
 	// because the cloud lately refused to start the pool's machines for
 	// want of capacity: the hot members missing are created instead, and
-	// a create may find another instance type or zone.
+	// a create may find another instance type or zone. The parked
+	// members are kept meanwhile (Plan.Kept).
 	NoStart bool
 }
 
@@ -143,10 +171,18 @@ func Compute(s Snapshot) Plan {
 		domain.RoleHot:     slices.Concat(without(c.members[domain.RoleHot], toStopped), toHot),
 		domain.RoleStopped: slices.Concat(without(c.members[domain.RoleStopped], toHot), toStopped),
 	}
+	p.Kept = heldBack(members, s)
 	excess := map[domain.Role][]domain.Instance{}
 	for _, role := range []domain.Role{domain.RoleHot, domain.RoleStopped} {
 		if n := len(members[role]) - s.Target.For(role); n > 0 {
-			excess[role] = excessVictims(members[role], n)
+			spare := members[role]
+			for _, k := range p.Kept {
+				if k.Role != role {
+					spare = without(spare, k.Instances)
+					n -= len(k.Instances)
+				}
+			}
+			excess[role] = excessVictims(spare, n)
 		}
 	}
 	// A member about to go as excess is not worth parking first.
@@ -242,31 +278,88 @@ func conversions(c categories, s Snapshot) (toStopped, toHot []domain.Instance) 
 	hot, stopped := c.members[domain.RoleHot], c.members[domain.RoleStopped]
 	excessHot, excessStopped := len(hot)-s.Target.Hot, len(stopped)-s.Target.Stopped
 	if n := min(excessHot, -excessStopped); n > 0 {
-		ready := 0
-		var stoppable []domain.Instance
-		for _, in := range hot {
-			if in.State != domain.StateReady {
-				continue
-			}
-			ready++
-			machine, known := s.Cloud[in.CloudID]
-			if in.SpecHash == s.SpecHash && !spot(in, machine) && (s.Cloud == nil || known && machine.State == domain.CloudRunning) {
-				stoppable = append(stoppable, in)
-			}
-		}
-		toStopped = oldest(stoppable, min(n, ready-s.Target.Hot))
+		toStopped = oldest(stoppable(hot, s), min(n, inState(hot, domain.StateReady)-s.Target.Hot))
 	}
 	if n := min(excessStopped, -excessHot); n > 0 && !s.NoStart {
-		var parked []domain.Instance
-		for _, in := range stopped {
-			machine, known := s.Cloud[in.CloudID]
-			if in.State == domain.StateStopped && in.SpecHash == s.SpecHash && (s.Cloud == nil || known && machine.State == domain.CloudStopped) {
-				parked = append(parked, in)
-			}
-		}
-		toHot = oldest(parked, n)
+		toHot = oldest(startable(stopped, s), n)
 	}
 	return toStopped, toHot
+}
+
+// stoppable is those of hot that can be parked: ready members of the
+// pool's spec, on on-demand machines the cloud agrees are running.
+func stoppable(hot []domain.Instance, s Snapshot) []domain.Instance {
+	var out []domain.Instance
+	for _, in := range hot {
+		machine, known := s.Cloud[in.CloudID]
+		if in.State == domain.StateReady && in.SpecHash == s.SpecHash && !spot(in, machine) &&
+			(s.Cloud == nil || known && machine.State == domain.CloudRunning) {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// startable is those of stopped that can be started: parked members of
+// the pool's spec whose machines the cloud agrees are stopped.
+func startable(stopped []domain.Instance, s Snapshot) []domain.Instance {
+	var out []domain.Instance
+	for _, in := range stopped {
+		machine, known := s.Cloud[in.CloudID]
+		if in.State == domain.StateStopped && in.SpecHash == s.SpecHash && (s.Cloud == nil || known && machine.State == domain.CloudStopped) {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// heldBack returns the members kept rather than terminated as excess,
+// members being the roles' members once this cycle's conversions are
+// done. While a conversion toward a role is held (no start, or no
+// conversion at all), the members of the other role it would take are
+// all that can stand in for the members that role misses: a create may
+// find no capacity either, or its machine never warm, and terminating
+// them would leave the pool with neither. So as many as the role lacks
+// ready members (for the stopped role, parked ones) are kept, oldest
+// first, as a conversion would take them; they go as excess at the first
+// cycle that finds the role's target met by ready members, unless a
+// cycle without the hold converts them first. Members beyond those, a
+// parked set larger than any target needs, still go as excess.
+func heldBack(members map[domain.Role][]domain.Instance, s Snapshot) []Kept {
+	hot, stopped := members[domain.RoleHot], members[domain.RoleStopped]
+	var kept []Kept
+	keep := func(why Reason, role domain.Role, candidates []domain.Instance, n int) {
+		if insts := oldest(candidates, n); len(insts) > 0 {
+			kept = append(kept, Kept{Reason: why, Role: role, Instances: insts})
+		}
+	}
+	if s.NoConvert || s.NoStart {
+		why := ReasonStartsHeld
+		if s.NoConvert {
+			why = ReasonConvertsHeld
+		}
+		n := min(len(stopped)-s.Target.Stopped, s.Target.Hot-inState(hot, domain.StateReady))
+		keep(why, domain.RoleHot, startable(stopped, s), n)
+	}
+	if s.NoConvert {
+		// As a conversion would, only ready members beyond those the hot
+		// target needs.
+		ready := inState(hot, domain.StateReady)
+		n := min(len(hot)-s.Target.Hot, ready-s.Target.Hot, s.Target.Stopped-inState(stopped, domain.StateStopped))
+		keep(ReasonConvertsHeld, domain.RoleStopped, stoppable(hot, s), n)
+	}
+	return kept
+}
+
+// inState counts the instances of insts in state st.
+func inState(insts []domain.Instance, st domain.State) int {
+	n := 0
+	for _, in := range insts {
+		if in.State == st {
+			n++
+		}
+	}
+	return n
 }
 
 // spot reports whether an instance's machine is a spot one, as its row

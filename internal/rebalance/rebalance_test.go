@@ -46,7 +46,8 @@ func expired() func(*domain.Instance)      { return func(i *domain.Instance) { i
 func noCloudID() func(*domain.Instance)    { return func(i *domain.Instance) { i.CloudID = "" } }
 func onSpot() func(*domain.Instance)       { return func(i *domain.Instance) { i.UsageClass = "spot" } }
 
-// render writes a plan compactly: "terminate/error[a b] create/hot×2".
+// render writes a plan compactly, the members it keeps last:
+// "terminate/error[a b] create/hot×2 kept/starts-held[c]".
 func render(p Plan) string {
 	var parts []string
 	for _, s := range p.Steps {
@@ -54,13 +55,20 @@ func render(p Plan) string {
 			parts = append(parts, fmt.Sprintf("create/%s×%d", s.Role, s.Count))
 			continue
 		}
-		var ids []string
-		for _, in := range s.Instances {
-			ids = append(ids, in.ID)
-		}
-		parts = append(parts, fmt.Sprintf("%s/%s[%s]", s.Action, s.Reason, strings.Join(ids, " ")))
+		parts = append(parts, fmt.Sprintf("%s/%s[%s]", s.Action, s.Reason, idsOf(s.Instances)))
+	}
+	for _, k := range p.Kept {
+		parts = append(parts, fmt.Sprintf("kept/%s[%s]", k.Reason, idsOf(k.Instances)))
 	}
 	return strings.Join(parts, " ")
+}
+
+func idsOf(insts []domain.Instance) string {
+	var ids []string
+	for _, in := range insts {
+		ids = append(ids, in.ID)
+	}
+	return strings.Join(ids, " ")
 }
 
 // cloudOf describes every instance as running, except those listed as gone.
@@ -343,11 +351,14 @@ func TestComputeConvertsBeforeCreating(t *testing.T) {
 
 // A pool whose spec cannot be told converts nothing; one whose starts
 // the cloud lately refused for capacity creates its hot members, but
-// still parks hot members it has too many of.
+// still parks hot members it has too many of. The members a held
+// conversion would take are kept, not terminated, until the role they
+// would join has its target of ready members.
 func TestConversionsHeldBack(t *testing.T) {
 	H, S := domain.RoleHot, domain.RoleStopped
 	parked := []domain.Instance{inst("s1", S, domain.StateStopped)}
 	ready := []domain.Instance{inst("h1", H, domain.StateReady)}
+	parkedTwo := []domain.Instance{inst("s1", S, domain.StateStopped), inst("s2", S, domain.StateStopped)}
 	cases := []struct {
 		name               string
 		insts              []domain.Instance
@@ -355,10 +366,37 @@ func TestConversionsHeldBack(t *testing.T) {
 		noConvert, noStart bool
 		want               string
 	}{
-		{"spec unknown: no start", parked, domain.Target{Hot: 1}, true, false, "create/hot×1 terminate/excess[s1]"},
-		{"spec unknown: no stop", ready, domain.Target{Stopped: 1}, true, false, "create/stopped×1 terminate/excess[h1]"},
-		{"starts refused: hot created", parked, domain.Target{Hot: 1}, false, true, "create/hot×1 terminate/excess[s1]"},
+		{"spec unknown: no start", parked, domain.Target{Hot: 1}, true, false, "create/hot×1 kept/converts-held[s1]"},
+		{"spec unknown: no stop", ready, domain.Target{Stopped: 1}, true, false, "create/stopped×1 kept/converts-held[h1]"},
+		{"starts refused: hot created", parked, domain.Target{Hot: 1}, false, true, "create/hot×1 kept/starts-held[s1]"},
 		{"starts refused: stops go on", ready, domain.Target{Stopped: 1}, false, true, "stop/convert[h1]"},
+		{"starts refused: the parked wait while the hot members created boot",
+			append([]domain.Instance{inst("n1", H, domain.StateBooting), inst("n2", H, domain.StatePending, noCloudID())}, parkedTwo...),
+			domain.Target{Hot: 2}, false, true, "kept/starts-held[s1 s2]"},
+		{"starts refused: as many parked wait as hot members are not ready",
+			append([]domain.Instance{inst("n1", H, domain.StateReady), inst("n2", H, domain.StateBooting)}, parkedTwo...),
+			domain.Target{Hot: 2}, false, true, "terminate/excess[s2] kept/starts-held[s1]"},
+		{"starts refused: the parked go once the hot members created are ready",
+			append([]domain.Instance{inst("n1", H, domain.StateReady), inst("n2", H, domain.StateReady)}, parkedTwo...),
+			domain.Target{Hot: 2}, false, true, "terminate/excess[s1 s2]"},
+		{"starts refused: parked members beyond what the targets need still go", []domain.Instance{
+			inst("s1", S, domain.StateStopped, created(4*time.Hour)), inst("s2", S, domain.StateStopped, created(3*time.Hour)),
+			inst("s3", S, domain.StateStopped, created(2*time.Hour)), inst("s4", S, domain.StateStopped, created(time.Hour)),
+		}, domain.Target{Hot: 1, Stopped: 1}, false, true, "create/hot×1 terminate/excess[s2 s3] kept/starts-held[s1]"},
+		{"starts refused: a warming stopped member is no parked one", []domain.Instance{
+			inst("s1", S, domain.StateStopped), inst("s2", S, domain.StateBooting),
+		}, domain.Target{Hot: 2}, false, true, "create/hot×2 terminate/excess[s2] kept/starts-held[s1]"},
+		{"spec unknown: a spot hot member is not kept", []domain.Instance{inst("h1", H, domain.StateReady, onSpot())},
+			domain.Target{Stopped: 1}, true, false, "create/stopped×1 terminate/excess[h1]"},
+		{"spec unknown: no hot member the hot target needs ready is kept", []domain.Instance{
+			inst("h1", H, domain.StateReady), inst("h2", H, domain.StateBooting),
+		}, domain.Target{Hot: 1, Stopped: 1}, true, false, "create/stopped×1 terminate/excess[h2]"},
+		{"spec unknown: hot members wait for the stopped members created to park", []domain.Instance{
+			inst("h1", H, domain.StateReady), inst("s1", S, domain.StateBooting),
+		}, domain.Target{Stopped: 1}, true, false, "kept/converts-held[h1]"},
+		{"spec unknown: a target of zero keeps nothing", []domain.Instance{
+			inst("h1", H, domain.StateReady), inst("s1", S, domain.StateStopped),
+		}, domain.Target{}, true, false, "terminate/excess[h1] terminate/excess[s1]"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
