@@ -6,7 +6,10 @@
 // while its image does not resolve it creates, rolls and converts nothing,
 // and while its new members keep failing before they warm its creates back
 // off (see createBackoff); either way it still sheds, parks, settles and
-// forgets, and its status says why it does not grow.
+// forgets, and its status says why it does not grow. What a conversion
+// held back (an image not resolving, starts refused for capacity) would
+// have taken is kept meanwhile rather than shed as excess; the plan's log
+// line and the bullpen_pool_kept_instances gauge say why.
 package converger
 
 import (
@@ -252,6 +255,7 @@ func (c *Converger) convergeAll(ctx context.Context, now time.Time, specs []Pool
 		configured[ps.Pool.Name] = true
 	}
 	c.forgetUnknownImages(configured)
+	c.metrics.kept.forget(configured)
 	c.warmups.forget(configured)
 	c.starts.forget(configured)
 	var removed []string
@@ -338,12 +342,20 @@ func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec
 	if imageErr != nil || warm.after.holds(now) {
 		r.Plan = withoutCreates(r.Plan)
 	}
+	c.metrics.kept.set(p.Name, r.Plan.Kept)
+	attrs := []any{"pool", p.Name, "schedule", entry, "hot", target.Hot, "stopped", target.Stopped, "plan", Describe(r.Plan)}
+	if len(r.Plan.Kept) > 0 {
+		attrs = append(attrs, "kept", DescribeKept(r.Plan.Kept))
+	}
 	var applyErr error
 	if !r.Plan.Empty() {
-		c.log.Info("pool plan", "pool", p.Name, "schedule", entry, "hot", target.Hot, "stopped", target.Stopped,
-			"plan", Describe(r.Plan))
+		c.log.Info("pool plan", attrs...)
 		a := applier{c: c, now: now, spec: ps, imageID: imageID, hash: r.SpecHash, calls: calls}
 		applyErr = a.apply(ctx, r.Plan)
+	} else if len(r.Plan.Kept) > 0 {
+		// Quieter while nothing is done, as a pool held for long would
+		// say the same every cycle: the kept gauge shows it meanwhile.
+		c.log.Debug("pool plan", attrs...)
 	}
 	if applyErr != nil {
 		c.log.Warn("pool converged with errors", "pool", p.Name, "err", applyErr)
@@ -416,14 +428,21 @@ func planWithoutSpec(snap rebalance.Snapshot) rebalance.Plan {
 	}
 	snap.SpecHash, snap.Instances, snap.NoConvert = unknownSpec, same, true
 	plan := rebalance.Compute(snap)
+	readBack := func(insts []domain.Instance) []domain.Instance {
+		if insts == nil {
+			return nil
+		}
+		out := make([]domain.Instance, len(insts))
+		for j, in := range insts {
+			out[j] = asRead[in.ID]
+		}
+		return out
+	}
 	for i, st := range plan.Steps {
-		insts := make([]domain.Instance, len(st.Instances))
-		for j, in := range st.Instances {
-			insts[j] = asRead[in.ID]
-		}
-		if st.Instances != nil {
-			plan.Steps[i].Instances = insts
-		}
+		plan.Steps[i].Instances = readBack(st.Instances)
+	}
+	for i, k := range plan.Kept {
+		plan.Kept[i].Instances = readBack(k.Instances)
 	}
 	return plan
 }
@@ -563,6 +582,18 @@ func Describe(p rebalance.Plan) string {
 			label = string(st.Role)
 		}
 		s += fmt.Sprintf("%s/%s×%d", st.Action, label, n)
+	}
+	return s
+}
+
+// DescribeKept renders what a plan keeps for a log line: "starts-held×2".
+func DescribeKept(kept []rebalance.Kept) string {
+	var s string
+	for i, k := range kept {
+		if i > 0 {
+			s += " "
+		}
+		s += fmt.Sprintf("%s×%d", k.Reason, len(k.Instances))
 	}
 	return s
 }

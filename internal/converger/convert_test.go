@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/rebalance"
 )
 
 // ids are the ids of insts, sorted.
@@ -207,20 +210,139 @@ func TestStartRefusedForCapacityCreatesInstead(t *testing.T) {
 		t.Fatalf("refused starts counted %v", got)
 	}
 	w.Clock.Pass(30 * time.Second)
-	if got := Describe(w.cycle().Plan); got != "create/hot×2 terminate/excess×2" {
+	// The parked members stay until the hot members created are ready.
+	if got := Describe(w.cycle().Plan); got != "create/hot×2" {
 		t.Fatalf("plan after the refusal %q", got)
 	}
 	w.converge(5)
 }
 
+// kept is the pool's count of members kept for why.
+func (w *world) kept(why rebalance.Reason) float64 {
+	return testutil.ToFloat64(w.conv.metrics.kept.vec.WithLabelValues("p", string(why)))
+}
+
+// While a pool's starts are held and its creates find no capacity either,
+// the parked members its hot target would take are kept: they are all the
+// pool has. Once the hot members created are ready, they go as excess.
+func TestParkedMembersOutlastStartsAndCreatesRefused(t *testing.T) {
+	w := newWorld(t, domain.Target{Stopped: 2}, sim.Options{Latency: latency}, Options{})
+	w.converge(10)
+	parked := w.rows(domain.StateStopped)
+	logs := w.logs()
+	w.cloud.ResetCalls()
+	w.cloud.FailNext(sim.OpStartInstances, 1, domain.ErrInsufficientCapacity)
+	w.cloud.FailNext(sim.OpCreateFleet, 5, domain.ErrInsufficientCapacity)
+	w.setTarget(domain.Target{Hot: 2})
+	if got := Describe(w.cycle().Plan); got != "start/convert×2" {
+		t.Fatalf("plan %q", got)
+	}
+	for cycle := 1; cycle <= 4; cycle++ {
+		w.Clock.Pass(30 * time.Second)
+		r := w.cycle()
+		if got := Describe(r.Plan); got != "create/hot×2" || !errors.Is(r.Err, domain.ErrInsufficientCapacity) {
+			t.Fatalf("cycle %d after the refusal: plan %q, error %v", cycle, got, r.Err)
+		}
+		if got := ids(w.rows(domain.StateStopped)); !slices.Equal(got, ids(parked)) {
+			t.Fatalf("cycle %d after the refusal: parked %v, want %v", cycle, got, ids(parked))
+		}
+		if got := w.kept(rebalance.ReasonStartsHeld); got != 2 {
+			t.Fatalf("cycle %d after the refusal: %v members counted as kept for the held starts", cycle, got)
+		}
+	}
+	if n := w.cloud.Calls()[sim.OpTerminateInstances]; n != 0 {
+		t.Fatalf("%d terminate calls while nothing could replace the parked members", n)
+	}
+	if n := len(logs.Lines("level=INFO", "pool plan", "kept=starts-held×2")); n != 4 {
+		t.Fatalf("%d plan lines saying why the parked members are kept, want 4:\n%s", n, logs)
+	}
+
+	w.converge(10)
+	if n := w.readyHot(); n != 2 || len(w.rows(domain.StateStopped)) != 0 {
+		t.Fatalf("%d ready hot, %d parked; want the created members ready and the parked gone", n, len(w.rows(domain.StateStopped)))
+	}
+	if got := w.actions("terminate", "excess", "ok"); got != 2 {
+		t.Fatalf("%v parked members terminated as excess, want 2", got)
+	}
+	if got := w.kept(rebalance.ReasonStartsHeld); got != 0 {
+		t.Fatalf("%v members still counted as kept", got)
+	}
+}
+
 // A pool whose image does not resolve cannot tell which members are
-// current: none is converted.
+// current: none is converted, and none the conversion would take is
+// terminated meanwhile.
 func TestUnresolvedImageConvertsNothing(t *testing.T) {
 	w := newWorld(t, domain.Target{Stopped: 2}, sim.Options{Latency: latency, Images: map[string]string{"ubuntu24": "ami-1"}}, Options{})
 	w.converge(10)
 	w.edit(func(ps *PoolSpec) { ps.Runner.Image = "ubuntu24-typo" })
 	w.setTarget(domain.Target{Hot: 2})
-	if got := Describe(w.cycle().Plan); got != "terminate/excess×2" {
+	if got := Describe(w.cycle().Plan); got != "" {
 		t.Fatalf("plan %q", got)
+	}
+	if n := len(w.rows(domain.StateStopped)); n != 2 {
+		t.Fatalf("%d parked members left, want 2", n)
+	}
+}
+
+// A look-up of the image that fails once, at the cycle the schedule swaps
+// stopped capacity for hot, does not cost the parked members: they are
+// kept that cycle and started at the next.
+func TestALookupFailingAtAFlipKeepsTheParkedMembers(t *testing.T) {
+	w := newWorld(t, domain.Target{Stopped: 2}, sim.Options{Latency: latency}, Options{})
+	w.converge(10)
+	parked := w.rows(domain.StateStopped)
+	logs := w.logs()
+	w.cloud.ResetCalls()
+	w.cloud.FailNext(sim.OpDescribeImages, 1, domain.ErrThrottled)
+	w.setTarget(domain.Target{Hot: 2})
+	r := w.cycle()
+	if got := Describe(r.Plan); got != "" || !errors.Is(r.Err, domain.ErrThrottled) {
+		t.Fatalf("plan %q, error %v", got, r.Err)
+	}
+	if got := ids(w.rows(domain.StateStopped)); !slices.Equal(got, ids(parked)) {
+		t.Fatalf("parked %v, want %v", got, ids(parked))
+	}
+	if got := w.kept(rebalance.ReasonConvertsHeld); got != 2 {
+		t.Fatalf("%v members counted as kept while the image did not resolve", got)
+	}
+	if n := len(logs.Lines("level=DEBUG", "pool plan", "kept=converts-held×2")); n != 1 {
+		t.Fatalf("%d lines saying why the parked members are kept:\n%s", n, logs)
+	}
+	w.Clock.Pass(30 * time.Second)
+	if got := Describe(w.cycle().Plan); got != "start/convert×2" {
+		t.Fatalf("plan once the image resolves %q", got)
+	}
+	w.converge(5)
+	if got := ids(w.rows(domain.StateReady)); !slices.Equal(got, ids(parked)) || w.readyHot() != 2 {
+		t.Fatalf("ready hot %v, want the parked members %v", got, ids(parked))
+	}
+	calls := w.cloud.Calls()
+	if calls[sim.OpCreateFleet] != 0 || calls[sim.OpTerminateInstances] != 0 {
+		t.Fatalf("calls %v, want no create or terminate", calls)
+	}
+	if got := w.kept(rebalance.ReasonConvertsHeld); got != 0 {
+		t.Fatalf("%v members still counted as kept", got)
+	}
+}
+
+// A pool no longer configured loses its series of kept members.
+func TestKeptMembersOfARemovedPoolAreNoLongerCounted(t *testing.T) {
+	w := newWorld(t, domain.Target{Stopped: 2}, sim.Options{Latency: latency}, Options{})
+	w.converge(10)
+	w.cloud.FailNext(sim.OpDescribeImages, 1, domain.ErrThrottled)
+	w.setTarget(domain.Target{Hot: 2})
+	w.cycle()
+	if got := w.kept(rebalance.ReasonConvertsHeld); got != 2 {
+		t.Fatalf("%v members counted as kept", got)
+	}
+	w.mu.Lock()
+	w.removed = true
+	w.mu.Unlock()
+	if _, err := w.conv.Cycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(w.conv.metrics.kept.vec); n != 0 {
+		t.Fatalf("%d series of kept members left for a removed pool", n)
 	}
 }
