@@ -7,8 +7,6 @@
 package api
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,7 +40,11 @@ type PoolInfo struct {
 type Server struct {
 	Store Store
 	Token string
-	Log   *slog.Logger // nil: slog.Default()
+	// ViewerToken, when set, is the dashboard's read-only token. The API
+	// refuses it (403) but knows it, so that a viewer's script calling the
+	// API is told why and is not throttled as a guesser of the admin token.
+	ViewerToken string
+	Log         *slog.Logger // nil: slog.Default()
 	// Pools lists the configured pools of this environment; nil lists none.
 	Pools func() []PoolInfo
 	// SpotBreakers lists the runner classes the spot circuit breaker keeps
@@ -50,7 +52,7 @@ type Server struct {
 	SpotBreakers func() []spotbreaker.Open
 	// Limiter throttles addresses that offer too many wrong tokens, and
 	// counts the refusals; shared with the dashboard, which checks the same
-	// admin token. Nil throttles and counts nothing.
+	// admin and viewer tokens. Nil throttles and counts nothing.
 	Limiter *httpauth.Limiter
 }
 
@@ -62,7 +64,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/instances", s.instances)
 	mux.HandleFunc("GET /api/v1/pools", s.pools)
 	mux.HandleFunc("GET /api/v1/spot", s.spot)
-	return s.authorize(jsonRefusals(mux))
+	return s.authorize(httpauth.NewTokens(s.Token, s.ViewerToken), jsonRefusals(mux))
 }
 
 // jsonRefusals answers the requests mux has no route for (an unknown path,
@@ -115,14 +117,16 @@ func (h *headerRecorder) Write(b []byte) (int, error) {
 
 // authorize lets through requests bearing the admin token. A request
 // bearing none is refused without counting against its address: it
-// guessed nothing.
-func (s *Server) authorize(next http.Handler) http.Handler {
+// guessed nothing. Nor does the viewer token count: it is refused for its
+// role, not as a guess.
+func (s *Server) authorize(tokens httpauth.Tokens, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, offered := httpauth.Bearer(r.Header.Get("Authorization"))
+		var role httpauth.Role
 		ok := false
 		if offered {
 			var wait time.Duration
-			ok, wait = s.Limiter.Check(r, httpauth.SurfaceAPI, func() bool { return tokenMatches(got, s.Token) })
+			role, wait, ok = s.Limiter.CheckToken(r, httpauth.SurfaceAPI, tokens, got)
 			if wait > 0 {
 				secs := httpauth.RetryAfter(w, wait)
 				writeError(w, http.StatusTooManyRequests,
@@ -135,20 +139,14 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, "missing or wrong admin token (Authorization: Bearer TOKEN)")
 			return
 		}
+		if role != httpauth.RoleAdmin {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="bullpen", error="insufficient_scope"`)
+			writeError(w, http.StatusForbidden,
+				"this is the viewer token, which reads the dashboard only; the status API takes the admin token")
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// tokenMatches compares in constant time. Comparing digests rather than the
-// tokens keeps the time independent of the tokens' lengths too, which
-// subtle.ConstantTimeCompare alone reveals. An empty configured token
-// matches nothing.
-func tokenMatches(got, want string) bool {
-	if want == "" {
-		return false
-	}
-	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
-	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
 }
 
 // JobView is a job as the API shows it. Every field is always present (a
