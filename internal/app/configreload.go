@@ -104,6 +104,7 @@ func (a *App) configRead(ctx context.Context, data []byte, now time.Time) *confi
 	st, name := &a.configReads, a.source.Name()
 	wasUnreadable := st.unreadable
 	st.unreadable = false
+	a.configReloads.readable()
 	switch {
 	case st.known && bytes.Equal(data, st.inForce):
 		if st.refused != nil || wasUnreadable {

@@ -95,6 +95,34 @@ func TestAnUnreadableConfigurationDoesNotFailTheLoop(t *testing.T) {
 	}
 }
 
+// Whether the source is unreadable now is a gauge, which an alert can
+// hold for a time: the counter of failed reads says as much for failures
+// spread between good reads as for a source down for good, and too little
+// for a source read once every ten minutes.
+func TestTheGaugeSaysWhetherTheNewestReadFailed(t *testing.T) {
+	a, write := appOnFile(t, linuxPool)
+	step := a.configLoop().Step
+	gauge := func() float64 { return testutil.ToFloat64(a.configReloads.unreadable) }
+	if got := gauge(); got != 0 {
+		t.Fatalf("bullpen_config_unreadable is %v at start, want 0", got)
+	}
+	if err := os.Remove(a.opts.ConfigPath); err != nil {
+		t.Fatal(err)
+	}
+	_ = step(t.Context())
+	if got := gauge(); got != 1 {
+		t.Fatalf("bullpen_config_unreadable is %v after a failed read, want 1", got)
+	}
+	// The same file comes back: nothing is loaded, but the source answers.
+	write(linuxPool)
+	if err := step(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := gauge(); got != 0 {
+		t.Fatalf("bullpen_config_unreadable is %v once the source is read again, want 0", got)
+	}
+}
+
 // A read GitHub refuses for its rate limit is not tried again before the
 // time GitHub gave: reading sooner is refused again and spends what is
 // left of the budget. The waiting reads still count as unreadable, so that
