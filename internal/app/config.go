@@ -67,6 +67,19 @@ func (a *App) sourceName() string {
 	return a.opts.ConfigPath
 }
 
+// scaledPoolSpecs is poolSpecs, read once a converger cycle; the pool
+// autoscaler forgets the pools it no longer scales, whose last demand and
+// scores it would otherwise serve for as long as the process runs.
+func (a *App) scaledPoolSpecs() []converger.PoolSpec {
+	specs := a.poolSpecs()
+	pools := make([]domain.Pool, len(specs))
+	for i, ps := range specs {
+		pools[i] = ps.Pool
+	}
+	a.Scaler.Retain(pools)
+	return specs
+}
+
 func (a *App) poolSpecs() []converger.PoolSpec {
 	cfg := a.Config()
 	var out []converger.PoolSpec

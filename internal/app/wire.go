@@ -97,7 +97,7 @@ func (a *App) wireConverger() error {
 		entry, t := converger.ScheduleTarget(p, at)
 		return a.Scaler.Adjust(context.Background(), p, at, entry, t)
 	}
-	a.Converger, err = converger.New(a.Store, a.Cloud, o.Clock, a.poolSpecs, o.Log.With("loop", "converger"), o.Registry, conv)
+	a.Converger, err = converger.New(a.Store, a.Cloud, o.Clock, a.scaledPoolSpecs, o.Log.With("loop", "converger"), o.Registry, conv)
 	if err != nil {
 		return err
 	}
