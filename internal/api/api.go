@@ -67,6 +67,16 @@ func (s *Server) Handler() http.Handler {
 	return s.authorize(httpauth.NewTokens(s.Token, s.ViewerToken), jsonRefusals(mux))
 }
 
+// Mount serves the API on mux under /api, the bare /api and /api/v1
+// included: a server's mux would otherwise redirect /api/v1 to /api/v1/ or
+// hand an unknown /api path to its catch-all (the dashboard), and a client
+// of the API would get HTML where it expects the API's JSON errors.
+func (s *Server) Mount(mux *http.ServeMux) {
+	h := s.Handler()
+	mux.Handle("/api", h)
+	mux.Handle("/api/", h)
+}
+
 // jsonRefusals answers the requests mux has no route for (an unknown path,
 // or a method the path does not take) in the API's JSON error shape rather
 // than the mux's plain text, keeping the mux's status and its Allow header.

@@ -469,3 +469,36 @@ func keys(m map[string]any) []string {
 	slices.Sort(out)
 	return out
 }
+
+// Mounted beside a catch-all, as the server mounts it beside the dashboard,
+// every path under /api is the API's: the bare /api/v1 is neither
+// redirected nor handed to the catch-all, and answers JSON.
+func TestMountAnswersEveryAPIPathInJSON(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte("<html>dashboard</html>"))
+	})
+	r.srv.Mount(mux)
+	serve := func(path, authorization string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		if authorization != "" {
+			req.Header.Set("Authorization", authorization)
+		}
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+			t.Errorf("GET %s: %d, content type %q, body %q", path, rec.Code, ct, rec.Body)
+		}
+		return rec
+	}
+	for _, p := range []string{"/api", "/api/", "/api/v1", "/api/v1/", "/api/v2/jobs"} {
+		r.wantError(serve(p, "Bearer "+adminToken), http.StatusNotFound, p, "/api/v1/jobs")
+		r.wantError(serve(p, ""), http.StatusUnauthorized, "admin token")
+	}
+	if rec := serve("/api/v1/jobs", "Bearer "+adminToken); rec.Code != http.StatusOK {
+		t.Errorf("GET /api/v1/jobs: %d", rec.Code)
+	}
+}
