@@ -4,9 +4,13 @@
 //
 // The lists of jobs and of instances are newest first and take limit=N:
 // 100 by default, at most MaxLimit (1000); a limit outside 1..1000 is a 400.
+// Their pool filter, and the jobs' instance filter (bullpen's instance id
+// or the provider's), refuse with a 400 a name that matches nothing known,
+// rather than answer an empty list.
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -260,9 +264,36 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	byCloudID := false
+	if f.Instance != "" {
+		id, found, err := s.instanceByCloudID(r.Context(), f.Instance)
+		if err != nil {
+			s.fail(w, "find instance", err)
+			return
+		}
+		if found {
+			f.Instance, byCloudID = id, true
+		}
+	}
 	list, err := s.Store.ListJobs(r.Context(), f)
 	if err != nil {
 		s.fail(w, "list jobs", err)
+		return
+	}
+	if len(list) == 0 && f.Instance != "" && !byCloudID {
+		// Only an empty answer is checked: a list of jobs shows the
+		// instance exists, and the common case costs nothing more.
+		_, err := s.Store.GetInstance(r.Context(), f.Instance)
+		if errors.Is(err, domain.ErrNotFound) {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown instance %q: no instance has that id (bp-…) or cloud id", f.Instance))
+			return
+		}
+		if err != nil {
+			s.fail(w, "get instance", err)
+			return
+		}
+	}
+	if len(list) == 0 && !s.checkPool(w, r, f.Pool) {
 		return
 	}
 	out := make([]JobView, len(list))
@@ -323,11 +354,76 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "list instances", err)
 		return
 	}
+	if len(list) == 0 && !s.checkPool(w, r, f.Pool) {
+		return
+	}
 	out := make([]InstanceView, len(list))
 	for i, in := range list {
 		out[i] = viewInstance(in)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"instances": out})
+}
+
+// instanceByCloudID returns the id of the instance whose machine has the
+// provider's id cloudID (an EC2 instance id, say): an operator holds that
+// id as often as bullpen's own.
+func (s *Server) instanceByCloudID(ctx context.Context, cloudID string) (string, bool, error) {
+	list, err := s.Store.ListInstances(ctx, domain.InstanceFilter{CloudID: cloudID, Limit: 1})
+	if err != nil || len(list) == 0 {
+		return "", false, err
+	}
+	return list[0].ID, true, nil
+}
+
+// checkPool answers 400 and returns false when pool, a list's filter, names
+// a pool that is neither configured nor recorded in any job, instance or
+// pool status: a misspelt pool would otherwise answer an empty list, read
+// as a pool with nothing in it. A pool no longer configured is still known
+// by what it left behind. Lists ask only when they came back empty, so a
+// list with rows costs no more.
+func (s *Server) checkPool(w http.ResponseWriter, r *http.Request, pool string) bool {
+	if pool == "" {
+		return true
+	}
+	var configured []string
+	if s.Pools != nil {
+		for _, p := range s.Pools() {
+			configured = append(configured, p.Name)
+		}
+	}
+	known, err := s.poolRecorded(r.Context(), pool)
+	if err != nil {
+		s.fail(w, "find pool", err)
+		return false
+	}
+	if known || slices.Contains(configured, pool) {
+		return true
+	}
+	names := "none is configured"
+	if len(configured) > 0 {
+		names = "configured: " + strings.Join(configured, ", ")
+	}
+	writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown pool %q: neither configured nor recorded in any job or instance (%s)",
+		pool, names))
+	return false
+}
+
+// poolRecorded reports whether any job, instance or pool status the store
+// keeps names pool.
+func (s *Server) poolRecorded(ctx context.Context, pool string) (bool, error) {
+	statuses, err := s.Store.ListPoolStatus(ctx)
+	if err != nil {
+		return false, err
+	}
+	if slices.ContainsFunc(statuses, func(st domain.PoolStatus) bool { return st.Name == pool }) {
+		return true, nil
+	}
+	jobs, err := s.Store.ListJobs(ctx, domain.JobFilter{Pool: pool, Limit: 1})
+	if err != nil || len(jobs) > 0 {
+		return len(jobs) > 0, err
+	}
+	insts, err := s.Store.ListInstances(ctx, domain.InstanceFilter{Pool: pool, Limit: 1})
+	return len(insts) > 0, err
 }
 
 // PoolView joins a pool's configuration with the converger's last cycle and

@@ -151,8 +151,14 @@ func TestJobsFilters(t *testing.T) {
 		{"pool=small-x64", []string{"104", "102", "101"}},
 		{"pool=gpu&status=rejected", []string{"105"}},
 		{"pool=gpu&status=queued", []string{}},
-		{"pool=nope", []string{}},
+		{"pool=big", []string{}},     // configured, no job yet
+		{"pool=retired", []string{}}, // no longer configured, its status recorded
 		{"instance=i-1", []string{"102"}},
+		{"instance=c-1", []string{"102"}}, // i-1's cloud id
+		{"instance=c-1&status=assigned", []string{"102"}},
+		{"instance=c-1&status=running", []string{}},
+		{"instance=i-3", []string{}}, // an instance that served no job
+		{"instance=c-4", []string{}},
 		{"limit=2", []string{"105", "104"}},
 		{"limit=1000&status=completed", []string{"104"}},
 	}
@@ -165,20 +171,46 @@ func TestJobsRefusesBadFilters(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	cases := map[string][]string{
-		"status=bogus":               {`"bogus"`, "queued, assigned, running, completed, rejected"},
-		"status=queued,Running":      {`"Running"`},
-		"limit=abc":                  {"limit", `"abc"`},
-		"limit=0":                    {"limit"},
-		"limit=-1":                   {"limit"},
-		"limit=1001":                 {"limit", "1..1000"},
-		"limit=5&status=waiting":     {`"waiting"`},
-		"status=completed&limit=1e3": {"limit"},
-		"state=running":              {`unknown parameter "state"`, "instance, limit, pool, status"},
-		"pool=a&pool=b":              {`parameter "pool" given 2 times`},
+		"status=bogus":                {`"bogus"`, "queued, assigned, running, completed, rejected"},
+		"status=queued,Running":       {`"Running"`},
+		"limit=abc":                   {"limit", `"abc"`},
+		"limit=0":                     {"limit"},
+		"limit=-1":                    {"limit"},
+		"limit=1001":                  {"limit", "1..1000"},
+		"limit=5&status=waiting":      {`"waiting"`},
+		"status=completed&limit=1e3":  {"limit"},
+		"state=running":               {`unknown parameter "state"`, "instance, limit, pool, status"},
+		"pool=a&pool=b":               {`parameter "pool" given 2 times`},
+		"pool=nope":                   {`unknown pool "nope"`, "configured: small-x64, big"},
+		"pool=smal-x64&status=queued": {`unknown pool "smal-x64"`},
+		"instance=i-9":                {`unknown instance "i-9"`, "cloud id"},
+		"instance=c-9&status=queued":  {`unknown instance "c-9"`},
 	}
 	for q, parts := range cases {
 		r.wantError(r.get("/api/v1/jobs?"+q), http.StatusBadRequest, parts...)
 	}
+}
+
+// A pool is known by being configured or by anything recorded in it: a
+// pool no longer configured still has its jobs and instances listed, and
+// with no configuration at hand every recorded pool is.
+func TestPoolFiltersKnowRecordedPools(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	old := domain.Instance{ID: "i-9", CloudID: "c-9", Pool: "old-x64", Role: domain.RoleHot, Runner: "old-x64",
+		State: domain.StateTerminated}
+	if err := r.store.CreateInstances(r.ctx, []domain.Instance{old}); err != nil {
+		t.Fatal(err)
+	}
+	r.wantIDs("/api/v1/jobs?pool=old-x64", "jobs", []string{})
+	r.wantIDs("/api/v1/instances?pool=old-x64", "instances", []string{})
+	r.wantIDs("/api/v1/instances?pool=old-x64&all=1", "instances", []string{"i-9"})
+	r.wantIDs("/api/v1/jobs?instance=c-9", "jobs", []string{})
+	r.srv.Pools = nil
+	r.wantIDs("/api/v1/jobs?pool=small-x64", "jobs", []string{"104", "102", "101"})
+	r.wantIDs("/api/v1/instances?pool=small-x64&state=stopped", "instances", []string{})
+	r.wantError(r.get("/api/v1/jobs?pool=big"), http.StatusBadRequest, `unknown pool "big"`, "none is configured")
+	r.wantError(r.get("/api/v1/instances?pool=big"), http.StatusBadRequest, `unknown pool "big"`)
 }
 
 func TestOneJob(t *testing.T) {
@@ -212,6 +244,8 @@ func TestInstances(t *testing.T) {
 		{"state=stopped", []string{}},
 		{"pool=small-x64", []string{"i-3", "i-1"}},
 		{"pool=small-x64&all=1", []string{"i-4", "i-3", "i-1"}},
+		{"pool=big", []string{}}, // configured, no instance yet
+		{"pool=gpu", []string{}}, // recorded in a job
 		{"runner=adhoc-1", []string{"i-2"}},
 		{"all=1&limit=2", []string{"i-4", "i-3"}},
 		{"limit=1&pool=small-x64", []string{"i-3"}},
@@ -227,6 +261,8 @@ func TestInstances(t *testing.T) {
 	}
 	r.wantError(r.get("/api/v1/instances?state=bogus"), http.StatusBadRequest, `"bogus"`, "terminated")
 	r.wantError(r.get("/api/v1/instances?all=maybe"), http.StatusBadRequest, "all", `"maybe"`)
+	r.wantError(r.get("/api/v1/instances?pool=smal-x64"), http.StatusBadRequest, `unknown pool "smal-x64"`, "small-x64, big")
+	r.wantError(r.get("/api/v1/instances?pool=smal-x64&all=1"), http.StatusBadRequest, `unknown pool "smal-x64"`)
 	r.wantError(r.get("/api/v1/instances?status=running"), http.StatusBadRequest, `unknown parameter "status"`, "all, limit, pool, runner, state")
 	for q, parts := range map[string][]string{
 		"limit=0": {"limit"}, "limit=-1": {"limit"}, "limit=abc": {"limit", `"abc"`}, "limit=1001": {"limit", "1..1000"},
