@@ -101,6 +101,31 @@ func TestLoginSetsASignedSessionCookie(t *testing.T) {
 	}
 }
 
+// A token pasted with a space or a line break around it is the token, as
+// it is in an Authorization header or a token file: it signs in, and does
+// not count toward the address's wrong guesses.
+func TestLoginTrimsThePastedToken(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, withLimiter(t))
+	r.seed()
+	for tok, role := range map[string]string{adminToken + "\n": roleAdmin, " " + adminToken + " ": roleAdmin,
+		viewerToken + "\r\n": roleViewer, "\t" + viewerToken: roleViewer} {
+		rec := r.login(tok, "/jobs", fromAddr(guesser))
+		if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/jobs" {
+			t.Errorf("token %q: %d to %q, want 303 to /jobs", tok, rec.Code, rec.Header().Get("Location"))
+			continue
+		}
+		req := httptest.NewRequest(http.MethodGet, "/jobs", nil)
+		req.AddCookie(sessionOf(t, rec))
+		if got := r.do(req, ""); !strings.Contains(got.Body.String(), `class="role" title="signed in as">`+role+`<`) {
+			t.Errorf("token %q: the session is not %s's (%d)", tok, role, got.Code)
+		}
+	}
+	if got := r.refused("dashboard_login", "wrong_token"); got != 0 {
+		t.Errorf("dashboard_login wrong_token %v, want 0", got)
+	}
+}
+
 func TestCookieIsSecureOverTLS(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)

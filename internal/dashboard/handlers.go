@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/httpauth"
@@ -186,7 +187,10 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := localPath(r.PostForm.Get("next"))
-	role, wait, ok := d.auth.check(r, httpauth.SurfaceDashboardLogin, r.PostForm.Get("token"))
+	// Trimmed as bearer tokens and token files are: a token pasted with a
+	// trailing newline is the token, not a wrong guess.
+	token := strings.TrimSpace(r.PostForm.Get("token"))
+	role, wait, ok := d.auth.check(r, httpauth.SurfaceDashboardLogin, token)
 	if wait > 0 {
 		d.renderLogin(w, loginData{Next: next, Error: throttled(w, wait), Viewer: d.auth.hasViewer}, http.StatusTooManyRequests)
 		return
