@@ -31,8 +31,11 @@ type Progress struct {
 	Runs, Skipped, Unfinished int
 	// Jobs are the jobs of the runs listed, read or already in the file:
 	// Written now, Known already in the file, Open in the unfinished
-	// runs, left for a later export.
-	Jobs, Written, Known, Open int
+	// runs, left for a later export; Refused those a history file cannot
+	// hold (Job.Usable), not written, so that every line written reads
+	// back, and Refusal the newest one's reason.
+	Jobs, Written, Known, Open, Refused int
+	Refusal                             string
 	// WaitingUntil is set while a rate limit holds WaitingFor back.
 	WaitingUntil   time.Time
 	WaitingFor     string
@@ -166,7 +169,13 @@ func (e *Export) write(jobs []rest.PastJob) error {
 			e.progress.Known++
 			continue
 		}
-		if err := enc.Encode(lineOf(p)); err != nil {
+		j, err := lineOf(p).Usable()
+		if err != nil {
+			e.progress.Refused++
+			e.progress.Refusal = fmt.Sprintf("job %d of run %d of %s: %v", p.ID, p.RunID, p.Repo, err)
+			continue
+		}
+		if err := enc.Encode(j); err != nil {
 			return fmt.Errorf("write job %d: %w", p.ID, err)
 		}
 		written = append(written, p)

@@ -50,7 +50,40 @@ func (j Job) QueueTime() (time.Duration, bool) {
 	return j.Started.Sub(j.Created), true
 }
 
-// Check names what makes j unusable for a replay.
+// ClockSkew is how far before its created_at a job's started_at may be
+// and still be taken for the same instant: GitHub stamps the two in
+// different services, to the second, whose clocks disagree by a second or
+// two, so a job a runner took at once can start "before" it was queued.
+// Five seconds covers that with room; a larger gap is a broken record,
+// refused.
+const ClockSkew = 5 * time.Second
+
+// neverRan says whether the record shows that no runner took the job:
+// skipped by its workflow, or cancelled while queued, with no started_at
+// (the export writes one only for a job a runner took). A replay does not
+// queue it.
+func (j Job) neverRan() bool {
+	return j.Started == nil && (j.Conclusion == "skipped" || j.Conclusion == "cancelled")
+}
+
+// settle moves a started_at within ClockSkew before created_at to
+// created_at (and a completed_at it then precedes to it), so that the
+// queue time is never negative; Check then refuses any larger gap.
+func (j *Job) settle() {
+	if j.Started == nil || !j.Started.Before(j.Created) || j.Created.Sub(*j.Started) > ClockSkew {
+		return
+	}
+	started := j.Created
+	j.Started = &started
+	if j.Completed != nil && j.Completed.Before(started) {
+		completed := started
+		j.Completed = &completed
+	}
+}
+
+// Check names what makes j unusable for a replay. A job that never ran
+// may have no labels: GitHub evaluates runs-on only for a job it queues
+// for a runner, and a replay skips it anyway.
 func (j Job) Check() error {
 	var problems []string
 	if j.ID <= 0 {
@@ -59,14 +92,15 @@ func (j Job) Check() error {
 	if owner, name, ok := strings.Cut(j.Repo, "/"); !ok || owner == "" || name == "" {
 		problems = append(problems, fmt.Sprintf("repository %q is not owner/name", j.Repo))
 	}
-	if len(j.Labels) == 0 {
+	if len(j.Labels) == 0 && !j.neverRan() {
 		problems = append(problems, "no labels")
 	}
 	if j.Created.IsZero() {
 		problems = append(problems, "no created_at")
 	}
-	if j.Started != nil && j.Started.Before(j.Created) {
-		problems = append(problems, "started_at before created_at")
+	if j.Started != nil && j.Created.Sub(*j.Started) > ClockSkew {
+		problems = append(problems, fmt.Sprintf("started_at before created_at by %s (more than the %s of clock skew taken)",
+			j.Created.Sub(*j.Started), ClockSkew))
 	}
 	if j.Completed != nil && j.Started != nil && j.Completed.Before(*j.Started) {
 		problems = append(problems, "completed_at before started_at")
@@ -75,6 +109,14 @@ func (j Job) Check() error {
 		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// Usable is j as a history file holds it: settled (see ClockSkew) and
+// checked. Read and the export apply it alike, so that the export never
+// writes a line Read refuses.
+func (j Job) Usable() (Job, error) {
+	j.settle()
+	return j, j.Check()
 }
 
 // LineError is a line of a history file that is not a usable job.
@@ -107,7 +149,8 @@ func Read(name string, r io.Reader) ([]Job, error) {
 			errs = append(errs, &LineError{Name: name, Line: n, Err: fmt.Errorf("not a job: %w", err)})
 			continue
 		}
-		if err := j.Check(); err != nil {
+		j, err := j.Usable()
+		if err != nil {
 			errs = append(errs, &LineError{Name: name, Line: n, Err: err})
 			continue
 		}
