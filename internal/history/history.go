@@ -5,6 +5,7 @@ package history
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -129,12 +130,52 @@ type LineError struct {
 func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %v", e.Name, e.Line, e.Err) }
 func (e *LineError) Unwrap() error { return e.Err }
 
-// Read reads every line of a history file (name is for errors) and checks
-// each; blank lines are skipped. Every bad line is reported, each with its
-// number.
+// shownLineErrors is how many bad lines Read names: a file of some other
+// shape is bad on every line, and thousands of the same error bury the
+// one thing to do about it.
+const shownLineErrors = 10
+
+// Contents is what a history file holds.
+type Contents struct {
+	Jobs []Job
+	// Duplicates counts the lines dropped for repeating an earlier
+	// line's job exactly.
+	Duplicates int
+}
+
+// Read reads the jobs of a history file; see ReadContents.
 func Read(name string, r io.Reader) ([]Job, error) {
-	var jobs []Job
+	c, err := ReadContents(name, r)
+	return c.Jobs, err
+}
+
+// ReadContents reads every line of a history file (name is for errors)
+// and checks each (Job.Usable); blank lines are skipped. The first
+// shownLineErrors bad lines are reported, each with its number, then how
+// many more there are.
+//
+// A job id is GitHub's and unique, so a second line with the same id is
+// the same job twice, which a replay would queue twice. A line the same as
+// the earlier one is dropped, and counted: two overlapping exports of the
+// same runs, concatenated, hold each shared job as the same line (a run is
+// written only once complete, so its record no longer changes), and the
+// one wanted is plain. Two lines that differ are refused, both named: which
+// one is right cannot be told.
+func ReadContents(name string, r io.Reader) (Contents, error) {
+	var c Contents
 	var errs []error
+	bad := 0
+	fail := func(err error) {
+		if bad++; bad <= shownLineErrors {
+			errs = append(errs, err)
+		}
+	}
+	gitHubShaped := false
+	type firstSeen struct {
+		line int
+		as   []byte
+	}
+	seen := map[int64]firstSeen{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for n := 1; sc.Scan(); n++ {
@@ -146,18 +187,61 @@ func Read(name string, r io.Reader) ([]Job, error) {
 		dec := json.NewDecoder(strings.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&j); err != nil {
-			errs = append(errs, &LineError{Name: name, Line: n, Err: fmt.Errorf("not a job: %w", err)})
+			gitHubShaped = gitHubShaped || looksLikeGitHubJobs(line)
+			fail(&LineError{Name: name, Line: n, Err: fmt.Errorf("not a job: %w", err)})
 			continue
 		}
 		j, err := j.Usable()
 		if err != nil {
-			errs = append(errs, &LineError{Name: name, Line: n, Err: err})
+			fail(&LineError{Name: name, Line: n, Err: err})
 			continue
 		}
-		jobs = append(jobs, j)
+		as, err := json.Marshal(j)
+		if err != nil {
+			fail(&LineError{Name: name, Line: n, Err: err})
+			continue
+		}
+		if first, ok := seen[j.ID]; ok {
+			if !bytes.Equal(first.as, as) {
+				fail(&LineError{Name: name, Line: n, Err: fmt.Errorf("job %d again, unlike line %d: one job, two records", j.ID, first.line)})
+			} else {
+				c.Duplicates++
+			}
+			continue
+		}
+		seen[j.ID] = firstSeen{n, as}
+		c.Jobs = append(c.Jobs, j)
+	}
+	if bad > shownLineErrors {
+		errs = append(errs, fmt.Errorf("%s: %d more bad lines", name, bad-shownLineErrors))
+	}
+	if gitHubShaped {
+		errs = append([]error{fmt.Errorf("%s holds GitHub's own workflow job objects, not a history: "+
+			"`bullpen history export` reads them from GitHub and writes the lines this takes", name)}, errs...)
 	}
 	if err := sc.Err(); err != nil {
 		errs = append(errs, fmt.Errorf("%s: %w", name, err))
 	}
-	return jobs, errors.Join(errs...)
+	return c, errors.Join(errs...)
+}
+
+// looksLikeGitHubJobs says whether a line is a job as GitHub's REST API
+// returns it, or a page of them: fields a history line never has, and no
+// repository (GitHub names it only in URLs).
+func looksLikeGitHubJobs(line string) bool {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal([]byte(line), &fields) != nil {
+		return false
+	}
+	if _, ok := fields["repository"]; ok {
+		return false
+	}
+	for _, k := range []string{"workflow_name", "head_sha", "run_url", "check_run_url", "steps"} {
+		if _, ok := fields[k]; ok {
+			return true
+		}
+	}
+	_, jobs := fields["jobs"]
+	_, total := fields["total_count"]
+	return jobs && total
 }

@@ -3,6 +3,8 @@ package history_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +103,66 @@ func TestReadTakesJobsThatNeverRanAndClockSkew(t *testing.T) {
 		if q, ok := jobs[2].QueueTime(); !ok || q != 0 {
 			t.Errorf("job 3 waited %s (%t), want 0s", q, ok)
 		}
+	}
+}
+
+// A job twice, as in two overlapping exports concatenated, is queued once:
+// the same line again is dropped and counted; a different record of the
+// same id is refused, both lines named.
+func TestReadDropsRepeatedJobsAndRefusesConflictingOnes(t *testing.T) {
+	var one bytes.Buffer
+	for id := range int64(60) {
+		fmt.Fprintf(&one, `{"id":%d,"run_id":%d,"repository":"acme/app","labels":["linux"],"created_at":"2026-11-16T09:%02d:00Z","started_at":"2026-11-16T09:%02d:03Z","completed_at":"2026-11-16T09:%02d:50Z","conclusion":"success"}`+"\n",
+			id+1, 100+id, id, id, id)
+	}
+	twice := append(bytes.Clone(one.Bytes()), one.Bytes()...)
+	c, err := history.ReadContents("h.jsonl", bytes.NewReader(twice))
+	if err != nil || len(c.Jobs) != 60 || c.Duplicates != 60 {
+		t.Fatalf("cat h h: %d jobs, %d duplicates (%v); want 60 and 60", len(c.Jobs), c.Duplicates, err)
+	}
+	if jobs, err := history.Read("h.jsonl", bytes.NewReader(twice)); err != nil || len(jobs) != 60 {
+		t.Errorf("Read: %d jobs (%v), want 60", len(jobs), err)
+	}
+	conflicting := one.String() + `{"id":7,"run_id":106,"repository":"acme/app","labels":["linux"],"created_at":"2026-11-16T09:06:00Z","started_at":"2026-11-16T09:06:03Z","completed_at":"2026-11-16T09:09:50Z","conclusion":"failure"}` + "\n"
+	c, err = history.ReadContents("h.jsonl", strings.NewReader(conflicting))
+	if want := "h.jsonl:61: job 7 again, unlike line 7"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v lacks %q", err, want)
+	}
+	if len(c.Jobs) != 60 || c.Duplicates != 0 {
+		t.Errorf("%d jobs, %d duplicates; want the first 60, none dropped", len(c.Jobs), c.Duplicates)
+	}
+}
+
+// A file of GitHub's own job objects gets ten line errors, a count of the
+// rest, and what to run instead, not one error per line.
+func TestReadOfGitHubsJobsSaysToExport(t *testing.T) {
+	var in strings.Builder
+	for id := range 5000 {
+		fmt.Fprintf(&in, `{"id":%d,"run_id":9,"workflow_name":"CI","head_sha":"abc","run_url":"https://api.github.com/repos/acme/app/actions/runs/9","status":"completed","conclusion":"success","created_at":"2026-11-16T09:00:00Z","labels":["linux"]}`+"\n", id+1)
+	}
+	_, err := history.Read("jobs.json", strings.NewReader(in.String()))
+	if err == nil {
+		t.Fatal("GitHub's job objects read as a history")
+	}
+	msg := err.Error()
+	if n := strings.Count(msg, "not a job"); n != 10 {
+		t.Errorf("%d line errors, want 10", n)
+	}
+	for _, want := range []string{"jobs.json:1: not a job", "jobs.json:10: not a job", "jobs.json: 4990 more bad lines", "bullpen history export"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error lacks %q:\n%s", want, msg)
+		}
+	}
+	if len(msg) > 4000 {
+		t.Errorf("the error is %d bytes", len(msg))
+	}
+	var le *history.LineError
+	if !errors.As(err, &le) || le.Line != 1 {
+		t.Errorf("the first line error is not line 1's: %v", le)
+	}
+	// A history's own bad lines get no such advice.
+	_, err = history.Read("h.jsonl", strings.NewReader(`{"id":1,"repository":"acme/app","surprise":1}`+"\n"))
+	if err == nil || strings.Contains(err.Error(), "history export") {
+		t.Errorf("a history's bad line: %v", err)
 	}
 }
