@@ -24,6 +24,15 @@ type collector struct {
 	ready, target, instances, jobs, oldest, queries *prometheus.Desc
 }
 
+// jobsHeld is the status bullpen_jobs counts jobs held for an approval
+// under: they wait for a reviewer, for days sometimes, not for a runner,
+// and counted as queued they would hide how many jobs lack a runner.
+const jobsHeld = "held"
+
+// jobGaugeStatuses are the status values of bullpen_jobs, each served even
+// at 0.
+var jobGaugeStatuses = []string{string(domain.JobQueued), jobsHeld, string(domain.JobAssigned), string(domain.JobRunning)}
+
 func newCollector(d *Dashboard) *collector {
 	return &collector{d: d,
 		ready: prometheus.NewDesc("bullpen_pool_ready_instances",
@@ -36,7 +45,7 @@ func newCollector(d *Dashboard) *collector {
 			"Instances by pool (empty for those launched for jobs outside pools) and state; terminated ones are left out.",
 			[]string{"pool", "state"}, nil),
 		jobs: prometheus.NewDesc("bullpen_jobs",
-			"Jobs waiting for a runner or holding one, by status (queued, assigned, running).",
+			"Jobs waiting for a runner or holding one, by status (queued, assigned, running), and jobs held for an approval (held), which wait for a reviewer.",
 			[]string{"status"}, nil),
 		oldest: prometheus.NewDesc("bullpen_job_oldest_queued_seconds",
 			"How long the oldest job not yet started (queued, or assigned to an instance whose runner has not taken it) has waited since GitHub queued it, by pool (empty: the launch queue); 0 when none waits.",
@@ -74,21 +83,25 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.instances, prometheus.GaugeValue, float64(n), k.pool, k.state)
 	}
-	byStatus := map[domain.JobStatus]int{}
+	byStatus := map[string]int{}
 	oldest := map[string]time.Time{}
 	for _, p := range c.d.opts.Pools() {
 		oldest[p.Name] = time.Time{}
 	}
 	for _, j := range s.active {
-		byStatus[j.Status]++
+		status := string(j.Status)
+		if j.HeldForApproval() {
+			status = jobsHeld
+		}
+		byStatus[status]++
 		if since, ok := j.WaitingSince(); ok {
 			if t, seen := oldest[j.Pool]; !seen || t.IsZero() || since.Before(t) {
 				oldest[j.Pool] = since
 			}
 		}
 	}
-	for _, st := range activeStatuses {
-		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(byStatus[st]), string(st))
+	for _, st := range jobGaugeStatuses {
+		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(byStatus[st]), st)
 	}
 	for pool, t := range oldest {
 		wait := 0.0

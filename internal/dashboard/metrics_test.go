@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/promtest"
 )
 
 // oldestWait reads bullpen_job_oldest_queued_seconds by pool.
@@ -86,6 +87,23 @@ func TestOldestWaitCountsJobsNotYetStarted(t *testing.T) {
 		want := r.clk.Now().Sub(t0.Add(-15 * time.Minute)).Seconds()
 		if got := r.oldestWait()["burst"]; got != want {
 			t.Errorf("burst job %s again: oldest wait %v s, want %v s since GitHub queued it", to, got, want)
+		}
+	}
+}
+
+// Jobs held for an approval wait for a reviewer, days sometimes, not for a
+// runner: bullpen_jobs counts them apart, as the jobs page does, and queued
+// keeps the jobs a runner would serve.
+func TestJobsGaugeCountsJobsHeldForAnApprovalApart(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.seed() // 101 queued, 102 assigned, 103 running
+	r.createJobs(domain.Job{ID: 301, RunID: 3010, RunAttempt: 1, Repo: "acme/app", Name: "deploy", Workflow: "CD",
+		Labels: []string{"runs-on=1/pool=small-x64"}, Route: domain.RoutePool, Pool: "small-x64", Runner: "small",
+		Status: domain.JobQueued, QueuedAt: t0.Add(-72 * time.Hour), Reason: domain.ReasonWaitingForApproval})
+	for status, want := range map[string]float64{"queued": 1, "held": 1, "assigned": 1, "running": 1} {
+		if got, ok := promtest.Value(t, r.reg, "bullpen_jobs", "status", status); !ok || got != want {
+			t.Errorf("bullpen_jobs{status=%q} %v (served %t), want %v", status, got, ok, want)
 		}
 	}
 }

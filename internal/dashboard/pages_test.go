@@ -266,9 +266,10 @@ bullpen_pool_ready_instances{pool="small-x64",role="stopped"} 2
 # TYPE bullpen_pool_target_instances gauge
 bullpen_pool_target_instances{pool="small-x64",role="hot"} 1
 bullpen_pool_target_instances{pool="small-x64",role="stopped"} 2
-# HELP bullpen_jobs Jobs waiting for a runner or holding one, by status (queued, assigned, running).
+# HELP bullpen_jobs Jobs waiting for a runner or holding one, by status (queued, assigned, running), and jobs held for an approval (held), which wait for a reviewer.
 # TYPE bullpen_jobs gauge
 bullpen_jobs{status="assigned"} 1
+bullpen_jobs{status="held"} 0
 bullpen_jobs{status="queued"} 1
 bullpen_jobs{status="running"} 1
 # HELP bullpen_job_oldest_queued_seconds How long the oldest job not yet started (queued, or assigned to an instance whose runner has not taken it) has waited since GitHub queued it, by pool (empty: the launch queue); 0 when none waits.
