@@ -159,3 +159,33 @@ func TestPoolsShowTheNextScheduleChange(t *testing.T) {
 		t.Fatalf("next change %s to %q, want %s to default", p.NextChange, p.NextSchedule, want)
 	}
 }
+
+// The served API knows the viewer token (403, not a wrong guess that
+// throttles the address for the admin) and answers every path under /api
+// in JSON, /api/v1 itself included.
+func TestTheServedAPIKnowsTheViewerAndAnswersInJSON(t *testing.T) {
+	a := newApp(t, app.Options{ViewerToken: "viewer-token-of-the-team"})
+	call := func(path, token string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		rec := httptest.NewRecorder()
+		a.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	for range 20 {
+		if rec := call("/api/v1/jobs", "viewer-token-of-the-team"); rec.Code != http.StatusForbidden {
+			t.Fatalf("the viewer token on the API: %d %s, want 403", rec.Code, rec.Body)
+		}
+	}
+	if rec := call("/api/v1/pools", "token"); rec.Code != http.StatusOK {
+		t.Fatalf("the admin token after the viewer's calls: %d %s, want 200", rec.Code, rec.Body)
+	}
+	for _, path := range []string{"/api/v1", "/api"} {
+		rec := call(path, "token")
+		if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") || rec.Code/100 != 4 {
+			t.Errorf("%s: %d %s, want a JSON error", path, rec.Code, ct)
+		}
+	}
+}

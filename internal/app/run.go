@@ -20,7 +20,7 @@ import (
 func (a *App) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/webhook", a.Webhook)
-	mux.Handle("/api/v1/", a.API.Handler())
+	a.API.Mount(mux)
 	mux.Handle("/agent/v1/", a.AgentAPI)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", a.health)

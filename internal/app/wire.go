@@ -177,7 +177,7 @@ func (a *App) wireReaper() error {
 		return err
 	}
 	a.Terminator.AgentGrace = a.Reconciler.SilentAfter // agents get as long to come back after a restart
-	a.API = &api.Server{Store: a.Store, Token: o.AdminToken, Log: o.Log.With("loop", "api"), Pools: a.poolInfos, Limiter: a.authLimiter,
+	a.API = &api.Server{Store: a.Store, Token: o.AdminToken, ViewerToken: o.ViewerToken, Log: o.Log.With("loop", "api"), Pools: a.poolInfos, Limiter: a.authLimiter,
 		SpotBreakers: a.SpotBreaker.Opened}
 	return nil
 }
