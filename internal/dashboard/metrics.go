@@ -1,11 +1,12 @@
 package dashboard
 
 import (
-	"context"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/rebalance"
 )
@@ -20,9 +21,24 @@ import (
 // the pool status the converger records, not from the converger's memory,
 // which a replica that lost the lease would keep showing frozen.
 type collector struct {
-	d                                               *Dashboard
-	ready, target, instances, jobs, oldest, queries *prometheus.Desc
+	d                                                    *Dashboard
+	ready, target, instances, jobs, oldest, queries, age *prometheus.Desc
 }
+
+const (
+	// scrapeWait bounds how long a scrape waits for a snapshot being read:
+	// a slow store must not make the scrape outlast Prometheus' timeout (10 s
+	// by default), which would lose every metric of this replica and report
+	// it down. Past it the scrape serves the snapshot in hand.
+	scrapeWait = 3 * time.Second
+	// staleGaugesAfter is the oldest snapshot the gauges are served from.
+	// While the store answers, the one in hand is at most a minute (the
+	// dashboard loop reads one every sampleEvery, and each scrape starts a
+	// read once the interval has passed) plus one read (snapshotTimeout)
+	// old; an older one means the read in progress is stuck, and the gauges
+	// are then left out as when the store fails.
+	staleGaugesAfter = 2 * time.Minute
+)
 
 // jobsHeld is the status bullpen_jobs counts jobs held for an approval
 // under: they wait for a reviewer, for days sometimes, not for a runner,
@@ -52,26 +68,42 @@ func newCollector(d *Dashboard) *collector {
 			[]string{"pool"}, nil),
 		queries: prometheus.NewDesc("bullpen_dashboard_store_queries_total",
 			"Store queries made for the dashboard, its event streams and these gauges.", nil, nil),
+		age: prometheus.NewDesc("bullpen_dashboard_snapshot_age_seconds",
+			fmt.Sprintf("How old the store snapshot behind the dashboard's gauges is at this scrape; the other gauges are left out while the store fails, or once it is older than %.0f s.",
+				staleGaugesAfter.Seconds()),
+			nil, nil),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.ready, c.target, c.instances, c.jobs, c.oldest, c.queries} {
+	for _, d := range []*prometheus.Desc{c.ready, c.target, c.instances, c.jobs, c.oldest, c.queries, c.age} {
 		ch <- d
 	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.queries, prometheus.CounterValue, float64(c.d.cache.queries.Load()))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := c.d.cache.get(ctx)
-	if s == nil || err != nil {
+	reading, s, err := c.d.cache.refresh()
+	if reading != nil {
+		timeUp, stop := clock.Closes(c.d.opts.Clock, scrapeWait)
+		select {
+		case <-reading:
+		case <-timeUp:
+		}
+		stop()
+		s, err = c.d.cache.current()
+	}
+	if s == nil {
+		return
+	}
+	now := c.d.opts.Clock.Now()
+	age := max(now.Sub(s.at), 0)
+	ch <- prometheus.MustNewConstMetric(c.age, prometheus.GaugeValue, age.Seconds())
+	if err != nil || age > staleGaugesAfter {
 		// No gauges rather than old ones: an alert must not hold on data
 		// the store no longer confirms.
 		return
 	}
-	now := c.d.opts.Clock.Now()
 	c.collectPools(ch, s)
 	type key struct{ pool, state string }
 	counts := map[key]int{}

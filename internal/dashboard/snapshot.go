@@ -61,6 +61,8 @@ func (s *snapshot) job(id int64) (domain.Job, bool) {
 
 // cache holds the current snapshot and reads a new one at most once per
 // interval, whoever asks: pages, the event hub, the metrics, the sampler.
+// The read runs on its own, shared by every caller: no caller waits on the
+// store longer than it chooses to, nor on another caller's read.
 type cache struct {
 	store Store
 	clock domain.Clock
@@ -68,11 +70,14 @@ type cache struct {
 	log   *slog.Logger
 
 	cur     atomic.Pointer[snapshot]
-	mu      sync.Mutex // one read at a time; guards failed, failure
+	mu      sync.Mutex // guards failed, failure, reading; never held over a read
 	failed  time.Time
 	failure *errStale
-	// stale is the failure in force, readable without waiting for a read
-	// of the store in progress; nil while the store answers.
+	// reading is closed when the read of the store in progress ends; nil
+	// while none is.
+	reading chan struct{}
+	// stale is the failure in force, readable without taking mu; nil while
+	// the store answers.
 	stale   atomic.Pointer[errStale]
 	queries atomic.Int64
 	history history
@@ -93,33 +98,63 @@ type errStale struct {
 func (e *errStale) Error() string { return "store unavailable: " + e.err.Error() }
 func (e *errStale) Unwrap() error { return e.err }
 
-// get returns a snapshot no older than the interval, reading the store if
-// the current one is older. When the store fails it returns the last
-// snapshot (nil if none) with an *errStale, and does not try again before
-// the interval has passed.
-// snapshotTimeout bounds one read of the store for a snapshot.
+// snapshotTimeout bounds one read of the store for a snapshot. The read is
+// shared, so it runs to this bound whoever started it: a caller who stops
+// waiting leaves it to the next.
 const snapshotTimeout = 10 * time.Second
 
+// get returns a snapshot no older than the interval, waiting for a read of
+// the store if the current one is older, until ctx ends: then it returns
+// the snapshot in hand, however old, and the read goes on. When the store
+// fails it returns the last snapshot (nil if none) with an *errStale, and
+// does not try again before the interval has passed.
 func (c *cache) get(ctx context.Context) (*snapshot, error) {
-	now := c.clock.Now()
-	if s := c.cur.Load(); s != nil && now.Sub(s.at) < c.every {
-		return s, nil
+	reading, s, err := c.refresh()
+	if reading == nil {
+		return s, err
+	}
+	select {
+	case <-reading:
+	case <-ctx.Done():
+	}
+	return c.current()
+}
+
+// refresh returns the snapshot when it is fresh, or the failure in force
+// when the store failed within the interval. Otherwise it starts a read of
+// the store, unless one is in progress, and returns the channel closed
+// when that read ends.
+func (c *cache) refresh() (reading <-chan struct{}, s *snapshot, err error) {
+	if s := c.cur.Load(); s != nil && c.clock.Now().Sub(s.at) < c.every {
+		return nil, s, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now = c.clock.Now()
-	s := c.cur.Load()
-	if s != nil && now.Sub(s.at) < c.every {
-		return s, nil
+	now := c.clock.Now()
+	s = c.cur.Load()
+	switch {
+	case s != nil && now.Sub(s.at) < c.every:
+		return nil, s, nil
+	case c.failure != nil && now.Sub(c.failed) < c.every:
+		return nil, s, c.failure
+	case c.reading == nil:
+		c.reading = make(chan struct{})
+		go c.readShared(now, c.reading)
 	}
-	if c.failure != nil && now.Sub(c.failed) < c.every {
-		return s, c.failure
-	}
-	// The snapshot is shared by every viewer: one who disconnects mid-read
-	// must not make it a store failure shown to all the others.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotTimeout)
-	defer cancel()
-	next, err := c.read(rctx, now)
+	return c.reading, nil, nil
+}
+
+// readShared reads a snapshot for every caller and closes done. Its
+// context is its own: one viewer who disconnects, or one scrape that stops
+// waiting, must not make it a store failure shown to all the others.
+func (c *cache) readShared(now time.Time, done chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), snapshotTimeout)
+	next, err := c.read(ctx, now)
+	cancel()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer close(done)
+	c.reading = nil
 	if err != nil {
 		since := now
 		if c.failure != nil {
@@ -128,12 +163,12 @@ func (c *cache) get(ctx context.Context) (*snapshot, error) {
 		c.failed, c.failure = now, &errStale{err: err, since: since}
 		c.stale.Store(c.failure)
 		c.log.Warn("dashboard: read the store", "err", err)
-		return s, c.failure
+		return
 	}
 	c.failure = nil
 	c.stale.Store(nil)
 	next.gen = 1
-	if s != nil {
+	if s := c.cur.Load(); s != nil {
 		next.gen = s.gen
 		if next.fp != s.fp {
 			next.gen++
@@ -141,7 +176,6 @@ func (c *cache) get(ctx context.Context) (*snapshot, error) {
 	}
 	c.cur.Store(next)
 	c.history.add(now, next.instances)
-	return next, nil
 }
 
 // current returns the snapshot in hand and the failure in force, if any,
