@@ -98,8 +98,11 @@ func historyExport(ctx context.Context, e *env, args []string) int {
 		p, err = x.Repos(ctx, []string{*repo})
 	}
 	fmt.Fprintf(e.stderr, "%d repositories, %d runs (%d already exported, not read again; %d in progress, left for a later export), "+
-		"%d jobs: %d written, %d already in the file, %d of runs in progress; %d rate-limit waits\n",
-		p.ReposDone, p.Runs, p.Skipped, p.Unfinished, p.Jobs, p.Written, p.Known, p.Open, p.RateLimitWaits)
+		"%d jobs: %d written, %d already in the file, %d of runs in progress, %d not written (a history cannot hold them); %d rate-limit waits\n",
+		p.ReposDone, p.Runs, p.Skipped, p.Unfinished, p.Jobs, p.Written, p.Known, p.Open, p.Refused, p.RateLimitWaits)
+	if p.Refused > 0 {
+		fmt.Fprintln(e.stderr, "bullpen history export: the last job not written:", p.Refusal)
+	}
 	if err != nil {
 		fmt.Fprintln(e.stderr, "bullpen history export:", err)
 		return 1

@@ -201,3 +201,32 @@ func TestHistoryGenerateLabelsJobsForTheEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// A job a history cannot hold (here one that ran without labels) is not
+// written, so that the file stays readable: the summary counts it and
+// names the last one.
+func TestHistoryExportSaysWhatItLeftOut(t *testing.T) {
+	gh := fakegh.New()
+	t.Cleanup(gh.Close)
+	for _, labels := range [][]string{{"linux"}, {}} {
+		j := gh.QueueJob("acme/app", labels)
+		if err := gh.StartJob(j.ID, "r"); err != nil {
+			t.Fatal(err)
+		}
+		if err := gh.CompleteJob(j.ID, "success"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "history.jsonl")
+	code, _, errOut := runWithEnv(map[string]string{"BULLPEN_GITHUB_TOKEN": "t"},
+		"history", "export", "--repo", "acme/app", "--since", "1d", "--out", out, "--github-url", gh.URL()+"/")
+	if code != 0 || !strings.Contains(errOut, "1 written") || !strings.Contains(errOut, "1 not written") ||
+		!strings.Contains(errOut, "the last job not written:") || !strings.Contains(errOut, "no labels") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	f, _ := os.Open(out)
+	defer f.Close()
+	if jobs, err := history.Read(out, f); err != nil || len(jobs) != 1 {
+		t.Fatalf("the file written: %d jobs, %v; want the one a history holds", len(jobs), err)
+	}
+}
