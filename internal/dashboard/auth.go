@@ -4,7 +4,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/binary"
 	"net/http"
@@ -19,8 +18,8 @@ import (
 // Roles a session can have. Both only read today; an action added later
 // must check for roleAdmin (and bring CSRF protection).
 const (
-	roleAdmin  = "admin"
-	roleViewer = "viewer"
+	roleAdmin  = string(httpauth.RoleAdmin)
+	roleViewer = string(httpauth.RoleViewer)
 )
 
 // sessionCookie names the login cookie. Its value is a signed session, never
@@ -36,39 +35,28 @@ const (
 )
 
 type auth struct {
-	admin, viewer [sha256.Size]byte // digests of the tokens
-	hasViewer     bool
-	key           []byte
-	ttl           time.Duration
-	clock         domain.Clock
-	limiter       *httpauth.Limiter // nil: none
+	tokens  httpauth.Tokens
+	key     []byte
+	ttl     time.Duration
+	clock   domain.Clock
+	limiter *httpauth.Limiter // nil: none
 }
 
 func newAuth(admin, viewer string, ttl time.Duration, clk domain.Clock) *auth {
 	mac := hmac.New(sha256.New, []byte(admin))
 	mac.Write([]byte("bullpen dashboard sessions\x00" + viewer))
-	return &auth{admin: sha256.Sum256([]byte(admin)), viewer: sha256.Sum256([]byte(viewer)), hasViewer: viewer != "",
-		key: mac.Sum(nil), ttl: ttl, clock: clk}
+	return &auth{tokens: httpauth.NewTokens(admin, viewer), key: mac.Sum(nil), ttl: ttl, clock: clk}
 }
 
-// role returns the role a token grants. Both tokens are always compared,
-// as digests, in constant time: neither the length nor the content of a
-// guess changes how long the answer takes.
+// role returns the role a token grants (httpauth.Tokens compares both,
+// as digests, in constant time).
 func (a *auth) role(token string) (string, bool) {
-	if token == "" {
-		return "", false
-	}
-	got := sha256.Sum256([]byte(token))
-	isAdmin := subtle.ConstantTimeCompare(got[:], a.admin[:]) == 1
-	isViewer := subtle.ConstantTimeCompare(got[:], a.viewer[:]) == 1 && a.hasViewer
-	switch {
-	case isAdmin:
-		return roleAdmin, true
-	case isViewer:
-		return roleViewer, true
-	}
-	return "", false
+	r, ok := a.tokens.Role(token)
+	return string(r), ok
 }
+
+// hasViewer says whether a viewer token is configured.
+func (a *auth) hasViewer() bool { return a.tokens.HasViewer() }
 
 // issue returns a session for role, valid for the TTL.
 func (a *auth) issue(role string) (value string, expires time.Time) {
@@ -116,12 +104,8 @@ func (a *auth) verify(value string) (string, bool) {
 // address offered too many wrong tokens lately: then the token is not
 // looked at, and wait is how long the address must wait.
 func (a *auth) check(r *http.Request, surface httpauth.Surface, token string) (role string, wait time.Duration, ok bool) {
-	ok, wait = a.limiter.Check(r, surface, func() bool {
-		var granted bool
-		role, granted = a.role(token)
-		return granted
-	})
-	return role, wait, ok
+	granted, wait, ok := a.limiter.CheckToken(r, surface, a.tokens, token)
+	return string(granted), wait, ok
 }
 
 // requestRole authenticates a request by its session cookie or, for

@@ -171,10 +171,10 @@ func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if wait > 0 {
-		d.renderLogin(w, loginData{Next: next, Error: throttled(w, wait), Viewer: d.auth.hasViewer}, http.StatusTooManyRequests)
+		d.renderLogin(w, loginData{Next: next, Error: throttled(w, wait), Viewer: d.auth.hasViewer()}, http.StatusTooManyRequests)
 		return
 	}
-	d.renderLogin(w, loginData{Next: next, Viewer: d.auth.hasViewer}, http.StatusOK)
+	d.renderLogin(w, loginData{Next: next, Viewer: d.auth.hasViewer()}, http.StatusOK)
 }
 
 // maxLoginForm bounds what a login post may send.
@@ -183,7 +183,7 @@ const maxLoginForm = 4 << 10
 func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
 	if err := r.ParseForm(); err != nil {
-		d.renderLogin(w, loginData{Next: "/", Error: "The form could not be read.", Viewer: d.auth.hasViewer}, http.StatusBadRequest)
+		d.renderLogin(w, loginData{Next: "/", Error: "The form could not be read.", Viewer: d.auth.hasViewer()}, http.StatusBadRequest)
 		return
 	}
 	next := localPath(r.PostForm.Get("next"))
@@ -192,7 +192,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	token := strings.TrimSpace(r.PostForm.Get("token"))
 	role, wait, ok := d.auth.check(r, httpauth.SurfaceDashboardLogin, token)
 	if wait > 0 {
-		d.renderLogin(w, loginData{Next: next, Error: throttled(w, wait), Viewer: d.auth.hasViewer}, http.StatusTooManyRequests)
+		d.renderLogin(w, loginData{Next: next, Error: throttled(w, wait), Viewer: d.auth.hasViewer()}, http.StatusTooManyRequests)
 		return
 	}
 	if !ok {
@@ -202,7 +202,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		// trace of slow guessing that never trips the limiter's warning.
 		d.log.Info("dashboard: login refused", "remote", r.RemoteAddr)
 		d.renderLogin(w, loginData{Next: next, Error: "That is neither the admin token nor the viewer token.",
-			Viewer: d.auth.hasViewer}, http.StatusUnauthorized)
+			Viewer: d.auth.hasViewer()}, http.StatusUnauthorized)
 		return
 	}
 	value, expires := d.auth.issue(role)
