@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -190,4 +191,20 @@ func TestBodyOverMaxSizeIsRefused(t *testing.T) {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
 	})
+}
+
+// Every delivery series is served from the start at zero, so that the
+// first refused delivery is an increase an alert sees.
+func TestDeliverySeriesStartAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m.deliveries); n != 5*7 {
+		t.Fatalf("%d delivery series at start, want every event and outcome (35)", n)
+	}
+	if got := testutil.ToFloat64(m.deliveries.WithLabelValues(EventWorkflowJob, OutcomeUnauthorized)); got != 0 {
+		t.Fatalf("unauthorized workflow_job deliveries at start: %v, want 0", got)
+	}
 }

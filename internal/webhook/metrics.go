@@ -35,6 +35,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err := promreg.Register(reg, "webhook", m.deliveries, m.seconds); err != nil {
 		return nil, err
 	}
+	// Every series from the start, at zero: an alert on increase() misses
+	// the first delivery refused when its series appears with it at 1.
+	for _, event := range []string{EventPing, EventWorkflowJob, EventPush, "other", "none"} {
+		for _, outcome := range []string{OutcomeAccepted, OutcomeIgnored, OutcomeUnauthorized, OutcomeBadRequest,
+			OutcomeTooLarge, OutcomeUnavailable, OutcomeBusy} {
+			m.deliveries.WithLabelValues(event, outcome)
+		}
+	}
 	return m, nil
 }
 
