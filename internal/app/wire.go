@@ -93,9 +93,9 @@ func (a *App) wireConverger() error {
 		return err
 	}
 	a.Scaler = &autoscale.PoolScaler{Demand: a.demand, Recorded: a.poolStatus, Log: o.Log.With("loop", "autoscale"), Metrics: scaled}
-	conv.Targeter = func(p domain.Pool, at time.Time) (string, domain.Target) {
-		entry, t := converger.ScheduleTarget(p, at)
-		return a.Scaler.Adjust(context.Background(), p, at, entry, t)
+	conv.Targeter = func(ctx context.Context, p domain.Pool, at time.Time) (string, domain.Target) {
+		entry, t := converger.ScheduleTarget(ctx, p, at)
+		return a.Scaler.Adjust(ctx, p, at, entry, t)
 	}
 	a.Converger, err = converger.New(a.Store, a.Cloud, o.Clock, a.scaledPoolSpecs, o.Log.With("loop", "converger"), o.Registry, conv)
 	if err != nil {

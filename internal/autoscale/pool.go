@@ -113,11 +113,15 @@ func (s *PoolScaler) Adjust(ctx context.Context, p domain.Pool, at time.Time, en
 	st.lastSeen = at
 	if st.lastPoll.IsZero() || !at.Before(st.lastPoll.Add(params.PollInterval)) {
 		demand, err := s.Demand(ctx, p.Name)
-		if err != nil {
+		switch {
+		case err != nil && ctx.Err() != nil:
+			// The cycle ends (a stop, a lease lost): the poll is not
+			// skipped for the store's sake, and the next cycle polls.
+		case err != nil:
 			// Never scale on partial data: keep the count, try next cycle.
 			s.Log.Warn("pool demand unknown; autoscaler skips this poll", "pool", p.Name, "err", err)
 			s.Metrics.skippedPoll(p.Name)
-		} else {
+		default:
 			st.lastPoll = at
 			// Decide from what the pool holds: a count left below the
 			// schedule's hot value would spend its first scale-ups climbing

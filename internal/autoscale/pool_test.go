@@ -628,3 +628,30 @@ func TestPoolScalerForgetsPoolsItNoLongerScales(t *testing.T) {
 		t.Fatalf("hot %d for a pool back in the configuration, want the schedule's 1", got.Hot)
 	}
 }
+
+// The demand is read under the converger cycle's context: a cycle that
+// ends meanwhile (a stop, a lease lost) cuts the read short, and that poll
+// is neither counted as skipped nor warned about, since the store did not
+// fail; the next cycle polls.
+func TestPoolScalerReadsUnderTheCyclesContext(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewPoolMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	s := &PoolScaler{
+		Demand: func(ctx context.Context, _ string) (int, error) {
+			<-ctx.Done()
+			return 0, ctx.Err()
+		},
+		Log:     slog.New(slog.NewTextHandler(&logs, nil)),
+		Metrics: m,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.Adjust(ctx, poolWith(SpecOf(DefaultParams())), time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC), "default", domain.Target{Hot: 1})
+	if got := testutil.ToFloat64(m.skipped.WithLabelValues("p")); got != 0 || strings.Contains(logs.String(), "WARN") {
+		t.Fatalf("a poll cut short by its cycle's end: %v skipped, logs %q; want none", got, logs.String())
+	}
+}

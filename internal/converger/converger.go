@@ -40,10 +40,12 @@ type PoolSpec struct {
 
 // Targeter says what a pool should hold at an instant and which schedule
 // entry says so. The default is the pool's schedule; the autoscaler wraps it.
-type Targeter func(p domain.Pool, at time.Time) (entry string, t domain.Target)
+// ctx is the converger cycle's: what the Targeter reads (the autoscaler's
+// demand) ends with the cycle, a lease lost included.
+type Targeter func(ctx context.Context, p domain.Pool, at time.Time) (entry string, t domain.Target)
 
 // ScheduleTarget is the Targeter of the warm-pool design: the pool's schedule alone.
-func ScheduleTarget(p domain.Pool, at time.Time) (string, domain.Target) {
+func ScheduleTarget(_ context.Context, p domain.Pool, at time.Time) (string, domain.Target) {
 	r := schedule.Resolve(p, at)
 	return r.Entry, r.Target
 }
@@ -317,7 +319,7 @@ func (c *Converger) cloudView(ctx context.Context) (map[string]domain.CloudInsta
 func (c *Converger) convergePool(ctx context.Context, now time.Time, ps PoolSpec, rows []domain.Instance,
 	view map[string]domain.CloudInstance, images *imageCache, calls *cloudCalls) PoolReport {
 	p := ps.Pool
-	entry, target := c.opts.Targeter(p, now)
+	entry, target := c.opts.Targeter(ctx, p, now)
 	r := PoolReport{Pool: p.Name, Schedule: entry, Target: target, Counts: rebalance.Count(rows)}
 	imageID, imageErr := images.resolve(ctx, ps.Runner)
 	calls.noteRead(imageErr)
