@@ -21,7 +21,7 @@ func (a *App) wireDashboard() error {
 
 // lastDecision is a pool autoscaler's last decision, for the dashboard.
 func (a *App) lastDecision(pool string) (dashboard.Decision, bool) {
-	d, ok := a.Scaler.Last(pool)
+	d, ok := a.Scaler.Last(pool, a.opts.Clock.Now())
 	if !ok || d.Action == "" {
 		return dashboard.Decision{}, false
 	}

@@ -252,8 +252,11 @@ func (s *PoolScaler) resumeCount(ctx context.Context, pool string, at time.Time,
 	return rec.Target.Hot
 }
 
-// Last returns the last decision made for pool.
-func (s *PoolScaler) Last(pool string) (Decision, bool) {
+// Last returns the last decision made for pool, while this replica still
+// scales it at now: once its state has gone unused for StaleAfter, another
+// replica converges the pool, and a decision of this one's, perhaps hours
+// old, would be shown as the pool's.
+func (s *PoolScaler) Last(pool string, now time.Time) (Decision, bool) {
 	s.mu.Lock()
 	st, ok := s.pools[pool]
 	s.mu.Unlock()
@@ -262,5 +265,8 @@ func (s *PoolScaler) Last(pool string) (Decision, bool) {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if s.StaleAfter > 0 && now.Sub(st.lastSeen) > s.StaleAfter {
+		return Decision{}, false
+	}
 	return st.decision, true
 }

@@ -70,7 +70,7 @@ func TestPoolScalerFollowsDemandBetweenTheScheduleAndMax(t *testing.T) {
 	if got := step(61, 100).Hot; got != 1 {
 		t.Fatalf("scaled on an unknown demand: %d", got)
 	}
-	if d, ok := s.Last("p"); !ok || d.Action != ActionNone {
+	if d, ok := s.Last("p", time.Time{}); !ok || d.Action != ActionNone {
 		t.Fatalf("last decision %+v %v", d, ok)
 	}
 }
@@ -126,7 +126,7 @@ func TestPoolScalerCountsItsDecisionsByPool(t *testing.T) {
 	var actions []string
 	for i := range 4 {
 		s.Adjust(context.Background(), p, t0.Add(time.Duration(i)*30*time.Second), "default", domain.Target{Hot: 1})
-		d, _ := s.Last("p")
+		d, _ := s.Last("p", time.Time{})
 		actions = append(actions, d.Action)
 	}
 	fail = errors.New("store down")
@@ -374,7 +374,7 @@ func TestPoolScalerScalesDownToTheSchedulesHotValueOnly(t *testing.T) {
 	if n := strings.Count(log.String(), "action=down"); n != falls {
 		t.Errorf("hot targets %v: %d scale-downs logged, want %d:\n%s", hot, n, falls, log.String())
 	}
-	if d, _ := s.Last("p"); d.Action != ActionNone || d.New != 1 || !strings.Contains(d.Reason, "already at the schedule's hot value 1") {
+	if d, _ := s.Last("p", time.Time{}); d.Action != ActionNone || d.New != 1 || !strings.Contains(d.Reason, "already at the schedule's hot value 1") {
 		t.Errorf("last decision %+v, want none at the schedule's 1", d)
 	}
 }
@@ -437,7 +437,7 @@ func TestPoolScalerKeepsWhatDemandNeedsWhenTheScheduleDrops(t *testing.T) {
 	at := time.Date(2026, 11, 23, 17, 50, 0, 0, time.UTC)
 	poll := func(entry string, hot int) int {
 		_, got := s.Adjust(context.Background(), p, at, entry, domain.Target{Hot: hot})
-		if d, _ := s.Last("p"); d.Action == ActionUp {
+		if d, _ := s.Last("p", time.Time{}); d.Action == ActionUp {
 			t.Fatalf("%s: scaled up under a demand that did not change: %s", at.Format("15:04:05"), d.Reason)
 		}
 		at = at.Add(params.PollInterval)
@@ -513,7 +513,7 @@ func TestPoolScalerServesDemandAndBreachScores(t *testing.T) {
 	// The demand gone: a down breach, and the up breach's weight decays.
 	demand = 0
 	s.Adjust(context.Background(), p, t0.Add(time.Minute), "default", domain.Target{Hot: 1})
-	last, _ := s.Last("p")
+	last, _ := s.Last("p", time.Time{})
 	wantUp := score([]time.Time{t0.Add(30 * time.Second)}, t0.Add(time.Minute), params.DecayHalfLife)
 	if d, up, down := gauges(); d != 0 || up != wantUp || down != last.Score || down != 1 {
 		t.Fatalf("after a down breach: demand %v, scores up %v down %v; want 0, %v and the decision's %v", d, up, down, wantUp, last.Score)
@@ -548,7 +548,7 @@ func TestPoolScalerLogsOnceThatItIsHeldAtItsMax(t *testing.T) {
 	}
 	const atMax = "already at MAX_INSTANCES=2"
 	polls(20)
-	if d, _ := s.Last("p"); !d.Capped || !strings.Contains(d.Reason, atMax) {
+	if d, _ := s.Last("p", time.Time{}); !d.Capped || !strings.Contains(d.Reason, atMax) {
 		t.Fatalf("last decision %+v under a demand of 10, want held at the max of 2", d)
 	}
 	if n := strings.Count(log.String(), atMax); n != 1 {
@@ -556,7 +556,7 @@ func TestPoolScalerLogsOnceThatItIsHeldAtItsMax(t *testing.T) {
 	}
 	demand = 2 // 2 on 2 instances: stable
 	polls(2)
-	if d, _ := s.Last("p"); d.Capped {
+	if d, _ := s.Last("p", time.Time{}); d.Capped {
 		t.Fatalf("last decision %+v on a demand of 2, want it no longer held at the max", d)
 	}
 	demand = 10
@@ -615,11 +615,11 @@ func TestPoolScalerForgetsPoolsItNoLongerScales(t *testing.T) {
 		t.Errorf("the kept pool's demand %v, want 6", got)
 	}
 	for _, name := range []string{"removed", "unblocked"} {
-		if d, ok := s.Last(name); ok {
+		if d, ok := s.Last(name, time.Time{}); ok {
 			t.Errorf("pool %s's last decision kept: %+v", name, d)
 		}
 	}
-	if d, ok := s.Last("kept"); !ok || d.New != 4 {
+	if d, ok := s.Last("kept", time.Time{}); !ok || d.New != 4 {
 		t.Errorf("the kept pool's last decision %+v %v, want its count of 4", d, ok)
 	}
 	// Back in the configuration, a pool starts afresh from its min: what
@@ -653,5 +653,28 @@ func TestPoolScalerReadsUnderTheCyclesContext(t *testing.T) {
 	s.Adjust(ctx, poolWith(SpecOf(DefaultParams())), time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC), "default", domain.Target{Hot: 1})
 	if got := testutil.ToFloat64(m.skipped.WithLabelValues("p")); got != 0 || strings.Contains(logs.String(), "WARN") {
 		t.Fatalf("a poll cut short by its cycle's end: %v skipped, logs %q; want none", got, logs.String())
+	}
+}
+
+// A replica that no longer converges a pool (another took its lease) does
+// not show its last decision, perhaps hours old, as the pool's.
+func TestALastDecisionGoesStaleWithTheReplicasState(t *testing.T) {
+	m, err := NewPoolMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &PoolScaler{
+		Demand:     func(context.Context, string) (int, error) { return 0, nil },
+		Log:        slog.New(slog.DiscardHandler),
+		Metrics:    m,
+		StaleAfter: 3 * time.Minute,
+	}
+	at := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	s.Adjust(context.Background(), poolWith(SpecOf(DefaultParams())), at, "default", domain.Target{Hot: 1})
+	if _, ok := s.Last("p", at.Add(3*time.Minute)); !ok {
+		t.Fatal("the decision of a replica that scales the pool is not shown")
+	}
+	if d, ok := s.Last("p", at.Add(3*time.Minute+time.Second)); ok {
+		t.Fatalf("a decision left unused past StaleAfter is shown: %+v", d)
 	}
 }
