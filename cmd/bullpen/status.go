@@ -54,7 +54,9 @@ func cmdStatus(ctx context.Context, e *env, args []string) int {
 		into any
 	}{
 		{"/api/v1/pools", &pools},
-		{fmt.Sprintf("/api/v1/jobs?status=queued,assigned,running&limit=%d", activeListed), &active},
+		// The oldest first: in a backlog longer than a page, the jobs
+		// that waited longest are the ones to see.
+		{fmt.Sprintf("/api/v1/jobs?status=queued,assigned,running&order=oldest&limit=%d", activeListed), &active},
 		{fmt.Sprintf("/api/v1/jobs?limit=%d", *recent), &latest},
 	} {
 		if err := c.get(ctx, q.path, q.into); err != nil {
@@ -166,7 +168,7 @@ func printJobs(w io.Writer, now time.Time, active, latest []api.JobView) {
 		fmt.Fprintf(w, "  the oldest waiting for a runner has waited %s\n", max(now.Sub(oldest), 0).Round(time.Second))
 	}
 	if len(active) >= activeListed {
-		fmt.Fprintf(w, "  (the newest %d active jobs only: there may be more, and older)\n", activeListed)
+		fmt.Fprintf(w, "  (the oldest %d active jobs only: there may be more, and newer)\n", activeListed)
 	}
 	byVia := map[string][]time.Duration{}
 	var rejected []api.JobView

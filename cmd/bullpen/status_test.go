@@ -170,7 +170,7 @@ func TestStatusSaysWhenItsCountsStopAtTheList(t *testing.T) {
 	}
 	var out bytes.Buffer
 	printJobs(&out, statusNow, active, nil)
-	if !strings.Contains(out.String(), "jobs: 0 queued, 1000 assigned, 0 running, 0 held for approval\n  (the newest 1000 active jobs only: there may be more, and older)") {
+	if !strings.Contains(out.String(), "jobs: 0 queued, 1000 assigned, 0 running, 0 held for approval\n  (the oldest 1000 active jobs only: there may be more, and newer)") {
 		t.Fatalf("got:\n%s", out.String())
 	}
 	out.Reset()

@@ -2,8 +2,9 @@
 // /spot) to operators holding the admin token. Responses never carry a credential:
 // runner configurations and tokens stay out.
 //
-// The lists of jobs and of instances are newest first and take limit=N:
-// 100 by default, at most MaxLimit (1000); a limit outside 1..1000 is a 400.
+// The lists of jobs and of instances are newest first (jobs take
+// order=oldest) and take limit=N: 100 by default, at most MaxLimit (1000);
+// a limit outside 1..1000 is a 400.
 // Their pool filter, and the jobs' instance filter (bullpen's instance id
 // or the provider's), refuse with a 400 a name that matches nothing known,
 // rather than answer an empty list.
@@ -249,11 +250,21 @@ func ts(t time.Time) *time.Time {
 const MaxLimit = 1000
 
 func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
-	if err := checkParams(r, []string{"pool", "instance", "limit"}, []string{"status"}); err != nil {
+	if err := checkParams(r, []string{"pool", "instance", "limit", "order"}, []string{"status"}); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	f := domain.JobFilter{Pool: r.URL.Query().Get("pool"), Instance: r.URL.Query().Get("instance"), Newest: true}
+	f := domain.JobFilter{Pool: r.URL.Query().Get("pool"), Instance: r.URL.Query().Get("instance")}
+	// The oldest first reaches what waited longest in a backlog longer
+	// than a page, which the newest first cannot list at all.
+	switch order := r.URL.Query().Get("order"); order {
+	case "", "newest":
+		f.Newest = true
+	case "oldest":
+	default:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("bad order %q: want newest or oldest", order))
+		return
+	}
 	limit, err := limitParam(r, 100)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())

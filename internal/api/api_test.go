@@ -161,6 +161,9 @@ func TestJobsFilters(t *testing.T) {
 		{"instance=c-4", []string{}},
 		{"limit=2", []string{"105", "104"}},
 		{"limit=1000&status=completed", []string{"104"}},
+		{"order=oldest&limit=2", []string{"101", "102"}},
+		{"order=oldest&status=queued,running", []string{"101", "103"}},
+		{"order=newest&limit=1", []string{"105"}},
 	}
 	for _, c := range cases {
 		r.wantIDs("/api/v1/jobs?"+c.query, "jobs", c.want)
@@ -179,7 +182,8 @@ func TestJobsRefusesBadFilters(t *testing.T) {
 		"limit=1001":                  {"limit", "1..1000"},
 		"limit=5&status=waiting":      {`"waiting"`},
 		"status=completed&limit=1e3":  {"limit"},
-		"state=running":               {`unknown parameter "state"`, "instance, limit, pool, status"},
+		"state=running":               {`unknown parameter "state"`, "instance, limit, order, pool, status"},
+		"order=Oldest":                {`bad order "Oldest"`, "newest or oldest"},
 		"pool=a&pool=b":               {`parameter "pool" given 2 times`},
 		"pool=nope":                   {`unknown pool "nope"`, "configured: small-x64, big"},
 		"pool=smal-x64&status=queued": {`unknown pool "smal-x64"`},
