@@ -90,6 +90,9 @@ type Report struct {
 	Start  time.Time `json:"start"`
 	// Simulated is the replay's jobs as the control plane served them.
 	Simulated demo.JobsReport `json:"simulated"`
+	// Waits are the queue times of bullpen's jobs again, with those no
+	// runner took by the replay's end counted as waiting until then.
+	Waits Waits `json:"queue_time_with_not_started_seconds"`
 	// Recorded is the queue time the history recorded for the jobs the
 	// replay served, so that it sets the same jobs side by side with
 	// Simulated.QueueTime (which also counts the re-runs of jobs a spot
@@ -169,6 +172,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.Run, rep.Start = Window{From: plan.firstArrival, To: res.End}, start
 	rep.Simulated, rep.CloudCalls, rep.Virtual = res.Jobs, res.CloudCalls, res.Virtual
 	rep.InstanceHours = res.InstanceHours
+	rep.Waits = waitsOf(res.Stream, route, res.End)
 	rep.Bill = prices.bill(res.InstanceHours, rep.Simulated.ByStatus["completed"])
 	return rep, nil
 }
@@ -200,12 +204,15 @@ func (o Options) check() (Prices, error) {
 }
 
 // router decides, as the intake of env's stack does on cfg, whether a job
-// with these labels is bullpen's, and which pool serves it. Only the
-// decision's Ours and Pool are used, so the runners are left out.
+// with these labels is bullpen's, which pool serves it, and whether the
+// intake rejects it.
 func router(cfg *config.Config, env string) func(labels []string) intake.Decision {
-	r := intake.Routing{Environment: env, Pools: map[string]domain.Pool{}}
+	r := intake.Routing{Environment: env, Pools: map[string]domain.Pool{}, Runners: cfg.Runners, ImageRef: cfg.ImageRef}
 	for _, p := range cfg.Pools {
 		r.Pools[p.Name] = p
+	}
+	if d, ok := cfg.Runner("default"); ok {
+		r.Default = d
 	}
 	return func(labels []string) intake.Decision { return intake.Decide(labels, r) }
 }
