@@ -55,7 +55,9 @@ through bullpen's control plane (converger, dispatch, provisioning, release,
 autoscaling) on the simulated cloud and a virtual clock, and reports the
 queue times it gives — overall, by pool, and by how jobs were served — next
 to the queue times the history recorded for the jobs it served. Jobs whose
-labels are not for bullpen (GitHub-hosted ones) are counted apart.
+labels are not for bullpen (GitHub-hosted ones) are counted apart. Jobs no
+runner took by the replay's end are counted, by pool, and their queue
+times run to the end: figures over them are lower bounds.
 
 `)
 		fs.PrintDefaults()
@@ -268,18 +270,26 @@ func printComparison(w io.Writer, nameA, nameB string, a, b simulate.Report) {
 		count(name, a.Simulated.QueueTimes[via].Count, b.Simulated.QueueTimes[via].Count)
 	}
 	count("no pool or runner", unserved(a), unserved(b))
+	count("not started", a.Waits.All.NotStarted, b.Waits.All.NotStarted)
+	for _, pool := range poolsNotStarted(a, b) {
+		count("  pool "+pool, a.Waits.ByPool[pool].NotStarted, b.Waits.ByPool[pool].NotStarted)
+	}
 	count("not for bullpen", a.NotForBullpen, b.NotForBullpen)
 	if servedA != servedB {
-		// A configuration that serves fewer jobs has shorter queue times
-		// and a smaller bill for it: say so before the figures.
-		fmt.Fprintf(w, "  note: A and B served different jobs; their queue times and costs are over the jobs each served\n")
+		// A configuration that serves fewer jobs has a smaller bill for
+		// it: say so before the figures.
+		fmt.Fprintf(w, "  note: A and B served different jobs; their costs are over the jobs each served\n")
 	}
 	heading("queue time (s)")
 	row := func(name string, x, y float64) { fmt.Fprintf(w, "  %-21s %7.1f %7.1f %+7.1f\n", name, x, y, y-x) }
-	row("p50", a.Simulated.QueueTime.P50, b.Simulated.QueueTime.P50)
-	row("p90", a.Simulated.QueueTime.P90, b.Simulated.QueueTime.P90)
-	row("p99", a.Simulated.QueueTime.P99, b.Simulated.QueueTime.P99)
-	row("max", a.Simulated.QueueTime.Max, b.Simulated.QueueTime.Max)
+	qa, qb := a.Waits.All, b.Waits.All
+	row("p50", qa.P50, qb.P50)
+	row("p90", qa.P90, qb.P90)
+	row("p99", qa.P99, qb.P99)
+	row("max", qa.Max, qb.Max)
+	if qa.NotStarted > 0 || qb.NotStarted > 0 {
+		fmt.Fprintf(w, "  note: %s\n", notStartedCounted)
+	}
 	heading("cost (USD)")
 	// Dollars in cents, and a job's share to a hundredth of a cent: at
 	// the queue times' one decimal, a job's cost read 0.0.
@@ -301,6 +311,25 @@ func printComparison(w io.Writer, nameA, nameB string, a, b simulate.Report) {
 	for _, op := range sortedKeys(ops) {
 		count(op, a.CloudCalls[op], b.CloudCalls[op])
 	}
+}
+
+// notStartedCounted says how the queue times count the jobs no runner
+// took: leaving them out would let a configuration too small to start
+// them read as fast.
+const notStartedCounted = "jobs not started count as waiting until the replay's end, so queue times over them are lower bounds"
+
+// poolsNotStarted are the pools with jobs that did not start in either
+// replay.
+func poolsNotStarted(reports ...simulate.Report) []string {
+	pools := map[string]bool{}
+	for _, r := range reports {
+		for pool, w := range r.Waits.ByPool {
+			if w.NotStarted > 0 {
+				pools[pool] = true
+			}
+		}
+	}
+	return sortedKeys(pools)
 }
 
 // unserved counts the jobs of r that no pool or runner serves.
@@ -325,13 +354,39 @@ func printSimulation(w io.Writer, r simulate.Report) {
 	if len(r.OtherPools) > 0 {
 		fmt.Fprintf(w, "not served here (pools of other environments): %s\n", strings.Join(r.OtherPools, ", "))
 	}
+	notStarted := r.Waits.All.NotStarted > 0
+	if notStarted {
+		var pools []string
+		for _, pool := range poolsNotStarted(r) {
+			pools = append(pools, fmt.Sprintf("pool %s %d", pool, r.Waits.ByPool[pool].NotStarted))
+		}
+		if len(pools) > 0 {
+			pools[0] = " (" + pools[0]
+			pools[len(pools)-1] += ")"
+		}
+		fmt.Fprintf(w, "not started: %d jobs no runner had taken when the replay ended%s; %s\n",
+			r.Waits.All.NotStarted, strings.Join(pools, ", "), notStartedCounted)
+	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "queue time (s)        %6s %6s %6s %6s %6s\n", "jobs", "p50", "p90", "p99", "max")
+	fmt.Fprintf(w, "queue time (s)        %6s %6s %6s %6s %6s", "jobs", "p50", "p90", "p99", "max")
+	if notStarted {
+		fmt.Fprintf(w, " %11s", "not started")
+	}
+	fmt.Fprintln(w)
 	row := func(name string, l demo.Latencies) {
-		fmt.Fprintf(w, "  %-19s %6d %6.1f %6.1f %6.1f %6.1f\n", name, l.Count, l.P50, l.P90, l.P99, l.Max)
+		fmt.Fprintf(w, "  %-19s %6d %6s %6s %6s %6s\n", name, l.Count, seconds(l.P50), seconds(l.P90), seconds(l.P99), seconds(l.Max))
+	}
+	// waited is a row of jobs some of which may not have started: how many
+	// did not says that its figures are lower bounds.
+	waited := func(name string, l simulate.Waited) {
+		fmt.Fprintf(w, "  %-19s %6d %6s %6s %6s %6s", name, l.Count, seconds(l.P50), seconds(l.P90), seconds(l.P99), seconds(l.Max))
+		if notStarted {
+			fmt.Fprintf(w, " %11d", l.NotStarted)
+		}
+		fmt.Fprintln(w)
 	}
 	row("recorded", r.Recorded) // the jobs the replay served, as the history recorded them
-	row("simulated", r.Simulated.QueueTime)
+	waited("simulated", r.Waits.All)
 	for _, via := range []string{"pool", "hot", "stopped", "reuse", "cold"} {
 		if l, ok := r.Simulated.QueueTimes[via]; ok {
 			name := "  served by " + via
@@ -341,11 +396,11 @@ func printSimulation(w io.Writer, r simulate.Report) {
 			row(name, l)
 		}
 	}
-	for _, pool := range sortedKeys(r.Simulated.ByPool) {
-		row("  pool "+pool, r.Simulated.ByPool[pool])
+	for _, pool := range sortedKeys(r.Waits.ByPool) {
+		waited("  pool "+pool, r.Waits.ByPool[pool])
 	}
-	for _, hour := range weekOrder(sortedKeys(r.Simulated.ByHour)) {
-		row("  queued "+hour+"h UTC", r.Simulated.ByHour[hour])
+	for _, hour := range weekOrder(sortedKeys(r.Waits.ByHour)) {
+		waited("  queued "+hour+"h UTC", r.Waits.ByHour[hour])
 	}
 	if len(r.Simulated.Unserved) > 0 {
 		fmt.Fprintln(w, "\njobs no pool or runner serves:")
@@ -367,7 +422,7 @@ func printSimulation(w io.Writer, r simulate.Report) {
 		s := byType[k]
 		fmt.Fprintf(w, "  %-22s %8.2f %8.2f %8.2f %8.2f %8.2f\n", k, s["hot-idle"], s["busy"], s["warming"], s["stopped"], s["other"])
 	}
-	fmt.Fprintf(w, "\nestimated cost (USD, prices %s): %.2f — compute %.2f (idle hot instances %.2f), volumes %.2f; %.4f per job\n",
+	fmt.Fprintf(w, "\nestimated cost (USD, prices %s): %.2f — compute %.2f (idle hot instances %.2f), volumes %.2f; %.4f per completed job\n",
 		r.Bill.PriceTable, r.Bill.Total, r.Bill.Total-r.Bill.Volumes, r.Bill.HotIdle, r.Bill.Volumes, r.Bill.PerJob)
 	fmt.Fprintf(w, "  over the replay's run from the first arrival, %s: it ended %s after the window; the %s of warm-up before it is not billed\n",
 		spanOf(r.Run), r.Run.To.Sub(r.Window.To), r.Run.From.Sub(r.Start))
@@ -379,6 +434,16 @@ func printSimulation(w io.Writer, r simulate.Report) {
 		calls = append(calls, fmt.Sprintf("%s %d", op, r.CloudCalls[op]))
 	}
 	fmt.Fprintf(w, "\ncloud calls: %s\n", strings.Join(calls, ", "))
+}
+
+// seconds writes a queue time in a column six wide: to a tenth of a
+// second under 10000 s, whole seconds past that, which jobs waiting
+// hours to start reach.
+func seconds(s float64) string {
+	if s < 9999.95 {
+		return fmt.Sprintf("%.1f", s)
+	}
+	return fmt.Sprintf("%.0f", s)
 }
 
 // spanOf writes a window as its ends and its length.

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/demo"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/simulate"
 )
@@ -28,12 +29,13 @@ func suggestSchedules(ctx context.Context, e *env, cfgPath string, o simulate.Su
 	if err != nil {
 		return fail(err)
 	}
-	fmt.Fprintf(e.stderr, "as configured: pool jobs' p90 %.1f s, cost %.2f\n", given.Simulated.QueueTimes["pool"].P90, given.Bill.Total)
+	fmt.Fprintf(e.stderr, "as configured: pool jobs' p90 %s, cost %.2f\n", poolP90(given.Waits.Pools), given.Bill.Total)
 	o.OnRound = func(r simulate.Round) {
 		if o.Progress != nil {
 			fmt.Fprintln(e.stderr)
 		}
-		fmt.Fprintf(e.stderr, "round %d: pool jobs' p90 %.1f s, %d pool-hours over %s, cost %.2f\n", r.Round, r.PoolP90, r.Missed, o.TargetP90, r.Cost)
+		fmt.Fprintf(e.stderr, "round %d: pool jobs' p90 %s, %d pool-hours over %s, cost %.2f\n", r.Round,
+			poolP90(simulate.Waited{Latencies: demo.Latencies{P90: r.PoolP90}, NotStarted: r.PoolNotStarted}), r.Missed, o.TargetP90, r.Cost)
 	}
 	s, err := simulate.Suggest(ctx, o)
 	if err != nil {
@@ -60,6 +62,9 @@ func suggestSchedules(ctx context.Context, e *env, cfgPath string, o simulate.Su
 		fmt.Fprintf(e.stderr, "the target is not met after %d rounds: these are the last round's schedules; try more --rounds\n", len(s.Rounds))
 	}
 	capped := cappedLines(s.Capped)
+	if line := fewerFromPools(given, s.Report); line != "" {
+		capped = append(capped, line)
+	}
 	for _, line := range capped {
 		fmt.Fprintln(e.stderr, line)
 	}
@@ -77,13 +82,34 @@ func suggestSchedules(ctx context.Context, e *env, cfgPath string, o simulate.Su
 	}
 	fmt.Fprintf(e.stdout, "# bullpen simulate --suggest --target-p90 %s, from %d jobs of %s to %s.\n", o.TargetP90, s.Report.Replayed,
 		s.Report.From.Format("2006-01-02"), s.Report.To.Format("2006-01-02"))
-	fmt.Fprintf(e.stdout, "# Pool jobs' p90 %.1f s, estimated cost %.2f (as configured: %.1f s, %.2f). Schedules in UTC.\n",
-		s.Report.Simulated.QueueTimes["pool"].P90, s.Report.Bill.Total, given.Simulated.QueueTimes["pool"].P90, given.Bill.Total)
+	fmt.Fprintf(e.stdout, "# Pool jobs' p90 %s, estimated cost %.2f (as configured: %s, %.2f). Schedules in UTC.\n",
+		poolP90(s.Report.Waits.Pools), s.Report.Bill.Total, poolP90(given.Waits.Pools), given.Bill.Total)
 	for _, line := range capped {
 		fmt.Fprintln(e.stdout, "# "+strings.ToUpper(line[:1])+line[1:]+".")
 	}
 	fmt.Fprint(e.stdout, strings.TrimLeft(string(out), "\n"))
 	return 0
+}
+
+// poolP90 writes the p90 queue time of every pool job, those the pools'
+// members served and those that overflowed to cold starts, with how many
+// did not start: they count as waiting until the replay's end.
+func poolP90(w simulate.Waited) string {
+	if w.NotStarted == 0 {
+		return fmt.Sprintf("%.1f s", w.P90)
+	}
+	return fmt.Sprintf("%.1f s or more (%d did not start and count as waiting until the replay's end)", w.P90, w.NotStarted)
+}
+
+// fewerFromPools warns when the suggested schedules serve fewer jobs from
+// the pools' warm instances than the configuration as given: the headline
+// p90 alone would hide that more jobs start cold.
+func fewerFromPools(given, suggested simulate.Report) string {
+	was, now := given.Simulated.QueueTimes["pool"].Count, suggested.Simulated.QueueTimes["pool"].Count
+	if now >= was {
+		return ""
+	}
+	return fmt.Sprintf("warning: the suggested schedules serve %d jobs from the pools' warm instances, where the configuration as given serves %d", now, was)
 }
 
 // cappedLines says, for each pool whose plan wanted more hot instances

@@ -381,3 +381,75 @@ func TestSimulateSuggestHoldsHotAtTheAutoscaleMax(t *testing.T) {
 		t.Fatalf("validate refuses the suggestion: %s%s", vout, verr)
 	}
 }
+
+// writeSlowT3Timings writes timings under which a t3 instance takes
+// longer to warm than a launch is allowed: small-x64's cold starts never
+// serve a job.
+func writeSlowT3Timings(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "timings.json")
+	if err := os.WriteFile(path, []byte(`{"families":{"t3":{"boot":"4m","warm_up":"2m"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The report counts the jobs no runner took by the replay's end, by pool,
+// in its queue times: left out, a configuration too small to start them
+// read as fast as one that served them all.
+func TestSimulateReportsTheJobsThatNeverStarted(t *testing.T) {
+	jobs := writeHistory(t, "small-x64")
+	code, out, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--timings", writeSlowT3Timings(t))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	code, js, _ := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--timings", writeSlowT3Timings(t), "--json")
+	var rep simulate.Report
+	if code != 0 || json.Unmarshal([]byte(js), &rep) != nil {
+		t.Fatalf("json: exit %d\n%s", code, js)
+	}
+	n := rep.Simulated.NotStarted["queued"] + rep.Simulated.NotStarted["assigned"]
+	if n == 0 {
+		t.Fatalf("every job started (%+v): the test needs some that did not", rep.Simulated.NotStarted)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("not started: %d jobs no runner had taken when the replay ended (pool small-x64 %d); jobs not started count as waiting until the replay's end", n, n),
+		"p99    max not started\n",
+		"  simulated               45 ",
+		fmt.Sprintf("%11d\n", n),
+		"per completed job",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// A comparison counts each configuration's jobs that did not start, by
+// pool, and its queue times count them as waiting until the replay's end.
+func TestSimulateCompareCountsTheJobsThatNeverStarted(t *testing.T) {
+	report := func(notStarted int, p90 float64) simulate.Report {
+		var r simulate.Report
+		r.Replayed, r.Environment = 40, "production"
+		r.Simulated.QueueTime = demo.Latencies{Count: 40 - notStarted, P90: 12}
+		r.Waits.All = simulate.Waited{Latencies: demo.Latencies{Count: 40, P90: p90}, NotStarted: notStarted}
+		r.Waits.ByPool = map[string]simulate.Waited{"small": {NotStarted: notStarted}, "big": {}}
+		return r
+	}
+	var out strings.Builder
+	printComparison(&out, "a.yml", "b.yml", report(0, 12), report(25, 1800))
+	text := out.String()
+	for _, want := range []string{
+		"  not started                 0      25     +25\n",
+		"    pool small                0      25     +25\n",
+		"  p90                      12.0  1800.0 +1788.0\n",
+		"  note: jobs not started count as waiting until the replay's end",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the comparison lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "pool big") {
+		t.Errorf("a pool whose jobs all started is listed among those that did not:\n%s", text)
+	}
+}
