@@ -89,7 +89,7 @@ func cmdSimulate(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "bullpen simulate: --environment:", err)
 		return 2
 	}
-	replay, err := f.replayOptions(cfg)
+	replay, err := f.replayOptions(cfg, e.stderr)
 	if err != nil {
 		return fail(err)
 	}
@@ -131,11 +131,16 @@ func (f *simulateFlags) check() error {
 
 // replayOptions reads the history, and the price table and machine
 // timings when given, into the options of a replay through cfg.
-func (f *simulateFlags) replayOptions(cfg *config.Config) (simulate.Options, error) {
-	jobs, err := readHistory(f.jobs)
+func (f *simulateFlags) replayOptions(cfg *config.Config, stderr io.Writer) (simulate.Options, error) {
+	read, err := readHistory(f.jobs)
 	if err != nil {
 		return simulate.Options{}, err
 	}
+	if read.Duplicates > 0 {
+		// Two overlapping exports concatenated: each job is replayed once.
+		fmt.Fprintf(stderr, "%s: %d lines repeat an earlier line's job: dropped\n", f.jobs, read.Duplicates)
+	}
+	jobs := read.Jobs
 	var prices *simulate.Prices
 	if f.prices != "" {
 		b, err := os.ReadFile(f.prices)
@@ -184,13 +189,13 @@ func familiesNoRunnerLaunches(timings map[string]sim.Latency, configs []*config.
 }
 
 // readHistory reads a job history file.
-func readHistory(path string) ([]history.Job, error) {
+func readHistory(path string) (history.Contents, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return history.Contents{}, err
 	}
 	defer f.Close()
-	return history.Read(path, f)
+	return history.ReadContents(path, f)
 }
 
 // replayAndPrint replays the history through --config and prints the

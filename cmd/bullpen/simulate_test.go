@@ -453,3 +453,27 @@ func TestSimulateCompareCountsTheJobsThatNeverStarted(t *testing.T) {
 		t.Errorf("a pool whose jobs all started is listed among those that did not:\n%s", text)
 	}
 }
+
+// Two overlapping exports concatenated replay each job once, and simulate
+// says how many lines it dropped.
+func TestSimulateSaysItDroppedRepeatedJobs(t *testing.T) {
+	jobs := writeHistory(t, "small-x64")
+	data, err := os.ReadFile(jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice := filepath.Join(t.TempDir(), "twice.jsonl")
+	if err := os.WriteFile(twice, append(data, data...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", twice, "--json")
+	if code != 0 || !strings.Contains(errOut, twice+": 45 lines repeat an earlier line's job: dropped") {
+		t.Fatalf("exit %d:\n%s", code, errOut)
+	}
+	var rep struct {
+		Replayed int `json:"replayed"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Replayed != 45 {
+		t.Fatalf("%d jobs replayed of 45 written twice (%v)", rep.Replayed, err)
+	}
+}
