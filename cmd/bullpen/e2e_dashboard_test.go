@@ -329,7 +329,7 @@ func rejectedJobShowsItsReason(t *testing.T, b *browser, s *server) {
 
 func viewerTokenOnlyReads(t *testing.T, s *server) {
 	t.Helper()
-	for path, want := range map[string]int{"/": http.StatusOK, "/jobs": http.StatusOK, "/api/v1/pools": http.StatusUnauthorized} {
+	for path, want := range map[string]int{"/": http.StatusOK, "/jobs": http.StatusOK, "/api/v1/pools": http.StatusForbidden} {
 		req, _ := http.NewRequest(http.MethodGet, s.base+path, nil)
 		req.Header.Set("Authorization", "Bearer e2e-viewer-token")
 		resp, err := http.DefaultClient.Do(req)
