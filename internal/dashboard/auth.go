@@ -48,13 +48,6 @@ func newAuth(admin, viewer string, ttl time.Duration, clk domain.Clock) *auth {
 	return &auth{tokens: httpauth.NewTokens(admin, viewer), key: mac.Sum(nil), ttl: ttl, clock: clk}
 }
 
-// role returns the role a token grants (httpauth.Tokens compares both,
-// as digests, in constant time).
-func (a *auth) role(token string) (string, bool) {
-	r, ok := a.tokens.Role(token)
-	return string(r), ok
-}
-
 // hasViewer says whether a viewer token is configured.
 func (a *auth) hasViewer() bool { return a.tokens.HasViewer() }
 

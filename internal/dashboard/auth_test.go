@@ -194,7 +194,7 @@ func TestTokenRoles(t *testing.T) {
 		{noViewer, adminToken, roleAdmin},
 	}
 	for _, c := range cases {
-		if role, _ := c.a.role(c.token); role != c.role {
+		if role, _ := c.a.tokens.Role(c.token); string(role) != c.role {
 			t.Errorf("role(%q) = %q, want %q", c.token, role, c.role)
 		}
 	}
