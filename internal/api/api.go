@@ -275,31 +275,31 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	byCloudID := false
-	if f.Instance != "" {
+	list, err := s.Store.ListJobs(r.Context(), f)
+	if err != nil {
+		s.fail(w, "list jobs", err)
+		return
+	}
+	if len(list) == 0 && f.Instance != "" {
+		// Only an empty answer is looked into: a list of jobs shows the
+		// instance exists, and the common case costs nothing more. The
+		// name may be the provider's id (an EC2 instance id), which an
+		// operator holds as often as bullpen's own.
 		id, found, err := s.instanceByCloudID(r.Context(), f.Instance)
 		if err != nil {
 			s.fail(w, "find instance", err)
 			return
 		}
 		if found {
-			f.Instance, byCloudID = id, true
-		}
-	}
-	list, err := s.Store.ListJobs(r.Context(), f)
-	if err != nil {
-		s.fail(w, "list jobs", err)
-		return
-	}
-	if len(list) == 0 && f.Instance != "" && !byCloudID {
-		// Only an empty answer is checked: a list of jobs shows the
-		// instance exists, and the common case costs nothing more.
-		_, err := s.Store.GetInstance(r.Context(), f.Instance)
-		if errors.Is(err, domain.ErrNotFound) {
+			f.Instance = id
+			if list, err = s.Store.ListJobs(r.Context(), f); err != nil {
+				s.fail(w, "list jobs", err)
+				return
+			}
+		} else if _, err := s.Store.GetInstance(r.Context(), f.Instance); errors.Is(err, domain.ErrNotFound) {
 			writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown instance %q: no instance has that id (bp-…) or cloud id", f.Instance))
 			return
-		}
-		if err != nil {
+		} else if err != nil {
 			s.fail(w, "get instance", err)
 			return
 		}
