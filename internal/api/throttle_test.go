@@ -32,12 +32,7 @@ func (r *rig) getFrom(remote, path, authorization string) *httptest.ResponseReco
 func TestGuessingTheTokenIsThrottledPerAddress(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	reg := prometheus.NewPedanticRegistry()
-	limiter, err := httpauth.NewLimiter(httpauth.LimiterOptions{Clock: r.clk, Registry: reg,
-		Log: slog.New(slog.NewTextHandler(r.logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	limiter, reg := r.limiter()
 	r.srv.Limiter = limiter
 	const guesser, other = "192.0.2.7:40000", "192.0.2.8:40000"
 	for range 3 * httpauth.DefaultFailures {
@@ -90,12 +85,7 @@ const viewerToken = "viewer-5b1e08c7a9d2f364"
 func TestTheViewerTokenIsRefusedWithoutCountingAsAGuess(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	reg := prometheus.NewPedanticRegistry()
-	limiter, err := httpauth.NewLimiter(httpauth.LimiterOptions{Clock: r.clk, Registry: reg,
-		Log: slog.New(slog.NewTextHandler(r.logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	limiter, reg := r.limiter()
 	r.srv.Limiter, r.srv.ViewerToken = limiter, viewerToken
 	dash, err := dashboard.New(dashboard.Options{Store: r.store, Clock: r.clk, AdminToken: adminToken, ViewerToken: viewerToken,
 		Limiter: limiter, Log: slog.New(slog.NewTextHandler(r.logs, nil))})
@@ -156,4 +146,17 @@ func TestTheViewerTokenDoesNotReadTheAPI(t *testing.T) {
 			t.Errorf("%s: %s", p, rec.Body)
 		}
 	}
+}
+
+// limiter is a login throttle on the rig's clock and log, with its metrics
+// on a registry of its own.
+func (r *rig) limiter() (*httpauth.Limiter, *prometheus.Registry) {
+	r.t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	limiter, err := httpauth.NewLimiter(httpauth.LimiterOptions{Clock: r.clk, Registry: reg,
+		Log: slog.New(slog.NewTextHandler(r.logs, nil))})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return limiter, reg
 }

@@ -107,20 +107,27 @@ func TestSpecRoundTrip(t *testing.T) {
 	}
 }
 
-func TestPoolScalerCountsItsDecisionsByPool(t *testing.T) {
-	params := DefaultParams()
-	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 4, 30*time.Second
+// scalerOn is a pool scaler whose demand is *demand, or *fail when set,
+// with its metrics on a registry of its own.
+func scalerOn(t *testing.T, demand *int, fail *error) (*PoolScaler, *prometheus.Registry, *PoolMetrics) {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	m, err := NewPoolMetrics(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	demand, fail := 6, error(nil)
-	s := &PoolScaler{
-		Demand:  func(context.Context, string) (int, error) { return demand, fail },
+	return &PoolScaler{
+		Demand:  func(context.Context, string) (int, error) { return *demand, *fail },
 		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics: m,
-	}
+	}, reg, m
+}
+
+func TestPoolScalerCountsItsDecisionsByPool(t *testing.T) {
+	params := DefaultParams()
+	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 4, 30*time.Second
+	demand, fail := 6, error(nil)
+	s, reg, m := scalerOn(t, &demand, &fail)
 	p := poolWith(SpecOf(params))
 	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 	var actions []string
@@ -482,17 +489,8 @@ func TestPoolScalerKeepsWhatDemandNeedsWhenTheScheduleDrops(t *testing.T) {
 func TestPoolScalerServesDemandAndBreachScores(t *testing.T) {
 	params := DefaultParams()
 	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 4, 30*time.Second
-	reg := prometheus.NewPedanticRegistry()
-	m, err := NewPoolMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	demand, fail := 6, error(nil)
-	s := &PoolScaler{
-		Demand:  func(context.Context, string) (int, error) { return demand, fail },
-		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics: m,
-	}
+	s, reg, m := scalerOn(t, &demand, &fail)
 	p := poolWith(SpecOf(params))
 	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 	fail = errors.New("store down")
