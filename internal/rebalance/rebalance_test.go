@@ -97,6 +97,20 @@ func cloudOf(insts []domain.Instance, states map[string]domain.CloudState) map[s
 	return m
 }
 
+// snapshotOf is pool p at now, of the current spec, holding insts, with a
+// cloud listing as cloudOf makes it from states.
+func snapshotOf(target domain.Target, insts []domain.Instance, states map[string]domain.CloudState) Snapshot {
+	return Snapshot{Pool: "p", Now: now, Target: target, SpecHash: spec, Instances: insts, Cloud: cloudOf(insts, states)}
+}
+
+// wantPlan fails the test unless s plans want, as render writes it.
+func wantPlan(t *testing.T, s Snapshot, want string) {
+	t.Helper()
+	if got := render(Compute(s)); got != want {
+		t.Errorf("plan\n got: %s\nwant: %s", got, want)
+	}
+}
+
 func TestCompute(t *testing.T) {
 	H, S := domain.RoleHot, domain.RoleStopped
 	cases := []struct {
@@ -281,13 +295,11 @@ func TestCompute(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := Snapshot{Pool: "p", Now: now, Target: c.target, SpecHash: spec, Instances: c.insts}
-			if !c.noView {
-				s.Cloud = cloudOf(c.insts, c.cloud)
+			s := snapshotOf(c.target, c.insts, c.cloud)
+			if c.noView {
+				s.Cloud = nil
 			}
-			if got := render(Compute(s)); got != c.want {
-				t.Errorf("plan\n got: %s\nwant: %s", got, c.want)
-			}
+			wantPlan(t, s, c.want)
 		})
 	}
 }
@@ -307,14 +319,10 @@ func TestComputeFollowsTheRebalanceOrder(t *testing.T) {
 	}
 	// One hot member is enough: a member past its idle lifetime goes only
 	// once the pool holds its target of ready hot instances without it.
-	s := Snapshot{Pool: "p", Now: now, Target: domain.Target{Hot: 1, Stopped: 2}, SpecHash: spec, Instances: insts,
-		Cloud: cloudOf(insts, map[string]domain.CloudState{"gone": ""})}
-	want := "forget/gone[gone] terminate/error[err] terminate/deadline[late] " +
-		"terminate/dangling[dang] terminate/idle-lifetime[idle] terminate/outdated[old] stop/warm[warm] " +
-		"create/stopped×1"
-	if got := render(Compute(s)); got != want {
-		t.Errorf("plan\n got: %s\nwant: %s", got, want)
-	}
+	s := snapshotOf(domain.Target{Hot: 1, Stopped: 2}, insts, map[string]domain.CloudState{"gone": ""})
+	wantPlan(t, s, "forget/gone[gone] terminate/error[err] terminate/deadline[late] "+
+		"terminate/dangling[dang] terminate/idle-lifetime[idle] terminate/outdated[old] stop/warm[warm] "+
+		"create/stopped×1")
 	// Terminations that free quota all come before the first create.
 	p := Compute(s)
 	firstCreate := slices.IndexFunc(p.Steps, func(s Step) bool { return s.Action == Create })
@@ -336,12 +344,8 @@ func TestComputeConvertsBeforeCreating(t *testing.T) {
 		inst("p2", S, domain.StateStopped),
 		inst("boot", S, domain.StateBooting),
 	}
-	s := Snapshot{Pool: "p", Now: now, Target: domain.Target{Hot: 4, Stopped: 1}, SpecHash: spec, Instances: insts,
-		Cloud: cloudOf(insts, nil)}
-	want := "terminate/outdated[old] stop/warm[warm] start/convert[p1 p2] create/hot×2 terminate/excess[boot]"
-	if got := render(Compute(s)); got != want {
-		t.Errorf("plan\n got: %s\nwant: %s", got, want)
-	}
+	s := snapshotOf(domain.Target{Hot: 4, Stopped: 1}, insts, nil)
+	wantPlan(t, s, "terminate/outdated[old] stop/warm[warm] start/convert[p1 p2] create/hot×2 terminate/excess[boot]")
 	for _, st := range Compute(s).Steps {
 		if st.Action == Start && st.Role != domain.RoleHot {
 			t.Errorf("start step makes its members %q, want hot", st.Role)
@@ -400,11 +404,9 @@ func TestConversionsHeldBack(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := Snapshot{Pool: "p", Now: now, Target: c.target, SpecHash: spec, Instances: c.insts,
-				Cloud: cloudOf(c.insts, nil), NoConvert: c.noConvert, NoStart: c.noStart}
-			if got := render(Compute(s)); got != c.want {
-				t.Errorf("plan\n got: %s\nwant: %s", got, c.want)
-			}
+			s := snapshotOf(c.target, c.insts, nil)
+			s.NoConvert, s.NoStart = c.noConvert, c.noStart
+			wantPlan(t, s, c.want)
 		})
 	}
 }
@@ -452,8 +454,7 @@ func TestAReusedMemberIsNotCountedAgain(t *testing.T) {
 			idleUntil := now.Add(10 * time.Minute)
 			in = step(in, v.Pool(in, idleUntil))
 			insts := []domain.Instance{in, inst("replacement", c.role, c.state)}
-			s := Snapshot{Pool: "p", Now: now, Target: c.target, SpecHash: spec, Instances: insts, Cloud: cloudOf(insts, nil)}
-			if got := render(Compute(s)); got != "" {
+			if got := render(Compute(snapshotOf(c.target, insts, nil))); got != "" {
 				t.Errorf("plan after the reused member came back: %s, want nothing", got)
 			}
 			if got := Count(insts); got.Reusable != 1 {
