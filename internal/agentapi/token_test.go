@@ -278,19 +278,9 @@ func TestATokenNamingAnotherInstanceIsRefused(t *testing.T) {
 func TestABareTokenIsLookedUpOnceThenReadByID(t *testing.T) {
 	h := newHarness(t)
 	in, token := h.bareToken("bp-1")
-	counted := &tokenQueries{Store: h.Store}
-	h.Server = agentapi.New(counted, h.Service, h.Clock, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	for range 3 {
-		wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
-	}
-	if got, reads := counted.n.Load(), counted.gets.Load(); got != 1 || reads != 0 {
-		t.Fatalf("three heartbeats: %d look-ups by token and %d reads by id, want 1 and 0", got, reads)
-	}
-	if _, err := h.Store.Transition(t.Context(), in.ID, domain.GuardOf(h.Get(in.ID)), func(i *domain.Instance) {
-		i.State, i.Reason = domain.StateTerminating, "test"
-	}); err != nil {
-		t.Fatal(err)
-	}
+	counted := h.threeCountedHeartbeats(token)
+	counted.wantLookupsAndReads(t, "three heartbeats", 1, 0)
+	h.Move(in.ID, endedInTest)
 	// A signal reads the row: the token died with its instance.
 	wantStatus(t, h.signal(token, agentapi.SignalRequest{Kind: "warm"}), http.StatusUnauthorized, agentapi.CodeInstanceEnded)
 	if got := counted.n.Load(); got != 1 {
@@ -298,12 +288,7 @@ func TestABareTokenIsLookedUpOnceThenReadByID(t *testing.T) {
 	}
 	_, token2 := h.bareToken("bp-2")
 	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token2, ""), http.StatusNoContent, "")
-	h2 := h.Get("bp-2")
-	if _, err := h.Store.Transition(t.Context(), h2.ID, domain.GuardOf(h2), func(i *domain.Instance) {
-		i.State, i.Reason = domain.StateTerminating, "test"
-	}); err != nil {
-		t.Fatal(err)
-	}
+	h.Move("bp-2", endedInTest)
 	// A heartbeat is refused once its reading is older than the window.
 	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token2, ""), http.StatusNoContent, "")
 	h.Clock.Advance(agentapi.HeartbeatAuthFresh)
@@ -315,17 +300,32 @@ func TestABareTokenIsLookedUpOnceThenReadByID(t *testing.T) {
 func TestANamedTokenIsReadByIDAndNeverLookedUp(t *testing.T) {
 	h := newHarness(t)
 	_, token := h.launched("bp-1")
+	counted := h.threeCountedHeartbeats(token)
+	counted.wantLookupsAndReads(t, "three heartbeats", 0, 1)
+	h.Clock.Advance(agentapi.HeartbeatAuthFresh)
+	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
+	counted.wantLookupsAndReads(t, "a heartbeat past the window", 0, 2)
+}
+
+// threeCountedHeartbeats serves the harness from a store counting its
+// look-ups by token and reads by id, sends three heartbeats with token,
+// and returns that store.
+func (h *harness) threeCountedHeartbeats(token string) *tokenQueries {
+	h.t.Helper()
 	counted := &tokenQueries{Store: h.Store}
 	h.Server = agentapi.New(counted, h.Service, h.Clock, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	for range 3 {
-		wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
+		wantStatus(h.t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
 	}
-	if got, reads := counted.n.Load(), counted.gets.Load(); got != 0 || reads != 1 {
-		t.Fatalf("three heartbeats: %d look-ups by token and %d reads by id, want 0 and 1", got, reads)
-	}
-	h.Clock.Advance(agentapi.HeartbeatAuthFresh)
-	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
-	if got, reads := counted.n.Load(), counted.gets.Load(); got != 0 || reads != 2 {
-		t.Fatalf("a heartbeat past the window: %d look-ups by token and %d reads by id, want 0 and 2", got, reads)
+	return counted
+}
+
+func (s *tokenQueries) wantLookupsAndReads(t *testing.T, after string, lookups, reads int64) {
+	t.Helper()
+	if gotLookups, gotReads := s.n.Load(), s.gets.Load(); gotLookups != lookups || gotReads != reads {
+		t.Fatalf("%s: %d look-ups by token and %d reads by id, want %d and %d", after, gotLookups, gotReads, lookups, reads)
 	}
 }
+
+// endedInTest moves an instance to terminating, where its token dies.
+func endedInTest(i *domain.Instance) { i.State, i.Reason = domain.StateTerminating, "test" }
