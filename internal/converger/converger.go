@@ -404,11 +404,7 @@ func (r *startRefusals) held(pool string, now time.Time) bool {
 func (r *startRefusals) forget(configured map[string]bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for pool := range r.at {
-		if !configured[pool] {
-			delete(r.at, pool)
-		}
-	}
+	dropUnconfigured(r.at, configured)
 }
 
 // unknownSpec is the spec hash a pool whose image did not resolve is
@@ -542,9 +538,15 @@ func (c *Converger) noteWarmups(pool string, ch warmupChange, now time.Time) {
 func (c *Converger) forgetUnknownImages(configured map[string]bool) {
 	c.unknownImages.Lock()
 	defer c.unknownImages.Unlock()
-	for pool := range c.unknownImages.byPool {
+	dropUnconfigured(c.unknownImages.byPool, configured)
+}
+
+// dropUnconfigured deletes from byPool the pools not configured: what a
+// converger remembers of a pool ends with the pool.
+func dropUnconfigured[V any](byPool map[string]V, configured map[string]bool) {
+	for pool := range byPool {
 		if !configured[pool] {
-			delete(c.unknownImages.byPool, pool)
+			delete(byPool, pool)
 		}
 	}
 }

@@ -199,11 +199,7 @@ func (w *warmups) observe(pool, hash string, rows []domain.Instance, now time.Ti
 func (w *warmups) forget(configured map[string]bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for name := range w.pools {
-		if !configured[name] {
-			delete(w.pools, name)
-		}
-	}
+	dropUnconfigured(w.pools, configured)
 }
 
 // resume starts a cycle at now, first dropping everything when the last
