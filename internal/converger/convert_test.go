@@ -25,13 +25,21 @@ func ids(insts []domain.Instance) []string {
 	return out
 }
 
-// A schedule that swaps stopped capacity for hot capacity, and back, starts
-// and stops the same machines: no machine is terminated or launched.
-func TestScheduleFlipConvertsMembers(t *testing.T) {
+// parkedPair is a world whose pool has converged on two parked members,
+// with those members; the cloud's call counts start after their making.
+func parkedPair(t *testing.T) (*world, []domain.Instance) {
+	t.Helper()
 	w := newWorld(t, domain.Target{Stopped: 2}, sim.Options{Latency: latency}, Options{})
 	w.converge(10)
 	parked := w.rows(domain.StateStopped)
 	w.cloud.ResetCalls()
+	return w, parked
+}
+
+// A schedule that swaps stopped capacity for hot capacity, and back, starts
+// and stops the same machines: no machine is terminated or launched.
+func TestScheduleFlipConvertsMembers(t *testing.T) {
+	w, parked := parkedPair(t)
 
 	w.setTarget(domain.Target{Hot: 2})
 	r := w.cycle()
@@ -186,9 +194,7 @@ func TestClaimWinsOverAConversion(t *testing.T) {
 // A start the cloud refuses for capacity leaves the members parked, and the
 // pool creates its hot members instead until the hold ends.
 func TestStartRefusedForCapacityCreatesInstead(t *testing.T) {
-	w := newWorld(t, domain.Target{Stopped: 2}, sim.Options{Latency: latency}, Options{})
-	w.converge(10)
-	parked := w.rows(domain.StateStopped)
+	w, parked := parkedPair(t)
 	w.cloud.FailNext(sim.OpStartInstances, 1, domain.ErrInsufficientCapacity)
 	w.setTarget(domain.Target{Hot: 2})
 	r := w.cycle()
@@ -226,11 +232,8 @@ func (w *world) kept(why rebalance.Reason) float64 {
 // the parked members its hot target would take are kept: they are all the
 // pool has. Once the hot members created are ready, they go as excess.
 func TestParkedMembersOutlastStartsAndCreatesRefused(t *testing.T) {
-	w := newWorld(t, domain.Target{Stopped: 2}, sim.Options{Latency: latency}, Options{})
-	w.converge(10)
-	parked := w.rows(domain.StateStopped)
+	w, parked := parkedPair(t)
 	logs := w.logs()
-	w.cloud.ResetCalls()
 	w.cloud.FailNext(sim.OpStartInstances, 1, domain.ErrInsufficientCapacity)
 	w.cloud.FailNext(sim.OpCreateFleet, 5, domain.ErrInsufficientCapacity)
 	w.setTarget(domain.Target{Hot: 2})
@@ -289,11 +292,8 @@ func TestUnresolvedImageConvertsNothing(t *testing.T) {
 // stopped capacity for hot, does not cost the parked members: they are
 // kept that cycle and started at the next.
 func TestALookupFailingAtAFlipKeepsTheParkedMembers(t *testing.T) {
-	w := newWorld(t, domain.Target{Stopped: 2}, sim.Options{Latency: latency}, Options{})
-	w.converge(10)
-	parked := w.rows(domain.StateStopped)
+	w, parked := parkedPair(t)
 	logs := w.logs()
-	w.cloud.ResetCalls()
 	w.cloud.FailNext(sim.OpDescribeImages, 1, domain.ErrThrottled)
 	w.setTarget(domain.Target{Hot: 2})
 	r := w.cycle()
@@ -328,8 +328,7 @@ func TestALookupFailingAtAFlipKeepsTheParkedMembers(t *testing.T) {
 
 // A pool no longer configured loses its series of kept members.
 func TestKeptMembersOfARemovedPoolAreNoLongerCounted(t *testing.T) {
-	w := newWorld(t, domain.Target{Stopped: 2}, sim.Options{Latency: latency}, Options{})
-	w.converge(10)
+	w, _ := parkedPair(t)
 	w.cloud.FailNext(sim.OpDescribeImages, 1, domain.ErrThrottled)
 	w.setTarget(domain.Target{Hot: 2})
 	w.cycle()
