@@ -34,8 +34,7 @@ func (p *outagePlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Unlock()
 	switch r.URL.Path {
 	case agentapi.PathHello:
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(agentapi.HelloResponse{Token: "tok", InstanceID: "bp-1", HeartbeatSeconds: 5})
+		welcomeBP1(w)
 	case agentapi.PathHeartbeat:
 		if down {
 			http.Error(w, "bad gateway", http.StatusBadGateway)
@@ -66,13 +65,8 @@ func (p *outagePlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // instruction (a reused one to be checked within seconds) would miss it.
 func TestTheControlPlaneBackEndsTheBackoff(t *testing.T) {
 	r := newRig(t)
-	p := &outagePlane{down: true, pollsSeen: make(chan struct{})}
-	srv := httptest.NewServer(p)
-	t.Cleanup(srv.Close)
-	cfg := r.config("bp-1", "secret")
-	cfg.URL = srv.URL
-	p.clk = clock.NewVirtual(agentapitest.T0)
-	r.start(cfg, p.clk, srv.Client())
+	p := &outagePlane{clk: clock.NewVirtual(agentapitest.T0), down: true, pollsSeen: make(chan struct{})}
+	r.startBP1On(p.clk, p)
 
 	// Long polls fail at 0, 1, 3, 7, 15 and 31 s: the last one waits 30 s.
 	// Heartbeats fail every 5 s.
@@ -119,11 +113,10 @@ func TestHeartbeatsDoNotCutARetryAfterShort(t *testing.T) {
 	var mu sync.Mutex
 	var polls []time.Duration
 	again := make(chan struct{}) // closed at the second long poll
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	r.startBP1On(clk, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		switch req.URL.Path {
 		case agentapi.PathHello:
-			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(agentapi.HelloResponse{Token: "tok", InstanceID: "bp-1", HeartbeatSeconds: 5})
+			welcomeBP1(w)
 		case agentapi.PathNext:
 			mu.Lock()
 			polls = append(polls, clk.Now().Sub(agentapitest.T0))
@@ -136,18 +129,11 @@ func TestHeartbeatsDoNotCutARetryAfterShort(t *testing.T) {
 				<-req.Context().Done()
 				return
 			}
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Retry-After", "20")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			json.NewEncoder(w).Encode(agentapi.ErrorResponse{Error: "busy", Code: agentapi.CodeUnavailable})
+			answerUnavailable(w, "20", "busy")
 		default:
 			w.WriteHeader(http.StatusNoContent)
 		}
 	}))
-	t.Cleanup(srv.Close)
-	cfg := r.config("bp-1", "secret")
-	cfg.URL = srv.URL
-	r.start(cfg, clk, srv.Client())
 
 	// Heartbeats are answered at 0, 5, 10 and 15 s.
 	for parkedOr(clk, 2, again) { // the heartbeat's interval and the long poll's wait
@@ -159,6 +145,32 @@ func TestHeartbeatsDoNotCutARetryAfterShort(t *testing.T) {
 	if len(polls) != 2 || polls[1] != 20*time.Second {
 		t.Fatalf("long polls at %v, want at 0s and 20s", polls)
 	}
+}
+
+// startBP1On starts the agent of instance bp-1 on clk against a control
+// plane served by h.
+func (r *rig) startBP1On(clk *clock.Virtual, h http.Handler) {
+	srv := httptest.NewServer(h)
+	r.t.Cleanup(srv.Close)
+	cfg := r.config("bp-1", "secret")
+	cfg.URL = srv.URL
+	r.start(cfg, clk, srv.Client())
+}
+
+// welcomeBP1 answers a hello as the control plane does, telling the agent
+// it is instance bp-1 and its token is "tok".
+func welcomeBP1(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(agentapi.HelloResponse{Token: "tok", InstanceID: "bp-1", HeartbeatSeconds: 5})
+}
+
+// answerUnavailable answers as a control plane that is up but cannot serve
+// the call now, asking to be called again in retryAfter seconds.
+func answerUnavailable(w http.ResponseWriter, retryAfter, why string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", retryAfter)
+	w.WriteHeader(http.StatusServiceUnavailable)
+	json.NewEncoder(w).Encode(agentapi.ErrorResponse{Error: why, Code: agentapi.CodeUnavailable})
 }
 
 // parkedOr waits until the agent parks on n timers of clk, and reports
@@ -189,27 +201,19 @@ func TestHeartbeatsDoNotCutTheBackoffOfAnAnsweredFailure(t *testing.T) {
 	clk := clock.NewVirtual(agentapitest.T0)
 	var mu sync.Mutex
 	var polls []time.Duration
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	r.startBP1On(clk, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		switch req.URL.Path {
 		case agentapi.PathHello:
-			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(agentapi.HelloResponse{Token: "tok", InstanceID: "bp-1", HeartbeatSeconds: 5})
+			welcomeBP1(w)
 		case agentapi.PathNext:
 			mu.Lock()
 			polls = append(polls, clk.Now().Sub(agentapitest.T0))
 			mu.Unlock()
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Retry-After", "2")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			json.NewEncoder(w).Encode(agentapi.ErrorResponse{Error: "throttled", Code: agentapi.CodeUnavailable})
+			answerUnavailable(w, "2", "throttled")
 		default:
 			w.WriteHeader(http.StatusNoContent)
 		}
 	}))
-	t.Cleanup(srv.Close)
-	cfg := r.config("bp-1", "secret")
-	cfg.URL = srv.URL
-	r.start(cfg, clk, srv.Client())
 
 	// Heartbeats are answered every 5 s throughout.
 	for clk.Now().Sub(agentapitest.T0) < 70*time.Second {

@@ -37,8 +37,7 @@ func newStubPlane(t *testing.T, job *agentapi.Instruction, answer func(kind stri
 func (s *stubPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case agentapi.PathHello:
-		w.Header().Set("Content-Type", "application/json") // as the control plane answers
-		json.NewEncoder(w).Encode(agentapi.HelloResponse{Token: "tok", InstanceID: "bp-1", HeartbeatSeconds: 5})
+		welcomeBP1(w)
 	case agentapi.PathHeartbeat:
 		s.count(func() { s.beats++ })
 		w.WriteHeader(http.StatusNoContent)
