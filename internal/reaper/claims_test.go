@@ -8,6 +8,13 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
+// booting is the row of a machine launched for job, booting within its
+// deadline.
+func (x *fixture) booting(id, job string) domain.Instance {
+	return domain.Instance{ID: id, CloudID: "i-" + id, State: domain.StateBooting, Job: job, Role: domain.RoleOnDemand,
+		Deadline: x.Clock.Now().Add(10 * time.Minute)}
+}
+
 // A claim its claimer left (it died between claiming the instance and
 // binding the job) ends once the job is served elsewhere or over; a claim
 // whose job is still unbound, or that is younger than StaleClaimAfter, is
@@ -20,26 +27,16 @@ func TestStaleClaimsEnd(t *testing.T) {
 		{ID: 3, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RoutePool, Pool: "p"},
 		{ID: 4, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RoutePool, Pool: "p"},
 	}
-	if _, err := x.Store.CreateJobs(x.Ctx, jobs); err != nil {
-		t.Fatal(err)
-	}
+	x.createJobs(jobs...)
 	claimed := func(id, job string) domain.Instance {
 		return domain.Instance{ID: id, CloudID: "i-" + id, State: domain.StateClaimed, Job: job, Role: domain.RoleHot,
 			Deadline: x.Clock.Now().Add(time.Hour)}
 	}
-	old := []domain.Instance{
-		claimed("bp-served-elsewhere", "1"), claimed("bp-ended", "2"), claimed("bp-unbound", "3"),
-		claimed("bp-gone-job", "99"), {ID: "bp-serving", CloudID: "i-serving", State: domain.StateClaimed, Job: "1", Role: domain.RoleHot,
-			Deadline: x.Clock.Now().Add(time.Hour)},
-	}
-	if err := x.Store.CreateInstances(x.Ctx, old); err != nil {
-		t.Fatal(err)
-	}
+	x.createRows(claimed("bp-served-elsewhere", "1"), claimed("bp-ended", "2"), claimed("bp-unbound", "3"),
+		claimed("bp-gone-job", "99"), claimed("bp-serving", "1"))
 	x.assign(1, "bp-serving")
 	x.Clock.Advance(time.Minute)
-	if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{claimed("bp-young", "1")}); err != nil {
-		t.Fatal(err)
-	}
+	x.createRows(claimed("bp-young", "1"))
 	if rep := x.cycle(); rep.StaleClaims != 3 {
 		t.Fatalf("%d stale claims ended, want 3: %+v", rep.StaleClaims, rep)
 	}
@@ -61,19 +58,10 @@ func TestAMachineBootingForAJobServedElsewhereEnds(t *testing.T) {
 		{ID: 1, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RouteLaunch},
 		{ID: 2, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RouteLaunch},
 	}
-	if _, err := x.Store.CreateJobs(x.Ctx, jobs); err != nil {
-		t.Fatal(err)
-	}
-	booting := func(id, job string) domain.Instance {
-		return domain.Instance{ID: id, CloudID: "i-" + id, State: domain.StateBooting, Job: job, Role: domain.RoleOnDemand,
-			Deadline: x.Clock.Now().Add(10 * time.Minute)}
-	}
-	waiting := booting("bp-waiting", "2")
+	x.createJobs(jobs...)
+	waiting := x.booting("bp-waiting", "2")
 	waiting.RunnerName = domain.RunnerName(waiting.ID, 2)
-	rows := []domain.Instance{booting("bp-first", "1"), booting("bp-second", "1"), waiting}
-	if err := x.Store.CreateInstances(x.Ctx, rows); err != nil {
-		t.Fatal(err)
-	}
+	x.createRows(x.booting("bp-first", "1"), x.booting("bp-second", "1"), waiting)
 	x.assign(1, "bp-second")
 	x.Clock.Advance(time.Minute)
 	if rep := x.cycle(); rep.StaleClaims != 1 {
@@ -96,22 +84,12 @@ func TestAnAbandonedLaunchEnds(t *testing.T) {
 		{ID: 2, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RouteLaunch, LaunchedOn: "bp-handed-over"},
 		{ID: 3, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RouteLaunch, LaunchedOn: "bp-just-booted"},
 	}
-	if _, err := x.Store.CreateJobs(x.Ctx, jobs); err != nil {
-		t.Fatal(err)
-	}
-	booting := func(id, job string) domain.Instance {
-		return domain.Instance{ID: id, CloudID: "i-" + id, State: domain.StateBooting, Job: job, Role: domain.RoleOnDemand,
-			Deadline: x.Clock.Now().Add(10 * time.Minute)}
-	}
-	handed := booting("bp-handed-over", "2")
+	x.createJobs(jobs...)
+	handed := x.booting("bp-handed-over", "2")
 	handed.RunnerName = domain.RunnerName(handed.ID, 2)
-	if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{booting("bp-abandoned", "1"), handed}); err != nil {
-		t.Fatal(err)
-	}
+	x.createRows(x.booting("bp-abandoned", "1"), handed)
 	x.Clock.Advance(domain.HandoverAllowance / 2)
-	if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{booting("bp-just-booted", "3")}); err != nil {
-		t.Fatal(err)
-	}
+	x.createRows(x.booting("bp-just-booted", "3"))
 	x.Clock.Advance(domain.HandoverAllowance / 2)
 	if rep := x.cycle(); rep.StaleClaims != 1 {
 		t.Fatalf("%d stale claims ended, want 1: %+v", rep.StaleClaims, rep)

@@ -18,9 +18,7 @@ func TestRunTerminatesRowsPastTheirDeadline(t *testing.T) {
 		{ID: "long-job", State: domain.StateRunning, Job: "4", JobStarted: true, Deadline: soon},
 		{ID: "fresh", State: domain.StateReady, Deadline: later},
 	}
-	if err := f.Store.CreateInstances(f.Ctx, rows); err != nil {
-		t.Fatal(err)
-	}
+	f.createRows(rows...)
 	f.term.Interval = time.Minute
 	stop := f.Run(f.term.Loop())
 	f.Clock.BlockUntil(1) // the first sweep ran; nothing was due

@@ -82,6 +82,32 @@ func (f *fixture) assign(job int64, instanceID string) {
 	}
 }
 
+// createJobs records jobs as they are, in one write.
+func (f *fixture) createJobs(jobs ...domain.Job) {
+	f.T.Helper()
+	if _, err := f.Store.CreateJobs(f.Ctx, jobs); err != nil {
+		f.T.Fatal(err)
+	}
+}
+
+// createRows records instance rows as they are, in one write: unlike
+// CreateInstance it fills in no cloud id, role, runner or deadline.
+func (f *fixture) createRows(rows ...domain.Instance) {
+	f.T.Helper()
+	if err := f.Store.CreateInstances(f.Ctx, rows); err != nil {
+		f.T.Fatal(err)
+	}
+}
+
+// heard has the agent of instance id report, as a live agent does every
+// minute.
+func (f *fixture) heard(id string) {
+	f.T.Helper()
+	if err := f.Store.RecordHeartbeat(f.Ctx, id, f.Clock.Now()); err != nil {
+		f.T.Fatal(err)
+	}
+}
+
 // wantInstanceStates checks the state of each instance named.
 func (f *fixture) wantInstanceStates(want map[string]domain.State) {
 	f.T.Helper()

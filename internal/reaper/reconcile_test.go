@@ -38,9 +38,7 @@ func TestOrphanMachineIsTerminatedAfterItsGrace(t *testing.T) {
 	ours := x.machine(map[string]string{domain.TagController: "ctl"})
 	other := x.machine(map[string]string{domain.TagController: "someone-else"})
 	known := x.machine(map[string]string{domain.TagController: "ctl"})
-	if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{{ID: "bp-1", CloudID: known.ID, State: domain.StateReady, Role: domain.RoleHot}}); err != nil {
-		t.Fatal(err)
-	}
+	x.createRows(domain.Instance{ID: "bp-1", CloudID: known.ID, State: domain.StateReady, Role: domain.RoleHot})
 	if rep := x.cycle(); rep.Orphans != 0 {
 		t.Fatalf("a fresh machine is not an orphan yet: %+v", rep)
 	}
@@ -120,9 +118,7 @@ func TestRowWhoseMachineIsGoneIsClosedAndItsJobRequeued(t *testing.T) {
 	x := newFixture(t)
 	m := x.machine(map[string]string{domain.TagController: "ctl"})
 	x.CreateJob(domain.Job{ID: 7, Repo: "acme/app", Status: domain.JobQueued, Route: domain.RoutePool, Pool: "p"})
-	if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{{ID: "bp-1", CloudID: m.ID, State: domain.StateClaimed, Job: "7", Role: domain.RoleHot}}); err != nil {
-		t.Fatal(err)
-	}
+	x.createRows(domain.Instance{ID: "bp-1", CloudID: m.ID, State: domain.StateClaimed, Job: "7", Role: domain.RoleHot})
 	x.assign(7, "bp-1")
 	if err := x.cloud.Terminate(x.Ctx, []string{m.ID}); err != nil {
 		t.Fatal(err)
@@ -150,9 +146,7 @@ func TestDeadRunnersAreDeregisteredButNotOnesAnInstanceHolds(t *testing.T) {
 	dead, _ := x.gh.RegisterRunner(x.Ctx, scope, "bp-dead-1", []string{"x"})
 	held, _ := x.gh.RegisterRunner(x.Ctx, scope, "bp-held-2", []string{"x"})
 	foreign, _ := x.gh.RegisterRunner(x.Ctx, scope, "someone-elses", []string{"x"})
-	if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{{ID: "bp-held", State: domain.StateClaimed, Job: "9", RunnerName: "bp-held-2"}}); err != nil {
-		t.Fatal(err)
-	}
+	x.createRows(domain.Instance{ID: "bp-held", State: domain.StateClaimed, Job: "9", RunnerName: "bp-held-2"})
 	if rep := x.cycle(); rep.DeadRunners != 1 {
 		t.Fatalf("report %+v", rep)
 	}
@@ -330,12 +324,8 @@ func TestAReconcilerThatCannotTellOurJobsIsRefused(t *testing.T) {
 
 func TestRetentionBoundsTheStore(t *testing.T) {
 	x := newFixture(t)
-	if _, err := x.Store.CreateJobs(x.Ctx, []domain.Job{{ID: 1, Status: domain.JobCompleted}, {ID: 2, Status: domain.JobQueued}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{{ID: "old", State: domain.StateTerminated}, {ID: "live", State: domain.StateReady}}); err != nil {
-		t.Fatal(err)
-	}
+	x.createJobs(domain.Job{ID: 1, Status: domain.JobCompleted}, domain.Job{ID: 2, Status: domain.JobQueued})
+	x.createRows(domain.Instance{ID: "old", State: domain.StateTerminated}, domain.Instance{ID: "live", State: domain.StateReady})
 	x.Clock.Advance(72*time.Hour + time.Second)
 	rep := x.cycle()
 	if rep.JobsDeleted != 1 || rep.RowsDeleted != 1 {
@@ -357,14 +347,10 @@ func TestSilentAgentIsTerminatedAndItsUnstartedJobRequeued(t *testing.T) {
 		{ID: "quiet", State: domain.StateClaimed, Job: "5"},
 		{ID: "parked", State: domain.StateStopped},
 	}
-	if err := x.Store.CreateInstances(x.Ctx, rows); err != nil {
-		t.Fatal(err)
-	}
+	x.createRows(rows...)
 	x.assign(5, "quiet")
 	x.Clock.Advance(2 * time.Minute)
-	if err := x.Store.RecordHeartbeat(x.Ctx, "talking", x.Clock.Now()); err != nil {
-		t.Fatal(err)
-	}
+	x.heard("talking")
 	x.Clock.Advance(time.Minute + time.Second)
 	rep := x.cycle()
 	if rep.Silent != 1 {
@@ -386,18 +372,14 @@ func TestARestartedControlPlaneWaitsBeforeJudgingSilence(t *testing.T) {
 		{ID: "busy", State: domain.StateRunning, Job: "1", JobStarted: true},
 		{ID: "dead", State: domain.StateRunning, Job: "2", JobStarted: true},
 	}
-	if err := x.Store.CreateInstances(x.Ctx, rows); err != nil {
-		t.Fatal(err)
-	}
+	x.createRows(rows...)
 	x.Clock.Advance(time.Hour) // the control plane is down meanwhile
 	x.r = x.started()          // and starts again
 	if rep := x.cycle(); rep.Silent != 0 {
 		t.Fatalf("%d instances judged silent at the restart, want none before their agents could report", rep.Silent)
 	}
 	x.Clock.Advance(time.Minute)
-	if err := x.Store.RecordHeartbeat(x.Ctx, "busy", x.Clock.Now()); err != nil {
-		t.Fatal(err)
-	}
+	x.heard("busy")
 	x.cycle()
 	x.Clock.Advance(time.Minute)
 	x.cycle()
@@ -445,16 +427,9 @@ func TestARejectedJobStillQueuedHasItsRunCancelled(t *testing.T) {
 // sent meanwhile wait in its sockets. It gives them the allowance again.
 func TestAStalledControlPlaneWaitsBeforeJudgingSilence(t *testing.T) {
 	x := newFixture(t)
-	if err := x.Store.CreateInstances(x.Ctx, []domain.Instance{{ID: "busy", State: domain.StateRunning, Job: "1", JobStarted: true}}); err != nil {
-		t.Fatal(err)
-	}
-	beat := func() {
-		if err := x.Store.RecordHeartbeat(x.Ctx, "busy", x.Clock.Now()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	x.createRows(domain.Instance{ID: "busy", State: domain.StateRunning, Job: "1", JobStarted: true})
 	for range 3 { // serving as usual
-		beat()
+		x.heard("busy")
 		x.Clock.Advance(time.Minute)
 		x.cycle()
 	}
@@ -463,7 +438,7 @@ func TestAStalledControlPlaneWaitsBeforeJudgingSilence(t *testing.T) {
 		t.Fatalf("%d instances judged silent right after the stall, want none", rep.Silent)
 	}
 	for range 4 { // its agent's beats come in again
-		beat()
+		x.heard("busy")
 		x.Clock.Advance(time.Minute)
 		if rep := x.cycle(); rep.Silent != 0 {
 			t.Fatalf("a beating agent judged silent: %+v", rep)

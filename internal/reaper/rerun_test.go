@@ -59,9 +59,7 @@ func (x *fixture) spotJob(s spotJob) domain.GitHubJob {
 	}
 	j := domain.Job{ID: g.ID, RunID: g.RunID, Repo: spotRepo, Name: g.Name, Status: s.status, Route: domain.RouteLaunch,
 		Interrupted: s.interrupted, Spec: domain.RunnerSpec{Name: "spot", Spot: "price-capacity-optimized", Retry: s.retry}}
-	if _, err := x.Store.CreateJobs(x.Ctx, []domain.Job{j}); err != nil {
-		x.T.Fatal(err)
-	}
+	x.createJobs(j)
 	return g
 }
 
@@ -216,11 +214,7 @@ func TestConcurrentReapersRerunOnce(t *testing.T) {
 func TestAnInterruptedJobThatSucceededIsNotRerun(t *testing.T) {
 	x := newFixture(t)
 	spec := domain.RunnerSpec{Name: "spot", Spot: "price-capacity-optimized"}
-	if _, err := x.Store.CreateJobs(x.Ctx, []domain.Job{
-		{ID: 901, RunID: 91, Repo: spotRepo, Status: domain.JobCompleted, Conclusion: "success", Interrupted: true, Route: domain.RouteLaunch, Spec: spec},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	x.createJobs(domain.Job{ID: 901, RunID: 91, Repo: spotRepo, Status: domain.JobCompleted, Conclusion: "success", Interrupted: true, Route: domain.RouteLaunch, Spec: spec})
 	for range 2 {
 		if rep := x.cycle(); rep.Rerun != 0 {
 			t.Fatalf("re-ran a job GitHub concluded as a success: %+v", rep)

@@ -44,13 +44,6 @@ func (x *fixture) logTo() *bytes.Buffer {
 	return &logs
 }
 
-func (x *fixture) beat(id string) {
-	x.T.Helper()
-	if err := x.Store.RecordHeartbeat(x.Ctx, id, x.Clock.Now()); err != nil {
-		x.T.Fatal(err)
-	}
-}
-
 // A network cut between the machines and the control plane (a load
 // balancer, a security group, DNS) silences every agent while their jobs
 // run on: an instance whose job started, on a machine the cloud lists
@@ -62,7 +55,7 @@ func TestASilentAgentWhoseJobRunsIsKept(t *testing.T) {
 	x.busyInstance("bp-1", x.githubRunning(0), time.Time{})
 	logs := x.logTo()
 	for range 3 {
-		x.beat("bp-1")
+		x.heard("bp-1")
 		x.Clock.Advance(time.Minute)
 		x.cycle()
 	}
@@ -86,7 +79,7 @@ func TestASilentAgentWhoseJobRunsIsKept(t *testing.T) {
 		t.Errorf("GitHub asked %d times about the job in a %d-minute cut, want now and then", n, cut)
 	}
 	for range 3 { // the cut ends
-		x.beat("bp-1")
+		x.heard("bp-1")
 		x.Clock.Advance(time.Minute)
 		x.cycle()
 	}

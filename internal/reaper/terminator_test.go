@@ -39,9 +39,7 @@ func (f *fixture) rowsFor(cloudIDs []string, st domain.State) []domain.Instance 
 			State: st, Deadline: f.Clock.Now().Add(10 * time.Minute), Reason: "test",
 		}
 	}
-	if err := f.Store.CreateInstances(f.Ctx, rows); err != nil {
-		f.T.Fatal(err)
-	}
+	f.createRows(rows...)
 	f.cloud.ResetCalls()
 	return rows
 }

@@ -21,15 +21,6 @@ func (x *fixture) waitingJob(id int64, g domain.GitHubJob) int64 {
 	return id
 }
 
-// heard has the agent of instance id report, as a live agent does every
-// minute.
-func (x *fixture) heard(id string) {
-	x.T.Helper()
-	if err := x.Store.RecordHeartbeat(x.Ctx, id, x.Clock.Now()); err != nil {
-		x.T.Fatal(err)
-	}
-}
-
 // A job cancelled on GitHub while the runner registered for it waited,
 // whose completed webhook was lost, is completed as GitHub reports it once
 // it has waited waitingAfter, and its instance, kept alive by its agent, is
