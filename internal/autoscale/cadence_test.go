@@ -3,8 +3,6 @@ package autoscale
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -24,14 +22,11 @@ func poolParams() Params {
 // cycles pass before its hot target first rises; -1 if it never does in
 // an hour.
 func cyclesToScale(params Params, cycle time.Duration) int {
-	s := &PoolScaler{
-		Demand: func(context.Context, string) (int, error) { return 6, nil },
-		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
-	p := domain.Pool{Name: "p", Autoscale: new(SpecOf(params))}
-	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	demand := 6
+	s := scalerOf(&demand)
+	p := poolWith(SpecOf(params))
 	for i := 0; time.Duration(i)*cycle < time.Hour; i++ {
-		if _, got := s.Adjust(context.Background(), p, t0.Add(time.Duration(i)*cycle), "default", domain.Target{Hot: 1}); got.Hot > 1 {
+		if _, got := s.Adjust(context.Background(), p, morning.Add(time.Duration(i)*cycle), "default", domain.Target{Hot: 1}); got.Hot > 1 {
 			return i
 		}
 	}

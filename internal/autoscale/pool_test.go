@@ -20,21 +20,33 @@ func poolWith(spec domain.AutoscaleSpec) domain.Pool {
 	return domain.Pool{Name: "p", Autoscale: &spec}
 }
 
-func TestPoolScalerFollowsDemandBetweenTheScheduleAndMax(t *testing.T) {
-	params := DefaultParams()
-	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 4, 30*time.Second
-	demand := 0
-	var fail error
-	s := &PoolScaler{
-		Demand: func(context.Context, string) (int, error) { return demand, fail },
+// morning is when the pool scaler's tests start polling, unless they need
+// an evening.
+var morning = time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+
+// pollingParams are the defaults with a pool's bounds and poll interval.
+func pollingParams(minInstances, maxInstances int, poll time.Duration) Params {
+	p := DefaultParams()
+	p.MinInstances, p.MaxInstances, p.PollInterval = minInstances, maxInstances, poll
+	return p
+}
+
+// scalerOf is a pool scaler whose demand is *demand, logging nowhere.
+func scalerOf(demand *int) *PoolScaler {
+	return &PoolScaler{
+		Demand: func(context.Context, string) (int, error) { return *demand, nil },
 		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	p := poolWith(SpecOf(params))
-	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+}
+
+func TestPoolScalerFollowsDemandBetweenTheScheduleAndMax(t *testing.T) {
+	demand, fail := 0, error(nil)
+	s, _, _ := scalerOn(t, &demand, &fail)
+	p := poolWith(SpecOf(pollingParams(0, 4, 30*time.Second)))
 	sched := domain.Target{Hot: 1, Stopped: 2}
 	step := func(i int, d int) domain.Target {
 		demand = d
-		_, got := s.Adjust(context.Background(), p, t0.Add(time.Duration(i)*30*time.Second), "default", sched)
+		_, got := s.Adjust(context.Background(), p, morning.Add(time.Duration(i)*30*time.Second), "default", sched)
 		return got
 	}
 	if got := step(0, 0); got.Hot != 1 || got.Stopped != 2 {
@@ -76,17 +88,14 @@ func TestPoolScalerFollowsDemandBetweenTheScheduleAndMax(t *testing.T) {
 }
 
 func TestPoolScalerDecidesOncePerPollInterval(t *testing.T) {
-	params := DefaultParams()
-	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 10, time.Minute
 	calls := 0
 	s := &PoolScaler{
 		Demand: func(context.Context, string) (int, error) { calls++; return 0, nil },
 		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	p := poolWith(SpecOf(params))
-	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	p := poolWith(SpecOf(pollingParams(0, 10, time.Minute)))
 	for i := range 4 { // converger cycles 30 s apart
-		s.Adjust(context.Background(), p, t0.Add(time.Duration(i)*30*time.Second), "default", domain.Target{})
+		s.Adjust(context.Background(), p, morning.Add(time.Duration(i)*30*time.Second), "default", domain.Target{})
 	}
 	if calls != 2 {
 		t.Fatalf("demand read %d times in 4 cycles of 30 s with a 60 s poll", calls)
@@ -124,20 +133,17 @@ func scalerOn(t *testing.T, demand *int, fail *error) (*PoolScaler, *prometheus.
 }
 
 func TestPoolScalerCountsItsDecisionsByPool(t *testing.T) {
-	params := DefaultParams()
-	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 4, 30*time.Second
 	demand, fail := 6, error(nil)
 	s, reg, m := scalerOn(t, &demand, &fail)
-	p := poolWith(SpecOf(params))
-	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	p := poolWith(SpecOf(pollingParams(0, 4, 30*time.Second)))
 	var actions []string
 	for i := range 4 {
-		s.Adjust(context.Background(), p, t0.Add(time.Duration(i)*30*time.Second), "default", domain.Target{Hot: 1})
+		s.Adjust(context.Background(), p, morning.Add(time.Duration(i)*30*time.Second), "default", domain.Target{Hot: 1})
 		d, _ := s.Last("p", time.Time{})
 		actions = append(actions, d.Action)
 	}
 	fail = errors.New("store down")
-	s.Adjust(context.Background(), p, t0.Add(4*30*time.Second), "default", domain.Target{Hot: 1})
+	s.Adjust(context.Background(), p, morning.Add(4*30*time.Second), "default", domain.Target{Hot: 1})
 
 	want := map[string]float64{}
 	for _, a := range actions {
@@ -174,18 +180,16 @@ func recordedStatus(entry string, hot int, at time.Time) func(context.Context, s
 // the count the autoscaler had reached, not from the schedule: the
 // converger would terminate the burst's hot instances as excess.
 func TestPoolScalerResumesFromTheRecordedCount(t *testing.T) {
-	params := DefaultParams()
-	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 10, 30*time.Second
-	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	params := pollingParams(0, 10, 30*time.Second)
 	sched := domain.Target{Hot: 1}
 	cases := []struct {
 		name     string
 		recorded func(context.Context, string) (domain.PoolStatus, bool, error)
 		want     int
 	}{
-		{"raised by the autoscaler", recordedStatus("default+autoscale", 8, t0.Add(-time.Minute)), 8},
-		{"at its schedule", recordedStatus("default", 3, t0.Add(-time.Minute)), 1},
-		{"recorded long ago", recordedStatus("default+autoscale", 8, t0.Add(-time.Hour)), 1},
+		{"raised by the autoscaler", recordedStatus("default+autoscale", 8, morning.Add(-time.Minute)), 8},
+		{"at its schedule", recordedStatus("default", 3, morning.Add(-time.Minute)), 1},
+		{"recorded long ago", recordedStatus("default+autoscale", 8, morning.Add(-time.Hour)), 1},
 		{"none recorded", func(context.Context, string) (domain.PoolStatus, bool, error) { return domain.PoolStatus{}, false, nil }, 1},
 		{"unreadable", func(context.Context, string) (domain.PoolStatus, bool, error) {
 			return domain.PoolStatus{}, false, errors.New("store down")
@@ -193,12 +197,10 @@ func TestPoolScalerResumesFromTheRecordedCount(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := &PoolScaler{
-				Demand:   func(context.Context, string) (int, error) { return 8, nil },
-				Recorded: c.recorded, StaleAfter: 2 * time.Minute,
-				Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-			}
-			if _, got := s.Adjust(context.Background(), poolWith(SpecOf(params)), t0, "default", sched); got.Hot != c.want {
+			demand := 8
+			s := scalerOf(&demand)
+			s.Recorded, s.StaleAfter = c.recorded, 2*time.Minute
+			if _, got := s.Adjust(context.Background(), poolWith(SpecOf(params)), morning, "default", sched); got.Hot != c.want {
 				t.Fatalf("hot %d on the first cycle, want %d", got.Hot, c.want)
 			}
 		})
@@ -209,25 +211,20 @@ func TestPoolScalerResumesFromTheRecordedCount(t *testing.T) {
 // its old state: it does not resume from a burst long over and shed it one
 // step per cooldown.
 func TestPoolScalerDropsAStateLeftUnused(t *testing.T) {
-	params := DefaultParams()
-	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 4, 30*time.Second
-	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	params := pollingParams(0, 4, 30*time.Second)
 	demand := 6
-	s := &PoolScaler{
-		Demand:     func(context.Context, string) (int, error) { return demand, nil },
-		StaleAfter: 2 * time.Minute,
-		Log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	s := scalerOf(&demand)
+	s.StaleAfter = 2 * time.Minute
 	p, sched := poolWith(SpecOf(params)), domain.Target{Hot: 1}
 	var hot int
 	for i := range 8 {
-		_, got := s.Adjust(context.Background(), p, t0.Add(time.Duration(i)*30*time.Second), "default", sched)
+		_, got := s.Adjust(context.Background(), p, morning.Add(time.Duration(i)*30*time.Second), "default", sched)
 		hot = got.Hot
 	}
 	if hot != 4 {
 		t.Fatalf("hot %d under sustained demand, want the max of 4", hot)
 	}
-	later := t0.Add(24 * time.Hour)
+	later := morning.Add(24 * time.Hour)
 	s.Recorded, demand = recordedStatus("default", 1, later.Add(-30*time.Second)), 0
 	if _, got := s.Adjust(context.Background(), p, later, "default", sched); got.Hot != 1 {
 		t.Fatalf("hot %d a day later with no demand, want the schedule's 1", got.Hot)
@@ -239,22 +236,19 @@ func TestPoolScalerDropsAStateLeftUnused(t *testing.T) {
 // holds 6 hot must come down to what demand needs once the schedule drops,
 // exactly as one that had been running since before the schedule rose.
 func TestPoolScalerStartsFromMinNotFromTheSchedule(t *testing.T) {
-	params := DefaultParams()
-	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 10, time.Minute
+	params := pollingParams(0, 10, time.Minute)
 	businessHours := func(at time.Time) domain.Target {
 		if at.Hour() >= 9 && at.Hour() < 18 {
 			return domain.Target{Hot: 6}
 		}
 		return domain.Target{}
 	}
+	demand := 3
 	day := func(h int) time.Time { return time.Date(2026, 11, 23, h, 0, 0, 0, time.UTC) }
 	// hotAfterHours converges the pool every 30 s from start to 19:00 under
 	// a constant demand of 3 and returns the hot target then.
 	hotAfterHours := func(start time.Time) (hot int, entry string) {
-		s := &PoolScaler{
-			Demand: func(context.Context, string) (int, error) { return 3, nil },
-			Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		}
+		s := scalerOf(&demand)
 		p := poolWith(SpecOf(params))
 		for at := start; !at.After(day(19)); at = at.Add(30 * time.Second) {
 			sched := "nights"
@@ -278,10 +272,7 @@ func TestPoolScalerStartsFromMinNotFromTheSchedule(t *testing.T) {
 			restarted, restartedEntry, early, earlyEntry)
 	}
 	// During business hours the schedule stays the floor.
-	s := &PoolScaler{
-		Demand: func(context.Context, string) (int, error) { return 3, nil },
-		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	s := scalerOf(&demand)
 	if _, got := s.Adjust(context.Background(), poolWith(SpecOf(params)), day(10), "business-hours", businessHours(day(10))); got.Hot != 6 {
 		t.Fatalf("hot %d at 10:00, want the schedule's 6", got.Hot)
 	}
@@ -292,20 +283,15 @@ func TestPoolScalerStartsFromMinNotFromTheSchedule(t *testing.T) {
 // as soon as one whose count is at the floor: its first scale-ups are not
 // spent climbing to the floor, changing nothing, while jobs wait.
 func TestPoolScalerScalesUpFromTheSchedulesHotValue(t *testing.T) {
-	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 	sched := domain.Target{Hot: 1}
 	// pollsBeforeRaise runs quiet polls, then polls with a demand of 2, and
 	// returns how many of those came before the hot target rose.
 	pollsBeforeRaise := func(minInstances, quiet int) int {
-		params := DefaultParams()
-		params.MinInstances, params.MaxInstances, params.PollInterval = minInstances, 5, 30*time.Second
+		params := pollingParams(minInstances, 5, 30*time.Second)
 		demand := 0
-		s := &PoolScaler{
-			Demand: func(context.Context, string) (int, error) { return demand, nil },
-			Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		}
+		s := scalerOf(&demand)
 		p := poolWith(SpecOf(params))
-		at := t0
+		at := morning
 		for range quiet {
 			if _, got := s.Adjust(context.Background(), p, at, "default", sched); got.Hot != 1 {
 				t.Fatalf("hot %d without demand, want the schedule's 1", got.Hot)
@@ -338,8 +324,7 @@ func TestPoolScalerScalesUpFromTheSchedulesHotValue(t *testing.T) {
 // and stops there: a scale-down below it would change nothing, and is
 // neither logged nor counted as one.
 func TestPoolScalerScalesDownToTheSchedulesHotValueOnly(t *testing.T) {
-	params := DefaultParams()
-	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 5, 30*time.Second
+	params := pollingParams(0, 5, 30*time.Second)
 	m, err := NewPoolMetrics(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -352,13 +337,12 @@ func TestPoolScalerScalesDownToTheSchedulesHotValueOnly(t *testing.T) {
 		Metrics: m,
 	}
 	p, sched := poolWith(SpecOf(params)), domain.Target{Hot: 1}
-	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 	hot := []int{}
 	for i := range 80 {
 		if i == 8 {
 			demand = 0
 		}
-		_, got := s.Adjust(context.Background(), p, t0.Add(time.Duration(i)*params.PollInterval), "default", sched)
+		_, got := s.Adjust(context.Background(), p, morning.Add(time.Duration(i)*params.PollInterval), "default", sched)
 		if len(hot) == 0 || got.Hot != hot[len(hot)-1] {
 			hot = append(hot, got.Hot)
 		}
@@ -390,16 +374,11 @@ func TestPoolScalerScalesDownToTheSchedulesHotValueOnly(t *testing.T) {
 // autoscaler raised above the schedule, if anything: the schedule's count is
 // not carried into the evening.
 func TestPoolScalerFollowsTheScheduleDown(t *testing.T) {
-	params := DefaultParams()
-	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 10, 30*time.Second
-	t0 := time.Date(2026, 11, 23, 17, 50, 0, 0, time.UTC)
+	params := pollingParams(0, 10, 30*time.Second)
 	demand := 0
-	s := &PoolScaler{
-		Demand: func(context.Context, string) (int, error) { return demand, nil },
-		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	s := scalerOf(&demand)
 	p := poolWith(SpecOf(params))
-	at := t0
+	at := time.Date(2026, 11, 23, 17, 50, 0, 0, time.UTC)
 	for range 10 {
 		if _, got := s.Adjust(context.Background(), p, at, "business-hours", domain.Target{Hot: 6}); got.Hot != 6 {
 			t.Fatalf("hot %d by day, want the schedule's 6", got.Hot)
@@ -433,13 +412,9 @@ func TestPoolScalerFollowsTheScheduleDown(t *testing.T) {
 // caps and the down cooldown. What demand does not need goes at once; the
 // rest goes by scale-downs once demand falls.
 func TestPoolScalerKeepsWhatDemandNeedsWhenTheScheduleDrops(t *testing.T) {
-	params := DefaultParams()
-	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 10, 30*time.Second
+	params := pollingParams(0, 10, 30*time.Second)
 	demand := 6
-	s := &PoolScaler{
-		Demand: func(context.Context, string) (int, error) { return demand, nil },
-		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	s := scalerOf(&demand)
 	p := poolWith(SpecOf(params))
 	at := time.Date(2026, 11, 23, 17, 50, 0, 0, time.UTC)
 	poll := func(entry string, hot int) int {
@@ -487,14 +462,12 @@ func TestPoolScalerKeepsWhatDemandNeedsWhenTheScheduleDrops(t *testing.T) {
 // a pool that does not scale shows why: a demand inside the hysteresis band,
 // or a score short of the threshold.
 func TestPoolScalerServesDemandAndBreachScores(t *testing.T) {
-	params := DefaultParams()
-	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 4, 30*time.Second
+	params := pollingParams(0, 4, 30*time.Second)
 	demand, fail := 6, error(nil)
 	s, reg, m := scalerOn(t, &demand, &fail)
 	p := poolWith(SpecOf(params))
-	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 	fail = errors.New("store down")
-	s.Adjust(context.Background(), p, t0, "default", domain.Target{Hot: 1})
+	s.Adjust(context.Background(), p, morning, "default", domain.Target{Hot: 1})
 	if n, err := testutil.GatherAndCount(reg, "bullpen_autoscale_demand", "bullpen_autoscale_breach_score"); err != nil || n != 0 {
 		t.Fatalf("%d demand and score series (%v) before any demand was read, want none", n, err)
 	}
@@ -504,21 +477,21 @@ func TestPoolScalerServesDemandAndBreachScores(t *testing.T) {
 			testutil.ToFloat64(m.score.WithLabelValues("p", ActionUp)), testutil.ToFloat64(m.score.WithLabelValues("p", ActionDown))
 	}
 	// 6 jobs on the schedule's one instance: an up breach, short of 1.5.
-	s.Adjust(context.Background(), p, t0.Add(30*time.Second), "default", domain.Target{Hot: 1})
+	s.Adjust(context.Background(), p, morning.Add(30*time.Second), "default", domain.Target{Hot: 1})
 	if d, up, down := gauges(); d != 6 || up != 1 || down != 0 {
 		t.Fatalf("after one up breach: demand %v, scores up %v down %v; want 6, 1 and 0", d, up, down)
 	}
 	// The demand gone: a down breach, and the up breach's weight decays.
 	demand = 0
-	s.Adjust(context.Background(), p, t0.Add(time.Minute), "default", domain.Target{Hot: 1})
+	s.Adjust(context.Background(), p, morning.Add(time.Minute), "default", domain.Target{Hot: 1})
 	last, _ := s.Last("p", time.Time{})
-	wantUp := score([]time.Time{t0.Add(30 * time.Second)}, t0.Add(time.Minute), params.DecayHalfLife)
+	wantUp := score([]time.Time{morning.Add(30 * time.Second)}, morning.Add(time.Minute), params.DecayHalfLife)
 	if d, up, down := gauges(); d != 0 || up != wantUp || down != last.Score || down != 1 {
 		t.Fatalf("after a down breach: demand %v, scores up %v down %v; want 0, %v and the decision's %v", d, up, down, wantUp, last.Score)
 	}
 	// A demand read that fails leaves what the last read showed.
 	fail = errors.New("store down")
-	s.Adjust(context.Background(), p, t0.Add(90*time.Second), "default", domain.Target{Hot: 1})
+	s.Adjust(context.Background(), p, morning.Add(90*time.Second), "default", domain.Target{Hot: 1})
 	if d, _, down := gauges(); d != 0 || down != 1 {
 		t.Fatalf("after a failed read: demand %v, down score %v; want the last poll's 0 and 1", d, down)
 	}
@@ -528,8 +501,7 @@ func TestPoolScalerServesDemandAndBreachScores(t *testing.T) {
 // as the bound starts to hold, not at every poll; the next time it starts
 // to hold, it says so again.
 func TestPoolScalerLogsOnceThatItIsHeldAtItsMax(t *testing.T) {
-	params := DefaultParams()
-	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 2, 30*time.Second
+	params := pollingParams(0, 2, 30*time.Second)
 	var log bytes.Buffer
 	demand := 10
 	s := &PoolScaler{
@@ -537,7 +509,7 @@ func TestPoolScalerLogsOnceThatItIsHeldAtItsMax(t *testing.T) {
 		Log:    slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 	p := poolWith(SpecOf(params))
-	at := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	at := morning
 	polls := func(n int) {
 		for range n {
 			s.Adjust(context.Background(), p, at, "default", domain.Target{})
@@ -567,25 +539,15 @@ func TestPoolScalerLogsOnceThatItIsHeldAtItsMax(t *testing.T) {
 // A pool removed from the configuration, or whose block was, leaves no
 // series behind and no state to resume if it comes back.
 func TestPoolScalerForgetsPoolsItNoLongerScales(t *testing.T) {
-	params := DefaultParams()
-	params.MinInstances, params.MaxInstances, params.PollInterval = 0, 4, 30*time.Second
-	reg := prometheus.NewPedanticRegistry()
-	m, err := NewPoolMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &PoolScaler{
-		Demand:  func(context.Context, string) (int, error) { return 6, nil },
-		Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Metrics: m,
-	}
+	params := pollingParams(0, 4, 30*time.Second)
+	demand, fail := 6, error(nil)
+	s, reg, m := scalerOn(t, &demand, &fail)
 	spec := SpecOf(params)
 	pools := []domain.Pool{{Name: "kept", Autoscale: &spec}, {Name: "removed", Autoscale: &spec}, {Name: "unblocked", Autoscale: &spec}}
-	t0 := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 	var hot int
 	for i := range 6 {
 		for _, p := range pools {
-			_, got := s.Adjust(context.Background(), p, t0.Add(time.Duration(i)*30*time.Second), "default", domain.Target{Hot: 1})
+			_, got := s.Adjust(context.Background(), p, morning.Add(time.Duration(i)*30*time.Second), "default", domain.Target{Hot: 1})
 			hot = got.Hot
 		}
 	}
@@ -597,7 +559,7 @@ func TestPoolScalerForgetsPoolsItNoLongerScales(t *testing.T) {
 	if n, err := testutil.GatherAndCount(reg); err != nil || n != 3*perPool {
 		t.Fatalf("%d series (%v) for 3 pools, want %d", n, err, 3*perPool)
 	}
-	at := t0.Add(6 * 30 * time.Second)
+	at := morning.Add(6 * 30 * time.Second)
 	unblocked := domain.Pool{Name: "unblocked"}
 	if _, got := s.Adjust(context.Background(), unblocked, at, "default", domain.Target{Hot: 1}); got.Hot != 1 {
 		t.Fatalf("hot %d without a block, want the schedule's 1", got.Hot)
@@ -648,7 +610,7 @@ func TestPoolScalerReadsUnderTheCyclesContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	s.Adjust(ctx, poolWith(SpecOf(DefaultParams())), time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC), "default", domain.Target{Hot: 1})
+	s.Adjust(ctx, poolWith(SpecOf(DefaultParams())), morning, "default", domain.Target{Hot: 1})
 	if got := testutil.ToFloat64(m.skipped.WithLabelValues("p")); got != 0 || strings.Contains(logs.String(), "WARN") {
 		t.Fatalf("a poll cut short by its cycle's end: %v skipped, logs %q; want none", got, logs.String())
 	}
@@ -657,17 +619,10 @@ func TestPoolScalerReadsUnderTheCyclesContext(t *testing.T) {
 // A replica that no longer converges a pool (another took its lease) does
 // not show its last decision, perhaps hours old, as the pool's.
 func TestALastDecisionGoesStaleWithTheReplicasState(t *testing.T) {
-	m, err := NewPoolMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &PoolScaler{
-		Demand:     func(context.Context, string) (int, error) { return 0, nil },
-		Log:        slog.New(slog.DiscardHandler),
-		Metrics:    m,
-		StaleAfter: 3 * time.Minute,
-	}
-	at := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
+	demand, fail := 0, error(nil)
+	s, _, _ := scalerOn(t, &demand, &fail)
+	s.StaleAfter = 3 * time.Minute
+	at := morning
 	s.Adjust(context.Background(), poolWith(SpecOf(DefaultParams())), at, "default", domain.Target{Hot: 1})
 	if _, ok := s.Last("p", at.Add(3*time.Minute)); !ok {
 		t.Fatal("the decision of a replica that scales the pool is not shown")
