@@ -304,14 +304,7 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if len(list) == 0 && !s.checkPool(w, r, f.Pool) {
-		return
-	}
-	out := make([]JobView, len(list))
-	for i, j := range list {
-		out[i] = ViewJob(j)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"jobs": out})
+	writeList(s, w, r, f.Pool, "jobs", list, ViewJob)
 }
 
 func (s *Server) job(w http.ResponseWriter, r *http.Request) {
@@ -365,14 +358,21 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "list instances", err)
 		return
 	}
-	if len(list) == 0 && !s.checkPool(w, r, f.Pool) {
+	writeList(s, w, r, f.Pool, "instances", list, viewInstance)
+}
+
+// writeList answers a listing under key, each row shown by view. An empty
+// list filtered by pool is first checked against the pools bullpen knows
+// (checkPool), so only a list with no rows pays for that look-up.
+func writeList[T, V any](s *Server, w http.ResponseWriter, r *http.Request, pool, key string, list []T, view func(T) V) {
+	if len(list) == 0 && !s.checkPool(w, r, pool) {
 		return
 	}
-	out := make([]InstanceView, len(list))
-	for i, in := range list {
-		out[i] = viewInstance(in)
+	out := make([]V, len(list))
+	for i, x := range list {
+		out[i] = view(x)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"instances": out})
+	writeJSON(w, http.StatusOK, map[string]any{key: out})
 }
 
 // instanceByCloudID returns the id of the instance whose machine has the
