@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -54,16 +55,9 @@ stack with its --environment and --converge-every; with serve's settings in the 
 		}
 		*every = d
 	}
-	file, rest := splitFile(args)
-	most := 1 // FILE, when it comes after the flags
-	if file != "" {
-		most = 0
-	}
-	if status, ok := e.parseArgs(fs, rest, most); !ok {
+	file, status, ok := e.parseFileArgs(fs, args)
+	if !ok {
 		return status
-	}
-	if file == "" && fs.NArg() == 1 {
-		file = fs.Arg(0)
 	}
 	if file == "" {
 		fs.Usage()
@@ -163,16 +157,9 @@ func cmdSchedule(_ context.Context, e *env, args []string) int {
 		fmt.Fprintln(fs.Output(), "usage: bullpen schedule FILE --pool NAME [--at RFC3339]")
 		fs.PrintDefaults()
 	}
-	file, rest := splitFile(args)
-	most := 1 // FILE, when it comes after the flags
-	if file != "" {
-		most = 0
-	}
-	if status, ok := e.parseArgs(fs, rest, most); !ok {
+	file, status, ok := e.parseFileArgs(fs, args)
+	if !ok {
 		return status
-	}
-	if file == "" && fs.NArg() == 1 {
-		file = fs.Arg(0)
 	}
 	if file == "" || *pool == "" {
 		fs.Usage()
@@ -207,13 +194,22 @@ func cmdSchedule(_ context.Context, e *env, args []string) int {
 	return 0
 }
 
-// splitFile takes a leading positional FILE so flags may follow it, as the
-// documented form `bullpen schedule FILE --pool NAME` has them.
-func splitFile(args []string) (string, []string) {
+// parseFileArgs parses fs's flags around one positional FILE, which may
+// come first, so flags may follow it as the documented form
+// `bullpen schedule FILE --pool NAME` has them, or after the flags. The
+// file is "" when none was given.
+func (e *env) parseFileArgs(fs *flag.FlagSet, args []string) (file string, status int, ok bool) {
+	most := 1 // FILE, when it comes after the flags
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		return args[0], args[1:]
+		file, args, most = args[0], args[1:], 0
 	}
-	return "", args
+	if status, ok := e.parseArgs(fs, args, most); !ok {
+		return "", status, false
+	}
+	if file == "" && fs.NArg() == 1 {
+		file = fs.Arg(0)
+	}
+	return file, 0, true
 }
 
 func poolNames(cfg *config.Config) string {
