@@ -74,10 +74,7 @@ func conflictCases() []conflictCase {
 func TestConcurrentSpecChanges(t *testing.T) {
 	for _, c := range conflictCases() {
 		t.Run(c.name, func(t *testing.T) {
-			r := newRig(t, fastEnv)
-			r.queue(4)
-			c.arrange(r)
-			rep, err := r.cycle()
+			r, rep, err := cycleOnFourJobs(t, fastEnv, c.arrange)
 			if err != nil {
 				t.Fatalf("cycle: %v", err)
 			}
@@ -193,10 +190,7 @@ func TestAnotherWritersCountWins(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := newRig(t, fastEnv)
-			r.queue(4)
-			c.arrange(r)
-			rep, err := r.cycle()
+			r, rep, err := cycleOnFourJobs(t, fastEnv, c.arrange)
 			if err != nil {
 				t.Fatalf("cycle: %v", err)
 			}

@@ -39,10 +39,7 @@ func TestTransientErrorsSkipTheCycle(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := newRig(t, fastEnv)
-			r.queue(4)
-			c.arrange(r)
-			rep, err := r.cycle()
+			r, rep, err := cycleOnFourJobs(t, fastEnv, c.arrange)
 			if err == nil || !IsTransient(err) {
 				t.Fatalf("want a transient error, got %v", err)
 			}
@@ -134,12 +131,7 @@ func TestPermanentErrorsNeedAHuman(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := newRig(t, mergeEnv(fastEnv, c.env))
-			r.queue(4)
-			if c.arrange != nil {
-				c.arrange(r)
-			}
-			rep, err := r.cycle()
+			r, rep, err := cycleOnFourJobs(t, mergeEnv(fastEnv, c.env), c.arrange)
 			if !errors.Is(err, c.want) || IsTransient(err) || !strings.Contains(err.Error(), c.message) {
 				t.Fatalf("want permanent %v mentioning %s, got %v", c.want, c.message, err)
 			}

@@ -134,6 +134,19 @@ func (r *rig) queue(n int) []domain.GitHubJob {
 	return jobs
 }
 
+// cycleOnFourJobs starts a rig on env with four jobs queued, lets arrange
+// (when not nil) set up what the case is about, and runs one cycle.
+func cycleOnFourJobs(t *testing.T, env map[string]string, arrange func(*rig)) (*rig, CycleReport, error) {
+	t.Helper()
+	r := newRig(t, env)
+	r.queue(4)
+	if arrange != nil {
+		arrange(r)
+	}
+	rep, err := r.cycle()
+	return r, rep, err
+}
+
 func (r *rig) count() int { return r.do.WorkerCount(r.appID, "runner") }
 
 // workerField reads a field of a worker of the app's current spec.
