@@ -98,19 +98,25 @@ func TestADuplicateMessageDuringACreateLaunchesNoSecondMachine(t *testing.T) {
 	}
 }
 
+// markLaunched queues job id of class small and marks it launched on
+// instanceID, as a provisioner does before its create call, writing no
+// instance row; it returns the job as marked.
+func (f *fixture) markLaunched(id int64, instanceID string) domain.Job {
+	f.T.Helper()
+	f.queueJobs(small, id, 1)
+	m := f.p.verbs.LaunchFor(f.Job(id), instanceID)
+	j, err := f.Store.TransitionJob(f.Ctx, m.ID, m.Guard, m.Apply)
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	return j
+}
+
 // A job marked by a provisioner that died before writing its rows waits
 // for the mark to end, then is served.
 func TestAJobMarkedByAProvisionerThatDiedIsServedAfterTheMark(t *testing.T) {
 	f := newFixture(t)
-	j := f.queueJobs(small, 100, 1)[0]
-	j, err := f.Store.GetJob(f.Ctx, j.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := f.p.verbs.LaunchFor(j, "bp-never-written")
-	if _, err := f.Store.TransitionJob(f.Ctx, m.ID, m.Guard, m.Apply); err != nil {
-		t.Fatal(err)
-	}
+	f.markLaunched(100, "bp-never-written")
 
 	f.serve()
 	if n := f.cloud.Calls()["CreateFleet"]; n != 0 {
@@ -157,15 +163,7 @@ func TestALaunchMarkBindsNoInstance(t *testing.T) {
 // deadline, and the job gets another machine.
 func TestAJobWhoseProvisionerDiedAfterItsCreateCallIsServedOnceTheHandoverIsOverdue(t *testing.T) {
 	f := newFixture(t)
-	j := f.queueJobs(small, 100, 1)[0]
-	j, err := f.Store.GetJob(f.Ctx, j.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := f.p.verbs.LaunchFor(j, "bp-dead")
-	if _, err := f.Store.TransitionJob(f.Ctx, m.ID, m.Guard, m.Apply); err != nil {
-		t.Fatal(err)
-	}
+	j := f.markLaunched(100, "bp-dead")
 	ms, err := f.cloud.Create(f.Ctx, domain.LaunchSpec{Runner: small, ImageID: "ami-1", Count: 1})
 	if err != nil {
 		t.Fatal(err)
