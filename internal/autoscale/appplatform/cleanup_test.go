@@ -144,20 +144,29 @@ func (g *seenOnline) ListRunners(ctx context.Context, s domain.Scope) ([]domain.
 	return runners, err
 }
 
+// seenOnlineFor makes r's scaler see GitHub through a seenOnline and adds
+// the runners named, offline until the test sets them online.
+func seenOnlineFor(t *testing.T, r *rig, runners ...string) *seenOnline {
+	t.Helper()
+	rc, err := rest.New(rest.Options{Token: testGitHubToken, BaseURL: r.gh.URL(), Clock: r.clk})
+	must(t, err)
+	gh := &seenOnline{GitHub: rc, online: map[string]bool{}}
+	r.scaler, err = New(r.cfg, Deps{GitHub: gh, Clock: r.clk})
+	must(t, err)
+	for _, name := range runners {
+		r.gh.AddRunner(fakegh.RunnerSpec{Scope: repoScope, Name: name})
+	}
+	return gh
+}
+
 // A runner offline at one poll may be registering or restarting: it is
 // deleted only when it is still offline and idle at the next poll, and a
 // poll that could not list the runners breaks the run. The polls here are
 // DeadRunnerAge apart, so that only the sightings decide.
 func TestDeadRunnersNeedTwoSightingsInARow(t *testing.T) {
 	r := newRig(t, nil)
-	rc, err := rest.New(rest.Options{Token: testGitHubToken, BaseURL: r.gh.URL(), Clock: r.clk})
-	must(t, err)
-	gh := &seenOnline{GitHub: rc, online: map[string]bool{}}
-	r.scaler, err = New(r.cfg, Deps{GitHub: gh, Clock: r.clk})
-	must(t, err)
 	booting, crashed := testPrefix+"booting", testPrefix+"crashed"
-	r.gh.AddRunner(fakegh.RunnerSpec{Scope: repoScope, Name: booting})
-	r.gh.AddRunner(fakegh.RunnerSpec{Scope: repoScope, Name: crashed})
+	gh := seenOnlineFor(t, r, booting, crashed)
 	firstSighting(t, r, 2)
 
 	// The booting runner comes online; the crashed one stays offline.
@@ -194,14 +203,8 @@ func TestDeadRunnersNeedTwoSightingsInARow(t *testing.T) {
 func TestDeadRunnersNeedTime(t *testing.T) {
 	const poll = 10 * time.Second
 	r := newRig(t, map[string]string{"POLL_INTERVAL": "10"})
-	rc, err := rest.New(rest.Options{Token: testGitHubToken, BaseURL: r.gh.URL(), Clock: r.clk})
-	must(t, err)
-	gh := &seenOnline{GitHub: rc, online: map[string]bool{}}
-	r.scaler, err = New(r.cfg, Deps{GitHub: gh, Clock: r.clk})
-	must(t, err)
 	updating, crashed := testPrefix+"updating", testPrefix+"crashed"
-	r.gh.AddRunner(fakegh.RunnerSpec{Scope: repoScope, Name: updating})
-	r.gh.AddRunner(fakegh.RunnerSpec{Scope: repoScope, Name: crashed})
+	gh := seenOnlineFor(t, r, updating, crashed)
 	firstSighting(t, r, 2)
 
 	// The updating runner is still offline at the next poll, 10 s on.
