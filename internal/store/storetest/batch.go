@@ -7,14 +7,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func batchContracts() []contract {
-	return []contract{
-		{"BatchMixedOutcomesInRequestOrder", testBatchMixed},
-		{"BatchOfNothing", testBatchEmpty},
-		{"BatchSameInstanceTwiceOneWins", testBatchSameInstanceTwice},
-	}
-}
-
 func testBatchMixed(t *testing.T, e *env) {
 	e.create(instance("a", domain.StateReady), instance("b", domain.StateReady), instance("c", domain.StateReady),
 		instance("d", domain.StateReady), instance("f", domain.StateReady))

@@ -8,18 +8,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func commitContracts() []contract {
-	return []contract{
-		{"CommitWritesInstancesAndJobsTogether", testCommitWritesAll},
-		{"CommitRefusedWritesNothing", testCommitRefusedWritesNothing},
-		{"CommitAppliesRequestsInOrder", testCommitInOrder},
-		{"CommitOfNothing", testCommitEmpty},
-		{"ConcurrentCommitsBindAJobOnce", testConcurrentCommits},
-		{"CommitEachRefusesOnlyTheChangeThatFails", testCommitEach},
-		{"CommitEachOfNothing", testCommitEachEmpty},
-	}
-}
-
 // bind is the change that binds instance id (ready) to job (queued).
 func bind(id string, jobID int64) domain.Change {
 	return domain.Change{

@@ -9,14 +9,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func concurrencyContracts() []contract {
-	return []contract{
-		{"ConcurrentClaimsHaveOneWinner", testConcurrentClaims},
-		{"ConcurrentBatchesNeverClaimTwice", testConcurrentBatches},
-		{"ConcurrentLeaseAcquiresHaveOneWinner", testConcurrentLeases},
-	}
-}
-
 // race runs fn(0..n-1) in n goroutines released together, and waits.
 func race(n int, fn func(k int)) {
 	gate := make(chan struct{})

@@ -9,14 +9,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func configurationContracts() []contract {
-	return []contract{
-		{"ConfigurationRoundTripAndReplace", testConfigurationRoundTrip},
-		{"ConfigurationsAreKeptPerSource", testConfigurationSources},
-		{"ConfigurationRefusedNamesTheProblem", testConfigurationRefused},
-	}
-}
-
 func (e *env) putConfig(c domain.ConfigRecord) {
 	e.t.Helper()
 	if err := e.s.PutConfiguration(e.ctx, c); err != nil {

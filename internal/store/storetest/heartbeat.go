@@ -8,16 +8,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func heartbeatContracts() []contract {
-	return []contract{
-		{"HeartbeatRecordedWithoutTransition", testHeartbeatRecorded},
-		{"HeartbeatNeverMovesBack", testHeartbeatMonotonic},
-		{"HeartbeatUnknownInstanceIsNotFound", testHeartbeatUnknown},
-		{"HeartbeatSurvivesTransitions", testHeartbeatThroughTransition},
-		{"HeartbeatsInOneBatch", testHeartbeatsBatch},
-	}
-}
-
 func (e *env) heartbeat(id string, at time.Time) {
 	e.t.Helper()
 	if err := e.s.RecordHeartbeat(e.ctx, id, at); err != nil {

@@ -10,25 +10,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func instanceContracts() []contract {
-	return []contract{
-		{"CreateThenGetRoundTripsEveryField", testCreateRoundTrip},
-		{"CreateStampsBookkeepingFromClock", testCreateStamps},
-		{"CreateNothingIsNoOp", testCreateNothing},
-		{"CreateTakenIDRollsBackBatch", testCreateTaken},
-		{"CreateInvalidRowsRefused", testCreateInvalid},
-		{"GetUnknownIsNotFound", testGetUnknown},
-		{"ListFilters", testListFilters},
-		{"ListExpiredAt", testListExpiredAt},
-		{"ListOrdersByCreatedThenID", testListOrder},
-		{"ListNewestFirstAndLimit", testListNewestAndLimit},
-		{"DeleteTerminated", testDeleteTerminated},
-		{"DeleteRefusesLiveRowsAndDeletesNothing", testDeleteRefuses},
-		{"RunnerRegistrationStoredFaithfully", testRunnerRoundTrip},
-		{"ErrorsNeverCarryRunnerConfig", testErrorsRedacted},
-	}
-}
-
 func testCreateRoundTrip(t *testing.T, e *env) {
 	in := instance("a", domain.StateReady)
 	in.JobStarted, in.Job = true, "job-1"

@@ -9,16 +9,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func interruptionContracts() []contract {
-	return []contract{
-		{"InterruptionsListedSinceInOrder", testInterruptionsSince},
-		{"InterruptionRecordedTwiceIsKeptOnce", testInterruptionTwice},
-		{"InterruptionsExpire", testInterruptionsExpire},
-		{"InterruptionRefusedNamesTheProblem", testInterruptionRefused},
-		{"InterruptionsAfterClose", testInterruptionsAfterClose},
-	}
-}
-
 func (e *env) interrupt(is ...domain.Interruption) {
 	e.t.Helper()
 	for _, i := range is {

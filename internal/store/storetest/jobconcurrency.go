@@ -8,14 +8,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func jobConcurrencyContracts() []contract {
-	return []contract{
-		{"ConcurrentJobAssignmentsHaveOneWinner", testConcurrentJobAssignments},
-		{"ConcurrentJobCreatesDedupe", testConcurrentJobCreates},
-		{"ConcurrentJobBatchesNeverAssignTwice", testConcurrentJobBatches},
-	}
-}
-
 // Dispatchers racing to give one queued job to different instances: exactly
 // one may bind it.
 func testConcurrentJobAssignments(t *testing.T, e *env) {

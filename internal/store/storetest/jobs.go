@@ -9,20 +9,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func jobContracts() []contract {
-	return []contract{
-		{"JobCreateThenGetRoundTripsEveryField", testJobRoundTrip},
-		{"JobCreateStampsBookkeepingFromClock", testJobCreateStamps},
-		{"JobCreateLeavesExistingIDsUntouched", testJobCreateExisting},
-		{"JobCreateNothingIsNoOp", testJobCreateNothing},
-		{"JobCreateInvalidRefusedWholly", testJobCreateInvalid},
-		{"JobGetUnknownIsNotFound", testJobGetUnknown},
-		{"JobListFilters", testJobListFilters},
-		{"JobListOrderAndLimit", testJobListOrder},
-		{"JobDeleteRemovesOnlyOldFinalJobs", testJobDelete},
-	}
-}
-
 // job returns a job in status with every field set, so that a backend that
 // forgets a column fails the round trip. Its own times are in a zone other
 // than UTC to check that they come back in UTC.

@@ -8,20 +8,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func jobTransitionContracts() []contract {
-	return []contract{
-		{"JobTransitionAssignsQueuedJob", testJobTransitionAssigns},
-		{"JobTransitionGuardsStatusAndVersion", testJobTransitionGuards},
-		{"JobTransitionRefusesIllegalChanges", testJobTransitionIllegal},
-		{"JobTransitionUnknownIsNotFound", testJobTransitionNotFound},
-		{"JobTransitionKeepsBookkeepingForStore", testJobTransitionBookkeeping},
-		{"JobTransitionWritesEveryField", testJobTransitionEveryField},
-		{"JobBatchMixedOutcomesInRequestOrder", testJobBatchMixed},
-		{"JobBatchOfNothing", testJobBatchEmpty},
-		{"JobBatchSameJobTwiceOneWins", testJobBatchSameJobTwice},
-	}
-}
-
 var queuedGuard = domain.JobGuard{Status: domain.JobQueued}
 
 // assign is the dispatcher's queued→assigned mutation.

@@ -7,15 +7,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func leaseContracts() []contract {
-	return []contract{
-		{"LeaseAcquireRenewExpireRelease", testLeaseLifecycle},
-		{"LeasesAreIndependentByName", testLeaseNames},
-		{"PoolStatusRoundTrip", testPoolStatus},
-		{"CloseIsIdempotentAndFinal", testClose},
-	}
-}
-
 // acquire takes a lease and checks the outcome and the lease reported.
 func (e *env) acquire(name, holder string, ttl time.Duration, wantOK bool, want domain.Lease) {
 	e.t.Helper()

@@ -49,45 +49,138 @@ func Run(t *testing.T, open Opener) {
 
 // RunInstances is the contract of domain.Instances (concurrent claims and
 // batches included).
-func RunInstances(t *testing.T, open Opener) {
-	run(t, open, instanceContracts(), transitionContracts(), batchContracts(), concurrencyContracts())
-}
+func RunInstances(t *testing.T, open Opener) { run(t, open, suite.instances) }
 
 // RunHeartbeats is the contract of domain.Heartbeats.
-func RunHeartbeats(t *testing.T, open Opener) { run(t, open, heartbeatContracts()) }
+func RunHeartbeats(t *testing.T, open Opener) { run(t, open, suite.heartbeats) }
 
 // RunJobs is the contract of domain.Jobs.
-func RunJobs(t *testing.T, open Opener) {
-	run(t, open, jobContracts(), jobTransitionContracts(), jobConcurrencyContracts())
-}
+func RunJobs(t *testing.T, open Opener) { run(t, open, suite.jobs) }
 
 // RunChanges is the contract of domain.Changes.
-func RunChanges(t *testing.T, open Opener) { run(t, open, commitContracts()) }
+func RunChanges(t *testing.T, open Opener) { run(t, open, suite.changes) }
 
 // RunConfigurations is the contract of domain.Configurations.
-func RunConfigurations(t *testing.T, open Opener) { run(t, open, configurationContracts()) }
+func RunConfigurations(t *testing.T, open Opener) { run(t, open, suite.configurations) }
 
 // RunInterruptions is the contract of domain.Interruptions.
-func RunInterruptions(t *testing.T, open Opener) { run(t, open, interruptionContracts()) }
+func RunInterruptions(t *testing.T, open Opener) { run(t, open, suite.interruptions) }
 
 // RunLeases is the contract of domain.Leases and domain.PoolStatuses.
-func RunLeases(t *testing.T, open Opener) { run(t, open, leaseContracts()) }
+func RunLeases(t *testing.T, open Opener) { run(t, open, suite.leases) }
 
-func run(t *testing.T, open Opener, groups ...[]contract) {
-	for _, g := range groups {
-		for _, c := range g {
-			t.Run(c.name, func(t *testing.T) {
-				clk := clock.NewVirtual(start)
-				s := open(t, clk)
-				t.Cleanup(func() {
-					if err := s.Close(); err != nil {
-						t.Errorf("close: %v", err)
-					}
-				})
-				c.run(t, &env{t: t, s: s, clk: clk, ctx: t.Context()})
+func run(t *testing.T, open Opener, contracts []contract) {
+	for _, c := range contracts {
+		t.Run(c.name, func(t *testing.T) {
+			clk := clock.NewVirtual(start)
+			s := open(t, clk)
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("close: %v", err)
+				}
 			})
-		}
+			c.run(t, &env{t: t, s: s, clk: clk, ctx: t.Context()})
+		})
 	}
+}
+
+// suite lists every contract in one place, grouped by the part of
+// domain.Store it holds a backend to, which the RunX above each run.
+var suite = struct {
+	instances, heartbeats, jobs, changes, configurations, interruptions, leases []contract
+}{
+	instances: []contract{
+		{"CreateThenGetRoundTripsEveryField", testCreateRoundTrip},
+		{"CreateStampsBookkeepingFromClock", testCreateStamps},
+		{"CreateNothingIsNoOp", testCreateNothing},
+		{"CreateTakenIDRollsBackBatch", testCreateTaken},
+		{"CreateInvalidRowsRefused", testCreateInvalid},
+		{"GetUnknownIsNotFound", testGetUnknown},
+		{"ListFilters", testListFilters},
+		{"ListExpiredAt", testListExpiredAt},
+		{"ListOrdersByCreatedThenID", testListOrder},
+		{"ListNewestFirstAndLimit", testListNewestAndLimit},
+		{"DeleteTerminated", testDeleteTerminated},
+		{"DeleteRefusesLiveRowsAndDeletesNothing", testDeleteRefuses},
+		{"RunnerRegistrationStoredFaithfully", testRunnerRoundTrip},
+		{"ErrorsNeverCarryRunnerConfig", testErrorsRedacted},
+		// Transitions, one at a time.
+		{"TransitionClaimsReadyInstance", testTransitionClaims},
+		{"TransitionGuardsStateJobAndVersion", testTransitionGuards},
+		{"TransitionRefusesIllegalChanges", testTransitionIllegal},
+		{"TransitionUnknownIsNotFound", testTransitionNotFound},
+		{"TransitionRewritesInPlace", testTransitionInPlace},
+		{"TransitionKeepsBookkeepingForStore", testTransitionBookkeeping},
+		{"TransitionWritesEveryField", testTransitionEveryField},
+		{"TransitionLifecycleVersionsAndStateSince", testTransitionLifecycle},
+		// Transitions in a batch.
+		{"BatchMixedOutcomesInRequestOrder", testBatchMixed},
+		{"BatchOfNothing", testBatchEmpty},
+		{"BatchSameInstanceTwiceOneWins", testBatchSameInstanceTwice},
+		// Callers racing each other.
+		{"ConcurrentClaimsHaveOneWinner", testConcurrentClaims},
+		{"ConcurrentBatchesNeverClaimTwice", testConcurrentBatches},
+		{"ConcurrentLeaseAcquiresHaveOneWinner", testConcurrentLeases},
+	},
+	heartbeats: []contract{
+		{"HeartbeatRecordedWithoutTransition", testHeartbeatRecorded},
+		{"HeartbeatNeverMovesBack", testHeartbeatMonotonic},
+		{"HeartbeatUnknownInstanceIsNotFound", testHeartbeatUnknown},
+		{"HeartbeatSurvivesTransitions", testHeartbeatThroughTransition},
+		{"HeartbeatsInOneBatch", testHeartbeatsBatch},
+	},
+	jobs: []contract{
+		{"JobCreateThenGetRoundTripsEveryField", testJobRoundTrip},
+		{"JobCreateStampsBookkeepingFromClock", testJobCreateStamps},
+		{"JobCreateLeavesExistingIDsUntouched", testJobCreateExisting},
+		{"JobCreateNothingIsNoOp", testJobCreateNothing},
+		{"JobCreateInvalidRefusedWholly", testJobCreateInvalid},
+		{"JobGetUnknownIsNotFound", testJobGetUnknown},
+		{"JobListFilters", testJobListFilters},
+		{"JobListOrderAndLimit", testJobListOrder},
+		{"JobDeleteRemovesOnlyOldFinalJobs", testJobDelete},
+		// Transitions, one at a time and in a batch.
+		{"JobTransitionAssignsQueuedJob", testJobTransitionAssigns},
+		{"JobTransitionGuardsStatusAndVersion", testJobTransitionGuards},
+		{"JobTransitionRefusesIllegalChanges", testJobTransitionIllegal},
+		{"JobTransitionUnknownIsNotFound", testJobTransitionNotFound},
+		{"JobTransitionKeepsBookkeepingForStore", testJobTransitionBookkeeping},
+		{"JobTransitionWritesEveryField", testJobTransitionEveryField},
+		{"JobBatchMixedOutcomesInRequestOrder", testJobBatchMixed},
+		{"JobBatchOfNothing", testJobBatchEmpty},
+		{"JobBatchSameJobTwiceOneWins", testJobBatchSameJobTwice},
+		// Callers racing each other.
+		{"ConcurrentJobAssignmentsHaveOneWinner", testConcurrentJobAssignments},
+		{"ConcurrentJobCreatesDedupe", testConcurrentJobCreates},
+		{"ConcurrentJobBatchesNeverAssignTwice", testConcurrentJobBatches},
+	},
+	changes: []contract{
+		{"CommitWritesInstancesAndJobsTogether", testCommitWritesAll},
+		{"CommitRefusedWritesNothing", testCommitRefusedWritesNothing},
+		{"CommitAppliesRequestsInOrder", testCommitInOrder},
+		{"CommitOfNothing", testCommitEmpty},
+		{"ConcurrentCommitsBindAJobOnce", testConcurrentCommits},
+		{"CommitEachRefusesOnlyTheChangeThatFails", testCommitEach},
+		{"CommitEachOfNothing", testCommitEachEmpty},
+	},
+	configurations: []contract{
+		{"ConfigurationRoundTripAndReplace", testConfigurationRoundTrip},
+		{"ConfigurationsAreKeptPerSource", testConfigurationSources},
+		{"ConfigurationRefusedNamesTheProblem", testConfigurationRefused},
+	},
+	interruptions: []contract{
+		{"InterruptionsListedSinceInOrder", testInterruptionsSince},
+		{"InterruptionRecordedTwiceIsKeptOnce", testInterruptionTwice},
+		{"InterruptionsExpire", testInterruptionsExpire},
+		{"InterruptionRefusedNamesTheProblem", testInterruptionRefused},
+		{"InterruptionsAfterClose", testInterruptionsAfterClose},
+	},
+	leases: []contract{
+		{"LeaseAcquireRenewExpireRelease", testLeaseLifecycle},
+		{"LeasesAreIndependentByName", testLeaseNames},
+		{"PoolStatusRoundTrip", testPoolStatus},
+		{"CloseIsIdempotentAndFinal", testClose},
+	},
 }
 
 // env is one subtest's store, clock and context, with helpers that fail the

@@ -8,19 +8,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func transitionContracts() []contract {
-	return []contract{
-		{"TransitionClaimsReadyInstance", testTransitionClaims},
-		{"TransitionGuardsStateJobAndVersion", testTransitionGuards},
-		{"TransitionRefusesIllegalChanges", testTransitionIllegal},
-		{"TransitionUnknownIsNotFound", testTransitionNotFound},
-		{"TransitionRewritesInPlace", testTransitionInPlace},
-		{"TransitionKeepsBookkeepingForStore", testTransitionBookkeeping},
-		{"TransitionWritesEveryField", testTransitionEveryField},
-		{"TransitionLifecycleVersionsAndStateSince", testTransitionLifecycle},
-	}
-}
-
 func testTransitionClaims(t *testing.T, e *env) {
 	in := instance("a", domain.StateReady)
 	e.create(in)
