@@ -12,28 +12,17 @@ import (
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 )
 
-// strandedJob records a job running on instance bp-1, whose machine the
-// cloud then loses; the job is GitHub job g when g is not zero (else an id
-// GitHub does not know). The completed webhook that would end the job
-// never comes: nothing delivers the simulated GitHub's webhooks.
+// strandedJob records GitHub job g running on instance bp-1 (see
+// busyInstance), whose machine the cloud then loses, and returns the job's
+// id. The completed webhook that would end the job never comes: nothing
+// delivers the simulated GitHub's webhooks.
 func (x *fixture) strandedJob(g domain.GitHubJob) int64 {
 	x.T.Helper()
-	id := g.ID
-	if id == 0 {
-		id = 7
-	}
-	m := x.machine(map[string]string{domain.TagController: "ctl"})
-	x.CreateJob(domain.Job{ID: id, RunID: g.RunID, Repo: spotRepo, Status: domain.JobQueued, Route: domain.RoutePool, Pool: "p"})
-	x.CreateInstance(domain.Instance{ID: "bp-1", CloudID: m.ID, State: domain.StateRunning, Job: domain.JobKey(id), JobStarted: true, Role: domain.RoleHot})
-	if _, err := x.Store.TransitionJob(x.Ctx, id, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) {
-		j.Status, j.InstanceID, j.StartedAt = domain.JobRunning, "bp-1", x.Clock.Now()
-	}); err != nil {
-		x.T.Fatal(err)
-	}
+	m := x.busyInstance("bp-1", g, time.Time{})
 	if err := x.cloud.Terminate(x.Ctx, []string{m.ID}); err != nil {
 		x.T.Fatal(err)
 	}
-	return id
+	return g.ID
 }
 
 // githubRunning has GitHub run a job for a day on a runner whose process
@@ -56,6 +45,28 @@ func (x *fixture) githubRunning(offlineAfter time.Duration) domain.GitHubJob {
 		x.T.Fatal("no runner process to kill")
 	}
 	return g
+}
+
+// wantCompletedAsGitHubReports checks that job id is completed with the
+// conclusion GitHub has for it, which is conclusion, and without a reason;
+// that action was counted once; and that GitHub is not asked about the job
+// again once it is over.
+func (x *fixture) wantCompletedAsGitHubReports(id int64, conclusion, action string) {
+	x.T.Helper()
+	want, _ := x.gh.Job(id)
+	j := x.Job(id)
+	if j.Status != domain.JobCompleted || j.Conclusion != want.Conclusion || want.Conclusion != conclusion || j.Reason != "" {
+		x.T.Fatalf("job is %s (%q, reason %q), want completed as GitHub has it (%s %q)", j.Status, j.Conclusion, j.Reason, want.Status, want.Conclusion)
+	}
+	if got := x.actions(action); got != 1 {
+		x.T.Fatalf("%s counted %v times, want 1", action, got)
+	}
+	calls := x.getJobCalls()
+	x.Clock.Pass(time.Hour)
+	x.cycle()
+	if n := x.getJobCalls(); n != calls {
+		x.T.Fatalf("GitHub asked again about a job that is over (%d calls, then %d)", calls, n)
+	}
 }
 
 func (x *fixture) getJobCalls() int { return x.gh.Calls()[ghsim.OpGetJob] }
@@ -97,20 +108,7 @@ func TestStartedJobOnAVanishedMachineIsCompletedAsGitHubReports(t *testing.T) {
 		x.Clock.Pass(time.Minute)
 		x.cycle()
 	}
-	want, _ := x.gh.Job(g.ID)
-	j := x.Job(id)
-	if j.Status != domain.JobCompleted || j.Conclusion != want.Conclusion || want.Conclusion != ghsim.ConclusionFailure || j.Reason != "" {
-		t.Fatalf("job is %s (%q, reason %q), want completed as GitHub has it (%s %q)", j.Status, j.Conclusion, j.Reason, want.Status, want.Conclusion)
-	}
-	if got := x.actions("completed_job"); got != 1 {
-		t.Fatalf("completed_job counted %v times, want 1", got)
-	}
-	calls := x.getJobCalls()
-	x.Clock.Pass(time.Hour)
-	x.cycle()
-	if n := x.getJobCalls(); n != calls {
-		t.Fatalf("GitHub asked again about a job that is over (%d calls, then %d)", calls, n)
-	}
+	x.wantCompletedAsGitHubReports(id, ghsim.ConclusionFailure, "completed_job")
 }
 
 // A stranded job GitHub still reports in progress is left running, for
@@ -135,7 +133,7 @@ func TestStrandedJobGitHubReportsInProgressStaysRunning(t *testing.T) {
 // completed webhook would still give it.
 func TestStrandedJobGitHubDoesNotHaveIsGivenUp(t *testing.T) {
 	x := newFixture(t)
-	id := x.strandedJob(domain.GitHubJob{})
+	id := x.strandedJob(domain.GitHubJob{ID: 7}) // an id GitHub does not know
 	for range 5 {
 		x.Clock.Advance(24 * time.Hour)
 		x.cycle()

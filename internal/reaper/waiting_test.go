@@ -56,24 +56,10 @@ func TestAJobCancelledBeforeItStartedIsCompletedAndItsInstanceRetired(t *testing
 	if rep := x.cycle(); rep.CompletedWaiting != 1 {
 		t.Fatalf("report %+v", rep)
 	}
-	want, _ := x.gh.Job(id)
-	j := x.Job(id)
-	if j.Status != domain.JobCompleted || j.Conclusion != ghsim.ConclusionCancelled || j.Conclusion != want.Conclusion {
-		t.Fatalf("job is %s (%q), want completed as GitHub has it (%s %q)", j.Status, j.Conclusion, want.Status, want.Conclusion)
-	}
-	in := x.Instance("bp-1")
-	if in.State != domain.StateTerminating || in.Job != "" || in.Reason == "" {
+	if in := x.Instance("bp-1"); in.State != domain.StateTerminating || in.Job != "" || in.Reason == "" {
 		t.Fatalf("its instance is %s (job %q, reason %q), want terminating, unbound, with a reason", in.State, in.Job, in.Reason)
 	}
-	if got := x.actions("completed_waiting_job"); got != 1 {
-		t.Fatalf("completed_waiting_job counted %v times, want 1", got)
-	}
-	calls := x.getJobCalls()
-	x.Clock.Advance(time.Hour)
-	x.cycle()
-	if n := x.getJobCalls(); n != calls {
-		t.Fatalf("GitHub asked again about a job that is over (%d calls, then %d)", calls, n)
-	}
+	x.wantCompletedAsGitHubReports(id, ghsim.ConclusionCancelled, "completed_waiting_job")
 }
 
 // A queued job GitHub does not have (its repository deleted, say) is given
