@@ -110,40 +110,25 @@ func TestTheControlPlaneBackEndsTheBackoff(t *testing.T) {
 func TestHeartbeatsDoNotCutARetryAfterShort(t *testing.T) {
 	r := newRig(t)
 	clk := clock.NewVirtual(agentapitest.T0)
-	var mu sync.Mutex
-	var polls []time.Duration
 	again := make(chan struct{}) // closed at the second long poll
-	r.startBP1On(clk, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		switch req.URL.Path {
-		case agentapi.PathHello:
-			welcomeBP1(w)
-		case agentapi.PathNext:
-			mu.Lock()
-			polls = append(polls, clk.Now().Sub(agentapitest.T0))
-			first := len(polls) == 1
-			if len(polls) == 2 {
-				close(again)
-			}
-			mu.Unlock()
-			if !first {
-				<-req.Context().Done()
-				return
-			}
+	polls := r.startBP1AgainstPolls(clk, func(n int, w http.ResponseWriter, req *http.Request) {
+		if n == 1 {
 			answerUnavailable(w, "20", "busy")
-		default:
-			w.WriteHeader(http.StatusNoContent)
+			return
 		}
-	}))
+		if n == 2 {
+			close(again)
+		}
+		<-req.Context().Done()
+	})
 
 	// Heartbeats are answered at 0, 5, 10 and 15 s.
 	for parkedOr(clk, 2, again) { // the heartbeat's interval and the long poll's wait
 		next, _ := clk.Next()
 		clk.AdvanceTo(next)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(polls) != 2 || polls[1] != 20*time.Second {
-		t.Fatalf("long polls at %v, want at 0s and 20s", polls)
+	if got := polls.list(); len(got) != 2 || got[1] != 20*time.Second {
+		t.Fatalf("long polls at %v, want at 0s and 20s", got)
 	}
 }
 
@@ -155,6 +140,46 @@ func (r *rig) startBP1On(clk *clock.Virtual, h http.Handler) {
 	cfg := r.config("bp-1", "secret")
 	cfg.URL = srv.URL
 	r.start(cfg, clk, srv.Client())
+}
+
+// startBP1AgainstPolls starts the agent of instance bp-1 on clk against a
+// control plane that welcomes it, accepts its heartbeats and signals, and
+// answers its nth long poll with answerPoll. It returns the times the long
+// polls came.
+func (r *rig) startBP1AgainstPolls(clk *clock.Virtual, answerPoll func(n int, w http.ResponseWriter, req *http.Request)) *pollTimes {
+	polls := &pollTimes{clk: clk}
+	r.startBP1On(clk, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		switch req.URL.Path {
+		case agentapi.PathHello:
+			welcomeBP1(w)
+		case agentapi.PathNext:
+			answerPoll(polls.note(), w, req)
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	return polls
+}
+
+// pollTimes are the virtual times, since T0, at which long polls came.
+type pollTimes struct {
+	clk *clock.Virtual
+	mu  sync.Mutex
+	at  []time.Duration
+}
+
+// note records a long poll coming now and returns how many have come.
+func (p *pollTimes) note() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.at = append(p.at, p.clk.Now().Sub(agentapitest.T0))
+	return len(p.at)
+}
+
+func (p *pollTimes) list() []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.at)
 }
 
 // welcomeBP1 answers a hello as the control plane does, telling the agent
@@ -199,21 +224,9 @@ func parkedOr(clk *clock.Virtual, n int, ch <-chan struct{}) bool {
 func TestHeartbeatsDoNotCutTheBackoffOfAnAnsweredFailure(t *testing.T) {
 	r := newRig(t)
 	clk := clock.NewVirtual(agentapitest.T0)
-	var mu sync.Mutex
-	var polls []time.Duration
-	r.startBP1On(clk, http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		switch req.URL.Path {
-		case agentapi.PathHello:
-			welcomeBP1(w)
-		case agentapi.PathNext:
-			mu.Lock()
-			polls = append(polls, clk.Now().Sub(agentapitest.T0))
-			mu.Unlock()
-			answerUnavailable(w, "2", "throttled")
-		default:
-			w.WriteHeader(http.StatusNoContent)
-		}
-	}))
+	polls := r.startBP1AgainstPolls(clk, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		answerUnavailable(w, "2", "throttled")
+	})
 
 	// Heartbeats are answered every 5 s throughout.
 	for clk.Now().Sub(agentapitest.T0) < 70*time.Second {
@@ -222,12 +235,10 @@ func TestHeartbeatsDoNotCutTheBackoffOfAnAnsweredFailure(t *testing.T) {
 		clk.AdvanceTo(next)
 	}
 	clk.BlockUntil(2)
-	mu.Lock()
-	defer mu.Unlock()
 	// Waits of 2 (Retry-After over 1 s), 2, 4, 8, 16, 30 and 30 s.
 	want := []time.Duration{0, 2 * time.Second, 4 * time.Second, 8 * time.Second,
 		16 * time.Second, 32 * time.Second, 62 * time.Second}
-	if !slices.Equal(polls, want) {
-		t.Fatalf("long polls at %v, want at %v", polls, want)
+	if got := polls.list(); !slices.Equal(got, want) {
+		t.Fatalf("long polls at %v, want at %v", got, want)
 	}
 }
