@@ -308,23 +308,50 @@ func (f *fixture) wantQueued(n int) {
 	}
 }
 
+// takenJobs are what job 43, taken by bp-1's runner in place of job 42,
+// can be that bp-1 cannot be bound to: a job over, or one bullpen does not
+// know (nil, never recorded).
+var takenJobs = map[string]*domain.Job{
+	"over":    {ID: 43, Status: domain.JobCompleted, Conclusion: "success"},
+	"unknown": nil,
+}
+
+// runnerTook records bp-1 running job 42, the job's first attempt, queued
+// on GitHub a minute before t0, and job43, the job bp-1's runner took
+// instead, unless it is nil. It returns bp-1.
+func (f *fixture) runnerTook(job43 *domain.Job) domain.Instance {
+	f.T.Helper()
+	in := f.createInstance("bp-1", domain.StateRunning, 42)
+	f.createJob(domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: "bp-1", RunnerName: "bp-1-42", Attempts: 1,
+		QueuedAt: t0.Add(-time.Minute)})
+	if job43 != nil {
+		f.createJob(*job43)
+	}
+	return in
+}
+
+// agentSawStart writes what in's agent reporting its runner started a job
+// writes: in marked started, and job 42 running.
+func (f *fixture) agentSawStart(in domain.Instance) {
+	f.T.Helper()
+	if _, err := f.Store.Transition(f.Ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) { i.JobStarted = true }); err != nil {
+		f.T.Fatal(err)
+	}
+	if err := jobs.MarkRunning(f.Ctx, f.Store, 42, t0, ""); err != nil {
+		f.T.Fatal(err)
+	}
+}
+
 // bp-1's runner took job 43, which bp-1 cannot be bound to: one that is
 // over (GitHub's first word of it, its queued and in_progress deliveries
 // lost or late), or one bullpen does not know (another stack's, whose
 // labels bp-1's runner carries). The runner will never run job 42, which
 // goes back to its queue; bp-1 is unbound, serving no job of bullpen's.
 func TestFollowRunnerRequeuesTheJobOfARunnerThatTookAJobItCannotBeBoundTo(t *testing.T) {
-	for name, job43 := range map[string]*domain.Job{
-		"over":    {ID: 43, Status: domain.JobCompleted, Conclusion: "success"},
-		"unknown": nil,
-	} {
+	for name, job43 := range takenJobs {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)
-			f.createInstance("bp-1", domain.StateRunning, 42)
-			f.createJob(domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: "bp-1", RunnerName: "bp-1-42", Attempts: 1})
-			if job43 != nil {
-				f.createJob(*job43)
-			}
+			f.runnerTook(job43)
 			moved, err := jobs.FollowRunner(f.Ctx, f.Store, f.Queue, 43, "bp-1-42", t0)
 			if err != nil || !moved {
 				t.Fatalf("moved %v, %v; want the report followed", moved, err)
@@ -416,25 +443,10 @@ func TestFollowRunnerLeavesAlone(t *testing.T) {
 // tell which job its runner started; GitHub can: job 42 never ran on bp-1,
 // and goes back to its queue, its start forgotten.
 func TestFollowRunnerRequeuesAJobOnlyItsAgentSawStart(t *testing.T) {
-	for name, job43 := range map[string]*domain.Job{
-		"over":    {ID: 43, Status: domain.JobCompleted, Conclusion: "success"},
-		"unknown": nil,
-	} {
+	for name, job43 := range takenJobs {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)
-			in := f.createInstance("bp-1", domain.StateRunning, 42)
-			f.createJob(domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: "bp-1", RunnerName: "bp-1-42", Attempts: 1,
-				QueuedAt: t0.Add(-time.Minute)})
-			if job43 != nil {
-				f.createJob(*job43)
-			}
-			// What the agent's job-started writes.
-			if _, err := f.Store.Transition(f.Ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) { i.JobStarted = true }); err != nil {
-				t.Fatal(err)
-			}
-			if err := jobs.MarkRunning(f.Ctx, f.Store, 42, t0, ""); err != nil {
-				t.Fatal(err)
-			}
+			f.agentSawStart(f.runnerTook(job43))
 			moved, err := jobs.FollowRunner(f.Ctx, f.Store, f.Queue, 43, "bp-1-42", t0.Add(time.Second))
 			if err != nil || !moved {
 				t.Fatalf("moved %v, %v; want the report followed", moved, err)
@@ -473,23 +485,14 @@ func TestFollowRunnerEndedRetiresASpentRunner(t *testing.T) {
 		{"unknown job, agent's start then GitHub's", nil, true, true},
 		{"unknown job, end reported alone", nil, false, false},
 		{"unknown job, agent's start then the end alone", nil, true, false},
-		{"job over, end reported alone", &domain.Job{ID: 43, Status: domain.JobCompleted, Conclusion: "success"}, false, false},
+		{"job over, end reported alone", takenJobs["over"], false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			in := f.createInstance("bp-1", domain.StateRunning, 42)
-			f.createJob(domain.Job{ID: 42, Status: domain.JobAssigned, InstanceID: "bp-1", RunnerName: "bp-1-42", Attempts: 1})
-			if tc.job43 != nil {
-				f.createJob(*tc.job43)
-			}
+			in := f.runnerTook(tc.job43)
 			if tc.agentStarted {
-				if _, err := f.Store.Transition(f.Ctx, in.ID, domain.GuardOf(in), func(i *domain.Instance) { i.JobStarted = true }); err != nil {
-					t.Fatal(err)
-				}
-				if err := jobs.MarkRunning(f.Ctx, f.Store, 42, t0, ""); err != nil {
-					t.Fatal(err)
-				}
+				f.agentSawStart(in)
 			}
 			if tc.startedFirst {
 				if _, err := jobs.FollowRunner(f.Ctx, f.Store, f.Queue, 43, "bp-1-42", t0); err != nil {
