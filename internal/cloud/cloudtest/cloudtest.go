@@ -238,6 +238,17 @@ func checkState(t *testing.T, m domain.CloudInstance, states ...domain.CloudStat
 	}
 }
 
+// WantCode fails the test unless err wraps sentinel and is a
+// *domain.CloudError carrying the provider's code: what an implementation's
+// own tests check of each refusal it makes.
+func WantCode(t *testing.T, err error, sentinel error, code string) {
+	t.Helper()
+	var ce *domain.CloudError
+	if !errors.Is(err, sentinel) || !errors.As(err, &ce) || ce.Code != code {
+		t.Fatalf("error %v, want %s wrapping %v", err, code, sentinel)
+	}
+}
+
 // checkUnknown asserts err reports an unknown instance as a *CloudError.
 func checkUnknown(t *testing.T, what string, err error) {
 	t.Helper()

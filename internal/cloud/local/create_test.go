@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/agent"
+	"github.com/bullpen-ci/bullpen/internal/cloud/cloudtest"
 	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/launchdata"
@@ -132,7 +133,7 @@ func TestBootstrapNoFileCanHoldIsRefused(t *testing.T) {
 	c := newCloud(t, Options{Command: newHelpers(t, "sleep").command})
 	_, err := c.Create(t.Context(), domain.LaunchSpec{ImageID: "local-x", Count: 1,
 		Agent: domain.AgentBootstrap{URL: "http://127.0.0.1", Secret: "xyzzy\x00plugh"}})
-	wantCode(t, err, domain.ErrInvalidRequest, ec2like.CodeInvalidParameter)
+	cloudtest.WantCode(t, err, domain.ErrInvalidRequest, ec2like.CodeInvalidParameter)
 	if strings.Contains(err.Error(), "xyzzy") || strings.Contains(err.Error(), "plugh") {
 		t.Errorf("error %q shows the secret", err)
 	}
@@ -147,12 +148,12 @@ func TestCapacityAndPartialFulfilment(t *testing.T) {
 	first := create(t, c, 2, nil)
 
 	got, err := c.Create(t.Context(), domain.LaunchSpec{ImageID: "local-x", Count: 3})
-	wantCode(t, err, domain.ErrInsufficientCapacity, ec2like.CodeInsufficient)
+	cloudtest.WantCode(t, err, domain.ErrInsufficientCapacity, ec2like.CodeInsufficient)
 	if len(got) != 1 {
 		t.Fatalf("partial Create returned %d machines, want 1", len(got))
 	}
 	got, err = c.Create(t.Context(), domain.LaunchSpec{ImageID: "local-x", Count: 1})
-	wantCode(t, err, domain.ErrInsufficientCapacity, ec2like.CodeInsufficient)
+	cloudtest.WantCode(t, err, domain.ErrInsufficientCapacity, ec2like.CodeInsufficient)
 	if len(got) != 0 {
 		t.Fatalf("Create at capacity returned %d machines", len(got))
 	}
@@ -165,7 +166,7 @@ func TestCapacityAndPartialFulfilment(t *testing.T) {
 	}
 	waitState(t, c, first[0], domain.CloudStopped)
 	_, err = c.Create(t.Context(), domain.LaunchSpec{ImageID: "local-x", Count: 1})
-	wantCode(t, err, domain.ErrInsufficientCapacity, ec2like.CodeInsufficient) // stopped machines hold capacity
+	cloudtest.WantCode(t, err, domain.ErrInsufficientCapacity, ec2like.CodeInsufficient) // stopped machines hold capacity
 
 	if err := c.Terminate(t.Context(), first[:1]); err != nil {
 		t.Fatalf("Terminate: %v", err)
@@ -194,14 +195,14 @@ func TestClientToken(t *testing.T) {
 	other := spec
 	other.Count = 1
 	_, err = c.Create(t.Context(), other)
-	wantCode(t, err, domain.ErrInvalidRequest, ec2like.CodeIdempotentMismatch)
+	cloudtest.WantCode(t, err, domain.ErrInvalidRequest, ec2like.CodeIdempotentMismatch)
 
 	// A partially fulfilled call answers its retries the same way.
 	partial := domain.LaunchSpec{ImageID: "local-x", Count: 2, ClientToken: "token-2"}
 	got, err := c.Create(t.Context(), partial)
-	wantCode(t, err, domain.ErrInsufficientCapacity, ec2like.CodeInsufficient)
+	cloudtest.WantCode(t, err, domain.ErrInsufficientCapacity, ec2like.CodeInsufficient)
 	retry, retryErr := c.Create(t.Context(), partial)
-	wantCode(t, retryErr, domain.ErrInsufficientCapacity, ec2like.CodeInsufficient)
+	cloudtest.WantCode(t, retryErr, domain.ErrInsufficientCapacity, ec2like.CodeInsufficient)
 	if len(got) != 1 || len(retry) != 1 || retry[0].ID != got[0].ID {
 		t.Errorf("retry of a partial Create = %v, want %v", machineIDs(retry), machineIDs(got))
 	}
@@ -209,7 +210,7 @@ func TestClientToken(t *testing.T) {
 	// A call that launched nothing is not remembered.
 	full := domain.LaunchSpec{ImageID: "local-x", Count: 1, ClientToken: "token-3"}
 	_, err = c.Create(t.Context(), full)
-	wantCode(t, err, domain.ErrInsufficientCapacity, ec2like.CodeInsufficient)
+	cloudtest.WantCode(t, err, domain.ErrInsufficientCapacity, ec2like.CodeInsufficient)
 	if err := c.Terminate(t.Context(), machineIDs(first)); err != nil {
 		t.Fatalf("Terminate: %v", err)
 	}
@@ -259,5 +260,5 @@ func TestResolveImage(t *testing.T) {
 		t.Errorf("ResolveImage = %q, %v; want local-ubuntu24", id, err)
 	}
 	_, err := c.ResolveImage(t.Context(), "", domain.RunnerSpec{})
-	wantCode(t, err, domain.ErrUnknownImage, ec2like.CodeAMINotFound)
+	cloudtest.WantCode(t, err, domain.ErrUnknownImage, ec2like.CodeAMINotFound)
 }

@@ -331,11 +331,3 @@ func wantGoneIDs(t *testing.T, err error, ids ...string) {
 		t.Fatalf("error %v names %v unknown, want %v", err, got, ids)
 	}
 }
-
-func wantCode(t *testing.T, err error, sentinel error, code string) {
-	t.Helper()
-	var ce *domain.CloudError
-	if !errors.Is(err, sentinel) || !errors.As(err, &ce) || ce.Code != code {
-		t.Fatalf("error %v, want %s wrapping %v", err, code, sentinel)
-	}
-}

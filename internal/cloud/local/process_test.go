@@ -217,7 +217,7 @@ func TestTerminatedMachinesAreListedByIDForTheRetention(t *testing.T) {
 	}
 	clk.Advance(time.Second)
 	_, err := c.List(t.Context(), domain.CloudFilter{IDs: []string{id}})
-	wantCode(t, err, domain.ErrUnknownInstance, ec2like.CodeNotFound)
+	cloudtest.WantCode(t, err, domain.ErrUnknownInstance, ec2like.CodeNotFound)
 }
 
 func TestStateChangeRulesFollowEC2(t *testing.T) {
@@ -232,8 +232,8 @@ func TestStateChangeRulesFollowEC2(t *testing.T) {
 	waitState(t, c, id, domain.CloudTerminated)
 	wantGoneIDs(t, c.Stop(t.Context(), []string{id}), id)
 	wantGoneIDs(t, c.Start(t.Context(), []string{id}), id)
-	wantCode(t, c.Stop(t.Context(), nil), domain.ErrInvalidRequest, ec2like.CodeMissingParameter)
-	wantCode(t, c.Tag(t.Context(), []string{id}, nil), domain.ErrInvalidRequest, ec2like.CodeMissingParameter)
+	cloudtest.WantCode(t, c.Stop(t.Context(), nil), domain.ErrInvalidRequest, ec2like.CodeMissingParameter)
+	cloudtest.WantCode(t, c.Tag(t.Context(), []string{id}, nil), domain.ErrInvalidRequest, ec2like.CodeMissingParameter)
 }
 
 func TestAgentKilledBehindTheProvidersBackLeavesTheMachineStopped(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/cloud/cloudtest"
 	"github.com/bullpen-ci/bullpen/internal/cloud/ec2like"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/testlog"
@@ -244,7 +245,7 @@ func TestUnusableRecordsAreSkippedWithAWarning(t *testing.T) {
 		}
 	}
 	_, err := c.List(t.Context(), domain.CloudFilter{IDs: []string{"l-garbage"}})
-	wantCode(t, err, domain.ErrUnknownInstance, ec2like.CodeNotFound)
+	cloudtest.WantCode(t, err, domain.ErrUnknownInstance, ec2like.CodeNotFound)
 	for _, name := range []string{"l-garbage", "l-wrongid", "l-badstate", "l-pidone"} {
 		if n := strings.Count(logs.String(), filepath.Join(dir, name)+" "); n != 1 {
 			t.Errorf("%d warnings about %s, want 1:\n%s", n, name, logs.String())

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bullpen-ci/bullpen/internal/cloud/cloudtest"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
@@ -120,7 +121,7 @@ func TestClientToken(t *testing.T) {
 	changed := spec
 	changed.Count = 1
 	_, err = c.Create(ctx, changed)
-	wantCode(t, err, domain.ErrInvalidRequest, sim.CodeIdempotentMismatch)
+	cloudtest.WantCode(t, err, domain.ErrInvalidRequest, sim.CodeIdempotentMismatch)
 
 	// A partial fulfilment replays with its error; one that launched
 	// nothing is not remembered.
@@ -166,9 +167,9 @@ func TestResolveAndPublishImagesByName(t *testing.T) {
 		t.Fatalf("after publish: %q", released)
 	}
 	_, err := c.ResolveImage(ctx, "", domain.RunnerSpec{})
-	wantCode(t, err, domain.ErrUnknownImage, sim.CodeAMINotFound)
+	cloudtest.WantCode(t, err, domain.ErrUnknownImage, sim.CodeAMINotFound)
 	_, err = c.Create(ctx, domain.LaunchSpec{Count: 1})
-	wantCode(t, err, domain.ErrUnknownImage, sim.CodeAMIMalformed)
+	cloudtest.WantCode(t, err, domain.ErrUnknownImage, sim.CodeAMIMalformed)
 }
 
 func TestResolveConfiguredImages(t *testing.T) {
@@ -180,9 +181,9 @@ func TestResolveConfiguredImages(t *testing.T) {
 		t.Fatalf("ResolveImage = %q, %v", id, err)
 	}
 	_, err := c.ResolveImage(ctx, "missing", domain.RunnerSpec{})
-	wantCode(t, err, domain.ErrUnknownImage, sim.CodeAMINotFound)
+	cloudtest.WantCode(t, err, domain.ErrUnknownImage, sim.CodeAMINotFound)
 	_, err = c.Create(ctx, domain.LaunchSpec{ImageID: "ami-elsewhere", Count: 1})
-	wantCode(t, err, domain.ErrUnknownImage, sim.CodeAMINotFound)
+	cloudtest.WantCode(t, err, domain.ErrUnknownImage, sim.CodeAMINotFound)
 
 	released := c.PublishImage("runner")
 	if id, _ := c.ResolveImage(ctx, "runner", domain.RunnerSpec{}); id != released {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bullpen-ci/bullpen/internal/cloud/cloudtest"
 	"github.com/bullpen-ci/bullpen/internal/cloud/sim"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
@@ -16,12 +17,12 @@ func TestPartialFulfilment(t *testing.T) {
 	first := create(t, c, 2, nil)
 
 	got, err := c.Create(ctx, spec)
-	wantCode(t, err, domain.ErrInsufficientCapacity, sim.CodeInsufficient)
+	cloudtest.WantCode(t, err, domain.ErrInsufficientCapacity, sim.CodeInsufficient)
 	if len(got) != 1 {
 		t.Fatalf("partial fulfilment returned %d machines, want 1", len(got))
 	}
 	got, err = c.Create(ctx, spec)
-	wantCode(t, err, domain.ErrInsufficientCapacity, sim.CodeInsufficient)
+	cloudtest.WantCode(t, err, domain.ErrInsufficientCapacity, sim.CodeInsufficient)
 	if got != nil {
 		t.Fatalf("a full cloud returned machines %v", got)
 	}
@@ -70,7 +71,7 @@ func TestThrottlingRecoversAsTheClockAdvances(t *testing.T) {
 				t.Fatalf("step %d: %v", i, err)
 			}
 		}
-		wantCode(t, list(), domain.ErrThrottled, sim.CodeThrottled)
+		cloudtest.WantCode(t, list(), domain.ErrThrottled, sim.CodeThrottled)
 	}
 	if _, err := c.ResolveImage(ctx, "other-op", domain.RunnerSpec{}); err != nil {
 		t.Fatalf("throttling leaked to another operation: %v", err)
@@ -94,7 +95,7 @@ func TestFailNext(t *testing.T) {
 	c.FailNext(sim.OpCreateFleet, 2, domain.ErrInsufficientCapacity)
 	for range 2 {
 		got, err := c.Create(ctx, spec)
-		wantCode(t, err, domain.ErrInsufficientCapacity, sim.CodeInsufficient)
+		cloudtest.WantCode(t, err, domain.ErrInsufficientCapacity, sim.CodeInsufficient)
 		if len(got) != 0 {
 			t.Fatalf("failed call created %v", got)
 		}
@@ -107,7 +108,7 @@ func TestFailNext(t *testing.T) {
 	custom := &domain.CloudError{Code: "Unsupported", Err: domain.ErrInvalidRequest}
 	c.FailNext(sim.OpStopInstances, 1, custom)
 	err := c.Stop(ctx, ids)
-	wantCode(t, err, domain.ErrInvalidRequest, "Unsupported")
+	cloudtest.WantCode(t, err, domain.ErrInvalidRequest, "Unsupported")
 	var ce *domain.CloudError
 	if errors.As(err, &ce) && ce.Op != sim.OpStopInstances {
 		t.Fatalf("Op %q", ce.Op)
@@ -141,9 +142,9 @@ func TestThrottledCallsDoNotUseUpFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.FailNext(sim.OpDescribeImages, 1, domain.ErrUnknownImage)
-	wantCode(t, resolve(), domain.ErrThrottled, sim.CodeThrottled)
+	cloudtest.WantCode(t, resolve(), domain.ErrThrottled, sim.CodeThrottled)
 	c.Throttle(sim.OpDescribeImages, 0, 0)
-	wantCode(t, resolve(), domain.ErrUnknownImage, sim.CodeAMINotFound)
+	cloudtest.WantCode(t, resolve(), domain.ErrUnknownImage, sim.CodeAMINotFound)
 	if err := resolve(); err != nil {
 		t.Fatalf("the failure outlived its count: %v", err)
 	}

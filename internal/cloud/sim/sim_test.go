@@ -72,14 +72,6 @@ func wantState(t *testing.T, c *sim.Cloud, id string, want domain.CloudState) {
 	}
 }
 
-func wantCode(t *testing.T, err error, sentinel error, code string) {
-	t.Helper()
-	var ce *domain.CloudError
-	if !errors.Is(err, sentinel) || !errors.As(err, &ce) || ce.Code != code {
-		t.Fatalf("error %v, want %s wrapping %v", err, code, sentinel)
-	}
-}
-
 // wantRefused fails unless err names exactly ids as refused with code,
 // reads as neither an invalid request nor an unknown machine, and says
 // why.
@@ -182,7 +174,7 @@ func TestTerminatedMachinesAreListedByIDForAWhile(t *testing.T) {
 	}
 	clk.Advance(time.Nanosecond)
 	_, err := c.List(ctx, domain.CloudFilter{IDs: ids[:1]})
-	wantCode(t, err, domain.ErrUnknownInstance, sim.CodeNotFound)
+	cloudtest.WantCode(t, err, domain.ErrUnknownInstance, sim.CodeNotFound)
 	if len(c.Instances()) != 1 {
 		t.Fatalf("Instances() = %v", c.Instances())
 	}
@@ -252,7 +244,7 @@ func TestStateChangeRulesFollowEC2(t *testing.T) {
 				wantState(t, c, id, tt.from)
 				return
 			case gone:
-				wantCode(t, err, domain.ErrUnknownInstance, sim.CodeIncorrectState)
+				cloudtest.WantCode(t, err, domain.ErrUnknownInstance, sim.CodeIncorrectState)
 				if got := domain.UnknownIDs(err); len(got) != 1 || got[0] != id {
 					t.Fatalf("unknown %v, want %s", got, id)
 				}
@@ -288,12 +280,12 @@ func TestBatchRefusalsAndUnknownIDs(t *testing.T) {
 		t.Fatalf("%d stop calls; want the refused one and one without the pending machine", n)
 	}
 	err = c.Tag(ctx, []string{running[0], "i-nope"}, map[string]string{"a": "b"})
-	wantCode(t, err, domain.ErrUnknownInstance, sim.CodeNotFound)
+	cloudtest.WantCode(t, err, domain.ErrUnknownInstance, sim.CodeNotFound)
 	if m, _ := c.Get(running[0]); m.Tags["a"] != "b" {
 		t.Fatalf("%s was not tagged beside an unknown id", running[0])
 	}
 	err = c.Stop(ctx, append(running, "i-0000000000000dead"))
-	wantCode(t, err, domain.ErrUnknownInstance, sim.CodeNotFound)
+	cloudtest.WantCode(t, err, domain.ErrUnknownInstance, sim.CodeNotFound)
 	for _, id := range running {
 		wantState(t, c, id, domain.CloudStopping)
 	}
@@ -303,18 +295,18 @@ func TestBatchArgumentsAreChecked(t *testing.T) {
 	c, _ := newSim(t, sim.Options{MaxPerCall: 3})
 	ctx := t.Context()
 	ids := create(t, c, 3, nil)
-	wantCode(t, c.Stop(ctx, nil), domain.ErrInvalidRequest, sim.CodeMissingParameter)
-	wantCode(t, c.Tag(ctx, ids, nil), domain.ErrInvalidRequest, sim.CodeMissingParameter)
-	wantCode(t, c.Terminate(ctx, append(ids, ids[0])), domain.ErrInvalidRequest, sim.CodeInvalidParameter)
+	cloudtest.WantCode(t, c.Stop(ctx, nil), domain.ErrInvalidRequest, sim.CodeMissingParameter)
+	cloudtest.WantCode(t, c.Tag(ctx, ids, nil), domain.ErrInvalidRequest, sim.CodeMissingParameter)
+	cloudtest.WantCode(t, c.Terminate(ctx, append(ids, ids[0])), domain.ErrInvalidRequest, sim.CodeInvalidParameter)
 	wantState(t, c, ids[0], domain.CloudRunning)
 	// Duplicates within the limit are one id, as on EC2.
 	if err := c.Terminate(ctx, []string{ids[0], ids[0]}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := c.Create(ctx, domain.LaunchSpec{ImageID: "ami-1", Count: 4})
-	wantCode(t, err, domain.ErrInvalidRequest, sim.CodeInvalidParameter)
+	cloudtest.WantCode(t, err, domain.ErrInvalidRequest, sim.CodeInvalidParameter)
 	_, err = c.Create(ctx, domain.LaunchSpec{ImageID: "ami-1"})
-	wantCode(t, err, domain.ErrInvalidRequest, sim.CodeInvalidParameter)
+	cloudtest.WantCode(t, err, domain.ErrInvalidRequest, sim.CodeInvalidParameter)
 }
 
 func TestCallCountersAndMaxIDsPerCall(t *testing.T) {
