@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -82,17 +83,11 @@ func TestUnknownOrMissingTokensAreRefused(t *testing.T) {
 	h := newHarness(t)
 	in, _ := h.launched("bp-1")
 	for _, token := range []string{"", domain.NewSecret(), domain.HashSecret("x"), in.AgentTokenHash} {
-		for _, req := range []struct{ method, path, body string }{
-			{http.MethodPost, agentapi.PathHeartbeat, ""},
-			{http.MethodGet, agentapi.PathNext, ""},
-			{http.MethodPost, agentapi.PathSignal, `{"kind":"warm"}`},
-		} {
-			w := h.do(req.method, req.path, token, req.body)
-			wantStatus(t, w, http.StatusUnauthorized, agentapi.CodeUnauthorized)
+		h.wantEveryCallUnauthorized(token, func(w *httptest.ResponseRecorder) {
 			if w.Header().Get("WWW-Authenticate") == "" {
 				t.Fatal("401 without WWW-Authenticate")
 			}
-		}
+		})
 	}
 	// The stored hash is not a token either.
 	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, h.Get("bp-1").AgentTokenHash, ""),
@@ -144,6 +139,22 @@ func TestAnInstanceInErrorKeepsItsToken(t *testing.T) {
 	h.Move(in.ID, func(i *domain.Instance) { i.State = domain.StateError })
 	h.Clock.Advance(time.Second)
 	wantStatus(t, h.do(http.MethodPost, agentapi.PathHeartbeat, token, ""), http.StatusNoContent, "")
+}
+
+// wantEveryCallUnauthorized makes each call that needs a token with token,
+// fails unless it is refused as unauthorized, and checks the refusal with
+// check.
+func (h *harness) wantEveryCallUnauthorized(token string, check func(w *httptest.ResponseRecorder)) {
+	h.t.Helper()
+	for _, req := range []struct{ method, path, body string }{
+		{http.MethodPost, agentapi.PathHeartbeat, ""},
+		{http.MethodGet, agentapi.PathNext, ""},
+		{http.MethodPost, agentapi.PathSignal, `{"kind":"warm"}`},
+	} {
+		w := h.do(req.method, req.path, token, req.body)
+		wantStatus(h.t, w, http.StatusUnauthorized, agentapi.CodeUnauthorized)
+		check(w)
+	}
 }
 
 // tokenQueries counts the look-ups of instances by token hash, the
@@ -237,19 +248,13 @@ func TestATokenNamingAnotherInstanceIsRefused(t *testing.T) {
 		b.ID + "." + secretA, a.ID + "." + secretB, b.ID + "." + tokenA, "bp-c." + secretA,
 		secretA, a.ID + "." + domain.HashSecret(tokenA), a.ID + ".",
 	} {
-		for _, req := range []struct{ method, path, body string }{
-			{http.MethodPost, agentapi.PathHeartbeat, ""},
-			{http.MethodGet, agentapi.PathNext, ""},
-			{http.MethodPost, agentapi.PathSignal, `{"kind":"warm"}`},
-		} {
-			w := h.do(req.method, req.path, token, req.body)
-			wantStatus(t, w, http.StatusUnauthorized, agentapi.CodeUnauthorized)
+		h.wantEveryCallUnauthorized(token, func(w *httptest.ResponseRecorder) {
 			for _, secret := range []string{secretA, secretB} {
 				if strings.Contains(w.Body.String(), secret) {
 					t.Fatalf("a refusal tells a secret: %s", w.Body)
 				}
 			}
-		}
+		})
 	}
 	h.WantUnchanged(a)
 	h.WantUnchanged(b)
