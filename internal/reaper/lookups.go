@@ -52,6 +52,17 @@ func settleEach(js []domain.Job, settle func(domain.Job) (done, gaveUp bool, err
 	return completed, abandoned, errors.Join(errs...)
 }
 
+// completion is the guarded change that records j's end at at, with
+// conclusion and, when why is given, why bullpen ended it.
+func completion(j domain.Job, at time.Time, conclusion, why string) domain.JobTransitionRequest {
+	c := domain.Lifecycle{}.CompleteJob(j, at, conclusion)
+	if why != "" {
+		complete := c.Apply
+		c.Apply = func(x *domain.Job) { complete(x); x.Reason = why }
+	}
+	return c
+}
+
 // byID indexes the cycle's instance rows.
 func byID(rows []domain.Instance) map[string]domain.Instance {
 	listed := make(map[string]domain.Instance, len(rows))

@@ -138,12 +138,8 @@ func (r *Reconciler) settle(ctx context.Context, j domain.Job, now time.Time) (d
 // complete records j's end, with conclusion and, when given, why bullpen
 // ended it. ok is false when j changed since it was read.
 func (r *Reconciler) complete(ctx context.Context, j domain.Job, at time.Time, conclusion, why string) (bool, error) {
-	c := domain.Lifecycle{}.CompleteJob(j, at, conclusion)
-	apply := c.Apply
-	if why != "" {
-		apply = func(x *domain.Job) { c.Apply(x); x.Reason = why }
-	}
-	_, err := r.Store.TransitionJob(ctx, c.ID, c.Guard, apply)
+	c := completion(j, at, conclusion, why)
+	_, err := r.Store.TransitionJob(ctx, c.ID, c.Guard, c.Apply)
 	switch {
 	case err == nil:
 		delete(r.asked, j.ID)

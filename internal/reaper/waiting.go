@@ -133,12 +133,7 @@ func (r *Reconciler) endWait(ctx context.Context, j domain.Job, now time.Time) (
 // the same labels. ok is false when j or its instance changed since they
 // were read: the next cycle looks again.
 func (r *Reconciler) completeWaiting(ctx context.Context, j domain.Job, at time.Time, conclusion, why, retire string) (bool, error) {
-	c := domain.Lifecycle{}.CompleteJob(j, at, conclusion)
-	apply := c.Apply
-	if why != "" {
-		apply = func(x *domain.Job) { c.Apply(x); x.Reason = why }
-	}
-	change := domain.Change{Jobs: []domain.JobTransitionRequest{{ID: c.ID, Guard: c.Guard, Apply: apply}}}
+	change := domain.Change{Jobs: []domain.JobTransitionRequest{completion(j, at, conclusion, why)}}
 	if j.Status == domain.JobAssigned && j.InstanceID != "" {
 		in, err := r.Store.GetInstance(ctx, j.InstanceID)
 		if err != nil && !errors.Is(err, domain.ErrNotFound) {
