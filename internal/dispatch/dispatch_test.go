@@ -287,17 +287,24 @@ func assertNoDoubleAssignment(t *testing.T, f *fixture) {
 	}
 }
 
+// serveOneJob queues job 100 in pool p, runs a step of the fixture's
+// dispatcher, and returns the instance the job went to.
+func (f *fixture) serveOneJob() string {
+	f.T.Helper()
+	f.queueJobs("p", 100, 1)
+	if _, err := f.d.Step(f.Ctx); err != nil {
+		f.T.Fatal(err)
+	}
+	return f.Job(100).InstanceID
+}
+
 // An instance back from a job serves before a hot member: taking the
 // member would launch its replacement while the reusable one sits idle.
 func TestAReusableInstanceServesBeforeAHotMember(t *testing.T) {
 	f := newFixture(t)
 	hot := f.members("p", domain.RoleHot, domain.StateReady, 1)
 	reused := f.members("p", domain.RoleOnDemand, domain.StateReady, 1)
-	f.queueJobs("p", 100, 1)
-	if _, err := f.d.Step(f.Ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.Job(100).InstanceID; got != reused[0].ID {
+	if got := f.serveOneJob(); got != reused[0].ID {
 		t.Errorf("job 100 went to %s, want the reusable %s before the hot member %s", got, reused[0].ID, hot[0].ID)
 	}
 }
@@ -317,11 +324,7 @@ func TestAReusableInstanceOfAnOutdatedSpecIsPassedOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f.queueJobs("p", 100, 1)
-	if _, err := f.d.Step(f.Ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.Job(100).InstanceID; got != hot[0].ID {
+	if got := f.serveOneJob(); got != hot[0].ID {
 		t.Errorf("job 100 went to %s, want the current member %s, not the outdated reusable %s", got, hot[0].ID, reused[0].ID)
 	}
 }
