@@ -8,19 +8,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func basicContracts() []contract {
-	return []contract{
-		{"SendReceiveDelete", testSendReceiveDelete, needsClock},
-		{"SendIsAllOrNone", testSendAllOrNone, realTimeOK},
-		{"SendNothingIsNoOp", testSendNothing, realTimeOK},
-		{"DelayHidesUntilDue", testDelay, needsClock},
-		{"DedupWithinWindowDrops", testDedupWithinWindow, realTimeOK},
-		{"DedupAfterWindowAccepts", testDedupAfterWindow, needsClock},
-		{"StatsCountVisibleInFlightDelayed", testStats, needsClock},
-		{"QueuesAreIndependent", testQueuesIndependent, realTimeOK},
-	}
-}
-
 func testSendReceiveDelete(t *testing.T, e *env) {
 	e.sendBodies("work", "a", "b", "c")
 	got := e.only("work", 30*time.Second, "a", "b", "c")

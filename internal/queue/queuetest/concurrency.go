@@ -11,14 +11,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func concurrencyContracts() []contract {
-	return []contract{
-		{"ConcurrentConsumersNeverOverlap", testConcurrentConsumers, realTimeOK},
-		{"ConcurrentLongPollsShareTheSends", testConcurrentLongPolls, realTimeOK},
-		{"BatchOfAThousand", testBatchOfAThousand, realTimeOK},
-	}
-}
-
 // tally records which consumer got each message, and every time one was
 // handed out while another consumer still held it invisible.
 type tally struct {

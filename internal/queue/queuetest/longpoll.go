@@ -10,17 +10,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func longPollContracts() []contract {
-	return []contract{
-		{"LongPollReturnsEarlyOnSend", testLongPollSend, needsClock},
-		{"LongPollReturnsEmptyAfterWait", testLongPollTimeout, needsClock},
-		{"LongPollIgnoresOtherQueues", testLongPollOtherQueue, needsClock},
-		{"LongPollWakesWhenDelayEnds", testLongPollDelay, needsClock},
-		{"LongPollWakesWhenVisibilityEnds", testLongPollVisibility, needsClock},
-		{"LongPollEndsWithContext", testLongPollCancel, needsClock},
-	}
-}
-
 // pollWait is the long poll of these tests: SQS's longest.
 const pollWait = 20 * time.Second
 

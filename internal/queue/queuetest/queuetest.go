@@ -99,13 +99,36 @@ func (o Options) Queues() []string {
 	return names
 }
 
+// contracts lists the whole suite in one place, in the order it runs.
 func contracts() []contract {
-	var all []contract
-	all = append(all, basicContracts()...)
-	all = append(all, visibilityContracts()...)
-	all = append(all, longPollContracts()...)
-	all = append(all, concurrencyContracts()...)
-	return all
+	return []contract{
+		// Sending, receiving, deleting.
+		{"SendReceiveDelete", testSendReceiveDelete, needsClock},
+		{"SendIsAllOrNone", testSendAllOrNone, realTimeOK},
+		{"SendNothingIsNoOp", testSendNothing, realTimeOK},
+		{"DelayHidesUntilDue", testDelay, needsClock},
+		{"DedupWithinWindowDrops", testDedupWithinWindow, realTimeOK},
+		{"DedupAfterWindowAccepts", testDedupAfterWindow, needsClock},
+		{"StatsCountVisibleInFlightDelayed", testStats, needsClock},
+		{"QueuesAreIndependent", testQueuesIndependent, realTimeOK},
+		// Visibility timeouts.
+		{"VisibilityExpiryRedelivers", testVisibilityExpiry, needsClock},
+		{"ChangeVisibilityToZeroRequeues", testChangeVisibilityZero, realTimeOK},
+		{"ChangeVisibilityExtends", testChangeVisibilityExtends, needsClock},
+		{"ChangeVisibilityShortens", testChangeVisibilityShortens, needsClock},
+		{"DeletedMessageReceiptIsStale", testDeletedReceiptStale, realTimeOK},
+		// Long polls.
+		{"LongPollReturnsEarlyOnSend", testLongPollSend, needsClock},
+		{"LongPollReturnsEmptyAfterWait", testLongPollTimeout, needsClock},
+		{"LongPollIgnoresOtherQueues", testLongPollOtherQueue, needsClock},
+		{"LongPollWakesWhenDelayEnds", testLongPollDelay, needsClock},
+		{"LongPollWakesWhenVisibilityEnds", testLongPollVisibility, needsClock},
+		{"LongPollEndsWithContext", testLongPollCancel, needsClock},
+		// Consumers racing each other.
+		{"ConcurrentConsumersNeverOverlap", testConcurrentConsumers, realTimeOK},
+		{"ConcurrentLongPollsShareTheSends", testConcurrentLongPolls, realTimeOK},
+		{"BatchOfAThousand", testBatchOfAThousand, realTimeOK},
+	}
 }
 
 // Run runs the whole contract suite against the queues open returns.

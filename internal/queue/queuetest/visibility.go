@@ -7,16 +7,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-func visibilityContracts() []contract {
-	return []contract{
-		{"VisibilityExpiryRedelivers", testVisibilityExpiry, needsClock},
-		{"ChangeVisibilityToZeroRequeues", testChangeVisibilityZero, realTimeOK},
-		{"ChangeVisibilityExtends", testChangeVisibilityExtends, needsClock},
-		{"ChangeVisibilityShortens", testChangeVisibilityShortens, needsClock},
-		{"DeletedMessageReceiptIsStale", testDeletedReceiptStale, realTimeOK},
-	}
-}
-
 // A consumer that dies holding a message loses it after the visibility
 // timeout: the message comes back with a new receipt, and the dead
 // consumer's receipt no longer changes it.
