@@ -19,22 +19,24 @@ func heldEvent(action string) jobEvent {
 	return jobEvent{action: action, status: "waiting", id: 6101, runID: 611, labels: poolLabels(611)}
 }
 
-// A job held for an approval comes queued with status waiting and waiting,
-// in either order. It is recorded waiting and sent nowhere until GitHub
-// queues it with status queued, once approved.
+// A job held for an approval comes waiting, or queued with status waiting
+// and waiting, in either order. It is recorded waiting, since the
+// payload's created_at, and sent nowhere until GitHub queues it with
+// status queued, once approved; a late held delivery does not hold it back
+// again.
 func TestAJobHeldForApprovalIsSentOnlyOnceApproved(t *testing.T) {
 	t.Parallel()
-	for _, order := range [][]string{{"queued", "waiting"}, {"waiting", "queued"}} {
+	for _, order := range [][]string{{"waiting"}, {"queued", "waiting"}, {"waiting", "queued"}} {
 		t.Run(strings.Join(order, " then "), func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, Options{})
 			for _, action := range order {
 				f.deliver(heldEvent(action))
 				f.step()
-				if j := f.Job(6101); j.Status != domain.JobQueued || j.Reason != ReasonWaiting {
-					t.Fatalf("after %s (status waiting): job %s %q, want queued, waiting for approval", action, j.Status, j.Reason)
+				if j := f.Job(6101); j.Status != domain.JobQueued || j.Reason != ReasonWaiting || !j.QueuedAt.Equal(createdAt) {
+					t.Fatalf("after %s (status waiting): job %s %q queued %v, want queued since %v, waiting for approval", action, j.Status, j.Reason, j.QueuedAt, createdAt)
 				}
-				if n := f.sends.sent(domain.QueuePool); n != 0 {
+				if n := f.sends.sent(domain.QueuePool); n != 0 || f.Stats(domain.QueuePool).Visible != 0 {
 					t.Fatalf("after %s (status waiting): %d sends to the pool queue, want none", action, n)
 				}
 			}
@@ -47,11 +49,12 @@ func TestAJobHeldForApprovalIsSentOnlyOnceApproved(t *testing.T) {
 			}
 			f.wantQueued(domain.QueuePool, 6101)
 
-			// A late held delivery does not hold the job back again.
-			f.deliver(heldEvent("queued"))
-			f.step()
-			if j := f.Job(6101); j.Reason != "" {
-				t.Errorf("late held delivery set reason %q", j.Reason)
+			for _, action := range order {
+				f.deliver(heldEvent(action))
+				f.step()
+				if j := f.Job(6101); j.Reason != "" {
+					t.Errorf("late held %s delivery set reason %q", action, j.Reason)
+				}
 			}
 			f.inboxEmpty()
 		})
@@ -96,19 +99,25 @@ func TestGitHubsPayloadsOfAHeldJobSendNothing(t *testing.T) {
 	f.inboxEmpty()
 }
 
-// A held delivery dead-lettered leaves its job waiting, even a queued one:
-// only the approval's queued delivery may release it.
-func TestDeadLetteredHeldQueuedDeliveryLeavesItsJobWaiting(t *testing.T) {
+// A held delivery dead-lettered, waiting or even queued, leaves its job
+// waiting: only the approval's queued delivery may release it, and sends
+// it.
+func TestDeadLetteredHeldDeliveryLeavesItsJobWaiting(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, Options{Visibility: 30 * time.Second, MaxReceives: 2})
-	f.deliver(heldEvent("waiting"))
-	f.step()
-	f.writes.failCreate = func([]domain.Job) error { return errors.New("disk full") }
-	body := f.deliver(heldEvent("queued"))
-	f.failingRounds(2)
-	f.deadLettered(body)
-	if j := f.Job(6101); j.Reason != ReasonWaiting || j.SendPending {
-		t.Fatalf("job reason %q, send pending %v; want still waiting, nothing to send", j.Reason, j.SendPending)
+	for _, action := range []string{"waiting", "queued"} {
+		t.Run(action, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, Options{Visibility: 30 * time.Second, MaxReceives: 2})
+			f.deliver(heldEvent("waiting"))
+			f.step()
+			f.writes.failCreate = func([]domain.Job) error { return errors.New("disk full") }
+			body := f.deliver(heldEvent(action))
+			f.failingRounds(2)
+			f.deadLettered(body)
+			if j := f.Job(6101); j.Reason != ReasonWaiting || j.SendPending {
+				t.Fatalf("job reason %q, send pending %v; want still waiting, nothing to send", j.Reason, j.SendPending)
+			}
+		})
 	}
 }
 

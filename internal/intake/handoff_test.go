@@ -72,22 +72,6 @@ func TestDeadLetteredQueuedDeliveryReleasesItsWaitingJob(t *testing.T) {
 	f.wantQueued(domain.QueueLaunch, 9402)
 }
 
-// A waiting delivery dead-lettered leaves its job waiting: its queued
-// delivery, when the approval comes, sends it.
-func TestDeadLetteredWaitingDeliveryLeavesItsJobWaiting(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, Options{Visibility: 30 * time.Second, MaxReceives: 2})
-	f.deliver(jobEvent{action: "waiting", id: 9403, runID: 943, labels: launchLabels(943)})
-	f.step()
-	f.writes.failCreate = func([]domain.Job) error { return errors.New("disk full") }
-	body := f.deliver(jobEvent{action: "waiting", id: 9403, runID: 943, labels: launchLabels(943)})
-	f.failingRounds(2)
-	f.deadLettered(body)
-	if j := f.Job(9403); j.Reason != ReasonWaiting || j.SendPending {
-		t.Fatalf("job reason %q, send pending %v; want still waiting, nothing to send", j.Reason, j.SendPending)
-	}
-}
-
 // A job recorded on a try whose success the store did not report (a
 // timeout after the write) is found by the hand-off, whatever failed
 // after it: the store refusing every later write is as good as a failed

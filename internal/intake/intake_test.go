@@ -284,37 +284,6 @@ func TestQueuedEventDoesNotReopenAJob(t *testing.T) {
 	}
 }
 
-func TestWaitingJobIsRecordedAndSentOnceQueued(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, Options{})
-	waiting := jobEvent{action: "waiting", id: 6001, runID: 61, labels: poolLabels(61)}
-	f.deliver(waiting)
-	f.step()
-	j := f.Job(6001)
-	if j.Status != domain.JobQueued || j.Reason != ReasonWaiting || !j.QueuedAt.Equal(createdAt) {
-		t.Fatalf("waiting job %s %q queued %v", j.Status, j.Reason, j.QueuedAt)
-	}
-	if n := f.sends.sent(domain.QueuePool); n != 0 || f.Stats(domain.QueuePool).Visible != 0 {
-		t.Fatalf("a waiting job was sent to be served (%d sends)", n)
-	}
-	f.wantEvents("waiting", "recorded", 1)
-
-	f.deliver(jobEvent{action: "queued", id: 6001, runID: 61, labels: poolLabels(61)})
-	f.step()
-	if j := f.Job(6001); j.Status != domain.JobQueued || j.Reason != "" {
-		t.Fatalf("approved job %s %q, want queued without a reason", j.Status, j.Reason)
-	}
-	f.wantQueued(domain.QueuePool, 6001)
-
-	// A late redelivery of the waiting event does not hold the job back again.
-	f.deliver(waiting)
-	f.step()
-	if j := f.Job(6001); j.Reason != "" {
-		t.Errorf("late waiting event set reason %q", j.Reason)
-	}
-	f.inboxEmpty()
-}
-
 // instance records a pool member bound to job id, in state.
 func (f *fixture) instance(id string, state domain.State, job int64) {
 	f.T.Helper()
