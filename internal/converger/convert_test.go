@@ -55,10 +55,7 @@ func TestScheduleFlipConvertsMembers(t *testing.T) {
 	if got := ids(w.rows(domain.StateReady)); !slices.Equal(got, ids(parked)) || w.readyHot() != 2 {
 		t.Fatalf("ready hot %v, want the parked members %v", got, ids(parked))
 	}
-	calls := w.cloud.Calls()
-	if calls[sim.OpStartInstances] != 1 || calls[sim.OpCreateFleet] != 0 || calls[sim.OpTerminateInstances] != 0 {
-		t.Fatalf("calls %v, want one start and no create or terminate", calls)
-	}
+	w.wantCalls(map[string]int{sim.OpStartInstances: 1, sim.OpCreateFleet: 0, sim.OpTerminateInstances: 0})
 	if got := w.actions("start", "convert", "ok"); got != 2 {
 		t.Fatalf("starts counted %v", got)
 	}
@@ -76,10 +73,7 @@ func TestScheduleFlipConvertsMembers(t *testing.T) {
 			t.Fatalf("parked member %s has role %s", in.ID, in.Role)
 		}
 	}
-	calls = w.cloud.Calls()
-	if calls[sim.OpStopInstances] != 1 || calls[sim.OpCreateFleet] != 0 || calls[sim.OpTerminateInstances] != 0 {
-		t.Fatalf("calls %v, want one stop and no create or terminate", calls)
-	}
+	w.wantCalls(map[string]int{sim.OpStopInstances: 1, sim.OpCreateFleet: 0, sim.OpTerminateInstances: 0})
 	if got := w.actions("stop", "convert", "ok"); got != 2 {
 		t.Fatalf("stops counted %v", got)
 	}
@@ -317,10 +311,7 @@ func TestALookupFailingAtAFlipKeepsTheParkedMembers(t *testing.T) {
 	if got := ids(w.rows(domain.StateReady)); !slices.Equal(got, ids(parked)) || w.readyHot() != 2 {
 		t.Fatalf("ready hot %v, want the parked members %v", got, ids(parked))
 	}
-	calls := w.cloud.Calls()
-	if calls[sim.OpCreateFleet] != 0 || calls[sim.OpTerminateInstances] != 0 {
-		t.Fatalf("calls %v, want no create or terminate", calls)
-	}
+	w.wantCalls(map[string]int{sim.OpCreateFleet: 0, sim.OpTerminateInstances: 0})
 	if got := w.kept(rebalance.ReasonConvertsHeld); got != 0 {
 		t.Fatalf("%v members still counted as kept", got)
 	}
