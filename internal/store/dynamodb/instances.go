@@ -1,7 +1,6 @@
 package dynamodb
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -139,17 +138,7 @@ func (s *Store) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]d
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
-	slices.SortFunc(out, func(a, b domain.Instance) int {
-		c := cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
-		if f.Newest {
-			return -c
-		}
-		return c
-	})
-	if f.Limit > 0 && len(out) > f.Limit {
-		out = out[:f.Limit]
-	}
-	return out, nil
+	return instanceKind.listing(out, f.Newest, f.Limit), nil
 }
 
 // instanceLookups are the index queries that find every instance f keeps.

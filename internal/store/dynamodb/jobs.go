@@ -1,7 +1,6 @@
 package dynamodb
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -96,17 +95,7 @@ func (s *Store) ListJobs(ctx context.Context, f domain.JobFilter) ([]domain.Job,
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
-	slices.SortFunc(out, func(a, b domain.Job) int {
-		c := cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
-		if f.Newest {
-			return -c
-		}
-		return c
-	})
-	if f.Limit > 0 && len(out) > f.Limit {
-		out = out[:f.Limit]
-	}
-	return out, nil
+	return jobKind.listing(out, f.Newest, f.Limit), nil
 }
 
 // jobLookups are the index queries that find every job f keeps.

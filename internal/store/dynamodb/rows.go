@@ -1,6 +1,7 @@
 package dynamodb
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,6 +32,8 @@ type rowKind[ID comparable, Row, Guard, Req, Res any] struct {
 	apply    func(cur Row, g Guard, now time.Time, fn func(*Row)) (Row, error)
 	validate func(Row) error
 	version  func(Row) int64
+	// listOrder is a listing's: by creation, then by id.
+	listOrder func(a, b Row) int
 	// request and result are the port's batch request and outcome.
 	request func(Req) (ID, Guard, func(*Row))
 	result  func(Row, error) Res
@@ -41,6 +44,9 @@ var instanceKind = rowKind[string, domain.Instance, domain.Guard, domain.Transit
 	encode: (*Store).instanceItem, decode: decodeInstance,
 	apply: domain.ApplyTransition, validate: domain.Instance.Validate,
 	version: func(i domain.Instance) int64 { return i.Version },
+	listOrder: func(a, b domain.Instance) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	},
 	request: func(r domain.TransitionRequest) (string, domain.Guard, func(*domain.Instance)) {
 		return r.ID, r.Guard, r.Apply
 	},
@@ -54,6 +60,9 @@ var jobKind = rowKind[int64, domain.Job, domain.JobGuard, domain.JobTransitionRe
 	encode: (*Store).jobItem, decode: decodeJob,
 	apply: domain.ApplyJobTransition, validate: domain.Job.Validate,
 	version: func(j domain.Job) int64 { return j.Version },
+	listOrder: func(a, b domain.Job) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	},
 	request: func(r domain.JobTransitionRequest) (int64, domain.JobGuard, func(*domain.Job)) {
 		return r.ID, r.Guard, r.Apply
 	},
@@ -130,6 +139,22 @@ func (k *rowKind[ID, Row, Guard, Req, Res]) find(ctx context.Context, s *Store, 
 		}
 	}
 	return out, nil
+}
+
+// listing is rows as a listing returns them: in listOrder, newest first
+// when newest, and no more than limit of them (0: no limit).
+func (k *rowKind[ID, Row, Guard, Req, Res]) listing(rows []Row, newest bool, limit int) []Row {
+	slices.SortFunc(rows, func(a, b Row) int {
+		c := k.listOrder(a, b)
+		if newest {
+			return -c
+		}
+		return c
+	})
+	if limit > 0 && len(rows) > limit {
+		rows = rows[:limit]
+	}
+	return rows
 }
 
 // partitionLookups query the state index's partition of each of a kind's
