@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -58,38 +57,26 @@ func (s *Store) ListInterruptions(ctx context.Context, since time.Time) ([]domai
 	if err := s.checkOpen(); err != nil {
 		return nil, fmt.Errorf("list interruptions: %w", err)
 	}
-	in := &awsdynamodb.QueryInput{
-		TableName: s.tbl(), ConsistentRead: aws.Bool(true),
-		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ExpressionAttributeNames:  map[string]string{"#pk": attrPK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": str(interruptionsPK)},
-	}
+	from := ""
 	if !since.IsZero() {
-		in.KeyConditionExpression = aws.String("#pk = :pk AND #sk >= :since")
-		in.ExpressionAttributeNames["#sk"] = attrSK
-		in.ExpressionAttributeValues[":since"] = str(formatTime(since))
+		from = formatTime(since)
 	}
 	now := s.now()
 	var out []domain.Interruption
-	for {
-		page, err := s.api.Query(ctx, in)
+	err := s.readPartition(ctx, interruptionsPK, from, func(item map[string]types.AttributeValue) error {
+		i, err := interruptionOf(item)
 		if err != nil {
-			return nil, fmt.Errorf("list interruptions: %w", describe("Query", s.table, err))
+			return err
 		}
-		for _, item := range page.Items {
-			i, err := interruptionOf(item)
-			if err != nil {
-				return nil, fmt.Errorf("list interruptions: %w", err)
-			}
-			if now.Before(i.Expires) {
-				out = append(out, i)
-			}
+		if now.Before(i.Expires) {
+			out = append(out, i)
 		}
-		if len(page.LastEvaluatedKey) == 0 {
-			return out, nil
-		}
-		in.ExclusiveStartKey = page.LastEvaluatedKey
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list interruptions: %w", err)
 	}
+	return out, nil
 }
 
 func interruptionOf(item map[string]types.AttributeValue) (domain.Interruption, error) {

@@ -114,30 +114,18 @@ func (s *Store) ListPoolStatus(ctx context.Context) ([]domain.PoolStatus, error)
 	if err := s.checkOpen(); err != nil {
 		return nil, fmt.Errorf("list pool status: %w", err)
 	}
-	in := &awsdynamodb.QueryInput{
-		TableName: s.tbl(), ConsistentRead: aws.Bool(true),
-		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ExpressionAttributeNames:  map[string]string{"#pk": attrPK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": str(poolsPK)},
-	}
 	var out []domain.PoolStatus
-	for {
-		page, err := s.api.Query(ctx, in)
-		if err != nil {
-			return nil, fmt.Errorf("list pool status: %w", describe("Query", s.table, err))
+	err := s.readPartition(ctx, poolsPK, "", func(item map[string]types.AttributeValue) error {
+		var ps domain.PoolStatus
+		if err := json.Unmarshal([]byte(getS(item, attrDoc)), &ps); err != nil {
+			return fmt.Errorf("pool %s: %w", getS(item, attrSK), err)
 		}
-		for _, item := range page.Items {
-			var ps domain.PoolStatus
-			if err := json.Unmarshal([]byte(getS(item, attrDoc)), &ps); err != nil {
-				return nil, fmt.Errorf("list pool status: pool %s: %w", getS(item, attrSK), err)
-			}
-			ps.LastCycle = ps.LastCycle.UTC()
-			out = append(out, ps)
-		}
-		if len(page.LastEvaluatedKey) == 0 {
-			break
-		}
-		in.ExclusiveStartKey = page.LastEvaluatedKey
+		ps.LastCycle = ps.LastCycle.UTC()
+		out = append(out, ps)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pool status: %w", err)
 	}
 	slices.SortFunc(out, func(a, b domain.PoolStatus) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil

@@ -87,6 +87,38 @@ func (s *Store) query(ctx context.Context, l lookup, pageRows int, each func([]m
 	}
 }
 
+// readPartition hands each row of the table's partition pk to each, in
+// sort key order from from on (from "": every row), reading consistently:
+// a row another replica has just written is read.
+func (s *Store) readPartition(ctx context.Context, pk, from string, each func(map[string]types.AttributeValue) error) error {
+	in := &awsdynamodb.QueryInput{
+		TableName: s.tbl(), ConsistentRead: aws.Bool(true),
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": attrPK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": str(pk)},
+	}
+	if from != "" {
+		in.KeyConditionExpression = aws.String("#pk = :pk AND #sk >= :from")
+		in.ExpressionAttributeNames["#sk"] = attrSK
+		in.ExpressionAttributeValues[":from"] = str(from)
+	}
+	for {
+		page, err := s.api.Query(ctx, in)
+		if err != nil {
+			return describe("Query", s.table, err)
+		}
+		for _, item := range page.Items {
+			if err := each(item); err != nil {
+				return err
+			}
+		}
+		if len(page.LastEvaluatedKey) == 0 {
+			return nil
+		}
+		in.ExclusiveStartKey = page.LastEvaluatedKey
+	}
+}
+
 // TableAPI is what Ensure needs of the client.
 type TableAPI interface {
 	DescribeTable(context.Context, *awsdynamodb.DescribeTableInput, ...func(*awsdynamodb.Options)) (*awsdynamodb.DescribeTableOutput, error)
