@@ -220,11 +220,7 @@ func TestAListingWithALimitReadsOnlyTheJobsItReturns(t *testing.T) {
 	s.createJobs(t, 207, 6, domain.JobRunning, twoPools)
 	s.createJobs(t, 213, 200, domain.JobCompleted, twoPools)
 	statuses := []domain.JobStatus{domain.JobQueued, domain.JobRunning}
-	cases := []struct {
-		name    string
-		f       domain.JobFilter
-		maxRows int // 0: the rows it skips are not bounded here
-	}{
+	cases := []limitedListing[domain.JobFilter]{
 		{"newest", domain.JobFilter{Newest: true, Limit: 10}, 10},
 		{"oldest", domain.JobFilter{Limit: 10}, 10},
 		{"newest of two statuses", domain.JobFilter{Statuses: statuses, Newest: true, Limit: 4}, 8},
@@ -234,20 +230,38 @@ func TestAListingWithALimitReadsOnlyTheJobsItReturns(t *testing.T) {
 		{"a pool's finished jobs", domain.JobFilter{Pool: "arm", Statuses: []domain.JobStatus{domain.JobCompleted}, Limit: 7}, 0},
 		{"fewer than the limit", domain.JobFilter{Statuses: []domain.JobStatus{domain.JobRunning}, Newest: true, Limit: 50}, 6},
 	}
+	checkLimitedListings(t, s, "jobs", cases, func(f *domain.JobFilter) *int { return &f.Limit },
+		func(t *testing.T, f domain.JobFilter) []int64 { return jobIDsOf(s.listJobs(t, f)) })
+}
+
+// limitedListing is a listing with a limit, and the most rows it may read.
+type limitedListing[F any] struct {
+	name    string
+	f       F
+	maxRows int // 0: the rows it skips are not bounded here
+}
+
+// checkLimitedListings runs each case as a subtest: its listing must be
+// the first rows of the same listing without a limit, and read at most
+// maxRows rows. list lists the ids a filter selects; limit is where the
+// filter keeps its limit.
+func checkLimitedListings[F any, ID comparable](t *testing.T, s *meteredStore, noun string, cases []limitedListing[F],
+	limit func(*F) *int, list func(*testing.T, F) []ID) {
+	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			every := c.f
-			every.Limit = 0
-			want := jobIDsOf(s.listJobs(t, every))
-			want = want[:min(c.f.Limit, len(want))]
+			*limit(&every) = 0
+			want := list(t, every)
+			want = want[:min(*limit(&c.f), len(want))]
 			s.m.reset()
-			got := jobIDsOf(s.listJobs(t, c.f))
+			got := list(t, c.f)
 			if !slices.Equal(got, want) {
 				t.Fatalf("got %v, want %v", got, want)
 			}
 			t.Logf("%d queries, %d rows read, %.1f read units", s.m.queries, s.m.rows, s.m.units)
 			if c.maxRows > 0 && s.m.rows > c.maxRows {
-				t.Errorf("%d rows read for %d jobs listed; want at most %d", s.m.rows, len(got), c.maxRows)
+				t.Errorf("%d rows read for %d %s listed; want at most %d", s.m.rows, len(got), noun, c.maxRows)
 			}
 		})
 	}
@@ -385,11 +399,7 @@ func TestAnInstanceListingWithALimitReadsOnlyTheInstancesItReturns(t *testing.T)
 		s.clk.Advance(time.Second)
 	}
 	live := []domain.State{domain.StateReady, domain.StateBooting}
-	cases := []struct {
-		name    string
-		f       domain.InstanceFilter
-		maxRows int // 0: the rows it skips are not bounded here
-	}{
+	cases := []limitedListing[domain.InstanceFilter]{
 		{"newest", domain.InstanceFilter{Newest: true, Limit: 10}, 10},
 		{"oldest", domain.InstanceFilter{Limit: 10}, 10},
 		{"newest of two states", domain.InstanceFilter{States: live, Newest: true, Limit: 4}, 8},
@@ -397,31 +407,14 @@ func TestAnInstanceListingWithALimitReadsOnlyTheInstancesItReturns(t *testing.T)
 		{"a pool's live ones", domain.InstanceFilter{Pool: "arm", States: live, Newest: true, Limit: 3}, 10},
 		{"fewer than the limit", domain.InstanceFilter{States: live, Limit: 50}, 10},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			every := c.f
-			every.Limit = 0
-			all, err := s.ListInstances(t.Context(), every)
+	checkLimitedListings(t, s, "instances", cases, func(f *domain.InstanceFilter) *int { return &f.Limit },
+		func(t *testing.T, f domain.InstanceFilter) []string {
+			insts, err := s.ListInstances(t.Context(), f)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := instanceIDsOf(all)
-			want = want[:min(c.f.Limit, len(want))]
-			s.m.reset()
-			page, err := s.ListInstances(t.Context(), c.f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := instanceIDsOf(page)
-			if !slices.Equal(got, want) {
-				t.Fatalf("got %v, want %v", got, want)
-			}
-			t.Logf("%d queries, %d rows read, %.1f read units", s.m.queries, s.m.rows, s.m.units)
-			if c.maxRows > 0 && s.m.rows > c.maxRows {
-				t.Errorf("%d rows read for %d instances listed; want at most %d", s.m.rows, len(got), c.maxRows)
-			}
+			return instanceIDsOf(insts)
 		})
-	}
 }
 
 func instanceIDsOf(insts []domain.Instance) []string {
