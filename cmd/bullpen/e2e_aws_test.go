@@ -20,13 +20,8 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(mototest.Main(m)) }
 
-const awsConfig = `runners:
-  small:
-    image: %s
-    ram: 1
-    family: [t3]
-pools:
-  warm:
+// awsPools follows smallRunnerOn(image) in the configuration.
+const awsPools = `  warm:
     runner: small
     schedule:
       - name: default
@@ -108,7 +103,7 @@ func startAWS(t *testing.T) *awsStack {
 
 func writeConfig(t *testing.T, path, image string) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(fmt.Sprintf(awsConfig, image)), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(smallRunnerOn(image)+awsPools), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -185,10 +185,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	viewerFile := filepath.Join(t.TempDir(), "viewer-token")
-	if err := os.WriteFile(viewerFile, []byte("e2e-viewer-token\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	viewerFile := writeFile(t, t.TempDir(), "viewer-token", "e2e-viewer-token\n")
 	s := startServerWith(t, string(cfg), "--environment", "dev", "--sim-latency", "zero",
 		"--converge-every", "500ms", "--terminate-every", "500ms", "--viewer-token-file", viewerFile)
 	b := newBrowser(t, path)

@@ -20,13 +20,8 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 )
 
-const replicasConfig = `runners:
-  small:
-    image: %s
-    ram: 1
-    family: [t3]
-pools:
-  warm:
+// replicasPools follows smallRunnerOn(image) in the configuration.
+const replicasPools = `  warm:
     runner: small
     reuse: true
     schedule:
@@ -56,10 +51,7 @@ func startReplicas(t *testing.T, hot int, onAWS bool) *replicaSet {
 	// would wait past their timeout; production's cadence (a 30 s long
 	// poll) leaves the store to the jobs.
 	w.machines.useCadence()
-	cfg := filepath.Join(w.dir, "runs-on.yml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(replicasConfig, w.image("replicas", "v1"), hot)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeFile(t, w.dir, "runs-on.yml", smallRunnerOn(w.image("replicas", "v1"))+fmt.Sprintf(replicasPools, hot))
 	// Every cloud call of both replicas and of the machines goes through
 	// one emulator process: a reused instance gets longer than its
 	// production 10 s to register. Rows the killed replica left pending

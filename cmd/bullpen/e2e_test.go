@@ -75,10 +75,7 @@ func startServerWith(t *testing.T, config string, extra ...string) *server {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "runs-on.yml")
-	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeFile(t, dir, "runs-on.yml", config)
 	s := &server{t: t, token: "e2e-admin-token-0123", secret: "e2e webhook secret", logs: &testlog.Buffer{}, done: make(chan error, 1)}
 	args := append([]string{"serve", "--config", cfg, "--store", "sqlite://" + filepath.Join(dir, "bullpen.db"),
 		"--listen", "127.0.0.1:0"}, extra...)

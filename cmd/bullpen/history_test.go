@@ -122,11 +122,7 @@ func TestSimulateAnExportedHistory(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("simulate: exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"4 jobs from", "4 replayed", "recorded", "simulated", "pool small-x64", "1 × runs-on=<run>/pool=nowhere/env=dev", "cloud calls:"} {
-		if !strings.Contains(report, want) {
-			t.Errorf("the report lacks %q:\n%s", want, report)
-		}
-	}
+	wantAll(t, "the report", report, "4 jobs from", "4 replayed", "recorded", "simulated", "pool small-x64", "1 × runs-on=<run>/pool=nowhere/env=dev", "cloud calls:")
 	code, js, _ := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", out, "--json")
 	var rep struct {
 		Replayed  int

@@ -28,10 +28,34 @@ import (
 // runCmd runs the binary's entry point in-process.
 func runCmd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
-	code = run(context.Background(), e, args)
-	return code, out.String(), errb.String()
+	return runWithEnv(nil, args...)
+}
+
+// smallRunnerOn opens a configuration of one runner, small, on image; the
+// pools follow.
+func smallRunnerOn(image string) string {
+	return "runners:\n  small:\n    image: " + image + "\n    ram: 1\n    family: [t3]\npools:\n"
+}
+
+// wantAll reports each of wants that text, named by what, lacks.
+func wantAll(t *testing.T, what, text string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(text, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, text)
+		}
+	}
+}
+
+// writeFile writes text to dir/name, readable by its owner alone as
+// settings and secrets are, and returns the path.
+func writeFile(t *testing.T, dir, name, text string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func TestValidate(t *testing.T) {
@@ -39,11 +63,7 @@ func TestValidate(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"small-x64: runner small-x64, env dev, tz Europe/Paris", "medium-x64:", "dependabot:", "ok (2 runners, 4 pools)"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
-	}
+	wantAll(t, "output", out, "small-x64: runner small-x64, env dev, tz Europe/Paris", "medium-x64:", "dependabot:", "ok (2 runners, 4 pools)")
 	code, out, errs = runCmd(t, "validate", "../../examples/invalid.yml")
 	if code != 1 || out != "" {
 		t.Fatalf("invalid file: exit %d, stdout %q", code, out)
@@ -64,23 +84,14 @@ func TestValidate(t *testing.T) {
 // converger's cycles), placing it at the block, and takes it with a
 // converger that cycles often enough.
 func TestValidateRefusesWhatServeRefusesAtItsCadence(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "autoscale.yml")
-	if err := os.WriteFile(path, []byte(`runners:
-  small:
-    image: ubuntu24-full-x64
-    ram: 1
-    family: [t3]
-pools:
-  p1:
+	path := writeFile(t, t.TempDir(), "autoscale.yml", smallRunnerOn("ubuntu24-full-x64")+`  p1:
     runner: small
     schedule:
       - name: default
         hot: 1
     autoscale:
       poll-interval: 100s
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	code, out, errs := runCmd(t, "validate", path)
 	if code != 1 || out != "" || !strings.Contains(errs, path+":12:5: pool \"p1\": breach-threshold 1.5 is never reached with the converger running every 30s") {
 		t.Errorf("at serve's default --converge-every: exit %d, stdout %q, stderr:\n%s", code, out, errs)
@@ -314,13 +325,9 @@ func TestServeNamesEveryBadFlagAtOnce(t *testing.T) {
 	if code != 78 {
 		t.Fatalf("exit %d, want 78\n%s", code, errb.String())
 	}
-	for _, want := range []string{`--log-level "loud"`, `--cloud "mars"`, "--reap-every 1ns: want at least 100ms",
+	wantAll(t, "stderr", errb.String(), `--log-level "loud"`, `--cloud "mars"`, "--reap-every 1ns: want at least 100ms",
 		"--job-retention -1h0m0s: want a positive duration", "--converge-every 0s: want a positive duration",
-		`runner scope "orgs": want repo, org or enterprise`, "--sim-jobs-per-minute -3: want a number not below 0"} {
-		if !strings.Contains(errb.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
-		}
-	}
+		`runner scope "orgs": want repo, org or enterprise`, "--sim-jobs-per-minute -3: want a number not below 0")
 }
 
 // serve refuses a silence allowance, or a claim's heartbeat age, that
@@ -458,11 +465,7 @@ func TestServeNamesARunnerScopeProblemWithTheOthers(t *testing.T) {
 	if code != 78 {
 		t.Fatalf("exit %d, want 78\n%s", code, errb.String())
 	}
-	for _, want := range []string{"runner scope enterprise needs the enterprise's slug", "--converge-every 1ms"} {
-		if !strings.Contains(errb.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
-		}
-	}
+	wantAll(t, "stderr", errb.String(), "runner scope enterprise needs the enterprise's slug", "--converge-every 1ms")
 }
 
 // A variable that sets a flag is parsed as the flag is, and a value it
@@ -478,13 +481,9 @@ func TestServeNamesAVariableItCannotParse(t *testing.T) {
 	if code != 78 {
 		t.Fatalf("exit %d, want 78\n%s", code, errb.String())
 	}
-	for _, want := range []string{`$BULLPEN_CONVERGE_EVERY="fast": time: invalid duration "fast"`,
+	wantAll(t, "stderr", errb.String(), `$BULLPEN_CONVERGE_EVERY="fast": time: invalid duration "fast"`,
 		`$BULLPEN_SPOT_BREAKER_INTERRUPTIONS="two": want a whole number`, `$BULLPEN_CANCEL_REJECTED="yes": want true or false`,
-		`$BULLPEN_AWS_NO_SPOT_FALLBACK="sure": want true or false`, `--cloud "mars"`} {
-		if !strings.Contains(errb.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
-		}
-	}
+		`$BULLPEN_AWS_NO_SPOT_FALLBACK="sure": want true or false`, `--cloud "mars"`)
 	// A flag given on the command line wins over its variable, a bad one too.
 	errb.Reset()
 	run(t.Context(), e, []string{"serve", "--config", "../../examples/runs-on.yml", "--listen", "127.0.0.1:0", "--cloud", "mars",
@@ -499,10 +498,7 @@ func TestServeNamesAVariableItCannotParse(t *testing.T) {
 // yet to be created is not created for it; one that exists is asked for
 // the file last in force, and says it keeps none.
 func TestServeNamesAConfigurationItCannotUse(t *testing.T) {
-	empty := filepath.Join(t.TempDir(), "runs-on.yml")
-	if err := os.WriteFile(empty, []byte("# to be written\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	empty := writeFile(t, t.TempDir(), "runs-on.yml", "# to be written\n")
 	newStore := filepath.Join(t.TempDir(), "bullpen.db")
 	vars := map[string]string{"BULLPEN_WEBHOOK_SECRET": "s", "BULLPEN_ADMIN_TOKEN": "test-admin-token", "BULLPEN_STORE": "sqlite://" + newStore}
 	for _, tc := range []struct {
@@ -669,14 +665,7 @@ func TestServeKnowsTheVariableOfEveryFlag(t *testing.T) {
 // so that a dev pool needing a faster converger does not fail the file
 // for the production stack. Without it every pool is checked.
 func TestValidateChecksThePoolsOfTheEnvironmentGiven(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "environments.yml")
-	if err := os.WriteFile(path, []byte(`runners:
-  small:
-    image: ubuntu24-full-x64
-    ram: 1
-    family: [t3]
-pools:
-  fast:
+	path := writeFile(t, t.TempDir(), "environments.yml", smallRunnerOn("ubuntu24-full-x64")+`  fast:
     runner: small
     environment: dev
     schedule:
@@ -690,9 +679,7 @@ pools:
     schedule:
       - name: default
         hot: 1
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	if code, out, errs := runCmd(t, "validate", path); code != 1 || out != "" || !strings.Contains(errs, `pool "fast"`) {
 		t.Errorf("every environment at 30s: exit %d, stdout %q, stderr:\n%s", code, out, errs)
 	}

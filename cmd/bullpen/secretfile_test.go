@@ -2,7 +2,6 @@ package main
 
 import (
 	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -64,13 +63,7 @@ func TestASecretPutWhereItsFileBelongsNeverShows(t *testing.T) {
 // end around it as a file's does.
 func TestSecretFilesResolve(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, text string) string { return writeFile(t, dir, name, text) }
 	fromFlag, fromEnv, empty := write("flag", "from-flag\n"), write("env", "from-env-file"), write("empty", " \n")
 	vars := map[string]string{"BULLPEN_ADMIN_TOKEN_FILE": fromEnv, "BULLPEN_ADMIN_TOKEN": "from-env"}
 	getenv := func(k string) string { return vars[k] }
@@ -101,13 +94,7 @@ func TestSecretFilesResolve(t *testing.T) {
 // read is named by its setting, never by its path.
 func TestServeReadsTheGitHubTokenFromAFile(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, text string) string { return writeFile(t, dir, name, text) }
 	fromFlag, fromEnv := write("flag", "ghp_from_flag\n"), write("env", "ghp_from_env_file")
 	missing := filepath.Join(dir, "ghp_put_where_the_path_goes")
 	for _, c := range []struct {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -50,10 +49,7 @@ func (w *addrWatcher) Write(p []byte) (int, error) {
 func startServe(t *testing.T, extra ...string) *liveServe {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "runs-on.yml")
-	if err := os.WriteFile(cfg, []byte(e2eConfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeFile(t, dir, "runs-on.yml", e2eConfig)
 	secrets := map[string]string{"BULLPEN_WEBHOOK_SECRET": "hardening secret", "BULLPEN_ADMIN_TOKEN": "hardening admin token"}
 	w := &addrWatcher{logs: &testlog.Buffer{}, addr: make(chan string, 1)}
 	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: w, getenv: func(k string) string { return secrets[k] }}

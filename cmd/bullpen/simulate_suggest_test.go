@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,11 +16,8 @@ func TestSimulateSuggestCountsTheColdOverflowInThePoolsP90(t *testing.T) {
 		t.Skip("several replays")
 	}
 	jobs := writeHistory(t, "p")
-	cfg := filepath.Join(t.TempDir(), "cold.yml")
-	if err := os.WriteFile(cfg, []byte("runners:\n  small: {image: ubuntu24-full-x64, ram: 1, family: [t3]}\npools:\n  p:\n    environment: dev\n    runner: small\n"+
-		"    schedule:\n      - name: default\n        hot: 0\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeFile(t, t.TempDir(), "cold.yml", "runners:\n  small: {image: ubuntu24-full-x64, ram: 1, family: [t3]}\npools:\n  p:\n    environment: dev\n    runner: small\n"+
+		"    schedule:\n      - name: default\n        hot: 0\n")
 	code, out, errOut := runWithEnv(nil, "simulate", "--config", cfg, "--jobs", jobs, "--suggest", "--target-p90", "10s", "--rounds", "0")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)

@@ -55,11 +55,7 @@ func TestSimulateSuggestPrintsAValidConfiguration(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"as configured: pool jobs' p90", "round 1: pool jobs' p90", "pool medium-x64: no job of the history went to it"} {
-		if !strings.Contains(errOut, want) {
-			t.Errorf("stderr lacks %q:\n%s", want, errOut)
-		}
-	}
+	wantAll(t, "stderr", errOut, "as configured: pool jobs' p90", "round 1: pool jobs' p90", "pool medium-x64: no job of the history went to it")
 	cfg, err := config.Parse("suggested.yml", []byte(out))
 	if err != nil {
 		t.Fatalf("the suggestion does not parse: %v\n%s", err, out)
@@ -69,10 +65,7 @@ func TestSimulateSuggestPrintsAValidConfiguration(t *testing.T) {
 	if small.Timezone != "" || len(small.Schedule) < 2 || medium.Timezone != "America/New_York" {
 		t.Errorf("small-x64 %+v, medium-x64 %+v: want a UTC schedule for the first, the second as configured", small.Schedule, medium.Timezone)
 	}
-	file := filepath.Join(t.TempDir(), "suggested.yml")
-	if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := writeFile(t, t.TempDir(), "suggested.yml", out)
 	if code, vout, verr := runWithEnv(nil, "validate", file); code != 0 {
 		t.Fatalf("validate refuses the suggestion: %s%s", vout, verr)
 	}
@@ -124,10 +117,7 @@ func TestBenchReplayReportsItsPace(t *testing.T) {
 // named before the replay: its timings would change nothing.
 func TestSimulateNamesTimingsOfFamiliesNoRunnerLaunches(t *testing.T) {
 	jobs := writeHistory(t, "small-x64")
-	timings := filepath.Join(t.TempDir(), "timings.json")
-	if err := os.WriteFile(timings, []byte(`{"families": {"t3": {"boot": "20s"}, "m7gg": {"boot": "40s"}}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	timings := writeFile(t, t.TempDir(), "timings.json", `{"families": {"t3": {"boot": "20s"}, "m7gg": {"boot": "40s"}}}`)
 	code, _, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--timings", timings)
 	if code != 0 || !strings.Contains(errOut, "warning: --timings "+timings+" sets the timings of families no runner launches in the simulation: m7gg (the runners launch ") {
 		t.Errorf("exit %d: %s", code, errOut)
@@ -157,10 +147,7 @@ func TestHistoryGenerateFeedsSimulate(t *testing.T) {
 	if _, again, _ := runWithEnv(nil, args...); again != first || strings.Count(first, "\n") != 20 {
 		t.Fatalf("two runs with one seed differ, or not 20 lines:\n%s", first)
 	}
-	path := filepath.Join(t.TempDir(), "generated.jsonl")
-	if err := os.WriteFile(path, []byte(first), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeFile(t, t.TempDir(), "generated.jsonl", first)
 	code, report, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", path)
 	if code != 0 || !strings.Contains(report, "20 replayed") || !strings.Contains(report, "pool small-x64") {
 		t.Fatalf("simulate on the generated history: exit %d: %s\n%s", code, errOut, report)
@@ -175,8 +162,7 @@ func TestHistoryGenerateFeedsSimulate(t *testing.T) {
 // shown first, and a difference is pointed out.
 func TestSimulateCompareShowsTheJobsEachServed(t *testing.T) {
 	jobs := writeHistory(t, "small-x64")
-	other := filepath.Join(t.TempDir(), "other.yml")
-	if err := os.WriteFile(other, []byte(`runners:
+	other := writeFile(t, t.TempDir(), "other.yml", `runners:
   small:
     cpu: 2
     ram: 4
@@ -188,22 +174,16 @@ pools:
     schedule:
       - name: default
         hot: 1
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	code, out, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--compare", other)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{
+	wantAll(t, "the comparison", out,
 		"  served                     45       0     -45\n",
 		"  no pool or runner           0      45     +45\n",
 		"note: A and B served different jobs",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the comparison lacks %q:\n%s", want, out)
-		}
-	}
+	)
 }
 
 // Each section of a comparison holds its figures under the A, B and B-A
@@ -273,10 +253,7 @@ func TestSimulateCompareLinesUpItsColumns(t *testing.T) {
 // in their header, and refuse one no pool belongs to.
 func TestSimulateAndDemoServeTheEnvironmentNamed(t *testing.T) {
 	jobs := writeHistory(t, "small-x64")
-	devOnly := filepath.Join(t.TempDir(), "dev.yml")
-	if err := os.WriteFile(devOnly, []byte("runners:\n  small: {image: ubuntu-24.04, family: [t3]}\npools:\n  small-x64:\n    environment: dev\n    runner: small\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	devOnly := writeFile(t, t.TempDir(), "dev.yml", "runners:\n  small: {image: ubuntu-24.04, family: [t3]}\npools:\n  small-x64:\n    environment: dev\n    runner: small\n")
 	code, out, errOut := runWithEnv(nil, "simulate", "--config", devOnly, "--jobs", jobs, "--environment", "prod")
 	if code != 2 || !strings.Contains(errOut, `--environment: no pool of the configuration belongs to environment "prod"`) {
 		t.Errorf("simulate in an environment without pools: exit %d: %s%s", code, out, errOut)
@@ -295,10 +272,7 @@ func TestSimulateAndDemoServeTheEnvironmentNamed(t *testing.T) {
 // which window the jobs ran and over which run the cost is reckoned.
 func TestSimulateComparesTheJobsItServed(t *testing.T) {
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "pool.yml")
-	if err := os.WriteFile(cfg, []byte("runners:\n  small: {image: ubuntu-24.04, ram: 1, family: [t3]}\npools:\n  p:\n    runner: small\n    schedule:\n      - name: default\n        hot: 2\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeFile(t, dir, "pool.yml", "runners:\n  small: {image: ubuntu-24.04, ram: 1, family: [t3]}\npools:\n  p:\n    runner: small\n    schedule:\n      - name: default\n        hot: 2\n")
 	path := filepath.Join(dir, "history.jsonl")
 	f, err := os.Create(path)
 	if err != nil {
@@ -323,17 +297,13 @@ func TestSimulateComparesTheJobsItServed(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{
+	wantAll(t, "the report", out,
 		"12 jobs from 2026-11-23 10:00 to 2026-11-23 10:09, 2 replayed",
 		"not for bullpen: 10",
 		"  recorded                 2    2.0    2.0    2.0    2.0\n",
 		"window: 2026-11-23 10:02:00 to 10:07:",
 		"over the replay's run from the first arrival, 2026-11-23 10:02:00 to 10:07:30 (5m30s): it ended 28s after the window; the 5m0s of warm-up before it is not billed",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the report lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	code, js, _ := runWithEnv(nil, "simulate", "--config", cfg, "--jobs", path, "--json")
 	var rep struct {
 		Replayed      int
@@ -353,11 +323,8 @@ func TestSimulateSuggestHoldsHotAtTheAutoscaleMax(t *testing.T) {
 		t.Skip("several replays")
 	}
 	jobs := writeHistory(t, "p")
-	cfg := filepath.Join(t.TempDir(), "autoscaled.yml")
-	if err := os.WriteFile(cfg, []byte("runners:\n  small: {image: ubuntu24-full-x64, ram: 1, family: [t3]}\npools:\n  p:\n    environment: dev\n    runner: small\n"+
-		"    schedule:\n      - name: default\n        hot: 1\n    autoscale:\n      max: 1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeFile(t, t.TempDir(), "autoscaled.yml", "runners:\n  small: {image: ubuntu24-full-x64, ram: 1, family: [t3]}\npools:\n  p:\n    environment: dev\n    runner: small\n"+
+		"    schedule:\n      - name: default\n        hot: 1\n    autoscale:\n      max: 1\n")
 	code, out, errOut := runWithEnv(nil, "simulate", "--config", cfg, "--jobs", jobs, "--suggest", "--target-p90", "1s", "--rounds", "0")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -373,10 +340,7 @@ func TestSimulateSuggestHoldsHotAtTheAutoscaleMax(t *testing.T) {
 	if !strings.Contains(out, "\n# Pool p: the plan wanted up to ") || !strings.Contains(errOut, "\npool p: the plan wanted up to ") {
 		t.Errorf("the pool is not named, or the suggestion does not say it as a comment:\n%s\n%s", errOut, out)
 	}
-	file := filepath.Join(t.TempDir(), "suggested.yml")
-	if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := writeFile(t, t.TempDir(), "suggested.yml", out)
 	if code, vout, verr := runWithEnv(nil, "validate", file); code != 0 {
 		t.Fatalf("validate refuses the suggestion: %s%s", vout, verr)
 	}
@@ -387,10 +351,7 @@ func TestSimulateSuggestHoldsHotAtTheAutoscaleMax(t *testing.T) {
 // serve a job.
 func writeSlowT3Timings(t *testing.T) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "timings.json")
-	if err := os.WriteFile(path, []byte(`{"families":{"t3":{"boot":"4m","warm_up":"2m"}}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path := writeFile(t, t.TempDir(), "timings.json", `{"families":{"t3":{"boot":"4m","warm_up":"2m"}}}`)
 	return path
 }
 
@@ -412,17 +373,13 @@ func TestSimulateReportsTheJobsThatNeverStarted(t *testing.T) {
 	if n == 0 {
 		t.Fatalf("every job started (%+v): the test needs some that did not", rep.Simulated.NotStarted)
 	}
-	for _, want := range []string{
+	wantAll(t, "the report", out,
 		fmt.Sprintf("not started: %d jobs no runner had taken when the replay ended (pool small-x64 %d); jobs not started count as waiting until the replay's end", n, n),
 		"p99    max not started\n",
 		"  simulated               45 ",
 		fmt.Sprintf("%11d\n", n),
 		"per completed job",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the report lacks %q:\n%s", want, out)
-		}
-	}
+	)
 }
 
 // A comparison counts each configuration's jobs that did not start, by
@@ -439,16 +396,12 @@ func TestSimulateCompareCountsTheJobsThatNeverStarted(t *testing.T) {
 	var out strings.Builder
 	printComparison(&out, "a.yml", "b.yml", report(0, 12), report(25, 1800))
 	text := out.String()
-	for _, want := range []string{
+	wantAll(t, "the comparison", text,
 		"  not started                 0      25     +25\n",
 		"    pool small                0      25     +25\n",
 		"  p90                      12.0  1800.0 +1788.0\n",
 		"  note: jobs not started count as waiting until the replay's end",
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("the comparison lacks %q:\n%s", want, text)
-		}
-	}
+	)
 	if strings.Contains(text, "pool big") {
 		t.Errorf("a pool whose jobs all started is listed among those that did not:\n%s", text)
 	}

@@ -1,17 +1,12 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
 
 func TestViewerToken(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "viewer")
-	if err := os.WriteFile(file, []byte(" viewer-from-file-0\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := writeFile(t, t.TempDir(), "viewer", " viewer-from-file-0\n")
 	env := func(v string) func(string) string {
 		return func(k string) string {
 			if k == "BULLPEN_VIEWER_TOKEN" {
