@@ -14,18 +14,27 @@ import (
 
 const visibility = 30 * time.Second
 
-func TestAHeldMessageStaysInvisibleUntilReleased(t *testing.T) {
+// holdTwo opens a store of its own, sends two messages, first and second,
+// to its queue named queue, receives both and holds both.
+func holdTwo(t *testing.T, queue, first, second string) (*clock.Virtual, domain.Queue, []domain.Message, keepalive.Held) {
+	t.Helper()
 	ctx := context.Background()
 	clk := clock.NewVirtual(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
 	_, q := sqlitetest.Open(t, clk)
-	if err := q.Send(ctx, domain.QueueLaunch, []domain.SendRequest{{Body: []byte("a")}, {Body: []byte("b")}}); err != nil {
+	if err := q.Send(ctx, queue, []domain.SendRequest{{Body: []byte(first)}, {Body: []byte(second)}}); err != nil {
 		t.Fatal(err)
 	}
-	msgs, err := q.Receive(ctx, domain.QueueLaunch, 2, visibility, 0)
+	msgs, err := q.Receive(ctx, queue, 2, visibility, 0)
 	if err != nil || len(msgs) != 2 {
 		t.Fatalf("receive: %d, %v", len(msgs), err)
 	}
-	held := keepalive.Hold(q, clk, domain.QueueLaunch, []string{msgs[0].Receipt, msgs[1].Receipt}, visibility, slog.New(slog.DiscardHandler))
+	held := keepalive.Hold(q, clk, queue, []string{msgs[0].Receipt, msgs[1].Receipt}, visibility, slog.New(slog.DiscardHandler))
+	return clk, q, msgs, held
+}
+
+func TestAHeldMessageStaysInvisibleUntilReleased(t *testing.T) {
+	ctx := context.Background()
+	clk, q, msgs, held := holdTwo(t, domain.QueueLaunch, "a", "b")
 	if err := q.Delete(ctx, domain.QueueLaunch, []string{msgs[1].Receipt}); err != nil { // settled while held
 		t.Fatal(err)
 	}
@@ -53,16 +62,7 @@ func TestNothingToHold(t *testing.T) {
 // (a retry's delay), which the next extension would otherwise overwrite.
 func TestALetMessageKeepsItsOwnDelay(t *testing.T) {
 	ctx := context.Background()
-	clk := clock.NewVirtual(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
-	_, q := sqlitetest.Open(t, clk)
-	if err := q.Send(ctx, domain.QueuePool, []domain.SendRequest{{Body: []byte("retried")}, {Body: []byte("in hand")}}); err != nil {
-		t.Fatal(err)
-	}
-	msgs, err := q.Receive(ctx, domain.QueuePool, 2, visibility, 0)
-	if err != nil || len(msgs) != 2 {
-		t.Fatalf("receive: %d, %v", len(msgs), err)
-	}
-	held := keepalive.Hold(q, clk, domain.QueuePool, []string{msgs[0].Receipt, msgs[1].Receipt}, visibility, slog.New(slog.DiscardHandler))
+	clk, q, msgs, held := holdTwo(t, domain.QueuePool, "retried", "in hand")
 	defer held.Stop()
 	held.Let(msgs[0].Receipt)
 	const delay = 2 * time.Minute
