@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/history"
 	"github.com/bullpen-ci/bullpen/internal/simulate"
 	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 )
@@ -15,10 +16,7 @@ import (
 // A replay serves the environment it is given, says which, and names the
 // pools it leaves out; by default it serves the first pool's.
 func TestAReplayServesTheEnvironmentItIsGiven(t *testing.T) {
-	jobs := append(burst("a", "dev")[:6], burst("b", "prod")[:6]...)
-	for i := range jobs[6:] {
-		jobs[6+i].ID += 1000
-	}
+	jobs := sixEach("a", "dev", "b", "prod")
 	for env, want := range map[string]struct{ served, other string }{"": {"a", "b@prod"}, "prod": {"b", "a@dev"}} {
 		rep, err := simulate.Run(context.Background(), simulate.Options{Config: testfixtures.TwoEnvironments(t), Environment: env, Jobs: jobs, Seed: 3, Tail: 3 * time.Minute})
 		if err != nil {
@@ -40,17 +38,8 @@ func TestSuggestPlansOnlyTheEnvironmentServed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a replay")
 	}
-	jobs := append(burst("a", "dev")[:6], burst("b", "prod")[:6]...)
-	for i := range jobs[6:] {
-		jobs[6+i].ID += 1000
-	}
-	s, err := simulate.Suggest(context.Background(), simulate.SuggestOptions{
-		Options:   simulate.Options{Config: testfixtures.TwoEnvironments(t), Environment: "prod", Jobs: jobs, Seed: 3, Tail: 3 * time.Minute},
-		TargetP90: time.Minute, Rounds: 1,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	jobs := sixEach("a", "dev", "b", "prod")
+	s := suggestOneRound(t, "prod", jobs)
 	if _, ok := s.Plans["a"]; ok || len(s.Plans) != 1 {
 		t.Errorf("plans for %d pools, a's planned %v: want b's only", len(s.Plans), ok)
 	}
@@ -66,17 +55,7 @@ func TestSuggestPlansOnlyTheEnvironmentServed(t *testing.T) {
 // takes: another environment's jobs for a pool every environment shares
 // give it no plan.
 func TestSuggestCountsOnlyTheServedEnvironmentsJobs(t *testing.T) {
-	jobs := append(burst("a", "dev")[:6], burst("shared", "prod")[:6]...)
-	for i := range jobs[6:] {
-		jobs[6+i].ID += 1000
-	}
-	s, err := simulate.Suggest(context.Background(), simulate.SuggestOptions{
-		Options:   simulate.Options{Config: testfixtures.TwoEnvironments(t), Environment: "dev", Jobs: jobs, Seed: 3, Tail: 3 * time.Minute},
-		TargetP90: time.Minute, Rounds: 1,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := suggestOneRound(t, "dev", sixEach("a", "dev", "shared", "prod"))
 	if _, ok := s.Plans["shared"]; ok || len(s.Plans) != 1 {
 		t.Errorf("plans for %d pools, shared planned %v: want a's only, prod's jobs for shared left to prod", len(s.Plans), ok)
 	}
@@ -103,4 +82,28 @@ func TestAGeneratedHistoryIsForItsEnvironment(t *testing.T) {
 	if rep.Replayed != len(jobs) || rep.NotForBullpen != 0 {
 		t.Errorf("%d of %d generated jobs replayed by dev's stack, %d not for bullpen", rep.Replayed, len(jobs), rep.NotForBullpen)
 	}
+}
+
+// sixEach is six jobs of pool a in environment envA and six of pool b in
+// envB, each with an id of its own.
+func sixEach(a, envA, b, envB string) []history.Job {
+	jobs := append(burst(a, envA)[:6], burst(b, envB)[:6]...)
+	for i := range jobs[6:] {
+		jobs[6+i].ID += 1000
+	}
+	return jobs
+}
+
+// suggestOneRound runs one round of the search over jobs on the two
+// environments' configuration, serving environment.
+func suggestOneRound(t *testing.T, environment string, jobs []history.Job) simulate.Suggestion {
+	t.Helper()
+	s, err := simulate.Suggest(context.Background(), simulate.SuggestOptions{
+		Options:   simulate.Options{Config: testfixtures.TwoEnvironments(t), Environment: environment, Jobs: jobs, Seed: 3, Tail: 3 * time.Minute},
+		TargetP90: time.Minute, Rounds: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -144,20 +144,8 @@ func TestSuggestUsesStoppedInstancesWhenTheTargetAllows(t *testing.T) {
 	}
 }
 
-const autoscaledPool = `runners:
-  small:
-    image: ubuntu24-full-x64
-    ram: 1
-    family: [t3]
-pools:
-  p:
-    runner: small
-    schedule:
-      - name: default
-        hot: 1
-    autoscale:
-      max: 2
-`
+// autoscaledPool is propertyConfig's pool at hot 1, autoscaling up to 2.
+var autoscaledPool = fmt.Sprintf(propertyConfig, 1) + "    autoscale:\n      max: 2\n"
 
 // A pool that autoscales is planned no more hot instances than its block's
 // max, which the configuration refuses a schedule above; the suggestion
