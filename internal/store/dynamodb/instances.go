@@ -150,18 +150,8 @@ func instanceLookups(f domain.InstanceFilter) []lookup {
 		return []lookup{{index: indexCloud, attr: attrCloud, value: f.CloudID}}
 	case f.Job != "":
 		return []lookup{{index: indexLink, attr: attrLink, value: kindInstance + "#" + f.Job}}
-	case f.Pool != "" && len(f.States) > 0 && !slices.ContainsFunc(f.States, domain.State.Terminal):
-		// The live states' partitions hold the fleet now, every pool's;
-		// a pool's partition holds its every terminated row kept too. So
-		// a claim of a pool's ready machine, or a page of its live ones,
-		// reads the fleet, not the pool's history.
-		return partitionLookups(kindInstance, f.States)
-	case f.Pool != "":
-		return []lookup{{index: indexPool, attr: attrPool, value: kindInstance + "#" + f.Pool}}
-	case len(f.States) > 0:
-		return partitionLookups(kindInstance, f.States)
 	}
-	return []lookup{{index: indexKind, attr: attrKind, value: kindInstance}}
+	return poolLookups(kindInstance, f.Pool, f.States, domain.State.Terminal)
 }
 
 func matchesInstance(in domain.Instance, f domain.InstanceFilter) bool {

@@ -105,18 +105,8 @@ func jobLookups(f domain.JobFilter) []lookup {
 		return []lookup{{index: indexLink, attr: attrLink, value: kindJob + "#" + f.Instance}}
 	case f.ToRerun:
 		return []lookup{{index: indexRerun, attr: attrRerun, value: kindJob}}
-	case f.Pool != "" && len(f.Statuses) > 0 && !slices.ContainsFunc(f.Statuses, domain.JobStatus.Final):
-		// The live statuses' partitions hold the jobs of every pool now
-		// queued or in progress, a few minutes' worth; a pool's partition
-		// holds its every job kept, days' worth. So an autoscaler asking
-		// for a pool's demand reads the live jobs, not the pool's history.
-		return partitionLookups(kindJob, f.Statuses)
-	case f.Pool != "":
-		return []lookup{{index: indexPool, attr: attrPool, value: kindJob + "#" + f.Pool}}
-	case len(f.Statuses) > 0:
-		return partitionLookups(kindJob, f.Statuses)
 	}
-	return []lookup{{index: indexKind, attr: attrKind, value: kindJob}}
+	return poolLookups(kindJob, f.Pool, f.Statuses, domain.JobStatus.Final)
 }
 
 func matchesJob(j domain.Job, f domain.JobFilter) bool {

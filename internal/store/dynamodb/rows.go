@@ -157,6 +157,26 @@ func (k *rowKind[ID, Row, Guard, Req, Res]) listing(rows []Row, newest bool, lim
 	return rows
 }
 
+// poolLookups are the index queries that find a kind's rows in pool and
+// states (an instance's, a job's statuses), either of which may be unset.
+// final tells the states a row stays in once it is done.
+func poolLookups[V ~string](kind, pool string, states []V, final func(V) bool) []lookup {
+	switch {
+	case pool != "" && len(states) > 0 && !slices.ContainsFunc(states, final):
+		// The live states' partitions hold the kind's live rows now, every
+		// pool's, a few minutes' worth; a pool's partition holds its every
+		// row kept, finished ones too, days' worth. So a claim of a pool's
+		// ready machine, a page of its live ones, or an autoscaler asking
+		// for a pool's demand reads the live rows, not the pool's history.
+		return partitionLookups(kind, states)
+	case pool != "":
+		return []lookup{{index: indexPool, attr: attrPool, value: kind + "#" + pool}}
+	case len(states) > 0:
+		return partitionLookups(kind, states)
+	}
+	return []lookup{{index: indexKind, attr: attrKind, value: kind}}
+}
+
 // partitionLookups query the state index's partition of each of a kind's
 // states (an instance's state, a job's status), each once.
 func partitionLookups[V ~string](kind string, values []V) []lookup {
