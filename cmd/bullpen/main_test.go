@@ -37,6 +37,17 @@ func smallRunnerOn(image string) string {
 	return "runners:\n  small:\n    image: " + image + "\n    ram: 1\n    family: [t3]\npools:\n"
 }
 
+// mustRun runs bullpen with args and no variables, and ends the test
+// unless it exits 0.
+func mustRun(t *testing.T, args ...string) (stdout, stderr string) {
+	t.Helper()
+	code, stdout, stderr := runWithEnv(nil, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	return stdout, stderr
+}
+
 // wantAll reports each of wants that text, named by what, lacks.
 func wantAll(t *testing.T, what, text string, wants ...string) {
 	t.Helper()
@@ -59,12 +70,9 @@ func writeFile(t *testing.T, dir, name, text string) string {
 }
 
 func TestValidate(t *testing.T) {
-	code, out, errs := runCmd(t, "validate", "../../examples/runs-on.yml")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
+	out, _ := mustRun(t, "validate", "../../examples/runs-on.yml")
 	wantAll(t, "output", out, "small-x64: runner small-x64, env dev, tz Europe/Paris", "medium-x64:", "dependabot:", "ok (2 runners, 4 pools)")
-	code, out, errs = runCmd(t, "validate", "../../examples/invalid.yml")
+	code, out, errs := runCmd(t, "validate", "../../examples/invalid.yml")
 	if code != 1 || out != "" {
 		t.Fatalf("invalid file: exit %d, stdout %q", code, out)
 	}
@@ -152,10 +160,7 @@ func TestUnknownCommandAndHelp(t *testing.T) {
 }
 
 func TestDemoJSON(t *testing.T) {
-	code, out, errs := runCmd(t, "demo", "--speed", "0", "--duration", "10m", "--roll-at", "5m", "--json", "--start", "2026-11-23T10:00:00Z")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
+	out, errs := mustRun(t, "demo", "--speed", "0", "--duration", "10m", "--roll-at", "5m", "--json", "--start", "2026-11-23T10:00:00Z")
 	var res struct {
 		Pools []struct {
 			Name     string

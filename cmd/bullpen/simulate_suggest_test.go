@@ -18,10 +18,7 @@ func TestSimulateSuggestCountsTheColdOverflowInThePoolsP90(t *testing.T) {
 	jobs := writeHistory(t, "p")
 	cfg := writeFile(t, t.TempDir(), "cold.yml", "runners:\n  small: {image: ubuntu24-full-x64, ram: 1, family: [t3]}\npools:\n  p:\n    environment: dev\n    runner: small\n"+
 		"    schedule:\n      - name: default\n        hot: 0\n")
-	code, out, errOut := runWithEnv(nil, "simulate", "--config", cfg, "--jobs", jobs, "--suggest", "--target-p90", "10s", "--rounds", "0")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, errOut := mustRun(t, "simulate", "--config", cfg, "--jobs", jobs, "--suggest", "--target-p90", "10s", "--rounds", "0")
 	if strings.Contains(errOut, "as configured: pool jobs' p90 0.0 s") || !strings.Contains(errOut, "as configured: pool jobs' p90 ") {
 		t.Errorf("the p90 as configured leaves out the jobs that started cold:\n%s", errOut)
 	}

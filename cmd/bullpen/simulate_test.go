@@ -51,10 +51,7 @@ func TestSimulateSuggestPrintsAValidConfiguration(t *testing.T) {
 		t.Skip("several replays")
 	}
 	jobs := writeHistory(t, "small-x64")
-	code, out, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--suggest", "--target-p90", "10s")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, errOut := mustRun(t, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--suggest", "--target-p90", "10s")
 	wantAll(t, "stderr", errOut, "as configured: pool jobs' p90", "round 1: pool jobs' p90", "pool medium-x64: no job of the history went to it")
 	cfg, err := config.Parse("suggested.yml", []byte(out))
 	if err != nil {
@@ -175,10 +172,7 @@ pools:
       - name: default
         hot: 1
 `)
-	code, out, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--compare", other)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, _ := mustRun(t, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--compare", other)
 	wantAll(t, "the comparison", out,
 		"  served                     45       0     -45\n",
 		"  no pool or runner           0      45     +45\n",
@@ -293,10 +287,7 @@ func TestSimulateComparesTheJobsItServed(t *testing.T) {
 	job(11, "runs-on=211/pool=p", start.Add(2*time.Minute), 2*time.Second)
 	job(12, "runs-on=212/pool=p", start.Add(5*time.Minute), 2*time.Second)
 	f.Close()
-	code, out, errOut := runWithEnv(nil, "simulate", "--config", cfg, "--jobs", path)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, _ := mustRun(t, "simulate", "--config", cfg, "--jobs", path)
 	wantAll(t, "the report", out,
 		"12 jobs from 2026-11-23 10:00 to 2026-11-23 10:09, 2 replayed",
 		"not for bullpen: 10",
@@ -325,10 +316,7 @@ func TestSimulateSuggestHoldsHotAtTheAutoscaleMax(t *testing.T) {
 	jobs := writeHistory(t, "p")
 	cfg := writeFile(t, t.TempDir(), "autoscaled.yml", "runners:\n  small: {image: ubuntu24-full-x64, ram: 1, family: [t3]}\npools:\n  p:\n    environment: dev\n    runner: small\n"+
 		"    schedule:\n      - name: default\n        hot: 1\n    autoscale:\n      max: 1\n")
-	code, out, errOut := runWithEnv(nil, "simulate", "--config", cfg, "--jobs", jobs, "--suggest", "--target-p90", "1s", "--rounds", "0")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, errOut := mustRun(t, "simulate", "--config", cfg, "--jobs", jobs, "--suggest", "--target-p90", "1s", "--rounds", "0")
 	for _, want := range []string{"the plan wanted up to ", "above its autoscale block's max 1", "raise max to "} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
@@ -360,10 +348,7 @@ func writeSlowT3Timings(t *testing.T) string {
 // read as fast as one that served them all.
 func TestSimulateReportsTheJobsThatNeverStarted(t *testing.T) {
 	jobs := writeHistory(t, "small-x64")
-	code, out, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--timings", writeSlowT3Timings(t))
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
+	out, _ := mustRun(t, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--timings", writeSlowT3Timings(t))
 	code, js, _ := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--timings", writeSlowT3Timings(t), "--json")
 	var rep simulate.Report
 	if code != 0 || json.Unmarshal([]byte(js), &rep) != nil {
