@@ -63,21 +63,6 @@ func (s *stream) next(t *testing.T) string {
 	return ""
 }
 
-// fragment fetches a page's content the way the page's script does.
-func fragment(t *testing.T, base, path string) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, base+path, nil)
-	req.Header.Set("Authorization", "Bearer "+viewerToken)
-	req.Header.Set("X-Fragment", "1")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("fragment %s: %d", path, resp.StatusCode)
-	}
-}
 
 // However many pages are open, live updates read the store at most once
 // per refresh interval: one snapshot of snapshotQueries queries, shared.
@@ -101,7 +86,7 @@ func TestLiveUpdatesCostLessThanAQueryPerSecondPerPage(t *testing.T) {
 			r.clk.Advance(DefaultRefresh)
 			for k, s := range streams {
 				s.next(t)
-				fragment(t, srv.URL, paths[k%len(paths)])
+				fragmentBody(t, srv.URL, paths[k%len(paths)])
 			}
 		}
 		queries := r.counting.n.Load() - before
