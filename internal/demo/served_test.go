@@ -89,13 +89,7 @@ func TestARunEndsWhenEveryJobIsServed(t *testing.T) {
 // not re-run, is.
 func TestAJobWaitingForItsRerunIsNotServed(t *testing.T) {
 	ctx := context.Background()
-	clk := clock.NewSerial(monday)
-	w, err := newWorld(ctx, Options{Config: onePoolConfig(t), Environment: "production", Interval: 30 * time.Second,
-		Latency: DefaultLatency, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, clk, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.close()
+	w := onePoolWorld(t)
 	if !w.allServed(ctx, monday) {
 		t.Fatal("a run without jobs is not served")
 	}
@@ -138,4 +132,18 @@ func TestAJobWaitingForItsRerunIsNotServed(t *testing.T) {
 			t.Errorf("%s: awaits its re-run %v, want %v", name, got, c.want)
 		}
 	}
+}
+
+// onePoolWorld is a quiet world of onePoolConfig's pool on a serial clock
+// set to monday, closed when the test ends.
+func onePoolWorld(t *testing.T) *world {
+	t.Helper()
+	clk := clock.NewSerial(monday)
+	w, err := newWorld(context.Background(), Options{Config: onePoolConfig(t), Environment: "production", Interval: 30 * time.Second,
+		Latency: DefaultLatency, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, clk, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.close)
+	return w
 }

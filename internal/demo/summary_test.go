@@ -3,13 +3,10 @@ package demo
 import (
 	"bytes"
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/converger"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
@@ -20,13 +17,7 @@ import (
 // by status, so that the rows add up to the jobs fed.
 func TestTheSummaryAccountsForEveryMemberAndJob(t *testing.T) {
 	ctx := context.Background()
-	clk := clock.NewSerial(monday)
-	w, err := newWorld(ctx, Options{Config: onePoolConfig(t), Environment: "production", Interval: 30 * time.Second,
-		Latency: DefaultLatency, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, clk, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.close()
+	w := onePoolWorld(t)
 	member := func(id string, st domain.State) domain.Instance {
 		return domain.Instance{ID: id, CloudID: "i-" + id, Pool: "p", Role: domain.RoleHot, Runner: "small", SpecHash: "spec",
 			State: st, CreatedAt: monday, UpdatedAt: monday, StateSince: monday}
