@@ -137,6 +137,27 @@ func TestHealthReportsTheLoops(t *testing.T) {
 	}
 }
 
+// A probe or scraper that asks /healthz or /metrics with another method is
+// told which methods they take, not handed the dashboard's page.
+func TestProbesAnswerOtherMethodsWithTheMethodsTheyTake(t *testing.T) {
+	a := newApp(t, app.Options{})
+	for _, path := range []string{"/healthz", "/metrics"} {
+		for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
+			rec := httptest.NewRecorder()
+			a.Handler().ServeHTTP(rec, httptest.NewRequest(method, path, nil))
+			if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != "GET, HEAD" ||
+				!strings.Contains(rec.Body.String(), method+" "+path) || strings.Contains(rec.Body.String(), "<html") {
+				t.Errorf("%s %s: %d, Allow %q, body %q", method, path, rec.Code, rec.Header().Get("Allow"), rec.Body)
+			}
+		}
+		rec := httptest.NewRecorder()
+		a.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodHead, path, nil))
+		if rec.Code != http.StatusOK && rec.Code != http.StatusServiceUnavailable {
+			t.Errorf("HEAD %s: %d", path, rec.Code)
+		}
+	}
+}
+
 // The status API says when each pool's schedule next changes its target.
 func TestPoolsShowTheNextScheduleChange(t *testing.T) {
 	a := newApp(t, app.Options{}) // the clock starts at 09:00 UTC, inside "office"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"time"
@@ -24,8 +25,18 @@ func (a *App) Handler() http.Handler {
 	mux.Handle("/agent/v1/", a.AgentAPI)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", a.health)
+	// Without these, another method on a probe's path falls through to the
+	// dashboard, whose HTML "not found" misleads whoever set up the probe.
+	mux.HandleFunc("/metrics", onlyGet)
+	mux.HandleFunc("/healthz", onlyGet)
 	mux.Handle("/", a.Dashboard)
 	return mux
+}
+
+// onlyGet answers a request to a path served to GET alone.
+func onlyGet(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", "GET, HEAD")
+	http.Error(w, fmt.Sprintf("%s %s: this path answers GET and HEAD only", r.Method, r.URL.Path), http.StatusMethodNotAllowed)
 }
 
 // Drain answers at once what the HTTP surface holds open, agents' long
