@@ -94,10 +94,14 @@ func cmdSimulate(ctx context.Context, e *env, args []string) int {
 		return fail(err)
 	}
 	configs := []*config.Config{cfg}
+	var other *config.Config
 	if f.compare != "" {
-		if other, err := config.Load(f.compare); err == nil {
-			configs = append(configs, other) // one that does not load is refused before its replay
+		// Refused before any replay: a long history's replay through
+		// --config would otherwise run first, only to end on this.
+		if other, ok = loadConfig(e, f.compare); !ok {
+			return 1
 		}
+		configs = append(configs, other)
 	}
 	if unused, launched := familiesNoRunnerLaunches(replay.FamilyLatency, configs); len(unused) > 0 {
 		fmt.Fprintf(e.stderr, "bullpen simulate: warning: --timings %s sets the timings of families no runner launches in the simulation: %s (the runners launch %s); "+
@@ -109,7 +113,7 @@ func cmdSimulate(ctx context.Context, e *env, args []string) int {
 	if f.suggest {
 		return suggestSchedules(ctx, e, f.config, simulate.SuggestOptions{Options: replay, TargetP90: f.target, Rounds: f.rounds}, f.asJSON, fail)
 	}
-	return f.replayAndPrint(ctx, e, replay, fail)
+	return f.replayAndPrint(ctx, e, replay, other, fail)
 }
 
 // check says which flags are missing or do not go together.
@@ -199,9 +203,9 @@ func readHistory(path string) (history.Contents, error) {
 }
 
 // replayAndPrint replays the history through --config and prints the
-// report; with --compare, replays it through that configuration too and
-// prints both.
-func (f *simulateFlags) replayAndPrint(ctx context.Context, e *env, replay simulate.Options, fail func(error) int) int {
+// report; with other, --compare's configuration, replays it through that
+// configuration too and prints both.
+func (f *simulateFlags) replayAndPrint(ctx context.Context, e *env, replay simulate.Options, other *config.Config, fail func(error) int) int {
 	rep, err := simulate.Run(ctx, replay)
 	if replay.Progress != nil {
 		fmt.Fprintln(e.stderr)
@@ -209,12 +213,8 @@ func (f *simulateFlags) replayAndPrint(ctx context.Context, e *env, replay simul
 	if err != nil {
 		return fail(err)
 	}
-	if f.compare == "" {
+	if other == nil {
 		return printReport(e, f.asJSON, rep, fail)
-	}
-	other, ok := loadConfig(e, f.compare)
-	if !ok {
-		return 1
 	}
 	// The history's jobs are labelled for one environment's stack: B
 	// serves the environment A served, whichever its own pools name first.

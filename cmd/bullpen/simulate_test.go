@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -413,5 +415,21 @@ func TestSimulateSaysItDroppedRepeatedJobs(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Replayed != 45 {
 		t.Fatalf("%d jobs replayed of 45 written twice (%v)", rep.Replayed, err)
+	}
+}
+
+// A --compare file that does not load is refused before any replay: the
+// replay through --config, cut short here by a cancelled context, would
+// otherwise run first and end on its own error.
+func TestSimulateRefusesABadCompareBeforeReplaying(t *testing.T) {
+	jobs := writeHistory(t, "small-x64")
+	bad := writeFile(t, t.TempDir(), "bad.yml", "pools:\n  p:\n    runner: nowhere\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+	code := run(ctx, e, []string{"simulate", "--config", "../../examples/runs-on.yml", "--jobs", jobs, "--compare", bad})
+	if code != 1 || !strings.Contains(errb.String(), bad+" has ") || strings.Contains(errb.String(), "context canceled") || out.Len() != 0 {
+		t.Errorf("exit %d, stdout %q, stderr:\n%s", code, out.String(), errb.String())
 	}
 }
