@@ -138,7 +138,7 @@ func TestSimulateAnExportedHistory(t *testing.T) {
 		t.Fatalf("compare: exit %d: %s\n%s", code, errOut, both)
 	}
 	// A job's cost is cents or less: it shows to a hundredth of a cent.
-	if !regexp.MustCompile(`per job +[0-9]+\.[0-9]{4} +[0-9]+\.[0-9]{4} +\+[0-9]+\.[0-9]{4}\n`).MatchString(both) {
+	if !regexp.MustCompile(`per completed job +[0-9]+\.[0-9]{4} +[0-9]+\.[0-9]{4} +\+[0-9]+\.[0-9]{4}\n`).MatchString(both) {
 		t.Fatalf("compare: a job's cost is not shown to four decimals:\n%s", both)
 	}
 	if code, _, errOut := runWithEnv(nil, "simulate", "--config", "../../examples/runs-on.yml", "--jobs", "history_test.go"); code != 1 || !strings.Contains(errOut, "history_test.go:1: not a job") {

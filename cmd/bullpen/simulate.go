@@ -302,7 +302,7 @@ func printComparison(w io.Writer, nameA, nameB string, a, b simulate.Report) {
 		fmt.Fprintf(w, "  %-21s "+format+" "+format+" %+"+format[1:]+"\n", name, x, y, y-x)
 	}
 	money("total", "%7.2f", a.Bill.Total, b.Bill.Total)
-	money("per job", "%7.4f", a.Bill.PerJob, b.Bill.PerJob)
+	money("per completed job", "%7.4f", a.Bill.PerJob, b.Bill.PerJob)
 	money("idle hot instances", "%7.2f", a.Bill.HotIdle, b.Bill.HotIdle)
 	fmt.Fprintf(w, "  prices: %s\n", a.Bill.PriceTable)
 	heading("cloud calls")
