@@ -63,7 +63,6 @@ func (s *stream) next(t *testing.T) string {
 	return ""
 }
 
-
 // However many pages are open, live updates read the store at most once
 // per refresh interval: one snapshot of snapshotQueries queries, shared.
 func TestLiveUpdatesCostLessThanAQueryPerSecondPerPage(t *testing.T) {
