@@ -138,8 +138,6 @@ func (w *world) cycleUntilPlanned(n int) PoolReport {
 	return r
 }
 
-// actions is how many instances of pool p the converger counted as acted
-// on for action and reason, with result.
 // wantCalls fails the test unless the cloud took each operation in want
 // as many times as want says; other operations are not looked at.
 func (w *world) wantCalls(want map[string]int) {
@@ -152,6 +150,8 @@ func (w *world) wantCalls(want map[string]int) {
 	}
 }
 
+// actions is how many instances of pool p the converger counted as acted
+// on for action and reason, with result.
 func (w *world) actions(action, reason, result string) float64 {
 	return testutil.ToFloat64(w.conv.metrics.actions.WithLabelValues("p", action, reason, result))
 }
