@@ -120,7 +120,6 @@ var suite = struct {
 		// Callers racing each other.
 		{"ConcurrentClaimsHaveOneWinner", testConcurrentClaims},
 		{"ConcurrentBatchesNeverClaimTwice", testConcurrentBatches},
-		{"ConcurrentLeaseAcquiresHaveOneWinner", testConcurrentLeases},
 	},
 	heartbeats: []contract{
 		{"HeartbeatRecordedWithoutTransition", testHeartbeatRecorded},
@@ -178,6 +177,7 @@ var suite = struct {
 	leases: []contract{
 		{"LeaseAcquireRenewExpireRelease", testLeaseLifecycle},
 		{"LeasesAreIndependentByName", testLeaseNames},
+		{"ConcurrentLeaseAcquiresHaveOneWinner", testConcurrentLeases},
 		{"PoolStatusRoundTrip", testPoolStatus},
 		{"CloseIsIdempotentAndFinal", testClose},
 	},
