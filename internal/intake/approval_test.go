@@ -100,23 +100,38 @@ func TestGitHubsPayloadsOfAHeldJobSendNothing(t *testing.T) {
 }
 
 // A held delivery dead-lettered, waiting or even queued, leaves its job
-// waiting: only the approval's queued delivery may release it, and sends
-// it.
+// waiting, whichever queue it is for: only the approval's queued delivery
+// may release it, and sends it.
 func TestDeadLetteredHeldDeliveryLeavesItsJobWaiting(t *testing.T) {
 	t.Parallel()
-	for _, action := range []string{"waiting", "queued"} {
-		t.Run(action, func(t *testing.T) {
+	for _, tc := range []struct {
+		name, action string
+		labels       []string
+		queue        string
+	}{
+		{"waiting, pool job", "waiting", poolLabels(611), domain.QueuePool},
+		{"queued, pool job", "queued", poolLabels(611), domain.QueuePool},
+		{"waiting, cold-start job", "waiting", launchLabels(611), domain.QueueLaunch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, Options{Visibility: 30 * time.Second, MaxReceives: 2})
-			f.deliver(heldEvent("waiting"))
+			held := func(action string) jobEvent {
+				return jobEvent{action: action, status: "waiting", id: 6101, runID: 611, labels: tc.labels}
+			}
+			f.deliver(held("waiting"))
 			f.step()
 			f.writes.failCreate = func([]domain.Job) error { return errors.New("disk full") }
-			body := f.deliver(heldEvent(action))
+			body := f.deliver(held(tc.action))
 			f.failingRounds(2)
 			f.deadLettered(body)
 			if j := f.Job(6101); j.Reason != ReasonWaiting || j.SendPending {
 				t.Fatalf("job reason %q, send pending %v; want still waiting, nothing to send", j.Reason, j.SendPending)
 			}
+			f.writes.failCreate = nil
+			f.deliver(jobEvent{action: "queued", id: 6101, runID: 611, labels: tc.labels})
+			f.step()
+			f.wantQueued(tc.queue, 6101)
 		})
 	}
 }
