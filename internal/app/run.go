@@ -3,68 +3,14 @@ package app
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
-	"fmt"
-	"net/http"
 	"os"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/bullpen-ci/bullpen/internal/converger"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/intake"
 	"github.com/bullpen-ci/bullpen/internal/loop"
 )
-
-// Handler is the control plane's HTTP surface.
-func (a *App) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/webhook", a.Webhook)
-	a.API.Mount(mux)
-	mux.Handle("/agent/v1/", a.AgentAPI)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", a.health)
-	// Without these, another method on a probe's path falls through to the
-	// dashboard, whose HTML "not found" misleads whoever set up the probe.
-	mux.HandleFunc("/metrics", onlyGet)
-	mux.HandleFunc("/healthz", onlyGet)
-	mux.Handle("/", a.Dashboard)
-	return mux
-}
-
-// onlyGet answers a request to a path served to GET alone.
-func onlyGet(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Allow", "GET, HEAD")
-	http.Error(w, fmt.Sprintf("%s %s: this path answers GET and HEAD only", r.Method, r.URL.Path), http.StatusMethodNotAllowed)
-}
-
-// Drain answers at once what the HTTP surface holds open, agents' long
-// polls and the dashboard's event streams, so that a server shutting down
-// need not wait for them.
-func (a *App) Drain() {
-	a.AgentAPI.Drain()
-	a.Dashboard.Drain()
-}
-
-// health answers 200 when the store answers and no loop keeps failing, 503
-// otherwise, with each loop's status and why the store does not answer.
-func (a *App) health(w http.ResponseWriter, r *http.Request) {
-	status, store, storeErr := http.StatusOK, "ok", ""
-	if _, err := a.Store.ListPoolStatus(r.Context()); err != nil {
-		status, store, storeErr = http.StatusServiceUnavailable, "unavailable", err.Error()
-	}
-	if !a.Loops.Healthy() {
-		status = http.StatusServiceUnavailable
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(struct {
-		Store      string        `json:"store"`
-		StoreError string        `json:"store_error,omitempty"`
-		Loops      []loop.Status `json:"loops"`
-	}{store, storeErr, a.Loops.Statuses()})
-}
 
 // Run runs every loop until ctx ends, then waits for each to finish what it
 // holds. Its error says what a loop could not carry out (a panic, a last

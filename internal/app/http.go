@@ -1,0 +1,130 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/bullpen-ci/bullpen/internal/loop"
+)
+
+// Handler is the control plane's whole HTTP surface, for one address.
+func (a *App) Handler() http.Handler {
+	h, _ := a.Handlers(false)
+	return h
+}
+
+// Handlers is the control plane's HTTP surface. Not split, public serves
+// every path and admin is nil. Split, public serves what must be reachable
+// from beyond the operator's network (GitHub's deliveries, the agents'
+// API, and a health check for a load balancer that says up or down and
+// nothing else), and admin serves the operator's surfaces: the status API,
+// the dashboard, the metrics and the full health report, which names the
+// loops and the store's error. Each answers the other's paths with a plain
+// 404 that does not say where they are served.
+func (a *App) Handlers(split bool) (public, admin http.Handler) {
+	if !split {
+		mux := http.NewServeMux()
+		a.mountOutside(mux)
+		a.mountOperator(mux)
+		return mux, nil
+	}
+	pub := http.NewServeMux()
+	a.mountOutside(pub)
+	pub.HandleFunc("GET /healthz", a.bareHealth)
+	pub.HandleFunc("/healthz", onlyGet)
+	// Without it, an unknown path would get the mux's "404 page not
+	// found", which reads as a missing page rather than a missing surface.
+	pub.HandleFunc("/", notServedHere)
+	adm := http.NewServeMux()
+	a.mountOperator(adm)
+	// Else they would fall through to the dashboard's HTML "not found".
+	adm.HandleFunc("/webhook", notServedHere)
+	adm.HandleFunc("/agent/v1/", notServedHere)
+	return pub, adm
+}
+
+// mountOutside serves on mux the paths that GitHub and the machines'
+// agents call.
+func (a *App) mountOutside(mux *http.ServeMux) {
+	mux.Handle("/webhook", a.Webhook)
+	mux.Handle("/agent/v1/", a.AgentAPI)
+}
+
+// mountOperator serves on mux the operator's paths: the status API, the
+// metrics, the health report and the dashboard, which takes every path
+// no other route does.
+func (a *App) mountOperator(mux *http.ServeMux) {
+	a.API.Mount(mux)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", a.health)
+	// Without these, another method on a probe's path falls through to the
+	// dashboard, whose HTML "not found" misleads whoever set up the probe.
+	mux.HandleFunc("/metrics", onlyGet)
+	mux.HandleFunc("/healthz", onlyGet)
+	mux.Handle("/", a.Dashboard)
+}
+
+// onlyGet answers a request to a path served to GET alone.
+func onlyGet(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", "GET, HEAD")
+	http.Error(w, fmt.Sprintf("%s %s: this path answers GET and HEAD only", r.Method, r.URL.Path), http.StatusMethodNotAllowed)
+}
+
+// notServedHere answers a path that this address does not serve.
+func notServedHere(w http.ResponseWriter, r *http.Request) {
+	http.Error(w, fmt.Sprintf("%s: not served on this address", r.URL.Path), http.StatusNotFound)
+}
+
+// Drain answers at once what the HTTP surface holds open, agents' long
+// polls and the dashboard's event streams, so that a server shutting down
+// need not wait for them.
+func (a *App) Drain() {
+	a.AgentAPI.Drain()
+	a.Dashboard.Drain()
+}
+
+// healthy is whether the store answers and no loop keeps failing, and the
+// store's error when it does not answer.
+func (a *App) healthy(ctx context.Context) (bool, error) {
+	_, err := a.Store.ListPoolStatus(ctx)
+	return err == nil && a.Loops.Healthy(), err
+}
+
+// health answers 200 when the store answers and no loop keeps failing, 503
+// otherwise, with each loop's status and why the store does not answer.
+func (a *App) health(w http.ResponseWriter, r *http.Request) {
+	ok, err := a.healthy(r.Context())
+	status, store, storeErr := http.StatusOK, "ok", ""
+	if err != nil {
+		store, storeErr = "unavailable", err.Error()
+	}
+	if !ok {
+		status = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(struct {
+		Store      string        `json:"store"`
+		StoreError string        `json:"store_error,omitempty"`
+		Loops      []loop.Status `json:"loops"`
+	}{store, storeErr, a.Loops.Statuses()})
+}
+
+// bareHealth is health for anyone who can reach the public address: the
+// same verdict, without the loops' names and errors or the store's, which
+// describe the install to whoever asks.
+func (a *App) bareHealth(w http.ResponseWriter, r *http.Request) {
+	status, word := http.StatusOK, "ok"
+	if ok, _ := a.healthy(r.Context()); !ok {
+		status, word = http.StatusServiceUnavailable, "unavailable"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(struct {
+		Status string `json:"status"`
+	}{word})
+}
