@@ -106,6 +106,10 @@ type configView struct {
 	Refused     []refusedProblem
 	Pools       []string // one summary line per pool in force
 	Environment string
+	// TextHidden: the file's text is left out, for a viewer. A file may
+	// hold scripts bullpen ignores (a RunsOn image's preinstall:), and
+	// whatever they embed; what the file does is shown all the same.
+	TextHidden bool
 }
 
 // refusedProblem is a problem of the refused file with the line it names.
@@ -120,16 +124,19 @@ func (d *Dashboard) configPage(r *http.Request, s *snapshot) (pageResult, error)
 		v.Status = d.opts.Config()
 		v.Known = v.Status.Path != "" || v.Status.Source != nil
 	}
+	v.TextHidden = roleOf(r.Context()) != roleAdmin
 	marked := map[int]bool{}
 	for _, p := range v.Status.Warnings {
 		marked[p.Line] = true
 	}
-	v.Lines = numbered(v.Status.Source, marked)
+	if !v.TextHidden {
+		v.Lines = numbered(v.Status.Source, marked)
+	}
 	if ref := v.Status.Refused; ref != nil {
 		lines := numbered(ref.Source, nil)
 		for _, p := range ref.Problems {
 			rp := refusedProblem{Problem: p}
-			if p.Line > 0 && p.Line <= len(lines) {
+			if p.Line > 0 && p.Line <= len(lines) && !v.TextHidden {
 				rp.Text = lines[p.Line-1].Text
 			}
 			v.Refused = append(v.Refused, rp)

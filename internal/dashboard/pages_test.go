@@ -231,6 +231,27 @@ func TestConfigPageShowsTheFileAndTheRefusedReload(t *testing.T) {
 	}
 }
 
+// A viewer sees what the configuration does, not its text: a file may hold
+// scripts bullpen ignores (a RunsOn image's preinstall:) and what they
+// embed. The problems of a refused file are listed by line without it.
+func TestTheConfigPageShowsTheFileToAdminsOnly(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	bad := []byte("runners:\n  small:\n    image: ubuntu\npools:\n  p:\n    runner: nope\n")
+	_, err := config.Parse("runs-on.yml", bad)
+	if err == nil {
+		t.Fatal("the bad file parses")
+	}
+	r.recorder.Refused("runs-on.yml", bad, err, t0.Add(-time.Minute))
+	rec := r.do(httptest.NewRequest(http.MethodGet, "/config", nil), "Bearer "+viewerToken)
+	body := rec.Body.String()
+	if rec.Code != http.StatusOK || strings.Contains(body, "ram: 1") || strings.Contains(body, "runner: nope") ||
+		!strings.Contains(body, `<li data-line="6"><strong>line 6, column 13</strong>`) ||
+		!strings.Contains(body, "small-x64: runner small, env any, tz Europe/Paris") || !strings.Contains(body, "admins only") {
+		t.Errorf("a viewer's configuration page (%d):\n%s", rec.Code, body)
+	}
+}
+
 // A store that stops answering: the last snapshot is shown with a warning;
 // with none, a 503.
 func TestStoreFailure(t *testing.T) {
