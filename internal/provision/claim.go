@@ -39,7 +39,7 @@ func (p *Provisioner) selectFor(ctx context.Context, class string, rq *request, 
 		return // nothing ever offers its instances: creation serves it
 	}
 	pm := p.pickupFor(class)
-	s := &search{req: RequirementsOf(rq.job.Spec), seen: map[string]int{}}
+	s := &search{req: RequirementsOf(rq.spec), seen: map[string]int{}}
 	for !led.stopped() {
 		e, exhausted, err := pm.next(ctx, s)
 		if err != nil {

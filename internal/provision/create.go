@@ -57,7 +57,7 @@ func (p *Provisioner) fleets(reqs []*request) [][]*request {
 	var order []string
 	bySpec := map[string][]*request{}
 	for _, rq := range reqs {
-		k := domain.SpecHash(rq.job.Spec, "", domain.Pool{})
+		k := domain.SpecHash(rq.spec, "", domain.Pool{})
 		if _, ok := bySpec[k]; !ok {
 			order = append(order, k)
 		}
@@ -82,7 +82,7 @@ func (p *Provisioner) fleets(reqs []*request) [][]*request {
 func (p *Provisioner) register(ctx context.Context, reqs []*request) []*request {
 	hs := make([]*serving.Handover, len(reqs))
 	for i, rq := range reqs {
-		hs[i] = rq.attempt(domain.Instance{ID: rq.mark, Runner: rq.job.Runner}, domain.ViaCold)
+		hs[i] = rq.attempt(domain.Instance{ID: rq.mark, Runner: rq.runner}, domain.ViaCold)
 	}
 	p.pipeline.Register(ctx, hs)
 	var ok []*request
@@ -144,7 +144,7 @@ func (p *Provisioner) launch(ctx context.Context, class string, reqs []*request,
 		}
 		return nil, nil
 	}
-	spec := reqs[0].job.Spec // a fleet's jobs share their spec (fleets)
+	spec := reqs[0].spec // a fleet's jobs share their spec (fleets)
 	imageID, err := led.images.resolve(ctx, spec)
 	if err != nil {
 		return fail(rejectable(fmt.Errorf("resolve image %q: %w", spec.Image, err),

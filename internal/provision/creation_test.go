@@ -469,3 +469,46 @@ func TestNewMachinesThatNeverRegisterAreCounted(t *testing.T) {
 		t.Fatalf("a machine whose job was cancelled counted as never registering")
 	}
 }
+
+// A job that waited is launched with its runner as the configuration in
+// force now gives it, not as it was when the job arrived: the operator's
+// change of a family out of capacity reaches the backlog too. A job the
+// configuration no longer serves keeps the machine it arrived with.
+func TestAJobIsLaunchedWithItsRunnerAsNowConfigured(t *testing.T) {
+	var rc *recordingCloud
+	changed := small
+	changed.Family = []string{"c7i"}
+	var mu sync.Mutex
+	var launched []domain.RunnerSpec
+	f := newFixture(t, withRecordingCloud(&rc), func(_ *fixture, d *Deps, _ *Options) {
+		d.Respec = func(j domain.Job) (string, domain.RunnerSpec, bool) {
+			if j.ID == 101 {
+				return "", domain.RunnerSpec{}, false
+			}
+			return changed.Name, changed, true
+		}
+	})
+	rc.onCreate = func(spec domain.LaunchSpec) {
+		mu.Lock()
+		defer mu.Unlock()
+		launched = append(launched, spec.Runner)
+	}
+	f.queueJobs(small, 100, 2)
+	f.serve()
+	if len(launched) != 2 {
+		t.Fatalf("%d fleets launched, want one for each version of the runner", len(launched))
+	}
+	var families []string
+	for _, r := range launched {
+		families = append(families, r.Family...)
+	}
+	slices.Sort(families)
+	if !slices.Equal(families, []string{"c7a", "c7i"}) {
+		t.Errorf("fleets launched on families %v, want c7i for job 100 and c7a for job 101", families)
+	}
+	for _, id := range []int64{100, 101} {
+		if j := f.Job(id); j.Status != domain.JobAssigned || j.Via != domain.ViaCold {
+			t.Errorf("job %d: %s via %q (%s)", id, j.Status, j.Via, j.Reason)
+		}
+	}
+}

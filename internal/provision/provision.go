@@ -181,6 +181,14 @@ type Deps struct {
 	// another (before an image roll, a change of its runner) is retired
 	// instead of serving. Nil knows none.
 	SpecHash func(ctx context.Context, pool string) string
+	// Respec returns the runner class and machine the configuration in
+	// force gives a job, its labels routed again, and whether it gives one.
+	// A job's spec is copied when it arrives, so without this a job that
+	// waits, or comes back for another machine, keeps asking for what an
+	// operator has since changed (a family out of capacity, an image
+	// withdrawn). A job the configuration no longer serves keeps its own.
+	// Nil: every job keeps the spec it arrived with.
+	Respec func(j domain.Job) (runner string, spec domain.RunnerSpec, ok bool)
 }
 
 func (d Deps) missing() string {
@@ -325,6 +333,11 @@ func (p *Provisioner) receive(ctx context.Context) ([]domain.Message, error) {
 type request struct {
 	msg domain.Message
 	job domain.Job
+	// runner and spec are the class and machine the job is served with:
+	// the configuration's when its message was read (Deps.Respec), else
+	// the job's own. The job is read again as it changes; these stay.
+	runner string
+	spec   domain.RunnerSpec
 	// attempts is the job's Attempts when its message was read: a change
 	// means someone else sent the job back to its queue since.
 	attempts int
@@ -391,6 +404,7 @@ func (p *Provisioner) read(ctx context.Context, msgs []domain.Message) (received
 	b := received{byClass: map[string][]*request{}, done: done}
 	for _, r := range got {
 		rq := &request{msg: r.Msg, job: r.Job, attempts: r.Job.Attempts}
+		rq.runner, rq.spec = p.respec(r.Job)
 		le, err := p.launchUnderWay(ctx, r.Job, "")
 		if err != nil {
 			return received{}, err
@@ -400,10 +414,28 @@ func (p *Provisioner) read(ctx context.Context, msgs []domain.Message) (received
 			b.deferred = append(b.deferred, rq)
 			continue
 		}
-		b.byClass[r.Job.Runner] = append(b.byClass[r.Job.Runner], rq)
+		b.byClass[rq.runner] = append(b.byClass[rq.runner], rq)
 	}
 	p.metrics.jobs.WithLabelValues(outcomeDropped).Add(float64(len(b.done)))
 	return b, nil
+}
+
+// respec returns the runner class and machine to serve j with: the
+// configuration's in force (Deps.Respec), said when they changed since it
+// arrived, else its own.
+func (p *Provisioner) respec(j domain.Job) (string, domain.RunnerSpec) {
+	if p.Respec == nil {
+		return j.Runner, j.Spec
+	}
+	runner, spec, ok := p.Respec(j)
+	if !ok {
+		return j.Runner, j.Spec
+	}
+	if runner != j.Runner || domain.SpecHash(spec, "", domain.Pool{}) != domain.SpecHash(j.Spec, "", domain.Pool{}) {
+		p.Log.Info("a job is launched with its runner as now configured, changed since it arrived",
+			"job", j.ID, "runner", runner, "arrived_with", j.Runner)
+	}
+	return runner, spec
 }
 
 // provision serves a batch's requests, each class in parallel, and settles
