@@ -119,7 +119,7 @@ func Parse(filename string, data []byte) (*Config, error) {
 	if len(errs) > 0 {
 		return nil, errs
 	}
-	if root == nil {
+	if isNull(deref(root)) {
 		// Most likely a file caught in the middle of a write that is not
 		// atomic, or the wrong file: put in force, it would drain every
 		// pool and reject every pool job.
@@ -211,23 +211,28 @@ func locateSyntaxError(data []byte, line int, msg string) (int, int) {
 
 func (p *parser) config(root *yaml.Node) *Config {
 	var runners, images, pools *yaml.Node
-	if !isNull(deref(root)) {
-		keep := func(dst **yaml.Node) func(string, *yaml.Node) {
-			return func(_ string, v *yaml.Node) { *dst = v }
-		}
-		p.fields("", "configuration file", root, root, []field{
-			{key: "runners", parse: keep(&runners)},
-			{key: "pools", parse: keep(&pools)},
-			{key: "images", parse: keep(&images)},
-			// RunsOn settings bullpen has no use for.
-			{key: "admins"},
-			// Files that inherit from another (RunsOn reads the named
-			// repository's file first) lose what they inherit here: say so.
-			{key: "_extends", parse: func(path string, v *yaml.Node) {
-				from := describe(deref(v))
-				p.warnf(deref(v), path, "bullpen does not follow _extends: the settings of %s are not read, only this file's; copy the runners and pools this file needs into it", from)
-			}},
-		})
+	keep := func(dst **yaml.Node) func(string, *yaml.Node) {
+		return func(_ string, v *yaml.Node) { *dst = v }
+	}
+	p.fields("", "configuration file", root, root, []field{
+		{key: "runners", parse: keep(&runners)},
+		{key: "pools", parse: keep(&pools)},
+		{key: "images", parse: keep(&images)},
+		// RunsOn settings bullpen has no use for.
+		{key: "admins"},
+		// Files that inherit from another (RunsOn reads the named
+		// repository's file first) lose what they inherit here: say so.
+		{key: "_extends", parse: func(path string, v *yaml.Node) {
+			from := describe(deref(v))
+			p.warnf(deref(v), path, "bullpen does not follow _extends: the settings of %s are not read, only this file's; copy the runners and pools this file needs into it", from)
+		}},
+	})
+	// A file that stops before its pools is most likely cut short by a
+	// write that is not atomic (pools come last in most files), or is the
+	// wrong file: put in force, it would drain every pool. No pools at all
+	// is written out.
+	if deref(root).Kind == yaml.MappingNode && pools == nil {
+		p.errorf(deref(root), "", "missing required key \"pools\" in configuration file (a file cut short while being written, or the wrong file?); to have no pools, write pools: {}")
 	}
 	// Images, then runners, whatever the file order, so runners can name
 	// images by key and pools can name runners.

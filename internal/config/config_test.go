@@ -114,26 +114,34 @@ func TestInvalidExampleReportsEveryProblem(t *testing.T) {
 }
 
 func TestDocumentProblems(t *testing.T) {
+	const noPools = `missing required key "pools" in configuration file (a file cut short while being written, or the wrong file?); to have no pools, write pools: {}`
 	cases := []problemCase{
 		{"empty file", "", []string{"1:1: the file holds no configuration; to have no pools, write pools: {}"}},
 		{"comments only", "# nothing yet\n", []string{"1:1: the file holds no configuration; to have no pools, write pools: {}"}},
 		{"a file too large to keep", "pools: {}\n" + strings.Repeat("# padding\n", 26215),
 			[]string{"1:1: the file is 262160 bytes, over the 262144 a configuration may be"}},
 		{"empty sections", "runners:\npools:\nimages:\n", nil},
-		{"RunsOn keys bullpen ignores", "_extends: .github-private\nadmins: [alice, bob]\n", nil},
-		{"unknown top-level key", "runners: {}\npool: {}\n",
-			[]string{`2:1: unknown key "pool" in configuration file (known: runners, pools, images, admins, _extends)`}},
+		{"RunsOn keys bullpen ignores", "_extends: .github-private\nadmins: [alice, bob]\npools: {}\n", nil},
+		{"unknown top-level key", "runners: {}\npool: {}\n", []string{
+			`1:1: ` + noPools,
+			`2:1: unknown key "pool" in configuration file (known: runners, pools, images, admins, _extends)`,
+		}},
+		// Cut before its pools, a file would drain every pool.
+		{"no pools", "runners:\n  r: {image: u}\n", []string{`1:1: ` + noPools}},
+		{"no pools after comments", "# the runners\nrunners: {}\n", []string{`2:1: ` + noPools}},
+		{"only RunsOn keys bullpen ignores", "_extends: .github-private\n", []string{`1:1: ` + noPools}},
+		{"null document", "~\n", []string{"1:1: the file holds no configuration; to have no pools, write pools: {}"}},
 		{"duplicate top-level key", "pools: {}\npools: {}\n",
 			[]string{`2:1: duplicate key "pools" in configuration file (first at line 1)`}},
 		{"top level is a list", "- runners\n",
 			[]string{`1:1: expected a mapping for the configuration file, got a list`}},
 		{"top level is a string", "hello\n",
 			[]string{`1:1: expected a mapping for the configuration file, got "hello"`}},
-		{"non-string key", "runners:\n  [a]: {image: u}\n",
+		{"non-string key", "runners:\n  [a]: {image: u}\npools: {}\n",
 			[]string{`2:3: runners: keys in runners must be strings, got a list`}},
 		{"two documents", "runners: {}\n---\npools: {}\n",
 			[]string{`3:1: more than one YAML document (expected one)`}},
-		{"trailing empty document", "runners: {}\n---\n", nil},
+		{"trailing empty document", "pools: {}\n---\n", nil},
 		{"bad indentation", "runners:\n  r:\n    image: u\n   cpu: 2\n",
 			[]string{`4:4: YAML syntax error: did not find expected key`}},
 		{"bad indentation deep in a pool", poolBase + "    schedule:\n      - name: a\n        hot: 1\n       stopped: 2\n",
@@ -190,11 +198,11 @@ pools:
 		t.Errorf("aliased schedule %+v", q.Schedule)
 	}
 
-	cyclic := "runners:\n  r: &r\n    image: u\n    <<: *r\n"
+	cyclic := "runners:\n  r: &r\n    image: u\n    <<: *r\npools: {}\n"
 	if got := problems(t, cyclic); got != nil {
 		t.Errorf("a mapping merging itself: %v", got)
 	}
-	badMerge := "runners:\n  r:\n    image: u\n    <<: [1]\n"
+	badMerge := "runners:\n  r:\n    image: u\n    <<: [1]\npools: {}\n"
 	sameLines(t, badMerge, problems(t, badMerge), []string{`4:10: runners.r: merge (<<) list items must be mappings, got 1`})
 }
 

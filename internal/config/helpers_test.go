@@ -18,12 +18,22 @@ pools:
     runner: small
 `
 
-// runnerBase is a valid file whose runner "r" continues on line 4 at
-// column 5, where cases add their keys.
+// runnerBase is a file whose runner "r" continues on line 4 at column 5,
+// where cases add their keys; runnerWith adds them, and after them the
+// pools section every file needs.
 const runnerBase = `runners:
   r:
     image: ubuntu
 `
+
+// runnerWith returns runnerBase with keys added to runner "r", and an
+// empty pools section.
+func runnerWith(keys string) string { return withPools(withKeys(runnerBase)(keys)) }
+
+// withPools ends text with an empty pools section, so that cases about
+// other sections are a valid file but for their own problems, on the
+// lines they give.
+func withPools(text string) string { return text + "pools: {}\n" }
 
 // withKeys returns the file base is with keys added where its cases add
 // theirs, indented by 4; with no keys, base itself.

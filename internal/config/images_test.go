@@ -16,6 +16,7 @@ func TestImages(t *testing.T) {
     owner: "123456789012"
   pinned:
     ami: ami-0123456789abcdef0
+pools: {}
 `
 	cfg := mustParse(t, src)
 	want := map[string]Image{
@@ -28,7 +29,7 @@ func TestImages(t *testing.T) {
 }
 
 func TestImageProblems(t *testing.T) {
-	checkProblems(t, asIs, []problemCase{
+	checkProblems(t, withPools, []problemCase{
 		{"neither ami nor name, bad arch", "images:\n  neither:\n    arch: x86\n", []string{
 			`2:3: images.neither: image needs ami (an AMI id) or name (an AMI name pattern)`,
 			`3:11: images.neither.arch: bad value "x86" (expected x64 or arm64)`,
@@ -69,6 +70,7 @@ images:
     owner: "099720109477"
   no-owner:
     name: my-ubuntu-*
+pools: {}
 `)
 	want := map[string]string{
 		"pinned":   "ami-0123456789abcdef0",
@@ -125,6 +127,7 @@ runners:
   case: {image: My-Ubuntu}
   short: {image: u}
   other: {image: ubuntu24-full-x64}
+pools: {}
 `))
 	if err != nil {
 		t.Fatal(err)

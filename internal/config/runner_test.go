@@ -43,7 +43,7 @@ func TestRunnerForms(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := mustParse(t, withKeys(runnerBase)(c.keys))
+			cfg := mustParse(t, runnerWith(c.keys))
 			got, ok := cfg.Runner("r")
 			if !ok {
 				t.Fatal("runner r missing")
@@ -91,7 +91,7 @@ func TestRunnerProblems(t *testing.T) {
 		{"unknown key", "colour: red", []string{`4:5: runners.r: unknown key "colour" in runner (known: image, cpu, ram, family, volume, spot, retry)`}},
 		{"duplicate key", "image: debian", []string{`4:5: runners.r: duplicate key "image" in runner (first at line 3)`}},
 	}
-	checkProblems(t, withKeys(runnerBase), cases)
+	checkProblems(t, runnerWith, cases)
 }
 
 func TestRunnerSectionProblems(t *testing.T) {
@@ -109,7 +109,7 @@ func TestRunnerSectionProblems(t *testing.T) {
 		{"runner name unusable in a label", "runners:\n  a/b:\n    image: a\n",
 			[]string{`2:3: runners.a/b: bad runner name "a/b" (names may not be empty or contain spaces, "/", "=" or ",")`}},
 	}
-	checkProblems(t, asIs, cases)
+	checkProblems(t, withPools, cases)
 }
 
 func TestRunsOnOnlyRunnerKeysLoadWithAWarning(t *testing.T) {
