@@ -121,6 +121,10 @@ func (p *parser) image(path string, at, n *yaml.Node) Image {
 		}},
 		{key: "platform", parse: oneOf(&img.Platform, "linux", "windows")},
 		{key: "arch", parse: oneOf(&img.Arch, "x64", "arm64")},
+		// RunsOn's scripts for machines booted from the image: bullpen's
+		// agent runs none of them.
+		{key: "preinstall", ignored: true},
+		{key: "prerun", ignored: true},
 	})
 	if n := deref(n); n != nil && n.Kind == yaml.MappingNode {
 		switch {

@@ -42,7 +42,7 @@ func (p *parser) runner(path string, at, n *yaml.Node) domain.RunnerSpec {
 // act on; files that use them still load, with a warning for each.
 var runsOnOnlyRunnerKeys = func() []field {
 	var fs []field
-	for _, k := range []string{"ami", "disk", "hdd", "ssh", "private", "extras", "tags", "preinstall", "gpu"} {
+	for _, k := range []string{"ami", "disk", "hdd", "ssh", "private", "extras", "tags", "preinstall", "prerun", "nested-virt", "gpu"} {
 		fs = append(fs, field{key: k, ignored: true})
 	}
 	return fs

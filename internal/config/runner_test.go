@@ -2,6 +2,7 @@ package config
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -127,5 +128,40 @@ pools: {}
 		"runs-on.yml:5:5: runners.small: \"extras\" is a RunsOn setting bullpen does not use; ignored"
 	if got := cfg.Warnings.Error(); got != want {
 		t.Fatalf("warnings\n got: %s\nwant: %s", got, want)
+	}
+}
+
+// The hooks and settings of a RunsOn file that bullpen does not act on
+// (scripts on images and runners, nested virtualisation) load with a
+// warning each, so that an existing file works unchanged.
+func TestRunsOnHooksLoadWithAWarning(t *testing.T) {
+	cfg, err := Parse("runs-on.yml", []byte(`images:
+  with-hooks:
+    platform: linux
+    arch: x64
+    owner: "135269210855"
+    name: runs-on-v2.2-ubuntu22-full-x64-*
+    preinstall: |
+      echo hello
+    prerun: echo again
+runners:
+  r:
+    image: with-hooks
+    nested-virt: true
+    prerun: echo hi
+pools: {}
+`))
+	if err != nil {
+		t.Fatalf("a RunsOn file with hooks must load: %v", err)
+	}
+	want := []string{
+		`runs-on.yml:7:5: images.with-hooks: "preinstall" is a RunsOn setting bullpen does not use; ignored`,
+		`runs-on.yml:9:5: images.with-hooks: "prerun" is a RunsOn setting bullpen does not use; ignored`,
+		`runs-on.yml:13:5: runners.r: "nested-virt" is a RunsOn setting bullpen does not use; ignored`,
+		`runs-on.yml:14:5: runners.r: "prerun" is a RunsOn setting bullpen does not use; ignored`,
+	}
+	sameLines(t, "runs-on.yml", strings.Split(cfg.Warnings.Error(), "\n"), want)
+	if got := cfg.Runners["r"].Image; got != "135269210855/runs-on-v2.2-ubuntu22-full-x64-*" {
+		t.Errorf("the runner's image is %q, want its entry's reference", got)
 	}
 }
