@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -136,7 +137,8 @@ func (p *parser) runnerRef(path string, n *yaml.Node) string {
 }
 
 // timezone resolves an IANA zone name. "Local" is refused: it would make
-// the schedule depend on the host the control plane runs on.
+// the schedule depend on the host the control plane runs on. Names that
+// load but rarely mean what they seem to are warned about.
 func (p *parser) timezone(path string, n *yaml.Node) (string, *time.Location) {
 	name, ok := p.str(path, n)
 	if !ok {
@@ -147,7 +149,43 @@ func (p *parser) timezone(path string, n *yaml.Node) (string, *time.Location) {
 		p.errorf(deref(n), path, "bad timezone %q: unknown IANA time zone", name)
 		return name, time.UTC
 	}
+	if warning := misleadingZone(name); warning != "" {
+		p.warnf(deref(n), path, "%s", warning)
+	}
 	return name, loc
+}
+
+// fixedLegacyZones are the tz database's zones named by a US abbreviation
+// that keep one offset all year: someone writing EST for New York gets
+// an hour wrong every summer. Each is given with the zone of the clocks
+// it is most likely meant for. The other legacy names (EST5EDT, CET, …)
+// follow daylight saving time, and UTC and GMT mean what they say.
+var fixedLegacyZones = map[string]string{
+	"EST": "America/New_York",
+	"MST": "America/Denver, or America/Phoenix where there is no daylight saving time",
+	"HST": "Pacific/Honolulu",
+}
+
+// etcGMT matches the tz database's fixed zones Etc/GMT+N and Etc/GMT-N.
+var etcGMT = regexp.MustCompile(`^Etc/GMT([+-])([1-9][0-9]*)$`)
+
+// misleadingZone says why a zone that loads may not be the one meant, or
+// returns "".
+func misleadingZone(name string) string {
+	if m := etcGMT.FindStringSubmatch(name); m != nil {
+		// The names follow POSIX TZ strings, whose sign is the offset to
+		// add to local time to get UTC: the opposite of ISO 8601's.
+		sign := "-"
+		if m[1] == "-" {
+			sign = "+"
+		}
+		return fmt.Sprintf("timezone %q is UTC%s%s, not UTC%s%s: the sign of Etc/GMT names is reversed; write Etc/GMT%s%s for UTC%s%s, or name a place (Europe/Paris) to follow its daylight saving time",
+			name, sign, m[2], m[1], m[2], sign, m[2], m[1], m[2])
+	}
+	if meant, ok := fixedLegacyZones[name]; ok {
+		return fmt.Sprintf("timezone %q is fixed at its standard time all year and never follows daylight saving time; for the clocks of a place write its zone (%s)", name, meant)
+	}
+	return ""
 }
 
 // schedule reads the entries in order and checks what spans entries: unique

@@ -353,3 +353,40 @@ func TestScheduleEntriesThatNeverApplyWarn(t *testing.T) {
 		t.Errorf("the example: %v, warnings %v", err, example.Warnings)
 	}
 }
+
+// Zones that load but keep an offset other than the one their name
+// suggests are warned about at the value; they still load as written.
+func TestMisleadingTimezonesAreWarnedAbout(t *testing.T) {
+	for _, tc := range []struct {
+		zone   string
+		offset int // in July, seconds east of UTC
+		want   string
+	}{
+		{"Etc/GMT+1", -3600, `timezone "Etc/GMT+1" is UTC-1, not UTC+1: the sign of Etc/GMT names is reversed; write Etc/GMT-1 for UTC+1, or name a place (Europe/Paris) to follow its daylight saving time`},
+		{"Etc/GMT-10", 10 * 3600, `timezone "Etc/GMT-10" is UTC+10, not UTC-10: the sign of Etc/GMT names is reversed; write Etc/GMT+10 for UTC-10, or name a place (Europe/Paris) to follow its daylight saving time`},
+		{"EST", -5 * 3600, `timezone "EST" is fixed at its standard time all year and never follows daylight saving time; for the clocks of a place write its zone (America/New_York)`},
+		{"MST", -7 * 3600, `timezone "MST" is fixed at its standard time all year and never follows daylight saving time; for the clocks of a place write its zone (America/Denver, or America/Phoenix where there is no daylight saving time)`},
+		{"HST", -10 * 3600, `timezone "HST" is fixed at its standard time all year and never follows daylight saving time; for the clocks of a place write its zone (Pacific/Honolulu)`},
+		// These mean what they say.
+		{"Etc/GMT", 0, ""},
+		{"Etc/GMT+0", 0, ""},
+		{"UTC", 0, ""},
+		{"EST5EDT", -4 * 3600, ""},
+		{"America/New_York", -4 * 3600, ""},
+	} {
+		cfg := mustParse(t, withKeys(poolBase)("timezone: "+tc.zone))
+		var want []string
+		if tc.want != "" {
+			want = []string{"test.yml:7:15: pools.p.timezone: " + tc.want}
+		}
+		var got []string
+		for _, w := range cfg.Warnings {
+			got = append(got, w.Error())
+		}
+		sameLines(t, tc.zone, got, want)
+		p, _ := cfg.Pool("p")
+		if _, off := time.Date(2026, 7, 1, 12, 0, 0, 0, p.Location).Zone(); p.Timezone != tc.zone || off != tc.offset {
+			t.Errorf("%s: pool in %q at UTC%+d in July, want UTC%+d", tc.zone, p.Timezone, off/3600, tc.offset/3600)
+		}
+	}
+}
