@@ -39,7 +39,15 @@ type Config struct {
 	// Warnings are things the file does that bullpen ignores (RunsOn-only
 	// settings), as positioned messages.
 	Warnings Errors
+
+	file string // as Parse was given it, for problems found after parsing
+	// autoscaleAt is where each pool's autoscale block is written: its key,
+	// or the pool's key when a merge brings the block in.
+	autoscaleAt map[string]position
 }
+
+// position is a 1-based line and column in the file.
+type position struct{ line, col int }
 
 // Pool returns the pool called name.
 func (c *Config) Pool(name string) (domain.Pool, bool) {
@@ -125,14 +133,14 @@ func Parse(filename string, data []byte) (*Config, error) {
 		// pool and reject every pool job.
 		return nil, Errors{{File: filename, Line: 1, Col: 1, Msg: "the file holds no configuration; to have no pools, write pools: {}"}}
 	}
-	p := &parser{file: filename}
+	p := &parser{file: filename, autoscaleAt: map[string]position{}}
 	cfg := p.config(root)
 	if len(p.errs) > 0 {
 		p.errs.sort()
 		return nil, p.errs
 	}
 	p.warnings.sort()
-	cfg.Warnings = p.warnings
+	cfg.Warnings, cfg.file, cfg.autoscaleAt = p.warnings, filename, p.autoscaleAt
 	return cfg, nil
 }
 

@@ -15,6 +15,7 @@ type parser struct {
 	warnings    Errors
 	runnerNames []string         // in file order, for "unknown runner" messages
 	images      map[string]Image // the `images:` entries, which runners name by key
+	autoscaleAt map[string]position
 }
 
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) {

@@ -60,6 +60,7 @@ func (p *parser) pool(path string, at, n *yaml.Node) domain.Pool {
 			autoscaleAt = deref(v)
 			scaled = p.autoscaleBlock(path, v, v)
 			pool.Autoscale = scaled.spec
+			p.autoscaleAt[pool.Name] = blockPosition(at, n, "autoscale")
 		}},
 		{key: "max-age", parse: func(path string, v *yaml.Node) {
 			maxAgeAt = v
@@ -115,6 +116,20 @@ func (p *parser) hotWithinMax(path string, pool domain.Pool, hotAt []*yaml.Node,
 			"hot %d is above %s, and the autoscaler caps the pool's hot instances at max; set max to at least %d, or lower hot",
 			e.Hot, where, e.Hot)
 	}
+}
+
+// blockPosition is where the block key of the pool at (whose mapping is
+// n) is written: at its key when the pool's mapping has it, at the pool's
+// key when a merge brings it in.
+func blockPosition(at, n *yaml.Node, key string) position {
+	if n = deref(n); n != nil {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k := n.Content[i]; k.Kind == yaml.ScalarNode && k.Value == key && !isMerge(k) {
+				return position{k.Line, k.Column}
+			}
+		}
+	}
+	return position{line(at), max(at.Column, 1)}
 }
 
 func line(n *yaml.Node) int {
