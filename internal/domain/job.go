@@ -307,6 +307,9 @@ type JobFilter struct {
 	// when Newest is set, else the oldest.
 	Limit  int
 	Newest bool
+	// After, when set, keeps the jobs that come after it in that order
+	// (see ListPosition.Passed): the page that follows a page ending there.
+	After *ListPosition[int64]
 }
 
 // JobTransitionRequest is one conditional job update of a batch.

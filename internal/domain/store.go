@@ -25,6 +25,10 @@ type InstanceFilter struct {
 	// come first when Newest is set, else the oldest.
 	Limit  int
 	Newest bool
+	// After, when set, keeps the instances that come after it in that
+	// order (see ListPosition.Passed): the page that follows a page ending
+	// there.
+	After *ListPosition[string]
 }
 
 // TransitionRequest is one conditional update of a batch.
@@ -65,7 +69,8 @@ type Instances interface {
 	// GetInstance returns ErrNotFound for an unknown id.
 	GetInstance(ctx context.Context, id string) (Instance, error)
 	// ListInstances returns matching rows ordered by CreatedAt, then ID,
-	// or the reverse when f.Newest is set, at most f.Limit of them.
+	// or the reverse when f.Newest is set, at most f.Limit of them, those
+	// past f.After only when it is set.
 	ListInstances(ctx context.Context, f InstanceFilter) ([]Instance, error)
 	// Transition is the only way an instance changes: if the row matches g,
 	// fn edits a copy, the state machine is checked (see ApplyTransition)
@@ -104,6 +109,9 @@ type Jobs interface {
 	CreateJobs(ctx context.Context, jobs []Job) (created []bool, err error)
 	// GetJob returns ErrNotFound for an unknown id.
 	GetJob(ctx context.Context, id int64) (Job, error)
+	// ListJobs returns matching jobs ordered by CreatedAt, then ID, or
+	// the reverse when f.Newest is set, at most f.Limit of them, those
+	// past f.After only when it is set.
 	ListJobs(ctx context.Context, f JobFilter) ([]Job, error)
 	// TransitionJob changes a job the way Transition changes an instance,
 	// deciding with ApplyJobTransition.
