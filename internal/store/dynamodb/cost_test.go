@@ -424,3 +424,121 @@ func instanceIDsOf(insts []domain.Instance) []string {
 	}
 	return out
 }
+
+// pagedListing is a page after a position, and the most rows it may read.
+type pagedListing[F any] struct {
+	name    string
+	f       F
+	maxRows int
+}
+
+// A page after a position reads its index from the position on, in the
+// order asked for: the API's hundredth page of jobs reads that page, not
+// the ninety-nine before it. Each page is the rows of the whole listing
+// that follow the position, cut to the limit.
+func TestAPageAfterAPositionReadsOnlyThatPage(t *testing.T) {
+	s := metered(t)
+	s.createJobs(t, 1, 200, domain.JobCompleted, twoPools)
+	s.createJobs(t, 201, 6, domain.JobQueued, twoPools)
+	s.createJobs(t, 207, 6, domain.JobRunning, twoPools)
+	s.createJobs(t, 213, 200, domain.JobCompleted, twoPools)
+	at := func(id int64) *domain.ListPosition[int64] {
+		j, err := s.GetJob(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &domain.ListPosition[int64]{CreatedAt: j.CreatedAt, ID: j.ID}
+	}
+	statuses := []domain.JobStatus{domain.JobQueued, domain.JobRunning}
+	cases := []pagedListing[domain.JobFilter]{
+		{"newest", domain.JobFilter{Newest: true, Limit: 10, After: at(301)}, 10},
+		{"oldest", domain.JobFilter{Limit: 10, After: at(102)}, 10},
+		{"newest of two statuses", domain.JobFilter{Statuses: statuses, Newest: true, Limit: 4, After: at(209)}, 8},
+		{"oldest of two statuses", domain.JobFilter{Statuses: statuses, Limit: 4, After: at(203)}, 8},
+		{"newest of a pool", domain.JobFilter{Pool: "arm", Newest: true, Limit: 10, After: at(300)}, 10},
+		{"the last page", domain.JobFilter{Limit: 10, After: at(407)}, 5},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			every := c.f
+			every.Limit, every.After = 0, nil
+			var want []int64
+			for _, j := range s.listJobs(t, every) {
+				if c.f.After.Passed(j.CreatedAt, j.ID, c.f.Newest) && len(want) < c.f.Limit {
+					want = append(want, j.ID)
+				}
+			}
+			s.m.reset()
+			got := jobIDsOf(s.listJobs(t, c.f))
+			if !slices.Equal(got, want) {
+				t.Fatalf("got %v, want %v", got, want)
+			}
+			t.Logf("%d queries, %d rows read, %.1f read units", s.m.queries, s.m.rows, s.m.units)
+			if s.m.rows > c.maxRows {
+				t.Errorf("%d rows read for %d jobs listed; want at most %d", s.m.rows, len(got), c.maxRows)
+			}
+		})
+	}
+}
+
+// A page of instances after a position reads its index from the position
+// on, as a page of jobs does: the API's later pages of instances, the
+// terminated ones included, read those pages only.
+func TestAnInstancePageAfterAPositionReadsOnlyThatPage(t *testing.T) {
+	s := metered(t)
+	var insts []domain.Instance
+	for k := range 200 {
+		in := domain.Instance{ID: fmt.Sprintf("bp-%03d", k), Runner: "small", Role: domain.RoleHot, State: domain.StateTerminated}
+		if k >= 100 && k < 110 {
+			in.State = domain.StateReady
+		}
+		insts = append(insts, in)
+	}
+	for _, batch := range domain.Chunk(insts, 4) {
+		if err := s.CreateInstances(t.Context(), batch); err != nil {
+			t.Fatal(err)
+		}
+		s.clk.Advance(time.Second)
+	}
+	at := func(id string) *domain.ListPosition[string] {
+		in, err := s.GetInstance(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &domain.ListPosition[string]{CreatedAt: in.CreatedAt, ID: in.ID}
+	}
+	live := []domain.State{domain.StateReady, domain.StateBooting}
+	cases := []pagedListing[domain.InstanceFilter]{
+		{"newest", domain.InstanceFilter{Newest: true, Limit: 10, After: at("bp-150")}, 10},
+		{"oldest", domain.InstanceFilter{Limit: 10, After: at("bp-049")}, 10},
+		{"newest of two states", domain.InstanceFilter{States: live, Newest: true, Limit: 3, After: at("bp-105")}, 3},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			every := c.f
+			every.Limit, every.After = 0, nil
+			all, err := s.ListInstances(t.Context(), every)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, in := range all {
+				if c.f.After.Passed(in.CreatedAt, in.ID, c.f.Newest) && len(want) < c.f.Limit {
+					want = append(want, in.ID)
+				}
+			}
+			s.m.reset()
+			page, err := s.ListInstances(t.Context(), c.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := instanceIDsOf(page); !slices.Equal(got, want) {
+				t.Fatalf("got %v, want %v", got, want)
+			}
+			t.Logf("%d queries, %d rows read, %.1f read units", s.m.queries, s.m.rows, s.m.units)
+			if s.m.rows > c.maxRows {
+				t.Errorf("%d rows read for %d instances listed; want at most %d", s.m.rows, len(page), c.maxRows)
+			}
+		})
+	}
+}

@@ -129,12 +129,20 @@ func (s *Store) GetInstance(ctx context.Context, id string) (domain.Instance, er
 
 // ListInstances queries the index of the filter's most selective field and
 // checks the others on what it returns; with a limit, it reads no more of
-// the index than it needs (rowKind.find).
+// the index than it needs (rowKind.find), and with a position, none of it
+// before the position.
 func (s *Store) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
-	out, err := instanceKind.find(ctx, s, instanceLookups(f), f.Newest, f.Limit, func(in domain.Instance) bool { return matchesInstance(in, f) })
+	ls := instanceLookups(f)
+	if f.After != nil {
+		if err := domain.CheckTime("position", f.After.CreatedAt); err != nil {
+			return nil, fmt.Errorf("list instances: %w", err)
+		}
+		ls = pastOrder(ls, order(f.After.CreatedAt, f.After.ID))
+	}
+	out, err := instanceKind.find(ctx, s, ls, f.Newest, f.Limit, func(in domain.Instance) bool { return matchesInstance(in, f) })
 	if err != nil {
 		return nil, fmt.Errorf("list instances: %w", err)
 	}
@@ -161,7 +169,8 @@ func matchesInstance(in domain.Instance, f domain.InstanceFilter) bool {
 		}
 	}
 	return (len(f.States) == 0 || slices.Contains(f.States, in.State)) &&
-		(f.ExpiredAt.IsZero() || in.Expired(f.ExpiredAt))
+		(f.ExpiredAt.IsZero() || in.Expired(f.ExpiredAt)) &&
+		f.After.Passed(in.CreatedAt, in.ID, f.Newest)
 }
 
 // Transition is one guarded transition: the decision on the row as read

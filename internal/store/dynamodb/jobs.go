@@ -80,17 +80,25 @@ func (s *Store) GetJob(ctx context.Context, id int64) (domain.Job, error) {
 
 // ListJobs reads the jobs by id when the filter names them, else queries
 // the index of its most selective field, and checks the rest on the rows;
-// with a limit, it reads no more of the index than it needs (rowKind.find).
+// with a limit, it reads no more of the index than it needs (rowKind.find),
+// and with a position, none of it before the position.
 func (s *Store) ListJobs(ctx context.Context, f domain.JobFilter) ([]domain.Job, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	ls := jobLookups(f)
+	if f.After != nil {
+		if err := domain.CheckTime("position", f.After.CreatedAt); err != nil {
+			return nil, fmt.Errorf("list jobs: %w", err)
+		}
+		ls = pastOrder(ls, order(f.After.CreatedAt, jobOrderID(f.After.ID)))
 	}
 	var out []domain.Job
 	var err error
 	if len(f.IDs) > 0 {
 		out, err = s.jobsByID(ctx, f)
 	} else {
-		out, err = jobKind.find(ctx, s, jobLookups(f), f.Newest, f.Limit, func(j domain.Job) bool { return matchesJob(j, f) })
+		out, err = jobKind.find(ctx, s, ls, f.Newest, f.Limit, func(j domain.Job) bool { return matchesJob(j, f) })
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
@@ -116,7 +124,8 @@ func matchesJob(j domain.Job, f domain.JobFilter) bool {
 		f.Pool != "" && j.Pool != f.Pool,
 		f.Instance != "" && j.InstanceID != f.Instance,
 		!f.UpdatedBefore.IsZero() && !j.UpdatedAt.Before(f.UpdatedBefore),
-		f.ToRerun && !(j.Interrupted && !j.Rerun):
+		f.ToRerun && !(j.Interrupted && !j.Rerun),
+		!f.After.Passed(j.CreatedAt, j.ID, f.Newest):
 		return false
 	}
 	return true

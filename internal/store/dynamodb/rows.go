@@ -187,6 +187,17 @@ func partitionLookups[V ~string](kind string, values []V) []lookup {
 	return out
 }
 
+// pastOrder bounds each lookup to the rows after ord, the sort key of a
+// listing's position, in the order the lookup reads. Every index is sorted
+// by ord, so the bound is a key condition on each.
+func pastOrder(ls []lookup, ord string) []lookup {
+	out := slices.Clone(ls)
+	for k := range out {
+		out[k].after = ord
+	}
+	return out
+}
+
 // get reads one row consistently; found is false when there is none.
 func (k *rowKind[ID, Row, Guard, Req, Res]) get(ctx context.Context, s *Store, id ID) (row Row, found bool, err error) {
 	item, err := k.getItem(ctx, s, id)

@@ -42,6 +42,29 @@ type lookup struct {
 	// before, when set, bounds the query to the rows whose ord sorts before
 	// it: a key condition, so the rows after it are never read (or paid for).
 	before string
+	// after, when set, bounds the query to the rows whose ord comes after
+	// it in the order read (newest first or not): a key condition too, so
+	// a page further on does not read the pages before it.
+	after string
+}
+
+// ordBound is the lookup's key condition on ord, if any: the operator and
+// the value. A key condition takes one bound of the sort key, so a lookup
+// may have two only when both are upper ones (newest first).
+func (l lookup) ordBound() (op, value string, err error) {
+	switch {
+	case l.after == "" && l.before == "":
+		return "", "", nil
+	case l.after == "":
+		return "<", l.before, nil
+	case l.newest && l.before != "":
+		return "<", min(l.after, l.before), nil
+	case l.newest:
+		return "<", l.after, nil
+	case l.before != "":
+		return "", "", fmt.Errorf("query %s: a page after %q and before %q oldest first takes two key conditions", l.index, l.after, l.before)
+	}
+	return ">", l.after, nil
 }
 
 // maxPageRows caps the rows a growing page asks for (see query); DynamoDB
@@ -64,10 +87,14 @@ func (s *Store) query(ctx context.Context, l lookup, pageRows int, each func([]m
 		ExpressionAttributeValues: map[string]types.AttributeValue{":v": str(l.value)},
 		ScanIndexForward:          aws.Bool(!l.newest),
 	}
-	if l.before != "" {
-		in.KeyConditionExpression = aws.String("#k = :v AND #ord < :before")
+	op, bound, err := l.ordBound()
+	if err != nil {
+		return err
+	}
+	if op != "" {
+		in.KeyConditionExpression = aws.String("#k = :v AND #ord " + op + " :bound")
 		in.ExpressionAttributeNames["#ord"] = attrOrder
-		in.ExpressionAttributeValues[":before"] = str(l.before)
+		in.ExpressionAttributeValues[":bound"] = str(bound)
 	}
 	for {
 		if pageRows > 0 {

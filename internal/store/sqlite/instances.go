@@ -128,8 +128,14 @@ func (s *Store) GetInstance(ctx context.Context, id string) (domain.Instance, er
 }
 
 // ListInstances returns the instances matching f, oldest first by
-// CreatedAt then ID, or newest first when f.Newest is set, at most f.Limit.
+// CreatedAt then ID, or newest first when f.Newest is set, at most f.Limit,
+// and only those past f.After when it is set.
 func (s *Store) ListInstances(ctx context.Context, f domain.InstanceFilter) ([]domain.Instance, error) {
+	if f.After != nil {
+		if err := domain.CheckTime("position", f.After.CreatedAt); err != nil {
+			return nil, fmt.Errorf("list instances: %w", err)
+		}
+	}
 	query, args := listQuery(f)
 	return instanceKind.listRows(ctx, s, query, args)
 }
@@ -156,7 +162,24 @@ func listQuery(f domain.InstanceFilter) (string, []any) {
 		conds = append(conds, "deadline <= ?") // a NULL (no) deadline never matches
 		args = append(args, formatTime(f.ExpiredAt))
 	}
+	conds, args = passed(conds, args, f.After, f.Newest)
 	return orderedListing(`SELECT `+instanceColumns+` FROM instances`, conds, args, f.Newest, f.Limit)
+}
+
+// passed adds the condition that keeps the rows past p in a listing's
+// order, when p is set. A row value compares as the ORDER BY sorts, and
+// where the query reads the index of (created_at, id) it reads it from
+// p on, so a page far into a listing does not read the rows before it.
+func passed[ID int64 | string](conds []string, args []any, p *domain.ListPosition[ID], newest bool) ([]string, []any) {
+	if p == nil {
+		return conds, args
+	}
+	op := ">"
+	if newest {
+		op = "<"
+	}
+	// Not formatTime: a zero time is a position before every row, not NULL.
+	return append(conds, "(created_at, id) "+op+" (?, ?)"), append(args, p.CreatedAt.UTC().Format(timeLayout), p.ID)
 }
 
 // orderedListing completes a listing's query: its conditions, the order

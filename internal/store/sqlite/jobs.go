@@ -142,8 +142,14 @@ func (s *Store) GetJob(ctx context.Context, id int64) (domain.Job, error) {
 }
 
 // ListJobs returns the jobs matching f, oldest first by CreatedAt then ID,
-// or newest first when f.Newest is set.
+// or newest first when f.Newest is set, and only those past f.After when
+// it is set.
 func (s *Store) ListJobs(ctx context.Context, f domain.JobFilter) ([]domain.Job, error) {
+	if f.After != nil {
+		if err := domain.CheckTime("position", f.After.CreatedAt); err != nil {
+			return nil, fmt.Errorf("list jobs: %w", err)
+		}
+	}
 	query, args := listJobsQuery(f)
 	return jobKind.listRows(ctx, s, query, args)
 }
@@ -176,6 +182,7 @@ func listJobsQuery(f domain.JobFilter) (string, []any) {
 		ids, _ := json.Marshal(f.IDs)
 		conds, args = append(conds, "id IN (SELECT value FROM json_each(?))"), append(args, string(ids))
 	}
+	conds, args = passed(conds, args, f.After, f.Newest)
 	return orderedListing(`SELECT `+jobColumns+` FROM jobs`, conds, args, f.Newest, f.Limit)
 }
 
