@@ -1,6 +1,7 @@
 package reaper
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,9 +21,9 @@ const strandedAfter = 5 * time.Minute
 const strandedPerCycle = 20
 
 // strandedJobs settles assigned and running jobs whose instance has ended
-// (its row terminated or deleted) while the job stayed open: the completed
-// webhook that ends a job was lost, and nothing else would ever end it, so
-// it would count as running (and as demand of its pool) for good. GitHub is
+// (see endedAt) while the job stayed open: the completed webhook that ends
+// a job was lost, and nothing else would ever end it, so it would count as
+// running (and as demand of its pool) for good. GitHub is
 // asked about each, at most strandedPerCycle a cycle, those asked least
 // lately first and then the oldest, so that jobs GitHub keeps reporting in
 // progress do not starve the others. A job GitHub reports completed is
@@ -30,9 +31,12 @@ const strandedPerCycle = 20
 // which it gave no answer within the running allowance, is given up:
 // completed without a conclusion, with a reason. One GitHub reports queued
 // or in progress is left: GitHub fails a job whose runner died, and a
-// queued one goes back to its queue when queuedJobs lists it. Only the
-// store's errors fail the step; GitHub's are logged, and asked again. It
-// picks its jobs from open, the cycle's listing of the jobs not over.
+// queued one goes back to its queue when queuedJobs lists it. A job that
+// is settled while its instance's row is still out of service but not
+// terminating (in error, or stuck booting or claimed) retires that
+// instance in the same change. Only the store's errors fail the step;
+// GitHub's are logged, and asked again. It picks its jobs from open, the
+// cycle's listing of the jobs not over.
 func (r *Reconciler) strandedJobs(ctx context.Context, rows []domain.Instance, open []domain.Job) (completed, abandoned int, err error) {
 	listed, now := byID(rows), r.Clock.Now()
 	var errs []error
@@ -58,7 +62,7 @@ func (r *Reconciler) strandedJobs(ctx context.Context, rows []domain.Instance, o
 }
 
 // instanceEnded reports whether instance id has ended strandedAfter ago at
-// least: terminated that long, or its row deleted.
+// least (see endedAt), or its row was deleted.
 func (r *Reconciler) instanceEnded(ctx context.Context, id string, listed map[string]domain.Instance, now time.Time) (bool, error) {
 	in, found, err := r.instanceRow(ctx, id, listed)
 	if err != nil {
@@ -67,7 +71,35 @@ func (r *Reconciler) instanceEnded(ctx context.Context, id string, listed map[st
 	if !found {
 		return true, nil
 	}
-	return in.State == domain.StateTerminated && now.Sub(in.StateSince) >= strandedAfter, nil
+	at, ended := endedAt(in)
+	return ended && now.Sub(at) >= strandedAfter, nil
+}
+
+// endedAt says whether in can no longer be serving a job, and since when.
+// A terminated row ended when it was closed. A row in error ended when its
+// agent reported the failure: its runner is gone, and a job that had
+// started stays bound to it until the row expires. A row booting or
+// claimed whose job started (GitHub saw its runner take it) and that is
+// past its deadline ended then: its agent would have reported the runner
+// registered by then, and a hung agent reports nothing, so the row would
+// otherwise hold the job, running as far as bullpen knows, until its
+// backstop (see Terminator.expiresAt).
+func endedAt(in domain.Instance) (time.Time, bool) {
+	switch in.State {
+	case domain.StateTerminated, domain.StateError:
+		return in.StateSince, true
+	case domain.StateBooting, domain.StateClaimed:
+		if in.JobStarted && !in.Deadline.IsZero() {
+			return in.Deadline, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// endedBy reports whether in has ended at now (see endedAt).
+func endedBy(in domain.Instance, now time.Time) bool {
+	at, ended := endedAt(in)
+	return ended && !now.Before(at)
 }
 
 // instanceRow returns instance id's row, found false when it was deleted.
@@ -109,14 +141,14 @@ func (r *Reconciler) settle(ctx context.Context, j domain.Job, now time.Time) (d
 	switch {
 	case errors.Is(gerr, domain.ErrNotFound):
 		why := "its instance ended and GitHub no longer has it"
-		ok, err := r.complete(ctx, j, now, "", why)
+		ok, err := r.complete(ctx, j, now, "", why, "GitHub no longer has its job")
 		if ok {
 			r.Log.Warn("job given up: "+why, "job", j.ID, "repo", j.Repo, "status", j.Status, "instance", j.InstanceID)
 		}
 		return false, ok, err
 	case gerr != nil && overdue:
 		why := fmt.Sprintf("its instance ended and GitHub gave no answer about it within %s", r.RunningAllowance)
-		ok, err := r.complete(ctx, j, now, "", why)
+		ok, err := r.complete(ctx, j, now, "", why, fmt.Sprintf("its job was given up: GitHub gave no answer about it within %s", r.RunningAllowance))
 		if ok {
 			r.Log.Warn("job given up: "+why, "job", j.ID, "repo", j.Repo, "status", j.Status, "instance", j.InstanceID, "err", gerr)
 		}
@@ -127,7 +159,7 @@ func (r *Reconciler) settle(ctx context.Context, j domain.Job, now time.Time) (d
 	case g.Status != githubCompleted:
 		return false, false, nil // GitHub has not ended it yet
 	}
-	ok, err := r.complete(ctx, j, now, g.Conclusion, "")
+	ok, err := r.complete(ctx, j, now, g.Conclusion, "", fmt.Sprintf("GitHub reports its job completed (%s)", cmp.Or(g.Conclusion, "no conclusion")))
 	if ok {
 		r.Log.Info("job completed as GitHub reports it; its completed webhook never came", "job", j.ID, "repo", j.Repo,
 			"conclusion", g.Conclusion, "instance", j.InstanceID)
@@ -136,13 +168,34 @@ func (r *Reconciler) settle(ctx context.Context, j domain.Job, now time.Time) (d
 }
 
 // complete records j's end, with conclusion and, when given, why bullpen
-// ended it. ok is false when j changed since it was read.
-func (r *Reconciler) complete(ctx context.Context, j domain.Job, at time.Time, conclusion, why string) (bool, error) {
-	c := completion(j, at, conclusion, why)
-	_, err := r.Store.TransitionJob(ctx, c.ID, c.Guard, c.Apply)
+// ended it. An instance that holds the job although it ended (see endedAt)
+// and is not on its way out yet is retired in the same change, for retire:
+// nothing else would end a row stuck booting or claimed before its
+// backstop. ok is false when j or its instance changed since they were
+// read, or the instance serves again: the next cycle looks again.
+func (r *Reconciler) complete(ctx context.Context, j domain.Job, at time.Time, conclusion, why, retire string) (bool, error) {
+	change := domain.Change{Jobs: []domain.JobTransitionRequest{completion(j, at, conclusion, why)}}
+	in, err := r.Store.GetInstance(ctx, j.InstanceID)
+	switch {
+	case errors.Is(err, domain.ErrNotFound):
+	case err != nil:
+		return false, fmt.Errorf("complete stranded job %d: read instance %s: %w", j.ID, j.InstanceID, err)
+	case in.State == domain.StateTerminating || in.State.Terminal():
+	case !endedBy(in, at):
+		return false, nil
+	default:
+		change.Instances = []domain.TransitionRequest{
+			domain.Lifecycle{}.Retire(in, domain.StateTerminating, retire, at.Add(r.TerminatingAllowance)),
+		}
+	}
+	_, err = r.Store.Commit(ctx, change)
 	switch {
 	case err == nil:
 		delete(r.asked, j.ID)
+		if len(change.Instances) > 0 {
+			r.Log.Warn("instance that can no longer serve held a job now over; terminating it", "instance", in.ID, "state", in.State,
+				"job", j.ID, "reason", retire)
+		}
 		return true, nil
 	case errors.Is(err, domain.ErrConflict), errors.Is(err, domain.ErrNotFound):
 		return false, nil // it moved on: next cycle looks again

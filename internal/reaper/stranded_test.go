@@ -3,6 +3,7 @@ package reaper
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
 )
 
 // strandedJob records GitHub job g running on instance bp-1 (see
@@ -225,5 +227,69 @@ func TestJobOnAnInstanceNotEndedIsNotAskedAbout(t *testing.T) {
 	}
 	if n := x.getJobCalls(); n != 0 {
 		t.Fatalf("GitHub asked %d times about a job its instance serves", n)
+	}
+}
+
+// An agent that came back while its runner ran reports the job it had
+// failed, and its instance is in error with the job started and still
+// bound. The job's completed webhook is lost: GitHub is asked about it
+// once the row has been in error for a few minutes, and the job is
+// completed as GitHub reports it, its instance retired in the same change.
+func TestStartedJobOfAnInstanceInErrorIsCompletedAsGitHubReports(t *testing.T) {
+	x := newFixture(t)
+	g := x.githubRunning(time.Minute)
+	x.busyInstance("bp-1", g, x.Clock.Now().Add(24*time.Hour))
+	if _, ok, err := jobs.Retire(x.Ctx, x.Store, x.Queue, x.Instance("bp-1"), domain.StateError,
+		"the agent restarted while its runner ran", x.Clock.Now().Add(time.Hour)); err != nil || !ok {
+		t.Fatalf("retire to error: %t, %v", ok, err)
+	}
+	for range 4 {
+		x.Clock.Pass(time.Minute)
+		x.cycle()
+	}
+	if n := x.getJobCalls(); n != 0 {
+		t.Fatalf("GitHub asked %d times about a job whose webhook may still come", n)
+	}
+	x.Clock.Pass(time.Minute)
+	x.cycle()
+	in := x.Instance("bp-1")
+	if in.State != domain.StateTerminating || in.Job != domain.JobKey(g.ID) || !strings.Contains(in.Reason, "GitHub reports its job completed") {
+		t.Fatalf("instance is %s bound to %q for %q, want terminating as GitHub reports its job completed", in.State, in.Job, in.Reason)
+	}
+	x.wantCompletedAsGitHubReports(g.ID, ghsim.ConclusionFailure, "completed_job")
+}
+
+// A machine launched for a job whose runner GitHub saw take it (the
+// instance is booting, its job started) and whose agent then hangs: past
+// the row's own deadline its job is asked about, completed as GitHub
+// reports it, and the instance retired in the same change, long before
+// its backstop at the running deadline. A row claimed likewise, whose
+// agent still beats (so that it is not silent), is judged the same.
+func TestStartedJobOfAnInstanceStuckBootingIsCompletedAsGitHubReports(t *testing.T) {
+	for _, state := range []domain.State{domain.StateBooting, domain.StateClaimed} {
+		t.Run(string(state), func(t *testing.T) {
+			x := newFixture(t)
+			g := x.githubRunning(time.Minute)
+			m := x.machine(map[string]string{domain.TagController: "ctl"})
+			due := x.Clock.Now().Add(10 * time.Minute)
+			x.CreateJob(domain.Job{ID: g.ID, RunID: g.RunID, Repo: spotRepo, Status: domain.JobRunning, Route: domain.RouteLaunch,
+				InstanceID: "bp-1", StartedAt: x.Clock.Now()})
+			x.CreateInstance(domain.Instance{ID: "bp-1", CloudID: m.ID, State: state, Role: domain.RoleOnDemand, Job: domain.JobKey(g.ID),
+				JobStarted: true, RunnerName: "bp-1", RunnerConfig: "jit", Deadline: due})
+			for x.Clock.Now().Before(due.Add(strandedAfter - time.Minute)) {
+				x.heard("bp-1") // an agent hung in its runner's start may still beat
+				x.Clock.Pass(time.Minute)
+				x.cycle()
+			}
+			if in := x.Instance("bp-1"); in.State != state || x.getJobCalls() != 0 {
+				t.Fatalf("before its deadline and the stranded wait: instance %s, GitHub asked %d times; want it left alone", in.State, x.getJobCalls())
+			}
+			x.Clock.Pass(time.Minute)
+			x.cycle()
+			if in := x.Instance("bp-1"); in.State != domain.StateTerminating || in.Job != domain.JobKey(g.ID) {
+				t.Fatalf("instance is %s bound to %q, want terminating, its job still bound for its completion", in.State, in.Job)
+			}
+			x.wantCompletedAsGitHubReports(g.ID, ghsim.ConclusionFailure, "completed_job")
+		})
 	}
 }

@@ -55,7 +55,7 @@ func (r *Reconciler) endedWaits(ctx context.Context, rows []domain.Instance, ope
 				errs = append(errs, err)
 				continue
 			}
-			if !found || in.State == domain.StateTerminated {
+			if !found || endedBy(in, now) {
 				continue // strandedJobs settles it
 			}
 		}
