@@ -36,7 +36,7 @@ func (t *Terminator) expire(ctx context.Context) (int, error) {
 	var reqs []domain.TransitionRequest
 	marked := 0
 	var errs []error
-	agentsBack := now.Sub(t.heard.look(now, max(t.AgentGrace/2, 2*t.every()))) >= t.AgentGrace
+	agentsBack := now.Sub(t.heard.look(now, max(t.AgentGrace/2, 2*t.every()))) >= t.agentAllowance()
 	for _, in := range rows {
 		if !agentsBack && (agentExpected(in.State) || in.State == domain.StateBooting) {
 			continue

@@ -58,9 +58,10 @@ func TestExpireSendsAnUnstartedJobBackToItsQueue(t *testing.T) {
 }
 
 // A terminator starting after an outage holds the deadlines that passed
-// while agents could not report (a claim, a release) for its agent grace,
-// then expires what is still stuck; a launch that never recorded its
-// machine is closed at once.
+// while agents could not report (a claim, a release) for its agent grace
+// and the agents' longest backoff, as long as the reconciler waits before
+// it judges an agent silent, then expires what is still stuck; a launch
+// that never recorded its machine is closed at once.
 func TestARestartedTerminatorGivesAgentsTimeToReport(t *testing.T) {
 	f := newFixture(t)
 	due := f.Clock.Now().Add(time.Minute)
@@ -82,6 +83,10 @@ func TestARestartedTerminatorGivesAgentsTimeToReport(t *testing.T) {
 		}
 	}
 	f.Clock.Advance(time.Minute)
+	if n, err := term.Expire(f.Ctx); err != nil || n != 0 {
+		t.Fatalf("at the end of the agent grace: %d marked (%v), want none while an agent may be waiting out its backoff", n, err)
+	}
+	f.Clock.Advance(domain.AgentBackoffMax)
 	if n, err := term.Expire(f.Ctx); err != nil || n != 2 {
 		t.Fatalf("after the grace: %d marked (%v), want the claim and the release still stuck", n, err)
 	}

@@ -51,7 +51,7 @@ type spared struct {
 // cycle's cloud listing, nil when the listing failed.
 //
 // Silence counts from the first cycle at the latest, and from the end of
-// the agents' longest backoff after it (domain.AgentBackoffMax): after an
+// the agents' longest backoff after it (AgentAllowance): after an
 // outage of the control plane every agent has been unheard for as long,
 // each tries again at the end of its backoff, and machines must not be
 // killed for it before their agents had a chance to come back.
@@ -65,7 +65,7 @@ func (r *Reconciler) silent(ctx context.Context, rows []domain.Instance, machine
 			continue
 		}
 		heard := lastHeard(in)
-		if now.Sub(heard) < r.SilentAfter || now.Sub(since) < r.SilentAfter+domain.AgentBackoffMax {
+		if now.Sub(heard) < r.SilentAfter || now.Sub(since) < AgentAllowance(r.SilentAfter) {
 			continue
 		}
 		if runsStartedJob(in) {

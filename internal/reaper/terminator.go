@@ -35,13 +35,34 @@ type Terminator struct {
 	Deadlines domain.Deadlines
 	// AgentGrace holds the deadlines of the states an agent moves on
 	// (booting, ready, claimed, running, releasing) for this long after
-	// Init: after an outage of the control plane those deadlines passed
-	// because agents could not report, not because their machines failed.
-	// 0: none.
+	// Init, plus the agents' longest backoff, as the reconciler's silence
+	// allowance has it (AgentAllowance): after an outage of the control
+	// plane those deadlines passed because agents could not report, not
+	// because their machines failed. Set it to the reconciler's
+	// SilentAfter. 0: none.
 	AgentGrace time.Duration
 	metrics    *terminatorMetrics // nil until Init: nothing is counted
 	heard      hearing            // since when agents could be heard
 	refused    setAside           // rows whose machine the cloud refused to terminate
+}
+
+// agentAllowance is how long after Init the deadlines of the agents'
+// states are held (see AgentGrace).
+func (t *Terminator) agentAllowance() time.Duration {
+	if t.AgentGrace <= 0 {
+		return 0
+	}
+	return AgentAllowance(t.AgentGrace)
+}
+
+// AgentAllowance is how long after the control plane could hear agents
+// again (its start, or the end of a gap in its loop) an agent unheard for
+// silentAfter may still come back: each agent tries again only at the end
+// of its own backoff, which may have grown to domain.AgentBackoffMax. The
+// reconciler judges no silence before it, and the terminator holds the
+// deadlines of the agents' states until then.
+func AgentAllowance(silentAfter time.Duration) time.Duration {
+	return silentAfter + domain.AgentBackoffMax
 }
 
 // every is the time between two sweeps.
