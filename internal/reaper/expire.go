@@ -41,9 +41,7 @@ func (t *Terminator) expire(ctx context.Context) (int, error) {
 		if !agentsBack && (agentExpected(in.State) || in.State == domain.StateBooting) {
 			continue
 		}
-		// A job that started is protected until its instance's own
-		// running deadline (the longest job bullpen lets run).
-		if !in.Expired(now) || (in.JobStarted && in.State != domain.StateRunning) {
+		if !in.Expired(now) || now.Before(t.expiresAt(in)) {
 			continue
 		}
 		why := fmt.Sprintf("deadline of state %s passed at %s", in.State, in.Deadline.UTC().Format(time.RFC3339))
@@ -79,4 +77,20 @@ func (t *Terminator) expire(ctx context.Context) (int, error) {
 		}
 	}
 	return marked, errors.Join(errs...)
+}
+
+// expiresAt is when Expire ends in: at its deadline, except that a job
+// that started is not cut short before the running deadline, counted from
+// when the row entered its state. A row running such a job has that
+// deadline already; one booting or claimed whose job GitHub saw start has
+// it as a backstop, so that an agent that hangs, with the job's completed
+// webhook lost, does not keep its machine for good. A row in error ends at
+// its own deadline all the same: its agent said its runner is gone, and
+// the job, which stays bound to it, is completed as GitHub reports it once
+// the row is terminated (strandedJobs).
+func (t *Terminator) expiresAt(in domain.Instance) time.Time {
+	if !in.JobStarted || in.State == domain.StateRunning || in.State == domain.StateError {
+		return in.Deadline
+	}
+	return maxTime(in.Deadline, in.StateSince.Add(t.verbs().Deadlines.Running))
 }

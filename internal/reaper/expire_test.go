@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
+	"github.com/bullpen-ci/bullpen/internal/jobs"
 )
 
 func TestRunTerminatesRowsPastTheirDeadline(t *testing.T) {
@@ -90,4 +92,66 @@ func TestARestartedTerminatorGivesAgentsTimeToReport(t *testing.T) {
 	if n, err := term.Expire(f.Ctx); err != nil || n != 2 {
 		t.Fatalf("after the grace: %d marked (%v), want the claim and the release still stuck", n, err)
 	}
+}
+
+// A row booting or claimed whose job GitHub saw start outlives its own
+// deadline, as the job must not be cut short, but not the running
+// deadline counted from when it entered its state: an agent that hung
+// there, its job's completed webhook lost, would otherwise keep its
+// machine for good. The job stays bound to it, for its completion to find.
+func TestExpireEndsAStartedJobsRowStuckOutsideRunningAtTheRunningDeadline(t *testing.T) {
+	f := newFixture(t)
+	due := f.Clock.Now().Add(10 * time.Minute)
+	f.createRows(
+		domain.Instance{ID: "booting", State: domain.StateBooting, Job: "1", JobStarted: true, Deadline: due},
+		domain.Instance{ID: "claimed", State: domain.StateClaimed, Job: "2", JobStarted: true, Deadline: due},
+	)
+	running := domain.DefaultDeadlines().Running
+	f.Clock.Advance(running - time.Second)
+	if n, err := f.term.Expire(f.Ctx); err != nil || n != 0 {
+		t.Fatalf("within the running deadline: %d marked (%v), want none", n, err)
+	}
+	f.wantInstanceStates(map[string]domain.State{"booting": domain.StateBooting, "claimed": domain.StateClaimed})
+	f.Clock.Advance(time.Second)
+	if n, err := f.term.Expire(f.Ctx); err != nil || n != 2 {
+		t.Fatalf("at the running deadline: %d marked (%v), want both", n, err)
+	}
+	for id, job := range map[string]string{"booting": "1", "claimed": "2"} {
+		if in := f.Instance(id); in.State != domain.StateTerminating || in.Job != job || !in.JobStarted {
+			t.Errorf("%s is %s bound to %q (started %t), want terminating, still bound to its job %s", id, in.State, in.Job, in.JobStarted, job)
+		}
+	}
+}
+
+// A row in error ends at its own deadline even though its job started:
+// its agent said the runner is gone. The job stays bound to it and is
+// completed as GitHub reports it once the row is closed.
+func TestExpireEndsAnInstanceInErrorWhoseJobStarted(t *testing.T) {
+	x := newFixture(t)
+	g := x.githubRunning(time.Minute)
+	x.busyInstance("bp-1", g, x.Clock.Now().Add(24*time.Hour))
+	if _, ok, err := jobs.Retire(x.Ctx, x.Store, x.Queue, x.Instance("bp-1"), domain.StateError,
+		"the agent restarted while its runner ran", x.Clock.Now().Add(5*time.Minute)); err != nil || !ok {
+		t.Fatalf("retire to error: %t, %v", ok, err)
+	}
+	x.Clock.Pass(5*time.Minute - time.Second)
+	if n, err := x.term.Expire(x.Ctx); err != nil || n != 0 {
+		t.Fatalf("before its deadline: %d marked (%v), want none", n, err)
+	}
+	x.Clock.Pass(time.Second)
+	if n, err := x.term.Expire(x.Ctx); err != nil || n != 1 {
+		t.Fatalf("at its deadline: %d marked (%v), want the row in error", n, err)
+	}
+	if in := x.Instance("bp-1"); in.State != domain.StateTerminating || in.Job != domain.JobKey(g.ID) {
+		t.Fatalf("instance is %s bound to %q, want terminating, still bound to its job", in.State, in.Job)
+	}
+	if _, err := x.term.Sweep(x.Ctx); err != nil {
+		t.Fatal(err)
+	}
+	x.wantInstanceStates(map[string]domain.State{"bp-1": domain.StateTerminated})
+	for range 6 {
+		x.Clock.Pass(time.Minute)
+		x.cycle()
+	}
+	x.wantCompletedAsGitHubReports(g.ID, ghsim.ConclusionFailure, "completed_job")
 }
