@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -23,17 +24,12 @@ func (t *Terminator) Expire(ctx context.Context) (int, error) {
 
 func (t *Terminator) expire(ctx context.Context) (int, error) {
 	now := t.Clock.Now()
-	var states []domain.State
-	for _, s := range domain.States {
-		if s != domain.StateTerminating && s != domain.StateTerminated {
-			states = append(states, s)
-		}
-	}
-	rows, err := t.Store.ListInstances(ctx, domain.InstanceFilter{States: states, ExpiredAt: now})
+	rows, err := t.Store.ListInstances(ctx, domain.InstanceFilter{States: expirableStates(), ExpiredAt: now})
 	if err != nil {
 		return 0, fmt.Errorf("list instances: %w", err)
 	}
 	var reqs []domain.TransitionRequest
+	var expiring []domain.Instance // the rows of reqs, as read
 	marked := 0
 	var errs []error
 	agentsBack := now.Sub(t.heard.look(now, max(t.AgentGrace/2, 2*t.every()))) >= t.agentAllowance()
@@ -54,11 +50,12 @@ func (t *Terminator) expire(ctx context.Context) (int, error) {
 			}
 			if ok {
 				marked++
-				t.log().Info("instance past its deadline; terminating it, and its job back in the queue if still bound to it", "instance", in.ID, "job", in.Job, "reason", why)
+				t.noteExpired(ctx, in, why, "its job back in the queue if still bound to it")
 			}
 			continue
 		}
 		reqs = append(reqs, t.verbs().Terminate(in, why, now))
+		expiring = append(expiring, in)
 	}
 	if len(reqs) == 0 {
 		return marked, errors.Join(errs...)
@@ -71,7 +68,7 @@ func (t *Terminator) expire(ctx context.Context) (int, error) {
 		switch {
 		case r.Err == nil:
 			marked++
-			t.log().Info("instance past its deadline; terminating", "instance", reqs[i].ID, "reason", r.Instance.Reason)
+			t.noteExpired(ctx, expiring[i], r.Instance.Reason, "")
 		case !errors.Is(r.Err, domain.ErrConflict):
 			errs = append(errs, r.Err)
 		}
@@ -93,4 +90,31 @@ func (t *Terminator) expiresAt(in domain.Instance) time.Time {
 		return in.Deadline
 	}
 	return maxTime(in.Deadline, in.StateSince.Add(t.verbs().Deadlines.Running))
+}
+
+// noteExpired counts a row Expire ended, by the state it was in, and logs
+// it. Two ends are logged at WARN, as they are not what the row was
+// meant for: a release that timed out (its agent did not deregister in
+// time, most often because the runner's clean-up command had not
+// finished; the machine is never pooled) and a job killed at the running
+// deadline. then says what else the change did, if anything.
+func (t *Terminator) noteExpired(ctx context.Context, in domain.Instance, why, then string) {
+	t.metrics.expiredIn(in.State)
+	attrs := []any{"instance", in.ID, "state", in.State, "deadline", in.Deadline, "reason", why}
+	if in.Job != "" {
+		attrs = append(attrs, "job", in.Job)
+	}
+	if then != "" {
+		attrs = append(attrs, "then", then)
+	}
+	level, msg := slog.LevelInfo, "instance past its deadline; terminating"
+	switch {
+	case in.State == domain.StateReleasing:
+		level, msg = slog.LevelWarn, "release timed out: the runner's clean-up did not finish before the releasing deadline; terminating the instance, never pooled"
+	case in.Leaving():
+		msg = "instance taken back by the cloud reached its notice time; terminating"
+	case in.State == domain.StateRunning && in.JobStarted:
+		level, msg = slog.LevelWarn, "job still running at the running deadline; terminating its instance, which cuts the job short"
+	}
+	t.log().Log(ctx, level, msg, attrs...)
 }

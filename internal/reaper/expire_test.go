@@ -1,12 +1,16 @@
 package reaper
 
 import (
+	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	ghsim "github.com/bullpen-ci/bullpen/internal/github/sim"
 	"github.com/bullpen-ci/bullpen/internal/jobs"
+	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
 func TestRunTerminatesRowsPastTheirDeadline(t *testing.T) {
@@ -154,4 +158,42 @@ func TestExpireEndsAnInstanceInErrorWhoseJobStarted(t *testing.T) {
 		x.cycle()
 	}
 	x.wantCompletedAsGitHubReports(g.ID, ghsim.ConclusionFailure, "completed_job")
+}
+
+// A release that times out ends at the terminator's sweep, before its
+// late agent could report it: it is counted there, by the state the row
+// was in, and logged at WARN with its deadline. So is a job cut short at
+// the running deadline; a row idle past its deadline is only counted.
+func TestExpireCountsAndWarnsOfTimedOutReleasesAndKilledJobs(t *testing.T) {
+	f := newFixture(t)
+	var log testlog.Buffer
+	f.term.Log = slog.New(slog.NewTextHandler(&log, nil))
+	if err := f.term.Init(nil); err != nil {
+		t.Fatal(err)
+	}
+	due := f.Clock.Now().Add(time.Minute)
+	f.createRows(
+		domain.Instance{ID: "release", State: domain.StateReleasing, Deadline: due},
+		domain.Instance{ID: "long-job", State: domain.StateRunning, Job: "4", JobStarted: true, Deadline: due},
+		domain.Instance{ID: "idle", State: domain.StateReady, Deadline: due},
+	)
+	f.Clock.Advance(time.Minute)
+	if n, err := f.term.Expire(f.Ctx); err != nil || n != 3 {
+		t.Fatalf("%d marked (%v), want 3", n, err)
+	}
+	for state, want := range map[domain.State]float64{domain.StateReleasing: 1, domain.StateRunning: 1, domain.StateReady: 1, domain.StateClaimed: 0} {
+		if got := testutil.ToFloat64(f.term.metrics.expired.WithLabelValues(string(state))); got != want {
+			t.Errorf("expired in %s counted %v, want %v", state, got, want)
+		}
+	}
+	deadline := "deadline=" + due.Format("2006-01-02T15:04:05.000Z07:00") // as slog writes a time
+	if lines := log.Lines("level=WARN", "instance=release", "release timed out", "clean-up did not finish", deadline); len(lines) != 1 {
+		t.Errorf("timed-out release: want one WARN naming the deadline and the unfinished clean-up; log:\n%s", log.String())
+	}
+	if lines := log.Lines("level=WARN", "instance=long-job", "running deadline", deadline); len(lines) != 1 {
+		t.Errorf("job killed at the running deadline: want one WARN; log:\n%s", log.String())
+	}
+	if lines := log.Lines("level=INFO", "instance=idle"); len(lines) != 1 {
+		t.Errorf("idle row past its deadline: want one INFO line; log:\n%s", log.String())
+	}
 }

@@ -312,7 +312,20 @@ const (
 
 type terminatorMetrics struct {
 	actions     *prometheus.CounterVec
+	expired     *prometheus.CounterVec
 	cloudErrors *prometheus.CounterVec
+}
+
+// expirableStates are the states Expire ends rows in: every state but
+// terminating and terminated.
+func expirableStates() []domain.State {
+	var states []domain.State
+	for _, s := range domain.States {
+		if s != domain.StateTerminating && s != domain.StateTerminated {
+			states = append(states, s)
+		}
+	}
+	return states
 }
 
 // newTerminatorMetrics registers the terminator's counters, every series
@@ -323,14 +336,20 @@ func newTerminatorMetrics(reg prometheus.Registerer) (*terminatorMetrics, error)
 		actions: promreg.Counters("bullpen_terminator_actions_total",
 			"Instances the terminator acted on, by kind (expired: marked terminating as their state's deadline passed; terminated: closed once their machine was terminated; refused: the cloud refused to terminate their machine, which stays running, each time it was asked).",
 			"kind"),
+		expired: promreg.Counters("bullpen_terminator_expired_total",
+			"Instances marked terminating as their state's deadline passed, by that state: releasing counts the releases that timed out before their agent's deregistered report came, running the jobs cut short at the running deadline and the machines taken back at their notice time.",
+			"state"),
 		cloudErrors: promreg.Counters("bullpen_terminator_cloud_errors_total",
 			"Failed cloud calls made by the terminator, by operation; the rows stay terminating and the next sweep tries again.",
 			"op"),
 	}
-	if err := promreg.Register(reg, "terminator", m.actions, m.cloudErrors); err != nil {
+	if err := promreg.Register(reg, "terminator", m.actions, m.expired, m.cloudErrors); err != nil {
 		return nil, err
 	}
 	promreg.AtZero(m.actions, actionExpired, actionTerminated, actionRefused)
+	for _, s := range expirableStates() {
+		promreg.AtZero(m.expired, string(s))
+	}
 	promreg.AtZero(m.cloudErrors, opTerminate)
 	return m, nil
 }
@@ -338,6 +357,13 @@ func newTerminatorMetrics(reg prometheus.Registerer) (*terminatorMetrics, error)
 func (m *terminatorMetrics) add(kind string, n int) {
 	if m != nil && n > 0 {
 		m.actions.WithLabelValues(kind).Add(float64(n))
+	}
+}
+
+// expiredIn counts one row Expire ended in state s.
+func (m *terminatorMetrics) expiredIn(s domain.State) {
+	if m != nil {
+		m.expired.WithLabelValues(string(s)).Inc()
 	}
 }
 
