@@ -40,7 +40,7 @@ func (t *Terminator) expire(ctx context.Context) (int, error) {
 		if !in.Expired(now) || now.Before(t.expiresAt(in)) {
 			continue
 		}
-		why := fmt.Sprintf("deadline of state %s passed at %s", in.State, in.Deadline.UTC().Format(time.RFC3339))
+		why := expiryReason(in)
 		if in.Job != "" && !in.JobStarted {
 			// Its job goes back to its queue in the same change.
 			until := t.verbs().Deadlines.Until(domain.StateTerminating, now)
@@ -90,6 +90,17 @@ func (t *Terminator) expiresAt(in domain.Instance) time.Time {
 		return in.Deadline
 	}
 	return maxTime(in.Deadline, in.StateSince.Add(t.verbs().Deadlines.Running))
+}
+
+// expiryReason is the reason recorded on a row Expire ends. A row leaving
+// service for a spot interruption keeps why it left: its deadline was the
+// time the cloud gave notice of.
+func expiryReason(in domain.Instance) string {
+	at := in.Deadline.UTC().Format(time.RFC3339)
+	if in.Leaving() {
+		return fmt.Sprintf("%s; the machine's notice time passed at %s", in.Reason, at)
+	}
+	return fmt.Sprintf("deadline of state %s passed at %s", in.State, at)
 }
 
 // noteExpired counts a row Expire ended, by the state it was in, and logs

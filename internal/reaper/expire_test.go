@@ -2,6 +2,7 @@ package reaper
 
 import (
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,5 +196,27 @@ func TestExpireCountsAndWarnsOfTimedOutReleasesAndKilledJobs(t *testing.T) {
 	}
 	if lines := log.Lines("level=INFO", "instance=idle"); len(lines) != 1 {
 		t.Errorf("idle row past its deadline: want one INFO line; log:\n%s", log.String())
+	}
+}
+
+// An instance taken back by the cloud while it ran a started job runs on
+// until the notice's time; ended there, its reason still says it was a
+// spot interruption, not that a running deadline passed.
+func TestExpireKeepsTheSpotInterruptionInTheReason(t *testing.T) {
+	f := newFixture(t)
+	in := f.CreateInstance(domain.Instance{ID: "bp-1", State: domain.StateRunning, Job: "7", JobStarted: true,
+		Deadline: f.Clock.Now().Add(time.Hour)})
+	notice := f.Clock.Now().Add(2 * time.Minute)
+	leave := domain.Lifecycle{}.Leave(in, "spot interruption: the cloud is taking the machine back", notice)
+	if _, err := f.Store.Transition(f.Ctx, leave.ID, leave.Guard, leave.Apply); err != nil {
+		t.Fatal(err)
+	}
+	f.Clock.Advance(2 * time.Minute)
+	if n, err := f.term.Expire(f.Ctx); err != nil || n != 1 {
+		t.Fatalf("%d marked (%v), want the interrupted instance", n, err)
+	}
+	got := f.Instance("bp-1")
+	if got.State != domain.StateTerminating || !strings.HasPrefix(got.Reason, "spot interruption:") || !strings.Contains(got.Reason, "notice time passed") {
+		t.Fatalf("instance is %s for %q, want terminating for its spot interruption's notice time", got.State, got.Reason)
 	}
 }
