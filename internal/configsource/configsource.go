@@ -62,23 +62,81 @@ func ParseLocation(s string) (Location, error) {
 	return Location{Owner: parts[0], Repo: parts[1], Path: parts[2], Ref: ref}, nil
 }
 
-// File is a local file.
+// File is a local file. Its contents are handed over only once they have
+// settled (see Settle), since a file written in place (scp, cat >, an
+// editor that does not rename) is for a moment cut short, and what it
+// holds then may well validate. Until they settle, Read reports the
+// contents it last handed over, unchanged.
 type File struct {
 	Path string
-	last []byte
-	read bool
+	// Clock says how long ago the file was last modified; the wall clock
+	// when nil.
+	Clock domain.Clock
+	last  []byte
+	read  bool
 }
+
+// Settle is how long a file must have been left unmodified before File
+// hands its contents over: longer than a write in progress pauses, and
+// far shorter than the interval between reloads (30 s unless set), so a
+// file edited just before a read is taken at the next one.
+const Settle = 2 * time.Second
+
+// ErrUnsettled is a first read of a file modified less than Settle ago:
+// there are no earlier contents to keep in the meantime.
+var ErrUnsettled = errors.New("modified moments ago, so possibly still being written")
 
 func (f *File) Name() string { return f.Path }
 
 func (f *File) Read(context.Context) ([]byte, bool, error) {
-	data, err := os.ReadFile(f.Path)
-	if err != nil {
+	data, settled, err := f.settled()
+	switch {
+	case err != nil:
 		return nil, false, err
+	case !settled && !f.read:
+		return nil, false, fmt.Errorf("%s: %w; it is read again at the next reload", f.Path, ErrUnsettled)
+	case !settled:
+		return f.last, false, nil
 	}
 	changed := !f.read || !bytes.Equal(data, f.last)
 	f.last, f.read = data, true
 	return data, changed, nil
+}
+
+// settled reads the file when its last modification is at least Settle
+// old, and reports whether it stayed as it was while being read: the same
+// modification time and size before and after, and the same bytes read
+// twice, which also catches a write that keeps the modification time (a
+// tool that restores it, a filesystem that keeps it coarsely).
+func (f *File) settled() ([]byte, bool, error) {
+	before, err := os.Stat(f.Path)
+	if err != nil {
+		return nil, false, err
+	}
+	if f.now().Sub(before.ModTime()) < Settle {
+		return nil, false, nil
+	}
+	data, err := os.ReadFile(f.Path)
+	if err != nil {
+		return nil, false, err
+	}
+	again, err := os.ReadFile(f.Path)
+	if err != nil {
+		return nil, false, err
+	}
+	after, err := os.Stat(f.Path)
+	if err != nil {
+		return nil, false, err
+	}
+	same := bytes.Equal(data, again) && after.ModTime().Equal(before.ModTime()) && after.Size() == int64(len(data))
+	return data, same, nil
+}
+
+func (f *File) now() time.Time {
+	if f.Clock == nil {
+		return time.Now()
+	}
+	return f.Clock.Now()
 }
 
 // ErrNotFound: the repository or the file does not exist, or the

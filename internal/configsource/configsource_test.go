@@ -41,15 +41,29 @@ func TestParseLocation(t *testing.T) {
 	}
 }
 
-func TestFileReportsChanges(t *testing.T) {
+// settledFile is a File on a clock, in a new directory, and a function
+// that writes it, dated ago before the clock's now.
+func settledFile(t *testing.T, now time.Time) (*configsource.File, *clock.Virtual, func(s string, ago time.Duration)) {
+	t.Helper()
+	clk := clock.NewVirtual(now)
 	path := filepath.Join(t.TempDir(), "runs-on.yml")
-	write := func(s string) {
+	write := func(s string, ago time.Duration) {
+		t.Helper()
+		at := clk.Now().Add(-ago)
 		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		if err := os.Chtimes(path, at, at); err != nil {
+			t.Fatal(err)
+		}
 	}
+	return &configsource.File{Path: path, Clock: clk}, clk, write
+}
+
+func TestFileReportsChanges(t *testing.T) {
+	f, _, writeDated := settledFile(t, time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
+	write := func(s string) { writeDated(s, time.Minute) }
 	write("a")
-	f := &configsource.File{Path: path}
 	for i, want := range []struct {
 		write   string
 		changed bool
@@ -60,6 +74,56 @@ func TestFileReportsChanges(t *testing.T) {
 		if _, changed, err := f.Read(context.Background()); err != nil || changed != want.changed {
 			t.Fatalf("read %d: changed %t, %v", i, changed, err)
 		}
+	}
+}
+
+// A file modified less than Settle ago may be a write caught part-way
+// (scp, cat >, an editor writing in place), and what it holds then may
+// validate: it is not handed over until it has been left alone that long,
+// and meanwhile the contents handed over last stand, unchanged.
+func TestFileHandsOverOnlySettledContents(t *testing.T) {
+	const full = "runners:\n  small: {image: u}\npools:\n  linux:\n    runner: small\n"
+	const edited = full + "  mac:\n    runner: small\n"
+	f, clk, write := settledFile(t, time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
+	ctx := context.Background()
+	read := func(step, want string, wantChanged bool) {
+		t.Helper()
+		data, changed, err := f.Read(ctx)
+		if err != nil || string(data) != want || changed != wantChanged {
+			t.Fatalf("%s: %q, changed %t, %v; want %q, changed %t", step, data, changed, err, want, wantChanged)
+		}
+	}
+	write(full, time.Hour)
+	read("a file left alone", full, true)
+
+	write(edited[:len(full)+8], 0)
+	read("a write caught part-way", full, false)
+	clk.Advance(configsource.Settle - time.Millisecond)
+	read("the same, just under the settle time later", full, false)
+	write(edited, 0)
+	read("the write finished", full, false)
+	clk.Advance(configsource.Settle)
+	read("the write left alone for the settle time", edited, true)
+	read("read again", edited, false)
+
+	// A modification time ahead of the clock is a clock that disagrees:
+	// how long ago the write was cannot be told, so it is not taken yet.
+	write(full, -time.Hour)
+	read("a file dated in the future", edited, false)
+}
+
+// Before anything was handed over there are no contents to stand for a
+// file still being written: the first read says why it has none.
+func TestFileFirstReadOfAnUnsettledFile(t *testing.T) {
+	f, clk, write := settledFile(t, time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
+	write("pools: {}\n", time.Second)
+	if data, changed, err := f.Read(context.Background()); !errors.Is(err, configsource.ErrUnsettled) || data != nil || changed ||
+		!strings.Contains(err.Error(), f.Path) {
+		t.Fatalf("first read of a file modified a second ago: %q, changed %t, %v", data, changed, err)
+	}
+	clk.Advance(time.Second)
+	if data, changed, err := f.Read(context.Background()); err != nil || string(data) != "pools: {}\n" || !changed {
+		t.Fatalf("once settled: %q, changed %t, %v", data, changed, err)
 	}
 }
 
