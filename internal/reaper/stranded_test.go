@@ -27,6 +27,22 @@ func (x *fixture) strandedJob(g domain.GitHubJob) int64 {
 	return g.ID
 }
 
+// cycleUntilGitHubIsAsked runs a cycle a minute for five minutes and fails
+// the test if GitHub was asked about a job before the fifth: until then
+// the job's completed webhook may still come.
+func (x *fixture) cycleUntilGitHubIsAsked() {
+	x.T.Helper()
+	for range 4 {
+		x.Clock.Pass(time.Minute)
+		x.cycle()
+	}
+	if n := x.getJobCalls(); n != 0 {
+		x.T.Fatalf("GitHub asked %d times about a job whose webhook may still come", n)
+	}
+	x.Clock.Pass(time.Minute)
+	x.cycle()
+}
+
 // githubRunning has GitHub run a job for a day on a runner whose process
 // dies; GitHub notices after offlineAfter and fails the job (never, when
 // offlineAfter is zero: the runner goes on).
@@ -91,15 +107,7 @@ func TestStartedJobOnAVanishedMachineIsCompletedAsGitHubReports(t *testing.T) {
 	if rep := x.cycle(); rep.Gone != 1 || x.Instance("bp-1").State != domain.StateTerminated {
 		t.Fatalf("the row of the vanished machine is not closed: %+v", rep)
 	}
-	for range 4 {
-		x.Clock.Pass(time.Minute)
-		x.cycle()
-	}
-	if n := x.getJobCalls(); n != 0 {
-		t.Fatalf("GitHub asked %d times about a job whose webhook may still come", n)
-	}
-	x.Clock.Pass(time.Minute)
-	x.cycle()
+	x.cycleUntilGitHubIsAsked()
 	if n := x.getJobCalls(); n != 1 {
 		t.Fatalf("GitHub asked %d times about a stranded job, want 1", n)
 	}
@@ -243,15 +251,7 @@ func TestStartedJobOfAnInstanceInErrorIsCompletedAsGitHubReports(t *testing.T) {
 		"the agent restarted while its runner ran", x.Clock.Now().Add(time.Hour)); err != nil || !ok {
 		t.Fatalf("retire to error: %t, %v", ok, err)
 	}
-	for range 4 {
-		x.Clock.Pass(time.Minute)
-		x.cycle()
-	}
-	if n := x.getJobCalls(); n != 0 {
-		t.Fatalf("GitHub asked %d times about a job whose webhook may still come", n)
-	}
-	x.Clock.Pass(time.Minute)
-	x.cycle()
+	x.cycleUntilGitHubIsAsked()
 	in := x.Instance("bp-1")
 	if in.State != domain.StateTerminating || in.Job != domain.JobKey(g.ID) || !strings.Contains(in.Reason, "GitHub reports its job completed") {
 		t.Fatalf("instance is %s bound to %q for %q, want terminating as GitHub reports its job completed", in.State, in.Job, in.Reason)
