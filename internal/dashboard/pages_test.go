@@ -209,15 +209,22 @@ func TestInstancesPage(t *testing.T) {
 	}
 }
 
-func TestConfigPageShowsTheFileAndTheRefusedReload(t *testing.T) {
-	t.Parallel()
-	r := newRig(t)
+// refuseBadFile records a reload a minute ago refused for its line 6, a
+// pool naming a runner the file does not define.
+func (r *rig) refuseBadFile() {
+	r.t.Helper()
 	bad := []byte("runners:\n  small:\n    image: ubuntu\npools:\n  p:\n    runner: nope\n")
 	_, err := config.Parse("runs-on.yml", bad)
 	if err == nil {
-		t.Fatal("the bad file parses")
+		r.t.Fatal("the bad file parses")
 	}
 	r.recorder.Refused("runs-on.yml", bad, err, t0.Add(-time.Minute))
+}
+
+func TestConfigPageShowsTheFileAndTheRefusedReload(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.refuseBadFile()
 	r.pageShows("/config", "The last reload was refused", `<li data-line="6"><strong>line 6, column 13</strong>`,
 		"<pre>    runner: nope</pre>", `<span id="L4" class="line"><span class="ln">4</span>    ram: 1</span>`,
 		"small-x64: runner small, env any, tz Europe/Paris")
@@ -237,12 +244,7 @@ func TestConfigPageShowsTheFileAndTheRefusedReload(t *testing.T) {
 func TestTheConfigPageShowsTheFileToAdminsOnly(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
-	bad := []byte("runners:\n  small:\n    image: ubuntu\npools:\n  p:\n    runner: nope\n")
-	_, err := config.Parse("runs-on.yml", bad)
-	if err == nil {
-		t.Fatal("the bad file parses")
-	}
-	r.recorder.Refused("runs-on.yml", bad, err, t0.Add(-time.Minute))
+	r.refuseBadFile()
 	rec := r.do(httptest.NewRequest(http.MethodGet, "/config", nil), "Bearer "+viewerToken)
 	body := rec.Body.String()
 	if rec.Code != http.StatusOK || strings.Contains(body, "ram: 1") || strings.Contains(body, "runner: nope") ||
