@@ -4,7 +4,9 @@
 //
 // The lists of jobs and of instances are newest first (jobs take
 // order=oldest) and take limit=N: 100 by default, at most MaxLimit (1000);
-// a limit outside 1..1000 is a 400.
+// a limit outside 1..1000 is a 400. A full page carries "next", a cursor
+// that after=CURSOR, with the same filters, turns into the page that
+// follows (see cursor).
 // Their pool filter, and the jobs' instance filter (bullpen's instance id
 // or the provider's), refuse with a 400 a name that matches nothing known,
 // rather than answer an empty list.
@@ -12,6 +14,7 @@ package api
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -250,7 +253,7 @@ func ts(t time.Time) *time.Time {
 const MaxLimit = 1000
 
 func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
-	if err := checkParams(r, []string{"pool", "instance", "limit", "order"}, []string{"status"}); err != nil {
+	if err := checkParams(r, []string{"pool", "instance", "limit", "order", "after"}, []string{"status"}); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -272,6 +275,10 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 	}
 	f.Limit = limit
 	if f.Statuses, err = namesParam(r, "status", domain.JobStatuses); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if f.After, err = afterParam[int64](r, f.Newest); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -304,7 +311,15 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeList(s, w, r, f.Pool, "jobs", list, ViewJob)
+	writeList(s, w, r, f.Pool, "jobs", list, ViewJob, nextCursor(list, limit, f.Newest, jobPosition))
+}
+
+func jobPosition(j domain.Job) domain.ListPosition[int64] {
+	return domain.ListPosition[int64]{CreatedAt: j.CreatedAt, ID: j.ID}
+}
+
+func instancePosition(in domain.Instance) domain.ListPosition[string] {
+	return domain.ListPosition[string]{CreatedAt: in.CreatedAt, ID: in.ID}
 }
 
 func (s *Server) job(w http.ResponseWriter, r *http.Request) {
@@ -329,7 +344,7 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 // jobs does: a store keeps terminated rows, which all=1 lists too, so the
 // store is asked for the page alone rather than every row to cut here.
 func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
-	if err := checkParams(r, []string{"pool", "runner", "all", "limit"}, []string{"state"}); err != nil {
+	if err := checkParams(r, []string{"pool", "runner", "all", "limit", "after"}, []string{"state"}); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -353,18 +368,23 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
 		f.States = liveStates()
 	}
 	f.Limit, f.Newest = limit, true
+	if f.After, err = afterParam[string](r, f.Newest); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	list, err := s.Store.ListInstances(r.Context(), f)
 	if err != nil {
 		s.fail(w, "list instances", err)
 		return
 	}
-	writeList(s, w, r, f.Pool, "instances", list, viewInstance)
+	writeList(s, w, r, f.Pool, "instances", list, viewInstance, nextCursor(list, limit, f.Newest, instancePosition))
 }
 
-// writeList answers a listing under key, each row shown by view. An empty
-// list filtered by pool is first checked against the pools bullpen knows
-// (checkPool), so only a list with no rows pays for that look-up.
-func writeList[T, V any](s *Server, w http.ResponseWriter, r *http.Request, pool, key string, list []T, view func(T) V) {
+// writeList answers a listing under key, each row shown by view, and next
+// unless it is empty. An empty list filtered by pool is first checked
+// against the pools bullpen knows (checkPool), so only a list with no rows
+// pays for that look-up.
+func writeList[T, V any](s *Server, w http.ResponseWriter, r *http.Request, pool, key string, list []T, view func(T) V, next string) {
 	if len(list) == 0 && !s.checkPool(w, r, pool) {
 		return
 	}
@@ -372,7 +392,72 @@ func writeList[T, V any](s *Server, w http.ResponseWriter, r *http.Request, pool
 	for i, x := range list {
 		out[i] = view(x)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{key: out})
+	body := map[string]any{key: out}
+	if next != "" {
+		body["next"] = next
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+// cursor is what "next" and after= carry: the position of a page's last
+// row in the listing's order (created, then id) and which way the listing
+// runs, in base64url JSON. It holds nothing of the filters, which come
+// with each request, and nothing a caller is not shown in the row itself.
+type cursor[ID int64 | string] struct {
+	Order     string `json:"order"`      // "newest" or "oldest"
+	CreatedAt string `json:"created_at"` // RFC 3339, to the nanosecond
+	ID        ID     `json:"id"`
+}
+
+func orderName(newest bool) string {
+	if newest {
+		return "newest"
+	}
+	return "oldest"
+}
+
+// nextCursor is the cursor of the page after list, or "" when list did
+// not fill its limit and so is the last page. A full page may be the last
+// too: the page after it is then empty, and carries no cursor. Asking the
+// store for one row more to tell would read a row more for every page.
+func nextCursor[T any, ID int64 | string](list []T, limit int, newest bool, at func(T) domain.ListPosition[ID]) string {
+	if len(list) == 0 || len(list) < limit {
+		return ""
+	}
+	p := at(list[len(list)-1])
+	// Strings and an integer: the encoding cannot fail.
+	b, _ := json.Marshal(cursor[ID]{Order: orderName(newest), CreatedAt: p.CreatedAt.UTC().Format(time.RFC3339Nano), ID: p.ID})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// afterParam reads after=, a cursor from the "next" of a listing read in
+// the same order (newest first when newest): nil when absent.
+func afterParam[ID int64 | string](r *http.Request, newest bool) (*domain.ListPosition[ID], error) {
+	q := r.URL.Query()
+	if !q.Has("after") {
+		return nil, nil
+	}
+	const notOurs = `bad after: not a cursor of this listing (pass the "next" of the answer before as it is)`
+	raw, err := base64.RawURLEncoding.DecodeString(q.Get("after"))
+	if err != nil {
+		return nil, errors.New(notOurs)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	var c cursor[ID]
+	var zero ID
+	if err := dec.Decode(&c); err != nil || dec.More() || c.ID == zero || (c.Order != "newest" && c.Order != "oldest") {
+		return nil, errors.New(notOurs)
+	}
+	created, err := time.Parse(time.RFC3339Nano, c.CreatedAt)
+	if err != nil || created.IsZero() || domain.CheckTime("created_at", created) != nil {
+		return nil, errors.New(notOurs)
+	}
+	if want := orderName(newest); c.Order != want {
+		return nil, fmt.Errorf("bad after: the cursor continues a listing %s first, and this one is %s first; "+
+			"ask with the order the cursor came from, or start again without after", c.Order, want)
+	}
+	return &domain.ListPosition[ID]{CreatedAt: created.UTC(), ID: c.ID}, nil
 }
 
 // instanceByCloudID returns the id of the instance whose machine has the

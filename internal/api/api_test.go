@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -482,12 +483,16 @@ func TestStoreFailureIsAServerError(t *testing.T) {
 // null) of the ids want, in that order.
 func (r *rig) wantIDs(path, key string, want []string) {
 	r.t.Helper()
-	var body map[string][]map[string]any
+	var body map[string]json.RawMessage
 	r.getJSON(path, &body)
-	if body[key] == nil {
+	var list []map[string]any
+	if err := json.Unmarshal(body[key], &list); err != nil {
+		r.t.Fatalf("%s: %s: %v", path, key, err)
+	}
+	if list == nil {
 		r.t.Errorf("%s: %s is null, want a list", path, key)
 	}
-	if got := ids(body[key]); !slices.Equal(got, want) {
+	if got := ids(list); !slices.Equal(got, want) {
 		r.t.Errorf("%s: %s %v, want %v", path, key, got, want)
 	}
 }
