@@ -35,9 +35,7 @@ func newRestarts(t *testing.T) *restarts {
 
 func (r *restarts) write(text string) {
 	r.t.Helper()
-	if err := os.WriteFile(r.path, []byte(text), 0o600); err != nil {
-		r.t.Fatal(err)
-	}
+	writeSettled(r.t, r.path, text)
 }
 
 // start builds an app as serve does when it could not use the file

@@ -233,9 +233,7 @@ func TestAFileChangedBeforeTheFirstReadIsPutInForce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, []byte(windowsPool), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeSettled(t, path, windowsPool)
 	a, err := New(context.Background(), Options{Config: given, ConfigPath: path, StorePath: sqlitetest.Path(t), WebhookSecret: "secret", AdminToken: "token",
 		Clock: clock.NewVirtual(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)), Log: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -19,6 +19,20 @@ import (
 
 // appOnFile is an app whose configuration is the file holding text, and a
 // function that rewrites that file.
+// writeSettled writes a settings file dated a minute back, as one left
+// alone since it was written: a reload takes only a file that has settled
+// (configsource.File), and these tests reload at once.
+func writeSettled(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	then := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(path, then, then); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func appOnFile(t *testing.T, text string) (*App, func(string)) {
 	t.Helper()
 	a, write, _ := appOnLoggedFile(t, text)
@@ -29,11 +43,7 @@ func appOnFile(t *testing.T, text string) (*App, func(string)) {
 func appOnLoggedFile(t *testing.T, text string) (*App, func(string), *testlog.Buffer) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "runs-on.yml")
-	write := func(s string) {
-		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(s string) { writeSettled(t, path, s) }
 	write(text)
 	cfg, err := config.Parse(path, []byte(text))
 	if err != nil {
@@ -83,9 +93,7 @@ func TestAConfigurationOfOtherEnvironmentsIsWarnedAbout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, []byte(shared), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeSettled(t, path, shared)
 	var logs testlog.Buffer
 	a, err := New(context.Background(), Options{Config: cfg, ConfigPath: path, StorePath: sqlitetest.Path(t), WebhookSecret: "secret", AdminToken: "token",
 		Environment: "production", Clock: clock.NewVirtual(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)),
@@ -101,9 +109,7 @@ func TestAConfigurationOfOtherEnvironmentsIsWarnedAbout(t *testing.T) {
 		{shared + "# edited\n", `pools=2 served=all,mine other_environments=""`, false},
 		{others, `pools=0 served="" other_environments=a@dev,b@staging`, true},
 	} {
-		if err := os.WriteFile(path, []byte(step.file), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		writeSettled(t, path, step.file)
 		before := len(logs.Lines("level=WARN", "environment=production"))
 		if err := a.reloadConfig(t.Context()); err != nil {
 			t.Fatal(err)

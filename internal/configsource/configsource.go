@@ -62,15 +62,18 @@ func ParseLocation(s string) (Location, error) {
 	return Location{Owner: parts[0], Repo: parts[1], Path: parts[2], Ref: ref}, nil
 }
 
-// File is a local file. Its contents are handed over only once they have
-// settled (see Settle), since a file written in place (scp, cat >, an
-// editor that does not rename) is for a moment cut short, and what it
-// holds then may well validate. Until they settle, Read reports the
-// contents it last handed over, unchanged.
+// File is a local file. After the first read its contents are handed over
+// only once they have settled (see Settle), since a file written in place
+// (scp, cat >, an editor that does not rename) is for a moment cut short,
+// and what it holds then may well validate. Until they settle, Read
+// reports the contents it last handed over, unchanged. The first read
+// takes the file as it is: there is nothing in force to keep meanwhile,
+// and a file being written as a control plane starts is rare, where one
+// written just before it starts is the rule.
 type File struct {
 	Path string
-	// Clock says how long ago the file was last modified; the wall clock
-	// when nil.
+	// Clock says how long ago the file was last modified: the wall clock
+	// when nil, as the file system's times are.
 	Clock domain.Clock
 	last  []byte
 	read  bool
@@ -82,19 +85,21 @@ type File struct {
 // file edited just before a read is taken at the next one.
 const Settle = 2 * time.Second
 
-// ErrUnsettled is a first read of a file modified less than Settle ago:
-// there are no earlier contents to keep in the meantime.
-var ErrUnsettled = errors.New("modified moments ago, so possibly still being written")
-
 func (f *File) Name() string { return f.Path }
 
 func (f *File) Read(context.Context) ([]byte, bool, error) {
+	if !f.read {
+		data, err := os.ReadFile(f.Path)
+		if err != nil {
+			return nil, false, err
+		}
+		f.last, f.read = data, true
+		return data, true, nil
+	}
 	data, settled, err := f.settled()
 	switch {
 	case err != nil:
 		return nil, false, err
-	case !settled && !f.read:
-		return nil, false, fmt.Errorf("%s: %w; it is read again at the next reload", f.Path, ErrUnsettled)
 	case !settled:
 		return f.last, false, nil
 	}
