@@ -32,6 +32,7 @@ func init() {
 // serveFlags are serve's settings; every flag has an environment variable.
 type serveFlags struct {
 	config, listen, store, queue, cloud, github string
+	adminListen                                 string
 	localDir, agentURL                          string
 	localEnv                                    map[string]string
 	secret, secretFile, token, tokenFile        string
@@ -232,7 +233,8 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 	f.getenv = getenv
 	str := func(p *string, name, env, def, usage string) { f.envString(fs, p, name, env, def, usage) }
 	str(&f.config, "config", "BULLPEN_CONFIG", "", "pool configuration (runs-on.yml format), re-read every --reload: a file, or github://OWNER/REPO/PATH in a repository")
-	str(&f.listen, "listen", "BULLPEN_LISTEN", "127.0.0.1:8080", "HTTP address for /webhook, /api/v1, /metrics, /healthz")
+	str(&f.listen, "listen", "BULLPEN_LISTEN", "127.0.0.1:8080", "HTTP address for /webhook and the agents' /agent/v1/, and, without --admin-listen, the dashboard, /api/v1, /metrics and /healthz")
+	str(&f.adminListen, "admin-listen", "BULLPEN_ADMIN_LISTEN", "", "HTTP address for the dashboard, /api/v1, /metrics and /healthz, which --listen then no longer serves: it keeps /webhook, /agent/v1/ and a /healthz that says only ok or unavailable (default: none, everything on --listen)")
 	str(&f.store, "store", "BULLPEN_STORE", "sqlite://bullpen.db", "state store: sqlite://PATH, or dynamodb://TABLE shared by several replicas (with --queue sqs://PREFIX)")
 	str(&f.queue, "queue", "BULLPEN_QUEUE", "", "message queues: in the store's SQLite file (the default), or sqs://PREFIX with --store dynamodb://TABLE")
 	str(&f.cloud, "cloud", "BULLPEN_CLOUD", "sim", "compute provider: sim (simulated, in this process), local (each machine a bullpen agent process here) or aws (EC2)")
@@ -352,17 +354,17 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 		}
 		return exitConfig
 	}
-	ln, err := net.Listen("tcp", f.listen)
+	lns, err := f.openListeners()
 	if err != nil {
-		fmt.Fprintf(e.stderr, "bullpen serve: listen on %s: %v\n", f.listen, err)
+		fmt.Fprintf(e.stderr, "bullpen serve: %v\n", err)
 		return 1
 	}
 	if opts.AgentURL == "" {
-		opts.AgentURL = "http://" + ln.Addr().String()
+		opts.AgentURL = "http://" + lns.public.Addr().String()
 	}
 	a, err := app.New(ctx, opts)
 	if err != nil {
-		ln.Close()
+		lns.close()
 		fmt.Fprintf(e.stderr, "bullpen serve: %v\n", err)
 		return startStatus(err, f.config)
 	}
@@ -376,7 +378,38 @@ func cmdServe(ctx context.Context, e *env, args []string) int {
 	}
 	settings := f.http
 	settings.grace = f.shutdownGrace
-	return serveUntilDone(ctx, a, ln, log, settings)
+	return serveUntilDone(ctx, a, lns, log, settings)
+}
+
+// listeners are serve's open addresses: public always, admin only with
+// --admin-listen.
+type listeners struct {
+	public, admin net.Listener
+}
+
+func (l listeners) close() {
+	l.public.Close()
+	if l.admin != nil {
+		l.admin.Close()
+	}
+}
+
+// openListeners binds --listen and --admin-listen before anything starts,
+// so that an address taken stops serve at once, named.
+func (f *serveFlags) openListeners() (listeners, error) {
+	var l listeners
+	var err error
+	if l.public, err = net.Listen("tcp", f.listen); err != nil {
+		return l, fmt.Errorf("listen on %s: %w", f.listen, err)
+	}
+	if f.adminListen == "" {
+		return l, nil
+	}
+	if l.admin, err = net.Listen("tcp", f.adminListen); err != nil {
+		l.public.Close()
+		return l, fmt.Errorf("--admin-listen: listen on %s: %w", f.adminListen, err)
+	}
+	return l, nil
 }
 
 // exitConfig is EX_CONFIG of sysexits.h: serve cannot work with its
@@ -388,10 +421,10 @@ const exitConfig = 78
 // serveExitStatuses ends serve -h.
 var serveExitStatuses = fmt.Sprintf(`
 Exit status: 0 after SIGINT or SIGTERM, the work in hand finished. 1 a failure
-a restart may mend: the listen address taken; a store, queue, cloud or GitHub
-that does not answer; a github:// configuration that cannot be read or does
-not validate, with none put in force from it kept in the store; a shutdown
-past --shutdown-grace. %d (EX_CONFIG) a start refused, every problem named at
+a restart may mend: the --listen or --admin-listen address taken; a store,
+queue, cloud or GitHub that does not answer; a github:// configuration that
+cannot be read or does not validate, with none put in force from it kept in
+the store; a shutdown past --shutdown-grace. %d (EX_CONFIG) a start refused, every problem named at
 once: flags or variables, agent settings, a configuration file that cannot be
 read or does not validate with none put in force from it kept in the store,
 autoscaling that the --converge-every cycle never lets scale, a DynamoDB

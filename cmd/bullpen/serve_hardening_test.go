@@ -25,6 +25,7 @@ const generous = 20 * time.Second
 // liveServe is `bullpen serve` running in this process.
 type liveServe struct {
 	addr   string
+	admin  string // --admin-listen's address, "" without it
 	logs   *testlog.Buffer
 	cancel context.CancelFunc // SIGTERM
 	code   chan int
@@ -35,26 +36,48 @@ type addrWatcher struct {
 	logs *testlog.Buffer
 	once sync.Once
 	addr chan string
+	// admin is the admin address the line names, if any; set before addr
+	// receives.
+	admin string
 }
 
-var servingLine = regexp.MustCompile(`msg="bullpen serving" listen=(\S+)`)
+var (
+	servingLine      = regexp.MustCompile(`msg="bullpen serving" listen=(\S+)`)
+	adminServingLine = regexp.MustCompile(`msg="bullpen serving" .*\badmin_listen=(\S+)`)
+)
 
 func (w *addrWatcher) Write(p []byte) (int, error) {
 	if m := servingLine.FindSubmatch(p); m != nil {
-		w.once.Do(func() { w.addr <- string(m[1]) })
+		w.once.Do(func() {
+			if a := adminServingLine.FindSubmatch(p); a != nil {
+				w.admin = string(a[1])
+			}
+			w.addr <- string(m[1])
+		})
 	}
 	return w.logs.Write(p)
 }
 
-func startServe(t *testing.T, extra ...string) *liveServe {
+// hardeningSecret signs the deliveries of the serve that startServe starts.
+const hardeningSecret = "hardening secret"
+
+// serveCommand is serve's command line and environment on a new store
+// and e2eConfig, its log written to stderr.
+func serveCommand(t *testing.T, stderr io.Writer, extra ...string) (*env, []string) {
 	t.Helper()
 	dir := t.TempDir()
 	cfg := writeFile(t, dir, "runs-on.yml", e2eConfig)
-	secrets := map[string]string{"BULLPEN_WEBHOOK_SECRET": "hardening secret", "BULLPEN_ADMIN_TOKEN": "hardening admin token"}
-	w := &addrWatcher{logs: &testlog.Buffer{}, addr: make(chan string, 1)}
-	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: w, getenv: func(k string) string { return secrets[k] }}
+	secrets := map[string]string{"BULLPEN_WEBHOOK_SECRET": hardeningSecret, "BULLPEN_ADMIN_TOKEN": "hardening admin token"}
+	e := &env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: stderr, getenv: func(k string) string { return secrets[k] }}
 	args := append([]string{"serve", "--config", cfg, "--store", "sqlite://" + filepath.Join(dir, "bullpen.db"),
 		"--listen", "127.0.0.1:0", "--sim-latency", "zero"}, extra...)
+	return e, args
+}
+
+func startServe(t *testing.T, extra ...string) *liveServe {
+	t.Helper()
+	w := &addrWatcher{logs: &testlog.Buffer{}, addr: make(chan string, 1)}
+	e, args := serveCommand(t, w, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &liveServe{logs: w.logs, cancel: cancel, code: make(chan int, 1)}
 	go func() { s.code <- run(ctx, e, args) }()
@@ -68,6 +91,7 @@ func startServe(t *testing.T, extra ...string) *liveServe {
 	})
 	select {
 	case s.addr = <-w.addr:
+		s.admin = w.admin
 	case code := <-s.code:
 		s.code <- code
 		t.Fatalf("serve exited %d at start\n%s", code, s.logs)

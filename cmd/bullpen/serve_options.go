@@ -118,7 +118,7 @@ func (f *serveFlags) settings() (serveSettings, error) {
 	}
 	s.aws, err = f.cloudOptions()
 	problems = append(problems, err)
-	problems = append(problems, f.checkHTTP(), f.checkDurations())
+	problems = append(problems, f.checkHTTP(), f.checkAdminListen(), f.checkDurations())
 	s.gh, err = f.githubOptions()
 	problems = append(problems, err)
 	s.latency, s.agent, err = f.simTimings()
@@ -231,6 +231,26 @@ func (f *serveFlags) checkHTTP() error {
 		}
 	}
 	return errors.Join(problems...)
+}
+
+// checkAdminListen refuses an --admin-listen that is --listen's address:
+// the second listener could not bind it, and the split it asks for would
+// mean nothing on one address. Port 0, the system's choice, differs
+// every time.
+func (f *serveFlags) checkAdminListen() error {
+	if f.adminListen == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(f.adminListen)
+	if err != nil {
+		return fmt.Errorf("--admin-listen %s: want HOST:PORT", f.adminListen)
+	}
+	lhost, lport, err := net.SplitHostPort(f.listen)
+	if err == nil && host == lhost && port == lport && port != "0" {
+		return fmt.Errorf("--admin-listen %s is also --listen: the admin surfaces need an address of their own "+
+			"(or leave --admin-listen unset to serve everything on --listen)", f.adminListen)
+	}
+	return nil
 }
 
 // githubOptions checks --github and returns a real GitHub's settings when

@@ -10,7 +10,9 @@ import (
 
 // servable is what serve runs: an HTTP surface and the loops behind it.
 type servable interface {
-	Handler() http.Handler
+	// Handlers is the HTTP surface: split, the public address's and the
+	// admin address's; else all of it in public, and admin nil.
+	Handlers(split bool) (public, admin http.Handler)
 	// Run runs the loops until its context ends, then waits for them to
 	// finish the work in hand.
 	Run(ctx context.Context) error
@@ -24,21 +26,34 @@ type servable interface {
 // most grace): a machine booting for a job still needs the agent API to
 // say hello, fetch its runner and report it registered, and a delivery
 // that arrives meanwhile is stored for the next start. Then it stops HTTP
-// (idle connections closed, long polls answered at once), letting open
-// requests finish, at most grace again. Past either grace serve exits 1.
-// Work cut short is not lost: a delivery is answered 202 only once
-// stored, a claim that did not finish is given back or expires at its
-// deadline, and an unacknowledged message is received again after a
-// restart.
-func serveUntilDone(ctx context.Context, a servable, ln net.Listener, log *slog.Logger, s httpSettings) int {
-	srv := newHTTPServer(a.Handler(), s)
-	srv.RegisterOnShutdown(a.Drain)
+// on every address together (idle connections closed, long polls
+// answered at once), letting open requests finish, at most grace again.
+// Past either grace serve exits 1. Work cut short is not lost: a delivery
+// is answered 202 only once stored, a claim that did not finish is given
+// back or expires at its deadline, and an unacknowledged message is
+// received again after a restart.
+func serveUntilDone(ctx context.Context, a servable, lns listeners, log *slog.Logger, s httpSettings) int {
+	public, admin := a.Handlers(lns.admin != nil)
+	servers := []*http.Server{newHTTPServer(public, s)}
+	serving := []net.Listener{lns.public}
+	if lns.admin != nil {
+		servers, serving = append(servers, newHTTPServer(admin, s)), append(serving, lns.admin)
+	}
 	loopsCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
 	loopsDone := make(chan error, 1)
 	go func() { loopsDone <- a.Run(loopsCtx) }()
-	httpErr := make(chan error, 1)
-	go func() { httpErr <- srv.Serve(ln) }()
-	log.Info("bullpen serving", "listen", ln.Addr().String(), "version", version())
+	httpErr := make(chan error, len(servers))
+	for i, srv := range servers {
+		// Drain is idempotent: whichever server stops first answers what
+		// both hold open.
+		srv.RegisterOnShutdown(a.Drain)
+		go func() { httpErr <- srv.Serve(serving[i]) }()
+	}
+	attrs := []any{"listen", lns.public.Addr().String()}
+	if lns.admin != nil {
+		attrs = append(attrs, "admin_listen", lns.admin.Addr().String())
+	}
+	log.Info("bullpen serving", append(attrs, "version", version())...)
 
 	code := 0
 	select {
@@ -60,12 +75,20 @@ func serveUntilDone(ctx context.Context, a servable, ln net.Listener, log *slog.
 		// A loop stuck in a call that ignores cancellation: exit anyway,
 		// so a supervisor can restart; the store keeps what was accepted.
 		log.Error("loops did not stop in time; exiting with work in hand", "waited", s.grace)
-		_ = srv.Close()
+		for _, srv := range servers {
+			_ = srv.Close()
+		}
 		return 1
 	}
 	log.Info("loops stopped; closing HTTP")
-	if !drainHTTP(srv, s.grace, log) {
-		code = 1
+	drained := make(chan bool, len(servers))
+	for _, srv := range servers {
+		go func() { drained <- drainHTTP(srv, s.grace, log) }()
+	}
+	for range servers {
+		if !<-drained {
+			code = 1
+		}
 	}
 	log.Info("bullpen stopped")
 	return code

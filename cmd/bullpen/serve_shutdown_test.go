@@ -23,31 +23,59 @@ import (
 // fakeServable stands for the app: its loops and handler are the test's.
 type fakeServable struct {
 	handler  http.Handler
+	admin    http.Handler // the admin address's, when split
 	run      func(ctx context.Context) error
 	drained  chan struct{}
 	drainOne sync.Once
 }
 
-func (f *fakeServable) Handler() http.Handler         { return f.handler }
 func (f *fakeServable) Run(ctx context.Context) error { return f.run(ctx) }
 func (f *fakeServable) Drain()                        { f.drainOne.Do(func() { close(f.drained) }) }
+
+func (f *fakeServable) Handlers(split bool) (http.Handler, http.Handler) {
+	if split {
+		return f.handler, f.admin
+	}
+	return f.handler, nil
+}
 
 // runServe runs serveUntilDone on a local port; cancel is the signal, and
 // the exit code arrives on the returned channel.
 func runServe(t *testing.T, a *fakeServable) (addr string, cancel context.CancelFunc, code <-chan int, logs *testlog.Buffer) {
 	t.Helper()
+	lns := listeners{public: localListener(t)}
+	cancel, code, logs = runServeOn(t, a, lns)
+	return "http://" + lns.public.Addr().String(), cancel, code, logs
+}
+
+// runSplitServe is runServe with an admin address besides, serving
+// a.admin.
+func runSplitServe(t *testing.T, a *fakeServable) (public, admin string, cancel context.CancelFunc, code <-chan int, logs *testlog.Buffer) {
+	t.Helper()
+	lns := listeners{public: localListener(t), admin: localListener(t)}
+	cancel, code, logs = runServeOn(t, a, lns)
+	return "http://" + lns.public.Addr().String(), "http://" + lns.admin.Addr().String(), cancel, code, logs
+}
+
+func localListener(t *testing.T) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ln
+}
+
+func runServeOn(t *testing.T, a *fakeServable, lns listeners) (cancel context.CancelFunc, code <-chan int, logs *testlog.Buffer) {
+	t.Helper()
 	logs = &testlog.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {
-		done <- serveUntilDone(ctx, a, ln, slog.New(slog.NewTextHandler(logs, nil)), httpSettings{read: generous, write: generous, idle: generous, grace: generous})
+		done <- serveUntilDone(ctx, a, lns, slog.New(slog.NewTextHandler(logs, nil)), httpSettings{read: generous, write: generous, idle: generous, grace: generous})
 	}()
 	t.Cleanup(cancel)
-	return "http://" + ln.Addr().String(), cancel, done, logs
+	return cancel, done, logs
 }
 
 // A machine booting for a job says hello while the loops finish the work
@@ -111,6 +139,68 @@ func TestServeDrainsHeldRequestsAfterTheLoops(t *testing.T) {
 	if b := <-body; b != "drained" {
 		t.Fatalf("the held request got %q, want it answered by the drain", b)
 	}
+}
+
+// With an admin address, both addresses are served while the loops
+// finish, and both are drained after them: a request held open on the
+// admin address (a dashboard's event stream) is answered by the drain,
+// and serve exits 0.
+func TestServeDrainsBothAddressesAfterTheLoops(t *testing.T) {
+	stopping, held := make(chan struct{}), make(chan struct{})
+	a := &fakeServable{drained: make(chan struct{})}
+	a.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "public") })
+	a.admin = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/events" {
+			close(held)
+			<-a.drained
+			io.WriteString(w, "drained")
+			return
+		}
+		io.WriteString(w, "admin")
+	})
+	answered := make(chan error, 1)
+	a.run = func(ctx context.Context) error {
+		<-ctx.Done()
+		close(stopping)
+		select {
+		case err := <-answered:
+			return err
+		case <-a.drained:
+			return errors.New("HTTP drained before the loops stopped")
+		}
+	}
+	public, admin, cancel, code, logs := runSplitServe(t, a)
+	events := make(chan string, 1)
+	go func() { events <- getBody(admin + "/events") }()
+	<-held
+	cancel()
+	<-stopping
+	got := map[string]string{"public": getBody(public + "/agent/v1/hello"), "admin": getBody(admin + "/metrics")}
+	if got["public"] != "public" || got["admin"] != "admin" {
+		answered <- fmt.Errorf("while the loops finished: %v", got)
+	} else {
+		answered <- nil
+	}
+	if c := <-code; c != 0 {
+		t.Fatalf("exit %d, want 0\n%s", c, logs)
+	}
+	if b := <-events; b != "drained" {
+		t.Fatalf("the held admin request got %q, want it answered by the drain", b)
+	}
+	if lines := logs.Lines(`msg="bullpen serving"`, "admin_listen="+strings.TrimPrefix(admin, "http://")); len(lines) != 1 {
+		t.Fatalf("the admin address is not logged at start:\n%s", logs)
+	}
+}
+
+// getBody is a GET's body, or its error.
+func getBody(url string) string {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // A loop that could not carry out its work (a panic, a last flush that
