@@ -16,7 +16,10 @@ const (
 	JobAssigned  JobStatus = "assigned"  // an instance is bound to it and has its runner registration
 	JobRunning   JobStatus = "running"   // GitHub reports it in progress
 	JobCompleted JobStatus = "completed" // finished, or cancelled
-	JobRejected  JobStatus = "rejected"  // bullpen will not serve it (Reason says why)
+	// JobRejected: bullpen does not serve it (Reason says why). It goes
+	// back to queued, readmitted, once the configuration in force takes it
+	// while GitHub still holds it queued.
+	JobRejected JobStatus = "rejected"
 )
 
 // JobStatuses lists every status in lifecycle order.
@@ -29,13 +32,17 @@ var jobTransitions = stateMachine[JobStatus]{
 	JobAssigned:  {JobQueued, JobRunning, JobCompleted},
 	JobRunning:   {JobCompleted},
 	JobCompleted: {},
-	JobRejected:  {},
+	// A job rejected under one configuration is readmitted under a later
+	// one that serves it (Lifecycle.Readmit).
+	JobRejected: {JobQueued},
 }
 
 // Valid reports whether s is a known status.
 func (s JobStatus) Valid() bool { return jobTransitions.known(s) }
 
-// Final reports whether nothing can follow s.
+// Final reports whether s ends the job as bullpen serves it: no runner
+// will come, and the row is never rewritten in place. Nothing follows
+// completed; a rejected job may only be readmitted (Lifecycle.Readmit).
 func (s JobStatus) Final() bool { return s == JobCompleted || s == JobRejected }
 
 // CanJobTransition reports whether from → to is allowed. A status may be

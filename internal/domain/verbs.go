@@ -460,6 +460,35 @@ func (l Lifecycle) ConcludeJob(j Job, conclusion string) JobTransitionRequest {
 	return jobChange(j, func(x *Job) { x.Conclusion = conclusion })
 }
 
+// Readmit sends a rejected job back to be routed: the configuration in
+// force now serves its labels (a pool added after its webhook came), and
+// GitHub still holds it queued. It is queued again with no route and its
+// rejection's reason dropped, so that the intake routes it as a new
+// arrival (RouteJob). Guarded on the job as read and still rejected, so
+// that of two reapers one readmits it. It is a new attempt: the message
+// the intake sends for it is not taken for a duplicate of one sent before
+// it was rejected.
+func (l Lifecycle) Readmit(j Job) JobTransitionRequest {
+	return JobTransitionRequest{ID: j.ID, Guard: JobGuard{Status: JobRejected, Version: j.Version}, Apply: func(x *Job) {
+		x.Status, x.Reason = JobQueued, ""
+		x.Route, x.Pool, x.Runner, x.Spec = "", "", "", RunnerSpec{}
+		x.InstanceID, x.LaunchedOn, x.RunnerName, x.RunnerID, x.Via = "", "", "", 0, ""
+		x.SendPending = false
+		x.Attempts++
+	}}
+}
+
+// Unrouted reports whether j waits for the intake to route it: queued with
+// no route, as Readmit leaves it.
+func (j Job) Unrouted() bool { return j.Status == JobQueued && j.Route == "" }
+
+// RouteJob gives a readmitted job the route, pool, runner and machine its
+// labels take under the configuration in force, as the intake gives a new
+// arrival. Guarded on the job as read, still unrouted.
+func (l Lifecycle) RouteJob(j Job, route Route, pool, runner string, spec RunnerSpec) JobTransitionRequest {
+	return jobChange(j, func(x *Job) { x.Route, x.Pool, x.Runner, x.Spec = route, pool, runner, spec })
+}
+
 // RejectJob records that bullpen will not serve a job, and why.
 func (l Lifecycle) RejectJob(j Job, reason string) JobTransitionRequest {
 	return jobChange(j, func(x *Job) {

@@ -239,6 +239,9 @@ func TestJobVerbs(t *testing.T) {
 	launched.LaunchedOn = "bp-1"
 	rerun := interrupted
 	rerun.Rerun = true
+	rejected := domain.Job{ID: 42, Status: domain.JobRejected, Reason: "pool linux is not configured", Pool: "linux",
+		Version: 2, Attempts: 1}
+	readmitted := domain.Job{ID: 42, Status: domain.JobQueued, Version: 3, Attempts: 2}
 	cases := []struct {
 		name  string
 		in    domain.Job
@@ -285,6 +288,15 @@ func TestJobVerbs(t *testing.T) {
 			return j.Status == domain.JobQueued && j.LaunchedOn == "" && j.InstanceID == ""
 		}},
 		{"re-run", interrupted, lc.RerunJob(interrupted), func(j domain.Job) bool { return j.Interrupted && j.Rerun }},
+		{"readmit", rejected, lc.Readmit(rejected), func(j domain.Job) bool {
+			return j.Status == domain.JobQueued && j.Reason == "" && j.Unrouted() && j.Pool == "" && j.Runner == "" &&
+				j.Spec.Name == "" && j.Attempts == 2 && !j.SendPending && j.Version == 3
+		}},
+		{"route", readmitted, lc.RouteJob(readmitted, domain.RoutePool, "linux", "small", domain.RunnerSpec{Name: "small"}),
+			func(j domain.Job) bool {
+				return j.Status == domain.JobQueued && !j.Unrouted() && j.Route == domain.RoutePool && j.Pool == "linux" &&
+					j.Runner == "small" && j.Spec.Name == "small"
+			}},
 		{"re-run refused", rerun, lc.RerunRefused(rerun), func(j domain.Job) bool { return j.Interrupted && !j.Rerun }},
 	}
 	for _, tc := range cases {
@@ -328,6 +340,33 @@ func TestACompletedJobTakesOnlyItsRerunMarkAndAFirstConclusion(t *testing.T) {
 		if _, err := domain.ApplyJobTransition(c.job, domain.JobGuardOf(c.job), now, c.fn); !errors.As(err, &te) {
 			t.Errorf("%s: %v, want an illegal transition", name, err)
 		}
+	}
+}
+
+// Readmit takes a job still rejected, at the version read: one another
+// reaper readmitted meanwhile, or a job that was never rejected, is left
+// as it is. A completed job is never reopened.
+func TestReadmitTakesOnlyAJobStillRejected(t *testing.T) {
+	rejected := domain.Job{ID: 42, Status: domain.JobRejected, Reason: "no pool", Version: 2}
+	again, err := domain.ApplyJobTransition(rejected, lc.Readmit(rejected).Guard, now, lc.Readmit(rejected).Apply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conflict *domain.JobConflictError
+	if _, err := domain.ApplyJobTransition(again, lc.Readmit(rejected).Guard, now, lc.Readmit(rejected).Apply); !errors.As(err, &conflict) {
+		t.Errorf("readmitting a job readmitted meanwhile: %v, want a conflict", err)
+	}
+	queued := domain.Job{ID: 42, Status: domain.JobQueued, Route: domain.RoutePool, Version: 2}
+	if _, err := domain.ApplyJobTransition(queued, lc.Readmit(queued).Guard, now, lc.Readmit(queued).Apply); !errors.As(err, &conflict) {
+		t.Errorf("readmitting a queued job: %v, want a conflict", err)
+	}
+	done := domain.Job{ID: 42, Status: domain.JobCompleted, Version: 2}
+	var te *domain.JobTransitionError
+	if _, err := domain.ApplyJobTransition(done, domain.JobGuardOf(done), now, func(j *domain.Job) { j.Status = domain.JobQueued }); !errors.As(err, &te) {
+		t.Errorf("reopening a completed job: %v, want an illegal transition", err)
+	}
+	if !domain.CanJobTransition(domain.JobRejected, domain.JobQueued) || domain.CanJobTransition(domain.JobRejected, domain.JobAssigned) {
+		t.Error("a rejected job may go back to queued, and only there")
 	}
 }
 
