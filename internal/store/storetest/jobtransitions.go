@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -79,7 +80,7 @@ func testJobTransitionIllegal(t *testing.T, e *env) {
 	}{
 		{"completed reopened", domain.JobCompleted, domain.JobQueued},
 		{"completed rewritten in place", domain.JobCompleted, domain.JobCompleted},
-		{"rejected accepted after all", domain.JobRejected, domain.JobQueued},
+		{"rejected sent on after all", domain.JobRejected, domain.JobAssigned},
 		{"rejected rewritten in place", domain.JobRejected, domain.JobRejected},
 		{"running back to assigned", domain.JobRunning, domain.JobAssigned},
 		{"running back to the queue", domain.JobRunning, domain.JobQueued},
@@ -99,6 +100,41 @@ func testJobTransitionIllegal(t *testing.T, e *env) {
 			e.jobUnchanged(before)
 		})
 	}
+}
+
+// A rejected job is readmitted (Lifecycle.Readmit) once the configuration
+// in force serves it: queued again with no route and no reason, listed
+// with the queued jobs and not the rejected ones, and kept by the clean-up
+// of final jobs. A second readmission from the row as first read is
+// refused: of two reapers, one readmits it.
+func testJobReadmission(t *testing.T, e *env) {
+	rejected := job(1, domain.JobRejected)
+	rejected.InstanceID, rejected.LaunchedOn, rejected.RunnerName, rejected.RunnerID, rejected.Via = "", "", "", 0, ""
+	rejected.SendPending, rejected.Interrupted, rejected.Rerun, rejected.Conclusion = false, false, false, ""
+	rejected.AssignedAt, rejected.StartedAt, rejected.CompletedAt = time.Time{}, time.Time{}, time.Time{}
+	e.createJobs(rejected)
+	read := e.getJob(1)
+	e.clk.Advance(time.Second)
+	r := domain.Lifecycle{}.Readmit(read)
+	got := e.moveJob(1, r.Guard, r.Apply)
+	if got.Status != domain.JobQueued || got.Reason != "" || !got.Unrouted() || got.Pool != "" || got.Attempts != read.Attempts+1 ||
+		got.Version != read.Version+1 || !got.UpdatedAt.Equal(e.clk.Now()) {
+		t.Fatalf("readmitted: %+v", got)
+	}
+	if stored := e.getJob(1); stored.Status != domain.JobQueued || stored.Version != got.Version || !stored.Unrouted() {
+		t.Fatalf("stored after the readmission: %+v", stored)
+	}
+	if ids := jobIDs(e.listJobs(domain.JobFilter{Statuses: []domain.JobStatus{domain.JobQueued}})); !slices.Equal(ids, []int64{1}) {
+		t.Fatalf("queued jobs %v, want the readmitted one", ids)
+	}
+	if ids := jobIDs(e.listJobs(domain.JobFilter{Statuses: []domain.JobStatus{domain.JobRejected}})); len(ids) != 0 {
+		t.Fatalf("rejected jobs %v, want none", ids)
+	}
+	if n, err := e.s.DeleteJobs(e.ctx, e.clk.Now().Add(time.Hour)); err != nil || n != 0 {
+		t.Fatalf("clean-up deleted %d (%v), want the readmitted job kept", n, err)
+	}
+	_, err := e.s.TransitionJob(e.ctx, 1, r.Guard, r.Apply)
+	refusedAs(t, err, domain.ErrConflict, domain.JobConflictError{ID: 1, Want: r.Guard, Actual: domain.JobGuardOf(got)})
 }
 
 func testJobTransitionNotFound(t *testing.T, e *env) {

@@ -150,6 +150,7 @@ var suite = struct {
 		{"JobTransitionAssignsQueuedJob", testJobTransitionAssigns},
 		{"JobTransitionGuardsStatusAndVersion", testJobTransitionGuards},
 		{"JobTransitionRefusesIllegalChanges", testJobTransitionIllegal},
+		{"JobReadmissionQueuesARejectedJobOnce", testJobReadmission},
 		{"JobTransitionUnknownIsNotFound", testJobTransitionNotFound},
 		{"JobTransitionKeepsBookkeepingForStore", testJobTransitionBookkeeping},
 		{"JobTransitionWritesEveryField", testJobTransitionEveryField},
