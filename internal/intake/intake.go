@@ -42,7 +42,12 @@ type Options struct {
 	Wait        time.Duration // long poll; default 1 s, negative none
 	MaxReceives int           // then dead-lettered; default 10
 	Linger      time.Duration // see jobs.BatchOptions; default 10 ms, negative none
-	// CancelRejected cancels the workflow run of a rejected job.
+	// CancelRejected is not acted on here: a rejected job's run is
+	// cancelled by the reaper (reaper.Options.CancelRejected), once the
+	// job has stayed rejected past a grace in which a reload may yet serve
+	// it.
+	//
+	// Deprecated: set reaper.Options.CancelRejected.
 	CancelRejected bool
 	// AccountCheckTimeout bounds the look-ups of a batch that ask GitHub
 	// whether the App is installed for its jobs' owners; default 5 s. An
@@ -65,7 +70,7 @@ type Deps struct {
 	Log      *slog.Logger
 	Routing  func() Routing
 	Finisher Finisher
-	GitHub   domain.GitHub // for CancelRejected; may be nil
+	GitHub   domain.GitHub // to check accounts (AccountChecker); may be nil
 	// Hold keeps the deliveries in hand invisible until the returned stop
 	// is called (keepalive.Hold): a batch that outlasts the visibility
 	// timeout would otherwise be taken again by another replica and its
@@ -134,9 +139,6 @@ type batch struct {
 	// unservable is why the jobs of an owner (lower case) cannot be
 	// served; an owner is absent when they can, or GitHub did not say.
 	unservable map[string]string
-	// rejected are the jobs rejected on arrival, whose runs are cancelled
-	// once each after the arrivals are recorded.
-	rejected []domain.Job
 }
 
 // Step processes one batch: new jobs first (one store write for all of
@@ -165,7 +167,6 @@ func (in *Intake) Step(ctx context.Context) (int, error) {
 	}
 	b := &batch{unservable: in.checkAccounts(ctx, arrivals)}
 	handled, unrecorded, err := in.admitAll(ctx, b, arrivals)
-	in.cancelRuns(ctx, b.rejected)
 	done = append(done, handled...)
 	for _, e := range progress {
 		if unrecorded[e.ev.Job.ID] {
@@ -295,6 +296,11 @@ func (in *Intake) handOff(ctx context.Context, e event) (bool, error) {
 	if j.Status != domain.JobQueued || j.InstanceID != "" || j.SendPending || (j.Reason == ReasonWaiting && !release) {
 		return false, nil // served, over, or still waiting for its approval
 	}
+	if j.Unrouted() {
+		// Readmitted, and no queue is its yet: the reaper puts another
+		// delivery of it in the inbox.
+		return false, nil
+	}
 	_, err = in.Store.TransitionJob(ctx, j.ID, domain.JobGuardOf(j), func(x *domain.Job) {
 		if release {
 			x.Reason = ""
@@ -397,7 +403,7 @@ func (in *Intake) admit(ctx context.Context, b *batch, events []event) ([]string
 	if len(created) == len(batch) {
 		for i, j := range batch {
 			if created[i] {
-				in.announce(b, j)
+				in.announce(j)
 			}
 		}
 	}
@@ -452,11 +458,15 @@ func (in *Intake) jobsOf(b *batch, events []event) ([]domain.Job, []string) {
 }
 
 // redelivered is the recorded job a redelivery of j found, released from
-// waiting when j says the job is queued now, no longer held.
+// waiting when j says the job is queued now, no longer held. A job
+// readmitted after a rejection, recorded with no route, is routed as j is.
 func (in *Intake) redelivered(ctx context.Context, j domain.Job) (domain.Job, error) {
 	cur, err := in.Store.GetJob(ctx, j.ID)
 	if err != nil {
 		return domain.Job{}, fmt.Errorf("read job %d: %w", j.ID, err)
+	}
+	if cur.Unrouted() && cur.InstanceID == "" {
+		return in.route(ctx, cur, j)
 	}
 	if j.Reason != ReasonWaiting && cur.Reason == ReasonWaiting && cur.Status == domain.JobQueued {
 		ok := domain.Lifecycle{}.Approve(cur)
@@ -469,13 +479,32 @@ func (in *Intake) redelivered(ctx context.Context, j domain.Job) (domain.Job, er
 	return cur, nil
 }
 
-// announce acts once on a job just created: a rejected one is rejected, a
-// queued or waiting one counted.
-func (in *Intake) announce(b *batch, j domain.Job) {
+// route gives a job readmitted after a rejection (recorded queued, with
+// no route) the route its labels take under the configuration in force,
+// as arrived has it, and announces it as a new arrival: sent to its queue,
+// or rejected again when the configuration still does not serve it (a
+// reload undone, or not yet made by this replica). A job another intake
+// routed meanwhile fails the delivery, whose next try finds it routed.
+func (in *Intake) route(ctx context.Context, cur, arrived domain.Job) (domain.Job, error) {
+	verbs := domain.Lifecycle{}
+	r := verbs.RouteJob(cur, arrived.Route, arrived.Pool, arrived.Runner, arrived.Spec)
+	if arrived.Status == domain.JobRejected {
+		r = verbs.RejectJob(cur, arrived.Reason)
+	}
+	next, err := in.Store.TransitionJob(ctx, r.ID, r.Guard, r.Apply)
+	if err != nil {
+		return domain.Job{}, fmt.Errorf("route readmitted job %d: %w", cur.ID, err)
+	}
+	in.announce(next)
+	return next, nil
+}
+
+// announce acts once on a job just created or readmitted and routed: a
+// rejected one is rejected, a queued or waiting one counted.
+func (in *Intake) announce(j domain.Job) {
 	switch {
 	case j.Status == domain.JobRejected:
 		in.reject(j)
-		b.rejected = append(b.rejected, j)
 	case j.Reason == ReasonWaiting:
 		in.metrics.events.WithLabelValues("waiting", "recorded").Inc()
 	default:
@@ -514,30 +543,6 @@ func newJob(e event, d Decision, now time.Time) domain.Job {
 func (in *Intake) reject(j domain.Job) {
 	in.metrics.events.WithLabelValues("queued", "rejected").Inc()
 	in.Log.Warn("job rejected", "job", j.ID, "repo", j.Repo, "run", j.RunID, "reason", j.Reason)
-}
-
-// cancelRuns cancels, when configured, the workflow runs of rejected jobs
-// so that they do not wait forever: each run once, however many of its jobs
-// were rejected (a matrix with a mistyped pool is rejected whole).
-func (in *Intake) cancelRuns(ctx context.Context, rejected []domain.Job) {
-	if !in.opts.CancelRejected || in.GitHub == nil {
-		return
-	}
-	type run struct {
-		repo string
-		id   int64
-	}
-	cancelled := map[run]bool{}
-	for _, j := range rejected {
-		r := run{strings.ToLower(j.Repo), j.RunID}
-		if cancelled[r] {
-			continue
-		}
-		cancelled[r] = true
-		if err := in.GitHub.CancelRun(ctx, j.Repo, j.RunID); err != nil {
-			in.Log.Warn("cancel the run of a rejected job", "job", j.ID, "run", j.RunID, "err", err)
-		}
-	}
 }
 
 // warnUnknownEnvironment warns of an arrival whose labels are bullpen's but

@@ -2,7 +2,6 @@ package intake
 
 import (
 	"errors"
-	"slices"
 	"testing"
 	"time"
 
@@ -10,7 +9,8 @@ import (
 )
 
 // checkRejectedOnce checks that run's job was rejected exactly once: one
-// log line, one count, one cancelled run.
+// log line, one count, and its run not cancelled (the reaper cancels it
+// after a grace).
 func (f *fixture) checkRejectedOnce(id, run int64) {
 	f.T.Helper()
 	if j := f.Job(id); j.Status != domain.JobRejected {
@@ -20,8 +20,8 @@ func (f *fixture) checkRejectedOnce(id, run int64) {
 		f.T.Errorf("rejection logged %d times, want once: %q", len(l), l)
 	}
 	f.wantEvents("queued", "rejected", 1)
-	if got := f.gh.cancelled(); !slices.Equal(got, []cancelCall{{"acme/widgets", run}}) {
-		f.T.Errorf("CancelRun calls %v, want run %d's once", got, run)
+	if got := f.gh.cancelled(); len(got) != 0 {
+		f.T.Errorf("CancelRun calls %v, want none for run %d", got, run)
 	}
 }
 
