@@ -38,6 +38,13 @@ type Reconciler struct {
 	// another environment's), so admitting one would repeat every cycle
 	// for as long as it stays queued. Required.
 	Ours func(labels []string) bool
+	// Takes says whether the configuration in force serves a job with
+	// these labels: the intake would route it, not reject it. A rejected
+	// job GitHub still holds queued is readmitted when it does: it was
+	// rejected under an earlier configuration (a pool added since, which
+	// the replica that took its webhook had not loaded yet). Nil: no job
+	// is readmitted.
+	Takes func(labels []string) bool
 	Options
 	metrics *reconcileMetrics
 	// heard is since when agents could be heard: silence counts from it at
@@ -57,6 +64,9 @@ type Reconciler struct {
 	// refusedOrphans holds the orphans the cloud refused to terminate, by
 	// machine id.
 	refusedOrphans setAside
+	// readmitted is how often, and when last, each rejected job was
+	// readmitted here (see rejectedStillQueued).
+	readmitted map[int64]readmission
 }
 
 // Options tune the reconciler; zero values take the documented defaults.
@@ -92,10 +102,17 @@ type Options struct {
 	// Default 3 min.
 	SilentAfter time.Duration
 	// CancelRejected: a job bullpen rejected that GitHub still lists as
-	// queued has its workflow run cancelled again, every cycle until GitHub
-	// no longer lists it: the intake cancels it once, and a crash or a
-	// GitHub error then left the run waiting for GitHub's 24-hour timeout.
+	// queued has its workflow run cancelled, every cycle until GitHub no
+	// longer lists it, once it has been rejected for RejectedGrace and the
+	// configuration in force still does not serve it (see
+	// rejectedStillQueued). Without it the job waits for GitHub's 24-hour
+	// timeout.
 	CancelRejected bool
+	// RejectedGrace is how long a rejected job is left before its run is
+	// cancelled; default DefaultRejectedGrace. It must outlast a reload of
+	// the configuration, so that a job rejected for a pool a reload is
+	// about to put in force is readmitted rather than cancelled.
+	RejectedGrace time.Duration
 	// StaleClaimAfter: an instance claimed this long for a job that another
 	// instance serves, or that has ended, is terminated (its claimer died).
 	// Default 1 min.
@@ -118,6 +135,7 @@ func (o *Options) defaults() {
 	def(&o.InstanceRetention, 24*time.Hour)
 	def(&o.SilentAfter, DefaultSilentAfter)
 	def(&o.StaleClaimAfter, time.Minute)
+	def(&o.RejectedGrace, DefaultRejectedGrace)
 	def(&o.TerminatingAllowance, domain.DefaultDeadlines().Terminating)
 	def(&o.RunningAllowance, domain.DefaultDeadlines().Running)
 	if o.RunnerPrefix == "" {
@@ -134,6 +152,7 @@ func (r *Reconciler) Init(reg prometheus.Registerer) error {
 	r.heard = hearing{since: r.Clock.Now()}
 	r.waitAnswered = askedAt{}
 	r.spared = map[string]spared{}
+	r.readmitted = map[int64]readmission{}
 	if r.Log == nil {
 		r.Log = slog.Default()
 	}
@@ -148,6 +167,9 @@ type Report struct {
 	// SilentKept those whose agent fell silent while their job ran, kept
 	// as nothing else said the job had ended (each once a silence).
 	Orphans, Gone, Silent, SilentKept, StaleClaims, DeadRunners, Recovered, Requeued, Resent, Rerun, Cancelled, JobsDeleted, RowsDeleted int
+	// Readmitted counts the rejected jobs sent back to the intake, as the
+	// configuration in force now serves them.
+	Readmitted int
 	// OrphansRefused counts the orphans the cloud refused to terminate
 	// (protected from termination), each time it was asked.
 	OrphansRefused int
@@ -207,6 +229,7 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	errs = append(errs, err)
 	rep.StaleClaims, err = r.staleClaims(ctx, rows)
 	errs = append(errs, err)
+	r.forgetReadmissions(r.Clock.Now())
 	errs = append(errs, r.lookAtScopes(ctx, rows, &rep))
 	errs = append(errs, r.openJobs(ctx, rows, &rep))
 	rep.Rerun, err = r.rerunInterrupted(ctx)
@@ -220,7 +243,7 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	r.metrics.count(rep)
 	if rep.acted() {
 		r.Log.Info("reconciled", "orphans", rep.Orphans, "orphans_refused", rep.OrphansRefused, "gone", rep.Gone, "silent", rep.Silent, "silent_kept", rep.SilentKept, "stale_claims", rep.StaleClaims, "dead_runners", rep.DeadRunners,
-			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "resent_jobs", rep.Resent, "rerun_jobs", rep.Rerun, "cancelled_runs", rep.Cancelled,
+			"recovered_jobs", rep.Recovered, "requeued_jobs", rep.Requeued, "resent_jobs", rep.Resent, "rerun_jobs", rep.Rerun, "cancelled_runs", rep.Cancelled, "readmitted_jobs", rep.Readmitted,
 			"completed_jobs", rep.Completed, "abandoned_jobs", rep.Abandoned, "completed_waiting_jobs", rep.CompletedWaiting,
 			"abandoned_waiting_jobs", rep.AbandonedWaiting, "jobs_deleted", rep.JobsDeleted, "rows_deleted", rep.RowsDeleted)
 	}
@@ -489,15 +512,18 @@ func endingOrEnded(s domain.State) bool {
 // queuedJobs reads the jobs GitHub still has queued, so that a missed
 // webhook never leaves a job waiting: an unknown one of ours is admitted
 // as if its webhook had come; one bullpen assigned to an instance that no
-// longer serves it goes back to its queue. GitHub's errors (ghErr) are
-// kept apart from the store's and the queue's (err): the first concern
-// the scope, the others every scope.
-func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope) (recovered, requeued, cancelled int, ghErr, err error) {
+// longer serves it goes back to its queue; a rejected one is readmitted
+// or has its run cancelled (rejectedStillQueued), and a readmitted one no
+// intake has routed is delivered again. It counts what it did in rep.
+// GitHub's errors (ghErr) are kept apart from the store's and the queue's
+// (err): the first concern the scope, the others every scope.
+func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope, rep *Report) (ghErr, err error) {
 	queued, ghErr := r.GitHub.QueuedJobs(ctx, s)
 	if ghErr != nil {
-		return 0, 0, 0, ghErr, nil // GitHub's clients name the call and the scope
+		return ghErr, nil // GitHub's clients name the call and the scope
 	}
 	var ghErrs, errs []error
+	cancelled := map[runKey]bool{}
 	for _, gj := range queued {
 		j, err := r.Store.GetJob(ctx, gj.ID)
 		if err == nil {
@@ -511,7 +537,7 @@ func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope) (recovered,
 				errs = append(errs, err)
 				continue
 			}
-			recovered++
+			rep.Recovered++
 		case err != nil:
 			errs = append(errs, err)
 		case j.Status == domain.JobAssigned && !r.serving(ctx, j):
@@ -519,21 +545,17 @@ func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope) (recovered,
 				errs = append(errs, err)
 				continue
 			}
-			requeued++
-		case j.Status == domain.JobRejected && r.CancelRejected:
-			r.Log.Info("rejected job still queued on GitHub; cancelling its run", "job", j.ID, "repo", j.Repo, "run", j.RunID)
-			err := r.GitHub.CancelRun(ctx, j.Repo, j.RunID)
-			if errors.Is(err, domain.ErrNotFound) {
-				continue // the run was deleted: nothing is left to cancel
-			}
-			if err != nil {
-				ghErrs = append(ghErrs, fmt.Errorf("cancel the run of rejected job %d: %w", j.ID, err))
-				continue
-			}
-			cancelled++
+			rep.Requeued++
+		case j.Status == domain.JobRejected:
+			ghErr, err := r.rejectedStillQueued(ctx, gj, j, cancelled, rep)
+			ghErrs, errs = append(ghErrs, ghErr), append(errs, err)
+		case j.Unrouted() && j.InstanceID == "" && r.Clock.Now().Sub(j.UpdatedAt) >= r.Interval:
+			// Readmitted a cycle ago and still not routed: its delivery
+			// was lost (the inbox refused it, or it was dead-lettered).
+			errs = append(errs, r.deliverReadmitted(ctx, gj, j))
 		}
 	}
-	return recovered, requeued, cancelled, errors.Join(ghErrs...), errors.Join(errs...)
+	return errors.Join(ghErrs...), errors.Join(errs...)
 }
 
 // serving reports whether the job's instance may still run it.
@@ -591,7 +613,7 @@ const (
 func newReconcileMetrics(reg prometheus.Registerer) (*reconcileMetrics, error) {
 	m := &reconcileMetrics{
 		actions: promreg.Counters("bullpen_reaper_actions_total",
-			"What the reaper reconciled, by kind (orphan, orphan_refused, gone, silent, silent_kept, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, cancelled_run, completed_job, abandoned_job, completed_waiting_job, abandoned_waiting_job, job_deleted, row_deleted).", "kind"),
+			"What the reaper reconciled, by kind (orphan, orphan_refused, gone, silent, silent_kept, stale_claim, dead_runner, recovered_job, requeued_job, resent_job, rerun_job, cancelled_run, readmitted_job, completed_job, abandoned_job, completed_waiting_job, abandoned_waiting_job, job_deleted, row_deleted).", "kind"),
 		scopes: promreg.Counters("bullpen_reaper_scopes_total",
 			"Scopes the reaper looked at on GitHub, by outcome: ok, failed (a 404 included: the credentials may have lost access), gone (GitHub answered 410).", "outcome"),
 	}
@@ -608,7 +630,7 @@ func (m *reconcileMetrics) count(r Report) {
 	}
 	for kind, n := range map[string]int{
 		"orphan": r.Orphans, "orphan_refused": r.OrphansRefused, "gone": r.Gone, "silent": r.Silent, "silent_kept": r.SilentKept, "stale_claim": r.StaleClaims, "dead_runner": r.DeadRunners, "recovered_job": r.Recovered,
-		"requeued_job": r.Requeued, "resent_job": r.Resent, "rerun_job": r.Rerun, "cancelled_run": r.Cancelled, "completed_job": r.Completed,
+		"requeued_job": r.Requeued, "resent_job": r.Resent, "rerun_job": r.Rerun, "cancelled_run": r.Cancelled, "readmitted_job": r.Readmitted, "completed_job": r.Completed,
 		"abandoned_job": r.Abandoned, "completed_waiting_job": r.CompletedWaiting, "abandoned_waiting_job": r.AbandonedWaiting, "job_deleted": r.JobsDeleted, "row_deleted": r.RowsDeleted,
 	} {
 		m.actions.WithLabelValues(kind).Add(float64(n))

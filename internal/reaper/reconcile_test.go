@@ -396,9 +396,10 @@ func TestARestartedControlPlaneWaitsBeforeJudgingSilence(t *testing.T) {
 	x.wantInstanceStates(map[string]domain.State{"busy": domain.StateRunning, "dead": domain.StateTerminating})
 }
 
-// A rejected job GitHub still lists as queued (the intake's one cancel was
-// lost to a crash or a GitHub error) has its run cancelled by the reaper
-// when rejected jobs' runs are to be cancelled, and left alone otherwise.
+// A rejected job GitHub still lists as queued, and that no configuration
+// has served for the grace since its rejection, has its run cancelled by
+// the reaper when rejected jobs' runs are to be cancelled, and is left
+// alone otherwise.
 func TestARejectedJobStillQueuedHasItsRunCancelled(t *testing.T) {
 	for _, cancel := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cancel=%t", cancel), func(t *testing.T) {
@@ -407,6 +408,7 @@ func TestARejectedJobStillQueuedHasItsRunCancelled(t *testing.T) {
 			gj := x.gh.QueueJob(ghsim.JobSpec{Repo: "acme/app", Labels: []string{"runs-on/pool=nowhere"}})
 			x.CreateJob(domain.Job{ID: gj.ID, RunID: gj.RunID, Repo: "acme/app", Status: domain.JobRejected, Reason: "pool nowhere"})
 			x.r.CancelRejected = cancel
+			x.Clock.Advance(x.r.RejectedGrace) // rejected for its grace, and no configuration serves it
 			rep := x.cycle()
 			left, err := x.gh.QueuedJobs(x.Ctx, scope)
 			if err != nil {

@@ -37,8 +37,7 @@ func (r *Reconciler) lookAtScopes(ctx context.Context, rows []domain.Instance, r
 			ghErrs = append(ghErrs, ghErr)
 			errs = append(errs, err)
 		}
-		rec, req, can, ghErr, err := r.queuedJobs(ctx, s)
-		rep.Recovered, rep.Requeued, rep.Cancelled = rep.Recovered+rec, rep.Requeued+req, rep.Cancelled+can
+		ghErr, err := r.queuedJobs(ctx, s, rep)
 		errs = append(errs, err)
 		ghErrs = append(ghErrs, ghErr)
 		switch failed, gone := scopeOutcome(ghErrs); {
