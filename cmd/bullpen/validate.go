@@ -6,13 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
-	"github.com/bullpen-ci/bullpen/internal/autoscale"
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/converger"
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -82,7 +78,8 @@ stack with its --environment and --converge-every; with serve's settings in the 
 				*environment, strings.Join(named, ", "))
 		}
 	}
-	if problems := cadenceProblems(file, pools, *every); len(problems) > 0 {
+	var problems config.Errors
+	if errors.As(cfg.CheckCadence(pools, *every), &problems) {
 		fmt.Fprintf(e.stderr, "%s has %d problem(s):\n%v\n", file, len(problems), problems)
 		return 1
 	}
@@ -91,62 +88,6 @@ stack with its --environment and --converge-every; with serve's settings in the 
 	}
 	fmt.Fprintf(e.stdout, "%s: ok (%d runners, %d pools%s)\n", file, len(cfg.Runners), len(pools), served)
 	return 0
-}
-
-// cadenceProblems are the autoscale blocks of pools, read from file, that
-// would never scale with the converger cycling every: serve refuses them
-// at start and at a reload. Each is placed at its block in the file when
-// it can be found there.
-func cadenceProblems(file string, pools []domain.Pool, every time.Duration) config.Errors {
-	data, _ := os.ReadFile(file) // read once already: at worst the problems lose their positions
-	var problems config.Errors
-	for _, p := range pools {
-		var cadence *autoscale.CadenceError
-		if !errors.As(autoscale.CheckCadence([]domain.Pool{p}, every), &cadence) {
-			continue
-		}
-		line, col := autoscalePosition(data, p.Name)
-		for _, msg := range cadence.Problems {
-			problems = append(problems, config.Error{File: file, Line: line, Col: col, Msg: msg})
-		}
-	}
-	return problems
-}
-
-// autoscalePosition is where pool's autoscale block is written in data:
-// at its key, else at the pool's (a block that a merge key brings in),
-// else 1:1.
-func autoscalePosition(data []byte, pool string) (line, col int) {
-	var doc yaml.Node
-	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
-		return 1, 1
-	}
-	_, pools := mappingEntry(doc.Content[0], "pools")
-	key, value := mappingEntry(pools, pool)
-	if key == nil {
-		return 1, 1
-	}
-	if k, _ := mappingEntry(value, "autoscale"); k != nil {
-		key = k
-	}
-	return key.Line, key.Column
-}
-
-// mappingEntry is the key and value of name in the mapping n (an alias
-// followed), nils when n is no mapping or has no such key.
-func mappingEntry(n *yaml.Node, name string) (key, value *yaml.Node) {
-	if n != nil && n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	if n == nil || n.Kind != yaml.MappingNode {
-		return nil, nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == name {
-			return n.Content[i], n.Content[i+1]
-		}
-	}
-	return nil, nil
 }
 
 func cmdSchedule(_ context.Context, e *env, args []string) int {

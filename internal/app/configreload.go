@@ -9,7 +9,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/bullpen-ci/bullpen/internal/autoscale"
 	"github.com/bullpen-ci/bullpen/internal/config"
 	"github.com/bullpen-ci/bullpen/internal/converger"
 	"github.com/bullpen-ci/bullpen/internal/domain"
@@ -142,7 +141,7 @@ func (a *App) parseConfig(name string, data []byte) (*config.Config, error) {
 		return nil, err
 	}
 	every := cmp.Or(a.opts.Converger.Interval, converger.DefaultInterval)
-	if err := autoscale.CheckCadence(cfg.PoolsFor(a.opts.Environment), every); err != nil {
+	if err := cfg.CheckCadence(cfg.PoolsFor(a.opts.Environment), every); err != nil {
 		return nil, fmt.Errorf("with a converger cycle of %v: %w", every, err)
 	}
 	return cfg, nil

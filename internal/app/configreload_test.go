@@ -295,6 +295,9 @@ func TestAReloadWhoseAutoscalingTheConvergerCannotPollIsRefused(t *testing.T) {
 	if ref == nil || len(ref.Problems) == 0 || !strings.Contains(ref.Problems[0].Msg, "linux") {
 		t.Fatalf("the dashboard shows %+v, want the pool's autoscaling refused", ref)
 	}
+	if p := ref.Problems[0]; p.Line != 6 || p.Col != 5 {
+		t.Errorf("the refusal is placed at %d:%d, want 6:5, the pool's autoscale block", p.Line, p.Col)
+	}
 	if _, ok := a.Config().Pool("linux"); !ok || a.Config().Pools[0].Autoscale != nil {
 		t.Errorf("the refused file was put in force: %+v", a.Config().Pools)
 	}

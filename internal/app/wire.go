@@ -102,7 +102,7 @@ func (a *App) wireConverger() error {
 		return err
 	}
 	every := a.Converger.Interval()
-	if err := autoscale.CheckCadence(a.pools(), every); err != nil {
+	if err := a.Config().CheckCadence(a.pools(), every); err != nil {
 		return fmt.Errorf("the configuration's autoscaling with a converger cycle of %v: %w", every, err)
 	}
 	// A replica that has not converged a pool for longer than the lease
