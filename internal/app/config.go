@@ -126,6 +126,26 @@ func (a *App) routing() intake.Routing {
 // those of the queued jobs it finds unrecorded.
 func (a *App) ours(jobLabels []string) bool { return intake.Decide(jobLabels, a.routing()).Ours }
 
+// takes says whether the intake would now serve a job with these labels,
+// on the configuration in force: the reconciler sends a job rejected under
+// an earlier one back to it.
+func (a *App) takes(jobLabels []string) bool {
+	d := intake.Decide(jobLabels, a.routing())
+	return d.Ours && d.Reject == ""
+}
+
+// respec is the runner class and machine the configuration in force gives
+// a launch job, its labels routed again: the provisioner serves a backlog
+// with the runner as the operator has since changed it. A job routed
+// elsewhere now, or no longer served, keeps what it arrived with.
+func (a *App) respec(j domain.Job) (string, domain.RunnerSpec, bool) {
+	d := intake.Decide(j.Labels, a.routing())
+	if !d.Ours || d.Reject != "" || d.Route != j.Route || d.Pool != j.Pool {
+		return "", domain.RunnerSpec{}, false
+	}
+	return d.Runner, d.Spec, true
+}
+
 // reuseAllowed: a job of a pool that does not reuse instances gets a fresh
 // machine; other jobs may take an idle reused one.
 func (a *App) reuseAllowed(j domain.Job) bool {

@@ -17,8 +17,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
-// appOnFile is an app whose configuration is the file holding text, and a
-// function that rewrites that file.
 // writeSettled writes a settings file dated a minute back, as one left
 // alone since it was written: a reload takes only a file that has settled
 // (configsource.File), and these tests reload at once.
@@ -33,6 +31,8 @@ func writeSettled(t *testing.T, path, text string) {
 	}
 }
 
+// appOnFile is an app whose configuration is the file holding text, and a
+// function that rewrites that file.
 func appOnFile(t *testing.T, text string) (*App, func(string)) {
 	t.Helper()
 	a, write, _ := appOnLoggedFile(t, text)

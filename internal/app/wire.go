@@ -140,7 +140,7 @@ func (a *App) wireJobPath() error {
 	a.Provisioner, err = provision.New(provision.Deps{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: clk, Log: log.With("loop", "provision"),
 		Scope: a.scope, Notify: a.Agents.Notify, Registrations: a.Agents.Registrations(), ReuseAllowed: a.reuseAllowed,
-		Reused: a.reusedRunner, SpecHash: a.specHashes.hash,
+		Reused: a.reusedRunner, SpecHash: a.specHashes.hash, Respec: a.respec,
 		Hold: func(queue string, receipts []string, visibility time.Duration) func() {
 			return keepalive.Hold(a.Queue, clk, queue, receipts, visibility, log.With("loop", "provision")).Stop
 		},
@@ -154,7 +154,7 @@ func (a *App) wireJobPath() error {
 		Hold: func(queue string, receipts []string, visibility time.Duration) func() {
 			return keepalive.Hold(a.Queue, clk, queue, receipts, visibility, log.With("loop", "intake")).Stop
 		},
-	}, reg, withCancel(o.Intake, o.CancelRejected))
+	}, reg, o.Intake)
 	return err
 }
 
@@ -171,7 +171,7 @@ func (a *App) wireReaper() error {
 	rp.CancelRejected = rp.CancelRejected || o.CancelRejected
 	a.Reconciler = &reaper.Reconciler{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: o.Clock, Log: o.Log.With("loop", "reaper"),
-		ControllerID: o.ControllerID, Scopes: a.scopes, Ours: a.ours, Options: rp,
+		ControllerID: o.ControllerID, Scopes: a.scopes, Ours: a.ours, Takes: a.takes, Options: rp,
 	}
 	if err := a.Reconciler.Init(o.Registry); err != nil {
 		return err
@@ -180,11 +180,6 @@ func (a *App) wireReaper() error {
 	a.API = &api.Server{Store: a.Store, Token: o.AdminToken, ViewerToken: o.ViewerToken, Log: o.Log.With("loop", "api"), Pools: a.poolInfos, Limiter: a.authLimiter,
 		SpotBreakers: a.SpotBreaker.Opened}
 	return nil
-}
-
-func withCancel(o intake.Options, cancel bool) intake.Options {
-	o.CancelRejected = o.CancelRejected || cancel
-	return o
 }
 
 // errNoProvider is a choice the options validated but New cannot honour.

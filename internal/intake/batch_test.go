@@ -91,7 +91,7 @@ func (f *fixture) deliverMixedBatch() {
 // the failing one stays in the inbox.
 func TestMixedBatch(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, Options{Visibility: 30 * time.Second, CancelRejected: true})
+	f := newFixture(t, Options{Visibility: 30 * time.Second})
 	f.deliverMixedBatch()
 	if n, err := f.in.Step(f.Ctx); n != 11 || err == nil {
 		t.Fatalf("step handled %d (err %v), want 11 and the Finisher's error", n, err)

@@ -42,13 +42,6 @@ type Options struct {
 	Wait        time.Duration // long poll; default 1 s, negative none
 	MaxReceives int           // then dead-lettered; default 10
 	Linger      time.Duration // see jobs.BatchOptions; default 10 ms, negative none
-	// CancelRejected is not acted on here: a rejected job's run is
-	// cancelled by the reaper (reaper.Options.CancelRejected), once the
-	// job has stayed rejected past a grace in which a reload may yet serve
-	// it.
-	//
-	// Deprecated: set reaper.Options.CancelRejected.
-	CancelRejected bool
 	// AccountCheckTimeout bounds the look-ups of a batch that ask GitHub
 	// whether the App is installed for its jobs' owners; default 5 s. An
 	// owner not answered by then is taken as served.

@@ -1,7 +1,6 @@
 package intake
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -107,7 +106,7 @@ func TestAnotherEnvironmentsJobIsNeitherServedNorCancelled(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			f := newFixture(t, Options{CancelRejected: true})
+			f := newFixture(t, Options{})
 			f.in.Routing = func() Routing {
 				r := fixtureRouting()
 				r.Environment = c.env
@@ -150,39 +149,34 @@ func TestAJobForAnotherEnvironmentsPoolIsRejectedWithTheLabelItLacks(t *testing.
 
 func TestUnknownPoolIsRejected(t *testing.T) {
 	t.Parallel()
-	for _, cancel := range []bool{false, true} {
-		t.Run(fmt.Sprintf("cancel rejected %v", cancel), func(t *testing.T) {
-			t.Parallel()
-			f := newFixture(t, Options{CancelRejected: cancel})
-			f.deliver(jobEvent{action: "queued", id: 3001, runID: 31, labels: []string{"runs-on=31/pool=large-arm"}})
-			f.step()
-			j := f.Job(3001)
-			if j.Status != domain.JobRejected || j.Pool != "large-arm" ||
-				!strings.Contains(j.Reason, `pool "large-arm"`) || !strings.Contains(j.Reason, `environment "production"`) {
-				t.Fatalf("job %s pool %q reason %q; want rejected naming the pool and the environment", j.Status, j.Pool, j.Reason)
-			}
-			if l := f.logs.Lines("level=WARN", "job rejected", "job=3001", `large-arm`); len(l) != 1 {
-				t.Errorf("want one WARN naming the job and the pool, got %q", l)
-			}
-			f.wantEvents("queued", "rejected", 1)
-			if s := f.Stats(domain.QueuePool).Visible + f.Stats(domain.QueueLaunch).Visible; s != 0 {
-				t.Errorf("%d jobs sent to be served, want none", s)
-			}
-			// Its run is the reaper's to cancel, once a grace in which a
-			// reload may serve it is over.
-			var want []cancelCall
-			if got := f.gh.cancelled(); !slices.Equal(got, want) {
-				t.Errorf("CancelRun calls %v, want %v", got, want)
-			}
-			f.inboxEmpty()
+	f := newFixture(t, Options{})
+	f.deliver(jobEvent{action: "queued", id: 3001, runID: 31, labels: []string{"runs-on=31/pool=large-arm"}})
+	f.step()
+	j := f.Job(3001)
+	if j.Status != domain.JobRejected || j.Pool != "large-arm" ||
+		!strings.Contains(j.Reason, `pool "large-arm"`) || !strings.Contains(j.Reason, `environment "production"`) {
+		t.Fatalf("job %s pool %q reason %q; want rejected naming the pool and the environment", j.Status, j.Pool, j.Reason)
+	}
+	if l := f.logs.Lines("level=WARN", "job rejected", "job=3001", `large-arm`); len(l) != 1 {
+		t.Errorf("want one WARN naming the job and the pool, got %q", l)
+	}
+	f.wantEvents("queued", "rejected", 1)
+	if s := f.Stats(domain.QueuePool).Visible + f.Stats(domain.QueueLaunch).Visible; s != 0 {
+		t.Errorf("%d jobs sent to be served, want none", s)
+	}
+	// Its run is the reaper's to cancel, once a grace in which a
+	// reload may serve it is over.
+	var want []cancelCall
+	if got := f.gh.cancelled(); !slices.Equal(got, want) {
+		t.Errorf("CancelRun calls %v, want %v", got, want)
+	}
+	f.inboxEmpty()
 
-			// A redelivery is a duplicate: no second warning, count or cancel.
-			f.deliver(jobEvent{action: "queued", id: 3001, runID: 31, labels: []string{"runs-on=31/pool=large-arm"}})
-			f.step()
-			if l := f.logs.Lines("job rejected"); len(l) != 1 || f.events("queued", "rejected") != 1 || len(f.gh.cancelled()) != len(want) {
-				t.Errorf("redelivery: %d warnings, %v counted, %d cancels", len(l), f.events("queued", "rejected"), len(f.gh.cancelled()))
-			}
-		})
+	// A redelivery is a duplicate: no second warning, count or cancel.
+	f.deliver(jobEvent{action: "queued", id: 3001, runID: 31, labels: []string{"runs-on=31/pool=large-arm"}})
+	f.step()
+	if l := f.logs.Lines("job rejected"); len(l) != 1 || f.events("queued", "rejected") != 1 || len(f.gh.cancelled()) != len(want) {
+		t.Errorf("redelivery: %d warnings, %v counted, %d cancels", len(l), f.events("queued", "rejected"), len(f.gh.cancelled()))
 	}
 }
 
@@ -367,7 +361,7 @@ func TestCompletedCallsTheFinisher(t *testing.T) {
 // reaper cancels the runs of those it does not once a grace is over.
 func TestRejectedJobsOfOneRunAreNotCancelledOnArrival(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, Options{CancelRejected: true})
+	f := newFixture(t, Options{})
 	for i := range int64(4) {
 		f.deliver(jobEvent{action: "queued", id: 3101 + i, runID: 33, labels: []string{"runs-on=33/pool=typo"}})
 	}

@@ -30,7 +30,7 @@ func (f *fixture) checkRejectedOnce(id, run int64) {
 // recorded, not created, and would not reject it.
 func TestJobCreatedByAFailedBatchWriteIsRejectedOnce(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, Options{Visibility: 30 * time.Second, CancelRejected: true})
+	f := newFixture(t, Options{Visibility: 30 * time.Second})
 	f.writes.setFailures(errors.New("throttled"), nil)
 	f.deliver(jobEvent{action: "queued", id: 13_001, runID: 141, labels: []string{"runs-on=141/pool=gpu"}})
 	f.deliver(jobEvent{action: "queued", id: 13_002, runID: 142, labels: poolLabels(142)})
@@ -54,7 +54,7 @@ func TestJobCreatedByAFailedBatchWriteIsRejectedOnce(t *testing.T) {
 // created by the same write later in the batch.
 func TestFailedRedeliveryDoesNotSkipARejection(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, Options{Visibility: 30 * time.Second, CancelRejected: true})
+	f := newFixture(t, Options{Visibility: 30 * time.Second})
 	f.deliver(jobEvent{action: "queued", id: 13_101, runID: 151, labels: poolLabels(151)})
 	f.step()
 	f.writes.setFailures(nil, map[int64]error{13_101: errors.New("read timed out")})
