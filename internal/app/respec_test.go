@@ -1,10 +1,18 @@
 package app
 
 import (
+	"context"
+	"log/slog"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/bullpen-ci/bullpen/internal/clock"
+	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/reaper"
 )
 
 // The configuration in force, not the one a job arrived under, says what
@@ -37,5 +45,31 @@ func TestJobsAreRoutedAgainOnTheConfigurationInForce(t *testing.T) {
 	elsewhere.Pool = "gone"
 	if _, _, ok := a.respec(elsewhere); ok {
 		t.Error("a job whose labels now route elsewhere is given another runner")
+	}
+}
+
+// A rejected job's run is cancelled only after two reloads could have
+// served it: a longer --reload lengthens the grace.
+func TestTheRejectedGraceOutlastsTwoReloads(t *testing.T) {
+	for _, tc := range []struct {
+		reload, want time.Duration
+	}{
+		{0, reaper.DefaultRejectedGrace},
+		{5 * time.Minute, 10 * time.Minute},
+	} {
+		cfg, err := config.Parse("runs-on.yml", []byte("runners:\n  small: {image: ubuntu-24.04}\npools: {}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := New(context.Background(), Options{Config: cfg, ConfigInterval: tc.reload, StorePath: sqlitetest.Path(t),
+			WebhookSecret: "secret", AdminToken: "token", Clock: clock.NewVirtual(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC)),
+			Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := a.Reconciler.RejectedGrace; got != tc.want {
+			t.Errorf("reloading every %v: grace %v, want %v", tc.reload, got, tc.want)
+		}
+		a.Close()
 	}
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -169,6 +170,10 @@ func (a *App) wireReaper() error {
 	rp.TerminatingAllowance = o.Deadlines.Terminating
 	rp.RunningAllowance = o.Deadlines.Running
 	rp.CancelRejected = rp.CancelRejected || o.CancelRejected
+	// A job rejected for a pool not yet in force waits out two reloads
+	// before its run is cancelled: a longer --reload must not cancel runs
+	// a reload was about to serve.
+	rp.RejectedGrace = max(cmp.Or(rp.RejectedGrace, reaper.DefaultRejectedGrace), 2*o.ConfigInterval)
 	a.Reconciler = &reaper.Reconciler{
 		Store: a.Store, Queue: a.Queue, Cloud: a.Cloud, GitHub: a.GitHub, Clock: o.Clock, Log: o.Log.With("loop", "reaper"),
 		ControllerID: o.ControllerID, Scopes: a.scopes, Ours: a.ours, Takes: a.takes, Options: rp,
