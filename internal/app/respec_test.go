@@ -9,10 +9,9 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/config"
-	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
-
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/reaper"
+	"github.com/bullpen-ci/bullpen/internal/store/sqlite/sqlitetest"
 )
 
 // The configuration in force, not the one a job arrived under, says what
