@@ -48,24 +48,49 @@ func cmdStatus(ctx context.Context, e *env, args []string) int {
 	}
 	c := &statusClient{base: strings.TrimRight(server, "/"), token: token, http: &http.Client{Timeout: *timeout}}
 	var pools struct{ Pools []api.PoolView }
-	var active, latest struct{ Jobs []api.JobView }
-	for _, q := range []struct {
-		path string
-		into any
-	}{
-		{"/api/v1/pools", &pools},
-		// The oldest first: in a backlog longer than a page, the jobs
-		// that waited longest are the ones to see.
-		{fmt.Sprintf("/api/v1/jobs?status=queued,assigned,running&order=oldest&limit=%d", activeListed), &active},
-		{fmt.Sprintf("/api/v1/jobs?limit=%d", *recent), &latest},
-	} {
-		if err := c.get(ctx, q.path, q.into); err != nil {
-			fmt.Fprintln(e.stderr, "bullpen status:", err)
-			return 1
+	var latest struct{ Jobs []api.JobView }
+	err = c.get(ctx, "/api/v1/pools", &pools)
+	var active []api.JobView
+	var more bool
+	if err == nil {
+		active, more, err = c.activeJobs(ctx)
+	}
+	if err == nil {
+		err = c.get(ctx, fmt.Sprintf("/api/v1/jobs?limit=%d", *recent), &latest)
+	}
+	if err != nil {
+		fmt.Fprintln(e.stderr, "bullpen status:", err)
+		return 1
+	}
+	printStatus(e.stdout, server, e.clock(), pools.Pools, active, more, latest.Jobs)
+	return 0
+}
+
+// activeJobs lists the jobs waiting for a runner or holding one, the
+// oldest first, page after page (next) up to activeListed of them: the
+// counts of a backlog longer than a page are then whole. more says that
+// the listing stopped there.
+func (c *statusClient) activeJobs(ctx context.Context) (jobs []api.JobView, more bool, err error) {
+	path := fmt.Sprintf("/api/v1/jobs?status=queued,assigned,running&order=oldest&limit=%d", api.MaxLimit)
+	after := ""
+	for len(jobs) < activeListed {
+		var page struct {
+			Jobs []api.JobView
+			Next string
+		}
+		q := path
+		if after != "" {
+			q += "&after=" + url.QueryEscape(after)
+		}
+		if err := c.get(ctx, q, &page); err != nil {
+			return nil, false, err
+		}
+		jobs = append(jobs, page.Jobs...)
+		if after = page.Next; after == "" {
+			return jobs, false, nil
 		}
 	}
-	printStatus(e.stdout, server, e.clock(), pools.Pools, active.Jobs, latest.Jobs)
-	return 0
+	return jobs, true, nil
 }
 
 type statusClient struct {
@@ -102,7 +127,7 @@ func (c *statusClient) get(ctx context.Context, path string, into any) error {
 // printStatus writes the pools as the demo's table, then the jobs: what
 // waits and runs, and how the latest were served. A pool the converger has
 // not cycled yet has no target to be at, and says so.
-func printStatus(w io.Writer, server string, now time.Time, pools []api.PoolView, active, latest []api.JobView) {
+func printStatus(w io.Writer, server string, now time.Time, pools []api.PoolView, active []api.JobView, more bool, latest []api.JobView) {
 	fmt.Fprintf(w, "bullpen at %s, %s\n\n", server, now.UTC().Format("2006-01-02 15:04:05 UTC"))
 	fmt.Fprintf(w, "  %-14s %-17s %-9s %-9s %-8s %-8s %-17s %s\n", "pool", "schedule", "hot", "stopped", "warming", "serving",
 		"last cycle", "next change")
@@ -128,7 +153,7 @@ func printStatus(w io.Writer, server string, now time.Time, pools []api.PoolView
 	for _, l := range problems {
 		fmt.Fprintln(w, l)
 	}
-	printJobs(w, now, active, latest)
+	printJobs(w, now, active, more, latest)
 }
 
 func nextChange(p api.PoolView, now time.Time) string {
@@ -143,10 +168,11 @@ func nextChange(p api.PoolView, now time.Time) string {
 	return fmt.Sprintf("%s in %dh%02dm (%s)", cmp.Or(p.NextSchedule, "(none)"), int(in.Hours()), int(in.Minutes())%60, at.Format("Mon 15:04 MST"))
 }
 
-// activeListed is how many active jobs status asks for: all one answer lists.
-const activeListed = api.MaxLimit
+// activeListed is how many active jobs status reads at the most, ten
+// pages: beyond, the counts say they stop there.
+const activeListed = 10 * api.MaxLimit
 
-func printJobs(w io.Writer, now time.Time, active, latest []api.JobView) {
+func printJobs(w io.Writer, now time.Time, active []api.JobView, more bool, latest []api.JobView) {
 	counts := map[string]int{}
 	held := 0
 	var oldest time.Time
@@ -167,8 +193,8 @@ func printJobs(w io.Writer, now time.Time, active, latest []api.JobView) {
 	if !oldest.IsZero() {
 		fmt.Fprintf(w, "  the oldest waiting for a runner has waited %s\n", max(now.Sub(oldest), 0).Round(time.Second))
 	}
-	if len(active) >= activeListed {
-		fmt.Fprintf(w, "  (the oldest %d active jobs only: there may be more, and newer)\n", activeListed)
+	if more {
+		fmt.Fprintf(w, "  (the oldest %d active jobs only: there are more, and newer)\n", len(active))
 	}
 	byVia := map[string][]time.Duration{}
 	var rejected []api.JobView

@@ -153,21 +153,28 @@ func TestStatusRefusals(t *testing.T) {
 	}
 }
 
-// Counts that stop at the most the status API lists say so.
-func TestStatusSaysWhenItsCountsStopAtTheList(t *testing.T) {
-	active := make([]api.JobView, activeListed)
-	for i := range active {
-		active[i] = api.JobView{ID: int64(i + 1), Status: "assigned"}
+// A backlog longer than a page of the status API is read page after page,
+// so its counts are whole; counts that stop at activeListed say so.
+func TestStatusCountsABacklogLongerThanAPage(t *testing.T) {
+	st, _ := sqlitetest.Open(t, clock.NewVirtual(statusNow))
+	backlog := make([]domain.Job, api.MaxLimit+5)
+	for i := range backlog {
+		backlog[i] = domain.Job{ID: int64(i + 1), Status: domain.JobQueued, Repo: "acme/app", QueuedAt: statusNow.Add(-time.Duration(i) * time.Second)}
 	}
-	var out bytes.Buffer
-	printJobs(&out, statusNow, active, nil)
-	if !strings.Contains(out.String(), "jobs: 0 queued, 1000 assigned, 0 running, 0 held for approval\n  (the oldest 1000 active jobs only: there may be more, and newer)") {
-		t.Fatalf("got:\n%s", out.String())
+	if _, err := st.CreateJobs(t.Context(), backlog); err != nil {
+		t.Fatal(err)
 	}
-	out.Reset()
-	printJobs(&out, statusNow, active[:999], nil)
-	if strings.Contains(out.String(), "may be more") {
-		t.Fatalf("999 active jobs are all of them:\n%s", out.String())
+	ts := httptest.NewServer((&api.Server{Store: st, Token: statusAdminToken}).Handler())
+	t.Cleanup(ts.Close)
+	code, out, errs := runStatus(t, map[string]string{"BULLPEN_ADMIN_TOKEN": statusAdminToken}, "--server", ts.URL)
+	if code != 0 || !strings.Contains(out, "jobs: 1005 queued, 0 assigned, 0 running, 0 held for approval\n") || strings.Contains(out, "are more") {
+		t.Fatalf("exit %d: %s\n%s", code, errs, out)
+	}
+
+	var buf bytes.Buffer
+	printJobs(&buf, statusNow, []api.JobView{{ID: 1, Status: "queued"}, {ID: 2, Status: "queued"}, {ID: 3, Status: "running"}}, true, nil)
+	if !strings.Contains(buf.String(), "(the oldest 3 active jobs only: there are more, and newer)") {
+		t.Fatalf("counts that stop short do not say so:\n%s", buf.String())
 	}
 }
 
@@ -198,13 +205,13 @@ func TestStatusOldestWaitCoversAssignedJobsNotApprovals(t *testing.T) {
 		{ID: 5, Status: "running", QueuedAt: at(3 * time.Hour), StartedAt: at(2 * time.Hour)},
 	}
 	var out bytes.Buffer
-	printJobs(&out, statusNow, active, nil)
+	printJobs(&out, statusNow, active, false, nil)
 	want := "jobs: 1 queued, 1 assigned, 1 running, 2 held for approval\n  the oldest waiting for a runner has waited 5m0s\n"
 	if !strings.Contains(out.String(), want) {
 		t.Fatalf("got:\n%s\nwant:\n%s", out.String(), want)
 	}
 	out.Reset()
-	printJobs(&out, statusNow, active[2:4], nil)
+	printJobs(&out, statusNow, active[2:4], false, nil)
 	if !strings.HasPrefix(out.String(), "\njobs: 0 queued, 0 assigned, 0 running, 2 held for approval\nof the latest") {
 		t.Fatalf("jobs held for approval alone wait for no runner:\n%s", out.String())
 	}
