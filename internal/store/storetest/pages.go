@@ -64,6 +64,43 @@ func walk[R any, ID int64 | string](t *testing.T, limit, rows int, page func(aft
 	}
 }
 
+// namedFilter is a listing's filter and what a subtest calls it.
+type namedFilter[F any] struct {
+	name string
+	f    F
+}
+
+// walkFilters pages through each filter's listing both ways, in pages of
+// 1 to 3 rows, and fails unless the pages hold, in order, the rows the
+// listing holds without a limit. list lists f in the order newest says,
+// at most limit rows (0: all) after the position after.
+func walkFilters[F, R any, ID int64 | string](t *testing.T, filters []namedFilter[F],
+	list func(f F, newest bool, limit int, after *domain.ListPosition[ID]) []R, at func(R) domain.ListPosition[ID]) {
+	t.Helper()
+	idsOf := func(rows []R) []ID {
+		out := make([]ID, len(rows))
+		for k, r := range rows {
+			out[k] = at(r).ID
+		}
+		return out
+	}
+	for _, c := range filters {
+		for _, newest := range []bool{false, true} {
+			for _, limit := range []int{1, 2, 3} {
+				t.Run(fmt.Sprintf("%s/newest=%v/limit=%d", c.name, newest, limit), func(t *testing.T) {
+					want := idsOf(list(c.f, newest, 0, nil))
+					got := walk(t, limit, len(want), func(after *domain.ListPosition[ID]) []R {
+						return list(c.f, newest, limit, after)
+					}, at, nil)
+					if ids := idsOf(got); !slices.Equal(ids, want) {
+						t.Fatalf("pages listed %v, want %v", ids, want)
+					}
+				})
+			}
+		}
+	}
+}
+
 // pagedJobs are created for the paging contracts: ties on CreatedAt, with
 // ids whose order as numbers is not their order as text (9, 10), statuses
 // and pools mixed.
@@ -117,34 +154,15 @@ func testJobListAfter(t *testing.T, e *env) {
 
 func testJobListPages(t *testing.T, e *env) {
 	e.pagedJobs()
-	filters := []struct {
-		name string
-		f    domain.JobFilter
-	}{
+	walkFilters(t, []namedFilter[domain.JobFilter]{
 		{"every job", domain.JobFilter{}},
 		{"two statuses", domain.JobFilter{Statuses: []domain.JobStatus{domain.JobQueued, domain.JobCompleted}}},
 		{"a pool", domain.JobFilter{Pool: "arm"}},
 		{"named jobs", domain.JobFilter{IDs: []int64{1, 5, 9, 10, 30, 40}}},
-	}
-	for _, c := range filters {
-		for _, newest := range []bool{false, true} {
-			for _, limit := range []int{1, 2, 3} {
-				t.Run(fmt.Sprintf("%s/newest=%v/limit=%d", c.name, newest, limit), func(t *testing.T) {
-					f := c.f
-					f.Newest = newest
-					want := jobIDs(e.listJobs(f))
-					got := walk(t, limit, len(want), func(after *domain.ListPosition[int64]) []domain.Job {
-						f := f
-						f.Limit, f.After = limit, after
-						return e.listJobs(f)
-					}, jobPosition, nil)
-					if ids := jobIDs(got); !slices.Equal(ids, want) {
-						t.Fatalf("pages listed %v, want %v", ids, want)
-					}
-				})
-			}
-		}
-	}
+	}, func(f domain.JobFilter, newest bool, limit int, after *domain.ListPosition[int64]) []domain.Job {
+		f.Newest, f.Limit, f.After = newest, limit, after
+		return e.listJobs(f)
+	}, jobPosition)
 }
 
 // testJobListPagesWhileChanging reads jobs created at start (30, 9 and
@@ -225,34 +243,15 @@ func testListAfter(t *testing.T, e *env) {
 
 func testListPages(t *testing.T, e *env) {
 	e.pagedInstances()
-	filters := []struct {
-		name string
-		f    domain.InstanceFilter
-	}{
+	walkFilters(t, []namedFilter[domain.InstanceFilter]{
 		{"every instance", domain.InstanceFilter{}},
 		{"two states", domain.InstanceFilter{States: []domain.State{domain.StateReady, domain.StateBooting}}},
 		{"a pool", domain.InstanceFilter{Pool: "arm"}},
 		{"a runner", domain.InstanceFilter{Runner: "small"}},
-	}
-	for _, c := range filters {
-		for _, newest := range []bool{false, true} {
-			for _, limit := range []int{1, 2, 3} {
-				t.Run(fmt.Sprintf("%s/newest=%v/limit=%d", c.name, newest, limit), func(t *testing.T) {
-					f := c.f
-					f.Newest = newest
-					want := ids(e.list(f))
-					got := walk(t, limit, len(want), func(after *domain.ListPosition[string]) []domain.Instance {
-						f := f
-						f.Limit, f.After = limit, after
-						return e.list(f)
-					}, instancePosition, nil)
-					if got := ids(got); !slices.Equal(got, want) {
-						t.Fatalf("pages listed %v, want %v", got, want)
-					}
-				})
-			}
-		}
-	}
+	}, func(f domain.InstanceFilter, newest bool, limit int, after *domain.ListPosition[string]) []domain.Instance {
+		f.Newest, f.Limit, f.After = newest, limit, after
+		return e.list(f)
+	}, instancePosition)
 }
 
 // testListPagesWhileChanging reads instances created at start (m, c and
