@@ -109,9 +109,10 @@ func TestRealProvidersNeedTheirSettings(t *testing.T) {
 	}
 }
 
-// /healthz answers with every loop's status.
-func TestHealthReportsTheLoops(t *testing.T) {
-	a := newApp(t, app.Options{})
+// runProbeLoop runs one healthy loop, "probe", on a's loops until the
+// test ends, and returns once it has started.
+func runProbeLoop(t *testing.T, a *app.App) {
+	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error)
 	started := make(chan struct{})
@@ -121,8 +122,14 @@ func TestHealthReportsTheLoops(t *testing.T) {
 		return nil
 	}}
 	go func() { done <- a.Loops.Run(ctx, probe) }()
-	defer func() { stop(); <-done }()
+	t.Cleanup(func() { stop(); <-done })
 	<-started
+}
+
+// /healthz answers with every loop's status.
+func TestHealthReportsTheLoops(t *testing.T) {
+	a := newApp(t, app.Options{})
+	runProbeLoop(t, a)
 	rec := httptest.NewRecorder()
 	a.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 	var body struct {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/app"
 	"github.com/bullpen-ci/bullpen/internal/domain"
-	"github.com/bullpen-ci/bullpen/internal/loop"
 )
 
 // notServed is what an address says of a path it does not serve.
@@ -110,17 +109,7 @@ func (failingStore) ListPoolStatus(context.Context) ([]domain.PoolStatus, error)
 // the full report.
 func TestPublicHealthSaysOnlyUpOrDown(t *testing.T) {
 	a := newApp(t, app.Options{})
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error)
-	started := make(chan struct{})
-	probe := loop.Loop{Name: "probe", Step: func(ctx context.Context) error {
-		close(started)
-		<-ctx.Done()
-		return nil
-	}}
-	go func() { done <- a.Loops.Run(ctx, probe) }()
-	defer func() { stop(); <-done }()
-	<-started
+	runProbeLoop(t, a)
 	public, admin := a.Handlers(true)
 	working := a.Store
 	defer func() { a.Store = working }()
