@@ -377,17 +377,14 @@ func TestDeletingInstancesReadsThemInBatches(t *testing.T) {
 	}
 }
 
-// A listing of instances with a limit reads its index in the order asked
-// for and stops once it has the instances it returns, which are the ones a
-// read of every row gives, cut to the limit: the API's page of instances
-// reads that page, not every terminated row kept.
-func TestAnInstanceListingWithALimitReadsOnlyTheInstancesItReturns(t *testing.T) {
-	s := metered(t)
+// createInstancesOverTime records n instances, bp-000 on, of pool(k),
+// four a second, terminated but for the ten from the ready-th on.
+func (s *meteredStore) createInstancesOverTime(t *testing.T, n, ready int, pool func(k int) string) {
+	t.Helper()
 	var insts []domain.Instance
-	for k := range 300 {
-		in := domain.Instance{ID: fmt.Sprintf("bp-%03d", k), Pool: []string{"linux", "arm"}[k%2], Runner: "small",
-			Role: domain.RoleHot, State: domain.StateTerminated}
-		if k >= 150 && k < 160 {
+	for k := range n {
+		in := domain.Instance{ID: fmt.Sprintf("bp-%03d", k), Pool: pool(k), Runner: "small", Role: domain.RoleHot, State: domain.StateTerminated}
+		if k >= ready && k < ready+10 {
 			in.State = domain.StateReady
 		}
 		insts = append(insts, in)
@@ -398,6 +395,15 @@ func TestAnInstanceListingWithALimitReadsOnlyTheInstancesItReturns(t *testing.T)
 		}
 		s.clk.Advance(time.Second)
 	}
+}
+
+// A listing of instances with a limit reads its index in the order asked
+// for and stops once it has the instances it returns, which are the ones a
+// read of every row gives, cut to the limit: the API's page of instances
+// reads that page, not every terminated row kept.
+func TestAnInstanceListingWithALimitReadsOnlyTheInstancesItReturns(t *testing.T) {
+	s := metered(t)
+	s.createInstancesOverTime(t, 300, 150, func(k int) string { return []string{"linux", "arm"}[k%2] })
 	live := []domain.State{domain.StateReady, domain.StateBooting}
 	cases := []limitedListing[domain.InstanceFilter]{
 		{"newest", domain.InstanceFilter{Newest: true, Limit: 10}, 10},
@@ -486,20 +492,7 @@ func TestAPageAfterAPositionReadsOnlyThatPage(t *testing.T) {
 // terminated ones included, read those pages only.
 func TestAnInstancePageAfterAPositionReadsOnlyThatPage(t *testing.T) {
 	s := metered(t)
-	var insts []domain.Instance
-	for k := range 200 {
-		in := domain.Instance{ID: fmt.Sprintf("bp-%03d", k), Runner: "small", Role: domain.RoleHot, State: domain.StateTerminated}
-		if k >= 100 && k < 110 {
-			in.State = domain.StateReady
-		}
-		insts = append(insts, in)
-	}
-	for _, batch := range domain.Chunk(insts, 4) {
-		if err := s.CreateInstances(t.Context(), batch); err != nil {
-			t.Fatal(err)
-		}
-		s.clk.Advance(time.Second)
-	}
+	s.createInstancesOverTime(t, 200, 100, func(int) string { return "" })
 	at := func(id string) *domain.ListPosition[string] {
 		in, err := s.GetInstance(t.Context(), id)
 		if err != nil {
