@@ -15,8 +15,8 @@ import (
 )
 
 // strandedJob records GitHub job g running on instance bp-1 (see
-// busyInstance), whose machine the cloud then loses, and returns the job's
-// id. The completed webhook that would end the job never comes: nothing
+// busyInstance: job 7, which GitHub does not know, when g is zero), whose
+// machine the cloud then loses, and returns the job's id. The completed webhook that would end the job never comes: nothing
 // delivers the simulated GitHub's webhooks.
 func (x *fixture) strandedJob(g domain.GitHubJob) int64 {
 	x.T.Helper()
@@ -24,7 +24,11 @@ func (x *fixture) strandedJob(g domain.GitHubJob) int64 {
 	if err := x.cloud.Terminate(x.Ctx, []string{m.ID}); err != nil {
 		x.T.Fatal(err)
 	}
-	return g.ID
+	id, err := domain.ParseJobKey(x.Instance("bp-1").Job)
+	if err != nil {
+		x.T.Fatal(err)
+	}
+	return id
 }
 
 // cycleUntilGitHubIsAsked runs a cycle a minute for five minutes and fails
