@@ -40,7 +40,10 @@ func (s *Server) hello(w http.ResponseWriter, r *http.Request) (any, error) {
 	if s.identity != nil {
 		if err := s.identity.Verify(req.CloudID, req.IdentityDocument, req.IdentitySignature); err != nil {
 			s.log.Warn("agent hello refused: the machine's identity proof does not hold", "cloud_id", req.CloudID, "err", err)
-			return nil, fail(http.StatusUnauthorized, CodeUnauthorized, "identity proof refused: %v", err)
+			// The reason (another account, another region) stays in the
+			// log: the caller has shown no right to know this stack's.
+			return nil, fail(http.StatusUnauthorized, CodeUnauthorized,
+				"identity proof refused: the identity document and its signature do not prove the machine %s", domain.QuoteShort(req.CloudID))
 		}
 	}
 	for range helloAttempts {
