@@ -124,6 +124,11 @@ type Job struct {
 	Reason     string
 	Conclusion string
 	Attempts   int // times it was sent to be served
+	// Readmissions counts the times the job went back from rejected to
+	// queued (Lifecycle.Readmit). It is kept apart from Attempts, which
+	// counts failed tries to serve it, and kept on the row so that the
+	// bound on readmissions survives a restart.
+	Readmissions int
 	// SendPending: the job went back to queued in a change that also
 	// touched its instance, and its queue message may not be sent yet. The
 	// sender clears it once the message is out; the reaper sends it again

@@ -465,16 +465,17 @@ func (l Lifecycle) ConcludeJob(j Job, conclusion string) JobTransitionRequest {
 // GitHub still holds it queued. It is queued again with no route and its
 // rejection's reason dropped, so that the intake routes it as a new
 // arrival (RouteJob). Guarded on the job as read and still rejected, so
-// that of two reapers one readmits it. It is a new attempt: the message
-// the intake sends for it is not taken for a duplicate of one sent before
-// it was rejected.
+// that of two reapers one readmits it. It counts a readmission, not an
+// attempt: Attempts counts failures to serve the job, and the message the
+// intake sends for it is told apart from one sent before it was rejected
+// by both counts (jobs.SendRequest).
 func (l Lifecycle) Readmit(j Job) JobTransitionRequest {
 	return JobTransitionRequest{ID: j.ID, Guard: JobGuard{Status: JobRejected, Version: j.Version}, Apply: func(x *Job) {
 		x.Status, x.Reason = JobQueued, ""
 		x.Route, x.Pool, x.Runner, x.Spec = "", "", "", RunnerSpec{}
 		x.InstanceID, x.LaunchedOn, x.RunnerName, x.RunnerID, x.Via = "", "", "", 0, ""
 		x.SendPending = false
-		x.Attempts++
+		x.Readmissions++
 	}}
 }
 

@@ -240,8 +240,8 @@ func TestJobVerbs(t *testing.T) {
 	rerun := interrupted
 	rerun.Rerun = true
 	rejected := domain.Job{ID: 42, Status: domain.JobRejected, Reason: "pool linux is not configured", Pool: "linux",
-		Version: 2, Attempts: 1}
-	readmitted := domain.Job{ID: 42, Status: domain.JobQueued, Version: 3, Attempts: 2}
+		Version: 2, Attempts: 1, Readmissions: 1}
+	readmitted := domain.Job{ID: 42, Status: domain.JobQueued, Version: 3, Attempts: 1, Readmissions: 2}
 	cases := []struct {
 		name  string
 		in    domain.Job
@@ -290,7 +290,10 @@ func TestJobVerbs(t *testing.T) {
 		{"re-run", interrupted, lc.RerunJob(interrupted), func(j domain.Job) bool { return j.Interrupted && j.Rerun }},
 		{"readmit", rejected, lc.Readmit(rejected), func(j domain.Job) bool {
 			return j.Status == domain.JobQueued && j.Reason == "" && j.Unrouted() && j.Pool == "" && j.Runner == "" &&
-				j.Spec.Name == "" && j.Attempts == 2 && !j.SendPending && j.Version == 3
+				j.Spec.Name == "" && !j.SendPending && j.Version == 3 &&
+				// A readmission is no failed attempt: what reads Attempts
+				// (backoff, the ERROR at three) must not see one.
+				j.Attempts == 1 && j.Readmissions == 2
 		}},
 		{"route", readmitted, lc.RouteJob(readmitted, domain.RoutePool, "linux", "small", domain.RunnerSpec{Name: "small"}),
 			func(j domain.Job) bool {
