@@ -46,10 +46,16 @@ func QueueFor(r domain.Route) string {
 }
 
 // SendRequest is the message that sends job j to its route's queue. The
-// dedup id includes the attempt, so a retried send of the same attempt is
-// dropped but a requeue is not.
+// dedup id includes the attempt and the readmission, so a retried send of
+// the same attempt is dropped but neither a requeue nor the send of a job
+// readmitted after a rejection (whose Attempts a readmission leaves as
+// they were). A job never readmitted keeps the id it always had.
 func SendRequest(j domain.Job, delay time.Duration) domain.SendRequest {
-	return domain.SendRequest{Body: Encode(j.ID), Delay: delay, DedupID: fmt.Sprintf("job-%d-%d", j.ID, j.Attempts)}
+	id := fmt.Sprintf("job-%d-%d", j.ID, j.Attempts)
+	if j.Readmissions > 0 {
+		id += fmt.Sprintf("-readmitted-%d", j.Readmissions)
+	}
+	return domain.SendRequest{Body: Encode(j.ID), Delay: delay, DedupID: id}
 }
 
 // retries bounds read-modify-write loops that lose to concurrent writers.

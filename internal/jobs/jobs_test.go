@@ -77,7 +77,9 @@ func TestQueueFor(t *testing.T) {
 	}
 }
 
-// The dedup id drops a retried send of one attempt but never a requeue.
+// The dedup id drops a retried send of one attempt but never a requeue,
+// nor the send of a job readmitted after a rejection, whose attempts the
+// readmission leaves as they were.
 func TestSendRequestDedupsPerAttempt(t *testing.T) {
 	f := newFixture(t)
 	first := jobs.SendRequest(domain.Job{ID: 42}, 0)
@@ -86,13 +88,15 @@ func TestSendRequestDedupsPerAttempt(t *testing.T) {
 	if requeued.Delay != time.Second || first.DedupID == requeued.DedupID {
 		t.Fatalf("requeue %+v must differ from the first send %+v", requeued, first)
 	}
-	for _, r := range []domain.SendRequest{first, again, requeued} {
+	readmitted := jobs.SendRequest(domain.Job{ID: 42, Attempts: 1, Readmissions: 1}, 0)
+	readmittedAgain := jobs.SendRequest(domain.Job{ID: 42, Attempts: 1, Readmissions: 2}, 0)
+	for _, r := range []domain.SendRequest{first, again, requeued, readmitted, readmittedAgain} {
 		if err := f.Queue.Send(f.Ctx, domain.QueueLaunch, []domain.SendRequest{r}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := len(f.messages(domain.QueueLaunch)); got != 2 {
-		t.Fatalf("queue holds %d messages, want 2 (the retry dropped)", got)
+	if got := len(f.messages(domain.QueueLaunch)); got != 4 {
+		t.Fatalf("queue holds %d messages, want 4 (the retry dropped, each readmission sent)", got)
 	}
 }
 
