@@ -52,6 +52,13 @@ type Handover struct {
 	Job  domain.Job      // the job as last read, waiting for this instance
 	Inst domain.Instance // claimed (or created) for the job and bound to it
 	Via  domain.Via
+	// Runner and Spec, when Runner is set, are the class and machine the
+	// job is served with, as the configuration in force gives them: the
+	// assignment records them on the job, whose row is what the API and a
+	// spot interruption's re-run read as its runner. An empty Runner
+	// leaves the job's own.
+	Runner string
+	Spec   domain.RunnerSpec
 	// Reg is the runner registered for the job on Inst, until the job has
 	// it for good or it is deleted.
 	Reg domain.RunnerRegistration
@@ -82,7 +89,7 @@ func (p *Pipeline) HandOver(ctx context.Context, hs []*Handover) (ok, failed []*
 	now := p.Clock.Now()
 	cs := make([]domain.Change, len(ready))
 	for i, h := range ready {
-		cs[i] = p.Verbs.Assign(h.Inst, h.Job, h.Via, h.Reg, now)
+		cs[i] = h.assignment(p.Verbs, now)
 	}
 	res, err := p.Store.CommitEach(ctx, cs)
 	for i, h := range ready {
@@ -104,6 +111,24 @@ func (p *Pipeline) HandOver(ctx context.Context, hs []*Handover) (ok, failed []*
 		}
 	}
 	return ok, failed
+}
+
+// assignment is the change that assigns h's job to its instance, recording
+// the runner it is served with when that is not the job's own.
+func (h *Handover) assignment(verbs domain.Lifecycle, now time.Time) domain.Change {
+	c := verbs.Assign(h.Inst, h.Job, h.Via, h.Reg, now)
+	if h.Runner == "" {
+		return c
+	}
+	runner, spec := h.Runner, h.Spec
+	for i, t := range c.Jobs {
+		apply := t.Apply
+		c.Jobs[i].Apply = func(j *domain.Job) {
+			apply(j)
+			j.Runner, j.Spec = runner, spec
+		}
+	}
+	return c
 }
 
 // Register creates a just-in-time runner for the job of each handover

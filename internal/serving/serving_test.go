@@ -155,3 +155,27 @@ func TestRollBackLeavesAnInstanceThatMovedOn(t *testing.T) {
 		t.Fatalf("instance %s bound to %q, job on %q: want both left as they are", in.State, in.Job, j.InstanceID)
 	}
 }
+
+// A handover that names the runner the job is served with records it on
+// the job, retry setting included, so that readers of the job's row see
+// the runner it ran on; one that names none leaves the job's own.
+func TestHandOverRecordsTheRunnerTheJobIsServedWith(t *testing.T) {
+	f := newFixture(t)
+	now := domain.RunnerSpec{Name: "large", Image: "ubuntu-24", Family: []string{"c7i"}, Retry: domain.RetryNever}
+	named, unnamed := f.claimed("bp-1", 1), f.claimed("bp-2", 2)
+	named.Runner, named.Spec = now.Name, now
+	if ok, _ := f.p.HandOver(f.Ctx, []*serving.Handover{named, unnamed}); len(ok) != 2 {
+		t.Fatalf("%d of 2 handed over", len(ok))
+	}
+	j := f.Job(1)
+	if j.Status != domain.JobAssigned || j.Runner != "large" || j.Spec.Image != "ubuntu-24" || j.Spec.RerunsInterrupted() {
+		t.Errorf("job 1 %s on runner %q, image %q, re-run when interrupted %t; want assigned on large, ubuntu-24, no re-run",
+			j.Status, j.Runner, j.Spec.Image, j.Spec.RerunsInterrupted())
+	}
+	if named.Job.Runner != "large" {
+		t.Errorf("the handover holds job 1 on runner %q, not as written", named.Job.Runner)
+	}
+	if j := f.Job(2); j.Status != domain.JobAssigned || j.Runner != "" || j.Spec.Name != "" {
+		t.Errorf("job 2 %s on runner %q (spec %q); want assigned with its own, none", j.Status, j.Runner, j.Spec.Name)
+	}
+}
