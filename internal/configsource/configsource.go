@@ -62,64 +62,105 @@ func ParseLocation(s string) (Location, error) {
 	return Location{Owner: parts[0], Repo: parts[1], Path: parts[2], Ref: ref}, nil
 }
 
-// File is a local file. After the first read its contents are handed over
-// only once they have settled (see Settle), since a file written in place
+// File is a local file. After the first read attempt its contents are
+// handed over only once they have settled, since a file written in place
 // (scp, cat >, an editor that does not rename) is for a moment cut short,
 // and what it holds then may well validate. Until they settle, Read
-// reports the contents it last handed over, unchanged. The first read
-// takes the file as it is: there is nothing in force to keep meanwhile,
-// and a file being written as a control plane starts is rare, where one
-// written just before it starts is the rule.
+// returns the contents it last handed over, unchanged, with an error that
+// is ErrNotSettled. The first read attempt takes the file as it is: there
+// is nothing in force to keep meanwhile, and a file being written as a
+// control plane starts is rare, where one written just before it starts
+// is the rule. Later attempts settle even when the first failed, as a
+// control plane started on an earlier copy does have one in force.
 type File struct {
 	Path string
-	// Clock says how long ago the file was last modified: the wall clock
-	// when nil, as the file system's times are.
+	// Clock dates the reads, and says how long ago the file was last
+	// modified: the wall clock when nil, as the file system's times are.
 	Clock domain.Clock
 	last  []byte
-	read  bool
+	// handed: last holds contents handed over; tried: a read was
+	// attempted, whatever its outcome.
+	handed, tried bool
+	// seen is the newer file as last observed, waiting to settle.
+	seen *observation
 }
 
-// Settle is how long a file must have been left unmodified before File
-// hands its contents over: longer than a write in progress pauses, and
-// far shorter than the interval between reloads (30 s unless set), so a
-// file edited just before a read is taken at the next one.
+// observation is the file as one read found it.
+type observation struct {
+	modTime time.Time
+	size    int64
+	data    []byte
+	at      time.Time // by the File's clock
+}
+
+func (o *observation) sameFile(p *observation) bool {
+	return o.modTime.Equal(p.modTime) && o.size == p.size && bytes.Equal(o.data, p.data)
+}
+
+// Settle is how long a file must have stayed as it is before File hands
+// its contents over: longer than a write in progress pauses, and far
+// shorter than the interval between reloads (30 s unless set).
 const Settle = 2 * time.Second
+
+// ErrNotSettled is a newer file than the one handed over that has not yet
+// settled: it is neither unreadable nor refused, and a later read takes
+// it once it stays as it is.
+var ErrNotSettled = errors.New("a newer file waits to settle")
 
 func (f *File) Name() string { return f.Path }
 
+// Read hands over a newer file once it has settled, by either of two
+// signs: it was last modified at least Settle ago by the File's clock, so
+// a file edited before a read is taken at that read; or two reads at
+// least Settle apart by the File's clock found the same modification
+// time, size and bytes, which holds whatever the file system's clock
+// says, so that a file dated ahead (a skewed clock on a file server, cp -p
+// or tar from such a host) is still taken, a reload later.
 func (f *File) Read(context.Context) ([]byte, bool, error) {
-	if !f.read {
+	if !f.tried {
+		f.tried = true
 		data, err := os.ReadFile(f.Path)
 		if err != nil {
 			return nil, false, err
 		}
-		f.last, f.read = data, true
+		f.last, f.handed = data, true
 		return data, true, nil
 	}
-	data, settled, err := f.settled()
+	o, stable, err := f.observe()
 	switch {
 	case err != nil:
+		f.seen = nil
 		return nil, false, err
-	case !settled:
+	case !stable:
+		f.seen = nil
+		return f.last, false, f.notSettled(o)
+	case f.handed && bytes.Equal(o.data, f.last):
+		f.seen = nil
 		return f.last, false, nil
 	}
-	changed := !f.read || !bytes.Equal(data, f.last)
-	f.last, f.read = data, true
-	return data, changed, nil
+	if o.at.Sub(o.modTime) >= Settle || (f.seen != nil && f.seen.sameFile(o) && o.at.Sub(f.seen.at) >= Settle) {
+		f.last, f.handed, f.seen = o.data, true, nil
+		return o.data, true, nil
+	}
+	if f.seen == nil || !f.seen.sameFile(o) || o.at.Before(f.seen.at) {
+		f.seen = o
+	}
+	return f.last, false, f.notSettled(o)
 }
 
-// settled reads the file when its last modification is at least Settle
-// old, and reports whether it stayed as it was while being read: the same
-// modification time and size before and after, and the same bytes read
-// twice, which also catches a write that keeps the modification time (a
-// tool that restores it, a filesystem that keeps it coarsely).
-func (f *File) settled() ([]byte, bool, error) {
+func (f *File) notSettled(o *observation) error {
+	return fmt.Errorf("%s, modified at %s, %d bytes: %w", f.Path, o.modTime.UTC().Format(time.RFC3339Nano), o.size, ErrNotSettled)
+}
+
+// observe reads the file, and reports whether it stayed as it was while
+// being read: the same modification time and size before and after, and
+// the same bytes read twice, which also catches a write that keeps the
+// modification time (a tool that restores it, a filesystem that keeps it
+// coarsely).
+func (f *File) observe() (*observation, bool, error) {
 	before, err := os.Stat(f.Path)
 	if err != nil {
 		return nil, false, err
-	}
-	if f.now().Sub(before.ModTime()) < Settle {
-		return nil, false, nil
 	}
 	data, err := os.ReadFile(f.Path)
 	if err != nil {
@@ -133,8 +174,9 @@ func (f *File) settled() ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	o := &observation{modTime: after.ModTime(), size: after.Size(), data: data, at: f.now()}
 	same := bytes.Equal(data, again) && after.ModTime().Equal(before.ModTime()) && after.Size() == int64(len(data))
-	return data, same, nil
+	return o, same, nil
 }
 
 func (f *File) now() time.Time {

@@ -80,46 +80,86 @@ func TestFileReportsChanges(t *testing.T) {
 // A file modified less than Settle ago may be a write caught part-way
 // (scp, cat >, an editor writing in place), and what it holds then may
 // validate: it is not handed over until it has been left alone that long,
-// and meanwhile the contents handed over last stand, unchanged.
+// and meanwhile the contents handed over last stand, unchanged, with
+// ErrNotSettled.
 func TestFileHandsOverOnlySettledContents(t *testing.T) {
 	const full = "runners:\n  small: {image: u}\npools:\n  linux:\n    runner: small\n"
 	const edited = full + "  mac:\n    runner: small\n"
 	f, clk, write := settledFile(t, time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
 	ctx := context.Background()
-	read := func(step, want string, wantChanged bool) {
+	read := func(step, want string, wantChanged bool, wantErr error) {
 		t.Helper()
 		data, changed, err := f.Read(ctx)
-		if err != nil || string(data) != want || changed != wantChanged {
-			t.Fatalf("%s: %q, changed %t, %v; want %q, changed %t", step, data, changed, err, want, wantChanged)
+		if !errors.Is(err, wantErr) || string(data) != want || changed != wantChanged {
+			t.Fatalf("%s: %q, changed %t, %v; want %q, changed %t, %v", step, data, changed, err, want, wantChanged, wantErr)
 		}
 	}
 	write(full, time.Hour)
-	read("a file left alone", full, true)
+	read("a file left alone", full, true, nil)
 
 	write(edited[:len(full)+8], 0)
-	read("a write caught part-way", full, false)
+	read("a write caught part-way", full, false, configsource.ErrNotSettled)
 	clk.Advance(configsource.Settle - time.Millisecond)
-	read("the same, just under the settle time later", full, false)
+	read("the same, just under the settle time later", full, false, configsource.ErrNotSettled)
 	write(edited, 0)
-	read("the write finished", full, false)
+	read("the write finished", full, false, configsource.ErrNotSettled)
 	clk.Advance(configsource.Settle)
-	read("the write left alone for the settle time", edited, true)
-	read("read again", edited, false)
+	read("the write left alone for the settle time", edited, true, nil)
+	read("read again", edited, false, nil)
 
 	// A modification time ahead of the clock is a clock that disagrees:
-	// how long ago the write was cannot be told, so it is not taken yet.
+	// how long ago the write was cannot be told from it, so it is not
+	// taken at the first read that finds it.
 	write(full, -time.Hour)
-	read("a file dated in the future", edited, false)
+	read("a file dated in the future", edited, false, configsource.ErrNotSettled)
 }
 
-// A first read takes the file as it is, however recently it was written:
-// nothing is in force to stand for it meanwhile, and a file written just
-// before a control plane starts is the rule.
-func TestFileFirstReadTakesARecentFile(t *testing.T) {
-	f, _, write := settledFile(t, time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
-	write("pools: {}\n", 0)
-	if data, changed, err := f.Read(context.Background()); err != nil || string(data) != "pools: {}\n" || !changed {
-		t.Fatalf("first read of a file modified just now: %q, changed %t, %v", data, changed, err)
+// A file dated ahead of the clock (a file server's clock, cp -p or tar
+// from a skewed host) is taken once two reads at least Settle apart found
+// it the same, and a change between them starts the wait again.
+func TestFileDatedAheadIsTakenOnceSeenSettled(t *testing.T) {
+	f, clk, write := settledFile(t, time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
+	ctx := context.Background()
+	write("a", time.Hour)
+	if _, changed, err := f.Read(ctx); err != nil || !changed {
+		t.Fatalf("first read: changed %t, %v", changed, err)
+	}
+	write("b", -time.Hour)
+	if data, changed, err := f.Read(ctx); !errors.Is(err, configsource.ErrNotSettled) || changed || string(data) != "a" {
+		t.Fatalf("first sight of a file dated ahead: %q, changed %t, %v; want a, unchanged, not settled", data, changed, err)
+	}
+	clk.Advance(configsource.Settle)
+	write("bc", -time.Hour)
+	if data, changed, err := f.Read(ctx); !errors.Is(err, configsource.ErrNotSettled) || changed || string(data) != "a" {
+		t.Fatalf("a file dated ahead that changed since it was seen: %q, changed %t, %v; want a, unchanged, not settled", data, changed, err)
+	}
+	clk.Advance(configsource.Settle - time.Millisecond)
+	if _, changed, err := f.Read(ctx); !errors.Is(err, configsource.ErrNotSettled) || changed {
+		t.Fatalf("the same just under the settle time after: changed %t, %v; want not settled", changed, err)
+	}
+	clk.Advance(time.Millisecond)
+	if data, changed, err := f.Read(ctx); err != nil || !changed || string(data) != "bc" {
+		t.Fatalf("a file dated ahead seen the same for the settle time: %q, changed %t, %v; want bc, changed", data, changed, err)
+	}
+}
+
+// Only the very first read attempt takes a file unsettled: after it
+// failed (no file yet, a control plane starting on the store's copy), a
+// file written just now may be a write caught part-way.
+func TestFileAfterAFailedFirstReadSettles(t *testing.T) {
+	f, clk, write := settledFile(t, time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
+	ctx := context.Background()
+	if _, _, err := f.Read(ctx); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("first read of no file: %v, want it does not exist", err)
+	}
+	const partial = "pools:\n  linux: {runner: sm"
+	write(partial, 0)
+	if data, changed, err := f.Read(ctx); !errors.Is(err, configsource.ErrNotSettled) || changed || data != nil {
+		t.Fatalf("a file written just now, after a failed first read: %q, changed %t, %v; want nothing, not settled", data, changed, err)
+	}
+	clk.Advance(configsource.Settle)
+	if data, changed, err := f.Read(ctx); err != nil || !changed || string(data) != partial {
+		t.Fatalf("the file left alone since: %q, changed %t, %v", data, changed, err)
 	}
 }
 
