@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/config"
+	"github.com/bullpen-ci/bullpen/internal/configsource"
 	"github.com/bullpen-ci/bullpen/internal/converger"
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
@@ -35,6 +36,9 @@ type configReads struct {
 	// pausedUntil is when GitHub's rate limit lets the source be read
 	// again.
 	pausedUntil time.Time
+	// settling is the newer file last found waiting to settle, as the
+	// source described it, so that each version is logged once.
+	settling string
 }
 
 // refusedConfig is a file that does not validate, as first read.
@@ -62,6 +66,11 @@ func (a *App) reloadConfig(ctx context.Context) error {
 		return nil
 	}
 	data, _, err := a.source.Read(ctx)
+	if errors.Is(err, configsource.ErrNotSettled) {
+		a.configSettling(err)
+		return nil
+	}
+	a.configReads.settling = ""
 	if err != nil {
 		return a.configUnreadable(err, now)
 	}
@@ -69,6 +78,16 @@ func (a *App) reloadConfig(ctx context.Context) error {
 		a.noteConfig(cfg, "configuration reloaded")
 	}
 	return nil
+}
+
+// configSettling notes a newer file that has not settled yet. It is
+// neither unreadable nor refused, and not yet read: what the gauges and
+// the dashboard show of the reads before stands until a read settles it.
+func (a *App) configSettling(err error) {
+	if st := &a.configReads; st.settling != err.Error() {
+		st.settling = err.Error()
+		a.opts.Log.Info("a newer file waits to settle", "path", a.source.Name(), "err", err)
+	}
 }
 
 // configUnreadable reports a read of the source that failed; the
