@@ -512,3 +512,86 @@ func TestAJobIsLaunchedWithItsRunnerAsNowConfigured(t *testing.T) {
 		}
 	}
 }
+
+// large is small as an operator may change it while jobs wait: another
+// class on another family, whose interrupted jobs are not re-run.
+var large = domain.RunnerSpec{Name: "large", Image: "ubuntu-24.04", CPU: domain.Range{Min: 2, Max: 2},
+	RAM: domain.Range{Min: 4, Max: 4}, Family: []string{"c7i"}, Retry: domain.RetryNever}
+
+// respecTo makes every job's runner, as the configuration in force gives
+// it, spec.
+func respecTo(spec domain.RunnerSpec) fixtureOption {
+	return func(_ *fixture, d *Deps, _ *Options) {
+		d.Respec = func(domain.Job) (string, domain.RunnerSpec, bool) { return spec.Name, spec, true }
+	}
+}
+
+// wantServedWith fails unless job id's row names spec as its runner, the
+// one its instance runs: the API, the dashboard and the re-run of a job
+// whose spot machine is taken back read the row.
+func (f *fixture) wantServedWith(id int64, spec domain.RunnerSpec) {
+	f.T.Helper()
+	j := f.Job(id)
+	in := f.Instance(j.InstanceID)
+	if j.Runner != spec.Name || in.Runner != spec.Name || !slices.Equal(j.Spec.Family, spec.Family) {
+		f.T.Errorf("job %d on %s: its row says runner %q on %v, want %q on %v", id, in.ID, j.Runner, j.Spec.Family, spec.Name, spec.Family)
+	}
+	if j.Spec.RerunsInterrupted() != spec.RerunsInterrupted() {
+		f.T.Errorf("job %d: re-run when interrupted %t, its runner now says %t", id, j.Spec.RerunsInterrupted(), spec.RerunsInterrupted())
+	}
+}
+
+// A job whose runner changed while it waited is launched on the runner as
+// now configured, and its row says so from its launch mark on; the change
+// is logged once, though the job's message is read twice.
+func TestARespecifiedJobIsRecordedWithTheRunnerItIsLaunchedOn(t *testing.T) {
+	var log testlog.Buffer
+	var rc *recordingCloud
+	f := newFixture(t, withRecordingCloud(&rc), withLog(&log), respecTo(large))
+	var launched []domain.RunnerSpec
+	rc.onCreate = func(spec domain.LaunchSpec) { launched = append(launched, spec.Runner) }
+	f.cloud.FailNext(sim.OpCreateFleet, 1, domain.ErrThrottled)
+	f.queueJobs(small, 100, 1)
+	f.serve()
+	if j := f.Job(100); j.Status != domain.JobQueued || j.Runner != "large" || j.Spec.RerunsInterrupted() {
+		t.Fatalf("job 100 after a refused fleet: %s on runner %q, re-run when interrupted %t; want queued, marked for large",
+			j.Status, j.Runner, j.Spec.RerunsInterrupted())
+	}
+	f.Clock.Advance(2 * time.Second)
+	f.serve()
+	if len(launched) != 2 || !slices.Equal(launched[1].Family, large.Family) {
+		t.Fatalf("fleets launched on %v, want two on the runner as now configured", launched)
+	}
+	f.wantJob(100, domain.JobAssigned, domain.ViaCold, f.Job(100).InstanceID)
+	f.wantServedWith(100, large)
+	if got := log.Lines("a job is launched with its runner as now configured", "job=100"); len(got) != 1 {
+		t.Errorf("the change of job 100's runner logged %d times, want once:\n%s", len(got), log.String())
+	}
+}
+
+// A job served by a reused instance of its runner as now configured says
+// so on its row from its handover.
+func TestARespecifiedJobIsRecordedWithTheRunnerOfTheInstanceItReuses(t *testing.T) {
+	f := newFixture(t, respecTo(large))
+	in := f.reusable(large, 1, nil)[0]
+	f.queueJobs(small, 100, 1)
+	f.serve()
+	f.wantJob(100, domain.JobAssigned, domain.ViaReuse, in.ID)
+	f.wantServedWith(100, large)
+}
+
+// A runner changed only in its retry setting makes the same machine, but
+// the job's row takes the change all the same, and the log says it.
+func TestAJobWhoseRunnerNowDoesNotRetryIsRecordedSo(t *testing.T) {
+	var log testlog.Buffer
+	noRetry := small
+	noRetry.Retry = domain.RetryNever
+	f := newFixture(t, withLog(&log), respecTo(noRetry))
+	f.queueJobs(small, 100, 1)
+	f.serve()
+	f.wantJob(100, domain.JobAssigned, domain.ViaCold, f.Job(100).InstanceID)
+	f.wantServedWith(100, noRetry)
+	if got := log.Lines("a job is launched with its runner as now configured", "job=100", "retry=false"); len(got) != 1 {
+		t.Errorf("the change of job 100's retry logged %d times, want once:\n%s", len(got), log.String())
+	}
+}

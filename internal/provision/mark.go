@@ -91,7 +91,7 @@ func (p *Provisioner) waits(ctx context.Context, rq *request, j domain.Job) erro
 const markRounds = 3
 
 // mark records on each request's job the instance about to be launched
-// for it, in one batch, and returns the requests marked, in order. A job
+// for it, and the runner it is served with (request.recorded), in one batch, and returns the requests marked, in order. A job
 // that changed since it was read is read again: one that no longer waits,
 // or that another provisioner marked, gets its reason and no machine.
 func (p *Provisioner) mark(ctx context.Context, reqs []*request) []*request {
@@ -107,7 +107,7 @@ func (p *Provisioner) mark(ctx context.Context, reqs []*request) []*request {
 		}
 		ts := make([]domain.JobTransitionRequest, len(todo))
 		for i, rq := range todo {
-			ts[i] = p.verbs.LaunchFor(rq.job, ids[rq])
+			ts[i] = rq.recorded(p.verbs.LaunchFor(rq.job, ids[rq]))
 		}
 		res, err := p.Store.TransitionJobs(ctx, ts)
 		if err != nil {

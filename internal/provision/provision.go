@@ -335,7 +335,8 @@ type request struct {
 	job domain.Job
 	// runner and spec are the class and machine the job is served with:
 	// the configuration's when its message was read (Deps.Respec), else
-	// the job's own. The job is read again as it changes; these stay.
+	// the job's own. The job is read again as it changes; these stay, and
+	// are written on it by its launch mark or its handover (recorded).
 	runner string
 	spec   domain.RunnerSpec
 	// attempts is the job's Attempts when its message was read: a change
@@ -357,9 +358,23 @@ type request struct {
 
 // attempt starts the handover of instance in to the request's job.
 func (rq *request) attempt(in domain.Instance, via domain.Via) *serving.Handover {
-	rq.h = &serving.Handover{Job: rq.job, Inst: in, Via: via}
+	rq.h = &serving.Handover{Job: rq.job, Inst: in, Via: via, Runner: rq.runner, Spec: rq.spec}
 	rq.tried = in.ID
 	return rq.h
+}
+
+// recorded returns t, a guarded write of the request's job on its way to
+// a machine, writing on the job too the runner class and machine it is
+// served with: the spot re-run decision, the API and the dashboard read
+// the job's row, and must see the runner it runs on, retry setting
+// included, not the one it arrived with.
+func (rq *request) recorded(t domain.JobTransitionRequest) domain.JobTransitionRequest {
+	apply, runner, spec := t.Apply, rq.runner, rq.spec
+	t.Apply = func(j *domain.Job) {
+		apply(j)
+		j.Runner, j.Spec = runner, spec
+	}
+	return t
 }
 
 // errGone: the job no longer waits for a runner (cancelled, or served
@@ -421,8 +436,10 @@ func (p *Provisioner) read(ctx context.Context, msgs []domain.Message) (received
 }
 
 // respec returns the runner class and machine to serve j with: the
-// configuration's in force (Deps.Respec), said when they changed since it
-// arrived, else its own.
+// configuration's in force (Deps.Respec), else its own. A change is said
+// when the job's row differs from them; once the job's launch mark or
+// handover has written them on it, it no longer does, so each change is
+// said once, not at each of the job's messages.
 func (p *Provisioner) respec(j domain.Job) (string, domain.RunnerSpec) {
 	if p.Respec == nil {
 		return j.Runner, j.Spec
@@ -431,11 +448,19 @@ func (p *Provisioner) respec(j domain.Job) (string, domain.RunnerSpec) {
 	if !ok {
 		return j.Runner, j.Spec
 	}
-	if runner != j.Runner || domain.SpecHash(spec, "", domain.Pool{}) != domain.SpecHash(j.Spec, "", domain.Pool{}) {
+	if runner != j.Runner || !sameSpec(spec, j.Spec) {
 		p.Log.Info("a job is launched with its runner as now configured, changed since it arrived",
-			"job", j.ID, "runner", runner, "arrived_with", j.Runner)
+			"job", j.ID, "runner", runner, "arrived_with", j.Runner,
+			"retry", spec.Retry, "arrived_with_retry", j.Spec.Retry)
 	}
 	return runner, spec
+}
+
+// sameSpec reports whether two runner specs ask for the same machine and
+// the same re-run of an interrupted job: domain.SpecHash leaves the retry
+// setting out, as it makes no other machine.
+func sameSpec(a, b domain.RunnerSpec) bool {
+	return a.Retry == b.Retry && domain.SpecHash(a, "", domain.Pool{}) == domain.SpecHash(b, "", domain.Pool{})
 }
 
 // provision serves a batch's requests, each class in parallel, and settles
