@@ -91,9 +91,10 @@ func (p *Provisioner) waits(ctx context.Context, rq *request, j domain.Job) erro
 const markRounds = 3
 
 // mark records on each request's job the instance about to be launched
-// for it, and the runner it is served with (request.recorded), in one batch, and returns the requests marked, in order. A job
-// that changed since it was read is read again: one that no longer waits,
-// or that another provisioner marked, gets its reason and no machine.
+// for it and the runner it is served with (request.recorded), in one
+// batch, and returns the requests marked, in order. A job that changed
+// since it was read is read again: one that no longer waits, or that
+// another provisioner marked, gets its reason and no machine.
 func (p *Provisioner) mark(ctx context.Context, reqs []*request) []*request {
 	ids := make(map[*request]string, len(reqs))
 	for _, rq := range reqs {
