@@ -177,9 +177,14 @@ func (s *Service) deregistered(ctx context.Context, in domain.Instance) error {
 	now := s.clock.Now()
 	if in.Expired(now) {
 		// Never pooled: terminated now, so the agent stops releasing.
-		s.metrics.releases.WithLabelValues("timed_out").Inc()
+		// Counted only once terminated here: a row the terminator expired
+		// first is its count, and a write that failed is counted on the
+		// retry that succeeds.
 		r := s.verbs.Terminate(in, "release timed out", now)
-		if _, err := s.store.Transition(ctx, r.ID, r.Guard, r.Apply); err != nil && !errors.Is(err, domain.ErrConflict) {
+		switch _, err := s.store.Transition(ctx, r.ID, r.Guard, r.Apply); {
+		case err == nil:
+			s.metrics.releases.WithLabelValues("timed_out").Inc()
+		case !errors.Is(err, domain.ErrConflict):
 			return fmt.Errorf("deregistered %s: %w", in.ID, err)
 		}
 		return reject(domain.SignalDeregistered, "release timed out at %s", in.Deadline.Format(time.RFC3339))

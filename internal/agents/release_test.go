@@ -2,14 +2,18 @@ package agents_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bullpen-ci/bullpen/internal/agents"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/promtest"
 	"github.com/bullpen-ci/bullpen/internal/testlog"
 )
 
@@ -416,5 +420,80 @@ func TestAnInstanceFromBeforeARollIsRetiredAfterItsJob(t *testing.T) {
 				t.Fatalf("pool spec %q: instance %s (%q), want %s", tc.current, got.State, got.Reason, tc.want)
 			}
 		})
+	}
+}
+
+// racedStore is the fixture's store, where before runs ahead of the next
+// instance transition (another writer getting there first) and fail, when
+// set, is that transition's error instead of the write.
+type racedStore struct {
+	agents.Store
+	before func()
+	fail   error
+}
+
+func (s *racedStore) Transition(ctx context.Context, id string, g domain.Guard, fn func(*domain.Instance)) (domain.Instance, error) {
+	before, fail := s.before, s.fail
+	s.before, s.fail = nil, nil
+	if before != nil {
+		before()
+	}
+	if fail != nil {
+		return domain.Instance{}, fail
+	}
+	return s.Store.Transition(ctx, id, g, fn)
+}
+
+// A timed-out release is counted once, by whoever terminates it: not by
+// the agents when the terminator expired the row first (that is the
+// terminator's count), nor twice when the write failed and the agent's
+// signal is retried.
+func TestATimedOutReleaseIsCountedOnlyWhenTerminatedHere(t *testing.T) {
+	f := newFixture(t)
+	f.policy = agentsPolicy(true, 0)
+	store := &racedStore{Store: f.Store}
+	reg := prometheus.NewRegistry()
+	svc, err := agents.New(store, f.Queue, f.Clock, f.Log, reg, agents.Options{
+		Policy: func(domain.Instance) agents.Policy { return f.policy }, Notices: f,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deregister := func(in domain.Instance) error {
+		return svc.Signal(f.Ctx, domain.Signal{CloudID: in.CloudID, Kind: domain.SignalDeregistered, At: f.Clock.Now()})
+	}
+	timedOut := func() float64 {
+		v, _ := promtest.Value(t, reg, "bullpen_releases_total", "outcome", "timed_out")
+		return v
+	}
+
+	expired := f.releasing("bp-1")
+	f.Clock.AdvanceTo(expired.Deadline)
+	store.before = func() {
+		r := domain.NewLifecycle(domain.DefaultDeadlines()).Terminate(f.Instance(expired.ID), "expired in releasing", f.Clock.Now())
+		if _, err := f.Store.Transition(f.Ctx, r.ID, r.Guard, r.Apply); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantRejected(t, deregister(expired))
+	if got := f.Instance(expired.ID); got.State != domain.StateTerminating || got.Reason != "expired in releasing" {
+		t.Fatalf("instance expired by the terminator is %s (%q)", got.State, got.Reason)
+	}
+	if got := timedOut(); got != 0 {
+		t.Fatalf("a release the terminator expired counted %v times as timed out here, want 0", got)
+	}
+
+	failed := f.releasing("bp-2")
+	f.Clock.AdvanceTo(failed.Deadline)
+	store.fail = errors.New("store unavailable")
+	if err := deregister(failed); err == nil || errors.Is(err, domain.ErrRejected) {
+		t.Fatalf("a deregistered signal whose write failed returned %v, want the store's error", err)
+	}
+	wantRejected(t, deregister(failed))
+	if got := f.Instance(failed.ID); got.State != domain.StateTerminating {
+		t.Fatalf("timed-out release is %s after the retry, want terminating", got.State)
+	}
+	if got := timedOut(); got != 1 {
+		t.Fatalf("a timed-out release retried after a failed write counted %v times, want 1", got)
 	}
 }
