@@ -14,19 +14,19 @@ import (
 // jobColumns is the column order of every job read and write.
 const jobColumns = `id, run_id, run_attempt, repo, name, workflow, labels,
 	status, route, via, pool, runner, spec,
-	instance_id, launched_on, runner_name, runner_id, reason, conclusion, attempts, send_pending, interrupted, rerun, version,
+	instance_id, launched_on, runner_name, runner_id, reason, conclusion, attempts, readmissions, send_pending, interrupted, rerun, version,
 	created_at, updated_at, queued_at, assigned_at, started_at, completed_at`
 
 const (
 	insertJob = `INSERT INTO jobs (` + jobColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`
 	selectJob = `SELECT ` + jobColumns + ` FROM jobs WHERE id = ?`
 	updateJob = `UPDATE jobs SET
 		run_id = ?, run_attempt = ?, repo = ?, name = ?, workflow = ?, labels = ?,
 		status = ?, route = ?, via = ?, pool = ?, runner = ?, spec = ?,
 		instance_id = ?, launched_on = ?, runner_name = ?, runner_id = ?, reason = ?, conclusion = ?,
-		attempts = ?, send_pending = ?, interrupted = ?, rerun = ?, version = ?,
+		attempts = ?, readmissions = ?, send_pending = ?, interrupted = ?, rerun = ?, version = ?,
 		created_at = ?, updated_at = ?, queued_at = ?, assigned_at = ?, started_at = ?, completed_at = ?
 		WHERE id = ?`
 )
@@ -44,7 +44,7 @@ func jobArgs(j domain.Job) ([]any, error) {
 	return []any{
 		j.ID, j.RunID, j.RunAttempt, j.Repo, j.Name, j.Workflow, string(labels),
 		string(j.Status), string(j.Route), string(j.Via), j.Pool, j.Runner, string(spec),
-		j.InstanceID, j.LaunchedOn, j.RunnerName, j.RunnerID, j.Reason, j.Conclusion, j.Attempts, j.SendPending, j.Interrupted, j.Rerun, j.Version,
+		j.InstanceID, j.LaunchedOn, j.RunnerName, j.RunnerID, j.Reason, j.Conclusion, j.Attempts, j.Readmissions, j.SendPending, j.Interrupted, j.Rerun, j.Version,
 		formatTime(j.CreatedAt), formatTime(j.UpdatedAt), formatTime(j.QueuedAt),
 		formatTime(j.AssignedAt), formatTime(j.StartedAt), formatTime(j.CompletedAt),
 	}, nil
@@ -57,7 +57,7 @@ func scanJob(row scanner) (domain.Job, error) {
 	var times [6]sql.NullString
 	err := row.Scan(&j.ID, &j.RunID, &j.RunAttempt, &j.Repo, &j.Name, &j.Workflow, &labels,
 		&status, &route, &via, &j.Pool, &j.Runner, &spec,
-		&j.InstanceID, &j.LaunchedOn, &j.RunnerName, &j.RunnerID, &j.Reason, &j.Conclusion, &j.Attempts, &j.SendPending, &j.Interrupted, &j.Rerun, &j.Version,
+		&j.InstanceID, &j.LaunchedOn, &j.RunnerName, &j.RunnerID, &j.Reason, &j.Conclusion, &j.Attempts, &j.Readmissions, &j.SendPending, &j.Interrupted, &j.Rerun, &j.Version,
 		&times[0], &times[1], &times[2], &times[3], &times[4], &times[5])
 	if err != nil {
 		return domain.Job{}, err

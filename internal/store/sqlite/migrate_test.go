@@ -308,3 +308,34 @@ func TestUpgradeToTheLaunchMark(t *testing.T) {
 		t.Fatalf("marked job after the upgrade: launched on %q, bound to %q, %v", got.LaunchedOn, got.InstanceID, err)
 	}
 }
+
+// A database from before readmissions were counted on the row opens with
+// every job never readmitted, its attempts as they were, and a rejected
+// job readmitted since has its readmission kept.
+func TestUpgradeToReadmissionsOnTheRow(t *testing.T) {
+	path, clk := tempPath(t), clock.NewVirtual(epoch)
+	names, err := fs.Glob(migrationsFS(), "00*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := slices.DeleteFunc(names, func(n string) bool { return n >= "0013" })
+	oldRelease(t, path, clk, before,
+		`INSERT INTO jobs (id, status, reason, instance_id, attempts, version, created_at, updated_at)
+			VALUES (42, 'rejected', 'no pool', '', 2, 3, ?, ?)`)
+
+	s := openAt(t, path, clk)
+	j, err := s.GetJob(t.Context(), 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Status != domain.JobRejected || j.Readmissions != 0 || j.Attempts != 2 || j.Version != 3 {
+		t.Fatalf("upgraded job: %+v", j)
+	}
+	r := domain.Lifecycle{}.Readmit(j)
+	if _, err := s.TransitionJob(t.Context(), r.ID, r.Guard, r.Apply); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetJob(t.Context(), 42); err != nil || got.Readmissions != 1 || got.Attempts != 2 {
+		t.Fatalf("readmitted job after the upgrade: readmissions %d, attempts %d, %v", got.Readmissions, got.Attempts, err)
+	}
+}

@@ -25,7 +25,7 @@ func job(id int64, status domain.JobStatus) domain.Job {
 			Spot: "price-capacity-optimized", Retry: domain.RetryNever,
 		},
 		InstanceID: fmt.Sprintf("inst-%d", id), LaunchedOn: fmt.Sprintf("launched-%d", id), RunnerName: fmt.Sprintf("bullpen-%d", id), RunnerID: 77 + id,
-		Reason: "because", Conclusion: "success", Attempts: 1, SendPending: true, Interrupted: true, Rerun: true,
+		Reason: "because", Conclusion: "success", Attempts: 1, Readmissions: 2, SendPending: true, Interrupted: true, Rerun: true,
 		QueuedAt:    start.Add(-5*time.Second - 11*time.Microsecond).In(zone),
 		AssignedAt:  start.Add(-4 * time.Second).In(zone),
 		StartedAt:   start.Add(-3*time.Second + 250*time.Microsecond).In(zone),

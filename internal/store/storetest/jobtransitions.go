@@ -105,8 +105,10 @@ func testJobTransitionIllegal(t *testing.T, e *env) {
 // A rejected job is readmitted (Lifecycle.Readmit) once the configuration
 // in force serves it: queued again with no route and no reason, listed
 // with the queued jobs and not the rejected ones, and kept by the clean-up
-// of final jobs. A second readmission from the row as first read is
-// refused: of two reapers, one readmits it.
+// of final jobs. The readmission is counted on the row (Readmissions, read
+// back after a restart as the bound on readmissions needs), not as an
+// attempt. A second readmission from the row as first read is refused: of
+// two reapers, one readmits it.
 func testJobReadmission(t *testing.T, e *env) {
 	rejected := job(1, domain.JobRejected)
 	rejected.InstanceID, rejected.LaunchedOn, rejected.RunnerName, rejected.RunnerID, rejected.Via = "", "", "", 0, ""
@@ -117,11 +119,12 @@ func testJobReadmission(t *testing.T, e *env) {
 	e.clk.Advance(time.Second)
 	r := domain.Lifecycle{}.Readmit(read)
 	got := e.moveJob(1, r.Guard, r.Apply)
-	if got.Status != domain.JobQueued || got.Reason != "" || !got.Unrouted() || got.Pool != "" || got.Attempts != read.Attempts+1 ||
-		got.Version != read.Version+1 || !got.UpdatedAt.Equal(e.clk.Now()) {
+	if got.Status != domain.JobQueued || got.Reason != "" || !got.Unrouted() || got.Pool != "" || got.Attempts != read.Attempts ||
+		got.Readmissions != read.Readmissions+1 || got.Version != read.Version+1 || !got.UpdatedAt.Equal(e.clk.Now()) {
 		t.Fatalf("readmitted: %+v", got)
 	}
-	if stored := e.getJob(1); stored.Status != domain.JobQueued || stored.Version != got.Version || !stored.Unrouted() {
+	if stored := e.getJob(1); stored.Status != domain.JobQueued || stored.Version != got.Version || !stored.Unrouted() ||
+		stored.Readmissions != read.Readmissions+1 || stored.Attempts != read.Attempts {
 		t.Fatalf("stored after the readmission: %+v", stored)
 	}
 	if ids := jobIDs(e.listJobs(domain.JobFilter{Statuses: []domain.JobStatus{domain.JobQueued}})); !slices.Equal(ids, []int64{1}) {
