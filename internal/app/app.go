@@ -205,6 +205,8 @@ type App struct {
 	// recentCursor counts the recent jobs' repositories handed to the
 	// reaper, which looks at a few each cycle, in turn.
 	recentCursor atomic.Int64
+	// draining: a shutdown has started (see Draining).
+	draining atomic.Bool
 }
 
 // New builds the control plane; nothing runs until Run.

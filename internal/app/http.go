@@ -20,8 +20,8 @@ func (a *App) Handler() http.Handler {
 // Handlers is the control plane's HTTP surface. Not split, public serves
 // every path and admin is nil. Split, public serves what must be reachable
 // from beyond the operator's network (GitHub's deliveries, the agents'
-// API, and a health check for a load balancer that says up or down and
-// nothing else), and admin serves the operator's surfaces: the status API,
+// API, and a load balancer's readiness check that says whether this
+// process takes them and nothing else), and admin serves the operator's surfaces: the status API,
 // the dashboard, the metrics and the full health report, which names the
 // loops and the store's error. Each answers the other's paths with a plain
 // 404 that does not say where they are served.
@@ -114,13 +114,25 @@ func (a *App) health(w http.ResponseWriter, r *http.Request) {
 	}{store, storeErr, a.Loops.Statuses()})
 }
 
-// bareHealth is health for anyone who can reach the public address: the
-// same verdict, without the loops' names and errors or the store's, which
-// describe the install to whoever asks.
+// Draining tells the public health check that the process is shutting
+// down, so that a load balancer stops sending it webhooks and agents
+// while it still serves them: serve calls it as soon as shutdown starts,
+// before the loops stop and long before the port closes.
+func (a *App) Draining() { a.draining.Store(true) }
+
+// bareHealth is the public address's readiness: whether this process
+// takes webhooks and agents' calls, which is all a load balancer in front
+// of it should judge. It stays 200 while a loop keeps failing or the
+// store does not answer (a cloud's or GitHub's outage, which a delivery
+// stored or an agent's retry rides out, and which every replica would
+// share, so dropping them all would help nothing); those are the admin
+// /healthz's, for the operator. It answers 503 from the start of a
+// shutdown. It reads nothing, so a probe costs the store nothing, and
+// says nothing of the install.
 func (a *App) bareHealth(w http.ResponseWriter, r *http.Request) {
 	status, word := http.StatusOK, "ok"
-	if ok, _ := a.healthy(r.Context()); !ok {
-		status, word = http.StatusServiceUnavailable, "unavailable"
+	if a.draining.Load() {
+		status, word = http.StatusServiceUnavailable, "draining"
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

@@ -1,15 +1,21 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bullpen-ci/bullpen/internal/app"
+	"github.com/bullpen-ci/bullpen/internal/clock"
 	"github.com/bullpen-ci/bullpen/internal/domain"
+	"github.com/bullpen-ci/bullpen/internal/loop"
+	"github.com/bullpen-ci/bullpen/internal/testfixtures"
 )
 
 // notServed is what an address says of a path it does not serve.
@@ -104,9 +110,36 @@ func (failingStore) ListPoolStatus(context.Context) ([]domain.PoolStatus, error)
 	return nil, errors.New(storeTrouble)
 }
 
-// The public health check says up or down and nothing else: no loop's
-// name, no store's error, also when the store fails. The admin one keeps
-// the full report.
+// runFailingLoop makes a's loops, on a clock of their own, one loop whose
+// steps all fail (GitHub down), run until it has failed often enough to
+// be unhealthy.
+func runFailingLoop(t *testing.T, a *app.App) {
+	t.Helper()
+	clk := clock.NewVirtual(time.Date(2026, 11, 24, 9, 0, 0, 0, time.UTC))
+	runner, err := loop.NewRunner(clk, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Loops = runner
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error)
+	failing := loop.Loop{Name: "reconciler", Step: func(context.Context) error { return errors.New(githubTrouble) }}
+	go func() { done <- runner.Run(ctx, failing) }()
+	t.Cleanup(func() { stop(); <-done })
+	// Each failure is noted before the runner waits out its backoff.
+	for range loop.DefaultUnhealthyAfter - 1 {
+		clk.BlockUntil(1)
+		clk.Advance(loop.DefaultMaxBackoff)
+	}
+	clk.BlockUntil(1)
+}
+
+const githubTrouble = "GET https://api.github.com/app/installations: 502 Bad Gateway"
+
+// The public health check is the public address's readiness, for a load
+// balancer: it says only whether this process takes webhooks and agents,
+// and stays up while a loop keeps failing or the store fails, which the
+// admin one, the full report, says with the loop's and the store's error.
 func TestPublicHealthSaysOnlyUpOrDown(t *testing.T) {
 	a := newApp(t, app.Options{})
 	runProbeLoop(t, a)
@@ -114,21 +147,53 @@ func TestPublicHealthSaysOnlyUpOrDown(t *testing.T) {
 	working := a.Store
 	defer func() { a.Store = working }()
 	for _, tc := range []struct {
-		store    domain.Store
-		code     int
-		want     string
-		adminHas string
+		store     domain.Store
+		failLoop  bool
+		adminCode int
+		adminHas  string
 	}{
-		{working, http.StatusOK, `{"status":"ok"}` + "\n", `"name":"probe"`},
-		{failingStore{working}, http.StatusServiceUnavailable, `{"status":"unavailable"}` + "\n", storeTrouble},
+		{working, false, http.StatusOK, `"name":"probe"`},
+		{failingStore{working}, false, http.StatusServiceUnavailable, storeTrouble},
+		{working, true, http.StatusServiceUnavailable, githubTrouble},
 	} {
 		a.Store = tc.store
+		if tc.failLoop {
+			runFailingLoop(t, a)
+		}
 		rec := serve(public, http.MethodGet, "/healthz")
-		if rec.Code != tc.code || rec.Body.String() != tc.want || rec.Header().Get("Content-Type") != "application/json" {
-			t.Errorf("public /healthz: %d %q (%s), want %d %q", rec.Code, rec.Body, rec.Header().Get("Content-Type"), tc.code, tc.want)
+		if want := `{"status":"ok"}` + "\n"; rec.Code != http.StatusOK || rec.Body.String() != want || rec.Header().Get("Content-Type") != "application/json" {
+			t.Errorf("public /healthz, store failing %t, a loop failing %t: %d %q (%s), want 200 %q",
+				tc.store != working, tc.failLoop, rec.Code, rec.Body, rec.Header().Get("Content-Type"), want)
 		}
-		if rec := serve(admin, http.MethodGet, "/healthz"); rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.adminHas) {
-			t.Errorf("admin /healthz: %d %q, want %d with %q", rec.Code, rec.Body, tc.code, tc.adminHas)
+		if rec := serve(admin, http.MethodGet, "/healthz"); rec.Code != tc.adminCode || !strings.Contains(rec.Body.String(), tc.adminHas) {
+			t.Errorf("admin /healthz: %d %q, want %d with %q", rec.Code, rec.Body, tc.adminCode, tc.adminHas)
 		}
+	}
+}
+
+// From the moment a shutdown starts, the public health check answers 503,
+// so that a load balancer sends the next requests elsewhere, while the
+// address still takes what comes meanwhile.
+func TestPublicHealthIsDownOnceDraining(t *testing.T) {
+	a := newApp(t, app.Options{})
+	runProbeLoop(t, a)
+	public, admin := a.Handlers(true)
+	a.Draining()
+	if rec := serve(public, http.MethodGet, "/healthz"); rec.Code != http.StatusServiceUnavailable || rec.Body.String() != `{"status":"draining"}`+"\n" {
+		t.Errorf("public /healthz once draining: %d %q, want 503 draining", rec.Code, rec.Body)
+	}
+	ping := []byte(`{"zen":"Keep it logically awesome.","hook_id":1}`)
+	req := httptest.NewRequest(http.MethodPost, "/webhook", bytes.NewReader(ping))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-GitHub-Event", "ping")
+	req.Header.Set("X-GitHub-Delivery", "d-draining")
+	req.Header.Set("X-Hub-Signature-256", testfixtures.GoSign("secret", ping))
+	rec := httptest.NewRecorder()
+	public.ServeHTTP(rec, req)
+	if rec.Code >= 300 {
+		t.Errorf("a delivery while draining: %d %q, want it taken", rec.Code, rec.Body)
+	}
+	if rec := serve(admin, http.MethodGet, "/healthz"); rec.Code != http.StatusOK {
+		t.Errorf("admin /healthz while draining, loops healthy: %d %q", rec.Code, rec.Body)
 	}
 }
