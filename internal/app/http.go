@@ -24,7 +24,9 @@ func (a *App) Handler() http.Handler {
 // process takes them and nothing else), and admin serves the operator's surfaces: the status API,
 // the dashboard, the metrics and the full health report, which names the
 // loops and the store's error. Each answers the other's paths with a plain
-// 404 that does not say where they are served.
+// 404 that does not say where they are served, but for the status API's on
+// the public address, where a client pointed at the wrong address is told
+// the setting to look up.
 func (a *App) Handlers(split bool) (public, admin http.Handler) {
 	if !split {
 		mux := http.NewServeMux()
@@ -36,6 +38,8 @@ func (a *App) Handlers(split bool) (public, admin http.Handler) {
 	a.mountOutside(pub)
 	pub.HandleFunc("GET /healthz", a.bareHealth)
 	pub.HandleFunc("/healthz", onlyGet)
+	pub.HandleFunc("/api", apiNotServedHere)
+	pub.HandleFunc("/api/", apiNotServedHere)
 	// Without it, an unknown path would get the mux's "404 page not
 	// found", which reads as a missing page rather than a missing surface.
 	pub.HandleFunc("/", notServedHere)
@@ -77,6 +81,18 @@ func onlyGet(w http.ResponseWriter, r *http.Request) {
 // notServedHere answers a path that this address does not serve.
 func notServedHere(w http.ResponseWriter, r *http.Request) {
 	http.Error(w, fmt.Sprintf("%s: not served on this address", r.URL.Path), http.StatusNotFound)
+}
+
+// apiNotServedHere answers a status API path on the public address in the
+// API's JSON error shape, so that a client pointed at the wrong address
+// (bullpen status with its default server) says where to turn. It names
+// the setting, not the address, which is the operators' to tell.
+func apiNotServedHere(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusNotFound)
+	_ = json.NewEncoder(w).Encode(struct {
+		Error string `json:"error"`
+	}{fmt.Sprintf("%s: the status API is not served on this address but on the operators' address (--admin-listen)", r.URL.Path)})
 }
 
 // Drain answers at once what the HTTP surface holds open, agents' long

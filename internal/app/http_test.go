@@ -3,6 +3,7 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -65,6 +66,9 @@ func TestSplitHandlersServeEachPathOnItsOwnAddress(t *testing.T) {
 		}
 		rec := serve(other, tc.method, tc.path)
 		body := rec.Body.String()
+		if !tc.public && strings.HasPrefix(tc.path, "/api") {
+			continue // the public address's answer is the next test's
+		}
 		if rec.Code != http.StatusNotFound || !strings.Contains(body, notServed) || strings.Contains(body, "<") ||
 			!strings.HasPrefix(rec.Header().Get("Content-Type"), "text/plain") {
 			t.Errorf("%s %s on the %s address: %d %q, want a plain 404 saying it is %s", tc.method, tc.path, otherName, rec.Code, body, notServed)
@@ -79,6 +83,26 @@ func TestSplitHandlersServeEachPathOnItsOwnAddress(t *testing.T) {
 		}
 		if rec := serve(h, http.MethodPost, "/healthz"); rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != "GET, HEAD" {
 			t.Errorf("POST /healthz on the %s address: %d, Allow %q", name, rec.Code, rec.Header().Get("Allow"))
+		}
+	}
+}
+
+// The status API's paths on the public address are answered in the API's
+// JSON error shape, saying the API is served on the operators' address,
+// so that a client pointed there says what to do; the address itself is
+// not named.
+func TestPublicAddressSaysWhereTheStatusAPIIs(t *testing.T) {
+	a := newApp(t, app.Options{})
+	public, _ := a.Handlers(true)
+	for _, path := range []string{"/api", "/api/", "/api/v1/pools", "/api/v1/jobs?state=queued"} {
+		rec := serve(public, http.MethodGet, path)
+		var e struct{ Error string }
+		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != http.StatusNotFound ||
+			rec.Header().Get("Content-Type") != "application/json" || !strings.Contains(e.Error, "--admin-listen") {
+			t.Errorf("GET %s on the public address: %d %q (%s), want a JSON 404 naming --admin-listen", path, rec.Code, rec.Body, rec.Header().Get("Content-Type"))
+		}
+		if strings.Contains(e.Error, "127.0.0.1") || strings.Contains(e.Error, ":80") {
+			t.Errorf("GET %s on the public address names an address: %q", path, e.Error)
 		}
 	}
 }
