@@ -104,3 +104,34 @@ func TestServeRefusesAnAdminAddressThatIsTheListenAddress(t *testing.T) {
 		t.Errorf("from the variable: exit %d, %s", code, errs)
 	}
 }
+
+// --admin-listen at --listen's port on an address that overlaps it,
+// spelled otherwise (every address against one, a name against its
+// address), is refused as the same address is, naming both settings:
+// it could never bind, and exit 1 would be restarted for ever.
+func TestServeRefusesAnAdminAddressOverlappingTheListenAddress(t *testing.T) {
+	for _, pair := range [][2]string{
+		{":18099", "127.0.0.1:18099"},
+		{"127.0.0.1:18098", "0.0.0.0:18098"},
+		{"0.0.0.0:18097", ":18097"},
+		{"[::]:18096", "127.0.0.1:18096"},
+		{"localhost:18095", "127.0.0.1:18095"},
+	} {
+		want := "--admin-listen " + pair[1] + " is also --listen " + pair[0]
+		code, _, errs := runCmd(t, "serve", "--listen", pair[0], "--admin-listen", pair[1])
+		if code != exitConfig || !strings.Contains(errs, want) {
+			t.Errorf("--listen %s --admin-listen %s: exit %d, %s; want %d saying %q", pair[0], pair[1], code, errs, exitConfig, want)
+		}
+	}
+	for _, pair := range [][2]string{
+		{"127.0.0.1:0", "127.0.0.1:0"},
+		{":8080", "127.0.0.1:8081"},
+		{"127.0.0.1:8080", "127.0.0.2:8080"},
+		{"10.0.0.5:8080", "127.0.0.1:8080"},
+	} {
+		f := &serveFlags{listen: pair[0], adminListen: pair[1]}
+		if err := f.checkAdminListen(); err != nil {
+			t.Errorf("--listen %s --admin-listen %s, which both bind: %v", pair[0], pair[1], err)
+		}
+	}
+}

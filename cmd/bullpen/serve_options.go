@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -233,10 +234,13 @@ func (f *serveFlags) checkHTTP() error {
 	return errors.Join(problems...)
 }
 
-// checkAdminListen refuses an --admin-listen that is --listen's address:
-// the second listener could not bind it, and the split it asks for would
-// mean nothing on one address. Port 0, the system's choice, differs
-// every time.
+// checkAdminListen refuses an --admin-listen that --listen already takes:
+// the same port on an address that overlaps, spelled alike or not (one
+// of them every address, or both naming the same one). The second
+// listener could not bind it, and failing to bind is a restart-may-mend
+// exit a supervisor would repeat for ever; the split it asks for would
+// mean nothing on one address besides. Port 0, the system's choice,
+// differs every time.
 func (f *serveFlags) checkAdminListen() error {
 	if f.adminListen == "" {
 		return nil
@@ -246,11 +250,66 @@ func (f *serveFlags) checkAdminListen() error {
 		return fmt.Errorf("--admin-listen %s: want HOST:PORT", f.adminListen)
 	}
 	lhost, lport, err := net.SplitHostPort(f.listen)
-	if err == nil && host == lhost && port == lport && port != "0" {
-		return fmt.Errorf("--admin-listen %s is also --listen: the admin surfaces need an address of their own "+
-			"(or leave --admin-listen unset to serve everything on --listen)", f.adminListen)
+	if err != nil || !samePort(port, lport) {
+		return nil
+	}
+	if why := hostsOverlap(host, lhost); why != "" {
+		return fmt.Errorf("--admin-listen %s is also --listen %s (the same port, and %s): the admin surfaces need an address of their own "+
+			"(or leave --admin-listen unset to serve everything on --listen)", f.adminListen, f.listen, why)
 	}
 	return nil
+}
+
+// samePort is whether two ports, by number or service name, are one port
+// other than 0.
+func samePort(a, b string) bool {
+	pa, errA := net.LookupPort("tcp", a)
+	pb, errB := net.LookupPort("tcp", b)
+	return errA == nil && errB == nil && pa == pb && pa != 0
+}
+
+// hostsOverlap says how two listening hosts take one address, "" when
+// they do not: either is every address (empty, 0.0.0.0, ::), or both
+// resolve to an address in common. A name that does not resolve within a
+// moment is left to the bind to judge.
+func hostsOverlap(a, b string) string {
+	switch {
+	case a == b:
+		return "the same host"
+	case isWildcard(a) || isWildcard(b):
+		return "one of them is every address"
+	}
+	mine := hostAddrs(a)
+	for ip := range hostAddrs(b) {
+		if mine[ip] {
+			return "both are " + ip
+		}
+	}
+	return ""
+}
+
+func isWildcard(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "" || ip != nil && ip.IsUnspecified()
+}
+
+// hostAddrs is what a listening host resolves to, each address as
+// net.IP prints it, so that 127.0.0.1 and ::ffff:127.0.0.1 are one.
+func hostAddrs(host string) map[string]bool {
+	out := map[string]bool{}
+	if ip := net.ParseIP(host); ip != nil {
+		out[ip.String()] = true
+		return out
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	addrs, _ := net.DefaultResolver.LookupHost(ctx, host)
+	for _, a := range addrs {
+		if ip := net.ParseIP(a); ip != nil {
+			out[ip.String()] = true
+		}
+	}
+	return out
 }
 
 // githubOptions checks --github and returns a real GitHub's settings when
