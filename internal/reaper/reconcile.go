@@ -64,9 +64,10 @@ type Reconciler struct {
 	// refusedOrphans holds the orphans the cloud refused to terminate, by
 	// machine id.
 	refusedOrphans setAside
-	// readmitted is how often, and when last, each rejected job was
-	// readmitted here (see rejectedStillQueued).
-	readmitted map[int64]readmission
+	// rejectedAsked is when GitHub was last asked about each rejected job
+	// looked up (rejectedJobs); notQueued holds those GitHub has ended.
+	rejectedAsked askedAt
+	notQueued     map[int64]bool
 }
 
 // Options tune the reconciler; zero values take the documented defaults.
@@ -152,7 +153,7 @@ func (r *Reconciler) Init(reg prometheus.Registerer) error {
 	r.heard = hearing{since: r.Clock.Now()}
 	r.waitAnswered = askedAt{}
 	r.spared = map[string]spared{}
-	r.readmitted = map[int64]readmission{}
+	r.rejectedAsked, r.notQueued = askedAt{}, map[int64]bool{}
 	if r.Log == nil {
 		r.Log = slog.Default()
 	}
@@ -229,9 +230,9 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 	errs = append(errs, err)
 	rep.StaleClaims, err = r.staleClaims(ctx, rows)
 	errs = append(errs, err)
-	r.forgetReadmissions(r.Clock.Now())
-	errs = append(errs, r.lookAtScopes(ctx, rows, &rep))
-	errs = append(errs, r.openJobs(ctx, rows, &rep))
+	rejected := newRejectedCycle()
+	errs = append(errs, r.lookAtScopes(ctx, rows, rejected, &rep))
+	errs = append(errs, r.openJobs(ctx, rows, rejected, &rep))
 	rep.Rerun, err = r.rerunInterrupted(ctx)
 	errs = append(errs, err)
 	// A job whose queue message is pending: sent back to its queue by a
@@ -254,7 +255,9 @@ func (r *Reconciler) Cycle(ctx context.Context) (Report, error) {
 // been lost: those whose instance ended (strandedJobs), and those waiting
 // for a runner (endedWaits). One listing serves both, and they pick apart
 // jobs: an assigned job is endedWaits' while its instance has not ended.
-func (r *Reconciler) openJobs(ctx context.Context, rows []domain.Instance, rep *Report) error {
+// It serves too to find the readmitted jobs whose delivery was lost, which
+// rejectedJobs looks up with the rejected ones the scopes did not list.
+func (r *Reconciler) openJobs(ctx context.Context, rows []domain.Instance, rejected *rejectedCycle, rep *Report) error {
 	if r.GitHub == nil {
 		return nil
 	}
@@ -267,6 +270,7 @@ func (r *Reconciler) openJobs(ctx context.Context, rows []domain.Instance, rep *
 	errs = append(errs, err)
 	rep.CompletedWaiting, rep.AbandonedWaiting, err = r.endedWaits(ctx, rows, open)
 	errs = append(errs, err)
+	errs = append(errs, r.rejectedJobs(ctx, open, rejected, rep))
 	return errors.Join(errs...)
 }
 
@@ -514,16 +518,16 @@ func endingOrEnded(s domain.State) bool {
 // as if its webhook had come; one bullpen assigned to an instance that no
 // longer serves it goes back to its queue; a rejected one is readmitted
 // or has its run cancelled (rejectedStillQueued), and a readmitted one no
-// intake has routed is delivered again. It counts what it did in rep.
+// intake has routed is delivered again, each once a cycle (rejected holds
+// those dealt with). It counts what it did in rep.
 // GitHub's errors (ghErr) are kept apart from the store's and the queue's
 // (err): the first concern the scope, the others every scope.
-func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope, rep *Report) (ghErr, err error) {
+func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope, rejected *rejectedCycle, rep *Report) (ghErr, err error) {
 	queued, ghErr := r.GitHub.QueuedJobs(ctx, s)
 	if ghErr != nil {
 		return ghErr, nil // GitHub's clients name the call and the scope
 	}
 	var ghErrs, errs []error
-	cancelled := map[runKey]bool{}
 	for _, gj := range queued {
 		j, err := r.Store.GetJob(ctx, gj.ID)
 		if err == nil {
@@ -546,12 +550,14 @@ func (r *Reconciler) queuedJobs(ctx context.Context, s domain.Scope, rep *Report
 				continue
 			}
 			rep.Requeued++
+		case rejected.seen[j.ID]:
+			// Listed by another scope this cycle (an organisation's and
+			// its repository's), and dealt with there.
 		case j.Status == domain.JobRejected:
-			ghErr, err := r.rejectedStillQueued(ctx, gj, j, cancelled, rep)
+			ghErr, err := r.rejectedStillQueued(ctx, gj, j, rejected, rep)
 			ghErrs, errs = append(ghErrs, ghErr), append(errs, err)
-		case j.Unrouted() && j.InstanceID == "" && r.Clock.Now().Sub(j.UpdatedAt) >= r.Interval:
-			// Readmitted a cycle ago and still not routed: its delivery
-			// was lost (the inbox refused it, or it was dead-lettered).
+		case r.undelivered(j, r.Clock.Now()):
+			rejected.seen[j.ID] = true
 			errs = append(errs, r.deliverReadmitted(ctx, gj, j))
 		}
 	}

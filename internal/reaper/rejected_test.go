@@ -113,7 +113,7 @@ func TestAJobRejectedForAPoolNotYetInForceIsServedOnceItIs(t *testing.T) {
 	if j := w.Job(gj.ID); j.Status != domain.JobQueued || j.Reason != "" || !j.Unrouted() {
 		t.Fatalf("job %s route %q reason %q; want queued with no route, its reason cleared", j.Status, j.Route, j.Reason)
 	}
-	if l := w.log.Lines("level=INFO", "a job rejected under an earlier configuration is served now",
+	if l := w.log.Lines("level=INFO", "readmitted: the configuration in force routes it",
 		"job="+domain.JobKey(gj.ID), "gpu"); len(l) != 1 {
 		t.Errorf("want one INFO with the job and its old reason, got %q", w.log.Lines("level=INFO"))
 	}

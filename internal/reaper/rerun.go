@@ -11,6 +11,9 @@ import (
 // githubCompleted is the status GitHub gives a job that has ended.
 const githubCompleted = "completed"
 
+// githubQueued is the status GitHub gives a job waiting for a runner.
+const githubQueued = "queued"
+
 // rerunInterrupted asks GitHub to re-run each job whose spot machine was
 // taken back after it started, when its runner's retry allows it, once its
 // workflow run has completed: GitHub refuses before (ErrRunInProgress), so

@@ -22,7 +22,7 @@ import (
 // with the step, and the health, still green. Only a scope GitHub says is
 // gone for good (410) fails nothing. The store's and the queue's errors
 // fail the step as every step's do.
-func (r *Reconciler) lookAtScopes(ctx context.Context, rows []domain.Instance, rep *Report) error {
+func (r *Reconciler) lookAtScopes(ctx context.Context, rows []domain.Instance, rejected *rejectedCycle, rep *Report) error {
 	scopes := r.scopes(ctx)
 	var errs, failures []error
 	// Scopes that share their runners' home (an enterprise's) list them
@@ -37,7 +37,7 @@ func (r *Reconciler) lookAtScopes(ctx context.Context, rows []domain.Instance, r
 			ghErrs = append(ghErrs, ghErr)
 			errs = append(errs, err)
 		}
-		ghErr, err := r.queuedJobs(ctx, s, rep)
+		ghErr, err := r.queuedJobs(ctx, s, rejected, rep)
 		errs = append(errs, err)
 		ghErrs = append(ghErrs, ghErr)
 		switch failed, gone := scopeOutcome(ghErrs); {

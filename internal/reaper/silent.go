@@ -20,9 +20,10 @@ const silentLookupEvery = 3 * time.Minute
 
 // silentPerCycle bounds the GitHub calls a cycle spends on the jobs of
 // silent busy instances: a network cut silences every agent at once, and
-// each job is then asked about in turn. With the stranded and waiting
-// jobs' shares, a cycle looks up strandedPerCycle + waitingPerCycle +
-// silentPerCycle jobs at most: 20 + 10 + 10, 40 calls. The interrupted
+// each job is then asked about in turn. With the stranded, waiting and
+// rejected jobs' shares, a cycle looks up strandedPerCycle +
+// waitingPerCycle + silentPerCycle + rejectedPerCycle jobs at most:
+// 20 + 10 + 10 + 20, 60 calls. The interrupted
 // jobs waiting for their re-run come on top, with no bound of their own:
 // one call each a cycle (rerunInterrupted) until it is re-run or settled.
 const silentPerCycle = 10

@@ -17,7 +17,7 @@ const strandedAfter = 5 * time.Minute
 
 // strandedPerCycle bounds the GitHub calls a cycle spends on stranded jobs;
 // such jobs are rare, and the rest wait for the next cycles. It is one of a
-// cycle's three shares of job look-ups (see silentPerCycle).
+// cycle's four shares of job look-ups (see silentPerCycle).
 const strandedPerCycle = 20
 
 // strandedJobs settles assigned and running jobs whose instance has ended

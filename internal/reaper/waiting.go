@@ -20,7 +20,7 @@ const waitingAfter = 10 * time.Minute
 // waitingPerCycle bounds the GitHub calls a cycle spends on waiting jobs:
 // however many wait, they cost at most that many calls a cycle, and each
 // at most one call every waitingAfter (none while GitHub lists it queued).
-// It is one of a cycle's three shares of job look-ups (see silentPerCycle).
+// It is one of a cycle's four shares of job look-ups (see silentPerCycle).
 const waitingPerCycle = 10
 
 // endedWaits settles jobs bullpen holds as waiting for a runner (queued,
