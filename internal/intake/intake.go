@@ -532,8 +532,16 @@ func newJob(e event, d Decision, now time.Time) domain.Job {
 	return j
 }
 
-// reject tells the operator (log, metric).
+// reject tells the operator (log, metric). A readmitted job rejected
+// again is counted apart (rejected_again): it was counted when first
+// rejected, and the alert on rejections counts jobs, not readmissions.
 func (in *Intake) reject(j domain.Job) {
+	if j.Readmissions > 0 {
+		in.metrics.events.WithLabelValues("queued", "rejected_again").Inc()
+		in.Log.Warn("job rejected again after its readmission", "job", j.ID, "repo", j.Repo, "run", j.RunID, "reason", j.Reason,
+			"readmissions", j.Readmissions)
+		return
+	}
 	in.metrics.events.WithLabelValues("queued", "rejected").Inc()
 	in.Log.Warn("job rejected", "job", j.ID, "repo", j.Repo, "run", j.RunID, "reason", j.Reason)
 }

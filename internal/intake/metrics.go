@@ -14,7 +14,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		events: promreg.Counters("bullpen_intake_events_total",
-			"workflow_job deliveries processed, by action and outcome (pool, launch, rejected, not_ours, duplicate, recorded, send_pending: a dead-lettered arrival's job left to the reaper to send).", "action", "outcome"),
+			"workflow_job deliveries processed, by action and outcome (pool, launch, rejected, rejected_again: a readmitted job the configuration still refuses, not_ours, duplicate, recorded, send_pending: a dead-lettered arrival's job left to the reaper to send).", "action", "outcome"),
 		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "bullpen_intake_dead_lettered_total", Help: "Inbox messages moved to the dead-letter queue after failing too often.",
 		}),

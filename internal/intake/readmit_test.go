@@ -81,7 +81,12 @@ func TestAReadmittedJobTheConfigurationStillRefusesIsRejectedAgain(t *testing.T)
 	if l := f.logs.Lines("level=WARN", "job rejected", "job=14002"); len(l) != 2 {
 		t.Errorf("want the rejection said at each arrival, got %q", l)
 	}
-	f.wantEvents("queued", "rejected", 2)
+	if l := f.logs.Lines("level=WARN", "job rejected again after its readmission", "job=14002"); len(l) != 1 {
+		t.Errorf("want the second rejection said as one again, got %q", l)
+	}
+	// The rejections alerted on count the job once.
+	f.wantEvents("queued", "rejected", 1)
+	f.wantEvents("queued", "rejected_again", 1)
 	if s := f.Stats(domain.QueuePool).Visible + f.Stats(domain.QueueLaunch).Visible; s != 0 {
 		t.Errorf("%d jobs sent to be served, want none", s)
 	}
