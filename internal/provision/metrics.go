@@ -20,7 +20,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		jobs: promreg.Counters("bullpen_provision_jobs_total",
-			"Launch-queue jobs by outcome (reuse, cold, requeued; rejected: the cloud cannot serve them as asked; dropped: no longer waiting for a runner, unknown, a duplicate message, an unreadable one, or sent back already by whoever took its instance; deferred: a machine launched elsewhere may still serve it, and its message comes back once that launch is over).", "outcome"),
+			"Launch-queue jobs by outcome (reuse, cold, requeued; rejected: the cloud cannot serve them as asked; rejected_again: so, for a job readmitted after a rejection; dropped: no longer waiting for a runner, unknown, a duplicate message, an unreadable one, or sent back already by whoever took its instance; deferred: a machine launched elsewhere may still serve it, and its message comes back once that launch is over).", "outcome"),
 		exhausted: promreg.Counters("bullpen_resource_pool_exhausted_total",
 			"Resource-pool searches that found nothing, by kind (global: queue empty, and again on a second look when the store knows idle instances of the class; local: same instance seen N times; fresh: the job's pool does not reuse, so no search; unfed: no pool that reuses its instances runs the class, so no search).", "kind"),
 		claims: promreg.Counters("bullpen_resource_pool_claims_total",

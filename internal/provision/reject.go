@@ -43,6 +43,10 @@ func rejectable(err error, class, unknownImage string) error {
 const (
 	outcomeRequeued = "requeued"
 	outcomeRejected = "rejected"
+	// rejected_again: a job readmitted after a rejection, rejected once
+	// more; counted apart, so that an alert on new rejections does not
+	// count one job at each readmission.
+	outcomeRejectedAgain = "rejected_again"
 	outcomeDropped  = "dropped" // it no longer waits for a runner, or its message names none
 	// deferred: another provisioner launches a machine for it; its message
 	// comes back once that launch's mark ends.
@@ -117,6 +121,11 @@ func (p *Provisioner) reject(ctx context.Context, rq *request, rej *rejection) (
 	j, err = p.Store.TransitionJob(ctx, r.ID, r.Guard, r.Apply)
 	if err != nil {
 		return "", fmt.Errorf("reject job: %w", err)
+	}
+	if j.Readmissions > 0 {
+		p.Log.Warn("launch job rejected again after its readmission", "job", j.ID, "repo", j.Repo, "run", j.RunID, "runner", j.Runner,
+			"readmissions", j.Readmissions, "reason", j.Reason)
+		return outcomeRejectedAgain, nil
 	}
 	p.Log.Warn("launch job rejected", "job", j.ID, "repo", j.Repo, "run", j.RunID, "runner", j.Runner, "reason", j.Reason)
 	return outcomeRejected, nil

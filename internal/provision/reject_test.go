@@ -127,3 +127,23 @@ func logLine(log, msg string) string {
 	}
 	return ""
 }
+
+// A job readmitted after a rejection and refused by the cloud again is
+// counted apart from new rejections: an alert on rejections would count
+// one job at each readmission otherwise.
+func TestAReadmittedJobRejectedAgainIsCountedApart(t *testing.T) {
+	f := newFixture(t, withImages(map[string]string{}))
+	spec := small
+	spec.Image = "ubuntu-99.04"
+	jobs := f.queueJobs(spec, 100, 1)
+	if _, err := f.Store.TransitionJob(f.Ctx, jobs[0].ID, domain.JobGuard{Status: domain.JobQueued}, func(j *domain.Job) { j.Readmissions = 1 }); err != nil {
+		t.Fatal(err)
+	}
+	f.serve()
+	if j := f.Job(100); j.Status != domain.JobRejected {
+		t.Fatalf("job 100 %s, want rejected", j.Status)
+	}
+	if again, first := counter(t, f.p.metrics.jobs, "rejected_again"), counter(t, f.p.metrics.jobs, "rejected"); again != 1 || first != 0 {
+		t.Fatalf("counted %v rejected again and %v rejected, want 1 and 0", again, first)
+	}
+}
