@@ -47,7 +47,7 @@ const (
 	// more; counted apart, so that an alert on new rejections does not
 	// count one job at each readmission.
 	outcomeRejectedAgain = "rejected_again"
-	outcomeDropped  = "dropped" // it no longer waits for a runner, or its message names none
+	outcomeDropped       = "dropped" // it no longer waits for a runner, or its message names none
 	// deferred: another provisioner launches a machine for it; its message
 	// comes back once that launch's mark ends.
 	outcomeDeferred = "deferred"
