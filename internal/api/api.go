@@ -187,15 +187,18 @@ type JobView struct {
 	Conclusion string   `json:"conclusion"`
 	// Interrupted: its spot machine was taken back after it started; Rerun:
 	// GitHub was asked to re-run it.
-	Interrupted bool       `json:"interrupted,omitempty"`
-	Rerun       bool       `json:"rerun,omitempty"`
-	Attempts    int        `json:"attempts"`
-	QueuedAt    *time.Time `json:"queued_at"`
-	AssignedAt  *time.Time `json:"assigned_at"`
-	StartedAt   *time.Time `json:"started_at"`
-	CompletedAt *time.Time `json:"completed_at"`
-	CreatedAt   *time.Time `json:"created_at"`
-	UpdatedAt   *time.Time `json:"updated_at"`
+	Interrupted bool `json:"interrupted,omitempty"`
+	Rerun       bool `json:"rerun,omitempty"`
+	Attempts    int  `json:"attempts"`
+	// Readmissions: times a rejection was taken back, the configuration in
+	// force routing the job since.
+	Readmissions int        `json:"readmissions,omitempty"`
+	QueuedAt     *time.Time `json:"queued_at"`
+	AssignedAt   *time.Time `json:"assigned_at"`
+	StartedAt    *time.Time `json:"started_at"`
+	CompletedAt  *time.Time `json:"completed_at"`
+	CreatedAt    *time.Time `json:"created_at"`
+	UpdatedAt    *time.Time `json:"updated_at"`
 }
 
 // ViewJob renders j without its runner configuration.
@@ -207,7 +210,7 @@ func ViewJob(j domain.Job) JobView {
 	return JobView{
 		ID: j.ID, RunID: j.RunID, Repo: j.Repo, Name: j.Name, Labels: labels, Status: string(j.Status),
 		Route: string(j.Route), Via: string(j.Via), Pool: j.Pool, Runner: j.Runner, InstanceID: j.InstanceID,
-		RunnerName: j.RunnerName, Reason: j.Reason, Conclusion: j.Conclusion, Attempts: j.Attempts,
+		RunnerName: j.RunnerName, Reason: j.Reason, Conclusion: j.Conclusion, Attempts: j.Attempts, Readmissions: j.Readmissions,
 		Interrupted: j.Interrupted, Rerun: j.Rerun,
 		QueuedAt: ts(j.QueuedAt), AssignedAt: ts(j.AssignedAt), StartedAt: ts(j.StartedAt),
 		CompletedAt: ts(j.CompletedAt), CreatedAt: ts(j.CreatedAt), UpdatedAt: ts(j.UpdatedAt),

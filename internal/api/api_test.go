@@ -547,3 +547,21 @@ func TestMountAnswersEveryAPIPathInJSON(t *testing.T) {
 		t.Errorf("GET /api/v1/jobs: %d", rec.Code)
 	}
 }
+
+// A job readmitted after a rejection says how often, apart from its
+// attempts, which count its failed machines; a job never readmitted
+// carries no such field.
+func TestAJobViewSaysHowOftenItWasReadmitted(t *testing.T) {
+	for _, tc := range []struct {
+		readmissions int
+		want         string
+	}{{0, ""}, {2, `"readmissions":2`}} {
+		b, err := json.Marshal(ViewJob(domain.Job{ID: 1, Attempts: 1, Readmissions: tc.readmissions}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(b), `"readmissions"`); got != (tc.want != "") || !strings.Contains(string(b), tc.want) || !strings.Contains(string(b), `"attempts":1`) {
+			t.Errorf("readmitted %d times: %s", tc.readmissions, b)
+		}
+	}
+}
