@@ -19,10 +19,15 @@ type servable interface {
 	// Drain answers the requests held open (agents' long polls, event
 	// streams) at once, so that the HTTP server can stop.
 	Drain()
+	// Draining says a shutdown has started: the public health check
+	// answers 503 from then on, so that a load balancer turns to another
+	// replica while this one still serves what reaches it.
+	Draining()
 }
 
-// serveUntilDone serves HTTP and runs the loops. On a signal it stops the
-// loops first and keeps serving while they finish the work in hand (at
+// serveUntilDone serves HTTP and runs the loops. On a signal it says the
+// process is draining (the public health check turns 503, so that a load
+// balancer sends new work elsewhere), stops the loops and keeps serving while they finish the work in hand (at
 // most grace): a machine booting for a job still needs the agent API to
 // say hello, fetch its runner and report it registered, and a delivery
 // that arrives meanwhile is stored for the next start. Then it stops HTTP
@@ -64,6 +69,7 @@ func serveUntilDone(ctx context.Context, a servable, lns listeners, log *slog.Lo
 		log.Error("HTTP server failed", "err", err)
 		code = 1
 	}
+	a.Draining()
 	stopLoops()
 	select {
 	case err := <-loopsDone:

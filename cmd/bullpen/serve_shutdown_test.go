@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -27,10 +28,12 @@ type fakeServable struct {
 	run      func(ctx context.Context) error
 	drained  chan struct{}
 	drainOne sync.Once
+	draining atomic.Bool
 }
 
 func (f *fakeServable) Run(ctx context.Context) error { return f.run(ctx) }
 func (f *fakeServable) Drain()                        { f.drainOne.Do(func() { close(f.drained) }) }
+func (f *fakeServable) Draining()                     { f.draining.Store(true) }
 
 func (f *fakeServable) Handlers(split bool) (http.Handler, http.Handler) {
 	if split {
@@ -80,13 +83,19 @@ func runServeOn(t *testing.T, a *fakeServable, lns listeners) (cancel context.Ca
 
 // A machine booting for a job says hello while the loops finish the work
 // in hand: serve must still answer it, or the provisioner waits for a
-// hello that cannot come and gives the machine up.
+// hello that cannot come and gives the machine up. Serve has said it is
+// draining before it stops the loops, so a load balancer's health check
+// turns others' way from the start.
 func TestServeAnswersAgentsWhileTheLoopsFinish(t *testing.T) {
 	stopping, hello := make(chan struct{}), make(chan struct{})
 	a := &fakeServable{drained: make(chan struct{})}
 	a.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { close(hello) })
 	a.run = func(ctx context.Context) error {
 		<-ctx.Done()
+		if !a.draining.Load() {
+			close(stopping)
+			return errors.New("the loops were stopped before serve said it was draining")
+		}
 		close(stopping)
 		select {
 		case <-hello:
