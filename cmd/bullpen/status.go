@@ -116,12 +116,24 @@ func (c *statusClient) get(ctx context.Context, path string, into any) error {
 	if resp.StatusCode != http.StatusOK {
 		var e struct{ Error string }
 		_ = json.Unmarshal(body, &e)
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, cmp.Or(e.Error, "no message"))
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, cmp.Or(e.Error, bodyExcerpt(body), "no message"))
 	}
 	if err := json.Unmarshal(body, into); err != nil {
 		return fmt.Errorf("GET %s: not the status API's answer: %w", path, err)
 	}
 	return nil
+}
+
+// bodyExcerpt is an error answer that is not the API's, for the message:
+// whatever answered instead (another address's plain 404, a proxy's page)
+// is best told by what it said. It is put on one line and cut short.
+func bodyExcerpt(body []byte) string {
+	const most = 200
+	s := strings.Join(strings.Fields(strings.ToValidUTF8(string(body), "?")), " ")
+	if r := []rune(s); len(r) > most {
+		s = string(r[:most]) + "…"
+	}
+	return s
 }
 
 // printStatus writes the pools as the demo's table, then the jobs: what

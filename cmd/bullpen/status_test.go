@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -214,5 +216,42 @@ func TestStatusOldestWaitCoversAssignedJobsNotApprovals(t *testing.T) {
 	printJobs(&out, statusNow, active[2:4], false, nil)
 	if !strings.HasPrefix(out.String(), "\njobs: 0 queued, 0 assigned, 0 running, 2 held for approval\nof the latest") {
 		t.Fatalf("jobs held for approval alone wait for no runner:\n%s", out.String())
+	}
+}
+
+// An error answer that is not the API's JSON is shown as it came, on one
+// line and cut short, where status said only "no message".
+func TestStatusShowsAnErrorAnswerThatIsNotTheAPIs(t *testing.T) {
+	page := "<html>\n<body>\n  <h1>502 Bad Gateway</h1>\n" + strings.Repeat("<p>padding</p>\n", 100) + "</body></html>\n"
+	for _, tc := range []struct {
+		body, want string
+		cut        bool
+	}{
+		{"/api/v1/pools: not served on this address\n", "404 Not Found: /api/v1/pools: not served on this address", false},
+		{page, "404 Not Found: <html> <body> <h1>502 Bad Gateway</h1> <p>padding</p>", true},
+		{"", "404 Not Found: no message", false},
+	} {
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusNotFound)
+			io.WriteString(w, tc.body)
+		}))
+		code, _, errs := runStatus(t, map[string]string{"BULLPEN_ADMIN_TOKEN": statusAdminToken}, "--server", ts.URL)
+		ts.Close()
+		if code != 1 || !strings.Contains(errs, tc.want) || strings.Contains(errs, "</html>") || strings.Contains(errs, "…") != tc.cut {
+			t.Errorf("an answer %.40q: exit %d, %q; want 1 and %q, cut short %t", tc.body, code, errs, tc.want, tc.cut)
+		}
+	}
+}
+
+// Pointed at the public address of a serve whose operators' surfaces are
+// on --admin-listen, status says the API is served there.
+func TestStatusOnThePublicAddressNamesAdminListen(t *testing.T) {
+	s := startServe(t, "--admin-listen", "127.0.0.1:0")
+	code, _, errs := runWithEnv(map[string]string{"BULLPEN_SERVER": "http://" + s.addr, "BULLPEN_ADMIN_TOKEN": "hardening admin token"}, "status")
+	if code != 1 || !strings.Contains(errs, "status API is not served on this address but on the operators' address (--admin-listen)") {
+		t.Errorf("status on the public address: exit %d, %q; want 1 saying the API is on --admin-listen", code, errs)
+	}
+	if code, _ := s.stop(t); code != 0 {
+		t.Fatalf("serve exited %d\n%s", code, s.logs)
 	}
 }
