@@ -266,7 +266,7 @@ func (f *serveFlags) define(fs *flag.FlagSet, getenv func(string) string) {
 		return setDeadline(&f.deadlines, v)
 	})
 	fs.Func("local-agent-env", "with --cloud local: KEY=VALUE added to every machine's agent settings (repeatable), e.g. BULLPEN_AGENT_RUNNER_COMMAND=...", keyValue(&f.localEnv))
-	fs.BoolVar(&f.cancelRejected, "cancel-rejected", envDefault(f, "cancel-rejected", "BULLPEN_CANCEL_REJECTED", false, parseBool), "cancel the workflow run of a job rejected for 2 minutes that the configuration in force still does not serve, from the reaper while GitHub lists it queued ($BULLPEN_CANCEL_REJECTED=true)")
+	fs.BoolVar(&f.cancelRejected, "cancel-rejected", envDefault(f, "cancel-rejected", "BULLPEN_CANCEL_REJECTED", false, parseBool), "cancel the workflow run of a rejected job once it has stayed rejected for the longer of 2 minutes and two --reload intervals and the configuration in force still does not route it, or it was readmitted 3 times; the reaper looks rejected jobs up on GitHub each cycle (at most 20 a cycle) and cancels while GitHub holds the job queued ($BULLPEN_CANCEL_REJECTED=true)")
 }
 
 // keyValue parses a repeatable KEY=VALUE flag into *m.
