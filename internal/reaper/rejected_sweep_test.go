@@ -145,29 +145,3 @@ func TestTheReadmissionBoundOutlivesARestart(t *testing.T) {
 		t.Fatalf("job readmitted %d times, %d attempts; want %d and none", j.Readmissions, j.Attempts, maxReadmissions)
 	}
 }
-
-// A readmitted job whose delivery was lost, in a repository the rotation
-// does not reach, is delivered again a cycle later all the same.
-func TestAReadmittedJobOutsideTheRotatedScopesIsDeliveredAgain(t *testing.T) {
-	w := newRoutingWorld(t)
-	w.awayFromRotation()
-	gj := w.webhook(ghsim.JobSpec{Repo: "acme/app", Labels: gpuLabels})
-	w.addPool()
-	w.Clock.Advance(time.Minute)
-	if rep := w.cycle(); rep.Readmitted != 1 {
-		t.Fatalf("report %+v, want the job readmitted", rep)
-	}
-	lost, err := w.Queue.Receive(w.Ctx, domain.QueueInbox, 10, time.Minute, 0)
-	if err != nil || len(lost) != 1 {
-		t.Fatalf("inbox held %d deliveries (%v), want the readmission's", len(lost), err)
-	}
-	if err := w.Queue.Delete(w.Ctx, domain.QueueInbox, []string{lost[0].Receipt}); err != nil {
-		t.Fatal(err)
-	}
-	w.Clock.Advance(w.r.Interval)
-	w.cycle()
-	w.intakeStep()
-	if j := w.Job(gj.ID); j.Route != domain.RoutePool || j.Pool != "gpu" {
-		t.Fatalf("job %s route %q pool %q; want routed to pool gpu", j.Status, j.Route, j.Pool)
-	}
-}

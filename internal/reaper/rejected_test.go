@@ -1,6 +1,7 @@
 package reaper
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -238,26 +239,34 @@ func TestRejectedJobsOfOneRunCancelItOnce(t *testing.T) {
 }
 
 // A readmitted job whose delivery was lost (the inbox refused it) is
-// delivered again a cycle later, so that it is routed all the same.
+// delivered again a cycle later, so that it is routed all the same, in a
+// repository the scopes' rotation reaches this cycle or not.
 func TestAReadmittedJobWhoseDeliveryWasLostIsDeliveredAgain(t *testing.T) {
-	w := newRoutingWorld(t)
-	gj := w.webhook(ghsim.JobSpec{Repo: "acme/app", Labels: gpuLabels})
-	w.addPool()
-	w.Clock.Advance(time.Minute)
-	if rep := w.cycle(); rep.Readmitted != 1 {
-		t.Fatalf("report %+v, want the job readmitted", rep)
-	}
-	lost, err := w.Queue.Receive(w.Ctx, domain.QueueInbox, 10, time.Minute, 0)
-	if err != nil || len(lost) != 1 {
-		t.Fatalf("inbox held %d deliveries (%v), want the readmission's", len(lost), err)
-	}
-	if err := w.Queue.Delete(w.Ctx, domain.QueueInbox, []string{lost[0].Receipt}); err != nil {
-		t.Fatal(err)
-	}
-	w.Clock.Advance(w.r.Interval)
-	w.cycle()
-	w.intakeStep()
-	if j := w.Job(gj.ID); j.Route != domain.RoutePool || j.Pool != "gpu" {
-		t.Fatalf("job %s route %q pool %q; want routed to pool gpu", j.Status, j.Route, j.Pool)
+	for _, away := range []bool{false, true} {
+		t.Run(fmt.Sprintf("away from the rotation %v", away), func(t *testing.T) {
+			w := newRoutingWorld(t)
+			if away {
+				w.awayFromRotation()
+			}
+			gj := w.webhook(ghsim.JobSpec{Repo: "acme/app", Labels: gpuLabels})
+			w.addPool()
+			w.Clock.Advance(time.Minute)
+			if rep := w.cycle(); rep.Readmitted != 1 {
+				t.Fatalf("report %+v, want the job readmitted", rep)
+			}
+			lost, err := w.Queue.Receive(w.Ctx, domain.QueueInbox, 10, time.Minute, 0)
+			if err != nil || len(lost) != 1 {
+				t.Fatalf("inbox held %d deliveries (%v), want the readmission's", len(lost), err)
+			}
+			if err := w.Queue.Delete(w.Ctx, domain.QueueInbox, []string{lost[0].Receipt}); err != nil {
+				t.Fatal(err)
+			}
+			w.Clock.Advance(w.r.Interval)
+			w.cycle()
+			w.intakeStep()
+			if j := w.Job(gj.ID); j.Route != domain.RoutePool || j.Pool != "gpu" {
+				t.Fatalf("job %s route %q pool %q; want routed to pool gpu", j.Status, j.Route, j.Pool)
+			}
+		})
 	}
 }
