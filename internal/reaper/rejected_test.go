@@ -168,32 +168,47 @@ func TestARejectedJobsRunIsCancelledOnlyAfterItsGrace(t *testing.T) {
 // A job readmitted and then rejected again for the same labels (the
 // cloud refused its launch) is readmitted again only once its new
 // rejection has outlasted the grace, and at most maxReadmissions times;
-// after that its run is cancelled, as routing it does not serve it.
+// after that its run is cancelled, as routing it does not serve it. The
+// bound is the job's: it holds though the reaper restarts (or its lease
+// moves) between readmissions, and readmissions are not counted as failed
+// attempts.
 func TestAJobRejectedAgainAfterItsReadmissionsHasItsRunCancelled(t *testing.T) {
-	w := newRoutingWorld(t)
-	w.r.CancelRejected = true
-	w.addPool()
-	gj := w.gh.QueueJob(ghsim.JobSpec{Repo: "acme/app", Labels: gpuLabels})
-	w.CreateJob(domain.Job{ID: gj.ID, RunID: gj.RunID, Repo: "acme/app", Labels: gpuLabels, Status: domain.JobRejected,
-		Reason: "the image does not resolve"})
-	for n := 1; n <= maxReadmissions; n++ {
-		if rep := w.cycle(); rep.Readmitted != 1 || rep.Cancelled != 0 {
-			t.Fatalf("readmission %d: report %+v", n, rep)
-		}
-		w.intakeStep()
-		j := w.Job(gj.ID)
-		r := domain.Lifecycle{}.RejectJob(j, "the image does not resolve")
-		if _, err := w.Store.TransitionJob(w.Ctx, r.ID, r.Guard, r.Apply); err != nil {
-			t.Fatal(err)
-		}
-		w.Clock.Advance(time.Minute)
-		if rep := w.cycle(); rep.Readmitted != 0 || rep.Cancelled != 0 {
-			t.Fatalf("after readmission %d: report %+v, want the new rejection given its grace", n, rep)
-		}
-		w.Clock.Advance(w.r.RejectedGrace)
-	}
-	if rep := w.cycle(); rep.Readmitted != 0 || rep.Cancelled != 1 {
-		t.Fatalf("report %+v, want the run cancelled after %d readmissions", rep, maxReadmissions)
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restarting between readmissions %v", restart), func(t *testing.T) {
+			w := newRoutingWorld(t)
+			w.r.CancelRejected = true
+			w.addPool()
+			gj := w.gh.QueueJob(ghsim.JobSpec{Repo: "acme/app", Labels: gpuLabels})
+			w.CreateJob(domain.Job{ID: gj.ID, RunID: gj.RunID, Repo: "acme/app", Labels: gpuLabels, Status: domain.JobRejected,
+				Reason: "the image does not resolve"})
+			for n := 1; n <= maxReadmissions; n++ {
+				if rep := w.cycle(); rep.Readmitted != 1 || rep.Cancelled != 0 {
+					t.Fatalf("readmission %d: report %+v", n, rep)
+				}
+				w.intakeStep()
+				j := w.Job(gj.ID)
+				r := domain.Lifecycle{}.RejectJob(j, "the image does not resolve")
+				if _, err := w.Store.TransitionJob(w.Ctx, r.ID, r.Guard, r.Apply); err != nil {
+					t.Fatal(err)
+				}
+				if restart {
+					if err := w.r.Init(nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+				w.Clock.Advance(time.Minute)
+				if rep := w.cycle(); rep.Readmitted != 0 || rep.Cancelled != 0 {
+					t.Fatalf("after readmission %d: report %+v, want the new rejection given its grace", n, rep)
+				}
+				w.Clock.Advance(w.r.RejectedGrace)
+			}
+			if rep := w.cycle(); rep.Readmitted != 0 || rep.Cancelled != 1 {
+				t.Fatalf("report %+v, want the run cancelled after %d readmissions", rep, maxReadmissions)
+			}
+			if j := w.Job(gj.ID); j.Readmissions != maxReadmissions || j.Attempts != 0 {
+				t.Fatalf("job readmitted %d times, %d attempts; want %d and none", j.Readmissions, j.Attempts, maxReadmissions)
+			}
+		})
 	}
 }
 
