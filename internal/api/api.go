@@ -14,7 +14,6 @@ package api
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,7 +26,6 @@ import (
 
 	"github.com/bullpen-ci/bullpen/internal/domain"
 	"github.com/bullpen-ci/bullpen/internal/httpauth"
-	"github.com/bullpen-ci/bullpen/internal/rebalance"
 	"github.com/bullpen-ci/bullpen/internal/spotbreaker"
 )
 
@@ -167,91 +165,6 @@ func (s *Server) authorize(tokens httpauth.Tokens, next http.Handler) http.Handl
 	})
 }
 
-// JobView is a job as the API shows it. Every field is always present (a
-// time not reached yet is null), so clients see one shape whatever the
-// job's status.
-type JobView struct {
-	ID         int64    `json:"id"`
-	RunID      int64    `json:"run_id"`
-	Repo       string   `json:"repo"`
-	Name       string   `json:"name"`
-	Labels     []string `json:"labels"`
-	Status     string   `json:"status"`
-	Route      string   `json:"route"`
-	Via        string   `json:"via"`
-	Pool       string   `json:"pool"`
-	Runner     string   `json:"runner"`
-	InstanceID string   `json:"instance_id"`
-	RunnerName string   `json:"runner_name"`
-	Reason     string   `json:"reason"`
-	Conclusion string   `json:"conclusion"`
-	// Interrupted: its spot machine was taken back after it started; Rerun:
-	// GitHub was asked to re-run it.
-	Interrupted bool `json:"interrupted,omitempty"`
-	Rerun       bool `json:"rerun,omitempty"`
-	Attempts    int  `json:"attempts"`
-	// Readmissions: times a rejection was taken back, the configuration in
-	// force routing the job since.
-	Readmissions int        `json:"readmissions,omitempty"`
-	QueuedAt     *time.Time `json:"queued_at"`
-	AssignedAt   *time.Time `json:"assigned_at"`
-	StartedAt    *time.Time `json:"started_at"`
-	CompletedAt  *time.Time `json:"completed_at"`
-	CreatedAt    *time.Time `json:"created_at"`
-	UpdatedAt    *time.Time `json:"updated_at"`
-}
-
-// ViewJob renders j without its runner configuration.
-func ViewJob(j domain.Job) JobView {
-	labels := j.Labels
-	if labels == nil {
-		labels = []string{}
-	}
-	return JobView{
-		ID: j.ID, RunID: j.RunID, Repo: j.Repo, Name: j.Name, Labels: labels, Status: string(j.Status),
-		Route: string(j.Route), Via: string(j.Via), Pool: j.Pool, Runner: j.Runner, InstanceID: j.InstanceID,
-		RunnerName: j.RunnerName, Reason: j.Reason, Conclusion: j.Conclusion, Attempts: j.Attempts, Readmissions: j.Readmissions,
-		Interrupted: j.Interrupted, Rerun: j.Rerun,
-		QueuedAt: ts(j.QueuedAt), AssignedAt: ts(j.AssignedAt), StartedAt: ts(j.StartedAt),
-		CompletedAt: ts(j.CompletedAt), CreatedAt: ts(j.CreatedAt), UpdatedAt: ts(j.UpdatedAt),
-	}
-}
-
-// InstanceView is an instance as the API shows it.
-type InstanceView struct {
-	ID           string     `json:"id"`
-	CloudID      string     `json:"cloud_id,omitempty"`
-	Pool         string     `json:"pool,omitempty"`
-	Role         string     `json:"role"`
-	Runner       string     `json:"runner"`
-	State        string     `json:"state"`
-	Job          string     `json:"job,omitempty"`
-	JobStarted   bool       `json:"job_started"`
-	JobsServed   int        `json:"jobs_served"`
-	InstanceType string     `json:"instance_type,omitempty"`
-	Reason       string     `json:"reason,omitempty"`
-	Deadline     *time.Time `json:"deadline,omitempty"`
-	Heartbeat    *time.Time `json:"heartbeat,omitempty"`
-	CreatedAt    *time.Time `json:"created_at,omitempty"`
-	StateSince   *time.Time `json:"state_since,omitempty"`
-}
-
-func viewInstance(in domain.Instance) InstanceView {
-	return InstanceView{
-		ID: in.ID, CloudID: in.CloudID, Pool: in.Pool, Role: string(in.Role), Runner: in.Runner, State: string(in.State),
-		Job: in.Job, JobStarted: in.JobStarted, JobsServed: in.JobsServed, InstanceType: in.InstanceType, Reason: in.Reason,
-		Deadline: ts(in.Deadline), Heartbeat: ts(in.Heartbeat), CreatedAt: ts(in.CreatedAt), StateSince: ts(in.StateSince),
-	}
-}
-
-func ts(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	u := t.UTC()
-	return &u
-}
-
 // MaxLimit is the most jobs, or instances, one answer lists.
 const MaxLimit = 1000
 
@@ -315,14 +228,6 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeList(s, w, r, f.Pool, "jobs", list, ViewJob, nextCursor(list, limit, f.Newest, jobPosition))
-}
-
-func jobPosition(j domain.Job) domain.ListPosition[int64] {
-	return domain.ListPosition[int64]{CreatedAt: j.CreatedAt, ID: j.ID}
-}
-
-func instancePosition(in domain.Instance) domain.ListPosition[string] {
-	return domain.ListPosition[string]{CreatedAt: in.CreatedAt, ID: in.ID}
 }
 
 func (s *Server) job(w http.ResponseWriter, r *http.Request) {
@@ -402,67 +307,6 @@ func writeList[T, V any](s *Server, w http.ResponseWriter, r *http.Request, pool
 	writeJSON(w, http.StatusOK, body)
 }
 
-// cursor is what "next" and after= carry: the position of a page's last
-// row in the listing's order (created, then id) and which way the listing
-// runs, in base64url JSON. It holds nothing of the filters, which come
-// with each request, and nothing a caller is not shown in the row itself.
-type cursor[ID int64 | string] struct {
-	Order     string `json:"order"`      // "newest" or "oldest"
-	CreatedAt string `json:"created_at"` // RFC 3339, to the nanosecond
-	ID        ID     `json:"id"`
-}
-
-func orderName(newest bool) string {
-	if newest {
-		return "newest"
-	}
-	return "oldest"
-}
-
-// nextCursor is the cursor of the page after list, or "" when list did
-// not fill its limit and so is the last page. A full page may be the last
-// too: the page after it is then empty, and carries no cursor. Asking the
-// store for one row more to tell would read a row more for every page.
-func nextCursor[T any, ID int64 | string](list []T, limit int, newest bool, at func(T) domain.ListPosition[ID]) string {
-	if len(list) == 0 || len(list) < limit {
-		return ""
-	}
-	p := at(list[len(list)-1])
-	// Strings and an integer: the encoding cannot fail.
-	b, _ := json.Marshal(cursor[ID]{Order: orderName(newest), CreatedAt: p.CreatedAt.UTC().Format(time.RFC3339Nano), ID: p.ID})
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// afterParam reads after=, a cursor from the "next" of a listing read in
-// the same order (newest first when newest): nil when absent.
-func afterParam[ID int64 | string](r *http.Request, newest bool) (*domain.ListPosition[ID], error) {
-	q := r.URL.Query()
-	if !q.Has("after") {
-		return nil, nil
-	}
-	const notOurs = `bad after: not a cursor of this listing (pass the "next" of the answer before as it is)`
-	raw, err := base64.RawURLEncoding.DecodeString(q.Get("after"))
-	if err != nil {
-		return nil, errors.New(notOurs)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	var c cursor[ID]
-	var zero ID
-	if err := dec.Decode(&c); err != nil || dec.More() || c.ID == zero || (c.Order != "newest" && c.Order != "oldest") {
-		return nil, errors.New(notOurs)
-	}
-	created, err := time.Parse(time.RFC3339Nano, c.CreatedAt)
-	if err != nil || created.IsZero() || domain.CheckTime("created_at", created) != nil {
-		return nil, errors.New(notOurs)
-	}
-	if want := orderName(newest); c.Order != want {
-		return nil, fmt.Errorf("bad after: the cursor continues a listing %s first, and this one is %s first; "+
-			"ask with the order the cursor came from, or start again without after", c.Order, want)
-	}
-	return &domain.ListPosition[ID]{CreatedAt: created.UTC(), ID: c.ID}, nil
-}
-
 // instanceByCloudID returns the id of the instance whose machine has the
 // provider's id cloudID (an EC2 instance id, say): an operator holds that
 // id as often as bullpen's own.
@@ -523,37 +367,6 @@ func (s *Server) poolRecorded(ctx context.Context, pool string) (bool, error) {
 	}
 	insts, err := s.Store.ListInstances(ctx, domain.InstanceFilter{Pool: pool, Limit: 1})
 	return len(insts) > 0, err
-}
-
-// PoolView joins a pool's configuration with the converger's last cycle and
-// the pool's instances now. Counts are tallied at each request, so they
-// include what the last cycle did (machines it created or stopped), which
-// the converger records before acting. Target, Schedule and SpecHash are
-// the last cycle's; Target and LastCycle are null until the converger has
-// recorded one, so a new pool never reads as being at its target.
-type PoolView struct {
-	Name        string         `json:"name"`
-	Environment string         `json:"environment,omitempty"`
-	Runner      string         `json:"runner"`
-	Timezone    string         `json:"timezone,omitempty"`
-	Schedule    string         `json:"schedule"`
-	Target      *domain.Target `json:"target"`
-	Counts      map[string]int `json:"counts"`
-	SpecHash    string         `json:"spec_hash,omitempty"`
-	LastCycle   *time.Time     `json:"last_cycle"`
-	LastError   string         `json:"last_error,omitempty"`
-	// NextChange is when the schedule next changes the target, to the
-	// entry NextSchedule.
-	NextChange   *time.Time `json:"next_change,omitempty"`
-	NextSchedule string     `json:"next_schedule,omitempty"`
-}
-
-// liveCounts renders rebalance.Count under the names the converger records
-// them by; every name is present, zero included.
-func liveCounts(insts []domain.Instance) map[string]int {
-	c := rebalance.Count(insts)
-	return map[string]int{"ready_hot": c.ReadyHot, "stopped": c.Stopped, "warming": c.Warming,
-		"detached": c.Detached, "other": c.Other, "reusable": c.Reusable}
 }
 
 func (s *Server) pools(w http.ResponseWriter, r *http.Request) {
@@ -620,88 +433,6 @@ func (s *Server) fail(w http.ResponseWriter, what string, err error) {
 	// met it needs no human of its own.
 	log.Warn("status API: "+what, "err", err)
 	writeError(w, http.StatusInternalServerError, what+" failed; see the server log")
-}
-
-// checkParams refuses a query parameter the endpoint does not know (a
-// misspelt filter would otherwise answer everything, unfiltered) and one
-// of single given more than once (all but the first would be ignored);
-// each of lists takes several values.
-func checkParams(r *http.Request, single, lists []string) error {
-	for key, vs := range r.URL.Query() {
-		switch {
-		case slices.Contains(lists, key): // an empty one filters nothing, as a form's empty field
-		case !slices.Contains(single, key):
-			known := slices.Sorted(slices.Values(append(slices.Clone(single), lists...)))
-			if len(known) == 0 {
-				return fmt.Errorf("unknown parameter %q: this list takes none", key)
-			}
-			return fmt.Errorf("unknown parameter %q (known: %s)", key, strings.Join(known, ", "))
-		case len(vs) > 1:
-			return fmt.Errorf("parameter %q given %d times; it takes one value", key, len(vs))
-		}
-	}
-	return nil
-}
-
-func limitParam(r *http.Request, def int) (int, error) {
-	v := r.URL.Query().Get("limit")
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 || n > MaxLimit {
-		return 0, fmt.Errorf("bad limit %q: want 1..%d", v, MaxLimit)
-	}
-	return n, nil
-}
-
-// boolParam reads a flag: absent is false, present without a value true.
-func boolParam(r *http.Request, key string) (bool, error) {
-	q := r.URL.Query()
-	if !q.Has(key) {
-		return false, nil
-	}
-	v := q.Get(key)
-	if v == "" {
-		return true, nil
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("bad %s %q: want true or false (1 or 0)", key, v)
-	}
-	return b, nil
-}
-
-func splitParam(r *http.Request, key string) []string {
-	var out []string
-	for _, v := range r.URL.Query()[key] {
-		for _, p := range strings.Split(v, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
-}
-
-// namesParam reads a list parameter of job statuses or instance states,
-// refusing an unknown one with the names the endpoint knows.
-func namesParam[T interface {
-	~string
-	Valid() bool
-}](r *http.Request, key string, known []T) ([]T, error) {
-	var out []T
-	for _, v := range splitParam(r, key) {
-		if !T(v).Valid() {
-			names := make([]string, len(known))
-			for i, k := range known {
-				names[i] = string(k)
-			}
-			return nil, fmt.Errorf("unknown %s %q (known: %s)", key, v, strings.Join(names, ", "))
-		}
-		out = append(out, T(v))
-	}
-	return out, nil
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
