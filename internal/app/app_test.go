@@ -165,6 +165,19 @@ func TestProbesAnswerOtherMethodsWithTheMethodsTheyTake(t *testing.T) {
 	}
 }
 
+// A server on one address has one health check, which a load balancer
+// uses too: it says 503, draining, once a shutdown has started.
+func TestHealthSaysDrainingOnceAShutdownStarts(t *testing.T) {
+	a := newApp(t, app.Options{})
+	runProbeLoop(t, a)
+	a.Draining()
+	rec := httptest.NewRecorder()
+	a.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"draining":true`) {
+		t.Fatalf("status %d body %s, want 503 draining", rec.Code, rec.Body)
+	}
+}
+
 // The status API says when each pool's schedule next changes its target.
 func TestPoolsShowTheNextScheduleChange(t *testing.T) {
 	a := newApp(t, app.Options{}) // the clock starts at 09:00 UTC, inside "office"

@@ -111,14 +111,17 @@ func (a *App) healthy(ctx context.Context) (bool, error) {
 }
 
 // health answers 200 when the store answers and no loop keeps failing, 503
-// otherwise, with each loop's status and why the store does not answer.
+// otherwise or once a shutdown has started (the one health check of a
+// server on one address is also its load balancer's), with each loop's
+// status and why the store does not answer.
 func (a *App) health(w http.ResponseWriter, r *http.Request) {
 	ok, err := a.healthy(r.Context())
 	status, store, storeErr := http.StatusOK, "ok", ""
 	if err != nil {
 		store, storeErr = "unavailable", err.Error()
 	}
-	if !ok {
+	draining := a.draining.Load()
+	if !ok || draining {
 		status = http.StatusServiceUnavailable
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -126,8 +129,9 @@ func (a *App) health(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(struct {
 		Store      string        `json:"store"`
 		StoreError string        `json:"store_error,omitempty"`
+		Draining   bool          `json:"draining,omitempty"`
 		Loops      []loop.Status `json:"loops"`
-	}{store, storeErr, a.Loops.Statuses()})
+	}{store, storeErr, draining, a.Loops.Statuses()})
 }
 
 // Draining tells the public health check that the process is shutting
