@@ -227,7 +227,7 @@ func (s *Server) jobs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeList(s, w, r, f.Pool, "jobs", list, ViewJob, nextCursor(list, limit, f.Newest, jobPosition))
+	writeList(s, w, r, f.Pool, "jobs", list, ViewJob, nextCursor(list, limit, f.Newest, domain.Job.Position))
 }
 
 func (s *Server) job(w http.ResponseWriter, r *http.Request) {
@@ -285,7 +285,7 @@ func (s *Server) instances(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, "list instances", err)
 		return
 	}
-	writeList(s, w, r, f.Pool, "instances", list, viewInstance, nextCursor(list, limit, f.Newest, instancePosition))
+	writeList(s, w, r, f.Pool, "instances", list, viewInstance, nextCursor(list, limit, f.Newest, domain.Instance.Position))
 }
 
 // writeList answers a listing under key, each row shown by view, and next

@@ -12,16 +12,6 @@ import (
 	"github.com/bullpen-ci/bullpen/internal/domain"
 )
 
-// jobPosition and instancePosition are a row's place in a listing's
-// order: created, then id.
-func jobPosition(j domain.Job) domain.ListPosition[int64] {
-	return domain.ListPosition[int64]{CreatedAt: j.CreatedAt, ID: j.ID}
-}
-
-func instancePosition(in domain.Instance) domain.ListPosition[string] {
-	return domain.ListPosition[string]{CreatedAt: in.CreatedAt, ID: in.ID}
-}
-
 // cursor is what "next" and after= carry: the position of a page's last
 // row in the listing's order (created, then id) and which way the listing
 // runs, in base64url JSON. It holds nothing of the filters, which come

@@ -28,3 +28,13 @@ func (p *ListPosition[ID]) Passed(created time.Time, id ID, newest bool) bool {
 	}
 	return c > 0
 }
+
+// Position is the job's place in a listing's order.
+func (j Job) Position() ListPosition[int64] {
+	return ListPosition[int64]{CreatedAt: j.CreatedAt, ID: j.ID}
+}
+
+// Position is the instance's place in a listing's order.
+func (in Instance) Position() ListPosition[string] {
+	return ListPosition[string]{CreatedAt: in.CreatedAt, ID: in.ID}
+}

@@ -264,8 +264,8 @@ func (r *Reconciler) recentlyRejected(ctx context.Context, now time.Time) ([]dom
 		if len(page) < rejectedPage {
 			return out, nil
 		}
-		last := page[len(page)-1]
-		after = &domain.ListPosition[int64]{CreatedAt: last.CreatedAt, ID: last.ID}
+		last := page[len(page)-1].Position()
+		after = &last
 	}
 }
 

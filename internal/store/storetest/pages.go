@@ -24,16 +24,6 @@ import (
 //     on none newest first; a deleted row is not listed from then on, and
 //     no other row is skipped or listed twice for it.
 
-// jobPosition is where a page ending on j ends.
-func jobPosition(j domain.Job) domain.ListPosition[int64] {
-	return domain.ListPosition[int64]{CreatedAt: j.CreatedAt, ID: j.ID}
-}
-
-// instancePosition is where a page ending on in ends.
-func instancePosition(in domain.Instance) domain.ListPosition[string] {
-	return domain.ListPosition[string]{CreatedAt: in.CreatedAt, ID: in.ID}
-}
-
 // walk reads a listing page after page, each limit rows past the last row
 // of the page before (the first from the start), until a page comes back
 // empty, and returns the rows in the order read. between runs after the
@@ -162,7 +152,7 @@ func testJobListPages(t *testing.T, e *env) {
 	}, func(f domain.JobFilter, newest bool, limit int, after *domain.ListPosition[int64]) []domain.Job {
 		f.Newest, f.Limit, f.After = newest, limit, after
 		return e.listJobs(f)
-	}, jobPosition)
+	}, domain.Job.Position)
 }
 
 // testJobListPagesWhileChanging reads jobs created at start (30, 9 and
@@ -179,7 +169,7 @@ func testJobListPagesWhileChanging(newest bool, want ...int64) func(t *testing.T
 		e.createJobs(job(7, domain.JobCompleted))
 		got := walk(t, 2, 9, func(after *domain.ListPosition[int64]) []domain.Job {
 			return e.listJobs(domain.JobFilter{Newest: newest, Limit: 2, After: after})
-		}, jobPosition, func() {
+		}, domain.Job.Position, func() {
 			e.clk.Advance(time.Second)
 			e.createJobs(job(100, domain.JobQueued), job(101, domain.JobQueued))
 			if n, err := e.s.DeleteJobs(e.ctx, start.Add(time.Microsecond)); err != nil || n != 3 {
@@ -251,7 +241,7 @@ func testListPages(t *testing.T, e *env) {
 	}, func(f domain.InstanceFilter, newest bool, limit int, after *domain.ListPosition[string]) []domain.Instance {
 		f.Newest, f.Limit, f.After = newest, limit, after
 		return e.list(f)
-	}, instancePosition)
+	}, domain.Instance.Position)
 }
 
 // testListPagesWhileChanging reads instances created at start (m, c and
@@ -268,7 +258,7 @@ func testListPagesWhileChanging(newest bool, want ...string) func(t *testing.T, 
 		e.create(instance("k", domain.StateTerminated))
 		got := walk(t, 2, 9, func(after *domain.ListPosition[string]) []domain.Instance {
 			return e.list(domain.InstanceFilter{Newest: newest, Limit: 2, After: after})
-		}, instancePosition, func() {
+		}, domain.Instance.Position, func() {
 			e.clk.Advance(time.Second)
 			e.create(instance("n", domain.StateReady), instance("o", domain.StateReady))
 			if err := e.s.DeleteInstances(e.ctx, []string{"m", "c", "x"}); err != nil {
